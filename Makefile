@@ -1,0 +1,33 @@
+GO      ?= go
+BIN     ?= bin/swarmd
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# Keep the race-enabled suite inside CI's budget on 2 cores.
+TESTFLAGS ?= -race -count=1 -timeout 12m
+
+.PHONY: build test bench lint demo fuzz clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/swarmd
+
+test:
+	$(GO) test $(TESTFLAGS) ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+	bash bench/run.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzMachine -fuzztime 20s ./internal/agent
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/config
+
+demo: build
+	bash scripts/demo.sh $(BIN)
+
+clean:
+	rm -rf bin
