@@ -1,0 +1,253 @@
+// Package config loads, defaults and validates swarmd.yaml (SPEC §3).
+//
+// The YAML is walked as a yaml.Node tree against a fixed schema rather than
+// decoded into structs: that gives every problem its key path and line, tells
+// an explicit `listen: ""` apart from an absent key, and rejects unknown keys
+// at every level. All defaults live in defaultConfig.
+//
+// Conventions: a key with no value (`listen:`) counts as absent, so its
+// default applies; anchors, aliases and `<<:` merge keys work (aliases within
+// a budget); every problem is reported, as Errors ordered by line.
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Backend types. A backend whose name is one of these needs no type key.
+const (
+	TypeClaude   = "claude"
+	TypeCodex    = "codex"
+	TypeGemini   = "gemini"
+	TypeCommand  = "command"
+	TypeScripted = "scripted"
+)
+
+// Config is a loaded and validated swarmd.yaml. Paths are absolute.
+type Config struct {
+	Path       string // absolute path of the config file
+	Repo       string // absolute; relative values are relative to the config file's directory
+	StateDir   string // absolute; relative values are relative to Repo
+	BaseRef    string
+	Listen     string // "" disables the HTTP listener
+	Defaults   AgentSettings
+	Logs       Logs
+	Hooks      Hooks
+	Mailbox    Mailbox
+	StallAfter time.Duration // status marks a Running session stalled after this long without output
+	Backends   map[string]Backend
+	Agents     []Agent
+}
+
+// AgentSettings are the per-agent knobs; `defaults` sets them for every agent
+// and an agent may override each one.
+type AgentSettings struct {
+	Backend              string
+	SessionTimeout       time.Duration
+	GracePeriod          time.Duration
+	MaxConsecutiveErrors int
+	MaxTotalErrors       int
+	Env                  map[string]string // never nil
+}
+
+// Agent is one agent with its settings resolved (defaults merged with its
+// overrides; env maps merged, the agent's values win).
+type Agent struct {
+	Name     string
+	Role     string // the role prompt text
+	RoleFile string // absolute path when Role came from a file, "" when inline
+	AgentSettings
+}
+
+// Logs configures session-log archives.
+type Logs struct {
+	KeepArchives int // per agent
+	MaxAge       time.Duration
+}
+
+// Hooks are shell commands run at lifecycle points (SPEC §8).
+type Hooks struct {
+	AgentStart   []string
+	SessionStart []string
+	SessionEnd   []string
+	AgentStopped []string
+	Timeout      time.Duration // per hook run
+}
+
+// Mailbox configures the SQLite mailbox.
+type Mailbox struct {
+	MaxBody int // bytes; longer bodies are refused
+}
+
+// Backend is a named way to run a session.
+type Backend struct {
+	Name         string
+	Type         string // one of the Type* constants
+	Command      string // "" for scripted
+	Args         []string
+	Model        string            // claude, codex, gemini
+	AllowedTools []string          // claude
+	CancelSignal string            // canonical name such as "SIGINT"
+	Env          map[string]string // never nil
+	Steps        []ScriptStep      // scripted only
+}
+
+// Signal is CancelSignal as a signal number; validation guarantees it is known.
+func (b Backend) Signal() syscall.Signal {
+	for _, s := range cancelSignals {
+		if s.name == b.CancelSignal {
+			return s.sig
+		}
+	}
+	return syscall.SIGTERM
+}
+
+// ScriptStep is one step of a scripted (test) backend.
+type ScriptStep struct {
+	Print         []string      // lines written to stdout
+	PrintEvery    time.Duration // repeat Print at this interval while sleeping; 0 prints once
+	Sleep         time.Duration
+	Exit          int  // exit code when Exits
+	Exits         bool // the step has an exit key: the script ends here with Exit
+	IgnoreSignals bool
+	SetsidChild   bool // start a child in a new session (the escape that process-tree tracking must catch)
+	NoResult      bool // omit the success record, so exit 0 alone is not Success
+}
+
+// Defaults of SPEC §3 (and the additions hooks.timeout, mailbox.max_body,
+// stall_after). Changing one changes the product contract.
+const (
+	DefaultRepo                 = "."
+	DefaultStateDir             = ".swarm"
+	DefaultBaseRef              = "HEAD"
+	DefaultListen               = "127.0.0.1:9464"
+	DefaultBackend              = TypeClaude
+	DefaultSessionTimeout       = 60 * time.Minute
+	DefaultGracePeriod          = 10 * time.Second
+	DefaultMaxConsecutiveErrors = 5
+	DefaultMaxTotalErrors       = 20
+	DefaultKeepArchives         = 10
+	DefaultMaxAge               = 720 * time.Hour
+	DefaultHookTimeout          = 30 * time.Second
+	DefaultMaxBody              = 64 << 10
+	DefaultStallAfter           = 5 * time.Minute
+)
+
+func defaultConfig() *Config {
+	c := &Config{
+		BaseRef: DefaultBaseRef,
+		Listen:  DefaultListen,
+		Defaults: AgentSettings{
+			Backend:              DefaultBackend,
+			SessionTimeout:       DefaultSessionTimeout,
+			GracePeriod:          DefaultGracePeriod,
+			MaxConsecutiveErrors: DefaultMaxConsecutiveErrors,
+			MaxTotalErrors:       DefaultMaxTotalErrors,
+			Env:                  map[string]string{},
+		},
+		Logs:       Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge},
+		Hooks:      Hooks{Timeout: DefaultHookTimeout},
+		Mailbox:    Mailbox{MaxBody: DefaultMaxBody},
+		StallAfter: DefaultStallAfter,
+		Backends:   map[string]Backend{},
+	}
+	for _, t := range []string{TypeClaude, TypeCodex, TypeGemini} {
+		c.Backends[t] = builtinBackend(t)
+	}
+	return c
+}
+
+// builtinBackend is what a backend named after a type starts from.
+func builtinBackend(typ string) Backend {
+	b := Backend{Name: typ, Type: typ, CancelSignal: defaultCancelSignal(typ), Env: map[string]string{}}
+	if typ != TypeScripted && typ != TypeCommand {
+		b.Command = typ
+	}
+	return b
+}
+
+// defaultCancelSignal: Claude Code and Codex clean up their tool processes on
+// SIGINT (SPEC §5); everything else gets the conventional SIGTERM.
+func defaultCancelSignal(typ string) string {
+	if typ == TypeClaude || typ == TypeCodex {
+		return "SIGINT"
+	}
+	return "SIGTERM"
+}
+
+// Load reads and parses the config file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error() // the path is already in Error.File
+		}
+		return nil, Errors{{File: path, Msg: "read config: " + msg, Err: err}}
+	}
+	return Parse(data, path)
+}
+
+// Parse parses a config whose file is at path: path names the file in error
+// messages and relative paths are resolved against its directory. Parse
+// reads role files and checks that the repo directory exists. The error is
+// always Errors; errors.As(err, new(*Error)) yields the first problem.
+func Parse(data []byte, path string) (*Config, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: "resolve config path: " + err.Error(), Err: err}}
+	}
+	d := &decoder{file: path, dir: filepath.Dir(abs), aliasBudget: maxAliases, broken: map[string]bool{}}
+	cfg := d.decode(data)
+	if len(d.errs) > 0 {
+		return nil, d.sorted()
+	}
+	cfg.Path = abs
+	return cfg, nil
+}
+
+// Agent returns the agent named name.
+func (c *Config) Agent(name string) (Agent, bool) {
+	for _, a := range c.Agents {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Agent{}, false
+}
+
+// AgentNames returns the agent names in config order.
+func (c *Config) AgentNames() []string {
+	names := make([]string, len(c.Agents))
+	for i, a := range c.Agents {
+		names[i] = a.Name
+	}
+	return names
+}
+
+// The state_dir layout of SPEC §3, in one place.
+
+// DBPath is the mailbox database.
+func (c *Config) DBPath() string { return filepath.Join(c.StateDir, "swarm.db") }
+
+// SocketPath is the control socket.
+func (c *Config) SocketPath() string { return filepath.Join(c.StateDir, "swarmd.sock") }
+
+// LogDir holds an agent's live session logs.
+func (c *Config) LogDir(agent string) string { return filepath.Join(c.StateDir, "logs", agent) }
+
+// ArchiveDir holds an agent's archived session logs.
+func (c *Config) ArchiveDir(agent string) string {
+	return filepath.Join(c.StateDir, "archive", agent)
+}
+
+// WorktreePath is an agent's worktree.
+func (c *Config) WorktreePath(agent string) string {
+	return filepath.Join(c.StateDir, "worktrees", agent)
+}

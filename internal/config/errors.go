@@ -1,0 +1,62 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Error is one problem in a config file. Error() is a single line that names
+// the file, the line (when known) and the key, so that a person can find it:
+//
+//	swarmd.yaml:14: agents[1].name: "Bob" is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)
+type Error struct {
+	File string // the config path as the caller named it
+	Line int    // 1-based; 0 when the problem has no position (a missing key)
+	Key  string // dotted key path such as "agents[1].name"; "" for the whole file
+	Msg  string
+	Err  error // underlying cause, if any (for example fs.ErrNotExist)
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	// Messages quote user values with %q, but a file name or a library message
+	// may still carry a newline; the contract is one line per error.
+	return strings.ReplaceAll(b.String(), "\n", " ")
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errors is every problem found in one config file, ordered by line. Parse
+// and Load return it (never empty) so that `swarmd config validate` can print
+// them all; errors.As(err, new(*Error)) yields the first.
+type Errors []*Error
+
+// Error is the first problem and a count of the rest, on one line.
+func (es Errors) Error() string {
+	switch len(es) {
+	case 0:
+		return "config: no errors"
+	case 1:
+		return es[0].Error()
+	}
+	return fmt.Sprintf("%s (and %d more problems)", es[0].Error(), len(es)-1)
+}
+
+// Unwrap lets errors.As and errors.Is see each problem.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
