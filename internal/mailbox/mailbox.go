@@ -1,0 +1,263 @@
+// Package mailbox is swarmd's SQLite database (<state_dir>/swarm.db): the
+// messages agents and the operator send each other, and the schema
+// migrations that later tables (agents, sessions, events) build on.
+//
+// The file is shared by the daemon and by many short-lived `swarmd mail`
+// processes, so every guarantee here holds across processes: writes run in
+// BEGIN IMMEDIATE transactions (a deferred read-then-write transaction fails
+// with "database is locked" under contention instead of waiting), and a
+// message is marked delivered in the same transaction that reads it for a
+// prompt, so it is delivered exactly once.
+package mailbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Operator is the sender name outside a backend session. It is always a
+// valid recipient (agents reply to the operator) but never an agent, so a
+// broadcast does not reach it.
+const Operator = "operator"
+
+// DefaultMaxBodyBytes is the body limit when Options.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 64 << 10
+
+// maxSubjectBytes keeps a subject a line, not a second body that would slip
+// past the body limit into prompts.
+const maxSubjectBytes = 1024
+
+// readConns bounds the read pool; reads in WAL mode never block each other.
+const readConns = 4
+
+// Options configure Open.
+type Options struct {
+	// MaxBodyBytes refuses larger bodies (config key mailbox.max_body).
+	// Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// Agents are the known recipients. Nil disables the recipient check
+	// (and makes Broadcast impossible). Operator is always known.
+	Agents []string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// NoCreate makes Open fail with ErrNoDatabase instead of creating a
+	// missing file: a `swarmd mail` process pointed at the wrong path should
+	// say so rather than write mail nobody reads.
+	NoCreate bool
+}
+
+// DB is an open swarm.db. It is safe for concurrent use.
+type DB struct {
+	path string
+	// write has a single connection: in-process writers queue on the pool,
+	// which is cheap, instead of in SQLite's busy handler, which sleeps in
+	// millisecond steps. Other processes still meet us through busy_timeout.
+	write *sql.DB
+	read  *sql.DB
+	// insertStmt is prepared once: parsing the INSERT costs about as much as
+	// running it.
+	insertStmt *sql.Stmt
+
+	maxBody   int
+	agents    map[string]bool // nil: any well-formed recipient
+	agentList []string        // sorted, for error messages and Broadcast
+	now       func() time.Time
+
+	// PRAGMA data_version is per connection, so DataVersion keeps one.
+	dvMu   sync.Mutex
+	dvConn *sql.Conn
+	dvStmt *sql.Stmt
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating unless opts.NoCreate) the database at path and brings
+// its schema up to date. It refuses a database whose schema is newer than
+// this code knows (ErrSchemaTooNew).
+func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("mailbox: open %s: %w", path, err)
+	}
+	db := &DB{path: abs, maxBody: opts.MaxBodyBytes, now: opts.Now}
+	if db.maxBody <= 0 {
+		db.maxBody = DefaultMaxBodyBytes
+	}
+	if db.now == nil {
+		db.now = time.Now
+	}
+	if opts.Agents != nil {
+		db.agents = make(map[string]bool, len(opts.Agents))
+		for _, a := range opts.Agents {
+			if !validName(a) {
+				return nil, fmt.Errorf("mailbox: open: %w", invalid("agents", ErrInvalidName,
+					"agent name %q is invalid (want ^[a-z][a-z0-9-]{0,31}$)", a))
+			}
+			if a != Operator && !db.agents[a] {
+				db.agentList = append(db.agentList, a)
+			}
+			db.agents[a] = true
+		}
+		db.agents[Operator] = true
+		slices.Sort(db.agentList)
+	}
+	if opts.NoCreate {
+		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("mailbox: open: %w: %s", ErrNoDatabase, abs)
+		}
+	}
+
+	if db.write, err = sql.Open("sqlite", dsn(abs, true, opts.NoCreate)); err != nil {
+		return nil, fmt.Errorf("mailbox: open %s: %w", abs, err)
+	}
+	db.write.SetMaxOpenConns(1)
+	db.write.SetMaxIdleConns(1)
+	if db.read, err = sql.Open("sqlite", dsn(abs, false, opts.NoCreate)); err != nil {
+		db.write.Close()
+		return nil, fmt.Errorf("mailbox: open %s: %w", abs, err)
+	}
+	db.read.SetMaxOpenConns(readConns + 1) // +1: DataVersion's dedicated connection
+	db.read.SetMaxIdleConns(readConns + 1)
+
+	if err := db.migrate(ctx, migrationFS); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := db.ensureWAL(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if db.insertStmt, err = db.write.PrepareContext(ctx, insertSQL); err != nil {
+		db.Close()
+		return nil, db.wrap("open", err)
+	}
+	return db, nil
+}
+
+// dsn puts the pragmas in the connection string so that every pooled
+// connection gets them, including ones database/sql opens later.
+func dsn(path string, write, noCreate bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)") // WAL + NORMAL: durable across crashes of the process, not of the OS
+	q.Add("_pragma", "foreign_keys(ON)")
+	if write {
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)") // a write on the read pool is a bug
+	}
+	if noCreate {
+		q.Set("mode", "rw") // SQLite URI parameter: no create
+	}
+	// A file: URI escapes '?' and '#' in the path, which a bare path would
+	// split on.
+	return (&url.URL{Scheme: "file", Path: path, RawQuery: q.Encode()}).String()
+}
+
+// ensureWAL checks that journal_mode=WAL took: the DSN pragma can lose the
+// race for the lock when many processes create the file at once, and a
+// filesystem without shared memory cannot do WAL at all.
+func (db *DB) ensureWAL(ctx context.Context) error {
+	var mode string
+	for range 2 {
+		if err := db.write.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+			return db.wrap("open", err)
+		}
+		if strings.EqualFold(mode, "wal") {
+			return nil
+		}
+		if _, err := db.write.ExecContext(ctx, "PRAGMA journal_mode = WAL"); err != nil {
+			return db.wrap("open", err)
+		}
+	}
+	return fmt.Errorf("mailbox: open: %s: journal_mode is %q, not wal (is it on a network filesystem?)", db.path, mode)
+}
+
+// Path is the absolute path of the database file.
+func (db *DB) Path() string { return db.path }
+
+// SQL is the write pool for tables that later migrations add to this
+// package. It has one connection and begins every transaction IMMEDIATE (it
+// takes the write lock at BEGIN): close rows before calling anything else on
+// the DB, or the caller waits for its own connection.
+func (db *DB) SQL() *sql.DB { return db.write }
+
+// DataVersion returns PRAGMA data_version of one dedicated connection. It
+// changes whenever another connection, in this process or another, commits,
+// so the router can poll it cheaply (a few µs) and query only after a change.
+func (db *DB) DataVersion(ctx context.Context) (int64, error) {
+	db.dvMu.Lock()
+	defer db.dvMu.Unlock()
+	if db.dvStmt == nil {
+		conn, err := db.read.Conn(ctx)
+		if err != nil {
+			return 0, db.wrap("data version", err)
+		}
+		stmt, err := conn.PrepareContext(ctx, "PRAGMA data_version")
+		if err != nil {
+			conn.Close()
+			return 0, db.wrap("data version", err)
+		}
+		db.dvConn, db.dvStmt = conn, stmt
+	}
+	var v int64
+	if err := db.dvStmt.QueryRowContext(ctx).Scan(&v); err != nil {
+		return 0, db.wrap("data version", err)
+	}
+	return v, nil
+}
+
+// Close closes the database. It is idempotent.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.dvMu.Lock()
+		if db.dvStmt != nil {
+			db.dvStmt.Close()
+			db.dvConn.Close()
+			db.dvStmt, db.dvConn = nil, nil
+		}
+		db.dvMu.Unlock()
+		var errs []error
+		if db.insertStmt != nil {
+			errs = append(errs, db.insertStmt.Close())
+		}
+		if db.read != nil {
+			errs = append(errs, db.read.Close())
+		}
+		if db.write != nil {
+			errs = append(errs, db.write.Close())
+		}
+		if err := errors.Join(errs...); err != nil {
+			db.closeErr = fmt.Errorf("mailbox: close: %w", err)
+		}
+	})
+	return db.closeErr
+}
+
+// validName is the agent name rule, ^[a-z][a-z0-9-]{0,31}$.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 32 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,421 @@
+package mailbox
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Message is one delivery: a broadcast is one Message per recipient.
+type Message struct {
+	ID       int64
+	ThreadID int64 // the first message's ID
+	ReplyTo  int64 // 0: not a reply
+	From     string
+	To       string
+	Subject  string
+	Body     string
+	Urgent   bool
+	// CreatedAt and DeliveredAt are UTC, microsecond precision.
+	CreatedAt   time.Time
+	DeliveredAt *time.Time // nil: pending
+	// ClaimedSession is the session whose prompt received the message.
+	ClaimedSession string
+}
+
+// Draft is a message to send.
+type Draft struct {
+	From, To, Subject, Body string
+	Urgent                  bool
+}
+
+// timeLayout is fixed width, so that text order is time order in SQL.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at, delivered_at, claimed_session`
+
+// insertSQL assigns the id itself so that a new thread's thread_id can be
+// the same id in one statement. An INSERT takes the write lock before it
+// reads, so MAX(id)+1 is race-free across processes, and ids become visible
+// in id order (the router's watermark relies on that).
+const insertSQL = `INSERT INTO messages (id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at)
+VALUES ((SELECT IFNULL(MAX(id), 0) + 1 FROM messages),
+        IFNULL(?, (SELECT IFNULL(MAX(id), 0) + 1 FROM messages)),
+        ?, ?, ?, ?, ?, ?, ?)`
+
+// insert stores m with db.insertStmt, in tx if not nil. m.ThreadID 0 starts
+// a new thread. It returns m with its ID and ThreadID set.
+func (db *DB) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error) {
+	var thread, replyTo sql.NullInt64
+	if m.ThreadID != 0 {
+		thread = sql.NullInt64{Int64: m.ThreadID, Valid: true}
+	}
+	if m.ReplyTo != 0 {
+		replyTo = sql.NullInt64{Int64: m.ReplyTo, Valid: true}
+	}
+	stmt := db.insertStmt
+	if tx != nil {
+		stmt = tx.StmtContext(ctx, stmt) // the same connection, so the same prepared statement
+	}
+	res, err := stmt.ExecContext(ctx, thread, replyTo, m.From, m.To, m.Subject, m.Body,
+		urgency(m.Urgent), m.CreatedAt.Format(timeLayout))
+	if err != nil {
+		return Message{}, err
+	}
+	if m.ID, err = res.LastInsertId(); err != nil {
+		return Message{}, err
+	}
+	if m.ThreadID == 0 {
+		m.ThreadID = m.ID
+	}
+	return m, nil
+}
+
+// Send stores one message. It starts a new thread.
+func (db *DB) Send(ctx context.Context, d Draft) (Message, error) {
+	if err := db.validate(d); err != nil {
+		return Message{}, fmt.Errorf("mailbox: send: %w", err)
+	}
+	m, err := db.insert(ctx, nil, db.draftMessage(d))
+	if err != nil {
+		return Message{}, db.wrap("send", err)
+	}
+	return m, nil
+}
+
+// Reply answers message replyTo in its thread. It goes to the original
+// sender, or, when from is the original sender (following up on one's own
+// message), to the original recipient. The subject gets one "Re: ".
+func (db *DB) Reply(ctx context.Context, from string, replyTo int64, body string, urgent bool) (Message, error) {
+	// Check what needs no lookup before taking the write lock.
+	if err := cmp.Or(validateSender(from), db.validateContent("", body)); err != nil {
+		return Message{}, fmt.Errorf("mailbox: reply: %w", err)
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return Message{}, db.wrap("reply", err)
+	}
+	defer tx.Rollback()
+	orig, err := get(ctx, tx, replyTo)
+	if err != nil {
+		return Message{}, db.wrap(fmt.Sprintf("reply to message %d", replyTo), err)
+	}
+	d := Draft{From: from, To: orig.From, Subject: replySubject(orig.Subject), Body: body, Urgent: urgent}
+	if from == orig.From {
+		d.To = orig.To
+	}
+	if err := db.validateRecipient(d.From, d.To); err != nil {
+		return Message{}, fmt.Errorf("mailbox: reply to message %d: %w", replyTo, err)
+	}
+	m := db.draftMessage(d)
+	m.ThreadID, m.ReplyTo = orig.ThreadID, orig.ID
+	if m, err = db.insert(ctx, tx, m); err != nil {
+		return Message{}, db.wrap("reply", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Message{}, db.wrap("reply", err)
+	}
+	return m, nil
+}
+
+func replySubject(s string) string {
+	if len(s) >= 3 && strings.EqualFold(s[:3], "re:") {
+		return s
+	}
+	if s == "" {
+		return ""
+	}
+	return "Re: " + s
+}
+
+// Broadcast sends d to every known agent other than d.From, one row each, in
+// one transaction: all of them or none. The copies share one thread.
+// d.To must be empty.
+func (db *DB) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
+	if d.To != "" {
+		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrUnknownRecipient,
+			"a broadcast goes to every agent; it takes no recipient (got %q)", d.To))
+	}
+	if err := cmp.Or(validateSender(d.From), db.validateContent(d.Subject, d.Body)); err != nil {
+		return nil, fmt.Errorf("mailbox: broadcast: %w", err)
+	}
+	if db.agents == nil {
+		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrNoRecipients,
+			"broadcast needs the list of agents, and none was configured"))
+	}
+	var to []string
+	for _, a := range db.agentList {
+		if a != d.From {
+			to = append(to, a)
+		}
+	}
+	if len(to) == 0 {
+		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrNoRecipients,
+			"no agent other than %s to broadcast to", d.From))
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, db.wrap("broadcast", err)
+	}
+	defer tx.Rollback()
+	out := make([]Message, 0, len(to))
+	tmpl := db.draftMessage(d)
+	for _, a := range to {
+		m := tmpl
+		m.To = a
+		if len(out) > 0 {
+			m.ThreadID = out[0].ID
+		}
+		if m, err = db.insert(ctx, tx, m); err != nil {
+			return nil, db.wrap("broadcast", err)
+		}
+		out = append(out, m)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, db.wrap("broadcast", err)
+	}
+	return out, nil
+}
+
+func (db *DB) draftMessage(d Draft) Message {
+	return Message{
+		From: d.From, To: d.To, Subject: d.Subject, Body: d.Body, Urgent: d.Urgent,
+		CreatedAt: db.now().UTC().Truncate(time.Microsecond),
+	}
+}
+
+// validate checks a draft completely, so that nothing is stored half-way.
+func (db *DB) validate(d Draft) error {
+	if err := validateSender(d.From); err != nil {
+		return err
+	}
+	if err := db.validateRecipient(d.From, d.To); err != nil {
+		return err
+	}
+	return db.validateContent(d.Subject, d.Body)
+}
+
+func validateSender(from string) error {
+	switch {
+	case from == "":
+		return invalid("from", ErrInvalidName, "no sender (set SWARM_AGENT_ID, or send as %s)", Operator)
+	case !validName(from):
+		return invalid("from", ErrInvalidName, "sender %q is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)", from)
+	}
+	return nil
+}
+
+func (db *DB) validateContent(subject, body string) error {
+	switch {
+	case len(subject) > maxSubjectBytes:
+		return invalid("subject", ErrTooLarge, "message subject is %d bytes, over the %d-byte limit", len(subject), maxSubjectBytes)
+	case strings.TrimSpace(body) == "":
+		return invalid("body", ErrEmptyBody, "message body is empty")
+	case len(body) > db.maxBody:
+		return invalid("body", ErrTooLarge, "message body is %d bytes, over the %d-byte limit (mailbox.max_body)", len(body), db.maxBody)
+	}
+	return nil
+}
+
+func (db *DB) validateRecipient(from, to string) error {
+	switch {
+	case to == "":
+		return invalid("to", ErrUnknownRecipient, "no recipient")
+	case db.agents != nil && !db.agents[to]:
+		return invalid("to", ErrUnknownRecipient, "unknown recipient %q (known: %s)", to, strings.Join(append(db.agentList[:len(db.agentList):len(db.agentList)], Operator), ", "))
+	case !validName(to):
+		return invalid("to", ErrUnknownRecipient, "recipient %q is not a valid agent name", to)
+	case to == from:
+		return invalid("to", ErrSelfSend, "%s cannot send a message to itself", from)
+	}
+	return nil
+}
+
+// Inbox lists the agent's pending messages (all its messages if all), in id
+// order. It marks nothing delivered: only a prompt delivers.
+func (db *DB) Inbox(ctx context.Context, agent string, all bool) ([]Message, error) {
+	if !validName(agent) {
+		return nil, fmt.Errorf("mailbox: inbox: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", agent))
+	}
+	q := `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? AND delivered_at IS NULL ORDER BY id`
+	if all {
+		q = `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? ORDER BY id`
+	}
+	ms, err := queryMessages(ctx, db.read, q, agent)
+	if err != nil {
+		return nil, db.wrap("inbox", err)
+	}
+	return ms, nil
+}
+
+// Get returns one message, or an error matching ErrNotFound.
+func (db *DB) Get(ctx context.Context, id int64) (Message, error) {
+	m, err := get(ctx, db.read, id)
+	if err != nil {
+		return Message{}, db.wrap(fmt.Sprintf("get message %d", id), err)
+	}
+	return m, nil
+}
+
+func get(ctx context.Context, q queryRower, id int64) (Message, error) {
+	m, err := scanMessage(q.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Message{}, ErrNotFound
+	}
+	return m, err
+}
+
+// ConsumeForPrompt returns the agent's pending messages, urgent first, then
+// by id, and marks them delivered to sessionID in the same transaction, so
+// that of any number of concurrent consumers exactly one gets each message.
+// If the session then never starts, Unconsume(sessionID) returns them.
+func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]Message, error) {
+	if !validName(agent) {
+		return nil, fmt.Errorf("mailbox: consume: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", agent))
+	}
+	if sessionID == "" {
+		return nil, fmt.Errorf("mailbox: consume: %w", invalid("session", ErrInvalidName, "no session id"))
+	}
+	now := db.now().UTC().Truncate(time.Microsecond)
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, db.wrap("consume", err)
+	}
+	defer tx.Rollback()
+	// Commit only after every row is read: a failure half-way leaves all of
+	// them pending rather than some delivered to nobody.
+	ms, err := queryMessages(ctx, tx, `UPDATE messages SET delivered_at = ?, claimed_session = ?
+		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols,
+		now.Format(timeLayout), sessionID, agent)
+	if err != nil {
+		return nil, db.wrap("consume", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, db.wrap("consume", err)
+	}
+	// RETURNING has no ORDER BY.
+	slices.SortFunc(ms, func(a, b Message) int {
+		if a.Urgent != b.Urgent {
+			if a.Urgent {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return ms, nil
+}
+
+// Unconsume makes the messages claimed by sessionID pending again. Call it
+// for a session that never started: "delivered" means a started session saw
+// the message. It returns how many messages it returned to the inbox.
+func (db *DB) Unconsume(ctx context.Context, sessionID string) (int, error) {
+	if sessionID == "" {
+		return 0, fmt.Errorf("mailbox: unconsume: %w", invalid("session", ErrInvalidName, "no session id"))
+	}
+	res, err := db.write.ExecContext(ctx,
+		`UPDATE messages SET delivered_at = NULL, claimed_session = NULL WHERE claimed_session = ?`, sessionID)
+	if err != nil {
+		return 0, db.wrap("unconsume", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, db.wrap("unconsume", err)
+	}
+	return int(n), nil
+}
+
+// PendingUrgent lists pending urgent messages with id > afterID, for any
+// recipient, in id order. Ids become visible in increasing order, so a
+// caller that remembers the largest id it saw misses none.
+func (db *DB) PendingUrgent(ctx context.Context, afterID int64) ([]Message, error) {
+	ms, err := queryMessages(ctx, db.read, `SELECT `+msgCols+` FROM messages
+		WHERE delivered_at IS NULL AND urgency = 'urgent' AND id > ? ORDER BY id`, afterID)
+	if err != nil {
+		return nil, db.wrap("pending urgent", err)
+	}
+	return ms, nil
+}
+
+// PendingCounts is the number of pending messages per recipient; recipients
+// with none are absent.
+func (db *DB) PendingCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := db.read.QueryContext(ctx,
+		`SELECT recipient, COUNT(*) FROM messages WHERE delivered_at IS NULL GROUP BY recipient`)
+	if err != nil {
+		return nil, db.wrap("pending counts", err)
+	}
+	defer rows.Close()
+	out := make(map[string]int)
+	for rows.Next() {
+		var r string
+		var n int
+		if err := rows.Scan(&r, &n); err != nil {
+			return nil, db.wrap("pending counts", err)
+		}
+		out[r] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.wrap("pending counts", err)
+	}
+	return out, nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func queryMessages(ctx context.Context, q querier, query string, args ...any) ([]Message, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ms []Message
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return ms, rows.Err()
+}
+
+func scanMessage(s interface{ Scan(...any) error }) (Message, error) {
+	var (
+		m                 Message
+		replyTo           sql.NullInt64
+		urg, created      string
+		delivered, claimd sql.NullString
+	)
+	if err := s.Scan(&m.ID, &m.ThreadID, &replyTo, &m.From, &m.To, &m.Subject, &m.Body,
+		&urg, &created, &delivered, &claimd); err != nil {
+		return Message{}, err
+	}
+	m.ReplyTo, m.Urgent, m.ClaimedSession = replyTo.Int64, urg == "urgent", claimd.String
+	var err error
+	if m.CreatedAt, err = time.Parse(timeLayout, created); err != nil {
+		return Message{}, fmt.Errorf("message %d: created_at: %w", m.ID, err)
+	}
+	if delivered.Valid {
+		t, err := time.Parse(timeLayout, delivered.String)
+		if err != nil {
+			return Message{}, fmt.Errorf("message %d: delivered_at: %w", m.ID, err)
+		}
+		m.DeliveredAt = &t
+	}
+	return m, nil
+}
+
+func urgency(urgent bool) string {
+	if urgent {
+		return "urgent"
+	}
+	return "normal"
+}

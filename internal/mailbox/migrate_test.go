@@ -1,0 +1,200 @@
+package mailbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+)
+
+func latestVersion(t testing.TB) int {
+	t.Helper()
+	ms, err := loadMigrations(migrationFS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ms)
+}
+
+func TestEmbeddedMigrationsAreValid(t *testing.T) {
+	if latestVersion(t) < 1 {
+		t.Fatal("no migrations embedded")
+	}
+}
+
+func TestMigrateFromEmptyAndReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openTest(t, path, Options{})
+
+	v, err := userVersion(ctx, db.SQL())
+	if err != nil || v != latestVersion(t) {
+		t.Fatalf("user_version = %d, %v; want %d", v, err, latestVersion(t))
+	}
+	var mode string
+	if err := db.SQL().QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal_mode = %q, %v", mode, err)
+	}
+	for _, p := range []struct{ pragma, want string }{{"synchronous", "1"}, {"foreign_keys", "1"}, {"busy_timeout", "10000"}} {
+		var got string
+		if err := db.SQL().QueryRow(`PRAGMA ` + p.pragma).Scan(&got); err != nil || got != p.want {
+			t.Errorf("write pool PRAGMA %s = %q, %v; want %s", p.pragma, got, err, p.want)
+		}
+		if err := db.read.QueryRow(`PRAGMA ` + p.pragma).Scan(&got); err != nil || got != p.want {
+			t.Errorf("read pool PRAGMA %s = %q, %v; want %s", p.pragma, got, err, p.want)
+		}
+	}
+	m, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: "survives reopen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopening applies nothing and keeps the data.
+	db2 := openTest(t, path, Options{})
+	if v, _ := userVersion(ctx, db2.SQL()); v != latestVersion(t) {
+		t.Fatalf("user_version after reopen = %d", v)
+	}
+	got, err := db2.Get(ctx, m.ID)
+	if err != nil || got.Body != "survives reopen" {
+		t.Fatalf("after reopen: %+v, %v", got, err)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openTest(t, path, Options{})
+	latest := latestVersion(t)
+	if _, err := db.SQL().Exec(fmt.Sprintf(`PRAGMA user_version = %d`, latest+1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	_, err := Open(ctx, path, Options{})
+	if !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("Open of a newer schema = %v, want ErrSchemaTooNew", err)
+	}
+	want := fmt.Sprintf("schema version %d, this swarmd knows up to %d (upgrade swarmd)", latest+1, latest)
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("error %q does not say %q and name the file", err, want)
+	}
+}
+
+// withMigrations returns the embedded migrations plus extra ones.
+func withMigrations(t *testing.T, extra map[string]string) fs.FS {
+	t.Helper()
+	m := fstest.MapFS{}
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
+	}
+	for name, sql := range extra {
+		m["migrations/"+name] = &fstest.MapFile{Data: []byte(sql)}
+	}
+	return m
+}
+
+func TestAddingAMigration(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	next := latestVersion(t) + 1
+
+	// A failing migration leaves the schema at a whole version.
+	broken := withMigrations(t, map[string]string{
+		fmt.Sprintf("%04d_broken.sql", next): `CREATE TABLE half (x INTEGER); CREATE TABLE oops (`,
+	})
+	if err := db.migrate(ctx, broken); err == nil || !strings.Contains(err.Error(), "_broken.sql") {
+		t.Fatalf("broken migration: %v, want an error naming the file", err)
+	}
+	if v, _ := userVersion(ctx, db.SQL()); v != next-1 {
+		t.Fatalf("user_version after a failed migration = %d, want %d", v, next-1)
+	}
+	var n int
+	db.SQL().QueryRow(`SELECT COUNT(*) FROM sqlite_schema WHERE name = 'half'`).Scan(&n)
+	if n != 0 {
+		t.Fatal("failed migration left a table behind")
+	}
+
+	good := withMigrations(t, map[string]string{
+		fmt.Sprintf("%04d_agents.sql", next): `CREATE TABLE agents (name TEXT PRIMARY KEY) STRICT; INSERT INTO agents VALUES ('alice');`,
+	})
+	if err := db.migrate(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := userVersion(ctx, db.SQL()); v != next {
+		t.Fatalf("user_version = %d, want %d", v, next)
+	}
+	if err := db.migrate(ctx, good); err != nil {
+		t.Fatalf("migrating again: %v", err)
+	}
+	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM agents`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("agents rows = %d, %v; the migration must run exactly once", n, err)
+	}
+}
+
+func TestLoadMigrationsRejectsBadSets(t *testing.T) {
+	for name, files := range map[string][]string{
+		"gap":       {"0001_a.sql", "0003_c.sql"},
+		"duplicate": {"0001_a.sql", "0001_b.sql"},
+		"zero":      {"0000_a.sql"},
+		"unnamed":   {"0001_a.sql", "second.sql"},
+	} {
+		m := fstest.MapFS{}
+		for _, f := range files {
+			m["migrations/"+f] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+		}
+		if _, err := loadMigrations(m); err == nil {
+			t.Errorf("%s: %v accepted", name, files)
+		}
+	}
+}
+
+// TestOpenConcurrentFresh is many `swarmd mail` processes starting at once
+// on a state_dir the daemon has not initialised yet.
+func TestOpenConcurrentFresh(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			db, err := Open(ctx, path, Options{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer db.Close()
+			if _, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: fmt.Sprint(i)}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent open/send: %v", err)
+	}
+	db := openTest(t, path, Options{})
+	if v, _ := userVersion(ctx, db.SQL()); v != latestVersion(t) {
+		t.Fatalf("user_version = %d", v)
+	}
+	if got := countRows(t, db, "1"); got != n {
+		t.Fatalf("%d messages, want %d", got, n)
+	}
+}
