@@ -1,0 +1,338 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/proc"
+)
+
+// launch is what a backend decides about one session; startSession does the rest.
+type launch struct {
+	path      string
+	args      []string
+	env       []string // the backend's own env, under Spec.Env
+	cancelSig syscall.Signal
+	parser    StreamParser // nil: exit code 0 is success
+}
+
+// session implements Session for every backend.
+type session struct {
+	id        string
+	seq       uint32
+	tree      *proc.Tree // nil if the binary could not be started
+	cancelSig syscall.Signal
+	parser    StreamParser
+	log       *os.File // nil when Spec.LogPath is ""
+	out       *sessionOutput
+	timeout   time.Duration
+	grace     time.Duration
+	started   time.Time
+
+	lastOut   atomic.Int64 // unix nanoseconds
+	cancelled atomic.Bool
+	forced    atomic.Bool
+	timedOut  bool // owned by the monitor goroutine
+
+	done   chan struct{}
+	result Result
+}
+
+func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch) (Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
+	}
+	if spec.SessionID == "" {
+		return nil, fmt.Errorf("%w: empty session id", ErrInvalidSpec)
+	}
+	if spec.Dir != "" {
+		if fi, err := os.Stat(spec.Dir); err != nil {
+			return nil, fmt.Errorf("backend: start session %s: working directory: %w", spec.SessionID, err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("%w: working directory %s is not a directory", ErrInvalidSpec, spec.Dir)
+		}
+	}
+	s := &session{
+		id:        spec.SessionID,
+		seq:       spec.Seq,
+		cancelSig: l.cancelSig,
+		parser:    l.parser,
+		timeout:   spec.Timeout,
+		grace:     spec.GraceAfterTimeout,
+		done:      make(chan struct{}),
+	}
+	if s.grace <= 0 {
+		s.grace = DefaultGraceAfterTimeout
+	}
+	if spec.LogPath != "" {
+		f, err := openLog(spec.LogPath)
+		if err != nil {
+			return nil, fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
+		}
+		s.log = f
+	}
+	s.started = time.Now()
+	s.lastOut.Store(s.started.UnixNano())
+	s.logLine(fmt.Sprintf("=== swarmd session %s seq %d started %s ===\n", s.id, s.seq, s.started.Format(time.RFC3339)))
+
+	out := &sessionOutput{s: s}
+	if l.parser != nil {
+		out.lines = NewLineSplitter(0, l.parser.Line)
+	}
+	s.out = out
+	tree, err := sup.Start(proc.Spec{
+		Path:   l.path,
+		Args:   l.args,
+		Dir:    spec.Dir,
+		Env:    mergeEnv(os.Environ(), l.env, spec.Env),
+		Stdin:  strings.NewReader(spec.Prompt),
+		Output: out,
+		ID:     spec.SessionID,
+	})
+	if err != nil {
+		// A binary that is missing or not executable: no session started, so
+		// the runner counts a spawn failure (SPEC §5: counters move, the
+		// prompt's mail goes back to pending). The log still says why.
+		switch {
+		case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+			s.end(Result{Outcome: OutcomeError, Reason: "binary not found: " + l.path, ExitCode: 127})
+			return nil, fmt.Errorf("%w: %s", ErrBinaryNotFound, l.path)
+		case errors.Is(err, fs.ErrPermission):
+			s.end(Result{Outcome: OutcomeError, Reason: "permission denied: " + l.path, ExitCode: 126,
+				AbortReason: AbortPermissionDenied})
+			return nil, fmt.Errorf("%w: %s", ErrNotExecutable, l.path)
+		}
+		if s.log != nil {
+			s.log.Close()
+		}
+		return nil, fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
+	}
+	s.tree = tree
+	go s.monitor()
+	return s, nil
+}
+
+func openLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("log directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	return f, nil
+}
+
+// logLine writes a header or footer; a log that cannot be written must not
+// stop the session.
+func (s *session) logLine(line string) {
+	if s.log != nil {
+		_, _ = s.log.WriteString(line)
+	}
+}
+
+func (s *session) ID() string { return s.id }
+
+func (s *session) Pid() int {
+	if s.tree == nil {
+		return 0
+	}
+	return s.tree.Pid()
+}
+
+func (s *session) Done() <-chan struct{} { return s.done }
+
+func (s *session) Result() Result {
+	select {
+	case <-s.done:
+		return s.result
+	default:
+		return Result{}
+	}
+}
+
+func (s *session) LastOutput() time.Time { return time.Unix(0, s.lastOut.Load()) }
+
+func (s *session) Cancel() error {
+	if s.tree == nil {
+		return nil
+	}
+	s.cancelled.Store(true)
+	return ignoreDone(s.tree.Signal(s.cancelSig))
+}
+
+func (s *session) ForceStop() error {
+	if s.tree == nil {
+		return nil
+	}
+	s.forced.Store(true)
+	return ignoreDone(s.tree.Kill())
+}
+
+func ignoreDone(err error) error {
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	return err
+}
+
+// monitor enforces the timeout and ends the session when its tree is gone.
+func (s *session) monitor() {
+	var timeoutT, killT *time.Timer
+	var timeout, kill <-chan time.Time
+	if s.timeout > 0 {
+		timeoutT = time.NewTimer(s.timeout)
+		timeout = timeoutT.C
+	}
+	defer func() {
+		for _, t := range []*time.Timer{timeoutT, killT} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.tree.Done():
+			if s.out.lines != nil {
+				s.out.lines.Flush() // a last line without a newline
+			}
+			s.end(s.classify())
+			return
+		case <-timeout:
+			timeout = nil
+			s.timedOut = true
+			_ = s.tree.Signal(s.cancelSig)
+			killT = time.NewTimer(s.grace)
+			kill = killT.C
+		case <-kill:
+			kill = nil
+			_ = s.tree.Kill()
+		}
+	}
+}
+
+// classify turns the leader's exit, the parser's verdict and what we did to
+// the session into a Result.
+func (s *session) classify() Result {
+	st := s.tree.Exit()
+	r := Result{ExitCode: st.Code}
+	if st.Signal != 0 {
+		r.Signal = proc.SignalName(st.Signal)
+	}
+	success, detail := true, ""
+	if s.parser != nil {
+		success, detail = s.parser.Verdict()
+	}
+	cancelled, forced := s.cancelled.Load(), s.forced.Load()
+	switch {
+	case s.timedOut:
+		r.Outcome, r.AbortReason = OutcomeTimeout, AbortTimeout
+		r.Reason = "session timeout after " + s.timeout.String()
+		return r
+	case st.Signal != 0:
+		r.Outcome, r.Reason = OutcomeError, st.String()
+		switch {
+		case forced && st.Signal == syscall.SIGKILL:
+			r.Reason += " (force stop)"
+		case cancelled && st.Signal == s.cancelSig:
+			r.Reason += " (cancelled)"
+		}
+	case st.Code != 0:
+		r.Outcome, r.Reason = OutcomeError, st.String()
+		if detail != "" {
+			r.Reason += ": " + detail
+		}
+	case !success:
+		r.Outcome, r.Reason = OutcomeError, "exit 0 without a success record"
+		if detail != "" {
+			r.Reason = "exit 0: " + detail
+		}
+	default:
+		r.Outcome, r.Reason = OutcomeSuccess, st.String()
+		return r
+	}
+	r.AbortReason = AbortReasonFor(st.Code, st.Signal)
+	if forced && st.Signal == syscall.SIGKILL {
+		r.AbortReason = "" // our SIGKILL, not the OOM killer's
+	}
+	if r.AbortReason == "" {
+		switch {
+		case cancelled:
+			r.AbortReason = abortForSignal(s.cancelSig)
+		case forced:
+			r.AbortReason = AbortUnknown
+		}
+	}
+	return r
+}
+
+// end records the result, writes the footer and closes the log.
+func (s *session) end(r Result) {
+	r.Started, r.Ended = s.started, time.Now()
+	footer := fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome %s: %s", s.id, s.seq,
+		r.Ended.Format(time.RFC3339), r.Outcome, r.Reason)
+	if r.AbortReason != "" {
+		footer += " (abort reason " + r.AbortReason + ")"
+	}
+	s.logLine(footer + " ===\n")
+	if s.log != nil {
+		s.log.Close()
+	}
+	s.result = r
+	close(s.done)
+}
+
+// sessionOutput receives the tree's output from proc's copy goroutine.
+type sessionOutput struct {
+	s     *session
+	lines *LineSplitter // nil without a parser
+	err   error         // first log write error; output is still parsed
+}
+
+func (o *sessionOutput) Write(p []byte) (int, error) {
+	o.s.lastOut.Store(time.Now().UnixNano())
+	if o.s.log != nil && o.err == nil {
+		_, o.err = o.s.log.Write(p)
+	}
+	if o.lines != nil {
+		_, _ = o.lines.Write(p)
+	}
+	return len(p), nil
+}
+
+// mergeEnv applies layers of KEY=VALUE in order: a later value of a key
+// replaces an earlier one in place. Without this a child would see both, and
+// getenv(3) returns the first.
+func mergeEnv(layers ...[]string) []string {
+	n := 0
+	for _, l := range layers {
+		n += len(l)
+	}
+	out := make([]string, 0, n)
+	pos := make(map[string]int, n)
+	for _, l := range layers {
+		for _, kv := range l {
+			k, _, ok := strings.Cut(kv, "=")
+			if !ok {
+				continue // not an environment entry
+			}
+			if i, seen := pos[k]; seen {
+				out[i] = kv
+				continue
+			}
+			pos[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -1,0 +1,61 @@
+package proc
+
+import (
+	"bytes"
+	"strings"
+)
+
+// MarkerEnv is the environment variable that tags every process of a tree.
+// Descendants inherit it, including those that leave the tree's process group
+// or session (the shell tools of coding-agent CLIs do both), so it is how a
+// tree's processes are found. Its value is owner, supervisor instance and tree
+// id separated by markerSep.
+const MarkerEnv = "SWARMD_TREE"
+
+// markerSep is ASCII unit separator: it cannot occur in a path or an id that
+// validID accepts, so the encoding is unambiguous.
+const markerSep = "\x1f"
+
+type marker struct {
+	owner, instance, id string
+}
+
+func (m marker) String() string {
+	return m.owner + markerSep + m.instance + markerSep + m.id
+}
+
+// parseMarker splits a marker value; ok is false for anything that is not
+// exactly three fields.
+func parseMarker(v []byte) (owner, instance, id []byte, ok bool) {
+	i := bytes.IndexByte(v, markerSep[0])
+	if i < 0 {
+		return nil, nil, nil, false
+	}
+	j := bytes.IndexByte(v[i+1:], markerSep[0])
+	if j < 0 {
+		return nil, nil, nil, false
+	}
+	j += i + 1
+	if bytes.IndexByte(v[j+1:], markerSep[0]) >= 0 {
+		return nil, nil, nil, false
+	}
+	return v[:i], v[i+1 : j], v[j+1:], true
+}
+
+// validTag reports whether s can be a marker field.
+func validTag(s string) bool {
+	return s != "" && !strings.ContainsAny(s, markerSep+"\x00")
+}
+
+// withMarker returns env without any inherited marker (a swarmd running under
+// another swarmd must tag its own trees with its own marker only) plus ours.
+func withMarker(env []string, m marker) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if strings.HasPrefix(kv, MarkerEnv+"=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, MarkerEnv+"="+m.String())
+}

@@ -1,0 +1,208 @@
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// procStat is the part of /proc/PID/stat that supervision needs.
+type procStat struct {
+	state byte // R, S, D, Z, X, ...
+	pgid  int
+	sid   int
+	start uint64 // start time in clock ticks since boot: (pid, start) names one process
+}
+
+func (st procStat) dead() bool { return st.state == 'Z' || st.state == 'X' }
+
+// readFile reads a small /proc file into buf (grown as needed) with raw
+// syscalls: os.ReadFile would allocate an *os.File and a buffer per call, and
+// these files are read once per child per scan.
+func readFile(path string, buf []byte) ([]byte, error) {
+	fd, err := openRetry(path)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer unix.Close(fd)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return buf, err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+func openRetry(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// readStat parses /proc/PID/stat. The command name is in parentheses and may
+// itself contain spaces and parentheses, so fields are counted after the last ')'.
+func readStat(pid int, buf []byte) (procStat, []byte, error) {
+	buf, err := readFile("/proc/"+strconv.Itoa(pid)+"/stat", buf)
+	if err != nil {
+		return procStat{}, buf, err
+	}
+	st, err := parseStat(buf)
+	return st, buf, err
+}
+
+var errBadStat = errors.New("proc: malformed stat line")
+
+func parseStat(b []byte) (procStat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return procStat{}, errBadStat
+	}
+	// Fields after "comm)": state(3) ppid(4) pgrp(5) session(6) ... starttime(22).
+	rest := b[i+2:]
+	var st procStat
+	for field := 3; field <= 22; field++ {
+		sp := bytes.IndexByte(rest, ' ')
+		var tok []byte
+		if sp < 0 {
+			tok, rest = rest, nil
+		} else {
+			tok, rest = rest[:sp], rest[sp+1:]
+		}
+		switch field {
+		case 3:
+			if len(tok) != 1 {
+				return procStat{}, errBadStat
+			}
+			st.state = tok[0]
+		case 5, 6, 22:
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(tok)), 10, 64)
+			if err != nil {
+				return procStat{}, errBadStat
+			}
+			switch field {
+			case 5:
+				st.pgid = int(n)
+			case 6:
+				st.sid = int(n)
+			case 22:
+				st.start = n
+			}
+		}
+		if rest == nil && field < 22 {
+			return procStat{}, errBadStat
+		}
+	}
+	return st, nil
+}
+
+// readEnvVar returns the value of key in /proc/PID/environ (the environment
+// the process was exec'd with, which is what its children inherit unless it
+// rebuilds it) and the size of that environment: it reads empty for a zombie,
+// for a kernel thread, and for a moment in the middle of an execve. The
+// returned slice aliases buf.
+func readEnvVar(pid int, key string, buf []byte) (val []byte, ok bool, size int, out []byte) {
+	buf, err := readFile("/proc/"+strconv.Itoa(pid)+"/environ", buf)
+	if err != nil {
+		return nil, false, 0, buf
+	}
+	val, ok = envLookup(buf, key)
+	return val, ok, len(buf), buf
+}
+
+// envLookup finds the first KEY= entry in a NUL-separated environment block,
+// as getenv(3) does.
+func envLookup(environ []byte, key string) ([]byte, bool) {
+	for len(environ) > 0 {
+		entry := environ
+		if i := bytes.IndexByte(environ, 0); i >= 0 {
+			entry, environ = environ[:i], environ[i+1:]
+		} else {
+			environ = nil
+		}
+		if len(entry) > len(key) && entry[len(key)] == '=' && string(entry[:len(key)]) == key {
+			return entry[len(key)+1:], true
+		}
+	}
+	return nil, false
+}
+
+// listChildren appends the pids of this process's direct children. The
+// kernel keeps children per thread. An orphan is reparented to the first live
+// thread of the subreaper, which is the main thread (it never exits in a Go
+// program), so that one file is enough to find orphans: allThreads also reads
+// the others, where our own fork()s (leaders, os/exec children) are listed.
+func listChildren(pids []int, buf []byte, self int, allThreads bool) ([]int, []byte, error) {
+	if !allThreads {
+		var err error
+		buf, err = readFile("/proc/self/task/"+strconv.Itoa(self)+"/children", buf)
+		if err != nil {
+			return pids, buf, err
+		}
+		return appendPids(pids, buf), buf, nil
+	}
+	d, err := os.Open("/proc/self/task")
+	if err != nil {
+		return pids, buf, err
+	}
+	tids, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return pids, buf, err
+	}
+	for _, tid := range tids {
+		buf, err = readFile("/proc/self/task/"+tid+"/children", buf)
+		if err != nil {
+			continue // the thread exited: its children moved to another thread
+		}
+		pids = appendPids(pids, buf)
+	}
+	return pids, buf, nil
+}
+
+func appendPids(pids []int, b []byte) []int {
+	for _, f := range bytes.Fields(b) {
+		if n, err := strconv.Atoi(string(f)); err == nil && n > 0 {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// allPids lists every process in /proc except this one.
+func allPids() ([]int, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	pids := make([]int, 0, len(names))
+	for _, name := range names {
+		if n, err := strconv.Atoi(name); err == nil && n > 0 && n != self {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}

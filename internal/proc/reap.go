@@ -1,0 +1,279 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// reaper reaps zombie orphans and kills leftovers of ended trees, on SIGCHLD
+// and on a slow tick.
+func (s *Supervisor) reaper() {
+	defer s.wg.Done()
+	tick := time.NewTicker(reapInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.sigch:
+			s.mu.Lock()
+			s.scanLocked(nil, nil, false)
+			s.mu.Unlock()
+		case <-tick.C:
+			// Every thread's children, in case a kernel reparents orphans
+			// to another thread than the main one.
+			s.mu.Lock()
+			s.scanLocked(nil, nil, true)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// execGrace is how long an empty environment is taken for an execve in
+// progress (the new image's environment is not visible until the kernel has
+// set up its stack) rather than a process that really has none.
+const execGrace = 50 * time.Millisecond
+
+// killState is what one tree's end has killed so far.
+type killState struct {
+	killed   map[int]uint64 // pid -> start time, until it is dead
+	sessions map[int]bool   // sessions (other than ours) that a killed tree process was in
+	empty    map[int]emptyEnv
+	noGroup  bool // the leader's pid, and so its group id, can no longer be trusted
+}
+
+type emptyEnv struct {
+	start uint64
+	since time.Time
+}
+
+func newKillState() *killState {
+	return &killState{killed: make(map[int]uint64), sessions: make(map[int]bool)}
+}
+
+// execPending reports whether a child whose environment reads empty should
+// be looked at again.
+func (k *killState) execPending(pid int, start uint64) bool {
+	if k.empty == nil {
+		k.empty = make(map[int]emptyEnv)
+	}
+	e, seen := k.empty[pid]
+	if !seen || e.start != start {
+		k.empty[pid] = emptyEnv{start: start, since: time.Now()}
+		return true
+	}
+	return time.Since(e.since) < execGrace
+}
+
+// scanLocked walks our direct children once. It reaps zombies that are not
+// leaders and not in our process group, kills children that belong to t
+// (nil: none) and kills leftovers of our trees that have ended. For t it
+// returns how many reasons there are to walk again: live processes of t, and
+// processes that died during the walk (their children became ours). s.mu must
+// be held.
+func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live int) {
+	ownPgid, ownSid := unix.Getpgrp(), 0
+	if sid, err := unix.Getsid(0); err == nil {
+		ownSid = sid
+	}
+	var err error
+	s.pids, s.buf, err = listChildren(s.pids[:0], s.buf, s.pid, allThreads)
+	if err != nil {
+		s.log.Error("list children", zap.Error(err))
+	}
+	for _, pid := range s.pids {
+		if _, ok := s.leaders[pid]; ok {
+			continue
+		}
+		var st procStat
+		st, s.buf, err = readStat(pid, s.buf)
+		if err != nil || st.pgid == ownPgid {
+			continue // gone, or an os/exec child: not ours to wait for
+		}
+		if st.dead() {
+			s.reapLocked(pid)
+			if t != nil {
+				// Its children were reparented to us as it died, possibly
+				// after the list was read: walk again.
+				live++
+			}
+			continue
+		}
+		if t != nil && ((st.pgid == t.pid && !k.noGroup) || k.sessions[st.sid]) {
+			// In the tree's group, or in a session that one of its processes
+			// created (even if it dropped the marker).
+			s.killLocked(pid, st, ownSid, k)
+			live++
+			continue
+		}
+		var val []byte
+		var ok bool
+		var size int
+		val, ok, size, s.buf = readEnvVar(pid, MarkerEnv, s.buf)
+		if !ok {
+			if t != nil && size == 0 && k.execPending(pid, st.start) {
+				live++ // probably mid-execve: look again
+			}
+			continue // not from a tree (say, a daemonised `git gc --auto`): reaped once it exits
+		}
+		owner, inst, id, ok := parseMarker(val)
+		if !ok || string(owner) != s.owner || string(inst) != s.instance {
+			continue
+		}
+		if t != nil && string(id) == t.id {
+			s.killLocked(pid, st, ownSid, k)
+			live++
+			continue
+		}
+		if other := s.trees[string(id)]; other == nil || other.exited.Load() {
+			s.log.Info("killing leftover of an ended tree", zap.String("tree", string(id)), zap.Int("pid", pid))
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	if k == nil {
+		return live
+	}
+	for pid, start := range k.killed {
+		var st procStat
+		st, s.buf, err = readStat(pid, s.buf)
+		switch {
+		case err != nil || st.start != start:
+			// Reaped (by the reaper) after the walk above, so its children
+			// may not have been in it: walk again.
+			delete(k.killed, pid)
+			live++
+		case st.dead():
+			s.reapLocked(pid) // likewise
+			delete(k.killed, pid)
+			live++
+		default:
+			live++
+		}
+	}
+	return live
+}
+
+func (s *Supervisor) killLocked(pid int, st procStat, ownSid int, k *killState) {
+	_ = unix.Kill(pid, unix.SIGKILL)
+	k.killed[pid] = st.start
+	if st.sid != ownSid {
+		k.sessions[st.sid] = true
+	}
+}
+
+// reapLocked reaps a zombie child that is not a leader and not in our
+// process group. s.mu must be held (see Supervisor.mu).
+func (s *Supervisor) reapLocked(pid int) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return
+		}
+	}
+}
+
+// SweepOrphans kills the processes that an earlier daemon with the same
+// owner left behind (found by their marker, never by a recorded pid, so a
+// reused pid is never hit) and returns how many. It also ends leftovers of
+// this Supervisor's ended trees. The daemon calls it once at start, before
+// starting sessions; it returns once the killed processes are dead.
+func (s *Supervisor) SweepOrphans() (int, error) {
+	n, err := s.killMarked(func(owner, inst, id []byte) bool {
+		if string(owner) != s.owner {
+			return false
+		}
+		if string(inst) != s.instance {
+			return true
+		}
+		s.mu.Lock()
+		t := s.trees[string(id)]
+		s.mu.Unlock()
+		return t == nil || t.exited.Load()
+	})
+	if err != nil {
+		return n, fmt.Errorf("proc: sweep orphans: %w", err)
+	}
+	return n, nil
+}
+
+// killMarked scans all of /proc, SIGKILLs every process whose marker match
+// accepts, and repeats until a scan finds nothing new and everything killed
+// is dead (their children may have forked just before the kill). It is the
+// slow path: every process's environment is read.
+func (s *Supervisor) killMarked(match func(owner, inst, id []byte) bool) (int, error) {
+	killed := make(map[int]uint64)
+	alive := make(map[int]uint64)
+	buf := make([]byte, 0, 8192)
+	deadline := time.Now().Add(killTimeout)
+	backoff := newBackoff()
+	confirmed := false
+	for {
+		pids, err := allPids()
+		if err != nil {
+			return len(killed), err
+		}
+		found := 0
+		for _, pid := range pids {
+			var val []byte
+			var ok bool
+			val, ok, _, buf = readEnvVar(pid, MarkerEnv, buf)
+			if !ok {
+				continue
+			}
+			owner, inst, id, ok := parseMarker(val)
+			if !ok || !match(owner, inst, id) {
+				continue
+			}
+			var st procStat
+			st, buf, err = readStat(pid, buf)
+			if err != nil || st.dead() {
+				continue
+			}
+			if prev, seen := killed[pid]; !seen || prev != st.start {
+				s.log.Info("killing marked process", zap.Int("pid", pid), zap.String("tree", string(id)))
+				killed[pid] = st.start
+				found++
+			}
+			_ = unix.Kill(pid, unix.SIGKILL)
+			alive[pid] = st.start
+		}
+		for pid, start := range alive {
+			st, b, err := readStat(pid, buf)
+			buf = b
+			if err != nil || st.start != start || st.dead() {
+				delete(alive, pid)
+			}
+		}
+		if found == 0 && len(alive) == 0 {
+			// A process in the middle of an execve shows no environment
+			// for a moment: only a second clean scan after that is final.
+			if confirmed {
+				return len(killed), nil
+			}
+			confirmed = true
+			time.Sleep(execGrace)
+			continue
+		}
+		confirmed = false
+		if time.Now().After(deadline) {
+			return len(killed), fmt.Errorf("%d killed processes still alive after %s", len(alive), killTimeout)
+		}
+		backoff.wait()
+	}
+}
+
+// backoff paces polling for processes to die: they usually take tens of
+// microseconds, so start small.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{d: 50 * time.Microsecond} }
+
+func (b *backoff) wait() {
+	time.Sleep(b.d)
+	b.d = min(b.d*2, 10*time.Millisecond)
+}

@@ -1,0 +1,442 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A setsid grandchild that does not hold the output pipe, and a setsid
+// grandchild of that one (its parent is alive and in another session when the
+// leader exits, so it becomes ours only once its parent is killed).
+const escapeScript = `setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $!
+setsid sh -c 'setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $!; exec sleep 3600' </dev/null 2>/dev/null &
+`
+
+func startEscapers(t *testing.T, s *Supervisor, id, rest string) (*Tree, *lineSink, []process) {
+	t.Helper()
+	out := newLineSink()
+	tr := startSh(t, s, id, escapeScript+rest, out)
+	a := newSession(t, out.next(t))
+	b := newSession(t, out.next(t))
+	for _, p := range []process{a, b} {
+		// Right after exec the environment reads empty for a moment.
+		waitFor(t, "pid "+strconv.Itoa(p.pid)+" to show its environment", func() bool { return markerOf(p.pid) != "" })
+		if m := markerOf(p.pid); !strings.HasSuffix(m, markerSep+id) {
+			t.Fatalf("pid %d marker %q, want one for tree %s", p.pid, m, id)
+		}
+		if st := p.stat(t); st.pgid == tr.Pid() {
+			t.Fatalf("pid %d is in the leader's group: the test would not test setsid", p.pid)
+		}
+	}
+	return tr, out, []process{a, b}
+}
+
+func assertGone(t *testing.T, ps []process) {
+	t.Helper()
+	for _, p := range ps {
+		if !p.gone() {
+			st, _, _ := readStat(p.pid, nil)
+			t.Errorf("pid %d survived its tree (state %c)", p.pid, st.state)
+		}
+	}
+}
+
+func TestNormalExitEndsSetsidDescendants(t *testing.T) {
+	s := newSupervisor(t)
+	g := newGate(t)
+	tr, _, ps := startEscapers(t, s, "normal", g.wait()+"; exit 3")
+	g.open(t)
+	waitDone(t, tr)
+	if st := tr.Exit(); st.Code != 3 || st.Signal != 0 {
+		t.Fatalf("exit = %+v, want code 3", st)
+	}
+	if tr.OutputCutOff() {
+		t.Fatal("output was cut off: every writer belonged to the tree")
+	}
+	// Done means reaped, not merely killed: not even a zombie may be left.
+	assertGone(t, ps)
+}
+
+func TestSignalEndsSetsidDescendants(t *testing.T) {
+	s := newSupervisor(t)
+	tr, _, ps := startEscapers(t, s, "sigterm", "exec sleep 3600")
+	if err := tr.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	waitDone(t, tr)
+	if st := tr.Exit(); st.Signal != syscall.SIGTERM || st.Code != -1 {
+		t.Fatalf("exit = %+v, want killed by SIGTERM", st)
+	}
+	assertGone(t, ps)
+	if err := tr.Signal(syscall.SIGTERM); !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("Signal after the end = %v, want ErrProcessDone", err)
+	}
+	if err := tr.Kill(); !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("Kill after the end = %v, want ErrProcessDone", err)
+	}
+}
+
+func TestKillEndsTreeThatIgnoresSignals(t *testing.T) {
+	s := newSupervisor(t)
+	out := newLineSink()
+	tr := startSh(t, s, "stubborn", `trap '' INT TERM; `+escapeScript+`while :; do sleep 1; done`, out)
+	ps := []process{newSession(t, out.next(t)), newSession(t, out.next(t))}
+	if err := tr.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	notDone(t, tr, 100*time.Millisecond)
+	if err := tr.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	waitDone(t, tr)
+	if st := tr.Exit(); st.Signal != syscall.SIGKILL {
+		t.Fatalf("exit = %+v, want killed by SIGKILL", st)
+	}
+	assertGone(t, ps)
+}
+
+func TestCloseEndsLiveTrees(t *testing.T) {
+	s := newSupervisor(t)
+	var trees []*Tree
+	var ps []process
+	for i := range 3 {
+		tr, _, p := startEscapers(t, s, "live-"+strconv.Itoa(i), "exec sleep 3600")
+		trees = append(trees, tr)
+		ps = append(ps, p...)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, tr := range trees {
+		select {
+		case <-tr.Done():
+		default:
+			t.Fatalf("tree %s not done after Close", tr.ID())
+		}
+	}
+	assertGone(t, ps)
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Start(Spec{Path: "/bin/true", ID: "late"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
+	}
+}
+
+// A descendant in the tree that keeps the output pipe open is killed, so the
+// pipe reaches EOF at once; a process that escaped the tree entirely (no
+// marker, own session) and holds it is cut off at the drain deadline.
+func TestOutputHolderDoesNotDelayDone(t *testing.T) {
+	s := newSupervisor(t)
+
+	t.Run("marked holder", func(t *testing.T) {
+		out := newLineSink()
+		g := newGate(t)
+		tr := startSh(t, s, "holder", `setsid sleep 3600 & echo $!; `+g.wait(), out)
+		p := newSession(t, out.next(t))
+		g.open(t)
+		waitDone(t, tr)
+		if tr.OutputCutOff() {
+			t.Fatal("output cut off: the holder belonged to the tree and should have been killed")
+		}
+		assertGone(t, []process{p})
+	})
+
+	t.Run("escaped holder", func(t *testing.T) {
+		out := newLineSink()
+		g := newGate(t)
+		tr := startSh(t, s, "escaped", `env -i /usr/bin/setsid /usr/bin/sleep 3600 & echo $!; `+g.wait(), out)
+		p := newSession(t, out.next(t))
+		g.open(t)
+		waitDone(t, tr)
+		took := time.Since(tr.Exit().Exited)
+		if !tr.OutputCutOff() {
+			t.Fatal("output not cut off, but an escaped process held it")
+		}
+		if took > drainTimeout+time.Second {
+			t.Fatalf("Done %s after the leader exited, want about the drain deadline %s", took, drainTimeout)
+		}
+		// Unmarked and not ours to judge: left alone, and reaped once it dies.
+		if p.gone() {
+			t.Fatal("an unmarked process was killed")
+		}
+		if err := unix.Kill(p.pid, unix.SIGKILL); err != nil {
+			t.Fatalf("kill: %v", err)
+		}
+		waitFor(t, "the reaper to reap the unmarked orphan", p.gone)
+	})
+}
+
+// The reaper must never wait for a child that os/exec owns: exec.Cmd.Wait
+// would fail with ECHILD. Run many short commands while trees keep leaving
+// orphans to kill and reap.
+func TestReaperLeavesExecChildrenAlone(t *testing.T) {
+	s := newSupervisor(t)
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	churn.Add(1)
+	var trees int
+	go func() {
+		defer churn.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tr, err := s.Start(Spec{
+				Path: "/bin/sh",
+				Args: []string{"-c", "setsid sleep 3600 </dev/null >/dev/null 2>&1 & sleep 0.001; exit 0"},
+				Env:  os.Environ(),
+				ID:   "churn-" + strconv.Itoa(i),
+			})
+			if err != nil {
+				t.Errorf("Start: %v", err)
+				return
+			}
+			<-tr.Done()
+			trees++
+		}
+	}()
+
+	const runs, workers = 200, 8
+	errs := make(chan error, runs)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < runs; i += workers {
+				errs <- exec.Command("true").Run()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	churn.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if err != nil {
+			t.Errorf("exec.Command(true).Run() = %v", err)
+		}
+		n++
+	}
+	if n != runs {
+		t.Fatalf("%d runs, want %d", n, runs)
+	}
+	if trees == 0 {
+		t.Fatal("no tree ended during the runs: nothing was reaped concurrently")
+	}
+	t.Logf("%d trees ended during %d exec runs", trees, runs)
+
+	// The sharp case: os/exec children that are zombies, not yet waited
+	// for, while the reaper walks every thread's children.
+	var cmds []*exec.Cmd
+	for range 20 {
+		cmd := exec.Command("true")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		waitFor(t, "an exec child to be a zombie", func() bool {
+			st, _, err := readStat(cmd.Process.Pid, nil)
+			return err == nil && st.dead()
+		})
+	}
+	s.mu.Lock()
+	s.scanLocked(nil, nil, true)
+	s.mu.Unlock()
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("Wait of an exec child after a reaper walk = %v", err)
+		}
+	}
+}
+
+// spawnDetached starts `setsid sleep 3600` with env as an earlier daemon
+// would have left it: its parent (sh) exits, so it is reparented to us.
+func spawnDetached(t *testing.T, env []string) process {
+	t.Helper()
+	return newSession(t, spawnDetachedPid(t, env))
+}
+
+func spawnDetachedPid(t *testing.T, env []string) string {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $!")
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("spawn: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestSweepOrphans(t *testing.T) {
+	s := newSupervisor(t)
+	base := os.Environ()
+	earlier := marker{owner: s.owner, instance: "0123456789abcdef", id: "old-session"}
+	stranger := marker{owner: s.owner + "-other", instance: "0123456789abcdef", id: "old-session"}
+	// The earlier daemon's marker; a daemon on another state dir; no marker.
+	mine := spawnDetached(t, withMarker(base, earlier))
+	other := spawnDetached(t, withMarker(base, stranger))
+	plain := spawnDetached(t, base)
+
+	// A live tree of ours is not an orphan.
+	g := newGate(t)
+	tr := startSh(t, s, "running", g.wait(), nil)
+
+	n, err := s.SweepOrphans()
+	if err != nil {
+		t.Fatalf("SweepOrphans: %v", err)
+	}
+	if n != 1 {
+		t.Fatalf("SweepOrphans killed %d, want 1", n)
+	}
+	waitFor(t, "the killed orphan to be reaped", mine.gone)
+	if other.gone() || plain.gone() {
+		t.Fatal("SweepOrphans killed a process of another owner or an unmarked one")
+	}
+	notDone(t, tr, 0)
+	g.open(t)
+	waitDone(t, tr)
+
+	for _, p := range []process{other, plain} {
+		_ = unix.Kill(p.pid, unix.SIGKILL)
+		waitFor(t, fmt.Sprintf("pid %d to be reaped", p.pid), p.gone)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	s := newSupervisor(t)
+	_, err := s.Start(Spec{Path: "no-such-binary-swarmd", Env: []string{"PATH=/usr/bin:/bin"}, ID: "a"})
+	if !errors.Is(err, exec.ErrNotFound) || !strings.Contains(err.Error(), "no-such-binary-swarmd") {
+		t.Fatalf("missing binary in PATH: %v", err)
+	}
+	_, err = s.Start(Spec{Path: "/no/such/binary", ID: "b"})
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "/no/such/binary") {
+		t.Fatalf("missing binary path: %v", err)
+	}
+	_, err = s.Start(Spec{Path: "/bin/true", Dir: "/no/such/dir", ID: "c"})
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "working directory") {
+		t.Fatalf("missing dir: %v", err)
+	}
+	for _, id := range []string{"", "a\x1fb", "a\x00b"} {
+		if _, err := s.Start(Spec{Path: "/bin/true", ID: id}); !errors.Is(err, ErrInvalidTag) {
+			t.Fatalf("id %q: %v, want ErrInvalidTag", id, err)
+		}
+	}
+	g := newGate(t)
+	startSh(t, s, "dup", g.wait(), nil)
+	if _, err := s.Start(Spec{Path: "/bin/true", ID: "dup"}); !errors.Is(err, ErrDuplicateID) {
+		t.Fatalf("duplicate id: %v, want ErrDuplicateID", err)
+	}
+	g.open(t)
+	if _, err := NewSupervisor("/elsewhere", nil); !errors.Is(err, ErrActive) {
+		t.Fatalf("second supervisor: %v, want ErrActive", err)
+	}
+}
+
+func TestStdinEnvAndMarker(t *testing.T) {
+	s := newSupervisor(t)
+	out := newLineSink()
+	env := append(os.Environ(), MarkerEnv+"=outer-daemon", "SWARM_X=1")
+	big := strings.Repeat("x", 1<<20) // more than a pipe holds: the copy must not block the tree
+	tr, err := s.Start(Spec{
+		Path:   "sh",
+		Args:   []string{"-c", `wc -c; printf '%s|%s\n' "$SWARM_X" "$` + MarkerEnv + `" | tr '\037' '/'; echo err >&2`},
+		Env:    env,
+		Dir:    t.TempDir(),
+		Stdin:  strings.NewReader(big),
+		Output: out,
+		ID:     "io",
+	})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	waitDone(t, tr)
+	want := fmt.Sprintf("%d\n1|%s/%s/io\nerr\n", len(big), s.owner, s.instance)
+	if got := out.String(); got != want {
+		t.Fatalf("output %q, want %q", got, want)
+	}
+
+	// A leader that never reads a large stdin still ends.
+	tr, err = s.Start(Spec{Path: "/bin/true", Stdin: strings.NewReader(big), ID: "noread"})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	waitDone(t, tr)
+	if st := tr.Exit(); st.Code != 0 || st.Started.IsZero() || st.Exited.Before(st.Started) {
+		t.Fatalf("exit = %+v", st)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	line := "4242 (we ird) (x) S 1 4240 4239 0 -1 4194560 1 0 0 0 3 4 0 0 20 0 1 0 987654 1 2 3\n"
+	st, err := parseStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (procStat{state: 'S', pgid: 4240, sid: 4239, start: 987654}) {
+		t.Fatalf("got %+v", st)
+	}
+	for _, bad := range []string{"", "1 (x)", "1 (x) S 1 2", "1 (x) SS 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"} {
+		if _, err := parseStat([]byte(bad)); err == nil {
+			t.Errorf("parseStat(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestEnvAndMarkerParsing(t *testing.T) {
+	env := []byte("A=1\x00SWARMD_TREEX=no\x00SWARMD_TREE=o\x1fi\x1fid\x00SWARMD_TREE=second\x00")
+	v, ok := envLookup(env, MarkerEnv)
+	if !ok || string(v) != "o\x1fi\x1fid" {
+		t.Fatalf("envLookup = %q %v", v, ok)
+	}
+	o, i, id, ok := parseMarker(v)
+	if !ok || string(o) != "o" || string(i) != "i" || string(id) != "id" {
+		t.Fatalf("parseMarker = %q %q %q %v", o, i, id, ok)
+	}
+	for _, bad := range []string{"", "a", "a\x1fb", "a\x1fb\x1fc\x1fd"} {
+		if _, _, _, ok := parseMarker([]byte(bad)); ok {
+			t.Errorf("parseMarker(%q) ok", bad)
+		}
+	}
+	if _, ok := envLookup([]byte("SWARMD_TREE"), MarkerEnv); ok {
+		t.Fatal("a key without '=' matched")
+	}
+}
+
+// The reaper's safety net: a process of ours marked with a tree that has
+// ended (here: never existed) is killed and reaped without anyone asking.
+func TestReaperKillsLeftoversOfEndedTrees(t *testing.T) {
+	s := newSupervisor(t)
+	pid, err := strconv.Atoi(spawnDetachedPid(t, withMarker(os.Environ(), marker{owner: s.owner, instance: s.instance, id: "ended"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It may be gone already; if not, remember which process it is.
+	p := process{pid: pid}
+	if st, _, err := readStat(pid, nil); err == nil {
+		p.start = st.start
+		t.Cleanup(func() {
+			if !p.gone() {
+				_ = unix.Kill(p.pid, unix.SIGKILL)
+			}
+		})
+	}
+	waitFor(t, "the leftover to be killed and reaped", p.gone)
+}
