@@ -1,0 +1,155 @@
+package worktree
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	minGitMajor = 2
+	minGitMinor = 20
+
+	// gitWaitDelay bounds how long a cancelled git may take to clean up after
+	// SIGTERM before it is killed.
+	gitWaitDelay = 5 * time.Second
+
+	// lockPoll is how often a worktree operation retries a repository lock
+	// held by another process.
+	lockPoll = 20 * time.Millisecond
+)
+
+// gitCLI runs the git binary. Processes stay in the caller's process group
+// (no Setpgid): the daemon's supervisor relies on that.
+type gitCLI struct {
+	bin string
+	env []string
+}
+
+func newGitCLI(ctx context.Context, name string) (*gitCLI, string, error) {
+	if name == "" {
+		name = "git"
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w (%v): install git %d.%d or newer", ErrGitMissing, err, minGitMajor, minGitMinor)
+	}
+	// Variables that would make "git -C dir" act on another repository than
+	// dir (set, for example, when the daemon is started from a git hook), and
+	// the ones we set below.
+	drop := []string{
+		"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+		"GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
+		"GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX",
+		"LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS",
+	}
+	env := make([]string, 0, len(os.Environ())+3)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(drop, k) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	// LC_ALL=C: messages we parse and show are stable. GIT_OPTIONAL_LOCKS=0:
+	// our status checks must not take index.lock under a running agent.
+	env = append(env, "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+	g := &gitCLI{bin: bin, env: env}
+
+	out, err := g.run(ctx, "", "version")
+	if err != nil {
+		return nil, "", fmt.Errorf("check git version: %w", err)
+	}
+	version := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "git version "))
+	major, minor, ok := parseGitVersion(version)
+	if !ok {
+		return nil, "", fmt.Errorf("check git version: cannot parse %q", strings.TrimSpace(out))
+	}
+	if major < minGitMajor || (major == minGitMajor && minor < minGitMinor) {
+		return nil, "", fmt.Errorf("%w: found %s at %s, need %d.%d or newer", ErrGitTooOld, version, bin, minGitMajor, minGitMinor)
+	}
+	return g, version, nil
+}
+
+// parseGitVersion reads "2.39.5", "2.39.5.windows.1" or "2.37.1 (Apple Git-137.1)".
+func parseGitVersion(v string) (major, minor int, ok bool) {
+	v, _, _ = strings.Cut(v, " ")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return major, minor, err1 == nil && err2 == nil
+}
+
+// run runs git (with -C dir unless dir is empty) and returns its standard
+// output. On cancellation git gets SIGTERM first, so that "worktree add" can
+// remove what it half created, then SIGKILL after gitWaitDelay.
+func (g *gitCLI) run(ctx context.Context, dir string, args ...string) (string, error) {
+	full := args
+	if dir != "" {
+		full = append([]string{"-C", dir}, args...)
+	}
+	cmd := exec.CommandContext(ctx, g.bin, full...)
+	cmd.Env = g.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = gitWaitDelay
+	err := cmd.Run()
+	if err == nil {
+		return stdout.String(), nil
+	}
+	gerr := &GitError{Args: args, Dir: dir, ExitCode: -1, Stderr: strings.TrimSpace(stderr.String()), Err: err}
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		gerr.Err = ctx.Err()
+	case errors.As(err, &exit) && exit.Exited():
+		gerr.ExitCode = exit.ExitCode()
+	}
+	return stdout.String(), gerr
+}
+
+// flockDir takes an exclusive flock on dir (the repository's common git
+// directory), so that worktree operations from other Managers and other
+// swarmd processes on the same repository do not interleave. flock on the
+// directory itself leaves no lock file behind in the user's .git.
+func flockDir(ctx context.Context, dir string) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	var tick *time.Ticker
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", dir, err)
+		}
+		if tick == nil {
+			tick = time.NewTicker(lockPoll)
+			defer tick.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", dir, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return func() { f.Close() }, nil // closing the descriptor releases the lock
+}

@@ -1,0 +1,207 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"go.uber.org/zap"
+)
+
+type wtState int
+
+const (
+	wtMissing wtState = iota // no directory
+	wtEmpty                  // an empty directory: nothing to lose, git can fill it
+	wtOK                     // this agent's worktree, on its branch
+	wtForeign                // anything else: left alone
+)
+
+type inspection struct {
+	state    wtState
+	reason   string        // why wtForeign
+	head     plumbing.Hash // wtOK: the worktree's HEAD commit
+	rebasing bool          // wtOK: HEAD is detached by a rebase of the agent's branch
+}
+
+func foreign(format string, args ...any) inspection {
+	return inspection{state: wtForeign, reason: fmt.Sprintf(format, args...)}
+}
+
+// inspect classifies what is at the agent's worktree path. It only reads.
+func (m *Manager) inspect(agent string) (inspection, error) {
+	path := m.Path(agent)
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return inspection{state: wtMissing}, nil
+	}
+	if err != nil {
+		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
+	}
+	if !fi.IsDir() {
+		return foreign("not a directory"), nil
+	}
+	dotGit := filepath.Join(path, ".git")
+	gfi, err := os.Lstat(dotGit)
+	if errors.Is(err, fs.ErrNotExist) {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
+		}
+		if len(entries) == 0 {
+			return inspection{state: wtEmpty}, nil
+		}
+		return foreign("not a git worktree"), nil
+	}
+	if err != nil {
+		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
+	}
+	if gfi.IsDir() {
+		return foreign("a repository of its own, not a linked worktree"), nil
+	}
+	if !gfi.Mode().IsRegular() {
+		return foreign(".git is not a regular file"), nil
+	}
+
+	// The .git file names the worktree's admin directory; it must be in our
+	// repository and registered for this very path (not a copy).
+	data, err := os.ReadFile(dotGit)
+	if err != nil {
+		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
+	}
+	adminDir, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "gitdir: ")
+	if !ok {
+		return foreign(".git is not a gitdir link"), nil
+	}
+	if !filepath.IsAbs(adminDir) {
+		adminDir = filepath.Join(path, adminDir)
+	}
+	if realPathLoose(filepath.Dir(adminDir)) != filepath.Join(m.commonDir, "worktrees") {
+		return foreign("a worktree of another repository: %s", adminDir), nil
+	}
+	registered, err := os.ReadFile(filepath.Join(adminDir, "gitdir"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return foreign("its registration %s is gone", adminDir), nil
+	}
+	if err != nil {
+		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
+	}
+	if realPathLoose(strings.TrimSpace(string(registered))) != realPathLoose(dotGit) {
+		return foreign("registered for %s", strings.TrimSpace(string(registered))), nil
+	}
+
+	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	if err != nil {
+		return foreign("cannot be opened: %v", err), nil
+	}
+	head, err := r.Reference(plumbing.HEAD, false)
+	if err != nil {
+		return foreign("cannot read HEAD: %v", err), nil
+	}
+	want := branchRef(agent)
+	if head.Type() == plumbing.HashReference {
+		// A rebase detaches HEAD but keeps the branch checked out here; the
+		// agent's next session can finish it.
+		if rebasingBranch(adminDir) == want {
+			return inspection{state: wtOK, head: head.Hash(), rebasing: true}, nil
+		}
+		return foreign("detached HEAD at %s, want branch %s", head.Hash().String()[:12], want.Short()), nil
+	}
+	if head.Target() != want {
+		return foreign("on branch %s, want %s", head.Target().Short(), want.Short()), nil
+	}
+	ref, err := r.Reference(want, true)
+	if err != nil {
+		return foreign("branch %s cannot be read: %v", want.Short(), err), nil
+	}
+	return inspection{state: wtOK, head: ref.Hash()}, nil
+}
+
+// rebasingBranch is the branch a rebase in progress in the worktree is
+// rewriting, or "".
+func rebasingBranch(adminDir string) plumbing.ReferenceName {
+	for _, dir := range []string{"rebase-merge", "rebase-apply"} {
+		if data, err := os.ReadFile(filepath.Join(adminDir, dir, "head-name")); err == nil {
+			return plumbing.ReferenceName(strings.TrimSpace(string(data)))
+		}
+	}
+	return ""
+}
+
+// registration is a linked worktree known to the repository.
+type registration struct {
+	path   string // the worktree directory as git recorded it
+	gone   bool   // the directory no longer exists
+	locked bool
+}
+
+// registrations lists the repository's linked worktrees from its admin
+// directories (gitrepository-layout: worktrees/<id>/gitdir). Reading the files
+// costs no process, which matters on Ensure's path.
+func (m *Manager) registrations() ([]registration, error) {
+	root := filepath.Join(m.commonDir, "worktrees")
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list worktree registrations: %w", err)
+	}
+	var regs []registration
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, e.Name(), "gitdir"))
+		if err != nil {
+			continue // half written by a concurrent git, or broken: git's prune handles it
+		}
+		dotGit := strings.TrimSpace(string(data))
+		reg := registration{path: filepath.Dir(dotGit)}
+		if _, err := os.Stat(dotGit); errors.Is(err, fs.ErrNotExist) {
+			reg.gone = true
+		}
+		if _, err := os.Stat(filepath.Join(root, e.Name(), "locked")); err == nil {
+			reg.locked = true
+		}
+		regs = append(regs, reg)
+	}
+	return regs, nil
+}
+
+// ownRegistration reports whether a registered worktree path is one of ours,
+// and for which agent.
+func (m *Manager) ownRegistration(path string) (string, bool) {
+	if filepath.Dir(path) != realPathLoose(m.wtDir) {
+		return "", false
+	}
+	agent := filepath.Base(path)
+	return agent, checkName(agent) == nil
+}
+
+// pruneStale runs "git worktree prune" when one of our worktrees is
+// registered but its directory is gone: git refuses to check the branch out
+// again while the stale registration holds it. git prunes every stale
+// registration of the repository then, as its gc does, except locked ones.
+func (m *Manager) pruneStale(ctx context.Context) error {
+	regs, err := m.registrations()
+	if err != nil {
+		return err
+	}
+	for _, reg := range regs {
+		if _, ours := m.ownRegistration(reg.path); ours && reg.gone && !reg.locked {
+			if _, err := m.git.run(ctx, m.repo, "worktree", "prune"); err != nil {
+				return fmt.Errorf("prune stale worktrees: %w", err)
+			}
+			m.log.Info("pruned stale worktree registrations", zap.String("first", reg.path))
+			return nil
+		}
+	}
+	return nil
+}

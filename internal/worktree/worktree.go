@@ -1,0 +1,441 @@
+// Package worktree gives every agent its own linked git worktree and branch:
+// <state_dir>/worktrees/<agent> on swarm/<agent>.
+//
+// go-git v5 cannot create linked worktrees, so add/remove/prune go through
+// the git CLI, one at a time per repository: parallel "git worktree add" on
+// one repository fails and leaves .git/worktrees half written. Refs, commits
+// and HEAD are read with go-git; dirty checks use "git status
+// --porcelain=v2", which is an order of magnitude faster than go-git's
+// status on large trees.
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"go.uber.org/zap"
+)
+
+// Options configures a Manager.
+type Options struct {
+	Repo     string      // the repository (any directory of its main working tree)
+	StateDir string      // absolute; worktrees go in StateDir/worktrees/<agent>
+	BaseRef  string      // what new agent branches start from; default "HEAD"
+	Log      *zap.Logger // default: no logging
+	Git      string      // git binary; default "git" from PATH
+}
+
+// Worktree is an agent's ready worktree.
+type Worktree struct {
+	Agent  string
+	Path   string
+	Branch string
+	Head   string // commit hash
+}
+
+// Manager creates, checks and removes agents' worktrees in one repository.
+// It is safe for concurrent use.
+type Manager struct {
+	git       *gitCLI
+	log       *zap.Logger
+	repo      string // top level of the working tree (real path)
+	commonDir string // the git directory shared by all worktrees (real path)
+	stateDir  string
+	wtDir     string // stateDir/worktrees
+	baseRef   string
+	base      plumbing.Hash
+
+	// sem serialises worktree operations within this process; flockDir on
+	// commonDir extends that to other Managers and processes.
+	sem chan struct{}
+}
+
+// Open validates the repository and resolves BaseRef once to the commit new
+// branches start from. When StateDir is inside the repository it is added to
+// .git/info/exclude.
+func Open(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Repo == "" {
+		return nil, errors.New("open worktree manager: no repository given")
+	}
+	if !filepath.IsAbs(opts.StateDir) {
+		return nil, fmt.Errorf("open worktree manager: state dir %q is not an absolute path", opts.StateDir)
+	}
+	if opts.BaseRef == "" {
+		opts.BaseRef = "HEAD"
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	g, version, err := newGitCLI(ctx, opts.Git)
+	if err != nil {
+		return nil, err
+	}
+	repoPath, err := filepath.Abs(opts.Repo)
+	if err != nil {
+		return nil, fmt.Errorf("open worktree manager: %w", err)
+	}
+	top, commonDir, err := locateRepo(ctx, g, repoPath)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		git:       g,
+		log:       opts.Log,
+		repo:      top,
+		commonDir: commonDir,
+		stateDir:  filepath.Clean(opts.StateDir),
+		wtDir:     filepath.Join(filepath.Clean(opts.StateDir), "worktrees"),
+		baseRef:   opts.BaseRef,
+		sem:       make(chan struct{}, 1),
+	}
+	r, err := m.openRepo()
+	if err != nil {
+		return nil, err
+	}
+	if m.base, err = resolveBase(r, top, opts.BaseRef); err != nil {
+		return nil, err
+	}
+	if err := m.excludeStateDir(ctx); err != nil {
+		return nil, err
+	}
+	m.log.Info("worktree manager ready", zap.String("repo", top), zap.String("base_ref", opts.BaseRef),
+		zap.String("base", m.base.String()), zap.String("git", version))
+	return m, nil
+}
+
+// locateRepo finds the top level and the common git directory of the
+// repository at path, refusing bare repositories.
+func locateRepo(ctx context.Context, g *gitCLI, path string) (top, commonDir string, err error) {
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		return "", "", fmt.Errorf("%s is %w: no such directory", path, ErrNotRepo)
+	}
+	out, err := g.run(ctx, path, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir")
+	if err != nil {
+		var gerr *GitError
+		if errors.As(err, &gerr) && strings.Contains(gerr.Stderr, "not a git repository") {
+			return "", "", fmt.Errorf("%s is %w", path, ErrNotRepo)
+		}
+		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		return "", "", fmt.Errorf("inspect repository %s: unexpected rev-parse output %q", path, out)
+	}
+	if lines[0] == "true" {
+		return "", "", fmt.Errorf("%s is a %w: agents need a working tree", path, ErrBareRepo)
+	}
+	if lines[1] != "true" {
+		return "", "", fmt.Errorf("%s is %w: it is inside a .git directory", path, ErrNotRepo)
+	}
+	commonDir = lines[2]
+	if !filepath.IsAbs(commonDir) {
+		commonDir = filepath.Join(path, commonDir)
+	}
+	if commonDir, err = filepath.EvalSymlinks(commonDir); err != nil {
+		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+	}
+	out, err = g.run(ctx, path, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+	}
+	return strings.TrimSpace(out), commonDir, nil
+}
+
+// openRepo opens the repository with go-git. A fresh handle per operation:
+// go-git loads the pack index once per handle and would not see packs that
+// agents' git commands (gc, fetch) write later, and a handle is not safe for
+// concurrent use.
+func (m *Manager) openRepo() (*git.Repository, error) {
+	r, err := git.PlainOpenWithOptions(m.repo, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	if err != nil {
+		return nil, fmt.Errorf("open repository %s: %w", m.repo, err)
+	}
+	return r, nil
+}
+
+// resolveBase resolves baseRef to a commit. For HEAD it insists on a branch
+// with commits: a detached HEAD is usually an accident (a rebase in
+// progress), and agents would then start from an arbitrary commit.
+func resolveBase(r *git.Repository, repo, baseRef string) (plumbing.Hash, error) {
+	if baseRef == "HEAD" {
+		head, err := r.Reference(plumbing.HEAD, false)
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("read HEAD of %s: %w", repo, err)
+		}
+		if head.Type() == plumbing.HashReference {
+			return plumbing.ZeroHash, fmt.Errorf("%s has a %w at %s: check out a branch or set base_ref",
+				repo, ErrDetachedHead, head.Hash().String()[:12])
+		}
+		ref, err := r.Reference(head.Target(), true)
+		if errors.Is(err, plumbing.ErrReferenceNotFound) {
+			if !hasCommits(r) {
+				return plumbing.ZeroHash, fmt.Errorf("%s has %w yet: make a first commit", repo, ErrNoCommits)
+			}
+			return plumbing.ZeroHash, fmt.Errorf("%s has an %w: branch %s has no commits yet; check out a branch with commits or set base_ref",
+				repo, ErrUnbornHead, head.Target().Short())
+		}
+		if err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("resolve HEAD of %s: %w", repo, err)
+		}
+		if _, err := r.CommitObject(ref.Hash()); err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("resolve HEAD of %s: %w", repo, err)
+		}
+		return ref.Hash(), nil
+	}
+	if !hasCommits(r) {
+		return plumbing.ZeroHash, fmt.Errorf("%s has %w yet: make a first commit", repo, ErrNoCommits)
+	}
+	h, err := r.ResolveRevision(plumbing.Revision(baseRef))
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("%w: %q is not a commit in %s", ErrBaseRefNotFound, baseRef, repo)
+	}
+	return *h, nil
+}
+
+// hasCommits reports whether any ref (or a detached HEAD) points at a commit.
+func hasCommits(r *git.Repository) bool {
+	refs, err := r.References()
+	if err != nil {
+		return false
+	}
+	defer refs.Close()
+	found := errors.New("found")
+	err = refs.ForEach(func(ref *plumbing.Reference) error {
+		if ref.Type() == plumbing.HashReference {
+			return found
+		}
+		return nil
+	})
+	return err == found
+}
+
+// BaseCommit is the commit BaseRef resolved to at Open.
+func (m *Manager) BaseCommit() string { return m.base.String() }
+
+// Path is the agent's worktree directory.
+func (m *Manager) Path(agent string) string { return filepath.Join(m.wtDir, agent) }
+
+// Branch is the agent's branch.
+func (m *Manager) Branch(agent string) string { return "swarm/" + agent }
+
+func branchRef(agent string) plumbing.ReferenceName {
+	return plumbing.NewBranchReferenceName("swarm/" + agent)
+}
+
+// checkName refuses anything but ^[a-z][a-z0-9-]{0,31}$. Names are validated
+// with the config too; this is defence in depth, since the name becomes a
+// path and a ref.
+func checkName(agent string) error {
+	ok := len(agent) >= 1 && len(agent) <= 32 && agent[0] >= 'a' && agent[0] <= 'z'
+	for i := 1; ok && i < len(agent); i++ {
+		c := agent[i]
+		ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("%w %q: want ^[a-z][a-z0-9-]{0,31}$", ErrBadName, agent)
+	}
+	return nil
+}
+
+// lock serialises worktree operations on the repository.
+func (m *Manager) lock(ctx context.Context) (unlock func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	unlockFile, err := flockDir(ctx, m.commonDir)
+	if err != nil {
+		<-m.sem
+		return nil, err
+	}
+	return func() { unlockFile(); <-m.sem }, nil
+}
+
+// Ensure makes the agent's worktree ready. An existing valid worktree is
+// reused as it is (branch, commits, uncommitted changes untouched). If its
+// directory is gone, the stale registration is pruned and the worktree is
+// recreated from the agent's branch; without a branch, the branch is created
+// from the base commit. A directory that is not this agent's worktree is left
+// alone and reported as ErrForeignDir.
+func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
+	if err := checkName(agent); err != nil {
+		return Worktree{}, err
+	}
+	unlock, err := m.lock(ctx)
+	if err != nil {
+		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	defer unlock()
+	return m.ensureLocked(ctx, agent, false)
+}
+
+// Verify checks, between sessions, that the agent's worktree exists and is on
+// its branch. A deleted directory is recreated from the branch; anything else
+// wrong (another branch checked out, the branch deleted) is an error.
+func (m *Manager) Verify(ctx context.Context, agent string) (Worktree, error) {
+	if err := checkName(agent); err != nil {
+		return Worktree{}, err
+	}
+	unlock, err := m.lock(ctx)
+	if err != nil {
+		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w", agent, err)
+	}
+	defer unlock()
+	return m.ensureLocked(ctx, agent, true)
+}
+
+func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, error) {
+	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent)}
+	in, err := m.inspect(agent)
+	if err != nil {
+		return Worktree{}, err
+	}
+	switch in.state {
+	case wtOK:
+		wt.Head = in.head.String()
+		return wt, nil
+	case wtForeign:
+		return Worktree{}, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
+	}
+
+	tip, hasBranch, err := m.branchTip(agent)
+	if err != nil {
+		return Worktree{}, err
+	}
+	if verify && !hasBranch {
+		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w: %s was deleted along with %s",
+			agent, ErrBranchMissing, wt.Branch, wt.Path)
+	}
+	if err := m.pruneStale(ctx); err != nil {
+		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	if err := os.MkdirAll(m.wtDir, 0o755); err != nil {
+		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	// --quiet keeps git's progress chatter out of a GitError's message.
+	args := []string{"worktree", "add", "--quiet", wt.Path, wt.Branch}
+	wt.Head = tip.String()
+	if !hasBranch {
+		args = []string{"worktree", "add", "--quiet", "-b", wt.Branch, wt.Path, m.base.String()}
+		wt.Head = m.base.String()
+	}
+	if _, err := m.git.run(ctx, m.repo, args...); err != nil {
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	if verify {
+		m.log.Warn("worktree directory was missing; recreated from its branch",
+			zap.String("agent", agent), zap.String("path", wt.Path), zap.String("head", wt.Head))
+	} else {
+		m.log.Info("worktree created", zap.String("agent", agent), zap.String("path", wt.Path),
+			zap.String("branch", wt.Branch), zap.Bool("new_branch", !hasBranch), zap.String("head", wt.Head))
+	}
+	return wt, nil
+}
+
+// Head is the HEAD commit of the agent's worktree.
+func (m *Manager) Head(ctx context.Context, agent string) (string, error) {
+	if err := checkName(agent); err != nil {
+		return "", err
+	}
+	in, err := m.inspect(agent)
+	if err != nil {
+		return "", err
+	}
+	switch in.state {
+	case wtOK:
+		return in.head.String(), nil
+	case wtForeign:
+		return "", &ForeignDirError{Agent: agent, Path: m.Path(agent), Reason: in.reason}
+	default:
+		return "", fmt.Errorf("read HEAD of agent %s: %w at %s", agent, ErrNoWorktree, m.Path(agent))
+	}
+}
+
+// branchTip is the commit the agent's branch points at, if it exists.
+func (m *Manager) branchTip(agent string) (plumbing.Hash, bool, error) {
+	r, err := m.openRepo()
+	if err != nil {
+		return plumbing.ZeroHash, false, err
+	}
+	ref, err := r.Reference(branchRef(agent), true)
+	if errors.Is(err, plumbing.ErrReferenceNotFound) {
+		return plumbing.ZeroHash, false, nil
+	}
+	if err != nil {
+		return plumbing.ZeroHash, false, fmt.Errorf("read branch %s: %w", m.Branch(agent), err)
+	}
+	return ref.Hash(), true, nil
+}
+
+// excludeStateDir adds the state dir to info/exclude once, so that the
+// worktrees and the database inside it do not show up as untracked files.
+func (m *Manager) excludeStateDir(ctx context.Context) error {
+	rel, err := filepath.Rel(m.repo, realPathLoose(m.stateDir))
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil // outside the working tree: nothing to exclude
+	}
+	pattern := "/" + filepath.ToSlash(rel) + "/"
+
+	unlock, err := m.lock(ctx)
+	if err != nil {
+		return fmt.Errorf("exclude state dir: %w", err)
+	}
+	defer unlock()
+	path := filepath.Join(m.commonDir, "info", "exclude")
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("exclude state dir: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == pattern || line == strings.TrimSuffix(pattern, "/") {
+			return nil
+		}
+	}
+	var add []byte
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		add = append(add, '\n')
+	}
+	add = append(add, "# swarmd state directory\n"+pattern+"\n"...)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("exclude state dir: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("exclude state dir: %w", err)
+	}
+	if _, err := f.Write(add); err != nil {
+		f.Close()
+		return fmt.Errorf("exclude state dir: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("exclude state dir: %w", err)
+	}
+	m.log.Info("state dir added to git exclude", zap.String("pattern", pattern), zap.String("file", path))
+	return nil
+}
+
+// realPathLoose resolves symlinks in the longest existing prefix of p, so that
+// paths that do not exist yet compare with git's real paths.
+func realPathLoose(p string) string {
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	parent := filepath.Dir(p)
+	if parent == p {
+		return p
+	}
+	return filepath.Join(realPathLoose(parent), filepath.Base(p))
+}
