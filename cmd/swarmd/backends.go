@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// buildBackends turns the config's named backends into runnable ones.
+func buildBackends(cfg *config.Config, sup *proc.Supervisor) (map[string]runner.Backend, error) {
+	out := make(map[string]runner.Backend, len(cfg.Backends))
+	for name, b := range cfg.Backends {
+		be, err := newBackend(b, sup)
+		if err != nil {
+			return nil, fmt.Errorf("backends.%s: %w", name, err)
+		}
+		out[name] = be
+	}
+	return out, nil
+}
+
+func newBackend(b config.Backend, sup *proc.Supervisor) (runner.Backend, error) {
+	env := envList(b.Env)
+	switch b.Type {
+	case config.TypeScripted:
+		steps := make([]backend.ScriptStep, len(b.Steps))
+		for i, s := range b.Steps {
+			steps[i] = backend.ScriptStep{
+				Print: s.Print, PrintEvery: s.PrintEvery, Sleep: s.Sleep, Exit: s.Exit,
+				IgnoreSignals: s.IgnoreSignals, SetsidChild: s.SetsidChild, NoResult: s.NoResult,
+			}
+		}
+		return backend.NewScripted(sup, backend.ScriptedConfig{Name: b.Name, Steps: steps, CancelSignal: b.Signal()})
+	case config.TypeCommand:
+		return backend.NewCommand(sup, backend.CommandConfig{Name: b.Name, Command: b.Command, Args: b.Args, CancelSignal: b.Signal(), Env: env})
+	case config.TypeClaude, config.TypeCodex, config.TypeGemini:
+		args, extraEnv := agentCLIArgs(b)
+		return backend.NewCommand(sup, backend.CommandConfig{
+			Name: b.Name, Command: b.Command, Args: args, CancelSignal: b.Signal(), Env: append(extraEnv, env...),
+		})
+	default:
+		return nil, fmt.Errorf("unknown backend type %q", b.Type)
+	}
+}
+
+// agentCLIArgs is the invocation of SPEC §5 for the agent CLIs, with the
+// configured args appended. The prompt always goes on stdin.
+func agentCLIArgs(b config.Backend) (args, env []string) {
+	switch b.Type {
+	case config.TypeClaude:
+		args = []string{"-p", "--output-format", "stream-json", "--verbose"}
+		if b.Model != "" {
+			args = append(args, "--model", b.Model)
+		}
+		for _, t := range b.AllowedTools {
+			args = append(args, "--allowedTools", t)
+		}
+		env = []string{"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1"}
+	case config.TypeCodex:
+		args = []string{"exec", "--json"}
+		if b.Model != "" {
+			args = append(args, "--model", b.Model)
+		}
+		args = append(args, "-")
+	case config.TypeGemini:
+		args = []string{"-p", "--output-format", "stream-json"}
+		if b.Model != "" {
+			args = append(args, "--model", b.Model)
+		}
+	}
+	return append(args, b.Args...), env
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/metrics"
+	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/prompt"
+	"github.com/swarmd/swarmd/internal/registry"
+	"github.com/swarmd/swarmd/internal/router"
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// daemon is one `swarmd run`: everything opened at start and closed at exit.
+type daemon struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	lock     *stateLock
+	sup      *proc.Supervisor
+	trees    *worktree.Manager
+	mail     *mailbox.DB
+	backends map[string]runner.Backend
+	reg      *registry.Registry
+	router   *router.Router
+	metrics  *metrics.Metrics
+	http     *httpServer
+	observer runner.Observer
+	ready    atomic.Bool // every agent registered
+}
+
+// openDaemon takes the state dir lock and opens every shared resource. Errors
+// that are the operator's to fix (a repo that is not a repo, a state dir in
+// use) are usage errors: exit 2 before anything starts.
+func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
+	d := &daemon{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	if d.lock, err = acquireLock(cfg.StateDir); err != nil {
+		if errors.Is(err, errLocked) {
+			return nil, usage(err)
+		}
+		return nil, err
+	}
+	if d.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
+		return nil, err
+	}
+	if n, err := d.sup.SweepOrphans(); err != nil {
+		log.Warn("sweep processes left by an earlier daemon", zap.Error(err))
+	} else if n > 0 {
+		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
+	}
+	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
+		return nil, usagef("repo %s: %w", cfg.Repo, err)
+	}
+	if d.mail, err = mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
+		return nil, err
+	}
+	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
+		return nil, usage(err)
+	}
+	d.reg = registry.New(func(name string, err error) {
+		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
+	})
+	d.metrics = metrics.New(metrics.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()})
+	d.observer = observers{&logObserver{log: log}, d.metrics}
+	d.router = router.New(d.mail, d.reg, log.Named("router"), 0)
+	if cfg.Listen != "" {
+		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, log); err != nil {
+			return nil, usage(err)
+		}
+	}
+	return d, nil
+}
+
+// Run starts every agent and returns when ctx ends and every agent has
+// stopped, or when the stop takes longer than the grace periods allow.
+func (d *daemon) Run(ctx context.Context) error {
+	agentCtx, cancelAgents := context.WithCancel(context.Background())
+	defer cancelAgents()
+	for _, a := range d.cfg.Agents {
+		r, err := d.newRunner(a)
+		if err != nil {
+			return err
+		}
+		d.metrics.AddAgent(a.Name)
+		if err := d.reg.Register(agentCtx, r); err != nil {
+			return err
+		}
+	}
+	d.ready.Store(true)
+	d.router.Start(agentCtx)
+	defer d.router.Stop()
+	d.log.Info("swarmd running", zap.Int("agents", len(d.cfg.Agents)), zap.String("repo", d.cfg.Repo),
+		zap.String("state_dir", d.cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(d.cfg))
+	defer cancel()
+	if err := d.reg.Shutdown(sctx); err != nil {
+		d.log.Warn("agents did not stop in time; their sessions were force-stopped", zap.Error(err))
+	}
+	return nil
+}
+
+func (d *daemon) newRunner(a config.Agent) (*runner.Runner, error) {
+	be, ok := d.backends[a.Backend]
+	if !ok {
+		return nil, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
+	}
+	env := envList(a.Env)
+	env = append(env, "SWARM_DB_PATH="+d.cfg.DBPath(), "SWARM_AGENTS="+strings.Join(d.cfg.AgentNames(), ","))
+	if p := pathWithSelf(); p != "" {
+		env = append(env, "PATH="+p)
+	}
+	return runner.New(runner.Config{
+		Name:      a.Name,
+		Role:      a.Role,
+		Backend:   be,
+		Workspace: d.trees,
+		Prompter:  &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: d.cfg.AgentNames()},
+		Observer:  d.observer,
+		Logger:    d.log,
+		Thresholds: agent.Thresholds{
+			MaxConsecutiveErrors: uint32(a.MaxConsecutiveErrors),
+			MaxTotalErrors:       uint32(a.MaxTotalErrors),
+		},
+		Timeout:     a.SessionTimeout,
+		GracePeriod: a.GracePeriod,
+		Env:         env,
+		LogDir:      filepath.Join(d.cfg.StateDir, "logs", a.Name),
+	})
+}
+
+// ForceStop kills every session at once (the second signal).
+func (d *daemon) ForceStop() {
+	if d.reg != nil {
+		d.reg.ForceStop()
+	}
+}
+
+// readiness is /readyz: the database is open and every agent registered.
+func (d *daemon) readiness() string {
+	if !d.ready.Load() {
+		return "agents not registered yet"
+	}
+	if _, err := d.mail.DataVersion(context.Background()); err != nil {
+		return "database: " + err.Error()
+	}
+	return ""
+}
+
+// Close releases everything openDaemon opened. Safe on a partly opened daemon.
+func (d *daemon) Close() error {
+	var errs []error
+	if d.http != nil {
+		errs = append(errs, d.http.Close())
+	}
+	if d.mail != nil {
+		errs = append(errs, d.mail.Close())
+	}
+	if d.sup != nil {
+		errs = append(errs, d.sup.Close())
+	}
+	if d.lock != nil {
+		errs = append(errs, d.lock.Release())
+	}
+	return errors.Join(errs...)
+}
+
+// envList renders an env map as sorted KEY=VALUE pairs.
+func envList(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pathWithSelf is PATH with this binary's directory first, so that agents
+// can run `swarmd mail` inside their sessions.
+func pathWithSelf() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	dir := filepath.Dir(exe)
+	if cur := os.Getenv("PATH"); cur != "" {
+		return dir + string(os.PathListSeparator) + cur
+	}
+	return dir
+}
+
+// observers fans a runner's notifications out, in order.
+type observers []runner.Observer
+
+func (o observers) OnTransition(t runner.Transition) {
+	for _, x := range o {
+		x.OnTransition(t)
+	}
+}
+
+func (o observers) OnSessionEnd(s runner.SessionRecord) {
+	for _, x := range o {
+		x.OnSessionEnd(s)
+	}
+}
+
+// logObserver writes one daemon log line per transition and per session.
+type logObserver struct{ log *zap.Logger }
+
+func (o *logObserver) OnTransition(t runner.Transition) {
+	fields := []zap.Field{
+		zap.String("agent", t.Agent), zap.String("from", t.From.Kind.String()), zap.Stringer("event", t.Event),
+		zap.String("to", t.To.Kind.String()), zap.String("actor", t.Actor),
+	}
+	if t.Effect.Kind != agent.NoEffect {
+		fields = append(fields, zap.String("effect", t.Effect.Kind.String()))
+	}
+	if t.SessionID != "" {
+		fields = append(fields, zap.String("session", t.SessionID))
+	}
+	if t.Reason != "" {
+		fields = append(fields, zap.String("reason", t.Reason))
+	}
+	if t.To.Kind == agent.CoolingDown {
+		fields = append(fields, zap.Duration("backoff", t.To.Until.Sub(t.At).Round(time.Millisecond)))
+	}
+	o.log.Info("transition", fields...)
+}
+
+func (o *logObserver) OnSessionEnd(runner.SessionRecord) {}

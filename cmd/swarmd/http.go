@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// httpServer serves /metrics, /healthz and /readyz on the `listen` address.
+type httpServer struct {
+	srv *http.Server
+	ln  net.Listener
+	log *zap.Logger
+}
+
+// readiness reports why the daemon is not ready, or "" when it is.
+type readiness func() string
+
+func startHTTP(addr string, metrics http.Handler, ready readiness, log *zap.Logger) (*httpServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s (config key listen): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := ready(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	h := &httpServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		ln:  ln,
+		log: log,
+	}
+	go func() {
+		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", zap.Error(err))
+		}
+	}()
+	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
+	return h, nil
+}
+
+// Addr is the bound address (useful with port 0).
+func (h *httpServer) Addr() string { return h.ln.Addr().String() }
+
+func (h *httpServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return h.srv.Shutdown(ctx)
+}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+)
+
+// mailMain is `swarmd mail …`: a short-lived process an agent runs inside its
+// session. It opens swarm.db and nothing else of the daemon's machinery.
+type mailMain struct {
+	s          streams
+	configPath string
+	jsonOut    bool
+}
+
+func newMailCommand(s streams) *cobra.Command {
+	m := &mailMain{s: s}
+	cmd := &cobra.Command{
+		Use:   "mail",
+		Short: "Send and read mail between agents",
+		Long: `Send and read swarm mail. Inside a backend session SWARM_AGENT_ID and SWARM_DB_PATH make these
+commands act as that agent with no flags; outside one the sender is "operator" and the database is
+found through --config.`,
+	}
+	cmd.PersistentFlags().StringVarP(&m.configPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
+	cmd.PersistentFlags().BoolVar(&m.jsonOut, "json", false, "print JSON for scripts")
+
+	var to, subject string
+	var all, urgent bool
+	send := &cobra.Command{
+		Use:   "send (--to NAME | --all) [--urgent] [--subject S] [BODY | -]",
+		Short: "Send a message (BODY '-' or absent reads standard input)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (to == "") == !all {
+				return usagef("mail send: give exactly one of --to NAME or --all")
+			}
+			return m.send(cmd.Context(), to, all, urgent, subject, args)
+		},
+	}
+	send.Flags().StringVar(&to, "to", "", "recipient agent")
+	send.Flags().BoolVar(&all, "all", false, "send to every other agent")
+	send.Flags().BoolVar(&urgent, "urgent", false, "interrupt the recipient's running session")
+	send.Flags().StringVar(&subject, "subject", "", "subject line")
+
+	var inboxAll bool
+	inbox := &cobra.Command{
+		Use:   "inbox",
+		Short: "List your pending mail (marks nothing)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return m.inbox(cmd.Context(), inboxAll) },
+	}
+	inbox.Flags().BoolVar(&inboxAll, "all", false, "include delivered mail")
+
+	read := &cobra.Command{
+		Use:   "read ID",
+		Short: "Show one message",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return m.read(cmd.Context(), args[0]) },
+	}
+
+	var replyUrgent bool
+	reply := &cobra.Command{
+		Use:   "reply ID [BODY | -]",
+		Short: "Answer a message in its thread",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return m.reply(cmd.Context(), args[0], replyUrgent, args[1:])
+		},
+	}
+	reply.Flags().BoolVar(&replyUrgent, "urgent", false, "interrupt the recipient's running session")
+
+	cmd.AddCommand(send, inbox, read, reply)
+	return cmd
+}
+
+// identity is the sender: the session's agent, or the operator.
+func (m *mailMain) identity() string {
+	if id := m.s.getenv("SWARM_AGENT_ID"); id != "" {
+		return id
+	}
+	return "operator"
+}
+
+// open finds swarm.db: SWARM_DB_PATH inside a session, else the config.
+func (m *mailMain) open(ctx context.Context) (*mailbox.DB, error) {
+	opts := mailbox.Options{NoCreate: true}
+	path := m.s.getenv("SWARM_DB_PATH")
+	if path != "" {
+		if names := m.s.getenv("SWARM_AGENTS"); names != "" {
+			opts.Agents = strings.Split(names, ",")
+		}
+	} else {
+		cfg, err := config.Load(m.configPath)
+		if err != nil {
+			return nil, usagef("mail: no SWARM_DB_PATH and %w", err)
+		}
+		path = cfg.DBPath()
+		opts.Agents = cfg.AgentNames()
+		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
+	}
+	db, err := mailbox.Open(ctx, path, opts)
+	if err != nil {
+		if errors.Is(err, mailbox.ErrNoDatabase) {
+			return nil, usagef("mail: %w (is swarmd running for this repo?)", err)
+		}
+		return nil, err
+	}
+	return db, nil
+}
+
+// body takes BODY from args, or standard input for "-" or no argument.
+func (m *mailMain) body(args []string) (string, error) {
+	if len(args) == 1 && args[0] != "-" {
+		return args[0], nil
+	}
+	// Read one byte past any sane limit so an oversize body is refused by the
+	// mailbox with its clear error instead of being silently cut here.
+	b, err := io.ReadAll(io.LimitReader(m.s.in, 64<<20))
+	if err != nil {
+		return "", fmt.Errorf("mail: read body from stdin: %w", err)
+	}
+	return string(b), nil
+}
+
+func (m *mailMain) send(ctx context.Context, to string, all, urgent bool, subject string, args []string) error {
+	body, err := m.body(args)
+	if err != nil {
+		return err
+	}
+	db, err := m.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	d := mailbox.Draft{From: m.identity(), To: to, Subject: subject, Body: body, Urgent: urgent}
+	var sent []mailbox.Message
+	if all {
+		sent, err = db.Broadcast(ctx, d)
+	} else {
+		var msg mailbox.Message
+		msg, err = db.Send(ctx, d)
+		sent = []mailbox.Message{msg}
+	}
+	if err != nil {
+		return mailErr("send", err)
+	}
+	if m.jsonOut {
+		return m.writeJSON(toJSONList(sent))
+	}
+	for _, s := range sent {
+		fmt.Fprintf(m.s.out, "sent #%d to %s\n", s.ID, s.To)
+	}
+	return nil
+}
+
+func (m *mailMain) inbox(ctx context.Context, all bool) error {
+	db, err := m.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ms, err := db.Inbox(ctx, m.identity(), all)
+	if err != nil {
+		return mailErr("inbox", err)
+	}
+	if m.jsonOut {
+		return m.writeJSON(toJSONList(ms))
+	}
+	if len(ms) == 0 {
+		fmt.Fprintln(m.s.out, "no mail")
+		return nil
+	}
+	tw := tabwriter.NewWriter(m.s.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFROM\tURGENT\tSENT\tSUBJECT")
+	for _, msg := range ms {
+		urg := ""
+		if msg.Urgent {
+			urg = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", msg.ID, msg.From, urg, msg.CreatedAt.Local().Format(time.DateTime), subjectOf(msg))
+	}
+	return tw.Flush()
+}
+
+func (m *mailMain) read(ctx context.Context, arg string) error {
+	id, err := parseID(arg)
+	if err != nil {
+		return err
+	}
+	db, err := m.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	msg, err := db.Get(ctx, id)
+	if err != nil {
+		return mailErr("read", err)
+	}
+	if m.jsonOut {
+		return m.writeJSON(toJSON(msg))
+	}
+	fmt.Fprintf(m.s.out, "#%d from %s to %s, thread #%d, %s\n", msg.ID, msg.From, msg.To, msg.ThreadID, msg.CreatedAt.Local().Format(time.DateTime))
+	fmt.Fprintf(m.s.out, "Subject: %s\n\n%s\n", subjectOf(msg), strings.TrimRight(msg.Body, "\n"))
+	return nil
+}
+
+func (m *mailMain) reply(ctx context.Context, arg string, urgent bool, rest []string) error {
+	id, err := parseID(arg)
+	if err != nil {
+		return err
+	}
+	body, err := m.body(rest)
+	if err != nil {
+		return err
+	}
+	db, err := m.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	msg, err := db.Reply(ctx, m.identity(), id, body, urgent)
+	if err != nil {
+		return mailErr("reply", err)
+	}
+	if m.jsonOut {
+		return m.writeJSON(toJSON(msg))
+	}
+	fmt.Fprintf(m.s.out, "sent #%d to %s (thread #%d)\n", msg.ID, msg.To, msg.ThreadID)
+	return nil
+}
+
+// jsonMessage is the stable JSON shape of a message for scripts.
+type jsonMessage struct {
+	ID          int64      `json:"id"`
+	ThreadID    int64      `json:"thread_id"`
+	ReplyTo     int64      `json:"reply_to,omitempty"`
+	From        string     `json:"from"`
+	To          string     `json:"to"`
+	Subject     string     `json:"subject"`
+	Body        string     `json:"body"`
+	Urgent      bool       `json:"urgent"`
+	CreatedAt   time.Time  `json:"created_at"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+}
+
+func toJSON(m mailbox.Message) jsonMessage {
+	return jsonMessage{ID: m.ID, ThreadID: m.ThreadID, ReplyTo: m.ReplyTo, From: m.From, To: m.To, Subject: m.Subject,
+		Body: m.Body, Urgent: m.Urgent, CreatedAt: m.CreatedAt, DeliveredAt: m.DeliveredAt}
+}
+
+func toJSONList(ms []mailbox.Message) []jsonMessage {
+	out := make([]jsonMessage, len(ms))
+	for i, m := range ms {
+		out[i] = toJSON(m)
+	}
+	return out
+}
+
+func (m *mailMain) writeJSON(v any) error {
+	enc := json.NewEncoder(m.s.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usagef("mail: message id %q: want a positive number such as 12", s)
+	}
+	return id, nil
+}
+
+// mailErr makes the caller's mistakes (unknown recipient, oversize body,
+// unknown id) usage errors, exit 2; anything else is a runtime failure.
+func mailErr(op string, err error) error {
+	var ve *mailbox.ValidationError
+	if errors.As(err, &ve) || errors.Is(err, mailbox.ErrNotFound) {
+		return usagef("mail %s: %w", op, err)
+	}
+	return fmt.Errorf("mail %s: %w", op, err)
+}
+
+func subjectOf(m mailbox.Message) string {
+	if m.Subject == "" {
+		return "(no subject)"
+	}
+	return m.Subject
+}

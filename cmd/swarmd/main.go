@@ -1,0 +1,106 @@
+// Command swarmd keeps a swarm of LLM coding agents working on one git
+// repository. See README.md and ../shared/SPEC.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Set by the Makefile through -ldflags.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+// Exit codes (SPEC §2).
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// usageError marks errors that are the user's input (bad flags, bad config,
+// a state dir in use): exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// streams are the process's standard streams and environment, injectable
+// for tests.
+type streams struct {
+	in       io.Reader
+	out, err io.Writer
+	getenv   func(string) string
+}
+
+func main() {
+	ctx := context.Background()
+	code := Main(ctx, os.Args[1:], streams{in: os.Stdin, out: os.Stdout, err: os.Stderr, getenv: os.Getenv})
+	os.Exit(code)
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(ctx context.Context, args []string, s streams) int {
+	root := newRootCommand(s)
+	root.SetArgs(args)
+	root.SetIn(s.in)
+	root.SetOut(s.out)
+	root.SetErr(s.err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(s.err, "swarmd: "+err.Error())
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitRuntime
+}
+
+func newRootCommand(s streams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "swarmd",
+		Short: "Keep a swarm of coding agents working on one git repository",
+		Long: `swarmd runs N coding agents (Claude Code, Codex CLI, Gemini CLI or any command) on one git
+repository. Each agent has its own worktree and branch and runs backend sessions one after another under
+a per-agent state machine. Agents talk through a SQLite mailbox; urgent mail interrupts the recipient.
+
+Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	root.AddCommand(
+		newRunCommand(s),
+		newConfigCommand(s),
+		newVersionCommand(s),
+		newMailCommand(s),
+	)
+	return root
+}
+
+// notifySignals delivers SIGTERM and SIGINT on a channel until stopped.
+func notifySignals() (<-chan os.Signal, func()) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	return ch, func() { signal.Stop(ch) }
+}

@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// swarmdBin is the real binary, built once for the tests that run it as a
+// separate process (signals, locks, exit codes).
+var swarmdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "swarmd-test-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	swarmdBin = filepath.Join(dir, "swarmd")
+	out, err := exec.Command("go", "build", "-o", swarmdBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build swarmd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := 0
+	func() {
+		defer os.RemoveAll(dir)
+		goleak.VerifyTestMain(exitRecorder{m, &code})
+	}()
+	os.Exit(code)
+}
+
+// exitRecorder lets TestMain clean up after goleak's VerifyTestMain.
+type exitRecorder struct {
+	m    *testing.M
+	code *int
+}
+
+func (e exitRecorder) Run() int { *e.code = e.m.Run(); return *e.code }
+
+// gitRepo makes a repository with one commit.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "init"},
+	} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	return dir
+}
+
+func writeConfig(t *testing.T, repo, body string) string {
+	t.Helper()
+	path := filepath.Join(repo, "swarmd.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// daemonProc is a running `swarmd run` whose JSON log lines are parsed as
+// they arrive.
+type daemonProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+
+	mu    sync.Mutex
+	lines []map[string]any
+	raw   bytes.Buffer
+	cond  chan struct{} // closed and replaced on every line
+
+	cursor int // owned by the test goroutine (waitNext)
+}
+
+func startDaemon(t *testing.T, config string, extra ...string) *daemonProc {
+	t.Helper()
+	cmd := exec.Command(swarmdBin, append([]string{"run", "--config", config, "--log-format", "json", "--log-level", "debug"}, extra...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{t: t, cmd: cmd, done: make(chan struct{}), cond: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			_ = json.Unmarshal(sc.Bytes(), &m)
+			d.mu.Lock()
+			d.raw.Write(sc.Bytes())
+			d.raw.WriteByte('\n')
+			if m != nil {
+				d.lines = append(d.lines, m)
+			}
+			close(d.cond)
+			d.cond = make(chan struct{})
+			d.mu.Unlock()
+		}
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	return d
+}
+
+// waitLine waits until a log line satisfies match.
+func (d *daemonProc) waitLine(what string, match func(map[string]any) bool) map[string]any {
+	d.t.Helper()
+	_, m := d.waitFrom(0, what, match)
+	return m
+}
+
+// waitNext waits for a matching line after the last one waitNext matched:
+// for sequences of events.
+func (d *daemonProc) waitNext(what string, match func(map[string]any) bool) map[string]any {
+	d.t.Helper()
+	i, m := d.waitFrom(d.cursor, what, match)
+	d.cursor = i + 1
+	return m
+}
+
+func (d *daemonProc) waitFrom(from int, what string, match func(map[string]any) bool) (int, map[string]any) {
+	d.t.Helper()
+	deadline := time.After(30 * time.Second)
+	seen := from
+	for {
+		d.mu.Lock()
+		lines, cond := d.lines, d.cond
+		d.mu.Unlock()
+		for ; seen < len(lines); seen++ {
+			if match(lines[seen]) {
+				return seen, lines[seen]
+			}
+		}
+		select {
+		case <-cond:
+		case <-d.done:
+			d.t.Fatalf("daemon exited (%v) before %s; log:\n%s", d.err, what, d.log())
+		case <-deadline:
+			d.t.Fatalf("timed out waiting for %s; log:\n%s", what, d.log())
+		}
+	}
+}
+
+func (d *daemonProc) log() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.raw.String()
+}
+
+func transitionTo(agent, state string) func(map[string]any) bool {
+	return func(m map[string]any) bool {
+		return m["msg"] == "transition" && m["agent"] == agent && m["to"] == state
+	}
+}
+
+// wait waits for the daemon to exit and returns its exit code.
+func (d *daemonProc) wait(limit time.Duration) int {
+	d.t.Helper()
+	select {
+	case <-d.done:
+	case <-time.After(limit):
+		d.t.Fatalf("daemon still running after %v; log:\n%s", limit, d.log())
+	}
+	return d.cmd.ProcessState.ExitCode()
+}
+
+// treeProcesses lists live processes carrying a process-tree marker of the
+// given state dir: anything a session of that daemon started.
+func treeProcesses(stateDir string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	needle := []byte("SWARMD_TREE=" + stateDir)
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, needle) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, e.Name()+":"+strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return out
+}
+
+// waitNoTreeProcesses polls /proc until nothing of stateDir is left.
+func waitNoTreeProcesses(t *testing.T, stateDir string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		left := treeProcesses(stateDir)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left behind: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func runCLI(t *testing.T, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(swarmdBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatal(err)
+		}
+		code = ee.ExitCode()
+	}
+	return o.String(), e.String(), code
+}
+
+const twoAgents = `
+listen: ""
+defaults:
+  backend: stubborn
+  grace_period: 1s
+backends:
+  stubborn:
+    type: scripted
+    steps:
+      - {print: [working], setsid_child: true, ignore_signals: true, sleep: 1h}
+  polite:
+    type: scripted
+    steps:
+      - {print: [working], setsid_child: true, sleep: 1h}
+agents:
+  - {name: alice, role: "You work."}
+  - {name: bob, role: "You also work.", backend: polite}
+`
+
+func TestRunSIGTERMStopsEveryAgentAndLeavesNothing(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, twoAgents)
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	d.waitLine("bob Running", transitionTo("bob", "Running"))
+	stateDir := filepath.Join(repo, ".swarm")
+	if n := len(treeProcesses(stateDir)); n < 4 {
+		t.Fatalf("expected sessions and their setsid children running, found %d processes", n)
+	}
+	start := time.Now()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// alice ignores the cancel signal: she is force-stopped after her 1s grace.
+	if code := d.wait(1*time.Second + 2*time.Second); code != 0 {
+		t.Fatalf("exit code %d; log:\n%s", code, d.log())
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	waitNoTreeProcesses(t, stateDir, time.Second)
+	for _, a := range []string{"alice", "bob"} {
+		d.waitLine(a+" Stopped by OperatorStop", func(m map[string]any) bool {
+			return transitionTo(a, "Stopped")(m) && m["event"] == "OperatorStop"
+		})
+	}
+}
+
+func TestSecondSignalForceStops(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, strings.Replace(twoAgents, "grace_period: 1s", "grace_period: 1m", 1))
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.waitLine("first signal", func(m map[string]any) bool { return strings.HasPrefix(fmt.Sprint(m["msg"]), "signal received") })
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	if code := d.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	waitNoTreeProcesses(t, filepath.Join(repo, ".swarm"), time.Second)
+}
+
+func TestSecondDaemonOnSameStateDirRefused(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, twoAgents)
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	_, stderr, code := runCLI(t, nil, "", "run", "--config", cfg)
+	if code != 2 {
+		t.Fatalf("second daemon exit code %d, want 2; stderr %s", code, stderr)
+	}
+	if want := "pid " + strconv.Itoa(d.cmd.Process.Pid); !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q does not name %q", stderr, want)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(5 * time.Second); code != 0 {
+		t.Fatalf("first daemon exit code %d", code)
+	}
+}
+
+func TestMissingBackendBinaryStopsOnlyThatAgent(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  backend: ok
+  max_consecutive_errors: 2
+  max_total_errors: 2
+  grace_period: 1s
+backends:
+  ok:
+    type: scripted
+    steps: [{sleep: 1h}]
+  broken:
+    type: command
+    command: /nonexistent/agent-cli
+agents:
+  - {name: good, role: "works"}
+  - {name: bad, role: "broken", backend: broken}
+`)
+	d := startDaemon(t, cfg)
+	stopped := d.waitLine("bad Stopped", transitionTo("bad", "Stopped"))
+	if r := fmt.Sprint(stopped["reason"]); !strings.Contains(r, "2 ") {
+		t.Errorf("stop reason %q does not name the threshold", r)
+	}
+	if !strings.Contains(d.log(), "/nonexistent/agent-cli") {
+		t.Error("log never names the missing binary")
+	}
+	d.waitLine("good Running", transitionTo("good", "Running"))
+	select {
+	case <-d.done:
+		t.Fatal("daemon exited")
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(5 * time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}
+
+func TestBadInputExitsTwoWithOneLine(t *testing.T) {
+	repo := gitRepo(t)
+	notRepo := t.TempDir()
+	cases := []struct {
+		name, dir, config, want string
+	}{
+		{"unknown key", repo, "listen: \"\"\nagentz: []\n", "swarmd.yaml:2"},
+		{"bad name", repo, "agents:\n  - {name: Bob, role: x, backend: command-x}\n", "swarmd.yaml:2"},
+		{"bad duration", repo, "defaults:\n  session_timeout: 10 minutes\nagents:\n  - {name: bob, role: x}\n", "swarmd.yaml:2"},
+		{"unknown backend", repo, "agents:\n  - {name: bob, role: x, backend: nope}\n", "swarmd.yaml:2"},
+		{"not a repo", notRepo, "listen: \"\"\nagents:\n  - {name: bob, role: x}\n", "not a git repository"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := writeConfig(t, c.dir, c.config)
+			for _, cmd := range [][]string{{"run", "--config", cfg}, {"config", "validate", "--config", cfg}} {
+				if c.name == "not a repo" && cmd[0] == "config" {
+					continue // validate checks the file, not the repository
+				}
+				_, stderr, code := runCLI(t, nil, "", cmd...)
+				if code != 2 {
+					t.Errorf("%v: exit %d, want 2; stderr %q", cmd, code, stderr)
+				}
+				if !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+					t.Errorf("%v: stderr %q, want one line containing %q", cmd, stderr, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestVersionAndValidate(t *testing.T) {
+	out, _, code := runCLI(t, nil, "", "version")
+	if code != 0 || !strings.HasPrefix(out, "swarmd ") {
+		t.Errorf("version: %q exit %d", out, code)
+	}
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, twoAgents)
+	out, _, code = runCLI(t, nil, "", "config", "validate", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "ok (2 agents") {
+		t.Errorf("validate: %q exit %d", out, code)
+	}
+	_, stderr, code := runCLI(t, nil, "", "run", "--bogus")
+	if code != 2 || !strings.Contains(stderr, "bogus") {
+		t.Errorf("bad flag: %q exit %d", stderr, code)
+	}
+}

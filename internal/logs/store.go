@@ -1,0 +1,151 @@
+// Package logs is the one place that knows swarmd's on-disk session-log
+// layout (SPEC §9):
+//
+//	<state_dir>/logs/<agent>/<seq>.log         live session logs (one file may hold several attempts)
+//	<state_dir>/logs/<agent>/<seq>.prompt.md   the prompt each session was given
+//	<state_dir>/archive/<agent>/<agent>-<YYYYmmddTHHMMSS.000Z>.tar.gz
+//
+// It archives an agent's logs, prunes old archives, and reads sessions back,
+// live or archived. Archiving never loses data: the originals are removed only
+// once a complete archive is durably in place.
+package logs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for New's zero arguments; the same values as SPEC §3's logs keys.
+const (
+	DefaultKeepArchives = 10
+	DefaultMaxAge       = 720 * time.Hour
+)
+
+const (
+	logExt      = ".log"
+	promptExt   = ".prompt.md"
+	archiveExt  = ".tar.gz"
+	tmpPrefix   = ".tmp-"
+	stampLayout = "20060102T150405.000Z" // UTC; sorts as text in time order
+	pollEvery   = 150 * time.Millisecond
+)
+
+// agentNameRE is SPEC §3's agent name rule; it also keeps names from
+// escaping the logs and archive directories.
+var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// Store reads and writes the logs and archives under one state_dir. It is
+// safe for concurrent use; operations on one agent's archives are serialized.
+type Store struct {
+	logsRoot    string
+	archiveRoot string
+	keep        int
+	maxAge      time.Duration
+	log         *zap.Logger
+	poll        time.Duration
+
+	mu     sync.Mutex
+	agents map[string]*sync.Mutex
+
+	// wrapTemp, when set, wraps the writer of a temporary archive. Tests use
+	// it to inject write failures (a full disk), which root ignores on
+	// read-only directories.
+	wrapTemp func(io.Writer) io.Writer
+}
+
+// New returns a Store for stateDir. keep is how many archives to keep per
+// agent and maxAge how old they may get; zero or negative means the default.
+// A nil logger discards.
+func New(stateDir string, keep int, maxAge time.Duration, log *zap.Logger) *Store {
+	if keep <= 0 {
+		keep = DefaultKeepArchives
+	}
+	if maxAge <= 0 {
+		maxAge = DefaultMaxAge
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Store{
+		logsRoot:    filepath.Join(stateDir, "logs"),
+		archiveRoot: filepath.Join(stateDir, "archive"),
+		keep:        keep,
+		maxAge:      maxAge,
+		log:         log,
+		poll:        pollEvery,
+		agents:      make(map[string]*sync.Mutex),
+	}
+}
+
+// LogDir is where an agent's live session logs and prompts are written.
+func (s *Store) LogDir(agent string) string { return filepath.Join(s.logsRoot, agent) }
+
+// LogPath is the log of session seq; the backend appends each attempt to it.
+func (s *Store) LogPath(agent string, seq uint32) string {
+	return filepath.Join(s.LogDir(agent), strconv.FormatUint(uint64(seq), 10)+logExt)
+}
+
+// PromptPath is the prompt session seq was given.
+func (s *Store) PromptPath(agent string, seq uint32) string {
+	return filepath.Join(s.LogDir(agent), strconv.FormatUint(uint64(seq), 10)+promptExt)
+}
+
+// ArchiveDir is where an agent's archives live.
+func (s *Store) ArchiveDir(agent string) string { return filepath.Join(s.archiveRoot, agent) }
+
+// lock serializes archive, prune and cleanup for one agent, so that two
+// archives never pick the same name and prune never races a rename.
+func (s *Store) lock(agent string) func() {
+	s.mu.Lock()
+	m, ok := s.agents[agent]
+	if !ok {
+		m = new(sync.Mutex)
+		s.agents[agent] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+func checkAgent(agent string) error {
+	if !agentNameRE.MatchString(agent) {
+		return fmt.Errorf("%w %q (want ^[a-z][a-z0-9-]{0,31}$)", ErrBadName, agent)
+	}
+	return nil
+}
+
+// parseSeq reads the seq of a "<seq>.log" name. Only the canonical spelling
+// counts, so that a seq always maps back to the file LogPath names.
+func parseSeq(name string) (uint32, bool) {
+	digits, ok := strings.CutSuffix(name, logExt)
+	if !ok || digits == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || strconv.FormatUint(n, 10) != digits {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// syncDir makes a rename or create in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,383 @@
+// Package metrics defines every Prometheus metric of swarmd (SPEC §10) on a
+// registry of its own. Metrics are fed by events (runner transitions, ended
+// sessions, mailbox and hook calls) rather than sampled at scrape time, so a
+// scrape costs the same however busy the agents are.
+package metrics
+
+import (
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// BuildInfo is exported as the labels of swarmd_build_info.
+type BuildInfo struct {
+	Version   string
+	Commit    string
+	GoVersion string
+}
+
+// Label values of swarmd_sessions_total{outcome}, indexed by agent.OutcomeKind.
+var outcomeLabels = [...]string{
+	agent.Success: "success",
+	agent.Error:   "error",
+	agent.Timeout: "timeout",
+}
+
+// Sessions run from seconds (a backend that fails at once) to hours.
+var sessionBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200}
+
+// Interrupt latency is an in-process hand-off measured in microseconds, but a
+// slow router poll or a busy database can stretch it to seconds.
+var latencyBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+}
+
+// Metrics holds swarmd's metrics. It implements runner.Observer. All methods
+// are safe for concurrent use.
+type Metrics struct {
+	reg     *prometheus.Registry
+	handler http.Handler
+
+	state             *prometheus.GaugeVec
+	seq               *prometheus.GaugeVec
+	consecutiveErrors *prometheus.GaugeVec
+	totalErrors       *prometheus.GaugeVec
+	sessions          *prometheus.CounterVec
+	sessionDuration   *prometheus.HistogramVec
+	interrupts        *prometheus.CounterVec
+	forceStops        *prometheus.CounterVec
+	interruptLatency  prometheus.Histogram
+	mailSent          *prometheus.CounterVec
+	mailNormal        prometheus.Counter
+	mailUrgent        prometheus.Counter
+	pending           *prometheus.GaugeVec
+	hookRuns          *prometheus.CounterVec
+	tokens            *prometheus.CounterVec
+	cost              *prometheus.CounterVec
+	toolCalls         *prometheus.CounterVec
+
+	mu     sync.RWMutex
+	agents map[string]*series
+}
+
+// series caches one agent's children so that the hot path (OnTransition, in
+// every runner goroutine) is a map read and a few atomic stores, with no
+// label hashing.
+type series struct {
+	mu    sync.Mutex // orders state changes, so exactly one state gauge is 1
+	cur   agent.StateKind
+	state [len(agent.AllStates)]prometheus.Gauge
+
+	seq               prometheus.Gauge
+	consecutiveErrors prometheus.Gauge
+	totalErrors       prometheus.Gauge
+	pending           prometheus.Gauge
+	sessions          [len(outcomeLabels)]prometheus.Counter
+	duration          prometheus.Observer
+	interrupts        prometheus.Counter
+	forceStops        prometheus.Counter
+}
+
+// New creates the metrics on a fresh registry, together with the Go and
+// process collectors and swarmd_build_info.
+func New(build BuildInfo) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		reg: reg,
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_agent_state",
+			Help: "1 for the agent's current state, 0 for the other seven.",
+		}, []string{"agent", "state"}),
+		seq: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_agent_session_seq",
+			Help: "The agent's session sequence counter.",
+		}, []string{"agent"}),
+		consecutiveErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_agent_consecutive_errors",
+			Help: "Sessions in a row that ended in error or timeout.",
+		}, []string{"agent"}),
+		totalErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_agent_total_errors",
+			Help: "Sessions that ended in error or timeout since the agent started.",
+		}, []string{"agent"}),
+		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_sessions_total",
+			Help: "Backend sessions ended, by outcome.",
+		}, []string{"agent", "outcome"}),
+		sessionDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "swarmd_session_duration_seconds",
+			Help:    "Wall-clock duration of backend sessions.",
+			Buckets: sessionBuckets,
+		}, []string{"agent"}),
+		interrupts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_interrupts_total",
+			Help: "Sessions interrupted by urgent mail.",
+		}, []string{"agent"}),
+		forceStops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_force_stops_total",
+			Help: "Sessions force-stopped (SIGKILL) after ignoring a cancel.",
+		}, []string{"agent"}),
+		interruptLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "swarmd_interrupt_latency_seconds",
+			Help:    "Time from an urgent message's commit to the cancel signal sent to the recipient's session.",
+			Buckets: latencyBuckets,
+		}),
+		mailSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_mailbox_messages_total",
+			Help: "Messages written to the mailbox, by urgency.",
+		}, []string{"urgency"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_mailbox_pending",
+			Help: "Undelivered messages per recipient.",
+		}, []string{"agent"}),
+		hookRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_hook_runs_total",
+			Help: "Hook runs by event and result (ok, error, timeout, blocked).",
+		}, []string{"event", "result"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_tokens_total",
+			Help: "LLM tokens used by the agent's sessions, by kind.",
+		}, []string{"agent", "kind"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_cost_usd_total",
+			Help: "Cost in US dollars reported by the agent's sessions.",
+		}, []string{"agent"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_tool_calls_total",
+			Help: "Tool calls made by the agent's sessions.",
+		}, []string{"agent"}),
+		agents: make(map[string]*series),
+	}
+	m.mailNormal = m.mailSent.WithLabelValues("normal")
+	m.mailUrgent = m.mailSent.WithLabelValues("urgent")
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "swarmd_build_info",
+		Help: "Always 1; the labels describe the running binary.",
+		ConstLabels: prometheus.Labels{
+			"version":   build.Version,
+			"commit":    build.Commit,
+			"goversion": build.GoVersion,
+		},
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(
+		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
+		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
+		m.tokens, m.cost, m.toolCalls, buildInfo,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	// ContinueOnError: a failing collector (say, /proc unreadable) must not
+	// hide the agent metrics.
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry:      reg,
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return m
+}
+
+// Registry is the registry holding every swarmd metric.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// AddAgent creates the agent's series (state Initializing, zero gauges and
+// counters), so that a scrape right after start shows every agent. For an
+// agent already known it resets the state to Initializing, as its new runner
+// starts there, and keeps the counters.
+func (m *Metrics) AddAgent(name string) {
+	m.mu.Lock()
+	s, ok := m.agents[name]
+	if !ok {
+		s = m.newSeries(name)
+		m.agents[name] = s
+	}
+	m.mu.Unlock()
+	if ok {
+		s.setState(agent.Initializing)
+	}
+}
+
+// RemoveAgent deletes every series of the agent (a config reload removed
+// it). Call it after the agent's runner has returned: a later event for the
+// agent would create its series again.
+func (m *Metrics) RemoveAgent(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.agents, name)
+	l := prometheus.Labels{"agent": name}
+	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
+		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
+		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// newSeries creates the children of one agent; m.mu must be held.
+func (m *Metrics) newSeries(name string) *series {
+	s := &series{
+		cur:               agent.Initializing,
+		seq:               m.seq.WithLabelValues(name),
+		consecutiveErrors: m.consecutiveErrors.WithLabelValues(name),
+		totalErrors:       m.totalErrors.WithLabelValues(name),
+		pending:           m.pending.WithLabelValues(name),
+		duration:          m.sessionDuration.WithLabelValues(name),
+		interrupts:        m.interrupts.WithLabelValues(name),
+		forceStops:        m.forceStops.WithLabelValues(name),
+	}
+	for _, k := range agent.AllStates {
+		s.state[k] = m.state.WithLabelValues(name, k.String())
+	}
+	s.state[agent.Initializing].Set(1)
+	for k, o := range outcomeLabels {
+		s.sessions[k] = m.sessions.WithLabelValues(name, o)
+	}
+	return s
+}
+
+// lookup returns the agent's series, creating them for an agent that was
+// never added, so that no event is lost to a missing AddAgent.
+func (m *Metrics) lookup(name string) *series {
+	m.mu.RLock()
+	s := m.agents[name]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s = m.agents[name]; s == nil {
+		s = m.newSeries(name)
+		m.agents[name] = s
+	}
+	return s
+}
+
+func (s *series) setState(k agent.StateKind) {
+	if int(k) >= len(s.state) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k == s.cur {
+		return
+	}
+	s.state[s.cur].Set(0)
+	s.state[k].Set(1)
+	s.cur = k
+}
+
+// OnTransition implements runner.Observer.
+func (m *Metrics) OnTransition(t runner.Transition) {
+	s := m.lookup(t.Agent)
+	s.setState(t.To.Kind)
+	s.seq.Set(float64(t.Seq))
+	s.consecutiveErrors.Set(float64(t.ConsecutiveErrors))
+	s.totalErrors.Set(float64(t.TotalErrors))
+	if t.Event.Kind == agent.UrgentMessage {
+		s.interrupts.Inc()
+		if !t.UrgentCommitted.IsZero() {
+			m.ObserveInterruptLatency(t.At.Sub(t.UrgentCommitted))
+		}
+	}
+	if t.Effect.Kind == agent.ForceStopSession {
+		s.forceStops.Inc()
+	}
+}
+
+// OnSessionEnd implements runner.Observer. A session that ended because the
+// agent was stopping counts under its classified outcome like any other.
+func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
+	s := m.lookup(r.Agent)
+	if int(r.Outcome.Kind) < len(s.sessions) {
+		s.sessions[r.Outcome.Kind].Inc()
+	}
+	if !r.Result.Started.IsZero() && !r.Result.Ended.IsZero() {
+		s.duration.Observe(max(r.Result.Ended.Sub(r.Result.Started), 0).Seconds())
+	}
+}
+
+// ForceStopped counts a force stop that happened outside a transition: the
+// runner's stop-time kill after the grace period, a second SIGTERM, or a
+// session timeout's kill.
+func (m *Metrics) ForceStopped(agentName string) {
+	m.lookup(agentName).forceStops.Inc()
+}
+
+// ObserveInterruptLatency records the time from an urgent message's commit
+// to the cancel signal. OnTransition records it already for UrgentMessage
+// transitions that carry the commit time.
+func (m *Metrics) ObserveInterruptLatency(d time.Duration) {
+	// Negative only when the commit time came from another clock (a wall
+	// clock stepped back); the interrupt still happened, and was immediate.
+	m.interruptLatency.Observe(max(d, 0).Seconds())
+}
+
+// MailSent counts n messages written to the mailbox.
+func (m *Metrics) MailSent(urgent bool, n int) {
+	if n <= 0 {
+		return
+	}
+	if urgent {
+		m.mailUrgent.Add(float64(n))
+	} else {
+		m.mailNormal.Add(float64(n))
+	}
+}
+
+// SetPending sets swarmd_mailbox_pending for every known agent from counts
+// (undelivered messages by recipient); agents missing from counts have none.
+// Recipients that are not known agents are left out, so that mail to a
+// mistyped or removed name cannot create series nobody removes.
+func (m *Metrics) SetPending(counts map[string]int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for name, s := range m.agents {
+		s.pending.Set(float64(counts[name]))
+	}
+}
+
+// HookRun counts one hook run; result is ok, error, timeout or blocked.
+func (m *Metrics) HookRun(event, result string) {
+	m.hookRuns.WithLabelValues(event, result).Inc()
+}
+
+// AddTokens counts n tokens of kind (input, output, cache_read, ...) used by
+// the agent's sessions.
+func (m *Metrics) AddTokens(agentName, kind string, n int64) {
+	if n <= 0 {
+		return
+	}
+	m.tokens.WithLabelValues(agentName, kind).Add(float64(n))
+}
+
+// AddCost adds usd to the agent's reported cost. Negative and NaN amounts
+// are ignored: a counter panics on them.
+func (m *Metrics) AddCost(agentName string, usd float64) {
+	if !(usd > 0) || math.IsInf(usd, 0) {
+		return
+	}
+	m.cost.WithLabelValues(agentName).Add(usd)
+}
+
+// AddToolCalls counts n tool calls made by the agent's sessions.
+func (m *Metrics) AddToolCalls(agentName string, n int) {
+	if n <= 0 {
+		return
+	}
+	m.toolCalls.WithLabelValues(agentName).Add(float64(n))
+}
+
+var _ runner.Observer = (*Metrics)(nil)

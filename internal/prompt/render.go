@@ -1,0 +1,180 @@
+// Package prompt assembles the prompt of an agent's next session (the seed's
+// BuildingPrompt): identity and environment, role, tools, messages, tasks and
+// why this session runs. Render is pure and deterministic; Builder gathers
+// its inputs from the mailbox and the worktree.
+package prompt
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// Data is everything a prompt shows.
+type Data struct {
+	Agent         string
+	Others        []string // the other agents, sorted
+	Worktree      string
+	Branch        string
+	SessionID     string
+	Seq           uint32
+	RecentCommits []Commit
+	DirtyFiles    []string
+	Role          string
+	Messages      []Message // already ordered: urgent first, then by id
+	Tasks         []string
+	Why           runner.Why
+}
+
+// Commit is one line of recent history.
+type Commit struct{ Hash, Subject string }
+
+// Message is one piece of mail shown to the agent.
+type Message struct {
+	ID, ThreadID, ReplyTo int64
+	From, Subject, Body   string
+	Urgent                bool
+	Sent                  time.Time
+}
+
+// maxDirty caps the dirty-file list so a huge untracked tree cannot flood
+// the prompt; the count of the rest is still shown.
+const maxDirty = 50
+
+// Render returns the prompt text for d.
+func Render(d Data) string {
+	var b strings.Builder
+	b.Grow(2048 + len(d.Role))
+	b.WriteString("# Session briefing for agent " + d.Agent + "\n\n")
+
+	b.WriteString("## Identity and environment\n\n")
+	b.WriteString("- You are agent `" + d.Agent + "` in a swarm coordinated by swarmd.\n")
+	if len(d.Others) > 0 {
+		b.WriteString("- Other agents: " + codeList(d.Others) + ".\n")
+	} else {
+		b.WriteString("- You are the only agent.\n")
+	}
+	b.WriteString("- Your worktree: `" + d.Worktree + "` on branch `" + d.Branch + "`. Work and commit only there.\n")
+	b.WriteString("- Session: `" + d.SessionID + "` (sequence " + strconv.FormatUint(uint64(d.Seq), 10) + ").\n")
+	if len(d.RecentCommits) > 0 {
+		b.WriteString("- Recent commits on your branch:\n")
+		for _, c := range d.RecentCommits {
+			b.WriteString("  - " + short(c.Hash) + " " + c.Subject + "\n")
+		}
+	}
+	if len(d.DirtyFiles) > 0 {
+		b.WriteString("- Uncommitted changes in your worktree:\n")
+		for i, f := range d.DirtyFiles {
+			if i == maxDirty {
+				fmt.Fprintf(&b, "  - … and %d more\n", len(d.DirtyFiles)-maxDirty)
+				break
+			}
+			b.WriteString("  - " + f + "\n")
+		}
+	} else {
+		b.WriteString("- Your worktree is clean.\n")
+	}
+
+	if role := strings.TrimSpace(d.Role); role != "" {
+		b.WriteString("\n## Role\n\n" + role + "\n")
+	}
+
+	b.WriteString("\n## Tools\n\n")
+	b.WriteString("Talk to the other agents with the `swarmd mail` command (your identity and mailbox are already set):\n\n")
+	b.WriteString("- `swarmd mail send --to NAME --subject \"...\" \"message\"` sends mail; `--all` instead of `--to` writes to every agent.\n")
+	b.WriteString("- Add `--urgent` only when the recipient must stop what it is doing: it interrupts their running session.\n")
+	b.WriteString("- `swarmd mail inbox` lists your pending mail; `swarmd mail read ID` shows one message;\n")
+	b.WriteString("  `swarmd mail reply ID \"message\"` answers in the same thread. Use `-` as the message to read it from stdin.\n")
+
+	if len(d.Messages) > 0 {
+		b.WriteString("\n## Messages\n\n")
+		b.WriteString(strconv.Itoa(len(d.Messages)) + " new message(s) for you, urgent first. They are marked read now.\n")
+		for _, m := range d.Messages {
+			urg := ""
+			if m.Urgent {
+				urg = " URGENT"
+			}
+			subj := m.Subject
+			if subj == "" {
+				subj = "(no subject)"
+			}
+			fmt.Fprintf(&b, "\n### #%d%s from %s: %s\n", m.ID, urg, m.From, subj)
+			fmt.Fprintf(&b, "Thread #%d", m.ThreadID)
+			if m.ReplyTo != 0 {
+				fmt.Fprintf(&b, ", reply to #%d", m.ReplyTo)
+			}
+			b.WriteString(", sent " + m.Sent.UTC().Format(time.RFC3339) + ".\n\n")
+			b.WriteString(quote(m.Body))
+		}
+	}
+
+	if len(d.Tasks) > 0 {
+		b.WriteString("\n## Tasks\n\n")
+		for _, t := range d.Tasks {
+			b.WriteString("- " + t + "\n")
+		}
+	}
+
+	b.WriteString("\n## Session context\n\n")
+	switch d.Why.Kind {
+	case runner.WhyFirst:
+		b.WriteString("This is your first session since swarmd started. Look at the repository and your branch, then get to work on your role.\n")
+	case runner.WhyAfterSuccess:
+		b.WriteString("Your previous session finished successfully. Continue with the next most useful piece of work.\n")
+	case runner.WhyAfterError:
+		b.WriteString("Your previous session failed: " + oneLine(d.Why.Detail) + ". Check the state of your worktree before you continue.\n")
+	case runner.WhyAfterInterrupt:
+		if subj := urgentSubject(d.Messages); subj != "" {
+			b.WriteString("Your previous session was interrupted by urgent mail (\"" + oneLine(subj) + "\"). Read the messages above first and act on them.\n")
+		} else {
+			b.WriteString("Your previous session was interrupted by urgent mail. Read the messages above first and act on them.\n")
+		}
+	}
+	return b.String()
+}
+
+func codeList(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = "`" + n + "`"
+	}
+	return strings.Join(out, ", ")
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+func quote(s string) string {
+	s = strings.TrimRight(s, "\n")
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		b.WriteString("> " + line + "\n")
+	}
+	return b.String()
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	return s
+}
+
+// urgentSubject is the subject of the first urgent message: the one that
+// interrupted the previous session.
+func urgentSubject(ms []Message) string {
+	for _, m := range ms {
+		if m.Urgent {
+			return m.Subject
+		}
+	}
+	return ""
+}

@@ -1,0 +1,102 @@
+package prompt
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden.md")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from golden file:\n--- got ---\n%s", name, got)
+	}
+}
+
+var sent = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func fullData() Data {
+	return Data{
+		Agent: "bob", Others: []string{"alice", "carol"},
+		Worktree: "/srv/repo/.swarm/worktrees/bob", Branch: "swarm/bob",
+		SessionID: "bob-4-a1b2c3d4e5f6", Seq: 4,
+		RecentCommits: []Commit{{Hash: "0123456789abcdef0123", Subject: "Add parser"}, {Hash: "fedcba98", Subject: "Initial commit"}},
+		DirtyFiles:    []string{"parser.go", "parser_test.go"},
+		Role:          "You review alice's work.\nBe strict.\n",
+		Messages: []Message{
+			{ID: 9, ThreadID: 9, From: "alice", Subject: "stop: main is broken", Body: "Revert abc123 first.", Urgent: true, Sent: sent},
+			{ID: 7, ThreadID: 3, ReplyTo: 5, From: "carol", Subject: "Re: tests", Body: "All green.\nTwo flaky ones fixed.", Sent: sent},
+			{ID: 8, ThreadID: 8, From: "operator", Body: "Reminder: release Friday.", Sent: sent},
+		},
+		Why: runner.Why{Kind: runner.WhyAfterInterrupt},
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	golden(t, "full", Render(fullData()))
+
+	first := Data{Agent: "alice", Worktree: "/w/alice", Branch: "swarm/alice", SessionID: "alice-1-000000000000", Seq: 1}
+	golden(t, "first_alone", Render(first))
+
+	failed := fullData()
+	failed.Messages = nil
+	failed.DirtyFiles = nil
+	failed.Why = runner.Why{Kind: runner.WhyAfterError, Detail: "Error(exit status 1)\nstack..."}
+	golden(t, "after_error", Render(failed))
+}
+
+func TestRenderDeterministicAndOrdered(t *testing.T) {
+	d := fullData()
+	a, b := Render(d), Render(d)
+	if a != b {
+		t.Fatal("Render is not deterministic")
+	}
+	order := []string{"## Identity and environment", "## Role", "## Tools", "## Messages", "## Session context"}
+	last := -1
+	for _, h := range order {
+		i := strings.Index(a, h)
+		if i <= last {
+			t.Fatalf("section %q at %d, want after %d", h, i, last)
+		}
+		last = i
+	}
+	if strings.Contains(a, "## Tasks") {
+		t.Error("empty tasks section rendered")
+	}
+	d.Tasks = []string{"fix the flaky test"}
+	if !strings.Contains(Render(d), "## Tasks\n\n- fix the flaky test\n") {
+		t.Error("tasks not rendered")
+	}
+}
+
+func TestRenderCapsDirtyFiles(t *testing.T) {
+	d := fullData()
+	d.DirtyFiles = make([]string, maxDirty+7)
+	for i := range d.DirtyFiles {
+		d.DirtyFiles[i] = "f"
+	}
+	out := Render(d)
+	if !strings.Contains(out, "… and 7 more") {
+		t.Error("missing overflow line")
+	}
+	if got := strings.Count(out, "  - f\n"); got != maxDirty {
+		t.Errorf("listed %d dirty files, want %d", got, maxDirty)
+	}
+}

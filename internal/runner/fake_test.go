@@ -1,0 +1,272 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// fakeSession is a session whose end the test (or its cancel behaviour)
+// decides. Used inside testing/synctest bubbles, where real processes cannot
+// run but timers are exact.
+type fakeSession struct {
+	id           string
+	exitOnCancel bool
+	result       backend.Result
+
+	mu       sync.Mutex
+	cancels  int
+	forced   int
+	done     chan struct{}
+	finished bool
+}
+
+func (s *fakeSession) ID() string             { return s.id }
+func (s *fakeSession) Pid() int               { return 4242 }
+func (s *fakeSession) Done() <-chan struct{}  { return s.done }
+func (s *fakeSession) LastOutput() time.Time  { return time.Time{} }
+func (s *fakeSession) Result() backend.Result { s.mu.Lock(); defer s.mu.Unlock(); return s.result }
+func (s *fakeSession) counts() (cancels, forced int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancels, s.forced
+}
+
+func (s *fakeSession) finish(res backend.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.finished {
+		return
+	}
+	s.finished = true
+	s.result = res
+	close(s.done)
+}
+
+func (s *fakeSession) Cancel() error {
+	s.mu.Lock()
+	s.cancels++
+	exit := s.exitOnCancel
+	s.mu.Unlock()
+	if exit {
+		s.finish(backend.Result{Outcome: backend.OutcomeError, Reason: "killed by SIGTERM", Signal: "SIGTERM"})
+	}
+	return nil
+}
+
+func (s *fakeSession) ForceStop() error {
+	s.mu.Lock()
+	s.forced++
+	s.mu.Unlock()
+	s.finish(backend.Result{Outcome: backend.OutcomeError, Reason: "killed by SIGKILL", Signal: "SIGKILL"})
+	return nil
+}
+
+// fakeBackend hands out sessions; plan decides each session's behaviour.
+type fakeBackend struct {
+	mu       sync.Mutex
+	sessions []*fakeSession
+	specs    []backend.Spec
+	// plan configures session n (0-based) before Start returns it; nil = runs until cancelled.
+	plan     func(n int, s *fakeSession)
+	startErr func(n int) error
+	block    chan struct{} // if set, Start waits for it (or ctx)
+}
+
+func (b *fakeBackend) Start(ctx context.Context, spec backend.Spec) (backend.Session, error) {
+	if b.block != nil {
+		select {
+		case <-b.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(b.specs)
+	b.specs = append(b.specs, spec)
+	if b.startErr != nil {
+		if err := b.startErr(n); err != nil {
+			return nil, err
+		}
+	}
+	s := &fakeSession{id: spec.SessionID, done: make(chan struct{}), exitOnCancel: true}
+	if b.plan != nil {
+		b.plan(n, s)
+	}
+	b.sessions = append(b.sessions, s)
+	return s, nil
+}
+
+func (b *fakeBackend) session(n int) *fakeSession {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n >= len(b.sessions) {
+		return nil
+	}
+	return b.sessions[n]
+}
+
+func (b *fakeBackend) starts() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.specs)
+}
+
+type fakeWorkspace struct {
+	dir       string
+	block     bool // Ensure waits for ctx
+	verifyErr error
+}
+
+func (w *fakeWorkspace) Ensure(ctx context.Context, name string) (worktree.Worktree, error) {
+	if w.block {
+		<-ctx.Done()
+		return worktree.Worktree{}, ctx.Err()
+	}
+	return worktree.Worktree{Agent: name, Path: w.dir, Branch: "swarm/" + name}, nil
+}
+
+func (w *fakeWorkspace) Verify(ctx context.Context, name string) (worktree.Worktree, error) {
+	if w.verifyErr != nil {
+		return worktree.Worktree{}, w.verifyErr
+	}
+	return w.Ensure(ctx, name)
+}
+
+type fakePrompter struct {
+	mu        sync.Mutex
+	reqs      []PromptRequest
+	released  []string
+	watermark int64
+	block     bool
+}
+
+func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, error) {
+	if p.block {
+		<-ctx.Done()
+		return Prompt{}, ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reqs = append(p.reqs, req)
+	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark}, nil
+}
+
+func (p *fakePrompter) Release(_ context.Context, sessionID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.released = append(p.released, sessionID)
+	return nil
+}
+
+func (p *fakePrompter) requests() []PromptRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]PromptRequest(nil), p.reqs...)
+}
+
+// recorder is an Observer that keeps every transition.
+type recorder struct {
+	mu       sync.Mutex
+	ts       []Transition
+	sessions []SessionRecord
+}
+
+func (r *recorder) OnTransition(t Transition) { r.mu.Lock(); r.ts = append(r.ts, t); r.mu.Unlock() }
+func (r *recorder) OnSessionEnd(s SessionRecord) {
+	r.mu.Lock()
+	r.sessions = append(r.sessions, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) transitions() []Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Transition(nil), r.ts...)
+}
+
+// path renders the visited states, e.g. "Initializing>BuildingPrompt>...".
+func (r *recorder) path() string {
+	s := ""
+	for i, t := range r.transitions() {
+		if i == 0 {
+			s = t.From.Kind.String()
+		}
+		s += ">" + t.To.Kind.String()
+	}
+	return s
+}
+
+type harness struct {
+	t   *testing.T
+	r   *Runner
+	be  *fakeBackend
+	ws  *fakeWorkspace
+	pr  *fakePrompter
+	rec *recorder
+	err chan error
+}
+
+func newHarness(t *testing.T, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, be: &fakeBackend{}, ws: &fakeWorkspace{dir: t.TempDir()}, pr: &fakePrompter{}, rec: &recorder{}, err: make(chan error, 1)}
+	cfg := Config{
+		Name: "alice", Role: "test role", Backend: h.be, Workspace: h.ws, Prompter: h.pr, Observer: h.rec,
+		GracePeriod: 10 * time.Second, LogDir: t.TempDir(),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r = r
+	return h
+}
+
+func (h *harness) start() {
+	go func() { h.err <- h.r.Run(context.Background()) }()
+}
+
+// waitFor blocks until cond holds for the runner's snapshot. Inside a
+// synctest bubble it cannot hang: a deadlock fails the test.
+func (h *harness) waitFor(what string, cond func(Snapshot) bool) Snapshot {
+	h.t.Helper()
+	deadline := time.NewTimer(10 * time.Minute) // fake time inside synctest
+	defer deadline.Stop()
+	for {
+		s, ch := h.r.Watch()
+		if cond(s) {
+			return s
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			h.t.Fatalf("timed out waiting for %s; state %v; path %s", what, s.State, h.rec.path())
+		}
+	}
+}
+
+func (h *harness) waitState(k agent.StateKind) Snapshot {
+	h.t.Helper()
+	return h.waitFor(k.String(), func(s Snapshot) bool { return s.State.Kind == k })
+}
+
+func (h *harness) stop() {
+	h.t.Helper()
+	h.r.Stop("operator")
+	if err := <-h.err; err != nil {
+		h.t.Fatal(err)
+	}
+	<-h.r.Done()
+}
+
+var errBoom = errors.New("boom")

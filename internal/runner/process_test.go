@@ -1,0 +1,261 @@
+package runner
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/proc"
+)
+
+// These tests drive the runner with real processes and real signals through
+// the scripted backend; the synctest tests cover the timer arithmetic.
+
+func newSupervisor(t *testing.T) *proc.Supervisor {
+	t.Helper()
+	sup, err := proc.NewSupervisor(t.TempDir(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Close() })
+	return sup
+}
+
+func scripted(t *testing.T, sup *proc.Supervisor, steps ...backend.ScriptStep) *backend.Scripted {
+	t.Helper()
+	b, err := backend.NewScripted(sup, backend.ScriptedConfig{Name: "test", Steps: steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// realHarness is a harness whose backend runs real processes.
+func realHarness(t *testing.T, be Backend, mod func(*Config)) *harness {
+	t.Helper()
+	return newHarness(t, func(c *Config) {
+		c.Backend = be
+		c.GracePeriod = 300 * time.Millisecond
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// waitReal waits on the runner's change notifications with a real deadline.
+func (h *harness) waitReal(what string, cond func(Snapshot) bool) Snapshot {
+	h.t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		s, ch := h.r.Watch()
+		if cond(s) {
+			return s
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			h.t.Fatalf("timed out waiting for %s; state %v; path %s", what, s.State, h.rec.path())
+		}
+	}
+}
+
+// markedProcesses lists live processes whose environment carries the
+// session id: what a session left behind.
+func markedProcesses(t *testing.T, sessionID string) []int {
+	t.Helper()
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	needle := []byte("SWARM_SESSION_ID=" + sessionID + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(env, needle) {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			pids = append(pids, -pid) // a zombie nobody reaped is a leak too
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// waitOutput polls a session log until it contains want.
+func (h *harness) waitOutput(file, want string) {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(h.r.cfg.LogDir, file))
+		if bytes.Contains(b, []byte(want)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s never printed %q: %q", file, want, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func sessionIDs(h *harness) []string {
+	var ids []string
+	for _, tr := range h.rec.transitions() {
+		if tr.Event.Kind == agent.SessionStarted {
+			ids = append(ids, tr.SessionID)
+		}
+	}
+	return ids
+}
+
+func assertNoLeftovers(t *testing.T, h *harness) {
+	t.Helper()
+	for _, id := range sessionIDs(h) {
+		if pids := markedProcesses(t, id); len(pids) > 0 {
+			t.Errorf("session %s left processes %v", id, pids)
+		}
+	}
+}
+
+func TestRealSuccessLoop(t *testing.T) {
+	sup := newSupervisor(t)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"hello"}, SetsidChild: true}), nil)
+	h.start()
+	h.waitReal("seq 3", func(s Snapshot) bool { return s.Seq >= 3 })
+	h.stop()
+	if !strings.HasPrefix(h.rec.path(), "Initializing>BuildingPrompt>Spawning>Running>SessionComplete>BuildingPrompt>Spawning>Running>SessionComplete") {
+		t.Errorf("path = %s", h.rec.path())
+	}
+	log, err := os.ReadFile(filepath.Join(h.r.cfg.LogDir, "1.log"))
+	if err != nil || !bytes.Contains(log, []byte("hello")) {
+		t.Errorf("session log: %q, %v", log, err)
+	}
+	prompt, err := os.ReadFile(filepath.Join(h.r.cfg.LogDir, "1.prompt.md"))
+	if err != nil || !bytes.Contains(prompt, []byte("prompt for alice-1-")) {
+		t.Errorf("stored prompt: %q, %v", prompt, err)
+	}
+	// Every session started a setsid grandchild; none survived its session.
+	assertNoLeftovers(t, h)
+}
+
+func TestRealUrgentInterruptExitsOnCancel(t *testing.T) {
+	sup := newSupervisor(t)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Sleep: time.Hour, SetsidChild: true}), nil)
+	h.start()
+	h.waitReal("Running", func(s Snapshot) bool { return s.State.Kind == agent.Running })
+	h.r.Interrupt(1, time.Now())
+	h.waitReal("next session", func(s Snapshot) bool { return s.State.Kind == agent.Running && len(sessionIDs(h)) == 2 })
+	s := h.r.Snapshot()
+	if s.ConsecutiveErrors != 0 || s.TotalErrors != 0 {
+		t.Errorf("interrupt counted as an error: %d/%d", s.ConsecutiveErrors, s.TotalErrors)
+	}
+	for _, tr := range h.rec.transitions() {
+		if tr.Event.Kind == agent.GraceExceeded {
+			t.Error("a session that exits on cancel needed a force stop")
+		}
+	}
+	if !strings.Contains(h.rec.path(), "Running>Interrupting>BuildingPrompt>Spawning>Running") {
+		t.Errorf("path = %s", h.rec.path())
+	}
+	first := sessionIDs(h)[0]
+	if pids := markedProcesses(t, first); len(pids) > 0 {
+		t.Errorf("interrupted session left %v", pids)
+	}
+	h.stop()
+	assertNoLeftovers(t, h)
+}
+
+func TestRealUrgentInterruptIgnoredIsForceStopped(t *testing.T) {
+	sup := newSupervisor(t)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"ready"}, Sleep: time.Hour, IgnoreSignals: true, SetsidChild: true}), nil)
+	h.start()
+	h.waitReal("Running", func(s Snapshot) bool { return s.State.Kind == agent.Running })
+	h.waitOutput("1.log", "ready") // the script's trap is set
+	start := time.Now()
+	h.r.Interrupt(1, time.Now())
+	h.waitReal("next session", func(s Snapshot) bool { return len(sessionIDs(h)) == 2 })
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("next session after %v, before the grace period", took)
+	}
+	var grace bool
+	for _, tr := range h.rec.transitions() {
+		grace = grace || (tr.Event.Kind == agent.GraceExceeded && tr.Effect.Kind == agent.ForceStopSession)
+	}
+	if !grace {
+		t.Errorf("no GraceExceeded/ForceStopSession; path %s", h.rec.path())
+	}
+	if pids := markedProcesses(t, sessionIDs(h)[0]); len(pids) > 0 {
+		t.Errorf("force-stopped session left %v", pids)
+	}
+	h.stop()
+	assertNoLeftovers(t, h)
+}
+
+func TestRealSessionTimeout(t *testing.T) {
+	sup := newSupervisor(t)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Sleep: time.Hour, IgnoreSignals: true}), func(c *Config) {
+		c.Timeout = 200 * time.Millisecond
+	})
+	h.start()
+	s := h.waitReal("CoolingDown", func(s Snapshot) bool { return s.State.Kind == agent.CoolingDown })
+	if s.ConsecutiveErrors != 1 {
+		t.Errorf("consecutive = %d", s.ConsecutiveErrors)
+	}
+	h.stop()
+	h.rec.mu.Lock()
+	rec := h.rec.sessions[0]
+	h.rec.mu.Unlock()
+	if rec.Outcome.Kind != agent.Timeout || rec.Result.AbortReason != "timeout" {
+		t.Errorf("session record outcome %v abort %q", rec.Outcome, rec.Result.AbortReason)
+	}
+	assertNoLeftovers(t, h)
+}
+
+func TestRealOperatorStopWhileRunningEndsTree(t *testing.T) {
+	sup := newSupervisor(t)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"ready"}, Sleep: time.Hour, IgnoreSignals: true, SetsidChild: true}), nil)
+	h.start()
+	h.waitReal("Running", func(s Snapshot) bool { return s.State.Kind == agent.Running })
+	h.waitOutput("1.log", "ready") // the script's trap is set
+	start := time.Now()
+	h.stop()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("stop took %v", took)
+	}
+	assertNoLeftovers(t, h)
+}
+
+func TestRealMissingBinaryCountsErrors(t *testing.T) {
+	sup := newSupervisor(t)
+	be, err := backend.NewCommand(sup, backend.CommandConfig{Command: "/nonexistent/agent-cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := realHarness(t, be, nil)
+	h.start()
+	s := h.waitReal("CoolingDown", func(s Snapshot) bool { return s.State.Kind == agent.CoolingDown })
+	if s.TotalErrors != 1 {
+		t.Errorf("total errors = %d", s.TotalErrors)
+	}
+	var reason string
+	for _, tr := range h.rec.transitions() {
+		if tr.Event.Kind == agent.SessionExited {
+			reason = tr.Event.Outcome.Msg
+		}
+	}
+	if !strings.Contains(reason, "/nonexistent/agent-cli") {
+		t.Errorf("error reason %q does not name the binary", reason)
+	}
+	h.stop()
+}

@@ -1,0 +1,704 @@
+// Package runner drives one agent through its lifecycle: it feeds events to
+// the pure state machine of package agent and carries out the side effects it
+// returns (seed 001's run_agent: setup, state machine loop, session iteration,
+// interrupt handling, cleanup). One Runner is one goroutine; it owns the
+// timers (session timeout, grace, backoff) and the agent's current session.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// Backend starts backend sessions. backend.Backend satisfies it.
+type Backend interface {
+	Start(ctx context.Context, spec backend.Spec) (backend.Session, error)
+}
+
+// Workspace prepares and checks the agent's working tree. *worktree.Manager
+// satisfies it.
+type Workspace interface {
+	Ensure(ctx context.Context, agent string) (worktree.Worktree, error)
+	Verify(ctx context.Context, agent string) (worktree.Worktree, error)
+}
+
+// Prompter assembles the prompt of the next session (BuildingPrompt).
+type Prompter interface {
+	Build(ctx context.Context, req PromptRequest) (Prompt, error)
+	// Release makes the messages claimed for a session that never started
+	// pending again: "delivered" means a started session saw them.
+	Release(ctx context.Context, sessionID string) error
+}
+
+// Observer is told about every transition and every finished session. It is
+// called synchronously from the runner goroutine, so it must be quick.
+type Observer interface {
+	OnTransition(Transition)
+	OnSessionEnd(SessionRecord)
+}
+
+// WhyKind says why a session is about to run; the prompt tells the agent.
+type WhyKind uint8
+
+// Reasons a session runs.
+const (
+	WhyFirst WhyKind = iota
+	WhyAfterSuccess
+	WhyAfterError
+	WhyAfterInterrupt
+)
+
+// Why is the reason the next session runs, with detail (an error's text, an
+// urgent message's id).
+type Why struct {
+	Kind   WhyKind
+	Detail string
+}
+
+// PromptRequest is what a Prompter gets to build one session's prompt.
+type PromptRequest struct {
+	Agent     string
+	Role      string
+	SessionID string
+	Seq       uint32
+	Worktree  worktree.Worktree
+	Why       Why
+}
+
+// Prompt is a built prompt. Watermark is the highest mailbox message id the
+// prompt accounts for: urgent mail at or below it is already in the prompt
+// and needs no interrupt.
+type Prompt struct {
+	Text      string
+	Watermark int64
+}
+
+// Transition is one applied event, as observers and the event log see it.
+type Transition struct {
+	Agent     string
+	At        time.Time
+	From      agent.State
+	Event     agent.Event
+	To        agent.State
+	Effect    agent.SideEffect
+	Actor     string // runner, router, operator, daemon
+	Reason    string
+	SessionID string
+	Seq       uint32
+	// UrgentCommitted is when the urgent message behind an UrgentMessage
+	// event was committed (zero otherwise): At minus it is the interrupt
+	// latency.
+	UrgentCommitted   time.Time
+	ConsecutiveErrors uint32
+	TotalErrors       uint32
+}
+
+// SessionRecord describes one finished backend session.
+type SessionRecord struct {
+	Agent     string
+	SessionID string
+	Seq       uint32
+	Outcome   agent.ExitOutcome
+	Result    backend.Result
+	Stopped   bool // ended because the agent was stopping
+	LogPath   string
+}
+
+// Snapshot is the agent's observable state at one moment.
+type Snapshot struct {
+	Agent             string
+	State             agent.State
+	Seq               uint32 // the session sequence counter
+	SessionID         string // current or last session
+	SessionStarted    time.Time
+	ConsecutiveErrors uint32
+	TotalErrors       uint32
+	Reason            string // why the last transition happened (the stop reason once Stopped)
+	Since             time.Time
+	Version           uint64 // increments on every transition
+}
+
+// Config is everything one Runner needs. Zero durations take defaults.
+type Config struct {
+	Name        string
+	Role        string
+	Backend     Backend
+	Workspace   Workspace
+	Prompter    Prompter
+	Observer    Observer // may be nil
+	Logger      *zap.Logger
+	Thresholds  agent.Thresholds
+	Timeout     time.Duration // session_timeout (0 = none)
+	GracePeriod time.Duration // default 10s
+	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
+	LogDir      string        // <state_dir>/logs/<agent>
+	FirstSeq    uint32        // default 1; restart recovery continues the sequence
+}
+
+// Errors returned by New.
+var (
+	ErrConfig = errors.New("runner: invalid config")
+)
+
+// Runner drives one agent. Create with New, run with Run, stop with Stop.
+type Runner struct {
+	cfg Config
+	log *zap.Logger
+	m   *agent.Machine
+
+	stopCtx    context.Context // cancelled by Stop: aborts blocking steps
+	stopCancel context.CancelFunc
+	stopOnce   sync.Once
+	forceCh    chan struct{}
+	forceOnce  sync.Once
+	urgentCh   chan struct{} // capacity 1: coalesced wake-ups
+	fatalCh    chan string   // capacity 1
+	done       chan struct{}
+
+	mu          sync.Mutex
+	snap        Snapshot
+	changed     chan struct{}
+	stopActor   string
+	maxUrgent   int64
+	urgentAt    time.Time
+	sess        backend.Session
+	sessStarted time.Time
+
+	// Owned by the Run goroutine.
+	seq        uint32
+	sessionID  string
+	watermark  int64
+	wt         worktree.Worktree
+	why        Why
+	lastPrompt string
+	claimed    bool // a prompt claimed mail for sessionID, and no session has started with it
+	timedOut   bool
+	grace      *time.Timer
+	timeout    *time.Timer
+	kill       *time.Timer
+}
+
+// New checks cfg and returns a Runner in Initializing.
+func New(cfg Config) (*Runner, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, fmt.Errorf("%w: empty agent name", ErrConfig)
+	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil:
+		return nil, fmt.Errorf("%w: agent %s: backend, workspace and prompter are required", ErrConfig, cfg.Name)
+	case cfg.LogDir == "":
+		return nil, fmt.Errorf("%w: agent %s: empty log dir", ErrConfig, cfg.Name)
+	}
+	if cfg.GracePeriod <= 0 {
+		cfg.GracePeriod = 10 * time.Second
+	}
+	if cfg.FirstSeq == 0 {
+		cfg.FirstSeq = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	r := &Runner{
+		cfg:      cfg,
+		log:      cfg.Logger.With(zap.String("agent", cfg.Name)),
+		m:        agent.New(cfg.Thresholds),
+		forceCh:  make(chan struct{}),
+		urgentCh: make(chan struct{}, 1),
+		fatalCh:  make(chan string, 1),
+		done:     make(chan struct{}),
+		changed:  make(chan struct{}),
+		seq:      cfg.FirstSeq,
+	}
+	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
+	r.snap = Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq, Since: time.Now()}
+	return r, nil
+}
+
+// Name is the agent's name.
+func (r *Runner) Name() string { return r.cfg.Name }
+
+// Stop requests an OperatorStop. actor says who asked ("operator", "daemon").
+// It does not wait; see Done. Idempotent.
+func (r *Runner) Stop(actor string) {
+	r.stopOnce.Do(func() {
+		r.mu.Lock()
+		r.stopActor = actor
+		r.mu.Unlock()
+		r.stopCancel()
+	})
+}
+
+// ForceStop stops the agent and kills its session at once, without waiting
+// for the grace period (a second SIGTERM). Idempotent.
+func (r *Runner) ForceStop() {
+	r.Stop("daemon")
+	r.forceOnce.Do(func() { close(r.forceCh) })
+}
+
+// Fatal sends a FatalError: the agent stops with msg as its reason.
+func (r *Runner) Fatal(msg string) {
+	select {
+	case r.fatalCh <- msg:
+	default: // one is pending already; the first reason wins
+	}
+}
+
+// Interrupt tells the runner that urgent message id (committed at
+// committedAt) waits for it. A Running session is interrupted unless its
+// prompt already holds the message; in any other state the message goes into
+// the next prompt, and a session that is Spawning is interrupted as soon as
+// it is Running.
+func (r *Runner) Interrupt(id int64, committedAt time.Time) {
+	r.mu.Lock()
+	if id > r.maxUrgent {
+		r.maxUrgent = id
+		r.urgentAt = committedAt
+	}
+	r.mu.Unlock()
+	select {
+	case r.urgentCh <- struct{}{}:
+	default:
+	}
+}
+
+// Done is closed when Run has returned: the agent is Stopped and its session
+// and cleanup are finished.
+func (r *Runner) Done() <-chan struct{} { return r.done }
+
+// Snapshot returns the current state.
+func (r *Runner) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap
+}
+
+// Watch returns the current state and a channel closed at the next change:
+// observers wait on it instead of polling.
+func (r *Runner) Watch() (Snapshot, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap, r.changed
+}
+
+// LastOutput is the time the running session last printed (its start time
+// before its first output); zero when no session runs.
+func (r *Runner) LastOutput() time.Time {
+	r.mu.Lock()
+	s := r.sess
+	r.mu.Unlock()
+	if s == nil {
+		return time.Time{}
+	}
+	return s.LastOutput()
+}
+
+// Run drives the agent until it is Stopped and cleaned up. Cancelling ctx is
+// an OperatorStop by the daemon.
+func (r *Runner) Run(ctx context.Context) error {
+	defer close(r.done)
+	defer context.AfterFunc(ctx, func() { r.Stop("daemon") })()
+	if err := os.MkdirAll(r.cfg.LogDir, 0o755); err != nil {
+		r.apply(agent.EvFatalError(fmt.Sprintf("create log dir: %v", err)), "runner", "")
+	}
+	for !r.m.State().IsTerminal() {
+		r.step()
+	}
+	r.cleanup()
+	return nil
+}
+
+// step runs the work of the current state and applies the event it yields.
+func (r *Runner) step() {
+	if r.external() {
+		return
+	}
+	switch st := r.m.State(); st.Kind {
+	case agent.Initializing:
+		wt, err := r.cfg.Workspace.Ensure(r.stopCtx, r.cfg.Name)
+		if r.external() {
+			return
+		}
+		if err != nil {
+			r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
+			return
+		}
+		r.wt = wt
+		r.apply(agent.EvWorktreeReady(), "runner", wt.Path)
+	case agent.BuildingPrompt:
+		r.buildPrompt()
+	case agent.Spawning:
+		r.spawn()
+	case agent.Running, agent.Interrupting:
+		r.waitSession()
+	case agent.SessionComplete:
+		wt, err := r.cfg.Workspace.Verify(r.stopCtx, r.cfg.Name)
+		if r.external() {
+			return
+		}
+		if err != nil {
+			r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
+			return
+		}
+		r.wt = wt
+		r.apply(agent.EvWorktreeReady(), "runner", "worktree verified")
+	case agent.CoolingDown:
+		t := time.NewTimer(time.Until(st.Until))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			r.apply(agent.EvBackoffElapsed(), "runner", "")
+		case <-r.stopCtx.Done():
+		case msg := <-r.fatalCh:
+			r.apply(agent.EvFatalError(msg), "daemon", "")
+		}
+	}
+}
+
+// external applies a pending OperatorStop or FatalError, reporting whether
+// one was applied.
+func (r *Runner) external() bool {
+	if r.stopCtx.Err() != nil && !r.m.State().IsTerminal() {
+		r.mu.Lock()
+		actor := r.stopActor
+		r.mu.Unlock()
+		r.apply(agent.EvOperatorStop(), actor, "stop requested by "+actor)
+		return true
+	}
+	select {
+	case msg := <-r.fatalCh:
+		r.apply(agent.EvFatalError(msg), "daemon", "")
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Runner) buildPrompt() {
+	r.sessionID = newSessionID(r.cfg.Name, r.seq)
+	// Urgent mail the runner heard of before consuming was committed before
+	// it, so the prompt holds it (or it was no longer pending).
+	r.mu.Lock()
+	known := r.maxUrgent
+	r.mu.Unlock()
+	p, err := r.cfg.Prompter.Build(r.stopCtx, PromptRequest{
+		Agent:     r.cfg.Name,
+		Role:      r.cfg.Role,
+		SessionID: r.sessionID,
+		Seq:       r.seq,
+		Worktree:  r.wt,
+		Why:       r.why,
+	})
+	if err == nil {
+		r.claimed = true
+		r.watermark = max(r.watermark, p.Watermark, known)
+	}
+	if r.external() {
+		return
+	}
+	if err != nil {
+		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
+		return
+	}
+	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
+}
+
+func (r *Runner) logPath() string {
+	return filepath.Join(r.cfg.LogDir, strconv.FormatUint(uint64(r.seq), 10)+".log")
+}
+
+func (r *Runner) spawn() {
+	env := make([]string, 0, len(r.cfg.Env)+2)
+	env = append(env, r.cfg.Env...)
+	env = append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
+	spec := backend.Spec{
+		Agent:     r.cfg.Name,
+		SessionID: r.sessionID,
+		Seq:       r.seq,
+		Dir:       r.wt.Path,
+		Env:       env,
+		Prompt:    r.lastPrompt,
+		LogPath:   r.logPath(),
+	}
+	sess, err := r.cfg.Backend.Start(r.stopCtx, spec)
+	if err != nil {
+		r.release()
+		if r.external() {
+			return
+		}
+		r.why = Why{Kind: WhyAfterError, Detail: err.Error()}
+		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: "start: " + err.Error()}), "runner", "")
+		return
+	}
+	r.claimed = false
+	r.timedOut = false
+	r.mu.Lock()
+	r.sess = sess
+	r.sessStarted = time.Now()
+	r.mu.Unlock()
+	if r.cfg.Timeout > 0 {
+		r.timeout = time.NewTimer(r.cfg.Timeout)
+	}
+	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
+	r.maybeInterrupt()
+}
+
+// maybeInterrupt interrupts a Running session when urgent mail newer than its
+// prompt is waiting.
+func (r *Runner) maybeInterrupt() {
+	if r.m.State().Kind != agent.Running {
+		return
+	}
+	r.mu.Lock()
+	pending, at := r.maxUrgent > r.watermark, r.urgentAt
+	r.mu.Unlock()
+	if !pending {
+		return
+	}
+	r.why = Why{Kind: WhyAfterInterrupt}
+	r.applyUrgent(at)
+}
+
+func (r *Runner) applyUrgent(committed time.Time) {
+	r.applyT(agent.EvUrgentMessage(), "router", "urgent mail", committed)
+	r.grace = time.NewTimer(r.cfg.GracePeriod)
+}
+
+// waitSession waits in Running or Interrupting for whatever comes first.
+func (r *Runner) waitSession() {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	select {
+	case <-sess.Done():
+		r.finishSession(false)
+	case <-timerC(r.timeout):
+		r.timeout = nil
+		r.timedOut = true
+		r.log.Info("session timeout, cancelling", zap.String("session", r.sessionID), zap.Duration("timeout", r.cfg.Timeout))
+		r.signal(sess.Cancel, "cancel")
+		r.kill = time.NewTimer(r.cfg.GracePeriod)
+	case <-timerC(r.kill):
+		r.kill = nil
+		r.signal(sess.ForceStop, "force stop")
+	case <-timerC(r.grace):
+		r.grace = nil
+		r.apply(agent.EvGraceExceeded(), "runner", "grace period "+r.cfg.GracePeriod.String()+" exceeded")
+		// The next session must not start while this one has a live process.
+		<-sess.Done()
+		r.finishSession(false)
+	case <-r.urgentCh:
+		r.maybeInterrupt()
+	case <-r.stopCtx.Done():
+		r.external()
+	case msg := <-r.fatalCh:
+		r.apply(agent.EvFatalError(msg), "daemon", "")
+	}
+}
+
+// finishSession records the ended session and feeds SessionExited. stopping
+// says the agent is already Stopped (cleanup).
+func (r *Runner) finishSession(stopping bool) {
+	r.mu.Lock()
+	sess := r.sess
+	r.sess = nil
+	r.mu.Unlock()
+	stopTimer(&r.timeout)
+	stopTimer(&r.grace)
+	stopTimer(&r.kill)
+	res := sess.Result()
+	if r.timedOut {
+		// The runner owns the session timeout; the backend only saw signals.
+		res.AbortReason = "timeout"
+		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
+	}
+	out := outcome(res, r.timedOut)
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.OnSessionEnd(SessionRecord{
+			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
+			Stopped: stopping, LogPath: r.logPath(),
+		})
+	}
+	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", out),
+		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
+		zap.Duration("duration", res.Ended.Sub(res.Started)))
+	if stopping {
+		return
+	}
+	prev := r.m.State().Kind
+	switch {
+	case prev == agent.Interrupting:
+		r.why = Why{Kind: WhyAfterInterrupt}
+	case out.Kind == agent.Success:
+		r.why = Why{Kind: WhyAfterSuccess}
+	default:
+		r.why = Why{Kind: WhyAfterError, Detail: out.String()}
+	}
+	r.apply(agent.EvSessionExited(out), "runner", res.Reason)
+}
+
+func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
+	switch {
+	case timedOut || res.Outcome == backend.OutcomeTimeout:
+		return agent.ExitOutcome{Kind: agent.Timeout}
+	case res.Outcome == backend.OutcomeSuccess:
+		return agent.ExitOutcome{Kind: agent.Success}
+	default:
+		return agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason}
+	}
+}
+
+// cleanup runs once the agent is Stopped: end the session (cancelled
+// already by OperatorStop's side effect, or now for a FatalError), force it
+// after the grace period or at once on ForceStop, and return unused mail.
+func (r *Runner) cleanup() {
+	r.mu.Lock()
+	sess := r.sess
+	r.mu.Unlock()
+	if sess != nil {
+		select {
+		case <-sess.Done():
+		default:
+			r.signal(sess.Cancel, "cancel")
+			t := time.NewTimer(r.cfg.GracePeriod)
+			select {
+			case <-sess.Done():
+			case <-t.C:
+				r.log.Warn("session ignored cancel for the grace period, force-stopping", zap.String("session", sess.ID()))
+				r.signal(sess.ForceStop, "force stop")
+			case <-r.forceCh:
+				r.signal(sess.ForceStop, "force stop")
+			}
+			t.Stop()
+			<-sess.Done()
+		}
+		r.finishSession(true)
+	}
+	r.release()
+}
+
+// release returns mail claimed by a prompt whose session never started.
+func (r *Runner) release() {
+	if !r.claimed {
+		return
+	}
+	r.claimed = false
+	// Not stopCtx: returning the mail must happen even while stopping.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.cfg.Prompter.Release(ctx, r.sessionID); err != nil {
+		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))
+	}
+}
+
+func (r *Runner) signal(f func() error, what string) {
+	if err := f(); err != nil {
+		r.log.Warn("session "+what, zap.String("session", r.sessionID), zap.Error(err))
+	}
+}
+
+// apply feeds ev to the machine, publishes the transition and carries out
+// its side effect.
+func (r *Runner) apply(ev agent.Event, actor, reason string) {
+	r.applyT(ev, actor, reason, time.Time{})
+}
+
+func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted time.Time) {
+	now := time.Now()
+	from := r.m.State()
+	eff, err := r.m.Handle(ev, now)
+	if err != nil {
+		// Not a bug: a late SessionExited after GraceExceeded is the common case.
+		r.log.Debug("event ignored", zap.Error(err))
+		return
+	}
+	to := r.m.State()
+	switch eff.Kind {
+	case agent.StorePrompt:
+		if err := r.storePrompt(eff.Prompt); err != nil {
+			defer r.apply(agent.EvFatalError(fmt.Sprintf("store prompt: %v", err)), "runner", "")
+		}
+	case agent.CancelSession:
+		if s := r.session(); s != nil {
+			r.signal(s.Cancel, "cancel")
+		}
+	case agent.ForceStopSession:
+		if s := r.session(); s != nil {
+			r.signal(s.ForceStop, "force stop")
+		}
+	case agent.IncrementSession:
+		r.seq++
+	case agent.LogFatal:
+		reason = eff.Msg
+		r.log.Error("agent stopped", zap.String("reason", eff.Msg))
+	}
+	if to.IsTerminal() && reason == "" {
+		reason = ev.String()
+	}
+	// Observers first: whoever wakes on the new snapshot finds the
+	// transition already recorded.
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.OnTransition(Transition{
+			Agent: r.cfg.Name, At: now, From: from, Event: ev, To: to, Effect: eff, Actor: actor, Reason: reason,
+			SessionID: r.sessionID, Seq: r.seq, UrgentCommitted: urgentCommitted,
+			ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
+		})
+	}
+	r.mu.Lock()
+	r.snap = Snapshot{
+		Agent: r.cfg.Name, State: to, Seq: r.seq, SessionID: r.sessionID, SessionStarted: r.sessStarted,
+		ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
+		Reason: reason, Since: now, Version: r.snap.Version + 1,
+	}
+	if r.sess == nil {
+		r.snap.SessionStarted = time.Time{}
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+func (r *Runner) session() backend.Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sess
+}
+
+func (r *Runner) storePrompt(p string) error {
+	path := filepath.Join(r.cfg.LogDir, strconv.FormatUint(uint64(r.seq), 10)+".prompt.md")
+	r.lastPrompt = p
+	return os.WriteFile(path, []byte(p), 0o644)
+}
+
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+func stopTimer(t **time.Timer) {
+	if *t != nil {
+		(*t).Stop()
+		*t = nil
+	}
+}
+
+// newSessionID is unique across daemon restarts: agent, seq and 48 random bits.
+func newSessionID(agentName string, seq uint32) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return agentName + "-" + strconv.FormatUint(uint64(seq), 10) + "-" + hex.EncodeToString(b[:])
+}

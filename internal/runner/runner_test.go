@@ -1,0 +1,372 @@
+package runner
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func success() backend.Result {
+	return backend.Result{Outcome: backend.OutcomeSuccess, Reason: "exit status 0"}
+}
+func failure() backend.Result {
+	return backend.Result{Outcome: backend.OutcomeError, Reason: "exit status 1", ExitCode: 1}
+}
+
+func TestSuccessLoopIncrementsSeq(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+		h.start()
+		h.waitFor("seq 4", func(s Snapshot) bool { return s.Seq >= 4 })
+		h.stop()
+		reqs := h.pr.requests()
+		for i, req := range reqs[:3] {
+			if got, want := req.Seq, uint32(i+1); got != want {
+				t.Errorf("prompt %d: seq = %d, want %d", i, got, want)
+			}
+		}
+		if got, want := reqs[0].Why.Kind, WhyFirst; got != want {
+			t.Errorf("first why = %v, want %v", got, want)
+		}
+		if got, want := reqs[1].Why.Kind, WhyAfterSuccess; got != want {
+			t.Errorf("second why = %v, want %v", got, want)
+		}
+		if !strings.HasPrefix(h.rec.path(), "Initializing>BuildingPrompt>Spawning>Running>SessionComplete>BuildingPrompt>Spawning>Running>SessionComplete") {
+			t.Errorf("path = %s", h.rec.path())
+		}
+		// Each spawn got a distinct session id carrying agent and seq.
+		seen := map[string]bool{}
+		for _, sp := range h.be.specs {
+			if seen[sp.SessionID] || !strings.HasPrefix(sp.SessionID, "alice-") {
+				t.Errorf("session id %q duplicate or malformed", sp.SessionID)
+			}
+			seen[sp.SessionID] = true
+		}
+	})
+}
+
+func TestErrorCoolsDownThenRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) {
+			if n == 0 {
+				s.finish(failure())
+			}
+		}
+		start := time.Now()
+		h.start()
+		s := h.waitState(agent.CoolingDown)
+		if got, want := s.State.Until.Sub(start), 2*time.Second; got != want {
+			t.Errorf("backoff until = start+%v, want +%v", got, want)
+		}
+		if s.ConsecutiveErrors != 1 || s.TotalErrors != 1 {
+			t.Errorf("counters = %d/%d, want 1/1", s.ConsecutiveErrors, s.TotalErrors)
+		}
+		h.waitState(agent.Running)
+		if got := time.Since(start); got != 2*time.Second {
+			t.Errorf("retry after %v, want 2s", got)
+		}
+		reqs := h.pr.requests()
+		if got := reqs[len(reqs)-1].Why; got.Kind != WhyAfterError || !strings.Contains(got.Detail, "exit status 1") {
+			t.Errorf("why after error = %+v", got)
+		}
+		// SessionStarted resets consecutive errors, not total.
+		s = h.r.Snapshot()
+		if s.ConsecutiveErrors != 0 || s.TotalErrors != 1 {
+			t.Errorf("after restart counters = %d/%d, want 0/1", s.ConsecutiveErrors, s.TotalErrors)
+		}
+		h.stop()
+	})
+}
+
+func TestSpawnFailuresStopAtThreshold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Thresholds = agent.Thresholds{MaxConsecutiveErrors: 3, MaxTotalErrors: 20} })
+		h.be.startErr = func(int) error { return errBoom }
+		start := time.Now()
+		h.start()
+		if err := <-h.err; err != nil {
+			t.Fatal(err)
+		}
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.Stopped || !strings.Contains(s.Reason, "3 consecutive errors") {
+			t.Fatalf("state %v reason %q", s.State, s.Reason)
+		}
+		// Backoffs 2s + 4s before the third failure.
+		if got := time.Since(start); got != 6*time.Second {
+			t.Errorf("stopped after %v, want 6s", got)
+		}
+		// Every prompt's claimed mail went back: the sessions never started.
+		if got, want := len(h.pr.released), 3; got != want {
+			t.Errorf("released %d prompts, want %d", got, want)
+		}
+	})
+}
+
+func TestUrgentInterruptExitsOnCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.start()
+		h.waitState(agent.Running)
+		h.r.Interrupt(7, time.Now())
+		h.waitFor("second session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == 2 })
+		first := h.be.session(0)
+		if c, f := first.counts(); c != 1 || f != 0 {
+			t.Errorf("cancels/force = %d/%d, want 1/0", c, f)
+		}
+		s := h.r.Snapshot()
+		if s.ConsecutiveErrors != 0 || s.TotalErrors != 0 {
+			t.Errorf("interrupt counted as error: %d/%d", s.ConsecutiveErrors, s.TotalErrors)
+		}
+		if !strings.Contains(h.rec.path(), "Running>Interrupting>BuildingPrompt") {
+			t.Errorf("path = %s", h.rec.path())
+		}
+		reqs := h.pr.requests()
+		if got := reqs[1].Why.Kind; got != WhyAfterInterrupt {
+			t.Errorf("why = %v, want after interrupt", got)
+		}
+		// The same message id does not interrupt twice.
+		h.r.Interrupt(7, time.Now())
+		synctest.Wait()
+		if c, _ := h.be.session(1).counts(); c != 0 {
+			t.Errorf("second session cancelled %d times by an old message", c)
+		}
+		h.stop()
+	})
+}
+
+func TestUrgentIgnoredGraceExceededForceStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) { s.exitOnCancel = n != 0 }
+		h.start()
+		h.waitState(agent.Running)
+		at := time.Now()
+		h.r.Interrupt(1, at)
+		h.waitFor("second session", func(s Snapshot) bool { return h.be.starts() == 2 && s.State.Kind == agent.Running })
+		if got := time.Since(at); got != 10*time.Second {
+			t.Errorf("force stop after %v, want the 10s grace", got)
+		}
+		if c, f := h.be.session(0).counts(); c != 1 || f != 1 {
+			t.Errorf("cancels/force = %d/%d, want 1/1", c, f)
+		}
+		if !strings.Contains(h.rec.path(), "Running>Interrupting>BuildingPrompt>Spawning>Running") {
+			t.Errorf("path = %s", h.rec.path())
+		}
+		var effect agent.EffectKind
+		for _, tr := range h.rec.transitions() {
+			if tr.Event.Kind == agent.GraceExceeded {
+				effect = tr.Effect.Kind
+			}
+		}
+		if effect != agent.ForceStopSession {
+			t.Errorf("GraceExceeded effect = %v", effect)
+		}
+		h.stop()
+	})
+}
+
+func TestUrgentDuringSpawningInterruptsOnceRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.block = make(chan struct{})
+		h.start()
+		h.waitState(agent.Spawning)
+		h.r.Interrupt(3, time.Now())
+		close(h.be.block)
+		h.waitFor("interrupted", func(s Snapshot) bool { return h.be.starts() >= 2 })
+		if c, _ := h.be.session(0).counts(); c != 1 {
+			t.Errorf("first session cancels = %d, want 1", c)
+		}
+		h.stop()
+	})
+}
+
+func TestUrgentAlreadyInPromptDoesNotInterrupt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.pr.watermark = 10
+		h.start()
+		h.waitState(agent.Running)
+		h.r.Interrupt(9, time.Now()) // the prompt already holds messages up to 10
+		synctest.Wait()
+		if c, _ := h.be.session(0).counts(); c != 0 {
+			t.Errorf("cancelled %d times for mail already in the prompt", c)
+		}
+		if got := h.r.Snapshot().State.Kind; got != agent.Running {
+			t.Errorf("state = %v", got)
+		}
+		h.stop()
+	})
+}
+
+func TestSessionTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Timeout = time.Minute })
+		h.start()
+		h.waitState(agent.Running)
+		start := time.Now()
+		s := h.waitState(agent.CoolingDown)
+		if got := time.Since(start); got != time.Minute {
+			t.Errorf("timeout after %v", got)
+		}
+		if s.ConsecutiveErrors != 1 {
+			t.Errorf("consecutive = %d", s.ConsecutiveErrors)
+		}
+		var ex agent.ExitOutcome
+		for _, tr := range h.rec.transitions() {
+			if tr.Event.Kind == agent.SessionExited {
+				ex = tr.Event.Outcome
+			}
+		}
+		if ex.Kind != agent.Timeout {
+			t.Errorf("outcome = %v, want Timeout", ex)
+		}
+		h.stop()
+	})
+}
+
+func TestSessionTimeoutIgnoredIsKilledAfterGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Timeout = time.Minute; c.GracePeriod = 5 * time.Second })
+		h.be.plan = func(n int, s *fakeSession) { s.exitOnCancel = false }
+		h.start()
+		h.waitState(agent.Running)
+		start := time.Now()
+		h.waitState(agent.CoolingDown)
+		if got := time.Since(start); got != time.Minute+5*time.Second {
+			t.Errorf("ended after %v, want timeout + grace", got)
+		}
+		if _, f := h.be.session(0).counts(); f != 1 {
+			t.Errorf("force stops = %d", f)
+		}
+		h.stop()
+	})
+}
+
+// TestOperatorStopFromEveryState holds the runner in each state and stops it.
+func TestOperatorStopFromEveryState(t *testing.T) {
+	cases := []struct {
+		state agent.StateKind
+		setup func(h *harness)
+		reach func(h *harness)
+	}{
+		{agent.Initializing, func(h *harness) { h.ws.block = true }, func(h *harness) { synctest.Wait() }},
+		{agent.BuildingPrompt, func(h *harness) { h.pr.block = true }, func(h *harness) { h.waitState(agent.BuildingPrompt); synctest.Wait() }},
+		{agent.Spawning, func(h *harness) { h.be.block = make(chan struct{}) }, func(h *harness) { h.waitState(agent.Spawning); synctest.Wait() }},
+		{agent.Running, nil, func(h *harness) { h.waitState(agent.Running) }},
+		{agent.Interrupting, func(h *harness) { h.be.plan = func(n int, s *fakeSession) { s.exitOnCancel = false } },
+			func(h *harness) {
+				h.waitState(agent.Running)
+				h.r.Interrupt(1, time.Now())
+				h.waitState(agent.Interrupting)
+			}},
+		{agent.CoolingDown, func(h *harness) { h.be.plan = func(n int, s *fakeSession) { s.finish(failure()) } },
+			func(h *harness) { h.waitState(agent.CoolingDown) }},
+		{agent.SessionComplete, func(h *harness) {
+			h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+			h.ws.verifyErr = nil
+		}, func(h *harness) { h.waitState(agent.SessionComplete) }},
+	}
+	for _, c := range cases {
+		t.Run(c.state.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, nil)
+				if c.setup != nil {
+					c.setup(h)
+				}
+				h.start()
+				c.reach(h)
+				if c.state == agent.SessionComplete {
+					// SessionComplete passes at once; stopping anywhere after it is fine.
+					h.stop()
+					return
+				}
+				if got := h.r.Snapshot().State.Kind; got != c.state {
+					t.Fatalf("held in %v, want %v", got, c.state)
+				}
+				h.stop()
+				s := h.r.Snapshot()
+				if s.State.Kind != agent.Stopped {
+					t.Fatalf("state = %v", s.State)
+				}
+				last := h.rec.transitions()[len(h.rec.transitions())-1]
+				if last.Event.Kind != agent.OperatorStop || last.From.Kind != c.state || last.Actor != "operator" {
+					t.Errorf("last transition %v from %v by %s", last.Event, last.From, last.Actor)
+				}
+				wantCancel := c.state == agent.Running || c.state == agent.Interrupting
+				if got := last.Effect.Kind == agent.CancelSession; got != wantCancel {
+					t.Errorf("effect %v, want cancel=%v", last.Effect, wantCancel)
+				}
+				// No session outlives the agent.
+				for i := 0; i < h.be.starts(); i++ {
+					select {
+					case <-h.be.session(i).Done():
+					default:
+						t.Errorf("session %d still running after stop", i)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestStopWaitsGraceThenForces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.GracePeriod = 3 * time.Second })
+		h.be.plan = func(n int, s *fakeSession) { s.exitOnCancel = false }
+		h.start()
+		h.waitState(agent.Running)
+		start := time.Now()
+		h.stop()
+		if got := time.Since(start); got != 3*time.Second {
+			t.Errorf("stop took %v, want the 3s grace", got)
+		}
+		if c, f := h.be.session(0).counts(); c < 1 || f != 1 {
+			t.Errorf("cancels/force = %d/%d", c, f)
+		}
+		if n := len(h.rec.sessions); n != 1 || !h.rec.sessions[0].Stopped {
+			t.Errorf("session records = %+v", h.rec.sessions)
+		}
+	})
+}
+
+func TestForceStopSkipsGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) { s.exitOnCancel = false }
+		h.start()
+		h.waitState(agent.Running)
+		start := time.Now()
+		h.r.Stop("daemon")
+		synctest.Wait()
+		h.r.ForceStop()
+		<-h.err
+		if got := time.Since(start); got != 0 {
+			t.Errorf("force stop took %v", got)
+		}
+	})
+}
+
+func TestFatalFromVerifyStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.ws.verifyErr = errBoom
+		h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+		h.start()
+		<-h.err
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.Stopped || !strings.Contains(s.Reason, "boom") {
+			t.Errorf("state %v reason %q", s.State, s.Reason)
+		}
+	})
+}
