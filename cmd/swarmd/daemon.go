@@ -16,6 +16,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/hooks"
+	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/proc"
@@ -35,6 +37,8 @@ type daemon struct {
 	trees    *worktree.Manager
 	mail     *mailbox.DB
 	backends map[string]runner.Backend
+	logs     *logs.Store
+	hooks    *hooks.Runner
 	reg      *registry.Registry
 	router   *router.Router
 	metrics  *metrics.Metrics
@@ -79,11 +83,24 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)
 	}
+	d.logs = logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, log.Named("logs"))
+	if err := d.logs.Startup(time.Now()); err != nil {
+		log.Warn("clean up archives at startup", zap.Error(err))
+	}
 	d.reg = registry.New(func(name string, err error) {
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()})
 	d.observer = observers{&logObserver{log: log}, d.metrics}
+	d.hooks = hooks.New(d.sup, hooks.Config{
+		Commands: map[hooks.Event][]string{
+			hooks.AgentStart:   cfg.Hooks.AgentStart,
+			hooks.SessionStart: cfg.Hooks.SessionStart,
+			hooks.SessionEnd:   cfg.Hooks.SessionEnd,
+			hooks.AgentStopped: cfg.Hooks.AgentStopped,
+		},
+		Timeout: cfg.Hooks.Timeout,
+	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
 	d.router = router.New(d.mail, d.reg, log.Named("router"), 0)
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, log); err != nil {
@@ -139,6 +156,8 @@ func (d *daemon) newRunner(a config.Agent) (*runner.Runner, error) {
 		Workspace: d.trees,
 		Prompter:  &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: d.cfg.AgentNames()},
 		Observer:  d.observer,
+		Logs:      d.logs,
+		Hooks:     d.hooks,
 		Logger:    d.log,
 		Thresholds: agent.Thresholds{
 			MaxConsecutiveErrors: uint32(a.MaxConsecutiveErrors),
@@ -147,7 +166,6 @@ func (d *daemon) newRunner(a config.Agent) (*runner.Runner, error) {
 		Timeout:     a.SessionTimeout,
 		GracePeriod: a.GracePeriod,
 		Env:         env,
-		LogDir:      filepath.Join(d.cfg.StateDir, "logs", a.Name),
 	})
 }
 

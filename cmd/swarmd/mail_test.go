@@ -1,11 +1,14 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -181,14 +184,12 @@ agents:
 	if err := sqldb.QueryRow(`SELECT COUNT(*) FROM messages`).Scan(&count); err != nil || count != total {
 		t.Fatalf("stored %d messages (%v), want %d", count, err, total)
 	}
-	// Every body appears in exactly one stored prompt.
+	// Every body appears in exactly one stored prompt (archived at stop).
 	seen := make(map[string]int)
 	for _, a := range []string{"alice", "bob"} {
-		files, _ := filepath.Glob(filepath.Join(repo, ".swarm", "logs", a, "*.prompt.md"))
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
+		for name, b := range archivedFiles(t, filepath.Join(repo, ".swarm", "archive", a)) {
+			if !strings.HasSuffix(name, ".prompt.md") {
+				continue
 			}
 			for _, line := range bytes.Split(b, []byte("\n")) {
 				if s := string(line); strings.HasPrefix(s, "> msg-") {
@@ -287,4 +288,41 @@ func FuzzMailArgs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// archivedFiles reads every file of every archive in dir.
+func archivedFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := make(map[string][]byte)
+	archives, _ := filepath.Glob(filepath.Join(dir, "*.tar.gz"))
+	if len(archives) == 0 {
+		t.Fatalf("no archive in %s", dir)
+	}
+	for _, a := range archives {
+		f, err := os.Open(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(zr)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[filepath.Base(a)+"/"+h.Name] = b
+		}
+		f.Close()
+	}
+	return out
 }

@@ -60,9 +60,12 @@ type Spec struct {
 	Dir       string // working directory; must exist
 	// Env is extra KEY=VALUE (SWARM_* and the configured env), applied over
 	// the daemon's environment and the backend's own env.
-	Env     []string
-	Prompt  string // written to stdin, never put on the command line
-	LogPath string // stdout and stderr are appended here, between a header and a footer line
+	Env    []string
+	Prompt string // written to stdin, never put on the command line
+	// HeadBefore is the worktree's HEAD when the session starts, for the
+	// log header (may be empty).
+	HeadBefore string
+	LogPath    string // stdout and stderr are appended here, between a header and a footer line
 	// Timeout, if positive, cancels the session (cancel signal) when it
 	// expires and kills it GraceAfterTimeout later; the outcome is Timeout.
 	Timeout           time.Duration

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,13 +40,16 @@ type ScriptedConfig struct {
 }
 
 // Scripted is a test and demo backend made of real processes: session n runs
-// `/bin/sh -c` with a script generated from Steps[(n-1) % len(Steps)]. Like
+// `/bin/sh -c` with a script generated from Steps[(n-1) % len(Steps)] for the agent's nth session. Like
 // Claude Code it prints a success record, and like it, exit code 0 without
 // that record is an error.
 type Scripted struct {
 	sup     *proc.Supervisor
 	cfg     ScriptedConfig
 	scripts []string
+
+	mu      sync.Mutex
+	started map[string]int // sessions started per agent
 }
 
 var _ Backend = (*Scripted)(nil)
@@ -68,7 +72,7 @@ func NewScripted(sup *proc.Supervisor, cfg ScriptedConfig) (*Scripted, error) {
 	if cfg.CancelSignal == 0 {
 		cfg.CancelSignal = syscall.SIGTERM
 	}
-	b := &Scripted{sup: sup, cfg: cfg}
+	b := &Scripted{sup: sup, cfg: cfg, started: make(map[string]int)}
 	for i, st := range cfg.Steps {
 		if st.Exit < 0 || st.Exit > 255 {
 			return nil, fmt.Errorf("backend: new scripted backend: step %d: exit code %d out of 0..255", i+1, st.Exit)
@@ -81,12 +85,17 @@ func NewScripted(sup *proc.Supervisor, cfg ScriptedConfig) (*Scripted, error) {
 // Name is the configured backend name.
 func (b *Scripted) Name() string { return b.cfg.Name }
 
-// Start starts session spec.Seq with its step's script.
+// Start starts the agent's next session with its step's script. Steps go by
+// the sessions started for the agent, not by seq: a retry after an error
+// keeps its seq but runs the next step.
 func (b *Scripted) Start(ctx context.Context, spec Spec) (Session, error) {
-	seq := max(spec.Seq, 1)
+	b.mu.Lock()
+	n := b.started[spec.Agent]
+	b.started[spec.Agent] = n + 1
+	b.mu.Unlock()
 	return startSession(ctx, b.sup, spec, launch{
 		path:      "/bin/sh",
-		args:      []string{"-c", b.scripts[int(seq-1)%len(b.scripts)]},
+		args:      []string{"-c", b.scripts[n%len(b.scripts)]},
 		cancelSig: b.cfg.CancelSignal,
 		parser:    &resultParser{},
 	})

@@ -82,7 +82,11 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	}
 	s.started = time.Now()
 	s.lastOut.Store(s.started.UnixNano())
-	s.logLine(fmt.Sprintf("=== swarmd session %s seq %d started %s ===\n", s.id, s.seq, s.started.Format(time.RFC3339)))
+	header := fmt.Sprintf("=== swarmd session %s seq %d started %s", s.id, s.seq, s.started.Format(time.RFC3339))
+	if spec.HeadBefore != "" {
+		header += " head " + spec.HeadBefore
+	}
+	s.logLine(header + " ===\n")
 
 	out := &sessionOutput{s: s}
 	if l.parser != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -133,6 +134,8 @@ func (w *fakeWorkspace) Ensure(ctx context.Context, name string) (worktree.Workt
 	return worktree.Worktree{Agent: name, Path: w.dir, Branch: "swarm/" + name}, nil
 }
 
+func (w *fakeWorkspace) Head(context.Context, string) (string, error) { return "0123abcd", nil }
+
 func (w *fakeWorkspace) Verify(ctx context.Context, name string) (worktree.Worktree, error) {
 	if w.verifyErr != nil {
 		return worktree.Worktree{}, w.verifyErr
@@ -219,7 +222,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	h := &harness{t: t, be: &fakeBackend{}, ws: &fakeWorkspace{dir: t.TempDir()}, pr: &fakePrompter{}, rec: &recorder{}, err: make(chan error, 1)}
 	cfg := Config{
 		Name: "alice", Role: "test role", Backend: h.be, Workspace: h.ws, Prompter: h.pr, Observer: h.rec,
-		GracePeriod: 10 * time.Second, LogDir: t.TempDir(),
+		GracePeriod: 10 * time.Second, Logs: logs.New(t.TempDir(), 0, 0, nil),
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/hooks"
+	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
@@ -93,12 +96,14 @@ func markedProcesses(t *testing.T, sessionID string) []int {
 	return pids
 }
 
+func (h *harness) logDir() string { return h.r.cfg.Logs.(*logs.Store).LogDir("alice") }
+
 // waitOutput polls a session log until it contains want.
 func (h *harness) waitOutput(file, want string) {
 	h.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		b, _ := os.ReadFile(filepath.Join(h.r.cfg.LogDir, file))
+		b, _ := os.ReadFile(filepath.Join(h.logDir(), file))
 		if bytes.Contains(b, []byte(want)) {
 			return
 		}
@@ -137,13 +142,22 @@ func TestRealSuccessLoop(t *testing.T) {
 	if !strings.HasPrefix(h.rec.path(), "Initializing>BuildingPrompt>Spawning>Running>SessionComplete>BuildingPrompt>Spawning>Running>SessionComplete") {
 		t.Errorf("path = %s", h.rec.path())
 	}
-	log, err := os.ReadFile(filepath.Join(h.r.cfg.LogDir, "1.log"))
-	if err != nil || !bytes.Contains(log, []byte("hello")) {
-		t.Errorf("session log: %q, %v", log, err)
+	// Stopping archived the logs; the store still reads them.
+	store := h.r.cfg.Logs.(*logs.Store)
+	rc, _, err := store.Open("alice", 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	prompt, err := os.ReadFile(filepath.Join(h.r.cfg.LogDir, "1.prompt.md"))
-	if err != nil || !bytes.Contains(prompt, []byte("prompt for alice-1-")) {
-		t.Errorf("stored prompt: %q, %v", prompt, err)
+	log, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Contains(log, []byte("hello")) || !bytes.Contains(log, []byte("head 0123abcd")) {
+		t.Errorf("session log: %q", log)
+	}
+	if entries, _ := os.ReadDir(store.LogDir("alice")); len(entries) != 0 {
+		t.Errorf("%d files left in the log dir after archiving", len(entries))
+	}
+	if archives, _ := filepath.Glob(filepath.Join(store.ArchiveDir("alice"), "*.tar.gz")); len(archives) != 1 {
+		t.Errorf("archives = %v, want one", archives)
 	}
 	// Every session started a setsid grandchild; none survived its session.
 	assertNoLeftovers(t, h)
@@ -258,4 +272,83 @@ func TestRealMissingBinaryCountsErrors(t *testing.T) {
 		t.Errorf("error reason %q does not name the binary", reason)
 	}
 	h.stop()
+}
+
+func TestRealHooksAroundSessions(t *testing.T) {
+	sup := newSupervisor(t)
+	dir := t.TempDir()
+	record := func(event string) string {
+		// Each hook appends its event and payload to a file in the worktree's parent.
+		return `{ printf '%s ' "$SWARM_HOOK_EVENT"; cat; echo; } >> ` + filepath.Join(dir, "hooks.log")
+	}
+	hk := hooks.New(sup, hooks.Config{Commands: map[hooks.Event][]string{
+		hooks.AgentStart:   {record("agent_start")},
+		hooks.SessionStart: {record("session_start")},
+		hooks.SessionEnd:   {record("session_end")},
+		hooks.AgentStopped: {record("agent_stopped"), "ls " + filepath.Join(dir, "logs", "alice") + " | wc -l > " + filepath.Join(dir, "left")},
+	}}, zap.NewNop(), nil)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"x"}}), func(c *Config) {
+		c.Hooks = hk
+		c.Logs = logs.New(dir, 0, 0, nil)
+	})
+	h.start()
+	h.waitReal("seq 3", func(s Snapshot) bool { return s.Seq >= 3 })
+	h.stop()
+	b, err := os.ReadFile(filepath.Join(dir, "hooks.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines, events []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+			ev, _, _ := strings.Cut(l, " ")
+			events = append(events, ev)
+		}
+	}
+	got := strings.Join(events, ",")
+	if !strings.HasPrefix(got, "agent_start,session_start,session_end,session_start,") || !strings.HasSuffix(got, ",agent_stopped") {
+		t.Errorf("hook order = %s", got)
+	}
+	if !strings.Contains(lines[2], `"outcome":"Success"`) || !strings.Contains(lines[2], `"head_before":"0123abcd"`) || !strings.Contains(lines[2], `"seq":1`) {
+		t.Errorf("session_end payload = %s", lines[2])
+	}
+	// agent_stopped runs after the logs were archived.
+	if left, _ := os.ReadFile(filepath.Join(dir, "left")); strings.TrimSpace(string(left)) != "0" {
+		t.Errorf("agent_stopped saw %q files in the log dir, want 0 (archived first)", left)
+	}
+}
+
+func TestRealSessionStartHookBlocks(t *testing.T) {
+	sup := newSupervisor(t)
+	hk := hooks.New(sup, hooks.Config{Commands: map[hooks.Event][]string{
+		hooks.SessionStart: {"echo 'tests are red' >&2; exit 2"},
+	}}, zap.NewNop(), nil)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{}), func(c *Config) {
+		c.Hooks = hk
+		c.Thresholds = agent.Thresholds{MaxConsecutiveErrors: 2, MaxTotalErrors: 20}
+	})
+	h.start()
+	if err := <-h.err; err != nil {
+		t.Fatal(err)
+	}
+	s := h.r.Snapshot()
+	if s.State.Kind != agent.Stopped || s.ConsecutiveErrors != 2 {
+		t.Fatalf("state %v errors %d", s.State, s.ConsecutiveErrors)
+	}
+	var reason string
+	for _, tr := range h.rec.transitions() {
+		if tr.Event.Kind == agent.SessionExited {
+			reason = tr.Event.Outcome.Msg
+		}
+	}
+	if !strings.Contains(reason, "blocked by hook") {
+		t.Errorf("reason %q", reason)
+	}
+	if h.be.starts() != 0 {
+		t.Errorf("backend fake started %d sessions", h.be.starts())
+	}
+	if n := len(h.pr.released); n != 2 {
+		t.Errorf("mail of %d blocked prompts returned, want 2", n)
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -34,6 +35,20 @@ type Backend interface {
 type Workspace interface {
 	Ensure(ctx context.Context, agent string) (worktree.Worktree, error)
 	Verify(ctx context.Context, agent string) (worktree.Worktree, error)
+	Head(ctx context.Context, agent string) (string, error)
+}
+
+// LogStore knows where session logs and prompts live and archives them when
+// the agent stops. *logs.Store satisfies it.
+type LogStore interface {
+	LogPath(agent string, seq uint32) string
+	PromptPath(agent string, seq uint32) string
+	Archive(ctx context.Context, agent string, now time.Time) (string, error)
+}
+
+// Hooks runs the configured shell hooks. *hooks.Runner satisfies it.
+type Hooks interface {
+	Run(ctx context.Context, dir string, env []string, p hooks.Payload) error
 }
 
 // Prompter assembles the prompt of the next session (BuildingPrompt).
@@ -109,13 +124,15 @@ type Transition struct {
 
 // SessionRecord describes one finished backend session.
 type SessionRecord struct {
-	Agent     string
-	SessionID string
-	Seq       uint32
-	Outcome   agent.ExitOutcome
-	Result    backend.Result
-	Stopped   bool // ended because the agent was stopping
-	LogPath   string
+	Agent      string
+	SessionID  string
+	Seq        uint32
+	Outcome    agent.ExitOutcome
+	Result     backend.Result
+	Stopped    bool // ended because the agent was stopping
+	LogPath    string
+	HeadBefore string
+	HeadAfter  string
 }
 
 // Snapshot is the agent's observable state at one moment.
@@ -140,12 +157,13 @@ type Config struct {
 	Workspace   Workspace
 	Prompter    Prompter
 	Observer    Observer // may be nil
+	Logs        LogStore
+	Hooks       Hooks // may be nil
 	Logger      *zap.Logger
 	Thresholds  agent.Thresholds
 	Timeout     time.Duration // session_timeout (0 = none)
 	GracePeriod time.Duration // default 10s
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
-	LogDir      string        // <state_dir>/logs/<agent>
 	FirstSeq    uint32        // default 1; restart recovery continues the sequence
 }
 
@@ -160,14 +178,16 @@ type Runner struct {
 	log *zap.Logger
 	m   *agent.Machine
 
-	stopCtx    context.Context // cancelled by Stop: aborts blocking steps
-	stopCancel context.CancelFunc
-	stopOnce   sync.Once
-	forceCh    chan struct{}
-	forceOnce  sync.Once
-	urgentCh   chan struct{} // capacity 1: coalesced wake-ups
-	fatalCh    chan string   // capacity 1
-	done       chan struct{}
+	stopCtx     context.Context // cancelled by Stop: aborts blocking steps
+	stopCancel  context.CancelFunc
+	forceCtx    context.Context // cancelled by ForceStop: kills hooks too
+	forceCancel context.CancelFunc
+	stopOnce    sync.Once
+	forceCh     chan struct{}
+	forceOnce   sync.Once
+	urgentCh    chan struct{} // capacity 1: coalesced wake-ups
+	fatalCh     chan string   // capacity 1
+	done        chan struct{}
 
 	mu          sync.Mutex
 	snap        Snapshot
@@ -185,6 +205,7 @@ type Runner struct {
 	wt         worktree.Worktree
 	why        Why
 	lastPrompt string
+	headBefore string
 	claimed    bool // a prompt claimed mail for sessionID, and no session has started with it
 	timedOut   bool
 	grace      *time.Timer
@@ -197,10 +218,8 @@ func New(cfg Config) (*Runner, error) {
 	switch {
 	case cfg.Name == "":
 		return nil, fmt.Errorf("%w: empty agent name", ErrConfig)
-	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil:
-		return nil, fmt.Errorf("%w: agent %s: backend, workspace and prompter are required", ErrConfig, cfg.Name)
-	case cfg.LogDir == "":
-		return nil, fmt.Errorf("%w: agent %s: empty log dir", ErrConfig, cfg.Name)
+	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil || cfg.Logs == nil:
+		return nil, fmt.Errorf("%w: agent %s: backend, workspace, prompter and log store are required", ErrConfig, cfg.Name)
 	}
 	if cfg.GracePeriod <= 0 {
 		cfg.GracePeriod = 10 * time.Second
@@ -223,6 +242,7 @@ func New(cfg Config) (*Runner, error) {
 		seq:      cfg.FirstSeq,
 	}
 	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
+	r.forceCtx, r.forceCancel = context.WithCancel(context.Background())
 	r.snap = Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq, Since: time.Now()}
 	return r, nil
 }
@@ -245,7 +265,10 @@ func (r *Runner) Stop(actor string) {
 // for the grace period (a second SIGTERM). Idempotent.
 func (r *Runner) ForceStop() {
 	r.Stop("daemon")
-	r.forceOnce.Do(func() { close(r.forceCh) })
+	r.forceOnce.Do(func() {
+		close(r.forceCh)
+		r.forceCancel()
+	})
 }
 
 // Fatal sends a FatalError: the agent stops with msg as its reason.
@@ -310,9 +333,7 @@ func (r *Runner) LastOutput() time.Time {
 func (r *Runner) Run(ctx context.Context) error {
 	defer close(r.done)
 	defer context.AfterFunc(ctx, func() { r.Stop("daemon") })()
-	if err := os.MkdirAll(r.cfg.LogDir, 0o755); err != nil {
-		r.apply(agent.EvFatalError(fmt.Sprintf("create log dir: %v", err)), "runner", "")
-	}
+	defer r.forceCancel()
 	for !r.m.State().IsTerminal() {
 		r.step()
 	}
@@ -336,6 +357,7 @@ func (r *Runner) step() {
 			return
 		}
 		r.wt = wt
+		r.hook(hooks.Payload{Event: hooks.AgentStart, State: agent.Initializing.String()})
 		r.apply(agent.EvWorktreeReady(), "runner", wt.Path)
 	case agent.BuildingPrompt:
 		r.buildPrompt()
@@ -415,31 +437,36 @@ func (r *Runner) buildPrompt() {
 	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
 }
 
-func (r *Runner) logPath() string {
-	return filepath.Join(r.cfg.LogDir, strconv.FormatUint(uint64(r.seq), 10)+".log")
-}
+func (r *Runner) logPath() string { return r.cfg.Logs.LogPath(r.cfg.Name, r.seq) }
 
 func (r *Runner) spawn() {
-	env := make([]string, 0, len(r.cfg.Env)+2)
-	env = append(env, r.cfg.Env...)
-	env = append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
 	spec := backend.Spec{
 		Agent:     r.cfg.Name,
 		SessionID: r.sessionID,
 		Seq:       r.seq,
 		Dir:       r.wt.Path,
-		Env:       env,
+		Env:       r.sessionEnv(),
 		Prompt:    r.lastPrompt,
 		LogPath:   r.logPath(),
 	}
-	sess, err := r.cfg.Backend.Start(r.stopCtx, spec)
+	r.headBefore = r.head()
+	spec.HeadBefore = r.headBefore
+	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
+	var sess backend.Session
+	if err == nil {
+		sess, err = r.cfg.Backend.Start(r.stopCtx, spec)
+	}
 	if err != nil {
 		r.release()
 		if r.external() {
 			return
 		}
-		r.why = Why{Kind: WhyAfterError, Detail: err.Error()}
-		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: "start: " + err.Error()}), "runner", "")
+		msg := "start: " + err.Error()
+		if errors.Is(err, hooks.ErrBlocked) {
+			msg = err.Error()
+		}
+		r.why = Why{Kind: WhyAfterError, Detail: msg}
+		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
 		return
 	}
 	r.claimed = false
@@ -525,12 +552,17 @@ func (r *Runner) finishSession(stopping bool) {
 		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
 	}
 	out := outcome(res, r.timedOut)
+	headAfter := r.head()
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.OnSessionEnd(SessionRecord{
 			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
-			Stopped: stopping, LogPath: r.logPath(),
+			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter,
 		})
 	}
+	_ = r.hook(hooks.Payload{
+		Event: hooks.SessionEnd, State: r.m.State().Kind.String(), Outcome: out.Kind.String(), Reason: res.Reason,
+		HeadBefore: r.headBefore, HeadAfter: headAfter,
+	})
 	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", out),
 		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
 		zap.Duration("duration", res.Ended.Sub(res.Started)))
@@ -587,6 +619,50 @@ func (r *Runner) cleanup() {
 		r.finishSession(true)
 	}
 	r.release()
+	// Archive and the agent_stopped hook run even while the daemon stops:
+	// only a force stop cuts them short.
+	if path, err := r.cfg.Logs.Archive(r.forceCtx, r.cfg.Name, time.Now()); err != nil {
+		r.log.Error("archive session logs", zap.Error(err))
+	} else if path != "" {
+		r.log.Info("session logs archived", zap.String("archive", path))
+	}
+	r.mu.Lock()
+	reason := r.snap.Reason
+	r.mu.Unlock()
+	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: reason})
+}
+
+// hook runs the hooks of p.Event in the worktree with the session's
+// environment. Only a blocking session_start hook returns an error.
+func (r *Runner) hook(p hooks.Payload) error {
+	if r.cfg.Hooks == nil || r.wt.Path == "" {
+		return nil
+	}
+	p.Agent, p.SessionID, p.Time = r.cfg.Name, r.sessionID, time.Now()
+	if p.Event != hooks.AgentStart && p.Event != hooks.AgentStopped {
+		p.Seq = r.seq
+	}
+	return r.cfg.Hooks.Run(r.forceCtx, r.wt.Path, r.env(), p)
+}
+
+// sessionEnv is what a session adds to the daemon's environment: the
+// configured env and the SWARM_* variables (SPEC §5).
+func (r *Runner) sessionEnv() []string {
+	env := make([]string, 0, len(r.cfg.Env)+2)
+	env = append(env, r.cfg.Env...)
+	return append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
+}
+
+// env is the whole environment of a hook.
+func (r *Runner) env() []string { return append(os.Environ(), r.sessionEnv()...) }
+
+// head is the worktree's HEAD, "" when it cannot be read (logged).
+func (r *Runner) head() string {
+	h, err := r.cfg.Workspace.Head(r.forceCtx, r.cfg.Name)
+	if err != nil {
+		r.log.Warn("read worktree HEAD", zap.Error(err))
+	}
+	return h
 }
 
 // release returns mail claimed by a prompt whose session never started.
@@ -677,9 +753,12 @@ func (r *Runner) session() backend.Session {
 }
 
 func (r *Runner) storePrompt(p string) error {
-	path := filepath.Join(r.cfg.LogDir, strconv.FormatUint(uint64(r.seq), 10)+".prompt.md")
 	r.lastPrompt = p
-	return os.WriteFile(path, []byte(p), 0o644)
+	path := r.cfg.Logs.PromptPath(r.cfg.Name, r.seq)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(p), 0o640)
 }
 
 func timerC(t *time.Timer) <-chan time.Time {
