@@ -101,7 +101,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		},
 		Timeout: cfg.Hooks.Timeout,
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
-	d.router = router.New(d.mail, d.reg, log.Named("router"), 0)
+	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: cfg.DBPath()})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, log); err != nil {
 			return nil, usage(err)
@@ -260,6 +260,9 @@ func (o *logObserver) OnTransition(t runner.Transition) {
 	}
 	if t.Reason != "" {
 		fields = append(fields, zap.String("reason", t.Reason))
+	}
+	if !t.UrgentCommitted.IsZero() {
+		fields = append(fields, zap.Duration("interrupt_latency", t.At.Sub(t.UrgentCommitted)))
 	}
 	if t.To.Kind == agent.CoolingDown {
 		fields = append(fields, zap.Duration("backoff", t.To.Until.Sub(t.At).Round(time.Millisecond)))

@@ -62,7 +62,7 @@ func TestPollRoutesEachUrgentMessageOnce(t *testing.T) {
 	daemonDB := openDB(t, path)
 	sender := openDB(t, path) // another process's connection
 	rec := &recorder{seen: make(chan struct{}, 1)}
-	r := New(daemonDB, rec, nil, 0)
+	r := New(daemonDB, rec, Options{})
 
 	if err := r.Poll(ctx); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestPollRoutesEachUrgentMessageOnce(t *testing.T) {
 	send("alice", "bob", false) // normal mail never interrupts
 	u2 := send("bob", "carol", true)
 	send("alice", "operator", true) // no runner: waits in the mailbox
-	for i := 0; i < 3; i++ {      // repeated polls must not resend
+	for i := 0; i < 3; i++ {        // repeated polls must not resend
 		if err := r.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,8 @@ func TestStartStopRoutesWithinMilliseconds(t *testing.T) {
 	daemonDB := openDB(t, path)
 	sender := openDB(t, path)
 	rec := &recorder{seen: make(chan struct{}, 1)}
-	r := New(daemonDB, rec, nil, time.Millisecond)
+	// A one-hour poll: only the WAL watch can deliver in time.
+	r := New(daemonDB, rec, Options{Interval: time.Hour, DBPath: path})
 	r.Start(ctx)
 	r.Start(ctx) // idempotent
 	defer r.Stop()

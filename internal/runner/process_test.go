@@ -352,3 +352,7 @@ func TestRealSessionStartHookBlocks(t *testing.T) {
 		t.Errorf("mail of %d blocked prompts returned, want 2", n)
 	}
 }
+
+func newBenchSupervisor(b *testing.B) (*proc.Supervisor, error) {
+	return proc.NewSupervisor(b.TempDir(), zap.NewNop())
+}

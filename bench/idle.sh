@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Idle cost of a swarm: N agents whose sessions sleep. Reports the time from
+# `swarmd run` to every agent Running, then the daemon's RSS and CPU over a
+# quiet window, then how long SIGTERM takes.
+# usage: bench/idle.sh [BIN] [AGENTS] [WINDOW_SECONDS]
+set -euo pipefail
+bin=$(realpath "${1:-bin/swarmd}")
+n=${2:-200}
+window=${3:-20}
+work=$(mktemp -d)
+trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+git -C "$work" init -q -b main
+git -C "$work" -c user.name=b -c user.email=b@b.invalid commit -q --allow-empty -m init
+{
+  echo 'listen: ""'
+  echo 'defaults: {backend: sleeper, session_timeout: 24h}'
+  echo 'backends: {sleeper: {type: scripted, steps: [{sleep: 24h}]}}'
+  echo 'agents:'
+  for i in $(seq 1 "$n"); do echo "  - {name: a$i, role: idle}"; done
+} > "$work/swarmd.yaml"
+
+clk=$(getconf CLK_TCK)
+start=$(date +%s.%N)
+"$bin" run --config "$work/swarmd.yaml" --log-format json 2> "$work/log" &
+pid=$!
+while [ "$(grep -c '"to":"Running"' "$work/log" || true)" -lt "$n" ]; do
+  kill -0 "$pid" || { echo "swarmd died"; tail "$work/log"; exit 1; }
+  sleep 0.1
+done
+ready=$(date +%s.%N)
+sleep 2 # let startup garbage settle
+cpu0=$(awk '{print $14+$15}' "/proc/$pid/stat")
+t0=$(date +%s.%N)
+sleep "$window"
+cpu1=$(awk '{print $14+$15}' "/proc/$pid/stat")
+t1=$(date +%s.%N)
+rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+threads=$(awk '/Threads/{print $2}' "/proc/$pid/status")
+kill -TERM "$pid"
+s0=$(date +%s.%N)
+wait "$pid" || true
+s1=$(date +%s.%N)
+awk -v n="$n" -v st="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
+    -v clk="$clk" -v rss="$rss" -v th="$threads" -v s0="$s0" -v s1="$s1" 'BEGIN {
+  printf "agents=%d  start->all Running=%.2fs  idle RSS=%.1f MB  idle CPU=%.2f%% of one core  threads=%d  SIGTERM->exit=%.2fs\n",
+    n, rd-st, rss/1024, 100*(c1-c0)/clk/(t1-t0), th, s1-s0 }'
