@@ -75,7 +75,7 @@ func run(bin string, n, m int, gap time.Duration) error {
 		for sc.Scan() {
 			var l struct {
 				Msg, Agent, To, Event string
-				Latency              float64 `json:"interrupt_latency"`
+				Latency               float64 `json:"interrupt_latency"`
 			}
 			if json.Unmarshal(sc.Bytes(), &l) != nil || l.Msg != "transition" {
 				continue
