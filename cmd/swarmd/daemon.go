@@ -16,6 +16,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
@@ -43,8 +44,22 @@ type daemon struct {
 	router   *router.Router
 	metrics  *metrics.Metrics
 	http     *httpServer
+	journal  *mailbox.Journal
+	control  *control.Server
 	observer runner.Observer
 	ready    atomic.Bool // every agent registered
+	notify   notifier
+
+	// Set by Run before any agent starts.
+	agentCtx  context.Context
+	recovered map[string]recovered
+}
+
+// recovered is what restart recovery carries into an agent's runner.
+type recovered struct {
+	seq           uint32 // first session seq of this run
+	totalErrors   uint32
+	stoppedReason string // non-empty: stays Stopped until swarmd start
 }
 
 // openDaemon takes the state dir lock and opens every shared resource. Errors
@@ -91,7 +106,14 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()})
-	d.observer = observers{&logObserver{log: log}, d.metrics}
+	d.journal = d.mail.NewJournal(mailbox.JournalOptions{OnError: func(err error) {
+		log.Error("event log write", zap.Error(err))
+	}})
+	d.journal.Start()
+	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -115,8 +137,9 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 func (d *daemon) Run(ctx context.Context) error {
 	agentCtx, cancelAgents := context.WithCancel(context.Background())
 	defer cancelAgents()
+	d.agentCtx = agentCtx
 	for _, a := range d.cfg.Agents {
-		r, err := d.newRunner(a)
+		r, err := d.newRunner(a, d.recovered[a.Name])
 		if err != nil {
 			return err
 		}
@@ -128,9 +151,17 @@ func (d *daemon) Run(ctx context.Context) error {
 	d.ready.Store(true)
 	d.router.Start(agentCtx)
 	defer d.router.Stop()
+	var err error
+	if d.control, err = control.Listen(d.cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
+		return err
+	}
+	d.notify.ready()
 	d.log.Info("swarmd running", zap.Int("agents", len(d.cfg.Agents)), zap.String("repo", d.cfg.Repo),
 		zap.String("state_dir", d.cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
+	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
+	defer stopWatchdog()
 	<-ctx.Done()
+	d.notify.stopping()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(d.cfg))
 	defer cancel()
 	if err := d.reg.Shutdown(sctx); err != nil {
@@ -139,7 +170,52 @@ func (d *daemon) Run(ctx context.Context) error {
 	return nil
 }
 
-func (d *daemon) newRunner(a config.Agent) (*runner.Runner, error) {
+// recover closes what a killed daemon left open and reads where every agent
+// was, before anything spawns: sessions still open become orphaned, mail
+// claimed by prompts whose sessions never started is pending again.
+func (d *daemon) recover(ctx context.Context) error {
+	now := time.Now()
+	orphans, err := d.mail.CloseOrphanSessions(ctx, now)
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	for _, o := range orphans {
+		d.log.Warn("session left open by an earlier daemon closed as orphaned",
+			zap.String("agent", o.Agent), zap.String("session", o.SessionID), zap.Uint32("seq", o.Seq))
+		d.journal.Event(mailbox.EventRecord{At: now, Agent: o.Agent, From: "Running", Event: "Recovery", To: "Initializing",
+			Actor: "daemon", Reason: "session " + o.SessionID + " orphaned by a daemon that died", SessionID: o.SessionID, Seq: o.Seq})
+	}
+	n, err := d.mail.ReleaseUnstartedClaims(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	if n > 0 {
+		d.log.Warn("mail claimed by sessions that never started is pending again", zap.Int("messages", n))
+	}
+	recs, err := d.mail.Agents(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	d.recovered = make(map[string]recovered, len(d.cfg.Agents))
+	for _, a := range d.cfg.Agents {
+		seq, err := d.mail.MaxSeq(ctx, a.Name)
+		if err != nil {
+			return fmt.Errorf("recovery: %w", err)
+		}
+		rc := recovered{seq: seq + 1}
+		if rec, ok := recs[a.Name]; ok {
+			rc.totalErrors = rec.TotalErrors
+			if !rec.Resumable() {
+				rc.stoppedReason = rec.StopReason
+				d.log.Warn("agent stays Stopped until swarmd start", zap.String("agent", a.Name), zap.String("reason", rec.StopReason))
+			}
+		}
+		d.recovered[a.Name] = rc
+	}
+	return nil
+}
+
+func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error) {
 	be, ok := d.backends[a.Backend]
 	if !ok {
 		return nil, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
@@ -163,9 +239,12 @@ func (d *daemon) newRunner(a config.Agent) (*runner.Runner, error) {
 			MaxConsecutiveErrors: uint32(a.MaxConsecutiveErrors),
 			MaxTotalErrors:       uint32(a.MaxTotalErrors),
 		},
-		Timeout:     a.SessionTimeout,
-		GracePeriod: a.GracePeriod,
-		Env:         env,
+		Timeout:       a.SessionTimeout,
+		GracePeriod:   a.GracePeriod,
+		Env:           env,
+		FirstSeq:      rc.seq,
+		TotalErrors:   rc.totalErrors,
+		StoppedReason: rc.stoppedReason,
 	})
 }
 
@@ -190,8 +269,14 @@ func (d *daemon) readiness() string {
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.
 func (d *daemon) Close() error {
 	var errs []error
+	if d.control != nil {
+		errs = append(errs, d.control.Close())
+	}
 	if d.http != nil {
 		errs = append(errs, d.http.Close())
+	}
+	if d.journal != nil {
+		errs = append(errs, d.journal.Close())
 	}
 	if d.mail != nil {
 		errs = append(errs, d.mail.Close())

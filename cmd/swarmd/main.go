@@ -95,6 +95,8 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newVersionCommand(s),
 		newMailCommand(s),
 	)
+	root.AddCommand(newOperateCommands(s)...)
+	root.AddCommand(newEventsCommand(s))
 	return root
 }
 

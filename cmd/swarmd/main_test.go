@@ -213,6 +213,19 @@ func treeProcesses(stateDir string) []string {
 	return out
 }
 
+// waitTreeProcesses polls /proc until at least n processes of stateDir run
+// (sessions and the setsid children their scripts start).
+func waitTreeProcesses(t *testing.T, stateDir string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(treeProcesses(stateDir)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("want %d processes of %s, have %v", n, stateDir, treeProcesses(stateDir))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitNoTreeProcesses polls /proc until nothing of stateDir is left.
 func waitNoTreeProcesses(t *testing.T, stateDir string, within time.Duration) {
 	t.Helper()
@@ -274,9 +287,7 @@ func TestRunSIGTERMStopsEveryAgentAndLeavesNothing(t *testing.T) {
 	d.waitLine("alice Running", transitionTo("alice", "Running"))
 	d.waitLine("bob Running", transitionTo("bob", "Running"))
 	stateDir := filepath.Join(repo, ".swarm")
-	if n := len(treeProcesses(stateDir)); n < 4 {
-		t.Fatalf("expected sessions and their setsid children running, found %d processes", n)
-	}
+	waitTreeProcesses(t, stateDir, 4)
 	start := time.Now()
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,9 @@ var (
 	// SQLITE_READONLY) so that callers can say what to fix.
 	ErrDiskFull = errors.New("disk full")
 	ErrReadOnly = errors.New("database is read-only")
+	// ErrJournalClosed is reported (through JournalOptions.OnError) for a
+	// record enqueued after Journal.Close: it is dropped.
+	ErrJournalClosed = errors.New("journal closed")
 )
 
 // ValidationError is a refused message: nothing was stored.

@@ -1,6 +1,7 @@
 // Package mailbox is swarmd's SQLite database (<state_dir>/swarm.db): the
-// messages agents and the operator send each other, and the schema
-// migrations that later tables (agents, sessions, events) build on.
+// messages agents and the operator send each other, the daemon's persistent
+// state (agents, sessions and the event log, written by a Journal and read
+// back for restart recovery), and the schema migrations.
 //
 // The file is shared by the daemon and by many short-lived `swarmd mail`
 // processes, so every guarantee here holds across processes: writes run in

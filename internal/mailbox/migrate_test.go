@@ -131,7 +131,7 @@ func TestAddingAMigration(t *testing.T) {
 	}
 
 	good := withMigrations(t, map[string]string{
-		fmt.Sprintf("%04d_agents.sql", next): `CREATE TABLE agents (name TEXT PRIMARY KEY) STRICT; INSERT INTO agents VALUES ('alice');`,
+		fmt.Sprintf("%04d_widgets.sql", next): `CREATE TABLE widgets (name TEXT PRIMARY KEY) STRICT; INSERT INTO widgets VALUES ('alice');`,
 	})
 	if err := db.migrate(ctx, good); err != nil {
 		t.Fatal(err)
@@ -142,8 +142,8 @@ func TestAddingAMigration(t *testing.T) {
 	if err := db.migrate(ctx, good); err != nil {
 		t.Fatalf("migrating again: %v", err)
 	}
-	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM agents`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("agents rows = %d, %v; the migration must run exactly once", n, err)
+	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM widgets`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("widgets rows = %d, %v; the migration must run exactly once", n, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,33 @@ func BenchmarkForkExecWaitBaseline(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		f, err := os.OpenFile(filepath.Join(dir, "x.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command("/bin/true")
+		cmd.Stdin = strings.NewReader(prompt)
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Run(); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/session")
+}
+
+// BenchmarkForkExecWaitNewFiles: the baseline plus what every session
+// runner must do per session, on the same filesystem: write the prompt to a
+// new file and the output to a new log file. On disks where creating a file
+// is expensive this, not swarmd, sets the floor.
+func BenchmarkForkExecWaitNewFiles(b *testing.B) {
+	dir := b.TempDir()
+	prompt := "You are bench.\n" + strings.Repeat("context\n", 128)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(i)+".prompt.md"), []byte(prompt), 0o640); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -165,6 +165,11 @@ type Config struct {
 	GracePeriod time.Duration // default 10s
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
 	FirstSeq    uint32        // default 1; restart recovery continues the sequence
+	// Restart recovery: total_errors survives a restart, and an agent that
+	// was stopped by its thresholds or a FatalError stays Stopped (with
+	// this reason) until an operator starts it again.
+	TotalErrors   uint32
+	StoppedReason string
 }
 
 // Errors returned by New.
@@ -233,7 +238,7 @@ func New(cfg Config) (*Runner, error) {
 	r := &Runner{
 		cfg:      cfg,
 		log:      cfg.Logger.With(zap.String("agent", cfg.Name)),
-		m:        agent.New(cfg.Thresholds),
+		m:        agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Initializing}, 0, cfg.TotalErrors),
 		forceCh:  make(chan struct{}),
 		urgentCh: make(chan struct{}, 1),
 		fatalCh:  make(chan string, 1),
@@ -243,7 +248,11 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
 	r.forceCtx, r.forceCancel = context.WithCancel(context.Background())
-	r.snap = Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq, Since: time.Now()}
+	if cfg.StoppedReason != "" {
+		r.m = agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Stopped}, 0, cfg.TotalErrors)
+	}
+	r.snap = Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq, Since: time.Now(),
+		TotalErrors: cfg.TotalErrors, Reason: cfg.StoppedReason}
 	return r, nil
 }
 

@@ -370,3 +370,34 @@ func TestFatalFromVerifyStops(t *testing.T) {
 		}
 	})
 }
+
+func TestRestoredTotalErrorsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.TotalErrors = 19; c.FirstSeq = 42 })
+		h.be.startErr = func(int) error { return errBoom }
+		h.start()
+		<-h.err
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.Stopped || s.TotalErrors != 20 || !strings.Contains(s.Reason, "20 total errors") {
+			t.Fatalf("state %v total %d reason %q", s.State, s.TotalErrors, s.Reason)
+		}
+		if got := h.pr.requests()[0].Seq; got != 42 {
+			t.Errorf("first seq after restart = %d, want 42", got)
+		}
+	})
+}
+
+func TestRestoredStoppedStaysStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.StoppedReason = "5 consecutive errors (max 5)"; c.TotalErrors = 7 })
+		h.start()
+		<-h.err
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.Stopped || s.Reason != "5 consecutive errors (max 5)" || s.TotalErrors != 7 {
+			t.Fatalf("snapshot %+v", s)
+		}
+		if h.be.starts() != 0 || len(h.pr.requests()) != 0 {
+			t.Error("a restored Stopped agent ran")
+		}
+	})
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/registry"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// spawnTimeout is seed 004's spawn timeout: Spawning longer than this shows
+// as spawning-timeout in status.
+const spawnTimeout = 60 * time.Second
+
+// controlAPI is the daemon as the control socket sees it.
+type controlAPI struct{ d *daemon }
+
+var _ control.API = controlAPI{}
+
+func (a controlAPI) Agents() []control.AgentStatus {
+	rs := a.d.reg.Runners()
+	out := make([]control.AgentStatus, 0, len(rs))
+	now := time.Now()
+	for _, r := range rs {
+		out = append(out, a.status(r, now))
+	}
+	return out
+}
+
+func (a controlAPI) Agent(name string) (control.AgentStatus, error) {
+	r, err := a.d.reg.Runner(name)
+	if err != nil {
+		return control.AgentStatus{}, fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
+	}
+	return a.status(r, time.Now()), nil
+}
+
+func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus {
+	s := r.Snapshot()
+	st := control.AgentStatus{
+		Name: s.Agent, State: s.State.Kind.String(), Seq: s.Seq, SessionID: s.SessionID,
+		SessionStarted: s.SessionStarted, ConsecutiveErrors: s.ConsecutiveErrors, TotalErrors: s.TotalErrors,
+		Branch: a.d.trees.Branch(s.Agent), Reason: s.Reason, Since: s.Since,
+	}
+	switch s.State.Kind {
+	case agent.Running, agent.Interrupting:
+		st.LastOutput = r.LastOutput()
+		if s.State.Kind == agent.Running && !st.LastOutput.IsZero() && now.Sub(st.LastOutput) >= a.d.cfg.StallAfter {
+			st.Health = "stalled"
+		}
+	case agent.Spawning:
+		if now.Sub(s.Since) >= spawnTimeout {
+			st.Health = "spawning-timeout"
+		}
+	}
+	return st
+}
+
+func (a controlAPI) StopAgent(name string) error {
+	if err := a.d.reg.Stop(name, "operator"); err != nil {
+		return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
+	}
+	return nil
+}
+
+// StartAgent runs a Stopped agent again with its counters reset; the
+// decision goes into the event log.
+func (a controlAPI) StartAgent(name string) error {
+	return a.d.startAgent(name, "operator")
+}
+
+func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {
+	evs, err := a.d.mail.Events(ctx, mailbox.EventQuery{Agent: agentName, AfterID: after, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]control.Event, len(evs))
+	for i, e := range evs {
+		out[i] = control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
+			Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID}
+	}
+	return out, nil
+}
+
+// startAgent replaces a Stopped agent's runner with a fresh one.
+func (d *daemon) startAgent(name, actor string) error {
+	old, err := d.reg.Runner(name)
+	if err != nil {
+		return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
+	}
+	select {
+	case <-old.Done():
+	default:
+		return fmt.Errorf("%w: agent %s is %s, not Stopped", control.ErrConflict, name, old.Snapshot().State.Kind)
+	}
+	a, ok := d.cfg.Agent(name)
+	if !ok {
+		return fmt.Errorf("%w: %s is no longer in the config", control.ErrUnknownAgent, name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.journal.ResetAgent(ctx, name, time.Now(), actor); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	r, err := d.newRunner(a, recovered{seq: old.Snapshot().Seq + 1})
+	if err != nil {
+		return err
+	}
+	d.metrics.AddAgent(name)
+	if err := d.reg.Register(d.agentCtx, r); err != nil {
+		if errors.Is(err, registry.ErrClosed) {
+			return fmt.Errorf("%w: the daemon is stopping", control.ErrConflict)
+		}
+		return err
+	}
+	d.log.Info("agent started by "+actor, zap.String("agent", name))
+	return nil
+}
+
+// journalObserver writes every transition, agent state and session to
+// swarm.db through the batching journal (off the runner's hot path).
+type journalObserver struct{ j *mailbox.Journal }
+
+func (o journalObserver) OnTransition(t runner.Transition) {
+	o.j.Event(mailbox.EventRecord{
+		At: t.At, Agent: t.Agent, From: t.From.Kind.String(), Event: t.Event.Kind.String(), To: t.To.Kind.String(),
+		Effect: effectName(t.Effect), Actor: t.Actor, Reason: t.Reason, SessionID: t.SessionID, Seq: t.Seq,
+	})
+	rec := mailbox.AgentRecord{
+		Name: t.Agent, State: t.To.Kind.String(), Seq: t.Seq, ConsecutiveErrors: t.ConsecutiveErrors,
+		TotalErrors: t.TotalErrors, UpdatedAt: t.At,
+	}
+	if t.To.Kind == agent.Stopped {
+		rec.StopKind, rec.StopReason = mailbox.StopOperator, t.Reason
+		if t.Event.Kind != agent.OperatorStop {
+			rec.StopKind = mailbox.StopFatal // thresholds or FatalError: stays Stopped across restarts
+		}
+	}
+	o.j.Agent(rec)
+	if t.Event.Kind == agent.SessionStarted {
+		o.j.SessionStarted(mailbox.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At})
+	}
+}
+
+func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
+	ended := s.Result.Ended
+	o.j.SessionEnded(mailbox.SessionRecord{
+		SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Result.Started, Ended: &ended,
+		Outcome: strings.ToLower(s.Outcome.Kind.String()), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
+		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),
+		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
+	})
+}
+
+func effectName(e agent.SideEffect) string {
+	if e.Kind == agent.NoEffect {
+		return ""
+	}
+	return e.Kind.String()
+}

@@ -1,0 +1,212 @@
+// Package control is the daemon's control socket, <state_dir>/swarmd.sock:
+// HTTP and JSON over a unix socket with mode 0600, so that only the user
+// running swarmd can steer it. The operator commands (status, stop, start,
+// events -f) are its clients.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// AgentStatus is one row of `swarmd status`.
+type AgentStatus struct {
+	Name              string    `json:"name"`
+	State             string    `json:"state"`
+	Seq               uint32    `json:"seq"`
+	SessionID         string    `json:"session_id,omitempty"`
+	SessionStarted    time.Time `json:"session_started,omitzero"`
+	LastOutput        time.Time `json:"last_output,omitzero"`
+	ConsecutiveErrors uint32    `json:"consecutive_errors"`
+	TotalErrors       uint32    `json:"total_errors"`
+	Branch            string    `json:"branch"`
+	Reason            string    `json:"reason,omitempty"`
+	Since             time.Time `json:"since"`
+	// Health is seed 004's visual classification: "stalled" for a Running
+	// session silent for stall_after, "spawning-timeout" for Spawning over
+	// 60 s, "" otherwise.
+	Health string `json:"health,omitempty"`
+}
+
+// Event is one line of the lifecycle event log.
+type Event struct {
+	ID        int64     `json:"id"`
+	At        time.Time `json:"at"`
+	Agent     string    `json:"agent"`
+	From      string    `json:"from"`
+	Event     string    `json:"event"`
+	To        string    `json:"to"`
+	Effect    string    `json:"effect,omitempty"`
+	Actor     string    `json:"actor"`
+	Reason    string    `json:"reason,omitempty"`
+	SessionID string    `json:"session_id,omitempty"`
+}
+
+// API is what the daemon exposes on the socket.
+type API interface {
+	Agents() []AgentStatus
+	Agent(name string) (AgentStatus, error)
+	StopAgent(name string) error
+	StartAgent(name string) error
+	Events(ctx context.Context, agent string, afterID int64, limit int) ([]Event, error)
+}
+
+// Errors an API returns that map to HTTP statuses.
+var (
+	ErrUnknownAgent = errors.New("unknown agent")
+	ErrConflict     = errors.New("conflict")
+)
+
+// Server serves API on a unix socket.
+type Server struct {
+	path string
+	ln   net.Listener
+	srv  *http.Server
+	log  *zap.Logger
+	done chan struct{}
+	once sync.Once
+}
+
+// followPoll is how often a followed event stream looks for new events.
+const followPoll = 200 * time.Millisecond
+
+// Listen creates the socket (replacing a stale one: the state-dir lock
+// guarantees no other daemon uses it) and serves api until Close.
+func Listen(path string, api API, log *zap.Logger) (*Server, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control: remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control: listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control: chmod socket: %w", err)
+	}
+	s := &Server{path: path, ln: ln, log: log, done: make(chan struct{})}
+	s.srv = &http.Server{Handler: s.routes(api), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("control socket", zap.Error(err))
+		}
+	}()
+	return s, nil
+}
+
+// Close stops serving (ending followed streams) and removes the socket.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err = s.srv.Shutdown(ctx)
+		if err != nil {
+			err = s.srv.Close()
+		}
+		<-s.done
+		_ = os.Remove(s.path)
+	})
+	return err
+}
+
+func (s *Server) routes(api API) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, api.Agents())
+	})
+	mux.HandleFunc("GET /v1/agents/{name}", func(w http.ResponseWriter, r *http.Request) {
+		a, err := api.Agent(r.PathValue("name"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, a)
+	})
+	mux.HandleFunc("POST /v1/agents/{name}/stop", func(w http.ResponseWriter, r *http.Request) {
+		if err := api.StopAgent(r.PathValue("name")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("POST /v1/agents/{name}/start", func(w http.ResponseWriter, r *http.Request) {
+		if err := api.StartAgent(r.PathValue("name")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
+		limit, _ := strconv.Atoi(q.Get("limit"))
+		follow := q.Get("follow") == "1"
+		agent := q.Get("agent")
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		enc := json.NewEncoder(w)
+		flusher, _ := w.(http.Flusher)
+		for {
+			evs, err := api.Events(r.Context(), agent, after, limit)
+			if err != nil {
+				if r.Context().Err() == nil {
+					s.log.Warn("control: events", zap.Error(err))
+				}
+				return
+			}
+			for _, e := range evs {
+				if err := enc.Encode(e); err != nil {
+					return
+				}
+				after = e.ID
+			}
+			if !follow {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(followPoll):
+			}
+		}
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrUnknownAgent):
+		code = http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		code = http.StatusConflict
+	}
+	writeJSON(w, code, errorBody{Error: err.Error()})
+}

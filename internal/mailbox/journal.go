@@ -1,0 +1,520 @@
+package mailbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Journal defaults.
+const (
+	DefaultFlushInterval = 20 * time.Millisecond
+	DefaultMaxBatch      = 1000
+)
+
+// maxRetryBackoff caps the wait between attempts at a failing batch.
+const maxRetryBackoff = time.Second
+
+// JournalOptions configure NewJournal.
+type JournalOptions struct {
+	// FlushInterval is how long the writer gathers records after the first
+	// one arrives before committing them. Zero means DefaultFlushInterval.
+	FlushInterval time.Duration
+	// MaxBatch bounds the records in one transaction, so that a burst does
+	// not hold the write lock that ConsumeForPrompt and `swarmd mail` wait
+	// on; a full batch is written at once. Zero means DefaultMaxBatch.
+	MaxBatch int
+	// OnError hears of every failed batch (the writer keeps the records and
+	// retries) and every record dropped after Close. It runs on the writer
+	// or an enqueuing goroutine, so it must be quick and must not call the
+	// Journal. Nil ignores them; Flush and Close still return write errors.
+	OnError func(error)
+}
+
+// Journal writes events, agent rows and session rows to swarm.db off the
+// caller's goroutine: enqueueing appends to memory under a mutex, and one
+// writer goroutine commits what has gathered, one BEGIN IMMEDIATE
+// transaction per batch. Nothing is lost on a clean shutdown: Close writes
+// everything queued. A kill -9 loses at most the last FlushInterval.
+//
+// Events commit in the order they were enqueued, a session's start before
+// its end, and an agent's latest row last.
+type Journal struct {
+	db       *DB
+	interval time.Duration
+	maxBatch int
+	onError  func(error)
+
+	mu       sync.Mutex
+	events   []EventRecord
+	agents   []AgentRecord
+	sessions []sessionOp
+	n        int // queued records of all kinds
+	started  bool
+	closed   bool
+
+	wake chan struct{} // the queue became non-empty
+	full chan struct{} // the queue reached maxBatch
+	stop chan struct{}
+	done chan struct{}
+
+	// sem is held while taking and writing the queue (by the writer
+	// goroutine, Flush, ResetAgent and Close), so that batches commit in the
+	// order they were taken.
+	sem chan struct{}
+	// Guarded by sem: emptied buffers kept for the next swap, so that
+	// steady-state enqueueing does not allocate, and the statements.
+	spareEvents   []EventRecord
+	spareAgents   []AgentRecord
+	spareSessions []sessionOp
+	stmts         [numStmts]*sql.Stmt
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type sessionOp struct {
+	rec   SessionRecord
+	ended bool
+}
+
+const (
+	stmtEvent = iota
+	stmtAgent
+	stmtSessionStart
+	stmtSessionEnd
+	numStmts
+)
+
+const insertEventSQL = `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+var stmtSQL = [numStmts]string{
+	stmtEvent: insertEventSQL,
+	stmtAgent: `INSERT INTO agents (name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET state = excluded.state, session_seq = excluded.session_seq,
+	consecutive_errors = excluded.consecutive_errors, total_errors = excluded.total_errors,
+	stop_kind = excluded.stop_kind, stop_reason = excluded.stop_reason, updated_at = excluded.updated_at`,
+	// A start never overwrites what an end already wrote.
+	stmtSessionStart: `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET agent = excluded.agent, seq = excluded.seq,
+	started_at = excluded.started_at, head_before = excluded.head_before, log_path = excluded.log_path`,
+	// An end keeps the start's head_before and log_path when it has none.
+	stmtSessionEnd: `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal,
+	abort_reason, reason, duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome,
+	exit_code = excluded.exit_code, signal = excluded.signal, abort_reason = excluded.abort_reason,
+	reason = excluded.reason, duration_ms = excluded.duration_ms,
+	head_before = IIF(excluded.head_before = '', head_before, excluded.head_before),
+	head_after = excluded.head_after,
+	log_path = IIF(excluded.log_path = '', log_path, excluded.log_path),
+	tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out,
+	cost_usd = excluded.cost_usd, tool_calls = excluded.tool_calls`,
+}
+
+// NewJournal returns a Journal writing to db. Records enqueued before Start
+// wait for it (or for Flush or Close). Close the Journal before the DB.
+func (db *DB) NewJournal(opts JournalOptions) *Journal {
+	j := &Journal{
+		db:       db,
+		interval: opts.FlushInterval,
+		maxBatch: opts.MaxBatch,
+		onError:  opts.OnError,
+		wake:     make(chan struct{}, 1),
+		full:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		sem:      make(chan struct{}, 1),
+	}
+	if j.interval <= 0 {
+		j.interval = DefaultFlushInterval
+	}
+	if j.maxBatch <= 0 {
+		j.maxBatch = DefaultMaxBatch
+	}
+	return j
+}
+
+// Start starts the writer goroutine. It is idempotent, and does nothing
+// after Close.
+func (j *Journal) Start() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.started || j.closed {
+		return
+	}
+	j.started = true
+	go j.run()
+}
+
+// Event enqueues one transition. It never waits for SQLite.
+func (j *Journal) Event(e EventRecord) {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		j.dropped("event " + e.Event + " of " + e.Agent)
+		return
+	}
+	j.events = append(j.events, e)
+	j.n++
+	n := j.n
+	j.mu.Unlock()
+	j.signal(n)
+}
+
+// Agent enqueues an upsert of the agent's row. Of several queued for one
+// agent, only the latest is written.
+func (j *Journal) Agent(a AgentRecord) {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		j.dropped("agent row of " + a.Name)
+		return
+	}
+	j.agents = append(j.agents, a)
+	j.n++
+	n := j.n
+	j.mu.Unlock()
+	j.signal(n)
+}
+
+// SessionStarted enqueues the insert of a session's row: its id, agent, seq,
+// Started, HeadBefore and LogPath.
+func (j *Journal) SessionStarted(s SessionRecord) { j.session(s, false) }
+
+// SessionEnded enqueues the end of a session: it updates the row, or
+// inserts the whole record if the start was never written.
+func (j *Journal) SessionEnded(s SessionRecord) { j.session(s, true) }
+
+func (j *Journal) session(s SessionRecord, ended bool) {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		j.dropped("session " + s.SessionID)
+		return
+	}
+	j.sessions = append(j.sessions, sessionOp{rec: s, ended: ended})
+	j.n++
+	n := j.n
+	j.mu.Unlock()
+	j.signal(n)
+}
+
+// signal wakes the writer when the queue becomes non-empty (it then waits
+// FlushInterval for more) and again when it holds a full batch. Between the
+// two, enqueueing touches no channel.
+func (j *Journal) signal(n int) {
+	if n == 1 {
+		select {
+		case j.wake <- struct{}{}:
+		default:
+		}
+	}
+	if n == j.maxBatch {
+		select {
+		case j.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (j *Journal) dropped(what string) {
+	if j.onError != nil {
+		j.onError(fmt.Errorf("mailbox: journal: %w: %s dropped", ErrJournalClosed, what))
+	}
+}
+
+func (j *Journal) run() {
+	defer close(j.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	t.Stop()
+	var backoff time.Duration
+	for {
+		if backoff == 0 {
+			select {
+			case <-j.wake:
+			case <-j.stop:
+				return
+			}
+			t.Reset(j.interval)
+			select {
+			case <-t.C:
+			case <-j.full:
+				t.Stop()
+			case <-j.stop:
+				return // Close writes the rest
+			}
+		} else {
+			t.Reset(backoff)
+			select {
+			case <-t.C:
+			case <-j.stop:
+				return
+			}
+		}
+		// No deadline: SQLite's busy timeout bounds a wait for the lock,
+		// and Close waits for this batch rather than abandon it.
+		if err := j.write(context.Background()); err != nil {
+			if j.onError != nil {
+				j.onError(err)
+			}
+			backoff = min(max(2*backoff, j.interval), maxRetryBackoff)
+		} else {
+			backoff = 0
+		}
+	}
+}
+
+// Flush returns once everything enqueued before the call is committed, or
+// with the error that kept it from being (the records stay queued, and the
+// writer retries them).
+func (j *Journal) Flush(ctx context.Context) error { return j.write(ctx) }
+
+// ResetAgent is DB.ResetAgent ordered after everything the journal holds:
+// it commits the queue first, so that an agent row enqueued before the reset
+// cannot overwrite it afterwards.
+func (j *Journal) ResetAgent(ctx context.Context, name string, now time.Time, actor string) error {
+	if err := j.acquire(ctx); err != nil {
+		return fmt.Errorf("mailbox: reset agent %s: %w", name, err)
+	}
+	defer j.release()
+	if err := j.writeLocked(ctx); err != nil {
+		return err
+	}
+	return j.db.ResetAgent(ctx, name, now, actor)
+}
+
+// Close writes everything queued and stops the writer. It is idempotent.
+// Records enqueued after Close are dropped (and reported to OnError).
+func (j *Journal) Close() error {
+	j.closeOnce.Do(func() {
+		j.mu.Lock()
+		j.closed = true
+		started := j.started
+		j.mu.Unlock()
+		if started {
+			close(j.stop)
+			<-j.done
+		}
+		// A Flush or ResetAgent may hold sem; the writer no longer does.
+		_ = j.acquire(context.Background())
+		defer j.release()
+		err := j.writeLocked(context.Background())
+		if err != nil {
+			j.mu.Lock()
+			n := j.n
+			j.mu.Unlock()
+			err = fmt.Errorf("%w (%d journal records not written)", err, n)
+		}
+		for i, st := range j.stmts {
+			if st != nil {
+				err = errors.Join(err, st.Close())
+				j.stmts[i] = nil
+			}
+		}
+		j.closeErr = err
+	})
+	return j.closeErr
+}
+
+func (j *Journal) acquire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err // select would pick at random between a free sem and a done ctx
+	}
+	select {
+	case j.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (j *Journal) release() { <-j.sem }
+
+func (j *Journal) write(ctx context.Context) error {
+	if err := j.acquire(ctx); err != nil {
+		return fmt.Errorf("mailbox: journal: flush: %w", err)
+	}
+	defer j.release()
+	return j.writeLocked(ctx)
+}
+
+// writeLocked commits everything queued, in batches of at most maxBatch. On
+// failure the records not committed go back to the front of the queue.
+func (j *Journal) writeLocked(ctx context.Context) error {
+	evs, ags, sss := j.take()
+	err := j.commit(ctx, evs, latestAgents(ags), sss)
+	j.recycle(evs, ags, sss)
+	return err
+}
+
+// take swaps the queue for the spare buffers. The caller holds sem.
+func (j *Journal) take() ([]EventRecord, []AgentRecord, []sessionOp) {
+	j.mu.Lock()
+	evs, ags, sss := j.events, j.agents, j.sessions
+	j.events, j.agents, j.sessions = j.spareEvents, j.spareAgents, j.spareSessions
+	j.n = 0
+	j.mu.Unlock()
+	j.spareEvents, j.spareAgents, j.spareSessions = nil, nil, nil
+	return evs, ags, sss
+}
+
+// recycle keeps taken buffers as the next spares. The caller holds sem.
+func (j *Journal) recycle(evs []EventRecord, ags []AgentRecord, sss []sessionOp) {
+	j.spareEvents = reuse(evs, j.maxBatch)
+	j.spareAgents = reuse(ags, j.maxBatch)
+	j.spareSessions = reuse(sss, j.maxBatch)
+}
+
+func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentRecord, sss []sessionOp) error {
+	for len(evs)+len(ags)+len(sss) > 0 {
+		room := j.maxBatch
+		ns := min(len(sss), room)
+		room -= ns
+		na := min(len(ags), room)
+		room -= na
+		ne := min(len(evs), room)
+		if err := j.commitBatch(ctx, sss[:ns], ags[:na], evs[:ne]); err != nil {
+			j.requeue(evs, ags, sss)
+			return err
+		}
+		sss, ags, evs = sss[ns:], ags[na:], evs[ne:]
+	}
+	return nil
+}
+
+func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentRecord, evs []EventRecord) error {
+	wrap := func(err error) error {
+		return j.db.wrap(fmt.Sprintf("journal: write %d records", len(sss)+len(ags)+len(evs)), err)
+	}
+	if err := j.prepare(ctx); err != nil {
+		return err
+	}
+	tx, err := j.db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(err)
+	}
+	defer tx.Rollback()
+	if len(sss) > 0 {
+		start := tx.StmtContext(ctx, j.stmts[stmtSessionStart])
+		end := tx.StmtContext(ctx, j.stmts[stmtSessionEnd])
+		for _, op := range sss {
+			s := op.rec
+			if !op.ended {
+				_, err = start.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), s.HeadBefore, s.LogPath)
+			} else {
+				_, err = end.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), endedAt(s),
+					s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
+					s.HeadBefore, s.HeadAfter, s.LogPath,
+					nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls))
+			}
+			if err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	if len(ags) > 0 {
+		st := tx.StmtContext(ctx, j.stmts[stmtAgent])
+		for _, a := range ags {
+			if _, err := st.ExecContext(ctx, a.Name, a.State, int64(a.Seq), int64(a.ConsecutiveErrors),
+				int64(a.TotalErrors), a.StopKind, a.StopReason, fmtTime(a.UpdatedAt)); err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	if len(evs) > 0 {
+		st := tx.StmtContext(ctx, j.stmts[stmtEvent])
+		for i := range evs {
+			e := &evs[i]
+			if _, err := st.ExecContext(ctx, fmtTime(e.At), e.Agent, e.From, e.Event, e.To, e.Effect,
+				e.Actor, e.Reason, e.SessionID, int64(e.Seq)); err != nil {
+				return wrap(err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// prepare prepares the statements once on the write connection. It must
+// run outside a transaction: the pool's one connection would be taken.
+func (j *Journal) prepare(ctx context.Context) error {
+	for i, q := range stmtSQL {
+		if j.stmts[i] != nil {
+			continue
+		}
+		st, err := j.db.write.PrepareContext(ctx, q)
+		if err != nil {
+			return j.db.wrap("journal: prepare", err)
+		}
+		j.stmts[i] = st
+	}
+	return nil
+}
+
+// endedAt is the end time of an ended session; an end without a time is
+// its start plus its duration.
+func endedAt(s SessionRecord) string {
+	if s.Ended != nil {
+		return fmtTime(*s.Ended)
+	}
+	return fmtTime(s.Started.Add(s.Duration))
+}
+
+// requeue puts records that were not committed back in front of those
+// enqueued since, and wakes the writer for them (a failed Flush leaves them
+// to it).
+func (j *Journal) requeue(evs []EventRecord, ags []AgentRecord, sss []sessionOp) {
+	j.mu.Lock()
+	j.events = slices.Concat(evs, j.events)
+	j.agents = slices.Concat(ags, j.agents)
+	j.sessions = slices.Concat(sss, j.sessions)
+	j.n += len(evs) + len(ags) + len(sss)
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+// latestAgents keeps the last row of each agent, in place, in the order of
+// those last rows.
+func latestAgents(ags []AgentRecord) []AgentRecord {
+	if len(ags) < 2 {
+		return ags
+	}
+	last := make(map[string]int, len(ags))
+	for i, a := range ags {
+		last[a.Name] = i
+	}
+	if len(last) == len(ags) {
+		return ags
+	}
+	out := ags[:0]
+	for i, a := range ags {
+		if last[a.Name] == i {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// reuse empties a written buffer for reuse, dropping its references so the
+// strings can be collected, unless a burst made it large.
+func reuse[T any](s []T, maxBatch int) []T {
+	if cap(s) > 4*maxBatch {
+		return nil
+	}
+	clear(s[:cap(s)])
+	return s[:0]
+}

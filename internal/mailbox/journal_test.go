@@ -1,0 +1,636 @@
+package mailbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+
+// startJournal starts a journal on db and closes it when the test ends.
+func startJournal(t testing.TB, db *DB, opts JournalOptions) *Journal {
+	t.Helper()
+	j := db.NewJournal(opts)
+	j.Start()
+	t.Cleanup(func() {
+		if err := j.Close(); err != nil {
+			t.Errorf("journal Close: %v", err)
+		}
+	})
+	return j
+}
+
+// never keeps the writer from committing on its own within a test: only a
+// full batch, Flush or Close writes.
+const never = time.Hour
+
+func ev(agent string, seq uint32, event string) EventRecord {
+	return EventRecord{
+		At: t0.Add(time.Duration(seq) * time.Millisecond), Agent: agent, From: "Running", Event: event,
+		To: "Evaluating", Effect: "None", Actor: "runner", Reason: "exit 0", SessionID: fmt.Sprintf("%s-%d-abc", agent, seq), Seq: seq,
+	}
+}
+
+func countTable(t testing.TB, db *DB, table string) int {
+	t.Helper()
+	var n int
+	if err := db.read.QueryRow(`SELECT COUNT(*) FROM ` + table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+func TestJournalRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+
+	// Events: every field, and order across agents.
+	var want []EventRecord
+	for i := range uint32(6) {
+		e := ev([]string{"alice", "bob"}[i%2], i+1, fmt.Sprint("E", i))
+		want = append(want, e)
+		j.Event(e)
+	}
+	// Agents: only the latest row per agent survives a batch.
+	for i := range uint32(3) {
+		j.Agent(AgentRecord{Name: "alice", State: fmt.Sprint("S", i), Seq: i, ConsecutiveErrors: i, TotalErrors: 10 + i, UpdatedAt: t0.Add(time.Duration(i) * time.Second)})
+	}
+	j.Agent(AgentRecord{Name: "bob", State: "Stopped", Seq: 4, ConsecutiveErrors: 5, TotalErrors: 7,
+		StopKind: StopFatal, StopReason: "5 consecutive errors", UpdatedAt: t0})
+	j.SessionStarted(SessionRecord{SessionID: "alice-3-abc", Agent: "alice", Seq: 3, Started: t0, HeadBefore: "aaaa", LogPath: "/s/logs/alice/3.log"})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := db.Events(ctx, EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d", len(got), len(want))
+	}
+	for i, g := range got {
+		w := want[i]
+		w.ID, w.At = g.ID, w.At.Truncate(time.Microsecond)
+		if g != w {
+			t.Errorf("event %d = %+v\nwant %+v", i, g, w)
+		}
+		if i > 0 && g.ID <= got[i-1].ID {
+			t.Errorf("ids not increasing: %d after %d", g.ID, got[i-1].ID)
+		}
+	}
+	bobs, err := db.Events(ctx, EventQuery{Agent: "bob", AfterID: got[1].ID, Limit: 1})
+	if err != nil || len(bobs) != 1 || bobs[0].ID != got[3].ID {
+		t.Fatalf("Events(bob, after %d, limit 1) = %+v, %v; want event %d", got[1].ID, bobs, err, got[3].ID)
+	}
+
+	agents, err := db.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAlice := AgentRecord{Name: "alice", State: "S2", Seq: 2, ConsecutiveErrors: 2, TotalErrors: 12, UpdatedAt: t0.Add(2 * time.Second).Truncate(time.Microsecond)}
+	if len(agents) != 2 || agents["alice"] != wantAlice || agents["bob"].StopKind != StopFatal || agents["bob"].Resumable() {
+		t.Fatalf("agents = %+v\nwant alice %+v and bob fatally stopped", agents, wantAlice)
+	}
+	// A later batch updates the row.
+	j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 3, StopKind: StopOperator, UpdatedAt: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if agents, _ = db.Agents(ctx); agents["alice"].State != "Stopped" || !agents["alice"].Resumable() || len(agents) != 2 {
+		t.Fatalf("after update: %+v", agents)
+	}
+
+	// Session: start, then end.
+	ss, err := db.Sessions(ctx, "alice", 0)
+	if err != nil || len(ss) != 1 || ss[0].Ended != nil || ss[0].Outcome != "" || ss[0].HeadBefore != "aaaa" {
+		t.Fatalf("started session = %+v, %v", ss, err)
+	}
+	end := t0.Add(90 * time.Second)
+	j.SessionEnded(SessionRecord{SessionID: "alice-3-abc", Agent: "alice", Seq: 3, Started: t0, Ended: &end,
+		Outcome: OutcomeError, ExitCode: -1, Signal: "SIGKILL", AbortReason: "killed", Reason: "killed by SIGKILL",
+		Duration: 90*time.Second + 7*time.Millisecond, HeadAfter: "bbbb", TokensIn: 1200, TokensOut: 300, CostUSD: 0.25, ToolCalls: 9})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ss, err = db.Sessions(ctx, "alice", 0)
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("sessions = %+v, %v", ss, err)
+	}
+	s := ss[0]
+	if s.Ended == nil || !s.Ended.Equal(end.Truncate(time.Microsecond)) || s.Outcome != OutcomeError || s.ExitCode != -1 || s.Signal != "SIGKILL" ||
+		s.AbortReason != "killed" || s.Duration != 90*time.Second+7*time.Millisecond || s.HeadAfter != "bbbb" ||
+		s.TokensIn != 1200 || s.TokensOut != 300 || s.CostUSD != 0.25 || s.ToolCalls != 9 {
+		t.Fatalf("ended session = %+v", s)
+	}
+	// The end carried no HeadBefore or LogPath; the start's are kept.
+	if s.HeadBefore != "aaaa" || s.LogPath != "/s/logs/alice/3.log" || !s.Started.Equal(t0.Truncate(time.Microsecond)) {
+		t.Fatalf("end overwrote the start: %+v", s)
+	}
+}
+
+// TestJournalSessionEndWithoutStart: an end whose start was never written
+// (or is in the same batch) still leaves one complete row.
+func TestJournalSessionEndWithoutStart(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+
+	j.SessionStarted(SessionRecord{SessionID: "a-1", Agent: "alice", Seq: 1, Started: t0, LogPath: "1.log"})
+	j.SessionEnded(SessionRecord{SessionID: "a-1", Agent: "alice", Seq: 1, Started: t0, Duration: time.Minute, Outcome: OutcomeSuccess})
+	j.SessionEnded(SessionRecord{SessionID: "b-1", Agent: "bob", Seq: 1, Started: t0, Duration: time.Minute, Outcome: OutcomeTimeout, LogPath: "b.log"})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := db.Sessions(ctx, "", 0)
+	if err != nil || len(ss) != 2 {
+		t.Fatalf("sessions = %+v, %v", ss, err)
+	}
+	wantEnd := t0.Add(time.Minute).Truncate(time.Microsecond)
+	for _, s := range ss {
+		if s.Ended == nil || !s.Ended.Equal(wantEnd) || s.Outcome == "" || s.LogPath == "" ||
+			s.TokensIn != 0 || s.CostUSD != 0 || s.ToolCalls != 0 {
+			t.Errorf("session %+v: want ended at start+duration, with its log path", s)
+		}
+	}
+	// Unreported figures are NULL, not zero.
+	var nulls int
+	if err := db.read.QueryRow(`SELECT COUNT(*) FROM sessions WHERE tokens_in IS NULL AND cost_usd IS NULL AND tool_calls IS NULL`).Scan(&nulls); err != nil || nulls != 2 {
+		t.Fatalf("rows with NULL figures = %d, %v; want 2", nulls, err)
+	}
+}
+
+// TestJournalCloseFlushesLargeQueue: a burst far beyond a batch, enqueued
+// faster than it can be written, is all on disk after Close, in order.
+func TestJournalCloseFlushesLargeQueue(t *testing.T) {
+	const n = 50000
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openTest(t, path, Options{})
+	var (
+		mu      sync.Mutex
+		reports []error
+	)
+	j := db.NewJournal(JournalOptions{OnError: func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() }})
+	j.Start()
+	e := ev("alice", 0, "SessionExited")
+	start := time.Now()
+	for i := range uint32(n) {
+		e.Seq = i
+		j.Event(e)
+	}
+	enqueue := time.Since(start)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("enqueued %d events in %v, closed after %v", n, enqueue, time.Since(start))
+	if err := j.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	j.Event(e) // after Close: dropped, and said so
+	mu.Lock()
+	if len(reports) != 1 || !errors.Is(reports[0], ErrJournalClosed) {
+		t.Fatalf("OnError reports = %v, want one ErrJournalClosed", reports)
+	}
+	mu.Unlock()
+	db.Close()
+
+	db2 := openTest(t, path, Options{})
+	var count, inOrder int
+	if err := db2.read.QueryRow(`SELECT COUNT(*), COUNT(*) FILTER (WHERE seq = id - 1) FROM events`).Scan(&count, &inOrder); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || inOrder != n {
+		t.Fatalf("after reopen: %d events, %d in enqueue order; want %d", count, inOrder, n)
+	}
+	if _, err := db2.Events(ctx, EventQuery{Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJournalCloseWithoutStart: a journal whose writer never ran still
+// writes everything on Close, and Start after Close does nothing.
+func TestJournalCloseWithoutStart(t *testing.T) {
+	db := openTest(t, "", Options{})
+	j := db.NewJournal(JournalOptions{MaxBatch: 7})
+	for i := range uint32(100) {
+		j.Event(ev("bob", i, "X"))
+	}
+	j.Agent(AgentRecord{Name: "bob", State: "Running", UpdatedAt: t0})
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j.Start() // must not start a goroutine (goleak checks)
+	if n := countTable(t, db, "events"); n != 100 {
+		t.Fatalf("%d events, want 100", n)
+	}
+	if n := countTable(t, db, "agents"); n != 1 {
+		t.Fatalf("%d agents, want 1", n)
+	}
+}
+
+func TestJournalFlush(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openTest(t, path, Options{})
+	other := openTest(t, path, Options{}) // another handle: what another process sees
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+
+	for i := range uint32(10) {
+		j.Event(ev("alice", i, "X"))
+	}
+	if n := countTable(t, other, "events"); n != 0 {
+		t.Fatalf("%d events visible before any flush (interval %v, batch not full)", n, never)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := j.Flush(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Flush(cancelled) = %v, want context.Canceled", err)
+	}
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countTable(t, other, "events"); n != 10 {
+		t.Fatalf("after Flush, another handle sees %d events, want 10", n)
+	}
+	if err := j.Flush(ctx); err != nil { // nothing queued
+		t.Fatal(err)
+	}
+
+	// A full batch is written without waiting for the interval.
+	full := startJournal(t, db, JournalOptions{FlushInterval: never, MaxBatch: 50})
+	for i := range uint32(50) {
+		full.Event(ev("bob", i, "Y"))
+	}
+	waitFor(t, "a full batch to commit", func() bool { return countTable(t, other, "events") == 60 })
+}
+
+// TestJournalWritesOnItsOwn: without Flush, the writer commits within about
+// FlushInterval.
+func TestJournalWritesOnItsOwn(t *testing.T) {
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: 5 * time.Millisecond})
+	for round := 1; round <= 3; round++ {
+		j.Event(ev("alice", uint32(round), "X"))
+		waitFor(t, "the writer to commit", func() bool { return countTable(t, db, "events") == round })
+	}
+}
+
+// TestJournalRetriesFailedBatch makes SQLite refuse inserts (a trigger),
+// then lets them through: nothing is lost, nothing reordered, and both the
+// writer and Flush report the failure.
+func TestJournalRetriesFailedBatch(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	failed := make(chan error, 100)
+	j := startJournal(t, db, JournalOptions{FlushInterval: time.Millisecond, MaxBatch: 3, OnError: func(err error) {
+		select {
+		case failed <- err:
+		default:
+		}
+	}})
+	if _, err := db.SQL().Exec(`CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint32(5) {
+		j.Event(ev("alice", i, "X"))
+	}
+	select {
+	case err := <-failed:
+		if !strings.Contains(err.Error(), "injected failure") || !strings.HasPrefix(err.Error(), "mailbox: journal: write") {
+			t.Fatalf("OnError(%v): want the SQLite error, naming the operation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer did not report the failing batch")
+	}
+	if err := j.Flush(ctx); err == nil || !strings.Contains(err.Error(), "injected failure") {
+		t.Fatalf("Flush while inserts fail = %v, want the failure", err)
+	}
+	for i := range uint32(5) {
+		j.Event(ev("alice", 5+i, "X"))
+	}
+	if _, err := db.SQL().Exec(`DROP TRIGGER refuse`); err != nil {
+		t.Fatal(err)
+	}
+	// The writer retries on its own.
+	waitFor(t, "the writer to retry", func() bool { return countTable(t, db, "events") == 10 })
+	got, err := db.Events(ctx, EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if e.Seq != uint32(i) {
+			t.Fatalf("event %d has seq %d: retried records were reordered", i, e.Seq)
+		}
+	}
+}
+
+// TestJournalConcurrentEnqueue: 16 goroutines enqueue and flush at once;
+// every record lands once, each goroutine's in its order.
+func TestJournalConcurrentEnqueue(t *testing.T) {
+	const (
+		goroutines = 16
+		per        = 1000
+	)
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: time.Millisecond, MaxBatch: 256})
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			name := fmt.Sprintf("a%d", g)
+			for i := range uint32(per) {
+				j.Event(ev(name, i, "X"))
+				if i%100 == 0 {
+					j.Agent(AgentRecord{Name: name, State: "Running", Seq: i, UpdatedAt: t0})
+				}
+				if i%250 == 0 {
+					if err := j.Flush(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events, err := db.Events(ctx, EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != goroutines*per {
+		t.Fatalf("%d events, want %d", len(events), goroutines*per)
+	}
+	next := map[string]uint32{}
+	for _, e := range events {
+		if e.Seq != next[e.Agent] {
+			t.Fatalf("%s: seq %d after %d", e.Agent, e.Seq, next[e.Agent])
+		}
+		next[e.Agent]++
+	}
+	agents, err := db.Agents(ctx)
+	if err != nil || len(agents) != goroutines {
+		t.Fatalf("agents = %d, %v", len(agents), err)
+	}
+	for name, a := range agents {
+		if a.Seq != 900 {
+			t.Errorf("%s: seq %d, want the latest row (900)", name, a.Seq)
+		}
+	}
+}
+
+// TestReadWhileJournalWrites: another handle (another process) reads the
+// event log while the journal writes it, and sees whole batches in order.
+func TestReadWhileJournalWrites(t *testing.T) {
+	const n = 5000
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openTest(t, path, Options{})
+	reader := openTest(t, path, Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: time.Millisecond, MaxBatch: 100})
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range uint32(n) {
+			j.Event(ev("alice", i, "X"))
+		}
+	}()
+	var (
+		after int64
+		seen  uint32
+		reads int
+	)
+	deadline := time.Now().Add(20 * time.Second)
+	for seen < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("reader saw %d of %d events", seen, n)
+		}
+		es, err := reader.Events(ctx, EventQuery{Agent: "alice", AfterID: after, Limit: 500})
+		if err != nil {
+			t.Fatalf("read while writing: %v", err)
+		}
+		reads++
+		for _, e := range es {
+			if e.Seq != seen {
+				t.Fatalf("reader got seq %d, want %d", e.Seq, seen)
+			}
+			seen++
+			after = e.ID
+		}
+		if len(es) == 0 {
+			time.Sleep(time.Millisecond) // polling a real writer
+		}
+	}
+	<-done
+	t.Logf("%d reads", reads)
+}
+
+func TestCloseOrphanSessions(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	for _, s := range []SessionRecord{
+		{SessionID: "bob-2-x", Agent: "bob", Seq: 2, Started: t0},
+		{SessionID: "alice-1-x", Agent: "alice", Seq: 1, Started: t0},
+		{SessionID: "alice-2-x", Agent: "alice", Seq: 2, Started: t0},
+	} {
+		j.SessionStarted(s)
+	}
+	end := t0.Add(time.Minute)
+	j.SessionEnded(SessionRecord{SessionID: "alice-1-x", Agent: "alice", Seq: 1, Started: t0, Ended: &end, Outcome: OutcomeSuccess})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	now := t0.Add(time.Hour)
+	orphans, err := db.CloseOrphanSessions(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orphans) != 2 || orphans[0].SessionID != "alice-2-x" || orphans[1].SessionID != "bob-2-x" {
+		t.Fatalf("orphans = %+v, want alice-2-x and bob-2-x in that order", orphans)
+	}
+	for _, o := range orphans {
+		if o.Outcome != OutcomeOrphaned || o.Ended == nil || !o.Ended.Equal(now.Truncate(time.Microsecond)) || o.Reason == "" {
+			t.Errorf("orphan %+v: want outcome orphaned, ended now, with a reason", o)
+		}
+	}
+	ss, err := db.Sessions(ctx, "alice", 0)
+	if err != nil || len(ss) != 2 || ss[0].Seq != 2 || ss[0].Outcome != OutcomeOrphaned || ss[1].Outcome != OutcomeSuccess || !ss[1].Ended.Equal(end.Truncate(time.Microsecond)) {
+		t.Fatalf("alice's sessions, newest first = %+v", ss)
+	}
+	if again, err := db.CloseOrphanSessions(ctx, now); err != nil || len(again) != 0 {
+		t.Fatalf("second call = %+v, %v; want none", again, err)
+	}
+	if ss, err := db.Sessions(ctx, "", 1); err != nil || len(ss) != 1 {
+		t.Fatalf("Sessions(all, limit 1) = %+v, %v", ss, err)
+	}
+}
+
+func TestReleaseUnstartedClaims(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{Agents: testAgents})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	for _, to := range []string{"alice", "alice", "bob"} {
+		if _, err := db.Send(ctx, Draft{From: "carol", To: to, Body: "hi " + to}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// alice's session started (and was recorded); bob's never did.
+	if ms, err := db.ConsumeForPrompt(ctx, "alice", "alice-1-x"); err != nil || len(ms) != 2 {
+		t.Fatalf("consume alice = %d, %v", len(ms), err)
+	}
+	j.SessionStarted(SessionRecord{SessionID: "alice-1-x", Agent: "alice", Seq: 1, Started: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := db.ConsumeForPrompt(ctx, "bob", "bob-1-y"); err != nil || len(ms) != 1 {
+		t.Fatalf("consume bob = %d, %v", len(ms), err)
+	}
+
+	n, err := db.ReleaseUnstartedClaims(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("ReleaseUnstartedClaims = %d, %v; want 1 (bob's)", n, err)
+	}
+	bob, err := db.Inbox(ctx, "bob", false)
+	if err != nil || len(bob) != 1 || bob[0].DeliveredAt != nil || bob[0].ClaimedSession != "" {
+		t.Fatalf("bob's inbox = %+v, %v; want the message pending again", bob, err)
+	}
+	alice, err := db.Inbox(ctx, "alice", true)
+	if err != nil || len(alice) != 2 {
+		t.Fatalf("alice's mail = %+v, %v", alice, err)
+	}
+	for _, m := range alice {
+		if m.DeliveredAt == nil || m.ClaimedSession != "alice-1-x" {
+			t.Fatalf("alice's message %d released: %+v", m.ID, m)
+		}
+	}
+	if n, err := db.ReleaseUnstartedClaims(ctx); err != nil || n != 0 {
+		t.Fatalf("second call = %d, %v; want 0", n, err)
+	}
+}
+
+func TestResetAgent(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 20, ConsecutiveErrors: 5, TotalErrors: 20,
+		StopKind: StopFatal, StopReason: "20 total errors", UpdatedAt: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Hour)
+	if err := db.ResetAgent(ctx, "alice", now, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := db.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := AgentRecord{Name: "alice", State: "Stopped", Seq: 20, UpdatedAt: now.Truncate(time.Microsecond)}
+	if agents["alice"] != want || !agents["alice"].Resumable() {
+		t.Fatalf("after reset: %+v\nwant %+v (counters and stop cleared, seq kept)", agents["alice"], want)
+	}
+	evs, err := db.Events(ctx, EventQuery{Agent: "alice"})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("events = %+v, %v", evs, err)
+	}
+	e := evs[0]
+	if e.Event != EventOperatorStart || e.Actor != "operator" || e.From != "Stopped" || e.Seq != 20 ||
+		!e.At.Equal(now.Truncate(time.Microsecond)) ||
+		!strings.Contains(e.Reason, "consecutive 5, total 20") || !strings.Contains(e.Reason, "fatal stop: 20 total errors") {
+		t.Fatalf("reset event = %+v: want the decision and what it cleared", e)
+	}
+
+	// An agent with no row: the decision is still logged, no row invented.
+	if err := db.ResetAgent(ctx, "bob", now, ""); err != nil {
+		t.Fatal(err)
+	}
+	if agents, _ := db.Agents(ctx); len(agents) != 1 {
+		t.Fatalf("agents = %+v: reset invented a row", agents)
+	}
+	if evs, _ := db.Events(ctx, EventQuery{Agent: "bob"}); len(evs) != 1 || evs[0].Actor != "operator" {
+		t.Fatalf("bob's events = %+v", evs)
+	}
+	if err := db.ResetAgent(ctx, "Bad Name", now, ""); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("ResetAgent(bad name) = %v, want ErrInvalidName", err)
+	}
+}
+
+// TestJournalResetAgentOrdering: a fatal-stop row still queued in the
+// journal must not overwrite a reset that comes after it.
+func TestJournalResetAgentOrdering(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 3, ConsecutiveErrors: 5, TotalErrors: 5, StopKind: StopFatal, UpdatedAt: t0})
+	if err := j.ResetAgent(ctx, "alice", t0.Add(time.Second), "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := db.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := agents["alice"]; a.StopKind != "" || a.ConsecutiveErrors != 0 || a.TotalErrors != 0 || a.Seq != 3 {
+		t.Fatalf("alice = %+v: the queued row overwrote the reset", a)
+	}
+}
+
+func TestMaxSeq(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	check := func(agent string, want uint32) {
+		t.Helper()
+		if err := j.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := db.MaxSeq(ctx, agent); err != nil || got != want {
+			t.Fatalf("MaxSeq(%s) = %d, %v; want %d", agent, got, err, want)
+		}
+	}
+	check("alice", 0)
+	for _, seq := range []uint32{1, 7, 3} {
+		j.SessionStarted(SessionRecord{SessionID: fmt.Sprint("alice-", seq), Agent: "alice", Seq: seq, Started: t0})
+	}
+	check("alice", 7)
+	// The agent row can be ahead of the sessions (a seq whose session never started).
+	j.Agent(AgentRecord{Name: "alice", State: "Spawning", Seq: 9, UpdatedAt: t0})
+	check("alice", 9)
+	j.Agent(AgentRecord{Name: "bob", State: "Idle", Seq: 2, UpdatedAt: t0})
+	j.SessionStarted(SessionRecord{SessionID: "bob-5", Agent: "bob", Seq: 5, Started: t0})
+	check("bob", 5)
+	check("carol", 0)
+}
+
+// waitFor polls cond until it holds or a deadline passes: for conditions a
+// background goroutine brings about.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

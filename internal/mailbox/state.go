@@ -1,0 +1,378 @@
+package mailbox
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Stop kinds of AgentRecord.StopKind. An operator stop (including the
+// OperatorStop every agent gets when the daemon shuts down) does not survive
+// a restart; a fatal one does, until `swarmd start AGENT`.
+const (
+	StopOperator = "operator"
+	StopFatal    = "fatal" // error thresholds or FatalError
+)
+
+// Session outcomes of SessionRecord.Outcome.
+const (
+	OutcomeSuccess  = "success"
+	OutcomeError    = "error"
+	OutcomeTimeout  = "timeout"
+	OutcomeOrphaned = "orphaned" // the daemon died while the session ran
+)
+
+// EventOperatorStart is the event ResetAgent records.
+const EventOperatorStart = "OperatorStart"
+
+// EventRecord is one transition of one agent. Times are stored UTC with
+// microsecond precision.
+type EventRecord struct {
+	ID        int64 // assigned when written; ignored by Journal.Event
+	At        time.Time
+	Agent     string
+	From      string
+	Event     string
+	To        string
+	Effect    string
+	Actor     string // runner, router, operator, daemon, hook
+	Reason    string
+	SessionID string
+	Seq       uint32
+}
+
+// AgentRecord is the latest known state of one agent.
+type AgentRecord struct {
+	Name              string
+	State             string
+	Seq               uint32 // session sequence counter
+	ConsecutiveErrors uint32
+	TotalErrors       uint32
+	StopKind          string // "", StopOperator or StopFatal
+	StopReason        string
+	UpdatedAt         time.Time
+}
+
+// Resumable says whether restart recovery runs the agent again: everything
+// but a fatal stop, which waits for `swarmd start AGENT` (ResetAgent).
+func (a AgentRecord) Resumable() bool { return a.StopKind != StopFatal }
+
+// SessionRecord is one backend session. Zero token, cost and tool-call
+// figures are stored as NULL: most backends that report nothing report zero.
+type SessionRecord struct {
+	SessionID   string
+	Agent       string
+	Seq         uint32
+	Started     time.Time
+	Ended       *time.Time // nil: running, or left open by a killed daemon
+	Outcome     string     // "", OutcomeSuccess, OutcomeError, OutcomeTimeout, OutcomeOrphaned
+	ExitCode    int
+	Signal      string
+	AbortReason string
+	Reason      string
+	Duration    time.Duration // stored in milliseconds
+	HeadBefore  string
+	HeadAfter   string
+	LogPath     string
+	TokensIn    int64
+	TokensOut   int64
+	CostUSD     float64
+	ToolCalls   int
+}
+
+// EventQuery selects events, in id order.
+type EventQuery struct {
+	Agent   string // "" for every agent
+	AfterID int64  // only events with a larger id: a reader's watermark
+	Limit   int    // 0 for all
+}
+
+const (
+	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq`
+	agentCols   = `name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at`
+	sessionCols = `session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal, abort_reason, reason,
+		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls`
+)
+
+// Agents returns every agent's latest recorded state, by name.
+func (db *DB) Agents(ctx context.Context) (map[string]AgentRecord, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT `+agentCols+` FROM agents`)
+	if err != nil {
+		return nil, db.wrap("agents", err)
+	}
+	defer rows.Close()
+	out := make(map[string]AgentRecord)
+	for rows.Next() {
+		a, err := scanAgent(rows)
+		if err != nil {
+			return nil, db.wrap("agents", err)
+		}
+		out[a.Name] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.wrap("agents", err)
+	}
+	return out, nil
+}
+
+// Events returns the events q selects, in id order, which is the order the
+// daemon applied them.
+func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
+	var (
+		where strings.Builder
+		args  []any
+	)
+	where.WriteString(`id > ?`)
+	args = append(args, q.AfterID)
+	if q.Agent != "" {
+		where.WriteString(` AND agent = ?`)
+		args = append(args, q.Agent)
+	}
+	limit := -1 // SQLite: no limit
+	if q.Limit > 0 {
+		limit = q.Limit
+	}
+	args = append(args, limit)
+	rows, err := db.read.QueryContext(ctx,
+		`SELECT `+eventCols+` FROM events WHERE `+where.String()+` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, db.wrap("events", err)
+	}
+	defer rows.Close()
+	var out []EventRecord
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, db.wrap("events", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.wrap("events", err)
+	}
+	return out, nil
+}
+
+// Sessions returns agent's sessions newest first (every agent's, by start
+// time, if agent is ""), at most limit of them (0: all).
+func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionRecord, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE agent = ? ORDER BY seq DESC LIMIT ?`
+	args := []any{agent, limit}
+	if agent == "" {
+		q = `SELECT ` + sessionCols + ` FROM sessions ORDER BY started_at DESC, seq DESC LIMIT ?`
+		args = args[1:]
+	}
+	ss, err := querySessions(ctx, db.read, q, args...)
+	if err != nil {
+		return nil, db.wrap("sessions", err)
+	}
+	return ss, nil
+}
+
+// MaxSeq is the highest session sequence number ever recorded for agent, in
+// its sessions or its agent row, or 0. A restarted runner continues after it.
+func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
+	var seq int64
+	err := db.read.QueryRowContext(ctx, `SELECT MAX(
+		IFNULL((SELECT MAX(seq) FROM sessions WHERE agent = ?), 0),
+		IFNULL((SELECT session_seq FROM agents WHERE name = ?), 0))`, agent, agent).Scan(&seq)
+	if err != nil {
+		return 0, db.wrap("max seq", err)
+	}
+	return uint32(seq), nil
+}
+
+// CloseOrphanSessions ends every session that has no end, as
+// OutcomeOrphaned at now, and returns them by agent and seq. Only a daemon
+// killed while sessions ran leaves such rows, so call it at daemon start,
+// before any agent runs; the caller logs them and records events.
+func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]SessionRecord, error) {
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, db.wrap("close orphan sessions", err)
+	}
+	defer tx.Rollback()
+	ss, err := querySessions(ctx, tx, `UPDATE sessions SET ended_at = ?, outcome = ?, reason = ?
+		WHERE ended_at IS NULL RETURNING `+sessionCols,
+		fmtTime(now), OutcomeOrphaned, "swarmd exited while the session ran")
+	if err != nil {
+		return nil, db.wrap("close orphan sessions", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, db.wrap("close orphan sessions", err)
+	}
+	sortSessions(ss)
+	return ss, nil
+}
+
+// ReleaseUnstartedClaims makes pending again the messages claimed by a
+// session that has no sessions row: the daemon died between building the
+// prompt and starting the session, so no session saw them. A session whose
+// start the journal had not yet written is counted as unstarted too, which
+// delivers its mail twice rather than never. Call it at daemon start, before
+// any agent runs. It returns how many messages it released.
+func (db *DB) ReleaseUnstartedClaims(ctx context.Context) (int, error) {
+	res, err := db.write.ExecContext(ctx, `UPDATE messages SET delivered_at = NULL, claimed_session = NULL
+		WHERE claimed_session IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`)
+	if err != nil {
+		return 0, db.wrap("release unstarted claims", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, db.wrap("release unstarted claims", err)
+	}
+	return int(n), nil
+}
+
+// ResetAgent is `swarmd start AGENT`: it zeroes the agent's error counters
+// and clears its stop, so restart recovery runs it again, and records an
+// EventOperatorStart event by actor (StopOperator if empty) with what it
+// cleared, in the same transaction. An agent with no row gets only the
+// event. While a Journal is running, use Journal.ResetAgent, which orders
+// the reset after the agent rows the journal holds.
+func (db *DB) ResetAgent(ctx context.Context, name string, now time.Time, actor string) error {
+	if !validName(name) {
+		return fmt.Errorf("mailbox: reset agent: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", name))
+	}
+	if actor == "" {
+		actor = StopOperator
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return db.wrap("reset agent "+name, err)
+	}
+	defer tx.Rollback()
+	cur, err := scanAgent(tx.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE name = ?`, name))
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return db.wrap("reset agent "+name, err)
+	}
+	reason := "no recorded state"
+	if found {
+		reason = fmt.Sprintf("reset error counters (consecutive %d, total %d)", cur.ConsecutiveErrors, cur.TotalErrors)
+		if cur.StopKind != "" {
+			reason += fmt.Sprintf("; cleared %s stop: %s", cur.StopKind, cur.StopReason)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE agents SET consecutive_errors = 0, total_errors = 0,
+			stop_kind = '', stop_reason = '', updated_at = ? WHERE name = ?`, fmtTime(now), name); err != nil {
+			return db.wrap("reset agent "+name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, insertEventSQL, fmtTime(now), name, cur.State, EventOperatorStart,
+		cur.State, "", actor, reason, "", int64(cur.Seq)); err != nil {
+		return db.wrap("reset agent "+name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return db.wrap("reset agent "+name, err)
+	}
+	return nil
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+type scanner interface{ Scan(...any) error }
+
+func scanEvent(s scanner) (EventRecord, error) {
+	var (
+		e   EventRecord
+		at  string
+		seq int64
+	)
+	if err := s.Scan(&e.ID, &at, &e.Agent, &e.From, &e.Event, &e.To, &e.Effect, &e.Actor,
+		&e.Reason, &e.SessionID, &seq); err != nil {
+		return EventRecord{}, err
+	}
+	e.Seq = uint32(seq)
+	var err error
+	if e.At, err = time.Parse(timeLayout, at); err != nil {
+		return EventRecord{}, fmt.Errorf("event %d: at: %w", e.ID, err)
+	}
+	return e, nil
+}
+
+func scanAgent(s scanner) (AgentRecord, error) {
+	var (
+		a                AgentRecord
+		seq, cons, total int64
+		updated          string
+	)
+	if err := s.Scan(&a.Name, &a.State, &seq, &cons, &total, &a.StopKind, &a.StopReason, &updated); err != nil {
+		return AgentRecord{}, err
+	}
+	a.Seq, a.ConsecutiveErrors, a.TotalErrors = uint32(seq), uint32(cons), uint32(total)
+	var err error
+	if a.UpdatedAt, err = time.Parse(timeLayout, updated); err != nil {
+		return AgentRecord{}, fmt.Errorf("agent %s: updated_at: %w", a.Name, err)
+	}
+	return a, nil
+}
+
+func scanSession(s scanner) (SessionRecord, error) {
+	var (
+		r                              SessionRecord
+		seq, durMS                     int64
+		started                        string
+		ended                          sql.NullString
+		tokensIn, tokensOut, toolCalls sql.NullInt64
+		cost                           sql.NullFloat64
+	)
+	if err := s.Scan(&r.SessionID, &r.Agent, &seq, &started, &ended, &r.Outcome, &r.ExitCode, &r.Signal,
+		&r.AbortReason, &r.Reason, &durMS, &r.HeadBefore, &r.HeadAfter, &r.LogPath,
+		&tokensIn, &tokensOut, &cost, &toolCalls); err != nil {
+		return SessionRecord{}, err
+	}
+	r.Seq, r.Duration = uint32(seq), time.Duration(durMS)*time.Millisecond
+	r.TokensIn, r.TokensOut, r.CostUSD, r.ToolCalls = tokensIn.Int64, tokensOut.Int64, cost.Float64, int(toolCalls.Int64)
+	var err error
+	if r.Started, err = time.Parse(timeLayout, started); err != nil {
+		return SessionRecord{}, fmt.Errorf("session %s: started_at: %w", r.SessionID, err)
+	}
+	if ended.Valid {
+		t, err := time.Parse(timeLayout, ended.String)
+		if err != nil {
+			return SessionRecord{}, fmt.Errorf("session %s: ended_at: %w", r.SessionID, err)
+		}
+		r.Ended = &t
+	}
+	return r, nil
+}
+
+func querySessions(ctx context.Context, q querier, query string, args ...any) ([]SessionRecord, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []SessionRecord
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// nullZero stores a figure the backend did not report (zero) as NULL.
+func nullZero[T int | int64 | float64](v T) any {
+	if v == 0 {
+		return nil
+	}
+	return v
+}
+
+func sortSessions(ss []SessionRecord) {
+	slices.SortFunc(ss, func(a, b SessionRecord) int {
+		return cmp.Or(cmp.Compare(a.Agent, b.Agent), cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.SessionID, b.SessionID))
+	})
+}
