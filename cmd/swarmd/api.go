@@ -53,7 +53,7 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	switch s.State.Kind {
 	case agent.Running, agent.Interrupting:
 		st.LastOutput = r.LastOutput()
-		if s.State.Kind == agent.Running && !st.LastOutput.IsZero() && now.Sub(st.LastOutput) >= a.d.cfg.StallAfter {
+		if s.State.Kind == agent.Running && !st.LastOutput.IsZero() && now.Sub(st.LastOutput) >= a.d.stallAfter() {
 			st.Health = "stalled"
 		}
 	case agent.Spawning:
@@ -101,7 +101,8 @@ func (d *daemon) startAgent(name, actor string) error {
 	default:
 		return fmt.Errorf("%w: agent %s is %s, not Stopped", control.ErrConflict, name, old.Snapshot().State.Kind)
 	}
-	a, ok := d.cfg.Agent(name)
+	cfg, _ := d.current()
+	a, ok := cfg.Agent(name)
 	if !ok {
 		return fmt.Errorf("%w: %s is no longer in the config", control.ErrUnknownAgent, name)
 	}
@@ -165,4 +166,9 @@ func effectName(e agent.SideEffect) string {
 		return ""
 	}
 	return e.Kind.String()
+}
+
+func (d *daemon) stallAfter() time.Duration {
+	cfg, _ := d.current()
+	return cfg.StallAfter
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,7 @@ import (
 
 // daemon is one `swarmd run`: everything opened at start and closed at exit.
 type daemon struct {
+	cfgMu    sync.Mutex // guards cfg and backends, swapped by a reload
 	cfg      *config.Config
 	log      *zap.Logger
 	lock     *stateLock
@@ -138,7 +140,8 @@ func (d *daemon) Run(ctx context.Context) error {
 	agentCtx, cancelAgents := context.WithCancel(context.Background())
 	defer cancelAgents()
 	d.agentCtx = agentCtx
-	for _, a := range d.cfg.Agents {
+	cfg, _ := d.current()
+	for _, a := range cfg.Agents {
 		r, err := d.newRunner(a, d.recovered[a.Name])
 		if err != nil {
 			return err
@@ -152,17 +155,18 @@ func (d *daemon) Run(ctx context.Context) error {
 	d.router.Start(agentCtx)
 	defer d.router.Stop()
 	var err error
-	if d.control, err = control.Listen(d.cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
+	if d.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
 		return err
 	}
 	d.notify.ready()
-	d.log.Info("swarmd running", zap.Int("agents", len(d.cfg.Agents)), zap.String("repo", d.cfg.Repo),
-		zap.String("state_dir", d.cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
+	d.log.Info("swarmd running", zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
+		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
 	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
 	defer stopWatchdog()
 	<-ctx.Done()
 	d.notify.stopping()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(d.cfg))
+	cfg, _ = d.current()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(cfg))
 	defer cancel()
 	if err := d.reg.Shutdown(sctx); err != nil {
 		d.log.Warn("agents did not stop in time; their sessions were force-stopped", zap.Error(err))
@@ -216,21 +220,17 @@ func (d *daemon) recover(ctx context.Context) error {
 }
 
 func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error) {
-	be, ok := d.backends[a.Backend]
-	if !ok {
-		return nil, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
-	}
-	env := envList(a.Env)
-	env = append(env, "SWARM_DB_PATH="+d.cfg.DBPath(), "SWARM_AGENTS="+strings.Join(d.cfg.AgentNames(), ","))
-	if p := pathWithSelf(); p != "" {
-		env = append(env, "PATH="+p)
+	cfg, backends := d.current()
+	st, err := d.settings(cfg, backends, a)
+	if err != nil {
+		return nil, err
 	}
 	return runner.New(runner.Config{
 		Name:      a.Name,
-		Role:      a.Role,
-		Backend:   be,
+		Role:      st.Role,
+		Backend:   st.Backend,
 		Workspace: d.trees,
-		Prompter:  &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: d.cfg.AgentNames()},
+		Prompter:  st.Prompter,
 		Observer:  d.observer,
 		Logs:      d.logs,
 		Hooks:     d.hooks,
@@ -239,13 +239,41 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 			MaxConsecutiveErrors: uint32(a.MaxConsecutiveErrors),
 			MaxTotalErrors:       uint32(a.MaxTotalErrors),
 		},
-		Timeout:       a.SessionTimeout,
-		GracePeriod:   a.GracePeriod,
-		Env:           env,
+		Timeout:       st.Timeout,
+		GracePeriod:   st.GracePeriod,
+		Env:           st.Env,
 		FirstSeq:      rc.seq,
 		TotalErrors:   rc.totalErrors,
 		StoppedReason: rc.stoppedReason,
 	})
+}
+
+// settings are an agent's reloadable settings under cfg.
+func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend, a config.Agent) (runner.Settings, error) {
+	be, ok := backends[a.Backend]
+	if !ok {
+		return runner.Settings{}, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
+	}
+	env := envList(a.Env)
+	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","))
+	if p := pathWithSelf(); p != "" {
+		env = append(env, "PATH="+p)
+	}
+	return runner.Settings{
+		Role:        a.Role,
+		Backend:     be,
+		Prompter:    &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: cfg.AgentNames()},
+		Env:         env,
+		Timeout:     a.SessionTimeout,
+		GracePeriod: a.GracePeriod,
+	}, nil
+}
+
+// current is the config in force and its backends (a reload swaps both).
+func (d *daemon) current() (*config.Config, map[string]runner.Backend) {
+	d.cfgMu.Lock()
+	defer d.cfgMu.Unlock()
+	return d.cfg, d.backends
 }
 
 // ForceStop kills every session at once (the second signal).

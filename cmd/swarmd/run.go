@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,6 +54,9 @@ func (m *runMain) Run(ctx context.Context) error {
 
 	sigs, stopSignals := notifySignals()
 	defer stopSignals()
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
 
 	d, err := openDaemon(ctx, cfg, log)
 	if err != nil {
@@ -65,12 +71,20 @@ func (m *runMain) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- d.Run(runCtx) }()
 
-	select {
-	case sig := <-sigs:
-		log.Info("signal received, stopping every agent (a second signal force-stops)", zap.Stringer("signal", sig))
-	case err := <-errc:
-		d.Close()
-		return err
+wait:
+	for {
+		select {
+		case <-hups:
+			if err := d.reload(m.configPath); err != nil {
+				log.Error("config reload refused; the running config stays", zap.Error(err))
+			}
+		case sig := <-sigs:
+			log.Info("signal received, stopping every agent (a second signal force-stops)", zap.Stringer("signal", sig))
+			break wait
+		case err := <-errc:
+			d.Close()
+			return err
+		}
 	}
 	cancel()
 	drained := make(chan error, 1)

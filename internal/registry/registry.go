@@ -92,6 +92,24 @@ func (g *Registry) Register(ctx context.Context, r *runner.Runner) error {
 	return nil
 }
 
+// Remove drops a Stopped agent (its runner has returned) from the registry:
+// a config reload removed it.
+func (g *Registry) Remove(name string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, ok := g.agents[name]
+	if !ok {
+		return &UnknownAgentError{Name: name, Known: g.namesLocked()}
+	}
+	select {
+	case <-h.done:
+		delete(g.agents, name)
+		return nil
+	default:
+		return fmt.Errorf("registry: remove %s: still running", name)
+	}
+}
+
 // Names returns the registered agent names, sorted.
 func (g *Registry) Names() []string {
 	g.mu.Lock()

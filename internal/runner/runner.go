@@ -195,6 +195,7 @@ type Runner struct {
 	done        chan struct{}
 
 	mu          sync.Mutex
+	pending     *Settings // from a config reload, applied at the next BuildingPrompt
 	snap        Snapshot
 	changed     chan struct{}
 	stopActor   string
@@ -258,6 +259,46 @@ func New(cfg Config) (*Runner, error) {
 
 // Name is the agent's name.
 func (r *Runner) Name() string { return r.cfg.Name }
+
+// Settings are what a config reload may change in a running agent. They
+// apply from the next session: a running session keeps what it started with.
+type Settings struct {
+	Role        string
+	Backend     Backend
+	Prompter    Prompter
+	Env         []string
+	Timeout     time.Duration
+	GracePeriod time.Duration
+}
+
+// Update queues new settings for the next session.
+func (r *Runner) Update(s Settings) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending = &s
+}
+
+// applyPending takes queued settings; only the Run goroutine calls it.
+func (r *Runner) applyPending() {
+	r.mu.Lock()
+	p := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	if p == nil {
+		return
+	}
+	r.cfg.Role, r.cfg.Env, r.cfg.Timeout = p.Role, p.Env, p.Timeout
+	if p.Backend != nil {
+		r.cfg.Backend = p.Backend
+	}
+	if p.Prompter != nil {
+		r.cfg.Prompter = p.Prompter
+	}
+	if p.GracePeriod > 0 {
+		r.cfg.GracePeriod = p.GracePeriod
+	}
+	r.log.Info("new settings from the reloaded config apply from this session")
+}
 
 // Stop requests an OperatorStop. actor says who asked ("operator", "daemon").
 // It does not wait; see Done. Idempotent.
@@ -418,6 +459,7 @@ func (r *Runner) external() bool {
 }
 
 func (r *Runner) buildPrompt() {
+	r.applyPending()
 	r.sessionID = newSessionID(r.cfg.Name, r.seq)
 	// Urgent mail the runner heard of before consuming was committed before
 	// it, so the prompt holds it (or it was no longer pending).

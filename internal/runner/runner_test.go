@@ -401,3 +401,36 @@ func TestRestoredStoppedStaysStopped(t *testing.T) {
 		}
 	})
 }
+
+func TestUpdateAppliesFromNextSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) {
+			if n == 0 {
+				s.exitOnCancel = true
+			} else {
+				s.finish(success())
+			}
+		}
+		h.start()
+		h.waitState(agent.Running)
+		other := &fakeBackend{plan: func(n int, s *fakeSession) {}}
+		h.r.Update(Settings{Role: "new role", Backend: other, Env: []string{"X=2"}})
+		if got := h.pr.requests()[0].Role; got != "test role" {
+			t.Errorf("running session's role changed to %q", got)
+		}
+		h.r.Interrupt(1, time.Now()) // end the first session
+		h.waitFor("second session", func(s Snapshot) bool { return other.starts() == 1 })
+		reqs := h.pr.requests()
+		if got := reqs[len(reqs)-1].Role; got != "new role" {
+			t.Errorf("next prompt role = %q", got)
+		}
+		if env := other.specs[0].Env; len(env) == 0 || env[0] != "X=2" {
+			t.Errorf("next session env = %v", env)
+		}
+		if h.be.starts() != 1 {
+			t.Errorf("old backend started %d sessions", h.be.starts())
+		}
+		h.stop()
+	})
+}
