@@ -96,10 +96,15 @@ func (d *daemon) startAgent(name, actor string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
 	}
+	if st := old.Snapshot().State.Kind; st != agent.Stopped {
+		return fmt.Errorf("%w: agent %s is %s, not Stopped", control.ErrConflict, name, st)
+	}
+	// Stopped, but maybe still archiving its logs and running its
+	// agent_stopped hooks: wait for that to finish.
 	select {
 	case <-old.Done():
-	default:
-		return fmt.Errorf("%w: agent %s is %s, not Stopped", control.ErrConflict, name, old.Snapshot().State.Kind)
+	case <-time.After(time.Minute):
+		return fmt.Errorf("%w: agent %s is still cleaning up after its stop", control.ErrConflict, name)
 	}
 	cfg, _ := d.current()
 	a, ok := cfg.Agent(name)

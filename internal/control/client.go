@@ -55,9 +55,9 @@ func (c *Client) do(ctx context.Context, method, p string, q url.Values, out any
 		}
 		switch resp.StatusCode {
 		case http.StatusNotFound:
-			return fmt.Errorf("%w: %s", ErrUnknownAgent, eb.Error)
+			return remoteError{eb.Error, ErrUnknownAgent}
 		case http.StatusConflict:
-			return fmt.Errorf("%w: %s", ErrConflict, eb.Error)
+			return remoteError{eb.Error, ErrConflict}
 		}
 		return errors.New(eb.Error)
 	}
@@ -131,3 +131,12 @@ func (c *Client) Events(ctx context.Context, agent string, afterID int64, follow
 	}
 	return nil
 }
+
+// remoteError is the daemon's message, matching the sentinel of its status.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e remoteError) Error() string { return e.msg }
+func (e remoteError) Unwrap() error { return e.sentinel }
