@@ -96,7 +96,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newMailCommand(s),
 	)
 	root.AddCommand(newOperateCommands(s)...)
-	root.AddCommand(newEventsCommand(s))
+	root.AddCommand(newEventsCommand(s), newWorktreeCommand(s))
 	return root
 }
 

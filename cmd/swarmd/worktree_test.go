@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestWorktreeListAndPrune(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  grace_period: 1s
+backends:
+  committer:
+    type: command
+    command: sh
+    args: [-c, "cat >/dev/null; echo work > work.txt && git add work.txt && git -c user.name=a -c user.email=a@example.invalid commit -qm 'agent work'; echo dirty > scratch.txt; exec sleep 3600"]
+  idle:
+    type: scripted
+    steps: [{sleep: 1h}]
+agents:
+  - {name: alice, role: commits, backend: committer}
+  - {name: bob, role: idles, backend: idle}
+`)
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	d.waitLine("bob Running", transitionTo("bob", "Running"))
+	scratch := filepath.Join(repo, ".swarm", "worktrees", "alice", "scratch.txt")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(scratch); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice's session never committed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "worktree", "prune", "bob", "-c", cfg); code != 2 || !strings.Contains(stderr, "stop it first") {
+		t.Errorf("prune of a running agent: %d %q", code, stderr)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	out, stderr, code := runCLI(t, nil, "", "worktree", "list", "--json", "-c", cfg)
+	if code != 0 {
+		t.Fatalf("list: %s", stderr)
+	}
+	var sts []struct {
+		Agent      string
+		Ahead      int
+		Dirty      bool
+		DirtyFiles []string
+	}
+	if err := json.Unmarshal([]byte(out), &sts); err != nil || len(sts) != 2 {
+		t.Fatalf("list --json: %v %s", err, out)
+	}
+	if sts[0].Agent != "alice" || sts[0].Ahead != 1 || !sts[0].Dirty || sts[1].Agent != "bob" || sts[1].Ahead != 0 || sts[1].Dirty {
+		t.Errorf("list = %+v", sts)
+	}
+	out, _, _ = runCLI(t, nil, "", "worktree", "list", "-c", cfg)
+	if !strings.Contains(out, "swarm/alice") || !strings.Contains(out, "1 files") {
+		t.Errorf("list table:\n%s", out)
+	}
+	// alice has uncommitted and unmerged work: refused, nothing touched.
+	_, stderr, code = runCLI(t, nil, "", "worktree", "prune", "alice", "-c", cfg)
+	if code != 2 || !strings.Contains(stderr, "alice") {
+		t.Errorf("prune alice: %d %q", code, stderr)
+	}
+	if _, err := os.Stat(scratch); err != nil {
+		t.Errorf("refused prune touched alice's worktree: %v", err)
+	}
+	// bob's is clean and merged: removed.
+	if out, stderr, code := runCLI(t, nil, "", "worktree", "prune", "bob", "-c", cfg); code != 0 {
+		t.Fatalf("prune bob: %s %s", out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(repo, ".swarm", "worktrees", "bob")); !os.IsNotExist(err) {
+		t.Errorf("bob's worktree still there: %v", err)
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// newWorktreeCommand is `swarmd worktree list|prune`.
+func newWorktreeCommand(s streams) *cobra.Command {
+	o := &operateMain{s: s}
+	cmd := &cobra.Command{Use: "worktree", Short: "Inspect and prune the agents' worktrees and branches"}
+	var jsonOut bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Every agent worktree: branch, HEAD, commits ahead/behind the base, dirty files",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := o.config()
+			if err != nil {
+				return err
+			}
+			m, err := worktree.Open(cmd.Context(), worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: zap.NewNop()})
+			if err != nil {
+				return usage(err)
+			}
+			sts, err := m.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				enc := json.NewEncoder(s.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(sts)
+			}
+			tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "AGENT\tBRANCH\tHEAD\tAHEAD\tBEHIND\tDIRTY\tWORKTREE")
+			for _, st := range sts {
+				head := st.Head
+				if len(head) > 12 {
+					head = head[:12]
+				}
+				dirty := "-"
+				if st.Dirty {
+					dirty = fmt.Sprintf("%d files", len(st.DirtyFiles))
+				}
+				where := "present"
+				switch {
+				case st.Problem != "":
+					where = st.Problem
+				case !st.Exists:
+					where = "missing (branch only)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", st.Agent, st.Branch, head, st.Ahead, st.Behind, dirty, where)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+
+	prune := &cobra.Command{
+		Use:   "prune AGENT",
+		Short: "Remove a stopped agent's worktree and branch, only if clean and merged into the base",
+		Long: `Remove an agent's worktree and its swarm/<agent> branch. swarmd never loses work: it refuses
+while the agent runs, and refuses a worktree with uncommitted changes or commits that the base
+ref does not contain, saying which.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := o.config()
+			if err != nil {
+				return err
+			}
+			name := args[0]
+			st, err := control.NewClient(cfg.SocketPath()).Agent(cmd.Context(), name)
+			switch {
+			case err == nil && st.State != agent.Stopped.String():
+				return usagef("worktree prune: agent %s is %s; stop it first (swarmd stop %s)", name, st.State, name)
+			case err != nil && !errors.Is(err, control.ErrNoDaemon) && !errors.Is(err, control.ErrUnknownAgent):
+				return err
+			}
+			m, err := worktree.Open(cmd.Context(), worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: zap.NewNop()})
+			if err != nil {
+				return usage(err)
+			}
+			if err := m.Prune(cmd.Context(), name); err != nil {
+				if errors.Is(err, worktree.ErrHasWork) || errors.Is(err, worktree.ErrBadName) {
+					return usage(err)
+				}
+				return err
+			}
+			fmt.Fprintf(s.out, "removed worktree and branch of %s\n", name)
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{list, prune} {
+		c.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file")
+	}
+	cmd.AddCommand(list, prune)
+	return cmd
+}
