@@ -14,9 +14,11 @@ build:
 test:
 	$(GO) test $(TESTFLAGS) ./...
 
+BENCHPKGS ?= ./internal/agent ./internal/backend ./internal/runner ./internal/mailbox ./internal/metrics ./cmd/swarmd
+
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
-	bash bench/run.sh
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(BENCHPKGS)
+	bash bench/run.sh $(BIN)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -2,14 +2,17 @@
 # Idle cost of a swarm: N agents whose sessions sleep. Reports the time from
 # `swarmd run` to every agent Running, then the daemon's RSS and CPU over a
 # quiet window, then how long SIGTERM takes.
-# usage: bench/idle.sh [BIN] [AGENTS] [WINDOW_SECONDS]
+# usage: bench/idle.sh [BIN] [AGENTS] [WINDOW_SECONDS] [REPO_FILES]
 set -euo pipefail
 bin=$(realpath "${1:-bin/swarmd}")
 n=${2:-200}
 window=${3:-20}
+files=${4:-0}
 work=$(mktemp -d)
 trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 git -C "$work" init -q -b main
+for i in $(seq 1 "$files"); do d="$work/src/d$((i % 50))"; mkdir -p "$d"; echo "file $i" > "$d/f$i.txt"; done
+git -C "$work" add -A
 git -C "$work" -c user.name=b -c user.email=b@b.invalid commit -q --allow-empty -m init
 {
   echo 'listen: ""'

@@ -17,8 +17,8 @@ import (
 //
 //	go test -run '^$' -bench '50$' -benchtime 3x ./internal/worktree/
 //
-// bench/worktree alternates the two in one process for a steadier ratio on a
-// busy machine.
+// They run one after the other, so load from other processes skews the
+// ratio; bench/worktree interleaves the two worktree by worktree instead.
 const benchAgents = 50
 
 func BenchmarkEnsure50(b *testing.B) {

@@ -194,7 +194,7 @@ func resolveBase(r *git.Repository, repo, baseRef string) (plumbing.Hash, error)
 	}
 	h, err := r.ResolveRevision(plumbing.Revision(baseRef))
 	if err != nil {
-		return plumbing.ZeroHash, fmt.Errorf("%w: %q is not a commit in %s", ErrBaseRefNotFound, baseRef, repo)
+		return plumbing.ZeroHash, fmt.Errorf("%w: %q in %s: set base_ref to a branch, tag or commit", ErrBaseRefNotFound, baseRef, repo)
 	}
 	return *h, nil
 }

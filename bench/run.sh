@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# make bench: the harnesses that run swarmd as a real process. The go test
+# benchmarks run before this (see the Makefile). Results and method:
+# BENCHMARKS.md.
+set -euo pipefail
+bin=${1:-bin/swarmd}
+echo "== idle swarm (bench/idle.sh): 200 sleeping agents"
+bash bench/idle.sh "$bin" 200 20
+echo "== urgent mail latency (bench/interrupt): 50 agents Running, 200 messages"
+go run ./bench/interrupt -bin "$bin" -agents 50 -messages 200
+echo "== swarmd mail send, process start to exit (bench/mailcli)"
+go run ./bench/mailcli -bin "$bin" -n 200
+if [ -d bench/worktree ]; then
+  echo "== worktrees (bench/worktree): 50 through swarmd vs a git worktree add loop"
+  go run ./bench/worktree -files 5000 -n 50 -rounds 3
+  echo "== swarmd run to all 50 agents Running on a 5,000-file repository (bench/idle.sh)"
+  bash bench/idle.sh "$bin" 50 5 5000
+fi
