@@ -163,6 +163,8 @@ func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
 		Outcome: strings.ToLower(s.Outcome.Kind.String()), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
 		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),
 		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
+		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,
+		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls,
 	})
 }
 

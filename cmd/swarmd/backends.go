@@ -37,39 +37,19 @@ func newBackend(b config.Backend, sup *proc.Supervisor) (runner.Backend, error) 
 	case config.TypeCommand:
 		return backend.NewCommand(sup, backend.CommandConfig{Name: b.Name, Command: b.Command, Args: b.Args, CancelSignal: b.Signal(), Env: env})
 	case config.TypeClaude, config.TypeCodex, config.TypeGemini:
-		args, extraEnv := agentCLIArgs(b)
-		return backend.NewCommand(sup, backend.CommandConfig{
-			Name: b.Name, Command: b.Command, Args: args, CancelSignal: b.Signal(), Env: append(extraEnv, env...),
-		})
+		cli := backend.AgentCLIConfig{
+			Name: b.Name, Command: b.Command, Args: b.Args, Model: b.Model, AllowedTools: b.AllowedTools,
+			CancelSignal: b.Signal(), Env: env,
+		}
+		switch b.Type {
+		case config.TypeClaude:
+			return backend.NewClaude(sup, cli)
+		case config.TypeCodex:
+			return backend.NewCodex(sup, cli)
+		default:
+			return backend.NewGemini(sup, cli)
+		}
 	default:
 		return nil, fmt.Errorf("unknown backend type %q", b.Type)
 	}
-}
-
-// agentCLIArgs is the invocation of SPEC §5 for the agent CLIs, with the
-// configured args appended. The prompt always goes on stdin.
-func agentCLIArgs(b config.Backend) (args, env []string) {
-	switch b.Type {
-	case config.TypeClaude:
-		args = []string{"-p", "--output-format", "stream-json", "--verbose"}
-		if b.Model != "" {
-			args = append(args, "--model", b.Model)
-		}
-		for _, t := range b.AllowedTools {
-			args = append(args, "--allowedTools", t)
-		}
-		env = []string{"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1"}
-	case config.TypeCodex:
-		args = []string{"exec", "--json"}
-		if b.Model != "" {
-			args = append(args, "--model", b.Model)
-		}
-		args = append(args, "-")
-	case config.TypeGemini:
-		args = []string{"-p", "--output-format", "stream-json"}
-		if b.Model != "" {
-			args = append(args, "--model", b.Model)
-		}
-	}
-	return append(args, b.Args...), env
 }

@@ -9,9 +9,12 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/proc"
 )
 
 // Outcome is how a session ended. The runner maps it to the state machine's
@@ -82,10 +85,61 @@ type Result struct {
 	ExitCode int    // -1 if killed by a signal
 	Signal   string // "SIGTERM" etc.; "" if the leader exited
 	// AbortReason classifies an abnormal end by seed 004's table; "" for a
-	// success or an ordinary error exit.
+	// success, an ordinary error exit or a fatal error.
 	AbortReason    string
 	Started, Ended time.Time
+
+	// The fields below are filled by backends with structured output
+	// (claude, codex, gemini); see Reporter.
+
+	Usage     Usage
+	ToolCalls int        // tool calls started
+	Tools     []ToolCall // the first MaxToolCalls of them, in order
+	// Text is the backend's final result text, cut to MaxResultText bytes.
+	Text string
+	// ResultAt is when the backend's result record was read; zero without one.
+	ResultAt time.Time
+	// Fatal names the cause of an error that no retry can fix (an invalid
+	// API key). The runner stops the agent with it instead of starting
+	// another session. A session that saw one is ended at once, without
+	// waiting for the backend's own retries, and its Outcome is Error.
+	Fatal string
+	// RateLimited reports that a session that did not succeed was refused
+	// for a rate limit (HTTP 429). RetryAfter is the provider's reset time
+	// when the backend reported one (a retry-after, a reset timestamp),
+	// else zero: the agent stays in CoolingDown at least until then.
+	RateLimited bool
+	RetryAfter  time.Time
 }
+
+// Usage is the tokens and cost a session reported. Input tokens exclude
+// cache reads and writes, which are counted on their own, whatever the
+// provider's convention.
+type Usage struct {
+	InputTokens      int64
+	OutputTokens     int64
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+	CostUSD          float64 // 0 when the backend does not report a cost
+}
+
+// Tokens is the sum of all token kinds.
+func (u Usage) Tokens() int64 {
+	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+}
+
+// ToolCall is one tool call of a session. End is zero for a call that never
+// finished (the session ended during it).
+type ToolCall struct {
+	Name       string
+	Start, End time.Time
+}
+
+// Limits on what a Result holds of a session's output.
+const (
+	MaxResultText = 2 << 10
+	MaxToolCalls  = 256
+)
 
 // Session is one running backend session.
 type Session interface {
@@ -121,6 +175,23 @@ type StreamParser interface {
 	// backend's own success record was seen, and the backend's error text,
 	// if any, for the Result's reason.
 	Verdict() (success bool, detail string)
+}
+
+// Reporter is a StreamParser that reports more than a verdict: usage, tool
+// calls, the result text, and errors that decide what the runner does next.
+// The claude, codex and gemini backends' parsers are Reporters.
+type Reporter interface {
+	StreamParser
+	// Fatal returns the cause of an error that no retry can fix as soon as
+	// the output showed one, else "". It is asked after every line: the
+	// session then ends at once instead of waiting for the CLI's retries.
+	Fatal() string
+	// Exit tells the parser how the leader ended (-1: killed by a signal),
+	// before Verdict and Report; some CLIs say it only in their exit code.
+	Exit(code int)
+	// Report fills r's Usage, ToolCalls, Tools, Text, ResultAt, Fatal,
+	// RateLimited and RetryAfter.
+	Report(r *Result)
 }
 
 // ErrInvalidSpec is returned by Start for a Spec it cannot run.
@@ -172,4 +243,56 @@ func abortForSignal(sig syscall.Signal) string {
 		return AbortShutdownSignal
 	}
 	return AbortUnknown
+}
+
+// AgentCLIConfig configures the claude, codex and gemini backends.
+type AgentCLIConfig struct {
+	Name    string   // default: the backend type ("claude", ...)
+	Command string   // the binary: a path, or a name looked up in PATH at each start; default the type
+	Args    []string // appended to the built-in invocation
+	Model   string   // --model, when set
+	// AllowedTools is passed as --allowedTools, one flag each (claude only).
+	AllowedTools []string
+	CancelSignal syscall.Signal // default SIGINT for claude and codex, SIGTERM for gemini
+	Env          []string       // KEY=VALUE for every session, over the backend's own, under Spec.Env
+	// Now is the clock for tool-call times and reset times; nil means time.Now.
+	Now func() time.Time
+}
+
+// agentCLI is what the agent-CLI backends share: a fixed argv and env per
+// backend and a new parser per session.
+type agentCLI struct {
+	sup       *proc.Supervisor
+	name      string
+	command   string
+	args      []string
+	env       []string
+	cancelSig syscall.Signal
+	parser    func() Reporter
+}
+
+func newAgentCLI(sup *proc.Supervisor, typ string, cfg AgentCLIConfig, cancel syscall.Signal) (agentCLI, error) {
+	if sup == nil {
+		return agentCLI{}, fmt.Errorf("backend: new %s backend: nil supervisor", typ)
+	}
+	if cfg.Name == "" {
+		cfg.Name = typ
+	}
+	if cfg.Command == "" {
+		cfg.Command = typ
+	}
+	if cfg.CancelSignal == 0 {
+		cfg.CancelSignal = cancel
+	}
+	return agentCLI{sup: sup, name: cfg.Name, command: cfg.Command, cancelSig: cfg.CancelSignal}, nil
+}
+
+func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
+	return startSession(ctx, a.sup, spec, launch{
+		path:      a.command,
+		args:      a.args,
+		env:       a.env,
+		cancelSig: a.cancelSig,
+		parser:    a.parser(),
+	})
 }

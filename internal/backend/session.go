@@ -16,6 +16,11 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
+// fatalGrace is how long a session that showed a fatal error gets to exit
+// after the cancel signal before it is killed: the agent CLIs exit within
+// ~0.2 s of SIGINT, and one that is only retrying has nothing to save.
+const fatalGrace = time.Second
+
 // launch is what a backend decides about one session; startSession does the rest.
 type launch struct {
 	path      string
@@ -32,7 +37,9 @@ type session struct {
 	tree      *proc.Tree // nil if the binary could not be started
 	cancelSig syscall.Signal
 	parser    StreamParser
-	log       *os.File // nil when Spec.LogPath is ""
+	reporter  Reporter      // parser, if it is one
+	fatal     chan struct{} // buffered: the output showed a fatal error
+	log       *os.File      // nil when Spec.LogPath is ""
 	out       *sessionOutput
 	timeout   time.Duration
 	grace     time.Duration
@@ -42,6 +49,7 @@ type session struct {
 	cancelled atomic.Bool
 	forced    atomic.Bool
 	timedOut  bool // owned by the monitor goroutine
+	fatalSeen bool // owned by the output goroutine
 
 	done   chan struct{}
 	result Result
@@ -66,6 +74,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		seq:       spec.Seq,
 		cancelSig: l.cancelSig,
 		parser:    l.parser,
+		fatal:     make(chan struct{}, 1),
 		timeout:   spec.Timeout,
 		grace:     spec.GraceAfterTimeout,
 		done:      make(chan struct{}),
@@ -90,7 +99,8 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 
 	out := &sessionOutput{s: s}
 	if l.parser != nil {
-		out.lines = NewLineSplitter(0, l.parser.Line)
+		s.reporter, _ = l.parser.(Reporter)
+		out.lines = NewLineSplitter(0, s.line)
 	}
 	s.out = out
 	tree, err := sup.Start(proc.Spec{
@@ -189,6 +199,16 @@ func ignoreDone(err error) error {
 	return err
 }
 
+// line feeds the parser, and has the monitor end the session once the output
+// shows an error that no retry can fix.
+func (s *session) line(b []byte) {
+	s.parser.Line(b)
+	if s.reporter != nil && !s.fatalSeen && s.reporter.Fatal() != "" {
+		s.fatalSeen = true
+		s.fatal <- struct{}{}
+	}
+}
+
 // monitor enforces the timeout and ends the session when its tree is gone.
 func (s *session) monitor() {
 	var timeoutT, killT *time.Timer
@@ -216,8 +236,16 @@ func (s *session) monitor() {
 			timeout = nil
 			s.timedOut = true
 			_ = s.tree.Signal(s.cancelSig)
-			killT = time.NewTimer(s.grace)
-			kill = killT.C
+			if killT == nil {
+				killT = time.NewTimer(s.grace)
+				kill = killT.C
+			}
+		case <-s.fatal:
+			_ = s.tree.Signal(s.cancelSig)
+			if killT == nil {
+				killT = time.NewTimer(fatalGrace)
+				kill = killT.C
+			}
 		case <-kill:
 			kill = nil
 			_ = s.tree.Kill()
@@ -234,14 +262,24 @@ func (s *session) classify() Result {
 		r.Signal = proc.SignalName(st.Signal)
 	}
 	success, detail := true, ""
+	if s.reporter != nil {
+		s.reporter.Exit(st.Code)
+	}
 	if s.parser != nil {
 		success, detail = s.parser.Verdict()
+	}
+	if s.reporter != nil {
+		s.reporter.Report(&r)
 	}
 	cancelled, forced := s.cancelled.Load(), s.forced.Load()
 	switch {
 	case s.timedOut:
 		r.Outcome, r.AbortReason = OutcomeTimeout, AbortTimeout
 		r.Reason = "session timeout after " + s.timeout.String()
+		return r
+	case r.Fatal != "":
+		// Whatever the exit, it came from our stop or the CLI giving up.
+		r.Outcome, r.Reason = OutcomeError, "fatal: "+r.Fatal
 		return r
 	case st.Signal != 0:
 		r.Outcome, r.Reason = OutcomeError, st.String()
@@ -263,6 +301,7 @@ func (s *session) classify() Result {
 		}
 	default:
 		r.Outcome, r.Reason = OutcomeSuccess, st.String()
+		r.RateLimited, r.RetryAfter = false, time.Time{} // the CLI's own retries got through
 		return r
 	}
 	r.AbortReason = AbortReasonFor(st.Code, st.Signal)

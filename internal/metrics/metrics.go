@@ -307,6 +307,13 @@ func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	if !r.Result.Started.IsZero() && !r.Result.Ended.IsZero() {
 		s.duration.Observe(max(r.Result.Ended.Sub(r.Result.Started), 0).Seconds())
 	}
+	u := r.Result.Usage
+	m.AddTokens(r.Agent, "input", u.InputTokens)
+	m.AddTokens(r.Agent, "output", u.OutputTokens)
+	m.AddTokens(r.Agent, "cache_read", u.CacheReadTokens)
+	m.AddTokens(r.Agent, "cache_write", u.CacheWriteTokens)
+	m.AddCost(r.Agent, u.CostUSD)
+	m.AddToolCalls(r.Agent, r.Result.ToolCalls)
 }
 
 // ForceStopped counts a force stop that happened outside a transition: the

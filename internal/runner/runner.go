@@ -212,6 +212,7 @@ type Runner struct {
 	why        Why
 	lastPrompt string
 	headBefore string
+	retryAfter time.Time // a rate-limited session's provider reset time
 	claimed    bool // a prompt claimed mail for sessionID, and no session has started with it
 	timedOut   bool
 	grace      *time.Timer
@@ -427,7 +428,14 @@ func (r *Runner) step() {
 		r.wt = wt
 		r.apply(agent.EvWorktreeReady(), "runner", "worktree verified")
 	case agent.CoolingDown:
-		t := time.NewTimer(time.Until(st.Until))
+		// A rate limit keeps the agent cooling down at least until the
+		// provider's reset time (SPEC §5), however short the backoff.
+		until := st.Until
+		if r.retryAfter.After(until) {
+			r.log.Info("rate limited: cooling down until the provider's reset time", zap.Time("until", r.retryAfter))
+			until = r.retryAfter
+		}
+		t := time.NewTimer(time.Until(until))
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -618,6 +626,13 @@ func (r *Runner) finishSession(stopping bool) {
 		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
 		zap.Duration("duration", res.Ended.Sub(res.Started)))
 	if stopping {
+		return
+	}
+	r.retryAfter = res.RetryAfter
+	if res.Fatal != "" {
+		// No retry can fix it (an invalid API key): stop now instead of
+		// burning the error budget.
+		r.apply(agent.EvFatalError(res.Fatal), "runner", res.Fatal)
 		return
 	}
 	prev := r.m.State().Kind

@@ -434,3 +434,40 @@ func TestUpdateAppliesFromNextSession(t *testing.T) {
 		h.stop()
 	})
 }
+
+func TestFatalResultStopsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) {
+			s.finish(backend.Result{Outcome: backend.OutcomeError, Reason: "fatal: authentication_failed", Fatal: "invalid API key (HTTP 401)"})
+		}
+		h.start()
+		<-h.err
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.Stopped || s.Reason != "invalid API key (HTTP 401)" || h.be.starts() != 1 {
+			t.Fatalf("state %v reason %q after %d sessions", s.State, s.Reason, h.be.starts())
+		}
+	})
+}
+
+func TestRateLimitCoolsDownUntilReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		start := time.Now()
+		h.be.plan = func(n int, s *fakeSession) {
+			if n == 0 {
+				s.finish(backend.Result{Outcome: backend.OutcomeError, Reason: "429", RateLimited: true, RetryAfter: start.Add(45 * time.Second)})
+			}
+		}
+		h.start()
+		s := h.waitState(agent.CoolingDown)
+		if got := s.State.Until.Sub(start); got != 2*time.Second {
+			t.Errorf("backoff %v", got)
+		}
+		h.waitFor("second session", func(Snapshot) bool { return h.be.starts() == 2 })
+		if got := time.Since(start); got != 45*time.Second {
+			t.Errorf("retried after %v, want the 45s reset time", got)
+		}
+		h.stop()
+	})
+}

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/config"
+)
+
+// initMain is `swarmd init`: a commented starter swarmd.yaml and one role
+// prompt per agent.
+type initMain struct {
+	s       streams
+	dir     string
+	agents  []string
+	backend string
+	force   bool
+}
+
+// initBackends are the backends init can start a swarm on: the agent CLIs,
+// which need no more than their name. A command backend needs a command
+// line, which is the config file's business.
+var initBackends = []string{config.TypeClaude, config.TypeCodex, config.TypeGemini}
+
+func newInitCommand(s streams) *cobra.Command {
+	m := &initMain{s: s}
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Write a commented starter swarmd.yaml and a role prompt per agent",
+		Long: `Write DIR/swarmd.yaml, with every setting listed (defaults commented out), and one role prompt
+per agent in DIR/prompts/AGENT.md. The role prompt is each agent's standing instructions: edit it to say
+what that agent is for. Existing files are left alone unless --force is given.
+
+Then check the config with 'swarmd config validate' and start the swarm with 'swarmd run'.`,
+		Example: `  swarmd init
+  swarmd init --agents implementer,reviewer,tester --backend codex
+  swarmd init --dir /etc/swarmd --force`,
+		Args: func(cmd *cobra.Command, args []string) error { return usage(cobra.NoArgs(cmd, args)) },
+		RunE: func(*cobra.Command, []string) error { return m.Run() },
+	}
+	f := cmd.Flags()
+	f.StringVar(&m.dir, "dir", ".", "directory to write swarmd.yaml and prompts/ into (the repository, usually)")
+	f.StringSliceVar(&m.agents, "agents", []string{"alice", "bob"}, "agent names, comma-separated")
+	f.StringVar(&m.backend, "backend", config.TypeClaude, "backend of every agent: "+strings.Join(initBackends, ", "))
+	f.BoolVar(&m.force, "force", false, "overwrite swarmd.yaml and prompt files that already exist")
+	_ = cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions(initBackends, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.MarkFlagDirname("dir")
+	return cmd
+}
+
+// agentNamePattern is config's agent name rule (SPEC §3), checked here so
+// that a bad name is refused before any file is written.
+var agentNamePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// initFile is one file init writes.
+type initFile struct {
+	rel  string // relative to the directory, for messages
+	data []byte
+}
+
+func (m *initMain) Run() error {
+	agents, err := m.checkFlags()
+	if err != nil {
+		return err
+	}
+	files := []initFile{{rel: "swarmd.yaml", data: starterConfig(agents, m.backend)}}
+	for _, a := range agents {
+		files = append(files, initFile{rel: filepath.Join("prompts", a+".md"), data: rolePrompt(a, agents)})
+	}
+	if !m.force {
+		var existing []string
+		for _, f := range files {
+			if _, err := os.Lstat(filepath.Join(m.dir, f.rel)); err == nil {
+				existing = append(existing, filepath.Join(m.dir, f.rel))
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("init: %w", err)
+			}
+		}
+		if len(existing) > 0 {
+			return usagef("%s already exists; nothing was written (--force overwrites)", strings.Join(existing, ", "))
+		}
+	}
+	// Prompts first, the config last: a swarmd.yaml on disk always has its
+	// prompt files.
+	for i := len(files) - 1; i >= 0; i-- {
+		if err := writeFileReplacing(filepath.Join(m.dir, files[i].rel), files[i].data); err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+	}
+	cfgPath := filepath.Join(m.dir, "swarmd.yaml")
+	if _, err := config.Load(cfgPath); err != nil {
+		return fmt.Errorf("init: the config just written does not load (a bug in swarmd init): %w", err)
+	}
+	return m.report(files, cfgPath)
+}
+
+// checkFlags validates the flags and returns the agent names.
+func (m *initMain) checkFlags() ([]string, error) {
+	if !slices.Contains(initBackends, m.backend) {
+		return nil, usagef("--backend %q: want one of %s (other backends are configured under backends: in swarmd.yaml)",
+			m.backend, strings.Join(initBackends, ", "))
+	}
+	var agents []string
+	for _, a := range m.agents {
+		a = strings.TrimSpace(a)
+		switch {
+		case !agentNamePattern.MatchString(a):
+			return nil, usagef("--agents: %q is not a valid agent name (lowercase letters, digits and '-', starting with a letter, at most 32 characters)", a)
+		case a == "operator":
+			return nil, usagef("--agents: %q is reserved: it is the mail sender outside any session", a)
+		case slices.Contains(agents, a):
+			return nil, usagef("--agents: %q is named twice", a)
+		}
+		agents = append(agents, a)
+	}
+	if len(agents) == 0 {
+		return nil, usagef("--agents: name at least one agent")
+	}
+	switch fi, err := os.Stat(m.dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, usagef("--dir %s does not exist", m.dir)
+	case err != nil:
+		return nil, usagef("--dir: %w", err)
+	case !fi.IsDir():
+		return nil, usagef("--dir %s is not a directory", m.dir)
+	}
+	return agents, nil
+}
+
+// report says what was written and what to do next, with notes on what
+// `swarmd run` will need and is missing.
+func (m *initMain) report(files []initFile, cfgPath string) error {
+	var b strings.Builder
+	for _, f := range files {
+		fmt.Fprintf(&b, "wrote %s\n", filepath.Join(m.dir, f.rel))
+	}
+	if _, err := git.PlainOpenWithOptions(m.dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true}); err != nil {
+		fmt.Fprintf(&b, "\nnote: %s is not in a git repository; swarmd run needs one (git init, or set repo: in swarmd.yaml)\n", m.dir)
+	}
+	if _, err := exec.LookPath(m.backend); err != nil {
+		fmt.Fprintf(&b, "\nnote: the %s CLI is not in PATH; install it before swarmd run\n", m.backend)
+	}
+	fmt.Fprintf(&b, `
+Next:
+  1. Say what each agent is for in its prompt file.
+  2. Give swarmd's environment the agents' API key (%s).
+  3. swarmd config validate -c %s
+  4. swarmd run -c %s
+`, apiKeyVar(m.backend), cfgPath, cfgPath)
+	_, err := fmt.Fprint(m.s.out, b.String())
+	return err
+}
+
+func apiKeyVar(backend string) string {
+	switch backend {
+	case config.TypeCodex:
+		return "OPENAI_API_KEY, or codex login"
+	case config.TypeGemini:
+		return "GEMINI_API_KEY"
+	}
+	return "ANTHROPIC_API_KEY, or claude login"
+}
+
+// writeFileReplacing writes data to path through a temporary file and a
+// rename, so that a reader never sees half a file and a failed write leaves
+// the old one.
+func writeFileReplacing(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, a no-op
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// starterData fills starterTemplate. The defaults come from package config,
+// so the commented-out values are the real defaults.
+type starterData struct {
+	Backend, DefaultBackend string
+	Agents                  []string
+	StateDir, BaseRef       string
+	Listen                  string
+	StallAfter              string
+	SessionTimeout          string
+	GracePeriod             string
+	MaxConsecutiveErrors    int
+	MaxTotalErrors          int
+	KeepArchives            int
+	MaxAge                  string
+	HookTimeout             string
+	MaxBody                 int
+}
+
+func starterConfig(agents []string, backend string) []byte {
+	d := starterData{
+		Backend:              backend,
+		DefaultBackend:       config.DefaultBackend,
+		Agents:               agents,
+		StateDir:             config.DefaultStateDir,
+		BaseRef:              config.DefaultBaseRef,
+		Listen:               config.DefaultListen,
+		StallAfter:           shortDuration(config.DefaultStallAfter),
+		SessionTimeout:       shortDuration(config.DefaultSessionTimeout),
+		GracePeriod:          shortDuration(config.DefaultGracePeriod),
+		MaxConsecutiveErrors: config.DefaultMaxConsecutiveErrors,
+		MaxTotalErrors:       config.DefaultMaxTotalErrors,
+		KeepArchives:         config.DefaultKeepArchives,
+		MaxAge:               shortDuration(config.DefaultMaxAge),
+		HookTimeout:          shortDuration(config.DefaultHookTimeout),
+		MaxBody:              config.DefaultMaxBody,
+	}
+	var b bytes.Buffer
+	if err := starterTemplate.Execute(&b, d); err != nil {
+		panic(err) // the template and its data are fixed: a test runs every branch
+	}
+	return b.Bytes()
+}
+
+// shortDuration writes a duration the way a person would: 60m, 720h, 10s
+// rather than 1h0m0s.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d >= 24*time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// starterTemplate is the starter config. A commented-out key ("# key:
+// value") shows its default; a test uncomments them all and checks that
+// nothing changes.
+var starterTemplate = template.Must(template.New("swarmd.yaml").Funcs(template.FuncMap{
+	// kv aligns the comments after "key: value".
+	"kv": func(key string, value any) string { return fmt.Sprintf("%-27s ", fmt.Sprintf("%s: %v", key, value)) },
+}).Parse(`# swarmd.yaml: the swarm that 'swarmd run' keeps working on one git repository.
+# Written by 'swarmd init'. The reference is SPEC §3.
+#
+# A commented-out key shows its default: uncomment it to change it.
+# Durations are Go durations (30s, 10m, 720h). Relative paths are relative to
+# this file. Check the file with: swarmd config validate -c swarmd.yaml
+
+# The git repository the agents work on.
+repo: .
+# swarmd's state, relative to repo: the mailbox (swarm.db), session logs and
+# archives, the agents' worktrees (branches swarm/AGENT) and the control
+# socket. swarmd adds it to .git/info/exclude.
+# state_dir: {{.StateDir}}
+# What new agent branches start from.
+# base_ref: {{.BaseRef}}
+# Prometheus /metrics, /healthz and /readyz; "" turns the listener off.
+# listen: {{.Listen}}
+# 'swarmd status' shows a Running session as stalled after this long without output.
+# stall_after: {{.StallAfter}}
+
+# Every agent inherits these; an agent may override any of them.
+defaults:
+{{- if eq .Backend .DefaultBackend}}
+  # {{kv "backend" .DefaultBackend}}# claude, codex, gemini or a name under backends:
+{{- else}}
+  {{kv "backend" .Backend}}  # claude, codex, gemini or a name under backends:
+{{- end}}
+  # {{kv "session_timeout" .SessionTimeout}}# a session still running after this ends as a Timeout
+  # {{kv "grace_period" .GracePeriod}}# a cancelled session is killed (SIGKILL) after this
+  # {{kv "max_consecutive_errors" .MaxConsecutiveErrors}}# the agent stops after this many failed sessions in a row
+  # {{kv "max_total_errors" .MaxTotalErrors}}# ...or after this many in all
+  # {{kv "env" "{}"}}# extra environment for the backend, e.g. {GOFLAGS: -mod=mod}
+
+# Session logs of an agent are archived when it stops.
+logs:
+  # {{kv "keep_archives" .KeepArchives}}# archives kept per agent
+  # {{kv "max_age" .MaxAge}}# older archives are deleted
+
+# Shell commands run in the agent's worktree with the SWARM_* variables and a
+# JSON description of the event on stdin. Output goes to the daemon log; a
+# failing hook is logged, never blocks the agent, except that a session_start
+# hook exiting 2 blocks that session.
+hooks:
+  # {{kv "agent_start" "[]"}}# once per agent run, before its first session
+  # {{kv "session_start" "[]"}}# before each session, e.g. ["git fetch -q origin"]
+  # {{kv "session_end" "[]"}}# after each session
+  # {{kv "agent_stopped" "[]"}}# once, when the agent stops
+  # {{kv "timeout" .HookTimeout}}# per hook run
+
+mailbox:
+  # {{kv "max_body" .MaxBody}}# bytes; longer messages are refused, never cut
+
+# Named backends. claude, codex and gemini are built in; an entry named after
+# one adjusts it, and its args are appended to swarmd's own invocation of the
+# CLI. Any other name needs a type: claude, codex, gemini, or command (any
+# program, given the prompt on stdin; its exit code is the outcome), such as:
+#
+#   tests:
+#     type: command
+#     command: sh
+#     args: [-c, "cat >/dev/null; make test"]
+#     cancel_signal: SIGTERM       # default: SIGINT for claude and codex, SIGTERM otherwise
+backends:
+{{- if eq .Backend "claude"}}
+  claude:
+    # Which model: the CLI's default unless set, e.g. model: sonnet
+    # The agents work unattended: without this, Claude Code denies every tool
+    # that asks for permission (edits, shell commands). For a narrower grant,
+    # remove it and list the tools instead:
+    #   allowed_tools: [Read, Edit, Write, Glob, Grep, "Bash(git:*)", "Bash(make:*)"]
+    args: [--dangerously-skip-permissions]
+{{- else if eq .Backend "codex"}}
+  codex:
+    # Which model: the CLI's default unless set, e.g. model: gpt-5-codex
+    # The agents work unattended. Codex's own sandbox (--full-auto) cannot
+    # write the worktree's git directory, which lives in the repository's
+    # .git, so the agents could not commit under it.
+    args: [--dangerously-bypass-approvals-and-sandbox]
+{{- else if eq .Backend "gemini"}}
+  gemini:
+    # Which model: the CLI's default unless set, e.g. model: gemini-2.5-pro
+    # The agents work unattended: approve every tool call.
+    args: [--yolo]
+{{- end}}
+
+# The agents. A role is a prompt file (relative to this file) or inline text:
+# the standing instructions in every prompt the agent gets. Names: lowercase
+# letters, digits and '-'; each agent works on branch swarm/NAME.
+agents:
+{{- range .Agents}}
+  - name: {{.}}
+    role: prompts/{{.}}.md
+{{- end}}
+`))
+
+// theOthers names the other agents in a sentence.
+func theOthers(others []string) string {
+	if len(others) == 1 {
+		return "the other is " + others[0]
+	}
+	return "the others are " + strings.Join(others[:len(others)-1], ", ") + " and " + others[len(others)-1]
+}
+
+// rolePrompt is a starter role: useful as it is, meant to be rewritten.
+func rolePrompt(name string, agents []string) []byte {
+	others := slices.DeleteFunc(slices.Clone(agents), func(a string) bool { return a == name })
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!-- Written by swarmd init: %s's role, the standing instructions in every prompt it gets.\n", name)
+	b.WriteString("     Replace it with what this agent is for: its job, what done looks like, whom it works with. -->\n\n")
+	if len(others) == 0 {
+		fmt.Fprintf(&b, "You are %s, the only agent working on this repository.\n", name)
+	} else {
+		fmt.Fprintf(&b, "You are %s, one of %d agents working on this repository; %s.\n", name, len(agents), theOthers(others))
+	}
+	b.WriteString(`
+Your job is steady, reviewable progress. In each session:
+
+1. Read your mail first and act on what other agents ask of you.
+2. Pick one small, useful piece of work: a failing test, a bug, a TODO in the
+   code, an open item in the project's docs or issue list.
+`)
+	if len(others) > 0 {
+		b.WriteString(`   Before you start on something sizeable, tell the others what you are taking
+   (swarmd mail send --all --subject "taking: ..." "...") so that nobody
+   duplicates it.
+`)
+	}
+	b.WriteString(`3. Do it on your branch, run the project's tests, and commit with a message
+   that says what changed and why.
+4. Finish the session once that piece is committed: the next session starts
+   fresh, with your mail and your branch's recent commits.
+`)
+	if len(others) > 0 {
+		b.WriteString(`
+To build on another agent's work, merge its branch (git merge swarm/NAME) into
+yours. Use --urgent mail only when the recipient must stop what it is doing.
+`)
+	}
+	return []byte(b.String())
+}

@@ -1,0 +1,137 @@
+package backend
+
+import (
+	"strings"
+	"time"
+)
+
+// codexParser reads `codex exec --json` output: thread.started,
+// turn.started, item.started/updated/completed, turn.completed with usage,
+// turn.failed, and error events (including the "Reconnecting... n/5"
+// messages of its own retries).
+type codexParser struct {
+	rep       report
+	completed bool // a turn.completed was seen
+	failed    bool // a turn.failed was seen
+	errText   string
+}
+
+var _ Reporter = (*codexParser)(nil)
+
+func newCodexParser(now func() time.Time) *codexParser {
+	return &codexParser{rep: newReport(now)}
+}
+
+type codexLine struct {
+	Type    string `json:"type"`
+	Message string `json:"message"` // error
+	Item    *struct {
+		ID     string `json:"id"`
+		Type   string `json:"type"`
+		Text   string `json:"text"`   // agent_message
+		Server string `json:"server"` // mcp_tool_call
+		Tool   string `json:"tool"`   // mcp_tool_call
+	} `json:"item"`
+	Usage *struct {
+		InputTokens           int64 `json:"input_tokens"` // cached ones included
+		CachedInputTokens     int64 `json:"cached_input_tokens"`
+		CacheWriteInputTokens int64 `json:"cache_write_input_tokens"`
+		OutputTokens          int64 `json:"output_tokens"`
+	} `json:"usage"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"` // turn.failed
+}
+
+// codexTool reports whether an item type is a tool call.
+func codexTool(typ string) bool {
+	switch typ {
+	case "command_execution", "file_change", "mcp_tool_call", "web_search", "collab_tool_call":
+		return true
+	}
+	return false
+}
+
+func (p *codexParser) Line(line []byte) {
+	var l codexLine
+	if !decodeLine(line, &l) {
+		return
+	}
+	switch l.Type {
+	case "item.started", "item.completed":
+		it := l.Item
+		if it == nil {
+			return
+		}
+		if codexTool(it.Type) {
+			name := it.Type
+			if it.Type == "mcp_tool_call" && it.Tool != "" {
+				name = "mcp:" + it.Server + "/" + it.Tool
+			}
+			// Some items (file changes) are only ever reported completed.
+			p.rep.toolStart(it.ID, name)
+			if l.Type == "item.completed" {
+				p.rep.toolEnd(it.ID)
+			}
+		}
+		if it.Type == "agent_message" && l.Type == "item.completed" {
+			p.rep.text = excerpt(it.Text)
+		}
+	case "turn.completed":
+		p.completed = true
+		p.rep.resultAt = p.rep.now()
+		if u := l.Usage; u != nil {
+			cached := min(u.CachedInputTokens, u.InputTokens)
+			p.rep.usage.InputTokens += u.InputTokens - cached
+			p.rep.usage.CacheReadTokens += cached
+			p.rep.usage.CacheWriteTokens += u.CacheWriteInputTokens
+			p.rep.usage.OutputTokens += u.OutputTokens
+		}
+	case "turn.failed":
+		p.failed = true
+		p.rep.resultAt = p.rep.now()
+		if l.Error != nil {
+			p.errText = l.Error.Message
+			p.apiError(l.Error.Message)
+		}
+	case "error":
+		p.apiError(l.Message)
+		if !p.failed {
+			p.errText = l.Message
+		}
+	}
+}
+
+// apiError classifies an error message of Codex: it prints the HTTP status
+// of a request it retries or gave up on ("unexpected status 401
+// Unauthorized: ...", "last status: 429 Too Many Requests").
+func (p *codexParser) apiError(msg string) {
+	switch {
+	case strings.Contains(msg, "401 Unauthorized"):
+		p.rep.setFatal("authentication failed: the API answered 401 Unauthorized (invalid API key or login?)")
+	case strings.Contains(msg, "429 Too Many Requests") || containsFold(msg, "rate limit") || containsFold(msg, "usage limit"):
+		var until time.Time
+		if d, ok := retryHint(msg); ok {
+			until = p.rep.now().Add(d)
+		}
+		p.rep.rateLimited(until)
+	}
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), sub)
+}
+
+func (p *codexParser) Fatal() string { return p.rep.fatal }
+
+func (p *codexParser) Exit(int) {}
+
+// Verdict: success is a completed turn and no failed one (SPEC §5).
+func (p *codexParser) Verdict() (bool, string) {
+	if p.completed && !p.failed {
+		return true, ""
+	}
+	return false, p.errText
+}
+
+func (p *codexParser) Report(r *Result) { p.rep.fill(r) }

@@ -1,0 +1,85 @@
+package backend
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCodexParserSuccess(t *testing.T) {
+	p := newCodexParser(newFakeClock().now)
+	feed(t, p, "codex-success.jsonl")
+	r, ok, detail := finish(p, 0)
+	if !ok {
+		t.Fatalf("Verdict = %v, %q; want success (an error item is a warning)", ok, detail)
+	}
+	if want := (Usage{InputTokens: 240, OutputTokens: 60, CacheReadTokens: 14}); r.Usage != want {
+		t.Errorf("Usage = %+v, want %+v", r.Usage, want)
+	}
+	if r.ToolCalls != 1 || len(r.Tools) != 1 || r.Tools[0].Name != "command_execution" || r.Tools[0].End.IsZero() {
+		t.Errorf("tool calls %d %+v", r.ToolCalls, r.Tools)
+	}
+	if r.Text != "All done: wrote two.txt." || r.ResultAt.IsZero() {
+		t.Errorf("Text %q ResultAt %v", r.Text, r.ResultAt)
+	}
+}
+
+func TestCodexParserUnauthorizedIsFatal(t *testing.T) {
+	p := newCodexParser(nil)
+	feed(t, p, "codex-401.jsonl") // two "Reconnecting..." lines, no turn.failed yet
+	if f := p.Fatal(); !strings.Contains(f, "401 Unauthorized") {
+		t.Fatalf("Fatal() = %q", f)
+	}
+	if ok, _ := p.Verdict(); ok {
+		t.Fatal("success")
+	}
+}
+
+func TestCodexParserFailures(t *testing.T) {
+	c := newFakeClock()
+	p := newCodexParser(c.now)
+	for _, l := range []string{
+		`{"type":"turn.started"}`,
+		`{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}`,
+		`{"type":"error","message":"Rate limit reached for gpt-5 in organization org-x on tokens per min. Please try again in 2.5s."}`,
+		`{"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}`,
+	} {
+		p.Line([]byte(l))
+	}
+	r, ok, detail := finish(p, 1)
+	if ok || detail != "exceeded retry limit, last status: 429 Too Many Requests" {
+		t.Fatalf("Verdict = %v, %q", ok, detail)
+	}
+	if !r.RateLimited || !r.RetryAfter.Equal(epoch.Add(time.Second+2500*time.Millisecond)) || r.Fatal != "" {
+		t.Fatalf("RateLimited %v RetryAfter %v Fatal %q", r.RateLimited, r.RetryAfter, r.Fatal)
+	}
+
+	// A completed turn followed by a failed one is not a success.
+	p = newCodexParser(nil)
+	p.Line([]byte(`{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":20,"output_tokens":1}}`))
+	p.Line([]byte(`{"type":"turn.failed","error":{"message":"boom"}}`))
+	r, ok, detail = finish(p, 0)
+	if ok || detail != "boom" {
+		t.Fatalf("Verdict = %v, %q", ok, detail)
+	}
+	// Cached tokens beyond the input (a provider's quirk) do not go negative.
+	if r.Usage.InputTokens != 0 || r.Usage.CacheReadTokens != 10 {
+		t.Fatalf("Usage = %+v", r.Usage)
+	}
+}
+
+func FuzzCodexParser(f *testing.F) {
+	addSeeds(f, "codex-")
+	f.Fuzz(func(t *testing.T, data []byte, exit int) {
+		p := newCodexParser(newFakeClock().now)
+		fuzzLines(p, data)
+		checkInvariants(t, p, exit)
+		if r, _, _ := finish(p, exit); r.Usage.InputTokens < 0 {
+			t.Fatalf("negative input tokens %d", r.Usage.InputTokens)
+		}
+	})
+}
+
+func BenchmarkCodexParser(b *testing.B) {
+	benchParser(b, "codex-success.jsonl", func() StreamParser { return newCodexParser(nil) })
+}

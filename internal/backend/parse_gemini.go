@@ -1,0 +1,111 @@
+package backend
+
+import (
+	"strings"
+	"time"
+)
+
+// geminiParser reads Gemini CLI's `--output-format stream-json` output:
+// init, message (user and assistant, the latter in deltas), tool_use,
+// tool_result, error and result lines.
+type geminiParser struct {
+	rep      report
+	success  bool
+	errText  string
+	text     strings.Builder // assistant text since the last tool call
+	textFull bool            // text holds MaxResultText bytes already
+}
+
+var _ Reporter = (*geminiParser)(nil)
+
+func newGeminiParser(now func() time.Time) *geminiParser {
+	return &geminiParser{rep: newReport(now)}
+}
+
+type geminiLine struct {
+	Type     string `json:"type"`
+	Role     string `json:"role"`    // message
+	Content  string `json:"content"` // message
+	ToolName string `json:"tool_name"`
+	ToolID   string `json:"tool_id"`
+	Message  string `json:"message"` // error
+	Status   string `json:"status"`  // result: "success" or "error"
+	Error    *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+	Stats *struct {
+		InputTokens  int64 `json:"input_tokens"` // cached ones included
+		OutputTokens int64 `json:"output_tokens"`
+		Cached       int64 `json:"cached"`
+	} `json:"stats"`
+}
+
+func (p *geminiParser) Line(line []byte) {
+	var l geminiLine
+	if !decodeLine(line, &l) {
+		return
+	}
+	switch l.Type {
+	case "message":
+		if l.Role == "assistant" && !p.textFull {
+			p.text.WriteString(l.Content)
+			p.textFull = p.text.Len() >= MaxResultText
+		}
+	case "tool_use":
+		p.rep.toolStart(l.ToolID, l.ToolName)
+		p.text.Reset() // the result is what the model says after its last tool call
+		p.textFull = false
+	case "tool_result":
+		p.rep.toolEnd(l.ToolID)
+	case "error":
+		p.apiError(l.Message)
+	case "result":
+		p.rep.resultAt = p.rep.now()
+		p.rep.text = excerpt(p.text.String())
+		if s := l.Stats; s != nil {
+			cached := min(s.Cached, s.InputTokens)
+			p.rep.usage = Usage{InputTokens: s.InputTokens - cached, OutputTokens: s.OutputTokens, CacheReadTokens: cached}
+		}
+		p.success = l.Status == "success"
+		p.errText = ""
+		if !p.success && l.Error != nil {
+			p.errText = l.Error.Message
+			p.apiError(l.Error.Message)
+		}
+	}
+}
+
+// apiError classifies the text of an API error, which Gemini CLI passes on
+// as the API's JSON: {"error":{"code":429,...,"status":"RESOURCE_EXHAUSTED"}}.
+func (p *geminiParser) apiError(msg string) {
+	if strings.Contains(msg, `"code":429`) || strings.Contains(msg, "RESOURCE_EXHAUSTED") {
+		var until time.Time
+		if d, ok := retryHint(msg); ok {
+			until = p.rep.now().Add(d)
+		}
+		p.rep.rateLimited(until)
+	}
+}
+
+func (p *geminiParser) Fatal() string { return p.rep.fatal }
+
+// Exit reads what Gemini CLI says only in its exit code: on an API error it
+// exits with the HTTP status mod 256 (401 -> 145, 403 -> 147, 429 -> 173),
+// and with 41 when its authentication is not set up.
+func (p *geminiParser) Exit(code int) {
+	switch code {
+	case 145:
+		p.rep.setFatal("authentication failed: the API answered 401 Unauthorized (exit 145; invalid API key?)")
+	case 147:
+		p.rep.setFatal("authentication failed: the API answered 403 Forbidden (exit 147)")
+	case 41:
+		p.rep.setFatal("authentication is not configured (exit 41)")
+	case 173:
+		p.rep.rateLimited(time.Time{})
+	}
+}
+
+func (p *geminiParser) Verdict() (bool, string) { return p.success, p.errText }
+
+func (p *geminiParser) Report(r *Result) { p.rep.fill(r) }

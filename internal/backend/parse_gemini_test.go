@@ -1,0 +1,99 @@
+package backend
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestGeminiParserSuccess(t *testing.T) {
+	p := newGeminiParser(newFakeClock().now)
+	feed(t, p, "gemini-success.jsonl")
+	r, ok, detail := finish(p, 0)
+	if !ok {
+		t.Fatalf("Verdict = %v, %q", ok, detail)
+	}
+	if want := (Usage{InputTokens: 250, OutputTokens: 65, CacheReadTokens: 14}); r.Usage != want {
+		t.Errorf("Usage = %+v, want %+v", r.Usage, want)
+	}
+	if r.ToolCalls != 1 || len(r.Tools) != 1 || r.Tools[0].Name != "run_shell_command" || r.Tools[0].End.IsZero() {
+		t.Errorf("tool calls %d %+v", r.ToolCalls, r.Tools)
+	}
+	if r.Text != "All done: wrote three.txt." {
+		t.Errorf("Text = %q", r.Text)
+	}
+}
+
+func TestGeminiParserExitCodes(t *testing.T) {
+	p := newGeminiParser(nil)
+	feed(t, p, "gemini-401.jsonl")
+	if p.Fatal() != "" {
+		t.Fatal("fatal before the exit code is known")
+	}
+	r, ok, detail := finish(p, 145)
+	if ok || !strings.Contains(detail, "401") {
+		t.Fatalf("Verdict = %v, %q", ok, detail)
+	}
+	if !strings.Contains(r.Fatal, "401") {
+		t.Fatalf("Fatal = %q", r.Fatal)
+	}
+	for code, fatal := range map[int]bool{147: true, 41: true, 173: false, 1: false, 0: false, -1: false} {
+		p := newGeminiParser(nil)
+		r, _, _ := finish(p, code)
+		if (r.Fatal != "") != fatal {
+			t.Errorf("exit %d: Fatal %q", code, r.Fatal)
+		}
+		if r.RateLimited != (code == 173) {
+			t.Errorf("exit %d: RateLimited %v", code, r.RateLimited)
+		}
+	}
+}
+
+func TestGeminiParserRateLimitAndText(t *testing.T) {
+	c := newFakeClock()
+	p := newGeminiParser(c.now)
+	for _, l := range []string{
+		`{"type":"message","role":"assistant","content":"Let me look.","delta":true}`,
+		`{"type":"tool_use","tool_name":"read_file","tool_id":"t1","parameters":{}}`,
+		`{"type":"tool_result","tool_id":"t1","status":"success"}`,
+		`{"type":"message","role":"assistant","content":"Done ","delta":true}`,
+		`{"type":"message","role":"assistant","content":"now.","delta":true}`,
+		`{"type":"result","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":429,\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"retryDelay\":\"30s\"}]}}]"}}`,
+	} {
+		p.Line([]byte(l))
+	}
+	r, ok, _ := finish(p, 173)
+	if ok || !r.RateLimited || r.Fatal != "" {
+		t.Fatalf("ok %v RateLimited %v Fatal %q", ok, r.RateLimited, r.Fatal)
+	}
+	if !r.RetryAfter.After(epoch.Add(30 * time.Second)) {
+		t.Fatalf("RetryAfter = %v, want 30 s after the result", r.RetryAfter)
+	}
+	if r.Text != "Done now." {
+		t.Fatalf("Text = %q, want the text after the last tool call", r.Text)
+	}
+
+	// A long answer is cut, not held whole.
+	p = newGeminiParser(nil)
+	chunk := `{"type":"message","role":"assistant","content":"` + strings.Repeat("x", 1000) + `","delta":true}`
+	for range 10 {
+		p.Line([]byte(chunk))
+	}
+	p.Line([]byte(`{"type":"result","status":"success"}`))
+	if r, ok, _ := finish(p, 0); !ok || len(r.Text) != MaxResultText {
+		t.Fatalf("ok %v, text of %d bytes", ok, len(r.Text))
+	}
+}
+
+func FuzzGeminiParser(f *testing.F) {
+	addSeeds(f, "gemini-")
+	f.Fuzz(func(t *testing.T, data []byte, exit int) {
+		p := newGeminiParser(newFakeClock().now)
+		fuzzLines(p, data)
+		checkInvariants(t, p, exit)
+	})
+}
+
+func BenchmarkGeminiParser(b *testing.B) {
+	benchParser(b, "gemini-success.jsonl", func() StreamParser { return newGeminiParser(nil) })
+}
