@@ -78,7 +78,9 @@ agents:
 	d.waitLine("bob interrupted", func(m map[string]any) bool {
 		return transitionTo("bob", "Interrupting")(m) && m["event"] == "UrgentMessage"
 	})
-	req, err := mock.WaitRequest(ctx, func(r mockllm.Request) bool { return r.BodyContains("stop and rebase") && r.BodyContains("URGENT from alice") })
+	req, err := mock.WaitRequest(ctx, func(r mockllm.Request) bool {
+		return r.BodyContains("stop and rebase") && r.BodyContains("URGENT from alice")
+	})
 	if err != nil {
 		t.Fatalf("bob's next prompt never reached the model: %v", err)
 	}

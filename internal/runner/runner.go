@@ -213,7 +213,7 @@ type Runner struct {
 	lastPrompt string
 	headBefore string
 	retryAfter time.Time // a rate-limited session's provider reset time
-	claimed    bool // a prompt claimed mail for sessionID, and no session has started with it
+	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
 	timedOut   bool
 	grace      *time.Timer
 	timeout    *time.Timer
