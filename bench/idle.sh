@@ -38,12 +38,16 @@ sleep "$window"
 cpu1=$(awk '{print $14+$15}' "/proc/$pid/stat")
 t1=$(date +%s.%N)
 rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+# swarmd status over the control socket: process start to exit, p50 of 21.
+st=$(for i in $(seq 1 21); do
+  a=$(date +%s%N); "$bin" status -c "$work/swarmd.yaml" >/dev/null; b=$(date +%s%N); echo $(( (b - a) / 1000 ))
+done | sort -n | awk 'NR==11{print $1/1000}')
 threads=$(awk '/Threads/{print $2}' "/proc/$pid/status")
 kill -TERM "$pid"
 s0=$(date +%s.%N)
 wait "$pid" || true
 s1=$(date +%s.%N)
-awk -v n="$n" -v st="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
-    -v clk="$clk" -v rss="$rss" -v th="$threads" -v s0="$s0" -v s1="$s1" 'BEGIN {
-  printf "agents=%d  start->all Running=%.2fs  idle RSS=%.1f MB  idle CPU=%.2f%% of one core  threads=%d  SIGTERM->exit=%.2fs\n",
-    n, rd-st, rss/1024, 100*(c1-c0)/clk/(t1-t0), th, s1-s0 }'
+awk -v n="$n" -v start="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
+    -v clk="$clk" -v rss="$rss" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" 'BEGIN {
+  printf "agents=%d  start->all Running=%.2fs  idle RSS=%.1f MB  idle CPU=%.2f%% of one core  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.2fs\n",
+    n, rd-start, rss/1024, 100*(c1-c0)/clk/(t1-t0), th, st, s1-s0 }'

@@ -163,6 +163,8 @@ func (d *daemon) Run(ctx context.Context) error {
 		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
 	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
 	defer stopWatchdog()
+	stopStats := d.mailStats(time.Second)
+	defer stopStats()
 	<-ctx.Done()
 	d.notify.stopping()
 	cfg, _ = d.current()
@@ -281,6 +283,44 @@ func (d *daemon) ForceStop() {
 	if d.reg != nil {
 		d.reg.ForceStop()
 	}
+}
+
+// mailStats feeds swarmd_mailbox_messages_total and swarmd_mailbox_pending
+// from swarm.db every interval: mail is sent by other processes, so the
+// daemon counts it where it lands. It returns a stop function.
+func (d *daemon) mailStats(interval time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		ctx := context.Background() // queries take microseconds; no cancellation goroutine per query
+		_, _, last, err := d.mail.NewSince(ctx, 0)
+		if err != nil {
+			d.log.Warn("mail metrics", zap.Error(err))
+		}
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			normal, urgent, max, err := d.mail.NewSince(ctx, last)
+			if err == nil {
+				last = max
+				d.metrics.MailSent(false, normal)
+				d.metrics.MailSent(true, urgent)
+				var pending map[string]int
+				if pending, err = d.mail.PendingCounts(ctx); err == nil {
+					d.metrics.SetPending(pending)
+				}
+			}
+			if err != nil {
+				d.log.Warn("mail metrics", zap.Error(err))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // readiness is /readyz: the database is open and every agent registered.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -70,10 +71,21 @@ func Main(ctx context.Context, args []string, s streams) int {
 	}
 	fmt.Fprintln(s.err, "swarmd: "+err.Error())
 	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
 		return exitUsage
 	}
 	return exitRuntime
+}
+
+// usageArgs makes every command's argument-count errors usage errors
+// (exit 2), as SPEC §2 wants.
+func usageArgs(c *cobra.Command) {
+	if orig := c.Args; orig != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error { return usage(orig(cmd, args)) }
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 func newRootCommand(s streams) *cobra.Command {
@@ -87,6 +99,8 @@ a per-agent state machine. Agents talk through a SQLite mailbox; urgent mail int
 Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Errors are one line (SPEC §2); "did you mean" would add more.
+		DisableSuggestions: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
 	root.AddCommand(
@@ -96,7 +110,8 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newMailCommand(s),
 	)
 	root.AddCommand(newOperateCommands(s)...)
-	root.AddCommand(newEventsCommand(s), newWorktreeCommand(s))
+	root.AddCommand(newEventsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())
+	usageArgs(root)
 	return root
 }
 

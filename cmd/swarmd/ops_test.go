@@ -197,6 +197,20 @@ agents:
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// Mail sent by another process is counted where it lands.
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "alice", "--urgent", "-c", cfg, "hi"); code != 0 {
+		t.Fatal(stderr)
+	}
+	for {
+		body = scrape(t, "http://"+addr+"/metrics")
+		if strings.Contains(body, `swarmd_mailbox_messages_total{urgency="urgent"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mail metric never counted:\n%s", grepLines(body, "swarmd_mailbox"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if got := strings.Count(body, `swarmd_agent_state{agent="alice",state=`); got != 8 {
 		t.Errorf("%d state series for alice, want 8", got)
 	}

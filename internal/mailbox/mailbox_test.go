@@ -560,3 +560,24 @@ func TestQueryPlans(t *testing.T) {
 		}
 	}
 }
+
+func TestNewSince(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{Agents: []string{"alice", "bob"}})
+	n, u, max, err := db.NewSince(ctx, 0)
+	if err != nil || n != 0 || u != 0 || max != 0 {
+		t.Fatalf("empty: %d %d %d %v", n, u, max, err)
+	}
+	for _, urgent := range []bool{false, true, true} {
+		if _, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: "x", Urgent: urgent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, u, max, err = db.NewSince(ctx, 1)
+	if err != nil || n != 0 || u != 2 || max != 3 {
+		t.Fatalf("after 1: %d %d %d %v", n, u, max, err)
+	}
+	if n, u, max, _ = db.NewSince(ctx, 3); n != 0 || u != 0 || max != 3 {
+		t.Fatalf("after 3: %d %d %d", n, u, max)
+	}
+}

@@ -419,3 +419,17 @@ func urgency(urgent bool) string {
 	}
 	return "normal"
 }
+
+// NewSince counts the messages with id > afterID by urgency and returns the
+// highest id seen (afterID when there are none): how the daemon counts mail
+// that other processes sent.
+func (db *DB) NewSince(ctx context.Context, afterID int64) (normal, urgent int, maxID int64, err error) {
+	maxID = afterID
+	err = db.read.QueryRowContext(ctx, `SELECT
+			COALESCE(SUM(urgency = 'normal'), 0), COALESCE(SUM(urgency = 'urgent'), 0), COALESCE(MAX(id), ?)
+		FROM messages WHERE id > ?`, afterID, afterID).Scan(&normal, &urgent, &maxID)
+	if err != nil {
+		return 0, 0, afterID, db.wrap("new since", err)
+	}
+	return normal, urgent, maxID, nil
+}
