@@ -687,10 +687,8 @@ func (r *Runner) cleanup() {
 	r.release()
 	// Archive and the agent_stopped hook run even while the daemon stops:
 	// only a force stop cuts them short.
-	if path, err := r.cfg.Logs.Archive(r.forceCtx, r.cfg.Name, time.Now()); err != nil {
+	if _, err := r.cfg.Logs.Archive(r.forceCtx, r.cfg.Name, time.Now()); err != nil {
 		r.log.Error("archive session logs", zap.Error(err))
-	} else if path != "" {
-		r.log.Info("session logs archived", zap.String("archive", path))
 	}
 	r.mu.Lock()
 	reason := r.snap.Reason
