@@ -24,9 +24,15 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzMachine -fuzztime 20s ./internal/agent
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./internal/config
+	$(GO) test -run '^$$' -fuzz FuzzMachine -fuzztime $(FUZZTIME) ./internal/agent
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./internal/config
+	$(GO) test -run '^$$' -fuzz FuzzMailArgs -fuzztime $(FUZZTIME) ./cmd/swarmd
+	$(GO) test -run '^$$' -fuzz FuzzLineSplitter -fuzztime $(FUZZTIME) ./internal/backend
+	$(GO) test -run '^$$' -fuzz FuzzClaudeParser -fuzztime $(FUZZTIME) ./internal/backend
+	$(GO) test -run '^$$' -fuzz FuzzCodexParser -fuzztime $(FUZZTIME) ./internal/backend
+	$(GO) test -run '^$$' -fuzz FuzzGeminiParser -fuzztime $(FUZZTIME) ./internal/backend
 
 demo: build
 	bash scripts/demo.sh $(BIN)
