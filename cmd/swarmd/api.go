@@ -50,18 +50,24 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 		SessionStarted: s.SessionStarted, ConsecutiveErrors: s.ConsecutiveErrors, TotalErrors: s.TotalErrors,
 		Branch: a.d.trees.Branch(s.Agent), Reason: s.Reason, Since: s.Since,
 	}
-	switch s.State.Kind {
-	case agent.Running, agent.Interrupting:
+	if s.State.Kind == agent.Running || s.State.Kind == agent.Interrupting {
 		st.LastOutput = r.LastOutput()
-		if s.State.Kind == agent.Running && !st.LastOutput.IsZero() && now.Sub(st.LastOutput) >= a.d.stallAfter() {
-			st.Health = "stalled"
-		}
-	case agent.Spawning:
-		if now.Sub(s.Since) >= spawnTimeout {
-			st.Health = "spawning-timeout"
-		}
 	}
+	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
 	return st
+}
+
+// health is seed 004's visual classification of an agent: "stalled" for a
+// Running session that printed nothing for stallAfter, "spawning-timeout"
+// for Spawning longer than 60 s, "" otherwise.
+func health(state agent.StateKind, lastOutput, since, now time.Time, stallAfter time.Duration) string {
+	switch {
+	case state == agent.Running && !lastOutput.IsZero() && now.Sub(lastOutput) >= stallAfter:
+		return "stalled"
+	case state == agent.Spawning && now.Sub(since) >= spawnTimeout:
+		return "spawning-timeout"
+	}
+	return ""
 }
 
 func (a controlAPI) StopAgent(name string) error {

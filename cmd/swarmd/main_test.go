@@ -302,6 +302,13 @@ func TestRunSIGTERMStopsEveryAgentAndLeavesNothing(t *testing.T) {
 		d.waitLine(a+" Stopped by OperatorStop", func(m map[string]any) bool {
 			return transitionTo(a, "Stopped")(m) && m["event"] == "OperatorStop"
 		})
+		// Every agent's logs were archived and the originals removed.
+		if archives, _ := filepath.Glob(filepath.Join(stateDir, "archive", a, "*.tar.gz")); len(archives) != 1 {
+			t.Errorf("%s: archives %v, want one", a, archives)
+		}
+		if left, _ := filepath.Glob(filepath.Join(stateDir, "logs", a, "*")); len(left) != 0 {
+			t.Errorf("%s: logs left after archiving: %v", a, left)
+		}
 	}
 }
 
