@@ -170,7 +170,7 @@ func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
 		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),
 		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
 		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,
-		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls,
+		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls, ResultText: s.Result.Text,
 	})
 }
 
