@@ -371,23 +371,28 @@ type querier interface {
 }
 
 func queryMessages(ctx context.Context, q querier, query string, args ...any) ([]Message, error) {
+	return queryAll(ctx, q, scanMessage, query, args...)
+}
+
+// queryAll runs query and scans every row with scan.
+func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var ms []Message
+	var out []T
 	for rows.Next() {
-		m, err := scanMessage(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, m)
+		out = append(out, v)
 	}
-	return ms, rows.Err()
+	return out, rows.Err()
 }
 
-func scanMessage(s interface{ Scan(...any) error }) (Message, error) {
+func scanMessage(s scanner) (Message, error) {
 	var (
 		m                 Message
 		replyTo           sql.NullInt64

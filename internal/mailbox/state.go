@@ -102,21 +102,13 @@ const (
 
 // Agents returns every agent's latest recorded state, by name.
 func (db *DB) Agents(ctx context.Context) (map[string]AgentRecord, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+agentCols+` FROM agents`)
+	as, err := queryAll(ctx, db.read, scanAgent, `SELECT `+agentCols+` FROM agents`)
 	if err != nil {
 		return nil, db.wrap("agents", err)
 	}
-	defer rows.Close()
-	out := make(map[string]AgentRecord)
-	for rows.Next() {
-		a, err := scanAgent(rows)
-		if err != nil {
-			return nil, db.wrap("agents", err)
-		}
+	out := make(map[string]AgentRecord, len(as))
+	for _, a := range as {
 		out[a.Name] = a
-	}
-	if err := rows.Err(); err != nil {
-		return nil, db.wrap("agents", err)
 	}
 	return out, nil
 }
@@ -139,21 +131,9 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 		limit = q.Limit
 	}
 	args = append(args, limit)
-	rows, err := db.read.QueryContext(ctx,
+	out, err := queryAll(ctx, db.read, scanEvent,
 		`SELECT `+eventCols+` FROM events WHERE `+where.String()+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
-		return nil, db.wrap("events", err)
-	}
-	defer rows.Close()
-	var out []EventRecord
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, db.wrap("events", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, db.wrap("events", err)
 	}
 	return out, nil
@@ -348,20 +328,7 @@ func scanSession(s scanner) (SessionRecord, error) {
 }
 
 func querySessions(ctx context.Context, q querier, query string, args ...any) ([]SessionRecord, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []SessionRecord
-	for rows.Next() {
-		s, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, q, scanSession, query, args...)
 }
 
 // nullZero stores a figure the backend did not report (zero) as NULL.

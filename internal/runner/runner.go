@@ -399,17 +399,9 @@ func (r *Runner) step() {
 	}
 	switch st := r.m.State(); st.Kind {
 	case agent.Initializing:
-		wt, err := r.cfg.Workspace.Ensure(r.stopCtx, r.cfg.Name)
-		if r.external() {
-			return
-		}
-		if err != nil {
-			r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
-			return
-		}
-		r.wt = wt
-		r.hook(hooks.Payload{Event: hooks.AgentStart, State: agent.Initializing.String()})
-		r.apply(agent.EvWorktreeReady(), "runner", wt.Path)
+		r.worktreeReady(r.cfg.Workspace.Ensure, func() {
+			_ = r.hook(hooks.Payload{Event: hooks.AgentStart, State: agent.Initializing.String()})
+		})
 	case agent.BuildingPrompt:
 		r.buildPrompt()
 	case agent.Spawning:
@@ -417,16 +409,7 @@ func (r *Runner) step() {
 	case agent.Running, agent.Interrupting:
 		r.waitSession()
 	case agent.SessionComplete:
-		wt, err := r.cfg.Workspace.Verify(r.stopCtx, r.cfg.Name)
-		if r.external() {
-			return
-		}
-		if err != nil {
-			r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
-			return
-		}
-		r.wt = wt
-		r.apply(agent.EvWorktreeReady(), "runner", "worktree verified")
+		r.worktreeReady(r.cfg.Workspace.Verify, nil)
 	case agent.CoolingDown:
 		// A rate limit keeps the agent cooling down at least until the
 		// provider's reset time (SPEC §5), however short the backoff.
@@ -445,6 +428,25 @@ func (r *Runner) step() {
 			r.apply(agent.EvFatalError(msg), "daemon", "")
 		}
 	}
+}
+
+// worktreeReady prepares (Ensure) or checks (Verify) the worktree and feeds
+// WorktreeReady, running then first (the agent_start hook); a worktree that
+// cannot be made ready is a FatalError.
+func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.Worktree, error), then func()) {
+	wt, err := prepare(r.stopCtx, r.cfg.Name)
+	if r.external() {
+		return
+	}
+	if err != nil {
+		r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
+		return
+	}
+	r.wt = wt
+	if then != nil {
+		then()
+	}
+	r.apply(agent.EvWorktreeReady(), "runner", wt.Path)
 }
 
 // external applies a pending OperatorStop or FatalError, reporting whether
