@@ -561,6 +561,10 @@ func (r *Runner) maybeInterrupt() {
 
 func (r *Runner) applyUrgent(committed time.Time) {
 	r.applyT(agent.EvUrgentMessage(), "router", "urgent mail", committed)
+	// The grace period now bounds the session; a session timeout no longer
+	// applies to it.
+	stopTimer(&r.timeout)
+	stopTimer(&r.kill)
 	r.grace = time.NewTimer(r.cfg.GracePeriod)
 }
 
@@ -586,7 +590,8 @@ func (r *Runner) waitSession() {
 		r.apply(agent.EvGraceExceeded(), "runner", "grace period "+r.cfg.GracePeriod.String()+" exceeded")
 		// The next session must not start while this one has a live process.
 		<-sess.Done()
-		r.finishSession(false)
+		r.finishSession(false) // its SessionExited is late: the machine rejects it
+		r.why = Why{Kind: WhyAfterInterrupt}
 	case <-r.urgentCh:
 		r.maybeInterrupt()
 	case <-r.stopCtx.Done():

@@ -162,6 +162,9 @@ func TestUrgentIgnoredGraceExceededForceStops(t *testing.T) {
 		if !strings.Contains(h.rec.path(), "Running>Interrupting>BuildingPrompt>Spawning>Running") {
 			t.Errorf("path = %s", h.rec.path())
 		}
+		if reqs := h.pr.requests(); reqs[len(reqs)-1].Why.Kind != WhyAfterInterrupt {
+			t.Errorf("why after a forced interrupt = %+v", reqs[len(reqs)-1].Why)
+		}
 		var effect agent.EffectKind
 		for _, tr := range h.rec.transitions() {
 			if tr.Event.Kind == agent.GraceExceeded {
@@ -467,6 +470,28 @@ func TestRateLimitCoolsDownUntilReset(t *testing.T) {
 		h.waitFor("second session", func(Snapshot) bool { return h.be.starts() == 2 })
 		if got := time.Since(start); got != 45*time.Second {
 			t.Errorf("retried after %v, want the 45s reset time", got)
+		}
+		h.stop()
+	})
+}
+
+func TestInterruptCancelsSessionTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Timeout = 5 * time.Second; c.GracePeriod = 10 * time.Second })
+		h.be.plan = func(n int, s *fakeSession) { s.exitOnCancel = n != 0 }
+		h.start()
+		h.waitState(agent.Running)
+		time.Sleep(4 * time.Second)
+		h.r.Interrupt(1, time.Now())
+		h.waitFor("second session", func(Snapshot) bool { return h.be.starts() == 2 })
+		h.rec.mu.Lock()
+		rec := h.rec.sessions[0]
+		h.rec.mu.Unlock()
+		if rec.Outcome.Kind == agent.Timeout {
+			t.Errorf("an interrupted session was classified as a timeout: %+v", rec.Outcome)
+		}
+		if c, _ := h.be.session(0).counts(); c != 1 {
+			t.Errorf("cancel signals = %d, want 1 (the timeout must not cancel again)", c)
 		}
 		h.stop()
 	})
