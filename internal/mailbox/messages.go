@@ -408,14 +408,22 @@ func scanMessage(s scanner) (Message, error) {
 	if m.CreatedAt, err = time.Parse(timeLayout, created); err != nil {
 		return Message{}, fmt.Errorf("message %d: created_at: %w", m.ID, err)
 	}
-	if delivered.Valid {
-		t, err := time.Parse(timeLayout, delivered.String)
-		if err != nil {
-			return Message{}, fmt.Errorf("message %d: delivered_at: %w", m.ID, err)
-		}
-		m.DeliveredAt = &t
+	if m.DeliveredAt, err = parseNullTime(delivered); err != nil {
+		return Message{}, fmt.Errorf("message %d: delivered_at: %w", m.ID, err)
 	}
 	return m, nil
+}
+
+// parseNullTime parses a nullable time column: nil for NULL.
+func parseNullTime(ns sql.NullString) (*time.Time, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	t, err := time.Parse(timeLayout, ns.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 func urgency(urgent bool) string {

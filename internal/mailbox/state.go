@@ -317,12 +317,8 @@ func scanSession(s scanner) (SessionRecord, error) {
 	if r.Started, err = time.Parse(timeLayout, started); err != nil {
 		return SessionRecord{}, fmt.Errorf("session %s: started_at: %w", r.SessionID, err)
 	}
-	if ended.Valid {
-		t, err := time.Parse(timeLayout, ended.String)
-		if err != nil {
-			return SessionRecord{}, fmt.Errorf("session %s: ended_at: %w", r.SessionID, err)
-		}
-		r.Ended = &t
+	if r.Ended, err = parseNullTime(ended); err != nil {
+		return SessionRecord{}, fmt.Errorf("session %s: ended_at: %w", r.SessionID, err)
 	}
 	return r, nil
 }
