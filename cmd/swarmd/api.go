@@ -171,6 +171,7 @@ func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
 		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
 		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,
 		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls, ResultText: s.Result.Text,
+		Commits: s.Commits,
 	})
 }
 

@@ -46,6 +46,9 @@ func (p plainDir) Verify(ctx context.Context, a string) (worktree.Worktree, erro
 	return p.Ensure(ctx, a)
 }
 func (p plainDir) Head(context.Context, string) (string, error) { return "", nil }
+func (p plainDir) CommitsBetween(context.Context, string, string) (int, error) {
+	return 0, nil
+}
 
 type tinyPrompter struct{}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -48,6 +49,18 @@ agents:
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(10 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+
+	// The session record counts the commit alice's session made.
+	sqldb, err := sql.Open("sqlite", "file:"+filepath.Join(repo, ".swarm", "swarm.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqldb.Close()
+	var commits int
+	var before, after string
+	if err := sqldb.QueryRow(`SELECT commits, head_before, head_after FROM sessions WHERE agent = 'alice'`).Scan(&commits, &before, &after); err != nil || commits != 1 || before == after {
+		t.Errorf("alice's session record: commits %d, head %s..%s, %v", commits, before, after, err)
 	}
 
 	out, stderr, code := runCLI(t, nil, "", "worktree", "list", "--json", "-c", cfg)

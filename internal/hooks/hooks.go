@@ -95,6 +95,7 @@ type Payload struct {
 	Reason     string    `json:"reason,omitempty"`      // session_end: and its reason
 	HeadBefore string    `json:"head_before,omitempty"` // session_end
 	HeadAfter  string    `json:"head_after,omitempty"`  // session_end
+	Commits    int       `json:"commits,omitempty"`     // session_end: commits the session made
 	StopReason string    `json:"stop_reason,omitempty"` // agent_stopped
 	Time       time.Time `json:"time"`                  // set by the caller, which owns the clock
 }

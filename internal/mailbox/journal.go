@@ -108,8 +108,8 @@ ON CONFLICT (session_id) DO UPDATE SET agent = excluded.agent, seq = excluded.se
 	// An end keeps the start's head_before and log_path when it has none.
 	stmtSessionEnd: `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal,
 	abort_reason, reason, duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls,
-	result_text)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	result_text, commits)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome,
 	exit_code = excluded.exit_code, signal = excluded.signal, abort_reason = excluded.abort_reason,
 	reason = excluded.reason, duration_ms = excluded.duration_ms,
@@ -117,7 +117,8 @@ ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = e
 	head_after = excluded.head_after,
 	log_path = IIF(excluded.log_path = '', log_path, excluded.log_path),
 	tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out,
-	cost_usd = excluded.cost_usd, tool_calls = excluded.tool_calls, result_text = excluded.result_text`,
+	cost_usd = excluded.cost_usd, tool_calls = excluded.tool_calls, result_text = excluded.result_text,
+	commits = excluded.commits`,
 }
 
 // NewJournal returns a Journal writing to db. Records enqueued before Start
@@ -415,7 +416,7 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 				_, err = end.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), endedAt(s),
 					s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 					s.HeadBefore, s.HeadAfter, s.LogPath,
-					nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText)
+					nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits)
 			}
 			if err != nil {
 				return wrap(err)

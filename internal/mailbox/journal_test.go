@@ -117,7 +117,7 @@ func TestJournalRoundTrip(t *testing.T) {
 	j.SessionEnded(SessionRecord{SessionID: "alice-3-abc", Agent: "alice", Seq: 3, Started: t0, Ended: &end,
 		Outcome: OutcomeError, ExitCode: -1, Signal: "SIGKILL", AbortReason: "killed", Reason: "killed by SIGKILL",
 		Duration: 90*time.Second + 7*time.Millisecond, HeadAfter: "bbbb", TokensIn: 1200, TokensOut: 300, CostUSD: 0.25, ToolCalls: 9,
-		ResultText: "Committed the parser."})
+		ResultText: "Committed the parser.", Commits: 2})
 	if err := j.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestJournalRoundTrip(t *testing.T) {
 	s := ss[0]
 	if s.Ended == nil || !s.Ended.Equal(end.Truncate(time.Microsecond)) || s.Outcome != OutcomeError || s.ExitCode != -1 || s.Signal != "SIGKILL" ||
 		s.AbortReason != "killed" || s.Duration != 90*time.Second+7*time.Millisecond || s.HeadAfter != "bbbb" ||
-		s.TokensIn != 1200 || s.TokensOut != 300 || s.CostUSD != 0.25 || s.ToolCalls != 9 || s.ResultText != "Committed the parser." {
+		s.TokensIn != 1200 || s.TokensOut != 300 || s.CostUSD != 0.25 || s.ToolCalls != 9 || s.ResultText != "Committed the parser." || s.Commits != 2 {
 		t.Fatalf("ended session = %+v", s)
 	}
 	// The end carried no HeadBefore or LogPath; the start's are kept.

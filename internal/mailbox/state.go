@@ -84,6 +84,7 @@ type SessionRecord struct {
 	CostUSD     float64
 	ToolCalls   int
 	ResultText  string // the backend's final result, an excerpt
+	Commits     int    // commits the session made on its branch
 }
 
 // EventQuery selects events, in id order.
@@ -97,7 +98,7 @@ const (
 	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq`
 	agentCols   = `name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at`
 	sessionCols = `session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal, abort_reason, reason,
-		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls, result_text`
+		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls, result_text, commits`
 )
 
 // Agents returns every agent's latest recorded state, by name.
@@ -308,7 +309,7 @@ func scanSession(s scanner) (SessionRecord, error) {
 	)
 	if err := s.Scan(&r.SessionID, &r.Agent, &seq, &started, &ended, &r.Outcome, &r.ExitCode, &r.Signal,
 		&r.AbortReason, &r.Reason, &durMS, &r.HeadBefore, &r.HeadAfter, &r.LogPath,
-		&tokensIn, &tokensOut, &cost, &toolCalls, &r.ResultText); err != nil {
+		&tokensIn, &tokensOut, &cost, &toolCalls, &r.ResultText, &r.Commits); err != nil {
 		return SessionRecord{}, err
 	}
 	r.Seq, r.Duration = uint32(seq), time.Duration(durMS)*time.Millisecond

@@ -30,6 +30,9 @@ func (blockedWorkspace) Verify(ctx context.Context, a string) (worktree.Worktree
 	return blockedWorkspace{}.Ensure(ctx, a)
 }
 func (blockedWorkspace) Head(context.Context, string) (string, error) { return "", nil }
+func (blockedWorkspace) CommitsBetween(context.Context, string, string) (int, error) {
+	return 0, nil
+}
 
 type noBackend struct{}
 

@@ -26,6 +26,9 @@ func (w dirWorkspace) Verify(ctx context.Context, a string) (worktree.Worktree, 
 	return w.Ensure(ctx, a)
 }
 func (w dirWorkspace) Head(context.Context, string) (string, error) { return "", nil }
+func (w dirWorkspace) CommitsBetween(context.Context, string, string) (int, error) {
+	return 0, nil
+}
 
 type staticPrompter struct{}
 

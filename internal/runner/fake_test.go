@@ -136,6 +136,8 @@ func (w *fakeWorkspace) Ensure(ctx context.Context, name string) (worktree.Workt
 
 func (w *fakeWorkspace) Head(context.Context, string) (string, error) { return "0123abcd", nil }
 
+func (w *fakeWorkspace) CommitsBetween(context.Context, string, string) (int, error) { return 0, nil }
+
 func (w *fakeWorkspace) Verify(ctx context.Context, name string) (worktree.Worktree, error) {
 	if w.verifyErr != nil {
 		return worktree.Worktree{}, w.verifyErr

@@ -36,6 +36,7 @@ type Workspace interface {
 	Ensure(ctx context.Context, agent string) (worktree.Worktree, error)
 	Verify(ctx context.Context, agent string) (worktree.Worktree, error)
 	Head(ctx context.Context, agent string) (string, error)
+	CommitsBetween(ctx context.Context, from, to string) (int, error)
 }
 
 // LogStore knows where session logs and prompts live and archives them when
@@ -133,6 +134,7 @@ type SessionRecord struct {
 	LogPath    string
 	HeadBefore string
 	HeadAfter  string
+	Commits    int // commits the session made (HEAD before..after)
 }
 
 // Snapshot is the agent's observable state at one moment.
@@ -619,15 +621,16 @@ func (r *Runner) finishSession(stopping bool) {
 	}
 	out := outcome(res, r.timedOut)
 	headAfter := r.head()
+	commits := r.commits(r.headBefore, headAfter)
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.OnSessionEnd(SessionRecord{
 			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
-			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter,
+			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
 		})
 	}
 	_ = r.hook(hooks.Payload{
 		Event: hooks.SessionEnd, State: r.m.State().Kind.String(), Outcome: out.Kind.String(), Reason: res.Reason,
-		HeadBefore: r.headBefore, HeadAfter: headAfter,
+		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
 	})
 	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", out),
 		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
@@ -726,6 +729,19 @@ func (r *Runner) sessionEnv() []string {
 
 // env is the whole environment of a hook.
 func (r *Runner) env() []string { return append(os.Environ(), r.sessionEnv()...) }
+
+// commits counts the commits between two HEADs; 0 when either is unknown
+// or they are equal (no git process then).
+func (r *Runner) commits(before, after string) int {
+	if before == "" || after == "" || before == after {
+		return 0
+	}
+	n, err := r.cfg.Workspace.CommitsBetween(r.forceCtx, before, after)
+	if err != nil {
+		r.log.Warn("count the session's commits", zap.Error(err))
+	}
+	return n
+}
 
 // head is the worktree's HEAD, "" when it cannot be read (logged).
 func (r *Runner) head() string {

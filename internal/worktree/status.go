@@ -337,3 +337,17 @@ func parsePorcelainV2(out string) []string {
 	}
 	return files
 }
+
+// CommitsBetween counts the commits reachable from to but not from from:
+// how many commits a session made, from its HEAD before and after. Equal
+// hashes are 0 without running git.
+func (m *Manager) CommitsBetween(ctx context.Context, from, to string) (int, error) {
+	if from == to {
+		return 0, nil
+	}
+	_, n, err := m.leftRight(ctx, plumbing.NewHash(from), plumbing.NewHash(to))
+	if err != nil {
+		return 0, fmt.Errorf("count commits %.12s..%.12s: %w", from, to, err)
+	}
+	return n, nil
+}

@@ -756,3 +756,28 @@ func TestParsePorcelainV2(t *testing.T) {
 		t.Fatalf("parsePorcelainV2 = %q, want %q", got, want)
 	}
 }
+
+func TestCommitsBetween(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := wt.Head
+	for i := 0; i < 3; i++ {
+		writeFile(t, filepath.Join(wt.Path, fmt.Sprintf("f%d.txt", i)), "x")
+		commitAll(t, wt.Path, fmt.Sprintf("commit %d", i))
+	}
+	after, err := m.Head(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.CommitsBetween(ctx, before, after); err != nil || n != 3 {
+		t.Errorf("CommitsBetween = %d, %v; want 3", n, err)
+	}
+	if n, err := m.CommitsBetween(ctx, after, after); err != nil || n != 0 {
+		t.Errorf("same head = %d, %v", n, err)
+	}
+}
