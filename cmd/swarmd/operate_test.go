@@ -175,6 +175,11 @@ agents:
 		t.Fatalf("exit %d", code)
 	}
 	waitNoTreeProcesses(t, stateDir, time.Second)
+	// The event log tells what the recovery did.
+	out, _, _ := runCLI(t, nil, "", "events", "--agent", "alice", "-c", cfg)
+	if !strings.Contains(out, "--Recovery--> Initializing by daemon: session "+oldSession+" orphaned") {
+		t.Errorf("events lack the recovery of %s:\n%s", oldSession, out)
+	}
 }
 
 // seqOf is the seq of the agent's latest SessionStarted in the log.
