@@ -52,9 +52,11 @@ type daemon struct {
 	ready    atomic.Bool // every agent registered
 	notify   notifier
 
-	// Set by Run before any agent starts.
-	agentCtx  context.Context
-	recovered map[string]recovered
+	// agentCtx bounds every runner (cancelled when Run returns); recovered
+	// is what restart recovery found, both set by openDaemon.
+	agentCtx     context.Context
+	cancelAgents context.CancelFunc
+	recovered    map[string]recovered
 }
 
 // recovered is what restart recovery carries into an agent's runner.
@@ -69,6 +71,7 @@ type recovered struct {
 // use) are usage errors: exit 2 before anything starts.
 func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
 	d := &daemon{cfg: cfg, log: log}
+	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -137,9 +140,8 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 // Run starts every agent and returns when ctx ends and every agent has
 // stopped, or when the stop takes longer than the grace periods allow.
 func (d *daemon) Run(ctx context.Context) error {
-	agentCtx, cancelAgents := context.WithCancel(context.Background())
-	defer cancelAgents()
-	d.agentCtx = agentCtx
+	defer d.cancelAgents()
+	agentCtx := d.agentCtx
 	cfg, _ := d.current()
 	for _, a := range cfg.Agents {
 		r, err := d.newRunner(a, d.recovered[a.Name])
@@ -336,6 +338,7 @@ func (d *daemon) readiness() string {
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.
 func (d *daemon) Close() error {
+	d.cancelAgents()
 	var errs []error
 	if d.control != nil {
 		errs = append(errs, d.control.Close())

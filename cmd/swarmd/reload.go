@@ -16,6 +16,9 @@ import (
 // base ref, listen, logs, hooks, mailbox) need a restart; a change to them is
 // logged and ignored. An invalid config is refused and the running one kept.
 func (d *daemon) reload(path string) error {
+	if !d.ready.Load() {
+		return fmt.Errorf("still starting (agents are being registered); send SIGHUP again once it runs")
+	}
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
