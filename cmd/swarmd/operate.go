@@ -164,10 +164,15 @@ printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning
 // writeStatus renders the status table.
 func writeStatus(w io.Writer, as []control.AgentStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tBRANCH\tHEALTH")
+	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tBRANCH\tHEALTH\tWHY")
 	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\n", a.Name, a.State, a.Seq,
-			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors, a.Branch, dash(a.Health))
+		why := ""
+		if a.State == "Stopped" || a.State == "CoolingDown" {
+			why = a.Reason // why it stopped, or the error it is backing off from
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Name, a.State, a.Seq,
+			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors, a.Branch,
+			dash(a.Health), dash(truncate(why, 72)))
 	}
 	return tw.Flush()
 }
@@ -185,6 +190,13 @@ func age(now, t time.Time) string {
 	default:
 		return strconv.Itoa(int(d.Hours())) + "h"
 	}
+}
+
+func truncate(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func dash(s string) string {

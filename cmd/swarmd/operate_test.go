@@ -43,7 +43,7 @@ agents:
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, stderr)
 	}
-	for _, want := range []string{"AGENT", "alice", "Running", "swarm/alice", "bob", "Stopped"} {
+	for _, want := range []string{"AGENT", "alice", "Running", "swarm/alice", "bob", "Stopped", "1 consecutive errors (max 1)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}

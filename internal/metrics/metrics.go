@@ -301,6 +301,9 @@ func (m *Metrics) OnTransition(t runner.Transition) {
 // agent was stopping counts under its classified outcome like any other.
 func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	s := m.lookup(r.Agent)
+	if r.ForceStopped {
+		s.forceStops.Inc()
+	}
 	if int(r.Outcome.Kind) < len(s.sessions) {
 		s.sessions[r.Outcome.Kind].Inc()
 	}

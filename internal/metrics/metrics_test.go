@@ -382,9 +382,12 @@ func TestForceStops(t *testing.T) {
 	// The SIGKILLed session's record is not a second count.
 	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error},
 		Result: backend.Result{Signal: "SIGKILL"}, Stopped: true})
+	// A session the runner killed after its timeout's grace period counts.
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Timeout},
+		Result: backend.Result{Signal: "SIGKILL"}, ForceStopped: true})
 
 	f := scrape(t, url)
-	f.want(t, 3, "swarmd_force_stops_total", "agent", "alice")
+	f.want(t, 4, "swarmd_force_stops_total", "agent", "alice")
 	f.want(t, 0, "swarmd_force_stops_total", "agent", "bob")
 }
 

@@ -135,6 +135,9 @@ type SessionRecord struct {
 	HeadBefore string
 	HeadAfter  string
 	Commits    int // commits the session made (HEAD before..after)
+	// ForceStopped: the runner killed the session after its timeout's or
+	// its stop's grace period (a GraceExceeded force stop is a transition).
+	ForceStopped bool
 }
 
 // Snapshot is the agent's observable state at one moment.
@@ -217,6 +220,7 @@ type Runner struct {
 	retryAfter time.Time // a rate-limited session's provider reset time
 	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
 	timedOut   bool
+	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
 	grace      *time.Timer
 	timeout    *time.Timer
 	kill       *time.Timer
@@ -533,7 +537,7 @@ func (r *Runner) spawn() {
 		return
 	}
 	r.claimed = false
-	r.timedOut = false
+	r.timedOut, r.forced = false, false
 	r.mu.Lock()
 	r.sess = sess
 	r.sessStarted = time.Now()
@@ -586,6 +590,7 @@ func (r *Runner) waitSession() {
 		r.kill = time.NewTimer(r.cfg.GracePeriod)
 	case <-timerC(r.kill):
 		r.kill = nil
+		r.forced = true
 		r.signal(sess.ForceStop, "force stop")
 	case <-timerC(r.grace):
 		r.grace = nil
@@ -626,6 +631,7 @@ func (r *Runner) finishSession(stopping bool) {
 		r.cfg.Observer.OnSessionEnd(SessionRecord{
 			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
 			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
+			ForceStopped: r.forced,
 		})
 	}
 	_ = r.hook(hooks.Payload{
@@ -685,8 +691,10 @@ func (r *Runner) cleanup() {
 			case <-sess.Done():
 			case <-t.C:
 				r.log.Warn("session ignored cancel for the grace period, force-stopping", zap.String("session", sess.ID()))
+				r.forced = true
 				r.signal(sess.ForceStop, "force stop")
 			case <-r.forceCh:
+				r.forced = true
 				r.signal(sess.ForceStop, "force stop")
 			}
 			t.Stop()

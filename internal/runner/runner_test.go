@@ -252,6 +252,12 @@ func TestSessionTimeoutIgnoredIsKilledAfterGrace(t *testing.T) {
 		if _, f := h.be.session(0).counts(); f != 1 {
 			t.Errorf("force stops = %d", f)
 		}
+		h.rec.mu.Lock()
+		forced := h.rec.sessions[0].ForceStopped
+		h.rec.mu.Unlock()
+		if !forced {
+			t.Error("session record does not say the runner force-stopped it")
+		}
 		h.stop()
 	})
 }
