@@ -41,9 +41,8 @@ type InterruptSender func(id int64, committed time.Time)
 // handle is seed 001's AgentHandle: the runner (config, state watch,
 // interrupt sender) and its join handle.
 type handle struct {
-	r    *runner.Runner
-	done chan struct{}
-	err  error
+	r   *runner.Runner // its Done is the join handle
+	err error
 }
 
 // Registry holds the runners of one daemon.
@@ -73,17 +72,16 @@ func (g *Registry) Register(ctx context.Context, r *runner.Runner) error {
 	name := r.Name()
 	if old, ok := g.agents[name]; ok {
 		select {
-		case <-old.done:
+		case <-old.r.Done():
 		default:
 			return fmt.Errorf("%w: %s", ErrDuplicate, name)
 		}
 	}
-	h := &handle{r: r, done: make(chan struct{})}
+	h := &handle{r: r}
 	g.agents[name] = h
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		defer close(h.done)
 		h.err = r.Run(ctx)
 		if h.err != nil && g.onError != nil {
 			g.onError(name, h.err)
@@ -102,7 +100,7 @@ func (g *Registry) Remove(name string) error {
 		return &UnknownAgentError{Name: name, Known: g.namesLocked()}
 	}
 	select {
-	case <-h.done:
+	case <-h.r.Done(): // the runner's own signal: callers wait on the same one
 		delete(g.agents, name)
 		return nil
 	default:
