@@ -25,7 +25,8 @@ import (
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Operator is the sender name outside a backend session. It is always a
@@ -133,11 +134,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.read.SetMaxOpenConns(readConns + 1) // +1: DataVersion's dedicated connection
 	db.read.SetMaxIdleConns(readConns + 1)
 
-	if err := db.migrate(ctx, migrationFS); err != nil {
-		db.Close()
-		return nil, err
-	}
-	if err := db.ensureWAL(ctx); err != nil {
+	if err := db.prepareSchema(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -172,6 +169,40 @@ func dsn(path string, write, noCreate bool) string {
 // ensureWAL checks that journal_mode=WAL took: the DSN pragma can lose the
 // race for the lock when many processes create the file at once, and a
 // filesystem without shared memory cannot do WAL at all.
+// prepareSchema migrates and checks WAL mode. Several processes opening a
+// fresh file at once race to switch it to WAL, and SQLite answers the loser
+// SQLITE_BUSY at once rather than through the busy handler; so a busy error
+// here is retried, with backoff, for as long as busy_timeout would wait.
+func (db *DB) prepareSchema(ctx context.Context) error {
+	delay := time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := db.migrate(ctx, migrationFS)
+		if err == nil {
+			err = db.ensureWAL(ctx)
+		}
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// isBusy reports SQLITE_BUSY or SQLITE_LOCKED.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+}
+
 func (db *DB) ensureWAL(ctx context.Context) error {
 	var mode string
 	for range 2 {
