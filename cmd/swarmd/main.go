@@ -69,12 +69,18 @@ func Main(ctx context.Context, args []string, s streams) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(s.err, "swarmd: "+err.Error())
+	fmt.Fprintln(s.err, "swarmd: "+oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
 		return exitUsage
 	}
 	return exitRuntime
+}
+
+// oneLine keeps an error on one line (SPEC §2) even when it quotes input
+// that holds line breaks.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r\n", `\n`, "\n", `\n`, "\r", `\r`).Replace(strings.TrimRight(s, "\n"))
 }
 
 // usageArgs makes every command's argument-count errors usage errors
