@@ -635,3 +635,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestJournalSessionStartWrittenAtOnce: a session's start row does not wait
+// for FlushInterval (after a crash it decides whether the session's mail was
+// delivered).
+func TestJournalSessionStartWrittenAtOnce(t *testing.T) {
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	j.Event(ev("alice", 1, "PromptReady"))
+	j.SessionStarted(SessionRecord{SessionID: "alice-1-x", Agent: "alice", Seq: 1, Started: t0})
+	deadline := time.Now().Add(10 * time.Second)
+	for countTable(t, db, "sessions") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("session start row not written within 10s (FlushInterval is an hour)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Whatever was queued before it went in the same batch.
+	if n := countTable(t, db, "events"); n != 1 {
+		t.Errorf("events = %d, want 1", n)
+	}
+}
