@@ -29,9 +29,13 @@ func newRunCommand(s streams) *cobra.Command {
 		Use:   "run",
 		Short: "Run the swarm in the foreground until SIGTERM or SIGINT",
 		Long: `Run every agent of the config until SIGTERM or SIGINT. The first signal stops every agent
-(sessions are cancelled and get their grace period), the second force-stops them at once.
-Exit status: 0 after a clean stop, 1 on a runtime failure, 2 for a bad config or a state dir
-already in use by another swarmd.`,
+(sessions are cancelled and get their grace period, logs are archived), the second force-stops them
+at once. SIGHUP reloads the config: new agents start, removed agents stop, and changed roles,
+backends, env and timeouts apply from each agent's next session; an invalid config is refused and
+the running one kept.
+
+Exit status: 0 after a clean stop, 1 on a runtime failure, 2 for a bad config, a repository that is
+not usable, or a state dir already in use by another swarmd (the error names its pid).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return m.Run(cmd.Context()) },
 	}
