@@ -231,23 +231,11 @@ func (c *Config) AgentNames() []string {
 	return names
 }
 
-// The state_dir layout of SPEC §3, in one place.
+// Files of the state_dir layout (SPEC §3) that several commands open; logs
+// and worktrees are laid out by their own packages.
 
 // DBPath is the mailbox database.
 func (c *Config) DBPath() string { return filepath.Join(c.StateDir, "swarm.db") }
 
 // SocketPath is the control socket.
 func (c *Config) SocketPath() string { return filepath.Join(c.StateDir, "swarmd.sock") }
-
-// LogDir holds an agent's live session logs.
-func (c *Config) LogDir(agent string) string { return filepath.Join(c.StateDir, "logs", agent) }
-
-// ArchiveDir holds an agent's archived session logs.
-func (c *Config) ArchiveDir(agent string) string {
-	return filepath.Join(c.StateDir, "archive", agent)
-}
-
-// WorktreePath is an agent's worktree.
-func (c *Config) WorktreePath(agent string) string {
-	return filepath.Join(c.StateDir, "worktrees", agent)
-}

@@ -230,6 +230,3 @@ func (g *Registry) ForceStop() {
 		r.ForceStop()
 	}
 }
-
-// Wait blocks until every runner registered so far has finished.
-func (g *Registry) Wait() { g.wg.Wait() }

@@ -196,7 +196,6 @@ type Runner struct {
 	forceCh     chan struct{}
 	forceOnce   sync.Once
 	urgentCh    chan struct{} // capacity 1: coalesced wake-ups
-	fatalCh     chan string   // capacity 1
 	done        chan struct{}
 
 	mu          sync.Mutex
@@ -249,7 +248,6 @@ func New(cfg Config) (*Runner, error) {
 		m:        agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Initializing}, 0, cfg.TotalErrors),
 		forceCh:  make(chan struct{}),
 		urgentCh: make(chan struct{}, 1),
-		fatalCh:  make(chan string, 1),
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
 		seq:      cfg.FirstSeq,
@@ -326,14 +324,6 @@ func (r *Runner) ForceStop() {
 		close(r.forceCh)
 		r.forceCancel()
 	})
-}
-
-// Fatal sends a FatalError: the agent stops with msg as its reason.
-func (r *Runner) Fatal(msg string) {
-	select {
-	case r.fatalCh <- msg:
-	default: // one is pending already; the first reason wins
-	}
 }
 
 // Interrupt tells the runner that urgent message id (committed at
@@ -430,8 +420,6 @@ func (r *Runner) step() {
 		case <-t.C:
 			r.apply(agent.EvBackoffElapsed(), "runner", "")
 		case <-r.stopCtx.Done():
-		case msg := <-r.fatalCh:
-			r.apply(agent.EvFatalError(msg), "daemon", "")
 		}
 	}
 }
@@ -455,8 +443,7 @@ func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.W
 	r.apply(agent.EvWorktreeReady(), "runner", wt.Path)
 }
 
-// external applies a pending OperatorStop or FatalError, reporting whether
-// one was applied.
+// external applies a pending OperatorStop, reporting whether it did.
 func (r *Runner) external() bool {
 	if r.stopCtx.Err() != nil && !r.m.State().IsTerminal() {
 		r.mu.Lock()
@@ -465,13 +452,7 @@ func (r *Runner) external() bool {
 		r.apply(agent.EvOperatorStop(), actor, "stop requested by "+actor)
 		return true
 	}
-	select {
-	case msg := <-r.fatalCh:
-		r.apply(agent.EvFatalError(msg), "daemon", "")
-		return true
-	default:
-		return false
-	}
+	return false
 }
 
 func (r *Runner) buildPrompt() {
@@ -603,8 +584,6 @@ func (r *Runner) waitSession() {
 		r.maybeInterrupt()
 	case <-r.stopCtx.Done():
 		r.external()
-	case msg := <-r.fatalCh:
-		r.apply(agent.EvFatalError(msg), "daemon", "")
 	}
 }
 
