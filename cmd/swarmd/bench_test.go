@@ -56,6 +56,7 @@ func (tinyPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt,
 	return runner.Prompt{Text: "p"}, nil
 }
 func (tinyPrompter) Release(context.Context, string) error { return nil }
+func (tinyPrompter) Settle(context.Context, runner.Settlement) error { return nil }
 
 // BenchmarkTransitionsEventLog: transitions per second one runner sustains
 // with every transition, agent row and session going to the event log in

@@ -190,7 +190,7 @@ func (m *mailMain) inbox(ctx context.Context, all bool) error {
 		if msg.Urgent {
 			urg = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", msg.ID, msg.From, urg, msg.CreatedAt.Local().Format(time.DateTime), subjectOf(msg))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", msg.ID, msg.From, urg, msg.CreatedAt.Local().Format(time.DateTime), printable(subjectOf(msg), false))
 	}
 	return tw.Flush()
 }
@@ -205,7 +205,8 @@ func (m *mailMain) read(ctx context.Context, arg string) error {
 		return err
 	}
 	defer db.Close()
-	msg, err := db.Get(ctx, id)
+	// Reading one's own message acknowledges it: no prompt shows it again.
+	msg, err := db.Read(ctx, m.identity(), id)
 	if err != nil {
 		return mailErr("read", err)
 	}
@@ -213,7 +214,7 @@ func (m *mailMain) read(ctx context.Context, arg string) error {
 		return m.writeJSON(toJSON(msg))
 	}
 	fmt.Fprintf(m.s.out, "#%d from %s to %s, thread #%d, %s\n", msg.ID, msg.From, msg.To, msg.ThreadID, msg.CreatedAt.Local().Format(time.DateTime))
-	fmt.Fprintf(m.s.out, "Subject: %s\n\n%s\n", subjectOf(msg), strings.TrimRight(msg.Body, "\n"))
+	fmt.Fprintf(m.s.out, "Subject: %s\n\n%s\n", printable(subjectOf(msg), false), printable(strings.TrimRight(msg.Body, "\n"), true))
 	return nil
 }
 
@@ -298,4 +299,23 @@ func subjectOf(m mailbox.Message) string {
 		return "(no subject)"
 	}
 	return m.Subject
+}
+
+// printable makes text another agent wrote safe for a terminal: escape
+// sequences (ESC, CSI and the other C0/C1 controls) are dropped, so mail
+// cannot move the cursor, retitle the window or hide text. Line breaks and
+// tabs survive only where multiline is set; elsewhere they become spaces.
+func printable(s string, multiline bool) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			if multiline {
+				return r
+			}
+			return ' '
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			return -1
+		}
+		return r
+	}, s)
 }

@@ -223,15 +223,23 @@ func TestInboxMarksNothing(t *testing.T) {
 	if _, err := db.ConsumeForPrompt(ctx, "bob", "s1"); err != nil {
 		t.Fatal(err)
 	}
+	// Claimed by a prompt is not delivered: pending until s1 completes.
 	in, err := db.Inbox(ctx, "bob", false)
-	if err != nil || len(in) != 0 {
+	if err != nil || !slices.Equal(ids(in), []int64{a.ID, b.ID}) {
 		t.Fatalf("pending inbox after consume = %v, %v", ids(in), err)
+	}
+	now := time.Now()
+	if n, err := db.Ack(ctx, SessionRecord{SessionID: "s1", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil || n != 2 {
+		t.Fatalf("Ack = %d, %v; want 2", n, err)
+	}
+	if in, err = db.Inbox(ctx, "bob", false); err != nil || len(in) != 0 {
+		t.Fatalf("pending inbox after ack = %v, %v", ids(in), err)
 	}
 	in, err = db.Inbox(ctx, "bob", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(in) != 2 || in[0].DeliveredAt == nil || in[0].ClaimedSession != "s1" {
+	if len(in) != 2 || in[0].DeliveredAt == nil || in[0].ClaimedSession != "s1" || in[0].AckedBy != AckSession {
 		t.Fatalf("inbox --all = %+v", in)
 	}
 }
@@ -317,16 +325,35 @@ func TestConsumeUrgentFirst(t *testing.T) {
 		t.Fatalf("consumed %v, want urgent first then by id %v", ids(got), want)
 	}
 	for _, m := range got {
-		if m.DeliveredAt == nil || m.ClaimedSession != "sess-1" || m.To != "bob" {
+		if m.DeliveredAt != nil || m.ClaimedSession != "sess-1" || m.To != "bob" {
 			t.Fatalf("consumed message %+v", m)
 		}
 	}
-	stored, _ := db.Get(ctx, n1.ID)
-	if stored.DeliveredAt == nil || !stored.DeliveredAt.Equal(*got[0].DeliveredAt) || stored.ClaimedSession != "sess-1" {
-		t.Fatalf("stored after consume: %+v", stored)
+	// sess-1 did not complete: its mail is shown again, with the note.
+	if n, err := db.Unack(ctx, "sess-1", "that session was interrupted by urgent mail"); err != nil || n != 4 {
+		t.Fatalf("Unack = %d, %v; want 4", n, err)
 	}
-	if again, err := db.ConsumeForPrompt(ctx, "bob", "sess-2"); err != nil || len(again) != 0 {
-		t.Fatalf("second consume = %v, %v; want nothing", ids(again), err)
+	again, err := db.ConsumeForPrompt(ctx, "bob", "sess-2")
+	if err != nil || !slices.Equal(ids(again), ids(got)) {
+		t.Fatalf("second consume = %v, %v; want %v again", ids(again), err, ids(got))
+	}
+	if again[0].ShownNote != "that session was interrupted by urgent mail" || again[0].ClaimedSession != "sess-2" {
+		t.Fatalf("shown again without its note: %+v", again[0])
+	}
+	// A late ack of the first session acknowledges nothing it no longer holds.
+	now := time.Now()
+	if n, err := db.Ack(ctx, SessionRecord{SessionID: "sess-1", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil || n != 0 {
+		t.Fatalf("Ack(sess-1) = %d, %v; want 0", n, err)
+	}
+	if n, err := db.Ack(ctx, SessionRecord{SessionID: "sess-2", Agent: "bob", Seq: 2, Started: now, Ended: &now}); err != nil || n != 4 {
+		t.Fatalf("Ack(sess-2) = %d, %v; want 4", n, err)
+	}
+	stored, _ := db.Get(ctx, n1.ID)
+	if stored.DeliveredAt == nil || stored.ClaimedSession != "sess-2" || stored.AckedBy != AckSession {
+		t.Fatalf("stored after ack: %+v", stored)
+	}
+	if again, err := db.ConsumeForPrompt(ctx, "bob", "sess-3"); err != nil || len(again) != 0 {
+		t.Fatalf("consume after ack = %v, %v; want nothing", ids(again), err)
 	}
 	if o, _ := db.Get(ctx, other.ID); o.DeliveredAt != nil {
 		t.Fatal("consuming bob's mail delivered alice's")
@@ -367,6 +394,10 @@ func TestUnconsume(t *testing.T) {
 	if n, err := db.Unconsume(ctx, "never-started"); err != nil || n != 0 {
 		t.Fatalf("second Unconsume = %d, %v", n, err)
 	}
+	now := time.Now()
+	if _, err := db.Ack(ctx, SessionRecord{SessionID: "started", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil {
+		t.Fatal(err)
+	}
 	if n := countRows(t, db, "claimed_session = 'started' AND delivered_at IS NOT NULL"); n != 3 {
 		t.Fatalf("%d messages delivered to the started session, want 3", n)
 	}
@@ -401,11 +432,20 @@ func TestPendingUrgentAndCounts(t *testing.T) {
 	if _, err := db.ConsumeForPrompt(ctx, "bob", "s"); err != nil {
 		t.Fatal(err)
 	}
+	// Claimed urgent mail is in a prompt already: nothing to interrupt for,
+	// but it is pending until that session completes.
 	if got, _ := db.PendingUrgent(ctx, 0); !slices.Equal(ids(got), []int64{u1.ID}) {
-		t.Fatalf("delivered urgent mail still pending: %v", ids(got))
+		t.Fatalf("claimed urgent mail still routed: %v", ids(got))
+	}
+	if counts, _ := db.PendingCounts(ctx); counts["bob"] != 1 || counts["alice"] != 2 {
+		t.Fatalf("PendingCounts after consume = %v", counts)
+	}
+	now := time.Now()
+	if _, err := db.Ack(ctx, SessionRecord{SessionID: "s", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil {
+		t.Fatal(err)
 	}
 	if counts, _ := db.PendingCounts(ctx); counts["bob"] != 0 || counts["alice"] != 2 {
-		t.Fatalf("PendingCounts after consume = %v", counts)
+		t.Fatalf("PendingCounts after ack = %v", counts)
 	}
 }
 
@@ -478,6 +518,9 @@ func TestStorageErrors(t *testing.T) {
 		// Tests may run as root, which ignores file modes; query_only gives
 		// the same SQLITE_READONLY.
 		db := openTest(t, "", Options{Agents: testAgents})
+		if _, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: "for the consume below"}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := db.SQL().Exec(`PRAGMA query_only = 1`); err != nil {
 			t.Fatal(err)
 		}

@@ -24,9 +24,21 @@ type Message struct {
 	// CreatedAt and DeliveredAt are UTC, microsecond precision.
 	CreatedAt   time.Time
 	DeliveredAt *time.Time // nil: pending
-	// ClaimedSession is the session whose prompt received the message.
+	// ClaimedSession is the session whose prompt carried the message last.
 	ClaimedSession string
+	// ShownNote says why a session whose prompt carried the message did not
+	// acknowledge it ("" if none did): the next prompt shows it again with it.
+	ShownNote string
+	// AckedBy is how the message was acknowledged: AckSession, AckRead, or ""
+	// (pending, or delivered before acknowledgements were recorded).
+	AckedBy string
 }
+
+// How a message was acknowledged (Message.AckedBy).
+const (
+	AckSession = "session" // the session whose prompt carried it completed
+	AckRead    = "read"    // the recipient read it with `swarmd mail read`
+)
 
 // Draft is a message to send.
 type Draft struct {
@@ -37,7 +49,8 @@ type Draft struct {
 // timeLayout is fixed width, so that text order is time order in SQL.
 const timeLayout = "2006-01-02T15:04:05.000000Z"
 
-const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at, delivered_at, claimed_session`
+const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at, delivered_at, claimed_session,
+	shown_note, acked_by`
 
 // insertSQL assigns the id itself so that a new thread's thread_id can be
 // the same id in one statement. An INSERT takes the write lock before it
@@ -237,7 +250,7 @@ func (db *DB) validateRecipient(from, to string) error {
 }
 
 // Inbox lists the agent's pending messages (all its messages if all), in id
-// order. It marks nothing delivered: only a prompt delivers.
+// order. It acknowledges nothing: see Read.
 func (db *DB) Inbox(ctx context.Context, agent string, all bool) ([]Message, error) {
 	if !validName(agent) {
 		return nil, fmt.Errorf("mailbox: inbox: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", agent))
@@ -270,10 +283,14 @@ func get(ctx context.Context, q queryRower, id int64) (Message, error) {
 	return m, err
 }
 
-// ConsumeForPrompt returns the agent's pending messages, urgent first, then
-// by id, and marks them delivered to sessionID in the same transaction, so
-// that of any number of concurrent consumers exactly one gets each message.
-// If the session then never starts, Unconsume(sessionID) returns them.
+// ConsumeForPrompt claims the agent's pending messages for sessionID's
+// prompt and returns them, urgent first, then by id. Claiming is not
+// delivering: the messages stay pending until Ack (the session completed) or
+// Read acknowledges them, so mail a session never finished with is shown
+// again (with Message.ShownNote saying why). If the session never starts,
+// Unconsume(sessionID) drops the claim.
+//
+// With no pending mail, the common case, it writes nothing.
 func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]Message, error) {
 	if !validName(agent) {
 		return nil, fmt.Errorf("mailbox: consume: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", agent))
@@ -281,21 +298,19 @@ func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]
 	if sessionID == "" {
 		return nil, fmt.Errorf("mailbox: consume: %w", invalid("session", ErrInvalidName, "no session id"))
 	}
-	now := db.now().UTC().Truncate(time.Microsecond)
-	tx, err := db.write.BeginTx(ctx, nil)
-	if err != nil {
+	var any bool
+	if err := db.read.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM messages
+		WHERE recipient = ? AND delivered_at IS NULL)`, agent).Scan(&any); err != nil {
 		return nil, db.wrap("consume", err)
 	}
-	defer tx.Rollback()
-	// Commit only after every row is read: a failure half-way leaves all of
-	// them pending rather than some delivered to nobody.
-	ms, err := queryMessages(ctx, tx, `UPDATE messages SET delivered_at = ?, claimed_session = ?
-		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols,
-		now.Format(timeLayout), sessionID, agent)
-	if err != nil {
-		return nil, db.wrap("consume", err)
+	if !any {
+		// Mail committed after this read was not claimed, so it is newer than
+		// the prompt's watermark: an urgent one still interrupts.
+		return nil, nil
 	}
-	if err := tx.Commit(); err != nil {
+	ms, err := queryMessages(ctx, db.write, `UPDATE messages SET claimed_session = ?
+		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols, sessionID, agent)
+	if err != nil {
 		return nil, db.wrap("consume", err)
 	}
 	// RETURNING has no ORDER BY.
@@ -311,31 +326,102 @@ func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]
 	return ms, nil
 }
 
-// Unconsume makes the messages claimed by sessionID pending again. Call it
-// for a session that never started: "delivered" means a started session saw
-// the message. It returns how many messages it returned to the inbox.
+// Unconsume drops sessionID's claim on the messages its prompt carried. Call
+// it for a session that never started: no session saw them, so they are
+// pending as before, with no note. It returns how many claims it dropped.
 func (db *DB) Unconsume(ctx context.Context, sessionID string) (int, error) {
 	if sessionID == "" {
 		return 0, fmt.Errorf("mailbox: unconsume: %w", invalid("session", ErrInvalidName, "no session id"))
 	}
-	res, err := db.write.ExecContext(ctx,
-		`UPDATE messages SET delivered_at = NULL, claimed_session = NULL WHERE claimed_session = ?`, sessionID)
+	return db.execCount(ctx, "unconsume",
+		`UPDATE messages SET claimed_session = NULL WHERE claimed_session = ? AND delivered_at IS NULL`, sessionID)
+}
+
+// Ack acknowledges the messages s's prompt carried: session s completed
+// (s.SessionID, Agent, Seq, Started and Ended are used). In the same
+// transaction it records the session as ended with OutcomeSuccess, unless its
+// end is recorded already, so that a crash can never leave mail acknowledged
+// by a session that restart recovery then closes as orphaned, nor a completed
+// session whose mail is shown again. The Journal's later end record fills in
+// the rest. It returns how many messages it acknowledged.
+func (db *DB) Ack(ctx context.Context, s SessionRecord) (int, error) {
+	if s.SessionID == "" || s.Ended == nil {
+		return 0, fmt.Errorf("mailbox: ack: %w", invalid("session", ErrInvalidName, "no session id or end time"))
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, db.wrap("unconsume", err)
+		return 0, db.wrap("ack", err)
+	}
+	defer tx.Rollback()
+	ended := fmtTime(*s.Ended)
+	res, err := tx.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
+		WHERE claimed_session = ? AND delivered_at IS NULL`, ended, AckSession, s.SessionID)
+	if err != nil {
+		return 0, db.wrap("ack", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, db.wrap("unconsume", err)
+		return 0, db.wrap("ack", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome)
+		VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome
+		WHERE ended_at IS NULL`,
+		s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), ended, OutcomeSuccess); err != nil {
+		return 0, db.wrap("ack", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, db.wrap("ack", err)
 	}
 	return int(n), nil
 }
 
-// PendingUrgent lists pending urgent messages with id > afterID, for any
-// recipient, in id order. Ids become visible in increasing order, so a
+// Unack records why sessionID did not acknowledge the messages its prompt
+// carried (it was interrupted, failed, timed out, ...). They are pending
+// already; the note is what the next prompt tells the agent about them.
+func (db *DB) Unack(ctx context.Context, sessionID, note string) (int, error) {
+	if sessionID == "" {
+		return 0, fmt.Errorf("mailbox: unack: %w", invalid("session", ErrInvalidName, "no session id"))
+	}
+	return db.execCount(ctx, "unack",
+		`UPDATE messages SET shown_note = ? WHERE claimed_session = ? AND delivered_at IS NULL`, note, sessionID)
+}
+
+// Read returns message id and, when reader is its recipient, acknowledges it
+// (AckRead): the agent has seen it, so it is not shown in a prompt again.
+func (db *DB) Read(ctx context.Context, reader string, id int64) (Message, error) {
+	m, err := db.Get(ctx, id)
+	if err != nil || m.To != reader || m.DeliveredAt != nil {
+		return m, err
+	}
+	now := db.now().UTC().Truncate(time.Microsecond)
+	if _, err := db.write.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
+		WHERE id = ? AND delivered_at IS NULL`, now.Format(timeLayout), AckRead, id); err != nil {
+		return Message{}, db.wrap(fmt.Sprintf("read message %d", id), err)
+	}
+	m.DeliveredAt, m.AckedBy = &now, AckRead
+	return m, nil
+}
+
+// execCount runs one write statement and returns the rows it changed.
+func (db *DB) execCount(ctx context.Context, op, query string, args ...any) (int, error) {
+	res, err := db.write.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, db.wrap(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, db.wrap(op, err)
+	}
+	return int(n), nil
+}
+
+// PendingUrgent lists pending urgent messages with id > afterID that no
+// prompt has claimed yet, for any recipient, in id order. Ids become visible in increasing order, so a
 // caller that remembers the largest id it saw misses none.
 func (db *DB) PendingUrgent(ctx context.Context, afterID int64) ([]Message, error) {
 	ms, err := queryMessages(ctx, db.read, `SELECT `+msgCols+` FROM messages
-		WHERE delivered_at IS NULL AND urgency = 'urgent' AND id > ? ORDER BY id`, afterID)
+		WHERE delivered_at IS NULL AND urgency = 'urgent' AND id > ? AND claimed_session IS NULL ORDER BY id`, afterID)
 	if err != nil {
 		return nil, db.wrap("pending urgent", err)
 	}
@@ -398,12 +484,14 @@ func scanMessage(s scanner) (Message, error) {
 		replyTo           sql.NullInt64
 		urg, created      string
 		delivered, claimd sql.NullString
+		note, ackedBy     sql.NullString
 	)
 	if err := s.Scan(&m.ID, &m.ThreadID, &replyTo, &m.From, &m.To, &m.Subject, &m.Body,
-		&urg, &created, &delivered, &claimd); err != nil {
+		&urg, &created, &delivered, &claimd, &note, &ackedBy); err != nil {
 		return Message{}, err
 	}
 	m.ReplyTo, m.Urgent, m.ClaimedSession = replyTo.Int64, urg == "urgent", claimd.String
+	m.ShownNote, m.AckedBy = note.String, ackedBy.String
 	var err error
 	if m.CreatedAt, err = time.Parse(timeLayout, created); err != nil {
 		return Message{}, fmt.Errorf("message %d: created_at: %w", m.ID, err)

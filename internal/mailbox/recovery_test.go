@@ -81,8 +81,11 @@ func TestRecoveryAfterKill(t *testing.T) {
 			t.Fatalf("%s's pending mail = %+v, want 1", agent, ms)
 		}
 	}
-	if alice, _ := db.Inbox(ctx, "alice", false); len(alice) != 0 {
-		t.Fatalf("alice's mail went back to pending, but her session started: %+v", alice)
+	// alice's session was cut off by the crash: her mail is still pending, to
+	// be shown again with a note, and still claimed by the session that saw it.
+	alice, _ := db.Inbox(ctx, "alice", false)
+	if len(alice) != 1 || alice[0].ClaimedSession != "alice-4-live" || alice[0].ShownNote != NoteCrash {
+		t.Fatalf("alice's mail after the crash = %+v; want pending, claimed by alice-4-live, noted", alice)
 	}
 	agents, err := db.Agents(ctx)
 	if err != nil {

@@ -175,7 +175,8 @@ func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 // CloseOrphanSessions ends every session that has no end, as
 // OutcomeOrphaned at now, and returns them by agent and seq. Only a daemon
 // killed while sessions ran leaves such rows, so call it at daemon start,
-// before any agent runs; the caller logs them and records events.
+// before any agent runs; the caller logs them and records events. The mail
+// their prompts carried stays pending, noted as cut off by the crash.
 func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]SessionRecord, error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
@@ -188,6 +189,12 @@ func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]Session
 	if err != nil {
 		return nil, db.wrap("close orphan sessions", err)
 	}
+	for _, s := range ss {
+		if _, err := tx.ExecContext(ctx, `UPDATE messages SET shown_note = ?
+			WHERE claimed_session = ? AND delivered_at IS NULL`, NoteCrash, s.SessionID); err != nil {
+			return nil, db.wrap("close orphan sessions", err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, db.wrap("close orphan sessions", err)
 	}
@@ -195,24 +202,22 @@ func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]Session
 	return ss, nil
 }
 
-// ReleaseUnstartedClaims makes pending again the messages claimed by a
-// session that has no sessions row: the daemon died between building the
-// prompt and starting the session, so no session saw them. A session whose
-// start the journal had not yet written is counted as unstarted too, which
-// delivers its mail twice rather than never. Call it at daemon start, before
-// any agent runs. It returns how many messages it released.
+// NoteCrash is the ShownNote of mail whose session a daemon crash cut off.
+const NoteCrash = "the session was cut off when swarmd stopped unexpectedly"
+
+// ReleaseUnstartedClaims drops the claims of sessions that have no sessions
+// row: the daemon died between building the prompt and starting the
+// session, so no session saw that mail. A session whose start the journal
+// had not yet written is counted as unstarted too, which shows its mail again
+// rather than never. (Mail delivered at claim time by a swarmd from before
+// acknowledgements, acked_by NULL, is made pending again as that version did.)
+// Call it at daemon start, before any agent runs. It returns how many
+// messages it released.
 func (db *DB) ReleaseUnstartedClaims(ctx context.Context) (int, error) {
-	res, err := db.write.ExecContext(ctx, `UPDATE messages SET delivered_at = NULL, claimed_session = NULL
-		WHERE claimed_session IS NOT NULL
+	return db.execCount(ctx, "release unstarted claims", `UPDATE messages
+		SET delivered_at = IIF(acked_by IS NULL, NULL, delivered_at), claimed_session = NULL
+		WHERE claimed_session IS NOT NULL AND acked_by IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`)
-	if err != nil {
-		return 0, db.wrap("release unstarted claims", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, db.wrap("release unstarted claims", err)
-	}
-	return int(n), nil
 }
 
 // ResetAgent is `swarmd start AGENT`: it zeroes the agent's error counters

@@ -14,6 +14,8 @@ import (
 type Mail interface {
 	ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]mailbox.Message, error)
 	Unconsume(ctx context.Context, sessionID string) (int, error)
+	Ack(ctx context.Context, s mailbox.SessionRecord) (int, error)
+	Unack(ctx context.Context, sessionID, note string) (int, error)
 }
 
 // Git is what the builder needs of the agent's worktree. *worktree.Manager
@@ -70,12 +72,12 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 		for _, m := range ms {
 			d.Messages = append(d.Messages, Message{
 				ID: m.ID, ThreadID: m.ThreadID, ReplyTo: m.ReplyTo, From: m.From,
-				Subject: m.Subject, Body: m.Body, Urgent: m.Urgent, Sent: m.CreatedAt,
+				Subject: m.Subject, Body: m.Body, Urgent: m.Urgent, Sent: m.CreatedAt, ShownBefore: m.ShownNote,
 			})
 			watermark = max(watermark, m.ID)
 		}
 	}
-	return runner.Prompt{Text: Render(d), Watermark: watermark}, nil
+	return runner.Prompt{Text: Render(d), Watermark: watermark, Mail: len(d.Messages)}, nil
 }
 
 // Release makes the mail claimed for a session that never started pending
@@ -86,6 +88,27 @@ func (b *Builder) Release(ctx context.Context, sessionID string) error {
 	}
 	if _, err := b.Mail.Unconsume(ctx, sessionID); err != nil {
 		return fmt.Errorf("return mail of session %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// Settle acknowledges the mail of a completed session, or records why the
+// session did not complete so that the next prompt says so.
+func (b *Builder) Settle(ctx context.Context, s runner.Settlement) error {
+	if b.Mail == nil {
+		return nil
+	}
+	var err error
+	if s.Completed {
+		ended := s.Ended
+		_, err = b.Mail.Ack(ctx, mailbox.SessionRecord{
+			SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Started, Ended: &ended,
+		})
+	} else {
+		_, err = b.Mail.Unack(ctx, s.SessionID, s.Note)
+	}
+	if err != nil {
+		return fmt.Errorf("settle mail of session %s: %w", s.SessionID, err)
 	}
 	return nil
 }

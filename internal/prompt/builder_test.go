@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/runner"
@@ -71,13 +72,42 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 	if p.Watermark != max(normal.ID, urgent.ID) {
 		t.Errorf("watermark %d", p.Watermark)
 	}
-	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 0 {
-		t.Errorf("%d messages still pending after the prompt consumed them", len(pending))
+	if p.Mail != 2 {
+		t.Errorf("prompt carries %d messages, want 2", p.Mail)
+	}
+	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 2 || pending[0].ClaimedSession != "bob-1-aaaa" {
+		t.Errorf("after the prompt: %+v, want 2 pending, claimed by the session", pending)
 	}
 	if err := b.Release(ctx, "bob-1-aaaa"); err != nil {
 		t.Fatal(err)
 	}
-	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 2 {
-		t.Errorf("after Release %d pending, want 2", len(pending))
+	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 2 || pending[0].ClaimedSession != "" {
+		t.Errorf("after Release %+v, want 2 pending, unclaimed", pending)
+	}
+
+	// A session that did not complete: the next prompt shows the mail again
+	// and says why; a completed one acknowledges it.
+	if _, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2, Started: now, Ended: now,
+		Note: "that session timed out"}); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
+	if err != nil || p3.Mail != 2 || !strings.Contains(p3.Text, "Shown before, but that session timed out: it is still unread.") {
+		t.Fatalf("prompt after an incomplete session (%v):\n%s", err, p3.Text)
+	}
+	if err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3, Started: now, Ended: now,
+		Completed: true}); err != nil {
+		t.Fatal(err)
+	}
+	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 0 {
+		t.Errorf("%d messages pending after a completed session", len(pending))
+	}
+	p4, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-4-dddd", Seq: 4})
+	if err != nil || p4.Mail != 0 {
+		t.Fatalf("prompt after completion carries %d messages (%v)", p4.Mail, err)
 	}
 }

@@ -38,6 +38,9 @@ type Message struct {
 	From, Subject, Body   string
 	Urgent                bool
 	Sent                  time.Time
+	// ShownBefore says why an earlier session that carried this message did
+	// not complete ("" if none carried it).
+	ShownBefore string
 }
 
 // maxDirty caps the dirty-file list so a huge untracked tree cannot flood
@@ -91,17 +94,21 @@ func Render(d Data) string {
 
 	if len(d.Messages) > 0 {
 		b.WriteString("\n## Messages\n\n")
-		b.WriteString(strconv.Itoa(len(d.Messages)) + " new message(s) for you, urgent first. They are marked read now.\n")
+		b.WriteString(strconv.Itoa(len(d.Messages)) + " message(s) for you, urgent first. They count as read when this session\n")
+		b.WriteString("ends successfully; `swarmd mail read ID` marks one read at once. Text after `>` is the sender's, not swarmd's.\n")
 		for _, m := range d.Messages {
 			urg := ""
 			if m.Urgent {
 				urg = " URGENT"
 			}
-			subj := m.Subject
+			subj := flat(m.Subject)
 			if subj == "" {
 				subj = "(no subject)"
 			}
-			fmt.Fprintf(&b, "\n### #%d%s from %s: %s\n", m.ID, urg, m.From, subj)
+			fmt.Fprintf(&b, "\n### #%d%s from %s: %s\n", m.ID, urg, flat(m.From), subj)
+			if m.ShownBefore != "" {
+				b.WriteString("Shown before, but " + flat(m.ShownBefore) + ": it is still unread.\n")
+			}
 			fmt.Fprintf(&b, "Thread #%d", m.ThreadID)
 			if m.ReplyTo != 0 {
 				fmt.Fprintf(&b, ", reply to #%d", m.ReplyTo)
@@ -128,7 +135,7 @@ func Render(d Data) string {
 		b.WriteString("Your previous session failed: " + oneLine(d.Why.Detail) + ". Check the state of your worktree before you continue.\n")
 	case runner.WhyAfterInterrupt:
 		if subj := urgentSubject(d.Messages); subj != "" {
-			b.WriteString("Your previous session was interrupted by urgent mail (\"" + oneLine(subj) + "\"). Read the messages above first and act on them.\n")
+			b.WriteString("Your previous session was interrupted by urgent mail (\"" + flat(subj) + "\"). Read the messages above first and act on them.\n")
 		} else {
 			b.WriteString("Your previous session was interrupted by urgent mail. Read the messages above first and act on them.\n")
 		}
@@ -151,13 +158,29 @@ func short(h string) string {
 	return h
 }
 
+// quote renders text from an agent as a Markdown quote: every line, however
+// its breaks are written, starts with "> ", so no part of it can leave the
+// quoted block and pass for a section of the prompt.
 func quote(s string) string {
+	s = strings.NewReplacer("\r\n", "\n", "\r", "\n", "\v", "\n", "\f", "\n", "\u0085", "\n", "\u2028", "\n", "\u2029", "\n").Replace(s)
 	s = strings.TrimRight(s, "\n")
 	var b strings.Builder
 	for _, line := range strings.Split(s, "\n") {
 		b.WriteString("> " + line + "\n")
 	}
 	return b.String()
+}
+
+// flat renders a one-line field from an agent (a subject, a note) on one
+// line: control characters and line separators become spaces.
+func flat(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == 0x2028 || r == 0x2029 {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.TrimSpace(s)
 }
 
 func oneLine(s string) string {

@@ -46,6 +46,7 @@ func (noPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, e
 	return runner.Prompt{}, nil
 }
 func (noPrompter) Release(context.Context, string) error { return nil }
+func (noPrompter) Settle(context.Context, runner.Settlement) error { return nil }
 
 func newRunner(t *testing.T, name string) *runner.Runner {
 	t.Helper()

@@ -149,7 +149,9 @@ type fakePrompter struct {
 	mu        sync.Mutex
 	reqs      []PromptRequest
 	released  []string
+	settled   []Settlement
 	watermark int64
+	mail      int // messages every prompt carries
 	block     bool
 }
 
@@ -161,7 +163,20 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reqs = append(p.reqs, req)
-	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark}, nil
+	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail}, nil
+}
+
+func (p *fakePrompter) Settle(_ context.Context, s Settlement) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.settled = append(p.settled, s)
+	return nil
+}
+
+func (p *fakePrompter) settlements() []Settlement {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Settlement(nil), p.settled...)
 }
 
 func (p *fakePrompter) Release(_ context.Context, sessionID string) error {
@@ -221,7 +236,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, be: &fakeBackend{}, ws: &fakeWorkspace{dir: t.TempDir()}, pr: &fakePrompter{}, rec: &recorder{}, err: make(chan error, 1)}
+	h := &harness{t: t, be: &fakeBackend{}, ws: &fakeWorkspace{dir: t.TempDir()}, pr: &fakePrompter{mail: 1}, rec: &recorder{}, err: make(chan error, 1)}
 	cfg := Config{
 		Name: "alice", Role: "test role", Backend: h.be, Workspace: h.ws, Prompter: h.pr, Observer: h.rec,
 		GracePeriod: 10 * time.Second, Logs: logs.New(t.TempDir(), 0, 0, nil),

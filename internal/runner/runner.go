@@ -55,9 +55,23 @@ type Hooks interface {
 // Prompter assembles the prompt of the next session (BuildingPrompt).
 type Prompter interface {
 	Build(ctx context.Context, req PromptRequest) (Prompt, error)
-	// Release makes the messages claimed for a session that never started
-	// pending again: "delivered" means a started session saw them.
+	// Release drops the claim on the mail of a session that never started.
 	Release(ctx context.Context, sessionID string) error
+	// Settle is told how a started session whose prompt carried mail ended:
+	// a completed one acknowledges that mail; any other end leaves it to be
+	// shown again, with the note saying why.
+	Settle(ctx context.Context, s Settlement) error
+}
+
+// Settlement is how a session whose prompt carried mail ended.
+type Settlement struct {
+	Agent     string
+	SessionID string
+	Seq       uint32
+	Started   time.Time
+	Ended     time.Time
+	Completed bool   // SessionComplete: Running -> SessionExited(Success)
+	Note      string // why not completed
 }
 
 // Observer is told about every transition and every finished session. It is
@@ -101,6 +115,7 @@ type PromptRequest struct {
 type Prompt struct {
 	Text      string
 	Watermark int64
+	Mail      int // messages the prompt carries
 }
 
 // Transition is one applied event, as observers and the event log see it.
@@ -218,6 +233,7 @@ type Runner struct {
 	headBefore string
 	retryAfter time.Time // a rate-limited session's provider reset time
 	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
+	carried    int       // messages the current session's prompt carried
 	timedOut   bool
 	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
 	grace      *time.Timer
@@ -472,7 +488,7 @@ func (r *Runner) buildPrompt() {
 		Why:       r.why,
 	})
 	if err == nil {
-		r.claimed = true
+		r.claimed, r.carried = p.Mail > 0, p.Mail
 		r.watermark = max(r.watermark, p.Watermark, known)
 	}
 	if r.external() {
@@ -604,6 +620,7 @@ func (r *Runner) finishSession(stopping bool) {
 		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
 	}
 	out := outcome(res, r.timedOut)
+	r.settle(res, out, stopping)
 	headAfter := r.head()
 	commits := r.commits(r.headBefore, headAfter)
 	if r.cfg.Observer != nil {
@@ -739,12 +756,60 @@ func (r *Runner) head() string {
 	return h
 }
 
+// settle acknowledges the mail of a session that completed, or notes why it
+// will be shown again, before the next prompt is built: the next session must
+// see exactly the mail that no completed session saw.
+func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool) {
+	if r.carried == 0 {
+		return
+	}
+	r.carried = 0
+	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended}
+	prev := r.m.State().Kind
+	switch {
+	case stopping:
+		st.Note = "that session was stopped with its agent (" + r.snapReason() + ")"
+	case prev == agent.Interrupting:
+		st.Note = "that session was interrupted by urgent mail"
+	case res.Fatal != "":
+		st.Note = "that session failed: " + res.Fatal
+	case out.Kind == agent.Timeout:
+		st.Note = "that session timed out"
+	case out.Kind == agent.Success && prev == agent.Running:
+		st.Completed = true
+	default:
+		st.Note = "that session failed: " + out.String()
+	}
+	if r.forced && !st.Completed {
+		st.Note += " and was force-stopped"
+	}
+	if st.Ended.IsZero() {
+		st.Ended = time.Now()
+	}
+	if st.Started.IsZero() {
+		st.Started = st.Ended
+	}
+	// Not stopCtx: settling must happen even while stopping.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.cfg.Prompter.Settle(ctx, st); err != nil {
+		// The mail stays pending: shown again rather than never.
+		r.log.Error("settle the session's mail", zap.String("session", r.sessionID), zap.Error(err))
+	}
+}
+
+func (r *Runner) snapReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap.Reason
+}
+
 // release returns mail claimed by a prompt whose session never started.
 func (r *Runner) release() {
 	if !r.claimed {
 		return
 	}
-	r.claimed = false
+	r.claimed, r.carried = false, 0
 	// Not stopCtx: returning the mail must happen even while stopping.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

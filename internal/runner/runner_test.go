@@ -502,3 +502,42 @@ func TestInterruptCancelsSessionTimeout(t *testing.T) {
 		h.stop()
 	})
 }
+
+// TestSettleMail: the mail a prompt carried is acknowledged only by a session
+// that completed; every other end says why it will be shown again.
+func TestSettleMail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.start()
+		h.waitState(agent.Running)
+		h.r.Interrupt(7, time.Now()) // session 1: interrupted
+		h.waitFor("second session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == 2 })
+		h.be.session(1).finish(backend.Result{Outcome: backend.OutcomeSuccess}) // session 2: completed
+		h.waitFor("third session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == 3 })
+		h.be.session(2).finish(backend.Result{Outcome: backend.OutcomeError, Reason: "exit 1"}) // session 3: failed
+		h.waitFor("fourth session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == 4 })
+		h.stop() // session 4: stopped with the agent
+		got := h.pr.settlements()
+		if len(got) != 4 {
+			t.Fatalf("%d settlements, want 4: %+v", len(got), got)
+		}
+		wants := []struct {
+			completed bool
+			note      string
+		}{
+			{false, "that session was interrupted by urgent mail"},
+			{true, ""},
+			{false, "that session failed: Error(exit 1)"},
+			{false, "that session was stopped with its agent"},
+		}
+		for i, w := range wants {
+			g := got[i]
+			if g.Completed != w.completed || !strings.HasPrefix(g.Note, w.note) || (w.note == "" && g.Note != "") {
+				t.Errorf("settlement %d = %+v, want completed=%v note %q", i+1, g, w.completed, w.note)
+			}
+			if g.SessionID == "" || g.Ended.IsZero() || (i > 0 && g.SessionID == got[i-1].SessionID) {
+				t.Errorf("settlement %d = %+v: want its own session id and an end", i+1, g)
+			}
+		}
+	})
+}
