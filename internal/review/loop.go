@@ -217,6 +217,11 @@ func (l *Loop) CompleteWithoutReview() error {
 // if this was iteration max_iterations, fails the loop with
 // ReasonMaxIterations. Any other signal is no verdict: the loop stays
 // reviewing and the reviewer's next session carries on.
+//
+// The seed lists "max iterations" under working → failed: its loop checks
+// the count when the next iteration would begin. Checking it here, at the
+// FAIL verdict, takes reviewing → failed instead and ends in the same state
+// without first handing the worker an iteration it may not have.
 func (l *Loop) ReviewResult(sig Signal, feedback string, now time.Time) error {
 	if err := l.expect("review result", Reviewing); err != nil {
 		return err
