@@ -14,7 +14,7 @@ build:
 test:
 	$(GO) test $(TESTFLAGS) ./...
 
-BENCHPKGS ?= ./internal/agent ./internal/backend ./internal/runner ./internal/mailbox ./internal/metrics ./cmd/swarmd
+BENCHPKGS ?= ./internal/agent ./internal/task ./internal/review ./internal/backend ./internal/runner ./internal/mailbox ./internal/metrics ./cmd/swarmd
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(BENCHPKGS)
@@ -27,6 +27,9 @@ lint:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzMachine -fuzztime $(FUZZTIME) ./internal/agent
+	$(GO) test -run '^$$' -fuzz FuzzTaskMachine -fuzztime $(FUZZTIME) ./internal/task
+	$(GO) test -run '^$$' -fuzz FuzzLoop -fuzztime $(FUZZTIME) ./internal/review
+	$(GO) test -run '^$$' -fuzz FuzzScan -fuzztime $(FUZZTIME) ./internal/review
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./internal/config
 	$(GO) test -run '^$$' -fuzz FuzzMailArgs -fuzztime $(FUZZTIME) ./cmd/swarmd
 	$(GO) test -run '^$$' -fuzz FuzzLineSplitter -fuzztime $(FUZZTIME) ./internal/backend

@@ -1,0 +1,80 @@
+package review
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestStateNames(t *testing.T) {
+	want := []string{"init", "working", "reviewing", "complete", "failed"}
+	if len(AllStates) != len(want) {
+		t.Fatalf("len(AllStates) = %d", len(AllStates))
+	}
+	for i, s := range AllStates {
+		if int(s) != i || s.String() != want[i] || !s.Valid() {
+			t.Errorf("AllStates[%d] = %d %q valid %v, want %q", i, s, s, s.Valid(), want[i])
+		}
+		if got, err := ParseState(want[i]); err != nil || got != s {
+			t.Errorf("ParseState(%q) = %v, %v", want[i], got, err)
+		}
+		if got := s.IsTerminal(); got != (s == Complete || s == Failed) {
+			t.Errorf("%v.IsTerminal() = %v", s, got)
+		}
+	}
+	if State(5).Valid() || State(5).String() != "State(5)" {
+		t.Errorf("State(5): valid %v, %q", State(5).Valid(), State(5))
+	}
+	for _, bad := range []string{"", "Init", "WORKING", "completed", "submitted", "done"} {
+		if _, err := ParseState(bad); !errors.Is(err, ErrUnknownState) {
+			t.Errorf("ParseState(%q) error = %v", bad, err)
+		}
+	}
+}
+
+// TestRunStateMapping is seed 002's "Run State Mapping" table and its
+// FromRunState, unknown run states resuming as failed.
+func TestRunStateMapping(t *testing.T) {
+	table := map[State]string{Init: "submitted", Working: "working", Reviewing: "reviewing", Complete: "completed", Failed: "failed"}
+	for s, rs := range table {
+		if got := s.RunState(); got != rs {
+			t.Errorf("%v.RunState() = %q, want %q", s, got, rs)
+		}
+		if got := FromRunState(rs); got != s {
+			t.Errorf("FromRunState(%q) = %v, want %v", rs, got, s)
+		}
+	}
+	for _, rs := range []string{"", "init", "complete", "Working", "cancelled", "running"} {
+		if got := FromRunState(rs); got != Failed {
+			t.Errorf("FromRunState(%q) = %v, want failed", rs, got)
+		}
+	}
+	if got := State(9).RunState(); got != "failed" {
+		t.Errorf("State(9).RunState() = %q", got)
+	}
+}
+
+// TestCanTransition checks all 6 × 6 pairs (one out of range) against seed
+// 002's "Valid Transitions" table.
+func TestCanTransition(t *testing.T) {
+	valid := map[[2]State]bool{
+		{Init, Working}: true, {Init, Failed}: true,
+		{Working, Reviewing}: true, {Working, Complete}: true, {Working, Failed}: true,
+		{Reviewing, Working}: true, {Reviewing, Complete}: true, {Reviewing, Failed}: true,
+	}
+	all := append(AllStates[:], State(5))
+	n := 0
+	for _, from := range all {
+		for _, to := range all {
+			got := CanTransition(from, to)
+			if got != valid[[2]State{from, to}] {
+				t.Errorf("CanTransition(%v, %v) = %v", from, to, got)
+			}
+			if got {
+				n++
+			}
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d valid transitions, want 8", n)
+	}
+}
