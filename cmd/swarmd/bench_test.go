@@ -55,7 +55,7 @@ type tinyPrompter struct{}
 func (tinyPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{Text: "p"}, nil
 }
-func (tinyPrompter) Release(context.Context, string) error { return nil }
+func (tinyPrompter) Release(context.Context, string) error           { return nil }
 func (tinyPrompter) Settle(context.Context, runner.Settlement) error { return nil }
 
 // BenchmarkTransitionsEventLog: transitions per second one runner sustains

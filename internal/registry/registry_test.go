@@ -45,7 +45,7 @@ type noPrompter struct{}
 func (noPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{}, nil
 }
-func (noPrompter) Release(context.Context, string) error { return nil }
+func (noPrompter) Release(context.Context, string) error           { return nil }
 func (noPrompter) Settle(context.Context, runner.Settlement) error { return nil }
 
 func newRunner(t *testing.T, name string) *runner.Runner {
