@@ -54,6 +54,7 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 		st.LastOutput = r.LastOutput()
 	}
 	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
+	st.DaemonFault = a.d.health.faultText()
 	return st
 }
 

@@ -50,6 +50,7 @@ type daemon struct {
 	control  *control.Server
 	observer runner.Observer
 	ready    atomic.Bool // every agent registered
+	health   healthMonitor
 	notify   notifier
 
 	// agentCtx bounds every runner (cancelled when Run returns); recovered
@@ -77,8 +78,12 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 			d.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	// The state dir holds mail, prompts and logs: the operator's alone.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
 	if d.lock, err = acquireLock(cfg.StateDir); err != nil {
 		if errors.Is(err, errLocked) {
@@ -163,6 +168,8 @@ func (d *daemon) Run(ctx context.Context) error {
 	d.notify.ready()
 	d.log.Info("swarmd running", zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
 		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
+	stopHealth := d.watchHealth(healthInterval)
+	defer stopHealth()
 	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
 	defer stopWatchdog()
 	stopStats := d.mailStats(time.Second)
@@ -323,17 +330,6 @@ func (d *daemon) mailStats(interval time.Duration) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-finished }
-}
-
-// readiness is /readyz: the database is open and every agent registered.
-func (d *daemon) readiness() string {
-	if !d.ready.Load() {
-		return "agents not registered yet"
-	}
-	if _, err := d.mail.DataVersion(context.Background()); err != nil {
-		return "database: " + err.Error()
-	}
-	return ""
 }
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.

@@ -11,42 +11,47 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stateLock is the one-daemon-per-state-dir lock: an flock on
-// <state_dir>/swarmd.lock holding the owner's pid. The kernel drops it when
-// the process dies, so a kill -9 never leaves a stale lock.
-type stateLock struct{ f *os.File }
+// stateLock is the one-daemon-per-state-dir lock: an flock on the state
+// directory itself, which no path operation inside it can replace (deleting
+// swarmd.lock lets nobody in), plus <state_dir>/swarmd.lock holding the
+// owner's pid for the error message. The kernel drops the flock when the
+// process dies, so a kill -9 never leaves a stale lock.
+type stateLock struct{ dir, f *os.File }
 
 // errLocked is returned when another live daemon holds the lock.
 var errLocked = errors.New("state dir is in use")
 
 func acquireLock(stateDir string) (*stateLock, error) {
-	path := filepath.Join(stateDir, "swarmd.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	dir, err := os.Open(stateDir)
 	if err != nil {
-		return nil, fmt.Errorf("open lock file: %w", err)
+		return nil, fmt.Errorf("open state dir for locking: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		defer f.Close()
+	path := filepath.Join(stateDir, "swarmd.lock")
+	if err := unix.Flock(int(dir.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		dir.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			b := make([]byte, 32)
-			n, _ := f.ReadAt(b, 0)
-			pid := strings.TrimSpace(string(b[:n]))
-			if pid == "" {
-				pid = "unknown"
+			pid := "unknown"
+			if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+				pid = strings.TrimSpace(string(b))
 			}
 			return nil, fmt.Errorf("%w: %s is locked by swarmd pid %s (stop that daemon first)", errLocked, stateDir, pid)
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return nil, fmt.Errorf("lock %s: %w", stateDir, err)
 	}
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write lock file: %w", err)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err == nil {
+		if err = f.Truncate(0); err == nil {
+			_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		}
+		if err != nil {
+			f.Close()
+		}
 	}
-	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write lock file: %w", err)
+	if err != nil {
+		dir.Close()
+		return nil, fmt.Errorf("write lock file %s: %w", path, err)
 	}
-	return &stateLock{f: f}, nil
+	return &stateLock{dir: dir, f: f}, nil
 }
 
 // Release unlocks; the file stays so that a waiting reader never sees it vanish.
@@ -55,7 +60,7 @@ func (l *stateLock) Release() error {
 		return nil
 	}
 	_ = l.f.Truncate(0)
-	err := l.f.Close()
-	l.f = nil
+	err := errors.Join(l.f.Close(), l.dir.Close())
+	l.f, l.dir = nil, nil
 	return err
 }

@@ -114,7 +114,11 @@ func (m *mailMain) open(ctx context.Context) (*mailbox.DB, error) {
 	db, err := mailbox.Open(ctx, path, opts)
 	if err != nil {
 		if errors.Is(err, mailbox.ErrNoDatabase) {
-			return nil, usagef("mail: %w (is swarmd running for this repo?)", err)
+			if m.s.getenv("SWARM_DB_PATH") != "" {
+				// Inside a session the daemon created it: it was deleted.
+				return nil, fmt.Errorf("mail: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", err)
+			}
+			return nil, usagef("mail: %w (has swarmd run in this repo? its state_dir holds swarm.db)", err)
 		}
 		return nil, err
 	}

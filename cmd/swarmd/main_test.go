@@ -338,6 +338,19 @@ func TestSecondDaemonOnSameStateDirRefused(t *testing.T) {
 	if want := "pid " + strconv.Itoa(d.cmd.Process.Pid); !strings.Contains(stderr, want) {
 		t.Errorf("stderr %q does not name %q", stderr, want)
 	}
+	// Deleting the lock file lets nobody in, and nothing of the first
+	// daemon's sessions is touched.
+	stateDir := filepath.Join(repo, ".swarm")
+	before := treeProcesses(stateDir)
+	if err := os.Remove(filepath.Join(stateDir, "swarmd.lock")); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "run", "--config", cfg); code != 2 || !strings.Contains(stderr, "is locked by swarmd") {
+		t.Fatalf("second daemon after the lock file was deleted: exit %d, stderr %s", code, stderr)
+	}
+	if after := treeProcesses(stateDir); len(after) != len(before) {
+		t.Fatalf("the refused daemon touched the first one's sessions: before %v, after %v", before, after)
+	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(5 * time.Second); code != 0 {
 		t.Fatalf("first daemon exit code %d", code)

@@ -163,6 +163,9 @@ printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning
 
 // writeStatus renders the status table.
 func writeStatus(w io.Writer, as []control.AgentStatus, now time.Time) error {
+	if len(as) > 0 && as[0].DaemonFault != "" {
+		fmt.Fprintf(w, "DAEMON UNHEALTHY: %s\n", as[0].DaemonFault)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tBRANCH\tHEALTH\tWHY")
 	for _, a := range as {

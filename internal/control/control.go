@@ -36,6 +36,10 @@ type AgentStatus struct {
 	// session silent for stall_after, "spawning-timeout" for Spawning over
 	// 60 s, "" otherwise.
 	Health string `json:"health,omitempty"`
+	// DaemonFault is why the whole daemon cannot do its job (its database
+	// was deleted, the disk is full, ...), the same on every row; "" when
+	// healthy.
+	DaemonFault string `json:"daemon_fault,omitempty"`
 }
 
 // Event is one line of the lifecycle event log.

@@ -36,7 +36,7 @@ func BenchmarkRawInsert(b *testing.B) {
 	const q = `INSERT INTO messages (thread_id, sender, recipient, subject, body, urgency, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`
 	open := func(b *testing.B) *sql.DB {
-		raw, err := sql.Open("sqlite", dsn(filepath.Join(b.TempDir(), "raw.db"), true, false))
+		raw, err := sql.Open("sqlite", dsn(filepath.Join(b.TempDir(), "raw.db"), true))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -31,6 +31,10 @@ var (
 	// ErrJournalClosed is reported (through JournalOptions.OnError) for a
 	// record enqueued after Journal.Close: it is dropped.
 	ErrJournalClosed = errors.New("journal closed")
+	// ErrDatabaseGone: the file this DB opened is no longer at its path
+	// (deleted or replaced). Nothing more is written: it would go into an
+	// unlinked file and be lost.
+	ErrDatabaseGone = errors.New("database file deleted or replaced")
 )
 
 // ValidationError is a refused message: nothing was stored.
@@ -50,6 +54,9 @@ func invalid(field string, sentinel error, format string, args ...any) error {
 // wrap names the operation and classifies storage errors. Every error the
 // package returns goes through here, so they all read "mailbox: <op>: …".
 func (db *DB) wrap(op string, err error) error {
+	if errors.Is(err, ErrDatabaseGone) {
+		return fmt.Errorf("mailbox: %s: %w: %s is not the file swarmd opened (restart swarmd)", op, err, db.path)
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff { // primary code; extended codes carry detail in the high bits

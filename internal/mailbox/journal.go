@@ -422,7 +422,7 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 	if err := j.prepare(ctx); err != nil {
 		return err
 	}
-	tx, err := j.db.write.BeginTx(ctx, nil)
+	tx, err := j.db.begin(ctx)
 	if err != nil {
 		return wrap(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -82,6 +83,11 @@ type DB struct {
 	dvConn *sql.Conn
 	dvStmt *sql.Stmt
 
+	// ident is the file opened, so that Check can tell when the path no
+	// longer leads to it; gone latches once it does not.
+	ident os.FileInfo
+	gone  atomic.Bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -122,12 +128,17 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		}
 	}
 
-	if db.write, err = sql.Open("sqlite", dsn(abs, true, opts.NoCreate)); err != nil {
+	if !opts.NoCreate {
+		if err := private(abs); err != nil {
+			return nil, fmt.Errorf("mailbox: open %s: %w", abs, err)
+		}
+	}
+	if db.write, err = sql.Open("sqlite", dsn(abs, true)); err != nil {
 		return nil, fmt.Errorf("mailbox: open %s: %w", abs, err)
 	}
 	db.write.SetMaxOpenConns(1)
 	db.write.SetMaxIdleConns(1)
-	if db.read, err = sql.Open("sqlite", dsn(abs, false, opts.NoCreate)); err != nil {
+	if db.read, err = sql.Open("sqlite", dsn(abs, false)); err != nil {
 		db.write.Close()
 		return nil, fmt.Errorf("mailbox: open %s: %w", abs, err)
 	}
@@ -142,12 +153,70 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		db.Close()
 		return nil, db.wrap("open", err)
 	}
+	if db.ident, err = os.Stat(abs); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mailbox: open %s: %w", abs, err)
+	}
 	return db, nil
+}
+
+// private creates the database file owner-only (0600) if it does not exist,
+// and takes group and other access away from an existing one and its WAL
+// and shared-memory files: mail and the event log are the operator's alone.
+// SQLite gives the -wal and -shm files it creates the main file's mode.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check reports ErrDatabaseGone when the database path no longer leads to
+// the file this DB opened. Every write checks it first, and the daemon
+// calls it on a timer, so that a deleted swarm.db is noticed and nothing
+// is written into the unlinked file. Once gone, always gone.
+func (db *DB) Check() error {
+	if db.gone.Load() {
+		return ErrDatabaseGone
+	}
+	if db.ident == nil {
+		return nil // still opening
+	}
+	fi, err := os.Stat(db.path)
+	if err == nil && os.SameFile(fi, db.ident) {
+		return nil
+	}
+	db.gone.Store(true)
+	return ErrDatabaseGone
+}
+
+// begin starts a write transaction on the file this DB opened.
+func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
+	if err := db.Check(); err != nil {
+		return nil, err
+	}
+	return db.write.BeginTx(ctx, nil)
 }
 
 // dsn puts the pragmas in the connection string so that every pooled
 // connection gets them, including ones database/sql opens later.
-func dsn(path string, write, noCreate bool) string {
+// Connections never create the file (private did, unless NoCreate): a pooled
+// connection opened after swarm.db was deleted must fail, not start an empty
+// database at the path.
+func dsn(path string, write bool) string {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -158,9 +227,7 @@ func dsn(path string, write, noCreate bool) string {
 	} else {
 		q.Add("_pragma", "query_only(1)") // a write on the read pool is a bug
 	}
-	if noCreate {
-		q.Set("mode", "rw") // SQLite URI parameter: no create
-	}
+	q.Set("mode", "rw") // SQLite URI parameter: no create
 	// A file: URI escapes '?' and '#' in the path, which a bare path would
 	// split on.
 	return (&url.URL{Scheme: "file", Path: path, RawQuery: q.Encode()}).String()

@@ -94,6 +94,9 @@ func (db *DB) Send(ctx context.Context, d Draft) (Message, error) {
 	if err := db.validate(d); err != nil {
 		return Message{}, fmt.Errorf("mailbox: send: %w", err)
 	}
+	if err := db.Check(); err != nil {
+		return Message{}, db.wrap("send", err)
+	}
 	m, err := db.insert(ctx, nil, db.draftMessage(d))
 	if err != nil {
 		return Message{}, db.wrap("send", err)
@@ -109,7 +112,7 @@ func (db *DB) Reply(ctx context.Context, from string, replyTo int64, body string
 	if err := cmp.Or(validateSender(from), db.validateContent("", body)); err != nil {
 		return Message{}, fmt.Errorf("mailbox: reply: %w", err)
 	}
-	tx, err := db.write.BeginTx(ctx, nil)
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return Message{}, db.wrap("reply", err)
 	}
@@ -171,7 +174,7 @@ func (db *DB) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrNoRecipients,
 			"no agent other than %s to broadcast to", d.From))
 	}
-	tx, err := db.write.BeginTx(ctx, nil)
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return nil, db.wrap("broadcast", err)
 	}
@@ -298,6 +301,9 @@ func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]
 	if sessionID == "" {
 		return nil, fmt.Errorf("mailbox: consume: %w", invalid("session", ErrInvalidName, "no session id"))
 	}
+	if err := db.Check(); err != nil {
+		return nil, db.wrap("consume", err)
+	}
 	var any bool
 	if err := db.read.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM messages
 		WHERE recipient = ? AND delivered_at IS NULL)`, agent).Scan(&any); err != nil {
@@ -348,7 +354,7 @@ func (db *DB) Ack(ctx context.Context, s SessionRecord) (int, error) {
 	if s.SessionID == "" || s.Ended == nil {
 		return 0, fmt.Errorf("mailbox: ack: %w", invalid("session", ErrInvalidName, "no session id or end time"))
 	}
-	tx, err := db.write.BeginTx(ctx, nil)
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return 0, db.wrap("ack", err)
 	}
@@ -394,6 +400,9 @@ func (db *DB) Read(ctx context.Context, reader string, id int64) (Message, error
 	if err != nil || m.To != reader || m.DeliveredAt != nil {
 		return m, err
 	}
+	if err := db.Check(); err != nil {
+		return Message{}, db.wrap(fmt.Sprintf("read message %d", id), err)
+	}
 	now := db.now().UTC().Truncate(time.Microsecond)
 	if _, err := db.write.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
 		WHERE id = ? AND delivered_at IS NULL`, now.Format(timeLayout), AckRead, id); err != nil {
@@ -405,6 +414,9 @@ func (db *DB) Read(ctx context.Context, reader string, id int64) (Message, error
 
 // execCount runs one write statement and returns the rows it changed.
 func (db *DB) execCount(ctx context.Context, op, query string, args ...any) (int, error) {
+	if err := db.Check(); err != nil {
+		return 0, db.wrap(op, err)
+	}
 	res, err := db.write.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, db.wrap(op, err)

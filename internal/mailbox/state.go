@@ -178,7 +178,7 @@ func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 // before any agent runs; the caller logs them and records events. The mail
 // their prompts carried stays pending, noted as cut off by the crash.
 func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]SessionRecord, error) {
-	tx, err := db.write.BeginTx(ctx, nil)
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return nil, db.wrap("close orphan sessions", err)
 	}
@@ -233,7 +233,7 @@ func (db *DB) ResetAgent(ctx context.Context, name string, now time.Time, actor 
 	if actor == "" {
 		actor = StopOperator
 	}
-	tx, err := db.write.BeginTx(ctx, nil)
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return db.wrap("reset agent "+name, err)
 	}

@@ -180,15 +180,27 @@ func (s *Supervisor) reapLocked(pid int) {
 // SweepOrphans kills the processes that an earlier daemon with the same
 // owner left behind (found by their marker, never by a recorded pid, so a
 // reused pid is never hit) and returns how many. It also ends leftovers of
-// this Supervisor's ended trees. The daemon calls it once at start, before
-// starting sessions; it returns once the killed processes are dead.
+// this Supervisor's ended trees. A tree whose daemon still runs is never
+// touched, whatever happened to the state dir's lock: it is logged instead.
+// The daemon calls it once at start, before starting sessions; it returns
+// once the killed processes are dead.
 func (s *Supervisor) SweepOrphans() (int, error) {
+	warned := map[string]bool{}
+	buf := make([]byte, 0, 512)
 	n, err := s.killMarked(func(owner, inst, id []byte) bool {
 		if string(owner) != s.owner {
 			return false
 		}
 		if string(inst) != s.instance {
-			return true
+			if !instanceAlive(inst, buf) {
+				return true
+			}
+			if !warned[string(inst)] {
+				warned[string(inst)] = true
+				s.log.Error("processes of another live swarmd on this state dir: not touching them",
+					zap.String("instance", string(inst)))
+			}
+			return false
 		}
 		s.mu.Lock()
 		t := s.trees[string(id)]

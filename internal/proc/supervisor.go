@@ -24,6 +24,8 @@
 package proc
 
 import (
+	"strconv"
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -71,7 +73,9 @@ var active atomic.Bool
 // Supervisor starts and ends process trees. It is safe for concurrent use.
 type Supervisor struct {
 	owner    string
-	instance string // random per Supervisor: tells our trees from an earlier daemon's
+	// instance tells our trees from another daemon's: "<pid>.<start>.<nonce>",
+	// so a sweep can tell whether the daemon that owns a tree still lives.
+	instance string
 	pid      int
 	log      *zap.Logger
 	devnull  *os.File
@@ -121,7 +125,7 @@ func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
 	}
 	s := &Supervisor{
 		owner:    owner,
-		instance: hex.EncodeToString(nonce[:]),
+		instance: newInstance(nonce[:]),
 		pid:      os.Getpid(),
 		log:      log,
 		devnull:  devnull,
@@ -328,4 +332,36 @@ func lookPath(file string, env []string) (string, error) {
 		}
 	}
 	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}
+
+// newInstance names this Supervisor: its process, by pid and start time
+// (together unique for the boot), and a nonce for two Supervisors of one
+// process in tests.
+func newInstance(nonce []byte) string {
+	pid := os.Getpid()
+	st, _, err := readStat(pid, make([]byte, 0, 512))
+	if err != nil {
+		return "0.0." + hex.EncodeToString(nonce)
+	}
+	return strconv.Itoa(pid) + "." + strconv.FormatUint(st.start, 10) + "." + hex.EncodeToString(nonce)
+}
+
+// instanceAlive reports whether the process that created instance still
+// runs: its pid is live with the same start time. A malformed or pid-less
+// instance (an older swarmd's) counts as gone.
+func instanceAlive(instance []byte, buf []byte) bool {
+	f := bytes.SplitN(instance, []byte("."), 3)
+	if len(f) != 3 {
+		return false
+	}
+	pid, err := strconv.Atoi(string(f[0]))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	start, err := strconv.ParseUint(string(f[1]), 10, 64)
+	if err != nil {
+		return false
+	}
+	st, _, err := readStat(pid, buf)
+	return err == nil && !st.dead() && st.start == start
 }

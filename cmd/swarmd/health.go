@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/mailbox"
+)
+
+// healthInterval is how often the daemon checks what it cannot be told:
+// that swarm.db was deleted or replaced, that the database stopped
+// answering, that the state dir's disk filled up. It is a slow safety net;
+// every write also checks the database file itself.
+const healthInterval = 5 * time.Second
+
+// minFreeBytes below which the state dir's filesystem counts as full: a
+// session log, an archive and a WAL checkpoint need room to land.
+const minFreeBytes = 64 << 20
+
+// healthMonitor holds the daemon's last health verdict ("" when healthy).
+type healthMonitor struct {
+	fault atomic.Pointer[string]
+}
+
+// faultText is the current fault, "" when none.
+func (h *healthMonitor) faultText() string {
+	if p := h.fault.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// set records fault and says so once per change, loudly.
+func (h *healthMonitor) set(fault string, log *zap.Logger) {
+	if fault == h.faultText() {
+		return
+	}
+	h.fault.Store(&fault)
+	if fault == "" {
+		log.Warn("daemon healthy again")
+		return
+	}
+	log.Error("DAEMON UNHEALTHY: "+fault, zap.String("fault", fault))
+}
+
+// check runs the checks once and returns the first fault, "" if none.
+func (d *daemon) checkHealth(ctx context.Context) string {
+	if err := d.mail.Check(); err != nil {
+		return fmt.Sprintf("%s was deleted or replaced under the running daemon: no session starts and nothing more is written; restart swarmd", d.mail.Path())
+	}
+	if _, err := d.mail.DataVersion(ctx); err != nil {
+		return "database: " + err.Error()
+	}
+	var st unix.Statfs_t
+	cfg, _ := d.current()
+	if err := unix.Statfs(cfg.StateDir, &st); err == nil {
+		if free := st.Bavail * uint64(st.Bsize); free < minFreeBytes {
+			return fmt.Sprintf("disk full: %d MiB free on the filesystem of %s (need %d MiB)", free>>20, cfg.StateDir, minFreeBytes>>20)
+		}
+	}
+	return ""
+}
+
+// watchHealth checks every interval until stop is closed; it returns a
+// function that stops it and waits.
+func (d *daemon) watchHealth(interval time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			d.health.set(d.checkHealth(context.Background()), d.log)
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// readiness is /readyz and what feeds the systemd watchdog: the daemon can
+// do its job. Every agent registered, the database is the file it opened and
+// answers, the disk has room, and at least one agent is not Stopped.
+func (d *daemon) readiness() string {
+	if !d.ready.Load() {
+		return "agents not registered yet"
+	}
+	if err := d.mail.Check(); errors.Is(err, mailbox.ErrDatabaseGone) {
+		return d.mail.Path() + " was deleted or replaced under the running daemon"
+	}
+	if f := d.health.faultText(); f != "" {
+		return f
+	}
+	states := d.reg.States()
+	if len(states) == 0 {
+		return "no agents configured"
+	}
+	for _, s := range states {
+		if s.State.Kind != agent.Stopped {
+			return ""
+		}
+	}
+	return "every agent is Stopped (swarmd start AGENT)"
+}
