@@ -24,7 +24,6 @@
 package proc
 
 import (
-	"strconv"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,6 +34,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,7 +72,7 @@ var active atomic.Bool
 
 // Supervisor starts and ends process trees. It is safe for concurrent use.
 type Supervisor struct {
-	owner    string
+	owner string
 	// instance tells our trees from another daemon's: "<pid>.<start>.<nonce>",
 	// so a sweep can tell whether the daemon that owns a tree still lives.
 	instance string
