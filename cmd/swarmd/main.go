@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/config"
 )
 
 // Set by the Makefile through -ldflags.
@@ -69,12 +71,35 @@ func Main(ctx context.Context, args []string, s streams) int {
 	if err == nil {
 		return exitOK
 	}
+	if problems, ok := configProblems(err); ok {
+		// Every problem of the config, one line each as FILE:LINE: KEY: ...,
+		// the way compilers report, so that editors can jump to them.
+		for _, l := range problems.Lines() {
+			fmt.Fprintln(s.err, l)
+		}
+		return exitUsage
+	}
 	fmt.Fprintln(s.err, "swarmd: "+oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
 		return exitUsage
 	}
 	return exitRuntime
+}
+
+// configProblems is err's config.Errors when err is exactly that (perhaps
+// marked as a usage error): a wrapper that adds words keeps its one line.
+func configProblems(err error) (config.Errors, bool) {
+	for {
+		switch e := err.(type) {
+		case config.Errors:
+			return e, len(e) > 0
+		case usageError:
+			err = e.err
+		default:
+			return nil, false
+		}
+	}
 }
 
 // oneLine keeps an error on one line (SPEC §2) even when it quotes input

@@ -42,6 +42,9 @@ type Config struct {
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
 	Backends   map[string]Backend
 	Agents     []Agent
+	// Warnings are problems that do not stop the config from loading (a
+	// listener open to other machines), ordered by line; nil when none.
+	Warnings []*Error
 }
 
 // AgentSettings are the per-agent knobs; `defaults` sets them for every agent
@@ -181,7 +184,10 @@ func defaultCancelSignal(typ string) string {
 }
 
 // Load reads and parses the config file at path.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
+
+// LoadWith is Load with the checks of opts.
+func LoadWith(path string, opts Options) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := err.Error()
@@ -191,24 +197,30 @@ func Load(path string) (*Config, error) {
 		}
 		return nil, Errors{{File: path, Msg: "read config: " + msg, Err: err}}
 	}
-	return Parse(data, path)
+	return ParseWith(data, path, opts)
 }
 
 // Parse parses a config whose file is at path: path names the file in error
 // messages and relative paths are resolved against its directory. Parse
 // reads role files and checks that the repo directory exists. The error is
 // always Errors; errors.As(err, new(*Error)) yields the first problem.
-func Parse(data []byte, path string) (*Config, error) {
+func Parse(data []byte, path string) (*Config, error) { return ParseWith(data, path, Options{}) }
+
+// ParseWith is Parse with the checks of opts.
+func ParseWith(data []byte, path string, opts Options) (*Config, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: "resolve config path: " + err.Error(), Err: err}}
 	}
-	d := &decoder{file: path, dir: filepath.Dir(abs), aliasBudget: maxAliases, broken: map[string]bool{}}
+	d := &decoder{file: path, dir: filepath.Dir(abs), opts: opts, aliasBudget: maxAliases, broken: map[string]bool{}}
 	cfg := d.decode(data)
 	if len(d.errs) > 0 {
-		return nil, d.sorted()
+		return nil, sortByLine(d.errs)
 	}
 	cfg.Path = abs
+	if len(d.warnings) > 0 {
+		cfg.Warnings = sortByLine(d.warnings)
+	}
 	return cfg, nil
 }
 

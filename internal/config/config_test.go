@@ -197,7 +197,7 @@ func TestRelativePaths(t *testing.T) {
 		filepath.Join(base, "conf", "swarmd.yaml"),
 		filepath.Join(base, "work"),
 		filepath.Join(base, "state"), // relative to repo, not to the config file
-		filepath.Join(base, "prompts", "p.md"),
+		filepath.Join(base, "work", "prompts", "p.md"),
 	}
 	check := func(t *testing.T, cfg *Config) {
 		t.Helper()
@@ -358,8 +358,8 @@ func TestErrors(t *testing.T) {
 		{"empty_role", 3, "agents[0].role", "is empty: give a prompt file path or inline text"},
 		{"role_file_missing", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/nope.md") + " does not exist (relative paths are relative to the config file)"},
 		{"role_file_missing_md", 3, "agents[0].role", "role file " + filepath.Join(inv, "alice.md") + " does not exist (relative paths are relative to the config file)"},
-		{"role_file_dir", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/dir") + " is not a regular file"},
-		{"role_file_empty", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/empty.md") + " is empty"},
+		{"role_file_dir", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/dir") + " is a directory, not a regular file (point role at a prompt file)"},
+		{"role_file_empty", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/empty.md") + " is empty (write the agent's instructions into it)"},
 
 		{"agent_unknown_backend", 6, "agents[0].backend", `"gpt" is not a configured backend (known: claude, codex, gemini, tests)`},
 		{"defaults_unknown_backend", 2, "defaults.backend", `"gpt" is not a configured backend (known: claude, codex, gemini)`},

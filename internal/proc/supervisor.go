@@ -329,3 +329,8 @@ func lookPath(file string, env []string) (string, error) {
 	}
 	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
 }
+
+// LookPath resolves file as Start will: a name without a slash in the PATH
+// of env (the daemon's own when env sets none), a name with a slash as it
+// is. config uses it to find missing backend programs before any start.
+func LookPath(file string, env []string) (string, error) { return lookPath(file, env) }
