@@ -108,7 +108,7 @@ func (d *decoder) parse(data []byte) (root *yaml.Node, ok bool) {
 		return nil, false
 	default:
 		// A second document would be silently ignored by a plain decode.
-		d.errorf(extra.Line, "", "a config file holds one YAML document; a second one starts here")
+		d.errorf(extra.Line, "", "a config file holds one YAML document; a second one starts here (remove the --- line and what follows)")
 		return nil, false
 	}
 	if len(doc.Content) == 0 {
@@ -130,7 +130,7 @@ func (d *decoder) resolve(n *yaml.Node) (*yaml.Node, bool) {
 	for n != nil && n.Kind == yaml.AliasNode {
 		if d.aliasBudget <= 0 {
 			if d.aliasBudget == 0 {
-				d.errorf(n.Line, "", "more than %d alias expansions; simplify the anchors", maxAliases)
+				d.errorf(n.Line, "", "more than %d alias expansions (simplify the anchors)", maxAliases)
 				d.aliasBudget-- // report once
 			}
 			return nil, false
@@ -195,7 +195,7 @@ func (d *decoder) entries(n *yaml.Node, path string, depth int) []entry {
 			continue
 		}
 		if prev, dup := seen[k.Value]; dup {
-			d.errorf(k.Line, join(path, k.Value), "duplicate key (first defined at line %d)", prev)
+			d.errorf(k.Line, join(path, k.Value), "duplicate key (first defined at line %d; keep one of them)", prev)
 			continue
 		}
 		seen[k.Value] = k.Line
@@ -340,7 +340,7 @@ func (d *decoder) strTo(dst *string, nonEmpty bool) value {
 			return false
 		}
 		if nonEmpty && strings.TrimSpace(s) == "" {
-			d.errorf(v.Line, path, "must not be empty")
+			d.errorf(v.Line, path, "must not be empty (give a value, or remove the key for the default)")
 			return false
 		}
 		*dst = s
@@ -435,7 +435,7 @@ func (d *decoder) strList(n *yaml.Node, path string, nonEmpty bool) ([]string, b
 		}
 		s, good := d.str(item, index(path, i))
 		if good && nonEmpty && strings.TrimSpace(s) == "" {
-			d.errorf(item.Line, index(path, i), "must not be empty")
+			d.errorf(item.Line, index(path, i), "must not be empty (remove the empty item)")
 			good = false
 		}
 		ok = ok && good
@@ -474,11 +474,11 @@ func (d *decoder) envTo(dst *map[string]string) value {
 		for _, e := range d.entries(v, path, 0) {
 			name, p := e.k.Value, join(path, e.k.Value)
 			if !envNameRE.MatchString(name) {
-				d.errorf(e.k.Line, p, "%q is not a valid environment variable name", name)
+				d.errorf(e.k.Line, p, "%q is not a valid environment variable name (use letters, digits and _, not starting with a digit)", name)
 				continue
 			}
 			if strings.HasPrefix(name, "SWARM_") {
-				d.errorf(e.k.Line, p, "SWARM_* variables are set by swarmd and cannot be configured")
+				d.errorf(e.k.Line, p, "SWARM_* variables are set by swarmd and cannot be configured (use another name)")
 				continue
 			}
 			val, ok := d.resolve(e.v)

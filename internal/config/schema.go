@@ -133,7 +133,7 @@ func (d *decoder) decode(data []byte) *Config {
 		d.checkBackendRef(cfg, cfg.Defaults.Backend, line, "defaults.backend")
 	}
 	if len(t.agents) == 0 && !(top.present("agents") && top.at("agents") == 0) {
-		d.errorf(top.at("agents"), "agents", "at least one agent is required")
+		d.errorf(top.at("agents"), "agents", "at least one agent is required (list them under agents:, each with a name and a role)")
 	}
 	good := d.finishAgents(cfg, t.agents)
 	if d.opts.LookPath != nil {
@@ -226,7 +226,7 @@ func (d *decoder) checkBaseRef(ref string, line int) {
 	case ref == "":
 		d.errorf(line, "base_ref", "must not be empty (default %s)", DefaultBaseRef)
 	case strings.HasPrefix(ref, "-"):
-		d.errorf(line, "base_ref", "%q must not start with \"-\"", ref)
+		d.errorf(line, "base_ref", "%q must not start with \"-\" (name a branch, tag or commit)", ref)
 	case strings.IndexFunc(ref, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
 		d.errorf(line, "base_ref", "%q is not a git revision (it contains spaces or control characters)", ref)
 	}
@@ -386,14 +386,14 @@ func (d *decoder) finishBackend(rb *rawBackend) (Backend, bool) {
 	if _, set := rb.set.line("command"); set {
 		b.Command = rb.b.Command
 	} else if typ == TypeCommand && !rb.set.present("command") {
-		d.errorf(rb.line, rb.path, "a command backend needs a command")
+		d.errorf(rb.line, rb.path, "a command backend needs a command (add command: PROGRAM)")
 		ok = false
 	}
 	if line, set := rb.set.line("steps"); set && len(rb.b.Steps) == 0 && typ == TypeScripted {
-		d.errorf(line, join(rb.path, "steps"), "a scripted backend needs at least one step")
+		d.errorf(line, join(rb.path, "steps"), "a scripted backend needs at least one step (add one under steps:)")
 		ok = false
 	} else if !rb.set.present("steps") && typ == TypeScripted {
-		d.errorf(rb.line, rb.path, "a scripted backend needs steps")
+		d.errorf(rb.line, rb.path, "a scripted backend needs steps (add steps: with at least one step)")
 		ok = false
 	}
 	if line, set := rb.set.line("cancel_signal"); set {
@@ -479,7 +479,7 @@ func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) []*rawAgent {
 		nameLine, validName := ra.set.line("name")
 		switch {
 		case !ra.set.present("name"):
-			d.errorf(ra.line, join(ra.path, "name"), "is required")
+			d.errorf(ra.line, join(ra.path, "name"), "is required (add name: with a lowercase name)")
 			good = false
 		case !validName:
 			good = false
