@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -65,5 +67,21 @@ The schema checks keys, types and patterns; 'swarmd config validate' checks the 
 // loadConfig loads the config for validate, run and reload: the file, and
 // that every backend's program can be started.
 func loadConfig(path string) (*config.Config, error) {
-	return config.LoadWith(path, config.Options{LookPath: proc.LookPath})
+	return config.LoadWith(path, config.Options{LookPath: lookPathAsSessions})
+}
+
+// lookPathAsSessions finds a program in the PATH a session gets: this
+// binary's directory first (so that sessions can run swarmd mail), then the
+// PATH that env sets, else the daemon's own.
+func lookPathAsSessions(file string, env []string) (string, error) {
+	path := os.Getenv("PATH")
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	if p := selfFirst(path); p != "" {
+		path = p
+	}
+	return proc.LookPath(file, []string{"PATH=" + path})
 }
