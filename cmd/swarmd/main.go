@@ -1,5 +1,5 @@
 // Command swarmd keeps a swarm of LLM coding agents working on one git
-// repository. See README.md and ../shared/SPEC.md.
+// repository. See README.md and docs/.
 package main
 
 import (
@@ -23,7 +23,7 @@ var (
 	commit  = "unknown"
 )
 
-// Exit codes (SPEC §2).
+// Exit codes (docs/operations.md).
 const (
 	exitOK      = 0
 	exitRuntime = 1
@@ -102,14 +102,14 @@ func configProblems(err error) (config.Errors, bool) {
 	}
 }
 
-// oneLine keeps an error on one line (SPEC §2) even when it quotes input
+// oneLine keeps an error on one line even when it quotes input
 // that holds line breaks.
 func oneLine(s string) string {
 	return strings.NewReplacer("\r\n", `\n`, "\n", `\n`, "\r", `\r`).Replace(strings.TrimRight(s, "\n"))
 }
 
 // usageArgs makes every command's argument-count errors usage errors
-// (exit 2), as SPEC §2 wants.
+// (exit 2).
 func usageArgs(c *cobra.Command) {
 	if orig := c.Args; orig != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error { return usage(orig(cmd, args)) }
@@ -130,7 +130,7 @@ a per-agent state machine. Agents talk through a SQLite mailbox; urgent mail int
 Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// Errors are one line (SPEC §2); "did you mean" would add more.
+		// Errors are one line; "did you mean" would add more.
 		DisableSuggestions: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })

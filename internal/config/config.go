@@ -1,4 +1,5 @@
-// Package config loads, defaults and validates swarmd.yaml (SPEC §3).
+// Package config loads, defaults and validates swarmd.yaml; every key is
+// documented in docs/configuration.md.
 //
 // The YAML is walked as a yaml.Node tree against a fixed schema rather than
 // decoded into structs: that gives every problem its key path and line, tells
@@ -73,7 +74,7 @@ type Logs struct {
 	MaxAge       time.Duration
 }
 
-// Hooks are shell commands run at lifecycle points (SPEC §8).
+// Hooks are shell commands run at lifecycle points.
 type Hooks struct {
 	AgentStart   []string
 	SessionStart []string
@@ -122,8 +123,8 @@ type ScriptStep struct {
 	NoResult      bool // omit the success record, so exit 0 alone is not Success
 }
 
-// Defaults of SPEC §3 (and the additions hooks.timeout, mailbox.max_body,
-// stall_after). Changing one changes the product contract.
+// Defaults of swarmd.yaml (docs/configuration.md). Changing one changes
+// what users rely on.
 const (
 	DefaultRepo                 = "."
 	DefaultStateDir             = ".swarm"
@@ -175,7 +176,7 @@ func builtinBackend(typ string) Backend {
 }
 
 // defaultCancelSignal: Claude Code and Codex clean up their tool processes on
-// SIGINT (SPEC §5); everything else gets the conventional SIGTERM.
+// SIGINT; everything else gets the conventional SIGTERM.
 func defaultCancelSignal(typ string) string {
 	if typ == TypeClaude || typ == TypeCodex {
 		return "SIGINT"
@@ -243,7 +244,7 @@ func (c *Config) AgentNames() []string {
 	return names
 }
 
-// Files of the state_dir layout (SPEC §3) that several commands open; logs
+// Files of the state_dir layout (docs/operations.md) that several commands open; logs
 // and worktrees are laid out by their own packages.
 
 // DBPath is the mailbox database.

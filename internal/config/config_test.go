@@ -40,7 +40,7 @@ func builtins() map[string]Backend {
 	}
 }
 
-// TestDefaults pins every default of SPEC §3 (and the additions): they are
+// TestDefaults pins every default (docs/configuration.md): they are
 // the contract users rely on.
 func TestDefaults(t *testing.T) {
 	dir := abs(t, "testdata")

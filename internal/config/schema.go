@@ -17,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// agentNameRE is SPEC §3's agent name rule. It also keeps names safe as path
+// agentNameRE is the agent name rule. It also keeps names safe as path
 // components (worktrees/<name>, branch swarm/<name>).
 var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
@@ -25,7 +25,7 @@ var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 var backendNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // reservedNames cannot be agents: "operator" is the mail sender outside any
-// session (SPEC §2).
+// session.
 var reservedNames = []string{"operator"}
 
 var backendTypes = []string{TypeClaude, TypeCodex, TypeGemini, TypeCommand, TypeScripted}

@@ -2,7 +2,7 @@
 // and when the leader exits (or is cancelled, killed, or the daemon shuts
 // down) it ends every process the leader started, including those that moved
 // to a new session with setsid and so escape kill(-pgid), as the shell tools
-// of Claude Code, Codex and Gemini CLI do (SPEC §5).
+// of Claude Code, Codex and Gemini CLI do.
 //
 // How: the daemon is a child subreaper, so a descendant whose parent dies is
 // reparented to us instead of init; every tree's processes carry a marker in
