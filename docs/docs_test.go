@@ -129,9 +129,9 @@ func TestConfigurationDocumentsEveryKey(t *testing.T) {
 func TestRowsParse(t *testing.T) {
 	for line, want := range map[string]string{
 		"| `listen` | `127.0.0.1:9464` | rule | restart |": "listen",
-		"| `agents[].name` | required | rule | x |":         "agents[].name",
-		"| Key | Default | Rule | SIGHUP |":                 "",
-		"`listen` in prose":                                  "",
+		"| `agents[].name` | required | rule | x |":        "agents[].name",
+		"| Key | Default | Rule | SIGHUP |":                "",
+		"`listen` in prose":                                "",
 	} {
 		m := docRow.FindStringSubmatch(line)
 		if got := ""; m != nil {
