@@ -88,7 +88,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 }
 
-// TestSystemdUnitContract checks the settings SPEC §11 and the daemon rely
+// TestSystemdUnitContract checks the settings docs/operations.md and the daemon rely
 // on, which verify cannot judge.
 func TestSystemdUnitContract(t *testing.T) {
 	u := parseUnit(t, readFile(t, unitFile))
@@ -257,7 +257,7 @@ func scrapeExported(t *testing.T) exported {
 			}
 		}
 	}
-	// The SPEC §10 metrics every rule and panel is built on.
+	// The metrics (docs/operations.md) every rule and panel is built on.
 	for _, n := range []string{"swarmd_agent_state", "swarmd_sessions_total", "swarmd_interrupt_latency_seconds_bucket", "process_start_time_seconds"} {
 		if !e.names[n] {
 			t.Fatalf("the scrape has no %s; names: %v", n, e.names)

@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/proc"
 )
 
 func newConfigCommand(s streams) *cobra.Command {
@@ -16,18 +19,69 @@ func newConfigCommand(s streams) *cobra.Command {
 	var path string
 	validate := &cobra.Command{
 		Use:   "validate",
-		Short: "Load and validate a config; every error names the file, line and key",
-		Args:  cobra.NoArgs,
+		Short: "Load and validate a config; every problem is printed as FILE:LINE: KEY: what is wrong (what to do)",
+		Long: `Load and validate a config as 'swarmd run' would: every key and value, role files, and that the
+program of every backend an agent uses can be found (in PATH, or at its path). Every problem is printed,
+one line each as FILE:LINE: KEY: what is wrong (what to do), and the exit status is 2. Warnings (such as
+a listen address open to other machines) are printed the same way but do not fail validation.
+
+Every key, its default and its rule: docs/configuration.md.`,
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			cfg, err := config.Load(path)
+			cfg, err := loadConfig(path)
 			if err != nil {
 				return usage(err)
+			}
+			for _, w := range cfg.Warnings {
+				fmt.Fprintln(s.err, w.Error())
 			}
 			_, err = fmt.Fprintf(s.out, "%s: ok (%d agents, state dir %s)\n", cfg.Path, len(cfg.Agents), cfg.StateDir)
 			return err
 		},
 	}
 	validate.Flags().StringVarP(&path, "config", "c", "swarmd.yaml", "config file")
-	cmd.AddCommand(validate)
+	schema := &cobra.Command{
+		Use:   "schema",
+		Short: "Print the JSON Schema of swarmd.yaml, for editors",
+		Long: `Print the JSON Schema (draft 2020-12) of swarmd.yaml. Editors with a YAML language server complete and
+check the config with it: 'swarmd init' writes it next to the config as .swarmd.schema.json and points the
+config's first line at it. After upgrading swarmd, refresh it with
+
+  swarmd config schema > .swarmd.schema.json
+
+The schema checks keys, types and patterns; 'swarmd config validate' checks the rest.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			data, err := config.JSONSchema()
+			if err != nil {
+				return err
+			}
+			_, err = s.out.Write(data)
+			return err
+		},
+	}
+	cmd.AddCommand(validate, schema)
 	return cmd
+}
+
+// loadConfig loads the config for validate, run and reload: the file, and
+// that every backend's program can be started.
+func loadConfig(path string) (*config.Config, error) {
+	return config.LoadWith(path, config.Options{LookPath: lookPathAsSessions})
+}
+
+// lookPathAsSessions finds a program in the PATH a session gets: this
+// binary's directory first (so that sessions can run swarmd mail), then the
+// PATH that env sets, else the daemon's own.
+func lookPathAsSessions(file string, env []string) (string, error) {
+	path := os.Getenv("PATH")
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	if p := selfFirst(path); p != "" {
+		path = p
+	}
+	return proc.LookPath(file, []string{"PATH=" + path})
 }

@@ -369,14 +369,18 @@ func envList(m map[string]string) []string {
 
 // pathWithSelf is PATH with this binary's directory first, so that agents
 // can run `swarmd mail` inside their sessions.
-func pathWithSelf() string {
+func pathWithSelf() string { return selfFirst(os.Getenv("PATH")) }
+
+// selfFirst is path with this binary's directory first; "" when the binary
+// cannot be found.
+func selfFirst(path string) string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
 	dir := filepath.Dir(exe)
-	if cur := os.Getenv("PATH"); cur != "" {
-		return dir + string(os.PathListSeparator) + cur
+	if path != "" {
+		return dir + string(os.PathListSeparator) + path
 	}
 	return dir
 }

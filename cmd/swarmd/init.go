@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"text/template"
-	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/spf13/cobra"
@@ -44,6 +43,9 @@ func newInitCommand(s streams) *cobra.Command {
 per agent in DIR/prompts/AGENT.md. The role prompt is each agent's standing instructions: edit it to say
 what that agent is for. Existing files are left alone unless --force is given.
 
+DIR/.swarmd.schema.json is the config's JSON Schema ('swarmd config schema'); the first line of
+swarmd.yaml points editors with a YAML language server at it, so they complete and check the keys.
+
 Then check the config with 'swarmd config validate' and start the swarm with 'swarmd run'.`,
 		Example: `  swarmd init
   swarmd init --agents implementer,reviewer,tester --backend codex
@@ -61,7 +63,13 @@ Then check the config with 'swarmd config validate' and start the swarm with 'sw
 	return cmd
 }
 
-// agentNamePattern is config's agent name rule (SPEC §3), checked here so
+// schemaFile is the JSON Schema that init writes next to swarmd.yaml. The
+// config's first line points at it by a relative path, which editors resolve
+// against the config file: it works offline, and it is the schema of the
+// swarmd that wrote it (swarmd config schema refreshes it after an upgrade).
+const schemaFile = ".swarmd.schema.json"
+
+// agentNamePattern is config's agent name rule, checked here so
 // that a bad name is refused before any file is written.
 var agentNamePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
@@ -76,7 +84,14 @@ func (m *initMain) Run() error {
 	if err != nil {
 		return err
 	}
-	files := []initFile{{rel: "swarmd.yaml", data: starterConfig(agents, m.backend)}}
+	schema, err := config.JSONSchema()
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	files := []initFile{
+		{rel: "swarmd.yaml", data: starterConfig(agents, m.backend)},
+		{rel: schemaFile, data: schema},
+	}
 	for _, a := range agents {
 		files = append(files, initFile{rel: filepath.Join("prompts", a+".md"), data: rolePrompt(a, agents)})
 	}
@@ -230,14 +245,14 @@ func starterConfig(agents []string, backend string) []byte {
 		StateDir:             config.DefaultStateDir,
 		BaseRef:              config.DefaultBaseRef,
 		Listen:               config.DefaultListen,
-		StallAfter:           shortDuration(config.DefaultStallAfter),
-		SessionTimeout:       shortDuration(config.DefaultSessionTimeout),
-		GracePeriod:          shortDuration(config.DefaultGracePeriod),
+		StallAfter:           config.FormatDuration(config.DefaultStallAfter),
+		SessionTimeout:       config.FormatDuration(config.DefaultSessionTimeout),
+		GracePeriod:          config.FormatDuration(config.DefaultGracePeriod),
 		MaxConsecutiveErrors: config.DefaultMaxConsecutiveErrors,
 		MaxTotalErrors:       config.DefaultMaxTotalErrors,
 		KeepArchives:         config.DefaultKeepArchives,
-		MaxAge:               shortDuration(config.DefaultMaxAge),
-		HookTimeout:          shortDuration(config.DefaultHookTimeout),
+		MaxAge:               config.FormatDuration(config.DefaultMaxAge),
+		HookTimeout:          config.FormatDuration(config.DefaultHookTimeout),
 		MaxBody:              config.DefaultMaxBody,
 	}
 	var b bytes.Buffer
@@ -247,28 +262,16 @@ func starterConfig(agents []string, backend string) []byte {
 	return b.Bytes()
 }
 
-// shortDuration writes a duration the way a person would: 60m, 720h, 10s
-// rather than 1h0m0s.
-func shortDuration(d time.Duration) string {
-	switch {
-	case d >= 24*time.Hour && d%time.Hour == 0:
-		return fmt.Sprintf("%dh", d/time.Hour)
-	case d >= time.Minute && d%time.Minute == 0:
-		return fmt.Sprintf("%dm", d/time.Minute)
-	case d%time.Second == 0:
-		return fmt.Sprintf("%ds", d/time.Second)
-	}
-	return d.String()
-}
-
 // starterTemplate is the starter config. A commented-out key ("# key:
 // value") shows its default; a test uncomments them all and checks that
 // nothing changes.
 var starterTemplate = template.Must(template.New("swarmd.yaml").Funcs(template.FuncMap{
 	// kv aligns the comments after "key: value".
 	"kv": func(key string, value any) string { return fmt.Sprintf("%-27s ", fmt.Sprintf("%s: %v", key, value)) },
-}).Parse(`# swarmd.yaml: the swarm that 'swarmd run' keeps working on one git repository.
-# Written by 'swarmd init'. The reference is SPEC §3.
+}).Parse(`# yaml-language-server: $schema=` + schemaFile + `
+# swarmd.yaml: the swarm that 'swarmd run' keeps working on one git repository.
+# Written by 'swarmd init'. Every key, its default and its rule: docs/configuration.md
+# in swarmd's repository; editors complete and check keys with ` + schemaFile + `.
 #
 # A commented-out key shows its default: uncomment it to change it.
 # Durations are Go durations (30s, 10m, 720h). Relative paths are relative to

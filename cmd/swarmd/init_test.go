@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -402,18 +401,6 @@ func TestDeployUnitCommandLineParses(t *testing.T) {
 	}
 	if format != "json" {
 		t.Errorf("ExecStart log format %q: journald wants json", format)
-	}
-}
-
-func TestShortDuration(t *testing.T) {
-	for d, want := range map[string]string{"60m": "60m", "720h": "720h", "10s": "10s", "30s": "30s", "5m": "5m", "1h30m": "90m", "1.5s": "1.5s"} {
-		dur, err := time.ParseDuration(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := shortDuration(dur); got != want {
-			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
-		}
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // newLogger builds the daemon logger: JSON for journald and files, a console
-// encoder on a terminal (SPEC §9).
+// encoder on a terminal (docs/operations.md).
 func newLogger(w io.Writer, format, level string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {

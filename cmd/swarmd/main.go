@@ -1,5 +1,5 @@
 // Command swarmd keeps a swarm of LLM coding agents working on one git
-// repository. See README.md and ../shared/SPEC.md.
+// repository. See README.md and docs/.
 package main
 
 import (
@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/config"
 )
 
 // Set by the Makefile through -ldflags.
@@ -21,7 +23,7 @@ var (
 	commit  = "unknown"
 )
 
-// Exit codes (SPEC §2).
+// Exit codes (docs/operations.md).
 const (
 	exitOK      = 0
 	exitRuntime = 1
@@ -69,6 +71,14 @@ func Main(ctx context.Context, args []string, s streams) int {
 	if err == nil {
 		return exitOK
 	}
+	if problems, ok := configProblems(err); ok {
+		// Every problem of the config, one line each as FILE:LINE: KEY: ...,
+		// the way compilers report, so that editors can jump to them.
+		for _, l := range problems.Lines() {
+			fmt.Fprintln(s.err, l)
+		}
+		return exitUsage
+	}
 	fmt.Fprintln(s.err, "swarmd: "+oneLine(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
@@ -77,14 +87,29 @@ func Main(ctx context.Context, args []string, s streams) int {
 	return exitRuntime
 }
 
-// oneLine keeps an error on one line (SPEC §2) even when it quotes input
+// configProblems is err's config.Errors when err is exactly that (perhaps
+// marked as a usage error): a wrapper that adds words keeps its one line.
+func configProblems(err error) (config.Errors, bool) {
+	for {
+		switch e := err.(type) {
+		case config.Errors:
+			return e, len(e) > 0
+		case usageError:
+			err = e.err
+		default:
+			return nil, false
+		}
+	}
+}
+
+// oneLine keeps an error on one line even when it quotes input
 // that holds line breaks.
 func oneLine(s string) string {
 	return strings.NewReplacer("\r\n", `\n`, "\n", `\n`, "\r", `\r`).Replace(strings.TrimRight(s, "\n"))
 }
 
 // usageArgs makes every command's argument-count errors usage errors
-// (exit 2), as SPEC §2 wants.
+// (exit 2).
 func usageArgs(c *cobra.Command) {
 	if orig := c.Args; orig != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error { return usage(orig(cmd, args)) }
@@ -105,7 +130,7 @@ a per-agent state machine. Agents talk through a SQLite mailbox; urgent mail int
 Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// Errors are one line (SPEC §2); "did you mean" would add more.
+		// Errors are one line; "did you mean" would add more.
 		DisableSuggestions: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })

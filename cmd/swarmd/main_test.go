@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,8 +358,15 @@ func TestSecondDaemonOnSameStateDirRefused(t *testing.T) {
 	}
 }
 
+// TestMissingBackendBinaryStopsOnlyThatAgent: a program that disappears
+// while the daemon runs (validate and start check that it is there) fails
+// that agent's spawns until it stops for errors; the others keep running.
 func TestMissingBackendBinaryStopsOnlyThatAgent(t *testing.T) {
 	repo := gitRepo(t)
+	cli := filepath.Join(t.TempDir(), "agent-cli")
+	if err := os.WriteFile(cli, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cfg := writeConfig(t, repo, `
 listen: ""
 defaults:
@@ -366,13 +374,15 @@ defaults:
   max_consecutive_errors: 2
   max_total_errors: 2
   grace_period: 1s
+hooks:
+  session_start: ["rm -f `+cli+`"]    # the program goes away after the start's check
 backends:
   ok:
     type: scripted
     steps: [{sleep: 1h}]
   broken:
     type: command
-    command: /nonexistent/agent-cli
+    command: `+cli+`
 agents:
   - {name: good, role: "works"}
   - {name: bad, role: "broken", backend: broken}
@@ -382,8 +392,13 @@ agents:
 	if r := fmt.Sprint(stopped["reason"]); !strings.Contains(r, "2 ") {
 		t.Errorf("stop reason %q does not name the threshold", r)
 	}
-	if !strings.Contains(d.log(), "/nonexistent/agent-cli") {
+	if !strings.Contains(d.log(), cli) {
 		t.Error("log never names the missing binary")
+	}
+	// Now validate finds it missing too, on the line of its command key.
+	if _, stderr, code := runCLI(t, nil, "", "config", "validate", "-c", cfg); code != 2 ||
+		!strings.HasPrefix(stderr, cfg+":16: backends.broken.command: command "+cli+` of backend "broken" does not exist`) {
+		t.Errorf("validate after the program went: exit %d, %q", code, stderr)
 	}
 	d.waitLine("good Running", transitionTo("good", "Running"))
 	select {
@@ -397,17 +412,21 @@ agents:
 	}
 }
 
-func TestBadInputExitsTwoWithOneLine(t *testing.T) {
+// TestBadInputExitsTwo: bad input exits 2; a bad config prints each of its
+// problems on one line of its own, FILE:LINE: KEY: ..., anything else one
+// line in all.
+func TestBadInputExitsTwo(t *testing.T) {
 	repo := gitRepo(t)
 	notRepo := t.TempDir()
 	cases := []struct {
 		name, dir, config, want string
+		problems                int
 	}{
-		{"unknown key", repo, "listen: \"\"\nagentz: []\n", "swarmd.yaml:2"},
-		{"bad name", repo, "agents:\n  - {name: Bob, role: x, backend: command-x}\n", "swarmd.yaml:2"},
-		{"bad duration", repo, "defaults:\n  session_timeout: 10 minutes\nagents:\n  - {name: bob, role: x}\n", "swarmd.yaml:2"},
-		{"unknown backend", repo, "agents:\n  - {name: bob, role: x, backend: nope}\n", "swarmd.yaml:2"},
-		{"not a repo", notRepo, "listen: \"\"\nagents:\n  - {name: bob, role: x}\n", "not a git repository"},
+		{"unknown key", repo, "listen: \"\"\nagentz: []\n", ":2: agentz: unknown key", 2},                       // and no agents
+		{"bad name", repo, "agents:\n  - {name: Bob, role: x, backend: command-x}\n", ":2: agents[0].name:", 2}, // and its backend
+		{"bad duration", repo, "defaults:\n  session_timeout: 10 minutes\n  backend: s\nbackends:\n  s: {type: scripted, steps: [{exit: 0}]}\nagents:\n  - {name: bob, role: x}\n", ":2: defaults.session_timeout:", 1},
+		{"unknown backend", repo, "agents:\n  - {name: bob, role: x, backend: nope}\n", ":2: agents[0].backend:", 1},
+		{"not a repo", notRepo, "listen: \"\"\nbackends:\n  s: {type: scripted, steps: [{exit: 0}]}\nagents:\n  - {name: bob, role: x, backend: s}\n", "not a git repository", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -420,12 +439,32 @@ func TestBadInputExitsTwoWithOneLine(t *testing.T) {
 				if code != 2 {
 					t.Errorf("%v: exit %d, want 2; stderr %q", cmd, code, stderr)
 				}
-				if !strings.Contains(stderr, c.want) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
-					t.Errorf("%v: stderr %q, want one line containing %q", cmd, stderr, c.want)
+				lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+				if !strings.Contains(lines[0], c.want) {
+					t.Errorf("%v: stderr %q, want its first line to contain %q", cmd, stderr, c.want)
+				}
+				if c.problems == 0 {
+					if len(lines) != 1 || !strings.HasPrefix(lines[0], "swarmd: ") {
+						t.Errorf("%v: stderr %q, want one swarmd: line", cmd, stderr)
+					}
+					continue
+				}
+				if len(lines) != c.problems {
+					t.Errorf("%v: %d lines, want %d problems: %q", cmd, len(lines), c.problems, stderr)
+				}
+				for _, l := range lines {
+					if !problemLineRE(cfg).MatchString(l) {
+						t.Errorf("%v: %q is not FILE:LINE: KEY: message", cmd, l)
+					}
 				}
 			}
 		})
 	}
+}
+
+// problemLineRE matches one problem of the config at path.
+func problemLineRE(path string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(path) + `(:[0-9]+)?: [a-z_]+[a-z_.\[\]0-9A-Z-]*: \S.*$`)
 }
 
 func TestVersionAndValidate(t *testing.T) {

@@ -22,9 +22,9 @@ backends:
   worker:
     type: scripted
     steps: [{print: [busy], sleep: 1h}]
-  broken:
+  broken:               # fails every session: exit status 1
     type: command
-    command: /nonexistent/cli
+    command: "false"
 agents:
   - {name: alice, role: works}
   - {name: bob, role: broken, backend: broken, max_consecutive_errors: 1}
@@ -120,9 +120,9 @@ backends:
   worker:
     type: scripted
     steps: [{print: [busy], setsid_child: true, sleep: 1h}]
-  broken:
+  broken:               # fails every session: exit status 1
     type: command
-    command: /nonexistent/cli
+    command: "false"
 agents:
   - {name: alice, role: works}
   - {name: bob, role: works}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/swarmd/swarmd/internal/config"
 )
 
 // reload applies a new config (SIGHUP): new agents start, removed agents get
@@ -19,10 +17,11 @@ func (d *daemon) reload(path string) error {
 	if !d.ready.Load() {
 		return fmt.Errorf("still starting (agents are being registered); send SIGHUP again once it runs")
 	}
-	cfg, err := config.Load(path)
+	cfg, err := loadConfig(path)
 	if err != nil {
 		return err
 	}
+	logConfigWarnings(d.log, cfg)
 	old, _ := d.current()
 	for key, changed := range map[string]bool{
 		"repo": cfg.Repo != old.Repo, "state_dir": cfg.StateDir != old.StateDir, "base_ref": cfg.BaseRef != old.BaseRef,

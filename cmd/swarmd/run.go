@@ -46,7 +46,7 @@ not usable, or a state dir already in use by another swarmd (the error names its
 }
 
 func (m *runMain) Run(ctx context.Context) error {
-	cfg, err := config.Load(m.configPath)
+	cfg, err := loadConfig(m.configPath)
 	if err != nil {
 		return usage(err)
 	}
@@ -55,6 +55,7 @@ func (m *runMain) Run(ctx context.Context) error {
 		return usage(err)
 	}
 	defer func() { _ = log.Sync() }()
+	logConfigWarnings(log, cfg)
 
 	sigs, stopSignals := notifySignals()
 	defer stopSignals()
@@ -80,7 +81,11 @@ wait:
 		select {
 		case <-hups:
 			if err := d.reload(m.configPath); err != nil {
-				log.Error("config reload refused; the running config stays", zap.Error(err))
+				fields := []zap.Field{zap.Error(err)}
+				if problems, ok := configProblems(err); ok {
+					fields = append(fields, zap.Strings("problems", problems.Lines()))
+				}
+				log.Error("config reload refused; the running config stays", fields...)
 			}
 		case sig := <-sigs:
 			log.Info("signal received, stopping every agent (a second signal force-stops)", zap.Stringer("signal", sig))
@@ -118,4 +123,11 @@ func shutdownTimeout(cfg *config.Config) time.Duration {
 		g = max(g, a.GracePeriod)
 	}
 	return g + 30*time.Second
+}
+
+// logConfigWarnings logs what `swarmd config validate` prints as warnings.
+func logConfigWarnings(log *zap.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings {
+		log.Warn("config: "+w.Msg, zap.String("file", w.File), zap.Int("line", w.Line), zap.String("key", w.Key))
+	}
 }

@@ -1,6 +1,6 @@
 // Package agent is the pure lifecycle state machine of one swarm agent: the
 // 8 states, 9 events, 6 side effects, the two error counters and the backoff
-// formula of seeds 000/001 (SPEC §4).
+// formula described in docs/architecture.md.
 //
 // It is pure on purpose: no I/O, no goroutines, no logging and no clock reads
 // (the caller passes the current time into Machine.Handle). The runner owns

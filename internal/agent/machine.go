@@ -59,7 +59,7 @@ func Backoff(n uint32) time.Duration {
 var ErrInvalidTransition = errors.New("invalid transition")
 
 // TransitionError reports an event that the transition table does not allow
-// in the current state. The machine is left unchanged. SPEC §4: the runner
+// in the current state. The machine is left unchanged. The runner
 // logs it and carries on (a late SessionExited after GraceExceeded is the
 // usual case); it is never a panic.
 type TransitionError struct {
@@ -123,7 +123,7 @@ func (m *Machine) Handle(ev Event, now time.Time) (SideEffect, error) {
 	from := m.state.Kind
 
 	// Global transitions, valid from every state. From Stopped they are
-	// no-ops (SPEC §4) so shutdown can be sent to every agent blindly.
+	// no-ops so shutdown can be sent to every agent blindly.
 	switch ev.Kind {
 	case OperatorStop:
 		if from == Stopped {

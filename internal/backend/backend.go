@@ -2,7 +2,7 @@
 // CLI or any command per session, with the prompt on stdin, output appended to
 // the session's log file and read as it streams, and an exit classification
 // that does not take exit code 0 for success where the backend has its own
-// success record (SPEC §5). Process trees are owned by a proc.Supervisor, so
+// success record. Process trees are owned by a proc.Supervisor, so
 // nothing a session starts outlives it.
 package backend
 

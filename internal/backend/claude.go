@@ -11,7 +11,7 @@ import (
 )
 
 // Claude runs Claude Code: `claude -p --output-format stream-json --verbose`
-// with the prompt on stdin (SPEC §5). Success is its result record with
+// with the prompt on stdin. Success is its result record with
 // is_error false; an authentication error ends the session at once.
 //
 // Sessions get CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1, so that the CLI exits

@@ -10,7 +10,7 @@ import (
 )
 
 // Codex runs OpenAI Codex CLI: `codex exec --json [--model M] [args] -`, the
-// "-" making it read the prompt from stdin (SPEC §5). Success is a
+// "-" making it read the prompt from stdin. Success is a
 // turn.completed without a turn.failed; "401 Unauthorized" ends the
 // session at once.
 //

@@ -10,8 +10,8 @@ import (
 )
 
 // Gemini runs Gemini CLI: `gemini -p "" --output-format stream-json`; -p
-// needs a value and appends it to stdin, so the prompt is all on stdin
-// (SPEC §5). Success is its result record with status "success". It exits
+// needs a value and appends it to stdin, so the prompt is all on stdin.
+// Success is its result record with status "success". It exits
 // with the HTTP status mod 256 on an API error: 145 and 147 (401, 403) and
 // 41 (no authentication set up) are fatal. Its default cancel signal is
 // SIGTERM.

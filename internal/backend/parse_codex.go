@@ -126,7 +126,7 @@ func (p *codexParser) Fatal() string { return p.rep.fatal }
 
 func (p *codexParser) Exit(int) {}
 
-// Verdict: success is a completed turn and no failed one (SPEC §5).
+// Verdict: success is a completed turn and no failed one.
 func (p *codexParser) Verdict() (bool, string) {
 	if p.completed && !p.failed {
 		return true, ""

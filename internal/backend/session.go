@@ -114,7 +114,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	})
 	if err != nil {
 		// A binary that is missing or not executable: no session started, so
-		// the runner counts a spawn failure (SPEC §5: counters move, the
+		// the runner counts a spawn failure (counters move, the
 		// prompt's mail goes back to pending). The log still says why.
 		switch {
 		case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):

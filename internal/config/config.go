@@ -1,4 +1,5 @@
-// Package config loads, defaults and validates swarmd.yaml (SPEC §3).
+// Package config loads, defaults and validates swarmd.yaml; every key is
+// documented in docs/configuration.md.
 //
 // The YAML is walked as a yaml.Node tree against a fixed schema rather than
 // decoded into structs: that gives every problem its key path and line, tells
@@ -42,6 +43,9 @@ type Config struct {
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
 	Backends   map[string]Backend
 	Agents     []Agent
+	// Warnings are problems that do not stop the config from loading (a
+	// listener open to other machines), ordered by line; nil when none.
+	Warnings []*Error
 }
 
 // AgentSettings are the per-agent knobs; `defaults` sets them for every agent
@@ -70,7 +74,7 @@ type Logs struct {
 	MaxAge       time.Duration
 }
 
-// Hooks are shell commands run at lifecycle points (SPEC §8).
+// Hooks are shell commands run at lifecycle points.
 type Hooks struct {
 	AgentStart   []string
 	SessionStart []string
@@ -119,8 +123,8 @@ type ScriptStep struct {
 	NoResult      bool // omit the success record, so exit 0 alone is not Success
 }
 
-// Defaults of SPEC §3 (and the additions hooks.timeout, mailbox.max_body,
-// stall_after). Changing one changes the product contract.
+// Defaults of swarmd.yaml (docs/configuration.md). Changing one changes
+// what users rely on.
 const (
 	DefaultRepo                 = "."
 	DefaultStateDir             = ".swarm"
@@ -172,7 +176,7 @@ func builtinBackend(typ string) Backend {
 }
 
 // defaultCancelSignal: Claude Code and Codex clean up their tool processes on
-// SIGINT (SPEC §5); everything else gets the conventional SIGTERM.
+// SIGINT; everything else gets the conventional SIGTERM.
 func defaultCancelSignal(typ string) string {
 	if typ == TypeClaude || typ == TypeCodex {
 		return "SIGINT"
@@ -181,7 +185,10 @@ func defaultCancelSignal(typ string) string {
 }
 
 // Load reads and parses the config file at path.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
+
+// LoadWith is Load with the checks of opts.
+func LoadWith(path string, opts Options) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := err.Error()
@@ -191,24 +198,30 @@ func Load(path string) (*Config, error) {
 		}
 		return nil, Errors{{File: path, Msg: "read config: " + msg, Err: err}}
 	}
-	return Parse(data, path)
+	return ParseWith(data, path, opts)
 }
 
 // Parse parses a config whose file is at path: path names the file in error
 // messages and relative paths are resolved against its directory. Parse
 // reads role files and checks that the repo directory exists. The error is
 // always Errors; errors.As(err, new(*Error)) yields the first problem.
-func Parse(data []byte, path string) (*Config, error) {
+func Parse(data []byte, path string) (*Config, error) { return ParseWith(data, path, Options{}) }
+
+// ParseWith is Parse with the checks of opts.
+func ParseWith(data []byte, path string, opts Options) (*Config, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: "resolve config path: " + err.Error(), Err: err}}
 	}
-	d := &decoder{file: path, dir: filepath.Dir(abs), aliasBudget: maxAliases, broken: map[string]bool{}}
+	d := &decoder{file: path, dir: filepath.Dir(abs), opts: opts, aliasBudget: maxAliases, broken: map[string]bool{}}
 	cfg := d.decode(data)
 	if len(d.errs) > 0 {
-		return nil, d.sorted()
+		return nil, sortByLine(d.errs)
 	}
 	cfg.Path = abs
+	if len(d.warnings) > 0 {
+		cfg.Warnings = sortByLine(d.warnings)
+	}
 	return cfg, nil
 }
 
@@ -231,7 +244,7 @@ func (c *Config) AgentNames() []string {
 	return names
 }
 
-// Files of the state_dir layout (SPEC §3) that several commands open; logs
+// Files of the state_dir layout (docs/operations.md) that several commands open; logs
 // and worktrees are laid out by their own packages.
 
 // DBPath is the mailbox database.

@@ -40,7 +40,7 @@ func builtins() map[string]Backend {
 	}
 }
 
-// TestDefaults pins every default of SPEC §3 (and the additions): they are
+// TestDefaults pins every default (docs/configuration.md): they are
 // the contract users rely on.
 func TestDefaults(t *testing.T) {
 	dir := abs(t, "testdata")
@@ -197,7 +197,7 @@ func TestRelativePaths(t *testing.T) {
 		filepath.Join(base, "conf", "swarmd.yaml"),
 		filepath.Join(base, "work"),
 		filepath.Join(base, "state"), // relative to repo, not to the config file
-		filepath.Join(base, "prompts", "p.md"),
+		filepath.Join(base, "work", "prompts", "p.md"),
 	}
 	check := func(t *testing.T, cfg *Config) {
 		t.Helper()
@@ -321,10 +321,10 @@ func TestErrors(t *testing.T) {
 	}{
 		{"syntax", 4, "", "invalid YAML: did not find expected ',' or ']'"},
 		{"syntax_tab", 3, "", "invalid YAML: found character that cannot start any token"},
-		{"two_documents", 4, "", "a config file holds one YAML document; a second one starts here"},
+		{"two_documents", 4, "", "a config file holds one YAML document; a second one starts here (remove the --- line and what follows)"},
 		{"top_not_mapping", 1, "", "the top level must be a mapping (repo:, defaults:, backends:, agents: ...), got a list"},
-		{"empty_file", 0, "agents", "at least one agent is required"},
-		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2)"},
+		{"empty_file", 0, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
+		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, backends, agents)"},
 		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env)"},
@@ -337,15 +337,15 @@ func TestErrors(t *testing.T) {
 		{"negative_duration", 2, "logs.max_age", "must be positive, got -1h"},
 		{"zero_duration", 1, "stall_after", "must be positive, got 0s"},
 		{"zero_hook_timeout", 3, "hooks.timeout", "must be positive, got 0s"},
-		{"empty_hook", 4, "hooks.session_end[1]", "must not be empty"},
+		{"empty_hook", 4, "hooks.session_end[1]", "must not be empty (remove the empty item)"},
 		{"zero_consecutive", 4, "agents[0].max_consecutive_errors", "must be at least 1, got 0"},
 		{"not_integer", 2, "defaults.max_total_errors", `want an integer, got "many"`},
 		{"zero_keep_archives", 2, "logs.keep_archives", "must be at least 1, got 0"},
 		{"zero_max_body", 2, "mailbox.max_body", "must be at least 1, got 0"},
 		{"wrong_kind_agents", 2, "agents", "want a list of agents, got a mapping"},
 		{"wrong_kind_env", 2, "defaults.env", "want a mapping, got a list"},
-		{"bad_env_name", 6, "agents[0].env.BAD-NAME", `"BAD-NAME" is not a valid environment variable name`},
-		{"swarm_env", 3, "defaults.env.SWARM_AGENT_ID", "SWARM_* variables are set by swarmd and cannot be configured"},
+		{"bad_env_name", 6, "agents[0].env.BAD-NAME", `"BAD-NAME" is not a valid environment variable name (use letters, digits and _, not starting with a digit)`},
+		{"swarm_env", 3, "defaults.env.SWARM_AGENT_ID", "SWARM_* variables are set by swarmd and cannot be configured (use another name)"},
 
 		{"bad_agent_name", 4, "agents[1].name", `"Bob" is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)`},
 		{"dotdot_name", 2, "agents[0].name", `"../x" is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)`},
@@ -353,22 +353,22 @@ func TestErrors(t *testing.T) {
 		{"long_name", 2, "agents[0].name", `"a123456789012345678901234567890123" is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)`},
 		{"duplicate_name", 6, "agents[2].name", `"alice" is already the name of agents[0] (line 2)`},
 		{"reserved_name", 2, "agents[0].name", `"operator" is reserved (it is the mail sender outside any session)`},
-		{"missing_name", 2, "agents[0].name", "is required"},
+		{"missing_name", 2, "agents[0].name", "is required (add name: with a lowercase name)"},
 		{"missing_role", 2, "agents[0].role", "is required: a prompt file path or inline text"},
 		{"empty_role", 3, "agents[0].role", "is empty: give a prompt file path or inline text"},
 		{"role_file_missing", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/nope.md") + " does not exist (relative paths are relative to the config file)"},
 		{"role_file_missing_md", 3, "agents[0].role", "role file " + filepath.Join(inv, "alice.md") + " does not exist (relative paths are relative to the config file)"},
-		{"role_file_dir", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/dir") + " is not a regular file"},
-		{"role_file_empty", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/empty.md") + " is empty"},
+		{"role_file_dir", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/dir") + " is a directory, not a regular file (point role at a prompt file)"},
+		{"role_file_empty", 3, "agents[0].role", "role file " + filepath.Join(inv, "prompts/empty.md") + " is empty (write the agent's instructions into it)"},
 
 		{"agent_unknown_backend", 6, "agents[0].backend", `"gpt" is not a configured backend (known: claude, codex, gemini, tests)`},
 		{"defaults_unknown_backend", 2, "defaults.backend", `"gpt" is not a configured backend (known: claude, codex, gemini)`},
 		{"unknown_backend_type", 3, "backends.box.type", `"docker" is not a backend type (known: claude, codex, gemini, command, scripted)`},
 		{"backend_needs_type", 2, "backends.tests", "needs a type (one of claude, codex, gemini, command, scripted): only a backend named after a type may omit it"},
 		{"bad_backend_name", 2, "backends.my backend", `"my backend" is not a valid backend name (want ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$)`},
-		{"command_without_command", 2, "backends.tests", "a command backend needs a command"},
-		{"scripted_without_steps", 2, "backends.scripted", "a scripted backend needs steps"},
-		{"scripted_empty_steps", 4, "backends.fake.steps", "a scripted backend needs at least one step"},
+		{"command_without_command", 2, "backends.tests", "a command backend needs a command (add command: PROGRAM)"},
+		{"scripted_without_steps", 2, "backends.scripted", "a scripted backend needs steps (add steps: with at least one step)"},
+		{"scripted_empty_steps", 4, "backends.fake.steps", "a scripted backend needs at least one step (add one under steps:)"},
 		{"bad_cancel_signal", 5, "backends.tests.cancel_signal", `"SIGFOO" is not a supported signal (want one of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2)`},
 		{"broken_backend_referenced", 5, "backends.tests.cancel_signal", `"SIGFOO" is not a supported signal (want one of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2)`},
 		{"sigkill_cancel", 3, "backends.claude.cancel_signal", "SIGKILL cannot cancel gracefully: force-stop sends it after grace_period"},
@@ -377,13 +377,13 @@ func TestErrors(t *testing.T) {
 		{"exit_out_of_range", 5, "backends.fake.steps[0].exit", "must be between 0 and 255, got 256"},
 		{"bool_not_bool", 5, "backends.fake.steps[0].ignore_signals", `want true or false, got "yes"`},
 
-		{"no_agents", 0, "agents", "at least one agent is required"},
-		{"empty_agents", 2, "agents", "at least one agent is required"},
+		{"no_agents", 0, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
+		{"empty_agents", 2, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
 		{"repo_missing", 1, "repo", "directory " + filepath.Join(inv, "no-such-dir") + " does not exist"},
 		{"repo_not_dir", 1, "repo", filepath.Join(inv, "afile") + " is not a directory"},
 		{"bad_listen", 1, "listen", `"localhost" is not host:port such as 127.0.0.1:9464 ("" disables the listener)`},
 		{"bad_listen_port", 1, "listen", `":99999" is not host:port such as 127.0.0.1:9464 ("" disables the listener)`},
-		{"base_ref_option", 1, "base_ref", `"--upload-pack=x" must not start with "-"`},
+		{"base_ref_option", 1, "base_ref", `"--upload-pack=x" must not start with "-" (name a branch, tag or commit)`},
 		{"empty_base_ref", 1, "base_ref", "must not be empty (default HEAD)"},
 		{"long_state_dir", 1, "state_dir", "the control socket path /" + strings.Repeat("x", 120) +
 			"/swarmd.sock is 133 bytes, over the 107-byte limit for unix sockets; use a shorter state_dir"},

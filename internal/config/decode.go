@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +26,10 @@ const maxMergeDepth = 8
 type decoder struct {
 	file        string // as the caller named it, for messages
 	dir         string // absolute directory of the config file
+	repo        string // absolute repository directory, once known
+	opts        Options
 	errs        Errors
+	warnings    []*Error
 	aliasBudget int
 	broken      map[string]bool // backends whose definition was reported invalid
 }
@@ -34,16 +38,20 @@ func (d *decoder) errorf(line int, key, format string, args ...any) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
 }
 
-// sorted orders problems by line; problems without a line go last.
-func (d *decoder) sorted() Errors {
+func (d *decoder) warnf(line int, key, format string, args ...any) {
+	d.warnings = append(d.warnings, &Error{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...), Warning: true})
+}
+
+// sortByLine orders problems by line; problems without a line go last.
+func sortByLine(es []*Error) Errors {
 	key := func(e *Error) int {
 		if e.Line == 0 {
 			return maxInt
 		}
 		return e.Line
 	}
-	slices.SortStableFunc(d.errs, func(a, b *Error) int { return key(a) - key(b) })
-	return d.errs
+	slices.SortStableFunc(es, func(a, b *Error) int { return cmp.Compare(key(a), key(b)) })
+	return es
 }
 
 var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
@@ -100,7 +108,7 @@ func (d *decoder) parse(data []byte) (root *yaml.Node, ok bool) {
 		return nil, false
 	default:
 		// A second document would be silently ignored by a plain decode.
-		d.errorf(extra.Line, "", "a config file holds one YAML document; a second one starts here")
+		d.errorf(extra.Line, "", "a config file holds one YAML document; a second one starts here (remove the --- line and what follows)")
 		return nil, false
 	}
 	if len(doc.Content) == 0 {
@@ -122,7 +130,7 @@ func (d *decoder) resolve(n *yaml.Node) (*yaml.Node, bool) {
 	for n != nil && n.Kind == yaml.AliasNode {
 		if d.aliasBudget <= 0 {
 			if d.aliasBudget == 0 {
-				d.errorf(n.Line, "", "more than %d alias expansions; simplify the anchors", maxAliases)
+				d.errorf(n.Line, "", "more than %d alias expansions (simplify the anchors)", maxAliases)
 				d.aliasBudget-- // report once
 			}
 			return nil, false
@@ -187,7 +195,7 @@ func (d *decoder) entries(n *yaml.Node, path string, depth int) []entry {
 			continue
 		}
 		if prev, dup := seen[k.Value]; dup {
-			d.errorf(k.Line, join(path, k.Value), "duplicate key (first defined at line %d)", prev)
+			d.errorf(k.Line, join(path, k.Value), "duplicate key (first defined at line %d; keep one of them)", prev)
 			continue
 		}
 		seen[k.Value] = k.Line
@@ -233,11 +241,21 @@ func (d *decoder) merge(v *yaml.Node, path string, depth int) []entry {
 	return nil
 }
 
-// field is one known key of a mapping; set gets the resolved, non-null value
-// and reports whether it was valid (problems are recorded by set itself).
+// value is how one key's value is read and what JSON Schema says of it:
+// set gets the resolved, non-null value and reports whether it was valid
+// (problems are recorded by set itself); schema describes the same rule for
+// editors. The constructors below build both, so they cannot drift apart.
+type value struct {
+	set    func(path string, v *yaml.Node) bool
+	schema *schemaNode
+}
+
+// field is one known key of a mapping, with the one-line description that
+// the JSON Schema gives editors.
 type field struct {
 	key string
-	set func(path string, v *yaml.Node) bool
+	doc string
+	value
 }
 
 // keySet records the keys a mapping gave: key -> line of its value, or
@@ -262,14 +280,14 @@ func (s keySet) at(key string) int {
 }
 
 // section is a field whose value is a nested mapping.
-func (d *decoder) section(fields []field, set *keySet) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+func (d *decoder) section(fields []field, set *keySet) value {
+	return value{func(path string, v *yaml.Node) bool {
 		ks := d.mapping(v, path, fields)
 		if set != nil {
 			*set = ks
 		}
 		return true
-	}
+	}, objectSchema(fields)}
 }
 
 // mapping walks n against fields and reports unknown keys. A null value
@@ -307,23 +325,38 @@ func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
 	return n.Value, true
 }
 
-func (d *decoder) strTo(dst *string, nonEmpty bool) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+// strTo reads a string; its current value is the default the schema shows.
+func (d *decoder) strTo(dst *string, nonEmpty bool) value {
+	sch := &schemaNode{Type: []string{"string"}}
+	if nonEmpty {
+		sch.Pattern = nonBlank
+	}
+	if *dst != "" {
+		sch.Default = *dst
+	}
+	return value{func(path string, v *yaml.Node) bool {
 		s, ok := d.str(v, path)
 		if !ok {
 			return false
 		}
 		if nonEmpty && strings.TrimSpace(s) == "" {
-			d.errorf(v.Line, path, "must not be empty")
+			d.errorf(v.Line, path, "must not be empty (give a value, or remove the key for the default)")
 			return false
 		}
 		*dst = s
 		return true
-	}
+	}, sch}
 }
 
-func (d *decoder) intTo(dst *int, minimum, maximum int) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+func (d *decoder) intTo(dst *int, minimum, maximum int) value {
+	sch := &schemaNode{Type: []string{"integer"}, Minimum: intPtr(minimum)}
+	if maximum != maxInt {
+		sch.Maximum = intPtr(maximum)
+	}
+	if *dst != 0 {
+		sch.Default = *dst
+	}
+	return value{func(path string, v *yaml.Node) bool {
 		var n int
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&n) != nil {
 			d.errorf(v.Line, path, "want an integer, got %s", describe(v))
@@ -339,14 +372,18 @@ func (d *decoder) intTo(dst *int, minimum, maximum int) func(string, *yaml.Node)
 		}
 		*dst = n
 		return true
-	}
+	}, sch}
 }
 
 const maxInt = int(^uint(0) >> 1)
 
 // durTo parses a Go duration; zero is allowed only where it means something.
-func (d *decoder) durTo(dst *time.Duration, allowZero bool) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+func (d *decoder) durTo(dst *time.Duration, allowZero bool) value {
+	sch := &schemaNode{Type: []string{"string"}, Pattern: durationPattern}
+	if *dst != 0 {
+		sch.Default = FormatDuration(*dst)
+	}
+	return value{func(path string, v *yaml.Node) bool {
 		if v.Kind != yaml.ScalarNode {
 			d.errorf(v.Line, path, "want a duration such as 30s or 10m, got %s", describe(v))
 			return false
@@ -367,11 +404,11 @@ func (d *decoder) durTo(dst *time.Duration, allowZero bool) func(string, *yaml.N
 		}
 		*dst = dur
 		return true
-	}
+	}, sch}
 }
 
-func (d *decoder) boolTo(dst *bool) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+func (d *decoder) boolTo(dst *bool) value {
+	return value{func(path string, v *yaml.Node) bool {
 		var b bool
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
 			d.errorf(v.Line, path, "want true or false, got %s", describe(v))
@@ -379,7 +416,7 @@ func (d *decoder) boolTo(dst *bool) func(string, *yaml.Node) bool {
 		}
 		*dst = b
 		return true
-	}
+	}, &schemaNode{Type: []string{"boolean"}, Default: *dst}}
 }
 
 // strList is a list of strings; nonEmpty refuses empty items (hook commands).
@@ -398,7 +435,7 @@ func (d *decoder) strList(n *yaml.Node, path string, nonEmpty bool) ([]string, b
 		}
 		s, good := d.str(item, index(path, i))
 		if good && nonEmpty && strings.TrimSpace(s) == "" {
-			d.errorf(item.Line, index(path, i), "must not be empty")
+			d.errorf(item.Line, index(path, i), "must not be empty (remove the empty item)")
 			good = false
 		}
 		ok = ok && good
@@ -407,31 +444,41 @@ func (d *decoder) strList(n *yaml.Node, path string, nonEmpty bool) ([]string, b
 	return out, ok
 }
 
-func (d *decoder) strListTo(dst *[]string, nonEmpty bool) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+func (d *decoder) strListTo(dst *[]string, nonEmpty bool) value {
+	item := &schemaNode{Type: []string{"string"}}
+	if nonEmpty {
+		item.Pattern = nonBlank
+	}
+	return value{func(path string, v *yaml.Node) bool {
 		l, ok := d.strList(v, path, nonEmpty)
 		if ok {
 			*dst = l
 		}
 		return ok
-	}
+	}, &schemaNode{Type: []string{"array"}, Items: item}}
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // envTo reads an environment map. Values may be any scalar (`DEBUG: 1`);
 // SWARM_* names are refused because swarmd sets them per session.
-func (d *decoder) envTo(dst *map[string]string) func(string, *yaml.Node) bool {
-	return func(path string, v *yaml.Node) bool {
+func (d *decoder) envTo(dst *map[string]string) value {
+	sch := &schemaNode{
+		Type:     []string{"object"},
+		Values:   &schemaNode{Type: []string{"string", "number", "boolean", "null"}},
+		KeyRE:    envNameRE.String(),
+		KeyNotRE: "^SWARM_",
+	}
+	return value{func(path string, v *yaml.Node) bool {
 		env, before := map[string]string{}, len(d.errs)
 		for _, e := range d.entries(v, path, 0) {
 			name, p := e.k.Value, join(path, e.k.Value)
 			if !envNameRE.MatchString(name) {
-				d.errorf(e.k.Line, p, "%q is not a valid environment variable name", name)
+				d.errorf(e.k.Line, p, "%q is not a valid environment variable name (use letters, digits and _, not starting with a digit)", name)
 				continue
 			}
 			if strings.HasPrefix(name, "SWARM_") {
-				d.errorf(e.k.Line, p, "SWARM_* variables are set by swarmd and cannot be configured")
+				d.errorf(e.k.Line, p, "SWARM_* variables are set by swarmd and cannot be configured (use another name)")
 				continue
 			}
 			val, ok := d.resolve(e.v)
@@ -449,5 +496,5 @@ func (d *decoder) envTo(dst *map[string]string) func(string, *yaml.Node) bool {
 		}
 		*dst = env
 		return len(d.errs) == before
-	}
+	}, sch}
 }

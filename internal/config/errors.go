@@ -6,15 +6,20 @@ import (
 )
 
 // Error is one problem in a config file. Error() is a single line that names
-// the file, the line (when known) and the key, so that a person can find it:
+// the file, the line (when known) and the key, so that a person can find it,
+// then what is wrong and, in parentheses, what to do:
 //
 //	swarmd.yaml:14: agents[1].name: "Bob" is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)
+//
+// A warning (Config.Warnings) has the same form with "warning: " before the
+// message.
 type Error struct {
-	File string // the config path as the caller named it
-	Line int    // 1-based; 0 when the problem has no position (a missing key)
-	Key  string // dotted key path such as "agents[1].name"; "" for the whole file
-	Msg  string
-	Err  error // underlying cause, if any (for example fs.ErrNotExist)
+	File    string // the config path as the caller named it
+	Line    int    // 1-based; 0 when the problem has no position (a missing key)
+	Key     string // dotted key path such as "agents[1].name"; "" for the whole file
+	Msg     string
+	Err     error // underlying cause, if any (for example fs.ErrNotExist)
+	Warning bool  // a warning: the config loads regardless
 }
 
 func (e *Error) Error() string {
@@ -28,6 +33,9 @@ func (e *Error) Error() string {
 		b.WriteString(e.Key)
 		b.WriteString(": ")
 	}
+	if e.Warning {
+		b.WriteString("warning: ")
+	}
 	b.WriteString(e.Msg)
 	// Messages quote user values with %q, but a file name or a library message
 	// may still carry a newline; the contract is one line per error.
@@ -37,8 +45,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Errors is every problem found in one config file, ordered by line. Parse
-// and Load return it (never empty) so that `swarmd config validate` can print
-// them all; errors.As(err, new(*Error)) yields the first.
+// and Load return it (never empty) so that `swarmd config validate` and
+// `swarmd run` print them all, one line each (Lines); errors.As(err,
+// new(*Error)) yields the first.
 type Errors []*Error
 
 // Error is the first problem and a count of the rest, on one line.
@@ -57,6 +66,15 @@ func (es Errors) Unwrap() []error {
 	out := make([]error, len(es))
 	for i, e := range es {
 		out[i] = e
+	}
+	return out
+}
+
+// Lines is every problem's Error(), one line each.
+func (es Errors) Lines() []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Error()
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -18,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// agentNameRE is SPEC §3's agent name rule. It also keeps names safe as path
+// agentNameRE is the agent name rule. It also keeps names safe as path
 // components (worktrees/<name>, branch swarm/<name>).
 var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
@@ -26,7 +25,7 @@ var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 var backendNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // reservedNames cannot be agents: "operator" is the mail sender outside any
-// session (SPEC §2).
+// session.
 var reservedNames = []string{"operator"}
 
 var backendTypes = []string{TypeClaude, TypeCodex, TypeGemini, TypeCommand, TypeScripted}
@@ -65,6 +64,45 @@ type rawBackend struct {
 	b          Backend
 }
 
+// topValues are the top-level values that decode finishes after the walk.
+type topValues struct {
+	repo, stateDir string
+	defaultsSet    keySet
+	backends       []*rawBackend
+	agents         []*rawAgent
+}
+
+// topFields is the top level of swarmd.yaml. It and the field lists it
+// reaches are the one description of the file: decode walks them and
+// JSONSchema renders them.
+func (d *decoder) topFields(cfg *Config, t *topValues) []field {
+	t.repo, t.stateDir = DefaultRepo, DefaultStateDir
+	return []field{
+		{"repo", "The git repository the agents work on; relative to this file's directory.", d.strTo(&t.repo, true)},
+		{"state_dir", "swarmd's state (mailbox, logs, worktrees, control socket); relative to repo.", d.strTo(&t.stateDir, true)},
+		{"base_ref", "What new agent branches start from: any git revision.", d.strTo(&cfg.BaseRef, false)},
+		{"listen", `host:port of /metrics, /healthz and /readyz; "" turns the listener off.`, d.strTo(&cfg.Listen, false)},
+		{"defaults", "Settings every agent inherits; an agent may override each one.", d.section(d.settingsFields(&cfg.Defaults, false), &t.defaultsSet)},
+		{"logs", "Archives of session logs, made when an agent stops.", d.section([]field{
+			{"keep_archives", "Archives kept per agent.", d.intTo(&cfg.Logs.KeepArchives, 1, maxInt)},
+			{"max_age", "Archives older than this are deleted.", d.durTo(&cfg.Logs.MaxAge, false)},
+		}, nil)},
+		{"hooks", "Shell commands run at lifecycle points, in the agent's worktree.", d.section([]field{
+			{"agent_start", "Run once per agent run, before its first session.", d.strListTo(&cfg.Hooks.AgentStart, true)},
+			{"session_start", "Run before each session; exit status 2 blocks that session.", d.strListTo(&cfg.Hooks.SessionStart, true)},
+			{"session_end", "Run after each session.", d.strListTo(&cfg.Hooks.SessionEnd, true)},
+			{"agent_stopped", "Run once when the agent stops.", d.strListTo(&cfg.Hooks.AgentStopped, true)},
+			{"timeout", "Each hook run is killed after this long.", d.durTo(&cfg.Hooks.Timeout, false)},
+		}, nil)},
+		{"mailbox", "The SQLite mailbox.", d.section([]field{
+			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
+		}, nil)},
+		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},
+		{"backends", "Named ways to run a session. claude, codex and gemini are built in; an entry named after one adjusts it.", d.backendsTo(&t.backends)},
+		{"agents", "The agents; at least one.", d.agentsTo(&t.agents)},
+	}
+}
+
 // decode walks the document and returns the config; problems are in d.errs.
 func (d *decoder) decode(data []byte) *Config {
 	cfg := defaultConfig()
@@ -72,69 +110,63 @@ func (d *decoder) decode(data []byte) *Config {
 	if !ok {
 		return cfg
 	}
-	var (
-		repo, stateDir = DefaultRepo, DefaultStateDir
-		defaultsSet    keySet
-		backends       []*rawBackend
-		agents         []*rawAgent
-		top            = keySet{}
-	)
+	var t topValues
+	fields := d.topFields(cfg, &t)
+	top := keySet{}
 	if root != nil {
-		top = d.mapping(root, "", []field{
-			{"repo", d.strTo(&repo, true)},
-			{"state_dir", d.strTo(&stateDir, true)},
-			{"base_ref", d.strTo(&cfg.BaseRef, false)},
-			{"listen", d.strTo(&cfg.Listen, false)},
-			{"defaults", d.section(d.settingsFields(&cfg.Defaults), &defaultsSet)},
-			{"logs", d.section([]field{
-				{"keep_archives", d.intTo(&cfg.Logs.KeepArchives, 1, maxInt)},
-				{"max_age", d.durTo(&cfg.Logs.MaxAge, false)},
-			}, nil)},
-			{"hooks", d.section([]field{
-				{"agent_start", d.strListTo(&cfg.Hooks.AgentStart, true)},
-				{"session_start", d.strListTo(&cfg.Hooks.SessionStart, true)},
-				{"session_end", d.strListTo(&cfg.Hooks.SessionEnd, true)},
-				{"agent_stopped", d.strListTo(&cfg.Hooks.AgentStopped, true)},
-				{"timeout", d.durTo(&cfg.Hooks.Timeout, false)},
-			}, nil)},
-			{"mailbox", d.section([]field{
-				{"max_body", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
-			}, nil)},
-			{"stall_after", d.durTo(&cfg.StallAfter, false)},
-			{"backends", func(p string, v *yaml.Node) bool { backends = d.backends(v, p); return true }},
-			{"agents", func(p string, v *yaml.Node) bool { agents = d.agents(v, p); return agents != nil }},
-		})
+		top = d.mapping(root, "", fields)
 	}
 
-	d.paths(cfg, repo, stateDir, top)
+	d.paths(cfg, t.repo, t.stateDir, top)
 	d.checkListen(cfg.Listen, top.at("listen"))
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
-	for _, rb := range backends {
+	raws := map[string]*rawBackend{}
+	for _, rb := range t.backends {
+		raws[rb.name] = rb
 		if b, ok := d.finishBackend(rb); ok {
 			cfg.Backends[b.Name] = b
 		} else {
 			d.broken[rb.name] = true
 		}
 	}
-	if line, ok := defaultsSet.line("backend"); ok {
+	if line, ok := t.defaultsSet.line("backend"); ok {
 		d.checkBackendRef(cfg, cfg.Defaults.Backend, line, "defaults.backend")
 	}
-	if len(agents) == 0 && !(top.present("agents") && top.at("agents") == 0) {
-		d.errorf(top.at("agents"), "agents", "at least one agent is required")
+	if len(t.agents) == 0 && !(top.present("agents") && top.at("agents") == 0) {
+		d.errorf(top.at("agents"), "agents", "at least one agent is required (list them under agents:, each with a name and a role)")
 	}
-	d.finishAgents(cfg, agents)
+	good := d.finishAgents(cfg, t.agents)
+	if d.opts.LookPath != nil {
+		d.checkBinaries(cfg, good, raws, t.defaultsSet)
+	}
+	// web.token does not exist yet: the web UI's issue adds it and passes
+	// whether it is set here.
+	d.warnListen(cfg.Listen, top.at("listen"), false)
 	return cfg
 }
 
-// settingsFields are the keys shared by `defaults` and each agent.
-func (d *decoder) settingsFields(s *AgentSettings) []field {
+// settingsFields are the keys shared by `defaults` and each agent; agent
+// says which of the two the descriptions are for.
+func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
+	doc := func(def, own string) string {
+		if agent {
+			return own
+		}
+		return def
+	}
 	return []field{
-		{"backend", d.strTo(&s.Backend, true)},
-		{"session_timeout", d.durTo(&s.SessionTimeout, false)},
-		{"grace_period", d.durTo(&s.GracePeriod, false)},
-		{"max_consecutive_errors", d.intTo(&s.MaxConsecutiveErrors, 1, maxInt)},
-		{"max_total_errors", d.intTo(&s.MaxTotalErrors, 1, maxInt)},
-		{"env", d.envTo(&s.Env)},
+		{"backend", doc("Backend of every agent: claude, codex, gemini or a name under backends.",
+			"This agent's backend (overrides defaults.backend)."), d.strTo(&s.Backend, true)},
+		{"session_timeout", doc("A session still running after this long is cancelled and ends as a Timeout.",
+			"This agent's session timeout (overrides defaults.session_timeout)."), d.durTo(&s.SessionTimeout, false)},
+		{"grace_period", doc("A cancelled session is killed (SIGKILL) after this long.",
+			"This agent's grace period (overrides defaults.grace_period)."), d.durTo(&s.GracePeriod, false)},
+		{"max_consecutive_errors", doc("The agent stops after this many failed sessions in a row.",
+			"Overrides defaults.max_consecutive_errors."), d.intTo(&s.MaxConsecutiveErrors, 1, maxInt)},
+		{"max_total_errors", doc("The agent stops after this many failed sessions in all.",
+			"Overrides defaults.max_total_errors."), d.intTo(&s.MaxTotalErrors, 1, maxInt)},
+		{"env", doc("Extra environment of every session; SWARM_* names are set by swarmd.",
+			"Extra environment of this agent's sessions, merged over defaults.env (this agent's values win)."), d.envTo(&s.Env)},
 	}
 }
 
@@ -144,6 +176,7 @@ func (d *decoder) paths(cfg *Config, repo, stateDir string, top keySet) {
 	if !filepath.IsAbs(cfg.Repo) {
 		cfg.Repo = filepath.Join(d.dir, cfg.Repo)
 	}
+	d.repo = cfg.Repo
 	cfg.StateDir = filepath.Clean(stateDir)
 	if !filepath.IsAbs(cfg.StateDir) {
 		cfg.StateDir = filepath.Join(cfg.Repo, cfg.StateDir)
@@ -193,7 +226,7 @@ func (d *decoder) checkBaseRef(ref string, line int) {
 	case ref == "":
 		d.errorf(line, "base_ref", "must not be empty (default %s)", DefaultBaseRef)
 	case strings.HasPrefix(ref, "-"):
-		d.errorf(line, "base_ref", "%q must not start with \"-\"", ref)
+		d.errorf(line, "base_ref", "%q must not start with \"-\" (name a branch, tag or commit)", ref)
 	case strings.IndexFunc(ref, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
 		d.errorf(line, "base_ref", "%q is not a git revision (it contains spaces or control characters)", ref)
 	}
@@ -209,6 +242,28 @@ func (d *decoder) checkBackendRef(cfg *Config, name string, line int, key string
 	known := slices.Sorted(maps.Keys(cfg.Backends))
 	d.errorf(line, key, "%q is not a configured backend (known: %s)", name, strings.Join(known, ", "))
 	return false
+}
+
+// backendsTo reads the backends mapping: name -> backend.
+func (d *decoder) backendsTo(dst *[]*rawBackend) value {
+	entry := objectSchema(d.backendFields(&rawBackend{}))
+	entry.Type = []string{"object", "null"} // `claude:` alone keeps the built-in
+	sch := &schemaNode{Type: []string{"object"}, Values: entry, KeyRE: backendNameRE.String()}
+	return value{func(p string, v *yaml.Node) bool { *dst = d.backends(v, p); return true }, sch}
+}
+
+func (d *decoder) backendFields(rb *rawBackend) []field {
+	b := &rb.b
+	return []field{
+		{"type", "claude, codex, gemini, command or scripted; only a backend named after a type may omit it.", d.enumTo(&rb.typ, backendTypes)},
+		{"command", "The program: a name looked up in PATH, or a path. Default: the type's CLI (claude, codex, gemini).", d.strTo(&b.Command, true)},
+		{"args", "Arguments appended to swarmd's own invocation of the CLI (command: the whole argument list).", d.strListTo(&b.Args, false)},
+		{"model", "The model the CLI uses (claude, codex, gemini only); the CLI's default when unset.", d.strTo(&b.Model, true)},
+		{"allowed_tools", "Claude Code's --allowedTools (claude only).", d.strListTo(&b.AllowedTools, true)},
+		{"cancel_signal", "The signal that cancels a session: SIGINT for claude and codex, SIGTERM otherwise.", d.signalTo(&b.CancelSignal)},
+		{"env", "Extra environment of this backend's sessions (an agent's env wins over it).", d.envTo(&b.Env)},
+		{"steps", "What each session of a scripted (test and demo) backend does, in turn.", d.stepsTo(&b.Steps)},
+	}
 }
 
 func (d *decoder) backends(v *yaml.Node, path string) []*rawBackend {
@@ -227,21 +282,45 @@ func (d *decoder) backends(v *yaml.Node, path string) []*rawBackend {
 			continue
 		}
 		if !isNull(val) { // `claude:` alone keeps the built-in as it is
-			b := &rb.b
-			rb.set = d.mapping(val, rb.path, []field{
-				{"type", d.strTo(&rb.typ, true)},
-				{"command", d.strTo(&b.Command, true)},
-				{"args", d.strListTo(&b.Args, false)},
-				{"model", d.strTo(&b.Model, true)},
-				{"allowed_tools", d.strListTo(&b.AllowedTools, true)},
-				{"cancel_signal", d.strTo(&b.CancelSignal, true)},
-				{"env", d.envTo(&b.Env)},
-				{"steps", func(p string, v *yaml.Node) bool { b.Steps = d.steps(v, p); return b.Steps != nil }},
-			})
+			rb.set = d.mapping(val, rb.path, d.backendFields(rb))
 		}
 		out = append(out, rb)
 	}
 	return out
+}
+
+// enumTo reads a string that the schema lists the values of; the caller
+// checks it, with a message that fits.
+func (d *decoder) enumTo(dst *string, values []string) value {
+	v := d.strTo(dst, true)
+	v.schema.Pattern, v.schema.Enum = "", values
+	return v
+}
+
+// signalTo reads a cancel signal; finishBackend checks it.
+func (d *decoder) signalTo(dst *string) value {
+	v := d.strTo(dst, true)
+	v.schema.Pattern = signalPattern()
+	return v
+}
+
+func (d *decoder) stepsTo(dst *[]ScriptStep) value {
+	item := objectSchema(d.stepFields(&ScriptStep{}))
+	item.Type = []string{"object"}
+	sch := &schemaNode{Type: []string{"array"}, Items: item, MinItems: 1}
+	return value{func(p string, v *yaml.Node) bool { *dst = d.steps(v, p); return *dst != nil }, sch}
+}
+
+func (d *decoder) stepFields(s *ScriptStep) []field {
+	return []field{
+		{"print", "Lines written to stdout.", d.strListTo(&s.Print, false)},
+		{"print_every", "Pause between printed lines; unset prints them at once.", d.durTo(&s.PrintEvery, false)},
+		{"sleep", "How long the step then sleeps.", d.durTo(&s.Sleep, true)},
+		{"exit", "Exit code; the success record is printed first when it is 0 (unless no_result).", d.intTo(&s.Exit, 0, 255)},
+		{"ignore_signals", "Ignore SIGINT and SIGTERM, so that a cancel must force-stop the session.", d.boolTo(&s.IgnoreSignals)},
+		{"setsid_child", "Start a child in a new session first, as an agent CLI's tool shell would.", d.boolTo(&s.SetsidChild)},
+		{"no_result", "Print no success record, so exit 0 alone is not a success.", d.boolTo(&s.NoResult)},
+	}
 }
 
 func (d *decoder) steps(v *yaml.Node, path string) []ScriptStep {
@@ -256,15 +335,7 @@ func (d *decoder) steps(v *yaml.Node, path string) []ScriptStep {
 			continue
 		}
 		var s ScriptStep
-		set := d.mapping(item, index(path, i), []field{
-			{"print", d.strListTo(&s.Print, false)},
-			{"print_every", d.durTo(&s.PrintEvery, false)},
-			{"sleep", d.durTo(&s.Sleep, true)},
-			{"exit", d.intTo(&s.Exit, 0, 255)},
-			{"ignore_signals", d.boolTo(&s.IgnoreSignals)},
-			{"setsid_child", d.boolTo(&s.SetsidChild)},
-			{"no_result", d.boolTo(&s.NoResult)},
-		})
+		set := d.mapping(item, index(path, i), d.stepFields(&s))
 		_, s.Exits = set.line("exit")
 		steps = append(steps, s)
 	}
@@ -315,14 +386,14 @@ func (d *decoder) finishBackend(rb *rawBackend) (Backend, bool) {
 	if _, set := rb.set.line("command"); set {
 		b.Command = rb.b.Command
 	} else if typ == TypeCommand && !rb.set.present("command") {
-		d.errorf(rb.line, rb.path, "a command backend needs a command")
+		d.errorf(rb.line, rb.path, "a command backend needs a command (add command: PROGRAM)")
 		ok = false
 	}
 	if line, set := rb.set.line("steps"); set && len(rb.b.Steps) == 0 && typ == TypeScripted {
-		d.errorf(line, join(rb.path, "steps"), "a scripted backend needs at least one step")
+		d.errorf(line, join(rb.path, "steps"), "a scripted backend needs at least one step (add one under steps:)")
 		ok = false
 	} else if !rb.set.present("steps") && typ == TypeScripted {
-		d.errorf(rb.line, rb.path, "a scripted backend needs steps")
+		d.errorf(rb.line, rb.path, "a scripted backend needs steps (add steps: with at least one step)")
 		ok = false
 	}
 	if line, set := rb.set.line("cancel_signal"); set {
@@ -360,6 +431,23 @@ func canonicalSignal(s string) (string, bool) {
 	return s, false
 }
 
+func (d *decoder) agentsTo(dst *[]*rawAgent) value {
+	item := objectSchema(d.agentFields(&rawAgent{}))
+	item.Type = []string{"object"}
+	item.Required = []string{"name", "role"}
+	sch := &schemaNode{Type: []string{"array"}, Items: item, MinItems: 1}
+	return value{func(p string, v *yaml.Node) bool { *dst = d.agents(v, p); return *dst != nil }, sch}
+}
+
+func (d *decoder) agentFields(ra *rawAgent) []field {
+	name := d.strTo(&ra.name, false)
+	name.schema.Pattern = agentNameRE.String()
+	return append([]field{
+		{"name", "Lowercase letters, digits and '-', starting with a letter; the agent works on branch swarm/NAME.", name},
+		{"role", "The agent's standing instructions: a prompt file (relative to this file) or inline text.", d.strTo(&ra.role, false)},
+	}, d.settingsFields(&ra.settings, true)...)
+}
+
 func (d *decoder) agents(v *yaml.Node, path string) []*rawAgent {
 	if v.Kind != yaml.SequenceNode {
 		d.errorf(v.Line, path, "want a list of agents, got %s", describe(v))
@@ -372,17 +460,16 @@ func (d *decoder) agents(v *yaml.Node, path string) []*rawAgent {
 			continue
 		}
 		ra := &rawAgent{path: index(path, i), line: item.Line}
-		fields := append([]field{
-			{"name", d.strTo(&ra.name, false)},
-			{"role", d.strTo(&ra.role, false)},
-		}, d.settingsFields(&ra.settings)...)
-		ra.set = d.mapping(item, ra.path, fields)
+		ra.set = d.mapping(item, ra.path, d.agentFields(ra))
 		out = append(out, ra)
 	}
 	return out
 }
 
-func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) {
+// finishAgents resolves each agent and returns the raw form of each one
+// added to cfg.Agents, in the same order.
+func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) []*rawAgent {
+	var goodRaws []*rawAgent
 	firstLine := map[string]int{}
 	firstIndex := map[string]string{}
 	for _, ra := range raws {
@@ -392,7 +479,7 @@ func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) {
 		nameLine, validName := ra.set.line("name")
 		switch {
 		case !ra.set.present("name"):
-			d.errorf(ra.line, join(ra.path, "name"), "is required")
+			d.errorf(ra.line, join(ra.path, "name"), "is required (add name: with a lowercase name)")
 			good = false
 		case !validName:
 			good = false
@@ -430,8 +517,10 @@ func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) {
 		}
 		if good {
 			cfg.Agents = append(cfg.Agents, a)
+			goodRaws = append(goodRaws, ra)
 		}
 	}
+	return goodRaws
 }
 
 // merge overlays an agent's overrides (the keys in set) on the defaults.
@@ -459,48 +548,6 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	return out
 }
 
-// role resolves a role value: an existing file (relative to the config
-// directory) is read; a value that looks like a path but names no file is an
-// error rather than a one-line prompt nobody meant; anything else is inline.
-func (d *decoder) role(value string, line int, key string) (text, file string, ok bool) {
-	if strings.TrimSpace(value) == "" {
-		d.errorf(line, key, "is empty: give a prompt file path or inline text")
-		return "", "", false
-	}
-	if strings.ContainsAny(value, "\n\x00") {
-		return value, "", true
-	}
-	p := value
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(d.dir, p)
-	}
-	fi, err := os.Stat(p)
-	if err == nil && fi.Mode().IsRegular() {
-		data, err := readLimited(p, maxRoleFile)
-		if err != nil {
-			d.errorf(line, key, "read role file %s: %v", p, err)
-			return "", "", false
-		}
-		if strings.TrimSpace(string(data)) == "" {
-			d.errorf(line, key, "role file %s is empty", p)
-			return "", "", false
-		}
-		return string(data), p, true
-	}
-	if !looksLikePath(value) {
-		return value, "", true
-	}
-	switch {
-	case err == nil:
-		d.errorf(line, key, "role file %s is not a regular file", p)
-	case errors.Is(err, fs.ErrNotExist):
-		d.errorf(line, key, "role file %s does not exist (relative paths are relative to the config file)", p)
-	default:
-		d.errorf(line, key, "role file %s: %v", p, unwrapPath(err))
-	}
-	return "", "", false
-}
-
 // looksLikePath: one word that has a "/" or a prompt-file extension. Inline
 // prompts are sentences, so "Review docs/ and/or fix bugs" stays inline.
 func looksLikePath(s string) bool {
@@ -508,26 +555,4 @@ func looksLikePath(s string) bool {
 		return false
 	}
 	return strings.Contains(s, "/") || strings.HasSuffix(s, ".md") || strings.HasSuffix(s, ".txt")
-}
-
-// maxRoleFile bounds a role prompt: it goes into every session's prompt, so
-// anything bigger is a mistaken path (and /proc files report absurd sizes).
-const maxRoleFile = 1 << 20
-
-var errTooLarge = errors.New("larger than 1 MiB; a role prompt should be far smaller")
-
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, unwrapPath(err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, unwrapPath(err)
-	}
-	if int64(len(data)) > limit {
-		return nil, errTooLarge
-	}
-	return data, nil
 }

@@ -1,5 +1,5 @@
 // Package hooks runs the operator's shell hooks around an agent's sessions
-// (SPEC §8). A hook is `/bin/sh -c COMMAND` run as a process tree of the
+// (docs/configuration.md, hooks). A hook is `/bin/sh -c COMMAND` run as a process tree of the
 // proc.Supervisor, so a timeout or a daemon force-stop ends everything it
 // started, setsid grandchildren included. A failing or hanging hook is logged
 // and counted but never fails the agent; the only result a caller acts on is

@@ -12,7 +12,7 @@ import (
 var (
 	// ErrNoSession: neither logs/ nor any archive holds the session asked for.
 	ErrNoSession = errors.New("no such session")
-	// ErrBadName: the agent name is not one SPEC §3 allows, and so not safe
+	// ErrBadName: the agent name is not one the config allows, and so not safe
 	// to put in a path.
 	ErrBadName = errors.New("invalid agent name")
 	// ErrChanged: a log changed while it was being archived, so something

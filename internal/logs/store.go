@@ -1,5 +1,5 @@
 // Package logs is the one place that knows swarmd's on-disk session-log
-// layout (SPEC §9):
+// layout (docs/operations.md):
 //
 //	<state_dir>/logs/<agent>/<seq>.log         live session logs (one file may hold several attempts)
 //	<state_dir>/logs/<agent>/<seq>.prompt.md   the prompt each session was given
@@ -24,7 +24,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Defaults for New's zero arguments; the same values as SPEC §3's logs keys.
+// Defaults for New's zero arguments; the same values as the config's logs keys.
 const (
 	DefaultKeepArchives = 10
 	DefaultMaxAge       = 720 * time.Hour
@@ -39,7 +39,7 @@ const (
 	pollEvery   = 150 * time.Millisecond
 )
 
-// agentNameRE is SPEC §3's agent name rule; it also keeps names from
+// agentNameRE is the config's agent name rule; it also keeps names from
 // escaping the logs and archive directories.
 var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 

@@ -1,4 +1,4 @@
-// Package metrics defines every Prometheus metric of swarmd (SPEC §10) on a
+// Package metrics defines every Prometheus metric of swarmd (docs/operations.md) on a
 // registry of its own. Metrics are fed by events (runner transitions, ended
 // sessions, mailbox and hook calls) rather than sampled at scrape time, so a
 // scrape costs the same however busy the agents are.

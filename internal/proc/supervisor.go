@@ -2,7 +2,7 @@
 // and when the leader exits (or is cancelled, killed, or the daemon shuts
 // down) it ends every process the leader started, including those that moved
 // to a new session with setsid and so escape kill(-pgid), as the shell tools
-// of Claude Code, Codex and Gemini CLI do (SPEC §5).
+// of Claude Code, Codex and Gemini CLI do.
 //
 // How: the daemon is a child subreaper, so a descendant whose parent dies is
 // reparented to us instead of init; every tree's processes carry a marker in
@@ -365,3 +365,8 @@ func instanceAlive(instance []byte, buf []byte) bool {
 	st, _, err := readStat(pid, buf)
 	return err == nil && !st.dead() && st.start == start
 }
+
+// LookPath resolves file as Start will: a name without a slash in the PATH
+// of env (the daemon's own when env sets none), a name with a slash as it
+// is. config uses it to find missing backend programs before any start.
+func LookPath(file string, env []string) (string, error) { return lookPath(file, env) }

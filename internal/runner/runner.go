@@ -424,7 +424,7 @@ func (r *Runner) step() {
 		r.worktreeReady(r.cfg.Workspace.Verify, nil)
 	case agent.CoolingDown:
 		// A rate limit keeps the agent cooling down at least until the
-		// provider's reset time (SPEC §5), however short the backoff.
+		// provider's reset time, however short the backoff.
 		until := st.Until
 		if r.retryAfter.After(until) {
 			r.log.Info("rate limited: cooling down until the provider's reset time", zap.Time("until", r.retryAfter))
@@ -724,7 +724,7 @@ func (r *Runner) hook(p hooks.Payload) error {
 }
 
 // sessionEnv is what a session adds to the daemon's environment: the
-// configured env and the SWARM_* variables (SPEC §5).
+// configured env and the SWARM_* variables.
 func (r *Runner) sessionEnv() []string {
 	env := make([]string, 0, len(r.cfg.Env)+2)
 	env = append(env, r.cfg.Env...)
