@@ -5,8 +5,8 @@ package docs
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -157,25 +157,22 @@ var notScanned = []string{".git", ".cache", "bin", ".swarm", "bench/out", "BENCH
 // README, docs, configs, deploy files, the commands' help and init's
 // output, code comments) points at documents outside it.
 func TestNoPointersOutsideTheRepository(t *testing.T) {
-	root := ".."
+	// The files git tracks: what ships. Build output and local state are
+	// not the repository's.
+	out, err := exec.Command("git", "-C", "..", "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
 	scanned := 0
-	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+	for _, rel := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if rel == "" || rel == "docs/docs_test.go" || slices.ContainsFunc(notScanned, func(p string) bool {
+			return rel == p || strings.HasPrefix(rel, p+"/")
+		}) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("..", rel))
 		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if slices.Contains(notScanned, rel) {
-			if e.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if e.IsDir() || rel == "docs/docs_test.go" {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
+			continue // deleted in the work tree
 		}
 		scanned++
 		for i, line := range strings.Split(string(data), "\n") {
@@ -183,13 +180,9 @@ func TestNoPointersOutsideTheRepository(t *testing.T) {
 				t.Errorf("%s:%d points outside the repository: %s", rel, i+1, strings.TrimSpace(line))
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
-	if scanned < 100 {
-		t.Errorf("only %d files scanned: the walk is broken", scanned)
+	if scanned < 50 {
+		t.Fatalf("scanned only %d files", scanned)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/runner"
 )
@@ -71,8 +72,12 @@ func health(state agent.StateKind, lastOutput, since, now time.Time, stallAfter 
 	return ""
 }
 
-func (a controlAPI) StopAgent(name string) error {
-	if err := a.d.reg.Stop(name, "operator"); err != nil {
+func (a controlAPI) StopAgent(ctx context.Context, name string) error {
+	actor, err := a.d.authorize(ctx, "stop", name)
+	if err != nil {
+		return err
+	}
+	if err := a.d.reg.Stop(name, actor); err != nil {
 		return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
 	}
 	return nil
@@ -80,8 +85,41 @@ func (a controlAPI) StopAgent(name string) error {
 
 // StartAgent runs a Stopped agent again with its counters reset; the
 // decision goes into the event log.
-func (a controlAPI) StartAgent(name string) error {
-	return a.d.startAgent(name, "operator")
+func (a controlAPI) StartAgent(ctx context.Context, name string) error {
+	actor, err := a.d.authorize(ctx, "start", name)
+	if err != nil {
+		return err
+	}
+	return a.d.startAgent(name, actor)
+}
+
+// authorize says who made a control request and whether they may act on
+// target. The caller is recognised by the connecting process (its pid from
+// the kernel, and the tree marker in that process's environment), never by
+// what the request says: a process in one of this daemon's session trees is
+// that session's agent, which may act only on itself unless its config says
+// allow_control. Everyone else, hooks included, is the operator.
+func (d *daemon) authorize(ctx context.Context, verb, target string) (actor string, err error) {
+	pid, ok := control.PeerPID(ctx)
+	if !ok {
+		return "operator", nil
+	}
+	c, ok := proc.CallerOf(pid)
+	cfg, _ := d.current()
+	if !ok || c.Owner != cfg.StateDir {
+		return "operator", nil
+	}
+	name, ok := runner.AgentOfSession(c.TreeID)
+	if !ok {
+		return "operator", nil // a hook: the operator's own command
+	}
+	if name == target {
+		return "agent:" + name, nil
+	}
+	if a, ok := cfg.Agent(name); ok && a.AllowControl {
+		return "agent:" + name, nil
+	}
+	return "", fmt.Errorf("%w: agent %s may not %s agent %s (allow_control is off for %s)", control.ErrForbidden, name, verb, target, name)
 }
 
 func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {

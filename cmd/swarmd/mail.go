@@ -15,6 +15,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/runner"
 )
 
 // mailMain is `swarmd mail …`: a short-lived process an agent runs inside its
@@ -86,12 +88,24 @@ found through --config.`,
 	return cmd
 }
 
-// identity is the sender: the session's agent, or the operator.
-func (m *mailMain) identity() string {
-	if id := m.s.getenv("SWARM_AGENT_ID"); id != "" {
-		return id
+// identity is who acts: inside a session, the session's agent, known from
+// the tree marker swarmd put in the session's environment (a SWARM_AGENT_ID
+// naming anyone else is refused); outside, SWARM_AGENT_ID or the operator.
+// inSession reports the former.
+func (m *mailMain) identity() (who string, inSession bool, err error) {
+	claimed := m.s.getenv("SWARM_AGENT_ID")
+	if c, ok := proc.CallerFromEnv(m.s.getenv); ok {
+		if agent, ok := runner.AgentOfSession(c.TreeID); ok {
+			if claimed != "" && claimed != agent {
+				return "", true, usagef("mail: SWARM_AGENT_ID=%s, but this runs in a session of agent %s: mail from a session acts as its own agent", claimed, agent)
+			}
+			return agent, true, nil
+		}
 	}
-	return "operator"
+	if claimed != "" {
+		return claimed, false, nil
+	}
+	return mailbox.Operator, false, nil
 }
 
 // open finds swarm.db: SWARM_DB_PATH inside a session, else the config.
@@ -149,7 +163,11 @@ func (m *mailMain) send(ctx context.Context, to string, all, urgent bool, subjec
 		return err
 	}
 	defer db.Close()
-	d := mailbox.Draft{From: m.identity(), To: to, Subject: subject, Body: body, Urgent: urgent}
+	from, _, err := m.identity()
+	if err != nil {
+		return err
+	}
+	d := mailbox.Draft{From: from, To: to, Subject: subject, Body: body, Urgent: urgent}
 	var sent []mailbox.Message
 	if all {
 		sent, err = db.Broadcast(ctx, d)
@@ -176,7 +194,11 @@ func (m *mailMain) inbox(ctx context.Context, all bool) error {
 		return err
 	}
 	defer db.Close()
-	ms, err := db.Inbox(ctx, m.identity(), all)
+	who, _, err := m.identity()
+	if err != nil {
+		return err
+	}
+	ms, err := db.Inbox(ctx, who, all)
 	if err != nil {
 		return mailErr("inbox", err)
 	}
@@ -209,8 +231,22 @@ func (m *mailMain) read(ctx context.Context, arg string) error {
 		return err
 	}
 	defer db.Close()
+	who, inSession, err := m.identity()
+	if err != nil {
+		return err
+	}
+	if inSession {
+		// An agent reads its own mail and mail it sent, nobody else's.
+		msg, err := db.Get(ctx, id)
+		if err != nil {
+			return mailErr("read", err)
+		}
+		if msg.To != who && msg.From != who {
+			return usagef("mail read: message #%d is %s's mail, not %s's", id, msg.To, who)
+		}
+	}
 	// Reading one's own message acknowledges it: no prompt shows it again.
-	msg, err := db.Read(ctx, m.identity(), id)
+	msg, err := db.Read(ctx, who, id)
 	if err != nil {
 		return mailErr("read", err)
 	}
@@ -236,7 +272,11 @@ func (m *mailMain) reply(ctx context.Context, arg string, urgent bool, rest []st
 		return err
 	}
 	defer db.Close()
-	msg, err := db.Reply(ctx, m.identity(), id, body, urgent)
+	who, _, err := m.identity()
+	if err != nil {
+		return err
+	}
+	msg, err := db.Reply(ctx, who, id, body, urgent)
 	if err != nil {
 		return mailErr("reply", err)
 	}

@@ -57,6 +57,10 @@ type AgentSettings struct {
 	MaxConsecutiveErrors int
 	MaxTotalErrors       int
 	Env                  map[string]string // never nil
+	// AllowControl lets the agent's sessions stop and start other agents
+	// through the control socket; without it they may act only as
+	// themselves.
+	AllowControl bool
 }
 
 // Agent is one agent with its settings resolved (defaults merged with its

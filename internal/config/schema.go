@@ -167,6 +167,8 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"Overrides defaults.max_total_errors."), d.intTo(&s.MaxTotalErrors, 1, maxInt)},
 		{"env", doc("Extra environment of every session; SWARM_* names are set by swarmd.",
 			"Extra environment of this agent's sessions, merged over defaults.env (this agent's values win)."), d.envTo(&s.Env)},
+		{"allow_control", doc("Let agents' sessions stop and start other agents through the control socket (default: only the operator may).",
+			"Let this agent's sessions stop and start other agents (overrides defaults.allow_control)."), d.boolTo(&s.AllowControl)},
 	}
 }
 
@@ -541,6 +543,9 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("max_total_errors") {
 		out.MaxTotalErrors = over.MaxTotalErrors
+	}
+	if has("allow_control") {
+		out.AllowControl = over.AllowControl
 	}
 	out.Env = make(map[string]string, len(base.Env)+len(over.Env))
 	maps.Copy(out.Env, base.Env)

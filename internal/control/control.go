@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // AgentStatus is one row of `swarmd status`.
@@ -60,8 +61,10 @@ type Event struct {
 type API interface {
 	Agents() []AgentStatus
 	Agent(name string) (AgentStatus, error)
-	StopAgent(name string) error
-	StartAgent(name string) error
+	// StopAgent and StartAgent get the request's context: PeerPID tells
+	// who asked.
+	StopAgent(ctx context.Context, name string) error
+	StartAgent(ctx context.Context, name string) error
 	Events(ctx context.Context, agent string, afterID int64, limit int) ([]Event, error)
 }
 
@@ -69,7 +72,38 @@ type API interface {
 var (
 	ErrUnknownAgent = errors.New("unknown agent")
 	ErrConflict     = errors.New("conflict")
+	// ErrForbidden: the caller may not do this (an agent acting on another).
+	ErrForbidden = errors.New("forbidden")
 )
+
+type peerKey struct{}
+
+// PeerPID is the pid of the process at the other end of the request's
+// connection, from the kernel (SO_PEERCRED), not from anything it sent.
+func PeerPID(ctx context.Context) (int, bool) {
+	pid, ok := ctx.Value(peerKey{}).(int)
+	return pid, ok && pid > 0
+}
+
+// withPeer records the connecting process's pid in the connection's context.
+func withPeer(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if err != nil || cred == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, int(cred.Pid))
+}
 
 // Server serves API on a unix socket.
 type Server struct {
@@ -102,7 +136,7 @@ func Listen(path string, api API, log *zap.Logger) (*Server, error) {
 		return nil, fmt.Errorf("control: chmod socket: %w", err)
 	}
 	s := &Server{path: path, ln: ln, log: log, done: make(chan struct{})}
-	s.srv = &http.Server{Handler: s.routes(api), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s.routes(api), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeer}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -142,14 +176,14 @@ func (s *Server) routes(api API) http.Handler {
 		writeJSON(w, http.StatusOK, a)
 	})
 	mux.HandleFunc("POST /v1/agents/{name}/stop", func(w http.ResponseWriter, r *http.Request) {
-		if err := api.StopAgent(r.PathValue("name")); err != nil {
+		if err := api.StopAgent(r.Context(), r.PathValue("name")); err != nil {
 			writeError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)
 	})
 	mux.HandleFunc("POST /v1/agents/{name}/start", func(w http.ResponseWriter, r *http.Request) {
-		if err := api.StartAgent(r.PathValue("name")); err != nil {
+		if err := api.StartAgent(r.Context(), r.PathValue("name")); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -209,6 +243,8 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrUnknownAgent):
 		code = http.StatusNotFound
+	case errors.Is(err, ErrForbidden):
+		code = http.StatusForbidden
 	case errors.Is(err, ErrConflict):
 		code = http.StatusConflict
 	}

@@ -34,7 +34,10 @@ func (f *fakeAPI) Agent(name string) (AgentStatus, error) {
 	return AgentStatus{}, fmt.Errorf("%w %q (agents: alice, bob)", ErrUnknownAgent, name)
 }
 
-func (f *fakeAPI) StopAgent(name string) error {
+func (f *fakeAPI) StopAgent(ctx context.Context, name string) error {
+	if pid, ok := PeerPID(ctx); !ok || pid != os.Getpid() {
+		return fmt.Errorf("peer pid %d, %v; want this process, %d", pid, ok, os.Getpid())
+	}
 	if _, err := f.Agent(name); err != nil {
 		return err
 	}
@@ -44,7 +47,7 @@ func (f *fakeAPI) StopAgent(name string) error {
 	return nil
 }
 
-func (f *fakeAPI) StartAgent(name string) error {
+func (f *fakeAPI) StartAgent(_ context.Context, name string) error {
 	if name == "alice" {
 		return fmt.Errorf("%w: alice is Running, not Stopped", ErrConflict)
 	}

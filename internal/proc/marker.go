@@ -59,3 +59,40 @@ func withMarker(env []string, m marker) []string {
 	}
 	return append(out, MarkerEnv+"="+m.String())
 }
+
+// Caller is the process tree a process belongs to, read from the marker in
+// its environment.
+type Caller struct {
+	Owner, Instance, TreeID string
+}
+
+// CallerOf reads pid's tree marker; ok is false for a process outside every
+// tree (or one whose environment cannot be read).
+func CallerOf(pid int) (c Caller, ok bool) {
+	val, ok, _, _ := readEnvVar(pid, MarkerEnv, make([]byte, 0, 8192))
+	if !ok {
+		return Caller{}, false
+	}
+	return parseCaller(val)
+}
+
+// CallerFromEnv is CallerOf for the current process, from its own
+// environment.
+func CallerFromEnv(getenv func(string) string) (Caller, bool) {
+	v := getenv(MarkerEnv)
+	if v == "" {
+		return Caller{}, false
+	}
+	return parseCaller([]byte(v))
+}
+
+func parseCaller(val []byte) (Caller, bool) {
+	owner, inst, id, ok := parseMarker(val)
+	if !ok {
+		return Caller{}, false
+	}
+	return Caller{Owner: string(owner), Instance: string(inst), TreeID: string(id)}, true
+}
+
+// Instance is this Supervisor's instance, as its trees' markers carry it.
+func (s *Supervisor) Instance() string { return s.instance }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -912,6 +913,26 @@ func stopTimer(t **time.Timer) {
 		(*t).Stop()
 		*t = nil
 	}
+}
+
+// AgentOfSession is the agent a session id (newSessionID's form) belongs to;
+// ok is false for anything else, such as a hook's tree id.
+func AgentOfSession(id string) (string, bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 || len(id)-i-1 != 12 {
+		return "", false
+	}
+	if _, err := hex.DecodeString(id[i+1:]); err != nil {
+		return "", false
+	}
+	j := strings.LastIndexByte(id[:i], '-')
+	if j <= 0 {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(id[j+1:i], 10, 32); err != nil {
+		return "", false
+	}
+	return id[:j], true
 }
 
 // newSessionID is unique across daemon restarts: agent, seq and 48 random bits.

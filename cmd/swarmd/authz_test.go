@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/proc"
+)
+
+// sessionMarker is the tree marker of a live process of agent's session:
+// what every process the session starts inherits.
+func sessionMarker(t *testing.T, stateDir, agent string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range treeProcesses(stateDir) {
+			pid := strings.SplitN(p, ":", 2)[0]
+			env, err := os.ReadFile(filepath.Join("/proc", pid, "environ"))
+			if err != nil {
+				continue
+			}
+			for _, kv := range bytes.Split(env, []byte{0}) {
+				v, ok := bytes.CutPrefix(kv, []byte(proc.MarkerEnv+"="))
+				if ok && bytes.Contains(v, []byte("\x1f"+agent+"-")) {
+					return string(v)
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no session process of %s", agent)
+	return ""
+}
+
+// TestSessionsActOnlyAsTheirAgent: commands run inside alice's session are
+// recognised as alice by the process tree they belong to, whatever they
+// claim: they cannot send mail as the operator, read bob's mail, or stop bob
+// unless allow_control says so; events name the real actor.
+func TestSessionsActOnlyAsTheirAgent(t *testing.T) {
+	repo := gitRepo(t)
+	base := `
+listen: ""
+defaults:
+  grace_period: 1s
+backends:
+  sleeper:
+    type: scripted
+    steps: [{print: [working], sleep: 1h}]
+agents:
+  - {name: alice, role: x, backend: sleeper%s}
+  - {name: bob, role: x, backend: sleeper}
+`
+	cfg := writeConfig(t, repo, fmt.Sprintf(base, ""))
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	d.waitLine("bob Running", transitionTo("bob", "Running"))
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "bob", "-c", cfg, "for bob only"); code != 0 {
+		t.Fatal(stderr)
+	}
+	asAlice := []string{proc.MarkerEnv + "=" + sessionMarker(t, stateDir, "alice"),
+		"SWARM_DB_PATH=" + filepath.Join(stateDir, "swarm.db"), "SWARM_AGENTS=alice,bob"}
+
+	_, stderr, code := runCLI(t, append(asAlice, "SWARM_AGENT_ID=operator"), "", "mail", "send", "--to", "bob", "forged")
+	if code != 2 || !strings.Contains(stderr, "acts as its own agent") {
+		t.Errorf("send as operator from alice's session: exit %d %q", code, stderr)
+	}
+	_, stderr, code = runCLI(t, asAlice, "", "mail", "read", "1")
+	if code != 2 || !strings.Contains(stderr, "bob's mail") {
+		t.Errorf("alice reading bob's mail: exit %d %q", code, stderr)
+	}
+	out, stderr, code := runCLI(t, asAlice, "", "mail", "send", "--to", "bob", "hi from alice")
+	if code != 0 || !strings.Contains(out, "sent #2 to bob") {
+		t.Errorf("alice's own mail: exit %d %q %q", code, out, stderr)
+	}
+	_, stderr, code = runCLI(t, asAlice, "", "stop", "bob", "-c", cfg)
+	if code == 0 || !strings.Contains(stderr, "may not stop agent bob") {
+		t.Errorf("alice stopping bob: exit %d %q", code, stderr)
+	}
+
+	// With allow_control, alice may; the event names her.
+	writeConfig(t, repo, fmt.Sprintf(base, ", allow_control: true"))
+	_ = d.cmd.Process.Signal(syscall.SIGHUP)
+	d.waitLine("reloaded", func(m map[string]any) bool { return m["msg"] == "config reloaded" })
+	if _, stderr, code := runCLI(t, asAlice, "", "stop", "bob", "-c", cfg); code != 0 {
+		t.Fatalf("alice stopping bob with allow_control: exit %d %q", code, stderr)
+	}
+	d.waitLine("bob Stopped", transitionTo("bob", "Stopped"))
+	// The operator, outside any session, is still the operator.
+	if _, stderr, code := runCLI(t, nil, "", "stop", "alice", "-c", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	d.waitLine("alice Stopped", transitionTo("alice", "Stopped"))
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(10 * time.Second)
+	out, _, _ = runCLI(t, nil, "", "events", "-c", cfg)
+	if !strings.Contains(out, "--OperatorStop--> Stopped [CancelSession] by agent:alice") {
+		t.Errorf("bob's stop not attributed to alice:\n%s", out)
+	}
+	if !strings.Contains(out, "alice") || !strings.Contains(out, "by operator") {
+		t.Errorf("alice's stop not attributed to the operator:\n%s", out)
+	}
+}
