@@ -295,6 +295,9 @@ func (db *DB) Path() string { return db.path }
 // the DB, or the caller waits for its own connection.
 func (db *DB) SQL() *sql.DB { return db.write }
 
+// ReadSQL is the read pool (query_only): reads never wait for writers.
+func (db *DB) ReadSQL() *sql.DB { return db.read }
+
 // DataVersion returns PRAGMA data_version of one dedicated connection. It
 // changes whenever another connection, in this process or another, commits,
 // so the router can poll it cheaply (a few µs) and query only after a change.

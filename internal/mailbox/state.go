@@ -44,6 +44,7 @@ type EventRecord struct {
 	Reason    string
 	SessionID string
 	Seq       uint32
+	TaskID    int64 // a task's transition (From and To are task states); 0 for an agent's
 }
 
 // AgentRecord is the latest known state of one agent.
@@ -90,12 +91,13 @@ type SessionRecord struct {
 // EventQuery selects events, in id order.
 type EventQuery struct {
 	Agent   string // "" for every agent
+	TaskID  int64  // only this task's transitions; 0 for all events
 	AfterID int64  // only events with a larger id: a reader's watermark
 	Limit   int    // 0 for all
 }
 
 const (
-	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq`
+	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq, IFNULL(task_id, 0)`
 	agentCols   = `name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at`
 	sessionCols = `session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal, abort_reason, reason,
 		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls, result_text, commits`
@@ -126,6 +128,10 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 	if q.Agent != "" {
 		where.WriteString(` AND agent = ?`)
 		args = append(args, q.Agent)
+	}
+	if q.TaskID != 0 {
+		where.WriteString(` AND task_id = ?`)
+		args = append(args, q.TaskID)
 	}
 	limit := -1 // SQLite: no limit
 	if q.Limit > 0 {
@@ -275,7 +281,7 @@ func scanEvent(s scanner) (EventRecord, error) {
 		seq int64
 	)
 	if err := s.Scan(&e.ID, &at, &e.Agent, &e.From, &e.Event, &e.To, &e.Effect, &e.Actor,
-		&e.Reason, &e.SessionID, &seq); err != nil {
+		&e.Reason, &e.SessionID, &seq, &e.TaskID); err != nil {
 		return EventRecord{}, err
 	}
 	e.Seq = uint32(seq)

@@ -1,0 +1,539 @@
+package taskboard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/swarmd/swarmd/internal/task"
+)
+
+// NewTask is a task to add.
+type NewTask struct {
+	Title      string
+	Body       string
+	Priority   int
+	Assignee   string  // "" : any agent
+	Parent     int64   // 0 : none
+	After      []int64 // dependencies: the task waits in BLOCKED until each is CLOSED
+	Plan       bool    // created PLANNED, waiting for Approve
+	MaxRetries int     // 0 : task.DefaultMaxRetries
+	CreatedBy  string
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// Add stores a new task: PLANNED with Plan, BLOCKED while a dependency is not
+// CLOSED, OPEN otherwise. (Creation is not a transition of the seed's table:
+// a task starts in the state that describes it.)
+func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
+	n.Title = strings.TrimSpace(n.Title)
+	switch {
+	case n.Title == "":
+		return Task{}, invalidf("a task needs a title")
+	case len(n.Title) > MaxTitleBytes:
+		return Task{}, invalidf("title is %d bytes, over the %d-byte limit", len(n.Title), MaxTitleBytes)
+	case strings.ContainsAny(n.Title, "\r\n"):
+		return Task{}, invalidf("title must be one line (put the details in the body)")
+	case len(n.Body) > MaxBodyBytes:
+		return Task{}, invalidf("body is %d bytes, over the %d-byte limit", len(n.Body), MaxBodyBytes)
+	case n.MaxRetries < 0:
+		return Task{}, invalidf("max retries %d is negative", n.MaxRetries)
+	case n.CreatedBy == "":
+		n.CreatedBy = "operator"
+	}
+	if n.MaxRetries == 0 {
+		n.MaxRetries = int(task.DefaultMaxRetries)
+	}
+	var out Task
+	err := b.write(ctx, "add", func(tx *sql.Tx) error {
+		state := task.Open
+		if n.Plan {
+			state = task.Planned
+		}
+		if n.Parent != 0 {
+			if _, err := getTask(ctx, tx, n.Parent); err != nil {
+				return fmt.Errorf("parent: %w", err)
+			}
+		}
+		for _, d := range n.After {
+			dt, err := getTask(ctx, tx, d)
+			if err != nil {
+				return fmt.Errorf("dependency: %w", err)
+			}
+			if dt.State != task.Closed && !n.Plan {
+				state = task.Blocked
+			}
+		}
+		now := b.now()
+		var parent any
+		if n.Parent != 0 {
+			parent = n.Parent
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO tasks (title, body, priority, state, assignee, parent_id, max_retries,
+			created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			n.Title, n.Body, n.Priority, state.String(), n.Assignee, parent, n.MaxRetries, n.CreatedBy, now, now)
+		if err != nil {
+			return fmt.Errorf("taskboard: add: %w", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return fmt.Errorf("taskboard: add: %w", err)
+		}
+		for _, d := range n.After {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO task_deps (task_id, dep_id) VALUES (?, ?)`, id, d); err != nil {
+				return fmt.Errorf("taskboard: add: %w", err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+			session_id, seq, task_id) VALUES (?, ?, '', '', ?, 'task', ?, ?, '', 0, ?)`,
+			now, agentOf(n.CreatedBy), state.String(), n.CreatedBy, "added: "+n.Title, id); err != nil {
+			return fmt.Errorf("taskboard: add: %w", err)
+		}
+		out, err = getTask(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// Get returns one task with its dependencies.
+func (b *Board) Get(ctx context.Context, id int64) (Task, error) {
+	return getTask(ctx, b.db.ReadSQL(), id)
+}
+
+// Filter selects tasks for List.
+type Filter struct {
+	State *task.State
+	Agent string // assigned to or held by
+}
+
+// List returns the tasks that match f, by id.
+func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
+	var where []string
+	var args []any
+	if f.State != nil {
+		where = append(where, "state = ?")
+		args = append(args, f.State.String())
+	}
+	if f.Agent != "" {
+		where = append(where, "(assignee = ? OR claimant = ?)")
+		args = append(args, f.Agent, f.Agent)
+	}
+	q := `SELECT ` + taskCols + ` FROM tasks`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	ts, err := queryTasks(ctx, b.db.ReadSQL(), q+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: list: %w", err)
+	}
+	for i := range ts {
+		if ts[i].Deps, err = deps(ctx, b.db.ReadSQL(), ts[i].ID); err != nil {
+			return nil, fmt.Errorf("taskboard: list: %w", err)
+		}
+	}
+	return ts, nil
+}
+
+// History is the task's event log, oldest first.
+func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
+	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, at, from_state, to_state, actor, reason, event, session_id
+		FROM events WHERE task_id = ? ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: history: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at string
+		if err := rows.Scan(&e.ID, &at, &e.From, &e.To, &e.Actor, &e.Reason, &e.TransitionReason, &e.Session); err != nil {
+			return nil, fmt.Errorf("taskboard: history: %w", err)
+		}
+		e.At, _ = getTime(at)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Held is the task agent holds (CLAIMED or IN_PROGRESS), if any.
+func (b *Board) Held(ctx context.Context, agent string) (Task, bool, error) {
+	ts, err := queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks
+		WHERE claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS') ORDER BY id LIMIT 1`, agent)
+	if err != nil || len(ts) == 0 {
+		return Task{}, false, err
+	}
+	return ts[0], true, nil
+}
+
+// HasClaimable reports whether agent could claim a task now. It only reads:
+// an idle agent asks it on every wake-up.
+func (b *Board) HasClaimable(ctx context.Context, agent string) (bool, error) {
+	var ok bool
+	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, agent).Scan(&ok)
+	return ok, err
+}
+
+// claimable is an OPEN task for the agent (the one parameter) whose
+// dependencies are all CLOSED (an approved PLANNED task can be OPEN before
+// they are: the seed has no OPEN -> BLOCKED row).
+const claimable = `state = 'OPEN' AND (assignee = '' OR assignee = ?)
+	AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks o ON o.id = d.dep_id WHERE d.task_id = tasks.id AND o.state <> 'CLOSED')`
+
+// claimSQL picks agent's best claimable task: highest priority, then oldest.
+const claimSQL = `SELECT ` + taskCols + ` FROM tasks WHERE ` + claimable + ` ORDER BY priority DESC, id LIMIT 1`
+
+// ClaimNext claims agent's best OPEN task for session, if there is one. ok
+// is false when there is none.
+func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, ok bool, err error) {
+	if has, err := b.HasClaimable(ctx, agent); err != nil || !has {
+		return Task{}, false, err
+	}
+	err = b.write(ctx, "claim", func(tx *sql.Tx) error {
+		ts, err := queryTasks(ctx, tx, claimSQL, agent)
+		if err != nil || len(ts) == 0 {
+			return err
+		}
+		t, ok = ts[0], true
+		return b.claim(ctx, tx, &t, agent, session)
+	})
+	return t, ok, err
+}
+
+// Claim claims task id for agent and session.
+func (b *Board) Claim(ctx context.Context, id int64, agent, session string) (Task, error) {
+	var t Task
+	err := b.write(ctx, "claim", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		if t.Assignee != "" && t.Assignee != agent {
+			return fmt.Errorf("task %d is assigned to %s, not %s: %w", id, t.Assignee, agent, ErrNotHolder)
+		}
+		if h, held, err := heldTx(ctx, tx, agent); err != nil {
+			return err
+		} else if held {
+			return fmt.Errorf("%s already holds task %d (%s): finish, fail or block it first: %w", agent, h.ID, h.StateName, ErrState)
+		}
+		return b.claim(ctx, tx, &t, agent, session)
+	})
+	return t, err
+}
+
+func heldTx(ctx context.Context, q querier, agent string) (Task, bool, error) {
+	ts, err := queryTasks(ctx, q, `SELECT `+taskCols+` FROM tasks
+		WHERE claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS') LIMIT 1`, agent)
+	if err != nil || len(ts) == 0 {
+		return Task{}, false, err
+	}
+	return ts[0], true, nil
+}
+
+func (b *Board) claim(ctx context.Context, tx *sql.Tx, t *Task, agent, session string) error {
+	t.Claimant, t.ClaimSession, t.ClaimToken = agent, session, newToken()
+	return b.apply(ctx, tx, t, move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
+		set:  []string{"claimant = ?", "claim_session = ?", "claim_token = ?"},
+		args: []any{agent, session, t.ClaimToken}})
+}
+
+// Holder names who asks to act on a held task: the agent and its session.
+// An empty Agent is the operator, who may act on any task.
+type Holder struct{ Agent, Session string }
+
+func (h Holder) actor() string {
+	if h.Agent == "" {
+		return "operator"
+	}
+	return "agent:" + h.Agent
+}
+
+// check fences out whoever does not hold t: another agent, or a session of
+// the same agent that is no longer the one working on it.
+func (h Holder) check(t Task) error {
+	if h.Agent == "" {
+		return nil
+	}
+	if t.Claimant != h.Agent {
+		who := "nobody"
+		if t.Claimant != "" {
+			who = t.Claimant
+		}
+		return fmt.Errorf("task %d is held by %s, not %s: %w", t.ID, who, h.Agent, ErrNotHolder)
+	}
+	if h.Session != "" && t.ClaimSession != "" && t.ClaimSession != h.Session {
+		return fmt.Errorf("task %d belongs to session %s of %s, not %s: %w", t.ID, t.ClaimSession, h.Agent, h.Session, ErrNotHolder)
+	}
+	return nil
+}
+
+// update loads task id, checks the holder and applies f's move in one
+// transaction.
+func (b *Board) update(ctx context.Context, op string, id int64, h Holder, f func(t *Task) (move, error)) (Task, error) {
+	var t Task
+	err := b.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := h.check(t); err != nil {
+			return err
+		}
+		m, err := f(&t)
+		if err != nil {
+			return err
+		}
+		if m.actor == "" {
+			m.actor = h.actor()
+		}
+		if m.session == "" {
+			m.session = h.Session
+		}
+		return b.apply(ctx, tx, &t, m)
+	})
+	return t, err
+}
+
+// Start is CLAIMED -> IN_PROGRESS: the holder's session works on it. It also
+// moves the claim to that session.
+func (b *Board) Start(ctx context.Context, id int64, h Holder) (Task, error) {
+	return b.update(ctx, "start", id, Holder{Agent: h.Agent}, func(t *Task) (move, error) {
+		return move{to: task.InProgress, why: "started", set: []string{"claim_session = ?"}, args: []any{h.Session}}, nil
+	})
+}
+
+// Continue moves a held IN_PROGRESS task's claim to the agent's new session:
+// the previous one ended without reporting.
+func (b *Board) Continue(ctx context.Context, id int64, agent, session string) error {
+	return b.write(ctx, "continue", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE tasks SET claim_session = ? WHERE id = ? AND claimant = ?`, session, id, agent)
+		return err
+	})
+}
+
+// Done reports the task finished with summary.
+func (b *Board) Done(ctx context.Context, id int64, h Holder, summary string) (Task, error) {
+	return b.update(ctx, "done", id, h, func(t *Task) (move, error) {
+		return move{to: task.Done, reason: task.ReasonCompleted, why: oneLine("done", summary),
+			set: []string{"result = ?"}, args: []any{summary}}, nil
+	})
+}
+
+// Fail reports the task failed for reason.
+func (b *Board) Fail(ctx context.Context, id int64, h Holder, reason string) (Task, error) {
+	if strings.TrimSpace(reason) == "" {
+		return Task{}, invalidf("a failure needs a reason")
+	}
+	return b.update(ctx, "fail", id, h, func(t *Task) (move, error) {
+		return move{to: task.Failed, reason: task.ReasonAborted, why: oneLine("failed", reason),
+			set: []string{"result = ?"}, args: []any{reason}}, nil
+	})
+}
+
+// Block parks the task: on another task (a dependency; it opens again when
+// that one is CLOSED) or for a reason (it opens again on Requeue).
+func (b *Board) Block(ctx context.Context, id int64, h Holder, on int64, reason string) (Task, error) {
+	if (on == 0) == (strings.TrimSpace(reason) == "") {
+		return Task{}, invalidf("block needs exactly one of a task to wait for or a reason")
+	}
+	var t Task
+	err := b.write(ctx, "block", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := h.check(t); err != nil {
+			return err
+		}
+		why := oneLine("blocked", reason)
+		if on != 0 {
+			if on == id {
+				return invalidf("task %d cannot wait for itself", id)
+			}
+			if _, err := getTask(ctx, tx, on); err != nil {
+				return fmt.Errorf("dependency: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO task_deps (task_id, dep_id) VALUES (?, ?)`, id, on); err != nil {
+				return err
+			}
+			why = fmt.Sprintf("blocked on task %d", on)
+		}
+		return b.apply(ctx, tx, &t, move{to: task.Blocked, actor: h.actor(), why: why, session: h.Session,
+			set:  []string{"blocked_reason = ?", "claimant = ''", "claim_session = ''"},
+			args: []any{strings.TrimSpace(reason)}})
+	})
+	return t, err
+}
+
+// Split decomposes the task into subtasks (OPEN, for any agent): the task
+// waits in WAITING_FOR_SUBTASKS until every one is DONE or CLOSED.
+func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) ([]Task, error) {
+	if len(titles) == 0 {
+		return nil, invalidf("split needs at least one subtask title")
+	}
+	var kids []Task
+	err := b.write(ctx, "split", func(tx *sql.Tx) error {
+		t, err := getTask(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := h.check(t); err != nil {
+			return err
+		}
+		if err := b.apply(ctx, tx, &t, move{to: task.WaitingForSubtasks, actor: h.actor(), session: h.Session,
+			why: fmt.Sprintf("split into %d subtasks", len(titles)), set: []string{"claimant = ''", "claim_session = ''"}}); err != nil {
+			return err
+		}
+		now := b.now()
+		for _, title := range titles {
+			title = strings.TrimSpace(title)
+			if title == "" || len(title) > MaxTitleBytes || strings.ContainsAny(title, "\r\n") {
+				return invalidf("subtask title %q: one line of 1 to %d bytes", title, MaxTitleBytes)
+			}
+			res, err := tx.ExecContext(ctx, `INSERT INTO tasks (title, priority, state, parent_id, max_retries, created_by,
+				created_at, updated_at) VALUES (?, ?, 'OPEN', ?, ?, ?, ?, ?)`, title, t.Priority, id, t.MaxRetries, h.actor(), now, now)
+			if err != nil {
+				return err
+			}
+			kid, _ := res.LastInsertId()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+				session_id, seq, task_id) VALUES (?, ?, '', '', 'OPEN', 'task', ?, ?, ?, 0, ?)`,
+				now, h.Agent, h.actor(), fmt.Sprintf("added: subtask of %d: %s", id, title), h.Session, kid); err != nil {
+				return err
+			}
+			k, err := getTask(ctx, tx, kid)
+			if err != nil {
+				return err
+			}
+			kids = append(kids, k)
+		}
+		return nil
+	})
+	return kids, err
+}
+
+// Approve is PLANNED -> OPEN (or BLOCKED while a dependency is not closed).
+func (b *Board) Approve(ctx context.Context, id int64) (Task, error) {
+	return b.update(ctx, "approve", id, Holder{}, func(t *Task) (move, error) {
+		if t.State != task.Planned {
+			return move{}, fmt.Errorf("task %d is %s, not PLANNED: %w", t.ID, t.State, ErrState)
+		}
+		return move{to: task.Open, why: "approved"}, nil
+	})
+}
+
+// Cancel cancels the task (a terminal state).
+func (b *Board) Cancel(ctx context.Context, id int64) (Task, error) {
+	return b.update(ctx, "cancel", id, Holder{}, func(t *Task) (move, error) {
+		return move{to: task.Cancelled, reason: task.ReasonAborted, why: "cancelled",
+			set: []string{"claimant = ''", "claim_session = ''"}}, nil
+	})
+}
+
+// Retry sends a FAILED task back to OPEN, counting a retry.
+func (b *Board) Retry(ctx context.Context, id int64) (Task, error) {
+	return b.update(ctx, "retry", id, Holder{}, func(t *Task) (move, error) {
+		if t.State != task.Failed {
+			return move{}, fmt.Errorf("task %d is %s, not FAILED: only a failed task is retried: %w", t.ID, t.State, ErrState)
+		}
+		return move{to: task.Open, reason: task.ReasonRetry, why: "retried",
+			set: []string{"claimant = ''", "claim_session = ''", "result = ''"}}, nil
+	})
+}
+
+// Requeue takes the task from whoever holds it (or out of BLOCKED) and
+// makes it OPEN for any agent.
+func (b *Board) Requeue(ctx context.Context, id int64) (Task, error) {
+	return b.update(ctx, "requeue", id, Holder{}, func(t *Task) (move, error) {
+		switch t.State {
+		case task.Claimed, task.InProgress, task.Blocked, task.Orphaned:
+		default:
+			return move{}, fmt.Errorf("task %d is %s: requeue takes a task back from its holder or out of BLOCKED: %w", t.ID, t.State, ErrState)
+		}
+		return move{to: task.Open, why: "requeued",
+			set: []string{"claimant = ''", "claim_session = ''", "blocked_reason = ''"}}, nil
+	})
+}
+
+// Unclaim returns the tasks claimed for a session that never started.
+func (b *Board) Unclaim(ctx context.Context, session string) error {
+	return b.write(ctx, "unclaim", func(tx *sql.Tx) error {
+		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ? AND state = 'CLAIMED'`, session)
+		if err != nil {
+			return err
+		}
+		for i := range ts {
+			if err := b.apply(ctx, tx, &ts[i], move{to: task.Open, actor: "swarmd", session: session,
+				why: "the session it was claimed for never started", set: []string{"claimant = ''", "claim_session = ''"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Orphan takes back what agent held because the agent stopped (or, with
+// agent "", every held task: a daemon restart found their sessions gone).
+// A CLAIMED task goes back to OPEN; an IN_PROGRESS one goes ORPHANED, then
+// OPEN with orphan_recovered (a retry), or FAILED past max_retries. It
+// returns the tasks it moved.
+func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
+	var out []Task
+	err := b.write(ctx, "orphan", func(tx *sql.Tx) error {
+		q := `SELECT ` + taskCols + ` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS')`
+		var args []any
+		if agent != "" {
+			q += ` AND claimant = ?`
+			args = append(args, agent)
+		}
+		ts, err := queryTasks(ctx, tx, q, args...)
+		if err != nil {
+			return err
+		}
+		clear := []string{"claimant = ''", "claim_session = ''"}
+		for i := range ts {
+			t := &ts[i]
+			if t.State == task.Claimed {
+				if err := b.apply(ctx, tx, t, move{to: task.Open, actor: "swarmd", why: why, set: clear}); err != nil {
+					return err
+				}
+				out = append(out, *t)
+				continue
+			}
+			if err := b.apply(ctx, tx, t, move{to: task.Orphaned, actor: "swarmd", why: why}); err != nil {
+				return err
+			}
+			err := b.apply(ctx, tx, t, move{to: task.Open, reason: task.ReasonOrphanRecovered, actor: "swarmd",
+				why: "requeued after " + why, set: clear})
+			var exhausted *task.RetriesExhaustedError
+			if errors.As(err, &exhausted) {
+				err = b.apply(ctx, tx, t, move{to: task.Failed, actor: "swarmd", set: clear,
+					why: fmt.Sprintf("%s, and its %d retries are used up", why, t.MaxRetries)})
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, *t)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func oneLine(prefix, text string) string {
+	text = strings.TrimSpace(text)
+	if i := strings.IndexAny(text, "\r\n"); i >= 0 {
+		text = text[:i] + " …"
+	}
+	if len(text) > 200 {
+		text = text[:200] + "…"
+	}
+	if text == "" {
+		return prefix
+	}
+	return prefix + ": " + text
+}

@@ -1,0 +1,332 @@
+// Package taskboard is the task board in swarm.db: tasks the swarm claims,
+// reports on and finishes, moved only along seed 004's transition table
+// (package task decides; this package stores). Every transition is written
+// with its event (actor, reason, TransitionReason) in one transaction, and
+// what follows from it happens in the same transaction: a dependency's
+// CLOSED opens the tasks that waited for it, a subtask's DONE finishes its
+// parent, a DONE task is CLOSED at once when nothing reviews or merges it.
+//
+// Every write is a BEGIN IMMEDIATE transaction on the database's one write
+// connection, and across processes SQLite's write lock orders them, so a
+// task is claimed once however many claimants race.
+package taskboard
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/task"
+)
+
+// DB is the database the board lives in. *mailbox.DB satisfies it.
+type DB interface {
+	SQL() *sql.DB     // the write pool: IMMEDIATE transactions
+	ReadSQL() *sql.DB // the read pool
+	Check() error     // the file is still the one opened
+}
+
+// Sentinels; errors wrap them with the task and what to do.
+var (
+	ErrNotFound = errors.New("no such task")
+	ErrInvalid  = errors.New("invalid task request")
+	// ErrState: the request is not allowed in the task's current state.
+	ErrState = errors.New("not allowed in the task's state")
+	// ErrNotHolder: the task is held by another agent or session (a stale
+	// claimant is fenced out).
+	ErrNotHolder = errors.New("task held by someone else")
+)
+
+// Limits on what a task holds.
+const (
+	MaxTitleBytes = 512
+	MaxBodyBytes  = 64 << 10
+)
+
+// Task is one row of the board.
+type Task struct {
+	ID            int64      `json:"id"`
+	Title         string     `json:"title"`
+	Body          string     `json:"body,omitempty"`
+	Priority      int        `json:"priority"`
+	State         task.State `json:"-"`
+	StateName     string     `json:"state"`
+	Assignee      string     `json:"assignee,omitempty"`
+	Parent        int64      `json:"parent,omitempty"`
+	Deps          []int64    `json:"after,omitempty"`
+	Claimant      string     `json:"claimant,omitempty"`
+	ClaimSession  string     `json:"claim_session,omitempty"`
+	ClaimToken    string     `json:"claim_token,omitempty"`
+	Retries       int        `json:"retries"`
+	MaxRetries    int        `json:"max_retries"`
+	BlockedReason string     `json:"blocked_reason,omitempty"`
+	Result        string     `json:"result,omitempty"`
+	CreatedBy     string     `json:"created_by"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+}
+
+// Event is one transition of a task, as the event log holds it.
+type Event struct {
+	ID               int64     `json:"id"`
+	At               time.Time `json:"at"`
+	From             string    `json:"from"`
+	To               string    `json:"to"`
+	Actor            string    `json:"actor"`
+	Reason           string    `json:"reason,omitempty"`
+	TransitionReason string    `json:"transition_reason,omitempty"`
+	Session          string    `json:"session,omitempty"`
+}
+
+// Options configure a Board.
+type Options struct {
+	// AutoClose closes a DONE task at once (DONE -> CLOSED, "completed"):
+	// nothing reviews or merges it. Dependencies wait for CLOSED.
+	AutoClose bool
+	Now       func() time.Time // nil: time.Now
+}
+
+// Board is the task board. Safe for concurrent use.
+type Board struct {
+	db   DB
+	opts Options
+}
+
+// New returns the board stored in db.
+func New(db DB, opts Options) *Board {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Board{db: db, opts: opts}
+}
+
+// timeLayout is the database's fixed-width UTC layout (text order is time
+// order), the same as the mailbox's.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+func (b *Board) now() string { return b.opts.Now().UTC().Format(timeLayout) }
+
+const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
+	claim_token, retries, max_retries, blocked_reason, result, created_by, created_at, updated_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanTask(s scanner) (Task, error) {
+	var (
+		t                Task
+		state            string
+		created, updated string
+	)
+	if err := s.Scan(&t.ID, &t.Title, &t.Body, &t.Priority, &state, &t.Assignee, &t.Parent, &t.Claimant,
+		&t.ClaimSession, &t.ClaimToken, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.CreatedBy,
+		&created, &updated); err != nil {
+		return Task{}, err
+	}
+	var err error
+	if t.State, err = task.ParseState(state); err != nil {
+		return Task{}, fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	t.StateName = t.State.String()
+	t.CreatedAt, _ = time.Parse(timeLayout, created)
+	t.UpdatedAt, _ = time.Parse(timeLayout, updated)
+	return t, nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]Task, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func getTask(ctx context.Context, q querier, id int64) (Task, error) {
+	t, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Task{}, fmt.Errorf("task %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Task{}, err
+	}
+	t.Deps, err = deps(ctx, q, id)
+	return t, err
+}
+
+func deps(ctx context.Context, q querier, id int64) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT dep_id FROM task_deps WHERE task_id = ? ORDER BY dep_id`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var d int64
+		if err := rows.Scan(&d); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// write runs f in one IMMEDIATE transaction on the file the board opened.
+func (b *Board) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
+	if err := b.db.Check(); err != nil {
+		return fmt.Errorf("taskboard: %s: %w", op, err)
+	}
+	tx, err := b.db.SQL().BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("taskboard: %s: %w", op, err)
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("taskboard: %s: %w", op, err)
+	}
+	return nil
+}
+
+// move is one transition of t, checked by the seed machine, stored with its
+// event, followed by what it sets off. set adds column assignments for the
+// same UPDATE ("claimant = ?" and its values).
+type move struct {
+	to      task.State
+	reason  task.TransitionReason
+	actor   string
+	why     string
+	session string
+	set     []string
+	args    []any
+}
+
+func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
+	machine, err := task.Restore(strconv.FormatInt(t.ID, 10), t.State, uint32(t.Retries), uint32(t.MaxRetries))
+	if err != nil {
+		return fmt.Errorf("taskboard: task %d: %w", t.ID, err)
+	}
+	ev, err := machine.Transition(m.to, m.reason, m.actor, m.why, b.opts.Now())
+	if err != nil {
+		var ill *task.IllegalTransitionError
+		if errors.As(err, &ill) {
+			return fmt.Errorf("task %d is %s: it cannot go to %s: %w", t.ID, t.State, m.to, ErrState)
+		}
+		return fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	now := b.now()
+	set := append([]string{"state = ?", "retries = ?", "updated_at = ?"}, m.set...)
+	args := append([]any{m.to.String(), int64(machine.Retries()), now}, m.args...)
+	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+strings.Join(set, ", ")+` WHERE id = ?`,
+		append(args, t.ID)...); err != nil {
+		return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+		session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, 0, ?)`,
+		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,
+		m.session, t.ID); err != nil {
+		return fmt.Errorf("taskboard: task %d event: %w", t.ID, err)
+	}
+	t.State, t.Retries, t.StateName = m.to, int(machine.Retries()), m.to.String()
+	return b.cascade(ctx, tx, t)
+}
+
+// agentOf is the agent an actor names ("agent:alice" or "alice"), "" for
+// the operator and swarmd itself.
+func agentOf(actor string) string {
+	a := strings.TrimPrefix(actor, "agent:")
+	switch a {
+	case "operator", "swarmd", "runner", "daemon", "merge-queue":
+		return ""
+	}
+	return a
+}
+
+// cascade carries out what t's new state sets off.
+func (b *Board) cascade(ctx context.Context, tx *sql.Tx, t *Task) error {
+	switch t.State {
+	case task.Done:
+		if err := b.parentCheck(ctx, tx, t.Parent); err != nil {
+			return err
+		}
+		if b.opts.AutoClose {
+			return b.apply(ctx, tx, t, move{to: task.Closed, reason: task.ReasonCompleted, actor: "swarmd",
+				why: "done, and nothing reviews or merges it"})
+		}
+	case task.Closed:
+		if err := b.parentCheck(ctx, tx, t.Parent); err != nil {
+			return err
+		}
+		return b.unblockDependents(ctx, tx, t.ID)
+	}
+	return nil
+}
+
+// parentCheck finishes a parent waiting for its subtasks when every child is
+// DONE or CLOSED.
+func (b *Board) parentCheck(ctx context.Context, tx *sql.Tx, parent int64) error {
+	if parent == 0 {
+		return nil
+	}
+	p, err := getTask(ctx, tx, parent)
+	if err != nil || p.State != task.WaitingForSubtasks {
+		return err
+	}
+	var open int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE parent_id = ? AND state NOT IN ('DONE', 'CLOSED')`,
+		parent).Scan(&open); err != nil {
+		return err
+	}
+	if open > 0 {
+		return nil
+	}
+	return b.apply(ctx, tx, &p, move{to: task.Done, reason: task.ReasonCompleted, actor: "swarmd",
+		why: "every subtask is done"})
+}
+
+// unblockDependents opens the tasks that waited only for dependencies, once
+// all of theirs are CLOSED.
+func (b *Board) unblockDependents(ctx context.Context, tx *sql.Tx, dep int64) error {
+	ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE state = 'BLOCKED' AND blocked_reason = ''
+		AND id IN (SELECT task_id FROM task_deps WHERE dep_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks o ON o.id = d.dep_id
+			WHERE d.task_id = tasks.id AND o.state <> 'CLOSED')`, dep)
+	if err != nil {
+		return err
+	}
+	for i := range ts {
+		if err := b.apply(ctx, tx, &ts[i], move{to: task.Open, actor: "swarmd",
+			why: "every dependency is closed", set: []string{"claimant = ''", "claim_session = ''"}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func getTime(s string) (time.Time, error) { return time.Parse(timeLayout, s) }

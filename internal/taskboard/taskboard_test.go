@@ -1,0 +1,260 @@
+package taskboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/task"
+)
+
+func openBoard(t *testing.T, path string, opts Options) (*Board, *mailbox.DB) {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "swarm.db")
+	}
+	db, err := mailbox.Open(context.Background(), path, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return New(db, opts), db
+}
+
+func add(t *testing.T, b *Board, n NewTask) Task {
+	t.Helper()
+	tk, err := b.Add(context.Background(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func wantState(t *testing.T, b *Board, id int64, want task.State) Task {
+	t.Helper()
+	tk, err := b.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.State != want {
+		t.Fatalf("task %d is %s, want %s", id, tk.State, want)
+	}
+	return tk
+}
+
+func TestClaimOrderAndLifecycle(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{AutoClose: true})
+	low := add(t, b, NewTask{Title: "low"})
+	high := add(t, b, NewTask{Title: "high", Priority: 5})
+	forBob := add(t, b, NewTask{Title: "bob's", Priority: 9, Assignee: "bob"})
+
+	got, ok, err := b.ClaimNext(ctx, "alice", "alice-1-x")
+	if err != nil || !ok || got.ID != high.ID || got.State != task.Claimed || got.ClaimToken == "" {
+		t.Fatalf("alice's claim = %+v, %v, %v; want %d CLAIMED (bob's task is not hers)", got, ok, err, high.ID)
+	}
+	if got, _, _ := b.ClaimNext(ctx, "bob", "bob-1-y"); got.ID != forBob.ID {
+		t.Fatalf("bob claimed %d, want his own %d", got.ID, forBob.ID)
+	}
+	// A claimant may not claim a second task while holding one.
+	if _, err := b.Claim(ctx, low.ID, "alice", "alice-1-x"); !errors.Is(err, ErrState) {
+		t.Fatalf("second claim = %v, want ErrState", err)
+	}
+	// Reports are fenced: another agent, or a stale session, is refused.
+	if _, err := b.Done(ctx, high.ID, Holder{Agent: "bob"}, "x"); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("bob finishing alice's task = %v", err)
+	}
+	if _, err := b.Start(ctx, high.ID, Holder{Agent: "alice", Session: "alice-2-z"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, high.ID, Holder{Agent: "alice", Session: "alice-1-x"}, "x"); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("stale session's report = %v, want ErrNotHolder", err)
+	}
+	done, err := b.Done(ctx, high.ID, Holder{Agent: "alice", Session: "alice-2-z"}, "all good")
+	if err != nil || done.State != task.Closed {
+		t.Fatalf("done = %+v, %v; want CLOSED (auto-close)", done, err)
+	}
+	// A request the state forbids names the state.
+	if _, err := b.Start(ctx, high.ID, Holder{Agent: "alice"}); !errors.Is(err, ErrState) {
+		t.Fatalf("start of a closed task = %v", err)
+	}
+	h, err := b.History(ctx, high.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path string
+	for _, e := range h {
+		path += e.To + " "
+	}
+	if path != "OPEN CLAIMED IN_PROGRESS DONE CLOSED " || h[3].TransitionReason != "completed" || h[3].Actor != "agent:alice" {
+		t.Fatalf("history %q %+v", path, h)
+	}
+}
+
+func TestDependenciesAndSubtasks(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{AutoClose: true})
+	first := add(t, b, NewTask{Title: "first"})
+	second := add(t, b, NewTask{Title: "second", After: []int64{first.ID}})
+	wantState(t, b, second.ID, task.Blocked)
+	if got, _, _ := b.ClaimNext(ctx, "a", "a-1-s"); got.ID != first.ID {
+		t.Fatalf("claimed %d, want %d (the other is blocked)", got.ID, first.ID)
+	}
+	if _, err := b.Done(ctx, first.ID, Holder{Agent: "a"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, second.ID, task.Open) // by itself, when first CLOSED
+
+	parent := add(t, b, NewTask{Title: "parent"})
+	if _, err := b.Claim(ctx, parent.ID, "p", "p-1-s"); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := b.Split(ctx, parent.ID, Holder{Agent: "p"}, []string{"k1", "k2"})
+	if err != nil || len(kids) != 2 || kids[0].Parent != parent.ID {
+		t.Fatalf("split = %+v, %v", kids, err)
+	}
+	wantState(t, b, parent.ID, task.WaitingForSubtasks)
+	for i, k := range kids {
+		agent := fmt.Sprint("k", i)
+		if _, err := b.Claim(ctx, k.ID, agent, agent+"-1-s"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Done(ctx, k.ID, Holder{Agent: agent}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			wantState(t, b, parent.ID, task.WaitingForSubtasks)
+		}
+	}
+	wantState(t, b, parent.ID, task.Closed)
+}
+
+func TestOrphansRequeueThenFail(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{})
+	tk := add(t, b, NewTask{Title: "fragile", MaxRetries: 1})
+	claimed := add(t, b, NewTask{Title: "claimed only"})
+	if _, err := b.Claim(ctx, tk.ID, "a", "a-1-s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Start(ctx, tk.ID, Holder{Agent: "a", Session: "a-1-s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Claim(ctx, claimed.ID, "b", "b-1-s"); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := b.Orphan(ctx, "", "swarmd restarted")
+	if err != nil || len(moved) != 2 {
+		t.Fatalf("orphan = %d, %v", len(moved), err)
+	}
+	got := wantState(t, b, tk.ID, task.Open)
+	if got.Retries != 1 || got.Claimant != "" {
+		t.Fatalf("after orphan recovery %+v", got)
+	}
+	wantState(t, b, claimed.ID, task.Open)
+	h, _ := b.History(ctx, tk.ID)
+	if last := h[len(h)-1]; last.From != "ORPHANED" || last.TransitionReason != "orphan_recovered" {
+		t.Fatalf("last event %+v", last)
+	}
+	// Again: past max_retries it FAILS instead.
+	if _, err := b.Claim(ctx, tk.ID, "a", "a-2-s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Start(ctx, tk.ID, Holder{Agent: "a", Session: "a-2-s"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Orphan(ctx, "a", "agent a stopped"); err != nil {
+		t.Fatal(err)
+	}
+	if got := wantState(t, b, tk.ID, task.Failed); got.Retries != 1 {
+		t.Fatalf("retries %d exceed max 1", got.Retries)
+	}
+}
+
+func TestRequestsTheStateForbids(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{})
+	planned := add(t, b, NewTask{Title: "later", Plan: true})
+	if got, ok, _ := b.ClaimNext(ctx, "a", "s"); ok {
+		t.Fatalf("claimed a PLANNED task: %+v", got)
+	}
+	if _, err := b.Retry(ctx, planned.ID); !errors.Is(err, ErrState) {
+		t.Fatalf("retry of PLANNED = %v", err)
+	}
+	if _, err := b.Approve(ctx, planned.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Approve(ctx, planned.ID); !errors.Is(err, ErrState) {
+		t.Fatalf("second approve = %v", err)
+	}
+	if _, err := b.Get(ctx, 999); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown id = %v", err)
+	}
+	for _, n := range []NewTask{{Title: ""}, {Title: "a\nb"}, {Title: "x", After: []int64{999}}, {Title: "x", Parent: 999}} {
+		if _, err := b.Add(ctx, n); err == nil {
+			t.Errorf("Add(%+v) accepted", n)
+		}
+	}
+}
+
+// TestConcurrentClaimsOncePerTask: many claimants, each with its own
+// connections (as separate processes have), on one file: every task is
+// claimed exactly once and no "database is locked" surfaces.
+func TestConcurrentClaimsOncePerTask(t *testing.T) {
+	const tasks, claimants = 200, 20
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	b, _ := openBoard(t, path, Options{})
+	for i := range tasks {
+		add(t, b, NewTask{Title: fmt.Sprint("t", i)})
+	}
+	var mu sync.Mutex
+	claimedBy := map[int64]string{}
+	var errs []error
+	var wg sync.WaitGroup
+	for c := range claimants {
+		wg.Go(func() {
+			db, err := mailbox.Open(ctx, path, mailbox.Options{})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer db.Close()
+			mine := New(db, Options{})
+			agent := fmt.Sprint("c", c)
+			for i := 0; ; i++ {
+				tk, ok, err := mine.ClaimNext(ctx, agent, fmt.Sprint(agent, "-", i, "-s"))
+				if err == nil && ok {
+					// Release the agent's hold so it can claim again.
+					_, err = mine.Done(ctx, tk.ID, Holder{Agent: agent}, "")
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if ok {
+					if prev, dup := claimedBy[tk.ID]; dup {
+						errs = append(errs, fmt.Errorf("task %d claimed by %s and %s", tk.ID, prev, agent))
+					}
+					claimedBy[tk.ID] = agent
+				}
+				mu.Unlock()
+				if err != nil || !ok {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if len(claimedBy) != tasks {
+		t.Fatalf("%d tasks claimed, want %d", len(claimedBy), tasks)
+	}
+}
