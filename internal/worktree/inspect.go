@@ -17,11 +17,11 @@ import (
 type wtState int
 
 const (
-	wtMissing wtState = iota // no directory
-	wtEmpty                  // an empty directory: nothing to lose, git can fill it
-	wtOK                     // this agent's worktree, on its branch
-	wtOffBranch              // this agent's worktree, but a session checked out another branch or a commit
-	wtForeign                // anything else: left alone
+	wtMissing   wtState = iota // no directory
+	wtEmpty                    // an empty directory: nothing to lose, git can fill it
+	wtOK                       // this agent's worktree, on its branch
+	wtOffBranch                // this agent's worktree, but a session checked out another branch or a commit
+	wtForeign                  // anything else: left alone
 )
 
 type inspection struct {
