@@ -23,7 +23,7 @@ func TestRealStopEndsRunningHook(t *testing.T) {
 			sup := newSupervisor(t)
 			dir := t.TempDir()
 			hk := hooks.New(sup, hooks.Config{Timeout: time.Hour, Commands: map[hooks.Event][]string{
-				ev:                  {`setsid sleep 3600 & echo $! > ` + filepath.Join(dir, "hook.pid") + `; wait`},
+				ev:                 {`setsid sleep 3600 & echo $! > ` + filepath.Join(dir, "hook.pid") + `; wait`},
 				hooks.AgentStopped: {`echo yes > ` + filepath.Join(dir, "stopped")},
 			}}, zaptest.NewLogger(t), nil)
 			h := realHarness(t, scripted(t, sup, backend.ScriptStep{}), func(c *Config) { c.Hooks = hk })

@@ -783,7 +783,9 @@ func (r *Runner) sessionEnv() []string {
 // and the SWARM_* variables, each key once, swarmd's directory first in
 // PATH (as in a session, whose backend adds its own env under the
 // configured one).
-func (r *Runner) env() []string { return environ.Build(r.cfg.PathPrepend, os.Environ(), r.sessionEnv()) }
+func (r *Runner) env() []string {
+	return environ.Build(r.cfg.PathPrepend, os.Environ(), r.sessionEnv())
+}
 
 // commits counts the commits between two HEADs; 0 when either is unknown
 // or they are equal (no git process then).

@@ -29,7 +29,7 @@ type OffBranchError struct {
 }
 
 func (e *OffBranchError) Error() string {
-	msg := fmt.Sprintf("worktree %s of agent %s is %s and git cannot switch back (%s)", e.Path, e.Agent, e.Where, e.Git)
+	msg := fmt.Sprintf("worktree %s of agent %s is off its branch (%s), and git cannot switch back: %s", e.Path, e.Agent, e.Where, e.Git)
 	if len(e.Fix) > 0 {
 		return msg + "; keep the uncommitted work and switch back with: " + strings.Join(e.Fix, " && ") +
 			"; then: swarmd start " + e.Agent
