@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -113,6 +114,9 @@ func TestConfigurationDocumentsEveryKey(t *testing.T) {
 			continue
 		}
 		want := fmt.Sprint(k.def)
+		if f, ok := k.def.(float64); ok { // a JSON number: 67108864, not 6.7108864e+07
+			want = strconv.FormatFloat(f, 'f', -1, 64)
+		}
 		if !strings.Contains(def, "`"+want+"`") {
 			t.Errorf("%s: configuration.md gives the default %q; the schema says `%s`", k.path, def, want)
 		}

@@ -56,6 +56,14 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	}
 	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
 	st.DaemonFault = a.d.health.faultText()
+	if st.Health == "" && s.State.Kind != agent.Stopped {
+		switch {
+		case s.DiskFull != "":
+			st.Health = "disk full"
+		case s.HotLoop:
+			st.Health = "hot loop" // sessions keep ending within a second: min_session_interval paces them
+		}
+	}
 	return st
 }
 

@@ -49,6 +49,7 @@ func (p plainDir) Head(context.Context, string) (string, error) { return "", nil
 func (p plainDir) CommitsBetween(context.Context, string, string) (int, error) {
 	return 0, nil
 }
+func (plainDir) ClearStaleLocks(context.Context, string) ([]string, error) { return nil, nil }
 
 type tinyPrompter struct{}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
@@ -52,6 +53,9 @@ type daemon struct {
 	ready    atomic.Bool // every agent registered
 	health   healthMonitor
 	notify   notifier
+	// maxSessionBytes is logs.max_session_bytes as the daemon started with
+	// it: a logs key applies at a restart, not at a reload.
+	maxSessionBytes int64
 
 	// agentCtx bounds every runner (cancelled when Run returns); recovered
 	// is what restart recovery found, both set by openDaemon.
@@ -71,7 +75,7 @@ type recovered struct {
 // that are the operator's to fix (a repo that is not a repo, a state dir in
 // use) are usage errors: exit 2 before anything starts.
 func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log}
+	d := &daemon{cfg: cfg, log: log, maxSessionBytes: int64(cfg.Logs.MaxSessionBytes)}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -250,12 +254,15 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 			MaxConsecutiveErrors: uint32(a.MaxConsecutiveErrors),
 			MaxTotalErrors:       uint32(a.MaxTotalErrors),
 		},
-		Timeout:       st.Timeout,
-		GracePeriod:   st.GracePeriod,
-		Env:           st.Env,
-		FirstSeq:      rc.seq,
-		TotalErrors:   rc.totalErrors,
-		StoppedReason: rc.stoppedReason,
+		Timeout:            st.Timeout,
+		GracePeriod:        st.GracePeriod,
+		Env:                st.Env,
+		PathPrepend:        selfDir(),
+		MinSessionInterval: st.MinSessionInterval,
+		MaxLogBytes:        d.maxSessionBytes,
+		FirstSeq:           rc.seq,
+		TotalErrors:        rc.totalErrors,
+		StoppedReason:      rc.stoppedReason,
 	})
 }
 
@@ -267,16 +274,14 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 	}
 	env := envList(a.Env)
 	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","))
-	if p := pathWithSelf(); p != "" {
-		env = append(env, "PATH="+p)
-	}
 	return runner.Settings{
-		Role:        a.Role,
-		Backend:     be,
-		Prompter:    &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: cfg.AgentNames()},
-		Env:         env,
-		Timeout:     a.SessionTimeout,
-		GracePeriod: a.GracePeriod,
+		Role:               a.Role,
+		Backend:            be,
+		Prompter:           &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: cfg.AgentNames()},
+		Env:                env,
+		Timeout:            a.SessionTimeout,
+		GracePeriod:        a.GracePeriod,
+		MinSessionInterval: a.MinSessionInterval,
 	}, nil
 }
 
@@ -367,22 +372,25 @@ func envList(m map[string]string) []string {
 	return out
 }
 
-// pathWithSelf is PATH with this binary's directory first, so that agents
-// can run `swarmd mail` inside their sessions.
-func pathWithSelf() string { return selfFirst(os.Getenv("PATH")) }
-
-// selfFirst is path with this binary's directory first; "" when the binary
-// cannot be found.
-func selfFirst(path string) string {
+// selfDir is this binary's directory. The runner puts it first in the
+// effective PATH of sessions and hooks (after the configured env is
+// merged), so that agents can run `swarmd mail` inside their sessions.
+func selfDir() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	dir := filepath.Dir(exe)
-	if path != "" {
-		return dir + string(os.PathListSeparator) + path
+	return filepath.Dir(exe)
+}
+
+// selfFirst is path with this binary's directory first, as a session gets
+// it; "" when the binary cannot be found.
+func selfFirst(path string) string {
+	dir := selfDir()
+	if dir == "" {
+		return ""
 	}
-	return dir
+	return environ.PrependPath(dir, path)
 }
 
 // observers fans a runner's notifications out, in order.

@@ -101,6 +101,9 @@ func (d *daemon) readiness() string {
 	if f := d.health.faultText(); f != "" {
 		return f
 	}
+	if f := d.agentDiskFull(); f != "" {
+		return f
+	}
 	states := d.reg.States()
 	if len(states) == 0 {
 		return "no agents configured"
@@ -111,4 +114,15 @@ func (d *daemon) readiness() string {
 		}
 	}
 	return "every agent is Stopped (swarmd start AGENT)"
+}
+
+// agentDiskFull names an agent whose last session log or prompt write failed
+// for lack of space (ENOSPC or a quota, which statfs does not see), or is "".
+func (d *daemon) agentDiskFull() string {
+	for _, r := range d.reg.Runners() {
+		if s := r.Snapshot(); s.DiskFull != "" {
+			return "disk full: agent " + s.Agent + ": " + s.DiskFull
+		}
+	}
+	return ""
 }

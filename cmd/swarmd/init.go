@@ -235,6 +235,8 @@ type starterData struct {
 	MaxAge                  string
 	HookTimeout             string
 	MaxBody                 int
+	MinSessionInterval      string
+	MaxSessionBytes         int
 }
 
 func starterConfig(agents []string, backend string) []byte {
@@ -254,6 +256,8 @@ func starterConfig(agents []string, backend string) []byte {
 		MaxAge:               config.FormatDuration(config.DefaultMaxAge),
 		HookTimeout:          config.FormatDuration(config.DefaultHookTimeout),
 		MaxBody:              config.DefaultMaxBody,
+		MinSessionInterval:   config.FormatDuration(config.DefaultMinSessionInterval),
+		MaxSessionBytes:      config.DefaultMaxSessionBytes,
 	}
 	var b bytes.Buffer
 	if err := starterTemplate.Execute(&b, d); err != nil {
@@ -302,11 +306,13 @@ defaults:
   # {{kv "max_consecutive_errors" .MaxConsecutiveErrors}}# the agent stops after this many failed sessions in a row
   # {{kv "max_total_errors" .MaxTotalErrors}}# ...or after this many in all
   # {{kv "env" "{}"}}# extra environment for the backend, e.g. {GOFLAGS: -mod=mod}
+  # {{kv "min_session_interval" .MinSessionInterval}}# least time between two session starts (0: none)
 
 # Session logs of an agent are archived when it stops.
 logs:
   # {{kv "keep_archives" .KeepArchives}}# archives kept per agent
   # {{kv "max_age" .MaxAge}}# older archives are deleted
+  # {{kv "max_session_bytes" .MaxSessionBytes}}# 64 MiB; a session's output past it is dropped, and counted in its log
 
 # Shell commands run in the agent's worktree with the SWARM_* variables and a
 # JSON description of the event on stdin. Output goes to the daemon log; a

@@ -63,12 +63,20 @@ type Spec struct {
 	Dir       string // working directory; must exist
 	// Env is extra KEY=VALUE (SWARM_* and the configured env), applied over
 	// the daemon's environment and the backend's own env.
-	Env    []string
-	Prompt string // written to stdin, never put on the command line
+	Env []string
+	// PathPrepend, if set, goes first in the session's effective PATH
+	// (whichever of the daemon's env, the backend's or Env set it): swarmd's
+	// own directory, so that agents find `swarmd mail`.
+	PathPrepend string
+	Prompt      string // written to stdin, never put on the command line
 	// HeadBefore is the worktree's HEAD when the session starts, for the
 	// log header (may be empty).
 	HeadBefore string
 	LogPath    string // stdout and stderr are appended here, between a header and a footer line
+	// MaxLogBytes, if positive, caps the output appended to LogPath: past it
+	// output is still parsed but not written, and one line at the end says
+	// how many bytes were dropped.
+	MaxLogBytes int64
 	// Timeout, if positive, cancels the session (cancel signal) when it
 	// expires and kills it GraceAfterTimeout later; the outcome is Timeout.
 	Timeout           time.Duration
@@ -110,6 +118,14 @@ type Result struct {
 	// else zero: the agent stays in CoolingDown at least until then.
 	RateLimited bool
 	RetryAfter  time.Time
+
+	// LogDropped is how many bytes of output were not written to the log
+	// because of Spec.MaxLogBytes.
+	LogDropped int64
+	// DiskFull, if set, says how writing the session log failed for lack of
+	// space (ENOSPC or EDQUOT). Such a session is an error, whatever its
+	// exit: its output is lost and the agent should back off.
+	DiskFull string
 }
 
 // Usage is the tokens and cost a session reported. Input tokens exclude

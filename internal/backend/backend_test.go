@@ -460,11 +460,3 @@ func TestScriptQuoting(t *testing.T) {
 		t.Fatal("NewScripted accepted no steps")
 	}
 }
-
-func TestMergeEnv(t *testing.T) {
-	got := mergeEnv([]string{"A=1", "B=2", "junk"}, []string{"B=3", "C=4"}, []string{"A=5"})
-	want := []string{"A=5", "B=3", "C=4"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("mergeEnv = %q, want %q", got, want)
-	}
-}

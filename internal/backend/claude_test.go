@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/mockllm"
 	"github.com/swarmd/swarmd/internal/proc"
 )
@@ -33,7 +34,7 @@ func TestClaudeArgsAndEnv(t *testing.T) {
 	if c.Name() != "claude" || c.cli.command != "claude" || c.cli.cancelSig != syscall.SIGINT {
 		t.Fatalf("defaults: name %q command %q signal %v", c.Name(), c.cli.command, c.cli.cancelSig)
 	}
-	env := mergeEnv(c.cli.env)
+	env := environ.Build("", c.cli.env)
 	if slices.Contains(env, "IS_SANDBOX=1") != (syscall.Geteuid() == 0) {
 		t.Errorf("IS_SANDBOX as uid %d: env %q", syscall.Geteuid(), env)
 	}

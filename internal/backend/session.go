@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
@@ -40,6 +41,8 @@ type session struct {
 	reporter  Reporter      // parser, if it is one
 	fatal     chan struct{} // buffered: the output showed a fatal error
 	log       *os.File      // nil when Spec.LogPath is ""
+	logErr    error         // the first failed write to log; nothing more is written then
+	maxLog    int64         // Spec.MaxLogBytes
 	out       *sessionOutput
 	timeout   time.Duration
 	grace     time.Duration
@@ -77,6 +80,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		fatal:     make(chan struct{}, 1),
 		timeout:   spec.Timeout,
 		grace:     spec.GraceAfterTimeout,
+		maxLog:    spec.MaxLogBytes,
 		done:      make(chan struct{}),
 	}
 	if s.grace <= 0 {
@@ -97,7 +101,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	}
 	s.logLine(header + " ===\n")
 
-	out := &sessionOutput{s: s}
+	out := &sessionOutput{s: s, atLineStart: true}
 	if l.parser != nil {
 		s.reporter, _ = l.parser.(Reporter)
 		out.lines = NewLineSplitter(0, s.line)
@@ -107,7 +111,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		Path:   l.path,
 		Args:   l.args,
 		Dir:    spec.Dir,
-		Env:    mergeEnv(os.Environ(), l.env, spec.Env),
+		Env:    environ.Build(spec.PathPrepend, os.Environ(), l.env, spec.Env),
 		Stdin:  strings.NewReader(spec.Prompt),
 		Output: out,
 		ID:     spec.SessionID,
@@ -149,8 +153,18 @@ func openLog(path string) (*os.File, error) {
 // logLine writes a header or footer; a log that cannot be written must not
 // stop the session.
 func (s *session) logLine(line string) {
-	if s.log != nil {
-		_, _ = s.log.WriteString(line)
+	s.writeLog([]byte(line))
+}
+
+// writeLog appends to the log until a write fails: the first error is kept
+// for the Result (a full disk makes the session an error), and later
+// writes are not attempted.
+func (s *session) writeLog(p []byte) {
+	if s.log == nil || s.logErr != nil || len(p) == 0 {
+		return
+	}
+	if _, err := s.log.Write(p); err != nil {
+		s.logErr = fmt.Errorf("write session log %s: %w", s.log.Name(), err)
 	}
 }
 
@@ -322,6 +336,17 @@ func (s *session) classify() Result {
 // end records the result, writes the footer and closes the log.
 func (s *session) end(r Result) {
 	r.Started, r.Ended = s.started, time.Now()
+	if s.out != nil && s.out.dropped > 0 {
+		r.LogDropped = s.out.dropped
+		nl := ""
+		if !s.out.atLineStart {
+			nl = "\n"
+		}
+		s.logLine(fmt.Sprintf("%s[swarmd: dropped %d bytes of output over logs.max_session_bytes (%d)]\n", nl, s.out.dropped, s.maxLog))
+	}
+	if IsDiskFull(s.logErr) {
+		diskFull(&r, s.logErr)
+	}
 	footer := fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome %s: %s", s.id, s.seq,
 		r.Ended.Format(time.RFC3339), r.Outcome, r.Reason)
 	if r.AbortReason != "" {
@@ -337,45 +362,46 @@ func (s *session) end(r Result) {
 
 // sessionOutput receives the tree's output from proc's copy goroutine.
 type sessionOutput struct {
-	s     *session
-	lines *LineSplitter // nil without a parser
-	err   error         // first log write error; output is still parsed
+	s           *session
+	lines       *LineSplitter // nil without a parser
+	written     int64         // output bytes written to the log
+	dropped     int64         // output bytes over Spec.MaxLogBytes, not written
+	atLineStart bool          // the last byte written was a newline (or none was)
 }
 
 func (o *sessionOutput) Write(p []byte) (int, error) {
 	o.s.lastOut.Store(time.Now().UnixNano())
-	if o.s.log != nil && o.err == nil {
-		_, o.err = o.s.log.Write(p)
+	keep := p
+	if limit := o.s.maxLog; limit > 0 && o.written+int64(len(p)) > limit {
+		keep = p[:max(limit-o.written, 0)]
+		o.dropped += int64(len(p) - len(keep))
 	}
+	if len(keep) > 0 {
+		o.s.writeLog(keep)
+		o.written += int64(len(keep))
+		o.atLineStart = keep[len(keep)-1] == '\n'
+	}
+	// Parsing goes on past the cap: the result record and the usage come
+	// last, and a session whose log was cut must still be classified.
 	if o.lines != nil {
 		_, _ = o.lines.Write(p)
 	}
 	return len(p), nil
 }
 
-// mergeEnv applies layers of KEY=VALUE in order: a later value of a key
-// replaces an earlier one in place. Without this a child would see both, and
-// getenv(3) returns the first.
-func mergeEnv(layers ...[]string) []string {
-	n := 0
-	for _, l := range layers {
-		n += len(l)
+// IsDiskFull reports whether err comes from a full disk or an exhausted
+// quota: the agent that hit it can retry later; nothing is wrong with it.
+func IsDiskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// diskFull makes a session whose log could not be written an error: its
+// output is lost, and the agent should back off until there is room.
+func diskFull(r *Result, err error) {
+	r.DiskFull = err.Error()
+	if r.Outcome == OutcomeSuccess {
+		r.Outcome, r.Reason = OutcomeError, "disk full: "+err.Error()+" (the session itself exited 0)"
+		return
 	}
-	out := make([]string, 0, n)
-	pos := make(map[string]int, n)
-	for _, l := range layers {
-		for _, kv := range l {
-			k, _, ok := strings.Cut(kv, "=")
-			if !ok {
-				continue // not an environment entry
-			}
-			if i, seen := pos[k]; seen {
-				out[i] = kv
-				continue
-			}
-			pos[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
+	r.Reason += "; disk full: " + err.Error()
 }

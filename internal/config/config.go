@@ -61,6 +61,9 @@ type AgentSettings struct {
 	// through the control socket; without it they may act only as
 	// themselves.
 	AllowControl bool
+	// MinSessionInterval is the least time between two session starts of
+	// an agent (0: none): it bounds a backend that exits at once.
+	MinSessionInterval time.Duration
 }
 
 // Agent is one agent with its settings resolved (defaults merged with its
@@ -72,10 +75,11 @@ type Agent struct {
 	AgentSettings
 }
 
-// Logs configures session-log archives.
+// Logs configures session logs and their archives.
 type Logs struct {
-	KeepArchives int // per agent
-	MaxAge       time.Duration
+	KeepArchives    int // per agent
+	MaxAge          time.Duration
+	MaxSessionBytes int // output past it is dropped from a session's log (and counted there)
 }
 
 // Hooks are shell commands run at lifecycle points.
@@ -144,6 +148,8 @@ const (
 	DefaultHookTimeout          = 30 * time.Second
 	DefaultMaxBody              = 64 << 10
 	DefaultStallAfter           = 5 * time.Minute
+	DefaultMinSessionInterval   = time.Second
+	DefaultMaxSessionBytes      = 64 << 20
 )
 
 func defaultConfig() *Config {
@@ -157,8 +163,9 @@ func defaultConfig() *Config {
 			MaxConsecutiveErrors: DefaultMaxConsecutiveErrors,
 			MaxTotalErrors:       DefaultMaxTotalErrors,
 			Env:                  map[string]string{},
+			MinSessionInterval:   DefaultMinSessionInterval,
 		},
-		Logs:       Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge},
+		Logs:       Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
 		Hooks:      Hooks{Timeout: DefaultHookTimeout},
 		Mailbox:    Mailbox{MaxBody: DefaultMaxBody},
 		StallAfter: DefaultStallAfter,

@@ -51,6 +51,7 @@ func TestDefaults(t *testing.T) {
 		MaxConsecutiveErrors: 5,
 		MaxTotalErrors:       20,
 		Env:                  map[string]string{},
+		MinSessionInterval:   time.Second,
 	}
 	want := &Config{
 		Path:       filepath.Join(dir, "minimal.yaml"),
@@ -59,7 +60,7 @@ func TestDefaults(t *testing.T) {
 		BaseRef:    "HEAD",
 		Listen:     "127.0.0.1:9464",
 		Defaults:   defaults,
-		Logs:       Logs{KeepArchives: 10, MaxAge: 720 * time.Hour},
+		Logs:       Logs{KeepArchives: 10, MaxAge: 720 * time.Hour, MaxSessionBytes: 64 << 20},
 		Hooks:      Hooks{Timeout: 30 * time.Second},
 		Mailbox:    Mailbox{MaxBody: 65536},
 		StallAfter: 5 * time.Minute,
@@ -87,6 +88,7 @@ func TestOverrides(t *testing.T) {
 		MaxConsecutiveErrors: 3,
 		MaxTotalErrors:       7,
 		Env:                  map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "1"},
+		MinSessionInterval:   2 * time.Second,
 	}
 	backends := builtins()
 	backends["claude"] = Backend{Name: "claude", Type: "claude", Command: "/opt/claude/bin/claude",
@@ -108,7 +110,7 @@ func TestOverrides(t *testing.T) {
 		BaseRef:  "origin/main",
 		Listen:   "",
 		Defaults: defaults,
-		Logs:     Logs{KeepArchives: 4, MaxAge: 48 * time.Hour},
+		Logs:     Logs{KeepArchives: 4, MaxAge: 48 * time.Hour, MaxSessionBytes: 1 << 20},
 		Hooks: Hooks{
 			AgentStart:   []string{"make setup"},
 			SessionStart: []string{"./check.sh", "echo start"},
@@ -123,11 +125,11 @@ func TestOverrides(t *testing.T) {
 			{Name: "alice", Role: "You are alice. You write the Go code.\n", RoleFile: filepath.Join(dir, "prompts", "alice.md"),
 				AgentSettings: AgentSettings{Backend: "claude", SessionTimeout: 90 * time.Minute, GracePeriod: 5 * time.Second,
 					MaxConsecutiveErrors: 3, MaxTotalErrors: 7,
-					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}}},
+					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0}},
 			{Name: "bob", Role: "You review every commit on main.\nReply with PASS or FAIL.\n", AgentSettings: defaults},
 			{Name: "carol-2", Role: "Review docs/ and/or fix bugs",
 				AgentSettings: AgentSettings{Backend: "fake", SessionTimeout: 30 * time.Minute, GracePeriod: time.Second,
-					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env}},
+					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env, MinSessionInterval: 2 * time.Second}},
 		},
 	}
 	got := load(t, "testdata/full.yaml")
@@ -327,8 +329,8 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, backends, agents)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control)"},
-		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval)"},
+		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},
 
@@ -342,6 +344,8 @@ func TestErrors(t *testing.T) {
 		{"not_integer", 2, "defaults.max_total_errors", `want an integer, got "many"`},
 		{"zero_keep_archives", 2, "logs.keep_archives", "must be at least 1, got 0"},
 		{"zero_max_body", 2, "mailbox.max_body", "must be at least 1, got 0"},
+		{"zero_max_session_bytes", 2, "logs.max_session_bytes", "must be at least 1, got 0"},
+		{"negative_min_session_interval", 2, "defaults.min_session_interval", "must not be negative, got -1s"},
 		{"wrong_kind_agents", 2, "agents", "want a list of agents, got a mapping"},
 		{"wrong_kind_env", 2, "defaults.env", "want a mapping, got a list"},
 		{"bad_env_name", 6, "agents[0].env.BAD-NAME", `"BAD-NAME" is not a valid environment variable name (use letters, digits and _, not starting with a digit)`},

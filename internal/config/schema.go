@@ -86,6 +86,8 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"logs", "Archives of session logs, made when an agent stops.", d.section([]field{
 			{"keep_archives", "Archives kept per agent.", d.intTo(&cfg.Logs.KeepArchives, 1, maxInt)},
 			{"max_age", "Archives older than this are deleted.", d.durTo(&cfg.Logs.MaxAge, false)},
+			{"max_session_bytes", "Most output bytes written to one session's log; the rest is dropped, and one line in the log says how much.",
+				d.intTo(&cfg.Logs.MaxSessionBytes, 1, maxInt)},
 		}, nil)},
 		{"hooks", "Shell commands run at lifecycle points, in the agent's worktree.", d.section([]field{
 			{"agent_start", "Run once per agent run, before its first session.", d.strListTo(&cfg.Hooks.AgentStart, true)},
@@ -169,6 +171,8 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"Extra environment of this agent's sessions, merged over defaults.env (this agent's values win)."), d.envTo(&s.Env)},
 		{"allow_control", doc("Let agents' sessions stop and start other agents through the control socket (default: only the operator may).",
 			"Let this agent's sessions stop and start other agents (overrides defaults.allow_control)."), d.boolTo(&s.AllowControl)},
+		{"min_session_interval", doc("Least time between two session starts of an agent (0s: none); bounds a backend that exits at once.",
+			"Overrides defaults.min_session_interval."), d.durTo(&s.MinSessionInterval, true)},
 	}
 }
 
@@ -546,6 +550,9 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("allow_control") {
 		out.AllowControl = over.AllowControl
+	}
+	if has("min_session_interval") {
+		out.MinSessionInterval = over.MinSessionInterval
 	}
 	out.Env = make(map[string]string, len(base.Env)+len(over.Env))
 	maps.Copy(out.Env, base.Env)

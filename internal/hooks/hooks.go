@@ -1,6 +1,7 @@
 // Package hooks runs the operator's shell hooks around an agent's sessions
-// (docs/configuration.md, hooks). A hook is `/bin/sh -c COMMAND` run as a process tree of the
-// proc.Supervisor, so a timeout or a daemon force-stop ends everything it
+// (docs/configuration.md, hooks). A hook is `/bin/sh -c COMMAND` run as a
+// process tree of the proc.Supervisor, so a timeout or the end of the
+// caller's context (the runner's: the agent's stop) ends everything it
 // started, setsid grandchildren included. A failing or hanging hook is logged
 // and counted but never fails the agent; the only result a caller acts on is
 // a session_start hook that exits 2, which blocks that session.

@@ -33,6 +33,7 @@ func (blockedWorkspace) Head(context.Context, string) (string, error) { return "
 func (blockedWorkspace) CommitsBetween(context.Context, string, string) (int, error) {
 	return 0, nil
 }
+func (blockedWorkspace) ClearStaleLocks(context.Context, string) ([]string, error) { return nil, nil }
 
 type noBackend struct{}
 

@@ -29,6 +29,7 @@ func (w dirWorkspace) Head(context.Context, string) (string, error) { return "",
 func (w dirWorkspace) CommitsBetween(context.Context, string, string) (int, error) {
 	return 0, nil
 }
+func (dirWorkspace) ClearStaleLocks(context.Context, string) ([]string, error) { return nil, nil }
 
 type staticPrompter struct{}
 

@@ -138,6 +138,8 @@ func (w *fakeWorkspace) Head(context.Context, string) (string, error) { return "
 
 func (w *fakeWorkspace) CommitsBetween(context.Context, string, string) (int, error) { return 0, nil }
 
+func (w *fakeWorkspace) ClearStaleLocks(context.Context, string) ([]string, error) { return nil, nil }
+
 func (w *fakeWorkspace) Verify(ctx context.Context, name string) (worktree.Worktree, error) {
 	if w.verifyErr != nil {
 		return worktree.Worktree{}, w.verifyErr

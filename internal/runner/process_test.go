@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
@@ -278,15 +279,16 @@ func TestRealHooksAroundSessions(t *testing.T) {
 	sup := newSupervisor(t)
 	dir := t.TempDir()
 	record := func(event string) string {
-		// Each hook appends its event and payload to a file in the worktree's parent.
-		return `{ printf '%s ' "$SWARM_HOOK_EVENT"; cat; echo; } >> ` + filepath.Join(dir, "hooks.log")
+		// Each hook appends its event and payload to a file in the worktree's
+		// parent, in one write: the stop may kill a hook that is running.
+		return `line="$SWARM_HOOK_EVENT $(cat)"; echo "$line" >> ` + filepath.Join(dir, "hooks.log")
 	}
 	hk := hooks.New(sup, hooks.Config{Commands: map[hooks.Event][]string{
 		hooks.AgentStart:   {record("agent_start")},
 		hooks.SessionStart: {record("session_start")},
 		hooks.SessionEnd:   {record("session_end")},
 		hooks.AgentStopped: {record("agent_stopped"), "ls " + filepath.Join(dir, "logs", "alice") + " | wc -l > " + filepath.Join(dir, "left")},
-	}}, zap.NewNop(), nil)
+	}}, zaptest.NewLogger(t), nil)
 	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"x"}}), func(c *Config) {
 		c.Hooks = hk
 		c.Logs = logs.New(dir, 0, 0, nil)

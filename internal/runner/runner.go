@@ -22,6 +22,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
@@ -38,6 +39,9 @@ type Workspace interface {
 	Verify(ctx context.Context, agent string) (worktree.Worktree, error)
 	Head(ctx context.Context, agent string) (string, error)
 	CommitsBetween(ctx context.Context, from, to string) (int, error)
+	// ClearStaleLocks removes git's lock files from the agent's worktree;
+	// the runner calls it only while no process of the agent is alive.
+	ClearStaleLocks(ctx context.Context, agent string) ([]string, error)
 }
 
 // LogStore knows where session logs and prompts live and archives them when
@@ -168,6 +172,13 @@ type Snapshot struct {
 	Reason            string // why the last transition happened (the stop reason once Stopped)
 	Since             time.Time
 	Version           uint64 // increments on every transition
+	// HotLoop: the last sessions each ended on their own within a second
+	// of starting (a backend that exits at once), so the agent only runs
+	// as fast as min_session_interval allows.
+	HotLoop bool
+	// DiskFull, if set, is how the last write of a session log or prompt
+	// failed for lack of space; it clears at the next write that works.
+	DiskFull string
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
@@ -185,7 +196,14 @@ type Config struct {
 	Timeout     time.Duration // session_timeout (0 = none)
 	GracePeriod time.Duration // default 10s
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
-	FirstSeq    uint32        // default 1; restart recovery continues the sequence
+	// PathPrepend goes first in the effective PATH of sessions and hooks
+	// (swarmd's own directory, so that agents find `swarmd mail`).
+	PathPrepend string
+	// MinSessionInterval is the least time between two session starts
+	// (min_session_interval); 0 is no minimum.
+	MinSessionInterval time.Duration
+	MaxLogBytes        int64  // caps each session log (logs.max_session_bytes); 0 is no cap
+	FirstSeq           uint32 // default 1; restart recovery continues the sequence
 	// Restart recovery: total_errors survives a restart, and an agent that
 	// was stopped by its thresholds or a FatalError stays Stopped (with
 	// this reason) until an operator starts it again.
@@ -233,6 +251,10 @@ type Runner struct {
 	lastPrompt string
 	headBefore string
 	retryAfter time.Time // a rate-limited session's provider reset time
+	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
+	quick      int       // sessions in a row that ended on their own in under hotLoopSession
+	diskFull   string    // Snapshot.DiskFull
+	wtChecked  bool      // the worktree was prepared or verified since the last session
 	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
 	carried    int       // messages the current session's prompt carried
 	timedOut   bool
@@ -291,6 +313,8 @@ type Settings struct {
 	Env         []string
 	Timeout     time.Duration
 	GracePeriod time.Duration
+	// MinSessionInterval replaces Config.MinSessionInterval (0 is no minimum).
+	MinSessionInterval time.Duration
 }
 
 // Update queues new settings for the next session.
@@ -309,7 +333,7 @@ func (r *Runner) applyPending() {
 	if p == nil {
 		return
 	}
-	r.cfg.Role, r.cfg.Env, r.cfg.Timeout = p.Role, p.Env, p.Timeout
+	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
 	if p.Backend != nil {
 		r.cfg.Backend = p.Backend
 	}
@@ -416,7 +440,9 @@ func (r *Runner) step() {
 			_ = r.hook(hooks.Payload{Event: hooks.AgentStart, State: agent.Initializing.String()})
 		})
 	case agent.BuildingPrompt:
-		r.buildPrompt()
+		if r.beforeSession() {
+			r.buildPrompt()
+		}
 	case agent.Spawning:
 		r.spawn()
 	case agent.Running, agent.Interrupting:
@@ -445,6 +471,7 @@ func (r *Runner) step() {
 // WorktreeReady, running then first (the agent_start hook); a worktree that
 // cannot be made ready is a FatalError.
 func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.Worktree, error), then func()) {
+	r.clearLocks() // no session is alive here: at agent start, or after one ended
 	wt, err := prepare(r.stopCtx, r.cfg.Name)
 	if r.external() {
 		return
@@ -453,7 +480,7 @@ func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.W
 		r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
 		return
 	}
-	r.wt = wt
+	r.wt, r.wtChecked = wt, true
 	if then != nil {
 		then()
 	}
@@ -513,7 +540,11 @@ func (r *Runner) spawn() {
 		Env:       r.sessionEnv(),
 		Prompt:    r.lastPrompt,
 		LogPath:   r.logPath(),
+
+		PathPrepend: r.cfg.PathPrepend,
+		MaxLogBytes: r.cfg.MaxLogBytes,
 	}
+	r.lastSpawn = time.Now()
 	r.headBefore = r.head()
 	spec.HeadBefore = r.headBefore
 	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
@@ -527,8 +558,12 @@ func (r *Runner) spawn() {
 			return
 		}
 		msg := "start: " + err.Error()
-		if errors.Is(err, hooks.ErrBlocked) {
+		switch {
+		case errors.Is(err, hooks.ErrBlocked):
 			msg = err.Error()
+		case backend.IsDiskFull(err):
+			msg = "disk full: " + msg
+			r.setDiskFull(msg)
 		}
 		r.why = Why{Kind: WhyAfterError, Detail: msg}
 		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
@@ -622,6 +657,7 @@ func (r *Runner) finishSession(stopping bool) {
 	}
 	out := outcome(res, r.timedOut)
 	r.settle(res, out, stopping)
+	r.noteSessionEnd(res, stopping)
 	headAfter := r.head()
 	commits := r.commits(r.headBefore, headAfter)
 	if r.cfg.Observer != nil {
@@ -711,6 +747,17 @@ func (r *Runner) cleanup() {
 	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: reason})
 }
 
+// hookCtx bounds a hook. A stop ends a running hook's tree at once, as it
+// ends a session; the hooks that are part of the stop itself (session_end of
+// the session it ended, agent_stopped) run to their end, and only a force
+// stop cuts them short.
+func (r *Runner) hookCtx(ev hooks.Event) context.Context {
+	if (ev == hooks.SessionEnd || ev == hooks.AgentStopped) && r.stopCtx.Err() != nil {
+		return r.forceCtx
+	}
+	return r.stopCtx
+}
+
 // hook runs the hooks of p.Event in the worktree with the session's
 // environment. Only a blocking session_start hook returns an error.
 func (r *Runner) hook(p hooks.Payload) error {
@@ -721,7 +768,7 @@ func (r *Runner) hook(p hooks.Payload) error {
 	if p.Event != hooks.AgentStart && p.Event != hooks.AgentStopped {
 		p.Seq = r.seq
 	}
-	return r.cfg.Hooks.Run(r.forceCtx, r.wt.Path, r.env(), p)
+	return r.cfg.Hooks.Run(r.hookCtx(p.Event), r.wt.Path, r.env(), p)
 }
 
 // sessionEnv is what a session adds to the daemon's environment: the
@@ -732,8 +779,13 @@ func (r *Runner) sessionEnv() []string {
 	return append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
 }
 
-// env is the whole environment of a hook.
-func (r *Runner) env() []string { return append(os.Environ(), r.sessionEnv()...) }
+// env is the whole environment of a hook: the daemon's, the configured env
+// and the SWARM_* variables, each key once, swarmd's directory first in
+// PATH (as in a session, whose backend adds its own env under the
+// configured one).
+func (r *Runner) env() []string {
+	return environ.Build(r.cfg.PathPrepend, os.Environ(), r.sessionEnv())
+}
 
 // commits counts the commits between two HEADs; 0 when either is unknown
 // or they are equal (no git process then).
@@ -844,7 +896,9 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 	switch eff.Kind {
 	case agent.StorePrompt:
 		if err := r.storePrompt(eff.Prompt); err != nil {
-			defer r.apply(agent.EvFatalError(fmt.Sprintf("store prompt: %v", err)), "runner", "")
+			defer r.promptNotStored(err)
+		} else {
+			r.setDiskFull("")
 		}
 	case agent.CancelSession:
 		if s := r.session(); s != nil {
@@ -877,6 +931,7 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		Agent: r.cfg.Name, State: to, Seq: r.seq, SessionID: r.sessionID, SessionStarted: r.sessStarted,
 		ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
 		Reason: reason, Since: now, Version: r.snap.Version + 1,
+		HotLoop: r.quick >= hotLoopAfter, DiskFull: r.diskFull,
 	}
 	if r.sess == nil {
 		r.snap.SessionStarted = time.Time{}

@@ -17,17 +17,20 @@ import (
 type wtState int
 
 const (
-	wtMissing wtState = iota // no directory
-	wtEmpty                  // an empty directory: nothing to lose, git can fill it
-	wtOK                     // this agent's worktree, on its branch
-	wtForeign                // anything else: left alone
+	wtMissing   wtState = iota // no directory
+	wtEmpty                    // an empty directory: nothing to lose, git can fill it
+	wtOK                       // this agent's worktree, on its branch
+	wtOffBranch                // this agent's worktree, but a session checked out another branch or a commit
+	wtForeign                  // anything else: left alone
 )
 
 type inspection struct {
 	state    wtState
-	reason   string        // why wtForeign
-	head     plumbing.Hash // wtOK: the worktree's HEAD commit
+	reason   string        // why wtForeign or wtOffBranch
+	head     plumbing.Hash // wtOK, wtOffBranch: the worktree's HEAD commit (zero on an unborn branch)
 	rebasing bool          // wtOK: HEAD is detached by a rebase of the agent's branch
+	branch   string        // wtOffBranch: the branch checked out instead, "" for a detached HEAD
+	adminDir string        // wtOK, wtOffBranch: the worktree's own git directory (.git/worktrees/<id>)
 }
 
 func foreign(format string, args ...any) inspection {
@@ -109,18 +112,37 @@ func (m *Manager) inspect(agent string) (inspection, error) {
 		// A rebase detaches HEAD but keeps the branch checked out here; the
 		// agent's next session can finish it.
 		if rebasingBranch(adminDir) == want {
-			return inspection{state: wtOK, head: head.Hash(), rebasing: true}, nil
+			return inspection{state: wtOK, head: head.Hash(), rebasing: true, adminDir: adminDir}, nil
 		}
-		return foreign("detached HEAD at %s, want branch %s", head.Hash().String()[:12], want.Short()), nil
+		return offBranch(r, want, inspection{head: head.Hash(), adminDir: adminDir,
+			reason: fmt.Sprintf("detached HEAD at %s, want branch %s", head.Hash().String()[:12], want.Short())}), nil
 	}
 	if head.Target() != want {
-		return foreign("on branch %s, want %s", head.Target().Short(), want.Short()), nil
+		in := inspection{branch: head.Target().Short(), adminDir: adminDir,
+			reason: fmt.Sprintf("on branch %s, want %s", head.Target().Short(), want.Short())}
+		if ref, err := r.Reference(head.Target(), true); err == nil {
+			in.head = ref.Hash()
+		}
+		return offBranch(r, want, in), nil
 	}
 	ref, err := r.Reference(want, true)
 	if err != nil {
 		return foreign("branch %s cannot be read: %v", want.Short(), err), nil
 	}
-	return inspection{state: wtOK, head: ref.Hash()}, nil
+	return inspection{state: wtOK, head: ref.Hash(), adminDir: adminDir}, nil
+}
+
+// offBranch classifies a registered worktree of this repository at the
+// agent's path whose HEAD is elsewhere. While the agent's branch exists it
+// is the agent's worktree that a session switched away (wtOffBranch, which
+// Ensure and Verify switch back); without the branch nothing says the
+// worktree was ever the agent's, so it is left alone.
+func offBranch(r *git.Repository, want plumbing.ReferenceName, in inspection) inspection {
+	if _, err := r.Reference(want, true); err != nil {
+		return foreign("%s", in.reason)
+	}
+	in.state = wtOffBranch
+	return in
 }
 
 // rebasingBranch is the branch a rebase in progress in the worktree is

@@ -55,7 +55,7 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 	case wtOK:
 		st.Exists = true
 		head = in.head
-	case wtForeign:
+	case wtForeign, wtOffBranch:
 		st.Problem = in.reason
 	}
 	if !st.Exists && !hasBranch {
@@ -199,7 +199,7 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 	if err != nil {
 		return err
 	}
-	if in.state == wtForeign {
+	if in.state == wtForeign || in.state == wtOffBranch {
 		return &ForeignDirError{Agent: agent, Path: path, Reason: in.reason}
 	}
 	tip, hasBranch, err := m.branchTip(agent)

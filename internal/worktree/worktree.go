@@ -263,7 +263,11 @@ func (m *Manager) lock(ctx context.Context) (unlock func(), err error) {
 }
 
 // Ensure makes the agent's worktree ready. An existing valid worktree is
-// reused as it is (branch, commits, uncommitted changes untouched). If its
+// reused as it is (branch, commits, uncommitted changes untouched). One that
+// a session switched to another branch or commit is switched back to the
+// agent's branch, keeping that branch and carrying uncommitted changes
+// along; when they block the switch, an *OffBranchError says how to keep
+// them. If its
 // directory is gone, the stale registration is pruned and the worktree is
 // recreated from the agent's branch; without a branch, the branch is created
 // from the base commit. A directory that is not this agent's worktree is left
@@ -281,8 +285,9 @@ func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
 }
 
 // Verify checks, between sessions, that the agent's worktree exists and is on
-// its branch. A deleted directory is recreated from the branch; anything else
-// wrong (another branch checked out, the branch deleted) is an error.
+// its branch. A deleted directory is recreated from the branch, and a
+// worktree switched to another branch or commit is switched back (as by
+// Ensure); anything else wrong (the branch deleted) is an error.
 func (m *Manager) Verify(ctx context.Context, agent string) (Worktree, error) {
 	if err := checkName(agent); err != nil {
 		return Worktree{}, err
@@ -305,6 +310,8 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (
 	case wtOK:
 		wt.Head = in.head.String()
 		return wt, nil
+	case wtOffBranch:
+		return m.restoreBranch(ctx, wt, in)
 	case wtForeign:
 		return Worktree{}, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
 	}
@@ -354,6 +361,12 @@ func (m *Manager) Head(ctx context.Context, agent string) (string, error) {
 	}
 	switch in.state {
 	case wtOK:
+		return in.head.String(), nil
+	case wtOffBranch:
+		// What the session left checked out: its commits count.
+		if in.head.IsZero() {
+			return "", fmt.Errorf("read HEAD of agent %s: %s has no commits yet", agent, in.branch)
+		}
 		return in.head.String(), nil
 	case wtForeign:
 		return "", &ForeignDirError{Agent: agent, Path: m.Path(agent), Reason: in.reason}

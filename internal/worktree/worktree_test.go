@@ -246,31 +246,6 @@ func TestVerifyFailsWhenBranchIsGoneToo(t *testing.T) {
 	}
 }
 
-func TestVerifyRefusesOtherBranch(t *testing.T) {
-	ctx := context.Background()
-	repo := newRepo(t)
-	m := openT(t, repo)
-	wt, err := m.Ensure(ctx, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gitT(t, wt.Path, "switch", "-q", "-c", "elsewhere")
-	_, err = m.Verify(ctx, "alice")
-	if !errors.Is(err, ErrForeignDir) || !strings.Contains(err.Error(), "on branch elsewhere, want swarm/alice") {
-		t.Fatalf("Verify = %v, want ErrForeignDir naming the branch", err)
-	}
-	if got := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); got != "elsewhere" {
-		t.Fatalf("Verify switched the branch back to %s", got)
-	}
-	st, err := m.Status(ctx, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Exists || st.Problem == "" {
-		t.Fatalf("Status = %+v, want a problem", st)
-	}
-}
-
 // An agent killed in the middle of a rebase leaves HEAD detached; the
 // worktree is still the agent's, and Prune must not drop it.
 func TestRebaseInProgressIsTheAgentsWorktree(t *testing.T) {

@@ -1,0 +1,99 @@
+package runner
+
+import (
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/logs"
+)
+
+// fullDisk is a log store whose files are /dev/full while full is set:
+// every write fails with ENOSPC, as on a full filesystem.
+type fullDisk struct {
+	*logs.Store
+	prompts, logs atomic.Bool
+}
+
+func (d *fullDisk) PromptPath(agent string, seq uint32) string {
+	if d.prompts.Load() {
+		return "/dev/full"
+	}
+	return d.Store.PromptPath(agent, seq)
+}
+
+func (d *fullDisk) LogPath(agent string, seq uint32) string {
+	if d.logs.Load() {
+		return "/dev/full"
+	}
+	return d.Store.LogPath(agent, seq)
+}
+
+// A prompt that cannot be written for lack of space is this agent's
+// retryable error, not a FatalError: it backs off, its mail goes back, and
+// it runs again once there is room.
+func TestPromptOnFullDiskBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		disk := &fullDisk{Store: logs.New(t.TempDir(), 0, 0, nil)}
+		disk.prompts.Store(true)
+		h := newHarness(t, func(c *Config) { c.Logs = disk })
+		h.start()
+		s := h.waitState(agent.CoolingDown)
+		if !strings.Contains(s.Reason, "disk full") || !strings.Contains(s.DiskFull, "no space left on device") || s.ConsecutiveErrors != 1 {
+			t.Fatalf("snapshot %+v", s)
+		}
+		if h.be.starts() != 0 || len(h.pr.released) != 1 {
+			t.Errorf("%d sessions started, %d prompts' mail returned", h.be.starts(), len(h.pr.released))
+		}
+		disk.prompts.Store(false)
+		s = h.waitState(agent.Running)
+		if s.DiskFull != "" {
+			t.Errorf("still disk full after a prompt was written: %q", s.DiskFull)
+		}
+		h.stop()
+	})
+}
+
+// A session log on a full disk makes that session an error that says so;
+// the agent backs off instead of losing output silently, and readiness can
+// see it.
+func TestRealSessionLogOnFullDisk(t *testing.T) {
+	sup := newSupervisor(t)
+	disk := &fullDisk{Store: logs.New(t.TempDir(), 0, 0, nil)}
+	disk.logs.Store(true)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"hello"}}), func(c *Config) { c.Logs = disk })
+	h.start()
+	s := h.waitReal("CoolingDown", func(s Snapshot) bool { return s.State.Kind == agent.CoolingDown })
+	if !strings.Contains(s.Reason, "disk full") || s.DiskFull == "" {
+		t.Fatalf("snapshot %+v", s)
+	}
+	h.stop()
+}
+
+// logs.max_session_bytes reaches the backend: a chatty session's log is cut
+// and says how much it dropped, and the session still succeeds.
+func TestRealSessionLogCapped(t *testing.T) {
+	sup := newSupervisor(t)
+	lines := make([]string, 100)
+	for i := range lines {
+		lines[i] = strings.Repeat("chatter ", 12)
+	}
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: lines}), func(c *Config) { c.MaxLogBytes = 1000 })
+	h.start()
+	h.waitReal("session 1 complete", func(s Snapshot) bool { return s.Seq >= 2 })
+	b, err := os.ReadFile(h.r.cfg.Logs.LogPath("alice", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	if strings.Count(string(b), "[swarmd: dropped ") != 1 || len(b) > 1000+400 {
+		t.Errorf("log of %d bytes:\n%s", len(b), b)
+	}
+	if rec := h.sessions()[0]; rec.Outcome.Kind != agent.Success || rec.Result.LogDropped == 0 {
+		t.Errorf("capped session: %v, %d bytes dropped", rec.Outcome, rec.Result.LogDropped)
+	}
+}
