@@ -58,6 +58,8 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	st.DaemonFault = a.d.health.faultText()
 	if st.Health == "" && s.State.Kind != agent.Stopped {
 		switch {
+		case s.Idle:
+			st.Health = "idle" // said DONE; waits for mail or a task, starting no session
 		case s.DiskFull != "":
 			st.Health = "disk full"
 		case s.HotLoop:
@@ -207,6 +209,22 @@ func (o journalObserver) OnTransition(t runner.Transition) {
 	if t.Event.Kind == agent.SessionStarted {
 		o.j.SessionStarted(mailbox.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At})
 	}
+}
+
+// Idle and awake are event-log lines of their own: not transitions of the
+// seed's machine, which stays in BuildingPrompt.
+const (
+	eventIdle  = "Idle"
+	eventAwake = "Awake"
+)
+
+func (o journalObserver) OnIdle(name string, idle bool, at time.Time) {
+	e := mailbox.EventRecord{At: at, Agent: name, From: agent.BuildingPrompt.String(), To: agent.BuildingPrompt.String(),
+		Event: eventAwake, Actor: "runner", Reason: "mail or a task may be there"}
+	if idle {
+		e.Event, e.Reason = eventIdle, "said DONE, no mail and no task: no session until one arrives"
+	}
+	o.j.Event(e)
 }
 
 func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {

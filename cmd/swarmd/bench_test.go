@@ -56,8 +56,12 @@ type tinyPrompter struct{}
 func (tinyPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{Text: "p"}, nil
 }
-func (tinyPrompter) Release(context.Context, string) error           { return nil }
-func (tinyPrompter) Settle(context.Context, runner.Settlement) error { return nil }
+func (tinyPrompter) Release(context.Context, string) error { return nil }
+func (tinyPrompter) Settle(context.Context, runner.Settlement) (runner.SettleResult, error) {
+	return runner.SettleResult{}, nil
+}
+func (tinyPrompter) Started(context.Context, string, string, int64) error { return nil }
+func (tinyPrompter) Stopped(context.Context, string, string) error        { return nil }
 
 // BenchmarkTransitionsEventLog: transitions per second one runner sustains
 // with every transition, agent row and session going to the event log in

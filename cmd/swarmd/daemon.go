@@ -26,8 +26,10 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
 	"github.com/swarmd/swarmd/internal/registry"
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -40,6 +42,7 @@ type daemon struct {
 	sup      *proc.Supervisor
 	trees    *worktree.Manager
 	mail     *mailbox.DB
+	tasks    *taskboard.Board
 	backends map[string]runner.Backend
 	logs     *logs.Store
 	hooks    *hooks.Runner
@@ -109,6 +112,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if d.mail, err = mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
 		return nil, err
 	}
+	d.tasks = openTaskBoard(d.mail)
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)
 	}
@@ -137,7 +141,8 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		},
 		Timeout: cfg.Hooks.Timeout,
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
-	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: cfg.DBPath()})
+	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: cfg.DBPath(),
+		Tasks: d.tasks, Idle: d.reg})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, log); err != nil {
 			return nil, usage(err)
@@ -211,6 +216,14 @@ func (d *daemon) recover(ctx context.Context) error {
 	if n > 0 {
 		d.log.Warn("mail claimed by sessions that never started is pending again", zap.Int("messages", n))
 	}
+	// No session runs yet, so every held task's session is gone.
+	moved, err := d.tasks.Orphan(ctx, "", "swarmd restarted: the session working on it is gone")
+	if err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
+	for _, t := range moved {
+		d.log.Warn("task requeued after a restart", zap.Int64("task", t.ID), zap.String("state", t.StateName))
+	}
 	recs, err := d.mail.Agents(ctx)
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
@@ -263,6 +276,7 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 		FirstSeq:           rc.seq,
 		TotalErrors:        rc.totalErrors,
 		StoppedReason:      rc.stoppedReason,
+		MaxSessions:        st.MaxSessions,
 	})
 }
 
@@ -274,10 +288,18 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 	}
 	env := envList(a.Env)
 	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","))
+	self := selfPath()
+	if self != "" {
+		// A session whose shell resets PATH (Codex runs a login shell) still
+		// finds swarmd: by this variable, and by the path in its prompt.
+		env = append(env, "SWARMD_BIN="+self)
+	}
 	return runner.Settings{
 		Role:               a.Role,
 		Backend:            be,
-		Prompter:           &prompt.Builder{Mail: d.mail, Git: d.trees, Agents: cfg.AgentNames()},
+		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: cfg.AgentNames(), Swarmd: self,
+			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
+		MaxSessions:        a.MaxSessions,
 		Env:                env,
 		Timeout:            a.SessionTimeout,
 		GracePeriod:        a.GracePeriod,
@@ -376,11 +398,19 @@ func envList(m map[string]string) []string {
 // effective PATH of sessions and hooks (after the configured env is
 // merged), so that agents can run `swarmd mail` inside their sessions.
 func selfDir() string {
+	if exe := selfPath(); exe != "" {
+		return filepath.Dir(exe)
+	}
+	return ""
+}
+
+// selfPath is this binary's absolute path, "" when it cannot be found.
+func selfPath() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	return filepath.Dir(exe)
+	return exe
 }
 
 // selfFirst is path with this binary's directory first, as a session gets
@@ -406,6 +436,20 @@ func (o observers) OnSessionEnd(s runner.SessionRecord) {
 	for _, x := range o {
 		x.OnSessionEnd(s)
 	}
+}
+
+func (o observers) OnIdle(agent string, idle bool, at time.Time) {
+	for _, x := range o {
+		x.OnIdle(agent, idle, at)
+	}
+}
+
+func (o *logObserver) OnIdle(agent string, idle bool, _ time.Time) {
+	if idle {
+		o.log.Info("idle: said DONE, no mail and no task; waiting", zap.String("agent", agent))
+		return
+	}
+	o.log.Info("awake: looking for mail and tasks", zap.String("agent", agent))
 }
 
 // logObserver writes one daemon log line per transition and per session.

@@ -64,7 +64,16 @@ type AgentSettings struct {
 	// MinSessionInterval is the least time between two session starts of
 	// an agent (0: none): it bounds a backend that exits at once.
 	MinSessionInterval time.Duration
+	// MaxSessions stops the agent after this many sessions in one run (0:
+	// no limit).
+	MaxSessions int
+	// Signals are the words a session's result carries to report on its
+	// task; "" means the default (DONE, PASS, FAIL).
+	Signals Signals
 }
+
+// Signals are the configured signal words.
+type Signals struct{ Done, Pass, Fail string }
 
 // Agent is one agent with its settings resolved (defaults merged with its
 // overrides; env maps merged, the agent's values win).

@@ -329,7 +329,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, backends, agents)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, signals)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},

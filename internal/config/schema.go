@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"io/fs"
 	"maps"
@@ -173,7 +174,34 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"Let this agent's sessions stop and start other agents (overrides defaults.allow_control)."), d.boolTo(&s.AllowControl)},
 		{"min_session_interval", doc("Least time between two session starts of an agent (0s: none); bounds a backend that exits at once.",
 			"Overrides defaults.min_session_interval."), d.durTo(&s.MinSessionInterval, true)},
+		{"max_sessions", doc("An agent stops (reason max_sessions) after this many sessions in one daemon run; 0: no limit.",
+			"Overrides defaults.max_sessions."), d.intTo(&s.MaxSessions, 0, maxInt)},
+		{"signals", doc("The words a session's final result ends with to report on its task: the last non-empty line is the word, or starts with it and a colon or dash.",
+			"This agent's signal words, each overriding the same word of defaults.signals."), d.section([]field{
+			{"done", "The task is done (the agent goes idle when it has nothing else to do).", d.wordTo(&s.Signals.Done)},
+			{"pass", "A reviewer approves the work.", d.wordTo(&s.Signals.Pass)},
+			{"fail", "The task failed, or a reviewer rejects the work.", d.wordTo(&s.Signals.Fail)},
+		}, nil)},
 	}
+}
+
+// wordTo decodes one signal word: letters, digits, '_' or '-', no spaces.
+func (d *decoder) wordTo(dst *string) value {
+	v := d.strTo(dst, true)
+	check := v.set
+	v.set = func(path string, n *yaml.Node) bool {
+		if !check(path, n) {
+			return false
+		}
+		for _, r := range *dst {
+			if !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '-' {
+				d.errorf(n.Line, path, "signal word %q: use letters, digits, '_' or '-' only (a word the agent ends its result with)", *dst)
+				return false
+			}
+		}
+		return true
+	}
+	return v
 }
 
 // paths resolves repo against the config directory and state_dir against repo.
@@ -554,6 +582,12 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	if has("min_session_interval") {
 		out.MinSessionInterval = over.MinSessionInterval
 	}
+	if has("max_sessions") {
+		out.MaxSessions = over.MaxSessions
+	}
+	out.Signals.Done = cmp.Or(over.Signals.Done, base.Signals.Done)
+	out.Signals.Pass = cmp.Or(over.Signals.Pass, base.Signals.Pass)
+	out.Signals.Fail = cmp.Or(over.Signals.Fail, base.Signals.Fail)
 	out.Env = make(map[string]string, len(base.Env)+len(over.Env))
 	maps.Copy(out.Env, base.Env)
 	maps.Copy(out.Env, over.Env)

@@ -546,3 +546,29 @@ func (db *DB) NewSince(ctx context.Context, afterID int64) (normal, urgent int, 
 	}
 	return normal, urgent, maxID, nil
 }
+
+// RecipientsSince lists, once each, the recipients of the messages with id >
+// afterID, and the newest id (afterID when there are none): what the router
+// needs to wake idle agents that got mail.
+func (db *DB) RecipientsSince(ctx context.Context, afterID int64) ([]string, int64, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT recipient, MAX(id) FROM messages WHERE id > ? GROUP BY recipient`, afterID)
+	if err != nil {
+		return nil, afterID, db.wrap("recipients since", err)
+	}
+	defer rows.Close()
+	var out []string
+	maxID := afterID
+	for rows.Next() {
+		var to string
+		var id int64
+		if err := rows.Scan(&to, &id); err != nil {
+			return nil, afterID, db.wrap("recipients since", err)
+		}
+		out = append(out, to)
+		maxID = max(maxID, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, afterID, db.wrap("recipients since", err)
+	}
+	return out, maxID, nil
+}

@@ -65,6 +65,7 @@ type Metrics struct {
 	tokens            *prometheus.CounterVec
 	cost              *prometheus.CounterVec
 	toolCalls         *prometheus.CounterVec
+	idle              *prometheus.GaugeVec
 
 	mu     sync.RWMutex
 	agents map[string]*series
@@ -86,6 +87,7 @@ type series struct {
 	duration          prometheus.Observer
 	interrupts        prometheus.Counter
 	forceStops        prometheus.Counter
+	idle              prometheus.Gauge
 }
 
 // New creates the metrics on a fresh registry, together with the Go and
@@ -105,6 +107,10 @@ func New(build BuildInfo) *Metrics {
 		consecutiveErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swarmd_agent_consecutive_errors",
 			Help: "Sessions in a row that ended in error or timeout.",
+		}, []string{"agent"}),
+		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_agent_idle",
+			Help: "1 while the agent waits in BuildingPrompt with nothing to do (it said DONE; no mail, no task).",
 		}, []string{"agent"}),
 		totalErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swarmd_agent_total_errors",
@@ -173,7 +179,7 @@ func New(build BuildInfo) *Metrics {
 	reg.MustRegister(
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
 		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, buildInfo,
+		m.tokens, m.cost, m.toolCalls, m.idle, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -219,7 +225,7 @@ func (m *Metrics) RemoveAgent(name string) {
 	l := prometheus.Labels{"agent": name}
 	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
-		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls,
+		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls, m.idle,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -236,6 +242,7 @@ func (m *Metrics) newSeries(name string) *series {
 		duration:          m.sessionDuration.WithLabelValues(name),
 		interrupts:        m.interrupts.WithLabelValues(name),
 		forceStops:        m.forceStops.WithLabelValues(name),
+		idle:              m.idle.WithLabelValues(name),
 	}
 	for _, k := range agent.AllStates {
 		s.state[k] = m.state.WithLabelValues(name, k.String())
@@ -295,6 +302,15 @@ func (m *Metrics) OnTransition(t runner.Transition) {
 	if t.Effect.Kind == agent.ForceStopSession {
 		s.forceStops.Inc()
 	}
+}
+
+// OnIdle implements runner.Observer: swarmd_agent_idle.
+func (m *Metrics) OnIdle(agent string, idle bool, _ time.Time) {
+	v := 0.0
+	if idle {
+		v = 1
+	}
+	m.lookup(agent).idle.Set(v)
 }
 
 // OnSessionEnd implements runner.Observer. A session that ended because the

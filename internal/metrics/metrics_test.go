@@ -475,16 +475,16 @@ func TestRemoveAgentDeletesItsSeries(t *testing.T) {
 	m.SetPending(map[string]int{"alice": 1, "bob": 1})
 
 	before := scrape(t, url).hasAgent("alice")
-	if len(before) != 12 {
-		t.Fatalf("alice appears in %d families before removal, want all 12: %v", len(before), before)
+	if len(before) != 13 {
+		t.Fatalf("alice appears in %d families before removal, want all 13: %v", len(before), before)
 	}
 	m.RemoveAgent("alice")
 	f := scrape(t, url)
 	if where := f.hasAgent("alice"); len(where) != 0 {
 		t.Errorf("alice still in %v after RemoveAgent", where)
 	}
-	if where := f.hasAgent("bob"); len(where) != 12 {
-		t.Errorf("bob in %d families after alice's removal, want 12: %v", len(where), where)
+	if where := f.hasAgent("bob"); len(where) != 13 {
+		t.Errorf("bob in %d families after alice's removal, want 13: %v", len(where), where)
 	}
 	if got := f.state(t, "bob"); got != "SessionComplete" {
 		t.Errorf("bob state %s", got)
@@ -558,4 +558,14 @@ func TestConcurrentAgents(t *testing.T) {
 	if where := f.hasAgent("churn"); len(where) != 0 {
 		t.Errorf("removed agent still in %v", where)
 	}
+}
+
+func TestIdleGauge(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	m.AddAgent("alice")
+	m.OnIdle("alice", true, t0)
+	scrape(t, url).want(t, 1, "swarmd_agent_idle", "agent", "alice")
+	m.OnIdle("alice", false, t0)
+	scrape(t, url).want(t, 0, "swarmd_agent_idle", "agent", "alice")
 }

@@ -1,12 +1,17 @@
 package prompt
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sort"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -25,15 +30,31 @@ type Git interface {
 	Status(ctx context.Context, agent string) (worktree.Status, error)
 }
 
+// Tasks is what the builder needs of the task board. *taskboard.Board
+// satisfies it.
+type Tasks interface {
+	Held(ctx context.Context, agent string) (taskboard.Task, bool, error)
+	ClaimNext(ctx context.Context, agent, session string) (taskboard.Task, bool, error)
+	Continue(ctx context.Context, id int64, agent, session string) error
+	Start(ctx context.Context, id int64, h taskboard.Holder) (taskboard.Task, error)
+	Done(ctx context.Context, id int64, h taskboard.Holder, summary string) (taskboard.Task, error)
+	Fail(ctx context.Context, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
+	Unclaim(ctx context.Context, session string) error
+	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
+}
+
 // recentCommits is how much history a prompt shows.
 const recentCommits = 5
 
 // Builder implements runner.Prompter. Mail and Git may be nil (no mailbox,
 // no git information).
 type Builder struct {
-	Mail   Mail
-	Git    Git
-	Agents []string // every agent's name
+	Mail    Mail
+	Git     Git
+	Tasks   Tasks          // nil: no task board
+	Signals review.Signals // the done / pass / fail words
+	Agents  []string       // every agent's name
+	Swarmd  string         // the swarmd binary sessions should run ("" : swarmd on PATH)
 }
 
 // Build gathers the prompt's inputs and renders it. Mail is consumed last,
@@ -63,6 +84,16 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 		}
 		d.DirtyFiles = st.DirtyFiles
 	}
+	p := runner.Prompt{}
+	if b.Tasks != nil {
+		t, isNew, err := b.task(ctx, req)
+		if err != nil {
+			return runner.Prompt{}, err
+		}
+		if t != nil {
+			d.Task, p.Task, p.NewTask = t, t.ID, isNew
+		}
+	}
 	var watermark int64
 	if b.Mail != nil {
 		ms, err := b.Mail.ConsumeForPrompt(ctx, req.Agent, req.SessionID)
@@ -77,26 +108,106 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 			watermark = max(watermark, m.ID)
 		}
 	}
-	return runner.Prompt{Text: Render(d), Watermark: watermark, Mail: len(d.Messages)}, nil
+	p.Watermark, p.Mail = watermark, len(d.Messages)
+	if req.MayIdle && p.Mail == 0 && p.Task == 0 {
+		p.Idle = true
+		return p, nil
+	}
+	d.Swarmd = b.Swarmd
+	p.Text = Render(d)
+	return p, nil
 }
 
-// Release makes the mail claimed for a session that never started pending
-// again.
+// task is the task the prompt carries: the one the agent holds (continued),
+// or the best one it can claim now (isNew).
+func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, isNew bool, err error) {
+	held, ok, err := b.Tasks.Held(ctx, req.Agent)
+	if err != nil {
+		return nil, false, fmt.Errorf("held task: %w", err)
+	}
+	if ok {
+		if err := b.Tasks.Continue(ctx, held.ID, req.Agent, req.SessionID); err != nil {
+			return nil, false, fmt.Errorf("continue task %d: %w", held.ID, err)
+		}
+		// A task still CLAIMED was never started: the session starts it.
+		return taskOf(held, held.State.String() != "CLAIMED"), held.State.String() == "CLAIMED", nil
+	}
+	t, ok, err := b.Tasks.ClaimNext(ctx, req.Agent, req.SessionID)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return taskOf(t, false), true, nil
+}
+
+func taskOf(t taskboard.Task, cont bool) *Task {
+	return &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont, Result: t.Result}
+}
+
+// Release returns the mail and the task claimed for a session that never
+// started.
 func (b *Builder) Release(ctx context.Context, sessionID string) error {
-	if b.Mail == nil {
+	if b.Mail != nil {
+		if _, err := b.Mail.Unconsume(ctx, sessionID); err != nil {
+			return fmt.Errorf("return mail of session %s: %w", sessionID, err)
+		}
+	}
+	if b.Tasks != nil {
+		if err := b.Tasks.Unclaim(ctx, sessionID); err != nil {
+			return fmt.Errorf("return the task of session %s: %w", sessionID, err)
+		}
+	}
+	return nil
+}
+
+// Started moves a newly claimed task on: its session started on it.
+func (b *Builder) Started(ctx context.Context, agent, sessionID string, task int64) error {
+	if b.Tasks == nil || task == 0 {
 		return nil
 	}
-	if _, err := b.Mail.Unconsume(ctx, sessionID); err != nil {
-		return fmt.Errorf("return mail of session %s: %w", sessionID, err)
+	if _, err := b.Tasks.Start(ctx, task, taskboard.Holder{Agent: agent, Session: sessionID}); err != nil &&
+		!errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
+		return fmt.Errorf("start task %d: %w", task, err)
+	}
+	return nil
+}
+
+// Stopped returns the tasks of an agent that stopped to the board.
+func (b *Builder) Stopped(ctx context.Context, agent, reason string) error {
+	if b.Tasks == nil {
+		return nil
+	}
+	if _, err := b.Tasks.Orphan(ctx, agent, reason); err != nil {
+		return fmt.Errorf("requeue the tasks of %s: %w", agent, err)
 	}
 	return nil
 }
 
 // Settle acknowledges the mail of a completed session, or records why the
-// session did not complete so that the next prompt says so.
-func (b *Builder) Settle(ctx context.Context, s runner.Settlement) error {
-	if b.Mail == nil {
-		return nil
+// session did not complete so that the next prompt says so; and reports the
+// session's task by the signal its result carries: done finishes it, fail
+// fails it (the session itself succeeded: no error is counted).
+func (b *Builder) Settle(ctx context.Context, s runner.Settlement) (runner.SettleResult, error) {
+	var res runner.SettleResult
+	sig := review.NoSignal
+	if s.Completed {
+		sig = b.Signals.Scan(s.Result)
+		res.SaidDone = sig == review.Done
+	}
+	if b.Tasks != nil && s.Task != 0 && (sig == review.Done || sig == review.Fail) {
+		h := taskboard.Holder{Agent: s.Agent, Session: s.SessionID}
+		var err error
+		if sig == review.Done {
+			_, err = b.Tasks.Done(ctx, s.Task, h, s.Result)
+		} else {
+			_, err = b.Tasks.Fail(ctx, s.Task, h, cmp.Or(strings.TrimSpace(s.Result), "FAIL"))
+		}
+		// Already reported from the session (swarmd task done): not an error.
+		if err != nil && !errors.Is(err, taskboard.ErrState) && !errors.Is(err, taskboard.ErrNotHolder) {
+			return res, fmt.Errorf("report task %d: %w", s.Task, err)
+		}
+	}
+	if b.Mail == nil || s.Mail == 0 {
+		return res, nil
 	}
 	var err error
 	if s.Completed {
@@ -108,7 +219,7 @@ func (b *Builder) Settle(ctx context.Context, s runner.Settlement) error {
 		_, err = b.Mail.Unack(ctx, s.SessionID, s.Note)
 	}
 	if err != nil {
-		return fmt.Errorf("settle mail of session %s: %w", s.SessionID, err)
+		return res, fmt.Errorf("settle mail of session %s: %w", s.SessionID, err)
 	}
-	return nil
+	return res, nil
 }

@@ -2,6 +2,7 @@ package prompt
 
 import (
 	"context"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,16 +92,16 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2, Started: now, Ended: now,
-		Note: "that session timed out"}); err != nil {
+	if _, err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2, Started: now, Ended: now,
+		Mail: 2, Note: "that session timed out"}); err != nil {
 		t.Fatal(err)
 	}
 	p3, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
 	if err != nil || p3.Mail != 2 || !strings.Contains(p3.Text, "Shown before, but that session timed out: it is still unread.") {
 		t.Fatalf("prompt after an incomplete session (%v):\n%s", err, p3.Text)
 	}
-	if err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3, Started: now, Ended: now,
-		Completed: true}); err != nil {
+	if _, err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3, Started: now, Ended: now,
+		Mail: 2, Completed: true}); err != nil {
 		t.Fatal(err)
 	}
 	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 0 {
@@ -109,5 +110,72 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 	p4, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-4-dddd", Seq: 4})
 	if err != nil || p4.Mail != 0 {
 		t.Fatalf("prompt after completion carries %d messages (%v)", p4.Mail, err)
+	}
+}
+
+// TestBuilderTasksSignalsAndIdle: the prompt carries the claimed task, a
+// completed session's DONE finishes it, and an agent that said DONE with no
+// mail and no task gets no prompt (Idle) until a task arrives.
+func TestBuilderTasksSignalsAndIdle(t *testing.T) {
+	ctx := context.Background()
+	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), mailbox.Options{Agents: []string{"alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	b := &Builder{Mail: db, Tasks: board, Agents: []string{"alice"}, Swarmd: "/opt/swarmd/bin/swarmd"}
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "write the parser", Body: "in parse.go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-1-aaaa", Seq: 1})
+	if err != nil || p.Task != tk.ID || !p.NewTask || p.Idle {
+		t.Fatalf("prompt = %+v, %v; want task %d, new", p, err, tk.ID)
+	}
+	for _, want := range []string{"Your task: #1: write the parser", "> in parse.go", "`/opt/swarmd/bin/swarmd`"} {
+		if !strings.Contains(p.Text, want) {
+			t.Errorf("prompt lacks %q:\n%s", want, p.Text)
+		}
+	}
+	if err := b.Started(ctx, "alice", "alice-1-aaaa", p.Task); err != nil {
+		t.Fatal(err)
+	}
+	// A session that ends without a signal: the task continues.
+	now := time.Now()
+	if r, err := b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-1-aaaa", Started: now, Ended: now,
+		Completed: true, Task: p.Task, Result: "made progress"}); err != nil || r.SaidDone {
+		t.Fatalf("settle without a signal = %+v, %v", r, err)
+	}
+	p2, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-2-bbbb", Seq: 2})
+	if err != nil || p2.Task != tk.ID || p2.NewTask || !strings.Contains(p2.Text, "Continue your task #1") {
+		t.Fatalf("second prompt = %+v, %v", p2, err)
+	}
+	r, err := b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-2-bbbb", Started: now, Ended: now,
+		Completed: true, Task: p2.Task, Result: "parser written\nDONE"})
+	if err != nil || !r.SaidDone {
+		t.Fatalf("settle with DONE = %+v, %v", r, err)
+	}
+	if got, _ := board.Get(ctx, tk.ID); got.StateName != "CLOSED" || got.Result != "parser written\nDONE" {
+		t.Fatalf("task after DONE: %+v", got)
+	}
+	p3, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-3-cccc", Seq: 3, MayIdle: true})
+	if err != nil || !p3.Idle || p3.Text != "" {
+		t.Fatalf("prompt with nothing to do = %+v, %v; want Idle", p3, err)
+	}
+	if _, err := board.Add(ctx, taskboard.NewTask{Title: "next"}); err != nil {
+		t.Fatal(err)
+	}
+	if p4, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-3-dddd", Seq: 3, MayIdle: true}); err != nil || p4.Idle || p4.Task == 0 {
+		t.Fatalf("prompt after a new task = %+v, %v", p4, err)
+	}
+	// FAIL fails the task with the result as the reason.
+	r, err = b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-3-dddd", Started: now, Ended: now,
+		Completed: true, Task: 2, Result: "no such file\nFAIL"})
+	if err != nil || r.SaidDone {
+		t.Fatalf("settle with FAIL = %+v, %v", r, err)
+	}
+	if got, _ := board.Get(ctx, 2); got.StateName != "FAILED" || !strings.Contains(got.Result, "no such file") {
+		t.Fatalf("task after FAIL: %+v", got)
 	}
 }

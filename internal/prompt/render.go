@@ -25,8 +25,20 @@ type Data struct {
 	DirtyFiles    []string
 	Role          string
 	Messages      []Message // already ordered: urgent first, then by id
-	Tasks         []string
+	Task          *Task // nil: the agent holds no task
 	Why           runner.Why
+	// Swarmd is the swarmd binary to run, an absolute path, so that a
+	// session whose shell resets PATH (a login shell) still finds it; ""
+	// means `swarmd` on PATH.
+	Swarmd string
+}
+
+// Task is the task the session works on.
+type Task struct {
+	ID          int64
+	Title, Body string
+	Continue    bool   // a previous session worked on it and did not report
+	Result      string // feedback the task came back with, if any
 }
 
 // Commit is one line of recent history.
@@ -86,6 +98,9 @@ func Render(d Data) string {
 	}
 
 	b.WriteString("\n## Tools\n\n")
+	if d.Swarmd != "" {
+		b.WriteString("`swarmd` below is `" + d.Swarmd + "` (use that path if `swarmd` is not found).\n")
+	}
 	b.WriteString("Talk to the other agents with the `swarmd mail` command (your identity and mailbox are already set):\n\n")
 	b.WriteString("- `swarmd mail send --to NAME --subject \"...\" \"message\"` sends mail; `--all` instead of `--to` writes to every agent.\n")
 	b.WriteString("- Add `--urgent` only when the recipient must stop what it is doing: it interrupts their running session.\n")
@@ -118,11 +133,21 @@ func Render(d Data) string {
 		}
 	}
 
-	if len(d.Tasks) > 0 {
+	b.WriteString("- `swarmd task list --state OPEN` shows the task board; `swarmd task claim [ID]` claims a task.\n")
+
+	if t := d.Task; t != nil {
 		b.WriteString("\n## Tasks\n\n")
-		for _, t := range d.Tasks {
-			b.WriteString("- " + t + "\n")
+		if t.Continue {
+			fmt.Fprintf(&b, "Continue your task #%d: %s\nYour previous session worked on it and ended without reporting on it.\n", t.ID, flat(t.Title))
+		} else {
+			fmt.Fprintf(&b, "Your task: #%d: %s\n", t.ID, flat(t.Title))
 		}
+		if strings.TrimSpace(t.Body) != "" {
+			b.WriteString("\n" + quote(t.Body))
+		}
+		b.WriteString("\nWhen it is finished, end your final message with a line `DONE` (or run `swarmd task done --summary \"...\"`).\n")
+		b.WriteString("If it cannot be done, end with a line `FAIL` and why (or `swarmd task fail --reason \"...\"`).\n")
+		b.WriteString("If it must wait, `swarmd task block --on ID` or `--reason \"...\"`; to break it up, `swarmd task split \"TITLE\"...`.\n")
 	}
 
 	b.WriteString("\n## Session context\n\n")

@@ -80,9 +80,13 @@ func TestRenderDeterministicAndOrdered(t *testing.T) {
 	if strings.Contains(a, "## Tasks") {
 		t.Error("empty tasks section rendered")
 	}
-	d.Tasks = []string{"fix the flaky test"}
-	if !strings.Contains(Render(d), "## Tasks\n\n- fix the flaky test\n") {
-		t.Error("tasks not rendered")
+	d.Task = &Task{ID: 7, Title: "fix the flaky test", Body: "TestX fails 1 in 10"}
+	if out := Render(d); !strings.Contains(out, "## Tasks\n\nYour task: #7: fix the flaky test\n\n> TestX fails 1 in 10\n") {
+		t.Errorf("task not rendered:\n%s", out)
+	}
+	d.Task.Continue = true
+	if out := Render(d); !strings.Contains(out, "Continue your task #7: fix the flaky test") {
+		t.Errorf("continued task not rendered:\n%s", out)
 	}
 }
 

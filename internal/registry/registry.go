@@ -230,3 +230,24 @@ func (g *Registry) ForceStop() {
 		r.ForceStop()
 	}
 }
+
+// IdleAgents lists the agents waiting, idle, for mail or a task.
+func (g *Registry) IdleAgents() []string {
+	var out []string
+	for _, r := range g.Runners() {
+		if r.Idle() {
+			out = append(out, r.Name())
+		}
+	}
+	return out
+}
+
+// Wake tells an idle agent to look for mail and tasks again.
+func (g *Registry) Wake(name string) error {
+	r, err := g.Runner(name)
+	if err != nil {
+		return err
+	}
+	r.Wake()
+	return nil
+}

@@ -46,8 +46,12 @@ type noPrompter struct{}
 func (noPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{}, nil
 }
-func (noPrompter) Release(context.Context, string) error           { return nil }
-func (noPrompter) Settle(context.Context, runner.Settlement) error { return nil }
+func (noPrompter) Release(context.Context, string) error { return nil }
+func (noPrompter) Settle(context.Context, runner.Settlement) (runner.SettleResult, error) {
+	return runner.SettleResult{}, nil
+}
+func (noPrompter) Started(context.Context, string, string, int64) error { return nil }
+func (noPrompter) Stopped(context.Context, string, string) error        { return nil }
 
 func newRunner(t *testing.T, name string) *runner.Runner {
 	t.Helper()

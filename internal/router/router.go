@@ -8,6 +8,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,22 @@ import (
 type Mail interface {
 	DataVersion(ctx context.Context) (int64, error)
 	PendingUrgent(ctx context.Context, afterID int64) ([]mailbox.Message, error)
+	// RecipientsSince lists the recipients of messages with id > afterID
+	// and the newest id (afterID when there are none).
+	RecipientsSince(ctx context.Context, afterID int64) ([]string, int64, error)
+}
+
+// Tasks tells the router that the claimable tasks changed. *taskboard.Board
+// satisfies it.
+type Tasks interface {
+	OpenVersion(ctx context.Context) (string, error)
+}
+
+// Idle lists the agents that wait, idle, for mail or a task, and wakes one.
+// *registry.Registry satisfies it.
+type Idle interface {
+	IdleAgents() []string
+	Wake(agent string) error
 }
 
 // Interrupter delivers UrgentMessage events. *registry.Registry satisfies it.
@@ -39,6 +56,10 @@ type Options struct {
 	// DBPath, if set, is watched with inotify so commits by other processes
 	// wake the router at once.
 	DBPath string
+	// Tasks and Idle, if both are set, let new mail and new tasks wake idle
+	// agents through the same watch as urgent mail.
+	Tasks Tasks
+	Idle  Idle
 }
 
 // Router watches the mailbox for urgent mail.
@@ -48,6 +69,8 @@ type Router struct {
 	log      *zap.Logger
 	interval time.Duration
 	dbPath   string
+	tasks    Tasks
+	idle     Idle
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -56,6 +79,8 @@ type Router struct {
 	// Owned by the loop.
 	lastID      int64
 	lastVersion int64
+	lastMailID  int64  // the newest message any idle check saw
+	lastTasks   string // the open tasks' version at the last idle check
 }
 
 // New returns a stopped router.
@@ -66,7 +91,8 @@ func New(mail Mail, to Interrupter, opts Options) *Router {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, lastVersion: -1}
+	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, lastVersion: -1,
+		tasks: opts.Tasks, idle: opts.Idle}
 }
 
 // Start begins polling. Calling it on a running router does nothing.
@@ -153,6 +179,9 @@ func (r *Router) Poll(ctx context.Context) error {
 		return err
 	}
 	r.lastVersion = v
+	if err := r.wakeIdle(ctx); err != nil {
+		return err
+	}
 	for _, m := range ms {
 		r.lastID = max(r.lastID, m.ID)
 		if err := r.to.Interrupt(m.To, m.ID, m.CreatedAt); err != nil {
@@ -162,6 +191,33 @@ func (r *Router) Poll(ctx context.Context) error {
 			continue
 		}
 		r.log.Debug("urgent mail routed", zap.Int64("id", m.ID), zap.String("to", m.To))
+	}
+	return nil
+}
+
+// wakeIdle wakes the idle agents that something new may be for: every one
+// when the open tasks changed, and the recipients of new mail. It reads
+// nothing while no agent is idle, beyond keeping its watermarks current.
+func (r *Router) wakeIdle(ctx context.Context) error {
+	if r.tasks == nil || r.idle == nil {
+		return nil
+	}
+	idle := r.idle.IdleAgents()
+	to, maxID, err := r.mail.RecipientsSince(ctx, r.lastMailID)
+	if err != nil {
+		return err
+	}
+	r.lastMailID = maxID
+	tv, err := r.tasks.OpenVersion(ctx)
+	if err != nil {
+		return err
+	}
+	tasksChanged := tv != r.lastTasks
+	r.lastTasks = tv
+	for _, a := range idle {
+		if tasksChanged || slices.Contains(to, a) {
+			_ = r.idle.Wake(a) // an agent removed meanwhile has nothing to wake
+		}
 	}
 	return nil
 }

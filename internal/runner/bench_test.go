@@ -36,8 +36,12 @@ type staticPrompter struct{}
 func (staticPrompter) Build(_ context.Context, req PromptRequest) (Prompt, error) {
 	return Prompt{Text: "You are " + req.Agent + ". Session " + req.SessionID + "\n" + strings.Repeat("context\n", 128)}, nil
 }
-func (staticPrompter) Release(context.Context, string) error    { return nil }
-func (staticPrompter) Settle(context.Context, Settlement) error { return nil }
+func (staticPrompter) Release(context.Context, string) error { return nil }
+func (staticPrompter) Settle(context.Context, Settlement) (SettleResult, error) {
+	return SettleResult{}, nil
+}
+func (staticPrompter) Started(context.Context, string, string, int64) error { return nil }
+func (staticPrompter) Stopped(context.Context, string, string) error        { return nil }
 
 // BenchmarkSessionTurnover: sessions of a backend that exits 0 at once, run
 // one after another through the runner (prompt stored, log written, process

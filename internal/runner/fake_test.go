@@ -154,6 +154,9 @@ type fakePrompter struct {
 	settled   []Settlement
 	watermark int64
 	mail      int // messages every prompt carries
+	saidDone  bool
+	idle      bool // with MayIdle, a prompt is Idle (nothing to do)
+	stopped   []string
 	block     bool
 }
 
@@ -165,13 +168,25 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reqs = append(p.reqs, req)
+	if req.MayIdle && p.idle {
+		return Prompt{Idle: true}, nil
+	}
 	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail}, nil
 }
 
-func (p *fakePrompter) Settle(_ context.Context, s Settlement) error {
+func (p *fakePrompter) Settle(_ context.Context, s Settlement) (SettleResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settled = append(p.settled, s)
+	return SettleResult{SaidDone: p.saidDone}, nil
+}
+
+func (p *fakePrompter) Started(context.Context, string, string, int64) error { return nil }
+
+func (p *fakePrompter) Stopped(_ context.Context, agent, _ string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = append(p.stopped, agent)
 	return nil
 }
 
@@ -199,9 +214,15 @@ type recorder struct {
 	mu       sync.Mutex
 	ts       []Transition
 	sessions []SessionRecord
+	idles    []bool
 }
 
 func (r *recorder) OnTransition(t Transition) { r.mu.Lock(); r.ts = append(r.ts, t); r.mu.Unlock() }
+func (r *recorder) OnIdle(_ string, idle bool, _ time.Time) {
+	r.mu.Lock()
+	r.idles = append(r.idles, idle)
+	r.mu.Unlock()
+}
 func (r *recorder) OnSessionEnd(s SessionRecord) {
 	r.mu.Lock()
 	r.sessions = append(r.sessions, s)
@@ -292,3 +313,11 @@ func (h *harness) stop() {
 }
 
 var errBoom = errors.New("boom")
+
+func (p *fakePrompter) setIdle(idle bool) { p.mu.Lock(); p.idle = idle; p.mu.Unlock() }
+
+func (r *recorder) idleChanges() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.idles...)
+}

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -62,10 +63,24 @@ type Prompter interface {
 	Build(ctx context.Context, req PromptRequest) (Prompt, error)
 	// Release drops the claim on the mail of a session that never started.
 	Release(ctx context.Context, sessionID string) error
-	// Settle is told how a started session whose prompt carried mail ended:
-	// a completed one acknowledges that mail; any other end leaves it to be
-	// shown again, with the note saying why.
-	Settle(ctx context.Context, s Settlement) error
+	// Started is told that the session whose prompt carried a newly claimed
+	// task has started working on it.
+	Started(ctx context.Context, agent, sessionID string, task int64) error
+	// Stopped is told that the agent stopped for good in this run (not for
+	// a daemon shutdown): the tasks it holds go back to the board.
+	Stopped(ctx context.Context, agent, reason string) error
+	// Settle is told how every started session ended: a completed one
+	// acknowledges the mail its prompt carried and reports its task by the
+	// result's signal; any other end leaves the mail to be shown again, with
+	// the note saying why.
+	Settle(ctx context.Context, s Settlement) (SettleResult, error)
+}
+
+// SettleResult is what a settled session said.
+type SettleResult struct {
+	// SaidDone: the session completed and its result carried the done
+	// signal. With no mail and no task, the agent then idles.
+	SaidDone bool
 }
 
 // Settlement is how a session whose prompt carried mail ended.
@@ -77,6 +92,9 @@ type Settlement struct {
 	Ended     time.Time
 	Completed bool   // SessionComplete: Running -> SessionExited(Success)
 	Note      string // why not completed
+	Mail      int    // messages the prompt carried
+	Task      int64  // the task the prompt carried, 0 for none
+	Result    string // the backend's final result text, for the signals
 }
 
 // Observer is told about every transition and every finished session. It is
@@ -84,6 +102,9 @@ type Settlement struct {
 type Observer interface {
 	OnTransition(Transition)
 	OnSessionEnd(SessionRecord)
+	// OnIdle is told when the agent starts or stops waiting, idle, in
+	// BuildingPrompt. It is not a transition: the machine stays where it is.
+	OnIdle(agent string, idle bool, at time.Time)
 }
 
 // WhyKind says why a session is about to run; the prompt tells the agent.
@@ -112,6 +133,9 @@ type PromptRequest struct {
 	Seq       uint32
 	Worktree  worktree.Worktree
 	Why       Why
+	// MayIdle: the last session said DONE, so a prompt with no mail and no
+	// task is not worth a session (Prompt.Idle).
+	MayIdle bool
 }
 
 // Prompt is a built prompt. Watermark is the highest mailbox message id the
@@ -120,7 +144,12 @@ type PromptRequest struct {
 type Prompt struct {
 	Text      string
 	Watermark int64
-	Mail      int // messages the prompt carries
+	Mail      int   // messages the prompt carries
+	Task      int64 // the task the prompt carries (claimed or continued), 0 for none
+	NewTask   bool  // Task was claimed for this prompt: Started moves it on
+	// Idle: the agent said it is done and has no mail and no task. No
+	// session starts; the runner waits for Wake.
+	Idle bool
 }
 
 // Transition is one applied event, as observers and the event log see it.
@@ -179,6 +208,8 @@ type Snapshot struct {
 	// DiskFull, if set, is how the last write of a session log or prompt
 	// failed for lack of space; it clears at the next write that works.
 	DiskFull string
+	// Idle: waiting in BuildingPrompt for mail or a task (see Prompt.Idle).
+	Idle bool
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
@@ -209,6 +240,9 @@ type Config struct {
 	// this reason) until an operator starts it again.
 	TotalErrors   uint32
 	StoppedReason string
+	// MaxSessions stops the agent (reason max_sessions) once this many
+	// sessions have started in this run; 0 means no limit.
+	MaxSessions int
 }
 
 // Errors returned by New.
@@ -230,6 +264,8 @@ type Runner struct {
 	forceCh     chan struct{}
 	forceOnce   sync.Once
 	urgentCh    chan struct{} // capacity 1: coalesced wake-ups
+	wakeCh      chan struct{} // capacity 1: an idle agent's wake-ups
+	waiting     atomic.Bool   // idle, or building a prompt that may find it idle
 	done        chan struct{}
 
 	mu          sync.Mutex
@@ -257,6 +293,10 @@ type Runner struct {
 	wtChecked  bool      // the worktree was prepared or verified since the last session
 	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
 	carried    int       // messages the current session's prompt carried
+	task       int64     // the task the current session's prompt carried
+	newTask    bool      // task was claimed for the current prompt
+	started    int       // sessions started in this run (max_sessions)
+	saidDone   bool      // the last session completed with the done signal
 	timedOut   bool
 	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
 	grace      *time.Timer
@@ -287,6 +327,7 @@ func New(cfg Config) (*Runner, error) {
 		m:        agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Initializing}, 0, cfg.TotalErrors),
 		forceCh:  make(chan struct{}),
 		urgentCh: make(chan struct{}, 1),
+		wakeCh:   make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
 		seq:      cfg.FirstSeq,
@@ -313,6 +354,8 @@ type Settings struct {
 	Env         []string
 	Timeout     time.Duration
 	GracePeriod time.Duration
+	// MaxSessions replaces Config.MaxSessions (0 is no limit).
+	MaxSessions int
 	// MinSessionInterval replaces Config.MinSessionInterval (0 is no minimum).
 	MinSessionInterval time.Duration
 }
@@ -334,6 +377,7 @@ func (r *Runner) applyPending() {
 		return
 	}
 	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
+	r.cfg.MaxSessions = p.MaxSessions
 	if p.Backend != nil {
 		r.cfg.Backend = p.Backend
 	}
@@ -384,6 +428,20 @@ func (r *Runner) Interrupt(id int64, committedAt time.Time) {
 	default:
 	}
 }
+
+// Wake tells an idle agent to look for mail and tasks again. It never
+// blocks; wake-ups coalesce.
+func (r *Runner) Wake() {
+	select {
+	case r.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Idle reports whether the agent waits, idle, for mail or a task, or is
+// about to look whether it should: a wake-up sent from then on is kept, so
+// mail or a task that lands while it looks is never missed.
+func (r *Runner) Idle() bool { return r.waiting.Load() }
 
 // Done is closed when Run has returned: the agent is Stopped and its session
 // and cleanup are finished.
@@ -501,12 +559,19 @@ func (r *Runner) external() bool {
 
 func (r *Runner) buildPrompt() {
 	r.applyPending()
+	if r.cfg.MaxSessions > 0 && r.started >= r.cfg.MaxSessions {
+		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.started)+" sessions run")
+		return
+	}
 	r.sessionID = newSessionID(r.cfg.Name, r.seq)
 	// Urgent mail the runner heard of before consuming was committed before
 	// it, so the prompt holds it (or it was no longer pending).
 	r.mu.Lock()
 	known := r.maxUrgent
 	r.mu.Unlock()
+	if r.saidDone {
+		r.waiting.Store(true)
+	}
 	p, err := r.cfg.Prompter.Build(r.stopCtx, PromptRequest{
 		Agent:     r.cfg.Name,
 		Role:      r.cfg.Role,
@@ -514,9 +579,11 @@ func (r *Runner) buildPrompt() {
 		Seq:       r.seq,
 		Worktree:  r.wt,
 		Why:       r.why,
+		MayIdle:   r.saidDone,
 	})
 	if err == nil {
-		r.claimed, r.carried = p.Mail > 0, p.Mail
+		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
+		r.task, r.newTask = p.Task, p.NewTask
 		r.watermark = max(r.watermark, p.Watermark, known)
 	}
 	if r.external() {
@@ -526,7 +593,43 @@ func (r *Runner) buildPrompt() {
 		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
 		return
 	}
+	if p.Idle {
+		r.waitIdle()
+		return
+	}
+	r.waiting.Store(false)
 	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
+}
+
+// waitIdle waits in BuildingPrompt, starting no session, until a wake-up
+// (mail or a task may be there), urgent mail or a stop; step then builds the
+// prompt again.
+func (r *Runner) waitIdle() {
+	r.setIdle(true)
+	defer r.setIdle(false)
+	select {
+	case <-r.wakeCh:
+	case <-r.urgentCh:
+	case <-r.stopCtx.Done():
+	}
+	r.waiting.Store(false)
+}
+
+func (r *Runner) setIdle(idle bool) {
+	now := time.Now()
+	r.mu.Lock()
+	if r.snap.Idle == idle {
+		r.mu.Unlock()
+		return
+	}
+	r.snap.Idle = idle
+	r.snap.Version++
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.OnIdle(r.cfg.Name, idle, now)
+	}
 }
 
 func (r *Runner) logPath() string { return r.cfg.Logs.LogPath(r.cfg.Name, r.seq) }
@@ -578,7 +681,14 @@ func (r *Runner) spawn() {
 	if r.cfg.Timeout > 0 {
 		r.timeout = time.NewTimer(r.cfg.Timeout)
 	}
+	r.started++
 	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
+	if r.newTask {
+		r.newTask = false
+		if err := r.cfg.Prompter.Started(r.stopCtx, r.cfg.Name, r.sessionID, r.task); err != nil {
+			r.log.Warn("start the session's task", zap.Int64("task", r.task), zap.Error(err))
+		}
+	}
 	r.maybeInterrupt()
 }
 
@@ -736,6 +846,13 @@ func (r *Runner) cleanup() {
 		r.finishSession(true)
 	}
 	r.release()
+	if actor := r.stopActorName(); actor != "daemon" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.cfg.Prompter.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason()); err != nil {
+			r.log.Error("return the agent's tasks", zap.Error(err))
+		}
+		cancel()
+	}
 	// Archive and the agent_stopped hook run even while the daemon stops:
 	// only a force stop cuts them short.
 	if _, err := r.cfg.Logs.Archive(r.forceCtx, r.cfg.Name, time.Now()); err != nil {
@@ -813,11 +930,9 @@ func (r *Runner) head() string {
 // will be shown again, before the next prompt is built: the next session must
 // see exactly the mail that no completed session saw.
 func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool) {
-	if r.carried == 0 {
-		return
-	}
+	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended,
+		Mail: r.carried, Task: r.task, Result: res.Text}
 	r.carried = 0
-	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended}
 	prev := r.m.State().Kind
 	switch {
 	case stopping:
@@ -845,10 +960,20 @@ func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool
 	// Not stopCtx: settling must happen even while stopping.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.cfg.Prompter.Settle(ctx, st); err != nil {
+	sr, err := r.cfg.Prompter.Settle(ctx, st)
+	if err != nil {
 		// The mail stays pending: shown again rather than never.
-		r.log.Error("settle the session's mail", zap.String("session", r.sessionID), zap.Error(err))
+		r.log.Error("settle the session's mail and task", zap.String("session", r.sessionID), zap.Error(err))
 	}
+	r.saidDone = sr.SaidDone
+}
+
+// stopActorName is who asked for the stop ("" when nobody did: the agent
+// stopped by itself).
+func (r *Runner) stopActorName() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopActor
 }
 
 func (r *Runner) snapReason() string {
@@ -862,7 +987,7 @@ func (r *Runner) release() {
 	if !r.claimed {
 		return
 	}
-	r.claimed, r.carried = false, 0
+	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
 	// Not stopCtx: returning the mail must happen even while stopping.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -555,3 +555,53 @@ func TestAgentOfSession(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleAfterDoneUntilWoken: a session that said DONE, then nothing to do:
+// no session starts however long it waits, until Wake finds work.
+func TestIdleAfterDoneUntilWoken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.MinSessionInterval = 0 })
+		h.pr.saidDone, h.pr.idle = true, true
+		h.start()
+		h.waitState(agent.Running)
+		h.be.session(0).finish(backend.Result{Outcome: backend.OutcomeSuccess})
+		h.waitFor("idle", func(s Snapshot) bool { return s.Idle && s.State.Kind == agent.BuildingPrompt })
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n := h.be.starts(); n != 1 {
+			t.Fatalf("%d sessions while idle, want 1", n)
+		}
+		h.pr.setIdle(false)
+		h.r.Wake()
+		h.waitFor("second session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == 2 })
+		if s := h.r.Snapshot(); s.Idle {
+			t.Error("still idle while running")
+		}
+		if got := h.rec.idleChanges(); len(got) != 2 || !got[0] || got[1] {
+			t.Errorf("idle notifications %v, want [true false]", got)
+		}
+		h.stop()
+	})
+}
+
+// TestMaxSessionsStops: the agent stops with reason max_sessions after N.
+func TestMaxSessionsStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.MaxSessions = 2; c.MinSessionInterval = 0 })
+		h.start()
+		for i := range 2 {
+			h.waitFor("session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == i+1 })
+			h.be.session(i).finish(backend.Result{Outcome: backend.OutcomeSuccess})
+		}
+		if err := <-h.err; err != nil {
+			t.Fatal(err)
+		}
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.Stopped || !strings.HasPrefix(s.Reason, "max_sessions") || h.be.starts() != 2 {
+			t.Fatalf("after 2 sessions: %v %q, %d starts", s.State, s.Reason, h.be.starts())
+		}
+		if got := h.pr.stopped; len(got) != 1 || got[0] != "alice" {
+			t.Errorf("tasks of the stopped agent not returned: %v", got)
+		}
+	})
+}

@@ -537,3 +537,16 @@ func oneLine(prefix, text string) string {
 	}
 	return prefix + ": " + text
 }
+
+// OpenVersion changes whenever the set of OPEN tasks may have changed: the
+// router compares it to wake idle agents.
+func (b *Board) OpenVersion(ctx context.Context) (string, error) {
+	var n int
+	var last string
+	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*), IFNULL(MAX(updated_at), '') || '/' || IFNULL(MAX(id), 0)
+		FROM tasks WHERE state = 'OPEN'`).Scan(&n, &last)
+	if err != nil {
+		return "", fmt.Errorf("taskboard: open version: %w", err)
+	}
+	return fmt.Sprint(n, "/", last), nil
+}
