@@ -21,10 +21,11 @@ const (
 
 // Session outcomes of SessionRecord.Outcome.
 const (
-	OutcomeSuccess  = "success"
-	OutcomeError    = "error"
-	OutcomeTimeout  = "timeout"
-	OutcomeOrphaned = "orphaned" // the daemon died while the session ran
+	OutcomeSuccess     = "success"
+	OutcomeError       = "error"
+	OutcomeTimeout     = "timeout"
+	OutcomeInterrupted = "interrupted" // urgent mail interrupted it; not an error
+	OutcomeOrphaned    = "orphaned"    // the daemon died while the session ran
 )
 
 // EventOperatorStart is the event ResetAgent records.
@@ -71,7 +72,7 @@ type SessionRecord struct {
 	Seq         uint32
 	Started     time.Time
 	Ended       *time.Time // nil: running, or left open by a killed daemon
-	Outcome     string     // "", OutcomeSuccess, OutcomeError, OutcomeTimeout, OutcomeOrphaned
+	Outcome     string     // "" or one of the Outcome constants
 	ExitCode    int
 	Signal      string
 	AbortReason string
