@@ -166,6 +166,36 @@ func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionR
 	return ss, nil
 }
 
+// Spend is what one agent's recorded sessions used, summed over the
+// sessions table (every session since the database was created).
+type Spend struct {
+	Agent     string
+	Sessions  int
+	TokensIn  int64
+	TokensOut int64
+	CostUSD   float64
+	Commits   int
+}
+
+// Spend returns every agent's spend, by name; an agent without sessions has
+// none.
+func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
+	sp, err := queryAll(ctx, db.read, func(s scanner) (Spend, error) {
+		var v Spend
+		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)
+		return v, err
+	}, `SELECT agent, COUNT(*), IFNULL(SUM(tokens_in), 0), IFNULL(SUM(tokens_out), 0),
+		IFNULL(SUM(cost_usd), 0.0), IFNULL(SUM(commits), 0) FROM sessions GROUP BY agent`)
+	if err != nil {
+		return nil, db.wrap("spend", err)
+	}
+	out := make(map[string]Spend, len(sp))
+	for _, v := range sp {
+		out[v.Agent] = v
+	}
+	return out, nil
+}
+
 // MaxSeq is the highest session sequence number ever recorded for agent, in
 // its sessions or its agent row, or 0. A restarted runner continues after it.
 func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
