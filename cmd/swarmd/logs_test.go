@@ -344,8 +344,8 @@ func (f fakeAPI) Agents() []control.AgentStatus { return f.agents }
 func (f fakeAPI) Agent(string) (control.AgentStatus, error) {
 	return control.AgentStatus{}, control.ErrUnknownAgent
 }
-func (fakeAPI) StopAgent(string) error  { return nil }
-func (fakeAPI) StartAgent(string) error { return nil }
+func (fakeAPI) StopAgent(context.Context, string) error  { return nil }
+func (fakeAPI) StartAgent(context.Context, string) error { return nil }
 func (fakeAPI) Events(context.Context, string, int64, int) ([]control.Event, error) {
 	return nil, nil
 }
