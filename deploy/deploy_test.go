@@ -205,6 +205,8 @@ func scrapeExported(t *testing.T) exported {
 		m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: k},
 			Result: backend.Result{Started: now.Add(-time.Minute), Ended: now}})
 	}
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error}, Interrupted: true,
+		Result: backend.Result{Started: now.Add(-time.Minute), Ended: now}})
 	m.ForceStopped("alice")
 	for _, ev := range []hooks.Event{hooks.AgentStart, hooks.SessionStart, hooks.SessionEnd, hooks.AgentStopped} {
 		for _, r := range []string{hooks.OutcomeOK, hooks.OutcomeError, hooks.OutcomeTimeout, hooks.OutcomeBlocked} {
@@ -623,7 +625,8 @@ tests:
         exp_alerts: [{exp_labels: {severity: warning, job: swarmd, instance: "h:9464", agent: alice}}]
 
   # Every 5 minutes: carol's sessions fail 4 times in 5; dave has failed
-  # once, in his only session; erin succeeds.
+  # once, in his only session; erin succeeds; ivan is interrupted by urgent
+  # mail 4 times in 5, which is not failing.
   - interval: 5m
     input_series:
       - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="carol", outcome="error"}', values: '0+4x12'}
@@ -631,6 +634,8 @@ tests:
       - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="dave", outcome="error"}', values: '0 1x12'}
       - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="erin", outcome="success"}', values: '0+1x12'}
       - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="erin", outcome="error"}', values: '0x12'}
+      - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="ivan", outcome="interrupted"}', values: '0+4x12'}
+      - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="ivan", outcome="success"}', values: '0+1x12'}
     alert_rule_test:
       - eval_time: 50m
         alertname: SwarmdSessionErrorRateHigh

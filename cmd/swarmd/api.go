@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -231,7 +230,7 @@ func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
 	ended := s.Result.Ended
 	o.j.SessionEnded(mailbox.SessionRecord{
 		SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Result.Started, Ended: &ended,
-		Outcome: strings.ToLower(s.Outcome.Kind.String()), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
+		Outcome: s.OutcomeLabel(), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
 		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),
 		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
 		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,

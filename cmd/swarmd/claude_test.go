@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -90,12 +91,53 @@ agents:
 	d.waitLine("alice's session succeeded", func(m map[string]any) bool {
 		return m["msg"] == "transition" && m["agent"] == "alice" && m["event"] == "SessionExited(Success)"
 	})
+	waitAliceSpend(t, cfg)
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	waitNoTreeProcesses(t, filepath.Join(repo, ".swarm"), 2*time.Second)
+
+	// bob's first session is recorded as interrupted by urgent mail, not as
+	// an error.
+	out, stderr, code := runCLI(t, nil, "", "sessions", "bob", "--json", "-n", "0", "-c", cfg)
+	var first sessionJSON
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&first); code != 0 || err != nil {
+		t.Fatalf("sessions bob --json: %d %v %s\n%s", code, err, stderr, out)
+	}
+	if first.Seq != 1 || first.Outcome != "interrupted" || first.AbortReason != "urgent_message" {
+		t.Errorf("bob's interrupted session recorded as %+v", first)
+	}
+	// alice's log renders to the tool call that sent the mail and its result.
+	out, _, code = runCLI(t, nil, "", "logs", "alice", "--session", "1", "--pretty", "-c", cfg)
+	for _, want := range []string{"\n→ Bash: swarmd mail send --to bob --urgent --subject halt 'stop and rebase'\n", "\n✓ success", "\n  tokens: "} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("logs alice --pretty lacks %q:\n%s", want, out)
+		}
+	}
 	if strings.Contains(d.log(), `"level":"error"`) {
 		t.Logf("daemon logged errors:\n%s", grepLines(d.log(), `{"level":"error"`))
+	}
+}
+
+// waitAliceSpend waits until status shows the cost alice's session reported
+// (the journal writes sessions in batches).
+func waitAliceSpend(t *testing.T, cfg string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, code := runCLI(t, nil, "", "status", "--json", "-c", cfg)
+		var rows []statusRow
+		if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
+			for _, r := range rows {
+				if r.Name == "alice" && r.Spend != nil && r.Spend.CostUSD > 0 && r.Spend.TokensIn > 0 {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed alice's spend:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -141,7 +141,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newMailCommand(s),
 	)
 	root.AddCommand(newOperateCommands(s)...)
-	root.AddCommand(newEventsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())
+	root.AddCommand(newEventsCommand(s), newSessionsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())
 	usageArgs(root)
 	return root
 }

@@ -1,13 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/mailbox"
 )
 
 // operateMain holds what the operator commands share: the config that names
@@ -54,10 +53,12 @@ func newOperateCommands(s streams) []*cobra.Command {
 	var jsonOut bool
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "One row per agent: state, session, errors, health",
+		Short: "One row per agent: state, session, errors, spend, health",
 		Long: `Show every agent of the running daemon: state, session seq, current session age, time since the
-session last printed, error counters and branch. HEALTH is "stalled" for a Running session that has
-printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning over 60 s.`,
+session last printed, error counters, spend and branch. HEALTH is "stalled" for a Running session
+that has printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning over 60 s.
+TOKENS (input and output) and COST are the sums over every session swarm.db has recorded for the
+agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.client()
@@ -68,12 +69,17 @@ printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning
 			if err != nil {
 				return controlErr(err)
 			}
+			cfg, err := o.config()
+			if err != nil {
+				return err
+			}
+			rows := statusRows(cmd.Context(), cfg, as, s.err)
 			if jsonOut {
 				enc := json.NewEncoder(s.out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(as)
+				return enc.Encode(rows)
 			}
-			return writeStatus(s.out, as, time.Now())
+			return writeStatus(s.out, rows, time.Now())
 		},
 	}
 	status.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
@@ -111,50 +117,7 @@ printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning
 		},
 	}
 
-	var session uint32
-	var follow bool
-	logsCmd := &cobra.Command{
-		Use:   "logs AGENT",
-		Short: "Print a session's log, live or archived (-f follows a live one)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			st := logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, nil)
-			seq := session
-			if seq == 0 {
-				refs, err := st.Sessions(args[0])
-				if err != nil {
-					return usage(err)
-				}
-				if len(refs) == 0 {
-					return usagef("logs: agent %s has no sessions yet", args[0])
-				}
-				seq = refs[len(refs)-1].Seq
-			}
-			if follow {
-				ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-				defer cancel()
-				if err := st.Follow(ctx, args[0], seq, s.out); err != nil {
-					return usage(err)
-				}
-				return nil
-			}
-			rc, _, err := st.Open(args[0], seq)
-			if err != nil {
-				return usage(err)
-			}
-			defer rc.Close()
-			_, err = io.Copy(s.out, rc)
-			return err
-		},
-	}
-	logsCmd.Flags().Uint32Var(&session, "session", 0, "session seq (default: the latest)")
-	logsCmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow a live log")
-
-	cmds := []*cobra.Command{status, stop, start, logsCmd}
+	cmds := []*cobra.Command{status, stop, start, newLogsCommand(o)}
 	for _, c := range cmds {
 		c.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
 	}
@@ -162,22 +125,67 @@ printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning
 }
 
 // writeStatus renders the status table.
-func writeStatus(w io.Writer, as []control.AgentStatus, now time.Time) error {
+func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 	if len(as) > 0 && as[0].DaemonFault != "" {
 		fmt.Fprintf(w, "DAEMON UNHEALTHY: %s\n", as[0].DaemonFault)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tBRANCH\tHEALTH\tWHY")
+	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tTOKENS\tCOST\tBRANCH\tHEALTH\tWHY")
 	for _, a := range as {
 		why := ""
 		if a.State == "Stopped" || a.State == "CoolingDown" {
 			why = a.Reason // why it stopped, or the error it is backing off from
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", a.Name, a.State, a.Seq,
-			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors, a.Branch,
-			dash(a.Health), dash(truncate(why, 72)))
+		var sp spendJSON
+		if a.Spend != nil {
+			sp = *a.Spend
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.State, a.Seq,
+			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors,
+			fmtTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(a.Health), dash(truncate(why, 72)))
 	}
 	return tw.Flush()
+}
+
+// statusRow is one agent of `swarmd status`: the daemon's view and what
+// swarm.db has recorded of its sessions.
+type statusRow struct {
+	control.AgentStatus
+	Spend *spendJSON `json:"spend,omitempty"` // nil: no session recorded, or swarm.db unreadable
+}
+
+// spendJSON is an agent's spend summed over its recorded sessions.
+type spendJSON struct {
+	Sessions  int     `json:"sessions"`
+	TokensIn  int64   `json:"tokens_in"`
+	TokensOut int64   `json:"tokens_out"`
+	CostUSD   float64 `json:"cost_usd"`
+}
+
+// statusRows adds each agent's spend from swarm.db. A database that cannot
+// be read leaves the spend out, with a warning: the daemon's view still
+// shows.
+func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatus, warn io.Writer) []statusRow {
+	rows := make([]statusRow, len(as))
+	for i, a := range as {
+		rows[i].AgentStatus = a
+	}
+	db, err := openStateDB(ctx, cfg, "status")
+	var spend map[string]mailbox.Spend
+	if err == nil {
+		spend, err = db.Spend(ctx)
+		db.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(warn, "swarmd: status: spend not shown: "+oneLine(err.Error()))
+		return rows
+	}
+	for i := range rows {
+		if sp, ok := spend[rows[i].Name]; ok {
+			rows[i].Spend = &spendJSON{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
+		}
+	}
+	return rows
 }
 
 func age(now, t time.Time) string {

@@ -335,6 +335,22 @@ func testCommit(t *testing.T, kind cliKind) {
 	if len(reqs) != 2 || !reqs[0].BodyContains(strings.TrimSpace(sp.Prompt)) {
 		t.Errorf("mock saw %d scripted requests; first has the prompt: %v", len(reqs), len(reqs) > 0 && reqs[0].BodyContains(sp.Prompt))
 	}
+	// The log renders to the call, its output, the answer and the usage
+	// that was recorded, without JSON.
+	b, err := os.ReadFile(sp.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, b, 4096)
+	rest := out
+	for _, want := range []string{"=== swarmd session " + sp.SessionID, "\n→ ", "git commit -q -m 'work by " + kind.name + "'",
+		"\n  │ committed", "\nCommitted agent.txt.", "\n✓ ", "\n  " + usageText(r.Usage) + "\n", "outcome success"} {
+		i := strings.Index(rest, want)
+		if i < 0 {
+			t.Fatalf("rendered log lacks %q after what came before:\n%s\nlog:\n%s", want, out, b)
+		}
+		rest = rest[i+len(want):]
+	}
 	t.Logf("%s: spawn -> first request %v, result record -> session done %v, whole session %v, usage %+v",
 		kind.name, firstScripted(t, rig.mock).Time.Sub(r.Started), r.Ended.Sub(r.ResultAt), r.Ended.Sub(r.Started), r.Usage)
 }

@@ -49,6 +49,9 @@ const (
 	AbortOOM              = "oom"               // SIGKILL that we did not send, exit 137
 	AbortPermissionDenied = "permission_denied" // exit 126
 	AbortUnknown          = "unknown"
+	// AbortUrgentMessage is set by the runner, not a backend: urgent mail
+	// interrupted the session, whatever cancel signal its backend uses.
+	AbortUrgentMessage = "urgent_message"
 )
 
 // DefaultGraceAfterTimeout is how long a session that timed out gets to exit

@@ -48,3 +48,15 @@ exit 147
 		t.Fatalf("result %+v", r)
 	}
 }
+
+// TestGeminiEmptyResponseReason: Gemini CLI reports an empty model response
+// only in an error line before a result without an error object; the
+// session's reason keeps it.
+func TestGeminiEmptyResponseReason(t *testing.T) {
+	rig := newCLIRig(t, geminiKind, nil, mockllm.Text(""))
+	sp := rig.spec(t)
+	r := waitCLI(t, rig.start(t, sp), sp, cliLimit)
+	if r.Outcome != OutcomeError || !strings.Contains(r.Reason, "The model returned an empty response") {
+		t.Fatalf("result %+v\nlog:\n%s", r, logOf(t, sp))
+	}
+}

@@ -23,16 +23,10 @@ func newCodexParser(now func() time.Time) *codexParser {
 }
 
 type codexLine struct {
-	Type    string `json:"type"`
-	Message string `json:"message"` // error
-	Item    *struct {
-		ID     string `json:"id"`
-		Type   string `json:"type"`
-		Text   string `json:"text"`   // agent_message
-		Server string `json:"server"` // mcp_tool_call
-		Tool   string `json:"tool"`   // mcp_tool_call
-	} `json:"item"`
-	Usage *struct {
+	Type    string     `json:"type"`
+	Message string     `json:"message"` // error
+	Item    *codexItem `json:"item"`
+	Usage   *struct {
 		InputTokens           int64 `json:"input_tokens"` // cached ones included
 		CachedInputTokens     int64 `json:"cached_input_tokens"`
 		CacheWriteInputTokens int64 `json:"cache_write_input_tokens"`
@@ -41,6 +35,14 @@ type codexLine struct {
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"` // turn.failed
+}
+
+type codexItem struct {
+	ID     string `json:"id"`
+	Type   string `json:"type"`
+	Text   string `json:"text"`   // agent_message
+	Server string `json:"server"` // mcp_tool_call
+	Tool   string `json:"tool"`   // mcp_tool_call
 }
 
 // codexTool reports whether an item type is a tool call.

@@ -12,6 +12,7 @@ type geminiParser struct {
 	rep      report
 	success  bool
 	errText  string
+	lastErr  string          // the last error line: the cause when the result has no error object
 	text     strings.Builder // assistant text since the last tool call
 	textFull bool            // text holds MaxResultText bytes already
 }
@@ -60,6 +61,9 @@ func (p *geminiParser) Line(line []byte) {
 		p.rep.toolEnd(l.ToolID)
 	case "error":
 		p.apiError(l.Message)
+		if l.Message != "" {
+			p.lastErr = l.Message
+		}
 	case "result":
 		p.rep.resultAt = p.rep.now()
 		p.rep.text = excerpt(p.text.String())
@@ -106,6 +110,14 @@ func (p *geminiParser) Exit(code int) {
 	}
 }
 
-func (p *geminiParser) Verdict() (bool, string) { return p.success, p.errText }
+// Verdict: a failed result without an error object (an empty model
+// response) is explained by the error line before it, as is an exit without
+// any result.
+func (p *geminiParser) Verdict() (bool, string) {
+	if !p.success && p.errText == "" {
+		return false, p.lastErr
+	}
+	return p.success, p.errText
+}
 
 func (p *geminiParser) Report(r *Result) { p.rep.fill(r) }

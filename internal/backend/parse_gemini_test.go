@@ -97,3 +97,29 @@ func FuzzGeminiParser(f *testing.F) {
 func BenchmarkGeminiParser(b *testing.B) {
 	benchParser(b, "gemini-success.jsonl", func() StreamParser { return newGeminiParser(nil) })
 }
+
+// A failed result without an error object keeps the CLI's message from the
+// error line before it (recorded from Gemini CLI 0.61.0 answered an empty
+// response).
+func TestGeminiParserKeepsLastErrorLine(t *testing.T) {
+	p := newGeminiParser(nil)
+	feed(t, p, "gemini-empty.log")
+	_, ok, detail := finish(p, 0)
+	if ok || !strings.HasPrefix(detail, "The model returned an empty response") {
+		t.Fatalf("Verdict = %v, %q; want the error line's message", ok, detail)
+	}
+	// An error object in the result wins; an exit without a result keeps
+	// the last error line.
+	p = newGeminiParser(nil)
+	p.Line([]byte(`{"type":"error","severity":"error","message":"first"}`))
+	p.Line([]byte(`{"type":"result","status":"error","error":{"type":"unknown","message":"from the result"}}`))
+	if _, _, detail := finish(p, 0); detail != "from the result" {
+		t.Fatalf("detail %q, want the result's error", detail)
+	}
+	p = newGeminiParser(nil)
+	p.Line([]byte(`{"type":"error","severity":"error","message":"first"}`))
+	p.Line([]byte(`{"type":"error","severity":"error","message":"second"}`))
+	if _, ok, detail := finish(p, 1); ok || detail != "second" {
+		t.Fatalf("Verdict = %v, %q; want the last error line", ok, detail)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -654,5 +655,44 @@ func TestJournalSessionStartWrittenAtOnce(t *testing.T) {
 	// Whatever was queued before it went in the same batch.
 	if n := countTable(t, db, "events"); n != 1 {
 		t.Errorf("events = %d, want 1", n)
+	}
+}
+
+// TestSpend sums each agent's sessions: tokens and cost not reported
+// (NULL) count as zero, a running session counts.
+func TestSpend(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	end := t0.Add(time.Minute)
+	for i, s := range []SessionRecord{
+		{Agent: "alice", TokensIn: 1000, TokensOut: 200, CostUSD: 0.25, Commits: 1},
+		{Agent: "alice", TokensIn: 10, TokensOut: 2, CostUSD: 0.5, Outcome: OutcomeInterrupted},
+		{Agent: "alice"}, // reported nothing
+		{Agent: "bob", TokensIn: 7, Commits: 3},
+	} {
+		s.SessionID, s.Seq, s.Started, s.Ended = s.Agent+"-"+strconv.Itoa(i), uint32(i+1), t0, &end
+		j.SessionEnded(s)
+	}
+	j.SessionStarted(SessionRecord{SessionID: "carol-1", Agent: "carol", Seq: 1, Started: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := db.Spend(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Spend{
+		"alice": {Agent: "alice", Sessions: 3, TokensIn: 1010, TokensOut: 202, CostUSD: 0.75, Commits: 1},
+		"bob":   {Agent: "bob", Sessions: 1, TokensIn: 7, Commits: 3},
+		"carol": {Agent: "carol", Sessions: 1},
+	}
+	if len(sp) != len(want) {
+		t.Fatalf("Spend = %+v, want %+v", sp, want)
+	}
+	for a, w := range want {
+		if sp[a] != w {
+			t.Errorf("Spend[%s] = %+v, want %+v", a, sp[a], w)
+		}
 	}
 }

@@ -21,10 +21,11 @@ const (
 
 // Session outcomes of SessionRecord.Outcome.
 const (
-	OutcomeSuccess  = "success"
-	OutcomeError    = "error"
-	OutcomeTimeout  = "timeout"
-	OutcomeOrphaned = "orphaned" // the daemon died while the session ran
+	OutcomeSuccess     = "success"
+	OutcomeError       = "error"
+	OutcomeTimeout     = "timeout"
+	OutcomeInterrupted = "interrupted" // urgent mail interrupted it; not an error
+	OutcomeOrphaned    = "orphaned"    // the daemon died while the session ran
 )
 
 // EventOperatorStart is the event ResetAgent records.
@@ -71,7 +72,7 @@ type SessionRecord struct {
 	Seq         uint32
 	Started     time.Time
 	Ended       *time.Time // nil: running, or left open by a killed daemon
-	Outcome     string     // "", OutcomeSuccess, OutcomeError, OutcomeTimeout, OutcomeOrphaned
+	Outcome     string     // "" or one of the Outcome constants
 	ExitCode    int
 	Signal      string
 	AbortReason string
@@ -163,6 +164,36 @@ func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionR
 		return nil, db.wrap("sessions", err)
 	}
 	return ss, nil
+}
+
+// Spend is what one agent's recorded sessions used, summed over the
+// sessions table (every session since the database was created).
+type Spend struct {
+	Agent     string
+	Sessions  int
+	TokensIn  int64
+	TokensOut int64
+	CostUSD   float64
+	Commits   int
+}
+
+// Spend returns every agent's spend, by name; an agent without sessions has
+// none.
+func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
+	sp, err := queryAll(ctx, db.read, func(s scanner) (Spend, error) {
+		var v Spend
+		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)
+		return v, err
+	}, `SELECT agent, COUNT(*), IFNULL(SUM(tokens_in), 0), IFNULL(SUM(tokens_out), 0),
+		IFNULL(SUM(cost_usd), 0.0), IFNULL(SUM(commits), 0) FROM sessions GROUP BY agent`)
+	if err != nil {
+		return nil, db.wrap("spend", err)
+	}
+	out := make(map[string]Spend, len(sp))
+	for _, v := range sp {
+		out[v.Agent] = v
+	}
+	return out, nil
 }
 
 // MaxSeq is the highest session sequence number ever recorded for agent, in

@@ -7,6 +7,7 @@ package metrics
 import (
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,11 +26,10 @@ type BuildInfo struct {
 	GoVersion string
 }
 
-// Label values of swarmd_sessions_total{outcome}, indexed by agent.OutcomeKind.
+// Label values of swarmd_sessions_total{outcome}: runner.SessionRecord's
+// OutcomeLabel values.
 var outcomeLabels = [...]string{
-	agent.Success: "success",
-	agent.Error:   "error",
-	agent.Timeout: "timeout",
+	runner.OutcomeSuccess, runner.OutcomeError, runner.OutcomeTimeout, runner.OutcomeInterrupted,
 }
 
 // Sessions run from seconds (a backend that fails at once) to hours.
@@ -320,8 +320,8 @@ func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	if r.ForceStopped {
 		s.forceStops.Inc()
 	}
-	if int(r.Outcome.Kind) < len(s.sessions) {
-		s.sessions[r.Outcome.Kind].Inc()
+	if i := slices.Index(outcomeLabels[:], r.OutcomeLabel()); i >= 0 {
+		s.sessions[i].Inc()
 	}
 	if !r.Result.Started.IsZero() && !r.Result.Ended.IsZero() {
 		s.duration.Observe(max(r.Result.Ended.Sub(r.Result.Started), 0).Seconds())

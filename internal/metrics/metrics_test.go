@@ -211,7 +211,7 @@ func TestAddAgentShowsEveryAgentAtStart(t *testing.T) {
 		f.want(t, 0, "swarmd_mailbox_pending", "agent", a)
 		f.want(t, 0, "swarmd_interrupts_total", "agent", a)
 		f.want(t, 0, "swarmd_force_stops_total", "agent", a)
-		for _, o := range []string{"success", "error", "timeout"} {
+		for _, o := range []string{"success", "error", "timeout", "interrupted"} {
 			f.want(t, 0, "swarmd_sessions_total", "agent", a, "outcome", o)
 		}
 	}
@@ -308,11 +308,15 @@ func TestSessionsByOutcome(t *testing.T) {
 	m.OnSessionEnd(rec("alice", agent.Error, 4*time.Second, true)) // ended by the stop: still an error
 	m.OnSessionEnd(rec("alice", agent.Timeout, 2*time.Hour, false))
 	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error}}) // no times: counted, not timed
+	// Interrupted by urgent mail: its own outcome, not an error.
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error}, Interrupted: true})
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Timeout}, Interrupted: true})
 
 	f := scrape(t, url)
 	f.want(t, 2, "swarmd_sessions_total", "agent", "alice", "outcome", "success")
 	f.want(t, 3, "swarmd_sessions_total", "agent", "alice", "outcome", "error")
 	f.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "timeout")
+	f.want(t, 2, "swarmd_sessions_total", "agent", "alice", "outcome", "interrupted")
 	f.want(t, 0, "swarmd_sessions_total", "agent", "bob", "outcome", "success")
 
 	h := f.one(t, "swarmd_session_duration_seconds", "agent", "alice").GetHistogram()

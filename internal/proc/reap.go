@@ -130,8 +130,7 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 			continue
 		}
 		if other := s.trees[string(id)]; other == nil || other.exited.Load() {
-			s.log.Info("killing leftover of an ended tree", zap.String("tree", string(id)), zap.Int("pid", pid))
-			_ = unix.Kill(pid, unix.SIGKILL)
+			s.killLeftoverLocked(pid, st.start, string(id))
 		}
 	}
 	if k == nil {
@@ -157,6 +156,16 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 	return live
 }
 
+// killLeftoverLocked kills a process of an ended tree. It is logged once:
+// every scan until the process is dead and reaped sees it again.
+func (s *Supervisor) killLeftoverLocked(pid int, start uint64, tree string) {
+	if prev, seen := s.leftovers[pid]; !seen || prev != start {
+		s.leftovers[pid] = start
+		s.log.Info("killing leftover of an ended tree", zap.String("tree", tree), zap.Int("pid", pid))
+	}
+	_ = s.kill(pid, unix.SIGKILL)
+}
+
 func (s *Supervisor) killLocked(pid int, st procStat, ownSid int, k *killState) {
 	_ = unix.Kill(pid, unix.SIGKILL)
 	k.killed[pid] = st.start
@@ -168,6 +177,7 @@ func (s *Supervisor) killLocked(pid int, st procStat, ownSid int, k *killState) 
 // reapLocked reaps a zombie child that is not a leader and not in our
 // process group. s.mu must be held (see Supervisor.mu).
 func (s *Supervisor) reapLocked(pid int) {
+	delete(s.leftovers, pid)
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
@@ -241,13 +251,14 @@ func (s *Supervisor) killMarked(match func(owner, inst, id []byte) bool) (int, e
 			if !ok || !match(owner, inst, id) {
 				continue
 			}
+			tree := string(id) // a copy: id is in buf, which readStat reuses
 			var st procStat
 			st, buf, err = readStat(pid, buf)
 			if err != nil || st.dead() {
 				continue
 			}
 			if prev, seen := killed[pid]; !seen || prev != st.start {
-				s.log.Info("killing marked process", zap.Int("pid", pid), zap.String("tree", string(id)))
+				s.log.Info("killing marked process", zap.Int("pid", pid), zap.String("tree", tree))
 				killed[pid] = st.start
 				found++
 			}

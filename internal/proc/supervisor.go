@@ -92,6 +92,13 @@ type Supervisor struct {
 	trees   map[string]*Tree // running or ending, by id
 	pids    []int            // scratch for scans
 	buf     []byte           // scratch for /proc reads
+	// leftovers are the processes of ended trees already killed (pid ->
+	// start time), so that the scans that see one again until it is dead
+	// and reaped do not log it again.
+	leftovers map[int]uint64
+	// kill sends a signal to a leftover of an ended tree: unix.Kill, or a
+	// test's stand-in that keeps the process alive across scans.
+	kill func(pid int, sig unix.Signal) error
 
 	closeOnce sync.Once
 }
@@ -134,6 +141,9 @@ func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
 		leaders:  make(map[int]*Tree),
 		trees:    make(map[string]*Tree),
 		buf:      make([]byte, 0, 4096),
+
+		leftovers: make(map[int]uint64),
+		kill:      unix.Kill,
 	}
 	signal.Notify(s.sigch, unix.SIGCHLD)
 	s.wg.Add(1)

@@ -187,6 +187,10 @@ type SessionRecord struct {
 	// ForceStopped: the runner killed the session after its timeout's or
 	// its stop's grace period (a GraceExceeded force stop is a transition).
 	ForceStopped bool
+	// Interrupted: urgent mail interrupted the session and it did not
+	// succeed (its Result's AbortReason is then backend.AbortUrgentMessage).
+	// The state machine counts no error for it; see OutcomeLabel.
+	Interrupted bool
 }
 
 // Snapshot is the agent's observable state at one moment.
@@ -302,6 +306,9 @@ type Runner struct {
 	grace      *time.Timer
 	timeout    *time.Timer
 	kill       *time.Timer
+
+	// interrupted: urgent mail interrupted the session (UrgentMessage).
+	interrupted bool
 }
 
 // New checks cfg and returns a Runner in Initializing.
@@ -673,7 +680,7 @@ func (r *Runner) spawn() {
 		return
 	}
 	r.claimed = false
-	r.timedOut, r.forced = false, false
+	r.timedOut, r.forced, r.interrupted = false, false, false
 	r.mu.Lock()
 	r.sess = sess
 	r.sessStarted = time.Now()
@@ -710,6 +717,7 @@ func (r *Runner) maybeInterrupt() {
 
 func (r *Runner) applyUrgent(committed time.Time) {
 	r.applyT(agent.EvUrgentMessage(), "router", "urgent mail", committed)
+	r.interrupted = true
 	// The grace period now bounds the session; a session timeout no longer
 	// applies to it.
 	stopTimer(&r.timeout)
@@ -766,6 +774,11 @@ func (r *Runner) finishSession(stopping bool) {
 		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
 	}
 	out := outcome(res, r.timedOut)
+	interrupted := r.interrupted && out.Kind != agent.Success
+	if interrupted {
+		// Whatever signal the backend is cancelled with, the cause is ours.
+		res.AbortReason = backend.AbortUrgentMessage
+	}
 	r.settle(res, out, stopping)
 	r.noteSessionEnd(res, stopping)
 	headAfter := r.head()
@@ -774,7 +787,7 @@ func (r *Runner) finishSession(stopping bool) {
 		r.cfg.Observer.OnSessionEnd(SessionRecord{
 			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
 			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
-			ForceStopped: r.forced,
+			ForceStopped: r.forced, Interrupted: interrupted,
 		})
 	}
 	_ = r.hook(hooks.Payload{

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+)
+
+// openStateDB opens swarm.db to read it, whether or not the daemon runs; it
+// never creates one.
+func openStateDB(ctx context.Context, cfg *config.Config, what string) (*mailbox.DB, error) {
+	db, err := mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{NoCreate: true})
+	if err != nil {
+		return nil, usagef("%s: %w (has swarmd run in this repo yet?)", what, err)
+	}
+	return db, nil
+}
+
+// sessionJSON is one line of `swarmd sessions --json`.
+type sessionJSON struct {
+	Agent       string     `json:"agent"`
+	Seq         uint32     `json:"seq"`
+	SessionID   string     `json:"session_id"`
+	Started     time.Time  `json:"started"`
+	Ended       *time.Time `json:"ended,omitempty"`
+	DurationMS  int64      `json:"duration_ms"`
+	Outcome     string     `json:"outcome"` // "" while running
+	AbortReason string     `json:"abort_reason,omitempty"`
+	ExitCode    int        `json:"exit_code"`
+	Signal      string     `json:"signal,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	TokensIn    int64      `json:"tokens_in"`
+	TokensOut   int64      `json:"tokens_out"`
+	CostUSD     float64    `json:"cost_usd"`
+	ToolCalls   int        `json:"tool_calls"`
+	Commits     int        `json:"commits"`
+	ResultText  string     `json:"result_text,omitempty"`
+	LogPath     string     `json:"log_path,omitempty"`
+}
+
+// newSessionsCommand is `swarmd sessions [AGENT]`: the recent sessions as the
+// daemon recorded them in swarm.db.
+func newSessionsCommand(s streams) *cobra.Command {
+	o := &operateMain{s: s}
+	var limit int
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "sessions [AGENT]",
+		Short: "List recent sessions: outcome, duration, tokens, cost, commits, result",
+		Long: `List the most recent sessions, oldest first, of one agent or of all: seq, outcome and abort reason,
+duration, tokens (input and output), cost, commits and the start of the result text (of the
+reason, for a session that did not succeed). Read from swarm.db, so it works whether or not the
+daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not an error), orphaned
+(swarmd died while it ran), and running.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 0 {
+				return usagef("sessions: --limit %d: want 0 (all) or more", limit)
+			}
+			agentName := ""
+			if len(args) == 1 {
+				agentName = args[0]
+			}
+			cfg, err := o.config()
+			if err != nil {
+				return err
+			}
+			db, err := openStateDB(cmd.Context(), cfg, "sessions")
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ss, err := db.Sessions(cmd.Context(), agentName, limit)
+			if err != nil {
+				return err
+			}
+			slices.Reverse(ss) // oldest first, the latest next to the prompt
+			if jsonOut {
+				return writeSessionsJSON(s.out, ss)
+			}
+			return writeSessions(s.out, ss, time.Now())
+		},
+	}
+	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many sessions, the most recent (0: all)")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON lines")
+	return cmd
+}
+
+func writeSessionsJSON(w io.Writer, ss []mailbox.SessionRecord) error {
+	enc := json.NewEncoder(w)
+	for _, r := range ss {
+		if err := enc.Encode(sessionJSON{
+			Agent: r.Agent, Seq: r.Seq, SessionID: r.SessionID, Started: r.Started, Ended: r.Ended,
+			DurationMS: r.Duration.Milliseconds(), Outcome: r.Outcome, AbortReason: r.AbortReason,
+			ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason, TokensIn: r.TokensIn, TokensOut: r.TokensOut,
+			CostUSD: r.CostUSD, ToolCalls: r.ToolCalls, Commits: r.Commits, ResultText: r.ResultText, LogPath: r.LogPath,
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeSessions renders the sessions table, one bounded line per session.
+func writeSessions(w io.Writer, ss []mailbox.SessionRecord, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tSEQ\tSTARTED\tDURATION\tOUTCOME\tABORT\tTOKENS\tCOST\tCOMMITS\tRESULT")
+	for _, r := range ss {
+		outcome, dur := r.Outcome, fmtDuration(r.Duration)
+		if r.Ended == nil {
+			outcome, dur = "running", fmtDuration(now.Sub(r.Started))
+		}
+		result := r.ResultText
+		if outcome != mailbox.OutcomeSuccess && r.Reason != "" {
+			result = r.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Agent, r.Seq,
+			r.Started.Local().Format("01-02 15:04:05"), dur, outcome, dash(r.AbortReason),
+			fmtTokens(r.TokensIn+r.TokensOut), fmtCost(r.CostUSD), r.Commits, dash(truncate(printable(strings.Join(strings.Fields(result), " "), false), 60)))
+	}
+	return tw.Flush()
+}
+
+// fmtTokens is a token count for a table: "950", "12.3k", "4.5M"; "-" for none.
+func fmtTokens(n int64) string {
+	switch {
+	case n <= 0:
+		return "-"
+	case n < 1000:
+		return strconv.FormatInt(n, 10)
+	case n < 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+}
+
+// fmtCost is "$0.0033" under a dollar, "$12.34" above; "-" for none.
+func fmtCost(usd float64) string {
+	switch {
+	case !(usd > 0):
+		return "-"
+	case usd < 1:
+		return "$" + strconv.FormatFloat(usd, 'f', 4, 64)
+	}
+	return "$" + strconv.FormatFloat(usd, 'f', 2, 64)
+}
+
+// fmtDuration is "0.3s", "45s", "12m3s", "2h5m".
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < 10*time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}

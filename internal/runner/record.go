@@ -1,0 +1,29 @@
+package runner
+
+import "github.com/swarmd/swarmd/internal/agent"
+
+// Outcome labels of a finished session, as the metrics
+// (swarmd_sessions_total{outcome}) and the sessions table record it.
+const (
+	OutcomeSuccess     = "success"
+	OutcomeError       = "error"
+	OutcomeTimeout     = "timeout"
+	OutcomeInterrupted = "interrupted"
+)
+
+// OutcomeLabel is the session's recorded outcome: the state machine's exit
+// outcome, except that a session interrupted by urgent mail is
+// "interrupted", not an error: it was stopped on purpose, and the machine
+// counts no error for it either, so an agent that is merely interrupted
+// often must not look like one that fails.
+func (s SessionRecord) OutcomeLabel() string {
+	switch {
+	case s.Interrupted:
+		return OutcomeInterrupted
+	case s.Outcome.Kind == agent.Success:
+		return OutcomeSuccess
+	case s.Outcome.Kind == agent.Timeout:
+		return OutcomeTimeout
+	}
+	return OutcomeError
+}
