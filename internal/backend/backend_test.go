@@ -460,3 +460,16 @@ func TestScriptQuoting(t *testing.T) {
 		t.Fatal("NewScripted accepted no steps")
 	}
 }
+
+// TestCommandResultIsTheOutputTail: a command has no result record, so its
+// result text is the end of its output, bounded, ending with its last line.
+func TestCommandResultIsTheOutputTail(t *testing.T) {
+	r := run(t, newCommand(t, sh(`cat >/dev/null; i=0; while [ $i -lt 3000 ]; do echo "line $i"; i=$((i+1)); done; printf 'work done\nDONE\n\n'`)), spec(t))
+	if len(r.Text) > TailBytes || !strings.HasSuffix(r.Text, "work done\nDONE") || !strings.HasPrefix(r.Text, "line ") {
+		t.Fatalf("result text (%d bytes) ends %q, starts %q", len(r.Text), r.Text[max(len(r.Text)-20, 0):], r.Text[:min(20, len(r.Text))])
+	}
+	s := newScripted(t, ScriptStep{Print: []string{"thinking", "FAIL: no parser"}})
+	if r := run(t, s, spec(t)); r.Text != "thinking\nFAIL: no parser" {
+		t.Fatalf("scripted result text %q (the result record is not part of it)", r.Text)
+	}
+}

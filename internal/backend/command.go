@@ -57,5 +57,6 @@ func (c *Command) Start(ctx context.Context, spec Spec) (Session, error) {
 		args:      c.cfg.Args,
 		env:       c.cfg.Env,
 		cancelSig: c.cfg.CancelSignal,
+		tail:      true,
 	})
 }

@@ -98,6 +98,7 @@ func (b *Scripted) Start(ctx context.Context, spec Spec) (Session, error) {
 		args:      []string{"-c", b.scripts[n%len(b.scripts)]},
 		cancelSig: b.cfg.CancelSignal,
 		parser:    &resultParser{},
+		tail:      true,
 	})
 }
 

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,9 @@ type launch struct {
 	env       []string // the backend's own env, under Spec.Env
 	cancelSig syscall.Signal
 	parser    StreamParser // nil: exit code 0 is success
+	// tail keeps the last TailBytes of output as the result text, for
+	// backends with no result record of their own (command, scripted).
+	tail bool
 }
 
 // session implements Session for every backend.
@@ -102,6 +106,9 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	s.logLine(header + " ===\n")
 
 	out := &sessionOutput{s: s, atLineStart: true}
+	if l.tail {
+		out.tail = make([]byte, 0, 2*TailBytes)
+	}
 	if l.parser != nil {
 		s.reporter, _ = l.parser.(Reporter)
 		out.lines = NewLineSplitter(0, s.line)
@@ -285,6 +292,9 @@ func (s *session) classify() Result {
 	if s.reporter != nil {
 		s.reporter.Report(&r)
 	}
+	if r.Text == "" && s.out.tail != nil {
+		r.Text = s.out.tailText()
+	}
 	cancelled, forced := s.cancelled.Load(), s.forced.Load()
 	switch {
 	case s.timedOut:
@@ -364,6 +374,7 @@ func (s *session) end(r Result) {
 type sessionOutput struct {
 	s           *session
 	lines       *LineSplitter // nil without a parser
+	tail        []byte        // nil, or the last output bytes (launch.tail)
 	written     int64         // output bytes written to the log
 	dropped     int64         // output bytes over Spec.MaxLogBytes, not written
 	atLineStart bool          // the last byte written was a newline (or none was)
@@ -386,7 +397,37 @@ func (o *sessionOutput) Write(p []byte) (int, error) {
 	if o.lines != nil {
 		_, _ = o.lines.Write(p)
 	}
+	if o.tail != nil {
+		if len(o.tail)+len(p) > cap(o.tail) {
+			keep := max(TailBytes-len(p), 0)
+			o.tail = append(o.tail[:0], o.tail[len(o.tail)-min(keep, len(o.tail)):]...)
+			p = p[max(len(p)-TailBytes, 0):]
+		}
+		o.tail = append(o.tail, p...)
+	}
 	return len(p), nil
+}
+
+// TailBytes is how much of a command or scripted session's output, from its
+// end, becomes its result text: the done and fail signals are looked for on
+// its last line, and a bound keeps a chatty command from costing memory.
+const TailBytes = 4 << 10
+
+// tailText is the output's tail without the result record a scripted
+// session prints last, cut at a line start.
+func (o *sessionOutput) tailText() string {
+	t := o.tail
+	if len(t) >= TailBytes {
+		t = t[len(t)-TailBytes:]
+		if i := bytes.IndexByte(t, '\n'); i >= 0 {
+			t = t[i+1:]
+		}
+	}
+	lines := bytes.Split(bytes.TrimRight(t, "\n"), []byte("\n"))
+	for len(lines) > 0 && bytes.HasPrefix(bytes.TrimSpace(lines[len(lines)-1]), []byte(`{"type":"result"`)) {
+		lines = lines[:len(lines)-1]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
 }
 
 // IsDiskFull reports whether err comes from a full disk or an exhausted

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// sessionLogs counts an agent's session log files: one per session started.
+func sessionLogs(t *testing.T, stateDir, agent string) int {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(stateDir, "logs", agent, "*.log"))
+	return len(logs)
+}
+
+func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.DB) {
+	t.Helper()
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), mailbox.Options{NoCreate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return openTaskBoard(db), db
+}
+
+// waitTask polls the board until task id is in state want.
+func waitTask(t *testing.T, b *taskboard.Board, id int64, want task.State, d *daemonProc) taskboard.Task {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		tk, err := b.Get(context.Background(), id)
+		if err == nil && tk.State == want {
+			return tk
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %d is %s (%v), want %s; log:\n%s", id, tk.State, err, want, d.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func idleLine(agent string) func(map[string]any) bool {
+	return func(m map[string]any) bool {
+		return m["agent"] == agent && strings.HasPrefix(m["msg"].(string), "idle:")
+	}
+}
+
+// TestTasksIdleAndWake: agents that say DONE with nothing to do go idle and
+// start no session; a new task, a dependency closing, subtasks finishing and
+// new mail wake them within the same watch as urgent mail.
+func TestTasksIdleAndWake(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  backend: finisher
+  min_session_interval: 0s
+backends:
+  finisher:
+    type: scripted
+    steps: [{print: [working, "DONE: finished"], sleep: 100ms}]
+agents:
+  - {name: alice, role: works}
+  - {name: bob, role: works}
+`)
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice idle", idleLine("alice"))
+	d.waitLine("bob idle", idleLine("bob"))
+	bobIdleSince, bobSessions := time.Now(), sessionLogs(t, stateDir, "bob")
+	b, db := openBoardAt(t, stateDir)
+	ctx := context.Background()
+
+	// A task for alice: she wakes, works on it, reports DONE, idles again.
+	added := time.Now()
+	tk, err := b.Add(ctx, taskboard.NewTask{Title: "write the parser", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitTask(t, b, tk.ID, task.Closed, d)
+	t.Logf("task added -> closed by an idle agent: %v", time.Since(added))
+	if !strings.Contains(got.Result, "DONE: finished") {
+		t.Errorf("task result %q", got.Result)
+	}
+	prompts, _ := filepath.Glob(filepath.Join(stateDir, "logs", "alice", "*.prompt.md"))
+	found := false
+	for _, p := range prompts {
+		b, _ := os.ReadFile(p)
+		found = found || strings.Contains(string(b), "Your task: #1: write the parser")
+	}
+	if !found {
+		t.Errorf("no prompt of alice carried the task")
+	}
+
+	// A dependency chain and a split task move by themselves.
+	first, _ := b.Add(ctx, taskboard.NewTask{Title: "first"})
+	second, _ := b.Add(ctx, taskboard.NewTask{Title: "second", After: []int64{first.ID}})
+	if second.State != task.Blocked {
+		t.Fatalf("second is %s, want BLOCKED", second.State)
+	}
+	waitTask(t, b, second.ID, task.Closed, d)
+	// A task for an agent not in this swarm waits; split, its parts are for
+	// anyone, and when both are done the parent is done.
+	parent, _ := b.Add(ctx, taskboard.NewTask{Title: "parent", Assignee: "carol"})
+	kids, err := b.Split(ctx, parent.ID, taskboard.Holder{}, []string{"part one", "part two"})
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("split: %v", err)
+	}
+	for _, k := range kids {
+		waitTask(t, b, k.ID, task.Closed, d)
+	}
+	waitTask(t, b, parent.ID, task.Closed, d)
+
+	// Mail wakes bob, and only then does he start a session.
+	if wait := 5*time.Second - time.Since(bobIdleSince); wait > 0 {
+		time.Sleep(wait) // the span over which the idle agent is watched
+	}
+	if n := sessionLogs(t, stateDir, "bob"); n != bobSessions {
+		// bob may have taken one of the tasks above: that is work, not a loop.
+		if hist, _ := b.List(ctx, taskboard.Filter{Agent: "bob"}); len(hist) == 0 {
+			t.Fatalf("idle bob started %d sessions with nothing to do", n-bobSessions)
+		}
+		bobSessions = n
+	}
+	d.mu.Lock()
+	d.cursor = len(d.lines)
+	d.mu.Unlock()
+	if _, err := db.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: "bob", Body: "look at the README"}); err != nil {
+		t.Fatal(err)
+	}
+	d.waitNext("bob awake", func(m map[string]any) bool { return m["agent"] == "bob" && strings.HasPrefix(m["msg"].(string), "awake") })
+	d.waitNext("bob Running", transitionTo("bob", "Running"))
+	d.waitNext("bob idle again", idleLine("bob"))
+	if n := sessionLogs(t, stateDir, "bob"); n != bobSessions+1 {
+		t.Errorf("bob ran %d sessions for one message, want 1", n-bobSessions)
+	}
+	out, _, _ := runCLI(t, nil, "", "status", "-c", cfg)
+	if !strings.Contains(out, "idle") {
+		t.Errorf("status does not show idle agents:\n%s", out)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// TestTaskOrphanedByKillIsRequeued: kill -9 of the daemon mid-task; after
+// the restart the task is requeued (orphan_recovered) and finished once.
+func TestTaskOrphanedByKillIsRequeued(t *testing.T) {
+	repo := gitRepo(t)
+	slow := `
+listen: ""
+defaults:
+  backend: worker
+  min_session_interval: 0s
+backends:
+  worker:
+    type: scripted
+    steps: [{print: [working], setsid_child: true, sleep: 1h}]
+agents:
+  - {name: alice, role: works}
+`
+	cfg := writeConfig(t, repo, slow)
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	b, _ := openBoardAt(t, stateDir)
+	ctx := context.Background()
+	tk, err := b.Add(ctx, taskboard.NewTask{Title: "long job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alice's first session runs forever; interrupt it so her next prompt
+	// claims the task.
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--urgent", "--to", "alice", "-c", cfg, "take the task"); code != 0 {
+		t.Fatal(stderr)
+	}
+	waitTask(t, b, tk.ID, task.InProgress, d)
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	d.wait(5 * time.Second)
+
+	writeConfig(t, repo, strings.Replace(slow, "{print: [working], setsid_child: true, sleep: 1h}", `{print: [DONE]}`, 1))
+	d2 := startDaemon(t, cfg)
+	d2.waitLine("requeued", func(m map[string]any) bool { return m["msg"] == "task requeued after a restart" })
+	got := waitTask(t, b, tk.ID, task.Closed, d2)
+	if got.Retries != 1 {
+		t.Errorf("retries %d, want 1", got.Retries)
+	}
+	h, err := b.History(ctx, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	recovered := false
+	for _, e := range h {
+		path = append(path, e.To)
+		recovered = recovered || (e.From == "ORPHANED" && e.To == "OPEN" && e.TransitionReason == "orphan_recovered")
+	}
+	if !recovered || strings.Count(strings.Join(path, " "), "CLOSED") != 1 {
+		t.Errorf("history %v: want ORPHANED -> OPEN (orphan_recovered) and one CLOSED", path)
+	}
+	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d2.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}
