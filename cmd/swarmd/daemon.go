@@ -295,8 +295,8 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		env = append(env, "SWARMD_BIN="+self)
 	}
 	return runner.Settings{
-		Role:               a.Role,
-		Backend:            be,
+		Role:    a.Role,
+		Backend: be,
 		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: cfg.AgentNames(), Swarmd: self,
 			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
 		MaxSessions:        a.MaxSessions,

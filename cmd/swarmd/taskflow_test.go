@@ -136,7 +136,9 @@ agents:
 	if _, err := db.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: "bob", Body: "look at the README"}); err != nil {
 		t.Fatal(err)
 	}
-	d.waitNext("bob awake", func(m map[string]any) bool { return m["agent"] == "bob" && strings.HasPrefix(m["msg"].(string), "awake") })
+	d.waitNext("bob awake", func(m map[string]any) bool {
+		return m["agent"] == "bob" && strings.HasPrefix(m["msg"].(string), "awake")
+	})
 	d.waitNext("bob Running", transitionTo("bob", "Running"))
 	d.waitNext("bob idle again", idleLine("bob"))
 	if n := sessionLogs(t, stateDir, "bob"); n != bobSessions+1 {

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sort"
+	"strings"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/review"

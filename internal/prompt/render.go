@@ -25,7 +25,7 @@ type Data struct {
 	DirtyFiles    []string
 	Role          string
 	Messages      []Message // already ordered: urgent first, then by id
-	Task          *Task // nil: the agent holds no task
+	Task          *Task     // nil: the agent holds no task
 	Why           runner.Why
 	// Swarmd is the swarmd binary to run, an absolute path, so that a
 	// session whose shell resets PATH (a login shell) still finds it; ""
