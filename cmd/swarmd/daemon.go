@@ -112,7 +112,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if d.mail, err = mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
 		return nil, err
 	}
-	d.tasks = openTaskBoard(d.mail)
+	d.tasks = openTaskBoard(d.mail, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)
 	}
@@ -298,6 +298,7 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		Role:    a.Role,
 		Backend: be,
 		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: cfg.AgentNames(), Swarmd: self,
+			Compare: d.trees, ReviewBase: d.trees.BaseCommit(),
 			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
 		MaxSessions:        a.MaxSessions,
 		Env:                env,

@@ -28,7 +28,7 @@ func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.DB) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return openTaskBoard(db), db
+	return openTaskBoard(db, nil), db
 }
 
 // waitTask polls the board until task id is in state want.
@@ -214,4 +214,104 @@ agents:
 		t.Fatalf("exit %d", code)
 	}
 	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}
+
+// TestReviewLoopEndToEnd: task -> worker DONE -> reviewer FAIL with
+// feedback -> the worker's next prompt carries it -> DONE -> reviewer PASS
+// -> CLOSED; a kill -9 while the review waits loses and repeats no round.
+func TestReviewLoopEndToEnd(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  min_session_interval: 0s
+backends:
+  worker:
+    type: command
+    command: sh
+    args: [-c, "p=$(cat); git commit -q --allow-empty -m work; if echo \"$p\" | grep -q 'needs tests'; then printf 'added tests\nDONE\n'; else printf 'first try\nDONE\n'; fi"]
+  reviewer:
+    type: command
+    command: sh
+    args: [-c, "p=$(cat); if echo \"$p\" | grep -q '^Round 1: FAIL'; then printf 'good now\nPASS\n'; elif echo \"$p\" | grep -q '^## Review request'; then printf 'FAIL: needs tests\n'; else printf 'nothing to review\nDONE\n'; fi"]
+agents:
+  - {name: alice, role: works, backend: worker, reviewer: rita}
+  - {name: rita, role: reviews, backend: reviewer}
+`)
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice idle", idleLine("alice"))
+	d.waitLine("rita idle", idleLine("rita"))
+	b, _ := openBoardAt(t, stateDir)
+	ctx := context.Background()
+	tk, err := b.Add(ctx, taskboard.NewTask{Title: "add a parser", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitTask(t, b, tk.ID, task.Closed, d)
+	if got.ReviewState != "complete" || got.Iteration != 2 || got.Worker != "alice" {
+		t.Fatalf("closed task %+v", got)
+	}
+	rounds, _ := b.Rounds(ctx, tk.ID)
+	if len(rounds) != 2 || rounds[0].Verdict.String() != "fail" || !strings.Contains(rounds[0].Feedback, "needs tests") ||
+		rounds[1].Verdict.String() != "pass" {
+		t.Fatalf("rounds %+v", rounds)
+	}
+	// alice's prompt after the FAIL carried the feedback; rita's first
+	// review request showed alice's branch and commits.
+	var sawFeedback, sawBranch bool
+	for _, agent := range []string{"alice", "rita"} {
+		ps, _ := filepath.Glob(filepath.Join(stateDir, "logs", agent, "*.prompt.md"))
+		for _, p := range ps {
+			b, _ := os.ReadFile(p)
+			sawFeedback = sawFeedback || strings.Contains(string(b), "It came back from review (round 1)")
+			sawBranch = sawBranch || strings.Contains(string(b), "Its branch `swarm/alice`")
+		}
+	}
+	if !sawFeedback || !sawBranch {
+		t.Errorf("prompts: feedback to the worker %v, branch to the reviewer %v", sawFeedback, sawBranch)
+	}
+
+	// A second task; kill -9 once it waits for review: after the restart
+	// the review resumes, one round per verdict.
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(10 * time.Second)
+	writeConfig(t, repo, strings.Replace(mustRead(t, cfg), "printf 'good now\\nPASS\\n'", "sleep 3600", 1))
+	d2 := startDaemon(t, cfg)
+	tk2, _ := b.Add(ctx, taskboard.NewTask{Title: "second", Assignee: "alice"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, _ := b.Rounds(ctx, tk2.ID)
+		if len(r) == 1 {
+			if cur, _ := b.Get(ctx, tk2.ID); cur.ReviewState == "reviewing" {
+				break // FAIL given, rework done, second review running (its reviewer sleeps)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second task never reached its second review; log:\n%s", d2.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = d2.cmd.Process.Signal(syscall.SIGKILL)
+	d2.wait(5 * time.Second)
+	writeConfig(t, repo, strings.Replace(mustRead(t, cfg), "sleep 3600", "printf 'good now\\nPASS\\n'", 1))
+	d3 := startDaemon(t, cfg)
+	got2 := waitTask(t, b, tk2.ID, task.Closed, d3)
+	r2, _ := b.Rounds(ctx, tk2.ID)
+	if len(r2) != 2 || got2.Iteration != 2 {
+		t.Fatalf("after the restart: %d rounds, iteration %d; want 2, 2 (none lost or repeated)", len(r2), got2.Iteration)
+	}
+	_ = d3.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d3.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

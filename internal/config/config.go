@@ -67,6 +67,10 @@ type AgentSettings struct {
 	// MaxSessions stops the agent after this many sessions in one run (0:
 	// no limit).
 	MaxSessions int
+	// Reviewer reviews the agent's finished tasks ("" for none);
+	// MaxIterations bounds the review rounds of one task.
+	Reviewer      string
+	MaxIterations int
 	// Signals are the words a session's result carries to report on its
 	// task; "" means the default (DONE, PASS, FAIL).
 	Signals Signals
@@ -158,6 +162,7 @@ const (
 	DefaultMaxBody              = 64 << 10
 	DefaultStallAfter           = 5 * time.Minute
 	DefaultMinSessionInterval   = time.Second
+	DefaultMaxIterations        = 3
 	DefaultMaxSessionBytes      = 64 << 20
 )
 
@@ -173,6 +178,7 @@ func defaultConfig() *Config {
 			MaxTotalErrors:       DefaultMaxTotalErrors,
 			Env:                  map[string]string{},
 			MinSessionInterval:   DefaultMinSessionInterval,
+			MaxIterations:        DefaultMaxIterations,
 		},
 		Logs:       Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
 		Hooks:      Hooks{Timeout: DefaultHookTimeout},

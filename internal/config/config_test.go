@@ -52,6 +52,7 @@ func TestDefaults(t *testing.T) {
 		MaxTotalErrors:       20,
 		Env:                  map[string]string{},
 		MinSessionInterval:   time.Second,
+		MaxIterations:        3,
 	}
 	want := &Config{
 		Path:       filepath.Join(dir, "minimal.yaml"),
@@ -89,6 +90,7 @@ func TestOverrides(t *testing.T) {
 		MaxTotalErrors:       7,
 		Env:                  map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "1"},
 		MinSessionInterval:   2 * time.Second,
+		MaxIterations:        3,
 	}
 	backends := builtins()
 	backends["claude"] = Backend{Name: "claude", Type: "claude", Command: "/opt/claude/bin/claude",
@@ -125,11 +127,11 @@ func TestOverrides(t *testing.T) {
 			{Name: "alice", Role: "You are alice. You write the Go code.\n", RoleFile: filepath.Join(dir, "prompts", "alice.md"),
 				AgentSettings: AgentSettings{Backend: "claude", SessionTimeout: 90 * time.Minute, GracePeriod: 5 * time.Second,
 					MaxConsecutiveErrors: 3, MaxTotalErrors: 7,
-					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0}},
+					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0, MaxIterations: 3}},
 			{Name: "bob", Role: "You review every commit on main.\nReply with PASS or FAIL.\n", AgentSettings: defaults},
 			{Name: "carol-2", Role: "Review docs/ and/or fix bugs",
 				AgentSettings: AgentSettings{Backend: "fake", SessionTimeout: 30 * time.Minute, GracePeriod: time.Second,
-					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env, MinSessionInterval: 2 * time.Second}},
+					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env, MinSessionInterval: 2 * time.Second, MaxIterations: 3}},
 		},
 	}
 	got := load(t, "testdata/full.yaml")
@@ -329,7 +331,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, backends, agents)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, signals)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, signals)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},
@@ -503,5 +505,28 @@ func TestAliasBomb(t *testing.T) {
 	}
 	if !slices.ContainsFunc(all, func(e *Error) bool { return strings.Contains(e.Msg, "alias expansions") }) {
 		t.Errorf("no alias-budget error in %v", all)
+	}
+}
+
+func TestReviewerMustBeAnotherAgent(t *testing.T) {
+	dir := t.TempDir()
+	base := "repo: .\nbackends: {sh: {type: command, command: sh}}\ndefaults: {backend: sh}\nagents:\n"
+	for _, tc := range []struct{ agents, want string }{
+		{"  - {name: alice, role: x, reviewer: rita}\n", `agents[0].reviewer: "rita" is not an agent of this config`},
+		{"  - {name: alice, role: x, reviewer: alice}\n", "agents[0].reviewer: agent alice cannot review its own work"},
+	} {
+		_, err := Parse([]byte(base+tc.agents), filepath.Join(dir, "swarmd.yaml"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", strings.TrimSpace(tc.agents), err, tc.want)
+		}
+	}
+	cfg, err := Parse([]byte(strings.Replace(base, "defaults: {backend: sh}", "defaults: {backend: sh, reviewer: rita, max_iterations: 2}", 1)+
+		"  - {name: alice, role: x}\n  - {name: rita, role: y}\n"),
+		filepath.Join(dir, "swarmd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := cfg.Agent("alice"); a.Reviewer != "rita" || a.MaxIterations != 2 {
+		t.Errorf("alice inherits reviewer %q, max %d", a.Reviewer, a.MaxIterations)
 	}
 }

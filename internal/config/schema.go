@@ -176,6 +176,10 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"Overrides defaults.min_session_interval."), d.durTo(&s.MinSessionInterval, true)},
 		{"max_sessions", doc("An agent stops (reason max_sessions) after this many sessions in one daemon run; 0: no limit.",
 			"Overrides defaults.max_sessions."), d.intTo(&s.MaxSessions, 0, maxInt)},
+		{"reviewer", doc("An agent that reviews every agent's finished tasks before they close (the review loop): its PASS closes a task, its FAIL sends it back to its worker. \"\": none.",
+			"The agent that reviews this agent's finished tasks (overrides defaults.reviewer)."), d.strTo(&s.Reviewer, false)},
+		{"max_iterations", doc("Review rounds a task may take: past this many FAIL verdicts it fails (reason max_iterations).",
+			"Overrides defaults.max_iterations."), d.intTo(&s.MaxIterations, 1, maxInt)},
 		{"signals", doc("The words a session's final result ends with to report on its task: the last non-empty line is the word, or starts with it and a colon or dash.",
 			"This agent's signal words, each overriding the same word of defaults.signals."), d.section([]field{
 			{"done", "The task is done (the agent goes idle when it has nothing else to do).", d.wordTo(&s.Signals.Done)},
@@ -554,7 +558,31 @@ func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) []*rawAgent {
 			goodRaws = append(goodRaws, ra)
 		}
 	}
+	d.checkReviewers(cfg, goodRaws)
 	return goodRaws
+}
+
+// checkReviewers: a reviewer is one of the agents, and not the agent
+// itself (an agent inheriting itself from defaults.reviewer is simply not
+// reviewed).
+func (d *decoder) checkReviewers(cfg *Config, raws []*rawAgent) {
+	names := cfg.AgentNames()
+	for i, a := range cfg.Agents {
+		if a.Reviewer == "" {
+			continue
+		}
+		line, own := raws[i].set.line("reviewer")
+		key := join(raws[i].path, "reviewer")
+		if !own {
+			line, key = raws[i].line, "defaults.reviewer"
+		}
+		switch {
+		case !slices.Contains(names, a.Reviewer):
+			d.errorf(line, key, "%q is not an agent of this config (agents: %s)", a.Reviewer, strings.Join(names, ", "))
+		case own && a.Reviewer == a.Name:
+			d.errorf(line, key, "agent %s cannot review its own work (name another agent)", a.Name)
+		}
+	}
 }
 
 // merge overlays an agent's overrides (the keys in set) on the defaults.
@@ -584,6 +612,12 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("max_sessions") {
 		out.MaxSessions = over.MaxSessions
+	}
+	if has("reviewer") {
+		out.Reviewer = over.Reviewer
+	}
+	if has("max_iterations") {
+		out.MaxIterations = over.MaxIterations
 	}
 	out.Signals.Done = cmp.Or(over.Signals.Done, base.Signals.Done)
 	out.Signals.Pass = cmp.Or(over.Signals.Pass, base.Signals.Pass)

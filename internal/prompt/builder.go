@@ -41,6 +41,16 @@ type Tasks interface {
 	Fail(ctx context.Context, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
 	Unclaim(ctx context.Context, session string) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
+	ReviewFor(ctx context.Context, reviewer string) (taskboard.Task, bool, error)
+	Verdict(ctx context.Context, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
+	Rounds(ctx context.Context, id int64) ([]review.Round, error)
+}
+
+// Compare shows a worker's branch against the merge target, for a review.
+// *worktree.Manager satisfies it.
+type Compare interface {
+	Compare(ctx context.Context, base, branch string) (worktree.Comparison, error)
+	Branch(agent string) string
 }
 
 // recentCommits is how much history a prompt shows.
@@ -55,6 +65,10 @@ type Builder struct {
 	Signals review.Signals // the done / pass / fail words
 	Agents  []string       // every agent's name
 	Swarmd  string         // the swarmd binary sessions should run ("" : swarmd on PATH)
+	// Compare and ReviewBase show a reviewer the work: the worker's branch
+	// against ReviewBase (the merge target, or the base commit).
+	Compare    Compare
+	ReviewBase string
 }
 
 // Build gathers the prompt's inputs and renders it. Mail is consumed last,
@@ -92,6 +106,10 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 		}
 		if t != nil {
 			d.Task, p.Task, p.NewTask = t, t.ID, isNew
+		} else if d.Review, err = b.review(ctx, req.Agent); err != nil {
+			return runner.Prompt{}, err
+		} else if d.Review != nil {
+			p.Review = d.Review.Task.ID
 		}
 	}
 	var watermark int64
@@ -109,7 +127,7 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 		}
 	}
 	p.Watermark, p.Mail = watermark, len(d.Messages)
-	if req.MayIdle && p.Mail == 0 && p.Task == 0 {
+	if req.MayIdle && p.Mail == 0 && p.Task == 0 && p.Review == 0 {
 		p.Idle = true
 		return p, nil
 	}
@@ -140,7 +158,40 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, 
 }
 
 func taskOf(t taskboard.Task, cont bool) *Task {
-	return &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont, Result: t.Result}
+	out := &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont}
+	if t.ReviewState == review.Working.String() && t.Iteration > 1 {
+		out.Feedback, out.Round = t.Result, t.Iteration-1 // back from review
+	}
+	return out
+}
+
+// review is the review request waiting for reviewer, if any.
+func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) {
+	t, ok, err := b.Tasks.ReviewFor(ctx, reviewer)
+	if err != nil || !ok {
+		return nil, err
+	}
+	r := &Review{Task: *taskOf(t, false), Worker: t.Worker, Summary: t.Result, Round: t.Iteration, MaxRounds: t.MaxIterations}
+	r.Task.Feedback, r.Task.Round = "", 0
+	rounds, err := b.Tasks.Rounds(ctx, t.ID)
+	if err != nil {
+		return nil, fmt.Errorf("review rounds of task %d: %w", t.ID, err)
+	}
+	for _, rd := range rounds {
+		r.Earlier = append(r.Earlier, Round{N: int(rd.Iteration), Verdict: strings.ToUpper(rd.Verdict.String()), Feedback: rd.Feedback})
+	}
+	if b.Compare != nil {
+		r.Branch, r.Base = b.Compare.Branch(t.Worker), b.ReviewBase
+		c, err := b.Compare.Compare(ctx, b.ReviewBase, r.Branch)
+		if err != nil {
+			r.CompareError = err.Error()
+		}
+		for _, cm := range c.Commits {
+			r.Commits = append(r.Commits, Commit{Hash: cm.Hash, Subject: cm.Subject})
+		}
+		r.MoreCommits, r.DiffStat = c.More, c.DiffStat
+	}
+	return r, nil
 }
 
 // Release returns the mail and the task claimed for a session that never
@@ -191,7 +242,14 @@ func (b *Builder) Settle(ctx context.Context, s runner.Settlement) (runner.Settl
 	sig := review.NoSignal
 	if s.Completed {
 		sig = b.Signals.Scan(s.Result)
-		res.SaidDone = sig == review.Done
+		// Any signal ends the unit of work it was about.
+		res.SaidDone = sig != review.NoSignal
+	}
+	if b.Tasks != nil && s.Review != 0 && (sig == review.Pass || sig == review.Fail) {
+		if _, err := b.Tasks.Verdict(ctx, s.Review, s.Agent, sig == review.Pass, s.Result); err != nil &&
+			!errors.Is(err, taskboard.ErrState) {
+			return res, fmt.Errorf("review verdict on task %d: %w", s.Review, err)
+		}
 	}
 	if b.Tasks != nil && s.Task != 0 && (sig == review.Done || sig == review.Fail) {
 		h := taskboard.Holder{Agent: s.Agent, Session: s.SessionID}

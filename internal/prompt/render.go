@@ -26,6 +26,7 @@ type Data struct {
 	Role          string
 	Messages      []Message // already ordered: urgent first, then by id
 	Task          *Task     // nil: the agent holds no task
+	Review        *Review   // nil: no review waits for the agent
 	Why           runner.Why
 	// Swarmd is the swarmd binary to run, an absolute path, so that a
 	// session whose shell resets PATH (a login shell) still finds it; ""
@@ -38,7 +39,27 @@ type Task struct {
 	ID          int64
 	Title, Body string
 	Continue    bool   // a previous session worked on it and did not report
-	Result      string // feedback the task came back with, if any
+	Feedback    string // the reviewer's feedback it came back with, if any
+	Round       int    // the review round that feedback is from
+}
+
+// Review is a review request: the worker's work on a task, to PASS or FAIL.
+type Review struct {
+	Task             Task
+	Worker, Summary  string
+	Round, MaxRounds int
+	Branch, Base     string
+	Commits          []Commit
+	MoreCommits      int
+	DiffStat         string
+	CompareError     string
+	Earlier          []Round
+}
+
+// Round is an earlier verdict on the same task.
+type Round struct {
+	N                 int
+	Verdict, Feedback string
 }
 
 // Commit is one line of recent history.
@@ -148,6 +169,12 @@ func Render(d Data) string {
 		b.WriteString("\nWhen it is finished, end your final message with a line `DONE` (or run `swarmd task done --summary \"...\"`).\n")
 		b.WriteString("If it cannot be done, end with a line `FAIL` and why (or `swarmd task fail --reason \"...\"`).\n")
 		b.WriteString("If it must wait, `swarmd task block --on ID` or `--reason \"...\"`; to break it up, `swarmd task split \"TITLE\"...`.\n")
+		if t.Feedback != "" {
+			fmt.Fprintf(&b, "\nIt came back from review (round %d). The reviewer wrote:\n\n%s", t.Round, quote(t.Feedback))
+		}
+	}
+	if r := d.Review; r != nil {
+		renderReview(&b, r)
 	}
 
 	b.WriteString("\n## Session context\n\n")
@@ -225,4 +252,35 @@ func urgentSubject(ms []Message) string {
 		}
 	}
 	return ""
+}
+
+func renderReview(b *strings.Builder, r *Review) {
+	b.WriteString("\n## Review request\n\n")
+	fmt.Fprintf(b, "Review the work of `%s` on task #%d: %s (round %d of at most %d).\n", flat(r.Worker), r.Task.ID, flat(r.Task.Title), r.Round, r.MaxRounds)
+	if strings.TrimSpace(r.Task.Body) != "" {
+		b.WriteString("\n" + quote(r.Task.Body))
+	}
+	if strings.TrimSpace(r.Summary) != "" {
+		b.WriteString("\nThe worker's summary:\n\n" + quote(r.Summary))
+	}
+	if r.Branch != "" {
+		fmt.Fprintf(b, "\nIts branch `%s`, against `%s`:\n", r.Branch, short(r.Base))
+		for _, c := range r.Commits {
+			b.WriteString("- " + short(c.Hash) + " " + flat(c.Subject) + "\n")
+		}
+		if r.MoreCommits > 0 {
+			fmt.Fprintf(b, "- … and %d more\n", r.MoreCommits)
+		}
+		if r.DiffStat != "" {
+			b.WriteString("\n```\n" + r.DiffStat + "\n```\n")
+		}
+		if r.CompareError != "" {
+			b.WriteString("(swarmd could not compare it: " + flat(r.CompareError) + ")\n")
+		}
+	}
+	for _, e := range r.Earlier {
+		fmt.Fprintf(b, "\nRound %d: %s.\n\n%s", e.N, e.Verdict, quote(e.Feedback))
+	}
+	b.WriteString("\nLook at the branch (`git log`, `git diff " + short(r.Base) + "..." + r.Branch + "`), then end your final message with a\n")
+	b.WriteString("line `PASS` to approve it, or `FAIL` and what must change: the worker gets your final message as feedback.\n")
 }

@@ -94,6 +94,7 @@ type Settlement struct {
 	Note      string // why not completed
 	Mail      int    // messages the prompt carried
 	Task      int64  // the task the prompt carried, 0 for none
+	Review    int64  // the task whose review the prompt asked for, 0 for none
 	Result    string // the backend's final result text, for the signals
 }
 
@@ -147,6 +148,7 @@ type Prompt struct {
 	Mail      int   // messages the prompt carries
 	Task      int64 // the task the prompt carries (claimed or continued), 0 for none
 	NewTask   bool  // Task was claimed for this prompt: Started moves it on
+	Review    int64 // the task whose review the prompt asks for, 0 for none
 	// Idle: the agent said it is done and has no mail and no task. No
 	// session starts; the runner waits for Wake.
 	Idle bool
@@ -298,6 +300,7 @@ type Runner struct {
 	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
 	carried    int       // messages the current session's prompt carried
 	task       int64     // the task the current session's prompt carried
+	review     int64     // the task the current session reviews
 	newTask    bool      // task was claimed for the current prompt
 	started    int       // sessions started in this run (max_sessions)
 	saidDone   bool      // the last session completed with the done signal
@@ -590,7 +593,7 @@ func (r *Runner) buildPrompt() {
 	})
 	if err == nil {
 		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
-		r.task, r.newTask = p.Task, p.NewTask
+		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
 		r.watermark = max(r.watermark, p.Watermark, known)
 	}
 	if r.external() {
@@ -944,7 +947,7 @@ func (r *Runner) head() string {
 // see exactly the mail that no completed session saw.
 func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool) {
 	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended,
-		Mail: r.carried, Task: r.task, Result: res.Text}
+		Mail: r.carried, Task: r.task, Review: r.review, Result: res.Text}
 	r.carried = 0
 	prev := r.m.State().Kind
 	switch {

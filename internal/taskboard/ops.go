@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
@@ -20,6 +21,10 @@ type NewTask struct {
 	After      []int64 // dependencies: the task waits in BLOCKED until each is CLOSED
 	Plan       bool    // created PLANNED, waiting for Approve
 	MaxRetries int     // 0 : task.DefaultMaxRetries
+	// Reviewer reviews the work before the task closes (the review loop);
+	// "" : the claimant's config decides. MaxIterations 0: the default, 3.
+	Reviewer      string
+	MaxIterations int
 	CreatedBy  string
 }
 
@@ -49,6 +54,12 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 	if n.MaxRetries == 0 {
 		n.MaxRetries = int(task.DefaultMaxRetries)
 	}
+	if n.MaxIterations < 0 {
+		return Task{}, invalidf("max iterations %d is negative", n.MaxIterations)
+	}
+	if n.MaxIterations == 0 {
+		n.MaxIterations = int(review.DefaultMaxIterations)
+	}
 	var out Task
 	err := b.write(ctx, "add", func(tx *sql.Tx) error {
 		state := task.Open
@@ -74,9 +85,15 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 		if n.Parent != 0 {
 			parent = n.Parent
 		}
+		reviewState := ""
+		if n.Reviewer != "" {
+			reviewState = review.Init.String()
+		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO tasks (title, body, priority, state, assignee, parent_id, max_retries,
-			created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			n.Title, n.Body, n.Priority, state.String(), n.Assignee, parent, n.MaxRetries, n.CreatedBy, now, now)
+			reviewer, max_iterations, review_state, created_by, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			n.Title, n.Body, n.Priority, state.String(), n.Assignee, parent, n.MaxRetries,
+			n.Reviewer, n.MaxIterations, reviewState, n.CreatedBy, now, now)
 		if err != nil {
 			return fmt.Errorf("taskboard: add: %w", err)
 		}
@@ -236,9 +253,13 @@ func heldTx(ctx context.Context, q querier, agent string) (Task, bool, error) {
 
 func (b *Board) claim(ctx context.Context, tx *sql.Tx, t *Task, agent, session string) error {
 	t.Claimant, t.ClaimSession, t.ClaimToken = agent, session, newToken()
-	return b.apply(ctx, tx, t, move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
+	m := move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
 		set:  []string{"claimant = ?", "claim_session = ?", "claim_token = ?"},
-		args: []any{agent, session, t.ClaimToken}})
+		args: []any{agent, session, t.ClaimToken}}
+	if err := b.reviewOnClaim(ctx, tx, t, agent, &m); err != nil {
+		return err
+	}
+	return b.apply(ctx, tx, t, m)
 }
 
 // Holder names who asks to act on a held task: the agent and its session.
@@ -293,7 +314,11 @@ func (b *Board) update(ctx context.Context, op string, id int64, h Holder, f fun
 		if m.session == "" {
 			m.session = h.Session
 		}
-		return b.apply(ctx, tx, &t, m)
+		if err := b.apply(ctx, tx, &t, m); err != nil {
+			return err
+		}
+		t, err = getTask(ctx, tx, id) // as stored, with what the moves set
+		return err
 	})
 	return t, err
 }
@@ -318,8 +343,9 @@ func (b *Board) Continue(ctx context.Context, id int64, agent, session string) e
 // Done reports the task finished with summary.
 func (b *Board) Done(ctx context.Context, id int64, h Holder, summary string) (Task, error) {
 	return b.update(ctx, "done", id, h, func(t *Task) (move, error) {
-		return move{to: task.Done, reason: task.ReasonCompleted, why: oneLine("done", summary),
-			set: []string{"result = ?"}, args: []any{summary}}, nil
+		m := move{to: task.Done, reason: task.ReasonCompleted, why: oneLine("done", summary),
+			set: []string{"result = ?"}, args: []any{summary}}
+		return m, b.reviewOnDone(t, &m)
 	})
 }
 
@@ -544,7 +570,7 @@ func (b *Board) OpenVersion(ctx context.Context) (string, error) {
 	var n int
 	var last string
 	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*), IFNULL(MAX(updated_at), '') || '/' || IFNULL(MAX(id), 0)
-		FROM tasks WHERE state = 'OPEN'`).Scan(&n, &last)
+		FROM tasks WHERE state = 'OPEN' OR (state = 'DONE' AND review_state = 'reviewing')`).Scan(&n, &last)
 	if err != nil {
 		return "", fmt.Errorf("taskboard: open version: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
@@ -67,9 +68,16 @@ type Task struct {
 	MaxRetries    int        `json:"max_retries"`
 	BlockedReason string     `json:"blocked_reason,omitempty"`
 	Result        string     `json:"result,omitempty"`
-	CreatedBy     string     `json:"created_by"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
+	// The review loop (seed 002); ReviewState "" when nobody reviews it.
+	Reviewer      string    `json:"reviewer,omitempty"`
+	MaxIterations int       `json:"max_iterations,omitempty"`
+	ReviewState   string    `json:"review_state,omitempty"` // init, working, reviewing, complete, failed
+	Iteration     int       `json:"iteration,omitempty"`
+	Worker        string    `json:"worker,omitempty"` // whose work is reviewed
+	ReviewFailure string    `json:"review_failure,omitempty"`
+	CreatedBy     string    `json:"created_by"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // Event is one transition of a task, as the event log holds it.
@@ -86,10 +94,14 @@ type Event struct {
 
 // Options configure a Board.
 type Options struct {
-	// AutoClose closes a DONE task at once (DONE -> CLOSED, "completed"):
-	// nothing reviews or merges it. Dependencies wait for CLOSED.
+	// AutoClose closes a DONE task at once (DONE -> CLOSED, "completed")
+	// when no reviewer has it: nothing merges it. Dependencies wait for
+	// CLOSED.
 	AutoClose bool
-	Now       func() time.Time // nil: time.Now
+	// ReviewerOf is the reviewer and max_iterations an agent's config gives
+	// the tasks it claims that name none; nil or "" for none.
+	ReviewerOf func(agent string) (reviewer string, maxIterations int)
+	Now        func() time.Time // nil: time.Now
 }
 
 // Board is the task board. Safe for concurrent use.
@@ -113,7 +125,8 @@ const timeLayout = "2006-01-02T15:04:05.000000Z"
 func (b *Board) now() string { return b.opts.Now().UTC().Format(timeLayout) }
 
 const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
-	claim_token, retries, max_retries, blocked_reason, result, created_by, created_at, updated_at`
+	claim_token, retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
+	worker, review_failure, created_by, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
 
@@ -124,7 +137,8 @@ func scanTask(s scanner) (Task, error) {
 		created, updated string
 	)
 	if err := s.Scan(&t.ID, &t.Title, &t.Body, &t.Priority, &state, &t.Assignee, &t.Parent, &t.Claimant,
-		&t.ClaimSession, &t.ClaimToken, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.CreatedBy,
+		&t.ClaimSession, &t.ClaimToken, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
+		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.CreatedBy,
 		&created, &updated); err != nil {
 		return Task{}, err
 	}
@@ -269,7 +283,7 @@ func (b *Board) cascade(ctx context.Context, tx *sql.Tx, t *Task) error {
 		if err := b.parentCheck(ctx, tx, t.Parent); err != nil {
 			return err
 		}
-		if b.opts.AutoClose {
+		if b.opts.AutoClose && t.ReviewState != review.Reviewing.String() {
 			return b.apply(ctx, tx, t, move{to: task.Closed, reason: task.ReasonCompleted, actor: "swarmd",
 				why: "done, and nothing reviews or merges it"})
 		}

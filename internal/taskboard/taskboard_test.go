@@ -258,3 +258,75 @@ func TestConcurrentClaimsOncePerTask(t *testing.T) {
 		t.Fatalf("%d tasks claimed, want %d", len(claimedBy), tasks)
 	}
 }
+
+// TestReviewLoop: worker DONE waits for the reviewer; FAIL returns the task
+// to the same worker with the feedback; PASS closes it; past
+// max_iterations it fails.
+func TestReviewLoop(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{AutoClose: true,
+		ReviewerOf: func(agent string) (string, int) {
+			if agent == "alice" {
+				return "rita", 2
+			}
+			return "", 0
+		}})
+	tk := add(t, b, NewTask{Title: "feature"})
+	// claim by alice starts the loop with her config's reviewer.
+	got, err := b.Claim(ctx, tk.ID, "alice", "a-1")
+	if err != nil || got.ReviewState != "working" || got.Reviewer != "rita" || got.Iteration != 1 || got.Worker != "alice" {
+		t.Fatalf("claim = %+v, %v", got, err)
+	}
+	if _, err := b.Done(ctx, tk.ID, Holder{Agent: "alice"}, "first try"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, tk.ID, task.Done) // not closed: waiting for rita
+	if r, ok, _ := b.ReviewFor(ctx, "rita"); !ok || r.ID != tk.ID {
+		t.Fatalf("rita has no review request")
+	}
+	if _, err := b.Verdict(ctx, tk.ID, "bob", true, ""); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("bob's verdict = %v", err)
+	}
+	back, err := b.Verdict(ctx, tk.ID, "rita", false, "tests missing")
+	if err != nil || back.State != task.Open || back.Assignee != "alice" || back.Result != "tests missing" || back.Iteration != 2 {
+		t.Fatalf("after FAIL = %+v, %v", back, err)
+	}
+	if back.Retries != 0 {
+		t.Errorf("a review round used a retry: %d", back.Retries)
+	}
+	// Only alice may take it back.
+	if _, ok, _ := b.ClaimNext(ctx, "bob", "b-1"); ok {
+		t.Fatal("bob claimed alice's rework")
+	}
+	if _, ok, _ := b.ClaimNext(ctx, "alice", "a-2"); !ok {
+		t.Fatal("alice cannot claim her rework")
+	}
+	if _, err := b.Done(ctx, tk.ID, Holder{Agent: "alice"}, "with tests"); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := b.Verdict(ctx, tk.ID, "rita", true, "good")
+	if err != nil || closed.State != task.Closed || closed.ReviewState != "complete" {
+		t.Fatalf("after PASS = %+v, %v", closed, err)
+	}
+	rs, _ := b.Rounds(ctx, tk.ID)
+	if len(rs) != 2 || rs[0].Feedback != "tests missing" || rs[1].Verdict.String() != "pass" {
+		t.Fatalf("rounds %+v", rs)
+	}
+
+	// max_iterations 2: two FAILs fail the task.
+	tk2 := add(t, b, NewTask{Title: "hard", Reviewer: "rita", MaxIterations: 2})
+	for i := range 2 {
+		if _, err := b.Claim(ctx, tk2.ID, "bob", fmt.Sprint("b-", i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Done(ctx, tk2.ID, Holder{Agent: "bob"}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Verdict(ctx, tk2.ID, "rita", false, "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := wantState(t, b, tk2.ID, task.Failed); got.ReviewFailure != "max_iterations" {
+		t.Fatalf("after the last FAIL: %+v", got)
+	}
+}

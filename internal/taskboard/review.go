@@ -1,0 +1,183 @@
+package taskboard
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/task"
+)
+
+// The review loop of seed 002 on top of the task machine of seed 004
+// (docs/task-lifecycle.md): a claim by the worker starts the loop (init ->
+// working); the worker's DONE takes the task to DONE and the loop to
+// reviewing, and the task is not closed; the reviewer's PASS completes the
+// loop and closes the task (DONE -> CLOSED); its FAIL sends the task back to
+// the same worker (DONE -> FAILED -> OPEN, assigned to the worker, the
+// feedback as its result, iteration + 1), or, at max_iterations, leaves it
+// FAILED (reason max_iterations).
+
+// loopOf rebuilds t's review loop from what the board stores.
+func loopOf(ctx context.Context, q querier, t Task) (*review.Loop, error) {
+	st, err := review.ParseState(t.ReviewState)
+	if err != nil {
+		return nil, fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	rounds, err := rounds(ctx, q, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	return review.Resume(review.Snapshot{State: st, Iteration: uint32(t.Iteration), MaxIterations: uint32(t.MaxIterations),
+		History: rounds, Failure: review.FailureReason(t.ReviewFailure)})
+}
+
+func rounds(ctx context.Context, q querier, id int64) ([]review.Round, error) {
+	rows, err := q.QueryContext(ctx, `SELECT iteration, verdict, feedback, at FROM review_rounds WHERE task_id = ? ORDER BY iteration`, id)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: review rounds of task %d: %w", id, err)
+	}
+	defer rows.Close()
+	var out []review.Round
+	for rows.Next() {
+		var r review.Round
+		var verdict, at string
+		if err := rows.Scan(&r.Iteration, &verdict, &r.Feedback, &at); err != nil {
+			return nil, err
+		}
+		if r.Verdict, err = review.ParseSignal(verdict); err != nil {
+			return nil, err
+		}
+		r.At, _ = getTime(at)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Rounds are the review verdicts on task id, oldest first.
+func (b *Board) Rounds(ctx context.Context, id int64) ([]review.Round, error) {
+	return rounds(ctx, b.db.ReadSQL(), id)
+}
+
+// reviewOnClaim starts the review loop when a worker first claims a task
+// that has (or, by the worker's config, gets) a reviewer.
+func (b *Board) reviewOnClaim(ctx context.Context, tx *sql.Tx, t *Task, agent string, m *move) error {
+	if t.ReviewState == "" && t.Reviewer == "" && b.opts.ReviewerOf != nil {
+		if r, max := b.opts.ReviewerOf(agent); r != "" && r != agent {
+			t.Reviewer, t.MaxIterations, t.ReviewState = r, max, review.Init.String()
+			if t.MaxIterations <= 0 {
+				t.MaxIterations = int(review.DefaultMaxIterations)
+			}
+		}
+	}
+	if t.ReviewState == review.Working.String() && t.Worker != agent {
+		// Back on the board after its worker stopped: whoever claims it works on.
+		t.Worker = agent
+		m.set, m.args = append(m.set, "worker = ?"), append(m.args, agent)
+	}
+	if t.ReviewState != review.Init.String() {
+		return nil
+	}
+	l, err := loopOf(ctx, tx, *t)
+	if err != nil {
+		return err
+	}
+	if err := l.Start(); err != nil {
+		return fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	t.ReviewState, t.Iteration, t.Worker = l.State().String(), int(l.Iteration()), agent
+	m.set = append(m.set, "reviewer = ?", "max_iterations = ?", "review_state = ?", "iteration = ?", "worker = ?")
+	m.args = append(m.args, t.Reviewer, t.MaxIterations, t.ReviewState, t.Iteration, t.Worker)
+	return nil
+}
+
+// reviewOnDone moves the loop on at the worker's DONE: the task is DONE
+// and waits for its reviewer.
+func (b *Board) reviewOnDone(t *Task, m *move) error {
+	if t.ReviewState != review.Working.String() {
+		return nil
+	}
+	t.ReviewState = review.Reviewing.String()
+	m.set = append(m.set, "review_state = ?")
+	m.args = append(m.args, t.ReviewState)
+	return nil
+}
+
+// ReviewFor is the oldest task waiting for reviewer's verdict, if any.
+func (b *Board) ReviewFor(ctx context.Context, reviewer string) (Task, bool, error) {
+	ts, err := queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks
+		WHERE reviewer = ? AND review_state = 'reviewing' AND state = 'DONE' ORDER BY updated_at, id LIMIT 1`, reviewer)
+	if err != nil || len(ts) == 0 {
+		return Task{}, false, err
+	}
+	return ts[0], true, nil
+}
+
+// Verdict records reviewer's PASS (pass) or FAIL on task id, with feedback.
+func (b *Board) Verdict(ctx context.Context, id int64, reviewer string, pass bool, feedback string) (Task, error) {
+	var t Task
+	err := b.write(ctx, "review verdict", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		if t.ReviewState != review.Reviewing.String() || t.State != task.Done {
+			return fmt.Errorf("task %d is %s with review %q: no verdict is awaited: %w", id, t.State, t.ReviewState, ErrState)
+		}
+		if t.Reviewer != reviewer {
+			return fmt.Errorf("task %d is reviewed by %s, not %s: %w", id, t.Reviewer, reviewer, ErrNotHolder)
+		}
+		l, err := loopOf(ctx, tx, t)
+		if err != nil {
+			return err
+		}
+		sig := review.Fail
+		if pass {
+			sig = review.Pass
+		}
+		now := b.opts.Now()
+		if err := l.ReviewResult(sig, feedback, now); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO review_rounds (task_id, iteration, verdict, feedback, reviewer, at)
+			VALUES (?, ?, ?, ?, ?, ?)`, id, t.Iteration, sig.String(), feedback, reviewer, now.UTC().Format(timeLayout)); err != nil {
+			return fmt.Errorf("taskboard: review round: %w", err)
+		}
+		if err := b.afterVerdict(ctx, tx, &t, l, reviewer, feedback); err != nil {
+			return err
+		}
+		t, err = getTask(ctx, tx, id) // as stored, with what the moves set
+		return err
+	})
+	return t, err
+}
+
+// afterVerdict moves the task as the loop now stands.
+func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review.Loop, reviewer, feedback string) error {
+	actor := "agent:" + reviewer
+	t.ReviewState, t.Iteration, t.ReviewFailure = l.State().String(), int(l.Iteration()), string(l.Failure())
+	loopCols := []string{"review_state = ?", "iteration = ?", "review_failure = ?"}
+	loopArgs := []any{t.ReviewState, t.Iteration, t.ReviewFailure}
+	switch l.State() {
+	case review.Complete:
+		if !b.opts.AutoClose {
+			_, err := tx.ExecContext(ctx, `UPDATE tasks SET review_state = ? WHERE id = ?`, t.ReviewState, t.ID)
+			return err
+		}
+		return b.apply(ctx, tx, t, move{to: task.Closed, reason: task.ReasonCompleted, actor: actor,
+			why: oneLine("review PASS", feedback), set: loopCols, args: loopArgs})
+	case review.Working:
+		if err := b.apply(ctx, tx, t, move{to: task.Failed, actor: actor,
+			why: oneLine(fmt.Sprintf("review FAIL (round %d)", t.Iteration-1), feedback), set: loopCols, args: loopArgs}); err != nil {
+			return err
+		}
+		return b.apply(ctx, tx, t, move{to: task.Open, actor: "swarmd", why: "back to " + t.Worker + " with the review",
+			set:  []string{"assignee = ?", "claimant = ''", "claim_session = ''", "result = ?"},
+			args: []any{t.Worker, feedback}})
+	default: // failed: max_iterations
+		return b.apply(ctx, tx, t, move{to: task.Failed, actor: actor,
+			why:  fmt.Sprintf("%s: %d review rounds failed", l.Failure(), len(l.History())),
+			set:  append(loopCols, "result = ?"),
+			args: append(loopArgs, feedback)})
+	}
+}
