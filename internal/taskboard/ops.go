@@ -25,7 +25,7 @@ type NewTask struct {
 	// "" : the claimant's config decides. MaxIterations 0: the default, 3.
 	Reviewer      string
 	MaxIterations int
-	CreatedBy  string
+	CreatedBy     string
 }
 
 func invalidf(format string, args ...any) error {
