@@ -71,12 +71,14 @@ type Builder struct {
 	ReviewBase string
 }
 
-// Build gathers the prompt's inputs and renders it. Mail is consumed last,
-// so that a git failure never leaves messages claimed.
+// Build gathers the prompt's inputs and renders it: the task (held,
+// reviewed or claimed) and the mail first, so that an agent with nothing to
+// do learns it from a few reads, before any git work; then the worktree's
+// state. If that fails, what was claimed for the prompt is released.
 func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.Prompt, error) {
 	d := Data{
 		Agent: req.Agent, Worktree: req.Worktree.Path, Branch: req.Worktree.Branch,
-		SessionID: req.SessionID, Seq: req.Seq, Role: req.Role, Why: req.Why,
+		SessionID: req.SessionID, Seq: req.Seq, Role: req.Role, Why: req.Why, Swarmd: b.Swarmd,
 	}
 	for _, a := range b.Agents {
 		if a != req.Agent {
@@ -84,56 +86,76 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 		}
 	}
 	sort.Strings(d.Others)
-	if b.Git != nil {
-		cs, err := b.Git.RecentCommits(ctx, req.Agent, recentCommits)
-		if err != nil {
-			return runner.Prompt{}, fmt.Errorf("recent commits: %w", err)
-		}
-		for _, c := range cs {
-			d.RecentCommits = append(d.RecentCommits, Commit{Hash: c.Hash, Subject: c.Subject})
-		}
-		st, err := b.Git.Status(ctx, req.Agent)
-		if err != nil {
-			return runner.Prompt{}, fmt.Errorf("worktree status: %w", err)
-		}
-		d.DirtyFiles = st.DirtyFiles
+	p, err := b.work(ctx, req, &d)
+	if err != nil || p.Idle {
+		return p, err
 	}
+	if err := b.gitState(ctx, req.Agent, &d); err != nil {
+		if rerr := b.Release(context.WithoutCancel(ctx), req.SessionID); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return runner.Prompt{}, err
+	}
+	p.Text = Render(d)
+	return p, nil
+}
+
+// work fills in the prompt's task, review request and mail, and says
+// whether there is nothing to do (Idle, when the request allows it).
+func (b *Builder) work(ctx context.Context, req runner.PromptRequest, d *Data) (runner.Prompt, error) {
 	p := runner.Prompt{}
 	if b.Tasks != nil {
 		t, isNew, err := b.task(ctx, req)
 		if err != nil {
-			return runner.Prompt{}, err
+			return p, err
 		}
 		if t != nil {
 			d.Task, p.Task, p.NewTask = t, t.ID, isNew
 		} else if d.Review, err = b.review(ctx, req.Agent); err != nil {
-			return runner.Prompt{}, err
+			return p, err
 		} else if d.Review != nil {
 			p.Review = d.Review.Task.ID
 		}
 	}
-	var watermark int64
 	if b.Mail != nil {
 		ms, err := b.Mail.ConsumeForPrompt(ctx, req.Agent, req.SessionID)
 		if err != nil {
-			return runner.Prompt{}, fmt.Errorf("consume mail: %w", err)
+			if rerr := b.Release(context.WithoutCancel(ctx), req.SessionID); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			return p, fmt.Errorf("consume mail: %w", err)
 		}
 		for _, m := range ms {
 			d.Messages = append(d.Messages, Message{
 				ID: m.ID, ThreadID: m.ThreadID, ReplyTo: m.ReplyTo, From: m.From,
 				Subject: m.Subject, Body: m.Body, Urgent: m.Urgent, Sent: m.CreatedAt, ShownBefore: m.ShownNote,
 			})
-			watermark = max(watermark, m.ID)
+			p.Watermark = max(p.Watermark, m.ID)
 		}
 	}
-	p.Watermark, p.Mail = watermark, len(d.Messages)
-	if req.MayIdle && p.Mail == 0 && p.Task == 0 && p.Review == 0 {
-		p.Idle = true
-		return p, nil
-	}
-	d.Swarmd = b.Swarmd
-	p.Text = Render(d)
+	p.Mail = len(d.Messages)
+	p.Idle = req.MayIdle && p.Mail == 0 && p.Task == 0 && p.Review == 0
 	return p, nil
+}
+
+// gitState adds the worktree's recent commits and uncommitted files.
+func (b *Builder) gitState(ctx context.Context, agent string, d *Data) error {
+	if b.Git == nil {
+		return nil
+	}
+	cs, err := b.Git.RecentCommits(ctx, agent, recentCommits)
+	if err != nil {
+		return fmt.Errorf("recent commits: %w", err)
+	}
+	for _, c := range cs {
+		d.RecentCommits = append(d.RecentCommits, Commit{Hash: c.Hash, Subject: c.Subject})
+	}
+	st, err := b.Git.Status(ctx, agent)
+	if err != nil {
+		return fmt.Errorf("worktree status: %w", err)
+	}
+	d.DirtyFiles = st.DirtyFiles
+	return nil
 }
 
 // task is the task the prompt carries: the one the agent holds (continued),
@@ -243,7 +265,7 @@ func (b *Builder) Settle(ctx context.Context, s runner.Settlement) (runner.Settl
 	if s.Completed {
 		sig = b.Signals.Scan(s.Result)
 		// Any signal ends the unit of work it was about.
-		res.SaidDone = sig != review.NoSignal
+		res.Signalled = sig != review.NoSignal
 	}
 	if b.Tasks != nil && s.Review != 0 && (sig == review.Pass || sig == review.Fail) {
 		if _, err := b.Tasks.Verdict(ctx, s.Review, s.Agent, sig == review.Pass, s.Result); err != nil &&

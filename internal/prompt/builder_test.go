@@ -144,7 +144,7 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 	// A session that ends without a signal: the task continues.
 	now := time.Now()
 	if r, err := b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-1-aaaa", Started: now, Ended: now,
-		Completed: true, Task: p.Task, Result: "made progress"}); err != nil || r.SaidDone {
+		Completed: true, Task: p.Task, Result: "made progress"}); err != nil || r.Signalled {
 		t.Fatalf("settle without a signal = %+v, %v", r, err)
 	}
 	p2, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-2-bbbb", Seq: 2})
@@ -153,7 +153,7 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 	}
 	r, err := b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-2-bbbb", Started: now, Ended: now,
 		Completed: true, Task: p2.Task, Result: "parser written\nDONE"})
-	if err != nil || !r.SaidDone {
+	if err != nil || !r.Signalled {
 		t.Fatalf("settle with DONE = %+v, %v", r, err)
 	}
 	if got, _ := board.Get(ctx, tk.ID); got.StateName != "CLOSED" || got.Result != "parser written\nDONE" {
@@ -172,7 +172,7 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 	// FAIL fails the task with the result as the reason.
 	r, err = b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-3-dddd", Started: now, Ended: now,
 		Completed: true, Task: 2, Result: "no such file\nFAIL"})
-	if err != nil || r.SaidDone {
+	if err != nil || !r.Signalled {
 		t.Fatalf("settle with FAIL = %+v, %v", r, err)
 	}
 	if got, _ := board.Get(ctx, 2); got.StateName != "FAILED" || !strings.Contains(got.Result, "no such file") {

@@ -30,6 +30,9 @@ type Mail interface {
 // satisfies it.
 type Tasks interface {
 	OpenVersion(ctx context.Context) (string, error)
+	// Claimable counts OPEN tasks for any agent, and per agent its own
+	// OPEN tasks and the reviews waiting for it.
+	Claimable(ctx context.Context) (anyone int, mine map[string]int, err error)
 }
 
 // Idle lists the agents that wait, idle, for mail or a task, and wakes one.
@@ -81,6 +84,7 @@ type Router struct {
 	lastVersion int64
 	lastMailID  int64  // the newest message any idle check saw
 	lastTasks   string // the open tasks' version at the last idle check
+	turn        int    // where the next wake-up for anyone's task starts
 }
 
 // New returns a stopped router.
@@ -195,9 +199,12 @@ func (r *Router) Poll(ctx context.Context) error {
 	return nil
 }
 
-// wakeIdle wakes the idle agents that something new may be for: every one
-// when the open tasks changed, and the recipients of new mail. It reads
-// nothing while no agent is idle, beyond keeping its watermarks current.
+// wakeIdle wakes the idle agents that something new may be for: the
+// recipients of new mail, and, when the tasks changed, the agents with work
+// of their own plus as many others as there are tasks for anyone (not
+// every idle agent for one task: the losers of that race would only cost).
+// Each commit brings a new look, so work a woken agent lost to another is
+// offered again.
 func (r *Router) wakeIdle(ctx context.Context) error {
 	if r.tasks == nil || r.idle == nil {
 		return nil
@@ -214,10 +221,30 @@ func (r *Router) wakeIdle(ctx context.Context) error {
 	}
 	tasksChanged := tv != r.lastTasks
 	r.lastTasks = tv
-	for _, a := range idle {
-		if tasksChanged || slices.Contains(to, a) {
-			_ = r.idle.Wake(a) // an agent removed meanwhile has nothing to wake
+	if len(idle) == 0 {
+		return nil
+	}
+	var anyone int
+	var mine map[string]int
+	if tasksChanged {
+		if anyone, mine, err = r.tasks.Claimable(ctx); err != nil {
+			return err
 		}
+	}
+	var rest []string
+	for _, a := range idle {
+		if slices.Contains(to, a) || mine[a] > 0 {
+			_ = r.idle.Wake(a) // an agent removed meanwhile has nothing to wake
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	// Take turns, so that the same agents do not get every task.
+	for i := range min(anyone, len(rest)) {
+		_ = r.idle.Wake(rest[(r.turn+i)%len(rest)])
+	}
+	if len(rest) > 0 {
+		r.turn = (r.turn + anyone) % len(rest)
 	}
 	return nil
 }

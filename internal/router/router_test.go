@@ -3,7 +3,9 @@ package router
 import (
 	"context"
 	"fmt"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +130,82 @@ func TestStartStopRoutesWithinMilliseconds(t *testing.T) {
 	t.Logf("send → interrupt in %v", time.Since(start))
 	r.Stop()
 	r.Stop()
+}
+
+// idleSet is an Idle that records wake-ups.
+type idleSet struct {
+	mu    sync.Mutex
+	idle  []string
+	woken []string
+}
+
+func (s *idleSet) IdleAgents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.idle...)
+}
+func (s *idleSet) Wake(a string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.woken = append(s.woken, a)
+	return nil
+}
+func (s *idleSet) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.woken
+	s.woken = nil
+	slices.Sort(w)
+	return w
+}
+
+// TestWakeIdleOnlyWhoHasWork: new mail wakes its recipient; a task for
+// anyone wakes one idle agent, not all; a task assigned to an agent wakes
+// that agent; nothing new wakes nobody.
+func TestWakeIdleOnlyWhoHasWork(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openDB(t, path)
+	board := taskboard.New(db, taskboard.Options{})
+	idle := &idleSet{idle: []string{"alice", "bob", "carol"}}
+	r := New(db, &recorder{}, Options{Tasks: board, Idle: idle})
+	if err := r.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle.take()
+	sender := openDB(t, path) // another connection, as another process
+	if _, err := sender.Send(ctx, mailbox.Draft{From: "operator", To: "bob", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle.take(); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("mail to bob woke %v", got)
+	}
+	otherBoard := taskboard.New(sender, taskboard.Options{})
+	if _, err := otherBoard.Add(ctx, taskboard.NewTask{Title: "for anyone"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle.take(); len(got) != 1 {
+		t.Fatalf("one task for anyone woke %v, want one agent", got)
+	}
+	if _, err := otherBoard.Add(ctx, taskboard.NewTask{Title: "carol's", Assignee: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle.take(); !slices.Contains(got, "carol") {
+		t.Fatalf("carol's task woke %v, not carol", got)
+	}
+	if err := r.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := idle.take(); len(got) != 0 {
+		t.Fatalf("nothing new woke %v", got)
+	}
 }

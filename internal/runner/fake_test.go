@@ -154,7 +154,7 @@ type fakePrompter struct {
 	settled   []Settlement
 	watermark int64
 	mail      int // messages every prompt carries
-	saidDone  bool
+	signalled  bool
 	idle      bool // with MayIdle, a prompt is Idle (nothing to do)
 	stopped   []string
 	block     bool
@@ -178,7 +178,7 @@ func (p *fakePrompter) Settle(_ context.Context, s Settlement) (SettleResult, er
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settled = append(p.settled, s)
-	return SettleResult{SaidDone: p.saidDone}, nil
+	return SettleResult{Signalled: p.signalled}, nil
 }
 
 func (p *fakePrompter) Started(context.Context, string, string, int64) error { return nil }

@@ -78,9 +78,10 @@ type Prompter interface {
 
 // SettleResult is what a settled session said.
 type SettleResult struct {
-	// SaidDone: the session completed and its result carried the done
-	// signal. With no mail and no task, the agent then idles.
-	SaidDone bool
+	// Signalled: the session completed and its result carried a signal
+	// (done, pass or fail): the unit of work it was about is over. With no
+	// mail and no task, the agent then idles.
+	Signalled bool
 }
 
 // Settlement is how a session whose prompt carried mail ended.
@@ -303,7 +304,7 @@ type Runner struct {
 	review     int64     // the task the current session reviews
 	newTask    bool      // task was claimed for the current prompt
 	started    int       // sessions started in this run (max_sessions)
-	saidDone   bool      // the last session completed with the done signal
+	signalled   bool      // the last session completed with the done signal
 	timedOut   bool
 	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
 	grace      *time.Timer
@@ -579,7 +580,7 @@ func (r *Runner) buildPrompt() {
 	r.mu.Lock()
 	known := r.maxUrgent
 	r.mu.Unlock()
-	if r.saidDone {
+	if r.signalled {
 		r.waiting.Store(true)
 	}
 	p, err := r.cfg.Prompter.Build(r.stopCtx, PromptRequest{
@@ -589,7 +590,7 @@ func (r *Runner) buildPrompt() {
 		Seq:       r.seq,
 		Worktree:  r.wt,
 		Why:       r.why,
-		MayIdle:   r.saidDone,
+		MayIdle:   r.signalled,
 	})
 	if err == nil {
 		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
@@ -981,7 +982,7 @@ func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool
 		// The mail stays pending: shown again rather than never.
 		r.log.Error("settle the session's mail and task", zap.String("session", r.sessionID), zap.Error(err))
 	}
-	r.saidDone = sr.SaidDone
+	r.signalled = sr.Signalled
 }
 
 // stopActorName is who asked for the stop ("" when nobody did: the agent

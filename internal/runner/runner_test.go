@@ -561,7 +561,7 @@ func TestAgentOfSession(t *testing.T) {
 func TestIdleAfterDoneUntilWoken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.MinSessionInterval = 0 })
-		h.pr.saidDone, h.pr.idle = true, true
+		h.pr.signalled, h.pr.idle = true, true
 		h.start()
 		h.waitState(agent.Running)
 		h.be.session(0).finish(backend.Result{Outcome: backend.OutcomeSuccess})

@@ -576,3 +576,32 @@ func (b *Board) OpenVersion(ctx context.Context) (string, error) {
 	}
 	return fmt.Sprint(n, "/", last), nil
 }
+
+// Claimable counts the work waiting for agents: OPEN tasks any agent may
+// claim (anyone), and per agent the OPEN tasks assigned to it and the
+// reviews waiting for it. The router wakes that many idle agents, not all.
+func (b *Board) Claimable(ctx context.Context) (anyone int, mine map[string]int, err error) {
+	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT assignee, COUNT(*) FROM tasks WHERE state = 'OPEN'
+		AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks o ON o.id = d.dep_id WHERE d.task_id = tasks.id AND o.state <> 'CLOSED')
+		GROUP BY assignee
+		UNION ALL
+		SELECT reviewer, COUNT(*) FROM tasks WHERE state = 'DONE' AND review_state = 'reviewing' GROUP BY reviewer`)
+	if err != nil {
+		return 0, nil, fmt.Errorf("taskboard: claimable: %w", err)
+	}
+	defer rows.Close()
+	mine = map[string]int{}
+	for rows.Next() {
+		var who string
+		var n int
+		if err := rows.Scan(&who, &n); err != nil {
+			return 0, nil, fmt.Errorf("taskboard: claimable: %w", err)
+		}
+		if who == "" {
+			anyone += n
+		} else {
+			mine[who] += n
+		}
+	}
+	return anyone, mine, rows.Err()
+}
