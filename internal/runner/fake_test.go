@@ -154,7 +154,7 @@ type fakePrompter struct {
 	settled   []Settlement
 	watermark int64
 	mail      int // messages every prompt carries
-	signalled  bool
+	signalled bool
 	idle      bool // with MayIdle, a prompt is Idle (nothing to do)
 	stopped   []string
 	block     bool

@@ -304,7 +304,7 @@ type Runner struct {
 	review     int64     // the task the current session reviews
 	newTask    bool      // task was claimed for the current prompt
 	started    int       // sessions started in this run (max_sessions)
-	signalled   bool      // the last session completed with the done signal
+	signalled  bool      // the last session completed with the done signal
 	timedOut   bool
 	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
 	grace      *time.Timer
