@@ -1,0 +1,87 @@
+package taskboard
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/mailbox"
+)
+
+// BenchmarkClaims: claims per second with 20 concurrent claimants, each
+// with its own connections (as separate processes have), through the board
+// (claim with its event, in one transaction) and, as the baseline, a raw
+// `UPDATE tasks SET state = 'CLAIMED' ... WHERE state = 'OPEN'` loop on the
+// same kind of file. b.N tasks are claimed in all; ns/op is per claim.
+func BenchmarkClaims(b *testing.B) {
+	const claimants = 20
+	for _, mode := range []string{"board", "raw-update"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			path := filepath.Join(b.TempDir(), "swarm.db")
+			seed, err := mailbox.Open(ctx, path, mailbox.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer seed.Close()
+			board := New(seed, Options{})
+			for i := range b.N {
+				if _, err := board.Add(ctx, NewTask{Title: fmt.Sprint("t", i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dbs := make([]*mailbox.DB, claimants)
+			for i := range dbs {
+				if dbs[i], err = mailbox.Open(ctx, path, mailbox.Options{}); err != nil {
+					b.Fatal(err)
+				}
+				defer dbs[i].Close()
+			}
+			var claimed atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for c := range claimants {
+				wg.Go(func() {
+					agent := fmt.Sprint("c", c)
+					mine := New(dbs[c], Options{})
+					for i := 0; ; i++ {
+						var ok bool
+						var err error
+						if mode == "board" {
+							_, ok, err = mine.ClaimNext(ctx, agent, fmt.Sprint(agent, "-", i, "-s"))
+						} else {
+							ok, err = rawClaim(ctx, dbs[c].SQL(), agent)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if !ok {
+							return
+						}
+						claimed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			if got := claimed.Load(); got != int64(b.N) {
+				b.Fatalf("%d claims for %d tasks", got, b.N)
+			}
+		})
+	}
+}
+
+func rawClaim(ctx context.Context, db *sql.DB, agent string) (bool, error) {
+	res, err := db.ExecContext(ctx, `UPDATE tasks SET state = 'CLAIMED', claimant = ?
+		WHERE id = (SELECT id FROM tasks WHERE state = 'OPEN' ORDER BY priority DESC, id LIMIT 1)`, agent)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
