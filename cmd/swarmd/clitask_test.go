@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/mockllm"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// cliPath is a real agent CLI installed by scripts/install-clis.sh, or a
+// loud skip (a failure with SWARMD_REQUIRE_CLIS=1).
+func cliPath(t *testing.T, name string) string {
+	t.Helper()
+	if name == "claude" {
+		return claudeBin(t)
+	}
+	bin := filepath.Join(filepath.Dir(claudeBin(t)), name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s CLI not installed beside claude: %v", name, err)
+	}
+	return bin
+}
+
+// TestRealCLIsFinishTasksByDone: Claude Code, Codex and Gemini CLI, each
+// holding a task, end their session with a final message whose last line is
+// DONE; the real CLIs' own result records carry it, and each task closes.
+func TestRealCLIsFinishTasksByDone(t *testing.T) {
+	claude, codex, gemini := cliPath(t, "claude"), cliPath(t, "codex"), cliPath(t, "gemini")
+	mock := mockllm.New()
+	defer mock.Close()
+	mock.Script("Your task: #", mockllm.Text("Implemented it and committed.\nDONE"))
+	repo := gitRepo(t)
+	home := t.TempDir()
+	codexHome := filepath.Join(home, "codex")
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(codexHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"),
+		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("model = \"mock-model\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"MOCK_API_KEY\"\nrequest_max_retries = 1\nstream_max_retries = 1\n", mock.URL())
+	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+defaults:
+  grace_period: 5s
+  env: {HOME: %[4]q, TMPDIR: %[5]q, DISABLE_TELEMETRY: "1", DISABLE_AUTOUPDATER: "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"}
+backends:
+  claude:
+    command: %[1]s
+    env: {ANTHROPIC_BASE_URL: %[6]q, ANTHROPIC_API_KEY: sk-ant-test}
+  codex:
+    command: %[2]s
+    args: [--dangerously-bypass-approvals-and-sandbox]
+    env: {CODEX_HOME: %[7]q, MOCK_API_KEY: test-key}
+  gemini:
+    command: %[3]s
+    args: [--yolo]
+    env: {GEMINI_API_KEY: test-key, GOOGLE_GEMINI_BASE_URL: %[6]q}
+agents:
+  - {name: cl, role: works, backend: claude}
+  - {name: cx, role: works, backend: codex}
+  - {name: gm, role: works, backend: gemini}
+`, claude, codex, gemini, home, t.TempDir(), mock.URL(), codexHome))
+	// The tasks are on the board before the daemon starts: each agent's
+	// first prompt claims its own.
+	stateDir := filepath.Join(repo, ".swarm")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := openTaskBoard(db, nil)
+	ids := map[string]int64{}
+	for _, a := range []string{"cl", "cx", "gm"} {
+		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[a] = tk.ID
+	}
+	d := startDaemon(t, cfg)
+	for a, id := range ids {
+		got := waitTask(t, b, id, task.Closed, d)
+		if !strings.HasSuffix(strings.TrimSpace(got.Result), "DONE") || got.Claimant != a {
+			t.Errorf("%s's task closed with result %q by %q", a, got.Result, got.Claimant)
+		}
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}
