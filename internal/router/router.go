@@ -210,6 +210,11 @@ func (r *Router) wakeIdle(ctx context.Context) error {
 		return nil
 	}
 	idle := r.idle.IdleAgents()
+	if len(idle) == 0 {
+		// Nothing to wake: no query on the urgent path. The watermarks
+		// lag, so the first look once an agent idles errs towards waking.
+		return nil
+	}
 	to, maxID, err := r.mail.RecipientsSince(ctx, r.lastMailID)
 	if err != nil {
 		return err
@@ -221,9 +226,6 @@ func (r *Router) wakeIdle(ctx context.Context) error {
 	}
 	tasksChanged := tv != r.lastTasks
 	r.lastTasks = tv
-	if len(idle) == 0 {
-		return nil
-	}
 	var anyone int
 	var mine map[string]int
 	if tasksChanged {
