@@ -13,10 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/mailbox"
-	"github.com/swarmd/swarmd/internal/proc"
-	"github.com/swarmd/swarmd/internal/runner"
 )
 
 // mailMain is `swarmd mail …`: a short-lived process an agent runs inside its
@@ -88,55 +85,17 @@ found through --config.`,
 	return cmd
 }
 
-// identity is who acts: inside a session, the session's agent, known from
-// the tree marker swarmd put in the session's environment (a SWARM_AGENT_ID
-// naming anyone else is refused); outside, SWARM_AGENT_ID or the operator.
-// inSession reports the former.
+// identity is who acts (whoCalls); inSession reports that the process tree
+// proves a session.
 func (m *mailMain) identity() (who string, inSession bool, err error) {
-	claimed := m.s.getenv("SWARM_AGENT_ID")
-	if c, ok := proc.CallerFromEnv(m.s.getenv); ok {
-		if agent, ok := runner.AgentOfSession(c.TreeID); ok {
-			if claimed != "" && claimed != agent {
-				return "", true, usagef("mail: SWARM_AGENT_ID=%s, but this runs in a session of agent %s: mail from a session acts as its own agent", claimed, agent)
-			}
-			return agent, true, nil
-		}
-	}
-	if claimed != "" {
-		return claimed, false, nil
-	}
-	return mailbox.Operator, false, nil
+	c, err := whoCalls(m.s.getenv, "mail")
+	return c.name, c.inSession, err
 }
 
 // open finds swarm.db: SWARM_DB_PATH inside a session, else the config.
 func (m *mailMain) open(ctx context.Context) (*mailbox.DB, error) {
-	opts := mailbox.Options{NoCreate: true}
-	path := m.s.getenv("SWARM_DB_PATH")
-	if path != "" {
-		if names := m.s.getenv("SWARM_AGENTS"); names != "" {
-			opts.Agents = strings.Split(names, ",")
-		}
-	} else {
-		cfg, err := config.Load(m.configPath)
-		if err != nil {
-			return nil, usagef("mail: no SWARM_DB_PATH and %w", err)
-		}
-		path = cfg.DBPath()
-		opts.Agents = cfg.AgentNames()
-		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
-	}
-	db, err := mailbox.Open(ctx, path, opts)
-	if err != nil {
-		if errors.Is(err, mailbox.ErrNoDatabase) {
-			if m.s.getenv("SWARM_DB_PATH") != "" {
-				// Inside a session the daemon created it: it was deleted.
-				return nil, fmt.Errorf("mail: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", err)
-			}
-			return nil, usagef("mail: %w (has swarmd run in this repo? its state_dir holds swarm.db)", err)
-		}
-		return nil, err
-	}
-	return db, nil
+	db, _, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "mail")
+	return db, err
 }
 
 // body takes BODY from args, or standard input for "-" or no argument.

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// caller is who runs a short-lived command that acts in swarm.db (`swarmd
+// mail`, `swarmd task`).
+type caller struct {
+	name string // an agent, or mailbox.Operator
+	// session is the session the command runs in: the tree marker's inside
+	// one, else SWARM_SESSION_ID ("" for the operator).
+	session string
+	// inSession: the process-tree marker proves the command runs in a
+	// session of agent name, whatever its environment claims.
+	inSession bool
+}
+
+func (c caller) isOperator() bool { return c.name == mailbox.Operator }
+
+// actor is how the event log names the caller: "agent:alice" or "operator".
+func (c caller) actor() string {
+	if c.isOperator() {
+		return mailbox.Operator
+	}
+	return "agent:" + c.name
+}
+
+// whoCalls is who acts: inside a session, the session's agent, known from
+// the tree marker swarmd put in the session's environment (a SWARM_AGENT_ID
+// naming anyone else is refused); outside, SWARM_AGENT_ID or the operator.
+// cmd names the command in errors.
+func whoCalls(getenv func(string) string, cmd string) (caller, error) {
+	claimed := getenv("SWARM_AGENT_ID")
+	if c, ok := proc.CallerFromEnv(getenv); ok {
+		if agent, ok := runner.AgentOfSession(c.TreeID); ok {
+			if claimed != "" && claimed != agent {
+				return caller{}, usagef("%s: SWARM_AGENT_ID=%s, but this runs in a session of agent %s: %s from a session acts as its own agent", cmd, claimed, agent, cmd)
+			}
+			// The tree id is the session id (runner.newSessionID).
+			return caller{name: agent, session: c.TreeID, inSession: true}, nil
+		}
+	}
+	if claimed != "" {
+		return caller{name: claimed, session: getenv("SWARM_SESSION_ID")}, nil
+	}
+	return caller{name: mailbox.Operator}, nil
+}
+
+// openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session, else
+// the config at configPath. It never creates the file. agents are the known
+// agent names, nil when nothing says (SWARM_DB_PATH without SWARM_AGENTS).
+func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cmd string) (db *mailbox.DB, agents []string, err error) {
+	opts := mailbox.Options{NoCreate: true}
+	path := getenv("SWARM_DB_PATH")
+	if path != "" {
+		if names := getenv("SWARM_AGENTS"); names != "" {
+			opts.Agents = strings.Split(names, ",")
+		}
+	} else {
+		cfg, err := config.Load(configPath)
+		if err != nil {
+			return nil, nil, usagef("%s: no SWARM_DB_PATH and %w", cmd, err)
+		}
+		path = cfg.DBPath()
+		opts.Agents = cfg.AgentNames()
+		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
+	}
+	db, err = mailbox.Open(ctx, path, opts)
+	if err != nil {
+		if errors.Is(err, mailbox.ErrNoDatabase) {
+			if getenv("SWARM_DB_PATH") != "" {
+				// Inside a session the daemon created it: it was deleted.
+				return nil, nil, fmt.Errorf("%s: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", cmd, err)
+			}
+			return nil, nil, usagef("%s: %w (has swarmd run in this repo? its state_dir holds swarm.db)", cmd, err)
+		}
+		return nil, nil, err
+	}
+	return db, opts.Agents, nil
+}
+
+// knownAgent refuses a name that is not one of agents (when they are known).
+func knownAgent(agents []string, name, what string) error {
+	if agents == nil || slices.Contains(agents, name) {
+		return nil
+	}
+	return usagef("%s: no agent %q (agents: %s)", what, name, strings.Join(agents, ", "))
+}
