@@ -138,8 +138,7 @@ func (a controlAPI) Events(ctx context.Context, agentName string, after int64, l
 	}
 	out := make([]control.Event, len(evs))
 	for i, e := range evs {
-		out[i] = control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
-			Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID}
+		out[i] = controlEvent(e)
 	}
 	return out, nil
 }

@@ -17,17 +17,34 @@ import (
 // eventsPoll is how often `swarmd events -f` looks for new events.
 const eventsPoll = 250 * time.Millisecond
 
+// eventTimeLayout is how the event log shows times.
+const eventTimeLayout = "2006-01-02 15:04:05.000"
+
 // newEventsCommand is `swarmd events`: the lifecycle event log, read from
 // swarm.db directly so it works whether or not the daemon runs.
 func newEventsCommand(s streams) *cobra.Command {
 	o := &operateMain{s: s}
-	var agentName string
+	var agentName, taskArg string
 	var follow, jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the lifecycle event log: every transition, who caused it and why",
-		Args:  cobra.NoArgs,
+		Long: `Print the lifecycle event log from swarm.db: every transition of every agent and every task, who
+caused it and why. An agent's line reads "TIME AGENT FROM --EVENT--> TO [EFFECT] by ACTOR: REASON"; a
+task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", with task states.`,
+		Example: `  swarmd events --agent alice
+  swarmd events --task 7
+  swarmd events -f --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := mailbox.EventQuery{Agent: agentName}
+			if taskArg != "" {
+				id, err := parseTaskID("events: --task", taskArg)
+				if err != nil {
+					return err
+				}
+				q.TaskID = id
+			}
 			cfg, err := o.config()
 			if err != nil {
 				return err
@@ -39,46 +56,92 @@ func newEventsCommand(s streams) *cobra.Command {
 				return usagef("events: %w (has swarmd run in this repo yet?)", err)
 			}
 			defer db.Close()
-			enc := json.NewEncoder(s.out)
-			var after int64
-			for {
-				evs, err := db.Events(context.WithoutCancel(ctx), mailbox.EventQuery{Agent: agentName, AfterID: after})
-				if err != nil {
-					return err
-				}
-				for _, e := range evs {
-					after = e.ID
-					if jsonOut {
-						if err := enc.Encode(control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event,
-							To: e.To, Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID}); err != nil {
-							return err
-						}
-						continue
-					}
-					line := fmt.Sprintf("%s %-8s %s --%s--> %s", e.At.Local().Format("2006-01-02 15:04:05.000"), e.Agent, e.From, e.Event, e.To)
-					if e.Effect != "" {
-						line += " [" + e.Effect + "]"
-					}
-					line += " by " + e.Actor
-					if e.Reason != "" {
-						line += ": " + e.Reason
-					}
-					fmt.Fprintln(s.out, line)
-				}
-				if !follow {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(eventsPoll):
+			if q.TaskID != 0 {
+				if _, err := openTaskBoard(db).Get(ctx, q.TaskID); err != nil {
+					return fmt.Errorf("events: %w", err)
 				}
 			}
+			return printEvents(ctx, s, db, q, follow, jsonOut)
 		},
 	}
 	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
 	cmd.Flags().StringVar(&agentName, "agent", "", "only this agent's events")
+	cmd.Flags().StringVar(&taskArg, "task", "", "only this task's transitions")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON lines")
 	return cmd
+}
+
+// printEvents prints the events q selects, and with follow the new ones
+// until ctx ends.
+func printEvents(ctx context.Context, s streams, db *mailbox.DB, q mailbox.EventQuery, follow, jsonOut bool) error {
+	enc := json.NewEncoder(s.out)
+	for {
+		evs, err := db.Events(context.WithoutCancel(ctx), q)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			q.AfterID = e.ID
+			if jsonOut {
+				if err := enc.Encode(controlEvent(e)); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Fprintln(s.out, eventLine(e))
+		}
+		if !follow {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(eventsPoll):
+		}
+	}
+}
+
+// eventLine renders one event for people.
+func eventLine(e mailbox.EventRecord) string {
+	at := e.At.Local().Format(eventTimeLayout)
+	if e.TaskID != 0 {
+		return fmt.Sprintf("%s task %d: %s", at, e.TaskID, taskTransition(e.From, e.Event, e.To, e.Actor, e.Reason))
+	}
+	line := fmt.Sprintf("%s %-8s %s --%s--> %s", at, e.Agent, e.From, e.Event, e.To)
+	if e.Effect != "" {
+		line += " [" + e.Effect + "]"
+	}
+	line += " by " + e.Actor
+	if e.Reason != "" {
+		line += ": " + e.Reason
+	}
+	return line
+}
+
+// taskTransition renders a task's transition like an agent's: "OPEN -->
+// CLAIMED by agent:alice: claimed", the TransitionReason on the arrow when
+// there is one ("IN_PROGRESS --completed--> DONE"), "(new)" for where a task
+// was added. Reasons may quote what an agent wrote, so they are made safe
+// for a terminal.
+func taskTransition(from, reason, to, actor, why string) string {
+	if from == "" {
+		from = "(new)"
+	}
+	arrow := "-->"
+	if reason != "" {
+		arrow = "--" + reason + "-->"
+	}
+	line := from + " " + arrow + " " + to + " by " + actor
+	if why != "" {
+		line += ": " + printable(why, false)
+	}
+	return line
+}
+
+// controlEvent is the JSON shape of an event, the same from the CLI and the
+// control socket.
+func controlEvent(e mailbox.EventRecord) control.Event {
+	return control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
+		Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, TaskID: e.TaskID}
 }

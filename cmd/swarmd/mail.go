@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -273,11 +272,7 @@ func toJSONList(ms []mailbox.Message) []jsonMessage {
 	return out
 }
 
-func (m *mailMain) writeJSON(v any) error {
-	enc := json.NewEncoder(m.s.out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+func (m *mailMain) writeJSON(v any) error { return printJSON(m.s.out, v) }
 
 func parseID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)

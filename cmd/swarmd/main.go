@@ -139,6 +139,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newConfigCommand(s),
 		newVersionCommand(s),
 		newMailCommand(s),
+		newTaskCommand(s),
 	)
 	root.AddCommand(newOperateCommands(s)...)
 	root.AddCommand(newEventsCommand(s), newSessionsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())

@@ -55,6 +55,9 @@ type Event struct {
 	Actor     string    `json:"actor"`
 	Reason    string    `json:"reason,omitempty"`
 	SessionID string    `json:"session_id,omitempty"`
+	// TaskID is set on a task's transition: From and To are task states,
+	// Event its TransitionReason ("" when none applies), Effect "task".
+	TaskID int64 `json:"task_id,omitempty"`
 }
 
 // API is what the daemon exposes on the socket.
