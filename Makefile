@@ -32,6 +32,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzScan -fuzztime $(FUZZTIME) ./internal/review
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./internal/config
 	$(GO) test -run '^$$' -fuzz FuzzMailArgs -fuzztime $(FUZZTIME) ./cmd/swarmd
+	$(GO) test -run '^$$' -fuzz FuzzTaskArgs -fuzztime $(FUZZTIME) ./cmd/swarmd
 	$(GO) test -run '^$$' -fuzz FuzzLineSplitter -fuzztime $(FUZZTIME) ./internal/backend
 	$(GO) test -run '^$$' -fuzz FuzzClaudeParser -fuzztime $(FUZZTIME) ./internal/backend
 	$(GO) test -run '^$$' -fuzz FuzzCodexParser -fuzztime $(FUZZTIME) ./internal/backend
