@@ -419,9 +419,10 @@ func TestTaskSessionIdentity(t *testing.T) {
 	}
 }
 
-// TestTaskDoneFromARealSession: a real daemon's session runs the CLI found
-// on its PATH with only the environment swarmd gave it, and finishes the
-// task as its own agent and session.
+// TestTaskDoneFromARealSession: the runner claims the task for the session
+// it starts; the session runs the CLI found on its PATH with only the
+// environment swarmd gave it, and finishes the task as its own agent and
+// session (the holder of the runner's claim).
 func TestTaskDoneFromARealSession(t *testing.T) {
 	repo := gitRepo(t)
 	cfg := writeConfig(t, repo, `
@@ -430,7 +431,7 @@ backends:
   worker:
     type: command
     command: sh
-    args: [-c, "cat >/dev/null; swarmd task claim >/dev/null && swarmd task start && swarmd task done --summary \"done by $SWARM_AGENT_ID\"; exec sleep 3600"]
+    args: [-c, "cat >/dev/null; swarmd task done --summary \"done by $SWARM_AGENT_ID\"; exec sleep 3600"]
 agents:
   - {name: alice, role: x, backend: worker}
 `)
