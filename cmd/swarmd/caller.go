@@ -56,10 +56,17 @@ func whoCalls(getenv func(string) string, cmd string) (caller, error) {
 	return caller{name: mailbox.Operator}, nil
 }
 
+// swarmDB is swarm.db as a short-lived command found it.
+type swarmDB struct {
+	*mailbox.DB
+	agents []string       // the known agent names; nil when nothing says
+	cfg    *config.Config // the config it was found through; nil inside a session
+}
+
 // openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session, else
-// the config at configPath. It never creates the file. agents are the known
-// agent names, nil when nothing says (SWARM_DB_PATH without SWARM_AGENTS).
-func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cmd string) (db *mailbox.DB, agents []string, err error) {
+// the config at configPath. It never creates the file.
+func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cmd string) (*swarmDB, error) {
+	var out swarmDB
 	opts := mailbox.Options{NoCreate: true}
 	path := getenv("SWARM_DB_PATH")
 	if path != "" {
@@ -69,24 +76,25 @@ func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cm
 	} else {
 		cfg, err := config.Load(configPath)
 		if err != nil {
-			return nil, nil, usagef("%s: no SWARM_DB_PATH and %w", cmd, err)
+			return nil, usagef("%s: no SWARM_DB_PATH and %w", cmd, err)
 		}
-		path = cfg.DBPath()
+		path, out.cfg = cfg.DBPath(), cfg
 		opts.Agents = cfg.AgentNames()
 		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
 	}
-	db, err = mailbox.Open(ctx, path, opts)
+	db, err := mailbox.Open(ctx, path, opts)
 	if err != nil {
 		if errors.Is(err, mailbox.ErrNoDatabase) {
 			if getenv("SWARM_DB_PATH") != "" {
 				// Inside a session the daemon created it: it was deleted.
-				return nil, nil, fmt.Errorf("%s: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", cmd, err)
+				return nil, fmt.Errorf("%s: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", cmd, err)
 			}
-			return nil, nil, usagef("%s: %w (has swarmd run in this repo? its state_dir holds swarm.db)", cmd, err)
+			return nil, usagef("%s: %w (has swarmd run in this repo? its state_dir holds swarm.db)", cmd, err)
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	return db, opts.Agents, nil
+	out.DB, out.agents = db, opts.Agents
+	return &out, nil
 }
 
 // knownAgent refuses a name that is not one of agents (when they are known).

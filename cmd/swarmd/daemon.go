@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,7 +288,10 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		return runner.Settings{}, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
 	}
 	env := envList(a.Env)
-	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","))
+	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","),
+		// `swarmd task claim` in a session claims as the runner does: with
+		// the agent's review settings (openTaskBoard's reviewerOf).
+		"SWARM_REVIEWER="+a.Reviewer, "SWARM_MAX_ITERATIONS="+strconv.Itoa(a.MaxIterations))
 	self := selfPath()
 	if self != "" {
 		// A session whose shell resets PATH (Codex runs a login shell) still

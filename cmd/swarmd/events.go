@@ -57,7 +57,7 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
 			}
 			defer db.Close()
 			if q.TaskID != 0 {
-				if _, err := openTaskBoard(db).Get(ctx, q.TaskID); err != nil {
+				if _, err := openTaskBoard(db, nil).Get(ctx, q.TaskID); err != nil {
 					return fmt.Errorf("events: %w", err)
 				}
 			}

@@ -93,8 +93,11 @@ func (m *mailMain) identity() (who string, inSession bool, err error) {
 
 // open finds swarm.db: SWARM_DB_PATH inside a session, else the config.
 func (m *mailMain) open(ctx context.Context) (*mailbox.DB, error) {
-	db, _, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "mail")
-	return db, err
+	db, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "mail")
+	if err != nil {
+		return nil, err
+	}
+	return db.DB, nil
 }
 
 // body takes BODY from args, or standard input for "-" or no argument.

@@ -89,17 +89,36 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 	case kind == sessionVerb && who.isOperator():
 		return usagef("task %s: for an agent inside its session (SWARM_AGENT_ID is not set); the operator uses task cancel, retry or requeue", verb)
 	}
-	db, agents, err := openSwarmDB(ctx, t.s.getenv, t.configPath, "task")
+	db, err := openSwarmDB(ctx, t.s.getenv, t.configPath, "task")
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	if !who.isOperator() {
-		if err := knownAgent(agents, who.name, "task "+verb+": SWARM_AGENT_ID"); err != nil {
+		if err := knownAgent(db.agents, who.name, "task "+verb+": SWARM_AGENT_ID"); err != nil {
 			return err
 		}
 	}
-	return f(&taskCtx{board: openTaskBoard(db), agents: agents, who: who})
+	return f(&taskCtx{board: openTaskBoard(db.DB, t.reviewerOf(db, who)), agents: db.agents, who: who})
+}
+
+// reviewerOf is who reviews the tasks an agent claims, as the daemon's
+// claims see it: the config's reviewer and max_iterations when the config
+// was found, else (inside a session) what the session's environment says
+// of its own agent, SWARM_REVIEWER and SWARM_MAX_ITERATIONS, which the
+// daemon sets from the agent's settings.
+func (t *taskMain) reviewerOf(db *swarmDB, who caller) func(agent string) (string, int) {
+	if db.cfg != nil {
+		return reviewerOf(func() *config.Config { return db.cfg })
+	}
+	reviewer := t.s.getenv("SWARM_REVIEWER")
+	maxIter, _ := strconv.Atoi(t.s.getenv("SWARM_MAX_ITERATIONS"))
+	return func(agent string) (string, int) {
+		if agent != who.name {
+			return "", 0
+		}
+		return reviewer, maxIter
+	}
 }
 
 // taskErr makes a refused request (empty title, ...) a usage error, exit 2;
@@ -627,18 +646,18 @@ func (t *taskMain) taskCompletions(ctx context.Context, states []task.State) []c
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	db, _, err := openSwarmDB(ctx, t.s.getenv, t.configPath, "task")
+	db, err := openSwarmDB(ctx, t.s.getenv, t.configPath, "task")
 	if err != nil {
 		return nil
 	}
 	defer db.Close()
 	var out []cobra.Completion
 	for _, st := range states {
-		ts, _ := openTaskBoard(db).List(ctx, taskboard.Filter{State: &st})
+		ts, _ := openTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{State: &st})
 		out = appendTaskCompletions(out, ts)
 	}
 	if len(states) == 0 {
-		ts, _ := openTaskBoard(db).List(ctx, taskboard.Filter{})
+		ts, _ := openTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{})
 		out = appendTaskCompletions(out, ts)
 	}
 	return out

@@ -92,7 +92,7 @@ func taskBoard(t *testing.T, db string) *taskboard.Board {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return openTaskBoard(m)
+	return openTaskBoard(m, nil)
 }
 
 func wantTask(t *testing.T, b *taskboard.Board, id int64, state string) taskboard.Task {
@@ -260,6 +260,8 @@ func TestTaskJSONShape(t *testing.T) {
 	cfg, db := taskRepo(t)
 	op := func(args ...string) string { t.Helper(); return mustCLI(t, opEnv(), append(args, "-c", cfg)...) }
 	op("task", "add", "First")
+	// Task 2 is claimed by alice, whom bob reviews: the review keys show.
+	writeConfig(t, filepath.Dir(cfg), strings.Replace(taskAgents, "{name: alice, role: x}", "{name: alice, role: x, reviewer: bob}", 1))
 	var added map[string]any
 	if err := json.Unmarshal([]byte(op("task", "add", "Second", "--body", "b", "--to", "alice", "--after", "1", "--parent", "1", "--json")), &added); err != nil {
 		t.Fatal(err)
@@ -267,14 +269,15 @@ func TestTaskJSONShape(t *testing.T) {
 	alice := sessionEnv(db, "alice", 1)
 	mustCLI(t, alice, "task", "claim", "1")
 	mustCLI(t, alice, "task", "done", "--summary", "ok")
-	mustCLI(t, alice, "task", "claim", "2")
+	mustCLI(t, append(alice, "SWARM_REVIEWER=bob"), "task", "claim", "2")
 
 	var list []map[string]any
 	if err := json.Unmarshal([]byte(op("task", "list", "--json")), &list); err != nil || len(list) != 2 {
 		t.Fatalf("list --json: %v %v", list, err)
 	}
-	always := []string{"id", "title", "priority", "state", "retries", "max_retries", "created_by", "created_at", "updated_at"}
-	want := append(slices.Clone(always), "body", "assignee", "parent", "after", "claimant", "claim_session", "claim_token")
+	always := []string{"id", "title", "priority", "state", "retries", "max_retries", "max_iterations", "created_by", "created_at", "updated_at"}
+	want := append(slices.Clone(always), "body", "assignee", "parent", "after", "claimant", "claim_session", "claim_token",
+		"reviewer", "review_state", "iteration", "worker")
 	slices.Sort(want)
 	if got := slices.Sorted(maps.Keys(list[1])); !slices.Equal(got, want) {
 		t.Errorf("task 2's keys = %v, want %v", got, want)
@@ -419,10 +422,40 @@ func TestTaskSessionIdentity(t *testing.T) {
 	}
 }
 
-// TestTaskDoneFromARealSession: the runner claims the task for the session
-// it starts; the session runs the CLI found on its PATH with only the
-// environment swarmd gave it, and finishes the task as its own agent and
-// session (the holder of the runner's claim).
+// TestTaskClaimFollowsTheReviewer: a claim from the CLI starts the review
+// loop as the runner's does: with the claimant's reviewer from the config
+// (outside a session) or from the session's environment, so that DONE
+// waits for the reviewer instead of closing the task.
+func TestTaskClaimFollowsTheReviewer(t *testing.T) {
+	cfg, db := taskRepo(t)
+	writeConfig(t, filepath.Dir(cfg), strings.Replace(taskAgents, "{name: alice, role: x}", "{name: alice, role: x, reviewer: bob, max_iterations: 2}", 1))
+	b := taskBoard(t, db)
+	for range 3 {
+		mustCLI(t, opEnv(), "task", "add", "Reviewed", "-c", cfg)
+	}
+	// alice's shell, the database found through the config.
+	shell := append(opEnv(), "SWARM_AGENT_ID=alice")
+	mustCLI(t, shell, "task", "claim", "1", "-c", cfg)
+	wantOut(t, "done", mustCLI(t, shell, "task", "done", "-c", cfg), "task 1 is DONE\n")
+	// alice's session: the daemon's SWARM_REVIEWER and SWARM_MAX_ITERATIONS.
+	session := append(sessionEnv(db, "alice", 1), "SWARM_REVIEWER=bob", "SWARM_MAX_ITERATIONS=2")
+	mustCLI(t, session, "task", "claim", "2")
+	wantOut(t, "done", mustCLI(t, session, "task", "done"), "task 2 is DONE\n")
+	for _, id := range []int64{1, 2} {
+		if tk := wantTask(t, b, id, "DONE"); tk.Reviewer != "bob" || tk.ReviewState != "reviewing" || tk.MaxIterations != 2 || tk.Worker != "alice" {
+			t.Errorf("task %d: reviewer %q, review state %q, max_iterations %d, worker %q", id, tk.Reviewer, tk.ReviewState, tk.MaxIterations, tk.Worker)
+		}
+	}
+	// A session whose agent nobody reviews closes its task at once.
+	mustCLI(t, sessionEnv(db, "alice", 2), "task", "claim", "3")
+	wantOut(t, "done", mustCLI(t, sessionEnv(db, "alice", 2), "task", "done"), "task 3 is CLOSED\n")
+}
+
+// TestTaskDoneFromARealSession: the runner claims a task for the session it
+// starts; the session runs the CLI found on its PATH with only the
+// environment swarmd gave it, finishes that task as its own agent and
+// session (the holder of the runner's claim), then claims and finishes
+// another itself, which goes to alice's reviewer as the first did.
 func TestTaskDoneFromARealSession(t *testing.T) {
 	repo := gitRepo(t)
 	cfg := writeConfig(t, repo, `
@@ -431,9 +464,14 @@ backends:
   worker:
     type: command
     command: sh
-    args: [-c, "cat >/dev/null; swarmd task done --summary \"done by $SWARM_AGENT_ID\"; exec sleep 3600"]
+    args: [-c, "cat >/dev/null; swarmd task done --summary \"done by $SWARM_AGENT_ID\" && swarmd task claim 2 >/dev/null && swarmd task done --summary second; exec sleep 3600"]
+  idle:
+    type: command
+    command: sh
+    args: [-c, "cat >/dev/null; exec sleep 3600"]
 agents:
-  - {name: alice, role: x, backend: worker}
+  - {name: alice, role: x, backend: worker, reviewer: bob}
+  - {name: bob, role: x, backend: idle}
 `)
 	db := filepath.Join(repo, ".swarm", "swarm.db")
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
@@ -444,23 +482,34 @@ agents:
 		t.Fatal(err)
 	}
 	m.Close()
-	mustCLI(t, opEnv(), "task", "add", "Do it", "-c", cfg)
+	mustCLI(t, opEnv(), "task", "add", "First", "--to", "alice", "-c", cfg)
+	mustCLI(t, opEnv(), "task", "add", "Second", "--to", "alice", "-c", cfg)
 	d := startDaemon(t, cfg)
 	b := taskBoard(t, db)
 	var tk taskboard.Task
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if tk, err = b.Get(context.Background(), 1); err != nil {
+		if tk, err = b.Get(context.Background(), 2); err != nil {
 			t.Fatal(err)
 		}
-		if tk.StateName == "CLOSED" {
+		if tk.StateName == "DONE" || tk.StateName == "CLOSED" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("task 1 is %s after 20s; daemon log:\n%s", tk.StateName, d.log())
+			t.Fatalf("task 2 is %s after 20s; daemon log:\n%s", tk.StateName, d.log())
 		}
 	}
-	if agent, ok := runner.AgentOfSession(tk.ClaimSession); tk.Claimant != "alice" || !ok || agent != "alice" || tk.Result != "done by alice" {
-		t.Errorf("task 1: claimant %q, session %q, result %q", tk.Claimant, tk.ClaimSession, tk.Result)
+	wantTask(t, b, 2, "DONE") // reviewed: not closed
+	first := wantTask(t, b, 1, "DONE")
+	if agent, ok := runner.AgentOfSession(first.ClaimSession); first.Claimant != "alice" || !ok || agent != "alice" || first.Result != "done by alice" {
+		t.Errorf("task 1: claimant %q, session %q, result %q", first.Claimant, first.ClaimSession, first.Result)
+	}
+	if tk.ClaimSession != first.ClaimSession || tk.Result != "second" {
+		t.Errorf("task 2: session %q (task 1's %q), result %q", tk.ClaimSession, first.ClaimSession, tk.Result)
+	}
+	for _, x := range []taskboard.Task{first, tk} {
+		if x.Reviewer != "bob" || x.ReviewState != "reviewing" {
+			t.Errorf("task %d: reviewer %q, review state %q; want bob reviewing", x.ID, x.Reviewer, x.ReviewState)
+		}
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(10 * time.Second); code != 0 {
