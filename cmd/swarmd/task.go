@@ -161,11 +161,13 @@ func (t *taskMain) addCommand() *cobra.Command {
 	var after []string
 	var parent string
 	cmd := &cobra.Command{
-		Use:   "add TITLE [--body TEXT|-] [--to AGENT] [--priority N] [--after ID]... [--parent ID] [--plan]",
+		Use:   "add TITLE [--body TEXT|-] [--to AGENT] [--priority N] [--after ID]... [--parent ID] [--plan] [--reviewer AGENT [--max-iterations N]]",
 		Short: "Add a task; print its id alone on standard output",
 		Long: `Add a task. It starts OPEN (PLANNED with --plan, until 'swarmd task approve'; BLOCKED while a task
 named by --after is not CLOSED). The highest priority is claimed first, then the oldest. --to reserves it
-for one agent; without it any agent may claim it. --body - reads the body from standard input.`,
+for one agent; without it any agent may claim it. --body - reads the body from standard input.
+--reviewer names the agent whose PASS the work needs before the task closes (its FAIL sends the task
+back to the worker, at most --max-iterations rounds); without it the claimant's config decides.`,
 		Example: `  swarmd task add "Fix the flaky parser test"
   id=$(swarmd task add "Write the release notes" --to docs --priority 5 --after 7)
   git log -5 | swarmd task add "Review the last five commits" --body - --plan`,
@@ -205,7 +207,10 @@ for one agent; without it any agent may claim it. --body - reads the body from s
 	f.StringSliceVar(&after, "after", nil, "wait until this task is CLOSED (repeatable, or comma-separated)")
 	f.StringVar(&parent, "parent", "", "make it a subtask of this task")
 	f.BoolVar(&n.Plan, "plan", false, "create it PLANNED: no agent claims it before 'swarmd task approve'")
+	f.StringVar(&n.Reviewer, "reviewer", "", "the agent that reviews the work before the task closes")
+	f.IntVar(&n.MaxIterations, "max-iterations", 0, "review rounds before the task fails (default 3)")
 	t.completeAgents(cmd, "to")
+	t.completeAgents(cmd, "reviewer")
 	t.completeTasks(cmd, "after")
 	t.completeTasks(cmd, "parent")
 	return cmd
@@ -216,6 +221,16 @@ func (t *taskMain) add(ctx context.Context, c *taskCtx, n taskboard.NewTask) err
 		if err := knownAgent(c.agents, n.Assignee, "task add: --to"); err != nil {
 			return err
 		}
+	}
+	if n.Reviewer != "" {
+		if err := knownAgent(c.agents, n.Reviewer, "task add: --reviewer"); err != nil {
+			return err
+		}
+		if n.Reviewer == n.Assignee {
+			return usagef("task add: --reviewer %s is also --to: an agent cannot review its own work", n.Reviewer)
+		}
+	} else if n.MaxIterations != 0 {
+		return usagef("task add: --max-iterations needs --reviewer")
 	}
 	n.CreatedBy = c.who.actor()
 	tk, err := c.board.Add(ctx, n)

@@ -681,3 +681,23 @@ func FuzzTaskArgs(f *testing.F) {
 		}
 	})
 }
+
+// TestTaskAddReviewer: --reviewer starts the task's review loop; bad uses
+// are usage errors.
+func TestTaskAddReviewer(t *testing.T) {
+	cfg, db := taskRepo(t)
+	b := taskBoard(t, db)
+	wantOut(t, "add --reviewer", mustCLI(t, opEnv(), "task", "add", "Reviewed", "--reviewer", "carol", "--max-iterations", "2", "-c", cfg), "1\n")
+	if tk := wantTask(t, b, 1, "OPEN"); tk.Reviewer != "carol" || tk.MaxIterations != 2 || tk.ReviewState != "init" {
+		t.Fatalf("task %+v", tk)
+	}
+	for _, args := range [][]string{
+		{"task", "add", "x", "--reviewer", "nobody"},
+		{"task", "add", "x", "--reviewer", "bob", "--to", "bob"},
+		{"task", "add", "x", "--max-iterations", "2"},
+	} {
+		if _, stderr, code := runCLI(t, opEnv(), "", append(args, "-c", cfg)...); code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, code, stderr)
+		}
+	}
+}
