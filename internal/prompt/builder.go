@@ -105,16 +105,18 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 func (b *Builder) work(ctx context.Context, req runner.PromptRequest, d *Data) (runner.Prompt, error) {
 	p := runner.Prompt{}
 	if b.Tasks != nil {
-		t, isNew, err := b.task(ctx, req)
-		if err != nil {
+		// A review waiting for this agent comes first: a worker is blocked
+		// on it, while the agent's own task can continue in the next session.
+		var err error
+		if d.Review, err = b.review(ctx, req.Agent); err != nil {
 			return p, err
 		}
-		if t != nil {
-			d.Task, p.Task, p.NewTask = t, t.ID, isNew
-		} else if d.Review, err = b.review(ctx, req.Agent); err != nil {
-			return p, err
-		} else if d.Review != nil {
+		if d.Review != nil {
 			p.Review = d.Review.Task.ID
+		} else if t, isNew, err := b.task(ctx, req); err != nil {
+			return p, err
+		} else if t != nil {
+			d.Task, p.Task, p.NewTask = t, t.ID, isNew
 		}
 	}
 	if b.Mail != nil {

@@ -179,3 +179,40 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 		t.Fatalf("task after FAIL: %+v", got)
 	}
 }
+
+// TestBuilderReviewBeforeOwnTask: an agent that holds a task and has a
+// review waiting gets the review first (a worker waits on it), then its task.
+func TestBuilderReviewBeforeOwnTask(t *testing.T) {
+	ctx := context.Background()
+	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	b := &Builder{Tasks: board}
+	own, _ := board.Add(ctx, taskboard.NewTask{Title: "bob's own", Assignee: "bob"})
+	if _, err := board.Claim(ctx, own.ID, "bob", "bob-1-aaaa"); err != nil {
+		t.Fatal(err)
+	}
+	work, _ := board.Add(ctx, taskboard.NewTask{Title: "alice's", Reviewer: "bob", Assignee: "alice"})
+	if _, err := board.Claim(ctx, work.ID, "alice", "alice-1-aaaa"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.Done(ctx, work.ID, taskboard.Holder{Agent: "alice"}, "done"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2})
+	if err != nil || p.Review != work.ID || p.Task != 0 || !strings.Contains(p.Text, "## Review request") {
+		t.Fatalf("bob's prompt = review %d task %d (%v); want the review of %d first", p.Review, p.Task, err, work.ID)
+	}
+	now := time.Now()
+	if _, err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-2-bbbb", Started: now, Ended: now,
+		Completed: true, Review: p.Review, Result: "fine\nPASS"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err = b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
+	if err != nil || p.Task != own.ID || p.Review != 0 {
+		t.Fatalf("after the review: task %d review %d (%v); want his own task %d", p.Task, p.Review, err, own.ID)
+	}
+}
