@@ -156,7 +156,7 @@ func BenchmarkStartupRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := &daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), mail: db}
+		d := &daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), mail: db, tasks: openTaskBoard(db, nil)}
 		d.journal = db.NewJournal(mailbox.JournalOptions{})
 		d.journal.Start()
 		b.StartTimer()

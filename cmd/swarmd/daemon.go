@@ -55,8 +55,10 @@ type daemon struct {
 	control  *control.Server
 	observer runner.Observer
 	ready    atomic.Bool // every agent registered
-	health   healthMonitor
-	notify   notifier
+	// mailChanged (capacity 1) wakes the mail metrics after a commit.
+	mailChanged chan struct{}
+	health      healthMonitor
+	notify      notifier
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
@@ -79,7 +81,7 @@ type recovered struct {
 // that are the operator's to fix (a repo that is not a repo, a state dir in
 // use) are usage errors: exit 2 before anything starts.
 func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log, maxSessionBytes: int64(cfg.Logs.MaxSessionBytes)}
+	d := &daemon{cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes)}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -143,7 +145,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		Timeout: cfg.Hooks.Timeout,
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
 	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: cfg.DBPath(),
-		Tasks: d.tasks, Idle: d.reg})
+		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, log); err != nil {
 			return nil, usage(err)
@@ -182,7 +184,7 @@ func (d *daemon) Run(ctx context.Context) error {
 	defer stopHealth()
 	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
 	defer stopWatchdog()
-	stopStats := d.mailStats(time.Second)
+	stopStats := d.mailStats(200 * time.Millisecond)
 	defer stopStats()
 	<-ctx.Done()
 	d.notify.stopping()
@@ -327,9 +329,11 @@ func (d *daemon) ForceStop() {
 }
 
 // mailStats feeds swarmd_mailbox_messages_total and swarmd_mailbox_pending
-// from swarm.db every interval: mail is sent by other processes, so the
-// daemon counts it where it lands. It returns a stop function.
-func (d *daemon) mailStats(interval time.Duration) (stop func()) {
+// from swarm.db: mail is sent by other processes, so the daemon counts it
+// where it lands, each time the router saw a commit (d.mailChanged), at most
+// every minInterval, and on no timer while nothing happens. It returns a
+// stop function.
+func (d *daemon) mailStats(minInterval time.Duration) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -338,30 +342,47 @@ func (d *daemon) mailStats(interval time.Duration) (stop func()) {
 		if err != nil {
 			d.log.Warn("mail metrics", zap.Error(err))
 		}
-		t := time.NewTicker(interval)
-		defer t.Stop()
+		d.updatePending(ctx)
 		for {
 			select {
 			case <-done:
 				return
-			case <-t.C:
+			case <-d.mailChanged:
 			}
 			normal, urgent, max, err := d.mail.NewSince(ctx, last)
 			if err == nil {
 				last = max
 				d.metrics.MailSent(false, normal)
 				d.metrics.MailSent(true, urgent)
-				var pending map[string]int
-				if pending, err = d.mail.PendingCounts(ctx); err == nil {
-					d.metrics.SetPending(pending)
-				}
-			}
-			if err != nil {
+				d.updatePending(ctx)
+			} else {
 				d.log.Warn("mail metrics", zap.Error(err))
+			}
+			select { // a burst of commits is counted once per interval
+			case <-done:
+				return
+			case <-time.After(minInterval):
 			}
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+func (d *daemon) updatePending(ctx context.Context) {
+	pending, err := d.mail.PendingCounts(ctx)
+	if err != nil {
+		d.log.Warn("mail metrics", zap.Error(err))
+		return
+	}
+	d.metrics.SetPending(pending)
+}
+
+// noteChange is the router's OnChange: it wakes mailStats, never blocking.
+func (d *daemon) noteChange() {
+	select {
+	case d.mailChanged <- struct{}{}:
+	default:
+	}
 }
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.

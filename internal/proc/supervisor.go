@@ -61,8 +61,10 @@ const (
 	drainTimeout = 150 * time.Millisecond
 	// killTimeout bounds one round of waiting for killed processes to die.
 	killTimeout = 3 * time.Second
-	// reapInterval is the safety net when a SIGCHLD was coalesced or missed.
-	reapInterval = time.Second
+	// reapInterval is the safety net when a SIGCHLD was coalesced or missed:
+	// slow, since SIGCHLD does the work and the scan reads every thread's
+	// children.
+	reapInterval = 5 * time.Second
 )
 
 // active is process-wide on purpose: PR_SET_CHILD_SUBREAPER and the children

@@ -47,10 +47,14 @@ type Interrupter interface {
 	Interrupt(agent string, id int64, committed time.Time) error
 }
 
-// DefaultInterval is the safety-net poll. With the WAL watch, mail is seen
-// within a millisecond or so; without it (no inotify) this bounds latency
-// well inside the 100 ms p99 budget while an idle daemon stays quiet.
-const DefaultInterval = 50 * time.Millisecond
+// DefaultInterval is the poll without the WAL watch (no inotify): it bounds
+// latency well inside the 100 ms p99 budget. With the watch, mail is seen
+// within a millisecond or so and the poll is only a safety net, every
+// WatchedInterval, so that an idle daemon stays quiet.
+const (
+	DefaultInterval = 50 * time.Millisecond
+	WatchedInterval = 5 * time.Second
+)
 
 // Options configure a Router.
 type Options struct {
@@ -63,6 +67,10 @@ type Options struct {
 	// agents through the same watch as urgent mail.
 	Tasks Tasks
 	Idle  Idle
+	// OnChange, if set, is called after each poll that found a commit by
+	// another connection (mail sent, a task added...): the daemon's mail
+	// metrics follow it instead of a timer. It must not block.
+	OnChange func()
 }
 
 // Router watches the mailbox for urgent mail.
@@ -74,6 +82,7 @@ type Router struct {
 	dbPath   string
 	tasks    Tasks
 	idle     Idle
+	onChange func()
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -96,7 +105,7 @@ func New(mail Mail, to Interrupter, opts Options) *Router {
 		opts.Log = zap.NewNop()
 	}
 	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, lastVersion: -1,
-		tasks: opts.Tasks, idle: opts.Idle}
+		tasks: opts.Tasks, idle: opts.Idle, onChange: opts.OnChange}
 }
 
 // Start begins polling. Calling it on a running router does nothing.
@@ -136,7 +145,11 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			wake = w.wake
 		}
 	}
-	t := time.NewTicker(r.interval)
+	interval := r.interval
+	if wake != nil && interval < WatchedInterval {
+		interval = WatchedInterval
+	}
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	// Polls run without cancellation: they take microseconds, and a
 	// cancellable context costs the SQLite driver a goroutine per query.
@@ -156,7 +169,8 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			return
 		case _, ok := <-wake:
 			if !ok {
-				wake = nil // the watch failed: the ticker carries on
+				wake = nil // the watch failed: poll at the unwatched pace
+				t.Reset(r.interval)
 			}
 			again.Reset(recheck)
 		case <-again.C:
@@ -183,6 +197,9 @@ func (r *Router) Poll(ctx context.Context) error {
 		return err
 	}
 	r.lastVersion = v
+	if r.onChange != nil {
+		r.onChange()
+	}
 	if err := r.wakeIdle(ctx); err != nil {
 		return err
 	}
