@@ -276,6 +276,9 @@ func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
 	if err := checkName(agent); err != nil {
 		return Worktree{}, err
 	}
+	if wt, ok := m.ready(agent); ok {
+		return wt, nil
+	}
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
@@ -292,12 +295,26 @@ func (m *Manager) Verify(ctx context.Context, agent string) (Worktree, error) {
 	if err := checkName(agent); err != nil {
 		return Worktree{}, err
 	}
+	if wt, ok := m.ready(agent); ok {
+		return wt, nil
+	}
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w", agent, err)
 	}
 	defer unlock()
 	return m.ensureLocked(ctx, agent, true)
+}
+
+// ready is the fast path of Ensure and Verify: a worktree that is fine
+// needs no lock (the common case, after every session), since nothing is
+// changed. Anything else is looked at again under the lock.
+func (m *Manager) ready(agent string) (Worktree, bool) {
+	in, err := m.inspect(agent)
+	if err != nil || in.state != wtOK {
+		return Worktree{}, false
+	}
+	return Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: in.head.String()}, true
 }
 
 func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, error) {
