@@ -98,6 +98,8 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	}
 
 	dir := s.ArchiveDir(agent)
+	_, statErr := os.Stat(dir)
+	newDir := statErr != nil
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", nil, fmt.Errorf("create archive directory: %w", err)
 	}
@@ -158,8 +160,13 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	renamed = true
 	// Until the directories are synced the rename may not survive a crash,
 	// so the originals must stay: an error here keeps them. The parents are
-	// synced too, as MkdirAll may just have created them.
-	for _, d := range []string{dir, s.archiveRoot, filepath.Dir(s.archiveRoot)} {
+	// synced too when MkdirAll may just have created them (a daemon's stop
+	// archives every agent at once, and each fsync queues on the journal).
+	syncs := []string{dir}
+	if newDir {
+		syncs = append(syncs, s.archiveRoot, filepath.Dir(s.archiveRoot))
+	}
+	for _, d := range syncs {
 		if err := syncDir(d); err != nil {
 			return "", nil, fmt.Errorf("sync %s: %w", d, err)
 		}
