@@ -15,6 +15,9 @@ type procStat struct {
 	pgid  int
 	sid   int
 	start uint64 // start time in clock ticks since boot: (pid, start) names one process
+	// threads is num_threads: a single-threaded process lists its children
+	// in one file.
+	threads int
 }
 
 func (st procStat) dead() bool { return st.state == 'Z' || st.state == 'X' }
@@ -92,7 +95,7 @@ func parseStat(b []byte) (procStat, error) {
 				return procStat{}, errBadStat
 			}
 			st.state = tok[0]
-		case 5, 6, 22:
+		case 5, 6, 20, 22:
 			n, err := strconv.ParseUint(string(bytes.TrimSpace(tok)), 10, 64)
 			if err != nil {
 				return procStat{}, errBadStat
@@ -102,6 +105,8 @@ func parseStat(b []byte) (procStat, error) {
 				st.pgid = int(n)
 			case 6:
 				st.sid = int(n)
+			case 20:
+				st.threads = int(n)
 			case 22:
 				st.start = n
 			}

@@ -390,7 +390,7 @@ func TestParseStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != (procStat{state: 'S', pgid: 4240, sid: 4239, start: 987654}) {
+	if st != (procStat{state: 'S', pgid: 4240, sid: 4239, start: 987654, threads: 1}) {
 		t.Fatalf("got %+v", st)
 	}
 	for _, bad := range []string{"", "1 (x)", "1 (x) S 1 2", "1 (x) SS 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"} {
