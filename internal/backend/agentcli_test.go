@@ -389,3 +389,40 @@ func (k cliKind) cancelSignal() syscall.Signal {
 	}
 	return syscall.SIGINT
 }
+
+// testMaxTurns runs a session whose model would take four turns (three
+// shell commands, then an answer) with MaxTurns 2: it ends with
+// AbortMaxTurns after the two allowed turns' commands ran, the third never
+// runs, and OnTool was told of both calls with their commands.
+func testMaxTurns(t *testing.T, kind cliKind) {
+	rig := newCLIRig(t, kind, nil, mockllm.Shell("echo turn-one"), mockllm.Shell("echo turn-two"),
+		mockllm.Shell("echo turn-three > three.txt"), mockllm.Text("finished"))
+	sp := rig.spec(t)
+	sp.MaxTurns = 2
+	calls := make(chan ToolCall, 16)
+	sp.OnTool = func(c ToolCall) { calls <- c }
+	s := rig.start(t, sp)
+	r := waitCLI(t, s, sp, cliLimit)
+	if r.AbortReason != AbortMaxTurns || r.Outcome != OutcomeError || !strings.HasPrefix(r.Reason, "max_turns") {
+		t.Fatalf("result %+v; want abort reason max_turns\nlog:\n%s", r, logOf(t, sp))
+	}
+	if _, err := os.Stat(filepath.Join(rig.repo, "three.txt")); err == nil {
+		t.Fatal("the third turn's command ran")
+	}
+	close(calls)
+	var got []string
+	for c := range calls {
+		if c.End.IsZero() || c.Failed {
+			t.Errorf("call %+v: want ended and ok", c)
+		}
+		got = append(got, c.Input)
+	}
+	if len(got) != 2 || !strings.Contains(got[0], "echo turn-one") || !strings.Contains(got[1], "echo turn-two") {
+		t.Fatalf("OnTool was told %q; want the two commands", got)
+	}
+	t.Logf("%s: %s; %d scripted requests", kind.name, r.Reason, len(rig.mock.Scripted()))
+}
+
+func TestClaudeMaxTurns(t *testing.T) { testMaxTurns(t, claudeKind) }
+func TestCodexMaxTurns(t *testing.T)  { testMaxTurns(t, codexKind) }
+func TestGeminiMaxTurns(t *testing.T) { testMaxTurns(t, geminiKind) }

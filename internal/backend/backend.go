@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -52,6 +53,9 @@ const (
 	// AbortUrgentMessage is set by the runner, not a backend: urgent mail
 	// interrupted the session, whatever cancel signal its backend uses.
 	AbortUrgentMessage = "urgent_message"
+	// AbortMaxTurns: the session reached Spec.MaxTurns, by the CLI's own
+	// limit (Claude Code's --max-turns) or by swarmd's count of the stream.
+	AbortMaxTurns = "max_turns"
 )
 
 // DefaultGraceAfterTimeout is how long a session that timed out gets to exit
@@ -84,6 +88,16 @@ type Spec struct {
 	// expires and kills it GraceAfterTimeout later; the outcome is Timeout.
 	Timeout           time.Duration
 	GraceAfterTimeout time.Duration // 0 means DefaultGraceAfterTimeout
+	// MaxTurns, if positive, limits the session's model turns (responses):
+	// passed to a CLI that has a flag for it (Claude Code's --max-turns),
+	// counted from the stream for the others, which are cancelled once the
+	// last allowed turn's tool calls have ended. Such a session ends with
+	// AbortMaxTurns. Backends without a stream ignore it.
+	MaxTurns int
+	// OnTool, if set, is told of every tool call of a session with a stream:
+	// when it ends, and when the session ends for a call that never did. It
+	// is called from the goroutine reading the output, so it must be quick.
+	OnTool func(ToolCall)
 }
 
 // Result is how a session ended.
@@ -106,6 +120,10 @@ type Result struct {
 	Usage     Usage
 	ToolCalls int        // tool calls started
 	Tools     []ToolCall // the first MaxToolCalls of them, in order
+	// Turns is how many model turns (responses) the stream showed.
+	Turns int
+	// TurnLimit: the CLI said it stopped at its own turn limit.
+	TurnLimit bool
 	// Text is the backend's final result text, cut to MaxResultText bytes.
 	Text string
 	// ResultAt is when the backend's result record was read; zero without one.
@@ -150,14 +168,21 @@ func (u Usage) Tokens() int64 {
 // ToolCall is one tool call of a session. End is zero for a call that never
 // finished (the session ended during it).
 type ToolCall struct {
-	Name       string
+	ID   string // the backend's id of the call, "" when it gives none
+	Name string
+	// Input summarises the call's input: its main argument (a shell
+	// command, a file path, a search pattern) or its arguments as compact
+	// JSON, at most MaxToolInput bytes.
+	Input      string
 	Start, End time.Time
+	Failed     bool // the tool reported an error (a shell command's non-zero exit)
 }
 
 // Limits on what a Result holds of a session's output.
 const (
 	MaxResultText = 2 << 10
 	MaxToolCalls  = 256
+	MaxToolInput  = 1 << 10
 )
 
 // Session is one running backend session.
@@ -208,9 +233,17 @@ type Reporter interface {
 	// Exit tells the parser how the leader ended (-1: killed by a signal),
 	// before Verdict and Report; some CLIs say it only in their exit code.
 	Exit(code int)
-	// Report fills r's Usage, ToolCalls, Tools, Text, ResultAt, Fatal,
-	// RateLimited and RetryAfter.
+	// Report fills r's Usage, ToolCalls, Tools, Turns, TurnLimit, Text,
+	// ResultAt, Fatal, RateLimited and RetryAfter, and hands the calls that
+	// never ended to the OnTool function.
 	Report(r *Result)
+	// OnTool sets the function told of each tool call as it ends (see
+	// Spec.OnTool); it is called before the first line.
+	OnTool(func(ToolCall))
+	// Turns is how many model turns the output has shown so far, and
+	// whether the last one called tools that have all ended: the CLI is
+	// about to ask the model for another turn.
+	Turns() (n int, settled bool)
 }
 
 // ErrInvalidSpec is returned by Start for a Spec it cannot run.
@@ -288,6 +321,9 @@ type agentCLI struct {
 	env       []string
 	cancelSig syscall.Signal
 	parser    func() Reporter
+	// turnsFlag is the CLI's flag for Spec.MaxTurns ("" when it has none:
+	// swarmd counts the turns from the stream).
+	turnsFlag string
 }
 
 func newAgentCLI(sup *proc.Supervisor, typ string, cfg AgentCLIConfig, cancel syscall.Signal) (agentCLI, error) {
@@ -307,11 +343,16 @@ func newAgentCLI(sup *proc.Supervisor, typ string, cfg AgentCLIConfig, cancel sy
 }
 
 func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
+	args := a.args
+	if spec.MaxTurns > 0 && a.turnsFlag != "" {
+		args = append(slices.Clip(args), a.turnsFlag, strconv.Itoa(spec.MaxTurns))
+	}
 	return startSession(ctx, a.sup, spec, launch{
-		path:      a.command,
-		args:      a.args,
-		env:       a.env,
-		cancelSig: a.cancelSig,
-		parser:    a.parser(),
+		path:       a.command,
+		args:       args,
+		env:        a.env,
+		cancelSig:  a.cancelSig,
+		parser:     a.parser(),
+		turnsByCLI: a.turnsFlag != "",
 	})
 }

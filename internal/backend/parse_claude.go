@@ -33,8 +33,9 @@ type claudeLine struct {
 	// api_retry and assistant: "authentication_failed", "rate_limit", ...
 	Error string `json:"error"`
 
-	// assistant and user
-	Message *struct {
+	// assistant and user; a subagent's lines name the tool call that runs it
+	ParentToolUseID string `json:"parent_tool_use_id"`
+	Message         *struct {
 		Content json.RawMessage `json:"content"` // a string in a user's prompt
 	} `json:"message"`
 	APIErrorStatus int              `json:"api_error_status"`
@@ -60,10 +61,12 @@ type claudeUsage struct {
 }
 
 type claudeBlock struct {
-	Type      string `json:"type"`
-	ID        string `json:"id"`          // tool_use
-	Name      string `json:"name"`        // tool_use
-	ToolUseID string `json:"tool_use_id"` // tool_result
+	Type      string          `json:"type"`
+	ID        string          `json:"id"`          // tool_use
+	Name      string          `json:"name"`        // tool_use
+	Input     json.RawMessage `json:"input"`       // tool_use
+	ToolUseID string          `json:"tool_use_id"` // tool_result
+	IsError   bool            `json:"is_error"`    // tool_result
 }
 
 func (p *claudeParser) Line(line []byte) {
@@ -88,6 +91,12 @@ func (p *claudeParser) Line(line []byte) {
 		if l.Message == nil {
 			return
 		}
+		// A subagent's turns are not the session's (--max-turns counts the
+		// main loop only); its tool calls are.
+		main := l.ParentToolUseID == ""
+		if l.Type == "assistant" && main {
+			p.rep.output()
+		}
 		var blocks []claudeBlock
 		if json.Unmarshal(l.Message.Content, &blocks) != nil {
 			return // a plain string: no tool calls
@@ -95,9 +104,9 @@ func (p *claudeParser) Line(line []byte) {
 		for _, b := range blocks {
 			switch b.Type {
 			case "tool_use", "server_tool_use", "mcp_tool_use":
-				p.rep.toolStart(b.ID, b.Name)
+				p.rep.toolStart(b.ID, b.Name, inputSummary(b.Input), main)
 			case "tool_result":
-				p.rep.toolEnd(b.ToolUseID)
+				p.rep.toolEnd(b.ToolUseID, b.IsError, main)
 			}
 		}
 	case "rate_limit_event":
@@ -110,6 +119,7 @@ func (p *claudeParser) Line(line []byte) {
 			return
 		}
 		p.rep.resultAt = p.rep.now()
+		p.rep.turnLimit = p.rep.turnLimit || l.Subtype == "error_max_turns"
 		p.apiError(l.APIErrorStatus, "", nil)
 		if u := l.Usage; u != nil {
 			// Each result reports the whole session so far.
@@ -167,3 +177,7 @@ func (p *claudeParser) Exit(int) {}
 func (p *claudeParser) Verdict() (bool, string) { return p.success, p.errText }
 
 func (p *claudeParser) Report(r *Result) { p.rep.fill(r) }
+
+func (p *claudeParser) OnTool(fn func(ToolCall)) { p.rep.onTool = fn }
+
+func (p *claudeParser) Turns() (int, bool) { return p.rep.turns, p.rep.settled() }

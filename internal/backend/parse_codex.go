@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"encoding/json"
 	"strings"
 	"time"
 )
@@ -38,11 +39,47 @@ type codexLine struct {
 }
 
 type codexItem struct {
-	ID     string `json:"id"`
-	Type   string `json:"type"`
-	Text   string `json:"text"`   // agent_message
-	Server string `json:"server"` // mcp_tool_call
-	Tool   string `json:"tool"`   // mcp_tool_call
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`    // agent_message
+	Server    string          `json:"server"`  // mcp_tool_call
+	Tool      string          `json:"tool"`    // mcp_tool_call
+	Command   string          `json:"command"` // command_execution
+	ExitCode  *int            `json:"exit_code"`
+	Status    string          `json:"status"`    // "in_progress", "completed", "failed"
+	Changes   []codexChange   `json:"changes"`   // file_change
+	Query     string          `json:"query"`     // web_search
+	Arguments json.RawMessage `json:"arguments"` // mcp_tool_call
+}
+
+type codexChange struct {
+	Path string `json:"path"`
+	Kind string `json:"kind"` // add, delete, update
+}
+
+// codexInput summarises a tool item's input: the command, the changed
+// files, the MCP call's main argument, the search.
+func codexInput(it *codexItem) string {
+	switch it.Type {
+	case "command_execution":
+		return it.Command
+	case "file_change":
+		paths := make([]string, 0, len(it.Changes))
+		for _, c := range it.Changes {
+			paths = append(paths, c.Kind+" "+c.Path)
+		}
+		return strings.Join(paths, ", ")
+	case "mcp_tool_call":
+		return inputSummary(it.Arguments)
+	case "web_search":
+		return it.Query
+	}
+	return ""
+}
+
+// failed reports whether a completed tool item failed.
+func (it *codexItem) failed() bool {
+	return it.Status == "failed" || it.ExitCode != nil && *it.ExitCode != 0
 }
 
 // codexTool reports whether an item type is a tool call.
@@ -65,16 +102,19 @@ func (p *codexParser) Line(line []byte) {
 		if it == nil {
 			return
 		}
-		if codexTool(it.Type) {
+		switch {
+		case codexTool(it.Type):
 			name := it.Type
 			if it.Type == "mcp_tool_call" && it.Tool != "" {
 				name = "mcp:" + it.Server + "/" + it.Tool
 			}
 			// Some items (file changes) are only ever reported completed.
-			p.rep.toolStart(it.ID, name)
+			p.rep.toolStart(it.ID, name, codexInput(it), true)
 			if l.Type == "item.completed" {
-				p.rep.toolEnd(it.ID)
+				p.rep.toolEnd(it.ID, it.failed(), true)
 			}
+		case it.Type == "agent_message" || it.Type == "reasoning":
+			p.rep.output()
 		}
 		if it.Type == "agent_message" && l.Type == "item.completed" {
 			p.rep.text = excerpt(it.Text)
@@ -137,3 +177,7 @@ func (p *codexParser) Verdict() (bool, string) {
 }
 
 func (p *codexParser) Report(r *Result) { p.rep.fill(r) }
+
+func (p *codexParser) OnTool(fn func(ToolCall)) { p.rep.onTool = fn }
+
+func (p *codexParser) Turns() (int, bool) { return p.rep.turns, p.rep.settled() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,46 +20,141 @@ type report struct {
 	usage     Usage
 	toolCalls int
 	tools     []ToolCall
-	open      map[string]int      // tool call id -> index in tools, until the call ends
+	open      map[string]openCall // tool call id -> the call, until it ends
 	seen      map[string]struct{} // tool call ids started, so a repeated start counts once
+	unnamed   []openCall          // calls without an id: they can never be seen to end
+	calls     int                 // tool calls started, for openCall.n
+	onTool    func(ToolCall)
+	closed    bool // Report ran: every call was handed to onTool
 	text      string
 	resultAt  time.Time
 	fatal     string
 	limited   bool
 	retryAt   time.Time
+
+	// Turns: a turn is one model response, which begins with the first
+	// model output (text, reasoning, a tool call) after the prompt or after
+	// a tool result.
+	turns     int
+	turnOpen  bool // model output seen since the last tool result
+	turnTools bool // the current turn started tool calls
+	turnLimit bool // the CLI said it stopped at its own turn limit
+}
+
+// openCall is a call that has started and not ended; idx is its index in
+// tools, -1 past MaxToolCalls.
+type openCall struct {
+	call ToolCall
+	idx  int
+	n    int
 }
 
 func newReport(now func() time.Time) report {
 	if now == nil {
 		now = time.Now
 	}
-	return report{now: now, open: make(map[string]int), seen: make(map[string]struct{})}
+	return report{now: now, open: make(map[string]openCall), seen: make(map[string]struct{})}
 }
 
-// toolStart records a tool call; a call with an id already seen is the same
-// call reported again.
-func (r *report) toolStart(id, name string) {
+// output notes model output: the first after a tool result starts a turn.
+func (r *report) output() {
+	if !r.turnOpen {
+		r.turns++
+		r.turnOpen, r.turnTools = true, false
+	}
+}
+
+// toolStart records a tool call, with a summary of its input (cut to
+// MaxToolInput); a call with an id already seen is the same call reported
+// again. turn is false for a call that is not the session's own model's (a
+// subagent's): it counts as a call but plays no part in the turns.
+func (r *report) toolStart(id, name, input string, turn bool) {
 	if id != "" {
 		if _, dup := r.seen[id]; dup {
 			return
 		}
 		r.seen[id] = struct{}{}
 	}
+	if turn {
+		r.output()
+		r.turnTools = true
+	}
 	r.toolCalls++
-	if len(r.tools) >= MaxToolCalls {
+	r.calls++
+	c := ToolCall{ID: id, Name: name, Input: toolInput(input), Start: r.now()}
+	idx := -1
+	if len(r.tools) < MaxToolCalls {
+		idx = len(r.tools)
+		r.tools = append(r.tools, c)
+	}
+	o := openCall{call: c, idx: idx, n: r.calls}
+	if id == "" {
+		if r.onTool != nil {
+			r.unnamed = append(r.unnamed, o)
+		}
 		return
 	}
-	if id != "" {
-		r.open[id] = len(r.tools)
-	}
-	r.tools = append(r.tools, ToolCall{Name: name, Start: r.now()})
+	r.open[id] = o
 }
 
-func (r *report) toolEnd(id string) {
-	if i, ok := r.open[id]; ok {
-		r.tools[i].End = r.now()
-		delete(r.open, id)
+// toolEnd ends a call: a tool result goes back to the model, so the turn
+// that called it is over.
+func (r *report) toolEnd(id string, failed, turn bool) {
+	o, ok := r.open[id]
+	if !ok {
+		return
 	}
+	delete(r.open, id)
+	if turn {
+		r.turnOpen = false
+	}
+	o.call.End, o.call.Failed = r.now(), failed
+	if o.idx >= 0 {
+		r.tools[o.idx] = o.call
+	}
+	if r.onTool != nil && !r.closed {
+		r.onTool(o.call)
+	}
+}
+
+// settled reports whether the current turn called tools and all of them
+// have ended: the CLI is about to ask the model for the next turn.
+func (r *report) settled() bool {
+	return r.turns > 0 && !r.turnOpen && r.turnTools && len(r.open) == 0
+}
+
+// closeCalls hands the calls that never ended to onTool, in the order they
+// started, once.
+func (r *report) closeCalls() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	if r.onTool == nil {
+		return
+	}
+	left := r.unnamed
+	for _, o := range r.open {
+		left = append(left, o)
+	}
+	slices.SortFunc(left, func(a, b openCall) int { return a.n - b.n })
+	for _, o := range left {
+		r.onTool(o.call)
+	}
+}
+
+// toolInput bounds a tool call's input summary: valid UTF-8, at most
+// MaxToolInput bytes.
+func toolInput(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxToolInput {
+		return s
+	}
+	cut := MaxToolInput
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // setFatal keeps the first cause: later errors are usually its echoes.
@@ -79,7 +175,10 @@ func (r *report) rateLimited(until time.Time) {
 }
 
 func (r *report) fill(res *Result) {
+	r.closeCalls()
 	res.Usage = r.usage
+	res.Turns = r.turns
+	res.TurnLimit = r.turnLimit
 	res.ToolCalls = r.toolCalls
 	if len(r.tools) > 0 {
 		res.Tools = append([]ToolCall(nil), r.tools...)

@@ -103,13 +103,13 @@ func TestUnixTime(t *testing.T) {
 func TestReportToolCalls(t *testing.T) {
 	c := newFakeClock()
 	r := newReport(c.now)
-	r.toolStart("a", "Bash")
-	r.toolStart("a", "Bash") // the same call reported again
-	r.toolStart("", "Read")  // no id: counted, never ended
-	r.toolEnd("a")
-	r.toolEnd("nope")
+	r.toolStart("a", "Bash", "ls", true)
+	r.toolStart("a", "Bash", "ls", true) // the same call reported again
+	r.toolStart("", "Read", "f", true)   // no id: counted, never ended
+	r.toolEnd("a", false, true)
+	r.toolEnd("nope", true, true)
 	for i := range MaxToolCalls + 10 {
-		r.toolStart("x"+strings.Repeat("y", i), "Edit")
+		r.toolStart("x"+strings.Repeat("y", i), "Edit", "", true)
 	}
 	var res Result
 	r.fill(&res)

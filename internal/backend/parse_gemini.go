@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"encoding/json"
 	"strings"
 	"time"
 )
@@ -24,14 +25,15 @@ func newGeminiParser(now func() time.Time) *geminiParser {
 }
 
 type geminiLine struct {
-	Type     string `json:"type"`
-	Role     string `json:"role"`    // message
-	Content  string `json:"content"` // message
-	ToolName string `json:"tool_name"`
-	ToolID   string `json:"tool_id"`
-	Message  string `json:"message"` // error
-	Status   string `json:"status"`  // result: "success" or "error"
-	Error    *struct {
+	Type       string          `json:"type"`
+	Role       string          `json:"role"`    // message
+	Content    string          `json:"content"` // message
+	ToolName   string          `json:"tool_name"`
+	ToolID     string          `json:"tool_id"`
+	Parameters json.RawMessage `json:"parameters"` // tool_use
+	Message    string          `json:"message"`    // error
+	Status     string          `json:"status"`     // result: "success" or "error"
+	Error      *struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
@@ -49,18 +51,23 @@ func (p *geminiParser) Line(line []byte) {
 	}
 	switch l.Type {
 	case "message":
-		if l.Role == "assistant" && !p.textFull {
+		if l.Role != "assistant" {
+			return
+		}
+		p.rep.output()
+		if !p.textFull {
 			p.text.WriteString(l.Content)
 			p.textFull = p.text.Len() >= MaxResultText
 		}
 	case "tool_use":
-		p.rep.toolStart(l.ToolID, l.ToolName)
+		p.rep.toolStart(l.ToolID, l.ToolName, inputSummary(l.Parameters), true)
 		p.text.Reset() // the result is what the model says after its last tool call
 		p.textFull = false
 	case "tool_result":
-		p.rep.toolEnd(l.ToolID)
+		p.rep.toolEnd(l.ToolID, l.Status == "error", true)
 	case "error":
 		p.apiError(l.Message)
+		p.rep.turnLimit = p.rep.turnLimit || strings.Contains(l.Message, geminiTurnLimit)
 		if l.Message != "" {
 			p.lastErr = l.Message
 		}
@@ -76,6 +83,7 @@ func (p *geminiParser) Line(line []byte) {
 		if !p.success && l.Error != nil {
 			p.errText = l.Error.Message
 			p.apiError(l.Error.Message)
+			p.rep.turnLimit = p.rep.turnLimit || strings.Contains(l.Error.Message, "max session turns")
 		}
 	}
 }
@@ -121,3 +129,11 @@ func (p *geminiParser) Verdict() (bool, string) {
 }
 
 func (p *geminiParser) Report(r *Result) { p.rep.fill(r) }
+
+func (p *geminiParser) OnTool(fn func(ToolCall)) { p.rep.onTool = fn }
+
+func (p *geminiParser) Turns() (int, bool) { return p.rep.turns, p.rep.settled() }
+
+// geminiTurnLimit is the error Gemini CLI prints when it stops at its own
+// model.maxSessionTurns setting.
+const geminiTurnLimit = "Maximum session turns exceeded"

@@ -23,9 +23,7 @@ type claudeView struct {
 type claudeBlockView struct {
 	claudeBlock
 	Text    string          `json:"text"`
-	Input   json.RawMessage `json:"input"`   // tool_use
 	Content json.RawMessage `json:"content"` // tool_result: a string or text blocks
-	IsError bool            `json:"is_error"`
 }
 
 func (r *Renderer) claude(line []byte) bool {
@@ -179,19 +177,8 @@ type codexView struct {
 
 type codexItemView struct {
 	codexItem
-	Message          string          `json:"message"` // error
-	Command          string          `json:"command"` // command_execution
-	AggregatedOutput string          `json:"aggregated_output"`
-	ExitCode         *int            `json:"exit_code"`
-	Status           string          `json:"status"`
-	Changes          []codexChange   `json:"changes"`   // file_change
-	Query            string          `json:"query"`     // web_search
-	Arguments        json.RawMessage `json:"arguments"` // mcp_tool_call
-}
-
-type codexChange struct {
-	Path string `json:"path"`
-	Kind string `json:"kind"` // add, delete, update
+	Message          string `json:"message"` // error
+	AggregatedOutput string `json:"aggregated_output"`
 }
 
 func (r *Renderer) codex(line []byte) bool {
@@ -236,7 +223,7 @@ func (r *Renderer) codexItem(it *codexItemView) {
 			r.codexCall(it) // reported only once done, as file changes are
 		}
 		delete(r.started, it.ID)
-		failed := it.Status == "failed" || it.ExitCode != nil && *it.ExitCode != 0
+		failed := it.failed()
 		out := it.AggregatedOutput
 		if failed && it.ExitCode != nil {
 			out = "exit " + strconv.Itoa(*it.ExitCode) + "\n" + out
@@ -256,27 +243,20 @@ func (r *Renderer) codexCall(it *codexItemView) {
 	}
 	switch it.Type {
 	case "command_execution":
-		r.toolCall("shell", it.Command)
+		r.toolCall("shell", codexInput(&it.codexItem))
 	case "file_change":
-		var paths []string
-		for _, c := range it.Changes {
-			paths = append(paths, c.Kind+" "+c.Path)
-		}
-		r.toolCall("edit", strings.Join(paths, ", "))
+		r.toolCall("edit", codexInput(&it.codexItem))
 	case "mcp_tool_call":
-		r.toolCall("mcp:"+it.Server+"/"+it.Tool, inputSummary(it.Arguments))
-	case "web_search":
-		r.toolCall("web_search", it.Query)
+		r.toolCall("mcp:"+it.Server+"/"+it.Tool, codexInput(&it.codexItem))
 	default:
-		r.toolCall(it.Type, "")
+		r.toolCall(it.Type, codexInput(&it.codexItem))
 	}
 }
 
 type geminiView struct {
 	geminiLine
-	Model      string          `json:"model"`      // init
-	Parameters json.RawMessage `json:"parameters"` // tool_use
-	Output     string          `json:"output"`     // tool_result
+	Model  string `json:"model"`  // init
+	Output string `json:"output"` // tool_result
 }
 
 func (r *Renderer) gemini(line []byte) bool {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,9 @@ type launch struct {
 	// tail keeps the last TailBytes of output as the result text, for
 	// backends with no result record of their own (command, scripted).
 	tail bool
+	// turnsByCLI: the CLI enforces Spec.MaxTurns itself (a flag); swarmd's
+	// count only backs it up.
+	turnsByCLI bool
 }
 
 // session implements Session for every backend.
@@ -44,9 +48,12 @@ type session struct {
 	parser    StreamParser
 	reporter  Reporter      // parser, if it is one
 	fatal     chan struct{} // buffered: the output showed a fatal error
-	log       *os.File      // nil when Spec.LogPath is ""
-	logErr    error         // the first failed write to log; nothing more is written then
-	maxLog    int64         // Spec.MaxLogBytes
+	limit     chan struct{} // buffered: the session reached its turn limit
+	maxTurns  int
+	byCLI     bool     // the CLI enforces maxTurns itself
+	log       *os.File // nil when Spec.LogPath is ""
+	logErr    error    // the first failed write to log; nothing more is written then
+	maxLog    int64    // Spec.MaxLogBytes
 	out       *sessionOutput
 	timeout   time.Duration
 	grace     time.Duration
@@ -55,8 +62,10 @@ type session struct {
 	lastOut   atomic.Int64 // unix nanoseconds
 	cancelled atomic.Bool
 	forced    atomic.Bool
-	timedOut  bool // owned by the monitor goroutine
-	fatalSeen bool // owned by the output goroutine
+	frozen    atomic.Bool // Freeze stopped the tree and no Thaw has run since
+	turnsHit  atomic.Bool // swarmd's count reached maxTurns
+	timedOut  bool        // owned by the monitor goroutine
+	fatalSeen bool        // owned by the output goroutine
 
 	done   chan struct{}
 	result Result
@@ -82,6 +91,9 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		cancelSig: l.cancelSig,
 		parser:    l.parser,
 		fatal:     make(chan struct{}, 1),
+		limit:     make(chan struct{}, 1),
+		maxTurns:  spec.MaxTurns,
+		byCLI:     l.turnsByCLI,
 		timeout:   spec.Timeout,
 		grace:     spec.GraceAfterTimeout,
 		maxLog:    spec.MaxLogBytes,
@@ -111,6 +123,9 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	}
 	if l.parser != nil {
 		s.reporter, _ = l.parser.(Reporter)
+		if s.reporter != nil && spec.OnTool != nil {
+			s.reporter.OnTool(spec.OnTool)
+		}
 		out.lines = NewLineSplitter(0, s.line)
 	}
 	s.out = out
@@ -202,7 +217,34 @@ func (s *session) Cancel() error {
 		return nil
 	}
 	s.cancelled.Store(true)
-	return ignoreDone(s.tree.Signal(s.cancelSig))
+	err := ignoreDone(s.tree.Signal(s.cancelSig))
+	// A frozen tree would keep the signal pending: thaw it to act on it.
+	if s.frozen.Load() {
+		_, terr := s.Thaw()
+		err = errors.Join(err, terr)
+	}
+	return err
+}
+
+// Freeze stops every process of the session's tree (SIGSTOP) and returns
+// how many; Thaw continues them. After the session has ended both return 0
+// and nil.
+func (s *session) Freeze() (int, error) {
+	if s.tree == nil {
+		return 0, nil
+	}
+	s.frozen.Store(true)
+	n, err := s.tree.Freeze()
+	return n, ignoreDone(err)
+}
+
+func (s *session) Thaw() (int, error) {
+	if s.tree == nil {
+		return 0, nil
+	}
+	n, err := s.tree.Thaw()
+	s.frozen.Store(false)
+	return n, ignoreDone(err)
 }
 
 func (s *session) ForceStop() error {
@@ -224,10 +266,27 @@ func ignoreDone(err error) error {
 // shows an error that no retry can fix.
 func (s *session) line(b []byte) {
 	s.parser.Line(b)
-	if s.reporter != nil && !s.fatalSeen && s.reporter.Fatal() != "" {
+	if s.reporter == nil {
+		return
+	}
+	if !s.fatalSeen && s.reporter.Fatal() != "" {
 		s.fatalSeen = true
 		s.fatal <- struct{}{}
 	}
+	if s.maxTurns > 0 && !s.turnsHit.Load() && s.overTurns() {
+		s.turnsHit.Store(true)
+		s.limit <- struct{}{}
+	}
+}
+
+// overTurns reports whether the session has used its turns: a turn past
+// the limit has begun, or (when swarmd is the one counting) the last
+// allowed turn's tool calls have all ended, so the CLI is asking the model
+// for one more. A CLI that enforces the limit itself stops there on its own
+// and keeps its result record; only a turn past the limit is cut off.
+func (s *session) overTurns() bool {
+	n, settled := s.reporter.Turns()
+	return n > s.maxTurns || !s.byCLI && n == s.maxTurns && settled
 }
 
 // monitor enforces the timeout and ends the session when its tree is gone.
@@ -263,6 +322,12 @@ func (s *session) monitor() {
 			}
 		case <-s.fatal:
 			_ = s.tree.Signal(s.cancelSig)
+			if killT == nil {
+				killT = time.NewTimer(fatalGrace)
+				kill = killT.C
+			}
+		case <-s.limit:
+			_ = s.Cancel()
 			if killT == nil {
 				killT = time.NewTimer(fatalGrace)
 				kill = killT.C
@@ -304,6 +369,13 @@ func (s *session) classify() Result {
 	case r.Fatal != "":
 		// Whatever the exit, it came from our stop or the CLI giving up.
 		r.Outcome, r.Reason = OutcomeError, "fatal: "+r.Fatal
+		return r
+	case s.turnsHit.Load() || r.TurnLimit:
+		r.Outcome, r.AbortReason = OutcomeError, AbortMaxTurns
+		r.Reason = "max_turns: stopped after " + plural(r.Turns, "turn")
+		if s.maxTurns > 0 {
+			r.Reason += " (limit " + strconv.Itoa(s.maxTurns) + ")"
+		}
 		return r
 	case st.Signal != 0:
 		r.Outcome, r.Reason = OutcomeError, st.String()

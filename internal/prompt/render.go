@@ -185,6 +185,8 @@ func Render(d Data) string {
 		b.WriteString("Your previous session finished successfully. Continue with the next most useful piece of work.\n")
 	case runner.WhyAfterError:
 		b.WriteString("Your previous session failed: " + oneLine(d.Why.Detail) + ". Check the state of your worktree before you continue.\n")
+	case runner.WhyAfterTurnLimit:
+		b.WriteString("Your previous session was stopped at its turn limit (max_turns). Check the state of your worktree and go on from where it stopped.\n")
 	case runner.WhyAfterInterrupt:
 		if subj := urgentSubject(d.Messages); subj != "" {
 			b.WriteString("Your previous session was interrupted by urgent mail (\"" + flat(subj) + "\"). Read the messages above first and act on them.\n")

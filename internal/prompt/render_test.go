@@ -128,3 +128,14 @@ func TestRenderKeepsAgentTextInItsBlock(t *testing.T) {
 		t.Errorf("subject not flattened onto its heading line:\n%s", out)
 	}
 }
+
+// TestRenderAfterTurnLimit: a session stopped at max_turns is followed by one
+// told so, not told that it failed or succeeded.
+func TestRenderAfterTurnLimit(t *testing.T) {
+	d := fullData()
+	d.Why = runner.Why{Kind: runner.WhyAfterTurnLimit, Detail: "max_turns: stopped after 3 turns (limit 3)"}
+	got := Render(d)
+	if !strings.Contains(got, "stopped at its turn limit (max_turns)") || strings.Contains(got, "failed:") {
+		t.Fatalf("session context:\n%s", got[strings.Index(got, "## Session context"):])
+	}
+}

@@ -24,8 +24,19 @@ type fakeSession struct {
 	mu       sync.Mutex
 	cancels  int
 	forced   int
+	freezes  int
+	thaws    int
 	done     chan struct{}
 	finished bool
+}
+
+// Freeze and Thaw count; a real tree's freeze is proc's and backend's test.
+func (s *fakeSession) Freeze() (int, error) { s.mu.Lock(); s.freezes++; s.mu.Unlock(); return 3, nil }
+func (s *fakeSession) Thaw() (int, error)   { s.mu.Lock(); s.thaws++; s.mu.Unlock(); return 3, nil }
+func (s *fakeSession) frozenCounts() (freezes, thaws int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.freezes, s.thaws
 }
 
 func (s *fakeSession) ID() string             { return s.id }

@@ -9,17 +9,21 @@ const (
 	OutcomeError       = "error"
 	OutcomeTimeout     = "timeout"
 	OutcomeInterrupted = "interrupted"
+	OutcomeMaxTurns    = "max_turns"
 )
 
 // OutcomeLabel is the session's recorded outcome: the state machine's exit
 // outcome, except that a session interrupted by urgent mail is
 // "interrupted", not an error: it was stopped on purpose, and the machine
 // counts no error for it either, so an agent that is merely interrupted
-// often must not look like one that fails.
+// often must not look like one that fails. A session that reached
+// max_turns is "max_turns", for the same reason.
 func (s SessionRecord) OutcomeLabel() string {
 	switch {
 	case s.Interrupted:
 		return OutcomeInterrupted
+	case s.TurnLimit:
+		return OutcomeMaxTurns
 	case s.Outcome.Kind == agent.Success:
 		return OutcomeSuccess
 	case s.Outcome.Kind == agent.Timeout:

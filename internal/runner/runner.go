@@ -118,6 +118,7 @@ const (
 	WhyAfterSuccess
 	WhyAfterError
 	WhyAfterInterrupt
+	WhyAfterTurnLimit // the last session reached max_turns (Detail: the backend's reason)
 )
 
 // Why is the reason the next session runs, with detail (an error's text, an
@@ -194,6 +195,9 @@ type SessionRecord struct {
 	// succeed (its Result's AbortReason is then backend.AbortUrgentMessage).
 	// The state machine counts no error for it; see OutcomeLabel.
 	Interrupted bool
+	// TurnLimit: the session reached max_turns (its Result's AbortReason is
+	// backend.AbortMaxTurns). Not an error either; see OutcomeLabel.
+	TurnLimit bool
 }
 
 // Snapshot is the agent's observable state at one moment.
@@ -217,6 +221,13 @@ type Snapshot struct {
 	DiskFull string
 	// Idle: waiting in BuildingPrompt for mail or a task (see Prompt.Idle).
 	Idle bool
+	// Paused: held by Pause (who, why, since when); Frozen: the running
+	// session's processes are stopped (Pause.Now).
+	Paused      bool
+	PauseReason string
+	PausedBy    string
+	PausedSince time.Time
+	Frozen      bool
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
@@ -250,6 +261,14 @@ type Config struct {
 	// MaxSessions stops the agent (reason max_sessions) once this many
 	// sessions have started in this run; 0 means no limit.
 	MaxSessions int
+	// MaxTurns limits each session's model turns (backend.Spec.MaxTurns);
+	// 0 means no limit.
+	MaxTurns int
+	// Paused, if set, is a pause that survived a restart: no session starts
+	// until Resume.
+	Paused *Pause
+	// Audit, if set, is told of every tool call of every session.
+	Audit Auditor
 }
 
 // Errors returned by New.
@@ -270,6 +289,7 @@ type Runner struct {
 	stopOnce    sync.Once
 	forceCh     chan struct{}
 	forceOnce   sync.Once
+	pz          pauseState
 	urgentCh    chan struct{} // capacity 1: coalesced wake-ups
 	wakeCh      chan struct{} // capacity 1: an idle agent's wake-ups
 	waiting     atomic.Bool   // idle, or building a prompt that may find it idle
@@ -345,11 +365,13 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
 	r.forceCtx, r.forceCancel = context.WithCancel(context.Background())
+	r.initPause(cfg.Paused)
 	if cfg.StoppedReason != "" {
 		r.m = agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Stopped}, 0, cfg.TotalErrors)
 	}
 	r.snap = Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq, Since: time.Now(),
 		TotalErrors: cfg.TotalErrors, Reason: cfg.StoppedReason}
+	r.fillPauseLocked(&r.snap)
 	return r, nil
 }
 
@@ -369,6 +391,8 @@ type Settings struct {
 	MaxSessions int
 	// MinSessionInterval replaces Config.MinSessionInterval (0 is no minimum).
 	MinSessionInterval time.Duration
+	// MaxTurns replaces Config.MaxTurns (0 is no limit).
+	MaxTurns int
 }
 
 // Update queues new settings for the next session.
@@ -388,7 +412,7 @@ func (r *Runner) applyPending() {
 		return
 	}
 	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
-	r.cfg.MaxSessions = p.MaxSessions
+	r.cfg.MaxSessions, r.cfg.MaxTurns = p.MaxSessions, p.MaxTurns
 	if p.Backend != nil {
 		r.cfg.Backend = p.Backend
 	}
@@ -657,6 +681,8 @@ func (r *Runner) spawn() {
 
 		PathPrepend: r.cfg.PathPrepend,
 		MaxLogBytes: r.cfg.MaxLogBytes,
+		MaxTurns:    r.cfg.MaxTurns,
+		OnTool:      r.onTool(),
 	}
 	r.lastSpawn = time.Now()
 	r.headBefore = r.head()
@@ -706,7 +732,7 @@ func (r *Runner) spawn() {
 // maybeInterrupt interrupts a Running session when urgent mail newer than its
 // prompt is waiting.
 func (r *Runner) maybeInterrupt() {
-	if r.m.State().Kind != agent.Running {
+	if r.m.State().Kind != agent.Running || r.held() {
 		return
 	}
 	r.mu.Lock()
@@ -756,6 +782,8 @@ func (r *Runner) waitSession() {
 		r.why = Why{Kind: WhyAfterInterrupt}
 	case <-r.urgentCh:
 		r.maybeInterrupt()
+	case <-r.pz.ch:
+		r.pauseChanged()
 	case <-r.stopCtx.Done():
 		r.external()
 	}
@@ -768,6 +796,7 @@ func (r *Runner) finishSession(stopping bool) {
 	sess := r.sess
 	r.sess = nil
 	r.mu.Unlock()
+	r.sessionGone()
 	stopTimer(&r.timeout)
 	stopTimer(&r.grace)
 	stopTimer(&r.kill)
@@ -791,7 +820,7 @@ func (r *Runner) finishSession(stopping bool) {
 		r.cfg.Observer.OnSessionEnd(SessionRecord{
 			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
 			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
-			ForceStopped: r.forced, Interrupted: interrupted,
+			ForceStopped: r.forced, Interrupted: interrupted, TurnLimit: turnLimited(res, r.timedOut),
 		})
 	}
 	_ = r.hook(hooks.Payload{
@@ -815,6 +844,8 @@ func (r *Runner) finishSession(stopping bool) {
 	switch {
 	case prev == agent.Interrupting:
 		r.why = Why{Kind: WhyAfterInterrupt}
+	case turnLimited(res, r.timedOut):
+		r.why = Why{Kind: WhyAfterTurnLimit, Detail: res.Reason}
 	case out.Kind == agent.Success:
 		r.why = Why{Kind: WhyAfterSuccess}
 	default:
@@ -827,7 +858,7 @@ func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
 	switch {
 	case timedOut || res.Outcome == backend.OutcomeTimeout:
 		return agent.ExitOutcome{Kind: agent.Timeout}
-	case res.Outcome == backend.OutcomeSuccess:
+	case res.Outcome == backend.OutcomeSuccess || turnLimited(res, timedOut):
 		return agent.ExitOutcome{Kind: agent.Success}
 	default:
 		return agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason}
@@ -960,6 +991,8 @@ func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool
 		st.Note = "that session failed: " + res.Fatal
 	case out.Kind == agent.Timeout:
 		st.Note = "that session timed out"
+	case turnLimited(res, r.timedOut):
+		st.Note = "that session reached its turn limit (" + res.Reason + ")"
 	case out.Kind == agent.Success && prev == agent.Running:
 		st.Completed = true
 	default:
@@ -1075,6 +1108,7 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		Reason: reason, Since: now, Version: r.snap.Version + 1,
 		HotLoop: r.quick >= hotLoopAfter, DiskFull: r.diskFull,
 	}
+	r.snapPause(&r.snap)
 	if r.sess == nil {
 		r.snap.SessionStarted = time.Time{}
 	}

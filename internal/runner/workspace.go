@@ -8,13 +8,13 @@ import (
 	"github.com/swarmd/swarmd/internal/agent"
 )
 
-// beforeSession runs in BuildingPrompt before each prompt: it waits out
-// min_session_interval, then makes sure the worktree is fit for a session
+// beforeSession runs in BuildingPrompt before each prompt: it waits while
+// the agent is paused, waits out min_session_interval, then makes sure the worktree is fit for a session
 // when nothing has checked it since the last one ended (after an error or an
 // interrupt): stale git locks go, and a worktree left on another branch is
 // switched back. It reports false when the agent is stopping or stopped.
 func (r *Runner) beforeSession() bool {
-	if !r.pace() {
+	if !r.holdWhilePaused() || !r.pace() {
 		return false
 	}
 	if r.wtChecked {

@@ -1,0 +1,41 @@
+package runner
+
+import "github.com/swarmd/swarmd/internal/backend"
+
+// Auditor records the tool calls of every session (swarmd audit). It is
+// called from a session's output goroutine, so it must be quick: enqueue,
+// never wait for a disk.
+type Auditor interface {
+	ToolCall(ToolRecord)
+}
+
+// ToolRecord is one tool call of one session.
+type ToolRecord struct {
+	Agent     string
+	SessionID string
+	Seq       uint32
+	Call      backend.ToolCall
+}
+
+// onTool is the session's Spec.OnTool: every call goes to the Auditor.
+func (r *Runner) onTool() func(backend.ToolCall) {
+	a := r.cfg.Audit
+	if a == nil {
+		return nil
+	}
+	rec := ToolRecord{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq}
+	return func(c backend.ToolCall) {
+		rec := rec
+		rec.Call = c
+		a.ToolCall(rec)
+	}
+}
+
+// turnLimited reports whether a session ended at its max_turns. Such a
+// session was stopped on purpose, like an interrupted one: it is recorded
+// as max_turns and counts as no error (the machine sees it exit as a
+// Success, which moves no counter: SessionStarted reset the consecutive
+// ones), and its mail and task are shown again in the next prompt.
+func turnLimited(res backend.Result, timedOut bool) bool {
+	return !timedOut && res.AbortReason == backend.AbortMaxTurns
+}
