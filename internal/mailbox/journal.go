@@ -54,6 +54,7 @@ type Journal struct {
 	events   []EventRecord
 	agents   []AgentRecord
 	sessions []sessionOp
+	tools    []ToolCallRecord
 	n        int // queued records of all kinds
 	started  bool
 	closed   bool
@@ -72,6 +73,7 @@ type Journal struct {
 	spareEvents   []EventRecord
 	spareAgents   []AgentRecord
 	spareSessions []sessionOp
+	spareTools    []ToolCallRecord
 	stmts         [numStmts]*sql.Stmt
 
 	closeOnce sync.Once
@@ -89,6 +91,7 @@ const (
 	stmtAgent
 	stmtSessionStart
 	stmtSessionEnd
+	stmtToolCall
 	numStmts
 )
 
@@ -129,6 +132,8 @@ ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = e
 	tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out,
 	cost_usd = excluded.cost_usd, tool_calls = excluded.tool_calls, result_text = excluded.result_text,
 	commits = excluded.commits`,
+	stmtToolCall: `INSERT INTO tool_calls (session_id, agent, seq, call_id, tool, input, started_at, duration_ms, status)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 }
 
 // NewJournal returns a Journal writing to db. Records enqueued before Start
@@ -215,6 +220,22 @@ func (j *Journal) SessionStarted(s SessionRecord) {
 // SessionEnded enqueues the end of a session: it updates the row, or
 // inserts the whole record if the start was never written.
 func (j *Journal) SessionEnded(s SessionRecord) { j.session(s, true) }
+
+// ToolCall enqueues one tool call of a session (swarmd audit). It never
+// waits for SQLite: it is called from a session's output goroutine.
+func (j *Journal) ToolCall(c ToolCallRecord) {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		j.dropped("tool call " + c.Tool + " of " + c.SessionID)
+		return
+	}
+	j.tools = append(j.tools, c)
+	j.n++
+	n := j.n
+	j.mu.Unlock()
+	j.signal(n)
+}
 
 func (j *Journal) session(s SessionRecord, ended bool) {
 	j.mu.Lock()
@@ -373,49 +394,52 @@ func (j *Journal) write(ctx context.Context) error {
 // writeLocked commits everything queued, in batches of at most maxBatch. On
 // failure the records not committed go back to the front of the queue.
 func (j *Journal) writeLocked(ctx context.Context) error {
-	evs, ags, sss := j.take()
-	err := j.commit(ctx, evs, latestAgents(ags), sss)
-	j.recycle(evs, ags, sss)
+	evs, ags, sss, tcs := j.take()
+	err := j.commit(ctx, evs, latestAgents(ags), sss, tcs)
+	j.recycle(evs, ags, sss, tcs)
 	return err
 }
 
 // take swaps the queue for the spare buffers. The caller holds sem.
-func (j *Journal) take() ([]EventRecord, []AgentRecord, []sessionOp) {
+func (j *Journal) take() ([]EventRecord, []AgentRecord, []sessionOp, []ToolCallRecord) {
 	j.mu.Lock()
-	evs, ags, sss := j.events, j.agents, j.sessions
-	j.events, j.agents, j.sessions = j.spareEvents, j.spareAgents, j.spareSessions
+	evs, ags, sss, tcs := j.events, j.agents, j.sessions, j.tools
+	j.events, j.agents, j.sessions, j.tools = j.spareEvents, j.spareAgents, j.spareSessions, j.spareTools
 	j.n = 0
 	j.mu.Unlock()
-	j.spareEvents, j.spareAgents, j.spareSessions = nil, nil, nil
-	return evs, ags, sss
+	j.spareEvents, j.spareAgents, j.spareSessions, j.spareTools = nil, nil, nil, nil
+	return evs, ags, sss, tcs
 }
 
 // recycle keeps taken buffers as the next spares. The caller holds sem.
-func (j *Journal) recycle(evs []EventRecord, ags []AgentRecord, sss []sessionOp) {
+func (j *Journal) recycle(evs []EventRecord, ags []AgentRecord, sss []sessionOp, tcs []ToolCallRecord) {
 	j.spareEvents = reuse(evs, j.maxBatch)
 	j.spareAgents = reuse(ags, j.maxBatch)
 	j.spareSessions = reuse(sss, j.maxBatch)
+	j.spareTools = reuse(tcs, j.maxBatch)
 }
 
-func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentRecord, sss []sessionOp) error {
-	for len(evs)+len(ags)+len(sss) > 0 {
+func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentRecord, sss []sessionOp, tcs []ToolCallRecord) error {
+	for len(evs)+len(ags)+len(sss)+len(tcs) > 0 {
 		room := j.maxBatch
 		ns := min(len(sss), room)
 		room -= ns
 		na := min(len(ags), room)
 		room -= na
 		ne := min(len(evs), room)
-		if err := j.commitBatch(ctx, sss[:ns], ags[:na], evs[:ne]); err != nil {
-			j.requeue(evs, ags, sss)
+		room -= ne
+		nt := min(len(tcs), room)
+		if err := j.commitBatch(ctx, sss[:ns], ags[:na], evs[:ne], tcs[:nt]); err != nil {
+			j.requeue(evs, ags, sss, tcs)
 			return err
 		}
-		sss, ags, evs = sss[ns:], ags[na:], evs[ne:]
+		sss, ags, evs, tcs = sss[ns:], ags[na:], evs[ne:], tcs[nt:]
 	}
 	return nil
 }
 
-func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentRecord, evs []EventRecord) error {
-	total := len(sss) + len(ags) + len(evs)
+func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentRecord, evs []EventRecord, tcs []ToolCallRecord) error {
+	total := len(sss) + len(ags) + len(evs) + len(tcs)
 	wrap := func(err error) error {
 		return j.db.wrap(fmt.Sprintf("journal: write %d records", total), err)
 	}
@@ -474,8 +498,29 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 			}
 		}
 	}
+	if err := j.insertToolCalls(ctx, tx, tcs); err != nil {
+		return wrap(err)
+	}
 	if err := tx.Commit(); err != nil {
 		return wrap(err)
+	}
+	return nil
+}
+
+func (j *Journal) insertToolCalls(ctx context.Context, tx *sql.Tx, tcs []ToolCallRecord) error {
+	if len(tcs) == 0 {
+		return nil
+	}
+	st := tx.StmtContext(ctx, j.stmts[stmtToolCall])
+	for _, c := range tcs {
+		var dur any // NULL: the call never ended
+		if c.Ended {
+			dur = c.Duration.Milliseconds()
+		}
+		if _, err := st.ExecContext(ctx, c.SessionID, c.Agent, int64(c.Seq), c.CallID, c.Tool, c.Input,
+			fmtTime(c.Started), dur, c.Status); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -512,12 +557,13 @@ func endedAt(s SessionRecord) string {
 // requeue puts records that were not committed back in front of those
 // enqueued since, and wakes the writer for them (a failed Flush leaves them
 // to it).
-func (j *Journal) requeue(evs []EventRecord, ags []AgentRecord, sss []sessionOp) {
+func (j *Journal) requeue(evs []EventRecord, ags []AgentRecord, sss []sessionOp, tcs []ToolCallRecord) {
 	j.mu.Lock()
 	j.events = slices.Concat(evs, j.events)
 	j.agents = slices.Concat(ags, j.agents)
 	j.sessions = slices.Concat(sss, j.sessions)
-	j.n += len(evs) + len(ags) + len(sss)
+	j.tools = slices.Concat(tcs, j.tools)
+	j.n += len(evs) + len(ags) + len(sss) + len(tcs)
 	j.mu.Unlock()
 	select {
 	case j.wake <- struct{}{}:

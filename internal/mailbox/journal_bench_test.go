@@ -47,8 +47,8 @@ func BenchmarkJournalEvent(b *testing.B) {
 func (j *Journal) discardQueued() {
 	_ = j.acquire(context.Background())
 	defer j.release()
-	evs, ags, sss := j.take()
-	j.recycle(evs, ags, sss)
+	evs, ags, sss, tcs := j.take()
+	j.recycle(evs, ags, sss, tcs)
 }
 
 // BenchmarkJournalThroughput is events committed per second: b.N events
