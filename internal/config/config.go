@@ -71,6 +71,10 @@ type AgentSettings struct {
 	// MaxIterations bounds the review rounds of one task.
 	Reviewer      string
 	MaxIterations int
+	// MaxTurns limits each session's model turns (0: no limit): Claude
+	// Code gets --max-turns, Codex and Gemini CLI sessions are counted from
+	// their stream and cancelled at the limit (abort reason max_turns).
+	MaxTurns int
 	// Signals are the words a session's result carries to report on its
 	// task; "" means the default (DONE, PASS, FAIL).
 	Signals Signals

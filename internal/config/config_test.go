@@ -331,7 +331,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, backends, agents)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, signals)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_turns, signals)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},
@@ -528,5 +528,26 @@ func TestReviewerMustBeAnotherAgent(t *testing.T) {
 	}
 	if a, _ := cfg.Agent("alice"); a.Reviewer != "rita" || a.MaxIterations != 2 {
 		t.Errorf("alice inherits reviewer %q, max %d", a.Reviewer, a.MaxIterations)
+	}
+}
+
+// TestMaxTurns: max_turns in defaults applies to every agent; an agent may
+// lift it (0) or set its own; a negative value is refused with its line.
+func TestMaxTurns(t *testing.T) {
+	dir := t.TempDir()
+	yml := "defaults:\n  max_turns: 30\nagents:\n  - name: alice\n    role: r\n  - name: bob\n    role: r\n    max_turns: 0\n  - name: carol\n    role: r\n    max_turns: 5\n"
+	cfg, err := Parse([]byte(yml), filepath.Join(dir, "swarmd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"alice": 30, "bob": 0, "carol": 5} {
+		if a, _ := cfg.Agent(name); a.MaxTurns != want {
+			t.Errorf("%s: max_turns %d, want %d", name, a.MaxTurns, want)
+		}
+	}
+	_, err = Parse([]byte("agents:\n  - name: alice\n    role: r\n    max_turns: -1\n"), filepath.Join(dir, "swarmd.yaml"))
+	var e *Error
+	if !errors.As(err, &e) || e.Line != 4 || e.Key != "agents[0].max_turns" || !strings.Contains(e.Msg, "at least 0") {
+		t.Fatalf("negative max_turns: %v", err)
 	}
 }

@@ -180,6 +180,8 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"The agent that reviews this agent's finished tasks (overrides defaults.reviewer)."), d.strTo(&s.Reviewer, false)},
 		{"max_iterations", doc("Review rounds a task may take: past this many FAIL verdicts it fails (reason max_iterations).",
 			"Overrides defaults.max_iterations."), d.intTo(&s.MaxIterations, 1, maxInt)},
+		{"max_turns", doc("A session ends (abort reason max_turns, not an error) after this many model turns; 0: no limit.",
+			"Overrides defaults.max_turns."), d.intTo(&s.MaxTurns, 0, maxInt)},
 		{"signals", doc("The words a session's final result ends with to report on its task: the last non-empty line is the word, or starts with it and a colon or dash.",
 			"This agent's signal words, each overriding the same word of defaults.signals."), d.section([]field{
 			{"done", "The task is done (the agent goes idle when it has nothing else to do).", d.wordTo(&s.Signals.Done)},
@@ -618,6 +620,9 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("max_iterations") {
 		out.MaxIterations = over.MaxIterations
+	}
+	if has("max_turns") {
+		out.MaxTurns = over.MaxTurns
 	}
 	out.Signals.Done = cmp.Or(over.Signals.Done, base.Signals.Done)
 	out.Signals.Pass = cmp.Or(over.Signals.Pass, base.Signals.Pass)

@@ -29,7 +29,7 @@ type BuildInfo struct {
 // Label values of swarmd_sessions_total{outcome}: runner.SessionRecord's
 // OutcomeLabel values.
 var outcomeLabels = [...]string{
-	runner.OutcomeSuccess, runner.OutcomeError, runner.OutcomeTimeout, runner.OutcomeInterrupted,
+	runner.OutcomeSuccess, runner.OutcomeError, runner.OutcomeTimeout, runner.OutcomeInterrupted, runner.OutcomeMaxTurns,
 }
 
 // Sessions run from seconds (a backend that fails at once) to hours.
@@ -66,6 +66,7 @@ type Metrics struct {
 	cost              *prometheus.CounterVec
 	toolCalls         *prometheus.CounterVec
 	idle              *prometheus.GaugeVec
+	paused            *prometheus.GaugeVec
 
 	mu     sync.RWMutex
 	agents map[string]*series
@@ -88,6 +89,7 @@ type series struct {
 	interrupts        prometheus.Counter
 	forceStops        prometheus.Counter
 	idle              prometheus.Gauge
+	paused            prometheus.Gauge
 }
 
 // New creates the metrics on a fresh registry, together with the Go and
@@ -111,6 +113,10 @@ func New(build BuildInfo) *Metrics {
 		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swarmd_agent_idle",
 			Help: "1 while the agent waits in BuildingPrompt with nothing to do (it said DONE; no mail, no task).",
+		}, []string{"agent"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_agent_paused",
+			Help: "1 while the agent is paused (swarmd pause): no session starts until swarmd resume.",
 		}, []string{"agent"}),
 		totalErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "swarmd_agent_total_errors",
@@ -179,7 +185,7 @@ func New(build BuildInfo) *Metrics {
 	reg.MustRegister(
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
 		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.idle, buildInfo,
+		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -225,7 +231,7 @@ func (m *Metrics) RemoveAgent(name string) {
 	l := prometheus.Labels{"agent": name}
 	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
-		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls, m.idle,
+		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls, m.idle, m.paused,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -243,6 +249,7 @@ func (m *Metrics) newSeries(name string) *series {
 		interrupts:        m.interrupts.WithLabelValues(name),
 		forceStops:        m.forceStops.WithLabelValues(name),
 		idle:              m.idle.WithLabelValues(name),
+		paused:            m.paused.WithLabelValues(name),
 	}
 	for _, k := range agent.AllStates {
 		s.state[k] = m.state.WithLabelValues(name, k.String())
@@ -311,6 +318,16 @@ func (m *Metrics) OnIdle(agent string, idle bool, _ time.Time) {
 		v = 1
 	}
 	m.lookup(agent).idle.Set(v)
+}
+
+// SetPaused sets swarmd_agent_paused: the daemon calls it when it pauses
+// or resumes an agent, and at start for the pauses it restores.
+func (m *Metrics) SetPaused(agent string, paused bool) {
+	v := 0.0
+	if paused {
+		v = 1
+	}
+	m.lookup(agent).paused.Set(v)
 }
 
 // OnSessionEnd implements runner.Observer. A session that ended because the

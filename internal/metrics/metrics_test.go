@@ -211,7 +211,8 @@ func TestAddAgentShowsEveryAgentAtStart(t *testing.T) {
 		f.want(t, 0, "swarmd_mailbox_pending", "agent", a)
 		f.want(t, 0, "swarmd_interrupts_total", "agent", a)
 		f.want(t, 0, "swarmd_force_stops_total", "agent", a)
-		for _, o := range []string{"success", "error", "timeout", "interrupted"} {
+		f.want(t, 0, "swarmd_agent_paused", "agent", a)
+		for _, o := range []string{"success", "error", "timeout", "interrupted", "max_turns"} {
 			f.want(t, 0, "swarmd_sessions_total", "agent", a, "outcome", o)
 		}
 	}
@@ -479,15 +480,15 @@ func TestRemoveAgentDeletesItsSeries(t *testing.T) {
 	m.SetPending(map[string]int{"alice": 1, "bob": 1})
 
 	before := scrape(t, url).hasAgent("alice")
-	if len(before) != 13 {
-		t.Fatalf("alice appears in %d families before removal, want all 13: %v", len(before), before)
+	if len(before) != 14 {
+		t.Fatalf("alice appears in %d families before removal, want all 14: %v", len(before), before)
 	}
 	m.RemoveAgent("alice")
 	f := scrape(t, url)
 	if where := f.hasAgent("alice"); len(where) != 0 {
 		t.Errorf("alice still in %v after RemoveAgent", where)
 	}
-	if where := f.hasAgent("bob"); len(where) != 13 {
+	if where := f.hasAgent("bob"); len(where) != 14 {
 		t.Errorf("bob in %d families after alice's removal, want 13: %v", len(where), where)
 	}
 	if got := f.state(t, "bob"); got != "SessionComplete" {
@@ -572,4 +573,28 @@ func TestIdleGauge(t *testing.T) {
 	scrape(t, url).want(t, 1, "swarmd_agent_idle", "agent", "alice")
 	m.OnIdle("alice", false, t0)
 	scrape(t, url).want(t, 0, "swarmd_agent_idle", "agent", "alice")
+}
+
+func TestPausedGauge(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	m.AddAgent("alice")
+	scrape(t, url).want(t, 0, "swarmd_agent_paused", "agent", "alice")
+	m.SetPaused("alice", true)
+	scrape(t, url).want(t, 1, "swarmd_agent_paused", "agent", "alice")
+	m.SetPaused("alice", false)
+	scrape(t, url).want(t, 0, "swarmd_agent_paused", "agent", "alice")
+}
+
+// TestMaxTurnsOutcome: a session that reached max_turns counts under its
+// own outcome, not as an error.
+func TestMaxTurnsOutcome(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	m.AddAgent("alice")
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", TurnLimit: true,
+		Outcome: agent.ExitOutcome{Kind: agent.Success}, Result: backend.Result{AbortReason: backend.AbortMaxTurns}})
+	s := scrape(t, url)
+	s.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "max_turns")
+	s.want(t, 0, "swarmd_sessions_total", "agent", "alice", "outcome", "error")
 }
