@@ -49,11 +49,15 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 		Name: s.Agent, State: s.State.Kind.String(), Seq: s.Seq, SessionID: s.SessionID,
 		SessionStarted: s.SessionStarted, ConsecutiveErrors: s.ConsecutiveErrors, TotalErrors: s.TotalErrors,
 		Branch: a.d.trees.Branch(s.Agent), Reason: s.Reason, Since: s.Since,
+		Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason, PausedSince: s.PausedSince, Frozen: s.Frozen,
 	}
 	if s.State.Kind == agent.Running || s.State.Kind == agent.Interrupting {
 		st.LastOutput = r.LastOutput()
 	}
 	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
+	if s.Paused {
+		st.Health = pausedHealth(s) // a frozen session prints nothing: not stalled
+	}
 	st.DaemonFault = a.d.health.faultText()
 	if st.Health == "" && s.State.Kind != agent.Stopped {
 		switch {

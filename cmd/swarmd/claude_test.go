@@ -141,3 +141,89 @@ func waitAliceSpend(t *testing.T, cfg string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestClaudeMaxTurnsAndAudit: a real Claude Code session whose model would
+// go on calling tools ends at max_turns (2): recorded as max_turns, not an
+// error, and `swarmd audit` lists each of its tool calls with its command
+// and whether it failed; the third command never ran.
+func TestClaudeMaxTurnsAndAudit(t *testing.T) {
+	bin := claudeBin(t)
+	mock := mockllm.New(mockllm.Shell("echo first-call"), mockllm.Shell("ls /nonexistent-dir"),
+		mockllm.Shell("touch third.txt"), mockllm.Text("done"))
+	defer mock.Close()
+	repo := gitRepo(t)
+	home := t.TempDir()
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+defaults:
+  backend: claude
+  max_turns: 2
+  max_sessions: 1
+backends:
+  claude:
+    command: %s
+    allowed_tools: [Bash]
+    env:
+      ANTHROPIC_BASE_URL: %s
+      ANTHROPIC_API_KEY: sk-ant-test
+      DISABLE_TELEMETRY: "1"
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"
+      DISABLE_AUTOUPDATER: "1"
+      HOME: %s
+      TMPDIR: %s
+agents:
+  - {name: alice, role: "You run commands."}
+`, bin, mock.URL(), home, t.TempDir()))
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Stopped after one session", transitionTo("alice", "Stopped"))
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(repo, ".swarm", "worktrees", "alice", "third.txt")); err == nil {
+		t.Fatal("the third turn's command ran")
+	}
+
+	out, stderr, code := runCLI(t, nil, "", "sessions", "alice", "--json", "-c", cfg)
+	var s sessionJSON
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&s); code != 0 || err != nil {
+		t.Fatalf("sessions: %d %v %s", code, err, stderr)
+	}
+	if s.Outcome != "max_turns" || s.AbortReason != "max_turns" || s.ToolCalls != 2 {
+		t.Fatalf("session recorded as %+v", s)
+	}
+	// Not an error: no backoff, and the agent stopped for max_sessions.
+	if strings.Contains(d.log(), `"to":"CoolingDown"`) || !strings.Contains(d.log(), `"reason":"max_sessions: 1 sessions run"`) {
+		t.Errorf("a max_turns session was taken for an error; log:\n%s", grepLines(d.log(), `{"level":"info","ts"`))
+	}
+
+	out, stderr, code = runCLI(t, nil, "", "audit", "--agent", "alice", "--json", "-c", cfg)
+	if code != 0 {
+		t.Fatalf("audit: %d %s", code, stderr)
+	}
+	var calls []auditJSON
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var c auditJSON
+		if err := dec.Decode(&c); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	if len(calls) != 2 {
+		t.Fatalf("audit lists %d calls, want 2:\n%s", len(calls), out)
+	}
+	for i, want := range []struct{ input, status string }{{"echo first-call", "ok"}, {"ls /nonexistent-dir", "error"}} {
+		c := calls[i]
+		if c.Tool != "Bash" || c.Input != want.input || c.Status != want.status || c.DurationMS == nil ||
+			c.SessionID != s.SessionID || c.Seq != 1 || c.CallID == "" || c.Started.IsZero() {
+			t.Errorf("call %d = %+v; want Bash %q %s", i, c, want.input, want.status)
+		}
+	}
+	out, _, code = runCLI(t, nil, "", "audit", "--tool", "Bash", "-n", "1", "-c", cfg)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "STARTED") ||
+		!strings.Contains(lines[1], "ls /nonexistent-dir") || !strings.Contains(lines[1], " error ") {
+		t.Errorf("audit --tool Bash -n 1:\n%s", out)
+	}
+}

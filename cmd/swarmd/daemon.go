@@ -256,6 +256,10 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 	if err != nil {
 		return nil, err
 	}
+	paused, err := d.restoredPause(a.Name)
+	if err != nil {
+		return nil, err
+	}
 	return runner.New(runner.Config{
 		Name:      a.Name,
 		Role:      st.Role,
@@ -280,6 +284,9 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 		TotalErrors:        rc.totalErrors,
 		StoppedReason:      rc.stoppedReason,
 		MaxSessions:        st.MaxSessions,
+		MaxTurns:           st.MaxTurns,
+		Paused:             paused,
+		Audit:              journalAudit{d.journal},
 	})
 }
 
@@ -307,6 +314,7 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 			Compare: d.trees, ReviewBase: d.trees.BaseCommit(),
 			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
 		MaxSessions:        a.MaxSessions,
+		MaxTurns:           a.MaxTurns,
 		Env:                env,
 		Timeout:            a.SessionTimeout,
 		GracePeriod:        a.GracePeriod,

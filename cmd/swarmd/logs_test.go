@@ -346,6 +346,12 @@ func (f fakeAPI) Agent(string) (control.AgentStatus, error) {
 }
 func (fakeAPI) StopAgent(context.Context, string) error  { return nil }
 func (fakeAPI) StartAgent(context.Context, string) error { return nil }
+func (fakeAPI) PauseAgent(context.Context, string, control.PauseRequest) (control.PauseResult, error) {
+	return control.PauseResult{}, nil
+}
+func (fakeAPI) ResumeAgent(context.Context, string) (control.ResumeResult, error) {
+	return control.ResumeResult{}, nil
+}
 func (fakeAPI) Events(context.Context, string, int64, int) ([]control.Event, error) {
 	return nil, nil
 }

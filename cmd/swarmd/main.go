@@ -142,6 +142,8 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newTaskCommand(s),
 	)
 	root.AddCommand(newOperateCommands(s)...)
+	root.AddCommand(newPauseCommands(s)...)
+	root.AddCommand(newAuditCommand(s))
 	root.AddCommand(newEventsCommand(s), newSessionsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())
 	usageArgs(root)
 	return root

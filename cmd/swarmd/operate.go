@@ -56,7 +56,8 @@ func newOperateCommands(s streams) []*cobra.Command {
 		Short: "One row per agent: state, session, errors, spend, health",
 		Long: `Show every agent of the running daemon: state, session seq, current session age, time since the
 session last printed, error counters, spend and branch. HEALTH is "stalled" for a Running session
-that has printed nothing for stall_after (default 5m) and "spawning-timeout" for Spawning over 60 s.
+that has printed nothing for stall_after (default 5m), "spawning-timeout" for Spawning over 60 s,
+"paused" for an agent held by swarmd pause ("paused (frozen)" when --now froze its session).
 TOKENS (input and output) and COST are the sums over every session swarm.db has recorded for the
 agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).`,
 		Args: cobra.NoArgs,
@@ -133,8 +134,11 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tTOKENS\tCOST\tBRANCH\tHEALTH\tWHY")
 	for _, a := range as {
 		why := ""
-		if a.State == "Stopped" || a.State == "CoolingDown" {
+		switch {
+		case a.State == "Stopped" || a.State == "CoolingDown":
 			why = a.Reason // why it stopped, or the error it is backing off from
+		case a.Paused:
+			why = joinReason("paused by "+a.PausedBy, a.PauseReason)
 		}
 		var sp spendJSON
 		if a.Spend != nil {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,11 +35,24 @@ func NewClient(path string) *Client {
 }
 
 func (c *Client) do(ctx context.Context, method, p string, q url.Values, out any) error {
+	return c.doBody(ctx, method, p, q, nil, out)
+}
+
+// doBody is do with a JSON request body (nil: none).
+func (c *Client) doBody(ctx context.Context, method, p string, q url.Values, in, out any) error {
 	u := "http://swarmd" + p
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return err
 	}
@@ -94,6 +108,18 @@ func (c *Client) Stop(ctx context.Context, name string) error {
 // Start starts a stopped agent again (counters reset).
 func (c *Client) Start(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/start", nil, nil)
+}
+
+// Pause holds an agent (see API.PauseAgent).
+func (c *Client) Pause(ctx context.Context, name string, req PauseRequest) (PauseResult, error) {
+	var out PauseResult
+	return out, c.doBody(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/pause", nil, req, &out)
+}
+
+// Resume lifts an agent's pause.
+func (c *Client) Resume(ctx context.Context, name string) (ResumeResult, error) {
+	var out ResumeResult
+	return out, c.do(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/resume", nil, &out)
 }
 
 // Events calls fn for each event after afterID (for agent, if set). With

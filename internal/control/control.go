@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +42,36 @@ type AgentStatus struct {
 	// was deleted, the disk is full, ...), the same on every row; "" when
 	// healthy.
 	DaemonFault string `json:"daemon_fault,omitempty"`
+	// Paused: swarmd pause holds the agent (by whom, why, since when);
+	// Frozen: its running session's processes are stopped (--now).
+	Paused      bool      `json:"paused,omitempty"`
+	PausedBy    string    `json:"paused_by,omitempty"`
+	PauseReason string    `json:"pause_reason,omitempty"`
+	PausedSince time.Time `json:"paused_since,omitzero"`
+	Frozen      bool      `json:"frozen,omitempty"`
+}
+
+// PauseRequest is `swarmd pause AGENT`.
+type PauseRequest struct {
+	Now    bool   `json:"now,omitempty"` // freeze the running session
+	Reason string `json:"reason,omitempty"`
+}
+
+// PauseResult says what a pause did.
+type PauseResult struct {
+	Agent     string `json:"agent"`
+	State     string `json:"state"`
+	Already   bool   `json:"already,omitempty"` // it was paused before
+	SessionID string `json:"session_id,omitempty"`
+	Frozen    bool   `json:"frozen,omitempty"`    // the session's processes are stopped
+	Processes int    `json:"processes,omitempty"` // how many were stopped
+}
+
+// ResumeResult says what a resume did.
+type ResumeResult struct {
+	Agent  string `json:"agent"`
+	State  string `json:"state"`
+	Thawed bool   `json:"thawed,omitempty"` // a frozen session goes on
 }
 
 // Event is one line of the lifecycle event log.
@@ -68,6 +99,11 @@ type API interface {
 	// who asked.
 	StopAgent(ctx context.Context, name string) error
 	StartAgent(ctx context.Context, name string) error
+	// PauseAgent holds an agent: no session starts until ResumeAgent, and
+	// with Now the running one is frozen. ResumeAgent of an agent that is
+	// not paused is ErrConflict.
+	PauseAgent(ctx context.Context, name string, req PauseRequest) (PauseResult, error)
+	ResumeAgent(ctx context.Context, name string) (ResumeResult, error)
 	Events(ctx context.Context, agent string, afterID int64, limit int) ([]Event, error)
 }
 
@@ -191,6 +227,27 @@ func (s *Server) routes(api API) http.Handler {
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("POST /v1/agents/{name}/pause", func(w http.ResponseWriter, r *http.Request) {
+		var req PauseRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: "pause: bad request body: " + err.Error()})
+			return
+		}
+		res, err := api.PauseAgent(r.Context(), r.PathValue("name"), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("POST /v1/agents/{name}/resume", func(w http.ResponseWriter, r *http.Request) {
+		res, err := api.ResumeAgent(r.Context(), r.PathValue("name"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
 	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeAPI struct {
 	mu      sync.Mutex
 	stopped []string
+	paused  map[string]PauseRequest
 	events  []Event
 }
 
@@ -54,6 +56,28 @@ func (f *fakeAPI) StartAgent(_ context.Context, name string) error {
 	return nil
 }
 
+func (f *fakeAPI) PauseAgent(_ context.Context, name string, req PauseRequest) (PauseResult, error) {
+	if _, err := f.Agent(name); err != nil {
+		return PauseResult{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, already := f.paused[name]
+	f.paused[name] = req
+	return PauseResult{Agent: name, State: "Running", Already: already, Frozen: req.Now, Processes: 7}, nil
+}
+
+func (f *fakeAPI) ResumeAgent(_ context.Context, name string) (ResumeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	req, ok := f.paused[name]
+	if !ok {
+		return ResumeResult{}, fmt.Errorf("%w: %s is not paused", ErrConflict, name)
+	}
+	delete(f.paused, name)
+	return ResumeResult{Agent: name, State: "Running", Thawed: req.Now}, nil
+}
+
 func (f *fakeAPI) add(e Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -76,7 +100,7 @@ func (f *fakeAPI) Events(_ context.Context, agent string, after int64, limit int
 func serve(t *testing.T) (*fakeAPI, *Client, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "swarmd.sock")
-	api := &fakeAPI{}
+	api := &fakeAPI{paused: map[string]PauseRequest{}}
 	s, err := Listen(path, api, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -145,5 +169,31 @@ func TestNoDaemon(t *testing.T) {
 	c := NewClient(filepath.Join(t.TempDir(), "swarmd.sock"))
 	if _, err := c.Agents(context.Background()); !errors.Is(err, ErrNoDaemon) {
 		t.Errorf("err = %v, want ErrNoDaemon", err)
+	}
+}
+
+// TestPauseResume: the request's options reach the API and its results
+// come back; resuming an agent that is not paused is a conflict.
+func TestPauseResume(t *testing.T) {
+	api, c, _ := serve(t)
+	ctx := context.Background()
+	res, err := c.Pause(ctx, "alice", PauseRequest{Now: true, Reason: "deploy window"})
+	if err != nil || res != (PauseResult{Agent: "alice", State: "Running", Frozen: true, Processes: 7}) {
+		t.Fatalf("Pause = %+v, %v", res, err)
+	}
+	if got := api.paused["alice"]; got != (PauseRequest{Now: true, Reason: "deploy window"}) {
+		t.Fatalf("the API got %+v", got)
+	}
+	if res, err := c.Pause(ctx, "alice", PauseRequest{}); err != nil || !res.Already {
+		t.Fatalf("second Pause = %+v, %v", res, err)
+	}
+	if _, err := c.Pause(ctx, "dave", PauseRequest{}); !errors.Is(err, ErrUnknownAgent) {
+		t.Fatalf("Pause(dave) = %v", err)
+	}
+	if r, err := c.Resume(ctx, "alice"); err != nil || r.Agent != "alice" {
+		t.Fatalf("Resume = %+v, %v", r, err)
+	}
+	if _, err := c.Resume(ctx, "alice"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "not paused") {
+		t.Fatalf("second Resume = %v, want a conflict", err)
 	}
 }

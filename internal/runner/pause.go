@@ -36,6 +36,7 @@ type pauseState struct {
 
 	// Owned by the Run goroutine.
 	frozen    bool
+	procs     int // processes the freeze stopped
 	frozenAt  time.Time
 	frozenFor time.Duration // how long session has been frozen, earlier freezes included
 	session   string        // the session frozenFor counts for
@@ -124,15 +125,15 @@ func (r *Runner) fillPauseLocked(s *Snapshot) {
 // held.
 func (r *Runner) snapPause(s *Snapshot) {
 	r.fillPauseLocked(s)
-	s.Frozen = r.pz.frozen
+	s.Frozen, s.FrozenProcs = r.pz.frozen, r.pz.procs
 }
 
 // setFrozen records and publishes whether the session is frozen; only the
 // Run goroutine calls it.
-func (r *Runner) setFrozen(frozen bool) {
-	r.pz.frozen = frozen
+func (r *Runner) setFrozen(frozen bool, procs int) {
+	r.pz.frozen, r.pz.procs = frozen, procs
 	r.mu.Lock()
-	r.snap.Frozen = frozen
+	r.snap.Frozen, r.snap.FrozenProcs = frozen, procs
 	r.changedLocked()
 	r.mu.Unlock()
 }
@@ -199,7 +200,7 @@ func (r *Runner) freeze() {
 		r.log.Warn("pause --now: freeze the session", zap.String("session", r.sessionID), zap.Error(err))
 	}
 	r.pz.frozenAt = time.Now()
-	r.setFrozen(true)
+	r.setFrozen(true, n)
 	r.log.Info("paused: session frozen", zap.String("session", r.sessionID), zap.Int("processes", n))
 }
 
@@ -219,13 +220,13 @@ func (r *Runner) thaw() {
 		r.log.Info("resumed: session thawed", zap.String("session", r.sessionID), zap.Int("processes", n),
 			zap.Duration("frozen", r.pz.frozenFor))
 	}
-	r.setFrozen(false)
+	r.setFrozen(false, 0)
 }
 
 // sessionGone forgets the freeze of a session that has ended (a stop thaws
 // it to cancel it; SIGKILL needs no thaw).
 func (r *Runner) sessionGone() {
 	if r.pz.frozen {
-		r.setFrozen(false)
+		r.setFrozen(false, 0)
 	}
 }

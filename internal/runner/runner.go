@@ -228,6 +228,7 @@ type Snapshot struct {
 	PausedBy    string
 	PausedSince time.Time
 	Frozen      bool
+	FrozenProcs int // how many processes the freeze stopped
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
