@@ -8,6 +8,8 @@ echo "== idle swarm (bench/idle.sh): 200 sleeping agents"
 bash bench/idle.sh "$bin" 200 20
 echo "== urgent mail latency (bench/interrupt): 50 agents Running, 200 messages"
 go run ./bench/interrupt -bin "$bin" -agents 50 -messages 200
+echo "== pause --now of a 50-process session tree, request to every process stopped (bench/pause)"
+go run ./bench/pause -bin "$bin" -procs 50 -n 200
 echo "== swarmd mail send, process start to exit (bench/mailcli)"
 go run ./bench/mailcli -bin "$bin" -n 200
 if [ -d bench/worktree ]; then
