@@ -197,8 +197,17 @@ agents:
 	if _, stderr, code := runCLI(t, nil, "", "pause", "-c", cfg); code != 2 || !strings.Contains(stderr, "name one agent or give --all") {
 		t.Errorf("pause without an agent: %d %q", code, stderr)
 	}
+	// A daemon stopping with a frozen session thaws it to cancel it: a
+	// clean exit, nothing left.
+	if _, stderr, code := runCLI(t, nil, "", "pause", "--all", "--now", "-c", cfg); code != 0 {
+		t.Fatalf("pause --all --now: %s", stderr)
+	}
 	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d2.wait(10 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+	if strings.Contains(d2.log(), "ignored cancel") {
+		t.Errorf("the frozen session was force-stopped, not cancelled; log:\n%s", d2.log())
 	}
 }
