@@ -295,12 +295,64 @@ func (t *Tree) copyStdin(r io.Reader) {
 
 func (t *Tree) copyOutput(w io.Writer) {
 	defer close(t.outDone)
+	rc, err := t.outR.SyscallConn()
+	if err != nil {
+		t.copyOutputBuffered(w)
+		return
+	}
+	var werr error
+	// Reads start small and grow once a read fills the buffer: a session
+	// that prints little holds no large buffer (a 32 KiB buffer per waiting
+	// session was most of a large swarm's memory).
+	var small [512]byte
+	buf := small[:]
+	var n int
+	var rerr error
+	read := func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), buf)
+			if !errors.Is(rerr, unix.EINTR) {
+				break
+			}
+		}
+		if errors.Is(rerr, unix.EAGAIN) {
+			return false // wait until readable
+		}
+		if n > 0 && werr == nil {
+			// On a write error keep reading: a blocked pipe would stall the tree.
+			if _, werr = w.Write(buf[:n]); werr != nil {
+				t.s.log.Error("write tree output", zap.String("tree", t.id), zap.Error(werr))
+			}
+		}
+		if n == len(buf) && len(buf) < outBufSize {
+			buf = make([]byte, outBufSize) // a chatty session: read in larger steps
+		}
+		return true
+	}
+	for {
+		err := rc.Read(read)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.outHeld.Store(true)
+			}
+			return
+		}
+		if rerr != nil || n == 0 { // an error, or end of output
+			return
+		}
+	}
+}
+
+// outBufSize is copyOutput's read size.
+const outBufSize = 16 << 10
+
+// copyOutputBuffered is copyOutput for a pipe the poller does not hold.
+func (t *Tree) copyOutputBuffered(w io.Writer) {
 	buf := make([]byte, 32<<10)
 	var werr error
 	for {
 		n, err := t.outR.Read(buf)
 		if n > 0 && werr == nil {
-			// On a write error keep reading: a blocked pipe would stall the tree.
 			if _, werr = w.Write(buf[:n]); werr != nil {
 				t.s.log.Error("write tree output", zap.String("tree", t.id), zap.Error(werr))
 			}
