@@ -14,17 +14,17 @@ import (
 	"github.com/swarmd/swarmd/internal/mockllm"
 )
 
-// claudeBin finds the real Claude Code CLI installed by
+// realCLI finds a real agent CLI (claude, codex, gemini) installed by
 // scripts/install-clis.sh, or skips loudly (fails when SWARMD_REQUIRE_CLIS=1).
-func claudeBin(t *testing.T) string {
+func realCLI(t *testing.T, name string) string {
 	t.Helper()
 	dir := os.Getenv("SWARMD_CLI_DIR")
 	if dir == "" {
 		dir, _ = filepath.Abs(filepath.Join("..", "..", ".cache", "clis"))
 	}
-	bin := filepath.Join(dir, "node_modules", ".bin", "claude")
+	bin := filepath.Join(dir, "node_modules", ".bin", name)
 	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("*** claude CLI NOT INSTALLED (%s): this real-CLI test did NOT run; see scripts/install-clis.sh", bin)
+		msg := fmt.Sprintf("*** %s CLI NOT INSTALLED (%s): this real-CLI test did NOT run; see scripts/install-clis.sh", name, bin)
 		if os.Getenv("SWARMD_REQUIRE_CLIS") == "1" {
 			t.Fatal(msg)
 		}
@@ -39,7 +39,7 @@ func claudeBin(t *testing.T) string {
 // model response; bob is interrupted, and the request of his next session
 // (as the mock LLM sees it) holds the message.
 func TestTwoClaudeAgentsUrgentMail(t *testing.T) {
-	bin := claudeBin(t)
+	bin := realCLI(t, "claude")
 	mock := mockllm.New()
 	defer mock.Close()
 	slow := mockllm.Turn{Text: "thinking", Delay: 10 * time.Minute}
