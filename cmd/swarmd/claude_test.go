@@ -147,7 +147,7 @@ func waitAliceSpend(t *testing.T, cfg string) {
 // error, and `swarmd audit` lists each of its tool calls with its command
 // and whether it failed; the third command never ran.
 func TestClaudeMaxTurnsAndAudit(t *testing.T) {
-	bin := claudeBin(t)
+	bin := realCLI(t, "claude")
 	mock := mockllm.New(mockllm.Shell("echo first-call"), mockllm.Shell("ls /nonexistent-dir"),
 		mockllm.Shell("touch third.txt"), mockllm.Text("done"))
 	defer mock.Close()

@@ -20,14 +20,7 @@ import (
 // loud skip (a failure with SWARMD_REQUIRE_CLIS=1).
 func cliPath(t *testing.T, name string) string {
 	t.Helper()
-	if name == "claude" {
-		return claudeBin(t)
-	}
-	bin := filepath.Join(filepath.Dir(claudeBin(t)), name)
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s CLI not installed beside claude: %v", name, err)
-	}
-	return bin
+	return realCLI(t, name)
 }
 
 // TestRealCLIsFinishTasksByDone: Claude Code, Codex and Gemini CLI, each
@@ -40,19 +33,12 @@ func TestRealCLIsFinishTasksByDone(t *testing.T) {
 	mock.Script("Your task: #", mockllm.Text("Implemented it and committed.\nDONE"))
 	repo := gitRepo(t)
 	home := t.TempDir()
-	codexHome := filepath.Join(home, "codex")
+	codexHome := codexConfig(t, mock.URL())
 	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(codexHome, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"),
 		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf("model = \"mock-model\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"%s/v1\"\nwire_api = \"responses\"\nenv_key = \"MOCK_API_KEY\"\nrequest_max_retries = 1\nstream_max_retries = 1\n", mock.URL())
-	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := writeConfig(t, repo, fmt.Sprintf(`

@@ -57,7 +57,9 @@ func newOperateCommands(s streams) []*cobra.Command {
 		Long: `Show every agent of the running daemon: state, session seq, current session age, time since the
 session last printed, error counters, spend and branch. HEALTH is "stalled" for a Running session
 that has printed nothing for stall_after (default 5m), "spawning-timeout" for Spawning over 60 s,
-"paused" for an agent held by swarmd pause ("paused (frozen)" when --now froze its session).
+"paused" for an agent held by swarmd pause ("paused (frozen)" when --now froze its session), and
+"no commits" when the agent's last 5 successful sessions committed nothing (a git that cannot
+commit, or an agent that only talks).
 TOKENS (input and output) and COST are the sums over every session swarm.db has recorded for the
 agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).`,
 		Args: cobra.NoArgs,
@@ -166,18 +168,30 @@ type spendJSON struct {
 	CostUSD   float64 `json:"cost_usd"`
 }
 
-// statusRows adds each agent's spend from swarm.db. A database that cannot
-// be read leaves the spend out, with a warning: the daemon's view still
-// shows.
+// noCommitSessions is how many successful sessions in a row without a
+// commit make status say "no commits".
+const noCommitSessions = 5
+
+// statusRows adds each agent's spend from swarm.db, and HEALTH "no commits"
+// (when nothing else is wrong) for an agent whose last noCommitSessions
+// successful sessions committed nothing: sessions that succeed but never
+// commit are otherwise silent. A database that cannot be read leaves both
+// out, with a warning: the daemon's view still shows.
 func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatus, warn io.Writer) []statusRow {
 	rows := make([]statusRow, len(as))
 	for i, a := range as {
 		rows[i].AgentStatus = a
 	}
 	db, err := openStateDB(ctx, cfg, "status")
-	var spend map[string]mailbox.Spend
+	var (
+		spend map[string]mailbox.Spend
+		dry   map[string]bool
+	)
 	if err == nil {
 		spend, err = db.Spend(ctx)
+		if err == nil {
+			dry, err = db.NoCommits(ctx, noCommitSessions)
+		}
 		db.Close()
 	}
 	if err != nil {
@@ -187,6 +201,9 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 	for i := range rows {
 		if sp, ok := spend[rows[i].Name]; ok {
 			rows[i].Spend = &spendJSON{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
+		}
+		if dry[rows[i].Name] && rows[i].Health == "" {
+			rows[i].Health = "no commits"
 		}
 	}
 	return rows

@@ -71,6 +71,10 @@ type Spec struct {
 	// Env is extra KEY=VALUE (SWARM_* and the configured env), applied over
 	// the daemon's environment and the backend's own env.
 	Env []string
+	// Defaults are KEY=VALUE swarmd gives every session (the agent's git
+	// identity): over the daemon's environment, under the backend's env
+	// and Env, so that anything configured wins.
+	Defaults []string
 	// PathPrepend, if set, goes first in the session's effective PATH
 	// (whichever of the daemon's env, the backend's or Env set it): swarmd's
 	// own directory, so that agents find `swarmd mail`.

@@ -133,7 +133,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		Path:   l.path,
 		Args:   l.args,
 		Dir:    spec.Dir,
-		Env:    environ.Build(spec.PathPrepend, os.Environ(), l.env, spec.Env),
+		Env:    environ.Build(spec.PathPrepend, os.Environ(), spec.Defaults, l.env, spec.Env),
 		Stdin:  strings.NewReader(spec.Prompt),
 		Output: out,
 		ID:     spec.SessionID,

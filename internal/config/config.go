@@ -41,8 +41,11 @@ type Config struct {
 	Hooks      Hooks
 	Mailbox    Mailbox
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
-	Backends   map[string]Backend
-	Agents     []Agent
+	// GitEmailDomain is the domain of the email address agents commit
+	// with by default: AGENT@GitEmailDomain.
+	GitEmailDomain string
+	Backends       map[string]Backend
+	Agents         []Agent
 	// Warnings are problems that do not stop the config from loading (a
 	// listener open to other machines), ordered by line; nil when none.
 	Warnings []*Error
@@ -165,6 +168,7 @@ const (
 	DefaultHookTimeout          = 30 * time.Second
 	DefaultMaxBody              = 64 << 10
 	DefaultStallAfter           = 5 * time.Minute
+	DefaultGitEmailDomain       = "swarmd.invalid"
 	DefaultMinSessionInterval   = time.Second
 	DefaultMaxIterations        = 3
 	DefaultMaxSessionBytes      = 64 << 20
@@ -184,11 +188,12 @@ func defaultConfig() *Config {
 			MinSessionInterval:   DefaultMinSessionInterval,
 			MaxIterations:        DefaultMaxIterations,
 		},
-		Logs:       Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
-		Hooks:      Hooks{Timeout: DefaultHookTimeout},
-		Mailbox:    Mailbox{MaxBody: DefaultMaxBody},
-		StallAfter: DefaultStallAfter,
-		Backends:   map[string]Backend{},
+		Logs:           Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
+		Hooks:          Hooks{Timeout: DefaultHookTimeout},
+		Mailbox:        Mailbox{MaxBody: DefaultMaxBody},
+		StallAfter:     DefaultStallAfter,
+		GitEmailDomain: DefaultGitEmailDomain,
+		Backends:       map[string]Backend{},
 	}
 	for _, t := range []string{TypeClaude, TypeCodex, TypeGemini} {
 		c.Backends[t] = builtinBackend(t)

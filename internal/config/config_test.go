@@ -66,7 +66,9 @@ func TestDefaults(t *testing.T) {
 		Mailbox:    Mailbox{MaxBody: 65536},
 		StallAfter: 5 * time.Minute,
 		Backends:   builtins(),
-		Agents:     []Agent{{Name: "alice", Role: "You write Go.", AgentSettings: defaults}},
+
+		GitEmailDomain: "swarmd.invalid",
+		Agents:         []Agent{{Name: "alice", Role: "You write Go.", AgentSettings: defaults}},
 	}
 	got := load(t, "testdata/minimal.yaml")
 	if !reflect.DeepEqual(got, want) {
@@ -123,6 +125,8 @@ func TestOverrides(t *testing.T) {
 		Mailbox:    Mailbox{MaxBody: 1024},
 		StallAfter: 2 * time.Minute,
 		Backends:   backends,
+
+		GitEmailDomain: "agents.example.com",
 		Agents: []Agent{
 			{Name: "alice", Role: "You are alice. You write the Go code.\n", RoleFile: filepath.Join(dir, "prompts", "alice.md"),
 				AgentSettings: AgentSettings{Backend: "claude", SessionTimeout: 90 * time.Minute, GracePeriod: 5 * time.Second,
@@ -330,7 +334,7 @@ func TestErrors(t *testing.T) {
 		{"empty_file", 0, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
-		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, backends, agents)"},
+		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, git_email_domain, backends, agents)"},
 		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_turns, signals)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
@@ -340,6 +344,7 @@ func TestErrors(t *testing.T) {
 		{"duration_no_unit", 4, "agents[0].grace_period", `"60" is not a duration (use Go syntax such as 30s, 10m, 1h30m)`},
 		{"negative_duration", 2, "logs.max_age", "must be positive, got -1h"},
 		{"zero_duration", 1, "stall_after", "must be positive, got 0s"},
+		{"bad_git_email_domain", 1, "git_email_domain", `"me@example.com" is not a domain such as example.com (no @, <, > or spaces)`},
 		{"zero_hook_timeout", 3, "hooks.timeout", "must be positive, got 0s"},
 		{"empty_hook", 4, "hooks.session_end[1]", "must not be empty (remove the empty item)"},
 		{"zero_consecutive", 4, "agents[0].max_consecutive_errors", "must be at least 1, got 0"},

@@ -101,6 +101,8 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
 		}, nil)},
 		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},
+		{"git_email_domain", "Agents commit as \"AGENT (swarmd)\" <AGENT@this domain> unless their env sets GIT_AUTHOR_*/GIT_COMMITTER_*.",
+			d.strTo(&cfg.GitEmailDomain, true)},
 		{"backends", "Named ways to run a session. claude, codex and gemini are built in; an entry named after one adjusts it.", d.backendsTo(&t.backends)},
 		{"agents", "The agents; at least one.", d.agentsTo(&t.agents)},
 	}
@@ -123,6 +125,7 @@ func (d *decoder) decode(data []byte) *Config {
 	d.paths(cfg, t.repo, t.stateDir, top)
 	d.checkListen(cfg.Listen, top.at("listen"))
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
+	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
 	raws := map[string]*rawBackend{}
 	for _, rb := range t.backends {
 		raws[rb.name] = rb
@@ -257,6 +260,15 @@ func (d *decoder) checkListen(listen string, line int) {
 	}
 	if err != nil {
 		d.errorf(line, "listen", "%q is not host:port such as 127.0.0.1:9464 (\"\" disables the listener)", listen)
+	}
+}
+
+// checkDomain refuses a git_email_domain that would not make AGENT@DOMAIN an
+// address git accepts as it is: no "@", "<", ">" or spaces.
+func (d *decoder) checkDomain(domain string, line int) {
+	if domain == "" || strings.ContainsAny(domain, "@<>") ||
+		strings.IndexFunc(domain, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		d.errorf(line, "git_email_domain", "%q is not a domain such as example.com (no @, <, > or spaces)", domain)
 	}
 }
 

@@ -49,6 +49,20 @@ func Build(prependDir string, layers ...[]string) []string {
 	return out
 }
 
+// GitIdentity is the git author and committer of an agent's commits, for the
+// lowest layer of its environment above the daemon's: "AGENT (swarmd)"
+// <AGENT@domain>. In the environment it holds whatever git config the
+// agent's CLI lets git see (Gemini CLI runs shell commands with
+// GIT_CONFIG_GLOBAL=/dev/null, hiding ~/.gitconfig), and it tells the
+// agents' commits apart; a GIT_* variable a later layer sets wins.
+func GitIdentity(agent, domain string) []string {
+	name, email := agent+" (swarmd)", agent+"@"+domain
+	return []string{
+		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email,
+		"GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email,
+	}
+}
+
 // PrependPath puts dir first in the PATH list path, unless it is first
 // already. An empty path becomes dir.
 func PrependPath(dir, path string) string {

@@ -43,3 +43,15 @@ func TestBuild(t *testing.T) {
 		})
 	}
 }
+
+// The git identity is a layer like any other: what is configured over it
+// wins key by key, and it wins over the daemon's own environment.
+func TestGitIdentity(t *testing.T) {
+	got := Build("", []string{"GIT_AUTHOR_NAME=root", "HOME=/root"}, GitIdentity("alice", "example.com"),
+		[]string{"GIT_COMMITTER_EMAIL=ci@example.com"})
+	want := []string{"GIT_AUTHOR_NAME=alice (swarmd)", "HOME=/root", "GIT_AUTHOR_EMAIL=alice@example.com",
+		"GIT_COMMITTER_NAME=alice (swarmd)", "GIT_COMMITTER_EMAIL=ci@example.com"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Build = %q, want %q", got, want)
+	}
+}

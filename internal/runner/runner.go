@@ -246,6 +246,9 @@ type Config struct {
 	Timeout     time.Duration // session_timeout (0 = none)
 	GracePeriod time.Duration // default 10s
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
+	// DefaultEnv is KEY=VALUE under everything configured (the agent's git
+	// identity): backend.Spec.Defaults, and the same layer in hooks.
+	DefaultEnv []string
 	// PathPrepend goes first in the effective PATH of sessions and hooks
 	// (swarmd's own directory, so that agents find `swarmd mail`).
 	PathPrepend string
@@ -386,6 +389,7 @@ type Settings struct {
 	Backend     Backend
 	Prompter    Prompter
 	Env         []string
+	DefaultEnv  []string
 	Timeout     time.Duration
 	GracePeriod time.Duration
 	// MaxSessions replaces Config.MaxSessions (0 is no limit).
@@ -413,7 +417,7 @@ func (r *Runner) applyPending() {
 		return
 	}
 	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
-	r.cfg.MaxSessions, r.cfg.MaxTurns = p.MaxSessions, p.MaxTurns
+	r.cfg.MaxSessions, r.cfg.MaxTurns, r.cfg.DefaultEnv = p.MaxSessions, p.MaxTurns, p.DefaultEnv
 	if p.Backend != nil {
 		r.cfg.Backend = p.Backend
 	}
@@ -677,6 +681,7 @@ func (r *Runner) spawn() {
 		Seq:       r.seq,
 		Dir:       r.wt.Path,
 		Env:       r.sessionEnv(),
+		Defaults:  r.cfg.DefaultEnv,
 		Prompt:    r.lastPrompt,
 		LogPath:   r.logPath(),
 
@@ -945,12 +950,12 @@ func (r *Runner) sessionEnv() []string {
 	return append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
 }
 
-// env is the whole environment of a hook: the daemon's, the configured env
-// and the SWARM_* variables, each key once, swarmd's directory first in
-// PATH (as in a session, whose backend adds its own env under the
-// configured one).
+// env is the whole environment of a hook: the daemon's, the default env,
+// the configured env and the SWARM_* variables, each key once, swarmd's
+// directory first in PATH (as in a session, whose backend adds its own env
+// between the default and the configured one).
 func (r *Runner) env() []string {
-	return environ.Build(r.cfg.PathPrepend, os.Environ(), r.sessionEnv())
+	return environ.Build(r.cfg.PathPrepend, os.Environ(), r.cfg.DefaultEnv, r.sessionEnv())
 }
 
 // commits counts the commits between two HEADs; 0 when either is unknown
