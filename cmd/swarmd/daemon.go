@@ -115,6 +115,11 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if d.mail, err = mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
 		return nil, err
 	}
+	// `swarmd mail` in a session reads no config: the limits it enforces
+	// are the ones recorded here.
+	if err := d.mail.RecordLimits(ctx); err != nil {
+		return nil, err
+	}
 	d.tasks = openTaskBoard(d.mail, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)

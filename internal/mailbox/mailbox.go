@@ -48,7 +48,8 @@ const readConns = 4
 // Options configure Open.
 type Options struct {
 	// MaxBodyBytes refuses larger bodies (config key mailbox.max_body).
-	// Zero means DefaultMaxBodyBytes.
+	// Zero means the limit the daemon recorded in the database (see
+	// RecordLimits), else DefaultMaxBodyBytes.
 	MaxBodyBytes int
 	// Agents are the known recipients. Nil disables the recipient check
 	// (and makes Broadcast impossible). Operator is always known.
@@ -101,9 +102,6 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("mailbox: open %s: %w", path, err)
 	}
 	db := &DB{path: abs, maxBody: opts.MaxBodyBytes, now: opts.Now}
-	if db.maxBody <= 0 {
-		db.maxBody = DefaultMaxBodyBytes
-	}
 	if db.now == nil {
 		db.now = time.Now
 	}
@@ -148,6 +146,15 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err := db.prepareSchema(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if db.maxBody <= 0 {
+		if db.maxBody, err = db.recordedMaxBody(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if db.maxBody <= 0 {
+		db.maxBody = DefaultMaxBodyBytes
 	}
 	if db.insertStmt, err = db.write.PrepareContext(ctx, insertSQL); err != nil {
 		db.Close()
