@@ -173,7 +173,11 @@ func (d *daemon) startAgent(name, actor string) error {
 	if err := d.journal.ResetAgent(ctx, name, time.Now(), actor); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	r, err := d.newRunner(a, recovered{seq: old.Snapshot().Seq + 1})
+	seq, err := d.nextSeq(name)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	r, err := d.newRunner(a, recovered{seq: seq})
 	if err != nil {
 		return err
 	}

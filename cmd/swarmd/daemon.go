@@ -63,6 +63,11 @@ type daemon struct {
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
 
+	// reloadMu serializes reloads and retire; retiring (under it) holds
+	// the agents a reload removed whose runners are still stopping.
+	reloadMu sync.Mutex
+	retiring map[string]bool
+
 	// agentCtx bounds every runner (cancelled when Run returns); recovered
 	// is what restart recovery found, both set by openDaemon.
 	agentCtx     context.Context
@@ -81,7 +86,8 @@ type recovered struct {
 // that are the operator's to fix (a repo that is not a repo, a state dir in
 // use) are usage errors: exit 2 before anything starts.
 func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes)}
+	d := &daemon{cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
+		retiring: map[string]bool{}}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

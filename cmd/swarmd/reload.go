@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/runner"
 )
 
 // reload applies a new config (SIGHUP): new agents start, removed agents get
@@ -14,6 +17,9 @@ import (
 // base ref, listen, logs, hooks, mailbox) need a restart; a change to them is
 // logged and ignored. An invalid config is refused and the running one kept.
 func (d *daemon) reload(path string) error {
+	// One reload at a time, and none while retire decides an agent's fate.
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
 	if !d.ready.Load() {
 		return fmt.Errorf("still starting (agents are being registered); send SIGHUP again once it runs")
 	}
@@ -52,7 +58,13 @@ func (d *daemon) reload(path string) error {
 	}
 	var added, updated, removed []string
 	for _, a := range cfg.Agents {
-		if running[a.Name] {
+		switch {
+		case d.retiring[a.Name]:
+			// Removed by an earlier reload and still stopping: retire starts
+			// it again, with this config, once it has stopped.
+			delete(running, a.Name)
+			added = append(added, a.Name)
+		case running[a.Name]:
 			delete(running, a.Name)
 			r, err := d.reg.Runner(a.Name)
 			if err != nil {
@@ -61,38 +73,77 @@ func (d *daemon) reload(path string) error {
 			st, _ := d.settings(cfg, backends, a)
 			r.Update(st)
 			updated = append(updated, a.Name)
-			continue
+		default:
+			if err := d.startNew(a); err != nil {
+				return fmt.Errorf("reload: start %s: %w", a.Name, err)
+			}
+			added = append(added, a.Name)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		seq, err := d.mail.MaxSeq(ctx, a.Name)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("reload: %w", err)
-		}
-		r, err := d.newRunner(a, recovered{seq: seq + 1})
-		if err != nil {
-			return err
-		}
-		d.metrics.AddAgent(a.Name)
-		if err := d.reg.Register(d.agentCtx, r); err != nil {
-			return fmt.Errorf("reload: start %s: %w", a.Name, err)
-		}
-		added = append(added, a.Name)
 	}
 	for name := range running {
 		r, err := d.reg.Runner(name)
-		if err != nil {
+		if err != nil || d.retiring[name] {
 			continue
 		}
 		r.Stop("operator")
 		removed = append(removed, name)
-		go func() {
-			<-r.Done()
-			if err := d.reg.Remove(name); err == nil {
-				d.metrics.RemoveAgent(name)
-			}
-		}()
+		d.retiring[name] = true
+		go d.retire(name, r)
 	}
 	d.log.Info("config reloaded", zap.Strings("added", added), zap.Strings("updated", updated), zap.Strings("removed", removed))
 	return nil
+}
+
+// retire waits until the runner of an agent a reload removed has stopped,
+// then drops it, unless a later reload has put the agent back in the
+// config meanwhile: then the agent starts again, as an added one does.
+func (d *daemon) retire(name string, r *runner.Runner) {
+	<-r.Done()
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	delete(d.retiring, name)
+	cfg, _ := d.current()
+	a, ok := cfg.Agent(name)
+	if !ok {
+		if err := d.reg.Remove(name); err == nil {
+			d.metrics.RemoveAgent(name)
+		}
+		return
+	}
+	if err := d.startNew(a); err != nil {
+		d.log.Error("start an agent a reload put back", zap.String("agent", name), zap.Error(err))
+		return
+	}
+	d.log.Info("agent put back by a reload started again", zap.String("agent", name))
+}
+
+// startNew registers a fresh runner for an agent of the config in force,
+// its session seq continuing from the last session recorded.
+func (d *daemon) startNew(a config.Agent) error {
+	seq, err := d.nextSeq(a.Name)
+	if err != nil {
+		return err
+	}
+	r, err := d.newRunner(a, recovered{seq: seq})
+	if err != nil {
+		return err
+	}
+	d.metrics.AddAgent(a.Name)
+	return d.reg.Register(d.agentCtx, r)
+}
+
+// nextSeq is the seq of an agent's next session: one after the last session
+// recorded, once what the journal holds is written (the agent's runner may
+// have just ended). A seq no session started with is used again.
+func (d *daemon) nextSeq(name string) (uint32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.journal.Flush(ctx); err != nil {
+		return 0, fmt.Errorf("session seq of %s: %w", name, err)
+	}
+	seq, err := d.mail.MaxSeq(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("session seq of %s: %w", name, err)
+	}
+	return seq + 1, nil
 }

@@ -196,13 +196,14 @@ func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
 	return out, nil
 }
 
-// MaxSeq is the highest session sequence number ever recorded for agent, in
-// its sessions or its agent row, or 0. A restarted runner continues after it.
+// MaxSeq is the highest sequence number of a session recorded for agent,
+// or 0. A restarted runner continues after it. The agent row's session_seq
+// is not consulted: it is the runner's counter, which may name a session
+// that never started (the next one, after a success), and counting it
+// would skip a seq at every restart.
 func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 	var seq int64
-	err := db.read.QueryRowContext(ctx, `SELECT MAX(
-		IFNULL((SELECT MAX(seq) FROM sessions WHERE agent = ?), 0),
-		IFNULL((SELECT session_seq FROM agents WHERE name = ?), 0))`, agent, agent).Scan(&seq)
+	err := db.read.QueryRowContext(ctx, `SELECT IFNULL(MAX(seq), 0) FROM sessions WHERE agent = ?`, agent).Scan(&seq)
 	if err != nil {
 		return 0, db.wrap("max seq", err)
 	}

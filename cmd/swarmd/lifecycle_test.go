@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const restoreBase = `
+listen: ""
+defaults:
+  backend: stubborn
+  grace_period: 3s
+backends:
+  stubborn:              # ignores the cancel: stops only at the force stop, 3s later
+    type: scripted
+    steps: [{print: [busy], ignore_signals: true, sleep: 1h}]
+agents:
+  - {name: bob, role: works}
+`
+
+// TestSIGHUPRestoresAnAgentStillStopping: a reload removes alice, whose
+// session takes its whole grace period to stop; a second reload puts her
+// back before it ends. She is not lost: once stopped she starts again, her
+// seq continuing, and status lists her.
+func TestSIGHUPRestoresAnAgentStillStopping(t *testing.T) {
+	repo := gitRepo(t)
+	withAlice := restoreBase + "  - {name: alice, role: works}\n"
+	cfg := writeConfig(t, repo, withAlice)
+	d := startDaemon(t, cfg)
+	first := d.waitLine("alice Running", transitionTo("alice", "Running"))
+
+	reloaded := func(m map[string]any) bool { return m["msg"] == "config reloaded" }
+	writeConfig(t, repo, restoreBase)
+	_ = d.cmd.Process.Signal(syscall.SIGHUP)
+	if m := d.waitNext("alice removed", reloaded); fmt.Sprint(m["removed"]) != "[alice]" {
+		t.Fatalf("first reload: %v", m)
+	}
+	writeConfig(t, repo, withAlice)
+	_ = d.cmd.Process.Signal(syscall.SIGHUP)
+	d.waitNext("alice put back", reloaded)
+	// The second reload came while alice's first session was still
+	// stopping (so the test shows what it claims).
+	d.waitNext("alice's first session ended", func(m map[string]any) bool {
+		return m["msg"] == "session ended" && m["session"] == first["session"]
+	})
+	next := d.waitNext("alice Running again", transitionTo("alice", "Running"))
+	if !strings.HasPrefix(next["session"].(string), "alice-2-") {
+		t.Errorf("alice's session after the restore is %s, want seq 2", next["session"])
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, _ := runCLI(t, nil, "", "status", "-c", cfg)
+		if strings.Contains(grepLines(out, "alice"), "Running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not list alice Running:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGINT) // the stubborn sessions end at the second signal
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// TestSessionSeqContinuesWithoutGaps: neither `swarmd start` nor a daemon
+// restart skips a seq: the next session continues from the last one that
+// existed, whatever the runner's counter said when it stopped.
+func TestSessionSeqContinuesWithoutGaps(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  backend: quick
+  min_session_interval: 0s
+  max_sessions: 2
+backends:
+  quick:
+    type: command
+    command: "true"
+agents:
+  - {name: alice, role: works}
+`)
+	stopped := func(m map[string]any) bool {
+		return transitionTo("alice", "Stopped")(m) && strings.HasPrefix(fmt.Sprint(m["reason"]), "max_sessions")
+	}
+	d := startDaemon(t, cfg)
+	d.waitNext("alice's first two sessions", stopped)
+	if _, stderr, code := runCLI(t, nil, "", "start", "alice", "-c", cfg); code != 0 {
+		t.Fatalf("start alice: %s", stderr)
+	}
+	d.waitNext("two more", stopped)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	d = startDaemon(t, cfg)
+	d.waitNext("two after the restart", stopped)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	out, stderr, code := runCLI(t, nil, "", "sessions", "alice", "--json", "-n", "0", "-c", cfg)
+	if code != 0 {
+		t.Fatalf("sessions: %s", stderr)
+	}
+	var seqs []uint32
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var s sessionJSON
+		if err := dec.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s.Seq)
+	}
+	if want := []uint32{1, 2, 3, 4, 5, 6}; !slices.Equal(seqs, want) {
+		t.Errorf("session seqs %v, want %v", seqs, want)
+	}
+}
