@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,7 +39,7 @@ func (a controlAPI) Agents() []control.AgentStatus {
 func (a controlAPI) Agent(name string) (control.AgentStatus, error) {
 	r, err := a.d.reg.Runner(name)
 	if err != nil {
-		return control.AgentStatus{}, fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
+		return control.AgentStatus{}, unknownAgent(err)
 	}
 	return a.status(r, time.Now()), nil
 }
@@ -53,6 +54,11 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	}
 	if s.State.Kind == agent.Running || s.State.Kind == agent.Interrupting {
 		st.LastOutput = r.LastOutput()
+	}
+	if s.State.Kind == agent.Stopped {
+		// No session age counts on: the runner's snapshot keeps the start
+		// of a session that ended after the stop.
+		st.SessionStarted = time.Time{}
 	}
 	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
 	if s.Paused {
@@ -91,9 +97,19 @@ func (a controlAPI) StopAgent(ctx context.Context, name string) error {
 		return err
 	}
 	if err := a.d.reg.Stop(name, actor); err != nil {
-		return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
+		return unknownAgent(err)
 	}
 	return nil
+}
+
+// unknownAgent is the registry's error for a name it does not hold, as the
+// control API reports it: matching control.ErrUnknownAgent, saying so once.
+func unknownAgent(err error) error {
+	var ue *registry.UnknownAgentError
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%w %s (agents: %s)", control.ErrUnknownAgent, ue.Name, strings.Join(ue.Known, ", "))
+	}
+	return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
 }
 
 // StartAgent runs a Stopped agent again with its counters reset; the
@@ -151,7 +167,7 @@ func (a controlAPI) Events(ctx context.Context, agentName string, after int64, l
 func (d *daemon) startAgent(name, actor string) error {
 	old, err := d.reg.Runner(name)
 	if err != nil {
-		return fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
+		return unknownAgent(err)
 	}
 	if st := old.Snapshot().State.Kind; st != agent.Stopped {
 		return fmt.Errorf("%w: agent %s is %s, not Stopped", control.ErrConflict, name, st)

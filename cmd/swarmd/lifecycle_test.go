@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -123,5 +127,70 @@ agents:
 	}
 	if want := []uint32{1, 2, 3, 4, 5, 6}; !slices.Equal(seqs, want) {
 		t.Errorf("session seqs %v, want %v", seqs, want)
+	}
+}
+
+// TestOperatorCommandsTellItStraight: a Stopped agent shows no session age
+// once its session has ended; stopping an unknown agent says so once,
+// naming it; and status against a daemon that takes the connection but
+// never answers fails within seconds instead of hanging.
+func TestOperatorCommandsTellItStraight(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  backend: worker
+  grace_period: 1s
+backends:
+  worker:
+    type: scripted
+    steps: [{print: [busy], sleep: 1h}]
+agents:
+  - {name: alice, role: works}
+  - {name: bob, role: works}
+`)
+	d := startDaemon(t, cfg)
+	running := d.waitLine("alice Running", transitionTo("alice", "Running"))
+	if _, stderr, code := runCLI(t, nil, "", "stop", "alice", "-c", cfg); code != 0 {
+		t.Fatalf("stop alice: %s", stderr)
+	}
+	d.waitLine("alice's session ended", func(m map[string]any) bool {
+		return m["msg"] == "session ended" && m["session"] == running["session"]
+	})
+	out, _, _ := runCLI(t, nil, "", "status", "--json", "-c", cfg)
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if a := rows[0]; a.Name != "alice" || a.State != "Stopped" || !a.SessionStarted.IsZero() {
+		t.Errorf("stopped alice: %+v, want no session start", a.AgentStatus)
+	}
+	out, _, _ = runCLI(t, nil, "", "status", "-c", cfg)
+	if f := strings.Fields(grepLines(out, "alice")); len(f) < 4 || f[1] != "Stopped" || f[3] != "-" {
+		t.Errorf("status shows a session age for stopped alice:\n%s", out)
+	}
+
+	_, stderr, code := runCLI(t, nil, "", "stop", "nobody", "-c", cfg)
+	if code != 2 || stderr != "swarmd: unknown agent nobody (agents: alice, bob)\n" {
+		t.Errorf("stop nobody: exit %d, %q", code, stderr)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	// A wedged daemon: the socket takes connections, nothing answers.
+	ln, err := net.Listen("unix", filepath.Join(repo, ".swarm", "swarmd.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	status := exec.CommandContext(ctx, swarmdBin, "status", "-c", cfg)
+	b, err := status.CombinedOutput()
+	if took := time.Since(start); err == nil || took > 10*time.Second || !strings.Contains(string(b), "swarmd did not answer within 5s") {
+		t.Errorf("status on a wedged daemon: %v after %v, %q", err, took, b)
 	}
 }

@@ -12,16 +12,35 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // ErrNoDaemon means nothing listens on the socket.
 var ErrNoDaemon = errors.New("no swarmd is running")
 
+// ErrNoAnswer means the daemon took the connection but did not begin to
+// answer in time: it is wedged, or far too busy.
+var ErrNoAnswer = errors.New("swarmd did not answer")
+
+// DefaultTimeout bounds the wait for the daemon's answer to begin. The
+// daemon answers from memory in milliseconds; a request still unanswered
+// after this is an error, not a hang.
+const DefaultTimeout = 5 * time.Second
+
+// startTimeout is Start's bound: the daemon answers once the agent's old
+// runner has finished its cleanup, which it waits up to a minute for.
+const startTimeout = 90 * time.Second
+
 // Client talks to a daemon's control socket.
 type Client struct {
 	path string
 	http *http.Client
+	// Timeout bounds the wait for each answer to begin (Start waits
+	// longer); zero means DefaultTimeout. A stream of events, once begun,
+	// is not bounded.
+	Timeout time.Duration
 }
 
 // NewClient returns a client for the socket at path. It does not connect.
@@ -56,9 +75,13 @@ func (c *Client) doBody(ctx context.Context, method, p string, q url.Values, in,
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
+	wait := c.timeout()
+	if strings.HasSuffix(p, "/start") {
+		wait = max(wait, startTimeout)
+	}
+	resp, err := c.send(req, wait)
 	if err != nil {
-		return c.dialError(err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
@@ -79,6 +102,43 @@ func (c *Client) doBody(ctx context.Context, method, p string, q url.Values, in,
 		return nil
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func (c *Client) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return DefaultTimeout
+}
+
+// send sends req and waits up to wait for the answer to begin. The body of
+// the answer is bound to req's context alone (a stream may last).
+func (c *Client) send(req *http.Request, wait time.Duration) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(wait, func() { cancel(ErrNoAnswer) })
+	resp, err := c.http.Do(req.WithContext(ctx))
+	fired := !timer.Stop()
+	if err != nil {
+		cancel(nil)
+		if fired && errors.Is(context.Cause(ctx), ErrNoAnswer) {
+			return nil, fmt.Errorf("%w within %s on %s (is it wedged? its log, or a stack dump from kill -QUIT, tells)", ErrNoAnswer, wait, c.path)
+		}
+		return nil, c.dialError(err)
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases the request's context with its answer's body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }
 
 func (c *Client) dialError(err error) error {
@@ -136,9 +196,9 @@ func (c *Client) Events(ctx context.Context, agent string, afterID int64, follow
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.send(req, c.timeout())
 	if err != nil {
-		return c.dialError(err)
+		return err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
