@@ -27,7 +27,6 @@ type Outcome uint8
 const (
 	OutcomeSuccess Outcome = iota + 1
 	OutcomeError
-	OutcomeTimeout
 )
 
 func (o Outcome) String() string {
@@ -36,8 +35,6 @@ func (o Outcome) String() string {
 		return "success"
 	case OutcomeError:
 		return "error"
-	case OutcomeTimeout:
-		return "timeout"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -57,10 +54,6 @@ const (
 	// limit (Claude Code's --max-turns) or by swarmd's count of the stream.
 	AbortMaxTurns = "max_turns"
 )
-
-// DefaultGraceAfterTimeout is how long a session that timed out gets to exit
-// after the cancel signal before it is killed.
-const DefaultGraceAfterTimeout = 5 * time.Second
 
 // Spec is one session to start.
 type Spec struct {
@@ -88,10 +81,9 @@ type Spec struct {
 	// output is still parsed but not written, and one line at the end says
 	// how many bytes were dropped.
 	MaxLogBytes int64
-	// Timeout, if positive, cancels the session (cancel signal) when it
-	// expires and kills it GraceAfterTimeout later; the outcome is Timeout.
-	Timeout           time.Duration
-	GraceAfterTimeout time.Duration // 0 means DefaultGraceAfterTimeout
+	// There is no timeout here: the runner owns session_timeout (it
+	// cancels the session, then force-stops it after the grace period).
+
 	// MaxTurns, if positive, limits the session's model turns (responses):
 	// passed to a CLI that has a flag for it (Claude Code's --max-turns),
 	// counted from the stream for the others, which are cancelled once the

@@ -216,29 +216,6 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
-func TestTimeout(t *testing.T) {
-	t.Run("exits on the cancel signal", func(t *testing.T) {
-		sp := spec(t)
-		sp.Timeout = 100 * time.Millisecond
-		r := run(t, newCommand(t, sh("sleep 30")), sp)
-		if r.Outcome != OutcomeTimeout || r.AbortReason != AbortTimeout || r.Signal != "SIGTERM" ||
-			r.Reason != "session timeout after 100ms" {
-			t.Fatalf("result %+v", r)
-		}
-	})
-	t.Run("ignores it", func(t *testing.T) {
-		sp := spec(t)
-		sp.Timeout, sp.GraceAfterTimeout = 100*time.Millisecond, 100*time.Millisecond
-		r := run(t, newCommand(t, sh("trap '' TERM; sleep 30")), sp)
-		if r.Outcome != OutcomeTimeout || r.AbortReason != AbortTimeout || r.Signal != "SIGKILL" {
-			t.Fatalf("result %+v", r)
-		}
-		if d := r.Ended.Sub(r.Started); d < 200*time.Millisecond {
-			t.Fatalf("ended after %s, before timeout plus grace", d)
-		}
-	})
-}
-
 func TestEnvAndPrompt(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "seen")
 	c := newCommand(t, CommandConfig{

@@ -55,8 +55,6 @@ type session struct {
 	logErr    error    // the first failed write to log; nothing more is written then
 	maxLog    int64    // Spec.MaxLogBytes
 	out       *sessionOutput
-	timeout   time.Duration
-	grace     time.Duration
 	started   time.Time
 
 	lastOut   atomic.Int64 // unix nanoseconds
@@ -64,7 +62,6 @@ type session struct {
 	forced    atomic.Bool
 	frozen    atomic.Bool // Freeze stopped the tree and no Thaw has run since
 	turnsHit  atomic.Bool // swarmd's count reached maxTurns
-	timedOut  bool        // owned by the monitor goroutine
 	fatalSeen bool        // owned by the output goroutine
 
 	done   chan struct{}
@@ -94,13 +91,8 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		limit:     make(chan struct{}, 1),
 		maxTurns:  spec.MaxTurns,
 		byCLI:     l.turnsByCLI,
-		timeout:   spec.Timeout,
-		grace:     spec.GraceAfterTimeout,
 		maxLog:    spec.MaxLogBytes,
 		done:      make(chan struct{}),
-	}
-	if s.grace <= 0 {
-		s.grace = DefaultGraceAfterTimeout
 	}
 	if spec.LogPath != "" {
 		f, err := openLog(spec.LogPath)
@@ -289,19 +281,14 @@ func (s *session) overTurns() bool {
 	return n > s.maxTurns || !s.byCLI && n == s.maxTurns && settled
 }
 
-// monitor enforces the timeout and ends the session when its tree is gone.
+// monitor stops a session whose output showed a fatal error or that reached
+// its turn limit, and ends the session when its tree is gone.
 func (s *session) monitor() {
-	var timeoutT, killT *time.Timer
-	var timeout, kill <-chan time.Time
-	if s.timeout > 0 {
-		timeoutT = time.NewTimer(s.timeout)
-		timeout = timeoutT.C
-	}
+	var killT *time.Timer
+	var kill <-chan time.Time
 	defer func() {
-		for _, t := range []*time.Timer{timeoutT, killT} {
-			if t != nil {
-				t.Stop()
-			}
+		if killT != nil {
+			killT.Stop()
 		}
 	}()
 	for {
@@ -312,14 +299,6 @@ func (s *session) monitor() {
 			}
 			s.end(s.classify())
 			return
-		case <-timeout:
-			timeout = nil
-			s.timedOut = true
-			_ = s.tree.Signal(s.cancelSig)
-			if killT == nil {
-				killT = time.NewTimer(s.grace)
-				kill = killT.C
-			}
 		case <-s.fatal:
 			_ = s.tree.Signal(s.cancelSig)
 			if killT == nil {
@@ -362,10 +341,6 @@ func (s *session) classify() Result {
 	}
 	cancelled, forced := s.cancelled.Load(), s.forced.Load()
 	switch {
-	case s.timedOut:
-		r.Outcome, r.AbortReason = OutcomeTimeout, AbortTimeout
-		r.Reason = "session timeout after " + s.timeout.String()
-		return r
 	case r.Fatal != "":
 		// Whatever the exit, it came from our stop or the CLI giving up.
 		r.Outcome, r.Reason = OutcomeError, "fatal: "+r.Fatal

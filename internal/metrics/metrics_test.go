@@ -194,6 +194,24 @@ func tr(a string, from agent.StateKind, ev agent.Event, to agent.StateKind, eff 
 	}
 }
 
+// machineTransitions feeds evs to a real state machine and returns the
+// transitions it made, failing on one the machine refuses.
+func machineTransitions(t *testing.T, a string, evs ...agent.Event) []runner.Transition {
+	t.Helper()
+	mc := agent.New(agent.Thresholds{})
+	out := make([]runner.Transition, 0, len(evs))
+	for _, ev := range evs {
+		from := mc.State()
+		eff, err := mc.Handle(ev, t0)
+		if err != nil {
+			t.Fatalf("%s: %v", a, err)
+		}
+		out = append(out, runner.Transition{Agent: a, At: t0, From: from, Event: ev, To: mc.State(), Effect: eff, Actor: "runner",
+			ConsecutiveErrors: mc.ConsecutiveErrors(), TotalErrors: mc.TotalErrors()})
+	}
+	return out
+}
+
 func TestAddAgentShowsEveryAgentAtStart(t *testing.T) {
 	m := New(BuildInfo{Version: "v1.2.3", Commit: "abc123", GoVersion: "go1.26.8"})
 	url := server(t, m)
@@ -380,8 +398,13 @@ func TestForceStops(t *testing.T) {
 	m.AddAgent("alice")
 	m.AddAgent("bob")
 
-	m.OnTransition(tr("alice", agent.Interrupting, agent.EvGraceExceeded(), agent.SessionComplete, agent.ForceStopSession, 1, 0, 0))
-	m.OnTransition(tr("alice", agent.Running, agent.EvOperatorStop(), agent.Stopped, agent.CancelSession, 1, 0, 0))
+	// The transitions a real machine makes: an interrupted session that
+	// outlives its grace period (GraceExceeded, ForceStopSession), then an
+	// operator stop of the next one (a cancel, no force stop).
+	for _, x := range machineTransitions(t, "alice", agent.EvWorktreeReady(), agent.EvPromptReady("p"), agent.EvSessionStarted(1),
+		agent.EvUrgentMessage(), agent.EvGraceExceeded(), agent.EvPromptReady("p"), agent.EvSessionStarted(1), agent.EvOperatorStop()) {
+		m.OnTransition(x)
+	}
 	m.ForceStopped("alice")
 	m.ForceStopped("alice")
 	// The SIGKILLed session's record is not a second count.

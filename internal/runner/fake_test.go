@@ -135,6 +135,9 @@ type fakeWorkspace struct {
 	dir       string
 	block     bool // Ensure waits for ctx
 	verifyErr error
+	// holdVerify: Verify waits for ctx, holding the runner in
+	// SessionComplete.
+	holdVerify bool
 }
 
 func (w *fakeWorkspace) Ensure(ctx context.Context, name string) (worktree.Worktree, error) {
@@ -154,6 +157,10 @@ func (w *fakeWorkspace) ClearStaleLocks(context.Context, string) ([]string, erro
 func (w *fakeWorkspace) Verify(ctx context.Context, name string) (worktree.Worktree, error) {
 	if w.verifyErr != nil {
 		return worktree.Worktree{}, w.verifyErr
+	}
+	if w.holdVerify {
+		<-ctx.Done()
+		return worktree.Worktree{}, ctx.Err()
 	}
 	return w.Ensure(ctx, name)
 }

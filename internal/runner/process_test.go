@@ -2,11 +2,13 @@ package runner
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +74,9 @@ func (h *harness) waitReal(what string, cond func(Snapshot) bool) Snapshot {
 }
 
 // markedProcesses lists live processes whose environment carries the
-// session id: what a session left behind.
+// session id: what a session left behind. The runner puts SWARM_SESSION_ID
+// there; waitMarked proves it, so that a check that finds nothing has
+// looked for the right thing.
 func markedProcesses(t *testing.T, sessionID string) []int {
 	t.Helper()
 	var pids []int
@@ -95,6 +99,28 @@ func markedProcesses(t *testing.T, sessionID string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// waitMarked polls until at least n live processes carry the session's id:
+// the session's and its children's (a setsid grandchild inherits it too).
+func waitMarked(t *testing.T, sessionID string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		live := 0
+		for _, pid := range markedProcesses(t, sessionID) {
+			if pid > 0 {
+				live++
+			}
+		}
+		if live >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes carry SWARM_SESSION_ID=%s, want %d: the runner does not mark its sessions", live, sessionID, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (h *harness) logDir() string { return h.r.cfg.Logs.(*logs.Store).LogDir("alice") }
@@ -169,6 +195,7 @@ func TestRealUrgentInterruptExitsOnCancel(t *testing.T) {
 	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Sleep: time.Hour, SetsidChild: true}), nil)
 	h.start()
 	h.waitReal("Running", func(s Snapshot) bool { return s.State.Kind == agent.Running })
+	waitMarked(t, sessionIDs(h)[0], 2) // the session and its setsid grandchild
 	h.r.Interrupt(1, time.Now())
 	h.waitReal("next session", func(s Snapshot) bool { return s.State.Kind == agent.Running && len(sessionIDs(h)) == 2 })
 	s := h.r.Snapshot()
@@ -197,6 +224,7 @@ func TestRealUrgentInterruptIgnoredIsForceStopped(t *testing.T) {
 	h.start()
 	h.waitReal("Running", func(s Snapshot) bool { return s.State.Kind == agent.Running })
 	h.waitOutput("1.log", "ready") // the script's trap is set
+	waitMarked(t, sessionIDs(h)[0], 2)
 	start := time.Now()
 	h.r.Interrupt(1, time.Now())
 	h.waitReal("next session", func(s Snapshot) bool { return len(sessionIDs(h)) == 2 })
@@ -243,6 +271,7 @@ func TestRealOperatorStopWhileRunningEndsTree(t *testing.T) {
 	h.start()
 	h.waitReal("Running", func(s Snapshot) bool { return s.State.Kind == agent.Running })
 	h.waitOutput("1.log", "ready") // the script's trap is set
+	waitMarked(t, sessionIDs(h)[0], 2)
 	start := time.Now()
 	h.stop()
 	if took := time.Since(start); took > 5*time.Second {
@@ -326,7 +355,8 @@ func TestRealSessionStartHookBlocks(t *testing.T) {
 	hk := hooks.New(sup, hooks.Config{Commands: map[hooks.Event][]string{
 		hooks.SessionStart: {"echo 'tests are red' >&2; exit 2"},
 	}}, zap.NewNop(), nil)
-	h := realHarness(t, scripted(t, sup, backend.ScriptStep{}), func(c *Config) {
+	be := &countingBackend{Backend: scripted(t, sup, backend.ScriptStep{})}
+	h := realHarness(t, be, func(c *Config) {
 		c.Hooks = hk
 		c.Thresholds = agent.Thresholds{MaxConsecutiveErrors: 2, MaxTotalErrors: 20}
 	})
@@ -347,12 +377,23 @@ func TestRealSessionStartHookBlocks(t *testing.T) {
 	if !strings.Contains(reason, "blocked by hook") {
 		t.Errorf("reason %q", reason)
 	}
-	if h.be.starts() != 0 {
-		t.Errorf("backend fake started %d sessions", h.be.starts())
+	if n := be.starts.Load(); n != 0 {
+		t.Errorf("the backend started %d sessions past a blocking hook", n)
 	}
 	if n := len(h.pr.released); n != 2 {
 		t.Errorf("mail of %d blocked prompts returned, want 2", n)
 	}
+}
+
+// countingBackend counts the sessions a real backend was asked to start.
+type countingBackend struct {
+	Backend
+	starts atomic.Int32
+}
+
+func (c *countingBackend) Start(ctx context.Context, spec backend.Spec) (backend.Session, error) {
+	c.starts.Add(1)
+	return c.Backend.Start(ctx, spec)
 }
 
 func newBenchSupervisor(b *testing.B) (*proc.Supervisor, error) {

@@ -862,7 +862,7 @@ func (r *Runner) finishSession(stopping bool) {
 
 func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
 	switch {
-	case timedOut || res.Outcome == backend.OutcomeTimeout:
+	case timedOut:
 		return agent.ExitOutcome{Kind: agent.Timeout}
 	case res.Outcome == backend.OutcomeSuccess || turnLimited(res, timedOut):
 		return agent.ExitOutcome{Kind: agent.Success}

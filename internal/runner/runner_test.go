@@ -283,8 +283,8 @@ func TestOperatorStopFromEveryState(t *testing.T) {
 			func(h *harness) { h.waitState(agent.CoolingDown) }},
 		{agent.SessionComplete, func(h *harness) {
 			h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
-			h.ws.verifyErr = nil
-		}, func(h *harness) { h.waitState(agent.SessionComplete) }},
+			h.ws.holdVerify = true
+		}, func(h *harness) { h.waitState(agent.SessionComplete); synctest.Wait() }},
 	}
 	for _, c := range cases {
 		t.Run(c.state.String(), func(t *testing.T) {
@@ -295,11 +295,6 @@ func TestOperatorStopFromEveryState(t *testing.T) {
 				}
 				h.start()
 				c.reach(h)
-				if c.state == agent.SessionComplete {
-					// SessionComplete passes at once; stopping anywhere after it is fine.
-					h.stop()
-					return
-				}
 				if got := h.r.Snapshot().State.Kind; got != c.state {
 					t.Fatalf("held in %v, want %v", got, c.state)
 				}
