@@ -6,13 +6,33 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Keep the race-enabled suite inside CI's budget on 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 12m
 
-.PHONY: build test bench lint demo fuzz clean
+# The real agent CLIs the backend tests drive, installed by
+# scripts/install-clis.sh at their pinned versions (once: it skips what is
+# installed already).
+CLI_DIR ?= $(or $(SWARMD_CLI_DIR),$(CURDIR)/.cache/clis)
+
+.PHONY: build test clis bench lint demo fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/swarmd
 
-test:
-	$(GO) test $(TESTFLAGS) ./...
+test: clis
+	SWARMD_CLI_DIR="$(CLI_DIR)" $(GO) test $(TESTFLAGS) ./...
+
+# clis installs the agent CLIs when npm is there; without npm, or when the
+# install fails, the real-CLI tests skip, and this says so loudly first.
+clis:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "******************************************************************************" >&2; \
+		echo "*** make test: npm NOT FOUND: the real-CLI tests (claude, codex, gemini" >&2; \
+		echo "*** backends) will SKIP. Install Node.js and npm to run the whole suite." >&2; \
+		echo "******************************************************************************" >&2; \
+	elif ! bash scripts/install-clis.sh "$(CLI_DIR)" >/dev/null; then \
+		echo "******************************************************************************" >&2; \
+		echo "*** make test: installing the agent CLIs into $(CLI_DIR) FAILED: the" >&2; \
+		echo "*** real-CLI tests will SKIP (or fail, with SWARMD_REQUIRE_CLIS=1)." >&2; \
+		echo "******************************************************************************" >&2; \
+	fi
 
 BENCHPKGS ?= ./internal/agent ./internal/task ./internal/review ./internal/backend ./internal/runner ./internal/mailbox ./internal/metrics ./cmd/swarmd
 
