@@ -11,6 +11,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
@@ -172,7 +173,8 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, 
 			return nil, false, fmt.Errorf("continue task %d: %w", held.ID, err)
 		}
 		// A task still CLAIMED was never started: the session starts it.
-		return taskOf(held, held.State.String() != "CLAIMED"), held.State.String() == "CLAIMED", nil
+		claimed := held.State == task.Claimed
+		return taskOf(held, !claimed), claimed, nil
 	}
 	t, ok, err := b.Tasks.ClaimNext(ctx, req.Agent, req.SessionID)
 	if err != nil || !ok {
