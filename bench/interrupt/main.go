@@ -15,10 +15,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
 )
 
@@ -35,29 +35,18 @@ func main() {
 }
 
 func run(bin string, n, m int, gap time.Duration) error {
-	work, err := os.MkdirTemp("", "swarmd-interrupt")
+	work, err := harness.Repo("swarmd-interrupt")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=b", "-c", "user.email=b@b.invalid", "commit", "-q", "--allow-empty", "-m", "i"}} {
-		if out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("git: %v: %s", err, out)
-		}
-	}
-	var cfg strings.Builder
 	// Sessions exit on the cancel signal at once, so every agent is soon
 	// Running again for the next message.
-	cfg.WriteString("listen: \"\"\ndefaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: scripted, steps: [{sleep: 24h}]}}\nagents:\n")
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("a%d", i+1)
-		fmt.Fprintf(&cfg, "  - {name: %s, role: x}\n", names[i])
-	}
-	if err := os.WriteFile(filepath.Join(work, "swarmd.yaml"), []byte(cfg.String()), 0o644); err != nil {
+	config, names, err := harness.Swarm(work, "defaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: scripted, steps: [{sleep: 24h}]}}\n", n)
+	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "run", "--config", filepath.Join(work, "swarmd.yaml"), "--log-format", "json")
+	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err

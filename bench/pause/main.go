@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/control"
 )
 
@@ -36,26 +37,21 @@ func main() {
 }
 
 func run(bin string, procs, n int) error {
-	work, err := os.MkdirTemp("", "swarmd-pause")
+	work, err := harness.Repo("swarmd-pause")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=b", "-c", "user.email=b@b.invalid", "commit", "-q", "--allow-empty", "-m", "i"}} {
-		if out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("git: %v: %s", err, out)
-		}
-	}
 	// Half the children sleep in the leader's group, half in sessions of
 	// their own (as agent CLIs' shell tools do).
 	half := (procs - 1) / 2
 	script := fmt.Sprintf(`for i in $(seq %d); do sleep 3600 & done; for i in $(seq %d); do setsid sleep 3600 </dev/null >/dev/null 2>&1 & done; wait`,
 		procs-1-half, half)
-	cfg := fmt.Sprintf("listen: \"\"\ndefaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: command, command: sh, args: [\"-c\", %q]}}\nagents:\n  - {name: a1, role: x}\n", script)
-	if err := os.WriteFile(filepath.Join(work, "swarmd.yaml"), []byte(cfg), 0o644); err != nil {
+	config, _, err := harness.Swarm(work, fmt.Sprintf("defaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: command, command: sh, args: [\"-c\", %q]}}\n", script), 1)
+	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "run", "--config", filepath.Join(work, "swarmd.yaml"))
+	cmd := exec.Command(bin, "run", "--config", config)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -15,12 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
 )
 
@@ -37,28 +37,17 @@ func main() {
 }
 
 func run(bin string, n, m int, window time.Duration) error {
-	work, err := os.MkdirTemp("", "swarmd-scale")
+	work, err := harness.Repo("swarmd-scale")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=b", "-c", "user.email=b@b.invalid", "commit", "-q", "--allow-empty", "-m", "i"}} {
-		if out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("git: %v: %s", err, out)
-		}
-	}
-	var cfg strings.Builder
-	cfg.WriteString("listen: \"\"\ndefaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: scripted, steps: [{sleep: 24h}]}}\nagents:\n")
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("a%d", i+1)
-		fmt.Fprintf(&cfg, "  - {name: %s, role: x}\n", names[i])
-	}
-	if err := os.WriteFile(filepath.Join(work, "swarmd.yaml"), []byte(cfg.String()), 0o644); err != nil {
+	config, names, err := harness.Swarm(work, "defaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: scripted, steps: [{sleep: 24h}]}}\n", n)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
-	cmd := exec.Command(bin, "run", "--config", filepath.Join(work, "swarmd.yaml"), "--log-format", "json")
+	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -102,7 +91,6 @@ func run(bin string, n, m int, window time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	slices.Sort(lat)
 
 	t0 := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -114,8 +102,8 @@ func run(bin string, n, m int, window time.Duration) error {
 	fmt.Printf("agents=%d  start->all Running=%.1fs  RSS=%d MB  threads=%d  idle CPU=%.3f%% of a core over %v\n",
 		n, ramp.Seconds(), rss/1024, threads, 100*float64(cpu1-cpu0)/100/window.Seconds(), window)
 	fmt.Printf("urgent mail to %d agents: commit->cancel p50=%v p99=%v max=%v  SIGTERM->exit=%.2fs  survivors=%d\n",
-		m, lat[len(lat)/2].Round(10*time.Microsecond), lat[min(len(lat)-1, len(lat)*99/100)].Round(10*time.Microsecond),
-		lat[len(lat)-1].Round(10*time.Microsecond), exit.Seconds(), left)
+		m, harness.Percentile(lat, 0.5).Round(10*time.Microsecond), harness.Percentile(lat, 0.99).Round(10*time.Microsecond),
+		harness.Percentile(lat, 1).Round(10*time.Microsecond), exit.Seconds(), left)
 	return nil
 }
 

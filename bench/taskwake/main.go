@@ -13,11 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -34,23 +33,13 @@ func main() {
 }
 
 func run(bin string, n, m int) error {
-	work, err := os.MkdirTemp("", "swarmd-taskwake")
+	work, err := harness.Repo("swarmd-taskwake")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=b", "-c", "user.email=b@b.invalid", "commit", "-q", "--allow-empty", "-m", "i"}} {
-		if out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("git: %v: %s", err, out)
-		}
-	}
-	var cfg strings.Builder
-	cfg.WriteString("listen: \"\"\ndefaults: {backend: s, min_session_interval: 0s}\nbackends: {s: {type: scripted, steps: [{print: [DONE]}]}}\nagents:\n")
-	for i := range n {
-		fmt.Fprintf(&cfg, "  - {name: a%d, role: x}\n", i+1)
-	}
-	config := filepath.Join(work, "swarmd.yaml")
-	if err := os.WriteFile(config, []byte(cfg.String()), 0o644); err != nil {
+	config, _, err := harness.Swarm(work, "defaults: {backend: s, min_session_interval: 0s}\nbackends: {s: {type: scripted, steps: [{print: [DONE]}]}}\n", n)
+	if err != nil {
 		return err
 	}
 	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
@@ -90,8 +79,7 @@ func run(bin string, n, m int) error {
 			return err
 		}
 	}
-	slices.Sort(lat)
-	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	p := func(q float64) time.Duration { return harness.Percentile(lat, q) }
 	fmt.Printf("task added -> its session started, %d idle agents, %d tasks: p50 %v  p99 %v  max %v\n",
 		n, m, p(0.50).Round(10*time.Microsecond), p(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 	return nil

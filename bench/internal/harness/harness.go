@@ -1,0 +1,54 @@
+// Package harness is what the bench/ commands share: a throwaway git
+// repository with a swarmd.yaml, and percentiles.
+package harness
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Repo makes a git repository with one empty commit in a new temporary
+// directory; remove it with os.RemoveAll.
+func Repo(prefix string) (string, error) {
+	work, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=b", "-c", "user.email=b@b.invalid", "commit", "-q", "--allow-empty", "-m", "i"}} {
+		if out, err := exec.Command("git", append([]string{"-C", work}, args...)...).CombinedOutput(); err != nil {
+			os.RemoveAll(work)
+			return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return work, nil
+}
+
+// Swarm writes work/swarmd.yaml: no listener, head (the defaults and
+// backends, YAML) and n agents a1..aN. It returns the config's path and the
+// agents' names.
+func Swarm(work, head string, n int) (string, []string, error) {
+	var cfg strings.Builder
+	cfg.WriteString("listen: \"\"\n" + head)
+	cfg.WriteString("agents:\n")
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("a%d", i+1)
+		fmt.Fprintf(&cfg, "  - {name: %s, role: x}\n", names[i])
+	}
+	path := filepath.Join(work, "swarmd.yaml")
+	return path, names, os.WriteFile(path, []byte(cfg.String()), 0o644)
+}
+
+// Percentile is the q-quantile (0..1) of ds, which it sorts.
+func Percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
