@@ -328,6 +328,12 @@ hooks:
 mailbox:
   # {{kv "max_body" .MaxBody}}# bytes; longer messages are refused, never cut
 
+# The web dashboard and its JSON API on listen. Without a token it is
+# read-only; with one, stopping, starting, mail and new tasks need it as a
+# bearer token (make one with: openssl rand -hex 24).
+web:
+  # {{kv "token" "\"\""}}# at least 16 characters; "" keeps the dashboard read-only
+
 # Named backends. claude, codex and gemini are built in; an entry named after
 # one adjusts it, and its args are appended to swarmd's own invocation of the
 # CLI. Any other name needs a type: claude, codex, gemini, or command (any

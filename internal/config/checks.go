@@ -112,8 +112,7 @@ func backendSite(name string, raws map[string]*rawBackend, ra *rawAgent, default
 }
 
 // warnListen warns when the HTTP listener is reachable from other machines
-// and nothing on it asks for a token. hasToken is false until the web UI
-// adds a web.token key; its issue passes whether one is configured.
+// and nothing on it asks for a token: hasToken says whether web.token is set.
 func (d *decoder) warnListen(listen string, line int, hasToken bool) {
 	if listen == "" || hasToken {
 		return

@@ -220,14 +220,31 @@ func TestListenWarning(t *testing.T) {
 	}
 }
 
-// TestListenWarningWithToken: the check takes whether a token guards the
-// listener; the web UI's web.token will pass true.
+// TestListenWarningWithToken: a web.token guards the listener's writes, so
+// an open listen is no longer warned about.
 func TestListenWarningWithToken(t *testing.T) {
-	for _, hasToken := range []bool{false, true} {
-		d := &decoder{file: "swarmd.yaml"}
-		d.warnListen("0.0.0.0:9464", 3, hasToken)
-		if got := len(d.warnings); got != map[bool]int{false: 1, true: 0}[hasToken] {
-			t.Errorf("hasToken %v: %d warnings", hasToken, got)
+	dir := t.TempDir()
+	for token, warnings := range map[string]int{"": 1, "0123456789abcdef0123": 0} {
+		cfg, err := parseIn(t, dir, "listen: 0.0.0.0:9464\nweb: {token: \""+token+"\"}\nagents:\n  - {name: a, role: x}\n", Options{})
+		if err != nil {
+			t.Fatal(err)
 		}
+		if len(cfg.Warnings) != warnings || cfg.Web.Token != token {
+			t.Errorf("token %q: warnings %v, web %+v", token, cfg.Warnings, cfg.Web)
+		}
+	}
+}
+
+// TestWebToken: a token is a secret sent in a header: long enough, and
+// nothing a header cannot carry; each problem names web.token and its line.
+func TestWebToken(t *testing.T) {
+	dir := t.TempDir()
+	for token, want := range map[string]string{
+		"short":                    "is 5 characters; use at least 16",
+		"0123456789 abcdef0123":    "must be printable ASCII without spaces",
+		"0123456789abcdef\u00e90123": "must be printable ASCII without spaces",
+	} {
+		_, err := parseIn(t, dir, "listen: \"\"\nagents:\n  - {name: a, role: x}\nweb:\n  token: \""+token+"\"\n", Options{})
+		oneProblem(t, err, 5, "web.token", want)
 	}
 }

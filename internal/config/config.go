@@ -44,6 +44,7 @@ type Config struct {
 	// GitEmailDomain is the domain of the email address agents commit
 	// with by default: AGENT@GitEmailDomain.
 	GitEmailDomain string
+	Web            Web
 	Backends       map[string]Backend
 	Agents         []Agent
 	// Warnings are problems that do not stop the config from loading (a
@@ -110,6 +111,17 @@ type Hooks struct {
 	AgentStopped []string
 	Timeout      time.Duration // per hook run
 }
+
+// Web configures the web dashboard and its JSON API on listen.
+type Web struct {
+	// Token, when set, lets requests carrying it as a bearer token change
+	// things (stop, start, mail, tasks); "" keeps the dashboard read-only.
+	Token string
+}
+
+// MinWebTokenLen is the shortest web.token accepted: a bearer token guards
+// the swarm's controls, so it must not be guessable.
+const MinWebTokenLen = 16
 
 // Mailbox configures the SQLite mailbox.
 type Mailbox struct {

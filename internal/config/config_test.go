@@ -334,7 +334,7 @@ func TestErrors(t *testing.T) {
 		{"empty_file", 0, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
-		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, git_email_domain, backends, agents)"},
+		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, git_email_domain, web, backends, agents)"},
 		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_turns, signals)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},

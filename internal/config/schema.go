@@ -103,6 +103,10 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},
 		{"git_email_domain", "Agents commit as \"AGENT (swarmd)\" <AGENT@this domain> unless their env sets GIT_AUTHOR_*/GIT_COMMITTER_*.",
 			d.strTo(&cfg.GitEmailDomain, true)},
+		{"web", "The web dashboard and its JSON API, served on listen.", d.section([]field{
+			{"token", "Bearer token that unlocks the dashboard's actions (stop, start, mail, tasks); \"\" keeps it read-only. At least 16 characters.",
+				d.tokenTo(&cfg.Web.Token)},
+		}, nil)},
 		{"backends", "Named ways to run a session. claude, codex and gemini are built in; an entry named after one adjusts it.", d.backendsTo(&t.backends)},
 		{"agents", "The agents; at least one.", d.agentsTo(&t.agents)},
 	}
@@ -145,9 +149,7 @@ func (d *decoder) decode(data []byte) *Config {
 	if d.opts.LookPath != nil {
 		d.checkBinaries(cfg, good, raws, t.defaultsSet)
 	}
-	// web.token does not exist yet: the web UI's issue adds it and passes
-	// whether it is set here.
-	d.warnListen(cfg.Listen, top.at("listen"), false)
+	d.warnListen(cfg.Listen, top.at("listen"), cfg.Web.Token != "")
 	return cfg
 }
 
@@ -207,6 +209,34 @@ func (d *decoder) wordTo(dst *string) value {
 				d.errorf(n.Line, path, "signal word %q: use letters, digits, '_' or '-' only (a word the agent ends its result with)", *dst)
 				return false
 			}
+		}
+		return true
+	}
+	return v
+}
+
+// tokenTo decodes web.token: empty (read-only), or a secret of at least
+// MinWebTokenLen printable characters without spaces, as it travels in an
+// Authorization header.
+func (d *decoder) tokenTo(dst *string) value {
+	v := d.strTo(dst, false)
+	check := v.set
+	v.set = func(path string, n *yaml.Node) bool {
+		if !check(path, n) {
+			return false
+		}
+		if *dst == "" {
+			return true
+		}
+		if strings.IndexFunc(*dst, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+			d.errorf(n.Line, path, "must be printable ASCII without spaces (it is sent in an Authorization header)")
+			*dst = ""
+			return false
+		}
+		if len(*dst) < MinWebTokenLen {
+			d.errorf(n.Line, path, "is %d characters; use at least %d (for example: openssl rand -hex 24)", len(*dst), MinWebTokenLen)
+			*dst = ""
+			return false
 		}
 		return true
 	}
