@@ -34,6 +34,11 @@ type JournalOptions struct {
 	// or an enqueuing goroutine, so it must be quick and must not call the
 	// Journal. Nil ignores them; Flush and Close still return write errors.
 	OnError func(error)
+	// OnCommit, if set, is called after every committed batch, on the
+	// goroutine that wrote it: readers of the event log (the dashboards)
+	// look for new rows when told, instead of on a timer. It must be quick
+	// and must not call the Journal.
+	OnCommit func()
 }
 
 // Journal writes events, agent rows and session rows to swarm.db off the
@@ -49,6 +54,7 @@ type Journal struct {
 	interval time.Duration
 	maxBatch int
 	onError  func(error)
+	onCommit func()
 
 	mu       sync.Mutex
 	events   []EventRecord
@@ -144,6 +150,7 @@ func (db *DB) NewJournal(opts JournalOptions) *Journal {
 		interval: opts.FlushInterval,
 		maxBatch: opts.MaxBatch,
 		onError:  opts.OnError,
+		onCommit: opts.OnCommit,
 		wake:     make(chan struct{}, 1),
 		full:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -434,6 +441,9 @@ func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentReco
 			return err
 		}
 		sss, ags, evs, tcs = sss[ns:], ags[na:], evs[ne:], tcs[nt:]
+		if j.onCommit != nil {
+			j.onCommit()
+		}
 	}
 	return nil
 }

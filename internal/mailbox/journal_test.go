@@ -697,3 +697,29 @@ func TestSpend(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalOnCommit: the hook hears of each committed batch after its rows
+// are visible to readers, and not of a batch that failed.
+func TestJournalOnCommit(t *testing.T) {
+	db := openTest(t, "", Options{})
+	var seen []int
+	j := startJournal(t, db, JournalOptions{FlushInterval: never, OnCommit: func() {
+		seen = append(seen, countTable(t, db, "events")) // runs on the flushing goroutine
+	}})
+	ctx := context.Background()
+	j.Event(ev("alice", 1, "X"))
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Flush(ctx); err != nil { // nothing queued: nothing committed
+		t.Fatal(err)
+	}
+	j.Event(ev("alice", 2, "X"))
+	j.Event(ev("alice", 3, "X"))
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seen) != "[1 3]" {
+		t.Fatalf("OnCommit saw %v rows, want [1 3]", seen)
+	}
+}

@@ -209,3 +209,34 @@ func TestWakeIdleOnlyWhoHasWork(t *testing.T) {
 		t.Fatalf("nothing new woke %v", got)
 	}
 }
+
+// TestOnChangeHearsOtherConnectionsCommits: the hook runs once per change
+// another connection committed, not on polls that find nothing new.
+func TestOnChangeHearsOtherConnectionsCommits(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	daemonDB := openDB(t, path)
+	sender := openDB(t, path)
+	changes := 0
+	r := New(daemonDB, &recorder{seen: make(chan struct{}, 1)}, Options{OnChange: func() { changes++ }})
+	poll := func() {
+		t.Helper()
+		if err := r.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll()
+	base := changes
+	poll()
+	if changes != base {
+		t.Fatalf("a poll with no commit called OnChange (%d -> %d)", base, changes)
+	}
+	if _, err := sender.Send(ctx, mailbox.Draft{From: "alice", To: "bob", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	poll()
+	poll()
+	if changes != base+1 {
+		t.Fatalf("OnChange called %d times after one commit, want 1", changes-base)
+	}
+}
