@@ -1,0 +1,253 @@
+// Package view is the one read model behind `swarmd top` and the web
+// dashboard: a snapshot of the swarm (agents with seed 004's visual
+// classification, the task board by state, the merge queue) and a live
+// stream of what changes (lifecycle events, agent rows, the board).
+//
+// The Hub builds it from a Source (the daemon) and fans it out to any
+// number of subscribers. It reads swarm.db only when told that something
+// was committed (Notify), and computes agent rows from memory; while
+// anyone watches it also looks once a second, for what changes without an
+// event (a session going quiet, a spawn timing out).
+package view
+
+import (
+	"errors"
+	"time"
+)
+
+// Agent is one agent as the dashboards show it.
+type Agent struct {
+	Name      string `json:"name"`
+	State     string `json:"state"` // the state machine's state, e.g. Running
+	Visual    Visual `json:"visual"`
+	Indicator string `json:"indicator"`
+	// Health is what `swarmd status` says beyond the state: stalled,
+	// spawning-timeout, idle, hot loop, disk full; "" when nothing.
+	Health            string    `json:"health,omitempty"`
+	Seq               uint32    `json:"seq"`
+	SessionID         string    `json:"session_id,omitempty"`
+	SessionStarted    time.Time `json:"session_started,omitzero"`
+	LastOutput        time.Time `json:"last_output,omitzero"`
+	Since             time.Time `json:"since"`
+	ConsecutiveErrors uint32    `json:"consecutive_errors"`
+	TotalErrors       uint32    `json:"total_errors"`
+	Branch            string    `json:"branch,omitempty"`
+	Reason            string    `json:"reason,omitempty"`
+	Paused            bool      `json:"paused"`
+	Spend             *Spend    `json:"spend,omitempty"` // nil: no session recorded
+	Task              *TaskRef  `json:"task,omitempty"`  // the task it holds
+}
+
+// AgentState is what a Source knows of one agent; the Hub adds the visual
+// state, the spend and the task.
+type AgentState struct {
+	Condition
+	Name              string
+	Health            string
+	Seq               uint32
+	SessionID         string
+	ConsecutiveErrors uint32
+	TotalErrors       uint32
+	Branch            string
+	Reason            string
+}
+
+// Spend is an agent's use summed over its recorded sessions.
+type Spend struct {
+	Sessions  int     `json:"sessions"`
+	TokensIn  int64   `json:"tokens_in"`
+	TokensOut int64   `json:"tokens_out"`
+	CostUSD   float64 `json:"cost_usd"`
+}
+
+// TaskRef names a task an agent holds.
+type TaskRef struct {
+	ID    int64  `json:"id"`
+	Title string `json:"title"`
+	State string `json:"state"`
+}
+
+// Task is one card of the task board.
+type Task struct {
+	ID          int64     `json:"id"`
+	Title       string    `json:"title"`
+	State       string    `json:"state"`
+	Priority    int       `json:"priority"`
+	Assignee    string    `json:"assignee,omitempty"`
+	Claimant    string    `json:"claimant,omitempty"`
+	Parent      int64     `json:"parent,omitempty"`
+	Retries     int       `json:"retries"`
+	Reviewer    string    `json:"reviewer,omitempty"`
+	ReviewState string    `json:"review_state,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// TaskBoard is the board by state.
+type TaskBoard struct {
+	// States lists every task state in the task machine's order, with
+	// Counts holding each (zeros included).
+	States []string       `json:"states"`
+	Counts map[string]int `json:"counts"`
+	// Tasks are every task that is not CLOSED or CANCELLED, and the most
+	// recently finished of those, at most MaxBoardTasks, by id.
+	Tasks []Task `json:"tasks"`
+	// Omitted counts the tasks left out of Tasks.
+	Omitted int `json:"omitted,omitempty"`
+}
+
+// MaxBoardTasks bounds the cards a snapshot carries; Counts still counts all.
+const MaxBoardTasks = 500
+
+// RecentFinished is how many CLOSED or CANCELLED tasks a board shows.
+const RecentFinished = 20
+
+// MergeQueue is the merge queue as the dashboards show it.
+type MergeQueue struct {
+	// Configured is false while this swarmd has no merge queue (or the
+	// config names no merge target); Note then says so.
+	Configured bool        `json:"configured"`
+	Note       string      `json:"note,omitempty"`
+	Paused     bool        `json:"paused"`
+	Items      []MergeItem `json:"items"`
+}
+
+// MergeItem is one candidate in the queue, the first being integrated.
+type MergeItem struct {
+	TaskID int64     `json:"task_id"`
+	Title  string    `json:"title"`
+	Agent  string    `json:"agent"`
+	State  string    `json:"state"` // queued, checking, gating, ...
+	Since  time.Time `json:"since"`
+	Note   string    `json:"note,omitempty"`
+}
+
+// NotConfigured is the merge queue of a swarmd that has none.
+var NotConfigured = MergeQueue{Note: "not configured", Items: []MergeItem{}}
+
+// Features says which parts of the model this daemon has: the clients hide
+// or disable what is absent, and show it once it lands.
+type Features struct {
+	Tasks   bool `json:"tasks"`
+	Merge   bool `json:"merge"`
+	Pause   bool `json:"pause"`
+	Budgets bool `json:"budgets"`
+	// Writes: the client may change things (the web: a token is
+	// configured; the control socket: always).
+	Writes bool `json:"writes"`
+}
+
+// Event is one line of the lifecycle event log: an agent's transition, or
+// a task's when TaskID is set (From and To are then task states).
+type Event struct {
+	ID        int64     `json:"id"`
+	At        time.Time `json:"at"`
+	Agent     string    `json:"agent"`
+	From      string    `json:"from"`
+	Event     string    `json:"event"`
+	To        string    `json:"to"`
+	Effect    string    `json:"effect,omitempty"`
+	Actor     string    `json:"actor"`
+	Reason    string    `json:"reason,omitempty"`
+	SessionID string    `json:"session_id,omitempty"`
+	Seq       uint32    `json:"seq,omitempty"`
+	TaskID    int64     `json:"task_id,omitempty"`
+}
+
+// Session is one recorded backend session.
+type Session struct {
+	SessionID   string     `json:"session_id"`
+	Agent       string     `json:"agent"`
+	Seq         uint32     `json:"seq"`
+	Started     time.Time  `json:"started"`
+	Ended       *time.Time `json:"ended,omitempty"`
+	Outcome     string     `json:"outcome,omitempty"`
+	ExitCode    int        `json:"exit_code"`
+	AbortReason string     `json:"abort_reason,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	DurationMS  int64      `json:"duration_ms"`
+	TokensIn    int64      `json:"tokens_in"`
+	TokensOut   int64      `json:"tokens_out"`
+	CostUSD     float64    `json:"cost_usd"`
+	ToolCalls   int        `json:"tool_calls"`
+	Commits     int        `json:"commits"`
+}
+
+// Snapshot is the whole picture at one moment.
+type Snapshot struct {
+	At       time.Time  `json:"at"`
+	Agents   []Agent    `json:"agents"` // by name
+	Tasks    TaskBoard  `json:"tasks"`
+	Merge    MergeQueue `json:"merge"`
+	Features Features   `json:"features"`
+	// LastEventID is the newest event the snapshot reflects: a stream
+	// resumed after it misses nothing.
+	LastEventID int64 `json:"last_event_id"`
+	// Fault is why the daemon cannot do its job ("" when healthy).
+	Fault string `json:"fault,omitempty"`
+	// StallAfter and SpawnTimeout are the thresholds of the
+	// classification, in seconds.
+	StallAfter   float64 `json:"stall_after_seconds"`
+	SpawnTimeout float64 `json:"spawn_timeout_seconds"`
+}
+
+// Update kinds.
+const (
+	KindSnapshot = "snapshot" // Snapshot: the whole picture (a stream's first update)
+	KindEvent    = "event"    // Event: one new line of the event log
+	KindAgent    = "agent"    // Agent: a row changed or appeared
+	KindRemoved  = "removed"  // Name: an agent left the config
+	KindTasks    = "tasks"    // Tasks: the board changed
+	KindMerge    = "merge"    // Merge: the queue changed
+	KindFault    = "fault"    // Fault: the daemon's health changed
+)
+
+// Update is one message of a live stream.
+type Update struct {
+	Kind     string      `json:"type"`
+	Snapshot *Snapshot   `json:"snapshot,omitempty"`
+	Event    *Event      `json:"event,omitempty"`
+	Agent    *Agent      `json:"agent,omitempty"`
+	Name     string      `json:"name,omitempty"`
+	Tasks    *TaskBoard  `json:"tasks,omitempty"`
+	Merge    *MergeQueue `json:"merge,omitempty"`
+	Fault    *string     `json:"fault,omitempty"`
+}
+
+// LogChunk is a piece of an agent's followed log: a new session's start
+// (Session set, Text empty) or text of the current one.
+type LogChunk struct {
+	Session uint32 `json:"session,omitempty"`
+	Text    string `json:"text,omitempty"`
+}
+
+// MailRequest is mail an operator sends from a dashboard.
+type MailRequest struct {
+	To      string `json:"to"`  // an agent; "" with All
+	All     bool   `json:"all"` // every agent
+	Subject string `json:"subject,omitempty"`
+	Body    string `json:"body"`
+	Urgent  bool   `json:"urgent"`
+}
+
+// TaskRequest is a task an operator adds from a dashboard.
+type TaskRequest struct {
+	Title    string  `json:"title"`
+	Body     string  `json:"body,omitempty"`
+	To       string  `json:"to,omitempty"` // assignee agent
+	Priority int     `json:"priority,omitempty"`
+	After    []int64 `json:"after,omitempty"`
+	Parent   int64   `json:"parent,omitempty"`
+	Plan     bool    `json:"plan,omitempty"`
+}
+
+// Errors Actions return; the servers map them to statuses.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+	ErrInvalid  = errors.New("invalid request")
+	ErrDenied   = errors.New("forbidden")
+	// ErrUnsupported: this swarmd does not have the feature yet.
+	ErrUnsupported = errors.New("not supported by this swarmd")
+	// ErrClosed: the hub stopped (the daemon is shutting down).
+	ErrClosed = errors.New("view: hub closed")
+)
