@@ -240,8 +240,8 @@ func TestListenWarningWithToken(t *testing.T) {
 func TestWebToken(t *testing.T) {
 	dir := t.TempDir()
 	for token, want := range map[string]string{
-		"short":                    "is 5 characters; use at least 16",
-		"0123456789 abcdef0123":    "must be printable ASCII without spaces",
+		"short":                      "is 5 characters; use at least 16",
+		"0123456789 abcdef0123":      "must be printable ASCII without spaces",
 		"0123456789abcdef\u00e90123": "must be printable ASCII without spaces",
 	} {
 		_, err := parseIn(t, dir, "listen: \"\"\nagents:\n  - {name: a, role: x}\nweb:\n  token: \""+token+"\"\n", Options{})
