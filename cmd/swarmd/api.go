@@ -129,26 +129,33 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 // that session's agent, which may act only on itself unless its config says
 // allow_control. Everyone else, hooks included, is the operator.
 func (d *daemon) authorize(ctx context.Context, verb, target string) (actor string, err error) {
-	pid, ok := control.PeerPID(ctx)
+	name, ok := d.caller(ctx)
 	if !ok {
 		return "operator", nil
-	}
-	c, ok := proc.CallerOf(pid)
-	cfg, _ := d.current()
-	if !ok || c.Owner != cfg.StateDir {
-		return "operator", nil
-	}
-	name, ok := runner.AgentOfSession(c.TreeID)
-	if !ok {
-		return "operator", nil // a hook: the operator's own command
 	}
 	if name == target {
 		return "agent:" + name, nil
 	}
+	cfg, _ := d.current()
 	if a, ok := cfg.Agent(name); ok && a.AllowControl {
 		return "agent:" + name, nil
 	}
 	return "", fmt.Errorf("%w: agent %s may not %s agent %s (allow_control is off for %s)", control.ErrForbidden, name, verb, target, name)
+}
+
+// caller names the agent whose session made a control request; ok is false
+// for everyone else (the operator, hooks included).
+func (d *daemon) caller(ctx context.Context) (agentName string, ok bool) {
+	pid, ok := control.PeerPID(ctx)
+	if !ok {
+		return "", false
+	}
+	c, ok := proc.CallerOf(pid)
+	cfg, _ := d.current()
+	if !ok || c.Owner != cfg.StateDir {
+		return "", false
+	}
+	return runner.AgentOfSession(c.TreeID) // not found: a hook, the operator's own command
 }
 
 func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {

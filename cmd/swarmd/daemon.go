@@ -53,6 +53,7 @@ type daemon struct {
 	http     *httpServer
 	journal  *mailbox.Journal
 	control  *control.Server
+	dash     *dashboards // the read model of swarmd top and the web dashboard
 	observer runner.Observer
 	ready    atomic.Bool // every agent registered
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
@@ -138,11 +139,15 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()})
+	d.dash = newDashboards(d)
 	d.journal = d.mail.NewJournal(mailbox.JournalOptions{OnError: func(err error) {
 		log.Error("event log write", zap.Error(err))
-	}})
+	}, OnCommit: d.dash.notify})
 	d.journal.Start()
 	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.dash.start(ctx); err != nil {
 		return nil, err
 	}
 	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}}
@@ -158,7 +163,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: cfg.DBPath(),
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange})
 	if cfg.Listen != "" {
-		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, log); err != nil {
+		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {
 			return nil, usage(err)
 		}
 	}
@@ -404,11 +409,13 @@ func (d *daemon) noteChange() {
 	case d.mailChanged <- struct{}{}:
 	default:
 	}
+	d.dash.notify() // and the dashboards: a task moved, mail came
 }
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.
 func (d *daemon) Close() error {
 	d.cancelAgents()
+	d.dash.close() // ends the streams the servers' shutdown would wait for
 	var errs []error
 	if d.control != nil {
 		errs = append(errs, d.control.Close())

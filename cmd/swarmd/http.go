@@ -11,7 +11,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// httpServer serves /metrics, /healthz and /readyz on the `listen` address.
+// httpServer serves /metrics, /healthz, /readyz and the web dashboard (/ and
+// /api/) on the `listen` address.
 type httpServer struct {
 	srv *http.Server
 	ln  net.Listener
@@ -21,7 +22,7 @@ type httpServer struct {
 // readiness reports why the daemon is not ready, or "" when it is.
 type readiness func() string
 
-func startHTTP(addr string, metrics http.Handler, ready readiness, log *zap.Logger) (*httpServer, error) {
+func startHTTP(addr string, metrics http.Handler, ready readiness, web http.Handler, log *zap.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s (config key listen): %w", addr, err)
@@ -38,6 +39,9 @@ func startHTTP(addr string, metrics http.Handler, ready readiness, log *zap.Logg
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	if web != nil {
+		mux.Handle("/", web)
+	}
 	h := &httpServer{
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		ln:  ln,

@@ -201,8 +201,20 @@ func (s *Server) Close() error {
 	return err
 }
 
+// Viewer is an API that also serves the dashboards' read model (swarmd
+// top), under ViewPrefix.
+type Viewer interface {
+	ViewHandler() http.Handler
+}
+
+// ViewPrefix is where a Viewer's handler is mounted.
+const ViewPrefix = "/v1/view/"
+
 func (s *Server) routes(api API) http.Handler {
 	mux := http.NewServeMux()
+	if v, ok := api.(Viewer); ok {
+		mux.Handle(ViewPrefix, v.ViewHandler())
+	}
 	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, api.Agents())
 	})

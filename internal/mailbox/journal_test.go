@@ -723,3 +723,25 @@ func TestJournalOnCommit(t *testing.T) {
 		t.Fatalf("OnCommit saw %v rows, want [1 3]", seen)
 	}
 }
+
+func TestLastEventID(t *testing.T) {
+	db := openTest(t, "", Options{})
+	ctx := context.Background()
+	if id, err := db.LastEventID(ctx); err != nil || id != 0 {
+		t.Fatalf("empty log: %d, %v", id, err)
+	}
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	for i := uint32(1); i <= 3; i++ {
+		j.Event(ev("alice", i, "X"))
+	}
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := db.Events(ctx, EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := db.LastEventID(ctx); err != nil || id != evs[len(evs)-1].ID {
+		t.Fatalf("LastEventID %d, %v; newest event %d", id, err, evs[len(evs)-1].ID)
+	}
+}

@@ -32,6 +32,9 @@ var Verbs = []string{"stop", "start", "pause", "resume"}
 // read model, the logs, the actions. Their framing differs (NDJSON, Server-
 // Sent Events); what they say does not.
 type Service struct {
+	// Base, when it ends, ends every stream and follow (the daemon is
+	// stopping: an http.Server's Shutdown waits for them). Nil: never.
+	Base    context.Context
 	Hub     *Hub
 	Logs    *LogFollower
 	Actions Actions
@@ -47,6 +50,8 @@ type Service struct {
 // set to writes), the catch-up events, then every update until ctx ends
 // (nil) or the subscription does (ErrLagged, ErrClosed).
 func (s *Service) Stream(ctx context.Context, after int64, tail int, writes bool, emit func(Update) error) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	sub, err := s.Hub.Subscribe(ctx, after, tail)
 	if err != nil {
 		return err
@@ -81,6 +86,8 @@ func (s *Service) Log(ctx context.Context, req LogRequest, raw bool, emit func(L
 	if s.Logs == nil {
 		return ErrUnsupported
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.Logs.Follow(ctx, req, func(seq uint32) (io.WriteCloser, error) {
 		if err := emit(LogChunk{Session: seq}); err != nil {
 			return nil, err
@@ -93,6 +100,16 @@ func (s *Service) Log(ctx context.Context, req LogRequest, raw bool, emit func(L
 		}
 		return w, nil
 	})
+}
+
+// bound is ctx ended also by Base.
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if s.Base == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(s.Base, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // Act runs one of Verbs on agent.
@@ -171,7 +188,9 @@ type ErrorBody struct {
 func WriteJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // served as JSON with nosniff: "<" need not hide
+	_ = enc.Encode(v)
 }
 
 // WriteError writes err with its status.

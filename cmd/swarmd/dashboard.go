@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/taskboard"
+	"github.com/swarmd/swarmd/internal/view"
+	"github.com/swarmd/swarmd/internal/web"
+)
+
+// dashboards is the read model and what serves it: the hub, the service
+// both servers share, and the web dashboard.
+type dashboards struct {
+	hub    *view.Hub
+	svc    *view.Service
+	web    *web.Server
+	cancel context.CancelFunc
+}
+
+// newDashboards builds the read model over d. Nothing runs until start.
+func newDashboards(d *daemon) *dashboards {
+	ctx, cancel := context.WithCancel(context.Background())
+	hub := view.NewHub(viewSource{d}, view.Options{Log: d.log.Named("view")})
+	svc := &view.Service{
+		Base:    ctx,
+		Hub:     hub,
+		Logs:    &view.LogFollower{Store: d.logs, Current: d.currentSeq},
+		Actions: viewActions{d},
+		Sessions: func(ctx context.Context, agent string, limit int) ([]view.Session, error) {
+			return d.sessions(ctx, agent, limit)
+		},
+		Renderer: func(agent string, w io.Writer) io.WriteCloser {
+			cfg, _ := d.current()
+			if structuredBackend(cfg, agent) {
+				return backend.NewRenderer(w)
+			}
+			return nil
+		},
+	}
+	cfg, _ := d.current()
+	w := web.New(web.Options{
+		Service:      svc,
+		Token:        func() string { c, _ := d.current(); return c.Web.Token },
+		Version:      version,
+		LoopbackOnly: loopbackListen(cfg.Listen),
+		Log:          d.log.Named("web"),
+	})
+	return &dashboards{hub: hub, svc: svc, web: w, cancel: cancel}
+}
+
+// start reads where the event log stands and starts the hub.
+func (db *dashboards) start(ctx context.Context) error { return db.hub.Start(ctx) }
+
+// close ends every stream and follow (the servers' Shutdown would wait for
+// them) and stops the hub. Safe on a nil receiver.
+func (db *dashboards) close() {
+	if db == nil {
+		return
+	}
+	db.cancel()
+	db.hub.Close()
+}
+
+// notify tells the hub that swarm.db changed. Safe on a nil receiver (the
+// journal may commit before the dashboards exist).
+func (db *dashboards) notify() {
+	if db != nil {
+		db.hub.Notify()
+	}
+}
+
+// ViewHandler serves the read model on the control socket (swarmd top).
+func (a controlAPI) ViewHandler() http.Handler { return a.d.dash.svc.SocketHandler() }
+
+// loopbackListen: the listen address is on loopback, so requests naming any
+// other host are refused (a page elsewhere rebinding its name to us).
+func loopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// currentSeq is an agent's session seq now.
+func (d *daemon) currentSeq(agentName string) (uint32, bool) {
+	r, err := d.reg.Runner(agentName)
+	if err != nil {
+		return 0, false
+	}
+	return r.Snapshot().Seq, true
+}
+
+func (d *daemon) sessions(ctx context.Context, agentName string, limit int) ([]view.Session, error) {
+	ss, err := d.mail.Sessions(ctx, agentName, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]view.Session, len(ss))
+	for i, s := range ss {
+		out[i] = view.Session{SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Started, Ended: s.Ended,
+			Outcome: s.Outcome, ExitCode: s.ExitCode, AbortReason: s.AbortReason, Reason: s.Reason,
+			DurationMS: s.Duration.Milliseconds(), TokensIn: s.TokensIn, TokensOut: s.TokensOut, CostUSD: s.CostUSD,
+			ToolCalls: s.ToolCalls, Commits: s.Commits}
+	}
+	return out, nil
+}
+
+// viewSource is the daemon as the read model reads it.
+type viewSource struct{ d *daemon }
+
+var _ view.Source = viewSource{}
+
+// Agents is the rows `swarmd status` shows, from the runners' memory.
+func (s viewSource) Agents() []view.AgentState {
+	rows := controlAPI{s.d}.Agents()
+	out := make([]view.AgentState, 0, len(rows))
+	for _, st := range rows {
+		kind, err := agent.ParseStateKind(st.State)
+		if err != nil {
+			kind = agent.StateKind(255) // classified unknown
+		}
+		out = append(out, view.AgentState{
+			Condition: view.Condition{State: kind, Since: st.Since, SessionStarted: st.SessionStarted,
+				LastOutput: st.LastOutput, Idle: st.Health == "idle"},
+			Name: st.Name, Health: st.Health, Seq: st.Seq, SessionID: st.SessionID,
+			ConsecutiveErrors: st.ConsecutiveErrors, TotalErrors: st.TotalErrors, Branch: st.Branch, Reason: st.Reason,
+		})
+	}
+	return out
+}
+
+func (s viewSource) Events(ctx context.Context, after int64, limit int) ([]view.Event, error) {
+	evs, err := s.d.mail.Events(ctx, mailbox.EventQuery{AfterID: after, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]view.Event, len(evs))
+	for i, e := range evs {
+		out[i] = view.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To, Effect: e.Effect,
+			Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, Seq: e.Seq, TaskID: e.TaskID}
+	}
+	return out, nil
+}
+
+func (s viewSource) LastEventID(ctx context.Context) (int64, error) { return s.d.mail.LastEventID(ctx) }
+
+func (s viewSource) Tasks(ctx context.Context) ([]view.Task, error) {
+	ts, err := s.d.tasks.List(ctx, taskboard.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]view.Task, len(ts))
+	for i, t := range ts {
+		out[i] = viewTask(t)
+	}
+	return out, nil
+}
+
+func viewTask(t taskboard.Task) view.Task {
+	return view.Task{ID: t.ID, Title: t.Title, State: t.StateName, Priority: t.Priority, Assignee: t.Assignee,
+		Claimant: t.Claimant, Parent: t.Parent, Retries: t.Retries, Reviewer: t.Reviewer, ReviewState: t.ReviewState,
+		UpdatedAt: t.UpdatedAt}
+}
+
+func (s viewSource) Spend(ctx context.Context) (map[string]view.Spend, error) {
+	sp, err := s.d.mail.Spend(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]view.Spend, len(sp))
+	for name, v := range sp {
+		out[name] = view.Spend{Sessions: v.Sessions, TokensIn: v.TokensIn, TokensOut: v.TokensOut, CostUSD: v.CostUSD}
+	}
+	return out, nil
+}
+
+// Merge is the merge queue. This swarmd has none yet: when it lands, its
+// read of the queue goes here and Features says Merge.
+func (s viewSource) Merge(context.Context) (view.MergeQueue, error) { return view.NotConfigured, nil }
+
+// Features: what this swarmd has. Pause and budgets are not there yet; the
+// dashboards show them disabled until they are.
+func (s viewSource) Features() view.Features { return view.Features{Tasks: true} }
+
+func (s viewSource) Fault() string { return s.d.health.faultText() }
+
+func (s viewSource) Thresholds() view.Thresholds {
+	return view.Thresholds{StallAfter: s.d.stallAfter(), SpawnTimeout: spawnTimeout}
+}
+
+// viewActions are the dashboards' writes. On the control socket the caller
+// is whoever connected (an agent's session may act only as itself, as with
+// swarmd stop); on the web it is the operator holding web.token.
+type viewActions struct{ d *daemon }
+
+var _ view.Actions = viewActions{}
+
+func (a viewActions) Stop(ctx context.Context, name string) error {
+	return viewErr(controlAPI{a.d}.StopAgent(ctx, name))
+}
+
+func (a viewActions) Start(ctx context.Context, name string) error {
+	return viewErr(controlAPI{a.d}.StartAgent(ctx, name))
+}
+
+// errNoPause: pause and resume are not in this swarmd yet.
+var errNoPause = fmt.Errorf("pause and resume: %w", view.ErrUnsupported)
+
+func (a viewActions) Pause(context.Context, string) error  { return errNoPause }
+func (a viewActions) Resume(context.Context, string) error { return errNoPause }
+
+// Mail sends as the caller: the agent whose session asks, else the operator.
+func (a viewActions) Mail(ctx context.Context, m view.MailRequest) ([]int64, error) {
+	from := mailbox.Operator
+	if name, ok := a.d.caller(ctx); ok {
+		from = name
+	}
+	if m.All == (m.To != "") {
+		return nil, fmt.Errorf("%w: give exactly one of to (an agent) or all", view.ErrInvalid)
+	}
+	d := mailbox.Draft{From: from, To: m.To, Subject: m.Subject, Body: m.Body, Urgent: m.Urgent}
+	var ids []int64
+	if m.All {
+		msgs, err := a.d.mail.Broadcast(ctx, d)
+		if err != nil {
+			return nil, viewErr(err)
+		}
+		for _, msg := range msgs {
+			ids = append(ids, msg.ID)
+		}
+	} else {
+		msg, err := a.d.mail.Send(ctx, d)
+		if err != nil {
+			return nil, viewErr(err)
+		}
+		ids = append(ids, msg.ID)
+	}
+	a.d.log.Info("mail sent from a dashboard", zap.String("from", from), zap.String("to", m.To), zap.Bool("all", m.All),
+		zap.Bool("urgent", m.Urgent), zap.Int("messages", len(ids)))
+	return ids, nil
+}
+
+// AddTask adds a task as the caller, for an agent of the config or anyone.
+func (a viewActions) AddTask(ctx context.Context, t view.TaskRequest) (view.Task, error) {
+	cfg, _ := a.d.current()
+	if _, ok := cfg.Agent(t.To); t.To != "" && !ok {
+		return view.Task{}, fmt.Errorf("%w: no agent %q in the config", view.ErrInvalid, t.To)
+	}
+	by := mailbox.Operator
+	if name, ok := a.d.caller(ctx); ok {
+		by = "agent:" + name
+	}
+	tk, err := a.d.tasks.Add(ctx, taskboard.NewTask{Title: t.Title, Body: t.Body, Priority: t.Priority, Assignee: t.To,
+		After: t.After, Parent: t.Parent, Plan: t.Plan, CreatedBy: by})
+	if err != nil {
+		return view.Task{}, viewErr(err)
+	}
+	return viewTask(tk), nil
+}
+
+// viewErr keeps err's message and adds the read model's sentinel for its
+// kind, so that both servers answer with the right status.
+func viewErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ve *mailbox.ValidationError
+	for _, m := range []struct{ from, to error }{
+		{control.ErrUnknownAgent, view.ErrNotFound},
+		{control.ErrConflict, view.ErrConflict},
+		{control.ErrForbidden, view.ErrDenied},
+		{taskboard.ErrNotFound, view.ErrInvalid}, // a parent or dependency that does not exist
+		{taskboard.ErrInvalid, view.ErrInvalid},
+	} {
+		if errors.Is(err, m.from) {
+			return sentinelErr{err, m.to}
+		}
+	}
+	if errors.As(err, &ve) {
+		return sentinelErr{err, view.ErrInvalid}
+	}
+	return err
+}
+
+type sentinelErr struct{ err, sentinel error }
+
+func (e sentinelErr) Error() string   { return e.err.Error() }
+func (e sentinelErr) Unwrap() []error { return []error{e.err, e.sentinel} }
+
+

@@ -1,0 +1,501 @@
+// swarmd dashboard: one EventSource on /api/events carries the snapshot and
+// every change after it; nothing here polls the server. Every value from
+// the server is set as text (textContent), never parsed as HTML.
+'use strict';
+
+const MAX_EVENTS = 300;
+const MAX_LOG_CHARS = 256 * 1024;
+const TOKEN_KEY = 'swarmd-token';
+
+const S = {
+  agents: new Map(), // name -> agent
+  rows: new Map(), // name -> {tr, cells}
+  features: {},
+  skew: 0, // server clock minus ours, from the snapshot
+  lastEventID: 0,
+  token: '',
+  unlocked: false,
+  filter: '',
+  selected: '',
+  logSource: null,
+  logChars: 0,
+  liveFrom: 0, // events after this id arrived live, not as catch-up
+  events: null,
+};
+
+// Event-to-DOM latencies (ms, same-machine clocks), for the benchmarks.
+window.swarmdStats = { eventLatencyMs: [] };
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+function now() { return Date.now() + S.skew; }
+
+function age(ts) {
+  if (!ts) return '-';
+  const s = Math.max(0, Math.floor((now() - Date.parse(ts)) / 1000));
+  if (s < 60) return s + 's';
+  if (s < 3600) return Math.floor(s / 60) + 'm';
+  return Math.floor(s / 3600) + 'h';
+}
+
+function tokens(sp) {
+  if (!sp) return '-';
+  const n = sp.tokens_in + sp.tokens_out;
+  if (n >= 1e6) return (n / 1e6).toFixed(1) + 'M';
+  if (n >= 1e3) return (n / 1e3).toFixed(1) + 'k';
+  return String(n);
+}
+
+function cost(sp) { return sp && sp.cost_usd ? '$' + sp.cost_usd.toFixed(2) : '-'; }
+
+function toast(msg) {
+  const t = $('toast');
+  t.textContent = msg;
+  t.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.hidden = true; }, 5000);
+}
+
+// ---- the live stream ----
+
+function connect() {
+  const url = S.lastEventID > 0 ? '/api/events?after=' + S.lastEventID : '/api/events?tail=200';
+  const es = new EventSource(url);
+  S.events = es;
+  es.addEventListener('open', () => setConn('live', 'live'));
+  es.addEventListener('error', () => {
+    if (es.readyState === EventSource.CLOSED) {
+      // The server refused the stream (it is stopping): start a new one
+      // after the last event we have, a little later.
+      setConn('down', 'disconnected');
+      setTimeout(connect, 2000);
+    } else {
+      setConn('down', 'reconnecting…');
+    }
+  });
+  es.addEventListener('snapshot', (e) => applySnapshot(JSON.parse(e.data)));
+  es.addEventListener('event', (e) => addEvent(JSON.parse(e.data)));
+  es.addEventListener('agent', (e) => upsertAgent(JSON.parse(e.data)));
+  es.addEventListener('removed', (e) => removeAgent(JSON.parse(e.data).name));
+  es.addEventListener('tasks', (e) => renderBoard(JSON.parse(e.data)));
+  es.addEventListener('merge', (e) => renderMerge(JSON.parse(e.data)));
+  es.addEventListener('fault', (e) => setFault(JSON.parse(e.data).fault));
+}
+
+function setConn(cls, text) {
+  const c = $('conn');
+  c.className = 'conn ' + cls;
+  c.textContent = text;
+}
+
+function applySnapshot(s) {
+  S.skew = Date.parse(s.at) - Date.now();
+  S.features = s.features || {};
+  S.liveFrom = s.last_event_id;
+  const names = new Set(s.agents.map((a) => a.name));
+  for (const name of [...S.agents.keys()]) if (!names.has(name)) removeAgent(name);
+  for (const a of s.agents) upsertAgent(a, true);
+  summarize();
+  renderBoard(s.tasks);
+  renderMerge(s.merge);
+  setFault(s.fault || '');
+  $('unlock').hidden = !S.features.writes || S.unlocked;
+  if (!S.features.writes && S.unlocked) lock();
+}
+
+function setFault(f) {
+  const box = $('fault');
+  box.hidden = !f;
+  box.textContent = f ? 'DAEMON UNHEALTHY: ' + f : '';
+}
+
+// ---- agents ----
+
+const COLS = ['ind', 'name', 'state', 'seq', 'session', 'output', 'errors', 'tokens', 'cost', 'task', 'actions'];
+const NUM = new Set(['seq', 'session', 'output', 'errors', 'tokens', 'cost']);
+
+function upsertAgent(a, batch) {
+  S.agents.set(a.name, a);
+  let row = S.rows.get(a.name);
+  if (!row) {
+    const tr = el('tr');
+    tr.dataset.agent = a.name;
+    const cells = {};
+    for (const c of COLS) {
+      cells[c] = el('td', NUM.has(c) ? 'num' : c);
+      tr.appendChild(cells[c]);
+    }
+    tr.addEventListener('click', (e) => { if (!e.target.closest('button')) openLog(a.name); });
+    row = { tr, cells };
+    S.rows.set(a.name, row);
+    insertSorted(tr, a.name);
+  }
+  fillRow(row, a);
+  if (!batch) summarize();
+}
+
+function insertSorted(tr, name) {
+  const body = $('agents').tBodies[0];
+  for (const other of body.rows) {
+    if (other.dataset.agent > name) { body.insertBefore(tr, other); return; }
+  }
+  body.appendChild(tr);
+}
+
+function fillRow(row, a) {
+  const c = row.cells;
+  row.tr.dataset.state = a.state;
+  row.tr.dataset.visual = a.visual;
+  c.ind.textContent = a.indicator;
+  c.ind.className = 'ind v-' + a.visual;
+  c.ind.title = a.visual;
+  c.name.textContent = a.name;
+  c.state.textContent = '';
+  c.state.appendChild(el('span', 'v-' + a.visual, a.state));
+  const health = a.health || (a.visual === 'paused' ? 'paused' : '');
+  if (health) c.state.appendChild(el('span', 'health', health));
+  if (a.reason && (a.state === 'Stopped' || a.state === 'CoolingDown')) c.state.title = a.reason;
+  c.seq.textContent = a.seq;
+  c.errors.textContent = a.consecutive_errors + '/' + a.total_errors;
+  c.errors.className = 'num' + (a.consecutive_errors > 0 ? ' err' : '');
+  c.tokens.textContent = tokens(a.spend);
+  c.cost.textContent = cost(a.spend);
+  c.task.textContent = a.task ? '#' + a.task.id + ' ' + a.task.title : '';
+  c.task.title = c.task.textContent;
+  fillAges(row, a);
+  fillActions(c.actions, a);
+  applyFilter(row.tr, a);
+}
+
+function fillAges(row, a) {
+  const live = a.state === 'Running' || a.state === 'Interrupting';
+  row.cells.session.textContent = live ? age(a.session_started) : '-';
+  row.cells.output.textContent = live ? age(a.last_output) : '-';
+}
+
+function fillActions(td, a) {
+  td.textContent = '';
+  if (!S.unlocked) return;
+  if (a.state === 'Stopped') td.appendChild(actionButton('start', a.name));
+  else td.appendChild(actionButton('stop', a.name));
+  const pause = actionButton(a.paused ? 'resume' : 'pause', a.name);
+  if (!S.features.pause) {
+    pause.disabled = true;
+    pause.title = 'pause is not available in this swarmd';
+  }
+  td.appendChild(pause);
+  const mail = el('button', '', 'mail');
+  mail.type = 'button';
+  mail.addEventListener('click', () => openMail(a.name));
+  td.appendChild(mail);
+}
+
+function actionButton(verb, name) {
+  const b = el('button', 'act-' + verb, verb);
+  b.type = 'button';
+  b.addEventListener('click', async () => {
+    b.disabled = true;
+    try {
+      await post('/api/agents/' + encodeURIComponent(name) + '/' + verb);
+      toast(verb + ' ' + name + ': sent');
+    } catch (err) {
+      toast(verb + ' ' + name + ': ' + err.message);
+      b.disabled = false;
+    }
+  });
+  return b;
+}
+
+function removeAgent(name) {
+  const row = S.rows.get(name);
+  if (row) row.tr.remove();
+  S.rows.delete(name);
+  S.agents.delete(name);
+  summarize();
+}
+
+function summarize() {
+  const counts = {};
+  for (const a of S.agents.values()) counts[a.visual] = (counts[a.visual] || 0) + 1;
+  const box = $('summary');
+  box.textContent = '';
+  const order = ['running', 'stalled', 'spawning', 'merging', 'idle', 'paused', 'dead', 'unknown'];
+  for (const v of order) {
+    if (!counts[v]) continue;
+    const a = [...S.agents.values()].find((x) => x.visual === v);
+    box.appendChild(el('span', 'v-' + v, a.indicator + ' ' + counts[v] + ' ' + v));
+  }
+  $('agent-count').textContent = S.agents.size;
+}
+
+function applyFilter(tr, a) {
+  const f = S.filter;
+  if (!f) { tr.hidden = false; return; }
+  const hay = [a.name, a.state, a.visual, a.health || '', a.task ? a.task.title : ''].join(' ').toLowerCase();
+  tr.hidden = !hay.includes(f);
+}
+
+// ---- tasks and the merge queue ----
+
+function renderBoard(b) {
+  const box = $('board');
+  box.textContent = '';
+  let total = 0;
+  for (const st of b.states) total += b.counts[st] || 0;
+  $('task-count').textContent = total;
+  if (total === 0) {
+    box.appendChild(el('div', 'empty', 'no tasks (swarmd task add, or New task…)'));
+    return;
+  }
+  const byState = new Map();
+  for (const t of b.tasks) {
+    if (!byState.has(t.state)) byState.set(t.state, []);
+    byState.get(t.state).push(t);
+  }
+  for (const st of b.states) {
+    const n = b.counts[st] || 0;
+    if (n === 0) continue;
+    const col = el('div', 'column');
+    col.dataset.state = st;
+    col.appendChild(el('h3', '', st + ' (' + n + ')'));
+    for (const t of byState.get(st) || []) {
+      const card = el('div', 'card');
+      card.dataset.task = t.id;
+      card.appendChild(el('div', '', '#' + t.id + ' ' + t.title));
+      const who = t.claimant || t.assignee;
+      if (who) card.appendChild(el('div', 'who', who));
+      col.appendChild(card);
+    }
+    box.appendChild(col);
+  }
+  if (b.omitted) box.appendChild(el('div', 'empty', '+' + b.omitted + ' finished tasks not shown'));
+}
+
+function renderMerge(m) {
+  const box = $('merge');
+  box.textContent = '';
+  if (!m.configured) {
+    box.appendChild(el('div', 'empty', m.note || 'not configured'));
+    return;
+  }
+  if (m.paused) box.appendChild(el('div', 'health', 'paused'));
+  if (!m.items.length) box.appendChild(el('div', 'empty', 'empty'));
+  for (const it of m.items) {
+    const card = el('div', 'card');
+    card.appendChild(el('div', '', '#' + it.task_id + ' ' + it.title));
+    card.appendChild(el('div', 'who', it.agent + ' · ' + it.state + (it.note ? ' · ' + it.note : '')));
+    box.appendChild(card);
+  }
+}
+
+// ---- events ----
+
+function addEvent(e) {
+  if (e.id <= S.lastEventID) return; // a resumed stream repeats nothing, but a reconnect may
+  S.lastEventID = e.id;
+  const li = el('li');
+  li.dataset.id = e.id;
+  const at = new Date(e.at);
+  li.appendChild(el('span', 'at', at.toLocaleTimeString([], { hour12: false })));
+  li.appendChild(el('span', 'who', e.task_id ? 'task #' + e.task_id : e.agent));
+  const what = e.task_id ? (e.from ? e.from + ' → ' : '') + e.to + (e.agent ? ' (' + e.agent + ')' : '')
+    : e.from + ' —' + e.event + '→ ' + e.to;
+  li.appendChild(el('span', '', what + ' '));
+  if (e.reason || e.actor) li.appendChild(el('span', 'why', [e.actor, e.reason].filter(Boolean).join(': ')));
+  const list = $('events');
+  list.insertBefore(li, list.firstChild);
+  while (list.childElementCount > MAX_EVENTS) list.lastElementChild.remove();
+  if (e.id > S.liveFrom) {
+    const lat = window.swarmdStats.eventLatencyMs;
+    lat.push(Date.now() - at.getTime());
+    if (lat.length > 5000) lat.shift();
+  }
+}
+
+// ---- an agent's log ----
+
+function openLog(name) {
+  if (S.logSource) S.logSource.close();
+  for (const row of S.rows.values()) row.tr.classList.toggle('selected', row.tr.dataset.agent === name);
+  S.selected = name;
+  $('log-panel').hidden = false;
+  $('log-title').textContent = 'Log: ' + name;
+  const pre = $('log');
+  pre.textContent = '';
+  S.logChars = 0;
+  const src = new EventSource('/api/agents/' + encodeURIComponent(name) + '/log?follow=1');
+  S.logSource = src;
+  src.addEventListener('session', (e) => {
+    appendLog(el('span', 'session', '── session ' + JSON.parse(e.data).session + ' ──\n'));
+  });
+  src.addEventListener('text', (e) => appendLog(document.createTextNode(e.data)));
+  src.addEventListener('error', (e) => {
+    if (e.data) appendLog(el('span', 'err', '\n' + JSON.parse(e.data).error + '\n'));
+  });
+}
+
+function appendLog(node) {
+  const pre = $('log');
+  const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.appendChild(node);
+  S.logChars += node.textContent.length;
+  while (S.logChars > MAX_LOG_CHARS && pre.firstChild) {
+    S.logChars -= pre.firstChild.textContent.length;
+    pre.firstChild.remove();
+  }
+  if (atEnd) pre.scrollTop = pre.scrollHeight;
+}
+
+function closeLog() {
+  if (S.logSource) S.logSource.close();
+  S.logSource = null;
+  S.selected = '';
+  $('log-panel').hidden = true;
+  for (const row of S.rows.values()) row.tr.classList.remove('selected');
+}
+
+// ---- writes: the token ----
+
+async function post(path, body) {
+  const resp = await fetch(path, {
+    method: 'POST',
+    headers: { Authorization: 'Bearer ' + S.token, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (resp.status === 401) {
+    lock();
+    throw new Error('the token was refused');
+  }
+  if (!resp.ok) {
+    let msg = resp.statusText;
+    try { msg = (await resp.json()).error || msg; } catch (_) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  return resp.status === 204 || resp.status === 202 ? null : resp.json();
+}
+
+async function unlock(token) {
+  S.token = token;
+  try {
+    await post('/api/auth');
+  } catch (err) {
+    toast('unlock: ' + err.message);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  setUnlocked(true);
+}
+
+function lock() {
+  S.token = '';
+  sessionStorage.removeItem(TOKEN_KEY);
+  setUnlocked(false);
+}
+
+function setUnlocked(on) {
+  S.unlocked = on;
+  document.body.classList.toggle('unlocked', on);
+  for (const id of ['new-mail', 'new-task', 'lock']) $(id).hidden = !on;
+  $('unlock').hidden = on || !S.features.writes;
+  $('token-form').hidden = true;
+  for (const [name, row] of S.rows) fillActions(row.cells.actions, S.agents.get(name));
+}
+
+// ---- dialogs ----
+
+function agentOptions(select, first) {
+  select.textContent = '';
+  const o = el('option', '', first[1]);
+  o.value = first[0];
+  select.appendChild(o);
+  for (const name of [...S.agents.keys()].sort()) {
+    const opt = el('option', '', name);
+    opt.value = name;
+    select.appendChild(opt);
+  }
+}
+
+function openMail(to) {
+  agentOptions($('mail-to'), ['*', 'every agent']);
+  $('mail-to').value = to || '*';
+  $('mail-dialog').showModal();
+}
+
+function wireDialogs() {
+  for (const d of document.querySelectorAll('dialog')) {
+    d.querySelector('.cancel').addEventListener('click', () => d.close());
+  }
+  $('new-mail').addEventListener('click', () => openMail(S.selected));
+  $('mail-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const to = $('mail-to').value;
+    try {
+      const r = await post('/api/mail', {
+        to: to === '*' ? '' : to, all: to === '*', subject: $('mail-subject').value,
+        body: $('mail-body').value, urgent: $('mail-urgent').checked,
+      });
+      toast('mail sent (' + r.ids.length + ')');
+      $('mail-form').reset();
+      $('mail-dialog').close();
+    } catch (err) { toast('mail: ' + err.message); }
+  });
+  $('new-task').addEventListener('click', () => {
+    agentOptions($('task-to'), ['', 'any agent']);
+    $('task-dialog').showModal();
+  });
+  $('task-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    try {
+      const t = await post('/api/tasks', {
+        title: $('task-title').value, body: $('task-body').value, to: $('task-to').value,
+        priority: Number($('task-priority').value) || 0, plan: $('task-plan').checked,
+      });
+      toast('task #' + t.id + ' added (' + t.state + ')');
+      $('task-form').reset();
+      $('task-dialog').close();
+    } catch (err) { toast('task: ' + err.message); }
+  });
+}
+
+function init() {
+  $('filter').addEventListener('input', (e) => {
+    S.filter = e.target.value.trim().toLowerCase();
+    for (const [name, row] of S.rows) applyFilter(row.tr, S.agents.get(name));
+  });
+  $('log-close').addEventListener('click', closeLog);
+  $('unlock').addEventListener('click', () => {
+    $('unlock').hidden = true;
+    $('token-form').hidden = false;
+    $('token').focus();
+  });
+  $('token-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    unlock($('token').value);
+    $('token').value = '';
+  });
+  $('lock').addEventListener('click', lock);
+  wireDialogs();
+  // A token in the fragment (#token=...) unlocks at once and is removed
+  // from the address bar; the fragment never reaches the server.
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    history.replaceState(null, '', location.pathname + location.search);
+    unlock(decodeURIComponent(m[1]));
+  } else if (sessionStorage.getItem(TOKEN_KEY)) {
+    unlock(sessionStorage.getItem(TOKEN_KEY));
+  }
+  // Ages are computed here from the timestamps: no request.
+  setInterval(() => {
+    for (const [name, row] of S.rows) if (!row.tr.hidden) fillAges(row, S.agents.get(name));
+  }, 1000);
+  connect();
+}
+
+init();
