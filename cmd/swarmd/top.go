@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/tui"
+	"github.com/swarmd/swarmd/internal/view"
+)
+
+// topLogTail is where a followed log starts: its last 64 KiB.
+const topLogTail = 64 << 10
+
+// onceEvents is how many events a printed frame shows.
+const onceEvents = 20
+
+func newTopCommand(s streams) *cobra.Command {
+	o := &operateMain{s: s}
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Live terminal dashboard: agents, tasks, merge queue, events",
+		Long: `A full-screen dashboard of the running daemon, over its control socket: every agent with its
+state and seed 004's visual state (● running, ◐ stalled, ◔ spawning, ⇄ merging, □ idle, ‖ paused,
+○ dead), session seq and age, time since its last output, errors and spend; the tasks by state; the
+merge queue; the live event feed. It follows the daemon as things change (nothing is polled).
+
+Keys: ↑/↓ select, enter follows the selected agent's live log (esc back), s/S stop/start it, p/r
+pause/resume it, m sends it mail, / filters, ? help, q quits.
+
+When the output is not a terminal, or TERM is dumb, it prints one frame of plain text and exits
+(--once does so anywhere).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := o.config()
+			if err != nil {
+				return err
+			}
+			path := cfg.SocketPath()
+			cl := &view.Client{HTTP: control.NewClient(path).HTTP()}
+			snap, err := cl.Snapshot(cmd.Context())
+			if err != nil {
+				return topErr(err, path)
+			}
+			out, isFile := s.out.(*os.File)
+			dumb := s.getenv("TERM") == "dumb"
+			if once || dumb || !isFile || !isTerminal(out) {
+				return printFrame(cmd.Context(), s, control.NewClient(path), snap, dumb)
+			}
+			return runTop(cmd.Context(), cl, s)
+		},
+	}
+	cmd.Flags().BoolVar(&once, "once", false, "print one frame of plain text and exit")
+	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	return cmd
+}
+
+// topErr turns "nothing listens on the socket" into the usual usage error.
+func topErr(err error, path string) error {
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return usage(fmt.Errorf("%w (no control socket at %s)", control.ErrNoDaemon, path))
+	}
+	return fmt.Errorf("top: %w", err)
+}
+
+// printFrame prints the dashboard once, as plain text sized to show every
+// agent, with the latest events.
+func printFrame(ctx context.Context, s streams, cc *control.Client, snap view.Snapshot, ascii bool) error {
+	width := 100
+	if c, err := strconv.Atoi(s.getenv("COLUMNS")); err == nil && c >= 40 {
+		width = c
+	}
+	m := tui.New(tui.Options{ASCII: ascii})
+	next, _ := m.Update(tea.WindowSizeMsg{Width: width, Height: max(24, len(snap.Agents)+16)})
+	next, _ = next.Update(tui.TickMsg(snap.At))
+	next, _ = next.Update(tui.UpdateMsg{Update: view.Update{Kind: view.KindSnapshot, Snapshot: &snap}})
+	err := cc.Events(ctx, "", max(0, snap.LastEventID-onceEvents), false, func(e control.Event) error {
+		ev := view.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To, Actor: e.Actor, Reason: e.Reason}
+		next, _ = next.Update(tui.UpdateMsg{Update: view.Update{Kind: view.KindEvent, Event: &ev}})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("top: events: %w", err)
+	}
+	_, err = fmt.Fprintln(s.out, next.(tui.Model).Render())
+	return err
+}
+
+// runTop runs the full-screen dashboard until q.
+func runTop(ctx context.Context, cl *view.Client, s streams) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	be := &topBackend{ctx: ctx, cl: cl}
+	p := tea.NewProgram(tui.New(tui.Options{Backend: be, Color: true, Tick: time.Second}),
+		tea.WithContext(ctx), tea.WithInput(s.in), tea.WithOutput(s.out))
+	be.p = p
+	var wg sync.WaitGroup
+	wg.Go(func() { be.stream(ctx) })
+	_, err := p.Run()
+	cancel()
+	be.StopLog()
+	wg.Wait()
+	be.wait()
+	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// topBackend connects the model to the daemon: the live stream, the log
+// being followed, the actions.
+type topBackend struct {
+	ctx context.Context
+	cl  *view.Client
+	p   *tea.Program
+
+	mu        sync.Mutex
+	logCancel context.CancelFunc
+	logs      sync.WaitGroup
+}
+
+// stream feeds the model the read model's updates, reconnecting after the
+// last event it saw when the stream ends (the daemon restarted, the model
+// fell behind).
+func (b *topBackend) stream(ctx context.Context) {
+	after, wait := view.NoResume, 250*time.Millisecond
+	for ctx.Err() == nil {
+		err := b.cl.Stream(ctx, after, 50, func(u view.Update) error {
+			if u.Kind == view.KindEvent {
+				after = u.Event.ID
+			}
+			if u.Kind == view.KindSnapshot && after == view.NoResume {
+				after = u.Snapshot.LastEventID
+			}
+			wait = 250 * time.Millisecond
+			b.p.Send(tui.UpdateMsg{Update: u})
+			return nil
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			err = errors.New("the daemon ended the stream")
+		}
+		b.p.Send(tui.ConnMsg{Err: err})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (b *topBackend) Act(agentName, verb string) tea.Cmd {
+	return func() tea.Msg {
+		return tui.ActionDoneMsg{What: verb + " " + agentName, Err: b.cl.Act(b.ctx, agentName, verb)}
+	}
+}
+
+func (b *topBackend) Mail(to, body string, urgent bool) tea.Cmd {
+	return func() tea.Msg {
+		_, err := b.cl.Mail(b.ctx, view.MailRequest{To: to, Body: body, Urgent: urgent})
+		return tui.ActionDoneMsg{What: "mail to " + to, Err: err}
+	}
+}
+
+// FollowLog follows one agent's log, ending any other follow.
+func (b *topBackend) FollowLog(agentName string) tea.Cmd {
+	b.StopLog()
+	ctx, cancel := context.WithCancel(b.ctx)
+	b.mu.Lock()
+	b.logCancel = cancel
+	b.mu.Unlock()
+	b.logs.Go(func() {
+		err := b.cl.Log(ctx, view.LogRequest{Agent: agentName, Tail: topLogTail, Follow: true}, func(c view.LogChunk) error {
+			b.p.Send(tui.LogMsg{Agent: agentName, LogChunk: c})
+			return nil
+		})
+		if ctx.Err() == nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the daemon ended the log")
+			}
+			b.p.Send(tui.LogEndMsg{Agent: agentName, Err: err})
+		}
+	})
+	return nil
+}
+
+func (b *topBackend) StopLog() {
+	b.mu.Lock()
+	cancel := b.logCancel
+	b.logCancel = nil
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (b *topBackend) wait() { b.logs.Wait() }

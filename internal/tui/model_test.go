@@ -1,0 +1,319 @@
+package tui
+
+import (
+	"errors"
+	"fmt"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/swarmd/swarmd/internal/view"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden frames")
+
+func TestMain(m *testing.M) {
+	time.Local = time.UTC // event times are drawn in local time
+	os.Exit(m.Run())
+}
+
+// t0 is the fixed "now" of every frame.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// swarm is the fixed snapshot the frames are drawn from: one agent in each
+// visual state, a task board, an empty merge queue.
+func swarm() view.Snapshot {
+	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
+	agent := func(name, state string, v view.Visual, health string) view.Agent {
+		return view.Agent{Name: name, State: state, Visual: v, Indicator: v.Indicator(), Health: health, Seq: 3,
+			Since: ago(time.Minute), Branch: "swarm/" + name}
+	}
+	alice := agent("alice", "Running", view.Running, "")
+	alice.SessionStarted, alice.LastOutput = ago(2*time.Minute+5*time.Second), ago(time.Second)
+	alice.Spend = &view.Spend{Sessions: 3, TokensIn: 120_000, TokensOut: 4_500, CostUSD: 1.234}
+	alice.Task = &view.TaskRef{ID: 4, Title: "make the parser accept trailing commas", State: "IN_PROGRESS"}
+	bob := agent("bob", "Running", view.Stalled, "stalled")
+	bob.SessionStarted, bob.LastOutput, bob.ConsecutiveErrors, bob.TotalErrors = ago(40*time.Minute), ago(7*time.Minute), 1, 2
+	carol := agent("carol", "Spawning", view.Spawning, "")
+	dave := agent("dave", "BuildingPrompt", view.Idle, "idle")
+	dave.Spend = &view.Spend{Sessions: 12, TokensIn: 2_300_000, TokensOut: 80_000, CostUSD: 14.5}
+	erin := agent("erin", "SessionComplete", view.Merging, "")
+	frank := agent("frank", "Stopped", view.Dead, "")
+	frank.Reason, frank.ConsecutiveErrors, frank.TotalErrors = "5 consecutive errors", 5, 5
+	board := view.TaskBoard{
+		States: []string{"PLANNED", "OPEN", "CLAIMED", "IN_PROGRESS", "DONE", "CLOSED", "FAILED", "BLOCKED",
+			"WAITING_FOR_SUBTASKS", "CANCELLED", "ORPHANED", "PENDING_APPROVAL"},
+		Counts: map[string]int{"OPEN": 2, "IN_PROGRESS": 1, "CLOSED": 7, "FAILED": 1},
+		Tasks: []view.Task{
+			{ID: 4, Title: "make the parser accept trailing commas", State: "IN_PROGRESS", Claimant: "alice"},
+			{ID: 5, Title: "document the new flag", State: "OPEN", Assignee: "dave"},
+			{ID: 6, Title: "flaky test in router", State: "OPEN"},
+			{ID: 7, Title: "port the bench script", State: "FAILED"},
+		},
+	}
+	return view.Snapshot{At: t0, Agents: []view.Agent{frank, alice, bob, carol, dave, erin}, Tasks: board,
+		Merge: view.NotConfigured, Features: view.Features{Tasks: true, Writes: true}, LastEventID: 3,
+		StallAfter: 300, SpawnTimeout: 60}
+}
+
+func events() []view.Event {
+	return []view.Event{
+		{ID: 1, At: t0.Add(-3 * time.Minute), Agent: "frank", From: "CoolingDown", Event: "BackoffElapsed", To: "Stopped"},
+		{ID: 2, At: t0.Add(-2 * time.Minute), Agent: "alice", From: "Spawning", Event: "SessionStarted", To: "Running"},
+		{ID: 3, At: t0.Add(-90 * time.Second), Agent: "alice", From: "CLAIMED", To: "IN_PROGRESS", TaskID: 4},
+	}
+}
+
+// fakeBackend records what the model asked for.
+type fakeBackend struct {
+	calls []string
+}
+
+func (f *fakeBackend) Act(agent, verb string) tea.Cmd {
+	f.calls = append(f.calls, verb+" "+agent)
+	return func() tea.Msg { return ActionDoneMsg{What: verb + " " + agent} }
+}
+
+func (f *fakeBackend) Mail(to, body string, urgent bool) tea.Cmd {
+	u := ""
+	if urgent {
+		u = " urgent"
+	}
+	f.calls = append(f.calls, "mail "+to+u+": "+body)
+	return nil
+}
+
+func (f *fakeBackend) FollowLog(agent string) tea.Cmd {
+	f.calls = append(f.calls, "follow "+agent)
+	return nil
+}
+
+func (f *fakeBackend) StopLog() { f.calls = append(f.calls, "stop log") }
+
+// driver feeds a model messages and keeps the result, as Bubble Tea would.
+type driver struct {
+	t  *testing.T
+	m  Model
+	be *fakeBackend
+}
+
+func newDriver(t *testing.T, opts Options, w, h int) *driver {
+	be := &fakeBackend{}
+	opts.Backend = be
+	d := &driver{t: t, m: New(opts), be: be}
+	d.send(tea.WindowSizeMsg{Width: w, Height: h})
+	d.send(TickMsg(t0))
+	snap := swarm()
+	d.send(UpdateMsg{view.Update{Kind: view.KindSnapshot, Snapshot: &snap}})
+	for _, e := range events() {
+		d.send(UpdateMsg{view.Update{Kind: view.KindEvent, Event: &e}})
+	}
+	return d
+}
+
+// send applies msg and runs the command it returns, once, feeding its
+// message back (a command's goroutine, made synchronous).
+func (d *driver) send(msg tea.Msg) tea.Cmd {
+	d.t.Helper()
+	next, cmd := d.m.Update(msg)
+	d.m = next.(Model)
+	return cmd
+}
+
+func (d *driver) key(keys ...string) {
+	d.t.Helper()
+	for _, k := range keys {
+		cmd := d.send(keyMsg(k))
+		if cmd != nil {
+			if msg := cmd(); msg != nil {
+				if _, quit := msg.(tea.QuitMsg); !quit {
+					d.send(msg)
+				}
+			}
+		}
+	}
+}
+
+func keyMsg(k string) tea.KeyPressMsg {
+	switch k {
+	case "enter":
+		return tea.KeyPressMsg{Code: tea.KeyEnter}
+	case "esc":
+		return tea.KeyPressMsg{Code: tea.KeyEscape}
+	case "down":
+		return tea.KeyPressMsg{Code: tea.KeyDown}
+	case "up":
+		return tea.KeyPressMsg{Code: tea.KeyUp}
+	case "backspace":
+		return tea.KeyPressMsg{Code: tea.KeyBackspace}
+	case "ctrl+u":
+		return tea.KeyPressMsg{Code: 'u', Mod: tea.ModCtrl}
+	case "space":
+		return tea.KeyPressMsg{Code: ' ', Text: " "}
+	}
+	r := []rune(k)[0]
+	return tea.KeyPressMsg{Code: r, Text: k}
+}
+
+// frame checks the frame's shape and compares its text with a golden file.
+func (d *driver) frame(name string) string {
+	d.t.Helper()
+	plain := d.shape(name)
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(plain), 0o644); err != nil {
+			d.t.Fatal(err)
+		}
+		return plain
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		d.t.Fatalf("%v (run go test ./internal/tui -update to write it)", err)
+	}
+	if plain != string(want) {
+		d.t.Errorf("frame %s differs from %s:\n--- got ---\n%s\n--- want ---\n%s", name, path, plain, want)
+	}
+	return plain
+}
+
+// shape checks that the frame is exactly the terminal's height and no line
+// is wider than it, and returns its text.
+func (d *driver) shape(name string) string {
+	d.t.Helper()
+	raw := d.m.Render()
+	lines := strings.Split(raw, "\n")
+	if len(lines) != d.m.height {
+		d.t.Errorf("%s: %d lines, want the height %d", name, len(lines), d.m.height)
+	}
+	for i, l := range lines {
+		if w := ansi.StringWidth(l); w > d.m.width {
+			d.t.Errorf("%s: line %d is %d cells wide, over %d: %q", name, i+1, w, d.m.width, ansi.Strip(l))
+		}
+	}
+	return ansi.Strip(raw)
+}
+
+// TestFrames draws the fixed swarm and walks through the keys, one golden
+// frame each.
+func TestFrames(t *testing.T) {
+	d := newDriver(t, Options{Color: true}, 80, 24)
+	d.frame("table_80x24")
+
+	d.key("down", "down")
+	if d.m.selected != "carol" {
+		t.Fatalf("selected %q after two downs, want carol", d.m.selected)
+	}
+	d.frame("selected_carol")
+
+	d.key("s")
+	d.key("S")
+	d.key("p") // pause is not in this swarmd: refused without a call
+	if got := strings.Join(d.be.calls, ","); got != "stop carol,start carol" {
+		t.Fatalf("backend calls %q", got)
+	}
+	d.frame("pause_unavailable")
+
+	d.key("/", "b", "o")
+	d.frame("filter_bo")
+	d.key("enter")
+	if vis := d.m.visible(); len(vis) != 1 || vis[0].Name != "bob" {
+		t.Fatalf("filter bo shows %v", vis)
+	}
+	d.key("esc")
+	if len(d.m.visible()) != 6 {
+		t.Fatal("esc did not clear the filter")
+	}
+
+	d.key("?")
+	d.frame("help")
+	d.key("x")
+	if d.m.mode != modeTable {
+		t.Fatal("a key did not close the help")
+	}
+
+	d.key("m", "h", "i", "ctrl+u")
+	d.frame("mail_typing")
+	d.key("enter")
+	if last := d.be.calls[len(d.be.calls)-1]; last != "mail carol urgent: hi" {
+		t.Fatalf("mail call %q", last)
+	}
+}
+
+// TestLogFrames: enter follows the selected agent's log, chunks render as
+// lines across sessions, esc goes back and stops following.
+func TestLogFrames(t *testing.T) {
+	d := newDriver(t, Options{Color: true}, 80, 24)
+	d.key("down", "enter")
+	if d.m.mode != modeLog || d.be.calls[0] != "follow bob" {
+		t.Fatalf("mode %v, calls %v", d.m.mode, d.be.calls)
+	}
+	for _, c := range []view.LogChunk{{Session: 2}, {Text: "running the tests\nok  \tpkg/a\t0.1s\nFAIL pkg"}, {Text: "/b\n"}, {Session: 3}, {Text: "next session\n"}} {
+		d.send(LogMsg{Agent: "bob", LogChunk: c})
+	}
+	d.send(LogMsg{Agent: "alice", LogChunk: view.LogChunk{Text: "not bob's\n"}}) // a stale follow's chunk
+	d.frame("log_bob")
+	d.key("esc")
+	if d.m.mode != modeTable || d.be.calls[len(d.be.calls)-1] != "stop log" {
+		t.Fatalf("esc: mode %v, calls %v", d.m.mode, d.be.calls)
+	}
+}
+
+// TestResizeAndUpdates: the frame follows a resize, an agent's state change
+// and new events; nothing is wider or taller than the terminal.
+func TestResizeAndUpdates(t *testing.T) {
+	d := newDriver(t, Options{Color: true}, 80, 24)
+	d.send(tea.WindowSizeMsg{Width: 120, Height: 30})
+	bob := swarm().Agents[2]
+	bob.State, bob.Visual, bob.Indicator, bob.Health = "Stopped", view.Dead, view.Dead.Indicator(), ""
+	d.send(UpdateMsg{view.Update{Kind: view.KindAgent, Agent: &bob}})
+	e := view.Event{ID: 4, At: t0, Agent: "bob", From: "Running", Event: "OperatorStop", To: "Stopped", Actor: "operator"}
+	d.send(UpdateMsg{view.Update{Kind: view.KindEvent, Event: &e}})
+	d.send(UpdateMsg{view.Update{Kind: view.KindEvent, Event: &e}}) // a resumed stream's repeat
+	d.send(TickMsg(t0.Add(10 * time.Second)))
+	d.frame("resized_120x30")
+	for _, size := range [][2]int{{40, 12}, {200, 60}, {80, 10}} {
+		d.send(tea.WindowSizeMsg{Width: size[0], Height: size[1]})
+		d.shape(fmt.Sprint(size))
+	}
+}
+
+// TestDumbFrame: without colour and symbols the frame is plain ASCII
+// letters, no escape sequences.
+func TestDumbFrame(t *testing.T) {
+	d := newDriver(t, Options{ASCII: true}, 80, 24)
+	raw := d.m.Render()
+	if raw != ansi.Strip(raw) {
+		t.Error("a colourless frame carries escape sequences")
+	}
+	for i, r := range raw {
+		if r > 0x7e || r < ' ' && r != '\n' {
+			t.Fatalf("an ASCII frame draws %q at byte %d", r, i)
+		}
+	}
+	d.frame("dumb_80x24")
+	// Colour is there when asked for: the running agent's indicator.
+	c := newDriver(t, Options{Color: true}, 80, 24)
+	if !strings.Contains(c.m.Render(), "\x1b[") {
+		t.Error("a colour frame has no escape sequences")
+	}
+}
+
+func TestConnectionStates(t *testing.T) {
+	m := New(Options{Backend: &fakeBackend{}})
+	if !strings.Contains(m.Render(), "connecting to swarmd") {
+		t.Fatalf("first frame:\n%s", m.Render())
+	}
+	next, _ := m.Update(ConnMsg{Err: errors.New("no swarmd is running")})
+	if r := next.(Model).Render(); !strings.Contains(r, "waiting for swarmd: no swarmd is running") || !strings.Contains(r, "reconnecting") {
+		t.Fatalf("down:\n%s", r)
+	}
+	if _, cmd := next.Update(keyMsg("q")); cmd == nil || cmd() != tea.Quit() {
+		t.Fatal("q does not quit while connecting")
+	}
+}
