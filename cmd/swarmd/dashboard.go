@@ -302,5 +302,3 @@ type sentinelErr struct{ err, sentinel error }
 
 func (e sentinelErr) Error() string   { return e.err.Error() }
 func (e sentinelErr) Unwrap() []error { return []error{e.err, e.sentinel} }
-
-
