@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tmuxServer is a tmux server of the test's own (its own socket), so that
+// nothing it does touches anyone else's sessions; it is killed at cleanup.
+type tmuxServer struct {
+	t    *testing.T
+	sock string
+}
+
+// needTool skips when a program the test drives is missing, loudly, and
+// fails instead when the environment variable says CI requires it.
+func needTool(t *testing.T, name, requireVar string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	msg := fmt.Sprintf("%s is not installed (apt-get install %s); set %s=1 to make this a failure", name, name, requireVar)
+	if os.Getenv(requireVar) == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPED LOUDLY: " + msg)
+	return ""
+}
+
+func newTmux(t *testing.T, width, height int, shellCmd string) *tmuxServer {
+	t.Helper()
+	needTool(t, "tmux", "SWARMD_REQUIRE_TMUX")
+	s := &tmuxServer{t: t, sock: fmt.Sprintf("swarmd-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", s.sock, "kill-server").Run() })
+	s.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", fmt.Sprint(width), "-y", fmt.Sprint(height), shellCmd)
+	return s
+}
+
+func (s *tmuxServer) run(args ...string) string {
+	s.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", s.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("tmux %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func (s *tmuxServer) keys(keys ...string) { s.run(append([]string{"send-keys", "-t", "t"}, keys...)...) }
+
+func (s *tmuxServer) screen() string { return s.run("capture-pane", "-p", "-t", "t") }
+
+// waitScreen polls the pane (a real terminal: no event to wait on) until
+// match holds.
+func (s *tmuxServer) waitScreen(what string, match func(string) bool) string {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		sc := s.screen()
+		if match(sc) {
+			return sc
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the screen never showed %s:\n%s", what, sc)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func shows(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
+
+// TestTopInTmux runs swarmd top for real in a terminal (tmux) against a
+// running daemon: it draws the agents at 80x24, shows a state change made
+// elsewhere, follows a log, follows a resize, and q gives the terminal
+// back as it was.
+func TestTopInTmux(t *testing.T) {
+	tm := newTmux(t, 80, 24, "env PS1='$ ' TERM=xterm-256color sh")
+	_, cfg, _ := dashboardDaemon(t, "", "alice", "bob")
+	tm.keys("clear; echo before-top", "Enter")
+	tm.waitScreen("the shell", shows("before-top"))
+	tm.keys(swarmdBin+" top -c "+cfg, "Enter")
+	frame := tm.waitScreen("the dashboard", func(s string) bool {
+		return strings.Contains(s, "alice") && strings.Contains(s, "bob") && strings.Contains(s, "live")
+	})
+	lines := strings.Split(strings.TrimRight(frame, "\n"), "\n")
+	if len(lines) != 24 || !strings.HasPrefix(lines[23], "enter log") {
+		t.Fatalf("not a full 80x24 frame (%d lines):\n%s", len(lines), frame)
+	}
+
+	// A state change made by another command shows up.
+	if _, stderr, code := runCLI(t, nil, "", "stop", "bob", "-c", cfg); code != 0 {
+		t.Fatalf("stop bob: %s", stderr)
+	}
+	tm.waitScreen("bob Stopped", regexp.MustCompile(`○ bob +Stopped`).MatchString)
+
+	// s and S act on the selected agent (alice, the first).
+	tm.keys("s")
+	tm.waitScreen("alice Stopped", regexp.MustCompile(`○ alice +Stopped`).MatchString)
+	tm.keys("S")
+	tm.waitScreen("alice back", regexp.MustCompile(`alice +(Initializing|BuildingPrompt|Spawning|Running)`).MatchString)
+
+	// enter follows her log; esc comes back.
+	tm.waitScreen("alice Running", regexp.MustCompile(`● alice +Running`).MatchString)
+	tm.keys("Enter")
+	tm.waitScreen("alice's log", func(s string) bool { return strings.Contains(s, "log: alice") && strings.Contains(s, "tick 2") })
+	tm.keys("Escape")
+	tm.waitScreen("the table again", shows("AGENT"))
+
+	// The frame follows a resize.
+	tm.run("resize-window", "-t", "t", "-x", "100", "-y", "30")
+	tm.waitScreen("a 100x30 frame", func(s string) bool {
+		ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+		return len(ls) == 30 && strings.HasPrefix(ls[29], "enter log") && strings.Contains(s, "running")
+	})
+
+	// q restores the terminal: the screen from before, a shell that echoes.
+	tm.keys("q")
+	after := tm.waitScreen("the shell again", shows("before-top"))
+	if strings.Contains(after, "AGENT") || tm.run("display", "-p", "-t", "t", "#{alternate_on}") != "0\n" {
+		t.Fatalf("the dashboard is still on the screen:\n%s", after)
+	}
+	tm.keys("echo after-$((40+2))", "Enter")
+	tm.waitScreen("a working shell", shows("after-42"))
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/swarmd/swarmd/internal/view"
+)
+
+// browser is a headless Chromium of the test's own (a fresh profile),
+// with every console error and exception of its pages recorded.
+type browser struct {
+	ctx     context.Context
+	mu      sync.Mutex
+	console []string
+}
+
+// chromiumPath finds Debian's chromium, or skips loudly (fails under
+// SWARMD_REQUIRE_CHROMIUM=1).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SWARMD_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return needTool(t, "chromium", "SWARMD_REQUIRE_CHROMIUM")
+}
+
+func newBrowser(t *testing.T, width, height int) *browser {
+	t.Helper()
+	path := chromiumPath(t)
+	profile := t.TempDir()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(profile), chromedp.WindowSize(width, height),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-default-apps", true),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	b := &browser{ctx: ctx}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		wg.Wait()
+		waitNoProcesses(t, profile)
+	})
+	if err := chromedp.Do(ctx); err != nil { // start it
+		t.Fatalf("start %s: %v", path, err)
+	}
+	msgs := chromedp.Console(ctx)
+	wg.Go(func() {
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() {
+				b.mu.Lock()
+				b.console = append(b.console, fmt.Sprintf("%s:%d %s", m.URL, m.Line+1, m.Text))
+				b.mu.Unlock()
+			}
+		}
+	})
+	return b
+}
+
+func (b *browser) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// eval runs JavaScript in the page and decodes its value.
+func eval[T any](t *testing.T, b *browser, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// poll waits until js is truthy in the page (re-checked on every DOM
+// change) and returns its value.
+func poll[T any](t *testing.T, b *browser, what, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Poll[T](js, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil {
+		t.Fatalf("waiting for %s (%s): %v", what, js, err)
+	}
+	return v
+}
+
+func (b *browser) consoleErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.console)
+}
+
+// waitNoProcesses: nothing started with the profile directory outlives the
+// browser.
+func waitNoProcesses(t *testing.T, profile string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if err == nil && strings.Contains(string(cmd), profile) {
+				left = append(left, e.Name())
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("browser processes left behind: %v", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWebInChromium loads the dashboard in a real headless Chromium against
+// a real daemon: it lists the agents with no console error, shows a
+// transition within a second of it happening, follows a log, shows no
+// action without the token (and the API refuses writes), and with the
+// token stops an agent.
+func TestWebInChromium(t *testing.T) {
+	b := newBrowser(t, 1400, 900)
+	_, _, base := dashboardDaemon(t, dashToken, "alice", "bob", "carol")
+	b.do(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-agent="carol"]`)))
+	names := eval[[]string](t, b, `[...document.querySelectorAll('#agents tbody tr')].map(r => r.dataset.agent)`)
+	if strings.Join(names, ",") != "alice,bob,carol" {
+		t.Fatalf("rows %v", names)
+	}
+	poll[bool](t, b, "alice running", `document.querySelector('tr[data-agent="alice"]').dataset.visual === 'running'`)
+
+	// Read-only without the token: no action anywhere, writes refused.
+	if n := eval[int](t, b, `document.querySelectorAll('td.actions button, #new-mail:not([hidden]), #new-task:not([hidden])').length`); n != 0 {
+		t.Fatalf("%d action buttons without the token", n)
+	}
+	if !eval[bool](t, b, `!document.getElementById('unlock').hidden && !document.body.classList.contains('unlocked')`) {
+		t.Fatal("the unlock button is not offered")
+	}
+	for _, p := range []string{"/api/agents/bob/stop", "/api/mail", "/api/tasks"} {
+		if resp, _ := httpDo(t, "POST", base+p, "", `{}`); resp.StatusCode != 401 {
+			t.Fatalf("POST %s without the token: %s", p, resp.Status)
+		}
+	}
+
+	// A transition shows within a second of the daemon making it.
+	eval[chromedp.Void](t, b, `window.__seen = 0; new MutationObserver(() => {
+		const r = document.querySelector('tr[data-agent="carol"]');
+		if (!window.__seen && r.dataset.state === 'Stopped') window.__seen = Date.now();
+	}).observe(document.querySelector('#agents tbody'), {subtree: true, attributes: true, attributeFilter: ['data-state']})`)
+	if resp, _ := httpDo(t, "POST", base+"/api/agents/carol/stop", dashToken, ""); resp.StatusCode != 202 {
+		t.Fatalf("stop carol: %s", resp.Status)
+	}
+	seen := poll[int64](t, b, "carol Stopped", `window.__seen`)
+	var evs []view.Event
+	_, data := httpDo(t, "GET", base+"/api/events?limit=1000", "", "")
+	if err := json.Unmarshal(data, &evs); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(evs, func(e view.Event) bool { return e.Agent == "carol" && e.To == "Stopped" })
+	if i < 0 {
+		t.Fatalf("no Stopped event of carol in %s", data)
+	}
+	lag := time.Duration(seen-evs[i].At.UnixMilli()) * time.Millisecond
+	t.Logf("carol's Stopped transition reached the page %v after it happened", lag)
+	if lag > time.Second {
+		t.Fatalf("the page showed the transition %v after it happened", lag)
+	}
+	if !eval[bool](t, b, `[...document.querySelectorAll('#events li')].some(li => li.textContent.includes('→ Stopped'))`) {
+		t.Error("the event feed lacks carol's stop")
+	}
+
+	// Clicking an agent follows its live log.
+	b.do(t, chromedp.Click(chromedp.CSS(`tr[data-agent="alice"] td.name`)), chromedp.WaitVisible(chromedp.ID("log-panel")))
+	poll[bool](t, b, "alice's log", `document.getElementById('log').textContent.includes('tick 2')`)
+	n := eval[int](t, b, `Math.max(...[...document.getElementById('log').textContent.matchAll(/tick (\d+)/g)].map(m => +m[1]))`)
+	poll[bool](t, b, "the log growing", fmt.Sprintf(`document.getElementById('log').textContent.includes('tick %d\n')`, n+2))
+
+	// With the token (from the fragment, which never reaches the server),
+	// the actions appear and stop works.
+	b.do(t, chromedp.Navigate("about:blank"), chromedp.Navigate(base+"/#token="+dashToken),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-agent="bob"] button.act-stop`)))
+	if loc := eval[string](t, b, `location.href`); strings.Contains(loc, "token") {
+		t.Errorf("the token stayed in the address bar: %s", loc)
+	}
+	if !eval[bool](t, b, `document.querySelector('tr[data-agent="bob"] button.act-pause').disabled`) {
+		t.Error("pause is offered although this swarmd has none")
+	}
+	b.do(t, chromedp.Click(chromedp.CSS(`tr[data-agent="bob"] button.act-stop`)))
+	poll[bool](t, b, "bob Stopped", `document.querySelector('tr[data-agent="bob"]').dataset.state === 'Stopped'`)
+	b.do(t, chromedp.WaitVisible(chromedp.CSS(`tr[data-agent="bob"] button.act-start`)))
+
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
