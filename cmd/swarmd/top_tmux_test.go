@@ -51,7 +51,9 @@ func (s *tmuxServer) run(args ...string) string {
 	return string(out)
 }
 
-func (s *tmuxServer) keys(keys ...string) { s.run(append([]string{"send-keys", "-t", "t"}, keys...)...) }
+func (s *tmuxServer) keys(keys ...string) {
+	s.run(append([]string{"send-keys", "-t", "t"}, keys...)...)
+}
 
 func (s *tmuxServer) screen() string { return s.run("capture-pane", "-p", "-t", "t") }
 
@@ -72,7 +74,9 @@ func (s *tmuxServer) waitScreen(what string, match func(string) bool) string {
 	}
 }
 
-func shows(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
+func shows(sub string) func(string) bool {
+	return func(s string) bool { return strings.Contains(s, sub) }
+}
 
 // TestTopInTmux runs swarmd top for real in a terminal (tmux) against a
 // running daemon: it draws the agents at 80x24, shows a state change made
