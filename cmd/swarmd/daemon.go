@@ -403,7 +403,8 @@ func (d *daemon) updatePending(ctx context.Context) {
 	d.metrics.SetPending(pending)
 }
 
-// noteChange is the router's OnChange: it wakes mailStats, never blocking.
+// noteChange is the router's OnChange: it wakes mailStats and the
+// dashboards, never blocking.
 func (d *daemon) noteChange() {
 	select {
 	case d.mailChanged <- struct{}{}:

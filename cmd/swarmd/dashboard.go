@@ -137,9 +137,10 @@ func (s viewSource) Agents() []view.AgentState {
 		}
 		out = append(out, view.AgentState{
 			Condition: view.Condition{State: kind, Since: st.Since, SessionStarted: st.SessionStarted,
-				LastOutput: st.LastOutput, Idle: st.Health == "idle"},
+				LastOutput: st.LastOutput, Idle: st.Health == "idle", Paused: st.Paused},
 			Name: st.Name, Health: st.Health, Seq: st.Seq, SessionID: st.SessionID,
 			ConsecutiveErrors: st.ConsecutiveErrors, TotalErrors: st.TotalErrors, Branch: st.Branch, Reason: st.Reason,
+			PausedBy: st.PausedBy, PauseReason: st.PauseReason, Frozen: st.Frozen,
 		})
 	}
 	return out
@@ -194,9 +195,9 @@ func (s viewSource) Spend(ctx context.Context) (map[string]view.Spend, error) {
 // read of the queue goes here and Features says Merge.
 func (s viewSource) Merge(context.Context) (view.MergeQueue, error) { return view.NotConfigured, nil }
 
-// Features: what this swarmd has. Pause and budgets are not there yet; the
-// dashboards show them disabled until they are.
-func (s viewSource) Features() view.Features { return view.Features{Tasks: true} }
+// Features: what this swarmd has. Budgets and the merge queue are not
+// there yet; the dashboards show them absent until they are.
+func (s viewSource) Features() view.Features { return view.Features{Tasks: true, Pause: true} }
 
 func (s viewSource) Fault() string { return s.d.health.faultText() }
 
@@ -219,11 +220,16 @@ func (a viewActions) Start(ctx context.Context, name string) error {
 	return viewErr(controlAPI{a.d}.StartAgent(ctx, name))
 }
 
-// errNoPause: pause and resume are not in this swarmd yet.
-var errNoPause = fmt.Errorf("pause and resume: %w", view.ErrUnsupported)
+// Pause holds the agent as swarmd pause does, with the dashboard as reason.
+func (a viewActions) Pause(ctx context.Context, name string, now bool) error {
+	_, err := controlAPI{a.d}.PauseAgent(ctx, name, control.PauseRequest{Now: now, Reason: "from a dashboard"})
+	return viewErr(err)
+}
 
-func (a viewActions) Pause(context.Context, string) error  { return errNoPause }
-func (a viewActions) Resume(context.Context, string) error { return errNoPause }
+func (a viewActions) Resume(ctx context.Context, name string) error {
+	_, err := controlAPI{a.d}.ResumeAgent(ctx, name)
+	return viewErr(err)
+}
 
 // Mail sends as the caller: the agent whose session asks, else the operator.
 func (a viewActions) Mail(ctx context.Context, m view.MailRequest) ([]int64, error) {

@@ -133,8 +133,21 @@ func TestDashboardAPI(t *testing.T) {
 	if resp, _ := httpDo(t, "POST", base+"/api/agents/bob/stop", "", ""); resp.StatusCode != 401 {
 		t.Fatalf("stop without the token: %s", resp.Status)
 	}
-	if resp, _ := httpDo(t, "POST", base+"/api/agents/bob/pause", dashToken, ""); resp.StatusCode != 501 {
-		t.Fatalf("pause: %s", resp.Status)
+	// Pause holds bob (his running session finishes first; the view shows
+	// him paused at once), resume lets him go.
+	if resp, data := httpDo(t, "POST", base+"/api/agents/bob/pause", dashToken, ""); resp.StatusCode != 202 {
+		t.Fatalf("pause: %s %s", resp.Status, data)
+	}
+	p := waitAgent(t, base, "bob", func(a view.Agent) bool { return a.Visual == view.Paused })
+	if !p.Paused || p.PausedBy != "operator" || p.PauseReason != "from a dashboard" {
+		t.Fatalf("paused bob %+v", p)
+	}
+	if resp, data := httpDo(t, "POST", base+"/api/agents/bob/resume", dashToken, ""); resp.StatusCode != 202 {
+		t.Fatalf("resume: %s %s", resp.Status, data)
+	}
+	waitAgent(t, base, "bob", func(a view.Agent) bool { return !a.Paused && a.Visual != view.Paused })
+	if resp, _ := httpDo(t, "POST", base+"/api/agents/bob/resume", dashToken, ""); resp.StatusCode != 409 {
+		t.Fatalf("resume of an agent not paused: %s", resp.Status)
 	}
 	resp, data = httpDo(t, "POST", base+"/api/tasks", dashToken, `{"title":"from the web","to":"bob","priority":2}`)
 	var tk view.Task

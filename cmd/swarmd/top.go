@@ -165,7 +165,7 @@ func (b *topBackend) stream(ctx context.Context) {
 
 func (b *topBackend) Act(agentName, verb string) tea.Cmd {
 	return func() tea.Msg {
-		return tui.ActionDoneMsg{What: verb + " " + agentName, Err: b.cl.Act(b.ctx, agentName, verb)}
+		return tui.ActionDoneMsg{What: verb + " " + agentName, Err: b.cl.Act(b.ctx, agentName, verb, false)}
 	}
 }
 

@@ -210,9 +210,11 @@ func TestWebInChromium(t *testing.T) {
 	if loc := eval[string](t, b, `location.href`); strings.Contains(loc, "token") {
 		t.Errorf("the token stayed in the address bar: %s", loc)
 	}
-	if !eval[bool](t, b, `document.querySelector('tr[data-agent="bob"] button.act-pause').disabled`) {
-		t.Error("pause is offered although this swarmd has none")
-	}
+	// Pause and resume from the page.
+	b.do(t, chromedp.Click(chromedp.CSS(`tr[data-agent="alice"] button.act-pause`)))
+	poll[bool](t, b, "alice paused", `document.querySelector('tr[data-agent="alice"]').dataset.visual === 'paused'`)
+	b.do(t, chromedp.Click(chromedp.CSS(`tr[data-agent="alice"] button.act-resume`)))
+	poll[bool](t, b, "alice resumed", `document.querySelector('tr[data-agent="alice"]').dataset.visual !== 'paused'`)
 	b.do(t, chromedp.Click(chromedp.CSS(`tr[data-agent="bob"] button.act-stop`)))
 	poll[bool](t, b, "bob Stopped", `document.querySelector('tr[data-agent="bob"]').dataset.state === 'Stopped'`)
 	b.do(t, chromedp.WaitVisible(chromedp.CSS(`tr[data-agent="bob"] button.act-start`)))

@@ -317,3 +317,18 @@ func TestConnectionStates(t *testing.T) {
 		t.Fatal("q does not quit while connecting")
 	}
 }
+
+// TestPauseKeys: with pause in the daemon, p and r act on the selection.
+func TestPauseKeys(t *testing.T) {
+	d := newDriver(t, Options{}, 80, 24)
+	snap := swarm()
+	snap.Features.Pause = true
+	d.send(UpdateMsg{view.Update{Kind: view.KindSnapshot, Snapshot: &snap}})
+	d.key("down", "p", "r")
+	if got := strings.Join(d.be.calls, ","); got != "pause bob,resume bob" {
+		t.Fatalf("calls %q", got)
+	}
+	if !strings.Contains(d.m.Render(), "resume bob: sent") {
+		t.Fatalf("no word of the result:\n%s", d.m.Render())
+	}
+}

@@ -245,6 +245,8 @@ func (m Model) agentLine(st styles, cols columns, a view.Agent, selected bool) s
 // stateText is the state, or what matters more about it.
 func stateText(a view.Agent) string {
 	switch {
+	case a.Visual == view.Paused && a.Frozen:
+		return "paused, frozen"
 	case a.Visual == view.Paused:
 		return "paused"
 	case a.Health == "spawning-timeout":

@@ -349,7 +349,8 @@ func buildAgent(st AgentState, now time.Time, th Thresholds, spend map[string]Sp
 		Name: st.Name, State: st.State.String(), Visual: v, Indicator: v.Indicator(), Health: st.Health,
 		Seq: st.Seq, SessionID: st.SessionID, SessionStarted: st.SessionStarted, LastOutput: st.LastOutput,
 		Since: st.Since, ConsecutiveErrors: st.ConsecutiveErrors, TotalErrors: st.TotalErrors,
-		Branch: st.Branch, Reason: st.Reason, Paused: st.Paused,
+		Branch: st.Branch, Reason: st.Reason, Paused: st.Paused, PausedBy: st.PausedBy, PauseReason: st.PauseReason,
+		Frozen: st.Frozen,
 	}
 	if sp, ok := spend[st.Name]; ok {
 		a.Spend = &sp

@@ -34,6 +34,9 @@ type Agent struct {
 	Branch            string    `json:"branch,omitempty"`
 	Reason            string    `json:"reason,omitempty"`
 	Paused            bool      `json:"paused"`
+	PausedBy          string    `json:"paused_by,omitempty"`
+	PauseReason       string    `json:"pause_reason,omitempty"`
+	Frozen            bool      `json:"frozen,omitempty"` // paused with --now: its session's processes are stopped
 	Spend             *Spend    `json:"spend,omitempty"` // nil: no session recorded
 	Task              *TaskRef  `json:"task,omitempty"`  // the task it holds
 }
@@ -50,6 +53,9 @@ type AgentState struct {
 	TotalErrors       uint32
 	Branch            string
 	Reason            string
+	PausedBy          string
+	PauseReason       string
+	Frozen            bool
 }
 
 // Spend is an agent's use summed over its recorded sessions.

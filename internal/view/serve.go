@@ -19,8 +19,10 @@ import (
 type Actions interface {
 	Stop(ctx context.Context, agent string) error
 	Start(ctx context.Context, agent string) error
-	Pause(ctx context.Context, agent string) error  // ErrUnsupported until pause exists
-	Resume(ctx context.Context, agent string) error // ErrUnsupported until pause exists
+	// Pause holds the agent: no new session; with now its running session
+	// is frozen too. ErrUnsupported where pause does not exist.
+	Pause(ctx context.Context, agent string, now bool) error
+	Resume(ctx context.Context, agent string) error
 	Mail(ctx context.Context, m MailRequest) ([]int64, error)
 	AddTask(ctx context.Context, t TaskRequest) (Task, error)
 }
@@ -112,15 +114,16 @@ func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFun
 	return ctx, func() { stop(); cancel() }
 }
 
-// Act runs one of Verbs on agent.
-func (s *Service) Act(ctx context.Context, agent, verb string) error {
+// Act runs one of Verbs on agent; now applies to pause (freeze the
+// running session).
+func (s *Service) Act(ctx context.Context, agent, verb string, now bool) error {
 	switch verb {
 	case "stop":
 		return s.Actions.Stop(ctx, agent)
 	case "start":
 		return s.Actions.Start(ctx, agent)
 	case "pause":
-		return s.Actions.Pause(ctx, agent)
+		return s.Actions.Pause(ctx, agent, now)
 	case "resume":
 		return s.Actions.Resume(ctx, agent)
 	}

@@ -51,7 +51,7 @@ func (s *Service) SocketHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("POST "+SocketPrefix+"agents/{name}/{verb}", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.Act(r.Context(), r.PathValue("name"), r.PathValue("verb")); err != nil {
+		if err := s.Act(r.Context(), r.PathValue("name"), r.PathValue("verb"), r.URL.Query().Get("now") == "1"); err != nil {
 			WriteError(w, err)
 			return
 		}
@@ -219,9 +219,14 @@ func (c *Client) Log(ctx context.Context, req LogRequest, fn func(LogChunk) erro
 	})
 }
 
-// Act runs stop, start, pause or resume on agent.
-func (c *Client) Act(ctx context.Context, agent, verb string) error {
-	return c.do(ctx, http.MethodPost, SocketPrefix+"agents/"+url.PathEscape(agent)+"/"+url.PathEscape(verb), nil, nil)
+// Act runs stop, start, pause or resume on agent (now: pause freezes the
+// running session).
+func (c *Client) Act(ctx context.Context, agent, verb string, now bool) error {
+	p := SocketPrefix + "agents/" + url.PathEscape(agent) + "/" + url.PathEscape(verb)
+	if now {
+		p += "?now=1"
+	}
+	return c.do(ctx, http.MethodPost, p, nil, nil)
 }
 
 // Mail sends mail as the caller (the operator, outside a session).

@@ -51,7 +51,7 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 		if !s.authorize(w, r) {
 			return
 		}
-		if err := svc.Act(r.Context(), r.PathValue("name"), r.PathValue("verb")); err != nil {
+		if err := svc.Act(r.Context(), r.PathValue("name"), r.PathValue("verb"), r.URL.Query().Get("now") == "1"); err != nil {
 			view.WriteError(w, err)
 			return
 		}

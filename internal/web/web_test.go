@@ -94,7 +94,7 @@ func (a *actions) Stop(_ context.Context, n string) error {
 	return nil
 }
 func (a *actions) Start(_ context.Context, n string) error { a.record("start " + n); return nil }
-func (a *actions) Pause(context.Context, string) error {
+func (a *actions) Pause(context.Context, string, bool) error {
 	return fmt.Errorf("pause and resume: %w", view.ErrUnsupported)
 }
 func (a *actions) Resume(context.Context, string) error {
