@@ -37,8 +37,8 @@ type Agent struct {
 	PausedBy          string    `json:"paused_by,omitempty"`
 	PauseReason       string    `json:"pause_reason,omitempty"`
 	Frozen            bool      `json:"frozen,omitempty"` // paused with --now: its session's processes are stopped
-	Spend             *Spend    `json:"spend,omitempty"` // nil: no session recorded
-	Task              *TaskRef  `json:"task,omitempty"`  // the task it holds
+	Spend             *Spend    `json:"spend,omitempty"`  // nil: no session recorded
+	Task              *TaskRef  `json:"task,omitempty"`   // the task it holds
 }
 
 // AgentState is what a Source knows of one agent; the Hub adds the visual
