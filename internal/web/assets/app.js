@@ -160,7 +160,7 @@ function fillRow(row, a) {
   c.state.textContent = '';
   c.state.appendChild(el('span', 'v-' + a.visual, a.state));
   const health = a.health || (a.visual === 'paused' ? 'paused' : '');
-  if (health) c.state.appendChild(el('span', 'health', health));
+  if (health) c.state.appendChild(el('span', 'health v-' + a.visual, health));
   if (a.reason && (a.state === 'Stopped' || a.state === 'CoolingDown')) c.state.title = a.reason;
   c.seq.textContent = a.seq;
   c.errors.textContent = a.consecutive_errors + '/' + a.total_errors;
