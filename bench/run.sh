@@ -10,6 +10,13 @@ echo "== urgent mail latency (bench/interrupt): 50 agents Running, 200 messages"
 go run ./bench/interrupt -bin "$bin" -agents 50 -messages 200
 echo "== pause --now of a 50-process session tree, request to every process stopped (bench/pause)"
 go run ./bench/pause -bin "$bin" -procs 50 -n 200
+echo "== dashboards (bench/dashboard): /api/agents, daemon CPU with 5 dashboards open, event -> DOM latency; 200 idle agents"
+if command -v chromium >/dev/null; then
+  go run ./bench/dashboard -bin "$bin" -agents 200 -dashboards 5
+else
+  echo "(no chromium: SSE clients stand for the browsers, and no DOM latency)"
+  go run ./bench/dashboard -bin "$bin" -agents 200 -dashboards 5 -sse
+fi
 echo "== swarmd mail send, process start to exit (bench/mailcli)"
 go run ./bench/mailcli -bin "$bin" -n 200
 if [ -d bench/worktree ]; then
