@@ -110,11 +110,13 @@ func run(bin, chromium string, n, dashboards, requests, cycles int, window time.
 		}
 	} else {
 		var closeTabs func()
-		page, closeTabs, err = openTabs(ctx, chromium, base, dashboards)
+		var load time.Duration
+		page, closeTabs, load, err = openTabs(ctx, chromium, base, dashboards, fmt.Sprintf("a%d", n))
 		if err != nil {
 			return err
 		}
 		defer closeTabs()
+		fmt.Printf("page load to every agent row shown, %d agents: %v (the first tab)\n", n, load.Round(time.Millisecond))
 	}
 	time.Sleep(3 * time.Second)
 	open, err := cpu(cmd.Process.Pid, window)
@@ -220,11 +222,12 @@ func sseClient(ctx context.Context, base string) {
 }
 
 // openTabs starts Chromium with d tabs on the page, each waiting for the
-// agent rows; it returns the first tab, and what ends the browser.
-func openTabs(ctx context.Context, chromium, base string, d int) (context.Context, func(), error) {
+// last agent's row; it returns the first tab, what ends the browser, and
+// how long the first tab took from navigating to showing every row.
+func openTabs(ctx context.Context, chromium, base string, d int, last string) (context.Context, func(), time.Duration, error) {
 	profile, err := os.MkdirTemp("", "swarmd-dash-chromium")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	alloc, cancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.UserDataDir(profile),
@@ -235,20 +238,25 @@ func openTabs(ctx context.Context, chromium, base string, d int) (context.Contex
 	end := func() { cancel(); os.RemoveAll(profile) }
 	if err := chromedp.Do(first); err != nil { // the browser, before its other tabs
 		end()
-		return nil, nil, fmt.Errorf("start %s: %w", chromium, err)
+		return nil, nil, 0, fmt.Errorf("start %s: %w", chromium, err)
 	}
 	tabs := []context.Context{first}
 	for len(tabs) < d {
 		tab, _ := chromedp.NewContext(first)
 		tabs = append(tabs, tab)
 	}
-	for _, tab := range tabs {
-		if err := chromedp.Do(tab, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-agent="a1"]`))); err != nil {
+	var load time.Duration
+	for i, tab := range tabs {
+		t0 := time.Now()
+		if err := chromedp.Do(tab, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-agent="`+last+`"]`))); err != nil {
 			end()
-			return nil, nil, fmt.Errorf("open the page: %w", err)
+			return nil, nil, 0, fmt.Errorf("open the page: %w", err)
+		}
+		if i == 0 {
+			load = time.Since(t0)
 		}
 	}
-	return first, end, nil
+	return first, end, load, nil
 }
 
 // domLatency stops and starts agents through the API and reads what the
