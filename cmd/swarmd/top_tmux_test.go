@@ -84,7 +84,7 @@ func shows(sub string) func(string) bool {
 // back as it was.
 func TestTopInTmux(t *testing.T) {
 	tm := newTmux(t, 80, 24, "env PS1='$ ' TERM=xterm-256color sh")
-	_, cfg, _ := dashboardDaemon(t, "", "alice", "bob")
+	d, cfg, _ := dashboardDaemon(t, "", "alice", "bob")
 	tm.keys("clear; echo before-top", "Enter")
 	tm.waitScreen("the shell", shows("before-top"))
 	tm.keys(swarmdBin+" top -c "+cfg, "Enter")
@@ -114,6 +114,16 @@ func TestTopInTmux(t *testing.T) {
 	tm.waitScreen("alice's log", func(s string) bool { return strings.Contains(s, "log: alice") && strings.Contains(s, "tick 2") })
 	tm.keys("Escape")
 	tm.waitScreen("the table again", shows("AGENT"))
+
+	// m sends the selected agent mail, from the operator.
+	tm.keys("m")
+	tm.run("send-keys", "-t", "t", "-l", "hello alice")
+	tm.waitScreen("the mail being typed", shows("mail to alice: hello alice"))
+	tm.keys("Enter")
+	tm.waitScreen("the mail sent", shows("mail to alice: sent"))
+	d.waitLine("the mail", func(m map[string]any) bool {
+		return m["msg"] == "mail sent from a dashboard" && m["from"] == "operator" && m["to"] == "alice"
+	})
 
 	// The frame follows a resize.
 	tm.run("resize-window", "-t", "t", "-x", "100", "-y", "30")

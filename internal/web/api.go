@@ -193,17 +193,28 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 	}
 	raw := r.URL.Query().Get("raw") == "1"
 	if !wantsStream(r) && !req.Follow {
-		var b strings.Builder
+		// Streamed as it is read: a session's log may be large. An error
+		// before the first byte gets its status; one after ends the text.
+		started := false
 		err := s.opts.Service.Log(r.Context(), req, raw, func(c view.LogChunk) error {
-			b.WriteString(c.Text)
-			return nil
+			if c.Text == "" {
+				return nil
+			}
+			if !started {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				started = true
+			}
+			_, err := w.Write([]byte(c.Text))
+			return err
 		})
-		if err != nil {
+		switch {
+		case err != nil && !started:
 			view.WriteError(w, err)
-			return
+		case err != nil:
+			_, _ = w.Write([]byte("\n[" + err.Error() + "]\n"))
+		case !started:
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8") // an empty log
 		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte(b.String()))
 		return
 	}
 	req.Follow = true
