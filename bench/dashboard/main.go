@@ -60,15 +60,8 @@ func run(bin, chromium string, n, dashboards, requests, cycles int, window time.
 	if err != nil {
 		return err
 	}
-	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "listen: %q\nweb: {token: %q}\n", addr, token)
-	cfg.WriteString("defaults: {backend: sleeper, session_timeout: 24h, grace_period: 2s}\n")
-	cfg.WriteString("backends: {sleeper: {type: scripted, steps: [{print: [started], sleep: 24h}]}}\nagents:\n")
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&cfg, "  - {name: a%d, role: idle}\n", i)
-	}
-	config := filepath.Join(work, "swarmd.yaml")
-	if err := os.WriteFile(config, []byte(cfg.String()), 0o644); err != nil {
+	config, err := writeConfig(work, addr, n)
+	if err != nil {
 		return err
 	}
 	logf, err := os.Create(filepath.Join(work, "log"))
@@ -136,6 +129,20 @@ func run(bin, chromium string, n, dashboards, requests, cycles int, window time.
 	fmt.Printf("event -> DOM, %d events (%d stop/start cycles): p50 %v, p99 %v, max %v\n", len(lat), cycles,
 		harness.Percentile(lat, 0.5), harness.Percentile(lat, 0.99), harness.Percentile(lat, 1))
 	return nil
+}
+
+// writeConfig writes a swarm of n agents whose sessions print a line and
+// sleep, with the dashboard on addr and a token for the writes.
+func writeConfig(work, addr string, n int) (string, error) {
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "listen: %q\nweb: {token: %q}\n", addr, token)
+	cfg.WriteString("defaults: {backend: sleeper, session_timeout: 24h, grace_period: 2s}\n")
+	cfg.WriteString("backends: {sleeper: {type: scripted, steps: [{print: [started], sleep: 24h}]}}\nagents:\n")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&cfg, "  - {name: a%d, role: idle}\n", i)
+	}
+	config := filepath.Join(work, "swarmd.yaml")
+	return config, os.WriteFile(config, []byte(cfg.String()), 0o644)
 }
 
 func freeAddr() (string, error) {
