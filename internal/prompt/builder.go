@@ -185,8 +185,13 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, 
 
 func taskOf(t taskboard.Task, cont bool) *Task {
 	out := &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont}
-	if t.ReviewState == review.Working.String() && t.Iteration > 1 {
-		out.Feedback, out.Round = t.Result, t.Iteration-1 // back from review
+	// A task being worked on has a result only when it came back: from its
+	// reviewer, or from the merge queue (a retry clears it).
+	if t.Result != "" {
+		out.Feedback, out.From = t.Result, "the merge queue"
+		if t.ReviewState == review.Working.String() && t.Iteration > 1 {
+			out.From = fmt.Sprintf("review (round %d). The reviewer wrote", t.Iteration-1)
+		}
 	}
 	return out
 }
@@ -198,7 +203,7 @@ func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) 
 		return nil, err
 	}
 	r := &Review{Task: *taskOf(t, false), Worker: t.Worker, Summary: t.Result, Round: t.Iteration, MaxRounds: t.MaxIterations}
-	r.Task.Feedback, r.Task.Round = "", 0
+	r.Task.Feedback, r.Task.From = "", ""
 	rounds, err := b.Tasks.Rounds(ctx, t.ID)
 	if err != nil {
 		return nil, fmt.Errorf("review rounds of task %d: %w", t.ID, err)

@@ -39,8 +39,8 @@ type Task struct {
 	ID          int64
 	Title, Body string
 	Continue    bool   // a previous session worked on it and did not report
-	Feedback    string // the reviewer's feedback it came back with, if any
-	Round       int    // the review round that feedback is from
+	Feedback    string // what it came back with, if any: a review's or the merge queue's
+	From        string // where the feedback is from, for the prompt
 }
 
 // Review is a review request: the worker's work on a task, to PASS or FAIL.
@@ -170,7 +170,7 @@ func Render(d Data) string {
 		b.WriteString("If it cannot be done, end with a line `FAIL` and why (or `swarmd task fail --reason \"...\"`).\n")
 		b.WriteString("If it must wait, `swarmd task block --on ID` or `--reason \"...\"`; to break it up, `swarmd task split \"TITLE\"...`.\n")
 		if t.Feedback != "" {
-			fmt.Fprintf(&b, "\nIt came back from review (round %d). The reviewer wrote:\n\n%s", t.Round, quote(t.Feedback))
+			fmt.Fprintf(&b, "\nIt came back from %s:\n\n%s", t.From, quote(t.Feedback))
 		}
 	}
 	if r := d.Review; r != nil {

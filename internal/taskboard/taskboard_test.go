@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -328,5 +329,43 @@ func TestReviewLoop(t *testing.T) {
 	}
 	if got := wantState(t, b, tk2.ID, task.Failed); got.ReviewFailure != "max_iterations" {
 		t.Fatalf("after the last FAIL: %+v", got)
+	}
+}
+
+// TestMergeHandOff: DONE tasks that need no more review are ready to merge;
+// a merge closes one, a rejection sends it back to its worker with why.
+func TestMergeHandOff(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{}) // a merge queue closes tasks: no auto-close
+	plain := add(t, b, NewTask{Title: "plain"})
+	reviewed := add(t, b, NewTask{Title: "reviewed", Reviewer: "rita"})
+	for _, id := range []int64{plain.ID, reviewed.ID} {
+		if _, err := b.Claim(ctx, id, "alice", fmt.Sprint("a-", id)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Done(ctx, id, Holder{Agent: "alice"}, "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready, err := b.ReadyToMerge(ctx, nil)
+	if err != nil || len(ready) != 1 || ready[0].ID != plain.ID || ready[0].Worker != "alice" {
+		t.Fatalf("ready = %+v, %v; want only the unreviewed task (the other waits for rita)", ready, err)
+	}
+	if _, err := b.Verdict(ctx, reviewed.ID, "rita", true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, reviewed.ID, task.Done) // passed, waiting for the merge
+	if ready, _ = b.ReadyToMerge(ctx, func(id int64) bool { return id == plain.ID }); len(ready) != 1 || ready[0].ID != reviewed.ID {
+		t.Fatalf("ready = %+v; want the reviewed task, the other skipped", ready)
+	}
+	if got, err := b.Merged(ctx, plain.ID, "0123456789abcdef"); err != nil || got.State != task.Closed {
+		t.Fatalf("merged = %+v, %v", got, err)
+	}
+	back, err := b.Rejected(ctx, reviewed.ID, "merge conflict", "parser.go")
+	if err != nil || back.State != task.Open || back.Assignee != "alice" || !strings.Contains(back.Result, "parser.go") || back.Retries != 0 {
+		t.Fatalf("rejected = %+v, %v", back, err)
+	}
+	if _, err := b.Rejected(ctx, reviewed.ID, "again", ""); !errors.Is(err, ErrState) {
+		t.Fatalf("rejecting an OPEN task = %v", err)
 	}
 }

@@ -1,0 +1,86 @@
+package taskboard
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/task"
+)
+
+// Ready is a DONE task whose work waits to be merged: nobody reviews it, or
+// its review passed.
+type Ready struct {
+	ID     int64
+	Worker string // the agent whose branch holds the work
+}
+
+// ReadyToMerge lists DONE tasks that passed review (or need none) and that
+// skip does not exclude (those already queued), oldest first.
+func (b *Board) ReadyToMerge(ctx context.Context, skip func(id int64) bool) ([]Ready, error) {
+	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, IIF(worker <> '', worker, claimant) FROM tasks
+		WHERE state = 'DONE' AND review_state IN ('', ?) ORDER BY updated_at, id`, review.Complete.String())
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: ready to merge: %w", err)
+	}
+	defer rows.Close()
+	var out []Ready
+	for rows.Next() {
+		var r Ready
+		if err := rows.Scan(&r.ID, &r.Worker); err != nil {
+			return nil, fmt.Errorf("taskboard: ready to merge: %w", err)
+		}
+		if r.Worker != "" && (skip == nil || !skip(r.ID)) {
+			out = append(out, r)
+		}
+	}
+	return out, rows.Err()
+}
+
+// Merged closes a DONE task whose work the merge queue integrated.
+func (b *Board) Merged(ctx context.Context, id int64, commit string) (Task, error) {
+	return b.update(ctx, "merged", id, Holder{}, func(t *Task) (move, error) {
+		return move{to: task.Closed, reason: task.ReasonCompleted, actor: "merge-queue", why: "merged as " + short(commit)}, nil
+	})
+}
+
+// Rejected sends a DONE task back to its worker: the merge queue could not
+// integrate it (a conflict, a red gate). DONE -> FAILED -> OPEN, assigned to
+// the worker with what went wrong as its result, no retry counted.
+func (b *Board) Rejected(ctx context.Context, id int64, why, detail string) (Task, error) {
+	var t Task
+	err := b.write(ctx, "merge rejected", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		if t.State != task.Done {
+			return fmt.Errorf("task %d is %s, not DONE: %w", id, t.State, ErrState)
+		}
+		worker := t.Worker
+		if worker == "" {
+			worker = t.Claimant
+		}
+		if err := b.apply(ctx, tx, &t, move{to: task.Failed, actor: "merge-queue", why: oneLine(why, detail)}); err != nil {
+			return err
+		}
+		// A review that passed stays passed: the rework of a merge is not
+		// reviewed again (docs/task-lifecycle.md).
+		set := []string{"assignee = ?", "claimant = ''", "claim_session = ''", "result = ?"}
+		args := []any{worker, why + "\n\n" + detail}
+		if err := b.apply(ctx, tx, &t, move{to: task.Open, actor: "merge-queue", why: "back to " + worker, set: set, args: args}); err != nil {
+			return err
+		}
+		t, err = getTask(ctx, tx, id)
+		return err
+	})
+	return t, err
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
