@@ -41,6 +41,7 @@ type Config struct {
 	Hooks      Hooks
 	Mailbox    Mailbox
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
+	Merge      *Merge        // nil: no merge queue
 	Backends   map[string]Backend
 	Agents     []Agent
 	// Warnings are problems that do not stop the config from loading (a

@@ -153,3 +153,12 @@ func flockDir(ctx context.Context, dir string) (unlock func(), err error) {
 	}
 	return func() { f.Close() }, nil // closing the descriptor releases the lock
 }
+
+// LockRepo takes the lock that every Manager holds for worktree operations
+// (add, remove, prune) on the repository whose common git directory is
+// commonDir, so that another package creating a worktree of its own (the
+// merge queue's integration worktree) never interleaves with them. Call
+// the returned function to release it.
+func LockRepo(ctx context.Context, commonDir string) (unlock func(), err error) {
+	return flockDir(ctx, commonDir)
+}
