@@ -11,6 +11,7 @@ import (
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/merge"
 )
 
 // newLogsCommand is `swarmd logs AGENT`: one session's log, live or
@@ -100,8 +101,12 @@ func copyLog(cmd *cobra.Command, st *logs.Store, agent string, seq uint32, follo
 
 // structuredBackend reports whether the agent's backend writes stream-json
 // that renders. An agent no longer in the config is rendered: the format
-// is recognised from the log itself.
+// is recognised from the log itself. The merge queue's gate logs
+// (pseudo-agent merge) are not.
 func structuredBackend(cfg *config.Config, agent string) bool {
+	if agent == merge.LogName {
+		return false // gate logs are plain command output
+	}
 	a, ok := cfg.Agent(agent)
 	if !ok {
 		return true

@@ -140,6 +140,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		newVersionCommand(s),
 		newMailCommand(s),
 		newTaskCommand(s),
+		newMergeCommand(s),
 	)
 	root.AddCommand(newOperateCommands(s)...)
 	root.AddCommand(newPauseCommands(s)...)

@@ -45,6 +45,7 @@ type Config struct {
 	// with by default: AGENT@GitEmailDomain.
 	GitEmailDomain string
 	Web            Web
+	Merge          *Merge // nil: no merge queue
 	Backends       map[string]Backend
 	Agents         []Agent
 	// Warnings are problems that do not stop the config from loading (a

@@ -96,7 +96,7 @@ func checkConfig(t *testing.T, cfg *Config) {
 	}
 	seen := map[string]bool{}
 	for _, a := range cfg.Agents {
-		if !agentNameRE.MatchString(a.Name) || seen[a.Name] || slices.Contains(reservedNames, a.Name) {
+		if !agentNameRE.MatchString(a.Name) || seen[a.Name] || reservedNames[a.Name] != "" {
 			t.Fatalf("bad or duplicate agent name %q", a.Name)
 		}
 		seen[a.Name] = true

@@ -25,9 +25,13 @@ var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 // backendNameRE keeps backend names to something that reads well in messages.
 var backendNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-// reservedNames cannot be agents: "operator" is the mail sender outside any
-// session.
-var reservedNames = []string{"operator"}
+// reservedNames cannot be agents, for the reason given: "operator" sends mail
+// from outside any session; "merge" names the merge queue's gate logs
+// (logs/merge/) and its events.
+var reservedNames = map[string]string{
+	"operator": "it is the mail sender outside any session",
+	"merge":    "it names the merge queue's gate logs and events",
+}
 
 var backendTypes = []string{TypeClaude, TypeCodex, TypeGemini, TypeCommand, TypeScripted}
 
@@ -71,6 +75,7 @@ type topValues struct {
 	defaultsSet    keySet
 	backends       []*rawBackend
 	agents         []*rawAgent
+	merge          mergeValues
 }
 
 // topFields is the top level of swarmd.yaml. It and the field lists it
@@ -107,6 +112,8 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 			{"token", "Bearer token that unlocks the dashboard's actions (stop, start, mail, tasks); \"\" keeps it read-only. At least 16 characters.",
 				d.tokenTo(&cfg.Web.Token)},
 		}, nil)},
+		{"merge", "The merge queue: integrates finished tasks' branches into one branch when the gate passes; absent: no queue.",
+			d.section(d.mergeFields(&t.merge.m), &t.merge.set)},
 		{"backends", "Named ways to run a session. claude, codex and gemini are built in; an entry named after one adjusts it.", d.backendsTo(&t.backends)},
 		{"agents", "The agents; at least one.", d.agentsTo(&t.agents)},
 	}
@@ -130,6 +137,7 @@ func (d *decoder) decode(data []byte) *Config {
 	d.checkListen(cfg.Listen, top.at("listen"))
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
 	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
+	d.finishMerge(cfg, &t.merge, top.at("merge"))
 	raws := map[string]*rawBackend{}
 	for _, rb := range t.backends {
 		raws[rb.name] = rb
@@ -568,8 +576,8 @@ func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) []*rawAgent {
 		case !agentNameRE.MatchString(ra.name):
 			d.errorf(nameLine, join(ra.path, "name"), "%q is not a valid agent name (want %s)", ra.name, agentNameRE)
 			good = false
-		case slices.Contains(reservedNames, ra.name):
-			d.errorf(nameLine, join(ra.path, "name"), "%q is reserved (it is the mail sender outside any session)", ra.name)
+		case reservedNames[ra.name] != "":
+			d.errorf(nameLine, join(ra.path, "name"), "%q is reserved (%s)", ra.name, reservedNames[ra.name])
 			good = false
 		default:
 			if prev, dup := firstLine[ra.name]; dup {

@@ -35,6 +35,13 @@ var outcomeLabels = [...]string{
 // Sessions run from seconds (a backend that fails at once) to hours.
 var sessionBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200}
 
+// mergeResults are the result label values of swarmd_merges_total (package
+// merge's results and rejection kinds); each series exists from the start.
+var mergeResults = [...]string{"merged", "conflict", "gate_failed", "timeout"}
+
+// Gates run a project's tests: seconds to the merge timeout (30m default).
+var gateBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600}
+
 // Interrupt latency is an in-process hand-off measured in microseconds, but a
 // slow router poll or a busy database can stretch it to seconds.
 var latencyBuckets = []float64{
@@ -67,6 +74,9 @@ type Metrics struct {
 	toolCalls         *prometheus.CounterVec
 	idle              *prometheus.GaugeVec
 	paused            *prometheus.GaugeVec
+	mergeDepth        prometheus.Gauge
+	merges            *prometheus.CounterVec
+	gateDuration      prometheus.Histogram
 
 	mu     sync.RWMutex
 	agents map[string]*series
@@ -168,7 +178,23 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_tool_calls_total",
 			Help: "Tool calls made by the agent's sessions.",
 		}, []string{"agent"}),
+		mergeDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swarmd_merge_queue_depth",
+			Help: "Tasks in the merge queue, the one under test included.",
+		}),
+		merges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_merges_total",
+			Help: "Merge queue results: merged, conflict, gate_failed, timeout.",
+		}, []string{"result"}),
+		gateDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "swarmd_gate_duration_seconds",
+			Help:    "Wall-clock duration of merge gate runs.",
+			Buckets: gateBuckets,
+		}),
 		agents: make(map[string]*series),
+	}
+	for _, r := range mergeResults {
+		m.merges.WithLabelValues(r)
 	}
 	m.mailNormal = m.mailSent.WithLabelValues("normal")
 	m.mailUrgent = m.mailSent.WithLabelValues("urgent")
@@ -185,7 +211,7 @@ func New(build BuildInfo) *Metrics {
 	reg.MustRegister(
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
 		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, buildInfo,
+		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.mergeDepth, m.merges, m.gateDuration, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -422,5 +448,15 @@ func (m *Metrics) AddToolCalls(agentName string, n int) {
 	}
 	m.toolCalls.WithLabelValues(agentName).Add(float64(n))
 }
+
+// MergeQueueDepth sets swarmd_merge_queue_depth: tasks queued or under test.
+func (m *Metrics) MergeQueueDepth(n int) { m.mergeDepth.Set(float64(max(n, 0))) }
+
+// MergeResult counts one merge queue result (merged, conflict, gate_failed
+// or timeout) in swarmd_merges_total.
+func (m *Metrics) MergeResult(result string) { m.merges.WithLabelValues(result).Inc() }
+
+// GateDuration records one gate run in swarmd_gate_duration_seconds.
+func (m *Metrics) GateDuration(d time.Duration) { m.gateDuration.Observe(max(d, 0).Seconds()) }
 
 var _ runner.Observer = (*Metrics)(nil)

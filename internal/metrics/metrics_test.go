@@ -18,6 +18,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/runner"
 )
 
@@ -620,4 +621,45 @@ func TestMaxTurnsOutcome(t *testing.T) {
 	s := scrape(t, url)
 	s.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "max_turns")
 	s.want(t, 0, "swarmd_sessions_total", "agent", "alice", "outcome", "error")
+}
+
+// The merge queue reports through its Metrics interface, which these
+// methods satisfy.
+var _ merge.Metrics = (*Metrics)(nil)
+
+func TestMergeQueue(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	f := scrape(t, url)
+	f.want(t, 0, "swarmd_merge_queue_depth")
+	for _, r := range []string{"merged", "conflict", "gate_failed", "timeout"} {
+		f.want(t, 0, "swarmd_merges_total", "result", r) // every result is there from the start
+	}
+
+	m.MergeQueueDepth(3)
+	m.MergeResult("merged")
+	m.MergeResult("merged")
+	m.MergeResult("conflict")
+	m.MergeResult("timeout")
+	m.GateDuration(90 * time.Second)
+	m.GateDuration(2 * time.Second)
+	f = scrape(t, url)
+	f.want(t, 3, "swarmd_merge_queue_depth")
+	f.want(t, 2, "swarmd_merges_total", "result", "merged")
+	f.want(t, 1, "swarmd_merges_total", "result", "conflict")
+	f.want(t, 0, "swarmd_merges_total", "result", "gate_failed")
+	f.want(t, 1, "swarmd_merges_total", "result", "timeout")
+	h := f.one(t, "swarmd_gate_duration_seconds").GetHistogram()
+	if h.GetSampleCount() != 2 || h.GetSampleSum() != 92 {
+		t.Errorf("gate duration: %d samples, sum %v; want 2, 92", h.GetSampleCount(), h.GetSampleSum())
+	}
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() == 60 && b.GetCumulativeCount() != 1 {
+			t.Errorf("gate duration bucket le=60: %d, want 1", b.GetCumulativeCount())
+		}
+	}
+
+	m.MergeQueueDepth(0)
+	f = scrape(t, url)
+	f.want(t, 0, "swarmd_merge_queue_depth")
 }

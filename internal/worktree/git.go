@@ -42,27 +42,7 @@ func newGitCLI(ctx context.Context, name string) (*gitCLI, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (%v): install git %d.%d or newer", ErrGitMissing, err, minGitMajor, minGitMinor)
 	}
-	// Variables that would make "git -C dir" act on another repository than
-	// dir (set, for example, when the daemon is started from a git hook), and
-	// the ones we set below.
-	drop := []string{
-		"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
-		"GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
-		"GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX",
-		"LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS",
-	}
-	env := make([]string, 0, len(os.Environ())+3)
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(drop, k) {
-			continue
-		}
-		env = append(env, kv)
-	}
-	// LC_ALL=C: messages we parse and show are stable. GIT_OPTIONAL_LOCKS=0:
-	// our status checks must not take index.lock under a running agent.
-	env = append(env, "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
-	g := &gitCLI{bin: bin, env: env}
+	g := &gitCLI{bin: bin, env: GitEnv(os.Environ())}
 
 	out, err := g.run(ctx, "", "version")
 	if err != nil {
@@ -77,6 +57,36 @@ func newGitCLI(ctx context.Context, name string) (*gitCLI, string, error) {
 		return nil, "", fmt.Errorf("%w: found %s at %s, need %d.%d or newer", ErrGitTooOld, version, bin, minGitMajor, minGitMinor)
 	}
 	return g, version, nil
+}
+
+// GitEnv is environ made fit for running git on a repository named with
+// "git -C dir": without the variables that would make git act on another
+// repository (set, for example, when the daemon is started from a git
+// hook), with LC_ALL=C (messages we parse and show are stable), no
+// terminal prompts, and GIT_OPTIONAL_LOCKS=0 (status checks must not take
+// index.lock under a running agent). It returns a new slice.
+func GitEnv(environ []string) []string {
+	drop := []string{
+		"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
+		"GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
+		"GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX",
+		"LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS",
+	}
+	env := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(drop, k) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+}
+
+// ParseGitVersion reads the output of "git version" ("git version 2.39.5")
+// as major and minor numbers.
+func ParseGitVersion(out string) (major, minor int, ok bool) {
+	return parseGitVersion(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "git version ")))
 }
 
 // parseGitVersion reads "2.39.5", "2.39.5.windows.1" or "2.37.1 (Apple Git-137.1)".
@@ -152,4 +162,13 @@ func flockDir(ctx context.Context, dir string) (unlock func(), err error) {
 		}
 	}
 	return func() { f.Close() }, nil // closing the descriptor releases the lock
+}
+
+// LockRepo takes the lock that every Manager holds for worktree operations
+// (add, remove, prune) on the repository whose common git directory is
+// commonDir, so that another package creating a worktree of its own (the
+// merge queue's integration worktree) never interleaves with them. Call
+// the returned function to release it.
+func LockRepo(ctx context.Context, commonDir string) (unlock func(), err error) {
+	return flockDir(ctx, commonDir)
 }

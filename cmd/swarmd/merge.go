@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/merge"
+)
+
+// mergeMain is `swarmd merge …`: the merge queue read and steered in
+// swarm.db directly, like `swarmd events`, so it works whether or not the
+// daemon runs. A running daemon sees a pause at its next candidate and a
+// retry or resume when it next looks at the queue.
+type mergeMain struct {
+	s          streams
+	configPath string
+	jsonOut    bool
+}
+
+func newMergeCommand(s streams) *cobra.Command {
+	m := &mergeMain{s: s}
+	cmd := &cobra.Command{
+		Use:   "merge",
+		Short: "The merge queue: what waits to go into merge.into, what is under test, the last results",
+		Long: `The merge queue integrates finished tasks into the branch merge.into names, one at a time, when the
+gate passes on the merged result (docs/merge-queue.md). These commands read and steer it in swarm.db.
+A gate run's log is read with swarmd logs merge --session N.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVarP(&m.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	pf.BoolVar(&m.jsonOut, "json", false, "print JSON")
+	cmd.AddCommand(m.statusCommand(), m.listCommand(), m.retryCommand(), m.switchCommand("pause"), m.switchCommand("resume"))
+	return cmd
+}
+
+// open opens the queue's store; operator verbs refuse a session.
+func (m *mergeMain) open(ctx context.Context, verb string, operator bool) (*merge.Store, *config.Config, func(), error) {
+	who, err := whoCalls(m.s.getenv, "merge")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if operator && who.inSession {
+		return nil, nil, nil, usagef("merge %s: an operator command; agent %s's session may not run it", verb, who.name)
+	}
+	db, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "merge")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if operator && (db.cfg == nil || db.cfg.Merge == nil) {
+		db.Close()
+		return nil, nil, nil, usagef("merge %s: swarmd.yaml has no merge section, so there is no merge queue", verb)
+	}
+	return merge.NewStore(db.DB, nil), db.cfg, func() { db.Close() }, nil
+}
+
+func (m *mergeMain) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "The queue: paused or waiting and why, the candidate under test, what is queued, the last results",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, cfg, done, err := m.open(cmd.Context(), "status", false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			s, err := st.Status(cmd.Context(), 10)
+			if err != nil {
+				return err
+			}
+			if m.jsonOut {
+				return printJSON(m.s.out, s)
+			}
+			return printMergeStatus(m.s.out, cfg, s)
+		},
+	}
+}
+
+func (m *mergeMain) listCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [--limit N] [--json]",
+		Short: "Queue entries, oldest first: task, agent, branch and head, state, result",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usagef("merge list: --limit %d: want 0 (all) or more", limit)
+			}
+			st, _, done, err := m.open(cmd.Context(), "list", false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			es, err := st.List(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			if m.jsonOut {
+				if es == nil {
+					es = []merge.Entry{}
+				}
+				return printJSON(m.s.out, es)
+			}
+			return printEntries(m.s.out, es)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 50, "the last N entries (0: all)")
+	return cmd
+}
+
+func (m *mergeMain) retryCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry TASK",
+		Short: "Queue a rejected task's commit again, at the end of the queue (after a flaky gate, say)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseTaskID("merge retry", args[0])
+			if err != nil {
+				return err
+			}
+			st, _, done, err := m.open(cmd.Context(), "retry", true)
+			if err != nil {
+				return err
+			}
+			defer done()
+			e, err := st.Retry(cmd.Context(), id, "operator")
+			if err != nil {
+				return mergeErr("retry", err)
+			}
+			if m.jsonOut {
+				return printJSON(m.s.out, e)
+			}
+			_, err = fmt.Fprintf(m.s.out, "task %d queued again: %s at %s\n", e.Task, e.Branch, shortHash(e.Head))
+			return err
+		},
+	}
+}
+
+// switchCommand is pause or resume.
+func (m *mergeMain) switchCommand(verb string) *cobra.Command {
+	short := "Stop the queue before its next candidate (the one under test finishes); kept across restarts"
+	if verb == "resume" {
+		short = "Let a paused queue go on"
+	}
+	return &cobra.Command{
+		Use:   verb,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, _, done, err := m.open(cmd.Context(), verb, true)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if verb == "pause" {
+				err = st.Pause(cmd.Context(), "operator")
+			} else {
+				err = st.Resume(cmd.Context(), "operator")
+			}
+			if err != nil {
+				return mergeErr(verb, err)
+			}
+			_, err = fmt.Fprintf(m.s.out, "merge queue %sd\n", verb)
+			return err
+		},
+	}
+}
+
+func mergeErr(verb string, err error) error {
+	if errors.Is(err, merge.ErrInvalid) {
+		return usagef("merge %s: %w", verb, err)
+	}
+	return fmt.Errorf("merge %s: %w", verb, err)
+}
+
+func printMergeStatus(w io.Writer, cfg *config.Config, s merge.Status) error {
+	switch {
+	case cfg == nil:
+	case cfg.Merge == nil:
+		fmt.Fprintln(w, "no merge queue: swarmd.yaml has no merge section")
+	default:
+		mc := cfg.Merge
+		fmt.Fprintf(w, "merge queue into %s: strategy %s, %s, timeout %s\n", mc.Into, mc.Strategy, gateWords(mc.Gate), config.FormatDuration(mc.Timeout))
+	}
+	switch {
+	case s.Paused:
+		fmt.Fprintf(w, "state:   paused by %s (swarmd merge resume)\n", s.PausedBy)
+	case s.Waiting != "":
+		fmt.Fprintf(w, "state:   waiting: %s\n", printable(s.Waiting, false))
+	default:
+		fmt.Fprintln(w, "state:   running")
+	}
+	if c := s.Current; c != nil {
+		fmt.Fprintf(w, "testing: task %d (%s, %s at %s) since %s", c.Task, c.Agent, c.Branch, shortHash(c.Head), clock(c.StartedAt))
+		if c.GateSeq != 0 {
+			fmt.Fprintf(w, ", gate run %d (swarmd logs merge --session %d)", c.GateSeq, c.GateSeq)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "queued:  %d\n", len(s.Queued))
+	for _, e := range s.Queued {
+		fmt.Fprintf(w, "  task %d (%s, %s at %s) since %s\n", e.Task, e.Agent, e.Branch, shortHash(e.Head), clock(e.EnqueuedAt))
+	}
+	if len(s.Recent) > 0 {
+		fmt.Fprintln(w, "recent:")
+	}
+	for _, e := range s.Recent {
+		fmt.Fprintf(w, "  task %d %s %s\n", e.Task, clock(e.FinishedAt), resultWords(e))
+	}
+	return nil
+}
+
+func printEntries(w io.Writer, es []merge.Entry) error {
+	if len(es) == 0 {
+		_, err := fmt.Fprintln(w, "the merge queue is empty")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTASK\tAGENT\tBRANCH\tHEAD\tSTATE\tQUEUED\tRESULT")
+	for _, e := range es {
+		res := "-"
+		if e.State == merge.Merged || e.State == merge.Rejected {
+			res = resultWords(e)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Task, e.Agent, e.Branch, shortHash(e.Head),
+			e.State, clock(e.EnqueuedAt), res)
+	}
+	return tw.Flush()
+}
+
+// resultWords is a finished entry's result on one line.
+func resultWords(e merge.Entry) string {
+	switch {
+	case e.State == merge.Merged:
+		return "merged at " + shortHash(e.Candidate)
+	case e.Result == string(merge.KindConflict):
+		return "conflict: " + printable(strings.Join(e.Paths(), ", "), false)
+	}
+	last := strings.TrimSpace(e.Detail)
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	s := e.Result
+	if e.GateSeq != 0 {
+		s += fmt.Sprintf(" (swarmd logs merge --session %d)", e.GateSeq)
+	}
+	if last != "" {
+		s += ": " + printable(cutRunes(last, 120), false)
+	}
+	return s
+}
+
+func gateWords(gate []string) string {
+	switch len(gate) {
+	case 0:
+		return "no gate"
+	case 1:
+		return "gate " + gate[0]
+	}
+	return fmt.Sprintf("gate of %d commands", len(gate))
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func cutRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

@@ -1,0 +1,109 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Merge strategies: how the merge queue turns a worker's branch into one
+// candidate commit on the target (docs/configuration.md, merge).
+const (
+	StrategyMerge  = "merge"  // a merge commit: parents the target and the worker's commit
+	StrategySquash = "squash" // one commit on the target with the branch's whole change
+	StrategyRebase = "rebase" // the branch's commits replayed on the target, one by one
+)
+
+var mergeStrategies = []string{StrategyMerge, StrategySquash, StrategyRebase}
+
+// Defaults of the merge section.
+const (
+	DefaultMergeTimeout  = 30 * time.Minute
+	DefaultMergeStrategy = StrategyMerge
+)
+
+// Merge configures the merge queue. Config.Merge is nil when swarmd.yaml has
+// no merge section: then there is no queue, and DONE tasks close at once.
+type Merge struct {
+	Into     string        // the branch the queue advances, as a short name ("main")
+	Gate     []string      // shell commands run in order on each candidate; none: clean merges go in untested
+	Timeout  time.Duration // for the whole gate
+	Strategy string        // StrategyMerge, StrategySquash or StrategyRebase
+}
+
+// mergeValues is the merge section as walked, finished by finishMerge.
+type mergeValues struct {
+	m   Merge
+	set keySet
+}
+
+func (d *decoder) mergeFields(m *Merge) []field {
+	m.Timeout, m.Strategy = DefaultMergeTimeout, DefaultMergeStrategy
+	return []field{
+		{"into", "The branch the merge queue advances (such as main); required.", d.strTo(&m.Into, true)},
+		{"gate", "Shell commands run in order on each candidate in the integration worktree; all must exit 0.", d.strListTo(&m.Gate, true)},
+		{"timeout", "The whole gate is killed after this long, and the candidate rejected.", d.durTo(&m.Timeout, false)},
+		{"strategy", "How a branch becomes a candidate: merge (a merge commit), squash (one commit) or rebase (its commits replayed).",
+			d.enumTo(&m.Strategy, mergeStrategies)},
+	}
+}
+
+// finishMerge checks the merge section, if there is one, and sets cfg.Merge.
+func (d *decoder) finishMerge(cfg *Config, mv *mergeValues, line int) {
+	if mv.set == nil {
+		return // no merge section: no queue
+	}
+	ok := true
+	if l, set := mv.set.line("into"); set {
+		if problem := branchNameProblem(mv.m.Into); problem != "" {
+			d.errorf(l, "merge.into", "%q %s", mv.m.Into, problem)
+			ok = false
+		}
+	} else if !mv.set.present("into") {
+		d.errorf(line, "merge.into", "is required: the branch the queue advances (add into: main)")
+		ok = false
+	} else {
+		ok = false
+	}
+	if l, set := mv.set.line("strategy"); set && !slices.Contains(mergeStrategies, mv.m.Strategy) {
+		d.errorf(l, "merge.strategy", "%q is not a merge strategy (want one of %s)", mv.m.Strategy, strings.Join(mergeStrategies, ", "))
+		ok = false
+	}
+	if ok {
+		m := mv.m
+		cfg.Merge = &m
+	}
+}
+
+// branchNameProblem says why name is not a branch the queue can advance,
+// or "" when it is: git's check-ref-format rules for a short branch name,
+// and none of swarmd's own agent branches.
+func branchNameProblem(name string) string {
+	switch {
+	case strings.HasPrefix(name, "-"):
+		return "must not start with \"-\" (name a branch such as main)"
+	case strings.HasPrefix(name, "refs/"):
+		return "is a full ref: give the branch's short name (main, not refs/heads/main)"
+	case name == "HEAD" || name == "@":
+		return "is not a branch: name the branch itself (such as main)"
+	case strings.HasPrefix(name, "swarm/"):
+		return "is an agent's branch: the queue merges agents' branches into another one"
+	case strings.IndexFunc(name, badRefRune) >= 0:
+		return "is not a branch name (it contains a space, a control character or one of ~^:?*[\\)"
+	case strings.Contains(name, "..") || strings.Contains(name, "@{") || strings.Contains(name, "//"):
+		return "is not a branch name (it contains \"..\", \"@{\" or \"//\")"
+	case strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".") || strings.HasSuffix(name, ".lock"):
+		return "is not a branch name (it ends with \"/\", \".\" or \".lock\")"
+	}
+	for _, part := range strings.Split(name, "/") {
+		if strings.HasPrefix(part, ".") {
+			return "is not a branch name (a component starts with \".\")"
+		}
+	}
+	return ""
+}
+
+func badRefRune(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || strings.ContainsRune("~^:?*[\\", r)
+}

@@ -1,0 +1,32 @@
+package merge
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Returned errors wrap them with the task, branch or path
+// involved; test with errors.Is.
+var (
+	// ErrNotFound: the task has never been queued.
+	ErrNotFound = errors.New("not in the merge queue")
+	// ErrState: the request does not fit the entry's state (retrying a task
+	// that is still queued, re-queueing one under test with other commits).
+	ErrState = errors.New("not allowed in the queue entry's state")
+	// ErrInvalid: a malformed request (no task id, a bad agent name).
+	ErrInvalid = errors.New("invalid merge queue request")
+	// ErrNoTarget: the branch merge.into names does not exist.
+	ErrNoTarget = errors.New("merge target branch does not exist")
+	// ErrNoCommit: a branch or commit to queue does not exist.
+	ErrNoCommit = errors.New("no such commit")
+	// ErrForeignDir: the integration worktree's path holds something else.
+	ErrForeignDir = errors.New("directory is not the merge queue's worktree")
+)
+
+// unmergeableError is git refusing to merge a candidate for a reason of the
+// candidate's own (unrelated histories, a rebase that fails without a
+// conflicting path): it is rejected like a conflict, with git's message.
+type unmergeableError struct{ err error }
+
+func (e *unmergeableError) Error() string { return fmt.Sprintf("cannot merge: %v", e.err) }
+func (e *unmergeableError) Unwrap() error { return e.err }

@@ -1,0 +1,202 @@
+package merge
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/environ"
+	"github.com/swarmd/swarmd/internal/proc"
+)
+
+// gateScript runs the gate commands ("$@") in order, each with /bin/sh -c in
+// the integration worktree's top directory, and stops at the first that
+// fails, saying which. The whole run is one process tree of the daemon's
+// Supervisor, so a timeout kills everything the commands started.
+const gateScript = `for c in "$@"; do
+  printf '$ %s\n' "$c"
+  /bin/sh -c "$c"
+  s=$?
+  if [ "$s" -ne 0 ]; then
+    printf '\nswarmd: gate command failed with exit status %d: %s\n' "$s" "$c"
+    exit "$s"
+  fi
+done`
+
+// Limits of what a rejection carries back to the worker.
+const (
+	tailBytes = 8 << 10
+	tailLines = 40
+)
+
+// gateRun is how one gate run went.
+type gateRun struct {
+	exit     proc.ExitStatus
+	timedOut bool
+	tail     string // the last lines of the output, for the worker
+	duration time.Duration
+}
+
+func (g gateRun) passed() bool { return !g.timedOut && g.exit.Signal == 0 && g.exit.Code == 0 }
+
+// runGate runs the gate in dir on candidate e.Candidate as gate run seq,
+// logging to logs/merge/<seq>.log like a session. When ctx ends first the
+// tree is killed and ctx's error returned.
+func (q *Queue) runGate(ctx context.Context, e *Entry, dir string, seq uint32) (gateRun, error) {
+	id := "merge-" + strconv.FormatUint(uint64(seq), 10)
+	logf, err := openLog(q.opts.Logs.LogPath(LogName, seq))
+	if err != nil {
+		return gateRun{}, fmt.Errorf("gate run %d: %w", seq, err)
+	}
+	defer logf.Close()
+	out := &gateOutput{log: logf, tail: make([]byte, 0, 2*tailBytes)}
+	started := q.now()
+	out.line(fmt.Sprintf("=== swarmd session %s seq %d started %s head %s ===\n", id, seq, started.Format(time.RFC3339), e.Candidate))
+	out.line(fmt.Sprintf("swarmd: gate of task %d: %s at %s (agent %s) onto %s at %s, strategy %s, candidate %s, in %s\n",
+		e.Task, e.Branch, short(e.Head), e.Agent, q.opts.Into, short(e.Target), q.opts.Strategy, short(e.Candidate), dir))
+	tree, err := q.opts.Procs.Start(proc.Spec{
+		Path:   "/bin/sh",
+		Args:   append([]string{"-c", gateScript, "swarmd-gate"}, q.opts.Gate...),
+		Dir:    dir,
+		Env:    q.gateEnv(e),
+		Output: out,
+		ID:     id,
+	})
+	if err != nil {
+		out.line(fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome error: %v ===\n", id, seq, q.now().Format(time.RFC3339), err))
+		return gateRun{}, fmt.Errorf("gate run %d: %w", seq, err)
+	}
+	run, err := q.waitGate(ctx, tree)
+	outcome := "success"
+	switch {
+	case err != nil:
+		outcome = "cancelled"
+	case run.timedOut:
+		outcome = string(KindTimeout)
+	case !run.passed():
+		outcome = string(KindGateFailed)
+	}
+	run.duration = q.now().Sub(started)
+	run.tail = lastLines(string(out.tail), tailLines)
+	out.end(fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome %s: %s ===\n", id, seq, q.now().Format(time.RFC3339), outcome, run.exit))
+	if out.err != nil {
+		q.log.Warn("gate log incomplete", zap.Uint32("gate_seq", seq), zap.Error(out.err))
+	}
+	return run, err
+}
+
+// waitGate waits for the tree, killing it at the timeout or when ctx ends.
+func (q *Queue) waitGate(ctx context.Context, tree *proc.Tree) (gateRun, error) {
+	timer := time.NewTimer(q.opts.Timeout)
+	defer timer.Stop()
+	var run gateRun
+	var err error
+	select {
+	case <-tree.Done():
+	case <-timer.C:
+		run.timedOut = true
+		_ = tree.Kill() // fails only if the tree has just ended on its own
+		<-tree.Done()
+	case <-ctx.Done():
+		err = ctx.Err()
+		_ = tree.Kill()
+		<-tree.Done()
+	}
+	run.exit = tree.Exit()
+	if run.timedOut && run.exit.Signal == 0 {
+		run.timedOut = false // it ended on its own just in time
+	}
+	return run, err
+}
+
+// gateEnv is the gate's environment: Options.Env (the daemon's when nil)
+// and what the gate may want to know about the candidate.
+func (q *Queue) gateEnv(e *Entry) []string {
+	base := q.opts.Env
+	if base == nil {
+		base = os.Environ()
+	}
+	return environ.Build("", base, []string{
+		"SWARM_MERGE_TASK=" + strconv.FormatInt(e.Task, 10),
+		"SWARM_MERGE_AGENT=" + e.Agent,
+		"SWARM_MERGE_BRANCH=" + e.Branch,
+		"SWARM_MERGE_HEAD=" + e.Head,
+		"SWARM_MERGE_INTO=" + q.opts.Into,
+		"SWARM_MERGE_TARGET=" + e.Target,
+		"SWARM_MERGE_CANDIDATE=" + e.Candidate,
+	})
+}
+
+func openLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("log directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	return f, nil
+}
+
+// gateOutput writes the tree's output to the log and keeps its tail. The
+// tree calls Write from one goroutine; line and end are called before the
+// tree starts and after it is done.
+type gateOutput struct {
+	log         *os.File
+	err         error // the first log write error; the tail is kept anyway
+	tail        []byte
+	atLineStart bool
+}
+
+func (o *gateOutput) Write(p []byte) (int, error) {
+	if o.err == nil {
+		_, o.err = o.log.Write(p)
+	}
+	o.tail = append(o.tail, p...)
+	if len(o.tail) > 2*tailBytes {
+		o.tail = append(o.tail[:0], o.tail[len(o.tail)-tailBytes:]...)
+	}
+	if len(p) > 0 {
+		o.atLineStart = p[len(p)-1] == '\n'
+	}
+	return len(p), nil
+}
+
+// line writes one of swarmd's own lines to the log only.
+func (o *gateOutput) line(s string) {
+	if o.err == nil {
+		_, o.err = o.log.WriteString(s)
+	}
+	o.atLineStart = true
+}
+
+// end writes the footer on a line of its own.
+func (o *gateOutput) end(s string) {
+	if !o.atLineStart && len(o.tail) > 0 {
+		s = "\n" + s
+	}
+	o.line(s)
+}
+
+// lastLines is the last n lines of s (at most tailBytes), as valid UTF-8.
+func lastLines(s string, n int) string {
+	if len(s) > tailBytes {
+		s = s[len(s)-tailBytes:]
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.ToValidUTF8(strings.Join(lines, "\n"), "")
+}

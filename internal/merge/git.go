@@ -1,0 +1,463 @@
+package merge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// This file is the queue's git plumbing: every git command the queue runs.
+// It uses the git CLI throughout, not go-git: merge-tree --write-tree,
+// commit-tree and update-ref with an old value are what the design rests
+// on, and go-git has neither a real three-way merge nor a compare-and-swap
+// that git's own ref locking honours.
+
+// mergeTreeMajor.mergeTreeMinor is the first git with merge-tree --write-tree.
+const (
+	mergeTreeMajor = 2
+	mergeTreeMinor = 38
+	gitWaitDelay   = 5 * time.Second
+)
+
+// errMoved: the target branch no longer points where the candidate was
+// built: rebuild on the new target, never overwrite.
+var errMoved = errors.New("target branch moved")
+
+// repo runs git on the repository the queue integrates into.
+type repo struct {
+	bin       string
+	env       []string // worktree.GitEnv of the daemon's environment
+	commonDir string   // the git directory shared by all worktrees (real path)
+	mainWT    string   // the main working tree
+	ident     []string // GIT_AUTHOR_* and GIT_COMMITTER_* of the commits the queue makes
+}
+
+func openRepo(ctx context.Context, dir, bin string, ident []string) (*repo, error) {
+	if bin == "" {
+		bin = "git"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("merge queue: %w (%v): install git %d.%d or newer", worktree.ErrGitMissing, err, mergeTreeMajor, mergeTreeMinor)
+	}
+	r := &repo{bin: path, env: worktree.GitEnv(os.Environ()), ident: ident}
+	out, err := r.run(ctx, "", nil, "version")
+	if err != nil {
+		return nil, fmt.Errorf("merge queue: check git version: %w", err)
+	}
+	if major, minor, ok := worktree.ParseGitVersion(out); !ok || major < mergeTreeMajor || (major == mergeTreeMajor && minor < mergeTreeMinor) {
+		return nil, fmt.Errorf("merge queue: %w: %s at %s; the queue needs %d.%d or newer (git merge-tree --write-tree)",
+			worktree.ErrGitTooOld, strings.TrimSpace(out), path, mergeTreeMajor, mergeTreeMinor)
+	}
+	out, err = r.run(ctx, dir, nil, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	if err != nil {
+		return nil, fmt.Errorf("merge queue: open repository %s: %w", dir, err)
+	}
+	if r.commonDir, err = filepath.EvalSymlinks(strings.TrimSpace(out)); err != nil {
+		return nil, fmt.Errorf("merge queue: open repository %s: %w", dir, err)
+	}
+	if r.mainWT, err = r.mainWorktree(ctx); err != nil {
+		return nil, fmt.Errorf("merge queue: open repository %s: %w", dir, err)
+	}
+	return r, nil
+}
+
+// mainWorktree is the first entry of "git worktree list": the main working
+// tree, whose HEAD is commonDir/HEAD.
+func (r *repo) mainWorktree(ctx context.Context) (string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "worktree", "list", "--porcelain", "-z")
+	if err != nil {
+		return "", err
+	}
+	first, _, _ := strings.Cut(out, "\x00")
+	path, ok := strings.CutPrefix(first, "worktree ")
+	if !ok {
+		return "", fmt.Errorf("git worktree list: unexpected output %q", first)
+	}
+	return path, nil
+}
+
+// run runs git (with -C dir unless dir is empty) with env added to the
+// daemon's, and returns its standard output. A failure is a
+// *worktree.GitError, as the worktree package reports them. Processes stay
+// in the daemon's process group (no Setpgid): see package proc.
+func (r *repo) run(ctx context.Context, dir string, env []string, args ...string) (string, error) {
+	full := args
+	if dir != "" {
+		full = append([]string{"-C", dir}, args...)
+	}
+	cmd := exec.CommandContext(ctx, r.bin, full...)
+	cmd.Env = r.env
+	if len(env) > 0 {
+		cmd.Env = append(append(make([]string, 0, len(r.env)+len(env)), r.env...), env...)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = gitWaitDelay
+	err := cmd.Run()
+	if err == nil {
+		return stdout.String(), nil
+	}
+	gerr := &worktree.GitError{Args: args, Dir: dir, ExitCode: -1, Stderr: strings.TrimSpace(stderr.String()), Err: err}
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		gerr.Err = ctx.Err()
+	case errors.As(err, &exit) && exit.Exited():
+		gerr.ExitCode = exit.ExitCode()
+	}
+	return stdout.String(), gerr
+}
+
+func exitCode(err error) int {
+	var gerr *worktree.GitError
+	if errors.As(err, &gerr) {
+		return gerr.ExitCode
+	}
+	return -1
+}
+
+// commit resolves rev to a commit hash.
+func (r *repo) commit(ctx context.Context, rev string) (string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+	if err != nil {
+		if exitCode(err) == 1 {
+			return "", fmt.Errorf("%s: %w", rev, ErrNoCommit)
+		}
+		return "", err
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// tip is where branch points and that commit's tree, read in one git call
+// so that the two belong together.
+func (r *repo) tip(ctx context.Context, branch string) (commit, tree string, err error) {
+	ref := "refs/heads/" + branch
+	out, err := r.run(ctx, r.commonDir, nil, "log", "-1", "--no-walk", "--format=%H %T", ref, "--")
+	if err != nil {
+		if _, serr := r.run(ctx, r.commonDir, nil, "show-ref", "--verify", "--quiet", ref); exitCode(serr) == 1 {
+			return "", "", fmt.Errorf("branch %s: %w", branch, ErrNoTarget)
+		}
+		return "", "", err
+	}
+	commit, tree, ok := strings.Cut(strings.TrimSpace(out), " ")
+	if !ok {
+		return "", "", fmt.Errorf("read branch %s: unexpected git log output %q", branch, out)
+	}
+	return commit, tree, nil
+}
+
+// mergeTree merges theirs into ours without touching any working tree or
+// ref: the merged tree, or the paths that conflict. A refusal other than a
+// conflict (unrelated histories, a commit that is gone) is an
+// *unmergeableError: nothing the queue can retry its way out of.
+func (r *repo) mergeTree(ctx context.Context, ours, theirs string) (tree string, conflicts []string, err error) {
+	out, err := r.run(ctx, r.commonDir, nil, "merge-tree", "--write-tree", "--name-only", "-z", "--end-of-options", ours, theirs)
+	switch code := exitCode(err); {
+	case err == nil, code == 1:
+		// Output: TREE NUL, then with conflicts each path NUL, an empty
+		// field, and git's messages.
+		fields := strings.Split(out, "\x00")
+		for _, f := range fields[1:] {
+			if f == "" {
+				break
+			}
+			conflicts = append(conflicts, f)
+		}
+		if code == 1 && len(conflicts) == 0 {
+			return "", nil, fmt.Errorf("git merge-tree: exit 1 without conflicting paths: %q", out)
+		}
+		return fields[0], conflicts, nil
+	case code > 1:
+		return "", nil, &unmergeableError{err: err}
+	default:
+		return "", nil, err
+	}
+}
+
+// commitTree makes a commit of tree with parents and msg, authored as env
+// says (the queue's identity unless env overrides it).
+func (r *repo) commitTree(ctx context.Context, tree, msg string, env []string, parents ...string) (string, error) {
+	args := []string{"commit-tree", "-m", msg}
+	for _, p := range parents {
+		args = append(args, "-p", p)
+	}
+	args = append(args, tree)
+	out, err := r.run(ctx, r.commonDir, append(append([]string(nil), r.ident...), env...), args...)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// updateRef moves branch from old to new only if it still points at old,
+// git's compare-and-swap under the ref's lock. A branch that moved is
+// errMoved.
+func (r *repo) updateRef(ctx context.Context, branch, newC, oldC, msg string) error {
+	_, err := r.run(ctx, r.commonDir, nil, "update-ref", "-m", msg, "refs/heads/"+branch, newC, oldC)
+	if err == nil {
+		return nil
+	}
+	if cur, _, terr := r.tip(ctx, branch); terr == nil && cur != oldC {
+		return fmt.Errorf("%s is at %s now, not %s: %w", branch, short(cur), short(oldC), errMoved)
+	}
+	return err
+}
+
+// ancestry reports whether a is an ancestor of b (or b itself).
+func (r *repo) isAncestor(ctx context.Context, a, b string) (bool, error) {
+	_, err := r.run(ctx, r.commonDir, nil, "merge-base", "--is-ancestor", a, b)
+	switch exitCode(err) {
+	case 0:
+		return true, nil
+	case 1:
+		return false, nil
+	}
+	return false, err
+}
+
+// commitInfo is one commit of a branch, for a squash commit's message.
+type commitInfo struct {
+	author  []string // GIT_AUTHOR_NAME, _EMAIL, _DATE
+	subject string
+}
+
+// commitsBetween lists the commits in base..head, newest first, without
+// merges.
+func (r *repo) commitsBetween(ctx context.Context, base, head string) ([]commitInfo, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "log", "--no-merges", "-z", "--format=%an%x1f%ae%x1f%ad%x1f%s",
+		"--date=raw", "--end-of-options", base+".."+head, "--")
+	if err != nil {
+		return nil, err
+	}
+	var cs []commitInfo
+	for _, rec := range strings.Split(out, "\x00") {
+		f := strings.SplitN(rec, "\x1f", 4)
+		if len(f) != 4 {
+			continue
+		}
+		cs = append(cs, commitInfo{
+			author:  []string{"GIT_AUTHOR_NAME=" + f[0], "GIT_AUTHOR_EMAIL=" + f[1], "GIT_AUTHOR_DATE=" + f[2]},
+			subject: f[3],
+		})
+	}
+	return cs, nil
+}
+
+// checkout is a working tree where a branch is checked out.
+type checkout struct {
+	path   string
+	gitDir string // its own git directory (commonDir for the main one)
+	busy   string // an operation in progress there (a merge, a rebase, ...), or ""
+}
+
+// checkoutsOf finds the working trees that have branch checked out, or are
+// rebasing or bisecting it, as git itself does before it lets a branch be
+// moved. It reads the HEAD files directly: it runs before every merge and
+// a git call per worktree would cost more than the merge.
+func (r *repo) checkoutsOf(branch string) ([]checkout, error) {
+	ref := "refs/heads/" + branch
+	cands := []checkout{{path: r.mainWT, gitDir: r.commonDir}}
+	ents, err := os.ReadDir(filepath.Join(r.commonDir, "worktrees"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list worktrees: %w", err)
+	}
+	for _, e := range ents {
+		gd := filepath.Join(r.commonDir, "worktrees", e.Name())
+		b, err := os.ReadFile(filepath.Join(gd, "gitdir"))
+		if err != nil {
+			continue // half created or removed meanwhile
+		}
+		cands = append(cands, checkout{path: filepath.Dir(strings.TrimSpace(string(b))), gitDir: gd})
+	}
+	var out []checkout
+	for _, c := range cands {
+		if !holds(c.gitDir, ref) {
+			continue
+		}
+		if _, err := os.Stat(c.path); err != nil {
+			continue // a worktree whose directory is gone has no files to keep
+		}
+		c.busy = inProgress(c.gitDir)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// holds reports whether the worktree whose git directory is gitDir has ref
+// checked out, or is rebasing or bisecting it.
+func holds(gitDir, ref string) bool {
+	for _, f := range []string{"HEAD", "rebase-merge/head-name", "rebase-apply/head-name", "BISECT_START"} {
+		b, err := os.ReadFile(filepath.Join(gitDir, f))
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		s = strings.TrimPrefix(s, "ref: ")
+		if s == ref || (f == "BISECT_START" && "refs/heads/"+s == ref) {
+			return true
+		}
+	}
+	return false
+}
+
+// inProgress names an operation a person has started in a worktree.
+func inProgress(gitDir string) string {
+	for _, op := range []struct{ file, name string }{
+		{"MERGE_HEAD", "a merge"}, {"CHERRY_PICK_HEAD", "a cherry-pick"}, {"REVERT_HEAD", "a revert"},
+		{"rebase-merge", "a rebase"}, {"rebase-apply", "a rebase or am"}, {"BISECT_LOG", "a bisect"},
+	} {
+		if _, err := os.Stat(filepath.Join(gitDir, op.file)); err == nil {
+			return op.name
+		}
+	}
+	return ""
+}
+
+// localChanges lists the files with uncommitted changes to tracked files
+// (staged or not) in the working tree at dir. Untracked files do not count:
+// a fast-forward that would overwrite one fails safely on its own.
+func (r *repo) localChanges(ctx context.Context, dir string) ([]string, error) {
+	out, err := r.run(ctx, dir, nil, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--ignore-submodules=dirty")
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	fields := strings.Split(out, "\x00")
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		if len(f) < 4 {
+			continue
+		}
+		files = append(files, f[3:])
+		if f[0] == 'R' || f[0] == 'C' {
+			i++ // a rename's or copy's source follows
+		}
+	}
+	return files, nil
+}
+
+// fastForward moves the branch checked out at dir to commit, updating its
+// files as "git merge --ff-only" does: it never discards a commit, and it
+// refuses rather than overwrite a local change.
+func (r *repo) fastForward(ctx context.Context, dir, commit, msg string) error {
+	_, err := r.run(ctx, dir, []string{"GIT_REFLOG_ACTION=" + msg}, "merge", "--ff-only", "--quiet", "--no-stat", commit)
+	return err
+}
+
+// noHooks keeps the repository's hooks (meant for people's checkouts) out of
+// the queue's own worktree.
+var noHooks = []string{"-c", "core.hooksPath=" + os.DevNull}
+
+// ensureWorktree makes path a detached worktree at commit with no local
+// changes and no untracked files (ignored files, build caches, are kept). A
+// worktree that cannot be reset (a crash left its index locked) is made
+// anew.
+func (r *repo) ensureWorktree(ctx context.Context, path, commit string) error {
+	if r.ownWorktree(path) {
+		err := r.resetWorktree(ctx, path, commit)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if rerr := r.removeWorktree(ctx, path); rerr != nil {
+			return fmt.Errorf("reset integration worktree: %w; remove it: %w", err, rerr)
+		}
+	}
+	return r.addWorktree(ctx, path, commit)
+}
+
+func (r *repo) resetWorktree(ctx context.Context, path, commit string) error {
+	if _, err := r.run(ctx, path, nil, append(noHooks, "checkout", "--quiet", "--force", "--detach", commit)...); err != nil {
+		return err
+	}
+	_, err := r.run(ctx, path, nil, "clean", "-ffdq")
+	return err
+}
+
+// ownWorktree reports whether path is a worktree of this repository: its
+// .git file points into commonDir/worktrees.
+func (r *repo) ownWorktree(path string) bool {
+	b, err := os.ReadFile(filepath.Join(path, ".git"))
+	if err != nil {
+		return false
+	}
+	gd, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	return ok && filepath.Dir(filepath.Clean(gd)) == filepath.Join(r.commonDir, "worktrees")
+}
+
+func (r *repo) addWorktree(ctx context.Context, path, commit string) error {
+	unlock, err := worktree.LockRepo(ctx, r.commonDir)
+	if err != nil {
+		return fmt.Errorf("create integration worktree: %w", err)
+	}
+	defer unlock()
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("create integration worktree: %s exists and is not a worktree of %s: %w", path, r.mainWT, ErrForeignDir)
+	}
+	if _, err := r.run(ctx, r.commonDir, nil, "worktree", "prune"); err != nil {
+		return fmt.Errorf("create integration worktree: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create integration worktree: %w", err)
+	}
+	_, err = r.run(ctx, r.commonDir, nil, append(noHooks, "worktree", "add", "--quiet", "--detach", path, commit)...)
+	if err != nil {
+		return fmt.Errorf("create integration worktree: %w", err)
+	}
+	return nil
+}
+
+func (r *repo) removeWorktree(ctx context.Context, path string) error {
+	unlock, err := worktree.LockRepo(ctx, r.commonDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, err = r.run(ctx, r.commonDir, nil, "worktree", "remove", "--force", "--force", path)
+	return err
+}
+
+// rebase replays head's commits onto onto in the worktree at wt and
+// returns the result, or the paths that conflict (the rebase is then
+// aborted). Merge commits of the branch are dropped and their changes
+// replayed as ordinary commits, as "git rebase" does.
+func (r *repo) rebase(ctx context.Context, wt, onto, head string) (commit string, conflicts []string, err error) {
+	if err := r.ensureWorktree(ctx, wt, head); err != nil {
+		return "", nil, err
+	}
+	_, err = r.run(ctx, wt, r.ident, append(noHooks, "rebase", "--quiet", "--no-autosquash", "--no-update-refs", onto)...)
+	if err != nil && ctx.Err() == nil && exitCode(err) > 0 {
+		out, derr := r.run(ctx, wt, nil, "diff", "--name-only", "-z", "--diff-filter=U")
+		_, _ = r.run(ctx, wt, nil, "rebase", "--abort")
+		if derr == nil && out != "" {
+			return "", strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"), nil
+		}
+		return "", nil, &unmergeableError{err: err}
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := r.run(ctx, wt, nil, "rev-parse", "--verify", "HEAD")
+	if err != nil {
+		return "", nil, err
+	}
+	return strings.TrimSpace(out), nil, nil
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

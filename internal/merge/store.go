@@ -1,0 +1,571 @@
+package merge
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file is the queue's state in swarm.db (tables merge_queue and
+// merge_control, migration 0010). Every change is one IMMEDIATE transaction
+// together with its row in the event log, so `swarmd events --agent merge`
+// and `swarmd merge status` always agree with what the queue did. Store
+// holds no git and no process: the CLI uses it on the database directly,
+// whether or not the daemon runs.
+
+// DB is the database the queue lives in. *mailbox.DB satisfies it.
+type DB interface {
+	SQL() *sql.DB     // the write pool: IMMEDIATE transactions
+	ReadSQL() *sql.DB // the read pool
+	Check() error     // the file is still the one opened
+}
+
+// State is a queue entry's state.
+type State string
+
+// Entry states. queued -> testing -> merged or rejected; testing goes back to
+// queued when the target moved (rebuild), the daemon stopped or restarted.
+const (
+	Queued   State = "queued"
+	Testing  State = "testing"
+	Merged   State = "merged"
+	Rejected State = "rejected"
+)
+
+// Results: the result of a finished entry and the result label of
+// swarmd_merges_total. A rejection's result is its Kind.
+const (
+	ResultMerged = "merged"
+)
+
+// Kind is why a candidate was rejected.
+type Kind string
+
+// Rejection kinds.
+const (
+	KindConflict   Kind = "conflict"    // it does not merge cleanly into the target; Detail lists the paths
+	KindGateFailed Kind = "gate_failed" // a gate command failed; Detail is the tail of the gate's output
+	KindTimeout    Kind = "timeout"     // the gate ran past merge.timeout and was killed
+)
+
+// Actor names the queue in the event log and on the task board.
+const Actor = "merge-queue"
+
+// LogName is the pseudo-agent the queue's gate logs and events are filed
+// under: logs/merge/<gate_seq>.log (`swarmd logs merge`), events with agent
+// "merge" (`swarmd events --agent merge`). The config reserves the name.
+const LogName = "merge"
+
+// Entry is one task in the queue, or one attempt of it once finished.
+type Entry struct {
+	ID         int64     `json:"id"`
+	Task       int64     `json:"task"`
+	Agent      string    `json:"agent"`
+	Branch     string    `json:"branch"`
+	Head       string    `json:"head"` // the commit merged: the branch's tip when queued
+	State      State     `json:"state"`
+	Result     string    `json:"result,omitempty"`    // merged, conflict, gate_failed, timeout
+	Detail     string    `json:"detail,omitempty"`    // rejected: the conflicting paths or the gate output's tail
+	Target     string    `json:"target,omitempty"`    // the target commit the candidate was built on
+	Candidate  string    `json:"candidate,omitempty"` // the candidate; once merged, the target's new commit
+	GateSeq    uint32    `json:"gate_seq,omitempty"`  // its last gate run: `swarmd logs merge --session N`
+	Attempts   int       `json:"attempts"`            // gate runs
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+}
+
+// Paths are the conflicting paths of a conflict rejection.
+func (e Entry) Paths() []string {
+	if e.Result != string(KindConflict) || e.Detail == "" {
+		return nil
+	}
+	return strings.Split(e.Detail, "\n")
+}
+
+// Status is the queue at a glance.
+type Status struct {
+	Paused   bool    `json:"paused"`
+	PausedBy string  `json:"paused_by,omitempty"`
+	Waiting  string  `json:"waiting,omitempty"` // why the queue does not advance; "" when it can
+	Current  *Entry  `json:"current,omitempty"` // the entry under test
+	Queued   []Entry `json:"queued"`            // waiting their turn, in order
+	Recent   []Entry `json:"recent"`            // the last results, newest first
+}
+
+// Depth is how many tasks are in the queue, the one under test included.
+func (s Status) Depth() int {
+	n := len(s.Queued)
+	if s.Current != nil {
+		n++
+	}
+	return n
+}
+
+// Store is the queue's state in the database. It is safe for concurrent
+// use, also by several processes.
+type Store struct {
+	db  DB
+	now func() time.Time
+}
+
+// NewStore returns the queue stored in db; now is the clock (nil: time.Now).
+func NewStore(db DB, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, now: now}
+}
+
+// timeLayout is swarm.db's fixed-width UTC layout (text order is time order).
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+func (s *Store) stamp() string { return s.now().UTC().Format(timeLayout) }
+
+func parseTime(v string) time.Time {
+	t, _ := time.Parse(timeLayout, v)
+	return t
+}
+
+const entryCols = `id, task_id, agent, branch, head, state, result, detail, target, candidate, gate_seq, attempts,
+	enqueued_at, started_at, finished_at`
+
+type scanner interface{ Scan(...any) error }
+
+func scanEntry(sc scanner) (Entry, error) {
+	var e Entry
+	var state, enq, start, fin string
+	var seq int64
+	if err := sc.Scan(&e.ID, &e.Task, &e.Agent, &e.Branch, &e.Head, &state, &e.Result, &e.Detail, &e.Target,
+		&e.Candidate, &seq, &e.Attempts, &enq, &start, &fin); err != nil {
+		return Entry{}, err
+	}
+	e.State, e.GateSeq = State(state), uint32(seq)
+	e.EnqueuedAt, e.StartedAt, e.FinishedAt = parseTime(enq), parseTime(start), parseTime(fin)
+	return e, nil
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func queryEntries(ctx context.Context, q querier, where string, args ...any) ([]Entry, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+entryCols+` FROM merge_queue `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() {
+		e, err := scanEntry(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// write runs f in one IMMEDIATE transaction on the file the store opened.
+func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
+	if err := s.db.Check(); err != nil {
+		return fmt.Errorf("merge queue: %s: %w", op, err)
+	}
+	tx, err := s.db.SQL().BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("merge queue: %s: %w", op, err)
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("merge queue: %s: %w", op, err)
+	}
+	return nil
+}
+
+// event is one row of the event log: agent "merge", the entry's state
+// change (from and to: queue entry states, or the queue's own "running",
+// "paused", "waiting"), effect "merge".
+type event struct {
+	task     int64
+	from, to string
+	name     string
+	actor    string
+	reason   string
+	seq      uint32
+}
+
+func (s *Store) logEvent(ctx context.Context, tx *sql.Tx, ev event) error {
+	var task any
+	if ev.task != 0 {
+		task = ev.task
+	}
+	session := ""
+	if ev.seq != 0 {
+		session = "merge-" + strconv.FormatUint(uint64(ev.seq), 10)
+	}
+	if ev.actor == "" {
+		ev.actor = Actor
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+		session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'merge', ?, ?, ?, ?, ?)`,
+		s.stamp(), LogName, ev.from, ev.name, ev.to, ev.actor, oneLine(ev.reason), session, int64(ev.seq), task)
+	if err != nil {
+		return fmt.Errorf("merge queue: event %s: %w", ev.name, err)
+	}
+	return nil
+}
+
+// Enqueue puts the task's head at the end of the queue. Queueing a task
+// that is queued already is idempotent for the same head; a new head
+// replaces the old one in place while the entry still waits, and is
+// refused (ErrState) while the old one is under test.
+func (s *Store) Enqueue(ctx context.Context, task int64, agent, branch, head string) (Entry, error) {
+	if task <= 0 || agent == "" || branch == "" || head == "" {
+		return Entry{}, fmt.Errorf("merge queue: enqueue task %d: %w: task, agent, branch and head are required", task, ErrInvalid)
+	}
+	var e Entry
+	err := s.write(ctx, "enqueue", func(tx *sql.Tx) error {
+		cur, found, err := activeEntry(ctx, tx, task)
+		switch {
+		case err != nil:
+			return err
+		case found && cur.Head == head:
+			e = cur
+			return nil
+		case found && cur.State == Testing:
+			return fmt.Errorf("merge queue: task %d is under test at %s; queue %s after that result: %w", task, short(cur.Head), short(head), ErrState)
+		case found:
+			return s.replaceHead(ctx, tx, &cur, &e, agent, branch, head)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
+			VALUES (?, ?, ?, ?, 'queued', ?)`, task, agent, branch, head, s.stamp())
+		if err != nil {
+			return fmt.Errorf("merge queue: enqueue task %d: %w", task, err)
+		}
+		id, _ := res.LastInsertId()
+		if e, err = getEntry(ctx, tx, id); err != nil {
+			return err
+		}
+		return s.logEvent(ctx, tx, event{task: task, to: string(Queued), name: "enqueued",
+			reason: fmt.Sprintf("%s at %s by %s", branch, short(head), agent)})
+	})
+	return e, err
+}
+
+func (s *Store) replaceHead(ctx context.Context, tx *sql.Tx, cur, e *Entry, agent, branch, head string) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET agent = ?, branch = ?, head = ? WHERE id = ?`,
+		agent, branch, head, cur.ID); err != nil {
+		return fmt.Errorf("merge queue: enqueue task %d: %w", cur.Task, err)
+	}
+	cur.Agent, cur.Branch, cur.Head = agent, branch, head
+	*e = *cur
+	return s.logEvent(ctx, tx, event{task: cur.Task, from: string(Queued), to: string(Queued), name: "enqueued",
+		reason: fmt.Sprintf("new head %s at %s", branch, short(head))})
+}
+
+func activeEntry(ctx context.Context, q querier, task int64) (Entry, bool, error) {
+	es, err := queryEntries(ctx, q, `WHERE task_id = ? AND state IN ('queued', 'testing')`, task)
+	if err != nil || len(es) == 0 {
+		return Entry{}, false, err
+	}
+	return es[0], true, nil
+}
+
+func getEntry(ctx context.Context, q querier, id int64) (Entry, error) {
+	e, err := scanEntry(q.QueryRowContext(ctx, `SELECT `+entryCols+` FROM merge_queue WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Entry{}, fmt.Errorf("merge queue: entry %d: %w", id, ErrNotFound)
+	}
+	return e, err
+}
+
+// List returns the last limit entries (all when limit <= 0), oldest first.
+func (s *Store) List(ctx context.Context, limit int) ([]Entry, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE id IN (SELECT id FROM merge_queue ORDER BY id DESC LIMIT ?) ORDER BY id`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("merge queue: list: %w", err)
+	}
+	return es, nil
+}
+
+// Latest returns the task's latest entry.
+func (s *Store) Latest(ctx context.Context, task int64) (Entry, error) {
+	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE task_id = ? ORDER BY id DESC LIMIT 1`, task)
+	if err != nil {
+		return Entry{}, fmt.Errorf("merge queue: task %d: %w", task, err)
+	}
+	if len(es) == 0 {
+		return Entry{}, fmt.Errorf("merge queue: task %d: %w", task, ErrNotFound)
+	}
+	return es[0], nil
+}
+
+// Status returns the queue: its switches, the entry under test, the
+// waiting entries, and the last recent results.
+func (s *Store) Status(ctx context.Context, recent int) (Status, error) {
+	var st Status
+	var paused int
+	err := s.db.ReadSQL().QueryRowContext(ctx, `SELECT paused, paused_by, waiting FROM merge_control WHERE id = 1`).
+		Scan(&paused, &st.PausedBy, &st.Waiting)
+	if err != nil {
+		return Status{}, fmt.Errorf("merge queue: status: %w", err)
+	}
+	st.Paused = paused != 0
+	active, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE state IN ('queued', 'testing') ORDER BY id`)
+	if err != nil {
+		return Status{}, fmt.Errorf("merge queue: status: %w", err)
+	}
+	st.Queued = []Entry{}
+	for i := range active {
+		if active[i].State == Testing && st.Current == nil {
+			st.Current = &active[i]
+			continue
+		}
+		st.Queued = append(st.Queued, active[i])
+	}
+	if st.Recent, err = queryEntries(ctx, s.db.ReadSQL(), `WHERE state IN ('merged', 'rejected')
+		ORDER BY finished_at DESC, id DESC LIMIT ?`, max(recent, 0)); err != nil {
+		return Status{}, fmt.Errorf("merge queue: status: %w", err)
+	}
+	if st.Recent == nil {
+		st.Recent = []Entry{}
+	}
+	return st, nil
+}
+
+// Retry queues a rejected task's head again, at the end of the queue, as a
+// new entry (the rejected one stays in the history).
+func (s *Store) Retry(ctx context.Context, task int64, actor string) (Entry, error) {
+	var e Entry
+	err := s.write(ctx, "retry", func(tx *sql.Tx) error {
+		es, err := queryEntries(ctx, tx, `WHERE task_id = ? ORDER BY id DESC LIMIT 1`, task)
+		if err != nil {
+			return fmt.Errorf("merge queue: retry task %d: %w", task, err)
+		}
+		if len(es) == 0 {
+			return fmt.Errorf("merge queue: retry task %d: %w", task, ErrNotFound)
+		}
+		last := es[0]
+		if last.State != Rejected {
+			return fmt.Errorf("merge queue: task %d is %s, not rejected: only a rejected task is retried: %w", task, last.State, ErrState)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
+			VALUES (?, ?, ?, ?, 'queued', ?)`, task, last.Agent, last.Branch, last.Head, s.stamp())
+		if err != nil {
+			return fmt.Errorf("merge queue: retry task %d: %w", task, err)
+		}
+		id, _ := res.LastInsertId()
+		if e, err = getEntry(ctx, tx, id); err != nil {
+			return err
+		}
+		return s.logEvent(ctx, tx, event{task: task, from: string(Rejected), to: string(Queued), name: "retried",
+			actor: actor, reason: fmt.Sprintf("%s at %s, after %s", last.Branch, short(last.Head), last.Result)})
+	})
+	return e, err
+}
+
+// Pause stops the queue before its next candidate (the one under test, if
+// any, finishes). It is stored: a restarted daemon stays paused.
+func (s *Store) Pause(ctx context.Context, actor string) error { return s.setPaused(ctx, true, actor) }
+
+// Resume undoes Pause.
+func (s *Store) Resume(ctx context.Context, actor string) error {
+	return s.setPaused(ctx, false, actor)
+}
+
+func (s *Store) setPaused(ctx context.Context, paused bool, actor string) error {
+	op, to, from := "resume", "running", "paused"
+	if paused {
+		op, to, from = "pause", "paused", "running"
+	}
+	return s.write(ctx, op, func(tx *sql.Tx) error {
+		var cur int
+		if err := tx.QueryRowContext(ctx, `SELECT paused FROM merge_control WHERE id = 1`).Scan(&cur); err != nil {
+			return fmt.Errorf("merge queue: %s: %w", op, err)
+		}
+		if (cur != 0) == paused {
+			return nil // already so: no event
+		}
+		by := ""
+		if paused {
+			by = actor
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE merge_control SET paused = ?, paused_by = ?, updated_at = ? WHERE id = 1`,
+			paused, by, s.stamp()); err != nil {
+			return fmt.Errorf("merge queue: %s: %w", op, err)
+		}
+		return s.logEvent(ctx, tx, event{from: from, to: to, name: op + "d", actor: actor})
+	})
+}
+
+// control is the queue's switches as the loop reads them.
+func (s *Store) control(ctx context.Context) (paused bool, waiting string, err error) {
+	var p int
+	err = s.db.ReadSQL().QueryRowContext(ctx, `SELECT paused, waiting FROM merge_control WHERE id = 1`).Scan(&p, &waiting)
+	if err != nil {
+		return false, "", fmt.Errorf("merge queue: read control: %w", err)
+	}
+	return p != 0, waiting, nil
+}
+
+// setWaiting records why the queue does not advance ("" when it can again),
+// with an event when the reason changes.
+func (s *Store) setWaiting(ctx context.Context, why string, task int64) error {
+	return s.write(ctx, "wait", func(tx *sql.Tx) error {
+		var cur string
+		if err := tx.QueryRowContext(ctx, `SELECT waiting FROM merge_control WHERE id = 1`).Scan(&cur); err != nil {
+			return fmt.Errorf("merge queue: wait: %w", err)
+		}
+		if cur == why {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE merge_control SET waiting = ?, updated_at = ? WHERE id = 1`, why, s.stamp()); err != nil {
+			return fmt.Errorf("merge queue: wait: %w", err)
+		}
+		ev := event{task: task, from: "running", to: "waiting", name: "waiting", reason: why}
+		if why == "" {
+			ev = event{task: task, from: "waiting", to: "running", name: "unblocked", reason: "was: " + cur}
+		}
+		return s.logEvent(ctx, tx, ev)
+	})
+}
+
+// next is the oldest entry in the queue: the one under test if there is
+// one (the loop was stopped or restarted during its test), else the first
+// queued.
+func (s *Store) next(ctx context.Context) (Entry, bool, error) {
+	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE state IN ('queued', 'testing') ORDER BY id LIMIT 1`)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("merge queue: next: %w", err)
+	}
+	if len(es) == 0 {
+		return Entry{}, false, nil
+	}
+	return es[0], true, nil
+}
+
+// depth counts the entries in the queue.
+func (s *Store) depth(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM merge_queue WHERE state IN ('queued', 'testing')`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("merge queue: depth: %w", err)
+	}
+	return n, nil
+}
+
+// nextGateSeq numbers a gate run; numbers are never reused, so a log file
+// is never appended to by two runs.
+func (s *Store) nextGateSeq(ctx context.Context) (uint32, error) {
+	var seq int64
+	err := s.write(ctx, "number gate run", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `UPDATE merge_control SET gate_seq = gate_seq + 1 WHERE id = 1 RETURNING gate_seq`).Scan(&seq)
+	})
+	return uint32(seq), err
+}
+
+// begin marks e under test on candidate, built on target; seq is its gate
+// run (0: no gate).
+func (s *Store) begin(ctx context.Context, e *Entry, target, candidate string, seq uint32) error {
+	return s.write(ctx, "begin", func(tx *sql.Tx) error {
+		attempts := e.Attempts
+		if seq != 0 && seq != e.GateSeq {
+			attempts++ // a new gate run, not the one that passed already
+		}
+		now := s.stamp()
+		if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'testing', target = ?, candidate = ?, gate_seq = ?,
+			attempts = ?, started_at = ? WHERE id = ?`, target, candidate, int64(seq), attempts, now, e.ID); err != nil {
+			return fmt.Errorf("merge queue: begin task %d: %w", e.Task, err)
+		}
+		reason := fmt.Sprintf("candidate %s on %s", short(candidate), short(target))
+		if seq != 0 {
+			reason += fmt.Sprintf(", gate run %d", seq)
+		}
+		from := e.State
+		e.State, e.Target, e.Candidate, e.GateSeq, e.Attempts, e.StartedAt = Testing, target, candidate, seq, attempts, parseTime(now)
+		return s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(Testing), name: "testing", reason: reason, seq: seq})
+	})
+}
+
+// finish records e's result: merged at commit, or rejected with detail.
+func (s *Store) finish(ctx context.Context, e *Entry, result, commit, detail string) error {
+	to := Merged
+	if result != ResultMerged {
+		to = Rejected
+	}
+	return s.write(ctx, "finish", func(tx *sql.Tx) error {
+		now := s.stamp()
+		candidate := e.Candidate
+		if to == Merged {
+			candidate = commit
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = ?, result = ?, detail = ?, candidate = ?,
+			finished_at = ? WHERE id = ?`, string(to), result, detail, candidate, now, e.ID); err != nil {
+			return fmt.Errorf("merge queue: finish task %d: %w", e.Task, err)
+		}
+		from := e.State
+		e.State, e.Result, e.Detail, e.Candidate, e.FinishedAt = to, result, detail, candidate, parseTime(now)
+		reason := result
+		if to == Merged {
+			reason = fmt.Sprintf("%s at %s", result, short(commit))
+		} else if detail != "" {
+			reason += ": " + firstLines(detail, 3)
+		}
+		return s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(to), name: string(to), reason: reason, seq: e.GateSeq})
+	})
+}
+
+// requeue puts an entry under test back to queued, first in line still
+// (its id does not change): the target moved, or the daemon stopped.
+func (s *Store) requeue(ctx context.Context, e *Entry, why string) error {
+	return s.write(ctx, "requeue", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'queued' WHERE id = ? AND state = 'testing'`, e.ID)
+		if err != nil {
+			return fmt.Errorf("merge queue: requeue task %d: %w", e.Task, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		e.State = Queued
+		return s.logEvent(ctx, tx, event{task: e.Task, from: string(Testing), to: string(Queued), name: "requeued", reason: why, seq: e.GateSeq})
+	})
+}
+
+// unnotified lists finished entries whose result the caller has not taken.
+func (s *Store) unnotified(ctx context.Context) ([]Entry, error) {
+	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE notified = 0 AND state IN ('merged', 'rejected') ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("merge queue: results to report: %w", err)
+	}
+	return es, nil
+}
+
+func (s *Store) markNotified(ctx context.Context, id int64) error {
+	return s.write(ctx, "mark reported", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE merge_queue SET notified = 1 WHERE id = ?`, id)
+		return err
+	})
+}
+
+// oneLine folds text into one line for the event log.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// firstLines is the first n lines of s, joined with "; ".
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], fmt.Sprintf("(%d more)", len(lines)-n))
+	}
+	return strings.Join(lines, "; ")
+}
