@@ -23,6 +23,7 @@ import (
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
@@ -36,26 +37,29 @@ import (
 
 // daemon is one `swarmd run`: everything opened at start and closed at exit.
 type daemon struct {
-	cfgMu    sync.Mutex // guards cfg and backends, swapped by a reload
-	cfg      *config.Config
-	log      *zap.Logger
-	lock     *stateLock
-	sup      *proc.Supervisor
-	trees    *worktree.Manager
-	mail     *mailbox.DB
-	tasks    *taskboard.Board
-	backends map[string]runner.Backend
-	logs     *logs.Store
-	hooks    *hooks.Runner
-	reg      *registry.Registry
-	router   *router.Router
-	metrics  *metrics.Metrics
-	http     *httpServer
-	journal  *mailbox.Journal
-	control  *control.Server
-	dash     *dashboards // the read model of swarmd top and the web dashboard
-	observer runner.Observer
-	ready    atomic.Bool // every agent registered
+	cfgMu sync.Mutex // guards cfg and backends, swapped by a reload
+	cfg   *config.Config
+	log   *zap.Logger
+	lock  *stateLock
+	sup   *proc.Supervisor
+	trees *worktree.Manager
+	mail  *mailbox.DB
+	tasks *taskboard.Board
+	merge *merge.Queue // nil: no merge queue configured
+	// mergeChanged (capacity 1) wakes the merge feeder after a commit.
+	mergeChanged chan struct{}
+	backends     map[string]runner.Backend
+	logs         *logs.Store
+	hooks        *hooks.Runner
+	reg          *registry.Registry
+	router       *router.Router
+	metrics      *metrics.Metrics
+	http         *httpServer
+	journal      *mailbox.Journal
+	control      *control.Server
+	dash         *dashboards // the read model of swarmd top and the web dashboard
+	observer     runner.Observer
+	ready        atomic.Bool // every agent registered
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
 	mailChanged chan struct{}
 	health      healthMonitor
@@ -87,7 +91,7 @@ type recovered struct {
 // that are the operator's to fix (a repo that is not a repo, a state dir in
 // use) are usage errors: exit 2 before anything starts.
 func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
+	d := &daemon{cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
 		retiring: map[string]bool{}}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
@@ -127,6 +131,13 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if err := d.mail.RecordLimits(ctx); err != nil {
 		return nil, err
 	}
+	into := ""
+	if cfg.Merge != nil {
+		into = cfg.Merge.Into
+	}
+	if err := d.mail.SetSetting(ctx, settingMergeInto, into); err != nil {
+		return nil, err
+	}
 	d.tasks = openTaskBoard(d.mail, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)
@@ -139,6 +150,9 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()})
+	if err := d.openMerge(ctx, cfg); err != nil {
+		return nil, err
+	}
 	d.dash = newDashboards(d)
 	d.journal = d.mail.NewJournal(mailbox.JournalOptions{OnError: func(err error) {
 		log.Error("event log write", zap.Error(err))
@@ -202,6 +216,8 @@ func (d *daemon) Run(ctx context.Context) error {
 	defer stopWatchdog()
 	stopStats := d.mailStats(200 * time.Millisecond)
 	defer stopStats()
+	stopMerge := d.feedMerge(agentCtx)
+	defer stopMerge()
 	<-ctx.Done()
 	d.notify.stopping()
 	cfg, _ = d.current()
@@ -328,7 +344,7 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		Role:    a.Role,
 		Backend: be,
 		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: cfg.AgentNames(), Swarmd: self,
-			Compare: d.trees, ReviewBase: d.trees.BaseCommit(),
+			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()),
 			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
 		MaxSessions:        a.MaxSessions,
 		MaxTurns:           a.MaxTurns,
@@ -406,9 +422,11 @@ func (d *daemon) updatePending(ctx context.Context) {
 // noteChange is the router's OnChange: it wakes mailStats and the
 // dashboards, never blocking.
 func (d *daemon) noteChange() {
-	select {
-	case d.mailChanged <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{d.mailChanged, d.mergeChanged} { // mail metrics, the merge feeder
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 	d.dash.notify() // and the dashboards: a task moved, mail came
 }
@@ -534,3 +552,12 @@ func (o *logObserver) OnTransition(t runner.Transition) {
 }
 
 func (o *logObserver) OnSessionEnd(runner.SessionRecord) {}
+
+// reviewBase is what a reviewer compares a worker's branch with: the merge
+// target when there is a merge queue, else the commit agents started from.
+func reviewBase(cfg *config.Config, base string) string {
+	if cfg.Merge != nil {
+		return cfg.Merge.Into
+	}
+	return base
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -314,4 +315,56 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTaskMergedThroughTheQueue: with a merge queue, a task the worker
+// finished (and the reviewer passed) is integrated into the target only
+// when the gate passes on the merged result, and then CLOSED; the target
+// holds the work.
+func TestTaskMergedThroughTheQueue(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  min_session_interval: 0s
+merge:
+  into: main
+  gate: ["test -f feature.txt"]
+backends:
+  worker:
+    type: command
+    command: sh
+    args: [-c, "cat >/dev/null; echo feature > feature.txt; git add feature.txt; git commit -q -m 'add the feature'; printf 'added it\nDONE\n'"]
+  reviewer:
+    type: command
+    command: sh
+    args: [-c, "p=$(cat); if echo \"$p\" | grep -q '^## Review request'; then printf 'fine\nPASS\n'; else printf 'idle\nDONE\n'; fi"]
+agents:
+  - {name: alice, role: works, backend: worker, reviewer: rita}
+  - {name: rita, role: reviews, backend: reviewer}
+`)
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("rita idle", idleLine("rita"))
+	b, _ := openBoardAt(t, stateDir)
+	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitTask(t, b, tk.ID, task.Closed, d)
+	if got.ReviewState != "complete" {
+		t.Errorf("closed without its review: %+v", got)
+	}
+	out, err := exec.Command("git", "-C", repo, "show", "main:feature.txt").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "feature" {
+		t.Fatalf("main lacks the merged work: %v %s", err, out)
+	}
+	h, _ := b.History(context.Background(), tk.ID)
+	if last := h[len(h)-1]; last.Actor != "merge-queue" || !strings.HasPrefix(last.Reason, "merged as ") {
+		t.Errorf("closed by %+v, want the merge queue", last)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
 }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// openMerge opens the merge queue when the config has one (merge:). The
+// board then closes tasks only when they are merged.
+func (d *daemon) openMerge(ctx context.Context, cfg *config.Config) error {
+	if cfg.Merge == nil {
+		return nil
+	}
+	q, err := merge.Open(ctx, merge.Options{
+		Repo: cfg.Repo, StateDir: cfg.StateDir, Into: cfg.Merge.Into, Gate: cfg.Merge.Gate,
+		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy,
+		DB: d.mail, Procs: d.sup, Logs: d.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
+		Log: d.log.Named("merge"),
+	})
+	if err != nil {
+		return usage(err)
+	}
+	d.merge = q
+	return nil
+}
+
+// mergeHooks tells the task board what the merge queue did.
+type mergeHooks struct{ d *daemon }
+
+// OnMerged closes the task: its work is on the target.
+func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) error {
+	if _, err := h.d.tasks.Merged(ctx, e.Task, commit); err != nil && !errors.Is(err, taskboard.ErrState) {
+		return err
+	}
+	return nil
+}
+
+// OnRejected sends the task back to its worker with what went wrong, in
+// its next prompt and as mail.
+func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Kind, detail string) error {
+	why := "the merge queue rejected it: " + string(kind)
+	if _, err := h.d.tasks.Rejected(ctx, e.Task, why, detail); err != nil && !errors.Is(err, taskboard.ErrState) {
+		return err
+	}
+	body := fmt.Sprintf("Task #%d did not merge into %s (%s). Your next session has it back.\n\n%s", e.Task, e.Branch, kind, detail)
+	if _, err := h.d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: e.Agent,
+		Subject: fmt.Sprintf("merge of task #%d: %s", e.Task, kind), Body: body}); err != nil {
+		h.d.log.Warn("mail the merge result", zap.Int64("task", e.Task), zap.Error(err))
+	}
+	return nil
+}
+
+// feedMerge queues the tasks that are ready to merge each time the
+// database changed (d.mergeChanged), until stop is closed. Enqueue is
+// idempotent, so a task seen twice is queued once.
+func (d *daemon) feedMerge(ctx context.Context) (stop func()) {
+	if d.merge == nil {
+		return func() {}
+	}
+	d.merge.Start(ctx)
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			d.enqueueReady(ctx)
+			select {
+			case <-done:
+				return
+			case <-d.mergeChanged:
+			}
+			select { // a burst of commits is looked at once
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(done); <-finished; d.merge.Stop() }
+}
+
+func (d *daemon) enqueueReady(ctx context.Context) {
+	ready, err := d.tasks.ReadyToMerge(ctx, nil)
+	if err != nil {
+		d.log.Warn("merge queue: ready tasks", zap.Error(err))
+		return
+	}
+	for _, r := range ready {
+		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, d.trees.Branch(r.Worker)); err != nil && !errors.Is(err, merge.ErrState) {
+			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
+		}
+	}
+}
