@@ -20,7 +20,7 @@ func TestBudgetLimitsAndSpendSince(t *testing.T) {
 			Outcome: OutcomeSuccess, TokensIn: in, TokensOut: out, CostUSD: usd})
 	}
 	end("alice", "a1", t0.Add(-2*time.Hour), t0.Add(-time.Hour), 100, 10, 1.5) // before the window
-	end("alice", "a2", t0.Add(-time.Minute), t0, 200, 20, 2.25)                 // started before, ended in it
+	end("alice", "a2", t0.Add(-time.Minute), t0, 200, 20, 2.25)                // started before, ended in it
 	end("alice", "a3", t0, t0.Add(time.Minute), 300, 30, 0.25)
 	end("bob", "b1", t0, t0.Add(time.Minute), 5, 5, 0)
 	j.SessionStarted(SessionRecord{SessionID: "b2", Agent: "bob", Seq: 2, Started: t0})
