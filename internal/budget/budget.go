@@ -195,23 +195,16 @@ type Ledger struct {
 // New returns a ledger with no budgets.
 func New() *Ledger { return &Ledger{agents: make(map[string]*account)} }
 
-// SetLimit sets (or, with a limit that limits nothing, removes) the budget
-// of scope (an agent or Swarm), and reports a mark the new limit puts it
-// past. A budget that is new, or whose window length changes, starts from
-// committed: what scope's ended sessions spent in the window that holds
-// now; otherwise the ledger's own count goes on. A new budget reports no
-// mark it starts past (a restart must not repeat the events of before it);
-// Exhausted tells whether it starts spent.
+// SetLimit sets the budget of scope (an agent or Swarm): a limit that
+// limits nothing keeps counting scope's spend (for swarmd budget) and
+// holds nothing. It reports a mark the new limit puts scope past. A budget
+// that is new, or whose window length changes, starts from committed: what
+// scope's ended sessions spent in the window that holds now; otherwise the
+// ledger's own count goes on. A new budget reports no mark it starts past
+// (a restart must not repeat the events of before it); Exhausted tells
+// whether it starts spent.
 func (l *Ledger) SetLimit(scope string, lim Limit, committed Spend, now time.Time) []Crossing {
 	old := l.account(scope)
-	if !lim.Set() {
-		if scope == Swarm {
-			l.swarm = nil
-		} else {
-			delete(l.agents, scope)
-		}
-		return nil
-	}
 	var out []Crossing
 	a := newAccount(scope, lim, now, committed)
 	if old != nil {
@@ -230,7 +223,16 @@ func (l *Ledger) SetLimit(scope string, lim Limit, committed Spend, now time.Tim
 	return out
 }
 
-// Limit is scope's limit (zero when it has none).
+// Remove forgets scope (an agent removed from the config).
+func (l *Ledger) Remove(scope string) {
+	if scope == Swarm {
+		l.swarm = nil
+		return
+	}
+	delete(l.agents, scope)
+}
+
+// Limit is scope's limit (zero when it has none or is not known).
 func (l *Ledger) Limit(scope string) Limit {
 	if a := l.account(scope); a != nil {
 		return a.limit
@@ -341,8 +343,8 @@ func (l *Ledger) LeftUSD(agent string, now time.Time) (usd float64, ok bool) {
 	return usd, ok
 }
 
-// Scopes is every scope with a budget: the agents' names sorted, then
-// Swarm if it has one.
+// Scopes is every scope the ledger counts: the agents' names sorted, then
+// Swarm if it is counted.
 func (l *Ledger) Scopes() []string {
 	out := make([]string, 0, len(l.agents)+1)
 	for n := range l.agents {
@@ -357,7 +359,7 @@ func (l *Ledger) Scopes() []string {
 
 // NextRollover is the earliest end of a window among the budgets that are
 // exhausted at now (zero when none is): the moment a paused agent may go
-// on.
+// on. A scope without a limit is never exhausted.
 func (l *Ledger) NextRollover(now time.Time) time.Time {
 	var next time.Time
 	for _, s := range l.Scopes() {

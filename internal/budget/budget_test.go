@@ -108,14 +108,25 @@ func TestRaiseAndLower(t *testing.T) {
 	if cs := l.SetLimit("bob", Limit{USD: 1.6}, Spend{}, t0); len(cs) != 1 || cs[0].Level != Warn80 {
 		t.Fatalf("lower to 94%%: %v", levels(cs))
 	}
+	// No limit: the spend is still counted, and holds nothing.
 	if cs := l.SetLimit("bob", Limit{}, Spend{}, t0); cs != nil {
 		t.Fatal(cs)
 	}
-	if _, ok := l.Status("bob", t0); ok {
-		t.Fatal("removed budget still there")
-	}
 	if cs := l.Commit("bob", "s2", Spend{USD: 100}, t0); cs != nil {
 		t.Fatalf("spend without a budget: %v", levels(cs))
+	}
+	if st, ok := l.Status("bob", t0); !ok || st.Spent.USD != 101.5 || st.Level != Under {
+		t.Fatalf("bob without a limit: %+v %v", st, ok)
+	}
+	if _, ok := l.Exhausted("bob", t0); ok || !l.NextRollover(t0).IsZero() {
+		t.Fatal("a scope without a limit is exhausted")
+	}
+	if _, ok := l.LeftUSD("bob", t0); ok {
+		t.Fatal("USD left without a USD limit")
+	}
+	l.Remove("bob")
+	if _, ok := l.Status("bob", t0); ok {
+		t.Fatal("removed scope still there")
 	}
 	// A new budget that starts spent reports nothing, but is exhausted.
 	l.SetLimit("carol", Limit{USD: 1}, Spend{USD: 3}, t0)
