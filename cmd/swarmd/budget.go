@@ -141,34 +141,41 @@ func (k *budgetKeeper) reconcile(ctx context.Context, cfg *config.Config, now ti
 
 func ourPause(actor, reason string) bool { return actor == actorSwarmd && reason == reasonBudget }
 
-// price is runner.Config.Price: tokens times the configured price of the
-// model, 0 (warned once per model) when none applies.
+// price is runner.Config.Price, and the cost of a running session's usage
+// so far: the backend's own record (u.CostUSD) where it reports one, else
+// tokens times the configured price of the model ($0, warned once per
+// model, without one). A price named for the model itself counts when it
+// is higher than the record: the operator says what that model costs them,
+// and a budget must not count less than either figure (a running Claude
+// Code session reports its cost only at its end, so the price is what
+// stops it in time; its record must not then undo that).
 func (k *budgetKeeper) price(backendName, model string, u backend.Usage) float64 {
 	cfg, _ := k.d.current()
-	b := cfg.Backends[backendName]
-	p, ok := cfg.PriceFor(model, b.Model)
-	if !ok {
-		key := backendName + "/" + model
-		k.mu.Lock()
-		warn := !k.unpriced[key]
-		k.unpriced[key] = true
-		k.mu.Unlock()
-		if warn {
-			k.d.log.Warn("no price for this model: its sessions cost $0 against USD budgets (add it under prices:)",
-				zap.String("backend", backendName), zap.String("model", model))
-		}
-		return 0
+	p, named, ok := cfg.PriceFor(model, cfg.Backends[backendName].Model)
+	priced := p.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+	switch {
+	case u.CostUSD > 0 && named:
+		return math.Max(u.CostUSD, priced)
+	case u.CostUSD > 0:
+		return u.CostUSD
+	case ok:
+		return priced
 	}
-	return p.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+	key := backendName + "/" + model
+	k.mu.Lock()
+	warn := !k.unpriced[key] && u.Tokens() > 0
+	k.unpriced[key] = true
+	k.mu.Unlock()
+	if warn {
+		k.d.log.Warn("no price for this model: its sessions cost $0 against USD budgets (add it under prices:)",
+			zap.String("backend", backendName), zap.String("model", model))
+	}
+	return 0
 }
 
-// cost is what a usage costs: the backend's own record, else priced.
+// cost is what a usage costs (price), and its tokens.
 func (k *budgetKeeper) cost(backendName, model string, u backend.Usage) budget.Spend {
-	usd := u.CostUSD
-	if usd <= 0 && u.Tokens() > 0 {
-		usd = k.price(backendName, model, u)
-	}
-	return budget.Spend{USD: usd, Tokens: u.InputTokens + u.OutputTokens}
+	return budget.Spend{USD: k.price(backendName, model, u), Tokens: u.InputTokens + u.OutputTokens}
 }
 
 // progress takes a running session's spend so far (runner.Config.OnProgress,
@@ -205,6 +212,15 @@ func (k *budgetKeeper) OnSessionEnd(rec runner.SessionRecord) {
 	k.updateMetrics(now)
 	if len(cs) > 0 || spent {
 		k.act(cs, st, spent)
+	}
+	if !spent {
+		// A session that a spend so far stopped may have cost less in the
+		// end: a pause the budget no longer needs is lifted.
+		if r, err := k.d.reg.Runner(rec.Agent); err == nil {
+			if p, paused := r.Paused(); paused && ourPause(p.Actor, p.Reason) {
+				go k.release("its budget allows again")
+			}
+		}
 	}
 }
 

@@ -67,14 +67,15 @@ const (
 
 // PriceFor is the price of model: its own entry, else the entry of the
 // backend's configured model, else the "*" entry; ok is false when none
-// applies.
-func (c *Config) PriceFor(model, configured string) (Price, bool) {
-	for _, k := range []string{model, configured, "*"} {
+// applies, and named is false when only "*" does.
+func (c *Config) PriceFor(model, configured string) (p Price, named, ok bool) {
+	for _, k := range []string{model, configured} {
 		if p, ok := c.Prices[k]; ok && k != "" {
-			return p, true
+			return p, true, true
 		}
 	}
-	return Price{}, false
+	p, ok = c.Prices["*"]
+	return p, false, ok
 }
 
 // Cost is the USD cost of tokens at p.

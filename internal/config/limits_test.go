@@ -47,14 +47,15 @@ agents:
 	for _, c := range []struct {
 		model, configured string
 		want              float64
-	}{{"m1", "", 1}, {"other", "m1", 1}, {"other", "", 3}, {"", "", 3}} {
-		p, ok := cfg.PriceFor(c.model, c.configured)
-		if !ok || p.Input != c.want {
-			t.Errorf("PriceFor(%q, %q) = %+v, %v", c.model, c.configured, p, ok)
+		named             bool
+	}{{"m1", "", 1, true}, {"other", "m1", 1, true}, {"other", "", 3, false}, {"", "", 3, false}} {
+		p, named, ok := cfg.PriceFor(c.model, c.configured)
+		if !ok || p.Input != c.want || named != c.named {
+			t.Errorf("PriceFor(%q, %q) = %+v, %v, %v", c.model, c.configured, p, named, ok)
 		}
 	}
 	// 1M input at 3 + 1M output at 4 + cache at the input price.
-	p, _ := cfg.PriceFor("x", "")
+	p, _, _ := cfg.PriceFor("x", "")
 	if got := p.Cost(1e6, 1e6, 1e6, 0); got != 10 {
 		t.Errorf("cost %v", got)
 	}

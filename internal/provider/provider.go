@@ -166,7 +166,9 @@ func (h *Health) Report(r Report, now time.Time) *Change {
 	}
 	switch r.Outcome {
 	case OK:
-		if h.state != Healthy {
+		// A known reset is the provider's word: an answer to a request sent
+		// before the limit does not lift it.
+		if h.state != Healthy && h.state != RateLimited {
 			h.next = h.backoff.Base
 			return h.set(Healthy, time.Time{}, "the provider answered", r.Agent)
 		}

@@ -31,6 +31,10 @@ func TestRateLimitHoldsEveryAgent(t *testing.T) {
 	if c := h.Report(Report{Outcome: RateLimit, Reset: reset.Add(5 * time.Second), Agent: "bob"}, t0.Add(2*time.Second)); c != nil {
 		t.Fatalf("extension reported %+v", c)
 	}
+	// Neither does an answer to a session that started before it.
+	if c := h.Report(Report{Outcome: OK, Agent: "bob"}, t0.Add(2*time.Second)); c != nil || h.State() != RateLimited {
+		t.Fatalf("an answer lifted the hold: %+v", c)
+	}
 	// Failures of sessions that ran into the limit change nothing.
 	if c := h.Report(Report{Outcome: Failure, Agent: "bob"}, t0.Add(3*time.Second)); c != nil {
 		t.Fatalf("%+v", c)

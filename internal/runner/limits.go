@@ -183,9 +183,10 @@ func (r *Runner) onProgress() func(backend.Progress) {
 	}
 }
 
-// price fills in the cost of a session whose backend reported none.
+// price sets the cost of a session from Config.Price, which gets the
+// usage with the backend's own cost in it, if it reported one.
 func (r *Runner) price(res *backend.Result) {
-	if res.Usage.CostUSD > 0 || r.cfg.Price == nil || res.Usage.Tokens() == 0 {
+	if r.cfg.Price == nil || res.Usage.Tokens() == 0 && res.Usage.CostUSD <= 0 {
 		return
 	}
 	res.Usage.CostUSD = r.cfg.Price(r.cfg.BackendName, res.Model, res.Usage)

@@ -293,8 +293,9 @@ type Config struct {
 	// OnProgress, if set, is told of every running session's progress
 	// (backend.Spec.OnProgress); it must be quick.
 	OnProgress func(ProgressRecord)
-	// Price, if set, prices the usage of a session whose backend reported
-	// no cost, on the model the stream named ("" when none).
+	// Price, if set, is the cost in USD of a session's usage (whose CostUSD
+	// is the backend's own record, 0 when it reported none) on the model
+	// the stream named ("" when none).
 	Price func(backendName, model string, u backend.Usage) float64
 }
 
