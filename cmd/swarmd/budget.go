@@ -224,7 +224,7 @@ func (k *budgetKeeper) OnSessionEnd(rec runner.SessionRecord) {
 	}
 }
 
-func (k *budgetKeeper) OnTransition(runner.Transition)   {}
+func (k *budgetKeeper) OnTransition(runner.Transition) {}
 func (k *budgetKeeper) OnIdle(string, bool, time.Time) {}
 
 // act records the marks reached and holds the agents of a spent budget.

@@ -30,5 +30,5 @@ func (o toolDenials) OnSessionEnd(s runner.SessionRecord) {
 		Actor: "runner", Reason: "tool " + d.String() + ": session stopped (permission_denied)", SessionID: s.SessionID, Seq: s.Seq})
 }
 
-func (toolDenials) OnTransition(runner.Transition)   {}
+func (toolDenials) OnTransition(runner.Transition) {}
 func (toolDenials) OnIdle(string, bool, time.Time) {}
