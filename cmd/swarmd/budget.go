@@ -370,7 +370,7 @@ func (k *budgetKeeper) note(agent string) string {
 		}
 		left += tokensText(st.Limit.Tokens-st.Spent.Tokens) + " of " + tokensText(st.Limit.Tokens) + " tokens"
 	}
-	return fmt.Sprintf("%s left of %s (%.0f%% spent in the %s window that ends %s)", left, whose, 100*st.Fraction,
+	return fmt.Sprintf("%s left of %s: %.0f%% spent in the %s window that ends %s", left, whose, 100*st.Fraction,
 		config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)), st.WindowEnd.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
@@ -553,8 +553,11 @@ func exhaustedDetail(st budget.Status, agent string) string {
 	return d
 }
 
-// fmtUSD is "$0.0033" under a dollar, "$12.34" above.
+// fmtUSD is "$0", "$0.0033" under a dollar, "$12.34" above.
 func fmtUSD(usd float64) string {
+	if usd == 0 {
+		return "$0"
+	}
 	if usd < 1 {
 		return "$" + strconv.FormatFloat(usd, 'f', 4, 64)
 	}

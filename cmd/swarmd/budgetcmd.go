@@ -56,7 +56,7 @@ A cost is what the backend reported, else its tokens times the configured prices
 file's (0: no USD limit). The limit is stored in swarm.db and survives restarts; --clear goes back to
 the file's. An agent paused because its budget ran out goes on at once if the new limit allows it.
 Only the operator may set budgets: a request from inside an agent's session is refused.`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req, err := budgetRequest(args, swarm, clear)
 			if err != nil {

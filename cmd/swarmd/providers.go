@@ -29,15 +29,15 @@ var providerEvents = map[provider.State]string{
 }
 
 // credentialEnv are the variables that tell one provider account from
-// another, per backend type: the API key or token, the endpoint, and where
-// the CLI keeps its own settings. HOME counts only when none of the first
-// ones is set (the CLI then uses a login stored under it).
-var credentialEnv = map[string][]string{
-	config.TypeClaude: {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL",
-		"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_VERTEX_PROJECT_ID", "CLAUDE_CONFIG_DIR"},
-	config.TypeCodex: {"OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"},
-	config.TypeGemini: {"GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT",
-		"GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_APPLICATION_CREDENTIALS"},
+// another, per backend type: the API key or token (keys), and the endpoint
+// and where the CLI keeps its own settings (others). HOME counts only when
+// no key is set: the CLI then uses a login stored under it.
+var credentialEnv = map[string]struct{ keys, others []string }{
+	config.TypeClaude: {[]string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"},
+		[]string{"ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_VERTEX_PROJECT_ID", "CLAUDE_CONFIG_DIR"}},
+	config.TypeCodex: {[]string{"OPENAI_API_KEY", "CODEX_HOME"}, []string{"OPENAI_BASE_URL"}},
+	config.TypeGemini: {[]string{"GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"},
+		[]string{"GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT", "GOOGLE_GENAI_USE_VERTEXAI"}},
 }
 
 // providerKey names the provider and credentials an agent's sessions use:
@@ -62,13 +62,18 @@ func providerKey(b config.Backend, a config.Agent, environ []string) string {
 		}
 	}
 	var id strings.Builder
-	for _, k := range vars {
+	for _, k := range vars.keys {
 		if v := env[k]; v != "" {
 			id.WriteString(k + "=" + v + "\n")
 		}
 	}
 	if id.Len() == 0 {
 		id.WriteString("HOME=" + env["HOME"] + "\n")
+	}
+	for _, k := range vars.others {
+		if v := env[k]; v != "" {
+			id.WriteString(k + "=" + v + "\n")
+		}
 	}
 	sum := sha256.Sum256([]byte(id.String()))
 	return b.Type + "/" + hex.EncodeToString(sum[:4])
