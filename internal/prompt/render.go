@@ -33,8 +33,8 @@ type Data struct {
 	// means `swarmd` on PATH.
 	Swarmd string
 	// Budget, if set, is what is left of the agent's budget, once it has
-	// spent 80% of it: "$1.50 of $10.00 left in this 24h window (85%
-	// spent), until 2026-03-05 00:00 UTC".
+	// spent 80% of it: "$1.50 of $10.00 left of your budget: 85% spent in
+	// the 24h window that ends 2026-03-05 00:00 UTC".
 	Budget string
 }
 
@@ -204,7 +204,7 @@ func Render(d Data) string {
 		}
 	}
 	if d.Budget != "" {
-		b.WriteString("Budget left: " + flat(d.Budget) + ". Work economically, and finish and report (commit, mail, DONE) before it runs out: at 100% your session is stopped.\n")
+		b.WriteString("Budget: " + flat(d.Budget) + ". Work economically, and finish and report (commit, mail, DONE) before it runs out: at 100% your session is stopped.\n")
 	}
 	return b.String()
 }

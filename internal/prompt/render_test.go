@@ -149,14 +149,14 @@ func TestRenderToolDeniedAndBudget(t *testing.T) {
 	got := Render(d)
 	ctx := got[strings.Index(got, "## Session context"):]
 	if !strings.Contains(ctx, "called a tool your tools policy does not allow: Bash (rm -rf /): tools.deny: Bash.") ||
-		strings.Contains(ctx, "failed:") || strings.Contains(ctx, "Budget left") {
+		strings.Contains(ctx, "failed:") || strings.Contains(ctx, "Budget:") {
 		t.Fatalf("session context:\n%s", ctx)
 	}
 	d.Why = runner.Why{Kind: runner.WhyAfterBudget, Detail: "budget_exhausted"}
-	d.Budget = "$1.50 of $10.00 left in this 24h window (85% spent)"
+	d.Budget = "$1.50 of $10.00 left of your budget: 85% spent in the 24h window that ends 2026-03-05 00:00 UTC"
 	ctx = Render(d)
 	ctx = ctx[strings.Index(ctx, "## Session context"):]
-	if !strings.Contains(ctx, "your budget ran out") || !strings.Contains(ctx, "Budget left: $1.50 of $10.00 left in this 24h window (85% spent). Work economically") {
+	if !strings.Contains(ctx, "your budget ran out") || !strings.Contains(ctx, "Budget: $1.50 of $10.00 left of your budget: 85% spent in the 24h window that ends 2026-03-05 00:00 UTC. Work economically") {
 		t.Fatalf("session context:\n%s", ctx)
 	}
 }
