@@ -163,7 +163,7 @@ func (k *budgetKeeper) price(backendName, model string, u backend.Usage) float64
 	}
 	key := backendName + "/" + model
 	k.mu.Lock()
-	warn := !k.unpriced[key] && u.Tokens() > 0
+	warn := !k.unpriced[key] && u.Tokens() > 0 && k.anyUSDLocked(cfg)
 	k.unpriced[key] = true
 	k.mu.Unlock()
 	if warn {
@@ -171,6 +171,20 @@ func (k *budgetKeeper) price(backendName, model string, u backend.Usage) float64
 			zap.String("backend", backendName), zap.String("model", model))
 	}
 	return 0
+}
+
+// anyUSDLocked reports whether any budget has a USD limit: only then is a
+// missing price worth a warning. k.mu must be held.
+func (k *budgetKeeper) anyUSDLocked(cfg *config.Config) bool {
+	if cfg.SwarmBudget.USD > 0 || len(k.overrides) > 0 {
+		return true
+	}
+	for _, a := range cfg.Agents {
+		if a.Budget.USD > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // cost is what a usage costs (price), and its tokens.
