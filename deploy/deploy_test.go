@@ -217,7 +217,7 @@ func scrapeExported(t *testing.T) exported {
 	m.MailSent(false, 1)
 	m.SetPending(map[string]int{"alice": 1})
 	m.AddTokens("alice", "input", 10)
-	m.AddCost("alice", 0.01)
+	m.AddCost("alice", "claude", 0.01)
 	m.AddToolCalls("alice", 1)
 
 	srv := httptest.NewServer(m.Handler())

@@ -63,6 +63,8 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
 	if s.Paused {
 		st.Health = pausedHealth(s) // a frozen session prints nothing: not stalled
+	} else if s.Waiting != "" {
+		st.Health = "waiting for provider: " + s.Waiting
 	}
 	st.DaemonFault = a.d.health.faultText()
 	if st.Health == "" && s.State.Kind != agent.Stopped {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/environ"
@@ -64,6 +65,8 @@ type daemon struct {
 	mailChanged chan struct{}
 	health      healthMonitor
 	notify      notifier
+	budget      *budgetKeeper  // budgets: spend, marks, pauses
+	providers   *providerGates // health shared by each provider's agents
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
@@ -164,7 +167,9 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if err := d.dash.start(ctx); err != nil {
 		return nil, err
 	}
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}}
+	d.budget = newBudgetKeeper(d)
+	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -188,8 +193,15 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 // stopped, or when the stop takes longer than the grace periods allow.
 func (d *daemon) Run(ctx context.Context) error {
 	defer d.cancelAgents()
+	defer d.budget.close()
 	agentCtx := d.agentCtx
 	cfg, _ := d.current()
+	if err := d.budget.load(ctx, cfg, time.Now()); err != nil {
+		return err
+	}
+	if err := d.budget.reconcile(ctx, cfg, time.Now()); err != nil {
+		return err
+	}
 	for _, a := range cfg.Agents {
 		r, err := d.newRunner(a, d.recovered[a.Name])
 		if err != nil {
@@ -201,6 +213,7 @@ func (d *daemon) Run(ctx context.Context) error {
 		}
 	}
 	d.ready.Store(true)
+	d.budget.updateMetrics(time.Now())
 	d.router.Start(agentCtx)
 	defer d.router.Stop()
 	var err error
@@ -320,6 +333,11 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 		MaxTurns:           st.MaxTurns,
 		Paused:             paused,
 		Audit:              journalAudit{d.journal},
+		BackendName:        st.BackendName,
+		Tools:              st.Tools,
+		Gate:               st.Gate,
+		OnProgress:         d.onProgress,
+		Price:              d.budget.price,
 	})
 }
 
@@ -344,7 +362,7 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		Role:    a.Role,
 		Backend: be,
 		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: cfg.AgentNames(), Swarmd: self,
-			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()),
+			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note,
 			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
 		MaxSessions:        a.MaxSessions,
 		MaxTurns:           a.MaxTurns,
@@ -353,6 +371,9 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		Timeout:            a.SessionTimeout,
 		GracePeriod:        a.GracePeriod,
 		MinSessionInterval: a.MinSessionInterval,
+		BackendName:        a.Backend,
+		Tools:              backend.ToolPolicy{Allow: a.Tools.Allow, Deny: a.Tools.Deny},
+		Gate:               d.providers.forAgent(a.Name, agentProviderKey(cfg, a)),
 	}, nil
 }
 

@@ -24,11 +24,14 @@ func (a controlAPI) PauseAgent(ctx context.Context, name string, req control.Pau
 	return a.d.pauseAgent(ctx, name, actor, req.Reason, req.Now)
 }
 
-// ResumeAgent lifts an agent's pause.
+// ResumeAgent lifts an agent's pause, unless its budget is still spent.
 func (a controlAPI) ResumeAgent(ctx context.Context, name string) (control.ResumeResult, error) {
 	actor, err := a.d.authorize(ctx, "resume", name)
 	if err != nil {
 		return control.ResumeResult{}, err
+	}
+	if msg, held := a.d.budget.holds(name); held {
+		return control.ResumeResult{}, fmt.Errorf("%w: %s", control.ErrConflict, msg)
 	}
 	return a.d.resumeAgent(ctx, name, actor)
 }
@@ -74,15 +77,23 @@ func (d *daemon) pauseAgent(ctx context.Context, name, actor, reason string, now
 // resumeAgent deletes the pause (with its event), then lets the runner go
 // on: a frozen session is thawed, a held one starts its next session.
 func (d *daemon) resumeAgent(ctx context.Context, name, actor string) (control.ResumeResult, error) {
+	return d.resumeAgentFor(ctx, name, actor, "")
+}
+
+// resumeAgentFor is resumeAgent with the reason for the event log ("":
+// how long the agent was paused, and by whom).
+func (d *daemon) resumeAgentFor(ctx context.Context, name, actor, why string) (control.ResumeResult, error) {
 	r, err := d.reg.Runner(name)
 	if err != nil {
 		return control.ResumeResult{}, fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
 	}
 	s := r.Snapshot()
 	at := time.Now()
-	why := "paused"
-	if s.Paused {
-		why = fmt.Sprintf("paused %s by %s", at.Sub(s.PausedSince).Round(time.Second), s.PausedBy)
+	if why == "" {
+		why = "paused"
+		if s.Paused {
+			why = fmt.Sprintf("paused %s by %s", at.Sub(s.PausedSince).Round(time.Second), s.PausedBy)
+		}
 	}
 	_, stored, err := d.journal.ClearPause(ctx, name, stateEvent(s, at, mailbox.EventResumed, actor, why))
 	if err != nil {

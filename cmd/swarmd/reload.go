@@ -51,6 +51,8 @@ func (d *daemon) reload(path string) error {
 	d.cfgMu.Lock()
 	d.cfg, d.backends = cfg, backends
 	d.cfgMu.Unlock()
+	d.providers.setBackoff(cfg)
+	defer d.budget.reload(context.Background(), cfg) // after the runners of added agents exist
 
 	running := make(map[string]bool)
 	for _, n := range d.reg.Names() {

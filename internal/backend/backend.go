@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"syscall"
@@ -53,6 +54,9 @@ const (
 	// AbortMaxTurns: the session reached Spec.MaxTurns, by the CLI's own
 	// limit (Claude Code's --max-turns) or by swarmd's count of the stream.
 	AbortMaxTurns = "max_turns"
+	// AbortBudgetExhausted is set by the runner: the agent's budget ran out
+	// and swarmd cancelled the session.
+	AbortBudgetExhausted = "budget_exhausted"
 )
 
 // Spec is one session to start.
@@ -94,6 +98,31 @@ type Spec struct {
 	// when it ends, and when the session ends for a call that never did. It
 	// is called from the goroutine reading the output, so it must be quick.
 	OnTool func(ToolCall)
+	// Tools is the agent's tool policy: given to the CLI where it has a
+	// mechanism for it, and enforced from the stream: a session that
+	// starts a refused call is cancelled (Result.Denied, abort reason
+	// permission_denied). Backends without a stream ignore it.
+	Tools ToolPolicy
+	// OnProgress, if set, is told what the stream has shown so far (usage,
+	// model, provider trouble) each time that changes. It is called from
+	// the goroutine reading the output, so it must be quick.
+	OnProgress func(Progress)
+}
+
+// Progress is what a running session's stream has shown so far beyond its
+// output: the tokens (and cost, if the backend reports one before its end),
+// the model, and trouble with the provider.
+type Progress struct {
+	Usage Usage
+	Model string
+	// RateLimited: the provider refused a request for a rate limit;
+	// RateLimitedUntil is its reset when known. The CLI may still be
+	// retrying.
+	RateLimited      bool
+	RateLimitedUntil time.Time
+	// ProviderError is the first server error, overload or network error
+	// the stream showed ("" when none).
+	ProviderError string
 }
 
 // Result is how a session ended.
@@ -135,6 +164,15 @@ type Result struct {
 	// else zero: the agent stays in CoolingDown at least until then.
 	RateLimited bool
 	RetryAfter  time.Time
+	// ProviderError is the first server error (5xx), overload or network
+	// error of the provider that the stream showed, for a session that did
+	// not succeed ("" when none).
+	ProviderError string
+	// Model is the model the stream named ("" when it names none).
+	Model string
+	// Denied is the first tool call that Spec.Tools refused: the session
+	// was cancelled for it (abort reason permission_denied).
+	Denied *ToolDenial
 
 	// LogDropped is how many bytes of output were not written to the log
 	// because of Spec.MaxLogBytes.
@@ -240,6 +278,11 @@ type Reporter interface {
 	// whether the last one called tools that have all ended: the CLI is
 	// about to ask the model for another turn.
 	Turns() (n int, settled bool)
+	// OnToolStart sets the function told of each tool call as it starts
+	// (before the first line), so that a refused one is caught at once.
+	OnToolStart(func(ToolCall))
+	// Progress is what the output has shown so far (Spec.OnProgress).
+	Progress() Progress
 }
 
 // ErrInvalidSpec is returned by Start for a Spec it cannot run.
@@ -320,6 +363,10 @@ type agentCLI struct {
 	// turnsFlag is the CLI's flag for Spec.MaxTurns ("" when it has none:
 	// swarmd counts the turns from the stream).
 	turnsFlag string
+	// toolArgs maps Spec.Tools to the CLI's own mechanism: the arguments,
+	// and a file to remove when the session ends ("" for none). Nil: the
+	// CLI has none, and swarmd's check of the stream is all there is.
+	toolArgs func(p ToolPolicy, sessionID string) (args []string, file string, err error)
 }
 
 func newAgentCLI(sup *proc.Supervisor, typ string, cfg AgentCLIConfig, cancel syscall.Signal) (agentCLI, error) {
@@ -343,12 +390,25 @@ func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
 	if spec.MaxTurns > 0 && a.turnsFlag != "" {
 		args = append(slices.Clip(args), a.turnsFlag, strconv.Itoa(spec.MaxTurns))
 	}
-	return startSession(ctx, a.sup, spec, launch{
+	var file string
+	if !spec.Tools.Empty() && a.toolArgs != nil {
+		more, f, err := a.toolArgs(spec.Tools, spec.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		args, file = append(slices.Clip(args), more...), f
+	}
+	s, err := startSession(ctx, a.sup, spec, launch{
 		path:       a.command,
 		args:       args,
 		env:        a.env,
 		cancelSig:  a.cancelSig,
 		parser:     a.parser(),
 		turnsByCLI: a.turnsFlag != "",
+		removeFile: file,
 	})
+	if err != nil && file != "" {
+		os.Remove(file)
+	}
+	return s, err
 }

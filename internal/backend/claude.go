@@ -20,7 +20,8 @@ import (
 // runs as root (the CLI refuses that flag as root otherwise). The API key
 // and endpoint (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ...) come from the
 // daemon's or the configured env. Retries of failed API calls are the
-// CLI's; CLAUDE_CODE_MAX_RETRIES in the env caps them.
+// CLI's; CLAUDE_CODE_MAX_RETRIES in the env caps them. An agent's tools
+// policy (Spec.Tools) becomes --allowedTools and --disallowedTools.
 type Claude struct{ cli agentCLI }
 
 var _ Backend = (*Claude)(nil)
@@ -39,6 +40,7 @@ func NewClaude(sup *proc.Supervisor, cfg AgentCLIConfig) (*Claude, error) {
 	cli.env = append(cli.env, cfg.Env...)
 	now := cfg.Now
 	cli.parser = func() Reporter { return newClaudeParser(now) }
+	cli.toolArgs = func(p ToolPolicy, _ string) ([]string, string, error) { return claudeToolArgs(p), "", nil }
 	return &Claude{cli: cli}, nil
 }
 

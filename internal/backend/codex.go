@@ -19,7 +19,9 @@ import (
 // provider's env_key variable holds the key. Set CODEX_HOME (and the key
 // variable) in the backend's or the agent's env. Codex's sandbox and
 // approvals are its own: pass --dangerously-bypass-approvals-and-sandbox or
-// --full-auto in Args; exec never asks for approval.
+// --full-auto in Args; exec never asks for approval. Codex has no per-tool
+// switch, so an agent's tools policy (Spec.Tools) is enforced from the
+// stream only.
 type Codex struct{ cli agentCLI }
 
 var _ Backend = (*Codex)(nil)

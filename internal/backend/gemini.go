@@ -23,7 +23,9 @@ import (
 // Authentication: GEMINI_API_KEY (and GOOGLE_GEMINI_BASE_URL for another
 // endpoint) in the env, and $HOME/.gemini/settings.json selecting the API
 // key ({"security":{"auth":{"selectedType":"gemini-api-key"}}}). Pass
-// --yolo (or --approval-mode) in Args to let it run tools unattended.
+// --yolo (or --approval-mode) in Args to let it run tools unattended. An
+// agent's tools policy (Spec.Tools) becomes a policy file of the session's
+// own, passed with --policy: its rules outrank --yolo.
 type Gemini struct{ cli agentCLI }
 
 var _ Backend = (*Gemini)(nil)
@@ -45,6 +47,7 @@ func NewGemini(sup *proc.Supervisor, cfg AgentCLIConfig) (*Gemini, error) {
 	cli.env = append([]string{"GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_CLI_TRUST_WORKSPACE=true"}, cfg.Env...)
 	now := cfg.Now
 	cli.parser = func() Reporter { return newGeminiParser(now) }
+	cli.toolArgs = writeGeminiPolicy
 	return &Gemini{cli: cli}, nil
 }
 

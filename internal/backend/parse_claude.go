@@ -26,6 +26,7 @@ func newClaudeParser(now func() time.Time) *claudeParser {
 type claudeLine struct {
 	Type    string `json:"type"`
 	Subtype string `json:"subtype"`
+	Model   string `json:"model"` // system/init
 
 	// system/api_retry
 	RetryDelayMS float64 `json:"retry_delay_ms"`
@@ -36,8 +37,13 @@ type claudeLine struct {
 	// assistant and user; a subagent's lines name the tool call that runs it
 	ParentToolUseID string `json:"parent_tool_use_id"`
 	Message         *struct {
+		ID      string          `json:"id"`
+		Model   string          `json:"model"`
+		Usage   *claudeUsage    `json:"usage"`
 		Content json.RawMessage `json:"content"` // a string in a user's prompt
 	} `json:"message"`
+	APIError       string           `json:"api_error"` // "connection_failed"
+	TerminalReason string           `json:"terminal_reason"`
 	APIErrorStatus int              `json:"api_error_status"`
 	RateLimitInfo  *claudeRateLimit `json:"rate_limit_info"`
 
@@ -60,6 +66,11 @@ type claudeUsage struct {
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 }
 
+func (u *claudeUsage) usage() Usage {
+	return Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CacheReadTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens}
+}
+
 type claudeBlock struct {
 	Type      string          `json:"type"`
 	ID        string          `json:"id"`          // tool_use
@@ -76,10 +87,17 @@ func (p *claudeParser) Line(line []byte) {
 	}
 	switch l.Type {
 	case "system":
+		if l.Subtype == "init" {
+			p.rep.setModel(l.Model)
+		}
 		if l.Subtype != "api_retry" {
 			return
 		}
 		p.apiError(l.ErrorStatus, l.Error, nil)
+		// A retried request with no status lost its connection.
+		if l.ErrorStatus == 0 && (l.Error == "unknown" || l.Error == "") {
+			p.rep.providerError("network error (connection failed)")
+		}
 		// The delay before a rate-limited retry honours the API's
 		// retry-after: the earliest the limit can have reset.
 		if (l.ErrorStatus == http.StatusTooManyRequests || l.Error == "rate_limit") &&
@@ -88,8 +106,17 @@ func (p *claudeParser) Line(line []byte) {
 		}
 	case "assistant", "user":
 		p.apiError(l.APIErrorStatus, l.Error, l.RateLimitInfo)
+		if l.APIError == "connection_failed" {
+			p.rep.providerError("network error (connection failed)")
+		}
 		if l.Message == nil {
 			return
+		}
+		if l.Type == "assistant" && l.Message.Model != "<synthetic>" {
+			p.rep.setModel(l.Message.Model)
+			if u := l.Message.Usage; u != nil {
+				p.rep.message(l.Message.ID, u.usage())
+			}
 		}
 		// A subagent's turns are not the session's (--max-turns counts the
 		// main loop only); its tool calls are.
@@ -121,11 +148,13 @@ func (p *claudeParser) Line(line []byte) {
 		p.rep.resultAt = p.rep.now()
 		p.rep.turnLimit = p.rep.turnLimit || l.Subtype == "error_max_turns"
 		p.apiError(l.APIErrorStatus, "", nil)
+		if isErr && l.TerminalReason == "api_error" && l.APIErrorStatus == 0 {
+			p.rep.providerError("API error: " + oneLineInput(l.Result, 200))
+		}
 		if u := l.Usage; u != nil {
 			// Each result reports the whole session so far.
-			p.rep.usage = Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-				CacheReadTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens,
-				CostUSD: l.TotalCostUSD}
+			p.rep.usage = u.usage()
+			p.rep.usage.CostUSD = l.TotalCostUSD
 		}
 		p.rep.text = excerpt(l.Result)
 		p.success = !isErr
@@ -167,6 +196,10 @@ func (p *claudeParser) apiError(status int, errType string, rl *claudeRateLimit)
 			until = unixTime(rl.ResetsAt)
 		}
 		p.rep.rateLimited(until)
+	case status >= 500:
+		p.rep.providerError("API error " + httpStatus(status))
+	case errType == "overloaded" || errType == "server_error":
+		p.rep.providerError("API error: " + errType)
 	}
 }
 
@@ -181,3 +214,7 @@ func (p *claudeParser) Report(r *Result) { p.rep.fill(r) }
 func (p *claudeParser) OnTool(fn func(ToolCall)) { p.rep.onTool = fn }
 
 func (p *claudeParser) Turns() (int, bool) { return p.rep.turns, p.rep.settled() }
+
+func (p *claudeParser) OnToolStart(fn func(ToolCall)) { p.rep.onStart = fn }
+
+func (p *claudeParser) Progress() Progress { return p.rep.progress() }

@@ -157,6 +157,11 @@ func (p *codexParser) apiError(msg string) {
 			until = p.rep.now().Add(d)
 		}
 		p.rep.rateLimited(until)
+	default:
+		// "Reconnecting... 1/5 (stream disconnected ...)", "unexpected
+		// status 500 Internal Server Error", "We're currently experiencing
+		// high demand".
+		p.rep.providerError(serverTrouble(msg))
 	}
 }
 
@@ -181,3 +186,7 @@ func (p *codexParser) Report(r *Result) { p.rep.fill(r) }
 func (p *codexParser) OnTool(fn func(ToolCall)) { p.rep.onTool = fn }
 
 func (p *codexParser) Turns() (int, bool) { return p.rep.turns, p.rep.settled() }
+
+func (p *codexParser) OnToolStart(fn func(ToolCall)) { p.rep.onStart = fn }
+
+func (p *codexParser) Progress() Progress { return p.rep.progress() }

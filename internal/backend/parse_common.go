@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,12 +26,22 @@ type report struct {
 	unnamed   []openCall          // calls without an id: they can never be seen to end
 	calls     int                 // tool calls started, for openCall.n
 	onTool    func(ToolCall)
+	onStart   func(ToolCall)
 	closed    bool // Report ran: every call was handed to onTool
 	text      string
 	resultAt  time.Time
 	fatal     string
 	limited   bool
 	retryAt   time.Time
+	provErr   string // the first provider error (5xx, overload, network)
+	model     string
+
+	// live is the usage of the model responses seen so far, for a CLI that
+	// reports each response's usage as it streams (Claude Code) and the
+	// session's total only in its result: a session cancelled before its
+	// result still has a usage. byMsg is each response's latest usage.
+	live  Usage
+	byMsg map[string]Usage
 
 	// Turns: a turn is one model response, which begins with the first
 	// model output (text, reasoning, a tool call) after the prompt or after
@@ -82,6 +93,9 @@ func (r *report) toolStart(id, name, input string, turn bool) {
 	r.toolCalls++
 	r.calls++
 	c := ToolCall{ID: id, Name: name, Input: toolInput(input), Start: r.now()}
+	if r.onStart != nil {
+		r.onStart(c)
+	}
 	idx := -1
 	if len(r.tools) < MaxToolCalls {
 		idx = len(r.tools)
@@ -174,9 +188,60 @@ func (r *report) rateLimited(until time.Time) {
 	}
 }
 
+// providerError records the first server error, overload or network error
+// of the provider: later ones are usually the same trouble again.
+func (r *report) providerError(cause string) {
+	if r.provErr == "" && cause != "" {
+		r.provErr = cause
+	}
+}
+
+// setModel records the model the stream names; later names win (a CLI
+// may announce a default, then the model it really used).
+func (r *report) setModel(m string) {
+	if m != "" && m != "<synthetic>" {
+		r.model = m
+	}
+}
+
+// message records the usage of one model response as it streams: the
+// latest report of each response counts, field by field.
+func (r *report) message(id string, u Usage) {
+	if id == "" {
+		return
+	}
+	if r.byMsg == nil {
+		r.byMsg = make(map[string]Usage)
+	}
+	old := r.byMsg[id]
+	u = Usage{InputTokens: max(u.InputTokens, old.InputTokens), OutputTokens: max(u.OutputTokens, old.OutputTokens),
+		CacheReadTokens: max(u.CacheReadTokens, old.CacheReadTokens), CacheWriteTokens: max(u.CacheWriteTokens, old.CacheWriteTokens)}
+	r.byMsg[id] = u
+	r.live.InputTokens += u.InputTokens - old.InputTokens
+	r.live.OutputTokens += u.OutputTokens - old.OutputTokens
+	r.live.CacheReadTokens += u.CacheReadTokens - old.CacheReadTokens
+	r.live.CacheWriteTokens += u.CacheWriteTokens - old.CacheWriteTokens
+}
+
+// usageSoFar is the usage the CLI reported for the session, or, before it
+// reports one, the sum of its responses' usage.
+func (r *report) usageSoFar() Usage {
+	if r.usage != (Usage{}) {
+		return r.usage
+	}
+	return r.live
+}
+
+func (r *report) progress() Progress {
+	return Progress{Usage: r.usageSoFar(), Model: r.model, RateLimited: r.limited, RateLimitedUntil: r.retryAt,
+		ProviderError: r.provErr}
+}
+
 func (r *report) fill(res *Result) {
 	r.closeCalls()
-	res.Usage = r.usage
+	res.Usage = r.usageSoFar()
+	res.Model = r.model
+	res.ProviderError = r.provErr
 	res.Turns = r.turns
 	res.TurnLimit = r.turnLimit
 	res.ToolCalls = r.toolCalls
@@ -188,6 +253,32 @@ func (r *report) fill(res *Result) {
 	res.Fatal = r.fatal
 	res.RateLimited = r.limited
 	res.RetryAfter = r.retryAt
+}
+
+// httpStatus is "500 Internal Server Error", or "529" for a status Go has
+// no text for.
+func httpStatus(code int) string {
+	if t := http.StatusText(code); t != "" {
+		return strconv.Itoa(code) + " " + t
+	}
+	return strconv.Itoa(code)
+}
+
+// serverTrouble names the provider trouble an error message describes: a
+// server error, an overload or a lost connection; "" for anything else.
+func serverTrouble(msg string) string {
+	lower := strings.ToLower(msg)
+	for _, needle := range []string{
+		"internal server error", "bad gateway", "service unavailable", "gateway timeout", "overloaded", "high demand",
+		"unexpected status 5", `"code":500`, `"code":502`, `"code":503`, `"code":504`, `"status":"internal"`,
+		`"status":"unavailable"`, "stream disconnected", "error sending request", "fetch failed", "econnreset",
+		"econnrefused", "etimedout", "socket hang up", "connection reset", "connection refused",
+	} {
+		if strings.Contains(lower, needle) {
+			return oneLineInput(msg, 200)
+		}
+	}
+	return ""
 }
 
 // excerpt cuts s to at most MaxResultText bytes at a rune boundary.

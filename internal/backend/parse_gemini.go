@@ -26,6 +26,7 @@ func newGeminiParser(now func() time.Time) *geminiParser {
 
 type geminiLine struct {
 	Type       string          `json:"type"`
+	Model      string          `json:"model"`   // init
 	Role       string          `json:"role"`    // message
 	Content    string          `json:"content"` // message
 	ToolName   string          `json:"tool_name"`
@@ -41,6 +42,9 @@ type geminiLine struct {
 		InputTokens  int64 `json:"input_tokens"` // cached ones included
 		OutputTokens int64 `json:"output_tokens"`
 		Cached       int64 `json:"cached"`
+		Models       map[string]struct {
+			TotalTokens int64 `json:"total_tokens"`
+		} `json:"models"`
 	} `json:"stats"`
 }
 
@@ -50,6 +54,10 @@ func (p *geminiParser) Line(line []byte) {
 		return
 	}
 	switch l.Type {
+	case "init":
+		if l.Model != "auto" { // the CLI picks per request
+			p.rep.setModel(l.Model)
+		}
 	case "message":
 		if l.Role != "assistant" {
 			return
@@ -77,6 +85,14 @@ func (p *geminiParser) Line(line []byte) {
 		if s := l.Stats; s != nil {
 			cached := min(s.Cached, s.InputTokens)
 			p.rep.usage = Usage{InputTokens: s.InputTokens - cached, OutputTokens: s.OutputTokens, CacheReadTokens: cached}
+			// The model that used the most tokens is the session's.
+			var most int64
+			for m, u := range s.Models {
+				if u.TotalTokens > most || u.TotalTokens == most && m < p.rep.model {
+					most = u.TotalTokens
+					p.rep.setModel(m)
+				}
+			}
 		}
 		p.success = l.Status == "success"
 		p.errText = ""
@@ -90,13 +106,19 @@ func (p *geminiParser) Line(line []byte) {
 
 // apiError classifies the text of an API error, which Gemini CLI passes on
 // as the API's JSON: {"error":{"code":429,...,"status":"RESOURCE_EXHAUSTED"}}.
+// A quota error it gave up on says "Suggested retry after 20s." instead
+// (its RetryInfo, in words).
 func (p *geminiParser) apiError(msg string) {
-	if strings.Contains(msg, `"code":429`) || strings.Contains(msg, "RESOURCE_EXHAUSTED") {
+	switch {
+	case strings.Contains(msg, `"code":429`) || strings.Contains(msg, "RESOURCE_EXHAUSTED") ||
+		strings.Contains(msg, "Suggested retry after"):
 		var until time.Time
 		if d, ok := retryHint(msg); ok {
 			until = p.rep.now().Add(d)
 		}
 		p.rep.rateLimited(until)
+	default:
+		p.rep.providerError(serverTrouble(msg))
 	}
 }
 
@@ -115,6 +137,8 @@ func (p *geminiParser) Exit(code int) {
 		p.rep.setFatal("authentication is not configured (exit 41)")
 	case 173:
 		p.rep.rateLimited(time.Time{})
+	case 244, 246, 247, 248: // 500, 502, 503, 504
+		p.rep.providerError("API error " + httpStatus(code+256))
 	}
 }
 
@@ -133,6 +157,10 @@ func (p *geminiParser) Report(r *Result) { p.rep.fill(r) }
 func (p *geminiParser) OnTool(fn func(ToolCall)) { p.rep.onTool = fn }
 
 func (p *geminiParser) Turns() (int, bool) { return p.rep.turns, p.rep.settled() }
+
+func (p *geminiParser) OnToolStart(fn func(ToolCall)) { p.rep.onStart = fn }
+
+func (p *geminiParser) Progress() Progress { return p.rep.progress() }
 
 // geminiTurnLimit is the error Gemini CLI prints when it stops at its own
 // model.maxSessionTurns setting.

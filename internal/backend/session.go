@@ -37,6 +37,9 @@ type launch struct {
 	// turnsByCLI: the CLI enforces Spec.MaxTurns itself (a flag); swarmd's
 	// count only backs it up.
 	turnsByCLI bool
+	// removeFile is removed when the session ends (a policy file written
+	// for it).
+	removeFile string
 }
 
 // session implements Session for every backend.
@@ -49,6 +52,8 @@ type session struct {
 	reporter  Reporter      // parser, if it is one
 	fatal     chan struct{} // buffered: the output showed a fatal error
 	limit     chan struct{} // buffered: the session reached its turn limit
+	deny      chan struct{} // buffered: the stream showed a call the tools policy refuses
+	tools     ToolPolicy
 	maxTurns  int
 	byCLI     bool     // the CLI enforces maxTurns itself
 	log       *os.File // nil when Spec.LogPath is ""
@@ -63,6 +68,11 @@ type session struct {
 	frozen    atomic.Bool // Freeze stopped the tree and no Thaw has run since
 	turnsHit  atomic.Bool // swarmd's count reached maxTurns
 	fatalSeen bool        // owned by the output goroutine
+	// Owned by the output goroutine (read by classify once it is done).
+	denied     *ToolDenial
+	onProgress func(Progress)
+	progress   Progress // the last one told to onProgress
+	removeFile string
 
 	done   chan struct{}
 	result Result
@@ -89,10 +99,15 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		parser:    l.parser,
 		fatal:     make(chan struct{}, 1),
 		limit:     make(chan struct{}, 1),
+		deny:      make(chan struct{}, 1),
+		tools:     spec.Tools,
 		maxTurns:  spec.MaxTurns,
 		byCLI:     l.turnsByCLI,
 		maxLog:    spec.MaxLogBytes,
 		done:      make(chan struct{}),
+
+		onProgress: spec.OnProgress,
+		removeFile: l.removeFile,
 	}
 	if spec.LogPath != "" {
 		f, err := openLog(spec.LogPath)
@@ -117,6 +132,9 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		s.reporter, _ = l.parser.(Reporter)
 		if s.reporter != nil && spec.OnTool != nil {
 			s.reporter.OnTool(spec.OnTool)
+		}
+		if s.reporter != nil && !s.tools.Empty() {
+			s.reporter.OnToolStart(s.toolStarted)
 		}
 		out.lines = NewLineSplitter(0, s.line)
 	}
@@ -269,6 +287,24 @@ func (s *session) line(b []byte) {
 		s.turnsHit.Store(true)
 		s.limit <- struct{}{}
 	}
+	if s.onProgress != nil {
+		if p := s.reporter.Progress(); p != s.progress {
+			s.progress = p
+			s.onProgress(p)
+		}
+	}
+}
+
+// toolStarted has the monitor cancel the session at the first call that
+// the tools policy refuses: swarmd's own check, whatever the CLI did.
+func (s *session) toolStarted(c ToolCall) {
+	if s.denied != nil {
+		return
+	}
+	if d, refused := s.tools.Check(c.Name, c.Input); refused {
+		s.denied = &d
+		s.deny <- struct{}{}
+	}
 }
 
 // overTurns reports whether the session has used its turns: a turn past
@@ -311,6 +347,12 @@ func (s *session) monitor() {
 				killT = time.NewTimer(fatalGrace)
 				kill = killT.C
 			}
+		case <-s.deny:
+			_ = s.Cancel()
+			if killT == nil {
+				killT = time.NewTimer(fatalGrace)
+				kill = killT.C
+			}
 		case <-kill:
 			kill = nil
 			_ = s.tree.Kill()
@@ -345,6 +387,10 @@ func (s *session) classify() Result {
 		// Whatever the exit, it came from our stop or the CLI giving up.
 		r.Outcome, r.Reason = OutcomeError, "fatal: "+r.Fatal
 		return r
+	case s.denied != nil:
+		r.Outcome, r.AbortReason, r.Denied = OutcomeError, AbortPermissionDenied, s.denied
+		r.Reason = "permission_denied: tool " + s.denied.String()
+		return r
 	case s.turnsHit.Load() || r.TurnLimit:
 		r.Outcome, r.AbortReason = OutcomeError, AbortMaxTurns
 		r.Reason = "max_turns: stopped after " + plural(r.Turns, "turn")
@@ -372,7 +418,8 @@ func (s *session) classify() Result {
 		}
 	default:
 		r.Outcome, r.Reason = OutcomeSuccess, st.String()
-		r.RateLimited, r.RetryAfter = false, time.Time{} // the CLI's own retries got through
+		// The CLI's own retries got through.
+		r.RateLimited, r.RetryAfter, r.ProviderError = false, time.Time{}, ""
 		return r
 	}
 	r.AbortReason = AbortReasonFor(st.Code, st.Signal)
@@ -412,6 +459,9 @@ func (s *session) end(r Result) {
 	s.logLine(footer + " ===\n")
 	if s.log != nil {
 		s.log.Close()
+	}
+	if s.removeFile != "" {
+		os.Remove(s.removeFile)
 	}
 	s.result = r
 	close(s.done)

@@ -48,6 +48,12 @@ type Config struct {
 	Merge          *Merge // nil: no merge queue
 	Backends       map[string]Backend
 	Agents         []Agent
+	// SwarmBudget limits all agents' spend together; Prices price the
+	// tokens of backends that report no cost, by model; Providers tunes the
+	// health shared by the agents of one provider.
+	SwarmBudget Budget
+	Prices      map[string]Price // never nil
+	Providers   Providers
 	// Warnings are problems that do not stop the config from loading (a
 	// listener open to other machines), ordered by line; nil when none.
 	Warnings []*Error
@@ -83,6 +89,9 @@ type AgentSettings struct {
 	// Signals are the words a session's result carries to report on its
 	// task; "" means the default (DONE, PASS, FAIL).
 	Signals Signals
+	// Tools is the agent's tool policy; Budget its spending limit.
+	Tools  Tools
+	Budget Budget
 }
 
 // Signals are the configured signal words.
@@ -200,6 +209,7 @@ func defaultConfig() *Config {
 			Env:                  map[string]string{},
 			MinSessionInterval:   DefaultMinSessionInterval,
 			MaxIterations:        DefaultMaxIterations,
+			Budget:               Budget{Window: DefaultBudgetWindow},
 		},
 		Logs:           Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
 		Hooks:          Hooks{Timeout: DefaultHookTimeout},
@@ -207,6 +217,10 @@ func defaultConfig() *Config {
 		StallAfter:     DefaultStallAfter,
 		GitEmailDomain: DefaultGitEmailDomain,
 		Backends:       map[string]Backend{},
+
+		SwarmBudget: Budget{Window: DefaultBudgetWindow},
+		Prices:      map[string]Price{},
+		Providers:   Providers{Backoff: DefaultProviderBackoff, MaxBackoff: DefaultProviderMaxBackoff},
 	}
 	for _, t := range []string{TypeClaude, TypeCodex, TypeGemini} {
 		c.Backends[t] = builtinBackend(t)

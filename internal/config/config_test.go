@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		Env:                  map[string]string{},
 		MinSessionInterval:   time.Second,
 		MaxIterations:        3,
+		Budget:               Budget{Window: 24 * time.Hour},
 	}
 	want := &Config{
 		Path:       filepath.Join(dir, "minimal.yaml"),
@@ -69,6 +70,9 @@ func TestDefaults(t *testing.T) {
 
 		GitEmailDomain: "swarmd.invalid",
 		Agents:         []Agent{{Name: "alice", Role: "You write Go.", AgentSettings: defaults}},
+		SwarmBudget:    Budget{Window: 24 * time.Hour},
+		Prices:         map[string]Price{},
+		Providers:      Providers{Backoff: 2 * time.Second, MaxBackoff: 5 * time.Minute},
 	}
 	got := load(t, "testdata/minimal.yaml")
 	if !reflect.DeepEqual(got, want) {
@@ -93,6 +97,8 @@ func TestOverrides(t *testing.T) {
 		Env:                  map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "1"},
 		MinSessionInterval:   2 * time.Second,
 		MaxIterations:        3,
+		Tools:                Tools{Allow: []string{"Read", "Bash(git:*)"}, Deny: []string{"WebFetch"}},
+		Budget:               Budget{USD: 10, Tokens: 5000000, Window: 12 * time.Hour, has: hasUSD | hasTokens | hasWindow},
 	}
 	backends := builtins()
 	backends["claude"] = Backend{Name: "claude", Type: "claude", Command: "/opt/claude/bin/claude",
@@ -128,15 +134,24 @@ func TestOverrides(t *testing.T) {
 		Backends:   backends,
 
 		GitEmailDomain: "agents.example.com",
+		SwarmBudget:    Budget{USD: 100, Tokens: 90000000, Window: 168 * time.Hour, has: hasUSD | hasTokens | hasWindow},
+		Prices: map[string]Price{
+			"gpt-5-codex": {Input: 1.25, Output: 10, CacheRead: 0.125, CacheWrite: 2},
+			"*":           {Input: 3, Output: 15},
+		},
+		Providers: Providers{Backoff: time.Second, MaxBackoff: time.Minute},
 		Agents: []Agent{
 			{Name: "alice", Role: "You are alice. You write the Go code.\n", RoleFile: filepath.Join(dir, "prompts", "alice.md"),
 				AgentSettings: AgentSettings{Backend: "claude", SessionTimeout: 90 * time.Minute, GracePeriod: 5 * time.Second,
 					MaxConsecutiveErrors: 3, MaxTotalErrors: 7,
-					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0, MaxIterations: 3}},
+					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0, MaxIterations: 3,
+					Tools:  Tools{Allow: defaults.Tools.Allow, Deny: []string{}},
+					Budget: Budget{USD: 2.5, Tokens: 5000000, Window: 12 * time.Hour, has: hasUSD | hasTokens | hasWindow}}},
 			{Name: "bob", Role: "You review every commit on main.\nReply with PASS or FAIL.\n", AgentSettings: defaults},
 			{Name: "carol-2", Role: "Review docs/ and/or fix bugs",
 				AgentSettings: AgentSettings{Backend: "fake", SessionTimeout: 30 * time.Minute, GracePeriod: time.Second,
-					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env, MinSessionInterval: 2 * time.Second, MaxIterations: 3}},
+					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env, MinSessionInterval: 2 * time.Second, MaxIterations: 3,
+					Tools: defaults.Tools, Budget: defaults.Budget}},
 		},
 	}
 	got := load(t, "testdata/full.yaml")
@@ -335,8 +350,8 @@ func TestErrors(t *testing.T) {
 		{"empty_file", 0, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
-		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, git_email_domain, web, merge, backends, agents)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_turns, signals)"},
+		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, defaults, logs, hooks, mailbox, stall_after, git_email_domain, web, merge, backends, agents, swarm_budget, prices, providers)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_turns, signals, tools, budget)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},

@@ -116,6 +116,10 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 			d.section(d.mergeFields(&t.merge.m), &t.merge.set)},
 		{"backends", "Named ways to run a session. claude, codex and gemini are built in; an entry named after one adjusts it.", d.backendsTo(&t.backends)},
 		{"agents", "The agents; at least one.", d.agentsTo(&t.agents)},
+		{"swarm_budget", "A spending limit for all agents together; at 100% every agent is paused until the window rolls over or swarmd budget set --swarm raises it.",
+			d.section(d.budgetFields(&cfg.SwarmBudget, true), nil)},
+		{"prices", "USD per million tokens by model, for backends that report no cost (Codex, Gemini CLI); \"*\" is any other model.", d.pricesTo(&cfg.Prices)},
+		{"providers", "The health shared by the agents of one provider and credentials.", d.section(d.providersFields(&cfg.Providers), nil)},
 	}
 }
 
@@ -154,6 +158,7 @@ func (d *decoder) decode(data []byte) *Config {
 		d.errorf(top.at("agents"), "agents", "at least one agent is required (list them under agents:, each with a name and a role)")
 	}
 	good := d.finishAgents(cfg, t.agents)
+	d.finishLimits(cfg, top, good)
 	if d.opts.LookPath != nil {
 		d.checkBinaries(cfg, good, raws, t.defaultsSet)
 	}
@@ -201,6 +206,10 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			{"pass", "A reviewer approves the work.", d.wordTo(&s.Signals.Pass)},
 			{"fail", "The task failed, or a reviewer rejects the work.", d.wordTo(&s.Signals.Fail)},
 		}, nil)},
+		{"tools", doc("Which tools agents' sessions may call: passed to the CLI where it can take it, and enforced from the stream (a refused call stops the session).",
+			"This agent's tool policy; each list given replaces the same list of defaults.tools."), d.section(d.toolsFields(&s.Tools), nil)},
+		{"budget", doc("A spending limit per agent: at 80% and 95% an event and a note in the prompt, at 100% the session is stopped and the agent paused.",
+			"This agent's budget; each key given overrides the same key of defaults.budget."), d.section(d.budgetFields(&s.Budget, false), nil)},
 	}
 }
 
@@ -674,6 +683,7 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	if has("max_turns") {
 		out.MaxTurns = over.MaxTurns
 	}
+	mergeLimits(&out, over)
 	out.Signals.Done = cmp.Or(over.Signals.Done, base.Signals.Done)
 	out.Signals.Pass = cmp.Or(over.Signals.Pass, base.Signals.Pass)
 	out.Signals.Fail = cmp.Or(over.Signals.Fail, base.Signals.Fail)

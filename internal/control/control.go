@@ -261,6 +261,9 @@ func (s *Server) routes(api API) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
+	if b, ok := api.(BudgetAPI); ok {
+		routesBudget(mux, b)
+	}
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)

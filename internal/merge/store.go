@@ -11,7 +11,7 @@ import (
 )
 
 // This file is the queue's state in swarm.db (tables merge_queue and
-// merge_control, migration 0010). Every change is one IMMEDIATE transaction
+// merge_control, migration 0010; budgets are 0011). Every change is one IMMEDIATE transaction
 // together with its row in the event log, so `swarmd events --agent merge`
 // and `swarmd merge status` always agree with what the queue did. Store
 // holds no git and no process: the CLI uses it on the database directly,

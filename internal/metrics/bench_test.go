@@ -77,7 +77,7 @@ func BenchmarkScrape200(b *testing.B) {
 		m.OnSessionEnd(runner.SessionRecord{Agent: name, Result: backend.Result{Started: t0, Ended: t0.Add(10 * time.Minute)}})
 		m.AddTokens(name, "input", 1e6)
 		m.AddTokens(name, "output", 1e4)
-		m.AddCost(name, 1.5)
+		m.AddCost(name, "claude", 1.5)
 		m.AddToolCalls(name, 42)
 		pending[name] = i % 3
 	}

@@ -30,6 +30,7 @@ type BuildInfo struct {
 // OutcomeLabel values.
 var outcomeLabels = [...]string{
 	runner.OutcomeSuccess, runner.OutcomeError, runner.OutcomeTimeout, runner.OutcomeInterrupted, runner.OutcomeMaxTurns,
+	runner.OutcomePermissionDenied, runner.OutcomeBudgetExhausted,
 }
 
 // Sessions run from seconds (a backend that fails at once) to hours.
@@ -77,6 +78,7 @@ type Metrics struct {
 	mergeDepth        prometheus.Gauge
 	merges            *prometheus.CounterVec
 	gateDuration      prometheus.Histogram
+	budgetLeft        *prometheus.GaugeVec
 
 	mu     sync.RWMutex
 	agents map[string]*series
@@ -172,7 +174,11 @@ func New(build BuildInfo) *Metrics {
 		}, []string{"agent", "kind"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_cost_usd_total",
-			Help: "Cost in US dollars reported by the agent's sessions.",
+			Help: "Cost in US dollars of the agent's sessions, by backend: as the backend reported it, else tokens times the configured prices.",
+		}, []string{"agent", "backend"}),
+		budgetLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swarmd_budget_remaining_usd",
+			Help: "US dollars the agent may still spend in the current window: the least left of its budget and the swarm's (negative when over).",
 		}, []string{"agent"}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_tool_calls_total",
@@ -211,7 +217,7 @@ func New(build BuildInfo) *Metrics {
 	reg.MustRegister(
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
 		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.mergeDepth, m.merges, m.gateDuration, buildInfo,
+		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.mergeDepth, m.merges, m.gateDuration, m.budgetLeft, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -257,7 +263,7 @@ func (m *Metrics) RemoveAgent(name string) {
 	l := prometheus.Labels{"agent": name}
 	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
-		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls, m.idle, m.paused,
+		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.budgetLeft,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -374,7 +380,7 @@ func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	m.AddTokens(r.Agent, "output", u.OutputTokens)
 	m.AddTokens(r.Agent, "cache_read", u.CacheReadTokens)
 	m.AddTokens(r.Agent, "cache_write", u.CacheWriteTokens)
-	m.AddCost(r.Agent, u.CostUSD)
+	m.AddCost(r.Agent, r.Backend, u.CostUSD)
 	m.AddToolCalls(r.Agent, r.Result.ToolCalls)
 }
 
@@ -432,13 +438,23 @@ func (m *Metrics) AddTokens(agentName, kind string, n int64) {
 	m.tokens.WithLabelValues(agentName, kind).Add(float64(n))
 }
 
-// AddCost adds usd to the agent's reported cost. Negative and NaN amounts
-// are ignored: a counter panics on them.
-func (m *Metrics) AddCost(agentName string, usd float64) {
+// AddCost adds usd to the cost of the agent's sessions on backend.
+// Negative and NaN amounts are ignored: a counter panics on them.
+func (m *Metrics) AddCost(agentName, backend string, usd float64) {
 	if !(usd > 0) || math.IsInf(usd, 0) {
 		return
 	}
-	m.cost.WithLabelValues(agentName).Add(usd)
+	m.cost.WithLabelValues(agentName, backend).Add(usd)
+}
+
+// SetBudgetLeft sets swarmd_budget_remaining_usd for the agent; ok false
+// removes it (the agent has no USD budget).
+func (m *Metrics) SetBudgetLeft(agentName string, usd float64, ok bool) {
+	if !ok || math.IsNaN(usd) || math.IsInf(usd, 0) {
+		m.budgetLeft.DeleteLabelValues(agentName)
+		return
+	}
+	m.budgetLeft.WithLabelValues(agentName).Set(usd)
 }
 
 // AddToolCalls counts n tool calls made by the agent's sessions.

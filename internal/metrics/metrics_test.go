@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -231,7 +232,7 @@ func TestAddAgentShowsEveryAgentAtStart(t *testing.T) {
 		f.want(t, 0, "swarmd_interrupts_total", "agent", a)
 		f.want(t, 0, "swarmd_force_stops_total", "agent", a)
 		f.want(t, 0, "swarmd_agent_paused", "agent", a)
-		for _, o := range []string{"success", "error", "timeout", "interrupted", "max_turns"} {
+		for _, o := range []string{"success", "error", "timeout", "interrupted", "max_turns", "permission_denied", "budget_exhausted"} {
 			f.want(t, 0, "swarmd_sessions_total", "agent", a, "outcome", o)
 		}
 	}
@@ -478,15 +479,15 @@ func TestUsage(t *testing.T) {
 	m.AddTokens("alice", "input", 500)
 	m.AddTokens("alice", "output", 70)
 	m.AddTokens("alice", "output", -5) // a counter would panic
-	m.AddCost("alice", 0.25)
-	m.AddCost("alice", 0.5)
-	m.AddCost("alice", -1)
+	m.AddCost("alice", "claude", 0.25)
+	m.AddCost("alice", "claude", 0.5)
+	m.AddCost("alice", "claude", -1)
 	m.AddToolCalls("alice", 4)
 	m.AddToolCalls("alice", -4)
 	f := scrape(t, url)
 	f.want(t, 1500, "swarmd_tokens_total", "agent", "alice", "kind", "input")
 	f.want(t, 70, "swarmd_tokens_total", "agent", "alice", "kind", "output")
-	f.want(t, 0.75, "swarmd_cost_usd_total", "agent", "alice")
+	f.want(t, 0.75, "swarmd_cost_usd_total", "agent", "alice", "backend", "claude")
 	f.want(t, 4, "swarmd_tool_calls_total", "agent", "alice")
 }
 
@@ -498,22 +499,23 @@ func TestRemoveAgentDeletesItsSeries(t *testing.T) {
 		m.OnTransition(tr(a, agent.Interrupting, agent.EvGraceExceeded(), agent.SessionComplete, agent.ForceStopSession, 1, 1, 1))
 		m.OnSessionEnd(runner.SessionRecord{Agent: a, Result: backend.Result{Started: t0, Ended: t0.Add(time.Minute)}})
 		m.AddTokens(a, "input", 10)
-		m.AddCost(a, 1)
+		m.AddCost(a, "claude", 1)
 		m.AddToolCalls(a, 1)
+		m.SetBudgetLeft(a, 3, true)
 	}
 	m.SetPending(map[string]int{"alice": 1, "bob": 1})
 
 	before := scrape(t, url).hasAgent("alice")
-	if len(before) != 14 {
-		t.Fatalf("alice appears in %d families before removal, want all 14: %v", len(before), before)
+	if len(before) != 15 {
+		t.Fatalf("alice appears in %d families before removal, want all 15: %v", len(before), before)
 	}
 	m.RemoveAgent("alice")
 	f := scrape(t, url)
 	if where := f.hasAgent("alice"); len(where) != 0 {
 		t.Errorf("alice still in %v after RemoveAgent", where)
 	}
-	if where := f.hasAgent("bob"); len(where) != 14 {
-		t.Errorf("bob in %d families after alice's removal, want 13: %v", len(where), where)
+	if where := f.hasAgent("bob"); len(where) != 15 {
+		t.Errorf("bob in %d families after alice's removal, want 15: %v", len(where), where)
 	}
 	if got := f.state(t, "bob"); got != "SessionComplete" {
 		t.Errorf("bob state %s", got)
@@ -662,4 +664,28 @@ func TestMergeQueue(t *testing.T) {
 	m.MergeQueueDepth(0)
 	f = scrape(t, url)
 	f.want(t, 0, "swarmd_merge_queue_depth")
+}
+
+// TestLimitsOutcomesAndBudget: sessions stopped for a refused tool or an
+// exhausted budget count under their own outcomes; the cost is counted by
+// backend; the remaining budget is a gauge that goes away with the budget.
+func TestLimitsOutcomesAndBudget(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	m.AddAgent("alice")
+	for _, stop := range []string{runner.OutcomePermissionDenied, runner.OutcomeBudgetExhausted} {
+		m.OnSessionEnd(runner.SessionRecord{Agent: "alice", StoppedFor: stop, Backend: "gem",
+			Outcome: agent.ExitOutcome{Kind: agent.Success}, Result: backend.Result{Usage: backend.Usage{CostUSD: 0.5}}})
+	}
+	m.SetBudgetLeft("alice", -0.25, true)
+	s := scrape(t, url)
+	s.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "permission_denied")
+	s.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "budget_exhausted")
+	s.want(t, 0, "swarmd_sessions_total", "agent", "alice", "outcome", "success")
+	s.want(t, 1, "swarmd_cost_usd_total", "agent", "alice", "backend", "gem")
+	s.want(t, -0.25, "swarmd_budget_remaining_usd", "agent", "alice")
+	m.SetBudgetLeft("alice", 0, false)
+	if where := scrape(t, url).hasAgent("alice"); slices.Contains(where, "swarmd_budget_remaining_usd") {
+		t.Errorf("budget gauge left after its budget went: %v", where)
+	}
 }

@@ -70,6 +70,9 @@ type Builder struct {
 	// against ReviewBase (the merge target, or the base commit).
 	Compare    Compare
 	ReviewBase string
+	// Budget, if set, says what is left of the agent's budget once little
+	// is ("" otherwise): the prompt carries it.
+	Budget func(agent string) string
 }
 
 // Build gathers the prompt's inputs and renders it: the task (held,
@@ -96,6 +99,9 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 			err = errors.Join(err, rerr)
 		}
 		return runner.Prompt{}, err
+	}
+	if b.Budget != nil {
+		d.Budget = b.Budget(req.Agent)
 	}
 	p.Text = Render(d)
 	return p, nil

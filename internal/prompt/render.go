@@ -32,6 +32,10 @@ type Data struct {
 	// session whose shell resets PATH (a login shell) still finds it; ""
 	// means `swarmd` on PATH.
 	Swarmd string
+	// Budget, if set, is what is left of the agent's budget, once it has
+	// spent 80% of it: "$1.50 of $10.00 left of your budget: 85% spent in
+	// the 24h window that ends 2026-03-05 00:00 UTC".
+	Budget string
 }
 
 // Task is the task the session works on.
@@ -187,12 +191,20 @@ func Render(d Data) string {
 		b.WriteString("Your previous session failed: " + oneLine(d.Why.Detail) + ". Check the state of your worktree before you continue.\n")
 	case runner.WhyAfterTurnLimit:
 		b.WriteString("Your previous session was stopped at its turn limit (max_turns). Check the state of your worktree and go on from where it stopped.\n")
+	case runner.WhyAfterToolDenied:
+		b.WriteString("Your previous session was stopped because it called a tool your tools policy does not allow: " + flat(d.Why.Detail) +
+			". Do the work without that tool (or ask the operator for it by mail); check the state of your worktree first.\n")
+	case runner.WhyAfterBudget:
+		b.WriteString("Your previous session was stopped because your budget ran out; it has since been raised or its window rolled over. Check the state of your worktree and go on from where it stopped.\n")
 	case runner.WhyAfterInterrupt:
 		if subj := urgentSubject(d.Messages); subj != "" {
 			b.WriteString("Your previous session was interrupted by urgent mail (\"" + flat(subj) + "\"). Read the messages above first and act on them.\n")
 		} else {
 			b.WriteString("Your previous session was interrupted by urgent mail. Read the messages above first and act on them.\n")
 		}
+	}
+	if d.Budget != "" {
+		b.WriteString("Budget: " + flat(d.Budget) + ". Work economically, and finish and report (commit, mail, DONE) before it runs out: at 100% your session is stopped.\n")
 	}
 	return b.String()
 }

@@ -139,3 +139,24 @@ func TestRenderAfterTurnLimit(t *testing.T) {
 		t.Fatalf("session context:\n%s", got[strings.Index(got, "## Session context"):])
 	}
 }
+
+// TestRenderToolDeniedAndBudget: the session after a refused tool call is
+// told which call and why; one after a budget stop is told so; and a
+// prompt carries what is left of the budget once little is.
+func TestRenderToolDeniedAndBudget(t *testing.T) {
+	d := fullData()
+	d.Why = runner.Why{Kind: runner.WhyAfterToolDenied, Detail: "Bash (rm -rf /): tools.deny: Bash"}
+	got := Render(d)
+	ctx := got[strings.Index(got, "## Session context"):]
+	if !strings.Contains(ctx, "called a tool your tools policy does not allow: Bash (rm -rf /): tools.deny: Bash.") ||
+		strings.Contains(ctx, "failed:") || strings.Contains(ctx, "Budget:") {
+		t.Fatalf("session context:\n%s", ctx)
+	}
+	d.Why = runner.Why{Kind: runner.WhyAfterBudget, Detail: "budget_exhausted"}
+	d.Budget = "$1.50 of $10.00 left of your budget: 85% spent in the 24h window that ends 2026-03-05 00:00 UTC"
+	ctx = Render(d)
+	ctx = ctx[strings.Index(ctx, "## Session context"):]
+	if !strings.Contains(ctx, "your budget ran out") || !strings.Contains(ctx, "Budget: $1.50 of $10.00 left of your budget: 85% spent in the 24h window that ends 2026-03-05 00:00 UTC. Work economically") {
+		t.Fatalf("session context:\n%s", ctx)
+	}
+}

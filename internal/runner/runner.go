@@ -118,7 +118,9 @@ const (
 	WhyAfterSuccess
 	WhyAfterError
 	WhyAfterInterrupt
-	WhyAfterTurnLimit // the last session reached max_turns (Detail: the backend's reason)
+	WhyAfterTurnLimit  // the last session reached max_turns (Detail: the backend's reason)
+	WhyAfterToolDenied // the last session called a tool its policy refuses (Detail: the call and the rule)
+	WhyAfterBudget     // the last session was stopped when the budget ran out (Detail: the reason)
 )
 
 // Why is the reason the next session runs, with detail (an error's text, an
@@ -198,6 +200,11 @@ type SessionRecord struct {
 	// TurnLimit: the session reached max_turns (its Result's AbortReason is
 	// backend.AbortMaxTurns). Not an error either; see OutcomeLabel.
 	TurnLimit bool
+	// StoppedFor is why swarmd stopped the session on purpose (max_turns,
+	// permission_denied, budget_exhausted; see stoppedFor), "" otherwise.
+	StoppedFor string
+	// Backend is the name of the backend the session ran on.
+	Backend string
 }
 
 // Snapshot is the agent's observable state at one moment.
@@ -229,6 +236,9 @@ type Snapshot struct {
 	PausedSince time.Time
 	Frozen      bool
 	FrozenProcs int // how many processes the freeze stopped
+	// Waiting, if set, is why the agent waits for its provider before its
+	// next session (Config.Gate).
+	Waiting string
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
@@ -273,6 +283,20 @@ type Config struct {
 	Paused *Pause
 	// Audit, if set, is told of every tool call of every session.
 	Audit Auditor
+	// BackendName names Backend in session records and progress.
+	BackendName string
+	// Tools is the agent's tool policy (backend.Spec.Tools).
+	Tools backend.ToolPolicy
+	// Gate, if set, holds sessions while the agent's provider cannot take
+	// them.
+	Gate Gate
+	// OnProgress, if set, is told of every running session's progress
+	// (backend.Spec.OnProgress); it must be quick.
+	OnProgress func(ProgressRecord)
+	// Price, if set, is the cost in USD of a session's usage (whose CostUSD
+	// is the backend's own record, 0 when it reported none) on the model
+	// the stream named ("" when none).
+	Price func(backendName, model string, u backend.Usage) float64
 }
 
 // Errors returned by New.
@@ -296,6 +320,7 @@ type Runner struct {
 	pz          pauseState
 	urgentCh    chan struct{} // capacity 1: coalesced wake-ups
 	wakeCh      chan struct{} // capacity 1: an idle agent's wake-ups
+	abortCh     chan struct{} // capacity 1: an Abort for the Run goroutine
 	waiting     atomic.Bool   // idle, or building a prompt that may find it idle
 	done        chan struct{}
 
@@ -308,6 +333,7 @@ type Runner struct {
 	urgentAt    time.Time
 	sess        backend.Session
 	sessStarted time.Time
+	abortReq    *abortRequest
 
 	// Owned by the Run goroutine.
 	seq        uint32
@@ -337,6 +363,8 @@ type Runner struct {
 
 	// interrupted: urgent mail interrupted the session (UrgentMessage).
 	interrupted bool
+	aborted     *abortRequest // Abort cancelled the running session
+	ticket      Ticket        // from Config.Gate, until the session it admitted ends
 }
 
 // New checks cfg and returns a Runner in Initializing.
@@ -363,6 +391,7 @@ func New(cfg Config) (*Runner, error) {
 		forceCh:  make(chan struct{}),
 		urgentCh: make(chan struct{}, 1),
 		wakeCh:   make(chan struct{}, 1),
+		abortCh:  make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
 		seq:      cfg.FirstSeq,
@@ -398,6 +427,10 @@ type Settings struct {
 	MinSessionInterval time.Duration
 	// MaxTurns replaces Config.MaxTurns (0 is no limit).
 	MaxTurns int
+	// BackendName, Tools and Gate replace Config's (a nil Gate: none).
+	BackendName string
+	Tools       backend.ToolPolicy
+	Gate        Gate
 }
 
 // Update queues new settings for the next session.
@@ -418,6 +451,7 @@ func (r *Runner) applyPending() {
 	}
 	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
 	r.cfg.MaxSessions, r.cfg.MaxTurns, r.cfg.DefaultEnv = p.MaxSessions, p.MaxTurns, p.DefaultEnv
+	r.cfg.BackendName, r.cfg.Tools, r.cfg.Gate = p.BackendName, p.Tools, p.Gate
 	if p.Backend != nil {
 		r.cfg.Backend = p.Backend
 	}
@@ -626,7 +660,11 @@ func (r *Runner) buildPrompt() {
 		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
 		r.watermark = max(r.watermark, p.Watermark, known)
 	}
-	if r.external() {
+	stopping := r.external()
+	if stopping || err != nil || p.Idle {
+		r.settleTicket(backend.Result{}, false) // no session: the next waiter may go
+	}
+	if stopping {
 		return
 	}
 	if err != nil {
@@ -689,7 +727,10 @@ func (r *Runner) spawn() {
 		MaxLogBytes: r.cfg.MaxLogBytes,
 		MaxTurns:    r.cfg.MaxTurns,
 		OnTool:      r.onTool(),
+		Tools:       r.cfg.Tools,
+		OnProgress:  r.onProgress(),
 	}
+	r.clearAbort()
 	r.lastSpawn = time.Now()
 	r.headBefore = r.head()
 	spec.HeadBefore = r.headBefore
@@ -700,6 +741,7 @@ func (r *Runner) spawn() {
 	}
 	if err != nil {
 		r.release()
+		r.settleTicket(backend.Result{}, false)
 		if r.external() {
 			return
 		}
@@ -790,6 +832,8 @@ func (r *Runner) waitSession() {
 		r.maybeInterrupt()
 	case <-r.pz.ch:
 		r.pauseChanged()
+	case <-r.abortCh:
+		r.takeAbort()
 	case <-r.stopCtx.Done():
 		r.external()
 	}
@@ -812,12 +856,18 @@ func (r *Runner) finishSession(stopping bool) {
 		res.AbortReason = "timeout"
 		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
 	}
+	if a := r.aborted; a != nil && !r.timedOut && !r.interrupted && res.Outcome != backend.OutcomeSuccess {
+		// Whatever signal the backend is cancelled with, the cause is ours.
+		res.AbortReason, res.Reason = a.reason, a.detail+" ("+res.Reason+")"
+	}
+	r.aborted = nil
+	r.price(&res)
 	out := outcome(res, r.timedOut)
 	interrupted := r.interrupted && out.Kind != agent.Success
 	if interrupted {
-		// Whatever signal the backend is cancelled with, the cause is ours.
 		res.AbortReason = backend.AbortUrgentMessage
 	}
+	r.settleTicket(res, true)
 	r.settle(res, out, stopping)
 	r.noteSessionEnd(res, stopping)
 	headAfter := r.head()
@@ -827,6 +877,7 @@ func (r *Runner) finishSession(stopping bool) {
 			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
 			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
 			ForceStopped: r.forced, Interrupted: interrupted, TurnLimit: turnLimited(res, r.timedOut),
+			StoppedFor: stoppedFor(res, r.timedOut), Backend: r.cfg.BackendName,
 		})
 	}
 	_ = r.hook(hooks.Payload{
@@ -850,8 +901,8 @@ func (r *Runner) finishSession(stopping bool) {
 	switch {
 	case prev == agent.Interrupting:
 		r.why = Why{Kind: WhyAfterInterrupt}
-	case turnLimited(res, r.timedOut):
-		r.why = Why{Kind: WhyAfterTurnLimit, Detail: res.Reason}
+	case stoppedFor(res, r.timedOut) != "":
+		_, r.why = stoppedNote(res)
 	case out.Kind == agent.Success:
 		r.why = Why{Kind: WhyAfterSuccess}
 	default:
@@ -864,7 +915,7 @@ func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
 	switch {
 	case timedOut:
 		return agent.ExitOutcome{Kind: agent.Timeout}
-	case res.Outcome == backend.OutcomeSuccess || turnLimited(res, timedOut):
+	case res.Outcome == backend.OutcomeSuccess || stoppedFor(res, timedOut) != "":
 		return agent.ExitOutcome{Kind: agent.Success}
 	default:
 		return agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason}
@@ -899,6 +950,7 @@ func (r *Runner) cleanup() {
 		}
 		r.finishSession(true)
 	}
+	r.settleTicket(backend.Result{}, false)
 	r.release()
 	if actor := r.stopActorName(); actor != "daemon" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -997,8 +1049,8 @@ func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool
 		st.Note = "that session failed: " + res.Fatal
 	case out.Kind == agent.Timeout:
 		st.Note = "that session timed out"
-	case turnLimited(res, r.timedOut):
-		st.Note = "that session reached its turn limit (" + res.Reason + ")"
+	case stoppedFor(res, r.timedOut) != "":
+		st.Note, _ = stoppedNote(res)
 	case out.Kind == agent.Success && prev == agent.Running:
 		st.Completed = true
 	default:

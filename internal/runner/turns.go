@@ -31,11 +31,8 @@ func (r *Runner) onTool() func(backend.ToolCall) {
 	}
 }
 
-// turnLimited reports whether a session ended at its max_turns. Such a
-// session was stopped on purpose, like an interrupted one: it is recorded
-// as max_turns and counts as no error (the machine sees it exit as a
-// Success, which moves no counter: SessionStarted reset the consecutive
-// ones), and its mail and task are shown again in the next prompt.
+// turnLimited reports whether a session ended at its max_turns: one of the
+// purposeful ends (see stoppedFor).
 func turnLimited(res backend.Result, timedOut bool) bool {
-	return !timedOut && res.AbortReason == backend.AbortMaxTurns
+	return stoppedFor(res, timedOut) == backend.AbortMaxTurns
 }

@@ -6,16 +6,25 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
 )
 
 // beforeSession runs in BuildingPrompt before each prompt: it waits while
-// the agent is paused, waits out min_session_interval, then makes sure the worktree is fit for a session
+// the agent is paused, waits out min_session_interval, waits for its
+// provider (Config.Gate; a pause that came meanwhile gives the turn back),
+// then makes sure the worktree is fit for a session
 // when nothing has checked it since the last one ended (after an error or an
 // interrupt): stale git locks go, and a worktree left on another branch is
 // switched back. It reports false when the agent is stopping or stopped.
 func (r *Runner) beforeSession() bool {
-	if !r.holdWhilePaused() || !r.pace() {
-		return false
+	for {
+		if !r.holdWhilePaused() || !r.pace() || !r.admit() {
+			return false
+		}
+		if _, paused := r.Paused(); !paused {
+			break
+		}
+		r.settleTicket(backend.Result{}, false)
 	}
 	if r.wtChecked {
 		r.wtChecked = false

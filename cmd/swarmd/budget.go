@@ -1,0 +1,587 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/budget"
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// A budget's pause: by swarmd, with this reason. Only such a pause is
+// lifted when the budget allows again; an operator's pause stays theirs.
+const (
+	actorSwarmd  = "swarmd"
+	reasonBudget = "budget_exhausted"
+)
+
+// budgetKeeper holds the daemon's budget.Ledger and acts on it: events at
+// the 80%, 95% and 100% marks, the prompt's "budget left", pausing agents
+// whose budget is spent (cancelling their running session), and lifting
+// those pauses when a window rolls over (a timer to the rollover) or a
+// limit is raised. It is a runner.Observer for the ended sessions' costs.
+type budgetKeeper struct {
+	d *daemon
+
+	mu        sync.Mutex
+	ledger    *budget.Ledger
+	overrides map[string]mailbox.BudgetLimit // swarmd budget set, by scope
+	aborted   map[string]string              // agent -> the session cancelled for its budget
+	unpriced  map[string]bool                // models warned about
+	timer     *time.Timer
+	closed    bool
+}
+
+func newBudgetKeeper(d *daemon) *budgetKeeper {
+	return &budgetKeeper{d: d, ledger: budget.New(), overrides: map[string]mailbox.BudgetLimit{},
+		aborted: map[string]string{}, unpriced: map[string]bool{}}
+}
+
+// limitOf is scope's limit under cfg: the file's, with a USD limit set at
+// runtime in its place.
+func (k *budgetKeeper) limitOf(cfg *config.Config, scope string) budget.Limit {
+	b := cfg.SwarmBudget
+	if scope != budget.Swarm {
+		a, _ := cfg.Agent(scope)
+		b = a.Budget
+	}
+	l := budget.Limit{USD: b.USD, Tokens: int64(b.Tokens), Window: b.Window}
+	if o, ok := k.overrides[scope]; ok {
+		l.USD = o.USD
+	}
+	return l
+}
+
+// load reads the runtime limits and what the sessions of each window spent
+// so far, and sets every budget of cfg. It is called at start, before any
+// runner, and at a reload.
+func (k *budgetKeeper) load(ctx context.Context, cfg *config.Config, now time.Time) error {
+	overrides, err := k.d.mail.BudgetLimits(ctx)
+	if err != nil {
+		return fmt.Errorf("budgets: %w", err)
+	}
+	spent := map[time.Duration]map[string]mailbox.Spend{}
+	spendIn := func(w time.Duration) (map[string]mailbox.Spend, error) {
+		if s, ok := spent[w]; ok {
+			return s, nil
+		}
+		s, err := k.d.mail.SpendSince(ctx, budget.WindowStart(now, w))
+		spent[w] = s
+		return s, err
+	}
+	k.mu.Lock()
+	k.overrides = overrides
+	var cs []budget.Crossing
+	for _, scope := range append(cfg.AgentNames(), budget.Swarm) {
+		l := k.limitOf(cfg, scope)
+		s, err := spendIn(max(l.Window, time.Minute))
+		if err != nil {
+			k.mu.Unlock()
+			return fmt.Errorf("budgets: %w", err)
+		}
+		var committed budget.Spend
+		for agent, sp := range s {
+			if scope == budget.Swarm || agent == scope {
+				committed = committed.Add(budget.Spend{USD: sp.CostUSD, Tokens: sp.TokensIn + sp.TokensOut})
+			}
+		}
+		cs = append(cs, k.ledger.SetLimit(scope, l, committed, now)...)
+	}
+	for _, scope := range k.ledger.Scopes() {
+		if _, ok := cfg.Agent(scope); !ok && scope != budget.Swarm {
+			k.ledger.Remove(scope)
+		}
+	}
+	k.mu.Unlock()
+	k.announce(cs)
+	return nil
+}
+
+// reconcile makes the stored pauses agree with the budgets before the
+// runners start: an agent whose budget is spent is paused, and a budget
+// pause whose budget allows again (the window rolled over while swarmd was
+// down, the file raised it) is lifted.
+func (k *budgetKeeper) reconcile(ctx context.Context, cfg *config.Config, now time.Time) error {
+	pauses, err := k.d.mail.Pauses(ctx)
+	if err != nil {
+		return fmt.Errorf("budgets: %w", err)
+	}
+	for _, a := range cfg.Agents {
+		p, paused := pauses[a.Name]
+		k.mu.Lock()
+		st, spent := k.ledger.Exhausted(a.Name, now)
+		k.mu.Unlock()
+		e := mailbox.EventRecord{At: now, Agent: a.Name, From: "Initializing", To: "Initializing", Actor: actorSwarmd}
+		switch {
+		case spent && !paused:
+			e.Event, e.Reason = mailbox.EventPaused, exhaustedDetail(st, a.Name)
+			err = k.d.journal.SetPause(ctx, mailbox.PauseRecord{Agent: a.Name, Actor: actorSwarmd, Reason: reasonBudget, Since: now}, e)
+		case !spent && paused && ourPause(p.Actor, p.Reason):
+			e.Event, e.Reason = mailbox.EventResumed, "its budget allows again (the window rolled over, or the limit was raised)"
+			_, _, err = k.d.journal.ClearPause(ctx, a.Name, e)
+		}
+		if err != nil {
+			return fmt.Errorf("budgets: %w", err)
+		}
+	}
+	k.arm(now)
+	return nil
+}
+
+func ourPause(actor, reason string) bool { return actor == actorSwarmd && reason == reasonBudget }
+
+// price is runner.Config.Price, and the cost of a running session's usage
+// so far: the backend's own record (u.CostUSD) where it reports one, else
+// tokens times the configured price of the model ($0, warned once per
+// model, without one). A price named for the model itself counts when it
+// is higher than the record: the operator says what that model costs them,
+// and a budget must not count less than either figure (a running Claude
+// Code session reports its cost only at its end, so the price is what
+// stops it in time; its record must not then undo that).
+func (k *budgetKeeper) price(backendName, model string, u backend.Usage) float64 {
+	cfg, _ := k.d.current()
+	p, named, ok := cfg.PriceFor(model, cfg.Backends[backendName].Model)
+	priced := p.Cost(u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens)
+	switch {
+	case u.CostUSD > 0 && named:
+		return math.Max(u.CostUSD, priced)
+	case u.CostUSD > 0:
+		return u.CostUSD
+	case ok:
+		return priced
+	}
+	key := backendName + "/" + model
+	k.mu.Lock()
+	warn := !k.unpriced[key] && u.Tokens() > 0 && k.anyUSDLocked(cfg)
+	k.unpriced[key] = true
+	k.mu.Unlock()
+	if warn {
+		k.d.log.Warn("no price for this model: its sessions cost $0 against USD budgets (add it under prices:)",
+			zap.String("backend", backendName), zap.String("model", model))
+	}
+	return 0
+}
+
+// anyUSDLocked reports whether any budget has a USD limit: only then is a
+// missing price worth a warning. k.mu must be held.
+func (k *budgetKeeper) anyUSDLocked(cfg *config.Config) bool {
+	if cfg.SwarmBudget.USD > 0 || len(k.overrides) > 0 {
+		return true
+	}
+	for _, a := range cfg.Agents {
+		if a.Budget.USD > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// cost is what a usage costs (price), and its tokens.
+func (k *budgetKeeper) cost(backendName, model string, u backend.Usage) budget.Spend {
+	return budget.Spend{USD: k.price(backendName, model, u), Tokens: u.InputTokens + u.OutputTokens}
+}
+
+// progress takes a running session's spend so far (runner.Config.OnProgress,
+// on the session's output goroutine: no waiting here).
+func (k *budgetKeeper) progress(rec runner.ProgressRecord) {
+	s := k.cost(rec.Backend, rec.Progress.Model, rec.Progress.Usage)
+	now := time.Now()
+	k.mu.Lock()
+	cs := k.ledger.Live(rec.Agent, rec.SessionID, s, now)
+	st, spent := k.ledger.Exhausted(rec.Agent, now)
+	abort := spent && k.aborted[rec.Agent] != rec.SessionID
+	if abort {
+		k.aborted[rec.Agent] = rec.SessionID
+	}
+	left, ok := k.ledger.LeftUSD(rec.Agent, now)
+	k.mu.Unlock()
+	k.d.metrics.SetBudgetLeft(rec.Agent, left, ok)
+	if len(cs) > 0 || abort {
+		go k.act(cs, st, spent)
+	}
+}
+
+// OnSessionEnd implements runner.Observer: the session's final cost (the
+// runner priced it if its backend reported none). An agent whose budget it
+// spent is paused here, on its runner's goroutine, before it can build
+// another prompt.
+func (k *budgetKeeper) OnSessionEnd(rec runner.SessionRecord) {
+	u := rec.Result.Usage
+	now := time.Now()
+	k.mu.Lock()
+	cs := k.ledger.Commit(rec.Agent, rec.SessionID, budget.Spend{USD: u.CostUSD, Tokens: u.InputTokens + u.OutputTokens}, now)
+	st, spent := k.ledger.Exhausted(rec.Agent, now)
+	k.mu.Unlock()
+	k.updateMetrics(now)
+	if len(cs) > 0 || spent {
+		k.act(cs, st, spent)
+	}
+	if !spent {
+		// A session that a spend so far stopped may have cost less in the
+		// end: a pause the budget no longer needs is lifted.
+		if r, err := k.d.reg.Runner(rec.Agent); err == nil {
+			if p, paused := r.Paused(); paused && ourPause(p.Actor, p.Reason) {
+				go k.release("its budget allows again")
+			}
+		}
+	}
+}
+
+func (k *budgetKeeper) OnTransition(runner.Transition) {}
+func (k *budgetKeeper) OnIdle(string, bool, time.Time) {}
+
+// act records the marks reached and holds the agents of a spent budget.
+func (k *budgetKeeper) act(cs []budget.Crossing, st budget.Status, spent bool) {
+	k.announce(cs)
+	if !spent {
+		return
+	}
+	agents := []string{st.Scope}
+	if st.Scope == budget.Swarm {
+		agents = k.d.reg.Names()
+	}
+	for _, name := range agents {
+		k.hold(name, st)
+	}
+	k.arm(time.Now())
+}
+
+// announce writes an event per mark reached.
+func (k *budgetKeeper) announce(cs []budget.Crossing) {
+	for _, c := range cs {
+		ev, what := mailbox.EventBudgetWarning, "budget "+c.Level.String()+" spent: "
+		if c.Level == budget.Exhausted {
+			ev, what = mailbox.EventBudgetExhausted, "budget_exhausted: "
+		}
+		e := mailbox.EventRecord{At: time.Now(), Agent: c.Scope, Event: ev, Actor: actorSwarmd, Reason: what + spentText(c.Status)}
+		if r, err := k.d.reg.Runner(c.Scope); err == nil {
+			e = stateEvent(r.Snapshot(), e.At, ev, actorSwarmd, e.Reason)
+		}
+		k.d.journal.Event(e)
+		k.d.log.Info("budget", zap.String("scope", c.Scope), zap.String("level", c.Level.String()), zap.String("reason", e.Reason))
+	}
+}
+
+// hold pauses an agent for a spent budget (unless it is paused already:
+// an operator's pause stays the operator's) and cancels its running
+// session.
+func (k *budgetKeeper) hold(name string, st budget.Status) {
+	r, err := k.d.reg.Runner(name)
+	if err != nil {
+		return
+	}
+	detail := exhaustedDetail(st, name)
+	if _, paused := r.Paused(); !paused {
+		at := time.Now()
+		r.Pause(runner.Pause{Actor: actorSwarmd, Reason: reasonBudget, Since: at})
+		k.d.metrics.SetPaused(name, true)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := k.d.journal.SetPause(ctx, mailbox.PauseRecord{Agent: name, Actor: actorSwarmd, Reason: reasonBudget, Since: at},
+				stateEvent(r.Snapshot(), at, mailbox.EventPaused, actorSwarmd, detail))
+			if err != nil {
+				k.d.log.Error("store a budget pause", zap.String("agent", name), zap.Error(err))
+			}
+		}()
+	}
+	if s := r.Snapshot(); !s.SessionStarted.IsZero() {
+		r.Abort(backend.AbortBudgetExhausted, detail)
+	}
+}
+
+// arm sets the timer to the next rollover of a spent budget: the moment a
+// paused agent may go on. No poll.
+func (k *budgetKeeper) arm(now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.timer != nil {
+		k.timer.Stop()
+		k.timer = nil
+	}
+	next := k.ledger.NextRollover(now)
+	if next.IsZero() || k.closed {
+		return
+	}
+	k.timer = time.AfterFunc(next.Sub(now)+10*time.Millisecond, func() { k.release("the budget window rolled over") })
+}
+
+// release lifts the budget pauses of agents whose budgets allow again.
+func (k *budgetKeeper) release(why string) {
+	now := time.Now()
+	for _, name := range k.d.reg.Names() {
+		r, err := k.d.reg.Runner(name)
+		if err != nil {
+			continue
+		}
+		p, paused := r.Paused()
+		k.mu.Lock()
+		_, spent := k.ledger.Exhausted(name, now)
+		k.mu.Unlock()
+		if !paused || !ourPause(p.Actor, p.Reason) || spent {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = k.d.resumeAgentFor(ctx, name, actorSwarmd, why)
+		cancel()
+		if err != nil {
+			k.d.log.Warn("lift a budget pause", zap.String("agent", name), zap.Error(err))
+		}
+	}
+	k.updateMetrics(now)
+	k.arm(now)
+}
+
+// holds says why a budget keeps an agent paused: swarmd resume refuses
+// while its budget is spent.
+func (k *budgetKeeper) holds(name string) (string, bool) {
+	now := time.Now()
+	k.mu.Lock()
+	st, spent := k.ledger.Exhausted(name, now)
+	k.mu.Unlock()
+	if !spent {
+		return "", false
+	}
+	how := "swarmd budget set " + name + " USD"
+	if st.Scope == budget.Swarm {
+		how = "swarmd budget set --swarm USD"
+	}
+	return fmt.Sprintf("agent %s is held by its budget (%s); it goes on when the window rolls over at %s, or raise it with %s",
+		name, spentText(st), st.WindowEnd.UTC().Format(time.RFC3339), how), true
+}
+
+// note is prompt.Builder.Budget: what is left, once 80% of a budget is
+// spent.
+func (k *budgetKeeper) note(agent string) string {
+	k.mu.Lock()
+	st, ok := k.ledger.Tightest(agent, time.Now())
+	k.mu.Unlock()
+	if !ok || st.Level < budget.Warn80 {
+		return ""
+	}
+	whose := "your budget"
+	if st.Scope == budget.Swarm {
+		whose = "the swarm's budget (all agents together)"
+	}
+	var left string
+	if usd, ok := st.LeftUSD(); ok {
+		left = fmtUSD(math.Max(usd, 0)) + " of " + fmtUSD(st.Limit.USD)
+	}
+	if st.Limit.Tokens > 0 {
+		if left != "" {
+			left += ", "
+		}
+		left += tokensText(st.Limit.Tokens-st.Spent.Tokens) + " of " + tokensText(st.Limit.Tokens) + " tokens"
+	}
+	return fmt.Sprintf("%s left of %s: %.0f%% spent in the %s window that ends %s", left, whose, 100*st.Fraction,
+		config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)), st.WindowEnd.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// updateMetrics sets swarmd_budget_remaining_usd for every agent.
+func (k *budgetKeeper) updateMetrics(now time.Time) {
+	for _, name := range k.d.reg.Names() {
+		k.mu.Lock()
+		left, ok := k.ledger.LeftUSD(name, now)
+		k.mu.Unlock()
+		k.d.metrics.SetBudgetLeft(name, left, ok)
+	}
+}
+
+// statuses are `swarmd budget`'s rows: the agents in config order, then the
+// swarm.
+func (k *budgetKeeper) statuses(cfg *config.Config, now time.Time) []control.BudgetStatus {
+	var out []control.BudgetStatus
+	for _, scope := range append(cfg.AgentNames(), budget.Swarm) {
+		k.mu.Lock()
+		st, ok := k.ledger.Status(scope, now)
+		o, set := k.overrides[scope]
+		k.mu.Unlock()
+		if !ok {
+			continue
+		}
+		bs := control.BudgetStatus{Scope: scope, LimitUSD: st.Limit.USD, LimitTokens: st.Limit.Tokens,
+			Window: config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)), WindowStart: st.WindowStart, WindowEnd: st.WindowEnd,
+			SpentUSD: st.Spent.USD, SpentTokens: st.Spent.Tokens, Percent: 100 * st.Fraction, Level: st.Level.String(), Source: "config"}
+		if set {
+			bs.Source = "set by " + o.Actor + " " + o.SetAt.UTC().Format(time.RFC3339)
+		}
+		if r, err := k.d.reg.Runner(scope); err == nil {
+			p, paused := r.Paused()
+			bs.Paused = paused && ourPause(p.Actor, p.Reason)
+		}
+		out = append(out, bs)
+	}
+	return out
+}
+
+// set is swarmd budget set: store the runtime limit (or clear it), then
+// hold or release the agents it concerns.
+func (k *budgetKeeper) set(ctx context.Context, req control.BudgetSetRequest, actor string) error {
+	cfg, _ := k.d.current()
+	if _, ok := cfg.Agent(req.Scope); !ok && req.Scope != budget.Swarm {
+		return fmt.Errorf("%w: %q is not an agent of this daemon (or give --swarm)", control.ErrUnknownAgent, req.Scope)
+	}
+	if req.USD < 0 || math.IsNaN(req.USD) || math.IsInf(req.USD, 0) {
+		return fmt.Errorf("%w: budget set: %v is not an amount of US dollars, 0 or more", control.ErrConflict, req.USD)
+	}
+	now := time.Now()
+	e := mailbox.EventRecord{At: now, Agent: req.Scope, Event: mailbox.EventBudgetSet, Actor: actor}
+	if r, err := k.d.reg.Runner(req.Scope); err == nil {
+		e = stateEvent(r.Snapshot(), now, mailbox.EventBudgetSet, actor, "")
+	}
+	var err error
+	if req.Clear {
+		e.Reason = "back to the config's limit"
+		_, err = k.d.journal.ClearBudgetLimit(ctx, req.Scope, e)
+	} else {
+		e.Reason = "USD limit " + fmtUSD(req.USD) + " per window (0: none)"
+		err = k.d.journal.SetBudgetLimit(ctx, mailbox.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}, e)
+	}
+	if err != nil {
+		return fmt.Errorf("budget set %s: %w", req.Scope, err)
+	}
+	k.mu.Lock()
+	if req.Clear {
+		delete(k.overrides, req.Scope)
+	} else {
+		k.overrides[req.Scope] = mailbox.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}
+	}
+	cs := k.ledger.SetLimit(req.Scope, k.limitOf(cfg, req.Scope), budget.Spend{}, now)
+	k.mu.Unlock()
+	k.reapply(cs, now)
+	return nil
+}
+
+// reapply acts on changed limits: marks reached, agents newly held,
+// agents released.
+func (k *budgetKeeper) reapply(cs []budget.Crossing, now time.Time) {
+	k.announce(cs)
+	for _, name := range k.d.reg.Names() {
+		k.mu.Lock()
+		st, spent := k.ledger.Exhausted(name, now)
+		k.mu.Unlock()
+		if spent {
+			k.hold(name, st)
+		}
+	}
+	k.release("its budget was raised")
+}
+
+// reload applies a reloaded config's budgets.
+func (k *budgetKeeper) reload(ctx context.Context, cfg *config.Config) {
+	if err := k.d.journal.Flush(ctx); err != nil {
+		k.d.log.Warn("config reload: budgets", zap.Error(err))
+	}
+	if err := k.load(ctx, cfg, time.Now()); err != nil {
+		k.d.log.Warn("config reload: budgets", zap.Error(err))
+		return
+	}
+	k.reapply(nil, time.Now())
+}
+
+// close stops the rollover timer.
+func (k *budgetKeeper) close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closed = true
+	if k.timer != nil {
+		k.timer.Stop()
+	}
+}
+
+// Budget implements control.BudgetAPI.
+func (a controlAPI) Budget(context.Context) ([]control.BudgetStatus, error) {
+	cfg, _ := a.d.current()
+	return a.d.budget.statuses(cfg, time.Now()), nil
+}
+
+// SetBudget implements control.BudgetAPI: only the operator may, never an
+// agent (not even one with allow_control: it could lift its own limit).
+func (a controlAPI) SetBudget(ctx context.Context, req control.BudgetSetRequest) ([]control.BudgetStatus, error) {
+	if err := a.d.operatorOnly(ctx, "set budgets"); err != nil {
+		return nil, err
+	}
+	if err := a.d.budget.set(ctx, req, "operator"); err != nil {
+		return nil, err
+	}
+	return a.Budget(ctx)
+}
+
+// operatorOnly refuses a request from inside one of this daemon's session
+// trees.
+func (d *daemon) operatorOnly(ctx context.Context, what string) error {
+	pid, ok := control.PeerPID(ctx)
+	if !ok {
+		return nil
+	}
+	c, ok := proc.CallerOf(pid)
+	cfg, _ := d.current()
+	if !ok || c.Owner != cfg.StateDir {
+		return nil
+	}
+	if name, ok := runner.AgentOfSession(c.TreeID); ok {
+		return fmt.Errorf("%w: agent %s may not %s (only the operator may)", control.ErrForbidden, name, what)
+	}
+	return nil
+}
+
+// spentText is "alice spent $10.02 of $10.00 in the 24h window to
+// 2026-03-05T00:00:00Z".
+func spentText(st budget.Status) string {
+	who := st.Scope
+	if who == budget.Swarm {
+		who = "the swarm"
+	}
+	var what string
+	if st.Limit.USD > 0 {
+		what = fmtUSD(st.Spent.USD) + " of " + fmtUSD(st.Limit.USD)
+	}
+	if st.Limit.Tokens > 0 {
+		if what != "" {
+			what += ", "
+		}
+		what += tokensText(st.Spent.Tokens) + " of " + tokensText(st.Limit.Tokens) + " tokens"
+	}
+	return who + " spent " + what + " (" + strconv.FormatFloat(100*st.Fraction, 'f', 0, 64) + "%) in the " +
+		config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)) + " window to " + st.WindowEnd.UTC().Format(time.RFC3339)
+}
+
+// exhaustedDetail is the reason of a budget's pause and of the session it
+// cancelled.
+func exhaustedDetail(st budget.Status, agent string) string {
+	d := "budget_exhausted: " + spentText(st)
+	if st.Scope == budget.Swarm {
+		d += " (" + agent + " is paused with every agent)"
+	}
+	return d
+}
+
+// fmtUSD is "$0", "$0.0033" under a dollar, "$12.34" above.
+func fmtUSD(usd float64) string {
+	if usd == 0 {
+		return "$0"
+	}
+	if usd < 1 {
+		return "$" + strconv.FormatFloat(usd, 'f', 4, 64)
+	}
+	return "$" + strconv.FormatFloat(usd, 'f', 2, 64)
+}
+
+// tokensText is fmtTokens with "0" for none.
+func tokensText(n int64) string {
+	if n <= 0 {
+		return "0"
+	}
+	return fmtTokens(n)
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/budget"
+	"github.com/swarmd/swarmd/internal/control"
+)
+
+// newBudgetCommand is `swarmd budget` and `swarmd budget set`.
+func newBudgetCommand(s streams) *cobra.Command {
+	o := &operateMain{s: s}
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "budget",
+		Short: "Show spend and limits per agent and for the swarm, in the current windows",
+		Long: `Show what each agent, and the swarm as a whole, has spent in its current budget window (the
+running sessions' spend so far included), against its limits: US dollars and tokens (input and
+output). USED is the larger share of the two limits; at 80% and 95% the event log gets a
+BudgetWarning and the agent's prompt says what is left; at 100% its session is cancelled and it is
+paused (STATUS paused) until the window ends (ENDS, UTC) or 'swarmd budget set' raises the limit.
+A cost is what the backend reported, else its tokens times the configured prices.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			bs, err := c.Budget(cmd.Context())
+			if err != nil {
+				return controlErr(err)
+			}
+			if jsonOut {
+				enc := json.NewEncoder(s.out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(bs)
+			}
+			return writeBudgets(s.out, bs)
+		},
+	}
+	cmd.PersistentFlags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+
+	var swarm, clear bool
+	set := &cobra.Command{
+		Use:   "set AGENT USD | --swarm USD | AGENT --clear",
+		Short: "Set an agent's (or the swarm's) USD limit per window; it survives restarts",
+		Long: `Set the USD limit of an agent's budget, or with --swarm of the swarm's, in place of the config
+file's (0: no USD limit). The limit is stored in swarm.db and survives restarts; --clear goes back to
+the file's. An agent paused because its budget ran out goes on at once if the new limit allows it.
+Only the operator may set budgets: a request from inside an agent's session is refused.`,
+		Args: cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := budgetRequest(args, swarm, clear)
+			if err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			bs, err := c.SetBudget(cmd.Context(), req)
+			if err != nil {
+				return controlErr(fmt.Errorf("budget set %s: %w", req.Scope, err))
+			}
+			for _, b := range bs {
+				if b.Scope == req.Scope {
+					return writeBudgets(s.out, []control.BudgetStatus{b})
+				}
+			}
+			return nil
+		},
+	}
+	set.Flags().BoolVar(&swarm, "swarm", false, "the swarm's budget (all agents together)")
+	set.Flags().BoolVar(&clear, "clear", false, "drop the limit set here: the config file's applies again")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+// budgetRequest reads `budget set`'s arguments.
+func budgetRequest(args []string, swarm, clear bool) (control.BudgetSetRequest, error) {
+	var req control.BudgetSetRequest
+	switch {
+	case swarm && clear && len(args) == 0:
+		return control.BudgetSetRequest{Scope: budget.Swarm, Clear: true}, nil
+	case swarm && len(args) == 1:
+		req.Scope = budget.Swarm
+	case !swarm && clear && len(args) == 1:
+		return control.BudgetSetRequest{Scope: args[0], Clear: true}, nil
+	case !swarm && !clear && len(args) == 2:
+		req.Scope, args = args[0], args[1:]
+	default:
+		return req, usagef("budget set: give AGENT USD, --swarm USD, or AGENT --clear (--swarm --clear)")
+	}
+	usd, err := strconv.ParseFloat(args[0], 64)
+	if err != nil || usd < 0 || math.IsInf(usd, 0) || math.IsNaN(usd) {
+		return req, usagef("budget set: %q is not an amount of US dollars, 0 or more (such as 25 or 7.50)", args[0])
+	}
+	req.USD = usd
+	return req, nil
+}
+
+// writeBudgets renders the budgets table.
+func writeBudgets(w io.Writer, bs []control.BudgetStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCOPE\tSPENT\tLIMIT\tTOKENS\tUSED\tWINDOW\tENDS\tSTATUS\tLIMIT FROM")
+	for _, b := range bs {
+		limit, used := "-", "-"
+		if b.LimitUSD > 0 {
+			limit = fmtUSD(b.LimitUSD)
+		}
+		toks := tokensText(b.SpentTokens)
+		if b.LimitTokens > 0 {
+			toks += "/" + tokensText(b.LimitTokens)
+		}
+		if b.LimitUSD > 0 || b.LimitTokens > 0 {
+			used = strconv.FormatFloat(b.Percent, 'f', 0, 64) + "%"
+		}
+		status := b.Level
+		if b.LimitUSD == 0 && b.LimitTokens == 0 {
+			status = "no limit"
+		}
+		if b.Paused {
+			status += " (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Scope, fmtUSD(b.SpentUSD), limit, toks, used, b.Window,
+			b.WindowEnd.UTC().Format("2006-01-02 15:04"), status, b.Source)
+	}
+	return tw.Flush()
+}

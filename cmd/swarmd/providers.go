@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/provider"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// Event names of provider health in the event log: one per change of a
+// provider's state, its Agent column the provider's name.
+var providerEvents = map[provider.State]string{
+	provider.Healthy:     "ProviderHealthy",
+	provider.RateLimited: "ProviderRateLimited",
+	provider.Down:        "ProviderDown",
+	provider.Probing:     "ProviderProbing",
+}
+
+// credentialEnv are the variables that tell one provider account from
+// another, per backend type: the API key or token (keys), and the endpoint
+// and where the CLI keeps its own settings (others). HOME counts only when
+// no key is set: the CLI then uses a login stored under it.
+var credentialEnv = map[string]struct{ keys, others []string }{
+	config.TypeClaude: {[]string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"},
+		[]string{"ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_VERTEX_PROJECT_ID", "CLAUDE_CONFIG_DIR"}},
+	config.TypeCodex: {[]string{"OPENAI_API_KEY", "CODEX_HOME"}, []string{"OPENAI_BASE_URL"}},
+	config.TypeGemini: {[]string{"GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"},
+		[]string{"GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT", "GOOGLE_GENAI_USE_VERTEXAI"}},
+}
+
+// providerKey names the provider and credentials an agent's sessions use:
+// the backend type and a hash of the credential variables of its sessions'
+// environment (the daemon's, the backend's env, the agent's env), so that
+// agents with one key share a health and the name reveals no secret. ""
+// for backends without a provider (command, scripted).
+func providerKey(b config.Backend, a config.Agent, environ []string) string {
+	vars, ok := credentialEnv[b.Type]
+	if !ok {
+		return ""
+	}
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	for _, layer := range []map[string]string{b.Env, a.Env} {
+		for k, v := range layer {
+			env[k] = v
+		}
+	}
+	var id strings.Builder
+	for _, k := range vars.keys {
+		if v := env[k]; v != "" {
+			id.WriteString(k + "=" + v + "\n")
+		}
+	}
+	if id.Len() == 0 {
+		id.WriteString("HOME=" + env["HOME"] + "\n")
+	}
+	for _, k := range vars.others {
+		if v := env[k]; v != "" {
+			id.WriteString(k + "=" + v + "\n")
+		}
+	}
+	sum := sha256.Sum256([]byte(id.String()))
+	return b.Type + "/" + hex.EncodeToString(sum[:4])
+}
+
+// providerGates keeps one provider.Health per provider and credentials,
+// shared by the runners of its agents (runner.Gate).
+type providerGates struct {
+	log     *zap.Logger
+	journal *mailbox.Journal
+
+	mu      sync.Mutex
+	backoff provider.Backoff
+	byKey   map[string]*providerGate
+	byAgent map[string]*providerGate // the agent's current provider
+	last    map[string]liveSeen      // by agent: what its session's stream already reported
+}
+
+// liveSeen is what a running session's stream told a provider already, so
+// that each piece of trouble is reported once.
+type liveSeen struct {
+	session string
+	until   time.Time
+	err     string
+}
+
+func newProviderGates(cfg *config.Config, j *mailbox.Journal, log *zap.Logger) *providerGates {
+	return &providerGates{log: log, journal: j, byKey: map[string]*providerGate{}, byAgent: map[string]*providerGate{},
+		last: map[string]liveSeen{}, backoff: provider.Backoff{Base: cfg.Providers.Backoff, Max: cfg.Providers.MaxBackoff}}
+}
+
+// forAgent is the gate of agent's provider key (nil: none), made on first
+// use.
+func (g *providerGates) forAgent(agent, key string) runner.Gate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if key == "" {
+		delete(g.byAgent, agent)
+		return nil
+	}
+	pg := g.byKey[key]
+	if pg == nil {
+		pg = &providerGate{g: g, key: key, h: provider.New(g.backoff), wake: make(chan struct{})}
+		g.byKey[key] = pg
+	}
+	g.byAgent[agent] = pg
+	return pg
+}
+
+// setBackoff applies a reloaded providers section.
+func (g *providerGates) setBackoff(cfg *config.Config) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.backoff = provider.Backoff{Base: cfg.Providers.Backoff, Max: cfg.Providers.MaxBackoff}
+	for _, pg := range g.byKey {
+		pg.h.SetBackoff(g.backoff)
+	}
+}
+
+// progress passes a running session's trouble with its provider on at
+// once, so that the other agents hold while the CLI is still retrying.
+func (g *providerGates) progress(rec runner.ProgressRecord) {
+	p := rec.Progress
+	if !p.RateLimitedUntil.After(time.Now()) && p.ProviderError == "" {
+		return
+	}
+	g.mu.Lock()
+	pg := g.byAgent[rec.Agent]
+	seen := g.last[rec.Agent]
+	if seen.session != rec.SessionID {
+		seen = liveSeen{session: rec.SessionID}
+	}
+	var r provider.Report
+	switch {
+	case p.RateLimitedUntil.After(seen.until):
+		seen.until = p.RateLimitedUntil
+		r = provider.Report{Outcome: provider.RateLimit, Reset: p.RateLimitedUntil, Cause: "rate limited (429)", Agent: rec.Agent}
+	case p.ProviderError != "" && seen.err == "":
+		seen.err = p.ProviderError
+		r = provider.Report{Outcome: provider.Failure, Cause: p.ProviderError, Agent: rec.Agent}
+	}
+	g.last[rec.Agent] = seen
+	g.mu.Unlock()
+	if pg != nil && r.Outcome != provider.Neutral {
+		pg.report(r)
+	}
+}
+
+// providerGate is one provider's health as a runner.Gate.
+type providerGate struct {
+	g   *providerGates
+	key string
+	h   *provider.Health // guarded by g.mu
+	// wake is closed (and replaced) at every report: waiters look again.
+	wake chan struct{}
+}
+
+var _ runner.Gate = (*providerGate)(nil)
+
+// Acquire waits until the provider admits agent: a timer to the end of a
+// hold, or the next report (a probe's end), never a poll.
+func (pg *providerGate) Acquire(ctx context.Context, agent string, waiting func(string)) (runner.Ticket, error) {
+	for {
+		pg.g.mu.Lock()
+		adm, ch := pg.h.Admit(agent, time.Now())
+		wake := pg.wake
+		pg.g.mu.Unlock()
+		pg.emit(ch)
+		if adm.OK {
+			return &providerTicket{pg: pg, agent: agent, probe: adm.Probe}, nil
+		}
+		waiting(adm.Reason)
+		var t *time.Timer
+		var tc <-chan time.Time
+		if !adm.Until.IsZero() {
+			t = time.NewTimer(time.Until(adm.Until))
+			tc = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-tc:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (pg *providerGate) report(r provider.Report) {
+	pg.g.mu.Lock()
+	ch := pg.h.Report(r, time.Now())
+	close(pg.wake)
+	pg.wake = make(chan struct{})
+	pg.g.mu.Unlock()
+	pg.emit(ch)
+}
+
+// emit records a change of the provider's state: one event and one log
+// line, whichever agent's session showed it.
+func (pg *providerGate) emit(c *provider.Change) {
+	if c == nil {
+		return
+	}
+	agents := pg.agents()
+	reason := providerReason(c, agents)
+	pg.g.log.Info("provider "+c.To.String(), zap.String("provider", pg.key), zap.String("from", c.From.String()),
+		zap.String("reason", reason), zap.Strings("agents", agents))
+	pg.g.journal.Event(mailbox.EventRecord{At: time.Now(), Agent: pg.key, From: c.From.String(), Event: providerEvents[c.To],
+		To: c.To.String(), Actor: "swarmd", Reason: reason})
+}
+
+// agents are the agents that use the provider now.
+func (pg *providerGate) agents() []string {
+	pg.g.mu.Lock()
+	defer pg.g.mu.Unlock()
+	var out []string
+	for a, x := range pg.g.byAgent {
+		if x == pg {
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func providerReason(c *provider.Change, agents []string) string {
+	who := strings.Join(agents, ", ")
+	switch c.To {
+	case provider.RateLimited:
+		return c.Cause + " (seen by " + c.Agent + "): every agent of this provider (" + who + ") waits until " +
+			c.Until.UTC().Format(time.RFC3339)
+	case provider.Down:
+		return c.Cause + " (seen by " + c.Agent + "): its agents (" + who + ") wait until " +
+			c.Until.UTC().Format(time.RFC3339) + ", then one probe session tests it"
+	case provider.Probing:
+		return c.Agent + "'s session tests the provider; the others wait for it"
+	}
+	return c.Cause + " (" + c.Agent + "): its agents (" + who + ") go on"
+}
+
+// providerTicket is a granted start; Done reports what the session showed.
+type providerTicket struct {
+	pg    *providerGate
+	agent string
+	probe bool
+}
+
+func (t *providerTicket) Done(res backend.Result, ran bool) {
+	r := providerOutcome(res, ran)
+	r.Agent, r.Probe = t.agent, t.probe
+	if r.Outcome == provider.Neutral && !t.probe {
+		return
+	}
+	t.pg.report(r)
+}
+
+// providerOutcome is what a session showed of its provider: an answer, a
+// rate limit, a failure, or nothing (it never started, stopped before an
+// answer, or failed for a reason of its own, such as an invalid key).
+func providerOutcome(res backend.Result, ran bool) provider.Report {
+	switch {
+	case !ran:
+		return provider.Report{}
+	case res.Outcome == backend.OutcomeSuccess:
+		return provider.Report{Outcome: provider.OK}
+	case res.RateLimited:
+		return provider.Report{Outcome: provider.RateLimit, Reset: res.RetryAfter, Cause: "rate limited (429)"}
+	case res.ProviderError != "":
+		return provider.Report{Outcome: provider.Failure, Cause: res.ProviderError}
+	case res.Fatal == "" && res.Turns > 0:
+		return provider.Report{Outcome: provider.OK}
+	}
+	return provider.Report{}
+}
+
+// agentProviderKey names the provider of an agent's sessions.
+func agentProviderKey(cfg *config.Config, a config.Agent) string {
+	b, ok := cfg.Backends[a.Backend]
+	if !ok {
+		return ""
+	}
+	return providerKey(b, a, os.Environ())
+}

@@ -1,0 +1,193 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+)
+
+// Gate holds an agent's sessions while its provider cannot take them (a
+// rate limit until its reset, a circuit breaker after server errors): the
+// runner acquires a ticket before it builds each prompt, waiting in
+// BuildingPrompt as a paused agent does, and hands it back with the
+// session's result.
+type Gate interface {
+	// Acquire returns when the agent may start a session, or with ctx's
+	// error. It calls waiting with the reason when it starts to wait (and
+	// may call it again when the reason changes).
+	Acquire(ctx context.Context, agent string, waiting func(reason string)) (Ticket, error)
+}
+
+// Ticket is a granted start.
+type Ticket interface {
+	// Done reports how the session ended; ran is false when no session
+	// started with the ticket (an idle agent, a failed spawn, a stop).
+	Done(res backend.Result, ran bool)
+}
+
+// ProgressRecord is a running session's progress (backend.Progress) as
+// Config.OnProgress gets it.
+type ProgressRecord struct {
+	Agent     string
+	SessionID string
+	Seq       uint32
+	Backend   string
+	Progress  backend.Progress
+}
+
+// Purposeful ends: swarmd stopped the session on purpose. Such a session
+// counts as no error (the machine sees it exit as a Success, which moves no
+// counter: SessionStarted reset the consecutive ones), is recorded with
+// its reason as its outcome, and its mail and task are shown again in the
+// next prompt with the reason.
+//
+// stoppedFor returns the reason: max_turns (the turn limit),
+// permission_denied (a call the tools policy refuses; exit code 126 is an
+// ordinary error), budget_exhausted; "" for any other end.
+func stoppedFor(res backend.Result, timedOut bool) string {
+	if timedOut {
+		return ""
+	}
+	switch res.AbortReason {
+	case backend.AbortMaxTurns, backend.AbortBudgetExhausted:
+		return res.AbortReason
+	case backend.AbortPermissionDenied:
+		if res.Denied != nil {
+			return res.AbortReason
+		}
+	}
+	return ""
+}
+
+// stoppedNote is the settlement note and the next prompt's reason of a
+// purposeful end.
+func stoppedNote(res backend.Result) (note string, why Why) {
+	switch res.AbortReason {
+	case backend.AbortMaxTurns:
+		return "that session reached its turn limit (" + res.Reason + ")", Why{Kind: WhyAfterTurnLimit, Detail: res.Reason}
+	case backend.AbortPermissionDenied:
+		d := res.Denied.String()
+		return "that session was stopped for calling a tool its policy refuses (" + d + ")", Why{Kind: WhyAfterToolDenied, Detail: d}
+	}
+	return "that session was stopped: its budget ran out (" + res.Reason + ")", Why{Kind: WhyAfterBudget, Detail: res.Reason}
+}
+
+// abortRequest is an Abort waiting for the Run goroutine.
+type abortRequest struct{ reason, detail string }
+
+// Abort cancels the running session on purpose, with abort reason reason
+// (backend.AbortBudgetExhausted) and detail for its record: the session
+// is recorded with that outcome and counts as no error. It does not wait,
+// and does nothing when no session is running by the time the Run
+// goroutine gets to it; a session that starts later is not affected.
+func (r *Runner) Abort(reason, detail string) {
+	r.mu.Lock()
+	r.abortReq = &abortRequest{reason: reason, detail: detail}
+	r.mu.Unlock()
+	select {
+	case r.abortCh <- struct{}{}:
+	default:
+	}
+}
+
+// takeAbort cancels the running session for a pending Abort.
+func (r *Runner) takeAbort() {
+	r.mu.Lock()
+	req := r.abortReq
+	r.abortReq = nil
+	sess := r.sess
+	r.mu.Unlock()
+	if req == nil || sess == nil || r.m.State().Kind != agent.Running || r.timedOut || r.aborted != nil {
+		return
+	}
+	r.aborted = req
+	r.log.Info("cancelling the session", zap.String("session", r.sessionID), zap.String("abort_reason", req.reason),
+		zap.String("why", req.detail))
+	r.signal(sess.Cancel, "cancel")
+	// The grace period bounds it now, not the session timeout.
+	stopTimer(&r.timeout)
+	if r.kill == nil {
+		r.kill = time.NewTimer(r.cfg.GracePeriod)
+	}
+}
+
+// clearAbort forgets an Abort that came while no session ran: it was
+// about that one, and the next is not to be cancelled for it.
+func (r *Runner) clearAbort() {
+	r.mu.Lock()
+	r.abortReq = nil
+	r.mu.Unlock()
+	select {
+	case <-r.abortCh:
+	default:
+	}
+	r.aborted = nil
+}
+
+// admit waits for the agent's provider to take a session (Config.Gate),
+// showing why in the snapshot meanwhile. It reports false when a stop cut
+// the wait short.
+func (r *Runner) admit() bool {
+	if r.cfg.Gate == nil || r.ticket != nil {
+		return true
+	}
+	t, err := r.cfg.Gate.Acquire(r.stopCtx, r.cfg.Name, r.setWaiting)
+	r.setWaiting("")
+	if err != nil {
+		return false
+	}
+	r.ticket = t
+	return true
+}
+
+// settleTicket hands the ticket back with how its session went.
+func (r *Runner) settleTicket(res backend.Result, ran bool) {
+	if r.ticket == nil {
+		return
+	}
+	t := r.ticket
+	r.ticket = nil
+	t.Done(res, ran)
+}
+
+// setWaiting publishes why the agent waits for its provider ("" when it
+// does not).
+func (r *Runner) setWaiting(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.snap.Waiting == reason {
+		return
+	}
+	r.snap.Waiting = reason
+	r.snap.Version++
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// onProgress is the session's Spec.OnProgress: every change goes to
+// Config.OnProgress.
+func (r *Runner) onProgress() func(backend.Progress) {
+	f := r.cfg.OnProgress
+	if f == nil {
+		return nil
+	}
+	rec := ProgressRecord{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Backend: r.cfg.BackendName}
+	return func(p backend.Progress) {
+		rec := rec
+		rec.Progress = p
+		f(rec)
+	}
+}
+
+// price sets the cost of a session from Config.Price, which gets the
+// usage with the backend's own cost in it, if it reported one.
+func (r *Runner) price(res *backend.Result) {
+	if r.cfg.Price == nil || res.Usage.Tokens() == 0 && res.Usage.CostUSD <= 0 {
+		return
+	}
+	res.Usage.CostUSD = r.cfg.Price(r.cfg.BackendName, res.Model, res.Usage)
+}
