@@ -13,14 +13,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
 // This file is the queue's git plumbing: every git command the queue runs.
-// It uses the git CLI throughout, not go-git: merge-tree --write-tree,
-// commit-tree and update-ref with an old value are what the design rests
-// on, and go-git has neither a real three-way merge nor a compare-and-swap
-// that git's own ref locking honours.
+// Changes go through the git CLI: merge-tree --write-tree, commit-tree and
+// update-ref with an old value are what the design rests on, and go-git has
+// neither a real three-way merge nor a compare-and-swap that git's own ref
+// locking honours. Refs are read with go-git, in-process.
 
 // mergeTreeMajor.mergeTreeMinor is the first git with merge-tree --write-tree.
 const (
@@ -128,21 +135,47 @@ func exitCode(err error) int {
 	return -1
 }
 
-// commit resolves rev to a commit hash.
-func (r *repo) commit(ctx context.Context, rev string) (string, error) {
-	out, err := r.run(ctx, r.commonDir, nil, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+// branchTip reads where branch points with go-git, in-process: it runs for
+// every enqueue and step, and a git process per read would cost more than
+// the queue's own work. A fresh storage handle each time sees refs and packs
+// written since. ok is false when go-git cannot tell (a missing branch, a
+// ref format it does not read): the caller asks git.
+func (r *repo) branchTip(branch string, withTree bool) (commit, tree string, ok bool) {
+	st := filesystem.NewStorage(osfs.New(r.commonDir), cache.NewObjectLRU(cache.MiByte))
+	ref, err := storer.ResolveReference(st, plumbing.NewBranchReferenceName(branch))
+	if err != nil || ref.Type() != plumbing.HashReference {
+		return "", "", false
+	}
+	if !withTree {
+		return ref.Hash().String(), "", true
+	}
+	c, err := object.GetCommit(st, ref.Hash())
+	if err != nil {
+		return "", "", false
+	}
+	return ref.Hash().String(), c.TreeHash.String(), true
+}
+
+// branchCommit is the commit branch points at.
+func (r *repo) branchCommit(ctx context.Context, branch string) (string, error) {
+	if c, _, ok := r.branchTip(branch, false); ok {
+		return c, nil
+	}
+	out, err := r.run(ctx, r.commonDir, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
 	if err != nil {
 		if exitCode(err) == 1 {
-			return "", fmt.Errorf("%s: %w", rev, ErrNoCommit)
+			return "", fmt.Errorf("branch %s: %w", branch, ErrNoCommit)
 		}
 		return "", err
 	}
 	return strings.TrimSpace(out), nil
 }
 
-// tip is where branch points and that commit's tree, read in one git call
-// so that the two belong together.
+// tip is where branch points and that commit's tree, read together.
 func (r *repo) tip(ctx context.Context, branch string) (commit, tree string, err error) {
+	if c, t, ok := r.branchTip(branch, true); ok {
+		return c, t, nil
+	}
 	ref := "refs/heads/" + branch
 	out, err := r.run(ctx, r.commonDir, nil, "log", "-1", "--no-walk", "--format=%H %T", ref, "--")
 	if err != nil {

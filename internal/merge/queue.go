@@ -239,7 +239,7 @@ func (q *Queue) WorktreePath() string { return q.wt }
 // Enqueue queues task's work: the commit branch points at now. The worker
 // may go on committing on its branch; later commits are not part of it.
 func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch string) (Entry, error) {
-	head, err := q.repo.commit(ctx, "refs/heads/"+branch)
+	head, err := q.repo.branchCommit(ctx, branch)
 	if err != nil {
 		return Entry{}, fmt.Errorf("merge queue: enqueue task %d: branch %s: %w", task, branch, err)
 	}
