@@ -111,6 +111,12 @@ func oneLine(s string) string {
 // usageArgs makes every command's argument-count errors usage errors
 // (exit 2).
 func usageArgs(c *cobra.Command) {
+	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		// A bare group prints its help; an unknown subcommand is an error
+		// (cobra would print the help and exit 0 on `swarmd mail frob`).
+		c.Args = cobra.NoArgs
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 	if orig := c.Args; orig != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error { return usage(orig(cmd, args)) }
 	}

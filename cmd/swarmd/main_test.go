@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
 )
 
@@ -486,5 +487,33 @@ func TestVersionAndValidate(t *testing.T) {
 	_, stderr, code := runCLI(t, nil, "", "run", "--bogus")
 	if code != 2 || !strings.Contains(stderr, "bogus") {
 		t.Errorf("bad flag: %q exit %d", stderr, code)
+	}
+}
+
+// TestUnknownSubcommandIsAnError: every command group refuses a verb it
+// does not have with exit 2 and one line, instead of printing its help and
+// exiting 0 (which a script would read as success).
+func TestUnknownSubcommandIsAnError(t *testing.T) {
+	var groups [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		if c.HasSubCommands() && len(path) > 0 {
+			groups = append(groups, path)
+		}
+		for _, sub := range c.Commands() {
+			if sub.Name() != "help" && sub.Name() != "completion" {
+				walk(sub, append(slices.Clone(path), sub.Name()))
+			}
+		}
+	}
+	walk(newRootCommand(streams{}), nil)
+	if len(groups) < 4 {
+		t.Fatalf("found %d command groups (%v); the walk is wrong", len(groups), groups)
+	}
+	for _, g := range groups {
+		_, stderr, code := runCLI(t, nil, "", append(slices.Clone(g), "frob")...)
+		if code != 2 || !strings.Contains(stderr, `unknown command "frob"`) || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("swarmd %s frob: exit %d, stderr %q; want exit 2 and one line naming the verb", strings.Join(g, " "), code, stderr)
+		}
 	}
 }
