@@ -67,7 +67,7 @@ func (b *Board) Rejected(ctx context.Context, id int64, why, detail string) (Tas
 		}
 		// A review that passed stays passed: the rework of a merge is not
 		// reviewed again (docs/task-lifecycle.md).
-		set := []string{"assignee = ?", "claimant = ''", "claim_session = ''", "result = ?"}
+		set := released("assignee = ?", "result = ?")
 		args := []any{worker, why + "\n\n" + detail}
 		if err := b.apply(ctx, tx, &t, move{to: task.Open, actor: "merge-queue", why: "back to " + worker, set: set, args: args}); err != nil {
 			return err

@@ -389,7 +389,7 @@ func (b *Board) Block(ctx context.Context, id int64, h Holder, on int64, reason 
 			why = fmt.Sprintf("blocked on task %d", on)
 		}
 		return b.apply(ctx, tx, &t, move{to: task.Blocked, actor: h.actor(), why: why, session: h.Session,
-			set:  []string{"blocked_reason = ?", "claimant = ''", "claim_session = ''"},
+			set:  released("blocked_reason = ?"),
 			args: []any{strings.TrimSpace(reason)}})
 	})
 	return t, err
@@ -411,7 +411,7 @@ func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) 
 			return err
 		}
 		if err := b.apply(ctx, tx, &t, move{to: task.WaitingForSubtasks, actor: h.actor(), session: h.Session,
-			why: fmt.Sprintf("split into %d subtasks", len(titles)), set: []string{"claimant = ''", "claim_session = ''"}}); err != nil {
+			why: fmt.Sprintf("split into %d subtasks", len(titles)), set: released()}); err != nil {
 			return err
 		}
 		now := b.now()
@@ -456,7 +456,7 @@ func (b *Board) Approve(ctx context.Context, id int64) (Task, error) {
 func (b *Board) Cancel(ctx context.Context, id int64) (Task, error) {
 	return b.update(ctx, "cancel", id, Holder{}, func(t *Task) (move, error) {
 		return move{to: task.Cancelled, reason: task.ReasonAborted, why: "cancelled",
-			set: []string{"claimant = ''", "claim_session = ''"}}, nil
+			set: released()}, nil
 	})
 }
 
@@ -467,7 +467,7 @@ func (b *Board) Retry(ctx context.Context, id int64) (Task, error) {
 			return move{}, fmt.Errorf("task %d is %s, not FAILED: only a failed task is retried: %w", t.ID, t.State, ErrState)
 		}
 		return move{to: task.Open, reason: task.ReasonRetry, why: "retried",
-			set: []string{"claimant = ''", "claim_session = ''", "result = ''"}}, nil
+			set: released("result = ''")}, nil
 	})
 }
 
@@ -481,7 +481,7 @@ func (b *Board) Requeue(ctx context.Context, id int64) (Task, error) {
 			return move{}, fmt.Errorf("task %d is %s: requeue takes a task back from its holder or out of BLOCKED: %w", t.ID, t.State, ErrState)
 		}
 		return move{to: task.Open, why: "requeued",
-			set: []string{"claimant = ''", "claim_session = ''", "blocked_reason = ''"}}, nil
+			set: released("blocked_reason = ''")}, nil
 	})
 }
 
@@ -494,7 +494,7 @@ func (b *Board) Unclaim(ctx context.Context, session string) error {
 		}
 		for i := range ts {
 			if err := b.apply(ctx, tx, &ts[i], move{to: task.Open, actor: "swarmd", session: session,
-				why: "the session it was claimed for never started", set: []string{"claimant = ''", "claim_session = ''"}}); err != nil {
+				why: "the session it was claimed for never started", set: released()}); err != nil {
 				return err
 			}
 		}
@@ -520,7 +520,7 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 		if err != nil {
 			return err
 		}
-		clear := []string{"claimant = ''", "claim_session = ''"}
+		clear := released()
 		for i := range ts {
 			t := &ts[i]
 			if t.State == task.Claimed {

@@ -172,7 +172,7 @@ func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review
 			return err
 		}
 		return b.apply(ctx, tx, t, move{to: task.Open, actor: "swarmd", why: "back to " + t.Worker + " with the review",
-			set:  []string{"assignee = ?", "claimant = ''", "claim_session = ''", "result = ?"},
+			set:  released("assignee = ?", "result = ?"),
 			args: []any{t.Worker, feedback}})
 	default: // failed: max_iterations
 		return b.apply(ctx, tx, t, move{to: task.Failed, actor: actor,

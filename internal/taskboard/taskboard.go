@@ -235,6 +235,13 @@ type move struct {
 	args    []any
 }
 
+// released is a move's column assignments for a task that nobody holds any
+// more: no claimant, no session, no claim token (a token that outlived its
+// claim would fence nothing), followed by the move's own assignments.
+func released(more ...string) []string {
+	return append([]string{"claimant = ''", "claim_session = ''", "claim_token = ''"}, more...)
+}
+
 func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 	machine, err := task.Restore(strconv.FormatInt(t.ID, 10), t.State, uint32(t.Retries), uint32(t.MaxRetries))
 	if err != nil {
@@ -330,7 +337,7 @@ func (b *Board) unblockDependents(ctx context.Context, tx *sql.Tx, dep int64) er
 	}
 	for i := range ts {
 		if err := b.apply(ctx, tx, &ts[i], move{to: task.Open, actor: "swarmd",
-			why: "every dependency is closed", set: []string{"claimant = ''", "claim_session = ''"}}); err != nil {
+			why: "every dependency is closed", set: released()}); err != nil {
 			return err
 		}
 	}

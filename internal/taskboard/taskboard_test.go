@@ -118,7 +118,9 @@ func TestDependenciesAndSubtasks(t *testing.T) {
 	if err != nil || len(kids) != 2 || kids[0].Parent != parent.ID {
 		t.Fatalf("split = %+v, %v", kids, err)
 	}
-	wantState(t, b, parent.ID, task.WaitingForSubtasks)
+	if p := wantState(t, b, parent.ID, task.WaitingForSubtasks); p.Claimant != "" || p.ClaimToken != "" {
+		t.Fatalf("split parent keeps claimant %q, token %q; want both released", p.Claimant, p.ClaimToken)
+	}
 	for i, k := range kids {
 		agent := fmt.Sprint("k", i)
 		if _, err := b.Claim(ctx, k.ID, agent, agent+"-1-s"); err != nil {
@@ -132,6 +134,19 @@ func TestDependenciesAndSubtasks(t *testing.T) {
 		}
 	}
 	wantState(t, b, parent.ID, task.Closed)
+
+	// A blocked task is nobody's: its claim token goes with its claimant.
+	blocker := add(t, b, NewTask{Title: "blocker"})
+	blocked := add(t, b, NewTask{Title: "blocked"})
+	if _, err := b.Claim(ctx, blocked.ID, "q", "q-1-s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Block(ctx, blocked.ID, Holder{Agent: "q"}, blocker.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if bt := wantState(t, b, blocked.ID, task.Blocked); bt.Claimant != "" || bt.ClaimToken != "" {
+		t.Fatalf("blocked task keeps claimant %q, token %q; want both released", bt.Claimant, bt.ClaimToken)
+	}
 }
 
 func TestOrphansRequeueThenFail(t *testing.T) {
