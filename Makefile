@@ -47,6 +47,7 @@ lint:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzMachine -fuzztime $(FUZZTIME) ./internal/agent
+	$(GO) test -run '^$$' -fuzz FuzzValidName -fuzztime $(FUZZTIME) ./internal/agent
 	$(GO) test -run '^$$' -fuzz FuzzTaskMachine -fuzztime $(FUZZTIME) ./internal/task
 	$(GO) test -run '^$$' -fuzz FuzzLoop -fuzztime $(FUZZTIME) ./internal/review
 	$(GO) test -run '^$$' -fuzz FuzzScan -fuzztime $(FUZZTIME) ./internal/review

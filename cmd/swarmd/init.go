@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -16,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/config"
 )
 
@@ -68,10 +68,6 @@ Then check the config with 'swarmd config validate' and start the swarm with 'sw
 // against the config file: it works offline, and it is the schema of the
 // swarmd that wrote it (swarmd config schema refreshes it after an upgrade).
 const schemaFile = ".swarmd.schema.json"
-
-// agentNamePattern is config's agent name rule, checked here so
-// that a bad name is refused before any file is written.
-var agentNamePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
 // initFile is one file init writes.
 type initFile struct {
@@ -132,7 +128,7 @@ func (m *initMain) checkFlags() ([]string, error) {
 	for _, a := range m.agents {
 		a = strings.TrimSpace(a)
 		switch {
-		case !agentNamePattern.MatchString(a):
+		case !agent.ValidName(a):
 			return nil, usagef("--agents: %q is not a valid agent name (lowercase letters, digits and '-', starting with a letter, at most 32 characters)", a)
 		case a == "operator":
 			return nil, usagef("--agents: %q is reserved: it is the mail sender outside any session", a)

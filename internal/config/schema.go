@@ -16,11 +16,13 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // agentNameRE is the agent name rule. It also keeps names safe as path
 // components (worktrees/<name>, branch swarm/<name>).
-var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+var agentNameRE = regexp.MustCompile(agent.NamePattern)
 
 // backendNameRE keeps backend names to something that reads well in messages.
 var backendNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

@@ -15,13 +15,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	agentpkg "github.com/swarmd/swarmd/internal/agent"
 )
 
 // Defaults for New's zero arguments; the same values as the config's logs keys.
@@ -38,10 +39,6 @@ const (
 	stampLayout = "20060102T150405.000Z" // UTC; sorts as text in time order
 	pollEvery   = 150 * time.Millisecond
 )
-
-// agentNameRE is the config's agent name rule; it also keeps names from
-// escaping the logs and archive directories.
-var agentNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
 // Store reads and writes the logs and archives under one state_dir. It is
 // safe for concurrent use; operations on one agent's archives are serialized.
@@ -117,8 +114,8 @@ func (s *Store) lock(agent string) func() {
 }
 
 func checkAgent(agent string) error {
-	if !agentNameRE.MatchString(agent) {
-		return fmt.Errorf("%w %q (want ^[a-z][a-z0-9-]{0,31}$)", ErrBadName, agent)
+	if !agentpkg.ValidName(agent) {
+		return fmt.Errorf("%w %q (want %s)", ErrBadName, agent, agentpkg.NamePattern)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ import (
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // Operator is the sender name outside a backend session. It is always a
@@ -110,7 +112,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		for _, a := range opts.Agents {
 			if !validName(a) {
 				return nil, fmt.Errorf("mailbox: open: %w", invalid("agents", ErrInvalidName,
-					"agent name %q is invalid (want ^[a-z][a-z0-9-]{0,31}$)", a))
+					"agent name %q is invalid (want %s)", a, agent.NamePattern))
 			}
 			if a != Operator && !db.agents[a] {
 				db.agentList = append(db.agentList, a)
@@ -357,16 +359,5 @@ func (db *DB) Close() error {
 	return db.closeErr
 }
 
-// validName is the agent name rule, ^[a-z][a-z0-9-]{0,31}$.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 32 || s[0] < 'a' || s[0] > 'z' {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
-}
+// validName is the agent name rule (agent.NamePattern).
+func validName(s string) bool { return agent.ValidName(s) }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // Message is one delivery: a broadcast is one Message per recipient.
@@ -221,7 +223,7 @@ func validateSender(from string) error {
 	case from == "":
 		return invalid("from", ErrInvalidName, "no sender (set SWARM_AGENT_ID, or send as %s)", Operator)
 	case !validName(from):
-		return invalid("from", ErrInvalidName, "sender %q is not a valid agent name (want ^[a-z][a-z0-9-]{0,31}$)", from)
+		return invalid("from", ErrInvalidName, "sender %q is not a valid agent name (want %s)", from, agent.NamePattern)
 	}
 	return nil
 }

@@ -21,6 +21,8 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // Options configures a Manager.
@@ -229,17 +231,12 @@ func branchRef(agent string) plumbing.ReferenceName {
 	return plumbing.NewBranchReferenceName("swarm/" + agent)
 }
 
-// checkName refuses anything but ^[a-z][a-z0-9-]{0,31}$. Names are validated
+// checkName refuses anything but agent.NamePattern. Names are validated
 // with the config too; this is defence in depth, since the name becomes a
 // path and a ref.
-func checkName(agent string) error {
-	ok := len(agent) >= 1 && len(agent) <= 32 && agent[0] >= 'a' && agent[0] <= 'z'
-	for i := 1; ok && i < len(agent); i++ {
-		c := agent[i]
-		ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'
-	}
-	if !ok {
-		return fmt.Errorf("%w %q: want ^[a-z][a-z0-9-]{0,31}$", ErrBadName, agent)
+func checkName(name string) error {
+	if !agent.ValidName(name) {
+		return fmt.Errorf("%w %q: want %s", ErrBadName, name, agent.NamePattern)
 	}
 	return nil
 }
