@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,10 @@ func TestSIGHUPRestoresAnAgentStillStopping(t *testing.T) {
 	cfg := writeConfig(t, repo, withAlice)
 	d := startDaemon(t, cfg)
 	first := d.waitLine("alice Running", transitionTo("alice", "Running"))
+	// The script ignores SIGTERM from its first line and then prints busy:
+	// only once busy is in her log does a cancel meet a stubborn session
+	// (a cancel in the session's first microseconds ends it at once).
+	waitForFile(t, filepath.Join(repo, ".swarm", "logs", "alice", "1.log"), "busy")
 
 	reloaded := func(m map[string]any) bool { return m["msg"] == "config reloaded" }
 	writeConfig(t, repo, restoreBase)
@@ -192,5 +197,21 @@ agents:
 	b, err := status.CombinedOutput()
 	if took := time.Since(start); err == nil || took > 10*time.Second || !strings.Contains(string(b), "swarmd did not answer within 5s") {
 		t.Errorf("status on a wedged daemon: %v after %v, %q", err, took, b)
+	}
+}
+
+// waitForFile polls path until it exists and contains want, for a real
+// process that writes it, and returns its text; it fails after 30 s.
+func waitForFile(t *testing.T, path, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), want) {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not contain %q after 30 s", path, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -51,15 +51,5 @@ agents:
 // renamed into place whole) and returns its text.
 func waitFileText(t *testing.T, path string) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never written: %v", path, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return waitForFile(t, path, "")
 }
