@@ -207,7 +207,8 @@ func scrapeExported(t *testing.T) exported {
 	}
 	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error}, Interrupted: true,
 		Result: backend.Result{Started: now.Add(-time.Minute), Ended: now}})
-	m.ForceStopped("alice")
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error}, ForceStopped: true,
+		Result: backend.Result{Started: now.Add(-time.Minute), Ended: now}})
 	for _, ev := range []hooks.Event{hooks.AgentStart, hooks.SessionStart, hooks.SessionEnd, hooks.AgentStopped} {
 		for _, r := range []string{hooks.OutcomeOK, hooks.OutcomeError, hooks.OutcomeTimeout, hooks.OutcomeBlocked} {
 			m.HookRun(string(ev), r)

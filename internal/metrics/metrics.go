@@ -384,13 +384,6 @@ func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	m.AddToolCalls(r.Agent, r.Result.ToolCalls)
 }
 
-// ForceStopped counts a force stop that happened outside a transition: the
-// runner's stop-time kill after the grace period, a second SIGTERM, or a
-// session timeout's kill.
-func (m *Metrics) ForceStopped(agentName string) {
-	m.lookup(agentName).forceStops.Inc()
-}
-
 // ObserveInterruptLatency records the time from an urgent message's commit
 // to the cancel signal. OnTransition records it already for UrgentMessage
 // transitions that carry the commit time.

@@ -157,26 +157,6 @@ func (g *Registry) States() map[string]runner.Snapshot {
 	return out
 }
 
-// StateOf returns one agent's state.
-func (g *Registry) StateOf(name string) (runner.Snapshot, error) {
-	r, err := g.Runner(name)
-	if err != nil {
-		return runner.Snapshot{}, err
-	}
-	return r.Snapshot(), nil
-}
-
-// InterruptSenders returns one sender per agent, for the router.
-func (g *Registry) InterruptSenders() map[string]InterruptSender {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make(map[string]InterruptSender, len(g.agents))
-	for n, h := range g.agents {
-		out[n] = h.r.Interrupt
-	}
-	return out
-}
-
 // Interrupt sends an UrgentMessage to one agent.
 func (g *Registry) Interrupt(name string, id int64, committed time.Time) error {
 	r, err := g.Runner(name)

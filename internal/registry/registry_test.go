@@ -80,13 +80,10 @@ func TestRegisterQueryShutdown(t *testing.T) {
 	if st := g.States(); len(st) != 2 || st["alice"].State.Kind != agent.Initializing {
 		t.Errorf("states = %+v", st)
 	}
-	_, err := g.StateOf("dave")
+	_, err := g.Runner("dave")
 	var ue *UnknownAgentError
 	if !errors.As(err, &ue) || !errors.Is(err, ErrUnknownAgent) || !strings.Contains(err.Error(), "alice, bob") {
-		t.Errorf("StateOf(dave) = %v", err)
-	}
-	if s := g.InterruptSenders(); len(s) != 2 || s["bob"] == nil {
-		t.Errorf("senders = %v", s)
+		t.Errorf("Runner(dave) = %v", err)
 	}
 	if err := g.Remove("alice"); err == nil {
 		t.Error("removed a running agent")
