@@ -101,6 +101,9 @@ func (d *daemon) readiness() string {
 	if f := d.health.faultText(); f != "" {
 		return f
 	}
+	if n := d.journal.Backlog(); n >= mailbox.DefaultMaxQueued/10 {
+		return fmt.Sprintf("event log: %d records waiting to be written, %d dropped: swarm.db refuses writes", n, d.journal.Dropped())
+	}
 	if f := d.agentDiskFull(); f != "" {
 		return f
 	}

@@ -31,6 +31,10 @@ var (
 	// ErrJournalClosed is reported (through JournalOptions.OnError) for a
 	// record enqueued after Journal.Close: it is dropped.
 	ErrJournalClosed = errors.New("journal closed")
+	// ErrJournalFull is reported (through JournalOptions.OnError) for an
+	// event or tool call enqueued while JournalOptions.MaxQueued records
+	// wait for a database that refuses writes: it is dropped.
+	ErrJournalFull = errors.New("journal queue full")
 	// ErrDatabaseGone: the file this DB opened is no longer at its path
 	// (deleted or replaced). Nothing more is written: it would go into an
 	// unlinked file and be lost.

@@ -15,6 +15,9 @@ import (
 const (
 	DefaultFlushInterval = 20 * time.Millisecond
 	DefaultMaxBatch      = 1000
+	// DefaultMaxQueued bounds the records waiting in memory while the
+	// database refuses writes: about 30 MB of events at their usual size.
+	DefaultMaxQueued = 100_000
 )
 
 // maxRetryBackoff caps the wait between attempts at a failing batch.
@@ -34,6 +37,14 @@ type JournalOptions struct {
 	// or an enqueuing goroutine, so it must be quick and must not call the
 	// Journal. Nil ignores them; Flush and Close still return write errors.
 	OnError func(error)
+	// MaxQueued bounds the records waiting to be written. Past it, while the
+	// database keeps refusing writes, events and tool calls are dropped,
+	// reported to OnError as ErrJournalFull (the first and every 1000th) and
+	// counted (Dropped); agent and
+	// session rows, which restart recovery reads, are always kept (there are
+	// a few per session, and sessions stop when the database refuses mail).
+	// Zero means DefaultMaxQueued.
+	MaxQueued int
 	// OnCommit, if set, is called after every committed batch, on the
 	// goroutine that wrote it: readers of the event log (the dashboards)
 	// look for new rows when told, instead of on a timer. It must be quick
@@ -53,6 +64,7 @@ type Journal struct {
 	db       *DB
 	interval time.Duration
 	maxBatch int
+	maxQueue int
 	onError  func(error)
 	onCommit func()
 
@@ -62,6 +74,7 @@ type Journal struct {
 	sessions []sessionOp
 	tools    []ToolCallRecord
 	n        int // queued records of all kinds
+	lost     uint64
 	started  bool
 	closed   bool
 
@@ -149,6 +162,7 @@ func (db *DB) NewJournal(opts JournalOptions) *Journal {
 		db:       db,
 		interval: opts.FlushInterval,
 		maxBatch: opts.MaxBatch,
+		maxQueue: opts.MaxQueued,
 		onError:  opts.OnError,
 		onCommit: opts.OnCommit,
 		wake:     make(chan struct{}, 1),
@@ -162,6 +176,9 @@ func (db *DB) NewJournal(opts JournalOptions) *Journal {
 	}
 	if j.maxBatch <= 0 {
 		j.maxBatch = DefaultMaxBatch
+	}
+	if j.maxQueue <= 0 {
+		j.maxQueue = DefaultMaxQueued
 	}
 	return j
 }
@@ -184,6 +201,13 @@ func (j *Journal) Event(e EventRecord) {
 	if j.closed {
 		j.mu.Unlock()
 		j.dropped("event " + e.Event + " of " + e.Agent)
+		return
+	}
+	if j.n >= j.maxQueue {
+		j.lost++
+		lost := j.lost
+		j.mu.Unlock()
+		j.overflow(lost, "event "+e.Event+" of "+e.Agent)
 		return
 	}
 	j.events = append(j.events, e)
@@ -237,6 +261,13 @@ func (j *Journal) ToolCall(c ToolCallRecord) {
 		j.dropped("tool call " + c.Tool + " of " + c.SessionID)
 		return
 	}
+	if j.n >= j.maxQueue {
+		j.lost++
+		lost := j.lost
+		j.mu.Unlock()
+		j.overflow(lost, "tool call "+c.Tool+" of "+c.SessionID)
+		return
+	}
 	j.tools = append(j.tools, c)
 	j.n++
 	n := j.n
@@ -274,6 +305,32 @@ func (j *Journal) signal(n int) {
 		default:
 		}
 	}
+}
+
+// overflow reports a record dropped because the queue is at MaxQueued: the
+// first and every 1000th, so that a long outage is loud without filling the
+// disk with the same line (Dropped has the count).
+func (j *Journal) overflow(lost uint64, what string) {
+	if j.onError != nil && (lost == 1 || lost%1000 == 0) {
+		j.onError(fmt.Errorf("mailbox: journal: %w (%d records waiting for the database): %s dropped, %d in all",
+			ErrJournalFull, j.maxQueue, what, lost))
+	}
+}
+
+// Backlog is the number of records waiting to be written. It stays near
+// zero while the database takes writes; a backlog that grows means it does
+// not, and the daemon reports it in its health.
+func (j *Journal) Backlog() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.n
+}
+
+// Dropped is how many records were dropped because the queue was full.
+func (j *Journal) Dropped() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lost
 }
 
 func (j *Journal) dropped(what string) {

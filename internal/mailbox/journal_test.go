@@ -334,6 +334,54 @@ func TestJournalRetriesFailedBatch(t *testing.T) {
 	}
 }
 
+// TestJournalBoundedWhileRefused: while the database refuses writes the
+// queue stops at MaxQueued: further events are dropped, each reported as
+// ErrJournalFull and counted, while agent rows are still kept; once writes
+// go through again everything kept lands.
+func TestJournalBoundedWhileRefused(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	var mu sync.Mutex
+	var full int
+	j := db.NewJournal(JournalOptions{MaxQueued: 4, OnError: func(err error) {
+		if errors.Is(err, ErrJournalFull) {
+			mu.Lock()
+			full++
+			mu.Unlock()
+		}
+	}})
+	t.Cleanup(func() { j.Close() })
+	if _, err := db.SQL().Exec(`CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'injected failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint32(10) {
+		j.Event(ev("alice", i, "X"))
+	}
+	j.Agent(AgentRecord{Name: "alice", State: "Running", UpdatedAt: time.Now()})
+	if err := j.Flush(ctx); err == nil {
+		t.Fatal("Flush while inserts fail succeeded")
+	}
+	mu.Lock()
+	gotFull := full
+	mu.Unlock()
+	if gotFull != 1 || j.Dropped() != 6 || j.Backlog() != 5 {
+		t.Fatalf("reported full %d times, Dropped %d, Backlog %d; want 1 (the first), 6, 5 (4 events and the agent row kept)",
+			gotFull, j.Dropped(), j.Backlog())
+	}
+	if _, err := db.SQL().Exec(`DROP TRIGGER refuse`); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countTable(t, db, "events"); n != 4 {
+		t.Fatalf("%d events written, want the 4 kept", n)
+	}
+	if ags, err := db.Agents(ctx); err != nil || ags["alice"].State != "Running" {
+		t.Fatalf("agent row after the refusal = %+v, %v; want it kept", ags["alice"], err)
+	}
+}
+
 // TestJournalConcurrentEnqueue: 16 goroutines enqueue and flush at once;
 // every record lands once, each goroutine's in its order.
 func TestJournalConcurrentEnqueue(t *testing.T) {
