@@ -141,6 +141,9 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if err := d.mail.SetSetting(ctx, settingMergeInto, into); err != nil {
 		return nil, err
 	}
+	if err := recordReviewers(ctx, d.mail, cfg); err != nil {
+		return nil, err
+	}
 	d.tasks = openTaskBoard(d.mail, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)

@@ -48,6 +48,9 @@ func (d *daemon) reload(path string) error {
 			return err
 		}
 	}
+	if err := recordReviewers(context.Background(), d.mail, cfg); err != nil {
+		return err
+	}
 	d.cfgMu.Lock()
 	d.cfg, d.backends = cfg, backends
 	d.cfgMu.Unlock()

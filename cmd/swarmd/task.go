@@ -99,26 +99,22 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 			return err
 		}
 	}
-	return f(&taskCtx{board: openTaskBoard(db.DB, t.reviewerOf(db, who)), agents: db.agents, who: who})
+	reviewers, err := t.reviewerOf(ctx, db)
+	if err != nil {
+		return fmt.Errorf("task %s: %w", verb, err)
+	}
+	return f(&taskCtx{board: openTaskBoard(db.DB, reviewers), agents: db.agents, who: who})
 }
 
 // reviewerOf is who reviews the tasks an agent claims, as the daemon's
 // claims see it: the config's reviewer and max_iterations when the config
-// was found, else (inside a session) what the session's environment says
-// of its own agent, SWARM_REVIEWER and SWARM_MAX_ITERATIONS, which the
-// daemon sets from the agent's settings.
-func (t *taskMain) reviewerOf(db *swarmDB, who caller) func(agent string) (string, int) {
+// was found, else (inside a session) what the daemon recorded in swarm.db,
+// never the session's environment, which the agent could change.
+func (t *taskMain) reviewerOf(ctx context.Context, db *swarmDB) (func(agent string) (string, int), error) {
 	if db.cfg != nil {
-		return reviewerOf(func() *config.Config { return db.cfg })
+		return reviewerOf(func() *config.Config { return db.cfg }), nil
 	}
-	reviewer := t.s.getenv("SWARM_REVIEWER")
-	maxIter, _ := strconv.Atoi(t.s.getenv("SWARM_MAX_ITERATIONS"))
-	return func(agent string) (string, int) {
-		if agent != who.name {
-			return "", 0
-		}
-		return reviewer, maxIter
-	}
+	return recordedReviewerOf(ctx, db.DB)
 }
 
 // taskErr makes a refused request (empty title, ...) a usage error, exit 2;

@@ -85,6 +85,24 @@ func mustCLI(t *testing.T, env []string, args ...string) string {
 }
 
 // taskBoard opens the board in-process, to check what the CLI stored.
+// recordReviewersAsTheDaemon writes cfg's reviewers into db, as a daemon
+// running cfg does at start and on reload.
+func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
+	t.Helper()
+	c, err := loadConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mailbox.Open(context.Background(), db, mailbox.Options{NoCreate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := recordReviewers(context.Background(), m, c); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func taskBoard(t *testing.T, db string) *taskboard.Board {
 	t.Helper()
 	m, err := mailbox.Open(context.Background(), db, mailbox.Options{NoCreate: true})
@@ -269,7 +287,8 @@ func TestTaskJSONShape(t *testing.T) {
 	alice := sessionEnv(db, "alice", 1)
 	mustCLI(t, alice, "task", "claim", "1")
 	mustCLI(t, alice, "task", "done", "--summary", "ok")
-	mustCLI(t, append(alice, "SWARM_REVIEWER=bob"), "task", "claim", "2")
+	recordReviewersAsTheDaemon(t, cfg, db)
+	mustCLI(t, alice, "task", "claim", "2")
 
 	var list []map[string]any
 	if err := json.Unmarshal([]byte(op("task", "list", "--json")), &list); err != nil || len(list) != 2 {
@@ -424,8 +443,9 @@ func TestTaskSessionIdentity(t *testing.T) {
 
 // TestTaskClaimFollowsTheReviewer: a claim from the CLI starts the review
 // loop as the runner's does: with the claimant's reviewer from the config
-// (outside a session) or from the session's environment, so that DONE
-// waits for the reviewer instead of closing the task.
+// (outside a session) or from what the daemon recorded in swarm.db (inside
+// one), so that DONE waits for the reviewer instead of closing the task. A
+// session that clears SWARM_REVIEWER does not escape its review.
 func TestTaskClaimFollowsTheReviewer(t *testing.T) {
 	cfg, db := taskRepo(t)
 	writeConfig(t, filepath.Dir(cfg), strings.Replace(taskAgents, "{name: alice, role: x}", "{name: alice, role: x, reviewer: bob, max_iterations: 2}", 1))
@@ -437,8 +457,10 @@ func TestTaskClaimFollowsTheReviewer(t *testing.T) {
 	shell := append(opEnv(), "SWARM_AGENT_ID=alice")
 	mustCLI(t, shell, "task", "claim", "1", "-c", cfg)
 	wantOut(t, "done", mustCLI(t, shell, "task", "done", "-c", cfg), "task 1 is DONE\n")
-	// alice's session: the daemon's SWARM_REVIEWER and SWARM_MAX_ITERATIONS.
-	session := append(sessionEnv(db, "alice", 1), "SWARM_REVIEWER=bob", "SWARM_MAX_ITERATIONS=2")
+	// alice's session, which tries to skip its review: the daemon's record
+	// decides, not the environment.
+	recordReviewersAsTheDaemon(t, cfg, db)
+	session := append(sessionEnv(db, "alice", 1), "SWARM_REVIEWER=", "SWARM_MAX_ITERATIONS=0")
 	mustCLI(t, session, "task", "claim", "2")
 	wantOut(t, "done", mustCLI(t, session, "task", "done"), "task 2 is DONE\n")
 	for _, id := range []int64{1, 2} {
@@ -446,9 +468,11 @@ func TestTaskClaimFollowsTheReviewer(t *testing.T) {
 			t.Errorf("task %d: reviewer %q, review state %q, max_iterations %d, worker %q", id, tk.Reviewer, tk.ReviewState, tk.MaxIterations, tk.Worker)
 		}
 	}
-	// A session whose agent nobody reviews closes its task at once.
-	mustCLI(t, sessionEnv(db, "alice", 2), "task", "claim", "3")
-	wantOut(t, "done", mustCLI(t, sessionEnv(db, "alice", 2), "task", "done"), "task 3 is CLOSED\n")
+	// A session whose agent nobody reviews closes its task at once, even
+	// if it names a reviewer itself.
+	carol := append(sessionEnv(db, "carol", 1), "SWARM_REVIEWER=bob")
+	mustCLI(t, carol, "task", "claim", "3")
+	wantOut(t, "done", mustCLI(t, carol, "task", "done"), "task 3 is CLOSED\n")
 }
 
 // TestTaskDoneFromARealSession: the runner claims a task for the session it
