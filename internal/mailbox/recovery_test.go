@@ -140,7 +140,12 @@ func TestHelperKilledDaemon(t *testing.T) {
 	if _, err := db.ConsumeForPrompt(ctx, "carol", "carol-1-never"); err != nil {
 		t.Fatal(err)
 	}
-	j.Event(EventRecord{At: t0, Agent: "carol", Event: "lost"})
+	// A journal of its own for that record: j's writer may still hold a
+	// wake-up from SessionStarted (it asks for an immediate write) if it was
+	// scheduled late, and would write the record at once.
+	late := db.NewJournal(JournalOptions{FlushInterval: time.Hour})
+	late.Start()
+	late.Event(EventRecord{At: t0, Agent: "carol", Event: "lost"})
 	os.Stdout.WriteString("ready\n")
 	select {} // until SIGKILL
 }
