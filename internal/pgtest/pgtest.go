@@ -1,0 +1,257 @@
+// Package pgtest starts a real PostgreSQL server for tests, from the
+// server binaries of Debian's postgresql package: initdb and pg_ctl into a
+// temporary directory, listening on a Unix socket in that directory only
+// (no TCP port), torn down by Close with nothing left running.
+//
+// PostgreSQL refuses to run as root. When the tests run as root (CI does),
+// the server runs as the package's "postgres" user through runuser, and the
+// directory is given to that user.
+//
+// Tests that need a server call Require: it skips, loudly, where the
+// binaries are missing, and fails instead when SWARMD_REQUIRE_POSTGRES=1,
+// so that a green CI run has run them.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// RequireEnv names the variable that turns a missing server into a failure.
+const RequireEnv = "SWARMD_REQUIRE_POSTGRES"
+
+// Superuser is the role initdb creates; a test connects as it.
+const Superuser = "swarmd"
+
+// runAs is the account the server runs as when the tests run as root.
+const runAs = "postgres"
+
+// ErrNoServer: the PostgreSQL server binaries were not found.
+var ErrNoServer = errors.New("pgtest: PostgreSQL server binaries (initdb, pg_ctl) not found; install Debian's postgresql package")
+
+// Server is one running PostgreSQL server.
+type Server struct {
+	dir  string // holds data/, the socket and server.log
+	bin  string // the directory of initdb, pg_ctl, psql
+	sudo []string
+}
+
+// Require starts a server for t and stops it at t's end. Where the server
+// binaries are missing it skips t, or fails it when RequireEnv is 1.
+func Require(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start()
+	if errors.Is(err, ErrNoServer) {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%v (%s=1 requires it)", err, RequireEnv)
+		}
+		t.Skipf("SKIPPING the PostgreSQL tests: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// FindBin is the directory of the server binaries: initdb's on PATH, else
+// the newest /usr/lib/postgresql/*/bin (Debian keeps them off PATH).
+func FindBin() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		if dir := filepath.Dir(p); exists(filepath.Join(dir, "pg_ctl")) {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.SortFunc(dirs, func(a, b string) int { return version(b) - version(a) })
+	for _, d := range dirs {
+		if exists(filepath.Join(d, "initdb")) && exists(filepath.Join(d, "pg_ctl")) {
+			return d, nil
+		}
+	}
+	return "", ErrNoServer
+}
+
+func version(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Start initialises a cluster in a new temporary directory and starts it.
+func Start() (*Server, error) {
+	bin, err := FindBin()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "swarmd-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: %w", err)
+	}
+	s := &Server{dir: dir, bin: bin}
+	if err := s.asServerUser(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.start(); err != nil {
+		s.remove()
+		return nil, err
+	}
+	return s, nil
+}
+
+// asServerUser arranges for the server to run as runAs when we are root:
+// the directory becomes that user's (the socket and data live there).
+func (s *Server) asServerUser() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	u, err := user.Lookup(runAs)
+	if err != nil {
+		return fmt.Errorf("pgtest: running as root, and PostgreSQL refuses root: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(s.dir, uid, gid); err != nil {
+		return fmt.Errorf("pgtest: give %s to %s: %w", s.dir, runAs, err)
+	}
+	runuser, err := exec.LookPath("runuser")
+	if err != nil {
+		// util-linux puts it in sbin, which a test's PATH may lack.
+		if runuser = "/usr/sbin/runuser"; !exists(runuser) {
+			return fmt.Errorf("pgtest: running as root needs runuser (util-linux) to run PostgreSQL as %s: %w", runAs, err)
+		}
+	}
+	s.sudo = []string{runuser, "-u", runAs, "--"}
+	return nil
+}
+
+func (s *Server) start() error {
+	data := filepath.Join(s.dir, "data")
+	if out, err := s.run(60*time.Second, "initdb", "-D", data, "-U", Superuser, "-A", "trust",
+		"--no-sync", "--no-instructions", "-E", "UTF8", "--locale", "C"); err != nil {
+		return fmt.Errorf("pgtest: initdb: %w: %s", err, out)
+	}
+	opts := fmt.Sprintf("-c listen_addresses='' -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir)
+	if out, err := s.run(60*time.Second, "pg_ctl", "start", "-w", "-t", "60", "-D", data,
+		"-l", filepath.Join(s.dir, "server.log"), "-o", opts); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+		return fmt.Errorf("pgtest: pg_ctl start: %w: %s%s", err, out, log)
+	}
+	return nil
+}
+
+// run runs one of the server's binaries, as the server's user.
+func (s *Server) run(timeout time.Duration, prog string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	argv := append(append(slices.Clone(s.sudo), filepath.Join(s.bin, prog)), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = s.dir
+	return cmd.CombinedOutput()
+}
+
+// SocketDir is the directory of the server's Unix socket.
+func (s *Server) SocketDir() string { return s.dir }
+
+// URL is a connection URL for database db, over the Unix socket.
+func (s *Server) URL(db string) string {
+	return "postgres://" + Superuser + "@/" + url.PathEscape(db) + "?host=" + url.QueryEscape(s.dir) + "&sslmode=disable"
+}
+
+// Exec runs sql in database db with psql, for setting up tests.
+func (s *Server) Exec(db, sql string) error {
+	out, err := s.run(30*time.Second, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", s.dir, "-U", Superuser,
+		"-d", db, "-c", sql)
+	if err != nil {
+		return fmt.Errorf("pgtest: psql -d %s: %w: %s", db, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Query runs sql in database db with psql and returns its unaligned,
+// tuples-only output.
+func (s *Server) Query(db, sql string) (string, error) {
+	out, err := s.run(30*time.Second, "psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", s.dir, "-U", Superuser,
+		"-d", db, "-c", sql)
+	if err != nil {
+		return "", fmt.Errorf("pgtest: psql -d %s: %w: %s", db, err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// CreateDB creates an empty database, one per test for isolation.
+func (s *Server) CreateDB(name string) error {
+	return s.Exec("postgres", `CREATE DATABASE "`+strings.ReplaceAll(name, `"`, `""`)+`"`)
+}
+
+// Close stops the server (fast shutdown, immediate if that hangs), checks
+// that none of its processes is left, and removes its directory.
+func (s *Server) Close() error {
+	data := filepath.Join(s.dir, "data")
+	_, err := s.run(30*time.Second, "pg_ctl", "stop", "-w", "-t", "20", "-m", "fast", "-D", data)
+	if err != nil {
+		if out, ierr := s.run(30*time.Second, "pg_ctl", "stop", "-w", "-m", "immediate", "-D", data); ierr != nil {
+			return fmt.Errorf("pgtest: stop the server in %s: %w; immediate: %v: %s", s.dir, err, ierr, out)
+		}
+	}
+	if pids := Processes(data); len(pids) > 0 {
+		return fmt.Errorf("pgtest: server processes %v of %s still running after pg_ctl stop", pids, data)
+	}
+	s.remove()
+	return nil
+}
+
+func (s *Server) remove() { _ = os.RemoveAll(s.dir) }
+
+// Processes lists the pids of the postgres processes serving data: the
+// postmaster names its data directory on its command line, and its
+// children are its direct descendants.
+func Processes(data string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var masters []int
+	parent := map[int]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil &&
+			strings.Contains(string(cmd), data) && strings.Contains(string(cmd), "postgres") {
+			masters = append(masters, pid)
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 {
+				if f := strings.Fields(string(st[i+2:])); len(f) > 1 {
+					parent[pid], _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+	}
+	out := slices.Clone(masters)
+	for pid, pp := range parent {
+		if slices.Contains(masters, pp) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -1,0 +1,68 @@
+package pgtest
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServer starts a real server, runs queries in a database of its own,
+// checks that it listens on its Unix socket and on no TCP address, and that
+// Close leaves none of its processes behind.
+func TestServer(t *testing.T) {
+	s, err := Start()
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" || !errors.Is(err, ErrNoServer) {
+			t.Fatal(err)
+		}
+		t.Skipf("SKIPPING: %v", err)
+	}
+	data := filepath.Join(s.dir, "data")
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+	if _, err := os.Stat(filepath.Join(s.SocketDir(), ".s.PGSQL.5432")); err != nil {
+		t.Fatalf("no Unix socket: %v", err)
+	}
+	if got, err := s.Query("postgres", "SHOW listen_addresses"); err != nil || got != "" {
+		t.Fatalf("listen_addresses = %q, %v; want none (no TCP)", got, err)
+	}
+	if err := s.CreateDB("t1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Exec("t1", "CREATE TABLE x (id BIGINT GENERATED ALWAYS AS IDENTITY, v TEXT); INSERT INTO x (v) VALUES ('a'), ('b')"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Query("t1", "SELECT string_agg(v, ',' ORDER BY id) FROM x"); err != nil || got != "a,b" {
+		t.Fatalf("query = %q, %v; want a,b", got, err)
+	}
+	if u := s.URL("t1"); !strings.HasPrefix(u, "postgres://"+Superuser+"@/t1?host=") {
+		t.Errorf("URL = %s", u)
+	}
+	if len(Processes(data)) == 0 {
+		t.Fatal("Processes finds no server process while it runs")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if pids := Processes(data); len(pids) != 0 {
+		t.Fatalf("processes %v left after Close", pids)
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("%s left after Close: %v", s.dir, err)
+	}
+}
+
+// TestRequire: a second server through the helper tests use.
+func TestRequire(t *testing.T) {
+	s := Require(t)
+	if got, err := s.Query("postgres", "SELECT 1 + 1"); err != nil || got != "2" {
+		t.Fatalf("SELECT 1 + 1 = %q, %v", got, err)
+	}
+}
