@@ -1,0 +1,10 @@
+-- PostgreSQL twin of the SQLite migration of the same name (one directory up):
+-- the same tables, columns and indexes; BIGINT for INTEGER, DOUBLE PRECISION
+-- for REAL, identity columns for the INTEGER PRIMARY KEY ids.
+-- Limits the daemon's config sets (mailbox.max_body), recorded by the daemon
+-- at start so that every process that opens this file enforces them: a
+-- `swarmd mail` inside a session reads no config, only SWARM_DB_PATH.
+CREATE TABLE settings (
+    key   TEXT NOT NULL PRIMARY KEY,
+    value TEXT NOT NULL
+);
