@@ -26,14 +26,7 @@ func newBackend(b config.Backend, sup *proc.Supervisor) (runner.Backend, error) 
 	env := envList(b.Env)
 	switch b.Type {
 	case config.TypeScripted:
-		steps := make([]backend.ScriptStep, len(b.Steps))
-		for i, s := range b.Steps {
-			steps[i] = backend.ScriptStep{
-				Print: s.Print, PrintEvery: s.PrintEvery, Sleep: s.Sleep, Exit: s.Exit,
-				IgnoreSignals: s.IgnoreSignals, SetsidChild: s.SetsidChild, NoResult: s.NoResult,
-			}
-		}
-		return backend.NewScripted(sup, backend.ScriptedConfig{Name: b.Name, Steps: steps, CancelSignal: b.Signal()})
+		return backend.NewScripted(sup, backend.ScriptedConfig{Name: b.Name, Steps: b.Steps, CancelSignal: b.Signal()})
 	case config.TypeCommand:
 		return backend.NewCommand(sup, backend.CommandConfig{Name: b.Name, Command: b.Command, Args: b.Args, CancelSignal: b.Signal(), Env: env})
 	case config.TypeClaude, config.TypeCodex, config.TypeGemini:

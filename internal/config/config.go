@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/backend"
 )
 
 // Backend types. A backend whose name is one of these needs no type key.
@@ -161,17 +163,9 @@ func (b Backend) Signal() syscall.Signal {
 	return syscall.SIGTERM
 }
 
-// ScriptStep is one step of a scripted (test) backend.
-type ScriptStep struct {
-	Print         []string      // lines written to stdout
-	PrintEvery    time.Duration // repeat Print at this interval while sleeping; 0 prints once
-	Sleep         time.Duration
-	Exit          int  // exit code when Exits
-	Exits         bool // the step has an exit key: the script ends here with Exit
-	IgnoreSignals bool
-	SetsidChild   bool // start a child in a new session (the escape that process-tree tracking must catch)
-	NoResult      bool // omit the success record, so exit 0 alone is not Success
-}
+// ScriptStep is one step of a scripted (test and demo) backend. The
+// backend that runs it owns the type; the config only fills it in.
+type ScriptStep = backend.ScriptStep
 
 // Defaults of swarmd.yaml (docs/configuration.md). Changing one changes
 // what users rely on.

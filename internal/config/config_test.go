@@ -111,7 +111,7 @@ func TestOverrides(t *testing.T) {
 	backends["fake"] = Backend{Name: "fake", Type: "scripted", CancelSignal: "SIGUSR1", Env: map[string]string{},
 		Steps: []ScriptStep{
 			{Print: []string{`{"type":"result","is_error":false}`}, PrintEvery: 100 * time.Millisecond, Sleep: time.Second},
-			{Exit: 0, Exits: true, IgnoreSignals: true, SetsidChild: true, NoResult: true},
+			{Exit: 0, IgnoreSignals: true, SetsidChild: true, NoResult: true},
 		}}
 	want := &Config{
 		Path:     filepath.Join(dir, "full.yaml"),

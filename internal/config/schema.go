@@ -436,8 +436,7 @@ func (d *decoder) steps(v *yaml.Node, path string) []ScriptStep {
 			continue
 		}
 		var s ScriptStep
-		set := d.mapping(item, index(path, i), d.stepFields(&s))
-		_, s.Exits = set.line("exit")
+		d.mapping(item, index(path, i), d.stepFields(&s))
 		steps = append(steps, s)
 	}
 	return steps
