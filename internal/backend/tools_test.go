@@ -104,8 +104,8 @@ func TestDeniedToolCancelsSession(t *testing.T) {
 	bin := fakeCLI(t, `echo '{"type":"system","subtype":"init","model":"claude-test"}'
 echo '{"type":"assistant","message":{"id":"m1","model":"claude-test","usage":{"input_tokens":100,"output_tokens":10},"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}'
 echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1"}]}}'
-echo '{"type":"assistant","message":{"id":"m2","model":"claude-test","usage":{"input_tokens":200,"output_tokens":5},"content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"rm -rf /tmp/x"}}]}}'
-echo '{"type":"assistant","message":{"id":"m2","model":"claude-test","usage":{"input_tokens":200,"output_tokens":20},"content":[{"type":"text","text":"..."}]}}'
+echo '{"type":"assistant","message":{"id":"m2","model":"claude-test","usage":{"input_tokens":200,"output_tokens":5},"content":[{"type":"text","text":"..."}]}}'
+echo '{"type":"assistant","message":{"id":"m2","model":"claude-test","usage":{"input_tokens":200,"output_tokens":20},"content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"rm -rf /tmp/x"}}]}}'
 sleep 300
 echo '{"type":"result","is_error":false,"result":"never"}'
 `)
@@ -130,7 +130,8 @@ echo '{"type":"result","is_error":false,"result":"never"}'
 		t.Errorf("reason %q", r.Reason)
 	}
 	// No result record: the usage is the responses' own, each counted once
-	// at its latest.
+	// at its latest (m2's update comes with the denied call, so it is read
+	// before the cancel whatever the timing).
 	if r.Usage != (Usage{InputTokens: 300, OutputTokens: 30}) || r.Model != "claude-test" {
 		t.Errorf("usage %+v model %q", r.Usage, r.Model)
 	}
