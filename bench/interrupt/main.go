@@ -20,6 +20,7 @@ import (
 
 	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 func main() {
@@ -85,7 +86,7 @@ func run(bin string, n, m int, gap time.Duration) error {
 	case <-time.After(5 * time.Minute):
 		return fmt.Errorf("agents not Running after 5 minutes")
 	}
-	db, err := mailbox.Open(context.Background(), filepath.Join(work, ".swarm", "swarm.db"), mailbox.Options{Agents: names, NoCreate: true})
+	db, err := mailbox.Open(context.Background(), filepath.Join(work, ".swarm", "swarm.db"), store.Options{NoCreate: true}, mailbox.Options{Agents: names})
 	if err != nil {
 		return err
 	}

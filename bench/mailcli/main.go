@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 func main() {
@@ -26,7 +27,7 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	dbPath := filepath.Join(dir, "swarm.db")
-	db, err := mailbox.Open(context.Background(), dbPath, mailbox.Options{Agents: []string{"alice", "bob"}})
+	db, err := mailbox.Open(context.Background(), dbPath, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob"}})
 	if err != nil {
 		fail(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 func main() {
@@ -73,7 +74,7 @@ func run(bin string, n, m int, window time.Duration) error {
 	cpu1 := cpuTicks(pid)
 	rss, threads := status(pid, "VmRSS"), status(pid, "Threads")
 
-	db, err := mailbox.Open(context.Background(), filepath.Join(work, ".swarm", "swarm.db"), mailbox.Options{Agents: names, NoCreate: true})
+	db, err := mailbox.Open(context.Background(), filepath.Join(work, ".swarm", "swarm.db"), store.Options{NoCreate: true}, mailbox.Options{Agents: names})
 	if err != nil {
 		return err
 	}

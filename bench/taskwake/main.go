@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/bench/internal/harness"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -49,9 +49,9 @@ func run(bin string, n, m int) error {
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	ctx := context.Background()
 	dbPath := filepath.Join(work, ".swarm", "swarm.db")
-	var db *mailbox.DB
+	var db *store.DB
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if db, err = mailbox.Open(ctx, dbPath, mailbox.Options{NoCreate: true}); err == nil {
+		if db, err = store.Open(ctx, dbPath, store.Options{NoCreate: true}); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -86,7 +86,7 @@ func run(bin string, n, m int) error {
 }
 
 // waitIdle waits until every agent's latest event says Idle.
-func waitIdle(ctx context.Context, db *mailbox.DB, n int) error {
+func waitIdle(ctx context.Context, db *store.DB, n int) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var idle int
@@ -107,7 +107,7 @@ func waitIdle(ctx context.Context, db *mailbox.DB, n int) error {
 }
 
 // waitStarted is when the session that claimed task id started.
-func waitStarted(ctx context.Context, db *mailbox.DB, id int64) (time.Time, error) {
+func waitStarted(ctx context.Context, db *store.DB, id int64) (time.Time, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var at string

@@ -11,10 +11,10 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // spawnTimeout is seed 004's spawn timeout: Spawning longer than this shows
@@ -161,7 +161,7 @@ func (d *daemon) caller(ctx context.Context) (agentName string, ok bool) {
 }
 
 func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {
-	evs, err := a.d.mail.Events(ctx, mailbox.EventQuery{Agent: agentName, AfterID: after, Limit: limit})
+	evs, err := a.d.db.Events(ctx, store.EventQuery{Agent: agentName, AfterID: after, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -219,26 +219,26 @@ func (d *daemon) startAgent(name, actor string) error {
 
 // journalObserver writes every transition, agent state and session to
 // swarm.db through the batching journal (off the runner's hot path).
-type journalObserver struct{ j *mailbox.Journal }
+type journalObserver struct{ j *store.Journal }
 
 func (o journalObserver) OnTransition(t runner.Transition) {
-	o.j.Event(mailbox.EventRecord{
+	o.j.Event(store.EventRecord{
 		At: t.At, Agent: t.Agent, From: t.From.Kind.String(), Event: t.Event.Kind.String(), To: t.To.Kind.String(),
 		Effect: effectName(t.Effect), Actor: t.Actor, Reason: t.Reason, SessionID: t.SessionID, Seq: t.Seq,
 	})
-	rec := mailbox.AgentRecord{
+	rec := store.AgentRecord{
 		Name: t.Agent, State: t.To.Kind.String(), Seq: t.Seq, ConsecutiveErrors: t.ConsecutiveErrors,
 		TotalErrors: t.TotalErrors, UpdatedAt: t.At,
 	}
 	if t.To.Kind == agent.Stopped {
-		rec.StopKind, rec.StopReason = mailbox.StopOperator, t.Reason
+		rec.StopKind, rec.StopReason = store.StopOperator, t.Reason
 		if t.Event.Kind != agent.OperatorStop {
-			rec.StopKind = mailbox.StopFatal // thresholds or FatalError: stays Stopped across restarts
+			rec.StopKind = store.StopFatal // thresholds or FatalError: stays Stopped across restarts
 		}
 	}
 	o.j.Agent(rec)
 	if t.Event.Kind == agent.SessionStarted {
-		o.j.SessionStarted(mailbox.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At})
+		o.j.SessionStarted(store.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At})
 	}
 }
 
@@ -250,7 +250,7 @@ const (
 )
 
 func (o journalObserver) OnIdle(name string, idle bool, at time.Time) {
-	e := mailbox.EventRecord{At: at, Agent: name, From: agent.BuildingPrompt.String(), To: agent.BuildingPrompt.String(),
+	e := store.EventRecord{At: at, Agent: name, From: agent.BuildingPrompt.String(), To: agent.BuildingPrompt.String(),
 		Event: eventAwake, Actor: "runner", Reason: "mail or a task may be there"}
 	if idle {
 		e.Event, e.Reason = eventIdle, "said DONE, no mail and no task: no session until one arrives"
@@ -260,7 +260,7 @@ func (o journalObserver) OnIdle(name string, idle bool, at time.Time) {
 
 func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
 	ended := s.Result.Ended
-	o.j.SessionEnded(mailbox.SessionRecord{
+	o.j.SessionEnded(store.SessionRecord{
 		SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Result.Started, Ended: &ended,
 		Outcome: s.OutcomeLabel(), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
 		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),

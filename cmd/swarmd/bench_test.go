@@ -14,6 +14,7 @@ import (
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -71,14 +72,14 @@ func BenchmarkTransitionsEventLog(b *testing.B) {
 		b.Run(fmt.Sprintf("eventlog=%v", on), func(b *testing.B) {
 			dir := b.TempDir()
 			var obs runner.Observer
-			var j *mailbox.Journal
+			var j *store.Journal
 			if on {
-				db, err := mailbox.Open(context.Background(), filepath.Join(dir, "swarm.db"), mailbox.Options{})
+				db, err := mailbox.Open(context.Background(), filepath.Join(dir, "swarm.db"), store.Options{}, mailbox.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer db.Close()
-				j = db.NewJournal(mailbox.JournalOptions{})
+				j = db.Store().NewJournal(store.JournalOptions{})
 				j.Start()
 				obs = journalObserver{j}
 			}
@@ -124,26 +125,26 @@ func BenchmarkStartupRecovery(b *testing.B) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "swarm.db")
 	ctx := context.Background()
-	seed, err := mailbox.Open(ctx, path, mailbox.Options{})
+	seed, err := mailbox.Open(ctx, path, store.Options{}, mailbox.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	agents := make([]config.Agent, 200)
-	j := seed.NewJournal(mailbox.JournalOptions{})
+	j := seed.Store().NewJournal(store.JournalOptions{})
 	j.Start()
 	now := time.Now()
 	for i := range agents {
 		agents[i] = config.Agent{Name: fmt.Sprintf("a%d", i)}
 		for s := 1; s <= 50; s++ {
-			rec := mailbox.SessionRecord{SessionID: fmt.Sprintf("a%d-%d-x", i, s), Agent: agents[i].Name, Seq: uint32(s), Started: now}
+			rec := store.SessionRecord{SessionID: fmt.Sprintf("a%d-%d-x", i, s), Agent: agents[i].Name, Seq: uint32(s), Started: now}
 			j.SessionStarted(rec)
 			if s < 50 || i%2 == 0 {
 				end := now.Add(time.Minute)
-				rec.Ended, rec.Outcome = &end, mailbox.OutcomeSuccess
+				rec.Ended, rec.Outcome = &end, store.OutcomeSuccess
 				j.SessionEnded(rec)
 			}
 		}
-		j.Agent(mailbox.AgentRecord{Name: agents[i].Name, State: "Running", Seq: 50, TotalErrors: 3, UpdatedAt: now})
+		j.Agent(store.AgentRecord{Name: agents[i].Name, State: "Running", Seq: 50, TotalErrors: 3, UpdatedAt: now})
 	}
 	if err := j.Close(); err != nil {
 		b.Fatal(err)
@@ -152,12 +153,12 @@ func BenchmarkStartupRecovery(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		db, err := mailbox.Open(ctx, path, mailbox.Options{})
+		db, err := mailbox.Open(ctx, path, store.Options{}, mailbox.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := &daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), mail: db, tasks: openTaskBoard(db, nil)}
-		d.journal = db.NewJournal(mailbox.JournalOptions{})
+		d := &daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), mail: db, tasks: openTaskBoard(db.Store(), nil)}
+		d.journal = db.Store().NewJournal(store.JournalOptions{})
 		d.journal.Start()
 		b.StartTimer()
 		if err := d.recover(ctx); err != nil {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/swarmd/swarmd/internal/config"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -30,7 +30,7 @@ type reviewSetting struct {
 }
 
 // recordReviewers writes cfg's reviewers as settingReviewers.
-func recordReviewers(ctx context.Context, db *mailbox.DB, cfg *config.Config) error {
+func recordReviewers(ctx context.Context, db *store.DB, cfg *config.Config) error {
 	m := make(map[string]reviewSetting, len(cfg.Agents))
 	for _, a := range cfg.Agents {
 		m[a.Name] = reviewSetting{Reviewer: a.Reviewer, MaxIterations: a.MaxIterations}
@@ -47,7 +47,7 @@ func recordReviewers(ctx context.Context, db *mailbox.DB, cfg *config.Config) er
 
 // recordedReviewerOf is what the daemon recorded about reviewing each
 // agent's tasks; an agent it recorded nothing for has no reviewer.
-func recordedReviewerOf(ctx context.Context, db *mailbox.DB) (func(agent string) (string, int), error) {
+func recordedReviewerOf(ctx context.Context, db *store.DB) (func(agent string) (string, int), error) {
 	v, ok, err := db.Setting(ctx, settingReviewers)
 	if err != nil {
 		return nil, fmt.Errorf("read the recorded reviewers: %w", err)
@@ -65,7 +65,7 @@ func recordedReviewerOf(ctx context.Context, db *mailbox.DB) (func(agent string)
 // task` process use it. Without a merge queue a DONE task that no reviewer
 // holds is CLOSED at once; with one, the queue closes it once merged.
 // reviewerOf may be nil (a process that claims for no configured agent).
-func openTaskBoard(db *mailbox.DB, reviewerOf func(agent string) (string, int)) *taskboard.Board {
+func openTaskBoard(db *store.DB, reviewerOf func(agent string) (string, int)) *taskboard.Board {
 	into, _, _ := db.Setting(context.Background(), settingMergeInto)
 	return taskboard.New(db, taskboard.Options{AutoClose: into == "", ReviewerOf: reviewerOf})
 }

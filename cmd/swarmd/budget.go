@@ -14,9 +14,9 @@ import (
 	"github.com/swarmd/swarmd/internal/budget"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // A budget's pause: by swarmd, with this reason. Only such a pause is
@@ -36,15 +36,15 @@ type budgetKeeper struct {
 
 	mu        sync.Mutex
 	ledger    *budget.Ledger
-	overrides map[string]mailbox.BudgetLimit // swarmd budget set, by scope
-	aborted   map[string]string              // agent -> the session cancelled for its budget
-	unpriced  map[string]bool                // models warned about
+	overrides map[string]store.BudgetLimit // swarmd budget set, by scope
+	aborted   map[string]string            // agent -> the session cancelled for its budget
+	unpriced  map[string]bool              // models warned about
 	timer     *time.Timer
 	closed    bool
 }
 
 func newBudgetKeeper(d *daemon) *budgetKeeper {
-	return &budgetKeeper{d: d, ledger: budget.New(), overrides: map[string]mailbox.BudgetLimit{},
+	return &budgetKeeper{d: d, ledger: budget.New(), overrides: map[string]store.BudgetLimit{},
 		aborted: map[string]string{}, unpriced: map[string]bool{}}
 }
 
@@ -67,16 +67,16 @@ func (k *budgetKeeper) limitOf(cfg *config.Config, scope string) budget.Limit {
 // so far, and sets every budget of cfg. It is called at start, before any
 // runner, and at a reload.
 func (k *budgetKeeper) load(ctx context.Context, cfg *config.Config, now time.Time) error {
-	overrides, err := k.d.mail.BudgetLimits(ctx)
+	overrides, err := k.d.db.BudgetLimits(ctx)
 	if err != nil {
 		return fmt.Errorf("budgets: %w", err)
 	}
-	spent := map[time.Duration]map[string]mailbox.Spend{}
-	spendIn := func(w time.Duration) (map[string]mailbox.Spend, error) {
+	spent := map[time.Duration]map[string]store.Spend{}
+	spendIn := func(w time.Duration) (map[string]store.Spend, error) {
 		if s, ok := spent[w]; ok {
 			return s, nil
 		}
-		s, err := k.d.mail.SpendSince(ctx, budget.WindowStart(now, w))
+		s, err := k.d.db.SpendSince(ctx, budget.WindowStart(now, w))
 		spent[w] = s
 		return s, err
 	}
@@ -113,7 +113,7 @@ func (k *budgetKeeper) load(ctx context.Context, cfg *config.Config, now time.Ti
 // pause whose budget allows again (the window rolled over while swarmd was
 // down, the file raised it) is lifted.
 func (k *budgetKeeper) reconcile(ctx context.Context, cfg *config.Config, now time.Time) error {
-	pauses, err := k.d.mail.Pauses(ctx)
+	pauses, err := k.d.db.Pauses(ctx)
 	if err != nil {
 		return fmt.Errorf("budgets: %w", err)
 	}
@@ -122,13 +122,13 @@ func (k *budgetKeeper) reconcile(ctx context.Context, cfg *config.Config, now ti
 		k.mu.Lock()
 		st, spent := k.ledger.Exhausted(a.Name, now)
 		k.mu.Unlock()
-		e := mailbox.EventRecord{At: now, Agent: a.Name, From: "Initializing", To: "Initializing", Actor: actorSwarmd}
+		e := store.EventRecord{At: now, Agent: a.Name, From: "Initializing", To: "Initializing", Actor: actorSwarmd}
 		switch {
 		case spent && !paused:
-			e.Event, e.Reason = mailbox.EventPaused, exhaustedDetail(st, a.Name)
-			err = k.d.journal.SetPause(ctx, mailbox.PauseRecord{Agent: a.Name, Actor: actorSwarmd, Reason: reasonBudget, Since: now}, e)
+			e.Event, e.Reason = store.EventPaused, exhaustedDetail(st, a.Name)
+			err = k.d.journal.SetPause(ctx, store.PauseRecord{Agent: a.Name, Actor: actorSwarmd, Reason: reasonBudget, Since: now}, e)
 		case !spent && paused && ourPause(p.Actor, p.Reason):
-			e.Event, e.Reason = mailbox.EventResumed, "its budget allows again (the window rolled over, or the limit was raised)"
+			e.Event, e.Reason = store.EventResumed, "its budget allows again (the window rolled over, or the limit was raised)"
 			_, _, err = k.d.journal.ClearPause(ctx, a.Name, e)
 		}
 		if err != nil {
@@ -260,11 +260,11 @@ func (k *budgetKeeper) act(cs []budget.Crossing, st budget.Status, spent bool) {
 // announce writes an event per mark reached.
 func (k *budgetKeeper) announce(cs []budget.Crossing) {
 	for _, c := range cs {
-		ev, what := mailbox.EventBudgetWarning, "budget "+c.Level.String()+" spent: "
+		ev, what := store.EventBudgetWarning, "budget "+c.Level.String()+" spent: "
 		if c.Level == budget.Exhausted {
-			ev, what = mailbox.EventBudgetExhausted, "budget_exhausted: "
+			ev, what = store.EventBudgetExhausted, "budget_exhausted: "
 		}
-		e := mailbox.EventRecord{At: time.Now(), Agent: c.Scope, Event: ev, Actor: actorSwarmd, Reason: what + spentText(c.Status)}
+		e := store.EventRecord{At: time.Now(), Agent: c.Scope, Event: ev, Actor: actorSwarmd, Reason: what + spentText(c.Status)}
 		if r, err := k.d.reg.Runner(c.Scope); err == nil {
 			e = stateEvent(r.Snapshot(), e.At, ev, actorSwarmd, e.Reason)
 		}
@@ -289,8 +289,8 @@ func (k *budgetKeeper) hold(name string, st budget.Status) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err := k.d.journal.SetPause(ctx, mailbox.PauseRecord{Agent: name, Actor: actorSwarmd, Reason: reasonBudget, Since: at},
-				stateEvent(r.Snapshot(), at, mailbox.EventPaused, actorSwarmd, detail))
+			err := k.d.journal.SetPause(ctx, store.PauseRecord{Agent: name, Actor: actorSwarmd, Reason: reasonBudget, Since: at},
+				stateEvent(r.Snapshot(), at, store.EventPaused, actorSwarmd, detail))
 			if err != nil {
 				k.d.log.Error("store a budget pause", zap.String("agent", name), zap.Error(err))
 			}
@@ -436,9 +436,9 @@ func (k *budgetKeeper) set(ctx context.Context, req control.BudgetSetRequest, ac
 		return fmt.Errorf("%w: budget set: %v is not an amount of US dollars, 0 or more", control.ErrConflict, req.USD)
 	}
 	now := time.Now()
-	e := mailbox.EventRecord{At: now, Agent: req.Scope, Event: mailbox.EventBudgetSet, Actor: actor}
+	e := store.EventRecord{At: now, Agent: req.Scope, Event: store.EventBudgetSet, Actor: actor}
 	if r, err := k.d.reg.Runner(req.Scope); err == nil {
-		e = stateEvent(r.Snapshot(), now, mailbox.EventBudgetSet, actor, "")
+		e = stateEvent(r.Snapshot(), now, store.EventBudgetSet, actor, "")
 	}
 	var err error
 	if req.Clear {
@@ -446,7 +446,7 @@ func (k *budgetKeeper) set(ctx context.Context, req control.BudgetSetRequest, ac
 		_, err = k.d.journal.ClearBudgetLimit(ctx, req.Scope, e)
 	} else {
 		e.Reason = "USD limit " + fmtUSD(req.USD) + " per window (0: none)"
-		err = k.d.journal.SetBudgetLimit(ctx, mailbox.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}, e)
+		err = k.d.journal.SetBudgetLimit(ctx, store.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}, e)
 	}
 	if err != nil {
 		return fmt.Errorf("budget set %s: %w", req.Scope, err)
@@ -455,7 +455,7 @@ func (k *budgetKeeper) set(ctx context.Context, req control.BudgetSetRequest, ac
 	if req.Clear {
 		delete(k.overrides, req.Scope)
 	} else {
-		k.overrides[req.Scope] = mailbox.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}
+		k.overrides[req.Scope] = store.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}
 	}
 	cs := k.ledger.SetLimit(req.Scope, k.limitOf(cfg, req.Scope), budget.Spend{}, now)
 	k.mu.Unlock()

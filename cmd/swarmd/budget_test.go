@@ -17,6 +17,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/provider"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // TestBudgetSpentAtStartAndSetByOperator: an agent whose budget its
@@ -32,14 +33,14 @@ func TestBudgetSpentAtStartAndSetByOperator(t *testing.T) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db, err := mailbox.Open(ctx, filepath.Join(stateDir, "swarm.db"), mailbox.Options{})
+	db, err := mailbox.Open(ctx, filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := db.NewJournal(mailbox.JournalOptions{})
+	j := db.Store().NewJournal(store.JournalOptions{})
 	now := time.Now()
-	j.SessionEnded(mailbox.SessionRecord{SessionID: "alice-1-000000000001", Agent: "alice", Seq: 1, Started: now.Add(-time.Second),
-		Ended: &now, Outcome: mailbox.OutcomeSuccess, CostUSD: 3, TokensIn: 10})
+	j.SessionEnded(store.SessionRecord{SessionID: "alice-1-000000000001", Agent: "alice", Seq: 1, Started: now.Add(-time.Second),
+		Ended: &now, Outcome: store.OutcomeSuccess, CostUSD: 3, TokensIn: 10})
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // caller is who runs a short-lived command that acts in swarm.db (`swarmd
@@ -58,16 +59,17 @@ func whoCalls(getenv func(string) string, cmd string) (caller, error) {
 
 // swarmDB is swarm.db as a short-lived command found it.
 type swarmDB struct {
-	*mailbox.DB
-	agents []string       // the known agent names; nil when nothing says
-	cfg    *config.Config // the config it was found through; nil inside a session
+	*store.DB
+	mail   mailbox.Options // the mail limits and recipients it was found with
+	agents []string        // the known agent names; nil when nothing says
+	cfg    *config.Config  // the config it was found through; nil inside a session
 }
 
 // openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session, else
 // the config at configPath. It never creates the file.
 func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cmd string) (*swarmDB, error) {
 	var out swarmDB
-	opts := mailbox.Options{NoCreate: true}
+	var opts mailbox.Options
 	path := getenv("SWARM_DB_PATH")
 	if path != "" {
 		if names := getenv("SWARM_AGENTS"); names != "" {
@@ -82,9 +84,9 @@ func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cm
 		opts.Agents = cfg.AgentNames()
 		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
 	}
-	db, err := mailbox.Open(ctx, path, opts)
+	db, err := store.Open(ctx, path, store.Options{NoCreate: true})
 	if err != nil {
-		if errors.Is(err, mailbox.ErrNoDatabase) {
+		if errors.Is(err, store.ErrNoDatabase) {
 			if getenv("SWARM_DB_PATH") != "" {
 				// Inside a session the daemon created it: it was deleted.
 				return nil, fmt.Errorf("%s: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", cmd, err)
@@ -93,7 +95,7 @@ func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cm
 		}
 		return nil, err
 	}
-	out.DB, out.agents = db, opts.Agents
+	out.DB, out.mail, out.agents = db, opts, opts.Agents
 	return &out, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/mockllm"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -69,12 +70,12 @@ agents:
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), mailbox.Options{})
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	b := openTaskBoard(db, nil)
+	b := openTaskBoard(db.Store(), nil)
 	ids := map[string]int64{}
 	for _, a := range []string{"cl", "cx", "gm"} {
 		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // newPauseCommands are `swarmd pause` and `swarmd resume`.
@@ -142,7 +142,7 @@ type auditJSON struct {
 // from swarm.db, so it works whether or not the daemon runs.
 func newAuditCommand(s streams) *cobra.Command {
 	o := &operateMain{s: s}
-	var q mailbox.ToolCallQuery
+	var q store.ToolCallQuery
 	var follow, jsonOut bool
 	cmd := &cobra.Command{
 		Use:   "audit",
@@ -183,7 +183,7 @@ shell command's non-zero exit; unfinished: the session ended during it) and a su
 
 // followAudit prints the calls q selects, then with follow the new ones as
 // they are recorded, until ctx ends.
-func followAudit(ctx context.Context, db *mailbox.DB, q mailbox.ToolCallQuery, follow bool, w auditWriter) error {
+func followAudit(ctx context.Context, db *store.DB, q store.ToolCallQuery, follow bool, w auditWriter) error {
 	for first := true; ; first = false {
 		cs, err := db.ToolCalls(context.WithoutCancel(ctx), q)
 		if err != nil {
@@ -226,7 +226,7 @@ func (a auditWriter) header() error {
 	return err
 }
 
-func (a auditWriter) call(c mailbox.ToolCallRecord) error {
+func (a auditWriter) call(c store.ToolCallRecord) error {
 	if a.json {
 		var dur *int64
 		if c.Ended {

@@ -32,6 +32,7 @@ import (
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
@@ -44,7 +45,8 @@ type daemon struct {
 	lock  *stateLock
 	sup   *proc.Supervisor
 	trees *worktree.Manager
-	mail  *mailbox.DB
+	db    *store.DB // swarm.db
+	mail  *mailbox.Mailbox
 	tasks *taskboard.Board
 	merge *merge.Queue // nil: no merge queue configured
 	// mergeChanged (capacity 1) wakes the merge feeder after a commit.
@@ -56,7 +58,7 @@ type daemon struct {
 	router       *router.Router
 	metrics      *metrics.Metrics
 	http         *httpServer
-	journal      *mailbox.Journal
+	journal      *store.Journal
 	control      *control.Server
 	dash         *dashboards // the read model of swarmd top and the web dashboard
 	observer     runner.Observer
@@ -126,7 +128,10 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
 		return nil, usagef("repo %s: %w", cfg.Repo, err)
 	}
-	if d.mail, err = mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
+	if d.db, err = store.Open(ctx, cfg.DBPath(), store.Options{}); err != nil {
+		return nil, err
+	}
+	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
 		return nil, err
 	}
 	// `swarmd mail` in a session reads no config: the limits it enforces
@@ -138,13 +143,13 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if cfg.Merge != nil {
 		into = cfg.Merge.Into
 	}
-	if err := d.mail.SetSetting(ctx, settingMergeInto, into); err != nil {
+	if err := d.db.SetSetting(ctx, settingMergeInto, into); err != nil {
 		return nil, err
 	}
-	if err := recordReviewers(ctx, d.mail, cfg); err != nil {
+	if err := recordReviewers(ctx, d.db, cfg); err != nil {
 		return nil, err
 	}
-	d.tasks = openTaskBoard(d.mail, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
+	d.tasks = openTaskBoard(d.db, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, usage(err)
 	}
@@ -160,7 +165,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		return nil, err
 	}
 	d.dash = newDashboards(d)
-	d.journal = d.mail.NewJournal(mailbox.JournalOptions{OnError: func(err error) {
+	d.journal = d.db.NewJournal(store.JournalOptions{OnError: func(err error) {
 		log.Error("event log write", zap.Error(err))
 	}, OnCommit: d.dash.notify})
 	d.journal.Start()
@@ -250,14 +255,14 @@ func (d *daemon) Run(ctx context.Context) error {
 // claimed by prompts whose sessions never started is pending again.
 func (d *daemon) recover(ctx context.Context) error {
 	now := time.Now()
-	orphans, err := d.mail.CloseOrphanSessions(ctx, now)
+	orphans, err := d.db.CloseOrphanSessions(ctx, now)
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
 	for _, o := range orphans {
 		d.log.Warn("session left open by an earlier daemon closed as orphaned",
 			zap.String("agent", o.Agent), zap.String("session", o.SessionID), zap.Uint32("seq", o.Seq))
-		d.journal.Event(mailbox.EventRecord{At: now, Agent: o.Agent, From: "Running", Event: "Recovery", To: "Initializing",
+		d.journal.Event(store.EventRecord{At: now, Agent: o.Agent, From: "Running", Event: "Recovery", To: "Initializing",
 			Actor: "daemon", Reason: "session " + o.SessionID + " orphaned by a daemon that died", SessionID: o.SessionID, Seq: o.Seq})
 	}
 	n, err := d.mail.ReleaseUnstartedClaims(ctx)
@@ -275,13 +280,13 @@ func (d *daemon) recover(ctx context.Context) error {
 	for _, t := range moved {
 		d.log.Warn("task requeued after a restart", zap.Int64("task", t.ID), zap.String("state", t.StateName))
 	}
-	recs, err := d.mail.Agents(ctx)
+	recs, err := d.db.Agents(ctx)
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
 	d.recovered = make(map[string]recovered, len(d.cfg.Agents))
 	for _, a := range d.cfg.Agents {
-		seq, err := d.mail.MaxSeq(ctx, a.Name)
+		seq, err := d.db.MaxSeq(ctx, a.Name)
 		if err != nil {
 			return fmt.Errorf("recovery: %w", err)
 		}
@@ -471,6 +476,9 @@ func (d *daemon) Close() error {
 	}
 	if d.mail != nil {
 		errs = append(errs, d.mail.Close())
+	}
+	if d.db != nil {
+		errs = append(errs, d.db.Close())
 	}
 	if d.sup != nil {
 		errs = append(errs, d.sup.Close())

@@ -14,6 +14,7 @@ import (
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/view"
 	"github.com/swarmd/swarmd/internal/web"
@@ -107,7 +108,7 @@ func (d *daemon) currentSeq(agentName string) (uint32, bool) {
 }
 
 func (d *daemon) sessions(ctx context.Context, agentName string, limit int) ([]view.Session, error) {
-	ss, err := d.mail.Sessions(ctx, agentName, limit)
+	ss, err := d.db.Sessions(ctx, agentName, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (s viewSource) Agents() []view.AgentState {
 }
 
 func (s viewSource) Events(ctx context.Context, after int64, limit int) ([]view.Event, error) {
-	evs, err := s.d.mail.Events(ctx, mailbox.EventQuery{AfterID: after, Limit: limit})
+	evs, err := s.d.db.Events(ctx, store.EventQuery{AfterID: after, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func (s viewSource) Events(ctx context.Context, after int64, limit int) ([]view.
 	return out, nil
 }
 
-func (s viewSource) LastEventID(ctx context.Context) (int64, error) { return s.d.mail.LastEventID(ctx) }
+func (s viewSource) LastEventID(ctx context.Context) (int64, error) { return s.d.db.LastEventID(ctx) }
 
 func (s viewSource) Tasks(ctx context.Context) ([]view.Task, error) {
 	ts, err := s.d.tasks.List(ctx, taskboard.Filter{})
@@ -180,7 +181,7 @@ func viewTask(t taskboard.Task) view.Task {
 }
 
 func (s viewSource) Spend(ctx context.Context) (map[string]view.Spend, error) {
-	sp, err := s.d.mail.Spend(ctx)
+	sp, err := s.d.db.Spend(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +287,7 @@ func viewErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ve *mailbox.ValidationError
+	var ve *store.ValidationError
 	for _, m := range []struct{ from, to error }{
 		{control.ErrUnknownAgent, view.ErrNotFound},
 		{control.ErrConflict, view.ErrConflict},

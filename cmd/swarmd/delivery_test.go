@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // TestMailDeliveryUnderInterruptsAndKills is the delivery contract under
@@ -66,7 +67,7 @@ agents:
 
 	d := startDaemon(t, cfg)
 	d.waitLine("alice Running", transitionTo("alice", "Running"))
-	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), mailbox.Options{Agents: agents})
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{Agents: agents})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ agents:
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		var pending int
-		if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM messages WHERE delivered_at IS NULL`).Scan(&pending); err != nil {
+		if err := db.Store().SQL().QueryRow(`SELECT COUNT(*) FROM messages WHERE delivered_at IS NULL`).Scan(&pending); err != nil {
 			t.Fatal(err)
 		}
 		if pending == 0 {
@@ -133,7 +134,7 @@ agents:
 		reshown += strings.Count(string(b), "Shown before, but ")
 	}
 	outcome := map[string]string{}
-	rows, err := db.SQL().Query(`SELECT session_id, outcome FROM sessions`)
+	rows, err := db.Store().SQL().Query(`SELECT session_id, outcome FROM sessions`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ agents:
 	rows.Close()
 	completedShowings := map[int64][]string{}
 	for sess, ids := range showings {
-		if outcome[sess] == mailbox.OutcomeSuccess {
+		if outcome[sess] == store.OutcomeSuccess {
 			for _, id := range ids {
 				completedShowings[id] = append(completedShowings[id], sess)
 			}
@@ -168,7 +169,7 @@ agents:
 		}
 		switch m.AckedBy {
 		case mailbox.AckSession:
-			if outcome[m.ClaimedSession] != mailbox.OutcomeSuccess {
+			if outcome[m.ClaimedSession] != store.OutcomeSuccess {
 				t.Errorf("message %d acknowledged by session %s, which ended %q", id, m.ClaimedSession, outcome[m.ClaimedSession])
 			}
 		case mailbox.AckRead:

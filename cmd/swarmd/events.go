@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // eventsPoll is how often `swarmd events -f` looks for new events.
@@ -37,7 +37,7 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
   swarmd events -f --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := mailbox.EventQuery{Agent: agentName}
+			q := store.EventQuery{Agent: agentName}
 			if taskArg != "" {
 				id, err := parseTaskID("events: --task", taskArg)
 				if err != nil {
@@ -51,7 +51,7 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
 			}
 			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			db, err := mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{NoCreate: true})
+			db, err := store.Open(ctx, cfg.DBPath(), store.Options{NoCreate: true})
 			if err != nil {
 				return usagef("events: %w (has swarmd run in this repo yet?)", err)
 			}
@@ -74,7 +74,7 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
 
 // printEvents prints the events q selects, and with follow the new ones
 // until ctx ends.
-func printEvents(ctx context.Context, s streams, db *mailbox.DB, q mailbox.EventQuery, follow, jsonOut bool) error {
+func printEvents(ctx context.Context, s streams, db *store.DB, q store.EventQuery, follow, jsonOut bool) error {
 	enc := json.NewEncoder(s.out)
 	for {
 		evs, err := db.Events(context.WithoutCancel(ctx), q)
@@ -103,7 +103,7 @@ func printEvents(ctx context.Context, s streams, db *mailbox.DB, q mailbox.Event
 }
 
 // eventLine renders one event for people.
-func eventLine(e mailbox.EventRecord) string {
+func eventLine(e store.EventRecord) string {
 	at := e.At.Local().Format(eventTimeLayout)
 	if e.TaskID != 0 {
 		return fmt.Sprintf("%s task %d: %s", at, e.TaskID, taskTransition(e.From, e.Event, e.To, e.Actor, e.Reason))
@@ -141,7 +141,7 @@ func taskTransition(from, reason, to, actor, why string) string {
 
 // controlEvent is the JSON shape of an event, the same from the CLI and the
 // control socket.
-func controlEvent(e mailbox.EventRecord) control.Event {
+func controlEvent(e store.EventRecord) control.Event {
 	return control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
 		Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, TaskID: e.TaskID}
 }

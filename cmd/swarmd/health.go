@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swarmd/swarmd/internal/agent"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // healthInterval is how often the daemon checks what it cannot be told:
@@ -52,8 +52,8 @@ func (h *healthMonitor) set(fault string, log *zap.Logger) {
 
 // check runs the checks once and returns the first fault, "" if none.
 func (d *daemon) checkHealth(ctx context.Context) string {
-	if err := d.mail.Check(); err != nil {
-		return fmt.Sprintf("%s was deleted or replaced under the running daemon: no session starts and nothing more is written; restart swarmd", d.mail.Path())
+	if err := d.db.Check(); err != nil {
+		return fmt.Sprintf("%s was deleted or replaced under the running daemon: no session starts and nothing more is written; restart swarmd", d.db.Path())
 	}
 	if _, err := d.mail.DataVersion(ctx); err != nil {
 		return "database: " + err.Error()
@@ -95,13 +95,13 @@ func (d *daemon) readiness() string {
 	if !d.ready.Load() {
 		return "agents not registered yet"
 	}
-	if err := d.mail.Check(); errors.Is(err, mailbox.ErrDatabaseGone) {
-		return d.mail.Path() + " was deleted or replaced under the running daemon"
+	if err := d.db.Check(); errors.Is(err, store.ErrDatabaseGone) {
+		return d.db.Path() + " was deleted or replaced under the running daemon"
 	}
 	if f := d.health.faultText(); f != "" {
 		return f
 	}
-	if n := d.journal.Backlog(); n >= mailbox.DefaultMaxQueued/10 {
+	if n := d.journal.Backlog(); n >= store.DefaultMaxQueued/10 {
 		return fmt.Sprintf("event log: %d records waiting to be written, %d dropped: swarm.db refuses writes", n, d.journal.Dropped())
 	}
 	if f := d.agentDiskFull(); f != "" {

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // onProgress is every runner's Config.OnProgress: a running session's
@@ -18,7 +18,7 @@ func (d *daemon) onProgress(rec runner.ProgressRecord) {
 
 // toolDenials writes a ToolDenied event for each session stopped for a
 // tool call its policy refuses, naming the call and the rule.
-type toolDenials struct{ j *mailbox.Journal }
+type toolDenials struct{ j *store.Journal }
 
 func (o toolDenials) OnSessionEnd(s runner.SessionRecord) {
 	d := s.Result.Denied
@@ -26,7 +26,7 @@ func (o toolDenials) OnSessionEnd(s runner.SessionRecord) {
 		return
 	}
 	st := agent.Running.String()
-	o.j.Event(mailbox.EventRecord{At: s.Result.Ended, Agent: s.Agent, From: st, Event: mailbox.EventToolDenied, To: st,
+	o.j.Event(store.EventRecord{At: s.Result.Ended, Agent: s.Agent, From: st, Event: store.EventToolDenied, To: st,
 		Actor: "runner", Reason: "tool " + d.String() + ": session stopped (permission_denied)", SessionID: s.SessionID, Seq: s.Seq})
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // operatorConfig is a repo whose alice runs Claude Code and bob a command.
@@ -226,18 +227,18 @@ func TestLogsFollowRendered(t *testing.T) {
 
 // recordSessions writes sessions to the repo's swarm.db through the journal,
 // as the daemon does.
-func recordSessions(t *testing.T, repo string, ss ...mailbox.SessionRecord) {
+func recordSessions(t *testing.T, repo string, ss ...store.SessionRecord) {
 	t.Helper()
 	ctx := context.Background()
 	if err := os.MkdirAll(filepath.Join(repo, ".swarm"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	db, err := mailbox.Open(ctx, filepath.Join(repo, ".swarm", "swarm.db"), mailbox.Options{})
+	db, err := mailbox.Open(ctx, filepath.Join(repo, ".swarm", "swarm.db"), store.Options{}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	j := db.NewJournal(mailbox.JournalOptions{})
+	j := db.Store().NewJournal(store.JournalOptions{})
 	j.Start()
 	for _, s := range ss {
 		if s.Ended == nil {
@@ -256,15 +257,15 @@ func sessionsFixture(t *testing.T, repo string) time.Time {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	end := func(d time.Duration) *time.Time { e := t0.Add(d); return &e }
 	recordSessions(t, repo,
-		mailbox.SessionRecord{SessionID: "alice-1", Agent: "alice", Seq: 1, Started: t0, Ended: end(90 * time.Second),
-			Duration: 90 * time.Second, Outcome: mailbox.OutcomeSuccess, TokensIn: 12000, TokensOut: 345, CostUSD: 0.0123,
+		store.SessionRecord{SessionID: "alice-1", Agent: "alice", Seq: 1, Started: t0, Ended: end(90 * time.Second),
+			Duration: 90 * time.Second, Outcome: store.OutcomeSuccess, TokensIn: 12000, TokensOut: 345, CostUSD: 0.0123,
 			ToolCalls: 4, Commits: 2, ResultText: "Committed the parser.\nAll tests pass."},
-		mailbox.SessionRecord{SessionID: "alice-2", Agent: "alice", Seq: 2, Started: t0.Add(2 * time.Minute), Ended: end(3 * time.Minute),
-			Duration: time.Minute, Outcome: mailbox.OutcomeInterrupted, AbortReason: "urgent_message", Signal: "SIGINT",
+		store.SessionRecord{SessionID: "alice-2", Agent: "alice", Seq: 2, Started: t0.Add(2 * time.Minute), Ended: end(3 * time.Minute),
+			Duration: time.Minute, Outcome: store.OutcomeInterrupted, AbortReason: "urgent_message", Signal: "SIGINT",
 			Reason: "killed by SIGINT (cancelled)", TokensIn: 100, CostUSD: 0.5},
-		mailbox.SessionRecord{SessionID: "bob-1", Agent: "bob", Seq: 1, Started: t0.Add(time.Minute), Ended: end(2 * time.Minute),
-			Duration: time.Minute, Outcome: mailbox.OutcomeError, ExitCode: 1, Reason: "exit status 1: \x1b[31mboom\x1b[0m\nsecond line " + strings.Repeat("x", 200)},
-		mailbox.SessionRecord{SessionID: "alice-3", Agent: "alice", Seq: 3, Started: time.Now().Add(-time.Minute)},
+		store.SessionRecord{SessionID: "bob-1", Agent: "bob", Seq: 1, Started: t0.Add(time.Minute), Ended: end(2 * time.Minute),
+			Duration: time.Minute, Outcome: store.OutcomeError, ExitCode: 1, Reason: "exit status 1: \x1b[31mboom\x1b[0m\nsecond line " + strings.Repeat("x", 200)},
+		store.SessionRecord{SessionID: "alice-3", Agent: "alice", Seq: 3, Started: time.Now().Add(-time.Minute)},
 	)
 	return t0
 }

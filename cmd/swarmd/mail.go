@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // mailMain is `swarmd mail …`: a short-lived process an agent runs inside its
@@ -92,12 +93,17 @@ func (m *mailMain) identity() (who string, inSession bool, err error) {
 }
 
 // open finds swarm.db: SWARM_DB_PATH inside a session, else the config.
-func (m *mailMain) open(ctx context.Context) (*mailbox.DB, error) {
+// The mailbox is closed before the database by done.
+func (m *mailMain) open(ctx context.Context) (mb *mailbox.Mailbox, done func(), err error) {
 	db, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "mail")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return db.DB, nil
+	if mb, err = mailbox.New(ctx, db.DB, db.mail); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return mb, func() { mb.Close(); db.Close() }, nil
 }
 
 // body takes BODY from args, or standard input for "-" or no argument.
@@ -119,11 +125,11 @@ func (m *mailMain) send(ctx context.Context, to string, all, urgent bool, subjec
 	if err != nil {
 		return err
 	}
-	db, err := m.open(ctx)
+	db, done, err := m.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer done()
 	from, _, err := m.identity()
 	if err != nil {
 		return err
@@ -150,11 +156,11 @@ func (m *mailMain) send(ctx context.Context, to string, all, urgent bool, subjec
 }
 
 func (m *mailMain) inbox(ctx context.Context, all bool) error {
-	db, err := m.open(ctx)
+	db, done, err := m.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer done()
 	who, _, err := m.identity()
 	if err != nil {
 		return err
@@ -187,11 +193,11 @@ func (m *mailMain) read(ctx context.Context, arg string) error {
 	if err != nil {
 		return err
 	}
-	db, err := m.open(ctx)
+	db, done, err := m.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer done()
 	who, inSession, err := m.identity()
 	if err != nil {
 		return err
@@ -228,11 +234,11 @@ func (m *mailMain) reply(ctx context.Context, arg string, urgent bool, rest []st
 	if err != nil {
 		return err
 	}
-	db, err := m.open(ctx)
+	db, done, err := m.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer done()
 	who, _, err := m.identity()
 	if err != nil {
 		return err
@@ -288,7 +294,7 @@ func parseID(s string) (int64, error) {
 // mailErr makes the caller's mistakes (unknown recipient, oversize body,
 // unknown id) usage errors, exit 2; anything else is a runtime failure.
 func mailErr(op string, err error) error {
-	var ve *mailbox.ValidationError
+	var ve *store.ValidationError
 	if errors.As(err, &ve) || errors.Is(err, mailbox.ErrNotFound) {
 		return usagef("mail %s: %w", op, err)
 	}

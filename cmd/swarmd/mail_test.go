@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // mailEnv is the environment a session gives `swarmd mail`.
@@ -29,7 +30,7 @@ func mailEnv(db, self string) []string {
 func newMailDB(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "swarm.db")
-	db, err := mailbox.Open(context.Background(), path, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
+	db, err := mailbox.Open(context.Background(), path, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func FuzzMailArgs(f *testing.F) {
 		f.Add(seed, "stdin body")
 	}
 	db := filepath.Join(f.TempDir(), "swarm.db")
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
+	m, err := mailbox.Open(context.Background(), db, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
 	if err != nil {
 		f.Fatal(err)
 	}

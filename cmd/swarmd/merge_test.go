@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 const mergeConfig = taskAgents + `
@@ -29,7 +29,7 @@ func mergeRepo(t *testing.T, body string) (cfg, db string) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{})
+	m, err := store.Open(context.Background(), db, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +90,9 @@ func TestMergeCLI(t *testing.T) {
 	}
 }
 
-func openDB(t *testing.T, path string) *mailbox.DB {
+func openDB(t *testing.T, path string) *store.DB {
 	t.Helper()
-	m, err := mailbox.Open(context.Background(), path, mailbox.Options{NoCreate: true})
+	m, err := store.Open(context.Background(), path, store.Options{NoCreate: true})
 	if err != nil {
 		t.Fatal(err)
 	}

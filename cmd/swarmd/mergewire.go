@@ -23,7 +23,7 @@ func (d *daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	q, err := merge.Open(ctx, merge.Options{
 		Repo: cfg.Repo, StateDir: cfg.StateDir, Into: cfg.Merge.Into, Gate: cfg.Merge.Gate,
 		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy,
-		DB: d.mail, Procs: d.sup, Logs: d.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
+		DB: d.db, Procs: d.sup, Logs: d.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
 		Log: d.log.Named("merge"),
 	})
 	if err != nil {

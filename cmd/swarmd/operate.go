@@ -14,7 +14,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // operateMain holds what the operator commands share: the config that names
@@ -184,7 +184,7 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 	}
 	db, err := openStateDB(ctx, cfg, "status")
 	var (
-		spend map[string]mailbox.Spend
+		spend map[string]store.Spend
 		dry   map[string]bool
 	)
 	if err == nil {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // freezeWait bounds how long `swarmd pause --now` waits for the runner to
@@ -55,8 +55,8 @@ func (d *daemon) pauseAgent(ctx context.Context, name, actor, reason string, now
 	if now {
 		why = joinReason(why, "--now: the running session is frozen")
 	}
-	err = d.journal.SetPause(ctx, mailbox.PauseRecord{Agent: name, Actor: actor, Reason: reason, Freeze: now, Since: since},
-		stateEvent(s, at, mailbox.EventPaused, actor, why))
+	err = d.journal.SetPause(ctx, store.PauseRecord{Agent: name, Actor: actor, Reason: reason, Freeze: now, Since: since},
+		stateEvent(s, at, store.EventPaused, actor, why))
 	if err != nil {
 		return control.PauseResult{}, fmt.Errorf("pause %s: %w", name, err)
 	}
@@ -95,7 +95,7 @@ func (d *daemon) resumeAgentFor(ctx context.Context, name, actor, why string) (c
 			why = fmt.Sprintf("paused %s by %s", at.Sub(s.PausedSince).Round(time.Second), s.PausedBy)
 		}
 	}
-	_, stored, err := d.journal.ClearPause(ctx, name, stateEvent(s, at, mailbox.EventResumed, actor, why))
+	_, stored, err := d.journal.ClearPause(ctx, name, stateEvent(s, at, store.EventResumed, actor, why))
 	if err != nil {
 		return control.ResumeResult{}, fmt.Errorf("resume %s: %w", name, err)
 	}
@@ -114,7 +114,7 @@ func (d *daemon) resumeAgentFor(ctx context.Context, name, actor, why string) (c
 func (d *daemon) restoredPause(name string) (*runner.Pause, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ps, err := d.mail.Pauses(ctx)
+	ps, err := d.db.Pauses(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the pause of %s: %w", name, err)
 	}
@@ -128,9 +128,9 @@ func (d *daemon) restoredPause(name string) (*runner.Pause, error) {
 
 // stateEvent is an event-log line about an agent that is not a transition:
 // from and to are the state it is in.
-func stateEvent(s runner.Snapshot, at time.Time, event, actor, reason string) mailbox.EventRecord {
+func stateEvent(s runner.Snapshot, at time.Time, event, actor, reason string) store.EventRecord {
 	st := s.State.Kind.String()
-	return mailbox.EventRecord{At: at, Agent: s.Agent, From: st, Event: event, To: st, Actor: actor, Reason: reason,
+	return store.EventRecord{At: at, Agent: s.Agent, From: st, Event: event, To: st, Actor: actor, Reason: reason,
 		SessionID: runningSession(s), Seq: s.Seq}
 }
 
@@ -171,16 +171,16 @@ func waitSnapshot(ctx context.Context, r *runner.Runner, cond func(runner.Snapsh
 
 // journalAudit writes every tool call of every session to swarm.db through
 // the batching journal (one enqueue on the session's output goroutine).
-type journalAudit struct{ j *mailbox.Journal }
+type journalAudit struct{ j *store.Journal }
 
 func (a journalAudit) ToolCall(r runner.ToolRecord) {
 	c := r.Call
-	rec := mailbox.ToolCallRecord{SessionID: r.SessionID, Agent: r.Agent, Seq: r.Seq, CallID: c.ID, Tool: c.Name,
-		Input: c.Input, Started: c.Start, Status: mailbox.ToolUnfinished}
+	rec := store.ToolCallRecord{SessionID: r.SessionID, Agent: r.Agent, Seq: r.Seq, CallID: c.ID, Tool: c.Name,
+		Input: c.Input, Started: c.Start, Status: store.ToolUnfinished}
 	if !c.End.IsZero() {
-		rec.Ended, rec.Duration, rec.Status = true, c.End.Sub(c.Start), mailbox.ToolOK
+		rec.Ended, rec.Duration, rec.Status = true, c.End.Sub(c.Start), store.ToolOK
 		if c.Failed {
-			rec.Status = mailbox.ToolError
+			rec.Status = store.ToolError
 		}
 	}
 	a.j.ToolCall(rec)

@@ -14,9 +14,9 @@ import (
 
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/config"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/provider"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // Event names of provider health in the event log: one per change of a
@@ -83,7 +83,7 @@ func providerKey(b config.Backend, a config.Agent, environ []string) string {
 // shared by the runners of its agents (runner.Gate).
 type providerGates struct {
 	log     *zap.Logger
-	journal *mailbox.Journal
+	journal *store.Journal
 
 	mu      sync.Mutex
 	backoff provider.Backoff
@@ -100,7 +100,7 @@ type liveSeen struct {
 	err     string
 }
 
-func newProviderGates(cfg *config.Config, j *mailbox.Journal, log *zap.Logger) *providerGates {
+func newProviderGates(cfg *config.Config, j *store.Journal, log *zap.Logger) *providerGates {
 	return &providerGates{log: log, journal: j, byKey: map[string]*providerGate{}, byAgent: map[string]*providerGate{},
 		last: map[string]liveSeen{}, backoff: provider.Backoff{Base: cfg.Providers.Backoff, Max: cfg.Providers.MaxBackoff}}
 }
@@ -225,7 +225,7 @@ func (pg *providerGate) emit(c *provider.Change) {
 	reason := providerReason(c, agents)
 	pg.g.log.Info("provider "+c.To.String(), zap.String("provider", pg.key), zap.String("from", c.From.String()),
 		zap.String("reason", reason), zap.Strings("agents", agents))
-	pg.g.journal.Event(mailbox.EventRecord{At: time.Now(), Agent: pg.key, From: c.From.String(), Event: providerEvents[c.To],
+	pg.g.journal.Event(store.EventRecord{At: time.Now(), Agent: pg.key, From: c.From.String(), Event: providerEvents[c.To],
 		To: c.To.String(), Actor: "swarmd", Reason: reason})
 }
 

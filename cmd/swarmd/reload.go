@@ -48,7 +48,7 @@ func (d *daemon) reload(path string) error {
 			return err
 		}
 	}
-	if err := recordReviewers(context.Background(), d.mail, cfg); err != nil {
+	if err := recordReviewers(context.Background(), d.db, cfg); err != nil {
 		return err
 	}
 	d.cfgMu.Lock()
@@ -146,7 +146,7 @@ func (d *daemon) nextSeq(name string) (uint32, error) {
 	if err := d.journal.Flush(ctx); err != nil {
 		return 0, fmt.Errorf("session seq of %s: %w", name, err)
 	}
-	seq, err := d.mail.MaxSeq(ctx, name)
+	seq, err := d.db.MaxSeq(ctx, name)
 	if err != nil {
 		return 0, fmt.Errorf("session seq of %s: %w", name, err)
 	}

@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/config"
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // openStateDB opens swarm.db to read it, whether or not the daemon runs; it
 // never creates one.
-func openStateDB(ctx context.Context, cfg *config.Config, what string) (*mailbox.DB, error) {
-	db, err := mailbox.Open(ctx, cfg.DBPath(), mailbox.Options{NoCreate: true})
+func openStateDB(ctx context.Context, cfg *config.Config, what string) (*store.DB, error) {
+	db, err := store.Open(ctx, cfg.DBPath(), store.Options{NoCreate: true})
 	if err != nil {
 		return nil, usagef("%s: %w (has swarmd run in this repo yet?)", what, err)
 	}
@@ -98,7 +98,7 @@ daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not
 	return cmd
 }
 
-func writeSessionsJSON(w io.Writer, ss []mailbox.SessionRecord) error {
+func writeSessionsJSON(w io.Writer, ss []store.SessionRecord) error {
 	enc := json.NewEncoder(w)
 	for _, r := range ss {
 		if err := enc.Encode(sessionJSON{
@@ -114,7 +114,7 @@ func writeSessionsJSON(w io.Writer, ss []mailbox.SessionRecord) error {
 }
 
 // writeSessions renders the sessions table, one bounded line per session.
-func writeSessions(w io.Writer, ss []mailbox.SessionRecord, now time.Time) error {
+func writeSessions(w io.Writer, ss []store.SessionRecord, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tSEQ\tSTARTED\tDURATION\tOUTCOME\tABORT\tTOKENS\tCOST\tCOMMITS\tRESULT")
 	for _, r := range ss {
@@ -123,7 +123,7 @@ func writeSessions(w io.Writer, ss []mailbox.SessionRecord, now time.Time) error
 			outcome, dur = "running", fmtDuration(now.Sub(r.Started))
 		}
 		result := r.ResultText
-		if outcome != mailbox.OutcomeSuccess && r.Reason != "" {
+		if outcome != store.OutcomeSuccess && r.Reason != "" {
 			result = r.Reason
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Agent, r.Seq,

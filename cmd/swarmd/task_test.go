@@ -21,6 +21,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -49,7 +50,7 @@ func taskRepo(t *testing.T) (cfg, db string) {
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
+	m, err := mailbox.Open(context.Background(), db, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,24 +94,24 @@ func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{NoCreate: true})
+	m, err := mailbox.Open(context.Background(), db, store.Options{NoCreate: true}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := recordReviewers(context.Background(), m, c); err != nil {
+	if err := recordReviewers(context.Background(), m.Store(), c); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func taskBoard(t *testing.T, db string) *taskboard.Board {
 	t.Helper()
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{NoCreate: true})
+	m, err := mailbox.Open(context.Background(), db, store.Options{NoCreate: true}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return openTaskBoard(m, nil)
+	return openTaskBoard(m.Store(), nil)
 }
 
 func wantTask(t *testing.T, b *taskboard.Board, id int64, state string) taskboard.Task {
@@ -501,7 +502,7 @@ agents:
 	if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{})
+	m, err := mailbox.Open(context.Background(), db, store.Options{}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,7 +676,7 @@ func FuzzTaskArgs(f *testing.F) {
 		f.Add(seed, "", true)
 	}
 	db := filepath.Join(f.TempDir(), "swarm.db")
-	m, err := mailbox.Open(context.Background(), db, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
+	m, err := mailbox.Open(context.Background(), db, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -22,14 +23,14 @@ func sessionLogs(t *testing.T, stateDir, agent string) int {
 	return len(logs)
 }
 
-func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.DB) {
+func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.Mailbox) {
 	t.Helper()
-	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), mailbox.Options{NoCreate: true})
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{NoCreate: true}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return openTaskBoard(db, nil), db
+	return openTaskBoard(db.Store(), nil), db
 }
 
 // waitTask polls the board until task id is in state want.

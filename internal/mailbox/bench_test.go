@@ -4,12 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 var benchBody = strings.Repeat("status: tests pass on my branch, please merge. ", 5) // ~240 bytes
@@ -35,24 +36,10 @@ func BenchmarkRawInsert(b *testing.B) {
 	ctx := context.Background()
 	const q = `INSERT INTO messages (thread_id, sender, recipient, subject, body, urgency, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`
-	open := func(b *testing.B) *sql.DB {
-		raw, err := sql.Open("sqlite", dsn(filepath.Join(b.TempDir(), "raw.db"), true))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { raw.Close() })
-		raw.SetMaxOpenConns(1)
-		schema, err := migrationFS.ReadFile("migrations/0001_messages.sql")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := raw.ExecContext(ctx, string(schema)); err != nil {
-			b.Fatal(err)
-		}
-		return raw
-	}
+	// The store's own write pool: the same DSN, pragmas and schema.
+	open := func(b *testing.B) *sql.DB { return openTest(b, "", Options{}).Store().SQL() }
 	args := func(i int) []any {
-		return []any{i, "alice", "bob", "status", benchBody, "normal", time.Now().UTC().Format(timeLayout)}
+		return []any{i, "alice", "bob", "status", benchBody, "normal", time.Now().UTC().Format(store.TimeLayout)}
 	}
 	b.Run("plain", func(b *testing.B) {
 		raw := open(b)
@@ -90,7 +77,7 @@ func BenchmarkConsumeForPrompt(b *testing.B) {
 		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
 			db := openTest(b, "", Options{Agents: testAgents})
 			fill := func(n int) {
-				tx, err := db.SQL().BeginTx(ctx, nil)
+				tx, err := db.Store().SQL().BeginTx(ctx, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -149,7 +136,7 @@ func BenchmarkSendParallel(b *testing.B) {
 	for _, conns := range []int{1, 4} {
 		b.Run(fmt.Sprintf("writeConns=%d", conns), func(b *testing.B) {
 			db := openTest(b, "", Options{Agents: testAgents})
-			db.write.SetMaxOpenConns(conns)
+			db.Store().SQL().SetMaxOpenConns(conns)
 			var mu sync.Mutex
 			var lat []time.Duration
 			b.SetParallelism(4)

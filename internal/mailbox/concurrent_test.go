@@ -8,10 +8,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // TestConsumeExactlyOnce is the daemon and many `swarmd mail` processes at
-// once: 8 senders and 2 consumers, each with its own *DB (its own
+// once: 8 senders and 2 consumers, each with its own *Mailbox (its own
 // connections, as a separate process has), on one file. Both consumers
 // consume both recipients, so they race for the same rows; each consumer's
 // session completes at once (Ack). Two consumers may both be shown a message
@@ -49,7 +51,7 @@ func TestConsumeExactlyOnce(t *testing.T) {
 	var sendWG, consumeWG sync.WaitGroup
 	for g := range senders {
 		sendWG.Go(func() {
-			db, err := Open(ctx, path, Options{Agents: agents})
+			db, err := Open(ctx, path, store.Options{}, Options{Agents: agents})
 			if err != nil {
 				fail(err)
 				return
@@ -72,7 +74,7 @@ func TestConsumeExactlyOnce(t *testing.T) {
 	}
 	for c := range consumers {
 		consumeWG.Go(func() {
-			db, err := Open(ctx, path, Options{Agents: agents})
+			db, err := Open(ctx, path, store.Options{}, Options{Agents: agents})
 			if err != nil {
 				fail(err)
 				return
@@ -112,7 +114,7 @@ func TestConsumeExactlyOnce(t *testing.T) {
 						continue
 					}
 					now := time.Now()
-					n, err := db.Ack(ctx, SessionRecord{SessionID: session, Agent: r, Seq: 1, Started: now, Ended: &now})
+					n, err := db.Ack(ctx, store.SessionRecord{SessionID: session, Agent: r, Seq: 1, Started: now, Ended: &now})
 					if err != nil {
 						fail(err)
 						return
@@ -182,7 +184,7 @@ func TestConsumeExactlyOnce(t *testing.T) {
 	if n := countRows(t, db, "delivered_at IS NULL"); n != 0 {
 		t.Fatalf("%d messages still pending", n)
 	}
-	rows, err := db.SQL().Query(`SELECT id, claimed_session FROM messages`)
+	rows, err := db.Store().SQL().Query(`SELECT id, claimed_session FROM messages`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // TestDeletedDatabaseIsNeverWritten: once swarm.db is deleted or replaced
-// under an open DB, every write refuses with ErrDatabaseGone instead of
+// under an open DB, every write refuses with store.ErrDatabaseGone instead of
 // going into the unlinked file, and the condition latches.
 func TestDeletedDatabaseIsNeverWritten(t *testing.T) {
 	for _, how := range []string{"deleted", "replaced"} {
@@ -31,27 +33,27 @@ func TestDeletedDatabaseIsNeverWritten(t *testing.T) {
 			if how == "replaced" {
 				openTest(t, path, Options{})
 			}
-			if err := db.Check(); !errors.Is(err, ErrDatabaseGone) {
-				t.Fatalf("Check = %v, want ErrDatabaseGone", err)
+			if err := db.Check(); !errors.Is(err, store.ErrDatabaseGone) {
+				t.Fatalf("Check = %v, want store.ErrDatabaseGone", err)
 			}
 			_, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: "after"})
-			if !errors.Is(err, ErrDatabaseGone) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), path) {
+			if !errors.Is(err, store.ErrDatabaseGone) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), path) {
 				t.Fatalf("Send after the file went = %v", err)
 			}
-			if _, err := db.ConsumeForPrompt(ctx, "bob", "s"); !errors.Is(err, ErrDatabaseGone) {
+			if _, err := db.ConsumeForPrompt(ctx, "bob", "s"); !errors.Is(err, store.ErrDatabaseGone) {
 				t.Fatalf("ConsumeForPrompt = %v", err)
 			}
 			now := time.Now()
-			if _, err := db.Ack(ctx, SessionRecord{SessionID: "s", Agent: "bob", Started: now, Ended: &now}); !errors.Is(err, ErrDatabaseGone) {
+			if _, err := db.Ack(ctx, store.SessionRecord{SessionID: "s", Agent: "bob", Started: now, Ended: &now}); !errors.Is(err, store.ErrDatabaseGone) {
 				t.Fatalf("Ack = %v", err)
 			}
-			j := db.NewJournal(JournalOptions{FlushInterval: never})
+			j := db.Store().NewJournal(store.JournalOptions{FlushInterval: never})
 			j.Start()
-			j.Event(EventRecord{At: now, Agent: "bob", Event: "x"})
-			if err := j.Flush(ctx); !errors.Is(err, ErrDatabaseGone) {
+			j.Event(store.EventRecord{At: now, Agent: "bob", Event: "x"})
+			if err := j.Flush(ctx); !errors.Is(err, store.ErrDatabaseGone) {
 				t.Fatalf("journal flush = %v", err)
 			}
-			if err := j.Close(); !errors.Is(err, ErrDatabaseGone) {
+			if err := j.Close(); !errors.Is(err, store.ErrDatabaseGone) {
 				t.Fatalf("journal close = %v, want the record reported unwritten", err)
 			}
 			if how == "replaced" {

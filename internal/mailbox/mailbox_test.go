@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,12 +26,18 @@ func fakeClock() func() time.Time {
 	return func() time.Time { t = t.Add(time.Second); return t }
 }
 
-func openTest(t testing.TB, path string, opts Options) *DB {
+// openTest opens the mailbox of a store at path (a fresh file when "") and
+// closes both when the test ends. A clock, if given, is the store's.
+func openTest(t testing.TB, path string, opts Options, now ...func() time.Time) *Mailbox {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "swarm.db")
 	}
-	db, err := Open(context.Background(), path, opts)
+	var sopts store.Options
+	if len(now) > 0 {
+		sopts.Now = now[0]
+	}
+	db, err := Open(context.Background(), path, sopts, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -41,10 +49,10 @@ func openTest(t testing.TB, path string, opts Options) *DB {
 	return db
 }
 
-func countRows(t *testing.T, db *DB, where string) int {
+func countRows(t *testing.T, db *Mailbox, where string) int {
 	t.Helper()
 	var n int
-	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM messages WHERE ` + where).Scan(&n); err != nil {
+	if err := db.Store().SQL().QueryRow(`SELECT COUNT(*) FROM messages WHERE ` + where).Scan(&n); err != nil {
 		t.Fatalf("count: %v", err)
 	}
 	return n
@@ -60,7 +68,7 @@ func ids(ms []Message) []int64 {
 
 func TestSendAndGet(t *testing.T) {
 	ctx := context.Background()
-	db := openTest(t, "", Options{Agents: testAgents, Now: fakeClock()})
+	db := openTest(t, "", Options{Agents: testAgents}, fakeClock())
 
 	m, err := db.Send(ctx, Draft{From: "alice", To: "bob", Subject: "build", Body: "it is red", Urgent: true})
 	if err != nil {
@@ -229,7 +237,7 @@ func TestInboxMarksNothing(t *testing.T) {
 		t.Fatalf("pending inbox after consume = %v, %v", ids(in), err)
 	}
 	now := time.Now()
-	if n, err := db.Ack(ctx, SessionRecord{SessionID: "s1", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil || n != 2 {
+	if n, err := db.Ack(ctx, store.SessionRecord{SessionID: "s1", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil || n != 2 {
 		t.Fatalf("Ack = %d, %v; want 2", n, err)
 	}
 	if in, err = db.Inbox(ctx, "bob", false); err != nil || len(in) != 0 {
@@ -251,7 +259,7 @@ func TestValidation(t *testing.T) {
 
 	cases := []struct {
 		name     string
-		db       *DB
+		db       *Mailbox
 		d        Draft
 		sentinel error
 		msg      string
@@ -266,8 +274,8 @@ func TestValidation(t *testing.T) {
 		{"no recipient", db, Draft{From: "alice", Body: "x"}, ErrUnknownRecipient, ""},
 		{"self", db, Draft{From: "alice", To: "alice", Body: "x"}, ErrSelfSend, "mailbox: send: alice cannot send a message to itself"},
 		{"operator self", db, Draft{From: Operator, To: Operator, Body: "x"}, ErrSelfSend, ""},
-		{"empty sender", db, Draft{To: "bob", Body: "x"}, ErrInvalidName, ""},
-		{"invalid sender", db, Draft{From: "Bob; DROP", To: "bob", Body: "x"}, ErrInvalidName, ""},
+		{"empty sender", db, Draft{To: "bob", Body: "x"}, store.ErrInvalidName, ""},
+		{"invalid sender", db, Draft{From: "Bob; DROP", To: "bob", Body: "x"}, store.ErrInvalidName, ""},
 		{"invalid recipient, no agent list", loose, Draft{From: "alice", To: "../etc", Body: "x"}, ErrUnknownRecipient, ""},
 	}
 	for _, c := range cases {
@@ -276,7 +284,7 @@ func TestValidation(t *testing.T) {
 			if !errors.Is(err, c.sentinel) {
 				t.Fatalf("err = %v, want %v", err, c.sentinel)
 			}
-			var ve *ValidationError
+			var ve *store.ValidationError
 			if !errors.As(err, &ve) {
 				t.Fatalf("err %v is not a *ValidationError", err)
 			}
@@ -306,7 +314,7 @@ func TestValidation(t *testing.T) {
 
 func TestConsumeUrgentFirst(t *testing.T) {
 	ctx := context.Background()
-	db := openTest(t, "", Options{Agents: testAgents, Now: fakeClock()})
+	db := openTest(t, "", Options{Agents: testAgents}, fakeClock())
 	send := func(to string, urgent bool) Message {
 		m, err := db.Send(ctx, Draft{From: "carol", To: to, Body: "b", Urgent: urgent})
 		if err != nil {
@@ -342,10 +350,10 @@ func TestConsumeUrgentFirst(t *testing.T) {
 	}
 	// A late ack of the first session acknowledges nothing it no longer holds.
 	now := time.Now()
-	if n, err := db.Ack(ctx, SessionRecord{SessionID: "sess-1", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil || n != 0 {
+	if n, err := db.Ack(ctx, store.SessionRecord{SessionID: "sess-1", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil || n != 0 {
 		t.Fatalf("Ack(sess-1) = %d, %v; want 0", n, err)
 	}
-	if n, err := db.Ack(ctx, SessionRecord{SessionID: "sess-2", Agent: "bob", Seq: 2, Started: now, Ended: &now}); err != nil || n != 4 {
+	if n, err := db.Ack(ctx, store.SessionRecord{SessionID: "sess-2", Agent: "bob", Seq: 2, Started: now, Ended: &now}); err != nil || n != 4 {
 		t.Fatalf("Ack(sess-2) = %d, %v; want 4", n, err)
 	}
 	stored, _ := db.Get(ctx, n1.ID)
@@ -358,7 +366,7 @@ func TestConsumeUrgentFirst(t *testing.T) {
 	if o, _ := db.Get(ctx, other.ID); o.DeliveredAt != nil {
 		t.Fatal("consuming bob's mail delivered alice's")
 	}
-	if _, err := db.ConsumeForPrompt(ctx, "bob", ""); !errors.Is(err, ErrInvalidName) {
+	if _, err := db.ConsumeForPrompt(ctx, "bob", ""); !errors.Is(err, store.ErrInvalidName) {
 		t.Fatalf("consume without a session = %v", err)
 	}
 }
@@ -395,7 +403,7 @@ func TestUnconsume(t *testing.T) {
 		t.Fatalf("second Unconsume = %d, %v", n, err)
 	}
 	now := time.Now()
-	if _, err := db.Ack(ctx, SessionRecord{SessionID: "started", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil {
+	if _, err := db.Ack(ctx, store.SessionRecord{SessionID: "started", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil {
 		t.Fatal(err)
 	}
 	if n := countRows(t, db, "claimed_session = 'started' AND delivered_at IS NOT NULL"); n != 3 {
@@ -441,7 +449,7 @@ func TestPendingUrgentAndCounts(t *testing.T) {
 		t.Fatalf("PendingCounts after consume = %v", counts)
 	}
 	now := time.Now()
-	if _, err := db.Ack(ctx, SessionRecord{SessionID: "s", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil {
+	if _, err := db.Ack(ctx, store.SessionRecord{SessionID: "s", Agent: "bob", Seq: 1, Started: now, Ended: &now}); err != nil {
 		t.Fatal(err)
 	}
 	if counts, _ := db.PendingCounts(ctx); counts["bob"] != 0 || counts["alice"] != 2 {
@@ -488,25 +496,25 @@ func TestStorageErrors(t *testing.T) {
 		db := openTest(t, "", Options{Agents: testAgents})
 		// max_page_count is per connection; SQL() is the single write connection.
 		// Capping it at the current size is a full disk as far as SQLite can tell.
-		if _, err := db.SQL().Exec(`PRAGMA max_page_count = 1`); err != nil {
+		if _, err := db.Store().SQL().Exec(`PRAGMA max_page_count = 1`); err != nil {
 			t.Fatal(err)
 		}
 		big := strings.Repeat("x", 60000)
 		_, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: big})
-		if !errors.Is(err, ErrDiskFull) || !strings.HasPrefix(err.Error(), "mailbox: send: ") || !strings.Contains(err.Error(), db.Path()) {
+		if !errors.Is(err, store.ErrDiskFull) || !strings.HasPrefix(err.Error(), "mailbox: send: ") || !strings.Contains(err.Error(), db.Store().Path()) {
 			t.Fatalf("send on a full disk = %v", err)
 		}
 		// All or nothing: a broadcast that runs out of space half-way stores nothing.
-		if _, err := db.SQL().Exec(`PRAGMA max_page_count = 2147483646`); err != nil {
+		if _, err := db.Store().SQL().Exec(`PRAGMA max_page_count = 2147483646`); err != nil {
 			t.Fatal(err)
 		}
 		var pages int
-		db.SQL().QueryRow(`PRAGMA page_count`).Scan(&pages)
+		db.Store().SQL().QueryRow(`PRAGMA page_count`).Scan(&pages)
 		// Room for about one copy of a ~45 KB body (12 pages of 4 KiB), not two.
-		if _, err := db.SQL().Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+14)); err != nil {
+		if _, err := db.Store().SQL().Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+14)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Broadcast(ctx, Draft{From: "alice", Body: strings.Repeat("y", 45000)}); !errors.Is(err, ErrDiskFull) {
+		if _, err := db.Broadcast(ctx, Draft{From: "alice", Body: strings.Repeat("y", 45000)}); !errors.Is(err, store.ErrDiskFull) {
 			t.Fatalf("broadcast on a nearly full disk = %v", err)
 		}
 		if n := countRows(t, db, "1"); n != 0 {
@@ -521,14 +529,14 @@ func TestStorageErrors(t *testing.T) {
 		if _, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: "for the consume below"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.SQL().Exec(`PRAGMA query_only = 1`); err != nil {
+		if _, err := db.Store().SQL().Exec(`PRAGMA query_only = 1`); err != nil {
 			t.Fatal(err)
 		}
 		_, err := db.Send(ctx, Draft{From: "alice", To: "bob", Body: "x"})
-		if !errors.Is(err, ErrReadOnly) || !strings.HasPrefix(err.Error(), "mailbox: send: ") {
+		if !errors.Is(err, store.ErrReadOnly) || !strings.HasPrefix(err.Error(), "mailbox: send: ") {
 			t.Fatalf("send to a read-only database = %v", err)
 		}
-		if _, err := db.ConsumeForPrompt(ctx, "bob", "s"); !errors.Is(err, ErrReadOnly) {
+		if _, err := db.ConsumeForPrompt(ctx, "bob", "s"); !errors.Is(err, store.ErrReadOnly) {
 			t.Fatalf("consume on a read-only database = %v", err)
 		}
 	})
@@ -554,20 +562,24 @@ func TestOpenPaths(t *testing.T) {
 
 	t.Run("no create", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "swarm.db")
-		_, err := Open(ctx, path, Options{NoCreate: true})
-		if !errors.Is(err, ErrNoDatabase) || !strings.Contains(err.Error(), path) {
+		_, err := Open(ctx, path, store.Options{NoCreate: true}, Options{})
+		if !errors.Is(err, store.ErrNoDatabase) || !strings.Contains(err.Error(), path) {
 			t.Fatalf("Open(NoCreate) of a missing file = %v", err)
 		}
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("NoCreate created the file: %v", err)
 		}
 		openTest(t, path, Options{}).Close()
-		openTest(t, path, Options{NoCreate: true})
+		db, err := Open(ctx, path, store.Options{NoCreate: true}, Options{})
+		if err != nil {
+			t.Fatalf("Open(NoCreate) of an existing file = %v", err)
+		}
+		db.Close()
 	})
 
 	t.Run("invalid agent", func(t *testing.T) {
-		_, err := Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), Options{Agents: []string{"alice", "Bob"}})
-		if !errors.Is(err, ErrInvalidName) {
+		_, err := Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, Options{Agents: []string{"alice", "Bob"}})
+		if !errors.Is(err, store.ErrInvalidName) {
 			t.Fatalf("Open with agent Bob = %v", err)
 		}
 	})
@@ -584,7 +596,7 @@ func TestQueryPlans(t *testing.T) {
 		`SELECT recipient, COUNT(*) FROM messages WHERE delivered_at IS NULL GROUP BY recipient`:           "messages_pending",
 		`UPDATE messages SET delivered_at = NULL, claimed_session = NULL WHERE claimed_session = 's'`:      "messages_claimed",
 	} {
-		rows, err := db.SQL().Query(`EXPLAIN QUERY PLAN ` + q)
+		rows, err := db.Store().SQL().Query(`EXPLAIN QUERY PLAN ` + q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -623,4 +635,62 @@ func TestNewSince(t *testing.T) {
 	if n, u, max, _ = db.NewSince(ctx, 3); n != 0 || u != 0 || max != 3 {
 		t.Fatalf("after 3: %d %d %d", n, u, max)
 	}
+}
+
+func TestReleaseUnstartedClaims(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{Agents: testAgents})
+	j := startJournal(t, db, store.JournalOptions{FlushInterval: never})
+	for _, to := range []string{"alice", "alice", "bob"} {
+		if _, err := db.Send(ctx, Draft{From: "carol", To: to, Body: "hi " + to}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// alice's session started (and was recorded); bob's never did.
+	if ms, err := db.ConsumeForPrompt(ctx, "alice", "alice-1-x"); err != nil || len(ms) != 2 {
+		t.Fatalf("consume alice = %d, %v", len(ms), err)
+	}
+	j.SessionStarted(store.SessionRecord{SessionID: "alice-1-x", Agent: "alice", Seq: 1, Started: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := db.ConsumeForPrompt(ctx, "bob", "bob-1-y"); err != nil || len(ms) != 1 {
+		t.Fatalf("consume bob = %d, %v", len(ms), err)
+	}
+
+	n, err := db.ReleaseUnstartedClaims(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("ReleaseUnstartedClaims = %d, %v; want 1 (bob's)", n, err)
+	}
+	bob, err := db.Inbox(ctx, "bob", false)
+	if err != nil || len(bob) != 1 || bob[0].DeliveredAt != nil || bob[0].ClaimedSession != "" {
+		t.Fatalf("bob's inbox = %+v, %v; want the message pending again", bob, err)
+	}
+	alice, err := db.Inbox(ctx, "alice", true)
+	if err != nil || len(alice) != 2 {
+		t.Fatalf("alice's mail = %+v, %v", alice, err)
+	}
+	for _, m := range alice {
+		if m.ClaimedSession != "alice-1-x" {
+			t.Fatalf("alice's message %d released: %+v", m.ID, m)
+		}
+	}
+	if n, err := db.ReleaseUnstartedClaims(ctx); err != nil || n != 0 {
+		t.Fatalf("second call = %d, %v; want 0", n, err)
+	}
+}
+
+// never is a journal flush interval no test waits out: tests flush.
+const never = time.Hour
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+
+// startJournal starts a journal on db's store and closes it when the test
+// ends.
+func startJournal(t testing.TB, db *Mailbox, opts store.JournalOptions) *store.Journal {
+	t.Helper()
+	j := db.Store().NewJournal(opts)
+	j.Start()
+	t.Cleanup(func() { j.Close() })
+	return j
 }

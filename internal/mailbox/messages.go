@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // Message is one delivery: a broadcast is one Message per recipient.
@@ -48,9 +49,6 @@ type Draft struct {
 	Urgent                  bool
 }
 
-// timeLayout is fixed width, so that text order is time order in SQL.
-const timeLayout = "2006-01-02T15:04:05.000000Z"
-
 const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at, delivered_at, claimed_session,
 	shown_note, acked_by`
 
@@ -63,9 +61,9 @@ VALUES ((SELECT IFNULL(MAX(id), 0) + 1 FROM messages),
         IFNULL(?, (SELECT IFNULL(MAX(id), 0) + 1 FROM messages)),
         ?, ?, ?, ?, ?, ?, ?)`
 
-// insert stores m with db.insertStmt, in tx if not nil. m.ThreadID 0 starts
+// insert stores m with mb.insertStmt, in tx if not nil. m.ThreadID 0 starts
 // a new thread. It returns m with its ID and ThreadID set.
-func (db *DB) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error) {
+func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error) {
 	var thread, replyTo sql.NullInt64
 	if m.ThreadID != 0 {
 		thread = sql.NullInt64{Int64: m.ThreadID, Valid: true}
@@ -73,12 +71,12 @@ func (db *DB) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error
 	if m.ReplyTo != 0 {
 		replyTo = sql.NullInt64{Int64: m.ReplyTo, Valid: true}
 	}
-	stmt := db.insertStmt
+	stmt := mb.insertStmt
 	if tx != nil {
 		stmt = tx.StmtContext(ctx, stmt) // the same connection, so the same prepared statement
 	}
 	res, err := stmt.ExecContext(ctx, thread, replyTo, m.From, m.To, m.Subject, m.Body,
-		urgency(m.Urgent), m.CreatedAt.Format(timeLayout))
+		urgency(m.Urgent), m.CreatedAt.Format(store.TimeLayout))
 	if err != nil {
 		return Message{}, err
 	}
@@ -92,16 +90,16 @@ func (db *DB) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error
 }
 
 // Send stores one message. It starts a new thread.
-func (db *DB) Send(ctx context.Context, d Draft) (Message, error) {
-	if err := db.validate(d); err != nil {
+func (mb *Mailbox) Send(ctx context.Context, d Draft) (Message, error) {
+	if err := mb.validate(d); err != nil {
 		return Message{}, fmt.Errorf("mailbox: send: %w", err)
 	}
-	if err := db.Check(); err != nil {
-		return Message{}, db.wrap("send", err)
+	if err := mb.db.Check(); err != nil {
+		return Message{}, mb.wrap("send", err)
 	}
-	m, err := db.insert(ctx, nil, db.draftMessage(d))
+	m, err := mb.insert(ctx, nil, mb.draftMessage(d))
 	if err != nil {
-		return Message{}, db.wrap("send", err)
+		return Message{}, mb.wrap("send", err)
 	}
 	return m, nil
 }
@@ -109,34 +107,34 @@ func (db *DB) Send(ctx context.Context, d Draft) (Message, error) {
 // Reply answers message replyTo in its thread. It goes to the original
 // sender, or, when from is the original sender (following up on one's own
 // message), to the original recipient. The subject gets one "Re: ".
-func (db *DB) Reply(ctx context.Context, from string, replyTo int64, body string, urgent bool) (Message, error) {
+func (mb *Mailbox) Reply(ctx context.Context, from string, replyTo int64, body string, urgent bool) (Message, error) {
 	// Check what needs no lookup before taking the write lock.
-	if err := cmp.Or(validateSender(from), db.validateContent("", body)); err != nil {
+	if err := cmp.Or(validateSender(from), mb.validateContent("", body)); err != nil {
 		return Message{}, fmt.Errorf("mailbox: reply: %w", err)
 	}
-	tx, err := db.begin(ctx)
+	tx, err := mb.db.Begin(ctx)
 	if err != nil {
-		return Message{}, db.wrap("reply", err)
+		return Message{}, mb.wrap("reply", err)
 	}
 	defer tx.Rollback()
 	orig, err := get(ctx, tx, replyTo)
 	if err != nil {
-		return Message{}, db.wrap(fmt.Sprintf("reply to message %d", replyTo), err)
+		return Message{}, mb.wrap(fmt.Sprintf("reply to message %d", replyTo), err)
 	}
 	d := Draft{From: from, To: orig.From, Subject: replySubject(orig.Subject), Body: body, Urgent: urgent}
 	if from == orig.From {
 		d.To = orig.To
 	}
-	if err := db.validateRecipient(d.From, d.To); err != nil {
+	if err := mb.validateRecipient(d.From, d.To); err != nil {
 		return Message{}, fmt.Errorf("mailbox: reply to message %d: %w", replyTo, err)
 	}
-	m := db.draftMessage(d)
+	m := mb.draftMessage(d)
 	m.ThreadID, m.ReplyTo = orig.ThreadID, orig.ID
-	if m, err = db.insert(ctx, tx, m); err != nil {
-		return Message{}, db.wrap("reply", err)
+	if m, err = mb.insert(ctx, tx, m); err != nil {
+		return Message{}, mb.wrap("reply", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return Message{}, db.wrap("reply", err)
+		return Message{}, mb.wrap("reply", err)
 	}
 	return m, nil
 }
@@ -154,20 +152,20 @@ func replySubject(s string) string {
 // Broadcast sends d to every known agent other than d.From, one row each, in
 // one transaction: all of them or none. The copies share one thread.
 // d.To must be empty.
-func (db *DB) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
+func (mb *Mailbox) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 	if d.To != "" {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrUnknownRecipient,
 			"a broadcast goes to every agent; it takes no recipient (got %q)", d.To))
 	}
-	if err := cmp.Or(validateSender(d.From), db.validateContent(d.Subject, d.Body)); err != nil {
+	if err := cmp.Or(validateSender(d.From), mb.validateContent(d.Subject, d.Body)); err != nil {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", err)
 	}
-	if db.agents == nil {
+	if mb.agents == nil {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrNoRecipients,
 			"broadcast needs the list of agents, and none was configured"))
 	}
 	var to []string
-	for _, a := range db.agentList {
+	for _, a := range mb.agentList {
 		if a != d.From {
 			to = append(to, a)
 		}
@@ -176,76 +174,76 @@ func (db *DB) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrNoRecipients,
 			"no agent other than %s to broadcast to", d.From))
 	}
-	tx, err := db.begin(ctx)
+	tx, err := mb.db.Begin(ctx)
 	if err != nil {
-		return nil, db.wrap("broadcast", err)
+		return nil, mb.wrap("broadcast", err)
 	}
 	defer tx.Rollback()
 	out := make([]Message, 0, len(to))
-	tmpl := db.draftMessage(d)
+	tmpl := mb.draftMessage(d)
 	for _, a := range to {
 		m := tmpl
 		m.To = a
 		if len(out) > 0 {
 			m.ThreadID = out[0].ID
 		}
-		if m, err = db.insert(ctx, tx, m); err != nil {
-			return nil, db.wrap("broadcast", err)
+		if m, err = mb.insert(ctx, tx, m); err != nil {
+			return nil, mb.wrap("broadcast", err)
 		}
 		out = append(out, m)
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, db.wrap("broadcast", err)
+		return nil, mb.wrap("broadcast", err)
 	}
 	return out, nil
 }
 
-func (db *DB) draftMessage(d Draft) Message {
+func (mb *Mailbox) draftMessage(d Draft) Message {
 	return Message{
 		From: d.From, To: d.To, Subject: d.Subject, Body: d.Body, Urgent: d.Urgent,
-		CreatedAt: db.now().UTC().Truncate(time.Microsecond),
+		CreatedAt: mb.db.Now().UTC().Truncate(time.Microsecond),
 	}
 }
 
 // validate checks a draft completely, so that nothing is stored half-way.
-func (db *DB) validate(d Draft) error {
+func (mb *Mailbox) validate(d Draft) error {
 	if err := validateSender(d.From); err != nil {
 		return err
 	}
-	if err := db.validateRecipient(d.From, d.To); err != nil {
+	if err := mb.validateRecipient(d.From, d.To); err != nil {
 		return err
 	}
-	return db.validateContent(d.Subject, d.Body)
+	return mb.validateContent(d.Subject, d.Body)
 }
 
 func validateSender(from string) error {
 	switch {
 	case from == "":
-		return invalid("from", ErrInvalidName, "no sender (set SWARM_AGENT_ID, or send as %s)", Operator)
+		return invalid("from", store.ErrInvalidName, "no sender (set SWARM_AGENT_ID, or send as %s)", Operator)
 	case !validName(from):
-		return invalid("from", ErrInvalidName, "sender %q is not a valid agent name (want %s)", from, agent.NamePattern)
+		return invalid("from", store.ErrInvalidName, "sender %q is not a valid agent name (want %s)", from, agent.NamePattern)
 	}
 	return nil
 }
 
-func (db *DB) validateContent(subject, body string) error {
+func (mb *Mailbox) validateContent(subject, body string) error {
 	switch {
 	case len(subject) > maxSubjectBytes:
 		return invalid("subject", ErrTooLarge, "message subject is %d bytes, over the %d-byte limit", len(subject), maxSubjectBytes)
 	case strings.TrimSpace(body) == "":
 		return invalid("body", ErrEmptyBody, "message body is empty")
-	case len(body) > db.maxBody:
-		return invalid("body", ErrTooLarge, "message body is %d bytes, over the %d-byte limit (mailbox.max_body)", len(body), db.maxBody)
+	case len(body) > mb.maxBody:
+		return invalid("body", ErrTooLarge, "message body is %d bytes, over the %d-byte limit (mailbox.max_body)", len(body), mb.maxBody)
 	}
 	return nil
 }
 
-func (db *DB) validateRecipient(from, to string) error {
+func (mb *Mailbox) validateRecipient(from, to string) error {
 	switch {
 	case to == "":
 		return invalid("to", ErrUnknownRecipient, "no recipient")
-	case db.agents != nil && !db.agents[to]:
-		return invalid("to", ErrUnknownRecipient, "unknown recipient %q (known: %s)", to, strings.Join(append(db.agentList[:len(db.agentList):len(db.agentList)], Operator), ", "))
+	case mb.agents != nil && !mb.agents[to]:
+		return invalid("to", ErrUnknownRecipient, "unknown recipient %q (known: %s)", to, strings.Join(append(mb.agentList[:len(mb.agentList):len(mb.agentList)], Operator), ", "))
 	case !validName(to):
 		return invalid("to", ErrUnknownRecipient, "recipient %q is not a valid agent name", to)
 	case to == from:
@@ -256,31 +254,33 @@ func (db *DB) validateRecipient(from, to string) error {
 
 // Inbox lists the agent's pending messages (all its messages if all), in id
 // order. It acknowledges nothing: see Read.
-func (db *DB) Inbox(ctx context.Context, agent string, all bool) ([]Message, error) {
+func (mb *Mailbox) Inbox(ctx context.Context, agent string, all bool) ([]Message, error) {
 	if !validName(agent) {
-		return nil, fmt.Errorf("mailbox: inbox: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", agent))
+		return nil, fmt.Errorf("mailbox: inbox: %w", invalid("agent", store.ErrInvalidName, "%q is not a valid agent name", agent))
 	}
 	q := `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? AND delivered_at IS NULL ORDER BY id`
 	if all {
 		q = `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? ORDER BY id`
 	}
-	ms, err := queryMessages(ctx, db.read, q, agent)
+	ms, err := queryMessages(ctx, mb.db.ReadSQL(), q, agent)
 	if err != nil {
-		return nil, db.wrap("inbox", err)
+		return nil, mb.wrap("inbox", err)
 	}
 	return ms, nil
 }
 
 // Get returns one message, or an error matching ErrNotFound.
-func (db *DB) Get(ctx context.Context, id int64) (Message, error) {
-	m, err := get(ctx, db.read, id)
+func (mb *Mailbox) Get(ctx context.Context, id int64) (Message, error) {
+	m, err := get(ctx, mb.db.ReadSQL(), id)
 	if err != nil {
-		return Message{}, db.wrap(fmt.Sprintf("get message %d", id), err)
+		return Message{}, mb.wrap(fmt.Sprintf("get message %d", id), err)
 	}
 	return m, nil
 }
 
-func get(ctx context.Context, q queryRower, id int64) (Message, error) {
+func get(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, id int64) (Message, error) {
 	m, err := scanMessage(q.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Message{}, ErrNotFound
@@ -296,30 +296,30 @@ func get(ctx context.Context, q queryRower, id int64) (Message, error) {
 // Unconsume(sessionID) drops the claim.
 //
 // With no pending mail, the common case, it writes nothing.
-func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]Message, error) {
+func (mb *Mailbox) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]Message, error) {
 	if !validName(agent) {
-		return nil, fmt.Errorf("mailbox: consume: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", agent))
+		return nil, fmt.Errorf("mailbox: consume: %w", invalid("agent", store.ErrInvalidName, "%q is not a valid agent name", agent))
 	}
 	if sessionID == "" {
-		return nil, fmt.Errorf("mailbox: consume: %w", invalid("session", ErrInvalidName, "no session id"))
+		return nil, fmt.Errorf("mailbox: consume: %w", invalid("session", store.ErrInvalidName, "no session id"))
 	}
-	if err := db.Check(); err != nil {
-		return nil, db.wrap("consume", err)
+	if err := mb.db.Check(); err != nil {
+		return nil, mb.wrap("consume", err)
 	}
 	var any bool
-	if err := db.read.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM messages
+	if err := mb.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM messages
 		WHERE recipient = ? AND delivered_at IS NULL)`, agent).Scan(&any); err != nil {
-		return nil, db.wrap("consume", err)
+		return nil, mb.wrap("consume", err)
 	}
 	if !any {
 		// Mail committed after this read was not claimed, so it is newer than
 		// the prompt's watermark: an urgent one still interrupts.
 		return nil, nil
 	}
-	ms, err := queryMessages(ctx, db.write, `UPDATE messages SET claimed_session = ?
+	ms, err := queryMessages(ctx, mb.db.SQL(), `UPDATE messages SET claimed_session = ?
 		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols, sessionID, agent)
 	if err != nil {
-		return nil, db.wrap("consume", err)
+		return nil, mb.wrap("consume", err)
 	}
 	// RETURNING has no ORDER BY.
 	slices.SortFunc(ms, func(a, b Message) int {
@@ -337,49 +337,49 @@ func (db *DB) ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]
 // Unconsume drops sessionID's claim on the messages its prompt carried. Call
 // it for a session that never started: no session saw them, so they are
 // pending as before, with no note. It returns how many claims it dropped.
-func (db *DB) Unconsume(ctx context.Context, sessionID string) (int, error) {
+func (mb *Mailbox) Unconsume(ctx context.Context, sessionID string) (int, error) {
 	if sessionID == "" {
-		return 0, fmt.Errorf("mailbox: unconsume: %w", invalid("session", ErrInvalidName, "no session id"))
+		return 0, fmt.Errorf("mailbox: unconsume: %w", invalid("session", store.ErrInvalidName, "no session id"))
 	}
-	return db.execCount(ctx, "unconsume",
+	return mb.db.ExecCount(ctx, "unconsume",
 		`UPDATE messages SET claimed_session = NULL WHERE claimed_session = ? AND delivered_at IS NULL`, sessionID)
 }
 
 // Ack acknowledges the messages s's prompt carried: session s completed
 // (s.SessionID, Agent, Seq, Started and Ended are used). In the same
-// transaction it records the session as ended with OutcomeSuccess, unless its
+// transaction it records the session as ended with store.OutcomeSuccess, unless its
 // end is recorded already, so that a crash can never leave mail acknowledged
 // by a session that restart recovery then closes as orphaned, nor a completed
 // session whose mail is shown again. The Journal's later end record fills in
 // the rest. It returns how many messages it acknowledged.
-func (db *DB) Ack(ctx context.Context, s SessionRecord) (int, error) {
+func (mb *Mailbox) Ack(ctx context.Context, s store.SessionRecord) (int, error) {
 	if s.SessionID == "" || s.Ended == nil {
-		return 0, fmt.Errorf("mailbox: ack: %w", invalid("session", ErrInvalidName, "no session id or end time"))
+		return 0, fmt.Errorf("mailbox: ack: %w", invalid("session", store.ErrInvalidName, "no session id or end time"))
 	}
-	tx, err := db.begin(ctx)
+	tx, err := mb.db.Begin(ctx)
 	if err != nil {
-		return 0, db.wrap("ack", err)
+		return 0, mb.wrap("ack", err)
 	}
 	defer tx.Rollback()
-	ended := fmtTime(*s.Ended)
+	ended := store.FormatTime(*s.Ended)
 	res, err := tx.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
 		WHERE claimed_session = ? AND delivered_at IS NULL`, ended, AckSession, s.SessionID)
 	if err != nil {
-		return 0, db.wrap("ack", err)
+		return 0, mb.wrap("ack", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, db.wrap("ack", err)
+		return 0, mb.wrap("ack", err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome)
 		VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome
 		WHERE ended_at IS NULL`,
-		s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), ended, OutcomeSuccess); err != nil {
-		return 0, db.wrap("ack", err)
+		s.SessionID, s.Agent, int64(s.Seq), store.FormatTime(s.Started), ended, store.OutcomeSuccess); err != nil {
+		return 0, mb.wrap("ack", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, db.wrap("ack", err)
+		return 0, mb.wrap("ack", err)
 	}
 	return int(n), nil
 }
@@ -387,68 +387,54 @@ func (db *DB) Ack(ctx context.Context, s SessionRecord) (int, error) {
 // Unack records why sessionID did not acknowledge the messages its prompt
 // carried (it was interrupted, failed, timed out, ...). They are pending
 // already; the note is what the next prompt tells the agent about them.
-func (db *DB) Unack(ctx context.Context, sessionID, note string) (int, error) {
+func (mb *Mailbox) Unack(ctx context.Context, sessionID, note string) (int, error) {
 	if sessionID == "" {
-		return 0, fmt.Errorf("mailbox: unack: %w", invalid("session", ErrInvalidName, "no session id"))
+		return 0, fmt.Errorf("mailbox: unack: %w", invalid("session", store.ErrInvalidName, "no session id"))
 	}
-	return db.execCount(ctx, "unack",
+	return mb.db.ExecCount(ctx, "unack",
 		`UPDATE messages SET shown_note = ? WHERE claimed_session = ? AND delivered_at IS NULL`, note, sessionID)
 }
 
 // Read returns message id and, when reader is its recipient, acknowledges it
 // (AckRead): the agent has seen it, so it is not shown in a prompt again.
-func (db *DB) Read(ctx context.Context, reader string, id int64) (Message, error) {
-	m, err := db.Get(ctx, id)
+func (mb *Mailbox) Read(ctx context.Context, reader string, id int64) (Message, error) {
+	m, err := mb.Get(ctx, id)
 	if err != nil || m.To != reader || m.DeliveredAt != nil {
 		return m, err
 	}
-	if err := db.Check(); err != nil {
-		return Message{}, db.wrap(fmt.Sprintf("read message %d", id), err)
+	if err := mb.db.Check(); err != nil {
+		return Message{}, mb.wrap(fmt.Sprintf("read message %d", id), err)
 	}
-	now := db.now().UTC().Truncate(time.Microsecond)
-	if _, err := db.write.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
-		WHERE id = ? AND delivered_at IS NULL`, now.Format(timeLayout), AckRead, id); err != nil {
-		return Message{}, db.wrap(fmt.Sprintf("read message %d", id), err)
+	now := mb.db.Now().UTC().Truncate(time.Microsecond)
+	if _, err := mb.db.SQL().ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
+		WHERE id = ? AND delivered_at IS NULL`, now.Format(store.TimeLayout), AckRead, id); err != nil {
+		return Message{}, mb.wrap(fmt.Sprintf("read message %d", id), err)
 	}
 	m.DeliveredAt, m.AckedBy = &now, AckRead
 	return m, nil
 }
 
 // execCount runs one write statement and returns the rows it changed.
-func (db *DB) execCount(ctx context.Context, op, query string, args ...any) (int, error) {
-	if err := db.Check(); err != nil {
-		return 0, db.wrap(op, err)
-	}
-	res, err := db.write.ExecContext(ctx, query, args...)
-	if err != nil {
-		return 0, db.wrap(op, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, db.wrap(op, err)
-	}
-	return int(n), nil
-}
 
 // PendingUrgent lists pending urgent messages with id > afterID that no
 // prompt has claimed yet, for any recipient, in id order. Ids become visible in increasing order, so a
 // caller that remembers the largest id it saw misses none.
-func (db *DB) PendingUrgent(ctx context.Context, afterID int64) ([]Message, error) {
-	ms, err := queryMessages(ctx, db.read, `SELECT `+msgCols+` FROM messages
+func (mb *Mailbox) PendingUrgent(ctx context.Context, afterID int64) ([]Message, error) {
+	ms, err := queryMessages(ctx, mb.db.ReadSQL(), `SELECT `+msgCols+` FROM messages
 		WHERE delivered_at IS NULL AND urgency = 'urgent' AND id > ? AND claimed_session IS NULL ORDER BY id`, afterID)
 	if err != nil {
-		return nil, db.wrap("pending urgent", err)
+		return nil, mb.wrap("pending urgent", err)
 	}
 	return ms, nil
 }
 
 // PendingCounts is the number of pending messages per recipient; recipients
 // with none are absent.
-func (db *DB) PendingCounts(ctx context.Context) (map[string]int, error) {
-	rows, err := db.read.QueryContext(ctx,
+func (mb *Mailbox) PendingCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := mb.db.ReadSQL().QueryContext(ctx,
 		`SELECT recipient, COUNT(*) FROM messages WHERE delivered_at IS NULL GROUP BY recipient`)
 	if err != nil {
-		return nil, db.wrap("pending counts", err)
+		return nil, mb.wrap("pending counts", err)
 	}
 	defer rows.Close()
 	out := make(map[string]int)
@@ -456,43 +442,21 @@ func (db *DB) PendingCounts(ctx context.Context) (map[string]int, error) {
 		var r string
 		var n int
 		if err := rows.Scan(&r, &n); err != nil {
-			return nil, db.wrap("pending counts", err)
+			return nil, mb.wrap("pending counts", err)
 		}
 		out[r] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, db.wrap("pending counts", err)
+		return nil, mb.wrap("pending counts", err)
 	}
 	return out, nil
 }
 
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+func queryMessages(ctx context.Context, q store.Querier, query string, args ...any) ([]Message, error) {
+	return store.QueryAll(ctx, q, scanMessage, query, args...)
 }
 
-func queryMessages(ctx context.Context, q querier, query string, args ...any) ([]Message, error) {
-	return queryAll(ctx, q, scanMessage, query, args...)
-}
-
-// queryAll runs query and scans every row with scan.
-func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
-func scanMessage(s scanner) (Message, error) {
+func scanMessage(s store.Scanner) (Message, error) {
 	var (
 		m                 Message
 		replyTo           sql.NullInt64
@@ -507,25 +471,13 @@ func scanMessage(s scanner) (Message, error) {
 	m.ReplyTo, m.Urgent, m.ClaimedSession = replyTo.Int64, urg == "urgent", claimd.String
 	m.ShownNote, m.AckedBy = note.String, ackedBy.String
 	var err error
-	if m.CreatedAt, err = time.Parse(timeLayout, created); err != nil {
+	if m.CreatedAt, err = time.Parse(store.TimeLayout, created); err != nil {
 		return Message{}, fmt.Errorf("message %d: created_at: %w", m.ID, err)
 	}
-	if m.DeliveredAt, err = parseNullTime(delivered); err != nil {
+	if m.DeliveredAt, err = store.ParseNullTime(delivered); err != nil {
 		return Message{}, fmt.Errorf("message %d: delivered_at: %w", m.ID, err)
 	}
 	return m, nil
-}
-
-// parseNullTime parses a nullable time column: nil for NULL.
-func parseNullTime(ns sql.NullString) (*time.Time, error) {
-	if !ns.Valid {
-		return nil, nil
-	}
-	t, err := time.Parse(timeLayout, ns.String)
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
 }
 
 func urgency(urgent bool) string {
@@ -538,13 +490,13 @@ func urgency(urgent bool) string {
 // NewSince counts the messages with id > afterID by urgency and returns the
 // highest id seen (afterID when there are none): how the daemon counts mail
 // that other processes sent.
-func (db *DB) NewSince(ctx context.Context, afterID int64) (normal, urgent int, maxID int64, err error) {
+func (mb *Mailbox) NewSince(ctx context.Context, afterID int64) (normal, urgent int, maxID int64, err error) {
 	maxID = afterID
-	err = db.read.QueryRowContext(ctx, `SELECT
+	err = mb.db.ReadSQL().QueryRowContext(ctx, `SELECT
 			COALESCE(SUM(urgency = 'normal'), 0), COALESCE(SUM(urgency = 'urgent'), 0), COALESCE(MAX(id), ?)
 		FROM messages WHERE id > ?`, afterID, afterID).Scan(&normal, &urgent, &maxID)
 	if err != nil {
-		return 0, 0, afterID, db.wrap("new since", err)
+		return 0, 0, afterID, mb.wrap("new since", err)
 	}
 	return normal, urgent, maxID, nil
 }
@@ -552,10 +504,10 @@ func (db *DB) NewSince(ctx context.Context, afterID int64) (normal, urgent int, 
 // RecipientsSince lists, once each, the recipients of the messages with id >
 // afterID, and the newest id (afterID when there are none): what the router
 // needs to wake idle agents that got mail.
-func (db *DB) RecipientsSince(ctx context.Context, afterID int64) ([]string, int64, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT recipient, MAX(id) FROM messages WHERE id > ? GROUP BY recipient`, afterID)
+func (mb *Mailbox) RecipientsSince(ctx context.Context, afterID int64) ([]string, int64, error) {
+	rows, err := mb.db.ReadSQL().QueryContext(ctx, `SELECT recipient, MAX(id) FROM messages WHERE id > ? GROUP BY recipient`, afterID)
 	if err != nil {
-		return nil, afterID, db.wrap("recipients since", err)
+		return nil, afterID, mb.wrap("recipients since", err)
 	}
 	defer rows.Close()
 	var out []string
@@ -564,13 +516,28 @@ func (db *DB) RecipientsSince(ctx context.Context, afterID int64) ([]string, int
 		var to string
 		var id int64
 		if err := rows.Scan(&to, &id); err != nil {
-			return nil, afterID, db.wrap("recipients since", err)
+			return nil, afterID, mb.wrap("recipients since", err)
 		}
 		out = append(out, to)
 		maxID = max(maxID, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, afterID, db.wrap("recipients since", err)
+		return nil, afterID, mb.wrap("recipients since", err)
 	}
 	return out, maxID, nil
+}
+
+// ReleaseUnstartedClaims drops the claims of sessions that have no sessions
+// row: the daemon died between building the prompt and starting the
+// session, so no session saw that mail. A session whose start the journal
+// had not yet written is counted as unstarted too, which shows its mail again
+// rather than never. (Mail delivered at claim time by a swarmd from before
+// acknowledgements, acked_by NULL, is made pending again as that version did.)
+// Call it at daemon start, before any agent runs. It returns how many
+// messages it released.
+func (mb *Mailbox) ReleaseUnstartedClaims(ctx context.Context) (int, error) {
+	return mb.db.ExecCount(ctx, "release unstarted claims", `UPDATE messages
+		SET delivered_at = IIF(acked_by IS NULL, NULL, delivered_at), claimed_session = NULL
+		WHERE claimed_session IS NOT NULL AND acked_by IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`)
 }

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // TestRecoveryAfterKill runs a "daemon" in a child process that records two
@@ -68,7 +70,7 @@ func TestRecoveryAfterKill(t *testing.T) {
 
 	// The next daemon start.
 	now := time.Date(2025, 3, 2, 0, 0, 0, 0, time.UTC)
-	orphans, err := db.CloseOrphanSessions(ctx, now)
+	orphans, err := db.Store().CloseOrphanSessions(ctx, now)
 	if err != nil || len(orphans) != 1 || orphans[0].SessionID != "alice-4-live" {
 		t.Fatalf("orphans = %+v, %v; want alice's running session", orphans, err)
 	}
@@ -84,26 +86,26 @@ func TestRecoveryAfterKill(t *testing.T) {
 	// alice's session was cut off by the crash: her mail is still pending, to
 	// be shown again with a note, and still claimed by the session that saw it.
 	alice, _ := db.Inbox(ctx, "alice", false)
-	if len(alice) != 1 || alice[0].ClaimedSession != "alice-4-live" || alice[0].ShownNote != NoteCrash {
+	if len(alice) != 1 || alice[0].ClaimedSession != "alice-4-live" || alice[0].ShownNote != store.NoteCrash {
 		t.Fatalf("alice's mail after the crash = %+v; want pending, claimed by alice-4-live, noted", alice)
 	}
-	agents, err := db.Agents(ctx)
+	agents, err := db.Store().Agents(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a := agents["alice"]; !a.Resumable() || a.TotalErrors != 3 {
 		t.Fatalf("alice = %+v: want resumable with total errors kept", a)
 	}
-	if b := agents["bob"]; b.Resumable() || b.StopKind != StopFatal {
+	if b := agents["bob"]; b.Resumable() || b.StopKind != store.StopFatal {
 		t.Fatalf("bob = %+v: a fatal stop must survive the restart", b)
 	}
 	// bob's agent row says seq 6, but no session of his was recorded.
 	for agent, want := range map[string]uint32{"alice": 4, "bob": 0, "carol": 0} {
-		if got, err := db.MaxSeq(ctx, agent); err != nil || got != want {
+		if got, err := db.Store().MaxSeq(ctx, agent); err != nil || got != want {
 			t.Fatalf("MaxSeq(%s) = %d, %v; want %d", agent, got, err, want)
 		}
 	}
-	if evs, err := db.Events(ctx, EventQuery{}); err != nil || len(evs) != 2 {
+	if evs, err := db.Store().Events(ctx, store.EventQuery{}); err != nil || len(evs) != 2 {
 		t.Fatalf("events = %+v, %v; want the two flushed ones", evs, err)
 	}
 }
@@ -115,23 +117,23 @@ func TestHelperKilledDaemon(t *testing.T) {
 		t.Skip("helper process for TestRecoveryAfterKill")
 	}
 	ctx := context.Background()
-	db, err := Open(ctx, path, Options{Agents: testAgents})
+	db, err := Open(ctx, path, store.Options{}, Options{Agents: testAgents})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := db.NewJournal(JournalOptions{FlushInterval: time.Hour})
+	j := db.Store().NewJournal(store.JournalOptions{FlushInterval: time.Hour})
 	j.Start()
 	// alice: running session 4, with her mail claimed for it.
 	if _, err := db.ConsumeForPrompt(ctx, "alice", "alice-4-live"); err != nil {
 		t.Fatal(err)
 	}
-	j.SessionStarted(SessionRecord{SessionID: "alice-4-live", Agent: "alice", Seq: 4, Started: t0})
-	j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 4, ConsecutiveErrors: 1, TotalErrors: 3, UpdatedAt: t0})
-	j.Event(EventRecord{At: t0, Agent: "alice", From: "Spawning", Event: "SpawnSucceeded", To: "Running", Actor: "runner", SessionID: "alice-4-live", Seq: 4})
+	j.SessionStarted(store.SessionRecord{SessionID: "alice-4-live", Agent: "alice", Seq: 4, Started: t0})
+	j.Agent(store.AgentRecord{Name: "alice", State: "Running", Seq: 4, ConsecutiveErrors: 1, TotalErrors: 3, UpdatedAt: t0})
+	j.Event(store.EventRecord{At: t0, Agent: "alice", From: "Spawning", Event: "SpawnSucceeded", To: "Running", Actor: "runner", SessionID: "alice-4-live", Seq: 4})
 	// bob: stopped by his error threshold.
-	j.Agent(AgentRecord{Name: "bob", State: "Stopped", Seq: 6, ConsecutiveErrors: 5, TotalErrors: 9,
-		StopKind: StopFatal, StopReason: "5 consecutive errors", UpdatedAt: t0})
-	j.Event(EventRecord{At: t0, Agent: "bob", From: "CoolingDown", Event: "FatalError", To: "Stopped", Actor: "runner", Seq: 6})
+	j.Agent(store.AgentRecord{Name: "bob", State: "Stopped", Seq: 6, ConsecutiveErrors: 5, TotalErrors: 9,
+		StopKind: store.StopFatal, StopReason: "5 consecutive errors", UpdatedAt: t0})
+	j.Event(store.EventRecord{At: t0, Agent: "bob", From: "CoolingDown", Event: "FatalError", To: "Stopped", Actor: "runner", Seq: 6})
 	if err := j.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +145,9 @@ func TestHelperKilledDaemon(t *testing.T) {
 	// A journal of its own for that record: j's writer may still hold a
 	// wake-up from SessionStarted (it asks for an immediate write) if it was
 	// scheduled late, and would write the record at once.
-	late := db.NewJournal(JournalOptions{FlushInterval: time.Hour})
+	late := db.Store().NewJournal(store.JournalOptions{FlushInterval: time.Hour})
 	late.Start()
-	late.Event(EventRecord{At: t0, Agent: "carol", Event: "lost"})
+	late.Event(store.EventRecord{At: t0, Agent: "carol", Event: "lost"})
 	os.Stdout.WriteString("ready\n")
 	select {} // until SIGKILL
 }

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/logs"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // BenchmarkMergeOverhead measures the queue's cost per merge against the
@@ -49,7 +49,7 @@ func benchMerge(b *testing.B, gate bool) {
 	worker := filepath.Join(b.TempDir(), "alice")
 	gitT(b, repo, "worktree", "add", "-q", "-b", "swarm/alice", worker, "main")
 	stateDir := filepath.Join(b.TempDir(), "state")
-	db, err := mailbox.Open(ctx, filepath.Join(b.TempDir(), "swarm.db"), mailbox.Options{})
+	db, err := store.Open(ctx, filepath.Join(b.TempDir(), "swarm.db"), store.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

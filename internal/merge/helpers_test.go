@@ -21,8 +21,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/swarmd/swarmd/internal/logs"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -99,7 +99,7 @@ type env struct {
 	t        *testing.T
 	repo     string // the main working tree (detached at main's first commit)
 	stateDir string
-	db       *mailbox.DB
+	db       *store.DB
 	sup      *proc.Supervisor
 	logs     *logs.Store
 	cb       *recorder
@@ -116,7 +116,7 @@ func newEnv(t *testing.T) *env {
 	gitT(t, e.repo, "commit", "-q", "-m", "initial")
 	gitT(t, e.repo, "checkout", "-q", "--detach") // main is checked out nowhere
 	var err error
-	if e.db, err = mailbox.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), mailbox.Options{}); err != nil {
+	if e.db, err = store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.db.Close() })
@@ -274,7 +274,7 @@ func (m *metricsRecorder) snapshot() (depth int, results map[string]int, gates i
 // events returns the merge queue's events as "from --event--> to" lines.
 func (e *env) events() []string {
 	e.t.Helper()
-	evs, err := e.db.Events(context.Background(), mailbox.EventQuery{Agent: LogName})
+	evs, err := e.db.Events(context.Background(), store.EventQuery{Agent: LogName})
 	if err != nil {
 		e.t.Fatal(err)
 	}

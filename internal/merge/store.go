@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // This file is the queue's state in swarm.db (tables merge_queue and
@@ -17,7 +19,7 @@ import (
 // holds no git and no process: the CLI uses it on the database directly,
 // whether or not the daemon runs.
 
-// DB is the database the queue lives in. *mailbox.DB satisfies it.
+// DB is the database the queue lives in. *store.DB satisfies it.
 type DB interface {
 	SQL() *sql.DB     // the write pool: IMMEDIATE transactions
 	ReadSQL() *sql.DB // the read pool
@@ -121,13 +123,10 @@ func NewStore(db DB, now func() time.Time) *Store {
 	return &Store{db: db, now: now}
 }
 
-// timeLayout is swarm.db's fixed-width UTC layout (text order is time order).
-const timeLayout = "2006-01-02T15:04:05.000000Z"
-
-func (s *Store) stamp() string { return s.now().UTC().Format(timeLayout) }
+func (s *Store) stamp() string { return store.FormatTime(s.now()) }
 
 func parseTime(v string) time.Time {
-	t, _ := time.Parse(timeLayout, v)
+	t, _ := store.ParseTime(v)
 	return t
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
@@ -20,7 +21,7 @@ import (
 type Mail interface {
 	ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]mailbox.Message, error)
 	Unconsume(ctx context.Context, sessionID string) (int, error)
-	Ack(ctx context.Context, s mailbox.SessionRecord) (int, error)
+	Ack(ctx context.Context, s store.SessionRecord) (int, error)
 	Unack(ctx context.Context, sessionID, note string) (int, error)
 }
 
@@ -307,7 +308,7 @@ func (b *Builder) Settle(ctx context.Context, s runner.Settlement) (runner.Settl
 	var err error
 	if s.Completed {
 		ended := s.Ended
-		_, err = b.Mail.Ack(ctx, mailbox.SessionRecord{
+		_, err = b.Mail.Ack(ctx, store.SessionRecord{
 			SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Started, Ended: &ended,
 		})
 	} else {

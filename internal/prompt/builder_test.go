@@ -2,13 +2,15 @@ package prompt
 
 import (
 	"context"
-	"github.com/swarmd/swarmd/internal/taskboard"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/runner"
@@ -48,7 +50,7 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wt.Path, "notes.txt"), []byte("wip"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	db, err := mailbox.Open(ctx, filepath.Join(state, "swarm.db"), mailbox.Options{Agents: []string{"alice", "bob"}})
+	db, err := mailbox.Open(ctx, filepath.Join(state, "swarm.db"), store.Options{}, mailbox.Options{Agents: []string{"alice", "bob"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +120,12 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 // mail and no task gets no prompt (Idle) until a task arrives.
 func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 	ctx := context.Background()
-	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), mailbox.Options{Agents: []string{"alice"}})
+	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{Agents: []string{"alice"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
 	b := &Builder{Mail: db, Tasks: board, Agents: []string{"alice"}, Swarmd: "/opt/swarmd/bin/swarmd"}
 	tk, err := board.Add(ctx, taskboard.NewTask{Title: "write the parser", Body: "in parse.go"})
 	if err != nil {
@@ -184,12 +186,12 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 // review waiting gets the review first (a worker waits on it), then its task.
 func TestBuilderReviewBeforeOwnTask(t *testing.T) {
 	ctx := context.Background()
-	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), mailbox.Options{})
+	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
 	b := &Builder{Tasks: board}
 	own, _ := board.Add(ctx, taskboard.NewTask{Title: "bob's own", Assignee: "bob"})
 	if _, err := board.Claim(ctx, own.ID, "bob", "bob-1-aaaa"); err != nil {

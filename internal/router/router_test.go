@@ -3,12 +3,14 @@ package router
 import (
 	"context"
 	"fmt"
-	"github.com/swarmd/swarmd/internal/taskboard"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 
 	"go.uber.org/goleak"
 
@@ -48,9 +50,9 @@ func (r *recorder) snapshot() []call {
 	return append([]call(nil), r.calls...)
 }
 
-func openDB(t *testing.T, path string) *mailbox.DB {
+func openDB(t *testing.T, path string) *mailbox.Mailbox {
 	t.Helper()
-	db, err := mailbox.Open(context.Background(), path, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
+	db, err := mailbox.Open(context.Background(), path, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob", "carol"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestWakeIdleOnlyWhoHasWork(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "swarm.db")
 	db := openDB(t, path)
-	board := taskboard.New(db, taskboard.Options{})
+	board := taskboard.New(db.Store(), taskboard.Options{})
 	idle := &idleSet{idle: []string{"alice", "bob", "carol"}}
 	r := New(db, &recorder{}, Options{Tasks: board, Idle: idle})
 	if err := r.Poll(ctx); err != nil {
@@ -183,7 +185,7 @@ func TestWakeIdleOnlyWhoHasWork(t *testing.T) {
 	if got := idle.take(); !slices.Equal(got, []string{"bob"}) {
 		t.Fatalf("mail to bob woke %v", got)
 	}
-	otherBoard := taskboard.New(sender, taskboard.Options{})
+	otherBoard := taskboard.New(sender.Store(), taskboard.Options{})
 	if _, err := otherBoard.Add(ctx, taskboard.NewTask{Title: "for anyone"}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // BenchmarkClaims: claims per second with 20 concurrent claimants, each
@@ -23,7 +23,7 @@ func BenchmarkClaims(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
 			path := filepath.Join(b.TempDir(), "swarm.db")
-			seed, err := mailbox.Open(ctx, path, mailbox.Options{})
+			seed, err := store.Open(ctx, path, store.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -34,9 +34,9 @@ func BenchmarkClaims(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			dbs := make([]*mailbox.DB, claimants)
+			dbs := make([]*store.DB, claimants)
 			for i := range dbs {
-				if dbs[i], err = mailbox.Open(ctx, path, mailbox.Options{}); err != nil {
+				if dbs[i], err = store.Open(ctx, path, store.Options{}); err != nil {
 					b.Fatal(err)
 				}
 				defer dbs[i].Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
@@ -140,7 +141,7 @@ func (b *Board) Verdict(ctx context.Context, id int64, reviewer string, pass boo
 			return fmt.Errorf("task %d: %w", id, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO review_rounds (task_id, iteration, verdict, feedback, reviewer, at)
-			VALUES (?, ?, ?, ?, ?, ?)`, id, t.Iteration, sig.String(), feedback, reviewer, now.UTC().Format(timeLayout)); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?)`, id, t.Iteration, sig.String(), feedback, reviewer, store.FormatTime(now)); err != nil {
 			return fmt.Errorf("taskboard: review round: %w", err)
 		}
 		if err := b.afterVerdict(ctx, tx, &t, l, reviewer, feedback); err != nil {

@@ -23,10 +23,11 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
-// DB is the database the board lives in. *mailbox.DB satisfies it.
+// DB is the database the board lives in. *store.DB satisfies it.
 type DB interface {
 	SQL() *sql.DB     // the write pool: IMMEDIATE transactions
 	ReadSQL() *sql.DB // the read pool
@@ -118,11 +119,7 @@ func New(db DB, opts Options) *Board {
 	return &Board{db: db, opts: opts}
 }
 
-// timeLayout is the database's fixed-width UTC layout (text order is time
-// order), the same as the mailbox's.
-const timeLayout = "2006-01-02T15:04:05.000000Z"
-
-func (b *Board) now() string { return b.opts.Now().UTC().Format(timeLayout) }
+func (b *Board) now() string { return store.FormatTime(b.opts.Now()) }
 
 const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
 	claim_token, retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
@@ -147,8 +144,8 @@ func scanTask(s scanner) (Task, error) {
 		return Task{}, fmt.Errorf("task %d: %w", t.ID, err)
 	}
 	t.StateName = t.State.String()
-	t.CreatedAt, _ = time.Parse(timeLayout, created)
-	t.UpdatedAt, _ = time.Parse(timeLayout, updated)
+	t.CreatedAt, _ = store.ParseTime(created)
+	t.UpdatedAt, _ = store.ParseTime(updated)
 	return t, nil
 }
 
@@ -350,4 +347,4 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-func getTime(s string) (time.Time, error) { return time.Parse(timeLayout, s) }
+func getTime(s string) (time.Time, error) { return store.ParseTime(s) }

@@ -9,16 +9,16 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
-func openBoard(t *testing.T, path string, opts Options) (*Board, *mailbox.DB) {
+func openBoard(t *testing.T, path string, opts Options) (*Board, *store.DB) {
 	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "swarm.db")
 	}
-	db, err := mailbox.Open(context.Background(), path, mailbox.Options{})
+	db, err := store.Open(context.Background(), path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestConcurrentClaimsOncePerTask(t *testing.T) {
 	var wg sync.WaitGroup
 	for c := range claimants {
 		wg.Go(func() {
-			db, err := mailbox.Open(ctx, path, mailbox.Options{})
+			db, err := store.Open(ctx, path, store.Options{})
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)

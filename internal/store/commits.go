@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import "context"
 
@@ -7,7 +7,7 @@ import "context"
 // but leave nothing on the branch, such as an agent whose git cannot
 // commit, or one that only talks.
 func (db *DB) NoCommits(ctx context.Context, n int) (map[string]bool, error) {
-	names, err := queryAll(ctx, db.read, func(s scanner) (string, error) {
+	names, err := QueryAll(ctx, db.read, func(s Scanner) (string, error) {
 		var agent string
 		return agent, s.Scan(&agent)
 	}, `SELECT agent FROM (
@@ -15,7 +15,7 @@ func (db *DB) NoCommits(ctx context.Context, n int) (map[string]bool, error) {
 			FROM sessions WHERE outcome = ?)
 		WHERE nth <= ? GROUP BY agent HAVING COUNT(*) = ? AND SUM(commits) = 0`, OutcomeSuccess, n, n)
 	if err != nil {
-		return nil, db.wrap("sessions without commits", err)
+		return nil, db.Wrap("sessions without commits", err)
 	}
 	out := make(map[string]bool, len(names))
 	for _, a := range names {

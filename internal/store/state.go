@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import (
 	"cmp"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // Stop kinds of AgentRecord.StopKind. An operator stop (including the
@@ -106,9 +108,9 @@ const (
 
 // Agents returns every agent's latest recorded state, by name.
 func (db *DB) Agents(ctx context.Context) (map[string]AgentRecord, error) {
-	as, err := queryAll(ctx, db.read, scanAgent, `SELECT `+agentCols+` FROM agents`)
+	as, err := QueryAll(ctx, db.read, scanAgent, `SELECT `+agentCols+` FROM agents`)
 	if err != nil {
-		return nil, db.wrap("agents", err)
+		return nil, db.Wrap("agents", err)
 	}
 	out := make(map[string]AgentRecord, len(as))
 	for _, a := range as {
@@ -139,10 +141,10 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 		limit = q.Limit
 	}
 	args = append(args, limit)
-	out, err := queryAll(ctx, db.read, scanEvent,
+	out, err := QueryAll(ctx, db.read, scanEvent,
 		`SELECT `+eventCols+` FROM events WHERE `+where.String()+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
-		return nil, db.wrap("events", err)
+		return nil, db.Wrap("events", err)
 	}
 	return out, nil
 }
@@ -161,7 +163,7 @@ func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionR
 	}
 	ss, err := querySessions(ctx, db.read, q, args...)
 	if err != nil {
-		return nil, db.wrap("sessions", err)
+		return nil, db.Wrap("sessions", err)
 	}
 	return ss, nil
 }
@@ -180,14 +182,14 @@ type Spend struct {
 // Spend returns every agent's spend, by name; an agent without sessions has
 // none.
 func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
-	sp, err := queryAll(ctx, db.read, func(s scanner) (Spend, error) {
+	sp, err := QueryAll(ctx, db.read, func(s Scanner) (Spend, error) {
 		var v Spend
 		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)
 		return v, err
 	}, `SELECT agent, COUNT(*), IFNULL(SUM(tokens_in), 0), IFNULL(SUM(tokens_out), 0),
 		IFNULL(SUM(cost_usd), 0.0), IFNULL(SUM(commits), 0) FROM sessions GROUP BY agent`)
 	if err != nil {
-		return nil, db.wrap("spend", err)
+		return nil, db.Wrap("spend", err)
 	}
 	out := make(map[string]Spend, len(sp))
 	for _, v := range sp {
@@ -205,7 +207,7 @@ func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 	var seq int64
 	err := db.read.QueryRowContext(ctx, `SELECT IFNULL(MAX(seq), 0) FROM sessions WHERE agent = ?`, agent).Scan(&seq)
 	if err != nil {
-		return 0, db.wrap("max seq", err)
+		return 0, db.Wrap("max seq", err)
 	}
 	return uint32(seq), nil
 }
@@ -216,25 +218,25 @@ func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 // before any agent runs; the caller logs them and records events. The mail
 // their prompts carried stays pending, noted as cut off by the crash.
 func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]SessionRecord, error) {
-	tx, err := db.begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, db.wrap("close orphan sessions", err)
+		return nil, db.Wrap("close orphan sessions", err)
 	}
 	defer tx.Rollback()
 	ss, err := querySessions(ctx, tx, `UPDATE sessions SET ended_at = ?, outcome = ?, reason = ?
 		WHERE ended_at IS NULL RETURNING `+sessionCols,
-		fmtTime(now), OutcomeOrphaned, "swarmd exited while the session ran")
+		FormatTime(now), OutcomeOrphaned, "swarmd exited while the session ran")
 	if err != nil {
-		return nil, db.wrap("close orphan sessions", err)
+		return nil, db.Wrap("close orphan sessions", err)
 	}
 	for _, s := range ss {
 		if _, err := tx.ExecContext(ctx, `UPDATE messages SET shown_note = ?
 			WHERE claimed_session = ? AND delivered_at IS NULL`, NoteCrash, s.SessionID); err != nil {
-			return nil, db.wrap("close orphan sessions", err)
+			return nil, db.Wrap("close orphan sessions", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, db.wrap("close orphan sessions", err)
+		return nil, db.Wrap("close orphan sessions", err)
 	}
 	sortSessions(ss)
 	return ss, nil
@@ -243,21 +245,6 @@ func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]Session
 // NoteCrash is the ShownNote of mail whose session a daemon crash cut off.
 const NoteCrash = "the session was cut off when swarmd stopped unexpectedly"
 
-// ReleaseUnstartedClaims drops the claims of sessions that have no sessions
-// row: the daemon died between building the prompt and starting the
-// session, so no session saw that mail. A session whose start the journal
-// had not yet written is counted as unstarted too, which shows its mail again
-// rather than never. (Mail delivered at claim time by a swarmd from before
-// acknowledgements, acked_by NULL, is made pending again as that version did.)
-// Call it at daemon start, before any agent runs. It returns how many
-// messages it released.
-func (db *DB) ReleaseUnstartedClaims(ctx context.Context) (int, error) {
-	return db.execCount(ctx, "release unstarted claims", `UPDATE messages
-		SET delivered_at = IIF(acked_by IS NULL, NULL, delivered_at), claimed_session = NULL
-		WHERE claimed_session IS NOT NULL AND acked_by IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`)
-}
-
 // ResetAgent is `swarmd start AGENT`: it zeroes the agent's error counters
 // and clears its stop, so restart recovery runs it again, and records an
 // EventOperatorStart event by actor (StopOperator if empty) with what it
@@ -265,21 +252,21 @@ func (db *DB) ReleaseUnstartedClaims(ctx context.Context) (int, error) {
 // event. While a Journal is running, use Journal.ResetAgent, which orders
 // the reset after the agent rows the journal holds.
 func (db *DB) ResetAgent(ctx context.Context, name string, now time.Time, actor string) error {
-	if !validName(name) {
-		return fmt.Errorf("mailbox: reset agent: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", name))
+	if !agent.ValidName(name) {
+		return fmt.Errorf("store: reset agent: %w", Invalid("agent", ErrInvalidName, "%q is not a valid agent name", name))
 	}
 	if actor == "" {
 		actor = StopOperator
 	}
-	tx, err := db.begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
-		return db.wrap("reset agent "+name, err)
+		return db.Wrap("reset agent "+name, err)
 	}
 	defer tx.Rollback()
 	cur, err := scanAgent(tx.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE name = ?`, name))
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return db.wrap("reset agent "+name, err)
+		return db.Wrap("reset agent "+name, err)
 	}
 	reason := "no recorded state"
 	if found {
@@ -288,25 +275,21 @@ func (db *DB) ResetAgent(ctx context.Context, name string, now time.Time, actor 
 			reason += fmt.Sprintf("; cleared %s stop: %s", cur.StopKind, cur.StopReason)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE agents SET consecutive_errors = 0, total_errors = 0,
-			stop_kind = '', stop_reason = '', updated_at = ? WHERE name = ?`, fmtTime(now), name); err != nil {
-			return db.wrap("reset agent "+name, err)
+			stop_kind = '', stop_reason = '', updated_at = ? WHERE name = ?`, FormatTime(now), name); err != nil {
+			return db.Wrap("reset agent "+name, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, insertEventSQL, fmtTime(now), name, cur.State, EventOperatorStart,
+	if _, err := tx.ExecContext(ctx, insertEventSQL, FormatTime(now), name, cur.State, EventOperatorStart,
 		cur.State, "", actor, reason, "", int64(cur.Seq)); err != nil {
-		return db.wrap("reset agent "+name, err)
+		return db.Wrap("reset agent "+name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return db.wrap("reset agent "+name, err)
+		return db.Wrap("reset agent "+name, err)
 	}
 	return nil
 }
 
-func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-type scanner interface{ Scan(...any) error }
-
-func scanEvent(s scanner) (EventRecord, error) {
+func scanEvent(s Scanner) (EventRecord, error) {
 	var (
 		e   EventRecord
 		at  string
@@ -318,13 +301,13 @@ func scanEvent(s scanner) (EventRecord, error) {
 	}
 	e.Seq = uint32(seq)
 	var err error
-	if e.At, err = time.Parse(timeLayout, at); err != nil {
+	if e.At, err = time.Parse(TimeLayout, at); err != nil {
 		return EventRecord{}, fmt.Errorf("event %d: at: %w", e.ID, err)
 	}
 	return e, nil
 }
 
-func scanAgent(s scanner) (AgentRecord, error) {
+func scanAgent(s Scanner) (AgentRecord, error) {
 	var (
 		a                AgentRecord
 		seq, cons, total int64
@@ -335,13 +318,13 @@ func scanAgent(s scanner) (AgentRecord, error) {
 	}
 	a.Seq, a.ConsecutiveErrors, a.TotalErrors = uint32(seq), uint32(cons), uint32(total)
 	var err error
-	if a.UpdatedAt, err = time.Parse(timeLayout, updated); err != nil {
+	if a.UpdatedAt, err = time.Parse(TimeLayout, updated); err != nil {
 		return AgentRecord{}, fmt.Errorf("agent %s: updated_at: %w", a.Name, err)
 	}
 	return a, nil
 }
 
-func scanSession(s scanner) (SessionRecord, error) {
+func scanSession(s Scanner) (SessionRecord, error) {
 	var (
 		r                              SessionRecord
 		seq, durMS                     int64
@@ -358,17 +341,17 @@ func scanSession(s scanner) (SessionRecord, error) {
 	r.Seq, r.Duration = uint32(seq), time.Duration(durMS)*time.Millisecond
 	r.TokensIn, r.TokensOut, r.CostUSD, r.ToolCalls = tokensIn.Int64, tokensOut.Int64, cost.Float64, int(toolCalls.Int64)
 	var err error
-	if r.Started, err = time.Parse(timeLayout, started); err != nil {
+	if r.Started, err = time.Parse(TimeLayout, started); err != nil {
 		return SessionRecord{}, fmt.Errorf("session %s: started_at: %w", r.SessionID, err)
 	}
-	if r.Ended, err = parseNullTime(ended); err != nil {
+	if r.Ended, err = ParseNullTime(ended); err != nil {
 		return SessionRecord{}, fmt.Errorf("session %s: ended_at: %w", r.SessionID, err)
 	}
 	return r, nil
 }
 
-func querySessions(ctx context.Context, q querier, query string, args ...any) ([]SessionRecord, error) {
-	return queryAll(ctx, q, scanSession, query, args...)
+func querySessions(ctx context.Context, q Querier, query string, args ...any) ([]SessionRecord, error) {
+	return QueryAll(ctx, q, scanSession, query, args...)
 }
 
 // nullZero stores a figure the backend did not report (zero) as NULL.

@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import (
 	"context"
@@ -312,7 +312,7 @@ func (j *Journal) signal(n int) {
 // disk with the same line (Dropped has the count).
 func (j *Journal) overflow(lost uint64, what string) {
 	if j.onError != nil && (lost == 1 || lost%1000 == 0) {
-		j.onError(fmt.Errorf("mailbox: journal: %w (%d records waiting for the database): %s dropped, %d in all",
+		j.onError(fmt.Errorf("store: journal: %w (%d records waiting for the database): %s dropped, %d in all",
 			ErrJournalFull, j.maxQueue, what, lost))
 	}
 }
@@ -335,7 +335,7 @@ func (j *Journal) Dropped() uint64 {
 
 func (j *Journal) dropped(what string) {
 	if j.onError != nil {
-		j.onError(fmt.Errorf("mailbox: journal: %w: %s dropped", ErrJournalClosed, what))
+		j.onError(fmt.Errorf("store: journal: %w: %s dropped", ErrJournalClosed, what))
 	}
 }
 
@@ -391,7 +391,7 @@ func (j *Journal) Flush(ctx context.Context) error { return j.write(ctx) }
 // cannot overwrite it afterwards.
 func (j *Journal) ResetAgent(ctx context.Context, name string, now time.Time, actor string) error {
 	if err := j.acquire(ctx); err != nil {
-		return fmt.Errorf("mailbox: reset agent %s: %w", name, err)
+		return fmt.Errorf("store: reset agent %s: %w", name, err)
 	}
 	defer j.release()
 	if err := j.writeLocked(ctx); err != nil {
@@ -449,7 +449,7 @@ func (j *Journal) release() { <-j.sem }
 
 func (j *Journal) write(ctx context.Context) error {
 	if err := j.acquire(ctx); err != nil {
-		return fmt.Errorf("mailbox: journal: flush: %w", err)
+		return fmt.Errorf("store: journal: flush: %w", err)
 	}
 	defer j.release()
 	return j.writeLocked(ctx)
@@ -508,12 +508,12 @@ func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentReco
 func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentRecord, evs []EventRecord, tcs []ToolCallRecord) error {
 	total := len(sss) + len(ags) + len(evs) + len(tcs)
 	wrap := func(err error) error {
-		return j.db.wrap(fmt.Sprintf("journal: write %d records", total), err)
+		return j.db.Wrap(fmt.Sprintf("journal: write %d records", total), err)
 	}
 	if err := j.prepare(ctx); err != nil {
 		return err
 	}
-	tx, err := j.db.begin(ctx)
+	tx, err := j.db.Begin(ctx)
 	if err != nil {
 		return wrap(err)
 	}
@@ -524,9 +524,9 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 		for _, op := range sss {
 			s := op.rec
 			if !op.ended {
-				_, err = start.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), s.HeadBefore, s.LogPath)
+				_, err = start.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath)
 			} else {
-				_, err = end.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), fmtTime(s.Started), endedAt(s),
+				_, err = end.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), endedAt(s),
 					s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 					s.HeadBefore, s.HeadAfter, s.LogPath,
 					nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits)
@@ -540,7 +540,7 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 		st := tx.StmtContext(ctx, j.stmts[stmtAgent])
 		for _, a := range ags {
 			if _, err := st.ExecContext(ctx, a.Name, a.State, int64(a.Seq), int64(a.ConsecutiveErrors),
-				int64(a.TotalErrors), a.StopKind, a.StopReason, fmtTime(a.UpdatedAt)); err != nil {
+				int64(a.TotalErrors), a.StopKind, a.StopReason, FormatTime(a.UpdatedAt)); err != nil {
 				return wrap(err)
 			}
 		}
@@ -585,7 +585,7 @@ func (j *Journal) insertToolCalls(ctx context.Context, tx *sql.Tx, tcs []ToolCal
 			dur = c.Duration.Milliseconds()
 		}
 		if _, err := st.ExecContext(ctx, c.SessionID, c.Agent, int64(c.Seq), c.CallID, c.Tool, c.Input,
-			fmtTime(c.Started), dur, c.Status); err != nil {
+			FormatTime(c.Started), dur, c.Status); err != nil {
 			return err
 		}
 	}
@@ -595,7 +595,7 @@ func (j *Journal) insertToolCalls(ctx context.Context, tx *sql.Tx, tcs []ToolCal
 // prepare prepares the statements once on the write connection. It must
 // run outside a transaction: the pool's one connection would be taken.
 func appendEventArgs(args []any, e *EventRecord) []any {
-	return append(args, fmtTime(e.At), e.Agent, e.From, e.Event, e.To, e.Effect, e.Actor, e.Reason, e.SessionID, int64(e.Seq))
+	return append(args, FormatTime(e.At), e.Agent, e.From, e.Event, e.To, e.Effect, e.Actor, e.Reason, e.SessionID, int64(e.Seq))
 }
 
 func (j *Journal) prepare(ctx context.Context) error {
@@ -605,7 +605,7 @@ func (j *Journal) prepare(ctx context.Context) error {
 		}
 		st, err := j.db.write.PrepareContext(ctx, q)
 		if err != nil {
-			return j.db.wrap("journal: prepare", err)
+			return j.db.Wrap("journal: prepare", err)
 		}
 		j.stmts[i] = st
 	}
@@ -616,9 +616,9 @@ func (j *Journal) prepare(ctx context.Context) error {
 // its start plus its duration.
 func endedAt(s SessionRecord) string {
 	if s.Ended != nil {
-		return fmtTime(*s.Ended)
+		return FormatTime(*s.Ended)
 	}
-	return fmtTime(s.Started.Add(s.Duration))
+	return FormatTime(s.Started.Add(s.Duration))
 }
 
 // requeue puts records that were not committed back in front of those

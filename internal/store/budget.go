@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import (
 	"context"
@@ -28,10 +28,10 @@ type BudgetLimit struct {
 // SetBudgetLimit stores l, replacing scope's, and records e in the event
 // log, in one transaction. While a Journal runs, use Journal.SetBudgetLimit.
 func (db *DB) SetBudgetLimit(ctx context.Context, l BudgetLimit, e EventRecord) error {
-	return db.inTx(ctx, "set budget of "+l.Scope, func(tx *sql.Tx) error {
+	return db.InTx(ctx, "set budget of "+l.Scope, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO budget_limits (scope, usd, actor, set_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (scope) DO UPDATE SET usd = excluded.usd, actor = excluded.actor, set_at = excluded.set_at`,
-			l.Scope, l.USD, l.Actor, fmtTime(l.SetAt)); err != nil {
+			l.Scope, l.USD, l.Actor, FormatTime(l.SetAt)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, insertEventSQL, appendEventArgs(nil, &e)...)
@@ -43,7 +43,7 @@ func (db *DB) SetBudgetLimit(ctx context.Context, l BudgetLimit, e EventRecord) 
 // records e, in one transaction; it reports whether there was one.
 func (db *DB) ClearBudgetLimit(ctx context.Context, scope string, e EventRecord) (bool, error) {
 	found := false
-	err := db.inTx(ctx, "clear budget of "+scope, func(tx *sql.Tx) error {
+	err := db.InTx(ctx, "clear budget of "+scope, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM budget_limits WHERE scope = ?`, scope)
 		if err != nil {
 			return err
@@ -60,7 +60,7 @@ func (db *DB) ClearBudgetLimit(ctx context.Context, scope string, e EventRecord)
 
 // BudgetLimits returns every runtime limit, by scope.
 func (db *DB) BudgetLimits(ctx context.Context) (map[string]BudgetLimit, error) {
-	ls, err := queryAll(ctx, db.read, func(s scanner) (BudgetLimit, error) {
+	ls, err := QueryAll(ctx, db.read, func(s Scanner) (BudgetLimit, error) {
 		var (
 			l  BudgetLimit
 			at string
@@ -69,13 +69,13 @@ func (db *DB) BudgetLimits(ctx context.Context) (map[string]BudgetLimit, error) 
 			return l, err
 		}
 		var err error
-		if l.SetAt, err = time.Parse(timeLayout, at); err != nil {
+		if l.SetAt, err = time.Parse(TimeLayout, at); err != nil {
 			return l, fmt.Errorf("budget limit of %s: set_at: %w", l.Scope, err)
 		}
 		return l, nil
 	}, `SELECT scope, usd, actor, set_at FROM budget_limits`)
 	if err != nil {
-		return nil, db.wrap("budget limits", err)
+		return nil, db.Wrap("budget limits", err)
 	}
 	out := make(map[string]BudgetLimit, len(ls))
 	for _, l := range ls {
@@ -87,15 +87,15 @@ func (db *DB) BudgetLimits(ctx context.Context) (map[string]BudgetLimit, error) 
 // SpendSince returns what every agent's sessions that ended at or after
 // since used, by name.
 func (db *DB) SpendSince(ctx context.Context, since time.Time) (map[string]Spend, error) {
-	sp, err := queryAll(ctx, db.read, func(s scanner) (Spend, error) {
+	sp, err := QueryAll(ctx, db.read, func(s Scanner) (Spend, error) {
 		var v Spend
 		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)
 		return v, err
 	}, `SELECT agent, COUNT(*), IFNULL(SUM(tokens_in), 0), IFNULL(SUM(tokens_out), 0),
 		IFNULL(SUM(cost_usd), 0.0), IFNULL(SUM(commits), 0) FROM sessions
-		WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY agent`, fmtTime(since))
+		WHERE ended_at IS NOT NULL AND ended_at >= ? GROUP BY agent`, FormatTime(since))
 	if err != nil {
-		return nil, db.wrap("spend since "+fmtTime(since), err)
+		return nil, db.Wrap("spend since "+FormatTime(since), err)
 	}
 	out := make(map[string]Spend, len(sp))
 	for _, v := range sp {
@@ -108,7 +108,7 @@ func (db *DB) SpendSince(ctx context.Context, since time.Time) (map[string]Spend
 // holds: the sessions whose spend led to it are written first.
 func (j *Journal) SetBudgetLimit(ctx context.Context, l BudgetLimit, e EventRecord) error {
 	if err := j.acquire(ctx); err != nil {
-		return fmt.Errorf("mailbox: set budget of %s: %w", l.Scope, err)
+		return fmt.Errorf("store: set budget of %s: %w", l.Scope, err)
 	}
 	defer j.release()
 	if err := j.writeLocked(ctx); err != nil {
@@ -121,7 +121,7 @@ func (j *Journal) SetBudgetLimit(ctx context.Context, l BudgetLimit, e EventReco
 // journal holds.
 func (j *Journal) ClearBudgetLimit(ctx context.Context, scope string, e EventRecord) (bool, error) {
 	if err := j.acquire(ctx); err != nil {
-		return false, fmt.Errorf("mailbox: clear budget of %s: %w", scope, err)
+		return false, fmt.Errorf("store: clear budget of %s: %w", scope, err)
 	}
 	defer j.release()
 	if err := j.writeLocked(ctx); err != nil {

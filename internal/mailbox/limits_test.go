@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // The daemon's body limit binds another process that opens the file with no
@@ -23,7 +25,7 @@ func TestRecordedLimitsBindOtherOpeners(t *testing.T) {
 	}
 	session := openTest(t, path, Options{})
 	_, err := session.Send(ctx, Draft{From: "alice", To: Operator, Body: strings.Repeat("x", 101)})
-	var ve *ValidationError
+	var ve *store.ValidationError
 	if !errors.Is(err, ErrTooLarge) || !errors.As(err, &ve) || ve.Msg != "message body is 101 bytes, over the 100-byte limit (mailbox.max_body)" {
 		t.Fatalf("101 bytes from a session: %v, want refused at the recorded 100", err)
 	}

@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import "context"
 
@@ -7,7 +7,7 @@ import "context"
 func (db *DB) LastEventID(ctx context.Context) (int64, error) {
 	var id int64
 	if err := db.read.QueryRowContext(ctx, `SELECT IFNULL(MAX(id), 0) FROM events`).Scan(&id); err != nil {
-		return 0, db.wrap("last event id", err)
+		return 0, db.Wrap("last event id", err)
 	}
 	return id, nil
 }

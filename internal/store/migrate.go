@@ -1,9 +1,7 @@
-package mailbox
+package store
 
 import (
 	"context"
-	"database/sql"
-	"embed"
 	"fmt"
 	"io/fs"
 	"path"
@@ -11,12 +9,6 @@ import (
 	"strconv"
 	"strings"
 )
-
-// migrationFS holds the schema. To change it, add the next numbered file
-// (migrations/0002_agents.sql, …); never edit one that has shipped.
-//
-//go:embed migrations/*.sql
-var migrationFS embed.FS
 
 type migration struct {
 	version int
@@ -59,19 +51,19 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 }
 
 // migrate applies the migrations the database lacks, each in its own
-// BEGIN IMMEDIATE transaction together with its PRAGMA user_version bump, so
+// BEGIN IMMEDIATE transaction together with its schema version bump, so
 // a crash leaves the schema at a whole version and concurrent openers
 // (several `swarmd mail` processes on a fresh file) apply each step once.
 func (db *DB) migrate(ctx context.Context, fsys fs.FS) error {
 	ms, err := loadMigrations(fsys)
 	if err != nil {
-		return fmt.Errorf("mailbox: migrate: %w", err)
+		return fmt.Errorf("store: migrate: %w", err)
 	}
 	latest := len(ms)
 	// Fast path, the common case for every CLI invocation: one read.
-	cur, err := userVersion(ctx, db.write)
+	cur, err := db.drv.userVersion(ctx, db.write)
 	if err != nil {
-		return db.wrap("migrate", err)
+		return db.Wrap("migrate", err)
 	}
 	if cur > latest {
 		return db.tooNew(cur, latest)
@@ -87,13 +79,13 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS) error {
 func (db *DB) apply(ctx context.Context, m migration, latest int) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
-		return db.wrap("migrate", err)
+		return db.Wrap("migrate", err)
 	}
 	defer tx.Rollback()
 	// Re-read under the write lock: another process may have got here first.
-	cur, err := userVersion(ctx, tx)
+	cur, err := db.drv.userVersion(ctx, tx)
 	if err != nil {
-		return db.wrap("migrate", err)
+		return db.Wrap("migrate", err)
 	}
 	switch {
 	case cur > latest:
@@ -102,29 +94,18 @@ func (db *DB) apply(ctx context.Context, m migration, latest int) error {
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return db.wrap("migrate "+m.name, err)
+		return db.Wrap("migrate "+m.name, err)
 	}
-	// PRAGMA takes no bound parameters; the version is our own integer.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
-		return db.wrap("migrate "+m.name, err)
+	if err := db.drv.setUserVersion(ctx, tx, m.version); err != nil {
+		return db.Wrap("migrate "+m.name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return db.wrap("migrate "+m.name, err)
+		return db.Wrap("migrate "+m.name, err)
 	}
 	return nil
 }
 
 func (db *DB) tooNew(cur, latest int) error {
-	return fmt.Errorf("mailbox: open %s: %w: schema version %d, this swarmd knows up to %d (upgrade swarmd)",
+	return fmt.Errorf("store: open %s: %w: schema version %d, this swarmd knows up to %d (upgrade swarmd)",
 		db.path, ErrSchemaTooNew, cur, latest)
-}
-
-type queryRower interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func userVersion(ctx context.Context, q queryRower) (int, error) {
-	var v int
-	err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
-	return v, err
 }

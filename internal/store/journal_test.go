@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import (
 	"context"
@@ -306,7 +306,7 @@ func TestJournalRetriesFailedBatch(t *testing.T) {
 	}
 	select {
 	case err := <-failed:
-		if !strings.Contains(err.Error(), "injected failure") || !strings.HasPrefix(err.Error(), "mailbox: journal: write") {
+		if !strings.Contains(err.Error(), "injected failure") || !strings.HasPrefix(err.Error(), "store: journal: write") {
 			t.Fatalf("OnError(%v): want the SQLite error, naming the operation", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -530,49 +530,6 @@ func TestCloseOrphanSessions(t *testing.T) {
 	}
 	if ss, err := db.Sessions(ctx, "", 1); err != nil || len(ss) != 1 {
 		t.Fatalf("Sessions(all, limit 1) = %+v, %v", ss, err)
-	}
-}
-
-func TestReleaseUnstartedClaims(t *testing.T) {
-	ctx := context.Background()
-	db := openTest(t, "", Options{Agents: testAgents})
-	j := startJournal(t, db, JournalOptions{FlushInterval: never})
-	for _, to := range []string{"alice", "alice", "bob"} {
-		if _, err := db.Send(ctx, Draft{From: "carol", To: to, Body: "hi " + to}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// alice's session started (and was recorded); bob's never did.
-	if ms, err := db.ConsumeForPrompt(ctx, "alice", "alice-1-x"); err != nil || len(ms) != 2 {
-		t.Fatalf("consume alice = %d, %v", len(ms), err)
-	}
-	j.SessionStarted(SessionRecord{SessionID: "alice-1-x", Agent: "alice", Seq: 1, Started: t0})
-	if err := j.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if ms, err := db.ConsumeForPrompt(ctx, "bob", "bob-1-y"); err != nil || len(ms) != 1 {
-		t.Fatalf("consume bob = %d, %v", len(ms), err)
-	}
-
-	n, err := db.ReleaseUnstartedClaims(ctx)
-	if err != nil || n != 1 {
-		t.Fatalf("ReleaseUnstartedClaims = %d, %v; want 1 (bob's)", n, err)
-	}
-	bob, err := db.Inbox(ctx, "bob", false)
-	if err != nil || len(bob) != 1 || bob[0].DeliveredAt != nil || bob[0].ClaimedSession != "" {
-		t.Fatalf("bob's inbox = %+v, %v; want the message pending again", bob, err)
-	}
-	alice, err := db.Inbox(ctx, "alice", true)
-	if err != nil || len(alice) != 2 {
-		t.Fatalf("alice's mail = %+v, %v", alice, err)
-	}
-	for _, m := range alice {
-		if m.ClaimedSession != "alice-1-x" {
-			t.Fatalf("alice's message %d released: %+v", m.ID, m)
-		}
-	}
-	if n, err := db.ReleaseUnstartedClaims(ctx); err != nil || n != 0 {
-		t.Fatalf("second call = %d, %v; want 0", n, err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package mailbox
+package store
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // Event names of pauses in the event log. A pause is held beside the
@@ -31,14 +33,14 @@ type PauseRecord struct {
 // event log, in one transaction: once it returns, the pause survives a
 // crash. While a Journal runs, use Journal.SetPause.
 func (db *DB) SetPause(ctx context.Context, p PauseRecord, e EventRecord) error {
-	if !validName(p.Agent) {
-		return fmt.Errorf("mailbox: pause: %w", invalid("agent", ErrInvalidName, "%q is not a valid agent name", p.Agent))
+	if !agent.ValidName(p.Agent) {
+		return fmt.Errorf("store: pause: %w", Invalid("agent", ErrInvalidName, "%q is not a valid agent name", p.Agent))
 	}
-	return db.inTx(ctx, "pause "+p.Agent, func(tx *sql.Tx) error {
+	return db.InTx(ctx, "pause "+p.Agent, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO pauses (agent, actor, reason, freeze, since) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (agent) DO UPDATE SET actor = excluded.actor, reason = excluded.reason,
 			freeze = MAX(freeze, excluded.freeze)`,
-			p.Agent, p.Actor, p.Reason, boolInt(p.Freeze), fmtTime(p.Since)); err != nil {
+			p.Agent, p.Actor, p.Reason, boolInt(p.Freeze), FormatTime(p.Since)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, insertEventSQL, appendEventArgs(nil, &e)...)
@@ -52,7 +54,7 @@ func (db *DB) SetPause(ctx context.Context, p PauseRecord, e EventRecord) error 
 func (db *DB) ClearPause(ctx context.Context, agent string, e EventRecord) (PauseRecord, bool, error) {
 	var p PauseRecord
 	found := false
-	err := db.inTx(ctx, "resume "+agent, func(tx *sql.Tx) error {
+	err := db.InTx(ctx, "resume "+agent, func(tx *sql.Tx) error {
 		var err error
 		p, err = scanPause(tx.QueryRowContext(ctx, `DELETE FROM pauses WHERE agent = ? RETURNING `+pauseCols, agent))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -70,9 +72,9 @@ func (db *DB) ClearPause(ctx context.Context, agent string, e EventRecord) (Paus
 
 // Pauses returns every paused agent's pause, by name.
 func (db *DB) Pauses(ctx context.Context) (map[string]PauseRecord, error) {
-	ps, err := queryAll(ctx, db.read, scanPause, `SELECT `+pauseCols+` FROM pauses`)
+	ps, err := QueryAll(ctx, db.read, scanPause, `SELECT `+pauseCols+` FROM pauses`)
 	if err != nil {
-		return nil, db.wrap("pauses", err)
+		return nil, db.Wrap("pauses", err)
 	}
 	out := make(map[string]PauseRecord, len(ps))
 	for _, p := range ps {
@@ -85,7 +87,7 @@ func (db *DB) Pauses(ctx context.Context) (map[string]PauseRecord, error) {
 // that the pause's event follows the transitions before it.
 func (j *Journal) SetPause(ctx context.Context, p PauseRecord, e EventRecord) error {
 	if err := j.acquire(ctx); err != nil {
-		return fmt.Errorf("mailbox: pause %s: %w", p.Agent, err)
+		return fmt.Errorf("store: pause %s: %w", p.Agent, err)
 	}
 	defer j.release()
 	if err := j.writeLocked(ctx); err != nil {
@@ -97,7 +99,7 @@ func (j *Journal) SetPause(ctx context.Context, p PauseRecord, e EventRecord) er
 // ClearPause is DB.ClearPause ordered after everything the journal holds.
 func (j *Journal) ClearPause(ctx context.Context, agent string, e EventRecord) (PauseRecord, bool, error) {
 	if err := j.acquire(ctx); err != nil {
-		return PauseRecord{}, false, fmt.Errorf("mailbox: resume %s: %w", agent, err)
+		return PauseRecord{}, false, fmt.Errorf("store: resume %s: %w", agent, err)
 	}
 	defer j.release()
 	if err := j.writeLocked(ctx); err != nil {
@@ -108,7 +110,7 @@ func (j *Journal) ClearPause(ctx context.Context, agent string, e EventRecord) (
 
 const pauseCols = `agent, actor, reason, freeze, since`
 
-func scanPause(s scanner) (PauseRecord, error) {
+func scanPause(s Scanner) (PauseRecord, error) {
 	var (
 		p      PauseRecord
 		freeze int64
@@ -119,7 +121,7 @@ func scanPause(s scanner) (PauseRecord, error) {
 	}
 	p.Freeze = freeze != 0
 	var err error
-	if p.Since, err = time.Parse(timeLayout, since); err != nil {
+	if p.Since, err = time.Parse(TimeLayout, since); err != nil {
 		return PauseRecord{}, fmt.Errorf("pause of %s: since: %w", p.Agent, err)
 	}
 	return p, nil
@@ -175,16 +177,16 @@ func (db *DB) ToolCalls(ctx context.Context, q ToolCallQuery) ([]ToolCallRecord,
 		limit = q.Last
 	}
 	args = append(args, limit)
-	out, err := queryAll(ctx, db.read, scanToolCall, `SELECT id, session_id, agent, seq, call_id, tool, input,
+	out, err := QueryAll(ctx, db.read, scanToolCall, `SELECT id, session_id, agent, seq, call_id, tool, input,
 		started_at, duration_ms, status FROM tool_calls WHERE `+where.String()+` ORDER BY id DESC LIMIT ?`, args...)
 	if err != nil {
-		return nil, db.wrap("tool calls", err)
+		return nil, db.Wrap("tool calls", err)
 	}
 	slices.Reverse(out)
 	return out, nil
 }
 
-func scanToolCall(s scanner) (ToolCallRecord, error) {
+func scanToolCall(s Scanner) (ToolCallRecord, error) {
 	var (
 		c       ToolCallRecord
 		seq     int64
@@ -196,27 +198,13 @@ func scanToolCall(s scanner) (ToolCallRecord, error) {
 	}
 	c.Seq, c.Ended, c.Duration = uint32(seq), dur.Valid, time.Duration(dur.Int64)*time.Millisecond
 	var err error
-	if c.Started, err = time.Parse(timeLayout, started); err != nil {
+	if c.Started, err = time.Parse(TimeLayout, started); err != nil {
 		return ToolCallRecord{}, fmt.Errorf("tool call %d: started_at: %w", c.ID, err)
 	}
 	return c, nil
 }
 
 // inTx runs f in a write transaction, wrapping its error with op.
-func (db *DB) inTx(ctx context.Context, op string, f func(*sql.Tx) error) error {
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return db.wrap(op, err)
-	}
-	defer tx.Rollback()
-	if err := f(tx); err != nil {
-		return db.wrap(op, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return db.wrap(op, err)
-	}
-	return nil
-}
 
 func boolInt(b bool) int64 {
 	if b {

@@ -1,0 +1,34 @@
+package mailbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// settingMaxBody is the settings key of Options.MaxBodyBytes.
+const settingMaxBody = "mailbox.max_body"
+
+// RecordLimits writes the limits this mailbox enforces into the database,
+// so that every process that opens the file without limits of its own
+// (Options fields left zero) enforces the same: the daemon calls it at
+// start, and a `swarmd mail` inside a session, which reads no config, is
+// bound by it.
+func (mb *Mailbox) RecordLimits(ctx context.Context) error {
+	return mb.db.SetSetting(ctx, settingMaxBody, strconv.Itoa(mb.maxBody))
+}
+
+// recordedMaxBody is the body limit RecordLimits wrote, or 0 when none was.
+func recordedMaxBody(ctx context.Context, db *store.DB) (int, error) {
+	v, ok, err := db.Setting(ctx, settingMaxBody)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("mailbox: read limits: %s = %q in %s is not a positive integer", settingMaxBody, v, db.Path())
+	}
+	return n, nil
+}

@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// migrationFS holds the SQLite schema. To change it, add the next numbered
+// file to migrations/ and its twin to migrations/postgres/ (the schema test
+// keeps them in step); never edit one that has shipped.
+//
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// readConns bounds the read pool; reads in WAL mode never block each other.
+const readConns = 4
+
+// busyTimeout is how long a writer waits for another process's lock.
+const busyTimeout = 10 * time.Second
+
+// sqliteDriver is the SQLite engine (modernc.org/sqlite, no cgo).
+type sqliteDriver struct{}
+
+func (sqliteDriver) name() string { return "sqlite" }
+
+func (sqliteDriver) migrations() fs.FS { return migrationFS }
+
+func (sqliteDriver) open(path string) (write, read *sql.DB, err error) {
+	if write, err = sql.Open("sqlite", dsn(path, true)); err != nil {
+		return nil, nil, err
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	if read, err = sql.Open("sqlite", dsn(path, false)); err != nil {
+		write.Close()
+		return nil, nil, err
+	}
+	read.SetMaxOpenConns(readConns + 1) // +1: DataVersion's dedicated connection
+	read.SetMaxIdleConns(readConns + 1)
+	return write, read, nil
+}
+
+// dsn puts the pragmas in the connection string so that every pooled
+// connection gets them, including ones database/sql opens later.
+// Connections never create the file (private did, unless NoCreate): a pooled
+// connection opened after swarm.db was deleted must fail, not start an empty
+// database at the path.
+func dsn(path string, write bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)") // WAL + NORMAL: durable across crashes of the process, not of the OS
+	q.Add("_pragma", "foreign_keys(ON)")
+	if write {
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)") // a write on the read pool is a bug
+	}
+	q.Set("mode", "rw") // SQLite URI parameter: no create
+	// A file: URI escapes '?' and '#' in the path, which a bare path would
+	// split on.
+	return (&url.URL{Scheme: "file", Path: path, RawQuery: q.Encode()}).String()
+}
+
+// prepare checks that journal_mode=WAL took: the DSN pragma can lose the
+// race for the lock when many processes create the file at once, and a
+// filesystem without shared memory cannot do WAL at all.
+func (sqliteDriver) prepare(ctx context.Context, db *DB) error {
+	var mode string
+	for range 2 {
+		if err := db.write.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+			return db.Wrap("open", err)
+		}
+		if strings.EqualFold(mode, "wal") {
+			return nil
+		}
+		if _, err := db.write.ExecContext(ctx, "PRAGMA journal_mode = WAL"); err != nil {
+			return db.Wrap("open", err)
+		}
+	}
+	return fmt.Errorf("store: open: %s: journal_mode is %q, not wal (is it on a network filesystem?)", db.path, mode)
+}
+
+// busy reports SQLITE_BUSY or SQLITE_LOCKED.
+func (sqliteDriver) busy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+}
+
+func (sqliteDriver) classify(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff { // primary code; extended codes carry detail in the high bits
+		case sqlite3.SQLITE_FULL:
+			return ErrDiskFull
+		case sqlite3.SQLITE_READONLY:
+			return ErrReadOnly
+		}
+	}
+	return nil
+}
+
+func (sqliteDriver) userVersion(ctx context.Context, q queryRower) (int, error) {
+	var v int
+	err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+func (sqliteDriver) setUserVersion(ctx context.Context, tx *sql.Tx, v int) error {
+	// PRAGMA takes no bound parameters; the version is our own integer.
+	_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v))
+	return err
+}

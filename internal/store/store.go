@@ -1,0 +1,301 @@
+// Package store is swarmd's database (<state_dir>/swarm.db): opening it,
+// its schema and migrations, and the daemon's persistent state (agents,
+// sessions, the event log, pauses, tool calls, budgets and settings), written
+// by a Journal and read back for restart recovery. The packages that keep
+// their own tables in it (mailbox, taskboard, merge) run their queries on a
+// *DB; none of them opens the file itself, so every writer, the daemon and
+// every short-lived command alike, gets the same pragmas, schema checks and
+// guards.
+//
+// The file is shared by the daemon and by many short-lived processes, so
+// every guarantee here holds across processes: writes run in BEGIN IMMEDIATE
+// transactions (a deferred read-then-write transaction fails with "database
+// is locked" under contention instead of waiting).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure Open.
+type Options struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// NoCreate makes Open fail with ErrNoDatabase instead of creating a
+	// missing file: a `swarmd mail` process pointed at the wrong path should
+	// say so rather than write mail nobody reads.
+	NoCreate bool
+}
+
+// DB is an open swarm.db. It is safe for concurrent use.
+type DB struct {
+	path string
+	drv  driver
+	// write has a single connection: in-process writers queue on the pool,
+	// which is cheap, instead of in SQLite's busy handler, which sleeps in
+	// millisecond steps. Other processes still meet us through busy_timeout.
+	write *sql.DB
+	read  *sql.DB
+	now   func() time.Time
+
+	// PRAGMA data_version is per connection, so DataVersion keeps one.
+	dvMu   sync.Mutex
+	dvConn *sql.Conn
+	dvStmt *sql.Stmt
+
+	// ident is the file opened, so that Check can tell when the path no
+	// longer leads to it; gone latches once it does not.
+	ident os.FileInfo
+	gone  atomic.Bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// driver is what differs between database engines: how the pools are
+// opened, the dialect's migrations, and how its errors are classified.
+// SQLite is the one engine today; the rest of the package speaks through
+// this seam so that another engine is a second implementation, not a fork.
+type driver interface {
+	name() string
+	// open returns the write pool (one connection, IMMEDIATE transactions)
+	// and the read pool for path; it never creates the file.
+	open(path string) (write, read *sql.DB, err error)
+	// migrations holds the dialect's NNNN_name.sql files under "migrations".
+	migrations() fs.FS
+	// prepare runs after the migrations (SQLite: make sure WAL took).
+	prepare(ctx context.Context, db *DB) error
+	// busy reports a lock conflict worth retrying.
+	busy(err error) bool
+	// classify maps a storage failure to ErrDiskFull or ErrReadOnly, or nil.
+	classify(err error) error
+	// userVersion and setUserVersion keep the schema version.
+	userVersion(ctx context.Context, q queryRower) (int, error)
+	setUserVersion(ctx context.Context, tx *sql.Tx, v int) error
+}
+
+// Open opens (creating unless opts.NoCreate) the SQLite database at path and
+// brings its schema up to date. It refuses a database whose schema is newer
+// than this code knows (ErrSchemaTooNew).
+func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+	return open(ctx, path, opts, sqliteDriver{}, nil)
+}
+
+// open is Open with the driver and, for tests, the migrations to apply
+// (nil: the driver's).
+func open(ctx context.Context, path string, opts Options, drv driver, migrations fs.FS) (*DB, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db := &DB{path: abs, drv: drv, now: opts.Now}
+	if db.now == nil {
+		db.now = time.Now
+	}
+	if opts.NoCreate {
+		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("store: open: %w: %s", ErrNoDatabase, abs)
+		}
+	} else if err := private(abs); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	if db.write, db.read, err = drv.open(abs); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	if migrations == nil {
+		migrations = drv.migrations()
+	}
+	if err := db.prepareSchema(ctx, migrations); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if db.ident, err = os.Stat(abs); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	}
+	return db, nil
+}
+
+// private creates the database file owner-only (0600) if it does not exist,
+// and takes group and other access away from an existing one and its WAL
+// and shared-memory files: mail and the event log are the operator's alone.
+// SQLite gives the -wal and -shm files it creates the main file's mode.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		return f.Close()
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check reports ErrDatabaseGone when the database path no longer leads to
+// the file this DB opened. Every write checks it first, and the daemon
+// calls it on a timer, so that a deleted swarm.db is noticed and nothing
+// is written into the unlinked file. Once gone, always gone.
+func (db *DB) Check() error {
+	if db.gone.Load() {
+		return ErrDatabaseGone
+	}
+	if db.ident == nil {
+		return nil // still opening
+	}
+	fi, err := os.Stat(db.path)
+	if err == nil && os.SameFile(fi, db.ident) {
+		return nil
+	}
+	db.gone.Store(true)
+	return ErrDatabaseGone
+}
+
+// Begin starts a write transaction (IMMEDIATE: it holds the write lock from
+// the start) on the file this DB opened; it refuses with ErrDatabaseGone once
+// the file is gone.
+func (db *DB) Begin(ctx context.Context) (*sql.Tx, error) {
+	if err := db.Check(); err != nil {
+		return nil, err
+	}
+	return db.write.BeginTx(ctx, nil)
+}
+
+// InTx runs f in a write transaction and commits it; any error is wrapped
+// with op (see Wrap).
+func (db *DB) InTx(ctx context.Context, op string, f func(*sql.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return db.Wrap(op, err)
+	}
+	defer tx.Rollback()
+	if err := f(tx); err != nil {
+		return db.Wrap(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return db.Wrap(op, err)
+	}
+	return nil
+}
+
+// ExecCount runs one write statement and returns the rows it changed.
+func (db *DB) ExecCount(ctx context.Context, op, query string, args ...any) (int, error) {
+	if err := db.Check(); err != nil {
+		return 0, db.Wrap(op, err)
+	}
+	res, err := db.write.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, db.Wrap(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, db.Wrap(op, err)
+	}
+	return int(n), nil
+}
+
+// prepareSchema migrates and lets the driver check the result. Several
+// processes opening a fresh file at once race to set it up, and SQLite
+// answers the loser SQLITE_BUSY at once rather than through the busy
+// handler; so a busy error here is retried, with backoff, for as long as
+// busy_timeout would wait.
+func (db *DB) prepareSchema(ctx context.Context, migrations fs.FS) error {
+	delay := time.Millisecond
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		err := db.migrate(ctx, migrations)
+		if err == nil {
+			err = db.drv.prepare(ctx, db)
+		}
+		if err == nil || !db.drv.busy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// Path is the absolute path of the database file.
+func (db *DB) Path() string { return db.path }
+
+// Now is the DB's clock.
+func (db *DB) Now() time.Time { return db.now() }
+
+// SQL is the write pool for the tables other packages keep here. It has one
+// connection and begins every transaction IMMEDIATE (it takes the write lock
+// at BEGIN): close rows before calling anything else on the DB, or the
+// caller waits for its own connection.
+func (db *DB) SQL() *sql.DB { return db.write }
+
+// ReadSQL is the read pool (query_only): reads never wait for writers.
+func (db *DB) ReadSQL() *sql.DB { return db.read }
+
+// DataVersion returns PRAGMA data_version of one dedicated connection. It
+// changes whenever another connection, in this process or another, commits,
+// so the router can poll it cheaply (a few µs) and query only after a change.
+func (db *DB) DataVersion(ctx context.Context) (int64, error) {
+	db.dvMu.Lock()
+	defer db.dvMu.Unlock()
+	if db.dvStmt == nil {
+		conn, err := db.read.Conn(ctx)
+		if err != nil {
+			return 0, db.Wrap("data version", err)
+		}
+		stmt, err := conn.PrepareContext(ctx, "PRAGMA data_version")
+		if err != nil {
+			conn.Close()
+			return 0, db.Wrap("data version", err)
+		}
+		db.dvConn, db.dvStmt = conn, stmt
+	}
+	var v int64
+	if err := db.dvStmt.QueryRowContext(ctx).Scan(&v); err != nil {
+		return 0, db.Wrap("data version", err)
+	}
+	return v, nil
+}
+
+// Close closes the database. It is idempotent.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.dvMu.Lock()
+		if db.dvStmt != nil {
+			db.dvStmt.Close()
+			db.dvConn.Close()
+			db.dvStmt, db.dvConn = nil, nil
+		}
+		db.dvMu.Unlock()
+		var errs []error
+		if db.read != nil {
+			errs = append(errs, db.read.Close())
+		}
+		if db.write != nil {
+			errs = append(errs, db.write.Close())
+		}
+		if err := errors.Join(errs...); err != nil {
+			db.closeErr = fmt.Errorf("store: close: %w", err)
+		}
+	})
+	return db.closeErr
+}

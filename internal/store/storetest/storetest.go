@@ -1,0 +1,363 @@
+// Package storetest is the store's contract: one suite of behaviours every
+// database driver must have, run by each driver's tests against a real
+// server or file (River's driver tests are the model). A driver passes
+// when Run passes against it; the SQLite driver runs it in package store.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// Harness is what a driver's test gives the suite.
+type Harness struct {
+	// Fresh makes a new, empty database and returns its target (a path, a
+	// URL): every test starts from its own.
+	Fresh func(t *testing.T) string
+	// Open opens target. Called more than once for one target, it returns
+	// independent handles on the same database, as separate processes have.
+	Open func(t testing.TB, target string) *store.DB
+	// ChildTest names the test function of the driver's package that calls
+	// Child, so that the suite can race real processes; "" skips that test.
+	ChildTest string
+}
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// Run runs the contract against h.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		f    func(*testing.T, Harness)
+	}{
+		{"SettingsSharedAcrossHandles", testSettings},
+		{"JournalRoundTrip", testJournalRoundTrip},
+		{"EventQueries", testEventQueries},
+		{"RecoveryClosesOrphans", testRecovery},
+		{"ResetAgent", testResetAgent},
+		{"PausesAndBudgets", testPausesAndBudgets},
+		{"DataVersionSeesOtherHandles", testDataVersion},
+		{"ConcurrentHandles", testConcurrentHandles},
+		{"ConcurrentProcesses", testConcurrentProcesses},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.f(t, h) })
+	}
+}
+
+func testSettings(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	a, b := h.Open(t, target), h.Open(t, target)
+	if _, ok, err := b.Setting(ctx, "k"); err != nil || ok {
+		t.Fatalf("Setting before any = ok %v, %v", ok, err)
+	}
+	for _, v := range []string{"one", "two"} {
+		if err := a.SetSetting(ctx, "k", v); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := b.Setting(ctx, "k"); err != nil || !ok || got != v {
+			t.Fatalf("other handle reads %q, %v, %v; want %q", got, ok, err, v)
+		}
+	}
+}
+
+func testJournalRoundTrip(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	db := h.Open(t, target)
+	j := startJournal(t, db)
+	end := t0.Add(90 * time.Second)
+	j.Agent(store.AgentRecord{Name: "alice", State: "Running", Seq: 1, UpdatedAt: t0})
+	j.SessionStarted(store.SessionRecord{SessionID: "alice-1", Agent: "alice", Seq: 1, Started: t0, LogPath: "/l/1"})
+	j.Event(store.EventRecord{At: t0, Agent: "alice", From: "Starting", Event: "SessionStarted", To: "Running", Actor: "runner", SessionID: "alice-1", Seq: 1})
+	j.SessionEnded(store.SessionRecord{SessionID: "alice-1", Agent: "alice", Seq: 1, Started: t0, Ended: &end,
+		Outcome: store.OutcomeSuccess, Duration: 90 * time.Second, TokensIn: 10, TokensOut: 20, CostUSD: 0.5, Commits: 2})
+	j.Agent(store.AgentRecord{Name: "alice", State: "Stopped", Seq: 2, StopKind: store.StopOperator, StopReason: "done", UpdatedAt: end})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	other := h.Open(t, target) // what a restarted daemon reads
+	ags, err := other.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := ags["alice"]; a.State != "Stopped" || a.Seq != 2 || a.StopKind != store.StopOperator || !a.UpdatedAt.Equal(end) {
+		t.Fatalf("agent = %+v; want the last record", a)
+	}
+	ss, err := other.Sessions(ctx, "alice", 0)
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("Sessions = %+v, %v", ss, err)
+	}
+	s := ss[0]
+	if s.Outcome != store.OutcomeSuccess || s.Ended == nil || !s.Ended.Equal(end) || s.CostUSD != 0.5 || s.TokensOut != 20 || s.Commits != 2 || s.LogPath != "/l/1" {
+		t.Fatalf("session = %+v", s)
+	}
+	if seq, err := other.MaxSeq(ctx, "alice"); err != nil || seq != 1 {
+		t.Fatalf("MaxSeq = %d, %v; want 1", seq, err)
+	}
+	sp, err := other.Spend(ctx)
+	if err != nil || sp["alice"].CostUSD != 0.5 {
+		t.Fatalf("Spend = %+v, %v", sp, err)
+	}
+}
+
+func testEventQueries(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.Open(t, h.Fresh(t))
+	j := startJournal(t, db)
+	for i, who := range []string{"alice", "bob", "alice", "bob", "alice"} {
+		j.Event(store.EventRecord{At: t0.Add(time.Duration(i) * time.Second), Agent: who, Event: fmt.Sprint("E", i), Seq: uint32(i)})
+	}
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all, err := db.Events(ctx, store.EventQuery{})
+	if err != nil || len(all) != 5 {
+		t.Fatalf("Events = %d, %v; want 5", len(all), err)
+	}
+	for i, e := range all {
+		if e.Event != fmt.Sprint("E", i) || (i > 0 && e.ID <= all[i-1].ID) {
+			t.Fatalf("event %d = %+v: not in write order", i, e)
+		}
+	}
+	last, err := db.LastEventID(ctx)
+	if err != nil || last != all[4].ID {
+		t.Fatalf("LastEventID = %d, %v; want %d", last, err, all[4].ID)
+	}
+	alice, err := db.Events(ctx, store.EventQuery{Agent: "alice", AfterID: all[0].ID, Limit: 1})
+	if err != nil || len(alice) != 1 || alice[0].Event != "E2" {
+		t.Fatalf("alice after the first, limit 1 = %+v, %v; want E2", alice, err)
+	}
+}
+
+func testRecovery(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	db := h.Open(t, target)
+	j := startJournal(t, db)
+	j.SessionStarted(store.SessionRecord{SessionID: "bob-3", Agent: "bob", Seq: 3, Started: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon is killed here; the next one recovers.
+	next := h.Open(t, target)
+	orphans, err := next.CloseOrphanSessions(ctx, t0.Add(time.Minute))
+	if err != nil || len(orphans) != 1 || orphans[0].SessionID != "bob-3" || orphans[0].Outcome != store.OutcomeOrphaned {
+		t.Fatalf("CloseOrphanSessions = %+v, %v", orphans, err)
+	}
+	if again, err := next.CloseOrphanSessions(ctx, t0.Add(2*time.Minute)); err != nil || len(again) != 0 {
+		t.Fatalf("second CloseOrphanSessions = %+v, %v; want none", again, err)
+	}
+	if seq, err := next.MaxSeq(ctx, "bob"); err != nil || seq != 3 {
+		t.Fatalf("MaxSeq = %d, %v; want 3 (a restarted runner continues after it)", seq, err)
+	}
+}
+
+func testResetAgent(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.Open(t, h.Fresh(t))
+	j := startJournal(t, db)
+	j.Agent(store.AgentRecord{Name: "carol", State: "Stopped", Seq: 4, ConsecutiveErrors: 3, TotalErrors: 7,
+		StopKind: store.StopFatal, StopReason: "auth", UpdatedAt: t0})
+	if err := j.ResetAgent(ctx, "carol", t0.Add(time.Second), "ops"); err != nil {
+		t.Fatal(err)
+	}
+	a := must(db.Agents(ctx))(t)["carol"]
+	if a.ConsecutiveErrors != 0 || a.TotalErrors != 0 || a.StopKind != "" || !a.Resumable() {
+		t.Fatalf("after reset = %+v", a)
+	}
+	evs := must(db.Events(ctx, store.EventQuery{Agent: "carol"}))(t)
+	if len(evs) != 1 || evs[0].Event != store.EventOperatorStart || evs[0].Actor != "ops" {
+		t.Fatalf("events = %+v; want one OperatorStart by ops", evs)
+	}
+	var ve *store.ValidationError
+	if err := db.ResetAgent(ctx, "Not Valid", t0, ""); !errors.Is(err, store.ErrInvalidName) || !errors.As(err, &ve) {
+		t.Fatalf("ResetAgent(bad name) = %v", err)
+	}
+}
+
+func testPausesAndBudgets(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	db := h.Open(t, target)
+	ev := store.EventRecord{At: t0, Agent: "alice", Event: store.EventPaused, Actor: "operator"}
+	if err := db.SetPause(ctx, store.PauseRecord{Agent: "alice", Reason: "lunch", Actor: "operator", Since: t0}, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ps := must(h.Open(t, target).Pauses(ctx))(t); ps["alice"].Reason != "lunch" {
+		t.Fatalf("pauses from another handle = %+v", ps)
+	}
+	if p, ok, err := db.ClearPause(ctx, "alice", store.EventRecord{At: t0, Agent: "alice", Event: store.EventResumed}); err != nil || !ok || p.Reason != "lunch" {
+		t.Fatalf("ClearPause = %+v, %v, %v", p, ok, err)
+	}
+	if _, ok, err := db.ClearPause(ctx, "alice", store.EventRecord{At: t0, Agent: "alice", Event: store.EventResumed}); err != nil || ok {
+		t.Fatalf("second ClearPause = %v, %v; want nothing to clear", ok, err)
+	}
+	l := store.BudgetLimit{Scope: "alice", USD: 2.5, Actor: "operator", SetAt: t0}
+	if err := db.SetBudgetLimit(ctx, l, store.EventRecord{At: t0, Agent: "alice", Event: store.EventBudgetSet}); err != nil {
+		t.Fatal(err)
+	}
+	if ls := must(db.BudgetLimits(ctx))(t); ls["alice"].USD != 2.5 {
+		t.Fatalf("BudgetLimits = %+v", ls)
+	}
+	if ok, err := db.ClearBudgetLimit(ctx, "alice", store.EventRecord{At: t0, Agent: "alice", Event: store.EventBudgetSet}); err != nil || !ok {
+		t.Fatalf("ClearBudgetLimit = %v, %v", ok, err)
+	}
+}
+
+func testDataVersion(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	watcher, writer := h.Open(t, target), h.Open(t, target)
+	before := must(watcher.DataVersion(ctx))(t)
+	if again := must(watcher.DataVersion(ctx))(t); again != before {
+		t.Fatalf("data version moved with no commit: %d -> %d", before, again)
+	}
+	if err := writer.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if after := must(watcher.DataVersion(ctx))(t); after == before {
+		t.Fatalf("data version %d unchanged after another handle committed", after)
+	}
+}
+
+// testConcurrentHandles: writers on separate handles never fail with a
+// lock error and lose nothing.
+func testConcurrentHandles(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	const handles, each = 6, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, handles)
+	for i := range handles {
+		db := h.Open(t, target)
+		wg.Go(func() {
+			j := db.NewJournal(store.JournalOptions{FlushInterval: time.Millisecond})
+			j.Start()
+			for k := range each {
+				j.Event(store.EventRecord{At: t0, Agent: fmt.Sprint("a", i), Event: "E", Seq: uint32(k)})
+				if k%10 == 0 {
+					if err := db.SetSetting(ctx, fmt.Sprint("h", i), strconv.Itoa(k)); err != nil {
+						errs <- err
+					}
+				}
+			}
+			if err := j.Close(); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := len(must(h.Open(t, target).Events(ctx, store.EventQuery{}))(t)); n != handles*each {
+		t.Fatalf("%d events, want %d", n, handles*each)
+	}
+}
+
+// testConcurrentProcesses: what testConcurrentHandles checks, with real
+// processes (each a Child), which is how `swarmd mail` and `swarmd task`
+// meet the daemon.
+func testConcurrentProcesses(t *testing.T, h Harness) {
+	if h.ChildTest == "" {
+		t.Skip("the driver's tests name no ChildTest")
+	}
+	ctx := context.Background()
+	target := h.Fresh(t)
+	const procs, each = 5, 30
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+h.ChildTest+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envTarget+"="+target, envAgent+"="+fmt.Sprint("p", i), envCount+"="+strconv.Itoa(each))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("process %d: %v", i, err)
+		}
+	}
+	db := h.Open(t, target)
+	if n := len(must(db.Events(ctx, store.EventQuery{}))(t)); n != procs*each {
+		t.Fatalf("%d events from %d processes, want %d", n, procs, procs*each)
+	}
+	for i := range procs {
+		if v, ok, err := db.Setting(ctx, fmt.Sprint("p", i)); err != nil || !ok || v != strconv.Itoa(each) {
+			t.Errorf("process %d's setting = %q, %v, %v", i, v, ok, err)
+		}
+	}
+}
+
+const (
+	envTarget = "STORETEST_TARGET"
+	envAgent  = "STORETEST_AGENT"
+	envCount  = "STORETEST_COUNT"
+)
+
+// Child is the body of the driver's ChildTest: in a process the suite
+// started, it writes its share through its own handle (events through a
+// journal, a setting in transactions of its own); otherwise it returns at
+// once.
+func Child(t *testing.T, open func(t testing.TB, target string) *store.DB) {
+	target := os.Getenv(envTarget)
+	if target == "" {
+		t.Skip("run by the store contract's ConcurrentProcesses")
+	}
+	ctx := context.Background()
+	agent := os.Getenv(envAgent)
+	n, err := strconv.Atoi(os.Getenv(envCount))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := open(t, target)
+	j := db.NewJournal(store.JournalOptions{FlushInterval: time.Millisecond})
+	j.Start()
+	for k := range n {
+		j.Event(store.EventRecord{At: t0, Agent: agent, Event: "E", Seq: uint32(k)})
+		if err := db.SetSetting(ctx, agent, strconv.Itoa(k+1)); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startJournal(t *testing.T, db *store.DB) *store.Journal {
+	t.Helper()
+	j := db.NewJournal(store.JournalOptions{FlushInterval: time.Hour})
+	j.Start()
+	t.Cleanup(func() {
+		if err := j.Close(); err != nil {
+			t.Errorf("journal close: %v", err)
+		}
+	})
+	return j
+}
+
+// must takes a value and an error and fails the test on the error.
+func must[T any](v T, err error) func(t *testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
