@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/hooks"
+	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -49,6 +49,10 @@ type Workspace interface {
 // the agent stops. *logs.Store satisfies it.
 type LogStore interface {
 	LogPath(agent string, seq uint32) string
+	// PromptPath is where logs.WritePrompt puts the prompt of session seq.
+	// The runner asks the store for the path, rather than having the store
+	// write the file, so that a store may point prompts elsewhere (tests'
+	// full disks wrap a *logs.Store and override just this).
 	PromptPath(agent string, seq uint32) string
 	Archive(ctx context.Context, agent string, now time.Time) (string, error)
 }
@@ -1181,13 +1185,11 @@ func (r *Runner) session() backend.Session {
 	return r.sess
 }
 
+// storePrompt keeps the prompt for the session about to spawn and writes
+// it where the log store says; package logs owns the file itself.
 func (r *Runner) storePrompt(p string) error {
 	r.lastPrompt = p
-	path := r.cfg.Logs.PromptPath(r.cfg.Name, r.seq)
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(p), 0o640)
+	return logs.WritePrompt(r.cfg.Logs.PromptPath(r.cfg.Name, r.seq), p)
 }
 
 func timerC(t *time.Timer) <-chan time.Time {
