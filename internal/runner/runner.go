@@ -258,7 +258,7 @@ type Config struct {
 	Logger      *zap.Logger
 	Thresholds  agent.Thresholds
 	Timeout     time.Duration // session_timeout (0 = none)
-	GracePeriod time.Duration // default 10s
+	GracePeriod time.Duration // default DefaultGracePeriod
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
 	// DefaultEnv is KEY=VALUE under everything configured (the agent's git
 	// identity): backend.Spec.Defaults, and the same layer in hooks.
@@ -301,6 +301,25 @@ type Config struct {
 	// is the backend's own record, 0 when it reported none) on the model
 	// the stream named ("" when none).
 	Price func(backendName, model string, u backend.Usage) float64
+}
+
+// DefaultGracePeriod is how long a cancelled or interrupted session gets to
+// end before it is force-stopped, when Config.GracePeriod is zero; the
+// config's defaults.grace_period default is this.
+const DefaultGracePeriod = 10 * time.Second
+
+// setDefaults fills the zero fields that have defaults; New calls it, so
+// that every default of the runner is here.
+func (c *Config) setDefaults() {
+	if c.GracePeriod <= 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+	if c.FirstSeq == 0 {
+		c.FirstSeq = 1
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
 }
 
 // Errors returned by New.
@@ -379,15 +398,7 @@ func New(cfg Config) (*Runner, error) {
 	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil || cfg.Logs == nil:
 		return nil, fmt.Errorf("%w: agent %s: backend, workspace, prompter and log store are required", ErrConfig, cfg.Name)
 	}
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = 10 * time.Second
-	}
-	if cfg.FirstSeq == 0 {
-		cfg.FirstSeq = 1
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
+	cfg.setDefaults()
 	r := &Runner{
 		cfg:      cfg,
 		log:      cfg.Logger.With(zap.String("agent", cfg.Name)),
