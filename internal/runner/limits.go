@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -109,10 +108,7 @@ func (r *Runner) takeAbort() {
 		zap.String("why", req.detail))
 	r.signal(sess.Cancel, "cancel")
 	// The grace period bounds it now, not the session timeout.
-	stopTimer(&r.timeout)
-	if r.kill == nil {
-		r.kill = time.NewTimer(r.cfg.GracePeriod)
-	}
+	r.tm.cancelled(r.cfg.GracePeriod)
 }
 
 // clearAbort forgets an Abort that came while no session ran: it was

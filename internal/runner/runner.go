@@ -380,9 +380,7 @@ type Runner struct {
 	signalled  bool      // the last session completed with the done signal
 	timedOut   bool
 	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
-	grace      *time.Timer
-	timeout    *time.Timer
-	kill       *time.Timer
+	tm         timers
 
 	// interrupted: urgent mail interrupted the session (UrgentMessage).
 	interrupted bool
@@ -604,12 +602,8 @@ func (r *Runner) step() {
 			r.log.Info("rate limited: cooling down until the provider's reset time", zap.Time("until", r.retryAfter))
 			until = r.retryAfter
 		}
-		t := time.NewTimer(time.Until(until))
-		defer t.Stop()
-		select {
-		case <-t.C:
+		if sleep(r.stopCtx, time.Until(until)) {
 			r.apply(agent.EvBackoffElapsed(), "runner", "")
-		case <-r.stopCtx.Done():
 		}
 	}
 }
@@ -779,7 +773,7 @@ func (r *Runner) spawn() {
 	r.sessStarted = time.Now()
 	r.mu.Unlock()
 	if r.cfg.Timeout > 0 {
-		r.timeout = time.NewTimer(r.cfg.Timeout)
+		r.tm.startTimeout(r.cfg.Timeout)
 	}
 	r.started++
 	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
@@ -813,9 +807,7 @@ func (r *Runner) applyUrgent(committed time.Time) {
 	r.interrupted = true
 	// The grace period now bounds the session; a session timeout no longer
 	// applies to it.
-	stopTimer(&r.timeout)
-	stopTimer(&r.kill)
-	r.grace = time.NewTimer(r.cfg.GracePeriod)
+	r.tm.interrupted(r.cfg.GracePeriod)
 }
 
 // waitSession waits in Running or Interrupting for whatever comes first.
@@ -826,18 +818,18 @@ func (r *Runner) waitSession() {
 	select {
 	case <-sess.Done():
 		r.finishSession(false)
-	case <-timerC(r.timeout):
-		r.timeout = nil
+	case <-r.tm.timeout.C():
+		r.tm.timeout.fired()
 		r.timedOut = true
 		r.log.Info("session timeout, cancelling", zap.String("session", r.sessionID), zap.Duration("timeout", r.cfg.Timeout))
 		r.signal(sess.Cancel, "cancel")
-		r.kill = time.NewTimer(r.cfg.GracePeriod)
-	case <-timerC(r.kill):
-		r.kill = nil
+		r.tm.cancelled(r.cfg.GracePeriod)
+	case <-r.tm.kill.C():
+		r.tm.kill.fired()
 		r.forced = true
 		r.signal(sess.ForceStop, "force stop")
-	case <-timerC(r.grace):
-		r.grace = nil
+	case <-r.tm.grace.C():
+		r.tm.grace.fired()
 		r.apply(agent.EvGraceExceeded(), "runner", "grace period "+r.cfg.GracePeriod.String()+" exceeded")
 		// The next session must not start while this one has a live process.
 		<-sess.Done()
@@ -862,9 +854,7 @@ func (r *Runner) finishSession(stopping bool) {
 	r.sess = nil
 	r.mu.Unlock()
 	r.sessionGone()
-	stopTimer(&r.timeout)
-	stopTimer(&r.grace)
-	stopTimer(&r.kill)
+	r.tm.stop()
 	res := sess.Result()
 	if r.timedOut {
 		// The runner owns the session timeout; the backend only saw signals.
@@ -1201,20 +1191,6 @@ func (r *Runner) session() backend.Session {
 func (r *Runner) storePrompt(p string) error {
 	r.lastPrompt = p
 	return logs.WritePrompt(r.cfg.Logs.PromptPath(r.cfg.Name, r.seq), p)
-}
-
-func timerC(t *time.Timer) <-chan time.Time {
-	if t == nil {
-		return nil
-	}
-	return t.C
-}
-
-func stopTimer(t **time.Timer) {
-	if *t != nil {
-		(*t).Stop()
-		*t = nil
-	}
 }
 
 // AgentOfSession is the agent a session id (newSessionID's form) belongs to;
