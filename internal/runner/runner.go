@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
-	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/worktree"
@@ -727,18 +725,16 @@ func (r *Runner) spawn() {
 		SessionID: r.sessionID,
 		Seq:       r.seq,
 		Dir:       r.wt.Path,
-		Env:       r.sessionEnv(),
-		Defaults:  r.cfg.DefaultEnv,
 		Prompt:    r.lastPrompt,
 		LogPath:   r.logPath(),
 
-		PathPrepend: r.cfg.PathPrepend,
 		MaxLogBytes: r.cfg.MaxLogBytes,
 		MaxTurns:    r.cfg.MaxTurns,
 		OnTool:      r.onTool(),
 		Tools:       r.cfg.Tools,
 		OnProgress:  r.onProgress(),
 	}
+	r.setSpecEnv(&spec)
 	r.clearAbort()
 	r.lastSpawn = time.Now()
 	r.headBefore = r.head()
@@ -997,22 +993,6 @@ func (r *Runner) hook(p hooks.Payload) error {
 		p.Seq = r.seq
 	}
 	return r.cfg.Hooks.Run(r.hookCtx(p.Event), r.wt.Path, r.env(), p)
-}
-
-// sessionEnv is what a session adds to the daemon's environment: the
-// configured env and the SWARM_* variables.
-func (r *Runner) sessionEnv() []string {
-	env := make([]string, 0, len(r.cfg.Env)+2)
-	env = append(env, r.cfg.Env...)
-	return append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
-}
-
-// env is the whole environment of a hook: the daemon's, the default env,
-// the configured env and the SWARM_* variables, each key once, swarmd's
-// directory first in PATH (as in a session, whose backend adds its own env
-// between the default and the configured one).
-func (r *Runner) env() []string {
-	return environ.Build(r.cfg.PathPrepend, os.Environ(), r.cfg.DefaultEnv, r.sessionEnv())
 }
 
 // commits counts the commits between two HEADs; 0 when either is unknown
