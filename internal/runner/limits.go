@@ -178,12 +178,3 @@ func (r *Runner) onProgress() func(backend.Progress) {
 		f(rec)
 	}
 }
-
-// price sets the cost of a session from Config.Price, which gets the
-// usage with the backend's own cost in it, if it reported one.
-func (r *Runner) price(res *backend.Result) {
-	if r.cfg.Price == nil || res.Usage.Tokens() == 0 && res.Usage.CostUSD <= 0 {
-		return
-	}
-	res.Usage.CostUSD = r.cfg.Price(r.cfg.BackendName, res.Model, res.Usage)
-}

@@ -851,39 +851,17 @@ func (r *Runner) finishSession(stopping bool) {
 	r.mu.Unlock()
 	r.sessionGone()
 	r.tm.stop()
-	res := sess.Result()
-	if r.timedOut {
-		// The runner owns the session timeout; the backend only saw signals.
-		res.AbortReason = "timeout"
-		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
-	}
-	if a := r.aborted; a != nil && !r.timedOut && !r.interrupted && res.Outcome != backend.OutcomeSuccess {
-		// Whatever signal the backend is cancelled with, the cause is ours.
-		res.AbortReason, res.Reason = a.reason, a.detail+" ("+res.Reason+")"
-	}
-	r.aborted = nil
-	r.price(&res)
-	out := outcome(res, r.timedOut)
-	interrupted := r.interrupted && out.Kind != agent.Success
-	if interrupted {
-		res.AbortReason = backend.AbortUrgentMessage
-	}
+	res, out, interrupted := r.sessionResult(sess)
 	r.settleTicket(res, true)
 	r.settle(res, out, stopping)
 	r.noteSessionEnd(res, stopping)
-	headAfter := r.head()
-	commits := r.commits(r.headBefore, headAfter)
+	rec := r.sessionRecord(sess, res, out, stopping, interrupted)
 	if r.cfg.Observer != nil {
-		r.cfg.Observer.OnSessionEnd(SessionRecord{
-			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
-			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
-			ForceStopped: r.forced, Interrupted: interrupted, TurnLimit: turnLimited(res, r.timedOut),
-			StoppedFor: stoppedFor(res, r.timedOut), Backend: r.cfg.BackendName,
-		})
+		r.cfg.Observer.OnSessionEnd(rec)
 	}
 	_ = r.hook(hooks.Payload{
 		Event: hooks.SessionEnd, State: r.m.State().Kind.String(), Outcome: out.Kind.String(), Reason: res.Reason,
-		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
+		HeadBefore: rec.HeadBefore, HeadAfter: rec.HeadAfter, Commits: rec.Commits,
 	})
 	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", out),
 		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
@@ -910,17 +888,6 @@ func (r *Runner) finishSession(stopping bool) {
 		r.why = Why{Kind: WhyAfterError, Detail: out.String()}
 	}
 	r.apply(agent.EvSessionExited(out), "runner", res.Reason)
-}
-
-func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
-	switch {
-	case timedOut:
-		return agent.ExitOutcome{Kind: agent.Timeout}
-	case res.Outcome == backend.OutcomeSuccess || stoppedFor(res, timedOut) != "":
-		return agent.ExitOutcome{Kind: agent.Success}
-	default:
-		return agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason}
-	}
 }
 
 // cleanup runs once the agent is Stopped: end the session (cancelled
@@ -993,28 +960,6 @@ func (r *Runner) hook(p hooks.Payload) error {
 		p.Seq = r.seq
 	}
 	return r.cfg.Hooks.Run(r.hookCtx(p.Event), r.wt.Path, r.env(), p)
-}
-
-// commits counts the commits between two HEADs; 0 when either is unknown
-// or they are equal (no git process then).
-func (r *Runner) commits(before, after string) int {
-	if before == "" || after == "" || before == after {
-		return 0
-	}
-	n, err := r.cfg.Workspace.CommitsBetween(r.forceCtx, before, after)
-	if err != nil {
-		r.log.Warn("count the session's commits", zap.Error(err))
-	}
-	return n
-}
-
-// head is the worktree's HEAD, "" when it cannot be read (logged).
-func (r *Runner) head() string {
-	h, err := r.cfg.Workspace.Head(r.forceCtx, r.cfg.Name)
-	if err != nil {
-		r.log.Warn("read worktree HEAD", zap.Error(err))
-	}
-	return h
 }
 
 // settle acknowledges the mail of a session that completed, or notes why it
