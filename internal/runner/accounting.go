@@ -1,9 +1,10 @@
 package runner
 
 import (
+	"go.uber.org/zap"
+
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
-	"go.uber.org/zap"
 )
 
 // Accounting of ended sessions: what their result is once the runner's own
