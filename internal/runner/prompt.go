@@ -18,6 +18,11 @@ import (
 // agent with nothing to do idles), storing it, and settling or returning the
 // mail and task it carried once the session is over or never started.
 
+// prompterTimeout bounds the Prompter's bookkeeping that must happen even
+// while the agent stops (settle, release, Stopped), so it cannot use
+// stopCtx, yet must not hold the stop up forever.
+const prompterTimeout = 10 * time.Second
+
 // WhyKind says why a session is about to run; the prompt tells the agent.
 type WhyKind uint8
 
@@ -210,7 +215,7 @@ func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool
 		st.Started = st.Ended
 	}
 	// Not stopCtx: settling must happen even while stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
 	defer cancel()
 	sr, err := r.cfg.Prompter.Settle(ctx, st)
 	if err != nil {
@@ -227,7 +232,7 @@ func (r *Runner) release() {
 	}
 	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
 	// Not stopCtx: returning the mail must happen even while stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
 	defer cancel()
 	if err := r.cfg.Prompter.Release(ctx, r.sessionID); err != nil {
 		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))

@@ -227,7 +227,7 @@ func (r *Runner) cleanup() {
 	r.settleTicket(backend.Result{}, false)
 	r.release()
 	if actor := r.stopActorName(); actor != "daemon" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
 		if err := r.cfg.Prompter.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason()); err != nil {
 			r.log.Error("return the agent's tasks", zap.Error(err))
 		}
