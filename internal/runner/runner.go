@@ -196,34 +196,36 @@ type Runner struct {
 	sessStarted time.Time
 	abortReq    *abortRequest
 
-	// Owned by the Run goroutine.
-	seq        uint32
-	sessionID  string
-	watermark  int64
-	wt         worktree.Worktree
+	// Owned by the Run goroutine. The session sequence and the worktree:
+	seq       uint32
+	sessionID string
+	wt        worktree.Worktree
+	wtChecked bool // the worktree was prepared or verified since the last session
+	started   int  // sessions started in this run (max_sessions)
+	// The prompt, and the mail and task it claimed (prompt.go):
 	why        Why
 	lastPrompt string
-	headBefore string
-	retryAfter time.Time // a rate-limited session's provider reset time
-	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
-	quick      int       // sessions in a row that ended on their own in under hotLoopSession
-	diskFull   string    // Snapshot.DiskFull
-	wtChecked  bool      // the worktree was prepared or verified since the last session
-	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
-	carried    int       // messages the current session's prompt carried
-	task       int64     // the task the current session's prompt carried
-	review     int64     // the task the current session reviews
-	newTask    bool      // task was claimed for the current prompt
-	started    int       // sessions started in this run (max_sessions)
-	signalled  bool      // the last session completed with the done signal
-	timedOut   bool
-	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
-	tm         timers
-
+	watermark  int64
+	claimed    bool  // a prompt claimed mail for sessionID, and no session has started with it
+	carried    int   // messages the current session's prompt carried
+	task       int64 // the task the current session's prompt carried
+	review     int64 // the task the current session reviews
+	newTask    bool  // task was claimed for the current prompt
+	signalled  bool  // the last session completed with the done signal
+	// The running session and how it is being ended (session.go, timers.go):
+	tm       timers
+	timedOut bool
+	forced   bool // the runner force-stopped the session outside a GraceExceeded transition
 	// interrupted: urgent mail interrupted the session (UrgentMessage).
 	interrupted bool
 	aborted     *abortRequest // Abort cancelled the running session
 	ticket      Ticket        // from Config.Gate, until the session it admitted ends
+	headBefore  string        // HEAD when the session started (accounting.go)
+	// Pacing and what status shows of past sessions:
+	retryAfter time.Time // a rate-limited session's provider reset time
+	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
+	quick      int       // sessions in a row that ended on their own in under hotLoopSession
+	diskFull   string    // Snapshot.DiskFull
 }
 
 // New checks cfg and returns a Runner in Initializing.
