@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/runner"
 )
 
 // Backend types. A backend whose name is one of these needs no type key.
@@ -176,7 +177,7 @@ const (
 	DefaultListen               = "127.0.0.1:9464"
 	DefaultBackend              = TypeClaude
 	DefaultSessionTimeout       = 60 * time.Minute
-	DefaultGracePeriod          = 10 * time.Second
+	DefaultGracePeriod          = runner.DefaultGracePeriod // 10s; the runner fills the same default
 	DefaultMaxConsecutiveErrors = 5
 	DefaultMaxTotalErrors       = 20
 	DefaultKeepArchives         = 10

@@ -5,9 +5,9 @@
 //	<state_dir>/logs/<agent>/<seq>.prompt.md   the prompt each session was given
 //	<state_dir>/archive/<agent>/<agent>-<YYYYmmddTHHMMSS.000Z>.tar.gz
 //
-// It archives an agent's logs, prunes old archives, and reads sessions back,
-// live or archived. Archiving never loses data: the originals are removed only
-// once a complete archive is durably in place.
+// It writes the prompts, archives an agent's logs, prunes old archives, and
+// reads sessions back, live or archived. Archiving never loses data: the
+// originals are removed only once a complete archive is durably in place.
 package logs
 
 import (

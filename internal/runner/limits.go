@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -109,10 +108,7 @@ func (r *Runner) takeAbort() {
 		zap.String("why", req.detail))
 	r.signal(sess.Cancel, "cancel")
 	// The grace period bounds it now, not the session timeout.
-	stopTimer(&r.timeout)
-	if r.kill == nil {
-		r.kill = time.NewTimer(r.cfg.GracePeriod)
-	}
+	r.tm.cancelled(r.cfg.GracePeriod)
 }
 
 // clearAbort forgets an Abort that came while no session ran: it was
@@ -181,13 +177,4 @@ func (r *Runner) onProgress() func(backend.Progress) {
 		rec.Progress = p
 		f(rec)
 	}
-}
-
-// price sets the cost of a session from Config.Price, which gets the
-// usage with the backend's own cost in it, if it reported one.
-func (r *Runner) price(res *backend.Result) {
-	if r.cfg.Price == nil || res.Usage.Tokens() == 0 && res.Usage.CostUSD <= 0 {
-		return
-	}
-	res.Usage.CostUSD = r.cfg.Price(r.cfg.BackendName, res.Model, res.Usage)
 }

@@ -29,14 +29,7 @@ func (r *Runner) pace() bool {
 	if wait <= 0 {
 		return true
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.stopCtx.Done():
-		return false
-	}
+	return sleep(r.stopCtx, wait)
 }
 
 // noteSessionEnd keeps what status shows about an ended session: whether

@@ -194,7 +194,7 @@ func (r *Runner) freeze() {
 	if r.pz.session != r.sessionID {
 		r.pz.session, r.pz.frozenFor = r.sessionID, 0
 	}
-	stopTimer(&r.timeout)
+	r.tm.pauseTimeout()
 	n, err := f.Freeze()
 	if err != nil {
 		r.log.Warn("pause --now: freeze the session", zap.String("session", r.sessionID), zap.Error(err))
@@ -215,7 +215,7 @@ func (r *Runner) thaw() {
 		}
 		if r.cfg.Timeout > 0 {
 			left := time.Until(r.sessStarted.Add(r.cfg.Timeout + r.pz.frozenFor))
-			r.timeout = time.NewTimer(max(left, 0))
+			r.tm.startTimeout(max(left, 0))
 		}
 		r.log.Info("resumed: session thawed", zap.String("session", r.sessionID), zap.Int("processes", n),
 			zap.Duration("frozen", r.pz.frozenFor))

@@ -1,6 +1,60 @@
 package runner
 
-import "github.com/swarmd/swarmd/internal/agent"
+import (
+	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+)
+
+// Transition is one applied event, as observers and the event log see it.
+type Transition struct {
+	Agent     string
+	At        time.Time
+	From      agent.State
+	Event     agent.Event
+	To        agent.State
+	Effect    agent.SideEffect
+	Actor     string // runner, router, operator, daemon
+	Reason    string
+	SessionID string
+	Seq       uint32
+	// UrgentCommitted is when the urgent message behind an UrgentMessage
+	// event was committed (zero otherwise): At minus it is the interrupt
+	// latency.
+	UrgentCommitted   time.Time
+	ConsecutiveErrors uint32
+	TotalErrors       uint32
+}
+
+// SessionRecord describes one finished backend session.
+type SessionRecord struct {
+	Agent      string
+	SessionID  string
+	Seq        uint32
+	Outcome    agent.ExitOutcome
+	Result     backend.Result
+	Stopped    bool // ended because the agent was stopping
+	LogPath    string
+	HeadBefore string
+	HeadAfter  string
+	Commits    int // commits the session made (HEAD before..after)
+	// ForceStopped: the runner killed the session after its timeout's or
+	// its stop's grace period (a GraceExceeded force stop is a transition).
+	ForceStopped bool
+	// Interrupted: urgent mail interrupted the session and it did not
+	// succeed (its Result's AbortReason is then backend.AbortUrgentMessage).
+	// The state machine counts no error for it; see OutcomeLabel.
+	Interrupted bool
+	// TurnLimit: the session reached max_turns (its Result's AbortReason is
+	// backend.AbortMaxTurns). Not an error either; see OutcomeLabel.
+	TurnLimit bool
+	// StoppedFor is why swarmd stopped the session on purpose (max_turns,
+	// permission_denied, budget_exhausted; see stoppedFor), "" otherwise.
+	StoppedFor string
+	// Backend is the name of the backend the session ran on.
+	Backend string
+}
 
 // Outcome labels of a finished session, as the metrics
 // (swarmd_sessions_total{outcome}) and the sessions table record it.

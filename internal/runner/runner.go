@@ -7,14 +7,8 @@ package runner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +17,6 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
-	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
@@ -49,6 +42,10 @@ type Workspace interface {
 // the agent stops. *logs.Store satisfies it.
 type LogStore interface {
 	LogPath(agent string, seq uint32) string
+	// PromptPath is where logs.WritePrompt puts the prompt of session seq.
+	// The runner asks the store for the path, rather than having the store
+	// write the file, so that a store may point prompts elsewhere (tests'
+	// full disks wrap a *logs.Store and override just this).
 	PromptPath(agent string, seq uint32) string
 	Archive(ctx context.Context, agent string, now time.Time) (string, error)
 }
@@ -76,29 +73,6 @@ type Prompter interface {
 	Settle(ctx context.Context, s Settlement) (SettleResult, error)
 }
 
-// SettleResult is what a settled session said.
-type SettleResult struct {
-	// Signalled: the session completed and its result carried a signal
-	// (done, pass or fail): the unit of work it was about is over. With no
-	// mail and no task, the agent then idles.
-	Signalled bool
-}
-
-// Settlement is how a session whose prompt carried mail ended.
-type Settlement struct {
-	Agent     string
-	SessionID string
-	Seq       uint32
-	Started   time.Time
-	Ended     time.Time
-	Completed bool   // SessionComplete: Running -> SessionExited(Success)
-	Note      string // why not completed
-	Mail      int    // messages the prompt carried
-	Task      int64  // the task the prompt carried, 0 for none
-	Review    int64  // the task whose review the prompt asked for, 0 for none
-	Result    string // the backend's final result text, for the signals
-}
-
 // Observer is told about every transition and every finished session. It is
 // called synchronously from the runner goroutine, so it must be quick.
 type Observer interface {
@@ -107,138 +81,6 @@ type Observer interface {
 	// OnIdle is told when the agent starts or stops waiting, idle, in
 	// BuildingPrompt. It is not a transition: the machine stays where it is.
 	OnIdle(agent string, idle bool, at time.Time)
-}
-
-// WhyKind says why a session is about to run; the prompt tells the agent.
-type WhyKind uint8
-
-// Reasons a session runs.
-const (
-	WhyFirst WhyKind = iota
-	WhyAfterSuccess
-	WhyAfterError
-	WhyAfterInterrupt
-	WhyAfterTurnLimit  // the last session reached max_turns (Detail: the backend's reason)
-	WhyAfterToolDenied // the last session called a tool its policy refuses (Detail: the call and the rule)
-	WhyAfterBudget     // the last session was stopped when the budget ran out (Detail: the reason)
-)
-
-// Why is the reason the next session runs, with detail (an error's text, an
-// urgent message's id).
-type Why struct {
-	Kind   WhyKind
-	Detail string
-}
-
-// PromptRequest is what a Prompter gets to build one session's prompt.
-type PromptRequest struct {
-	Agent     string
-	Role      string
-	SessionID string
-	Seq       uint32
-	Worktree  worktree.Worktree
-	Why       Why
-	// MayIdle: the last session said DONE, so a prompt with no mail and no
-	// task is not worth a session (Prompt.Idle).
-	MayIdle bool
-}
-
-// Prompt is a built prompt. Watermark is the highest mailbox message id the
-// prompt accounts for: urgent mail at or below it is already in the prompt
-// and needs no interrupt.
-type Prompt struct {
-	Text      string
-	Watermark int64
-	Mail      int   // messages the prompt carries
-	Task      int64 // the task the prompt carries (claimed or continued), 0 for none
-	NewTask   bool  // Task was claimed for this prompt: Started moves it on
-	Review    int64 // the task whose review the prompt asks for, 0 for none
-	// Idle: the agent said it is done and has no mail and no task. No
-	// session starts; the runner waits for Wake.
-	Idle bool
-}
-
-// Transition is one applied event, as observers and the event log see it.
-type Transition struct {
-	Agent     string
-	At        time.Time
-	From      agent.State
-	Event     agent.Event
-	To        agent.State
-	Effect    agent.SideEffect
-	Actor     string // runner, router, operator, daemon
-	Reason    string
-	SessionID string
-	Seq       uint32
-	// UrgentCommitted is when the urgent message behind an UrgentMessage
-	// event was committed (zero otherwise): At minus it is the interrupt
-	// latency.
-	UrgentCommitted   time.Time
-	ConsecutiveErrors uint32
-	TotalErrors       uint32
-}
-
-// SessionRecord describes one finished backend session.
-type SessionRecord struct {
-	Agent      string
-	SessionID  string
-	Seq        uint32
-	Outcome    agent.ExitOutcome
-	Result     backend.Result
-	Stopped    bool // ended because the agent was stopping
-	LogPath    string
-	HeadBefore string
-	HeadAfter  string
-	Commits    int // commits the session made (HEAD before..after)
-	// ForceStopped: the runner killed the session after its timeout's or
-	// its stop's grace period (a GraceExceeded force stop is a transition).
-	ForceStopped bool
-	// Interrupted: urgent mail interrupted the session and it did not
-	// succeed (its Result's AbortReason is then backend.AbortUrgentMessage).
-	// The state machine counts no error for it; see OutcomeLabel.
-	Interrupted bool
-	// TurnLimit: the session reached max_turns (its Result's AbortReason is
-	// backend.AbortMaxTurns). Not an error either; see OutcomeLabel.
-	TurnLimit bool
-	// StoppedFor is why swarmd stopped the session on purpose (max_turns,
-	// permission_denied, budget_exhausted; see stoppedFor), "" otherwise.
-	StoppedFor string
-	// Backend is the name of the backend the session ran on.
-	Backend string
-}
-
-// Snapshot is the agent's observable state at one moment.
-type Snapshot struct {
-	Agent             string
-	State             agent.State
-	Seq               uint32 // the session sequence counter
-	SessionID         string // current or last session
-	SessionStarted    time.Time
-	ConsecutiveErrors uint32
-	TotalErrors       uint32
-	Reason            string // why the last transition happened (the stop reason once Stopped)
-	Since             time.Time
-	Version           uint64 // increments on every transition
-	// HotLoop: the last sessions each ended on their own within a second
-	// of starting (a backend that exits at once), so the agent only runs
-	// as fast as min_session_interval allows.
-	HotLoop bool
-	// DiskFull, if set, is how the last write of a session log or prompt
-	// failed for lack of space; it clears at the next write that works.
-	DiskFull string
-	// Idle: waiting in BuildingPrompt for mail or a task (see Prompt.Idle).
-	Idle bool
-	// Paused: held by Pause (who, why, since when); Frozen: the running
-	// session's processes are stopped (Pause.Now).
-	Paused      bool
-	PauseReason string
-	PausedBy    string
-	PausedSince time.Time
-	Frozen      bool
-	FrozenProcs int // how many processes the freeze stopped
-	// Waiting, if set, is why the agent waits for its provider before its
-	// next session (Config.Gate).
-	Waiting string
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
@@ -254,7 +96,7 @@ type Config struct {
 	Logger      *zap.Logger
 	Thresholds  agent.Thresholds
 	Timeout     time.Duration // session_timeout (0 = none)
-	GracePeriod time.Duration // default 10s
+	GracePeriod time.Duration // default DefaultGracePeriod
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
 	// DefaultEnv is KEY=VALUE under everything configured (the agent's git
 	// identity): backend.Spec.Defaults, and the same layer in hooks.
@@ -299,6 +141,25 @@ type Config struct {
 	Price func(backendName, model string, u backend.Usage) float64
 }
 
+// DefaultGracePeriod is how long a cancelled or interrupted session gets to
+// end before it is force-stopped, when Config.GracePeriod is zero; the
+// config's defaults.grace_period default is this.
+const DefaultGracePeriod = 10 * time.Second
+
+// setDefaults fills the zero fields that have defaults; New calls it, so
+// that every default of the runner is here.
+func (c *Config) setDefaults() {
+	if c.GracePeriod <= 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+	if c.FirstSeq == 0 {
+		c.FirstSeq = 1
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
 // Errors returned by New.
 var (
 	ErrConfig = errors.New("runner: invalid config")
@@ -335,36 +196,36 @@ type Runner struct {
 	sessStarted time.Time
 	abortReq    *abortRequest
 
-	// Owned by the Run goroutine.
-	seq        uint32
-	sessionID  string
-	watermark  int64
-	wt         worktree.Worktree
+	// Owned by the Run goroutine. The session sequence and the worktree:
+	seq       uint32
+	sessionID string
+	wt        worktree.Worktree
+	wtChecked bool // the worktree was prepared or verified since the last session
+	started   int  // sessions started in this run (max_sessions)
+	// The prompt, and the mail and task it claimed (prompt.go):
 	why        Why
 	lastPrompt string
-	headBefore string
-	retryAfter time.Time // a rate-limited session's provider reset time
-	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
-	quick      int       // sessions in a row that ended on their own in under hotLoopSession
-	diskFull   string    // Snapshot.DiskFull
-	wtChecked  bool      // the worktree was prepared or verified since the last session
-	claimed    bool      // a prompt claimed mail for sessionID, and no session has started with it
-	carried    int       // messages the current session's prompt carried
-	task       int64     // the task the current session's prompt carried
-	review     int64     // the task the current session reviews
-	newTask    bool      // task was claimed for the current prompt
-	started    int       // sessions started in this run (max_sessions)
-	signalled  bool      // the last session completed with the done signal
-	timedOut   bool
-	forced     bool // the runner force-stopped the session outside a GraceExceeded transition
-	grace      *time.Timer
-	timeout    *time.Timer
-	kill       *time.Timer
-
+	watermark  int64
+	claimed    bool  // a prompt claimed mail for sessionID, and no session has started with it
+	carried    int   // messages the current session's prompt carried
+	task       int64 // the task the current session's prompt carried
+	review     int64 // the task the current session reviews
+	newTask    bool  // task was claimed for the current prompt
+	signalled  bool  // the last session completed with the done signal
+	// The running session and how it is being ended (session.go, timers.go):
+	tm       timers
+	timedOut bool
+	forced   bool // the runner force-stopped the session outside a GraceExceeded transition
 	// interrupted: urgent mail interrupted the session (UrgentMessage).
 	interrupted bool
 	aborted     *abortRequest // Abort cancelled the running session
 	ticket      Ticket        // from Config.Gate, until the session it admitted ends
+	headBefore  string        // HEAD when the session started (accounting.go)
+	// Pacing and what status shows of past sessions:
+	retryAfter time.Time // a rate-limited session's provider reset time
+	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
+	quick      int       // sessions in a row that ended on their own in under hotLoopSession
+	diskFull   string    // Snapshot.DiskFull
 }
 
 // New checks cfg and returns a Runner in Initializing.
@@ -375,15 +236,7 @@ func New(cfg Config) (*Runner, error) {
 	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil || cfg.Logs == nil:
 		return nil, fmt.Errorf("%w: agent %s: backend, workspace, prompter and log store are required", ErrConfig, cfg.Name)
 	}
-	if cfg.GracePeriod <= 0 {
-		cfg.GracePeriod = 10 * time.Second
-	}
-	if cfg.FirstSeq == 0 {
-		cfg.FirstSeq = 1
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
+	cfg.setDefaults()
 	r := &Runner{
 		cfg:      cfg,
 		log:      cfg.Logger.With(zap.String("agent", cfg.Name)),
@@ -410,59 +263,6 @@ func New(cfg Config) (*Runner, error) {
 
 // Name is the agent's name.
 func (r *Runner) Name() string { return r.cfg.Name }
-
-// Settings are what a config reload may change in a running agent. They
-// apply from the next session: a running session keeps what it started with.
-type Settings struct {
-	Role        string
-	Backend     Backend
-	Prompter    Prompter
-	Env         []string
-	DefaultEnv  []string
-	Timeout     time.Duration
-	GracePeriod time.Duration
-	// MaxSessions replaces Config.MaxSessions (0 is no limit).
-	MaxSessions int
-	// MinSessionInterval replaces Config.MinSessionInterval (0 is no minimum).
-	MinSessionInterval time.Duration
-	// MaxTurns replaces Config.MaxTurns (0 is no limit).
-	MaxTurns int
-	// BackendName, Tools and Gate replace Config's (a nil Gate: none).
-	BackendName string
-	Tools       backend.ToolPolicy
-	Gate        Gate
-}
-
-// Update queues new settings for the next session.
-func (r *Runner) Update(s Settings) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.pending = &s
-}
-
-// applyPending takes queued settings; only the Run goroutine calls it.
-func (r *Runner) applyPending() {
-	r.mu.Lock()
-	p := r.pending
-	r.pending = nil
-	r.mu.Unlock()
-	if p == nil {
-		return
-	}
-	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
-	r.cfg.MaxSessions, r.cfg.MaxTurns, r.cfg.DefaultEnv = p.MaxSessions, p.MaxTurns, p.DefaultEnv
-	r.cfg.BackendName, r.cfg.Tools, r.cfg.Gate = p.BackendName, p.Tools, p.Gate
-	if p.Backend != nil {
-		r.cfg.Backend = p.Backend
-	}
-	if p.Prompter != nil {
-		r.cfg.Prompter = p.Prompter
-	}
-	if p.GracePeriod > 0 {
-		r.cfg.GracePeriod = p.GracePeriod
-	}
-	r.log.Info("new settings from the reloaded config apply from this session")
-}
 
 // Stop requests an OperatorStop. actor says who asked ("operator", "daemon").
 // It does not wait; see Done. Idempotent.
@@ -521,21 +321,6 @@ func (r *Runner) Idle() bool { return r.waiting.Load() }
 // and cleanup are finished.
 func (r *Runner) Done() <-chan struct{} { return r.done }
 
-// Snapshot returns the current state.
-func (r *Runner) Snapshot() Snapshot {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.snap
-}
-
-// Watch returns the current state and a channel closed at the next change:
-// observers wait on it instead of polling.
-func (r *Runner) Watch() (Snapshot, <-chan struct{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.snap, r.changed
-}
-
 // LastOutput is the time the running session last printed (its start time
 // before its first output); zero when no session runs.
 func (r *Runner) LastOutput() time.Time {
@@ -589,12 +374,8 @@ func (r *Runner) step() {
 			r.log.Info("rate limited: cooling down until the provider's reset time", zap.Time("until", r.retryAfter))
 			until = r.retryAfter
 		}
-		t := time.NewTimer(time.Until(until))
-		defer t.Stop()
-		select {
-		case <-t.C:
+		if sleep(r.stopCtx, time.Until(until)) {
 			r.apply(agent.EvBackoffElapsed(), "runner", "")
-		case <-r.stopCtx.Done():
 		}
 	}
 }
@@ -631,483 +412,12 @@ func (r *Runner) external() bool {
 	return false
 }
 
-func (r *Runner) buildPrompt() {
-	r.applyPending()
-	if r.cfg.MaxSessions > 0 && r.started >= r.cfg.MaxSessions {
-		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.started)+" sessions run")
-		return
-	}
-	r.sessionID = newSessionID(r.cfg.Name, r.seq)
-	// Urgent mail the runner heard of before consuming was committed before
-	// it, so the prompt holds it (or it was no longer pending).
-	r.mu.Lock()
-	known := r.maxUrgent
-	r.mu.Unlock()
-	if r.signalled {
-		r.waiting.Store(true)
-	}
-	p, err := r.cfg.Prompter.Build(r.stopCtx, PromptRequest{
-		Agent:     r.cfg.Name,
-		Role:      r.cfg.Role,
-		SessionID: r.sessionID,
-		Seq:       r.seq,
-		Worktree:  r.wt,
-		Why:       r.why,
-		MayIdle:   r.signalled,
-	})
-	if err == nil {
-		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
-		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
-		r.watermark = max(r.watermark, p.Watermark, known)
-	}
-	stopping := r.external()
-	if stopping || err != nil || p.Idle {
-		r.settleTicket(backend.Result{}, false) // no session: the next waiter may go
-	}
-	if stopping {
-		return
-	}
-	if err != nil {
-		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
-		return
-	}
-	if p.Idle {
-		r.waitIdle()
-		return
-	}
-	r.waiting.Store(false)
-	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
-}
-
-// waitIdle waits in BuildingPrompt, starting no session, until a wake-up
-// (mail or a task may be there), urgent mail or a stop; step then builds the
-// prompt again.
-func (r *Runner) waitIdle() {
-	r.setIdle(true)
-	defer r.setIdle(false)
-	select {
-	case <-r.wakeCh:
-	case <-r.urgentCh:
-	case <-r.stopCtx.Done():
-	}
-	r.waiting.Store(false)
-}
-
-func (r *Runner) setIdle(idle bool) {
-	now := time.Now()
-	r.mu.Lock()
-	if r.snap.Idle == idle {
-		r.mu.Unlock()
-		return
-	}
-	r.snap.Idle = idle
-	r.snap.Version++
-	close(r.changed)
-	r.changed = make(chan struct{})
-	r.mu.Unlock()
-	if r.cfg.Observer != nil {
-		r.cfg.Observer.OnIdle(r.cfg.Name, idle, now)
-	}
-}
-
-func (r *Runner) logPath() string { return r.cfg.Logs.LogPath(r.cfg.Name, r.seq) }
-
-func (r *Runner) spawn() {
-	spec := backend.Spec{
-		Agent:     r.cfg.Name,
-		SessionID: r.sessionID,
-		Seq:       r.seq,
-		Dir:       r.wt.Path,
-		Env:       r.sessionEnv(),
-		Defaults:  r.cfg.DefaultEnv,
-		Prompt:    r.lastPrompt,
-		LogPath:   r.logPath(),
-
-		PathPrepend: r.cfg.PathPrepend,
-		MaxLogBytes: r.cfg.MaxLogBytes,
-		MaxTurns:    r.cfg.MaxTurns,
-		OnTool:      r.onTool(),
-		Tools:       r.cfg.Tools,
-		OnProgress:  r.onProgress(),
-	}
-	r.clearAbort()
-	r.lastSpawn = time.Now()
-	r.headBefore = r.head()
-	spec.HeadBefore = r.headBefore
-	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
-	var sess backend.Session
-	if err == nil {
-		sess, err = r.cfg.Backend.Start(r.stopCtx, spec)
-	}
-	if err != nil {
-		r.release()
-		r.settleTicket(backend.Result{}, false)
-		if r.external() {
-			return
-		}
-		msg := "start: " + err.Error()
-		switch {
-		case errors.Is(err, hooks.ErrBlocked):
-			msg = err.Error()
-		case backend.IsDiskFull(err):
-			msg = "disk full: " + msg
-			r.setDiskFull(msg)
-		}
-		r.why = Why{Kind: WhyAfterError, Detail: msg}
-		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
-		return
-	}
-	r.claimed = false
-	r.timedOut, r.forced, r.interrupted = false, false, false
-	r.mu.Lock()
-	r.sess = sess
-	r.sessStarted = time.Now()
-	r.mu.Unlock()
-	if r.cfg.Timeout > 0 {
-		r.timeout = time.NewTimer(r.cfg.Timeout)
-	}
-	r.started++
-	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
-	if r.newTask {
-		r.newTask = false
-		if err := r.cfg.Prompter.Started(r.stopCtx, r.cfg.Name, r.sessionID, r.task); err != nil {
-			r.log.Warn("start the session's task", zap.Int64("task", r.task), zap.Error(err))
-		}
-	}
-	r.maybeInterrupt()
-}
-
-// maybeInterrupt interrupts a Running session when urgent mail newer than its
-// prompt is waiting.
-func (r *Runner) maybeInterrupt() {
-	if r.m.State().Kind != agent.Running || r.held() {
-		return
-	}
-	r.mu.Lock()
-	pending, at := r.maxUrgent > r.watermark, r.urgentAt
-	r.mu.Unlock()
-	if !pending {
-		return
-	}
-	r.why = Why{Kind: WhyAfterInterrupt}
-	r.applyUrgent(at)
-}
-
-func (r *Runner) applyUrgent(committed time.Time) {
-	r.applyT(agent.EvUrgentMessage(), "router", "urgent mail", committed)
-	r.interrupted = true
-	// The grace period now bounds the session; a session timeout no longer
-	// applies to it.
-	stopTimer(&r.timeout)
-	stopTimer(&r.kill)
-	r.grace = time.NewTimer(r.cfg.GracePeriod)
-}
-
-// waitSession waits in Running or Interrupting for whatever comes first.
-func (r *Runner) waitSession() {
-	r.mu.Lock()
-	sess := r.sess
-	r.mu.Unlock()
-	select {
-	case <-sess.Done():
-		r.finishSession(false)
-	case <-timerC(r.timeout):
-		r.timeout = nil
-		r.timedOut = true
-		r.log.Info("session timeout, cancelling", zap.String("session", r.sessionID), zap.Duration("timeout", r.cfg.Timeout))
-		r.signal(sess.Cancel, "cancel")
-		r.kill = time.NewTimer(r.cfg.GracePeriod)
-	case <-timerC(r.kill):
-		r.kill = nil
-		r.forced = true
-		r.signal(sess.ForceStop, "force stop")
-	case <-timerC(r.grace):
-		r.grace = nil
-		r.apply(agent.EvGraceExceeded(), "runner", "grace period "+r.cfg.GracePeriod.String()+" exceeded")
-		// The next session must not start while this one has a live process.
-		<-sess.Done()
-		r.finishSession(false) // its SessionExited is late: the machine rejects it
-		r.why = Why{Kind: WhyAfterInterrupt}
-	case <-r.urgentCh:
-		r.maybeInterrupt()
-	case <-r.pz.ch:
-		r.pauseChanged()
-	case <-r.abortCh:
-		r.takeAbort()
-	case <-r.stopCtx.Done():
-		r.external()
-	}
-}
-
-// finishSession records the ended session and feeds SessionExited. stopping
-// says the agent is already Stopped (cleanup).
-func (r *Runner) finishSession(stopping bool) {
-	r.mu.Lock()
-	sess := r.sess
-	r.sess = nil
-	r.mu.Unlock()
-	r.sessionGone()
-	stopTimer(&r.timeout)
-	stopTimer(&r.grace)
-	stopTimer(&r.kill)
-	res := sess.Result()
-	if r.timedOut {
-		// The runner owns the session timeout; the backend only saw signals.
-		res.AbortReason = "timeout"
-		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
-	}
-	if a := r.aborted; a != nil && !r.timedOut && !r.interrupted && res.Outcome != backend.OutcomeSuccess {
-		// Whatever signal the backend is cancelled with, the cause is ours.
-		res.AbortReason, res.Reason = a.reason, a.detail+" ("+res.Reason+")"
-	}
-	r.aborted = nil
-	r.price(&res)
-	out := outcome(res, r.timedOut)
-	interrupted := r.interrupted && out.Kind != agent.Success
-	if interrupted {
-		res.AbortReason = backend.AbortUrgentMessage
-	}
-	r.settleTicket(res, true)
-	r.settle(res, out, stopping)
-	r.noteSessionEnd(res, stopping)
-	headAfter := r.head()
-	commits := r.commits(r.headBefore, headAfter)
-	if r.cfg.Observer != nil {
-		r.cfg.Observer.OnSessionEnd(SessionRecord{
-			Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
-			Stopped: stopping, LogPath: r.logPath(), HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
-			ForceStopped: r.forced, Interrupted: interrupted, TurnLimit: turnLimited(res, r.timedOut),
-			StoppedFor: stoppedFor(res, r.timedOut), Backend: r.cfg.BackendName,
-		})
-	}
-	_ = r.hook(hooks.Payload{
-		Event: hooks.SessionEnd, State: r.m.State().Kind.String(), Outcome: out.Kind.String(), Reason: res.Reason,
-		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: commits,
-	})
-	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", out),
-		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
-		zap.Duration("duration", res.Ended.Sub(res.Started)))
-	if stopping {
-		return
-	}
-	r.retryAfter = res.RetryAfter
-	if res.Fatal != "" {
-		// No retry can fix it (an invalid API key): stop now instead of
-		// burning the error budget.
-		r.apply(agent.EvFatalError(res.Fatal), "runner", res.Fatal)
-		return
-	}
-	prev := r.m.State().Kind
-	switch {
-	case prev == agent.Interrupting:
-		r.why = Why{Kind: WhyAfterInterrupt}
-	case stoppedFor(res, r.timedOut) != "":
-		_, r.why = stoppedNote(res)
-	case out.Kind == agent.Success:
-		r.why = Why{Kind: WhyAfterSuccess}
-	default:
-		r.why = Why{Kind: WhyAfterError, Detail: out.String()}
-	}
-	r.apply(agent.EvSessionExited(out), "runner", res.Reason)
-}
-
-func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
-	switch {
-	case timedOut:
-		return agent.ExitOutcome{Kind: agent.Timeout}
-	case res.Outcome == backend.OutcomeSuccess || stoppedFor(res, timedOut) != "":
-		return agent.ExitOutcome{Kind: agent.Success}
-	default:
-		return agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason}
-	}
-}
-
-// cleanup runs once the agent is Stopped: end the session (cancelled
-// already by OperatorStop's side effect, or now for a FatalError), force it
-// after the grace period or at once on ForceStop, and return unused mail.
-func (r *Runner) cleanup() {
-	r.mu.Lock()
-	sess := r.sess
-	r.mu.Unlock()
-	if sess != nil {
-		select {
-		case <-sess.Done():
-		default:
-			r.signal(sess.Cancel, "cancel")
-			t := time.NewTimer(r.cfg.GracePeriod)
-			select {
-			case <-sess.Done():
-			case <-t.C:
-				r.log.Warn("session ignored cancel for the grace period, force-stopping", zap.String("session", sess.ID()))
-				r.forced = true
-				r.signal(sess.ForceStop, "force stop")
-			case <-r.forceCh:
-				r.forced = true
-				r.signal(sess.ForceStop, "force stop")
-			}
-			t.Stop()
-			<-sess.Done()
-		}
-		r.finishSession(true)
-	}
-	r.settleTicket(backend.Result{}, false)
-	r.release()
-	if actor := r.stopActorName(); actor != "daemon" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := r.cfg.Prompter.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason()); err != nil {
-			r.log.Error("return the agent's tasks", zap.Error(err))
-		}
-		cancel()
-	}
-	// Archive and the agent_stopped hook run even while the daemon stops:
-	// only a force stop cuts them short.
-	if _, err := r.cfg.Logs.Archive(r.forceCtx, r.cfg.Name, time.Now()); err != nil {
-		r.log.Error("archive session logs", zap.Error(err))
-	}
-	r.mu.Lock()
-	reason := r.snap.Reason
-	r.mu.Unlock()
-	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: reason})
-}
-
-// hookCtx bounds a hook. A stop ends a running hook's tree at once, as it
-// ends a session; the hooks that are part of the stop itself (session_end of
-// the session it ended, agent_stopped) run to their end, and only a force
-// stop cuts them short.
-func (r *Runner) hookCtx(ev hooks.Event) context.Context {
-	if (ev == hooks.SessionEnd || ev == hooks.AgentStopped) && r.stopCtx.Err() != nil {
-		return r.forceCtx
-	}
-	return r.stopCtx
-}
-
-// hook runs the hooks of p.Event in the worktree with the session's
-// environment. Only a blocking session_start hook returns an error.
-func (r *Runner) hook(p hooks.Payload) error {
-	if r.cfg.Hooks == nil || r.wt.Path == "" {
-		return nil
-	}
-	p.Agent, p.SessionID, p.Time = r.cfg.Name, r.sessionID, time.Now()
-	if p.Event != hooks.AgentStart && p.Event != hooks.AgentStopped {
-		p.Seq = r.seq
-	}
-	return r.cfg.Hooks.Run(r.hookCtx(p.Event), r.wt.Path, r.env(), p)
-}
-
-// sessionEnv is what a session adds to the daemon's environment: the
-// configured env and the SWARM_* variables.
-func (r *Runner) sessionEnv() []string {
-	env := make([]string, 0, len(r.cfg.Env)+2)
-	env = append(env, r.cfg.Env...)
-	return append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
-}
-
-// env is the whole environment of a hook: the daemon's, the default env,
-// the configured env and the SWARM_* variables, each key once, swarmd's
-// directory first in PATH (as in a session, whose backend adds its own env
-// between the default and the configured one).
-func (r *Runner) env() []string {
-	return environ.Build(r.cfg.PathPrepend, os.Environ(), r.cfg.DefaultEnv, r.sessionEnv())
-}
-
-// commits counts the commits between two HEADs; 0 when either is unknown
-// or they are equal (no git process then).
-func (r *Runner) commits(before, after string) int {
-	if before == "" || after == "" || before == after {
-		return 0
-	}
-	n, err := r.cfg.Workspace.CommitsBetween(r.forceCtx, before, after)
-	if err != nil {
-		r.log.Warn("count the session's commits", zap.Error(err))
-	}
-	return n
-}
-
-// head is the worktree's HEAD, "" when it cannot be read (logged).
-func (r *Runner) head() string {
-	h, err := r.cfg.Workspace.Head(r.forceCtx, r.cfg.Name)
-	if err != nil {
-		r.log.Warn("read worktree HEAD", zap.Error(err))
-	}
-	return h
-}
-
-// settle acknowledges the mail of a session that completed, or notes why it
-// will be shown again, before the next prompt is built: the next session must
-// see exactly the mail that no completed session saw.
-func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool) {
-	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended,
-		Mail: r.carried, Task: r.task, Review: r.review, Result: res.Text}
-	r.carried = 0
-	prev := r.m.State().Kind
-	switch {
-	case stopping:
-		st.Note = "that session was stopped with its agent (" + r.snapReason() + ")"
-	case prev == agent.Interrupting:
-		st.Note = "that session was interrupted by urgent mail"
-	case res.Fatal != "":
-		st.Note = "that session failed: " + res.Fatal
-	case out.Kind == agent.Timeout:
-		st.Note = "that session timed out"
-	case stoppedFor(res, r.timedOut) != "":
-		st.Note, _ = stoppedNote(res)
-	case out.Kind == agent.Success && prev == agent.Running:
-		st.Completed = true
-	default:
-		st.Note = "that session failed: " + out.String()
-	}
-	if r.forced && !st.Completed {
-		st.Note += " and was force-stopped"
-	}
-	if st.Ended.IsZero() {
-		st.Ended = time.Now()
-	}
-	if st.Started.IsZero() {
-		st.Started = st.Ended
-	}
-	// Not stopCtx: settling must happen even while stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	sr, err := r.cfg.Prompter.Settle(ctx, st)
-	if err != nil {
-		// The mail stays pending: shown again rather than never.
-		r.log.Error("settle the session's mail and task", zap.String("session", r.sessionID), zap.Error(err))
-	}
-	r.signalled = sr.Signalled
-}
-
 // stopActorName is who asked for the stop ("" when nobody did: the agent
 // stopped by itself).
 func (r *Runner) stopActorName() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stopActor
-}
-
-func (r *Runner) snapReason() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.snap.Reason
-}
-
-// release returns mail claimed by a prompt whose session never started.
-func (r *Runner) release() {
-	if !r.claimed {
-		return
-	}
-	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
-	// Not stopCtx: returning the mail must happen even while stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.cfg.Prompter.Release(ctx, r.sessionID); err != nil {
-		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))
-	}
-}
-
-func (r *Runner) signal(f func() error, what string) {
-	if err := f(); err != nil {
-		r.log.Warn("session "+what, zap.String("session", r.sessionID), zap.Error(err))
-	}
 }
 
 // apply feeds ev to the machine, publishes the transition and carries out
@@ -1173,60 +483,4 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 	close(r.changed)
 	r.changed = make(chan struct{})
 	r.mu.Unlock()
-}
-
-func (r *Runner) session() backend.Session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sess
-}
-
-func (r *Runner) storePrompt(p string) error {
-	r.lastPrompt = p
-	path := r.cfg.Logs.PromptPath(r.cfg.Name, r.seq)
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(p), 0o640)
-}
-
-func timerC(t *time.Timer) <-chan time.Time {
-	if t == nil {
-		return nil
-	}
-	return t.C
-}
-
-func stopTimer(t **time.Timer) {
-	if *t != nil {
-		(*t).Stop()
-		*t = nil
-	}
-}
-
-// AgentOfSession is the agent a session id (newSessionID's form) belongs to;
-// ok is false for anything else, such as a hook's tree id.
-func AgentOfSession(id string) (string, bool) {
-	i := strings.LastIndexByte(id, '-')
-	if i < 0 || len(id)-i-1 != 12 {
-		return "", false
-	}
-	if _, err := hex.DecodeString(id[i+1:]); err != nil {
-		return "", false
-	}
-	j := strings.LastIndexByte(id[:i], '-')
-	if j <= 0 {
-		return "", false
-	}
-	if _, err := strconv.ParseUint(id[j+1:i], 10, 32); err != nil {
-		return "", false
-	}
-	return id[:j], true
-}
-
-// newSessionID is unique across daemon restarts: agent, seq and 48 random bits.
-func newSessionID(agentName string, seq uint32) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return agentName + "-" + strconv.FormatUint(uint64(seq), 10) + "-" + hex.EncodeToString(b[:])
 }

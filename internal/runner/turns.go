@@ -30,9 +30,3 @@ func (r *Runner) onTool() func(backend.ToolCall) {
 		a.ToolCall(rec)
 	}
 }
-
-// turnLimited reports whether a session ended at its max_turns: one of the
-// purposeful ends (see stoppedFor).
-func turnLimited(res backend.Result, timedOut bool) bool {
-	return stoppedFor(res, timedOut) == backend.AbortMaxTurns
-}

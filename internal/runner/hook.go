@@ -1,0 +1,35 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/hooks"
+)
+
+// The configured shell hooks, run in the worktree with the session's
+// environment (env.go).
+
+// hookCtx bounds a hook. A stop ends a running hook's tree at once, as it
+// ends a session; the hooks that are part of the stop itself (session_end of
+// the session it ended, agent_stopped) run to their end, and only a force
+// stop cuts them short.
+func (r *Runner) hookCtx(ev hooks.Event) context.Context {
+	if (ev == hooks.SessionEnd || ev == hooks.AgentStopped) && r.stopCtx.Err() != nil {
+		return r.forceCtx
+	}
+	return r.stopCtx
+}
+
+// hook runs the hooks of p.Event in the worktree with the session's
+// environment. Only a blocking session_start hook returns an error.
+func (r *Runner) hook(p hooks.Payload) error {
+	if r.cfg.Hooks == nil || r.wt.Path == "" {
+		return nil
+	}
+	p.Agent, p.SessionID, p.Time = r.cfg.Name, r.sessionID, time.Now()
+	if p.Event != hooks.AgentStart && p.Event != hooks.AgentStopped {
+		p.Seq = r.seq
+	}
+	return r.cfg.Hooks.Run(r.hookCtx(p.Event), r.wt.Path, r.env(), p)
+}

@@ -1,0 +1,240 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// A session's prompt: why it runs, building it (BuildingPrompt, where an
+// agent with nothing to do idles), storing it, and settling or returning the
+// mail and task it carried once the session is over or never started.
+
+// prompterTimeout bounds the Prompter's bookkeeping that must happen even
+// while the agent stops (settle, release, Stopped), so it cannot use
+// stopCtx, yet must not hold the stop up forever.
+const prompterTimeout = 10 * time.Second
+
+// WhyKind says why a session is about to run; the prompt tells the agent.
+type WhyKind uint8
+
+// Reasons a session runs.
+const (
+	WhyFirst WhyKind = iota
+	WhyAfterSuccess
+	WhyAfterError
+	WhyAfterInterrupt
+	WhyAfterTurnLimit  // the last session reached max_turns (Detail: the backend's reason)
+	WhyAfterToolDenied // the last session called a tool its policy refuses (Detail: the call and the rule)
+	WhyAfterBudget     // the last session was stopped when the budget ran out (Detail: the reason)
+)
+
+// Why is the reason the next session runs, with detail (an error's text, an
+// urgent message's id).
+type Why struct {
+	Kind   WhyKind
+	Detail string
+}
+
+// PromptRequest is what a Prompter gets to build one session's prompt.
+type PromptRequest struct {
+	Agent     string
+	Role      string
+	SessionID string
+	Seq       uint32
+	Worktree  worktree.Worktree
+	Why       Why
+	// MayIdle: the last session said DONE, so a prompt with no mail and no
+	// task is not worth a session (Prompt.Idle).
+	MayIdle bool
+}
+
+// Prompt is a built prompt. Watermark is the highest mailbox message id the
+// prompt accounts for: urgent mail at or below it is already in the prompt
+// and needs no interrupt.
+type Prompt struct {
+	Text      string
+	Watermark int64
+	Mail      int   // messages the prompt carries
+	Task      int64 // the task the prompt carries (claimed or continued), 0 for none
+	NewTask   bool  // Task was claimed for this prompt: Started moves it on
+	Review    int64 // the task whose review the prompt asks for, 0 for none
+	// Idle: the agent said it is done and has no mail and no task. No
+	// session starts; the runner waits for Wake.
+	Idle bool
+}
+
+// SettleResult is what a settled session said.
+type SettleResult struct {
+	// Signalled: the session completed and its result carried a signal
+	// (done, pass or fail): the unit of work it was about is over. With no
+	// mail and no task, the agent then idles.
+	Signalled bool
+}
+
+// Settlement is how a session whose prompt carried mail ended.
+type Settlement struct {
+	Agent     string
+	SessionID string
+	Seq       uint32
+	Started   time.Time
+	Ended     time.Time
+	Completed bool   // SessionComplete: Running -> SessionExited(Success)
+	Note      string // why not completed
+	Mail      int    // messages the prompt carried
+	Task      int64  // the task the prompt carried, 0 for none
+	Review    int64  // the task whose review the prompt asked for, 0 for none
+	Result    string // the backend's final result text, for the signals
+}
+
+func (r *Runner) buildPrompt() {
+	r.applyPending()
+	if r.cfg.MaxSessions > 0 && r.started >= r.cfg.MaxSessions {
+		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.started)+" sessions run")
+		return
+	}
+	r.sessionID = newSessionID(r.cfg.Name, r.seq)
+	// Urgent mail the runner heard of before consuming was committed before
+	// it, so the prompt holds it (or it was no longer pending).
+	r.mu.Lock()
+	known := r.maxUrgent
+	r.mu.Unlock()
+	if r.signalled {
+		r.waiting.Store(true)
+	}
+	p, err := r.cfg.Prompter.Build(r.stopCtx, PromptRequest{
+		Agent:     r.cfg.Name,
+		Role:      r.cfg.Role,
+		SessionID: r.sessionID,
+		Seq:       r.seq,
+		Worktree:  r.wt,
+		Why:       r.why,
+		MayIdle:   r.signalled,
+	})
+	if err == nil {
+		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
+		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
+		r.watermark = max(r.watermark, p.Watermark, known)
+	}
+	stopping := r.external()
+	if stopping || err != nil || p.Idle {
+		r.settleTicket(backend.Result{}, false) // no session: the next waiter may go
+	}
+	if stopping {
+		return
+	}
+	if err != nil {
+		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
+		return
+	}
+	if p.Idle {
+		r.waitIdle()
+		return
+	}
+	r.waiting.Store(false)
+	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
+}
+
+// waitIdle waits in BuildingPrompt, starting no session, until a wake-up
+// (mail or a task may be there), urgent mail or a stop; step then builds the
+// prompt again.
+func (r *Runner) waitIdle() {
+	r.setIdle(true)
+	defer r.setIdle(false)
+	select {
+	case <-r.wakeCh:
+	case <-r.urgentCh:
+	case <-r.stopCtx.Done():
+	}
+	r.waiting.Store(false)
+}
+
+func (r *Runner) setIdle(idle bool) {
+	now := time.Now()
+	r.mu.Lock()
+	if r.snap.Idle == idle {
+		r.mu.Unlock()
+		return
+	}
+	r.snap.Idle = idle
+	r.snap.Version++
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.OnIdle(r.cfg.Name, idle, now)
+	}
+}
+
+// storePrompt keeps the prompt for the session about to spawn and writes
+// it where the log store says; package logs owns the file itself.
+func (r *Runner) storePrompt(p string) error {
+	r.lastPrompt = p
+	return logs.WritePrompt(r.cfg.Logs.PromptPath(r.cfg.Name, r.seq), p)
+}
+
+// settle acknowledges the mail of a session that completed, or notes why it
+// will be shown again, before the next prompt is built: the next session must
+// see exactly the mail that no completed session saw.
+func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool) {
+	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended,
+		Mail: r.carried, Task: r.task, Review: r.review, Result: res.Text}
+	r.carried = 0
+	prev := r.m.State().Kind
+	switch {
+	case stopping:
+		st.Note = "that session was stopped with its agent (" + r.snapReason() + ")"
+	case prev == agent.Interrupting:
+		st.Note = "that session was interrupted by urgent mail"
+	case res.Fatal != "":
+		st.Note = "that session failed: " + res.Fatal
+	case out.Kind == agent.Timeout:
+		st.Note = "that session timed out"
+	case stoppedFor(res, r.timedOut) != "":
+		st.Note, _ = stoppedNote(res)
+	case out.Kind == agent.Success && prev == agent.Running:
+		st.Completed = true
+	default:
+		st.Note = "that session failed: " + out.String()
+	}
+	if r.forced && !st.Completed {
+		st.Note += " and was force-stopped"
+	}
+	if st.Ended.IsZero() {
+		st.Ended = time.Now()
+	}
+	if st.Started.IsZero() {
+		st.Started = st.Ended
+	}
+	// Not stopCtx: settling must happen even while stopping.
+	ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
+	defer cancel()
+	sr, err := r.cfg.Prompter.Settle(ctx, st)
+	if err != nil {
+		// The mail stays pending: shown again rather than never.
+		r.log.Error("settle the session's mail and task", zap.String("session", r.sessionID), zap.Error(err))
+	}
+	r.signalled = sr.Signalled
+}
+
+// release returns mail claimed by a prompt whose session never started.
+func (r *Runner) release() {
+	if !r.claimed {
+		return
+	}
+	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
+	// Not stopCtx: returning the mail must happen even while stopping.
+	ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
+	defer cancel()
+	if err := r.cfg.Prompter.Release(ctx, r.sessionID); err != nil {
+		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))
+	}
+}

@@ -1,0 +1,64 @@
+package runner
+
+import (
+	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
+)
+
+// The agent's observable state; applyT rebuilds it at every transition.
+
+// Snapshot is the agent's observable state at one moment.
+type Snapshot struct {
+	Agent             string
+	State             agent.State
+	Seq               uint32 // the session sequence counter
+	SessionID         string // current or last session
+	SessionStarted    time.Time
+	ConsecutiveErrors uint32
+	TotalErrors       uint32
+	Reason            string // why the last transition happened (the stop reason once Stopped)
+	Since             time.Time
+	Version           uint64 // increments on every transition
+	// HotLoop: the last sessions each ended on their own within a second
+	// of starting (a backend that exits at once), so the agent only runs
+	// as fast as min_session_interval allows.
+	HotLoop bool
+	// DiskFull, if set, is how the last write of a session log or prompt
+	// failed for lack of space; it clears at the next write that works.
+	DiskFull string
+	// Idle: waiting in BuildingPrompt for mail or a task (see Prompt.Idle).
+	Idle bool
+	// Paused: held by Pause (who, why, since when); Frozen: the running
+	// session's processes are stopped (Pause.Now).
+	Paused      bool
+	PauseReason string
+	PausedBy    string
+	PausedSince time.Time
+	Frozen      bool
+	FrozenProcs int // how many processes the freeze stopped
+	// Waiting, if set, is why the agent waits for its provider before its
+	// next session (Config.Gate).
+	Waiting string
+}
+
+// Snapshot returns the current state.
+func (r *Runner) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap
+}
+
+// Watch returns the current state and a channel closed at the next change:
+// observers wait on it instead of polling.
+func (r *Runner) Watch() (Snapshot, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap, r.changed
+}
+
+func (r *Runner) snapReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap.Reason
+}
