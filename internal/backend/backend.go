@@ -25,6 +25,11 @@ type Outcome uint8
 
 // Outcomes. The zero value is not an outcome, so a Result that was never
 // filled in is not mistaken for a success.
+// DefaultGracePeriod is how long a cancelled or interrupted session gets
+// between SIGTERM and SIGKILL when nothing sets it: the config's
+// defaults.grace_period and the runner's zero value both mean this.
+const DefaultGracePeriod = 10 * time.Second
+
 const (
 	OutcomeSuccess Outcome = iota + 1
 	OutcomeError

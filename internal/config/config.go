@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/backend"
-	"github.com/swarmd/swarmd/internal/runner"
 )
 
 // Backend types. A backend whose name is one of these needs no type key.
@@ -177,7 +176,7 @@ const (
 	DefaultListen               = "127.0.0.1:9464"
 	DefaultBackend              = TypeClaude
 	DefaultSessionTimeout       = 60 * time.Minute
-	DefaultGracePeriod          = runner.DefaultGracePeriod // 10s; the runner fills the same default
+	DefaultGracePeriod          = backend.DefaultGracePeriod // 10s; the runner fills the same default
 	DefaultMaxConsecutiveErrors = 5
 	DefaultMaxTotalErrors       = 20
 	DefaultKeepArchives         = 10

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/backend"
 )
 
 // New fills the zero fields that have defaults, and only those.
 func TestNewFillsDefaults(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.GracePeriod = 0 })
-	if c := h.r.cfg; c.GracePeriod != DefaultGracePeriod || c.FirstSeq != 1 || c.Logger == nil {
+	if c := h.r.cfg; c.GracePeriod != backend.DefaultGracePeriod || c.FirstSeq != 1 || c.Logger == nil {
 		t.Errorf("defaults: grace %v, first seq %d, logger %v", c.GracePeriod, c.FirstSeq, c.Logger)
 	}
 	if s := h.r.Snapshot(); s.Seq != 1 {
@@ -19,8 +21,8 @@ func TestNewFillsDefaults(t *testing.T) {
 	if c := h.r.cfg; c.GracePeriod != 3*time.Second || c.FirstSeq != 7 {
 		t.Errorf("set values overridden: grace %v, first seq %d", c.GracePeriod, c.FirstSeq)
 	}
-	if DefaultGracePeriod != 10*time.Second {
-		t.Errorf("DefaultGracePeriod = %v; docs/configuration.md promises 10s", DefaultGracePeriod)
+	if backend.DefaultGracePeriod != 10*time.Second {
+		t.Errorf("backend.DefaultGracePeriod = %v; docs/configuration.md promises 10s", backend.DefaultGracePeriod)
 	}
 }
 

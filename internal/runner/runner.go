@@ -96,7 +96,7 @@ type Config struct {
 	Logger      *zap.Logger
 	Thresholds  agent.Thresholds
 	Timeout     time.Duration // session_timeout (0 = none)
-	GracePeriod time.Duration // default DefaultGracePeriod
+	GracePeriod time.Duration // default backend.DefaultGracePeriod
 	Env         []string      // KEY=VALUE added to every session (config env, SWARM_DB_PATH, SWARM_AGENTS)
 	// DefaultEnv is KEY=VALUE under everything configured (the agent's git
 	// identity): backend.Spec.Defaults, and the same layer in hooks.
@@ -141,16 +141,11 @@ type Config struct {
 	Price func(backendName, model string, u backend.Usage) float64
 }
 
-// DefaultGracePeriod is how long a cancelled or interrupted session gets to
-// end before it is force-stopped, when Config.GracePeriod is zero; the
-// config's defaults.grace_period default is this.
-const DefaultGracePeriod = 10 * time.Second
-
 // setDefaults fills the zero fields that have defaults; New calls it, so
 // that every default of the runner is here.
 func (c *Config) setDefaults() {
 	if c.GracePeriod <= 0 {
-		c.GracePeriod = DefaultGracePeriod
+		c.GracePeriod = backend.DefaultGracePeriod
 	}
 	if c.FirstSeq == 0 {
 		c.FirstSeq = 1
