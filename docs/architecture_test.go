@@ -201,3 +201,57 @@ func TestAgentMachineTable(t *testing.T) {
 		}
 	}
 }
+
+// tiers orders the packages under internal/ from the leaves up: a package
+// may import only packages of lower tiers. An import that climbs (the store
+// reaching for the mailbox, the runner for the daemon) is the wrong way.
+var tiers = [][]string{
+	{"agent", "task", "review", "budget", "provider", "proc", "control", "environ", "mockllm", "pgtest"}, // leaves: import nothing of swarmd
+	{"backend", "hooks", "worktree", "store", "logs"},
+	{"config", "mailbox", "taskboard", "merge", "runner"},
+	{"prompt", "registry", "router", "metrics", "view"},
+	{"web", "tui"},
+	{"daemon"}, // imported by cmd/swarmd alone
+}
+
+// TestImportLayers: the import graph runs one way, from cmd/swarmd down
+// to the leaves, and every package has its place in it.
+func TestImportLayers(t *testing.T) {
+	tierOf := map[string]int{}
+	for i, ps := range tiers {
+		for _, p := range ps {
+			tierOf[p] = i
+		}
+	}
+	dirs, err := filepath.Glob("../internal/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		pkg, err := build.ImportDir(dir, 0)
+		var noGo *build.NoGoError
+		if errors.As(err, &noGo) {
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(dir)
+		tier, ok := tierOf[name]
+		if !ok {
+			t.Errorf("internal/%s has no tier in TestImportLayers: place it", name)
+			continue
+		}
+		for _, imp := range pkg.Imports {
+			if strings.HasPrefix(imp, module+"cmd/") {
+				t.Errorf("internal/%s imports %s: nothing imports the commands", name, imp)
+			}
+			dep, ok := strings.CutPrefix(imp, module+"internal/")
+			if !ok {
+				continue
+			}
+			if dt, known := tierOf[dep]; known && dt >= tier {
+				t.Errorf("internal/%s (tier %d) imports internal/%s (tier %d): imports must point down", name, tier, dep, dt)
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/budget"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/daemon"
 )
 
 // newBudgetCommand is `swarmd budget` and `swarmd budget set`.
@@ -114,11 +115,11 @@ func writeBudgets(w io.Writer, bs []control.BudgetStatus) error {
 	for _, b := range bs {
 		limit, used := "-", "-"
 		if b.LimitUSD > 0 {
-			limit = fmtUSD(b.LimitUSD)
+			limit = daemon.FormatUSD(b.LimitUSD)
 		}
-		toks := tokensText(b.SpentTokens)
+		toks := daemon.TokensText(b.SpentTokens)
 		if b.LimitTokens > 0 {
-			toks += "/" + tokensText(b.LimitTokens)
+			toks += "/" + daemon.TokensText(b.LimitTokens)
 		}
 		if b.LimitUSD > 0 || b.LimitTokens > 0 {
 			used = strconv.FormatFloat(b.Percent, 'f', 0, 64) + "%"
@@ -130,7 +131,7 @@ func writeBudgets(w io.Writer, bs []control.BudgetStatus) error {
 		if b.Paused {
 			status += " (paused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Scope, fmtUSD(b.SpentUSD), limit, toks, used, b.Window,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Scope, daemon.FormatUSD(b.SpentUSD), limit, toks, used, b.Window,
 			b.WindowEnd.UTC().Format("2006-01-02 15:04"), status, b.Source)
 	}
 	return tw.Flush()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/mockllm"
 	"github.com/swarmd/swarmd/internal/store"
@@ -75,7 +76,7 @@ agents:
 		t.Fatal(err)
 	}
 	defer db.Close()
-	b := openTaskBoard(db.Store(), nil)
+	b := daemon.OpenTaskBoard(db.Store(), nil)
 	ids := map[string]int64{}
 	for _, a := range []string{"cl", "cx", "gm"} {
 		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
@@ -80,7 +81,7 @@ func lookPathAsSessions(file string, env []string) (string, error) {
 			path = v
 		}
 	}
-	if p := selfFirst(path); p != "" {
+	if p := daemon.SelfFirst(path); p != "" {
 		path = p
 	}
 	return proc.LookPath(file, []string{"PATH=" + path})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -57,7 +57,7 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
 			}
 			defer db.Close()
 			if q.TaskID != 0 {
-				if _, err := openTaskBoard(db, nil).Get(ctx, q.TaskID); err != nil {
+				if _, err := daemon.OpenTaskBoard(db, nil).Get(ctx, q.TaskID); err != nil {
 					return fmt.Errorf("events: %w", err)
 				}
 			}
@@ -84,7 +84,7 @@ func printEvents(ctx context.Context, s streams, db *store.DB, q store.EventQuer
 		for _, e := range evs {
 			q.AfterID = e.ID
 			if jsonOut {
-				if err := enc.Encode(controlEvent(e)); err != nil {
+				if err := enc.Encode(daemon.ControlEvent(e)); err != nil {
 					return err
 				}
 				continue
@@ -137,11 +137,4 @@ func taskTransition(from, reason, to, actor, why string) string {
 		line += ": " + printable(why, false)
 	}
 	return line
-}
-
-// controlEvent is the JSON shape of an event, the same from the CLI and the
-// control socket.
-func controlEvent(e store.EventRecord) control.Event {
-	return control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
-		Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, TaskID: e.TaskID}
 }

@@ -9,9 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/backend"
-	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/logs"
-	"github.com/swarmd/swarmd/internal/merge"
 )
 
 // newLogsCommand is `swarmd logs AGENT`: one session's log, live or
@@ -44,7 +43,7 @@ the file as written; --pretty renders also when the output is not a terminal (a 
 			}
 			out := o.s.out
 			var r *backend.Renderer
-			if pretty || !raw && onTerminal(out) && structuredBackend(cfg, args[0]) {
+			if pretty || !raw && onTerminal(out) && daemon.StructuredBackend(cfg, args[0]) {
 				r = backend.NewRenderer(out)
 				out = r
 			}
@@ -97,25 +96,6 @@ func copyLog(cmd *cobra.Command, st *logs.Store, agent string, seq uint32, follo
 	defer rc.Close()
 	_, err = io.Copy(w, rc)
 	return err
-}
-
-// structuredBackend reports whether the agent's backend writes stream-json
-// that renders. An agent no longer in the config is rendered: the format
-// is recognised from the log itself. The merge queue's gate logs
-// (pseudo-agent merge) are not.
-func structuredBackend(cfg *config.Config, agent string) bool {
-	if agent == merge.LogName {
-		return false // gate logs are plain command output
-	}
-	a, ok := cfg.Agent(agent)
-	if !ok {
-		return true
-	}
-	switch cfg.Backends[a.Backend].Type {
-	case config.TypeClaude, config.TypeCodex, config.TypeGemini:
-		return true
-	}
-	return false
 }
 
 // onTerminal reports whether w is a terminal.

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 )
 
 // Set by the Makefile through -ldflags.
@@ -96,6 +97,8 @@ func configProblems(err error) (config.Errors, bool) {
 			return e, len(e) > 0
 		case usageError:
 			err = e.err
+		case *daemon.SetupError:
+			err = e.Err
 		default:
 			return nil, false
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -140,7 +141,7 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		case a.State == "Stopped" || a.State == "CoolingDown":
 			why = a.Reason // why it stopped, or the error it is backing off from
 		case a.Paused:
-			why = joinReason("paused by "+a.PausedBy, a.PauseReason)
+			why = daemon.JoinReason("paused by "+a.PausedBy, a.PauseReason)
 		}
 		var sp spendJSON
 		if a.Spend != nil {
@@ -148,7 +149,7 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.State, a.Seq,
 			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors,
-			fmtTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(a.Health), dash(truncate(why, 72)))
+			daemon.FormatTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(a.Health), dash(truncate(why, 72)))
 	}
 	return tw.Flush()
 }

@@ -7,12 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 )
 
 // runMain is `swarmd run`: the daemon in the foreground.
@@ -55,7 +54,7 @@ func (m *runMain) Run(ctx context.Context) error {
 		return usage(err)
 	}
 	defer func() { _ = log.Sync() }()
-	logConfigWarnings(log, cfg)
+	daemon.LogConfigWarnings(log, cfg)
 
 	sigs, stopSignals := notifySignals()
 	defer stopSignals()
@@ -63,11 +62,11 @@ func (m *runMain) Run(ctx context.Context) error {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 
-	d, err := openDaemon(ctx, cfg, log)
+	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: loadConfig})
 	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			return err
+		var se *daemon.SetupError
+		if errors.As(err, &se) {
+			return usage(err)
 		}
 		return fmt.Errorf("start: %w", err)
 	}
@@ -80,7 +79,7 @@ wait:
 	for {
 		select {
 		case <-hups:
-			if err := d.reload(m.configPath); err != nil {
+			if err := d.Reload(m.configPath); err != nil {
 				fields := []zap.Field{zap.Error(err)}
 				if problems, ok := configProblems(err); ok {
 					fields = append(fields, zap.Strings("problems", problems.Lines()))
@@ -112,22 +111,5 @@ wait:
 			}
 			return err
 		}
-	}
-}
-
-// shutdownTimeout bounds how long a stop may take before sessions are killed
-// regardless: the longest grace period plus a margin for archiving.
-func shutdownTimeout(cfg *config.Config) time.Duration {
-	g := cfg.Defaults.GracePeriod
-	for _, a := range cfg.Agents {
-		g = max(g, a.GracePeriod)
-	}
-	return g + 30*time.Second
-}
-
-// logConfigWarnings logs what `swarmd config validate` prints as warnings.
-func logConfigWarnings(log *zap.Logger, cfg *config.Config) {
-	for _, w := range cfg.Warnings {
-		log.Warn("config: "+w.Msg, zap.String("file", w.File), zap.Int("line", w.Line), zap.String("key", w.Key))
 	}
 }

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/swarmd/swarmd/internal/logs"
-	"github.com/swarmd/swarmd/internal/registry"
-	"github.com/swarmd/swarmd/internal/runner"
 )
 
 // envOf waits for an `env` dump a session or hook wrote and returns its
@@ -114,49 +109,5 @@ agents:
 	d.mu.Unlock()
 	if max := int(elapsed/(100*time.Millisecond)) + 2; n == 0 || n > max {
 		t.Errorf("carol started %d sessions in %v with min_session_interval 100ms", n, elapsed)
-	}
-}
-
-// fullPrompts is a log store whose prompts land on /dev/full (ENOSPC).
-type fullPrompts struct{ *logs.Store }
-
-func (fullPrompts) PromptPath(string, uint32) string { return "/dev/full" }
-
-// An agent whose prompts hit a full disk makes /readyz say so; the agent
-// itself only backs off.
-func TestReadinessReportsDiskFull(t *testing.T) {
-	dir := t.TempDir()
-	reg := registry.New(func(string, error) {})
-	r, err := runner.New(runner.Config{Name: "alice", Backend: instantBackend{make(chan struct{})}, Workspace: plainDir{dir},
-		Prompter: tinyPrompter{}, Logs: fullPrompts{logs.New(dir, 0, 0, nil)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{reg: reg}
-	if why := d.agentDiskFull(); why != "" {
-		t.Fatalf("diskFull before any agent = %q", why)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := reg.Register(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	for s, ch := r.Watch(); s.DiskFull == ""; s, ch = r.Watch() {
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("never disk full: %+v", s)
-		}
-	}
-	if why := d.agentDiskFull(); !strings.Contains(why, "disk full: agent alice") || !strings.Contains(why, "no space left") {
-		t.Errorf("diskFull = %q", why)
-	}
-	if s := r.Snapshot(); s.State.Kind.String() != "CoolingDown" {
-		t.Errorf("state %v, want CoolingDown", s.State)
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer scancel()
-	if err := reg.Shutdown(sctx); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -128,22 +129,9 @@ func writeSessions(w io.Writer, ss []store.SessionRecord, now time.Time) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Agent, r.Seq,
 			r.Started.Local().Format("01-02 15:04:05"), dur, outcome, dash(r.AbortReason),
-			fmtTokens(r.TokensIn+r.TokensOut), fmtCost(r.CostUSD), r.Commits, dash(truncate(printable(strings.Join(strings.Fields(result), " "), false), 60)))
+			daemon.FormatTokens(r.TokensIn+r.TokensOut), fmtCost(r.CostUSD), r.Commits, dash(truncate(printable(strings.Join(strings.Fields(result), " "), false), 60)))
 	}
 	return tw.Flush()
-}
-
-// fmtTokens is a token count for a table: "950", "12.3k", "4.5M"; "-" for none.
-func fmtTokens(n int64) string {
-	switch {
-	case n <= 0:
-		return "-"
-	case n < 1000:
-		return strconv.FormatInt(n, 10)
-	case n < 1_000_000:
-		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
-	}
-	return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
 }
 
 // fmtCost is "$0.0033" under a dollar, "$12.34" above; "-" for none.

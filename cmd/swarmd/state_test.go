@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/daemon"
 )
 
 // TestDeletedDatabaseStopsTheDaemonsWork: swarm.db deleted under a running
@@ -55,7 +57,7 @@ agents:
 	d.waitLine("unhealthy log line", func(m map[string]any) bool {
 		return strings.HasPrefix(fmt.Sprint(m["msg"]), "DAEMON UNHEALTHY") && strings.Contains(fmt.Sprint(m["fault"]), "deleted")
 	})
-	if took := time.Since(deleted); took > 2*healthInterval {
+	if took := time.Since(deleted); took > 2*daemon.HealthInterval {
 		t.Errorf("noticed after %v", took)
 	}
 	if code, body := readyz(); code != 503 || !strings.Contains(body, "deleted") {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -103,7 +104,7 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 	if err != nil {
 		return fmt.Errorf("task %s: %w", verb, err)
 	}
-	return f(&taskCtx{board: openTaskBoard(db.DB, reviewers), agents: db.agents, who: who})
+	return f(&taskCtx{board: daemon.OpenTaskBoard(db.DB, reviewers), agents: db.agents, who: who})
 }
 
 // reviewerOf is who reviews the tasks an agent claims, as the daemon's
@@ -112,9 +113,9 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 // never the session's environment, which the agent could change.
 func (t *taskMain) reviewerOf(ctx context.Context, db *swarmDB) (func(agent string) (string, int), error) {
 	if db.cfg != nil {
-		return reviewerOf(func() *config.Config { return db.cfg }), nil
+		return daemon.ReviewerOf(func() *config.Config { return db.cfg }), nil
 	}
-	return recordedReviewerOf(ctx, db.DB)
+	return daemon.RecordedReviewerOf(ctx, db.DB)
 }
 
 // taskErr makes a refused request (empty title, ...) a usage error, exit 2;
@@ -664,11 +665,11 @@ func (t *taskMain) taskCompletions(ctx context.Context, states []task.State) []c
 	defer db.Close()
 	var out []cobra.Completion
 	for _, st := range states {
-		ts, _ := openTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{State: &st})
+		ts, _ := daemon.OpenTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{State: &st})
 		out = appendTaskCompletions(out, ts)
 	}
 	if len(states) == 0 {
-		ts, _ := openTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{})
+		ts, _ := daemon.OpenTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{})
 		out = appendTaskCompletions(out, ts)
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/runner"
@@ -99,7 +100,7 @@ func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := recordReviewers(context.Background(), m.Store(), c); err != nil {
+	if err := daemon.RecordReviewers(context.Background(), m.Store(), c); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -111,7 +112,7 @@ func taskBoard(t *testing.T, db string) *taskboard.Board {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return openTaskBoard(m.Store(), nil)
+	return daemon.OpenTaskBoard(m.Store(), nil)
 }
 
 func wantTask(t *testing.T, b *taskboard.Board, id int64, state string) taskboard.Task {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
@@ -30,7 +31,7 @@ func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.Mail
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return openTaskBoard(db.Store(), nil), db
+	return daemon.OpenTaskBoard(db.Store(), nil), db
 }
 
 // waitTask polls the board until task id is in state want.

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// healthInterval is how often the daemon checks what it cannot be told:
+// HealthInterval is how often the daemon checks what it cannot be told:
 // that swarm.db was deleted or replaced, that the database stopped
 // answering, that the state dir's disk filled up. It is a slow safety net;
 // every write also checks the database file itself.
-const healthInterval = 5 * time.Second
+const HealthInterval = 5 * time.Second
 
 // minFreeBytes below which the state dir's filesystem counts as full: a
 // session log, an archive and a WAL checkpoint need room to land.
@@ -51,7 +51,7 @@ func (h *healthMonitor) set(fault string, log *zap.Logger) {
 }
 
 // check runs the checks once and returns the first fault, "" if none.
-func (d *daemon) checkHealth(ctx context.Context) string {
+func (d *Daemon) checkHealth(ctx context.Context) string {
 	if err := d.db.Check(); err != nil {
 		return fmt.Sprintf("%s was deleted or replaced under the running daemon: no session starts and nothing more is written; restart swarmd", d.db.Path())
 	}
@@ -70,7 +70,7 @@ func (d *daemon) checkHealth(ctx context.Context) string {
 
 // watchHealth checks every interval until stop is closed; it returns a
 // function that stops it and waits.
-func (d *daemon) watchHealth(interval time.Duration) (stop func()) {
+func (d *Daemon) watchHealth(interval time.Duration) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -91,7 +91,7 @@ func (d *daemon) watchHealth(interval time.Duration) (stop func()) {
 // readiness is /readyz and what feeds the systemd watchdog: the daemon can
 // do its job. Every agent registered, the database is the file it opened and
 // answers, the disk has room, and at least one agent is not Stopped.
-func (d *daemon) readiness() string {
+func (d *Daemon) readiness() string {
 	if !d.ready.Load() {
 		return "agents not registered yet"
 	}
@@ -121,7 +121,7 @@ func (d *daemon) readiness() string {
 
 // agentDiskFull names an agent whose last session log or prompt write failed
 // for lack of space (ENOSPC or a quota, which statfs does not see), or is "".
-func (d *daemon) agentDiskFull() string {
+func (d *Daemon) agentDiskFull() string {
 	for _, r := range d.reg.Runners() {
 		if s := r.Snapshot(); s.DiskFull != "" {
 			return "disk full: agent " + s.Agent + ": " + s.DiskFull

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"time"
@@ -11,7 +11,7 @@ import (
 // onProgress is every runner's Config.OnProgress: a running session's
 // spend goes to the budgets, its trouble with its provider to the
 // provider's health. It runs on the session's output goroutine.
-func (d *daemon) onProgress(rec runner.ProgressRecord) {
+func (d *Daemon) onProgress(rec runner.ProgressRecord) {
 	d.budget.progress(rec)
 	d.providers.progress(rec)
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -32,7 +32,7 @@ const (
 // those pauses when a window rolls over (a timer to the rollover) or a
 // limit is raised. It is a runner.Observer for the ended sessions' costs.
 type budgetKeeper struct {
-	d *daemon
+	d *Daemon
 
 	mu        sync.Mutex
 	ledger    *budget.Ledger
@@ -43,7 +43,7 @@ type budgetKeeper struct {
 	closed    bool
 }
 
-func newBudgetKeeper(d *daemon) *budgetKeeper {
+func newBudgetKeeper(d *Daemon) *budgetKeeper {
 	return &budgetKeeper{d: d, ledger: budget.New(), overrides: map[string]store.BudgetLimit{},
 		aborted: map[string]string{}, unpriced: map[string]bool{}}
 }
@@ -376,13 +376,13 @@ func (k *budgetKeeper) note(agent string) string {
 	}
 	var left string
 	if usd, ok := st.LeftUSD(); ok {
-		left = fmtUSD(math.Max(usd, 0)) + " of " + fmtUSD(st.Limit.USD)
+		left = FormatUSD(math.Max(usd, 0)) + " of " + FormatUSD(st.Limit.USD)
 	}
 	if st.Limit.Tokens > 0 {
 		if left != "" {
 			left += ", "
 		}
-		left += tokensText(st.Limit.Tokens-st.Spent.Tokens) + " of " + tokensText(st.Limit.Tokens) + " tokens"
+		left += TokensText(st.Limit.Tokens-st.Spent.Tokens) + " of " + TokensText(st.Limit.Tokens) + " tokens"
 	}
 	return fmt.Sprintf("%s left of %s: %.0f%% spent in the %s window that ends %s", left, whose, 100*st.Fraction,
 		config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)), st.WindowEnd.UTC().Format("2006-01-02 15:04 UTC"))
@@ -445,7 +445,7 @@ func (k *budgetKeeper) set(ctx context.Context, req control.BudgetSetRequest, ac
 		e.Reason = "back to the config's limit"
 		_, err = k.d.journal.ClearBudgetLimit(ctx, req.Scope, e)
 	} else {
-		e.Reason = "USD limit " + fmtUSD(req.USD) + " per window (0: none)"
+		e.Reason = "USD limit " + FormatUSD(req.USD) + " per window (0: none)"
 		err = k.d.journal.SetBudgetLimit(ctx, store.BudgetLimit{Scope: req.Scope, USD: req.USD, Actor: actor, SetAt: now}, e)
 	}
 	if err != nil {
@@ -520,7 +520,7 @@ func (a controlAPI) SetBudget(ctx context.Context, req control.BudgetSetRequest)
 
 // operatorOnly refuses a request from inside one of this daemon's session
 // trees.
-func (d *daemon) operatorOnly(ctx context.Context, what string) error {
+func (d *Daemon) operatorOnly(ctx context.Context, what string) error {
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
 		return nil
@@ -545,13 +545,13 @@ func spentText(st budget.Status) string {
 	}
 	var what string
 	if st.Limit.USD > 0 {
-		what = fmtUSD(st.Spent.USD) + " of " + fmtUSD(st.Limit.USD)
+		what = FormatUSD(st.Spent.USD) + " of " + FormatUSD(st.Limit.USD)
 	}
 	if st.Limit.Tokens > 0 {
 		if what != "" {
 			what += ", "
 		}
-		what += tokensText(st.Spent.Tokens) + " of " + tokensText(st.Limit.Tokens) + " tokens"
+		what += TokensText(st.Spent.Tokens) + " of " + TokensText(st.Limit.Tokens) + " tokens"
 	}
 	return who + " spent " + what + " (" + strconv.FormatFloat(100*st.Fraction, 'f', 0, 64) + "%) in the " +
 		config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)) + " window to " + st.WindowEnd.UTC().Format(time.RFC3339)
@@ -567,8 +567,8 @@ func exhaustedDetail(st budget.Status, agent string) string {
 	return d
 }
 
-// fmtUSD is "$0", "$0.0033" under a dollar, "$12.34" above.
-func fmtUSD(usd float64) string {
+// FormatUSD is "$0", "$0.0033" under a dollar, "$12.34" above.
+func FormatUSD(usd float64) string {
 	if usd == 0 {
 		return "$0"
 	}
@@ -578,10 +578,23 @@ func fmtUSD(usd float64) string {
 	return "$" + strconv.FormatFloat(usd, 'f', 2, 64)
 }
 
-// tokensText is fmtTokens with "0" for none.
-func tokensText(n int64) string {
+// TokensText is fmtTokens with "0" for none.
+func TokensText(n int64) string {
 	if n <= 0 {
 		return "0"
 	}
-	return fmtTokens(n)
+	return FormatTokens(n)
+}
+
+// FormatTokens is a token count for a table: "950", "12.3k", "4.5M"; "-" for none.
+func FormatTokens(n int64) string {
+	switch {
+	case n <= 0:
+		return "-"
+	case n < 1000:
+		return strconv.FormatInt(n, 10)
+	case n < 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -29,8 +29,8 @@ type reviewSetting struct {
 	MaxIterations int    `json:"max_iterations,omitempty"`
 }
 
-// recordReviewers writes cfg's reviewers as settingReviewers.
-func recordReviewers(ctx context.Context, db *store.DB, cfg *config.Config) error {
+// RecordReviewers writes cfg's reviewers as settingReviewers.
+func RecordReviewers(ctx context.Context, db *store.DB, cfg *config.Config) error {
 	m := make(map[string]reviewSetting, len(cfg.Agents))
 	for _, a := range cfg.Agents {
 		m[a.Name] = reviewSetting{Reviewer: a.Reviewer, MaxIterations: a.MaxIterations}
@@ -45,9 +45,9 @@ func recordReviewers(ctx context.Context, db *store.DB, cfg *config.Config) erro
 	return nil
 }
 
-// recordedReviewerOf is what the daemon recorded about reviewing each
+// RecordedReviewerOf is what the daemon recorded about reviewing each
 // agent's tasks; an agent it recorded nothing for has no reviewer.
-func recordedReviewerOf(ctx context.Context, db *store.DB) (func(agent string) (string, int), error) {
+func RecordedReviewerOf(ctx context.Context, db *store.DB) (func(agent string) (string, int), error) {
 	v, ok, err := db.Setting(ctx, settingReviewers)
 	if err != nil {
 		return nil, fmt.Errorf("read the recorded reviewers: %w", err)
@@ -61,17 +61,17 @@ func recordedReviewerOf(ctx context.Context, db *store.DB) (func(agent string) (
 	return func(agent string) (string, int) { r := m[agent]; return r.Reviewer, r.MaxIterations }, nil
 }
 
-// openTaskBoard is the task board in db, as the daemon and every `swarmd
+// OpenTaskBoard is the task board in db, as the daemon and every `swarmd
 // task` process use it. Without a merge queue a DONE task that no reviewer
 // holds is CLOSED at once; with one, the queue closes it once merged.
-// reviewerOf may be nil (a process that claims for no configured agent).
-func openTaskBoard(db *store.DB, reviewerOf func(agent string) (string, int)) *taskboard.Board {
+// ReviewerOf may be nil (a process that claims for no configured agent).
+func OpenTaskBoard(db *store.DB, ReviewerOf func(agent string) (string, int)) *taskboard.Board {
 	into, _, _ := db.Setting(context.Background(), settingMergeInto)
-	return taskboard.New(db, taskboard.Options{AutoClose: into == "", ReviewerOf: reviewerOf})
+	return taskboard.New(db, taskboard.Options{AutoClose: into == "", ReviewerOf: ReviewerOf})
 }
 
-// reviewerOf is what cfg's agents say about reviewing their tasks.
-func reviewerOf(cfg func() *config.Config) func(agent string) (string, int) {
+// ReviewerOf is what cfg's agents say about reviewing their tasks.
+func ReviewerOf(cfg func() *config.Config) func(agent string) (string, int) {
 	return func(agent string) (string, int) {
 		a, ok := cfg().Agent(agent)
 		if !ok {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -157,7 +157,7 @@ func BenchmarkStartupRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := &daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), mail: db, tasks: openTaskBoard(db.Store(), nil)}
+		d := &Daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), db: db.Store(), mail: db, tasks: OpenTaskBoard(db.Store(), nil)}
 		d.journal = db.Store().NewJournal(store.JournalOptions{})
 		d.journal.Start()
 		b.StartTimer()

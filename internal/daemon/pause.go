@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func (a controlAPI) ResumeAgent(ctx context.Context, name string) (control.Resum
 // pauseAgent stores the pause (with its event) before the runner hears of
 // it: once the operator is told it took, it survives a crash. With now it
 // waits until the running session is frozen.
-func (d *daemon) pauseAgent(ctx context.Context, name, actor, reason string, now bool) (control.PauseResult, error) {
+func (d *Daemon) pauseAgent(ctx context.Context, name, actor, reason string, now bool) (control.PauseResult, error) {
 	r, err := d.reg.Runner(name)
 	if err != nil {
 		return control.PauseResult{}, fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
@@ -53,7 +53,7 @@ func (d *daemon) pauseAgent(ctx context.Context, name, actor, reason string, now
 	s := r.Snapshot()
 	why := reason
 	if now {
-		why = joinReason(why, "--now: the running session is frozen")
+		why = JoinReason(why, "--now: the running session is frozen")
 	}
 	err = d.journal.SetPause(ctx, store.PauseRecord{Agent: name, Actor: actor, Reason: reason, Freeze: now, Since: since},
 		stateEvent(s, at, store.EventPaused, actor, why))
@@ -76,13 +76,13 @@ func (d *daemon) pauseAgent(ctx context.Context, name, actor, reason string, now
 
 // resumeAgent deletes the pause (with its event), then lets the runner go
 // on: a frozen session is thawed, a held one starts its next session.
-func (d *daemon) resumeAgent(ctx context.Context, name, actor string) (control.ResumeResult, error) {
+func (d *Daemon) resumeAgent(ctx context.Context, name, actor string) (control.ResumeResult, error) {
 	return d.resumeAgentFor(ctx, name, actor, "")
 }
 
 // resumeAgentFor is resumeAgent with the reason for the event log ("":
 // how long the agent was paused, and by whom).
-func (d *daemon) resumeAgentFor(ctx context.Context, name, actor, why string) (control.ResumeResult, error) {
+func (d *Daemon) resumeAgentFor(ctx context.Context, name, actor, why string) (control.ResumeResult, error) {
 	r, err := d.reg.Runner(name)
 	if err != nil {
 		return control.ResumeResult{}, fmt.Errorf("%w: %v", control.ErrUnknownAgent, err)
@@ -111,7 +111,7 @@ func (d *daemon) resumeAgentFor(ctx context.Context, name, actor, why string) (c
 
 // restoredPause is the agent's stored pause, for a runner that starts (at
 // daemon start, by swarmd start, by a reload), and sets the paused metric.
-func (d *daemon) restoredPause(name string) (*runner.Pause, error) {
+func (d *Daemon) restoredPause(name string) (*runner.Pause, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ps, err := d.db.Pauses(ctx)
@@ -142,7 +142,7 @@ func runningSession(s runner.Snapshot) string {
 	return s.SessionID
 }
 
-func joinReason(a, b string) string {
+func JoinReason(a, b string) string {
 	if a == "" {
 		return b
 	}

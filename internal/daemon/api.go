@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 const spawnTimeout = 60 * time.Second
 
 // controlAPI is the daemon as the control socket sees it.
-type controlAPI struct{ d *daemon }
+type controlAPI struct{ d *Daemon }
 
 var _ control.API = controlAPI{}
 
@@ -121,7 +121,7 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return a.d.startAgent(name, actor)
+	return a.d.startAgent(ctx, name, actor)
 }
 
 // authorize says who made a control request and whether they may act on
@@ -130,7 +130,7 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 // what the request says: a process in one of this daemon's session trees is
 // that session's agent, which may act only on itself unless its config says
 // allow_control. Everyone else, hooks included, is the operator.
-func (d *daemon) authorize(ctx context.Context, verb, target string) (actor string, err error) {
+func (d *Daemon) authorize(ctx context.Context, verb, target string) (actor string, err error) {
 	name, ok := d.caller(ctx)
 	if !ok {
 		return "operator", nil
@@ -147,7 +147,7 @@ func (d *daemon) authorize(ctx context.Context, verb, target string) (actor stri
 
 // caller names the agent whose session made a control request; ok is false
 // for everyone else (the operator, hooks included).
-func (d *daemon) caller(ctx context.Context) (agentName string, ok bool) {
+func (d *Daemon) caller(ctx context.Context) (agentName string, ok bool) {
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
 		return "", false
@@ -167,13 +167,17 @@ func (a controlAPI) Events(ctx context.Context, agentName string, after int64, l
 	}
 	out := make([]control.Event, len(evs))
 	for i, e := range evs {
-		out[i] = controlEvent(e)
+		out[i] = ControlEvent(e)
 	}
 	return out, nil
 }
 
 // startAgent replaces a Stopped agent's runner with a fresh one.
-func (d *daemon) startAgent(name, actor string) error {
+// startWait bounds how long `swarmd start` waits for a Stopped agent's
+// cleanup before answering that it is still cleaning up.
+const startWait = 5 * time.Second
+
+func (d *Daemon) startAgent(ctx context.Context, name, actor string) error {
 	old, err := d.reg.Runner(name)
 	if err != nil {
 		return unknownAgent(err)
@@ -182,18 +186,24 @@ func (d *daemon) startAgent(name, actor string) error {
 		return fmt.Errorf("%w: agent %s is %s, not Stopped", control.ErrConflict, name, st)
 	}
 	// Stopped, but maybe still archiving its logs and running its
-	// agent_stopped hooks: wait for that to finish.
+	// agent_stopped hooks: wait a little for that, not for as long as the
+	// hooks may take, so that a request does not hold its handler (and the
+	// caller) for minutes; the caller asks again.
+	wait := time.NewTimer(startWait)
+	defer wait.Stop()
 	select {
 	case <-old.Done():
-	case <-time.After(time.Minute):
-		return fmt.Errorf("%w: agent %s is still cleaning up after its stop", control.ErrConflict, name)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wait.C:
+		return fmt.Errorf("%w: agent %s is still cleaning up after its stop (archiving logs, agent_stopped hooks); try again", control.ErrConflict, name)
 	}
 	cfg, _ := d.current()
 	a, ok := cfg.Agent(name)
 	if !ok {
 		return fmt.Errorf("%w: %s is no longer in the config", control.ErrUnknownAgent, name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := d.journal.ResetAgent(ctx, name, time.Now(), actor); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
@@ -278,7 +288,14 @@ func effectName(e agent.SideEffect) string {
 	return e.Kind.String()
 }
 
-func (d *daemon) stallAfter() time.Duration {
+func (d *Daemon) stallAfter() time.Duration {
 	cfg, _ := d.current()
 	return cfg.StallAfter
+}
+
+// ControlEvent is the JSON shape of an event, the same from the CLI and the
+// control socket.
+func ControlEvent(e store.EventRecord) control.Event {
+	return control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
+		Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, TaskID: e.TaskID}
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -37,8 +37,11 @@ import (
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
-// daemon is one `swarmd run`: everything opened at start and closed at exit.
-type daemon struct {
+// Daemon is one `swarmd run`: everything opened at start and closed at
+// exit. Open it, Run it until its context ends, Reload it on SIGHUP, Close
+// it.
+type Daemon struct {
+	opts  Options
 	cfgMu sync.Mutex // guards cfg and backends, swapped by a reload
 	cfg   *config.Config
 	log   *zap.Logger
@@ -77,9 +80,10 @@ type daemon struct {
 	// the agents a reload removed whose runners are still stopping.
 	reloadMu sync.Mutex
 	retiring map[string]bool
+	retirers sync.WaitGroup // the retire goroutines
 
 	// agentCtx bounds every runner (cancelled when Run returns); recovered
-	// is what restart recovery found, both set by openDaemon.
+	// is what restart recovery found, both set by Open.
 	agentCtx     context.Context
 	cancelAgents context.CancelFunc
 	recovered    map[string]recovered
@@ -92,11 +96,34 @@ type recovered struct {
 	stoppedReason string // non-empty: stays Stopped until swarmd start
 }
 
-// openDaemon takes the state dir lock and opens every shared resource. Errors
+// Options are what the daemon takes besides its config.
+type Options struct {
+	Log     *zap.Logger // nil: a no-op logger
+	Version string      // reported by swarmd_build_info and the dashboards
+	Commit  string
+	// LoadConfig reads a config for Reload; nil means config.Load.
+	LoadConfig func(path string) (*config.Config, error)
+}
+
+func (o *Options) setDefaults() {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.LoadConfig == nil {
+		o.LoadConfig = config.Load
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+}
+
+// Open takes the state dir lock and opens every shared resource. Errors
 // that are the operator's to fix (a repo that is not a repo, a state dir in
-// use) are usage errors: exit 2 before anything starts.
-func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
+// use) are *SetupError: exit 2 before anything starts.
+func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
+	opts.setDefaults()
+	log := opts.Log
+	d := &Daemon{opts: opts, cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
 		retiring: map[string]bool{}}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
@@ -113,7 +140,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	}
 	if d.lock, err = acquireLock(cfg.StateDir); err != nil {
 		if errors.Is(err, errLocked) {
-			return nil, usage(err)
+			return nil, setupError(err)
 		}
 		return nil, err
 	}
@@ -126,7 +153,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
 	}
 	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
-		return nil, usagef("repo %s: %w", cfg.Repo, err)
+		return nil, setupErrorf("repo %s: %w", cfg.Repo, err)
 	}
 	if d.db, err = store.Open(ctx, cfg.DBPath(), store.Options{}); err != nil {
 		return nil, err
@@ -146,12 +173,12 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	if err := d.db.SetSetting(ctx, settingMergeInto, into); err != nil {
 		return nil, err
 	}
-	if err := recordReviewers(ctx, d.db, cfg); err != nil {
+	if err := RecordReviewers(ctx, d.db, cfg); err != nil {
 		return nil, err
 	}
-	d.tasks = openTaskBoard(d.db, reviewerOf(func() *config.Config { c, _ := d.current(); return c }))
+	d.tasks = OpenTaskBoard(d.db, ReviewerOf(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
-		return nil, usage(err)
+		return nil, setupError(err)
 	}
 	d.logs = logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, log.Named("logs"))
 	if err := d.logs.Startup(time.Now()); err != nil {
@@ -160,7 +187,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 	d.reg = registry.New(func(name string, err error) {
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
-	d.metrics = metrics.New(metrics.BuildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()})
+	d.metrics = metrics.New(metrics.BuildInfo{Version: d.opts.Version, Commit: d.opts.Commit, GoVersion: runtime.Version()})
 	if err := d.openMerge(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -191,7 +218,7 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {
-			return nil, usage(err)
+			return nil, setupError(err)
 		}
 	}
 	return d, nil
@@ -199,11 +226,18 @@ func openDaemon(ctx context.Context, cfg *config.Config, log *zap.Logger) (_ *da
 
 // Run starts every agent and returns when ctx ends and every agent has
 // stopped, or when the stop takes longer than the grace periods allow.
-func (d *daemon) Run(ctx context.Context) error {
+func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer d.cancelAgents()
 	defer d.budget.close()
 	agentCtx := d.agentCtx
 	cfg, _ := d.current()
+	// A failure after the first runner started stops those started, with
+	// their grace, before Run returns: no session outlives Run.
+	defer func() {
+		if err != nil {
+			d.shutdownAgents()
+		}
+	}()
 	if err := d.budget.load(ctx, cfg, time.Now()); err != nil {
 		return err
 	}
@@ -224,14 +258,13 @@ func (d *daemon) Run(ctx context.Context) error {
 	d.budget.updateMetrics(time.Now())
 	d.router.Start(agentCtx)
 	defer d.router.Stop()
-	var err error
 	if d.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
 		return err
 	}
 	d.notify.ready()
 	d.log.Info("swarmd running", zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
 		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
-	stopHealth := d.watchHealth(healthInterval)
+	stopHealth := d.watchHealth(HealthInterval)
 	defer stopHealth()
 	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
 	defer stopWatchdog()
@@ -241,19 +274,27 @@ func (d *daemon) Run(ctx context.Context) error {
 	defer stopMerge()
 	<-ctx.Done()
 	d.notify.stopping()
-	cfg, _ = d.current()
+	d.shutdownAgents()
+	return nil
+}
+
+// shutdownAgents stops every runner and waits, within the longest grace
+// period plus a margin, for them and for the agents a reload was retiring.
+func (d *Daemon) shutdownAgents() {
+	d.cancelAgents()
+	cfg, _ := d.current()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(cfg))
 	defer cancel()
 	if err := d.reg.Shutdown(sctx); err != nil {
 		d.log.Warn("agents did not stop in time; their sessions were force-stopped", zap.Error(err))
 	}
-	return nil
+	d.retirers.Wait()
 }
 
 // recover closes what a killed daemon left open and reads where every agent
 // was, before anything spawns: sessions still open become orphaned, mail
 // claimed by prompts whose sessions never started is pending again.
-func (d *daemon) recover(ctx context.Context) error {
+func (d *Daemon) recover(ctx context.Context) error {
 	now := time.Now()
 	orphans, err := d.db.CloseOrphanSessions(ctx, now)
 	if err != nil {
@@ -303,8 +344,14 @@ func (d *daemon) recover(ctx context.Context) error {
 	return nil
 }
 
-func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error) {
+func (d *Daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error) {
 	cfg, backends := d.current()
+	return d.newRunnerFor(cfg, backends, a, rc)
+}
+
+// newRunnerFor is newRunner with the config and backends given (a reload's,
+// before they are in force).
+func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Backend, a config.Agent, rc recovered) (*runner.Runner, error) {
 	st, err := d.settings(cfg, backends, a)
 	if err != nil {
 		return nil, err
@@ -350,7 +397,7 @@ func (d *daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error)
 }
 
 // settings are an agent's reloadable settings under cfg.
-func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend, a config.Agent) (runner.Settings, error) {
+func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend, a config.Agent) (runner.Settings, error) {
 	be, ok := backends[a.Backend]
 	if !ok {
 		return runner.Settings{}, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
@@ -358,7 +405,7 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 	env := envList(a.Env)
 	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","),
 		// `swarmd task claim` in a session claims as the runner does: with
-		// the agent's review settings (openTaskBoard's reviewerOf).
+		// the agent's review settings (OpenTaskBoard's ReviewerOf).
 		"SWARM_REVIEWER="+a.Reviewer, "SWARM_MAX_ITERATIONS="+strconv.Itoa(a.MaxIterations))
 	self := selfPath()
 	if self != "" {
@@ -386,14 +433,14 @@ func (d *daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 }
 
 // current is the config in force and its backends (a reload swaps both).
-func (d *daemon) current() (*config.Config, map[string]runner.Backend) {
+func (d *Daemon) current() (*config.Config, map[string]runner.Backend) {
 	d.cfgMu.Lock()
 	defer d.cfgMu.Unlock()
 	return d.cfg, d.backends
 }
 
 // ForceStop kills every session at once (the second signal).
-func (d *daemon) ForceStop() {
+func (d *Daemon) ForceStop() {
 	if d.reg != nil {
 		d.reg.ForceStop()
 	}
@@ -404,7 +451,7 @@ func (d *daemon) ForceStop() {
 // where it lands, each time the router saw a commit (d.mailChanged), at most
 // every minInterval, and on no timer while nothing happens. It returns a
 // stop function.
-func (d *daemon) mailStats(minInterval time.Duration) (stop func()) {
+func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -439,7 +486,7 @@ func (d *daemon) mailStats(minInterval time.Duration) (stop func()) {
 	return func() { close(done); <-finished }
 }
 
-func (d *daemon) updatePending(ctx context.Context) {
+func (d *Daemon) updatePending(ctx context.Context) {
 	pending, err := d.mail.PendingCounts(ctx)
 	if err != nil {
 		d.log.Warn("mail metrics", zap.Error(err))
@@ -450,7 +497,7 @@ func (d *daemon) updatePending(ctx context.Context) {
 
 // noteChange is the router's OnChange: it wakes mailStats and the
 // dashboards, never blocking.
-func (d *daemon) noteChange() {
+func (d *Daemon) noteChange() {
 	for _, c := range []chan struct{}{d.mailChanged, d.mergeChanged} { // mail metrics, the merge feeder
 		select {
 		case c <- struct{}{}:
@@ -461,9 +508,10 @@ func (d *daemon) noteChange() {
 }
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.
-func (d *daemon) Close() error {
+func (d *Daemon) Close() error {
 	d.cancelAgents()
-	d.dash.close() // ends the streams the servers' shutdown would wait for
+	d.retirers.Wait() // each ends once its runner has stopped
+	d.dash.close()    // ends the streams the servers' shutdown would wait for
 	var errs []error
 	if d.control != nil {
 		errs = append(errs, d.control.Close())
@@ -518,9 +566,9 @@ func selfPath() string {
 	return exe
 }
 
-// selfFirst is path with this binary's directory first, as a session gets
+// SelfFirst is path with this binary's directory first, as a session gets
 // it; "" when the binary cannot be found.
-func selfFirst(path string) string {
+func SelfFirst(path string) string {
 	dir := selfDir()
 	if dir == "" {
 		return ""
@@ -592,4 +640,14 @@ func reviewBase(cfg *config.Config, base string) string {
 		return cfg.Merge.Into
 	}
 	return base
+}
+
+// shutdownTimeout bounds how long a stop may take before sessions are killed
+// regardless: the longest grace period plus a margin for archiving.
+func shutdownTimeout(cfg *config.Config) time.Duration {
+	g := cfg.Defaults.GracePeriod
+	for _, a := range cfg.Agents {
+		g = max(g, a.GracePeriod)
+	}
+	return g + 30*time.Second
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -12,8 +12,10 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/view"
@@ -30,7 +32,7 @@ type dashboards struct {
 }
 
 // newDashboards builds the read model over d. Nothing runs until start.
-func newDashboards(d *daemon) *dashboards {
+func newDashboards(d *Daemon) *dashboards {
 	ctx, cancel := context.WithCancel(context.Background())
 	hub := view.NewHub(viewSource{d}, view.Options{Log: d.log.Named("view")})
 	svc := &view.Service{
@@ -43,7 +45,7 @@ func newDashboards(d *daemon) *dashboards {
 		},
 		Renderer: func(agent string, w io.Writer) io.WriteCloser {
 			cfg, _ := d.current()
-			if structuredBackend(cfg, agent) {
+			if StructuredBackend(cfg, agent) {
 				return backend.NewRenderer(w)
 			}
 			return nil
@@ -53,7 +55,7 @@ func newDashboards(d *daemon) *dashboards {
 	w := web.New(web.Options{
 		Service:      svc,
 		Token:        func() string { c, _ := d.current(); return c.Web.Token },
-		Version:      version,
+		Version:      d.opts.Version,
 		LoopbackOnly: loopbackListen(cfg.Listen),
 		Log:          d.log.Named("web"),
 	})
@@ -99,7 +101,7 @@ func loopbackListen(listen string) bool {
 }
 
 // currentSeq is an agent's session seq now.
-func (d *daemon) currentSeq(agentName string) (uint32, bool) {
+func (d *Daemon) currentSeq(agentName string) (uint32, bool) {
 	r, err := d.reg.Runner(agentName)
 	if err != nil {
 		return 0, false
@@ -107,7 +109,7 @@ func (d *daemon) currentSeq(agentName string) (uint32, bool) {
 	return r.Snapshot().Seq, true
 }
 
-func (d *daemon) sessions(ctx context.Context, agentName string, limit int) ([]view.Session, error) {
+func (d *Daemon) sessions(ctx context.Context, agentName string, limit int) ([]view.Session, error) {
 	ss, err := d.db.Sessions(ctx, agentName, limit)
 	if err != nil {
 		return nil, err
@@ -123,7 +125,7 @@ func (d *daemon) sessions(ctx context.Context, agentName string, limit int) ([]v
 }
 
 // viewSource is the daemon as the read model reads it.
-type viewSource struct{ d *daemon }
+type viewSource struct{ d *Daemon }
 
 var _ view.Source = viewSource{}
 
@@ -209,7 +211,7 @@ func (s viewSource) Thresholds() view.Thresholds {
 // viewActions are the dashboards' writes. On the control socket the caller
 // is whoever connected (an agent's session may act only as itself, as with
 // swarmd stop); on the web it is the operator holding web.token.
-type viewActions struct{ d *daemon }
+type viewActions struct{ d *Daemon }
 
 var _ view.Actions = viewActions{}
 
@@ -309,3 +311,22 @@ type sentinelErr struct{ err, sentinel error }
 
 func (e sentinelErr) Error() string   { return e.err.Error() }
 func (e sentinelErr) Unwrap() []error { return []error{e.err, e.sentinel} }
+
+// StructuredBackend reports whether the agent's backend writes stream-json
+// that renders. An agent no longer in the config is rendered: the format
+// is recognised from the log itself. The merge queue's gate logs
+// (pseudo-agent merge) are not.
+func StructuredBackend(cfg *config.Config, agent string) bool {
+	if agent == merge.LogName {
+		return false // gate logs are plain command output
+	}
+	a, ok := cfg.Agent(agent)
+	if !ok {
+		return true
+	}
+	switch cfg.Backends[a.Backend].Type {
+	case config.TypeClaude, config.TypeCodex, config.TypeGemini:
+		return true
+	}
+	return false
+}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 // openMerge opens the merge queue when the config has one (merge:). The
 // board then closes tasks only when they are merged.
-func (d *daemon) openMerge(ctx context.Context, cfg *config.Config) error {
+func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	if cfg.Merge == nil {
 		return nil
 	}
@@ -27,14 +27,14 @@ func (d *daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Log: d.log.Named("merge"),
 	})
 	if err != nil {
-		return usage(err)
+		return setupError(err)
 	}
 	d.merge = q
 	return nil
 }
 
 // mergeHooks tells the task board what the merge queue did.
-type mergeHooks struct{ d *daemon }
+type mergeHooks struct{ d *Daemon }
 
 // OnMerged closes the task: its work is on the target.
 func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) error {
@@ -62,7 +62,7 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 // feedMerge queues the tasks that are ready to merge each time the
 // database changed (d.mergeChanged), until stop is closed. Enqueue is
 // idempotent, so a task seen twice is queued once.
-func (d *daemon) feedMerge(ctx context.Context) (stop func()) {
+func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 	if d.merge == nil {
 		return func() {}
 	}
@@ -87,7 +87,7 @@ func (d *daemon) feedMerge(ctx context.Context) (stop func()) {
 	return func() { close(done); <-finished; d.merge.Stop() }
 }
 
-func (d *daemon) enqueueReady(ctx context.Context) {
+func (d *Daemon) enqueueReady(ctx context.Context) {
 	ready, err := d.tasks.ReadyToMerge(ctx, nil)
 	if err != nil {
 		d.log.Warn("merge queue: ready tasks", zap.Error(err))

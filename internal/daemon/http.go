@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 // httpServer serves /metrics, /healthz, /readyz and the web dashboard (/ and
 // /api/) on the `listen` address.
 type httpServer struct {
-	srv *http.Server
-	ln  net.Listener
-	log *zap.Logger
+	srv    *http.Server
+	ln     net.Listener
+	log    *zap.Logger
+	served chan struct{} // closed when Serve has returned
 }
 
 // readiness reports why the daemon is not ready, or "" when it is.
@@ -43,11 +44,13 @@ func startHTTP(addr string, metrics http.Handler, ready readiness, web http.Hand
 		mux.Handle("/", web)
 	}
 	h := &httpServer{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
-		ln:  ln,
-		log: log,
+		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		ln:     ln,
+		log:    log,
+		served: make(chan struct{}),
 	}
 	go func() {
+		defer close(h.served)
 		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", zap.Error(err))
 		}
@@ -59,8 +62,15 @@ func startHTTP(addr string, metrics http.Handler, ready readiness, web http.Hand
 // Addr is the bound address (useful with port 0).
 func (h *httpServer) Addr() string { return h.ln.Addr().String() }
 
+// Close stops the server (in-flight requests get two seconds) and returns
+// once its Serve goroutine has.
 func (h *httpServer) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return h.srv.Shutdown(ctx)
+	err := h.srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, h.srv.Close()) // streams that outlived the timeout
+	}
+	<-h.served
+	return err
 }

@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/budget"
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/provider"
+)
+
+func TestProviderKey(t *testing.T) {
+	claude := config.Backend{Name: "claude", Type: config.TypeClaude, Env: map[string]string{"ANTHROPIC_BASE_URL": "http://x"}}
+	alice := config.Agent{Name: "alice"}
+	daemonEnv := []string{"ANTHROPIC_API_KEY=sk-secret-1", "HOME=/home/a"}
+	k1 := providerKey(claude, alice, daemonEnv)
+	if !strings.HasPrefix(k1, "claude/") || len(k1) != len("claude/")+8 || strings.Contains(k1, "secret") {
+		t.Fatalf("key %q", k1)
+	}
+	if k := providerKey(claude, config.Agent{Name: "bob"}, daemonEnv); k != k1 {
+		t.Errorf("same credentials, different keys: %s %s", k, k1)
+	}
+	own := config.Agent{Name: "carol", AgentSettings: config.AgentSettings{Env: map[string]string{"ANTHROPIC_API_KEY": "sk-secret-2"}}}
+	if k := providerKey(claude, own, daemonEnv); k == k1 {
+		t.Error("an agent with its own key shares the provider")
+	}
+	// HOME matters only without a key (a login stored under it).
+	if providerKey(claude, alice, []string{"ANTHROPIC_API_KEY=sk-secret-1", "HOME=/home/b"}) != k1 {
+		t.Error("HOME changed the key of an API-key provider")
+	}
+	if providerKey(claude, alice, []string{"HOME=/a"}) == providerKey(claude, alice, []string{"HOME=/b"}) {
+		t.Error("two logins share a provider")
+	}
+	if k := providerKey(config.Backend{Type: config.TypeCommand}, alice, daemonEnv); k != "" {
+		t.Errorf("command backend key %q", k)
+	}
+	gem := config.Backend{Type: config.TypeGemini, Env: map[string]string{}}
+	if k := providerKey(gem, alice, []string{"GEMINI_API_KEY=g"}); !strings.HasPrefix(k, "gemini/") {
+		t.Errorf("gemini key %q", k)
+	}
+}
+
+func TestProviderOutcome(t *testing.T) {
+	reset := time.Now().Add(time.Minute)
+	for _, c := range []struct {
+		res  backend.Result
+		ran  bool
+		want provider.Outcome
+	}{
+		{backend.Result{Outcome: backend.OutcomeSuccess}, false, provider.Neutral},
+		{backend.Result{Outcome: backend.OutcomeSuccess, ProviderError: "500"}, true, provider.OK},
+		{backend.Result{Outcome: backend.OutcomeError, RateLimited: true, RetryAfter: reset}, true, provider.RateLimit},
+		{backend.Result{Outcome: backend.OutcomeError, ProviderError: "API error 500", Turns: 1}, true, provider.Failure},
+		{backend.Result{Outcome: backend.OutcomeError, Fatal: "authentication failed", Turns: 1}, true, provider.Neutral},
+		{backend.Result{Outcome: backend.OutcomeError, Turns: 2}, true, provider.OK},
+		{backend.Result{Outcome: backend.OutcomeError}, true, provider.Neutral},
+	} {
+		if got := providerOutcome(c.res, c.ran); got.Outcome != c.want {
+			t.Errorf("%+v ran %v: %v, want %v", c.res, c.ran, got.Outcome, c.want)
+		}
+	}
+}
+
+// TestBudgetNote: the prompt's note appears at 80% of the tightest budget
+// and says what is left, whose budget it is and when the window ends.
+func TestBudgetNote(t *testing.T) {
+	k := newBudgetKeeper(&Daemon{})
+	now := time.Now()
+	k.ledger.SetLimit("alice", budget.Limit{USD: 10, Tokens: 1000}, budget.Spend{USD: 7}, now)
+	if n := k.note("alice"); n != "" {
+		t.Fatalf("note at 70%%: %q", n)
+	}
+	k.ledger.Live("alice", "s1", budget.Spend{USD: 1.5, Tokens: 100}, now)
+	n := k.note("alice")
+	if !strings.HasPrefix(n, "$1.50 of $10.00, 900 of 1.0k tokens left of your budget: 85% spent in the 24h window that ends ") {
+		t.Fatalf("note %q", n)
+	}
+	k.ledger.SetLimit(budget.Swarm, budget.Limit{USD: 9}, budget.Spend{USD: 8.6}, now)
+	// The swarm's budget began after s1's spend so far: 8.6 of 9 is tighter.
+	if n := k.note("alice"); !strings.HasPrefix(n, "$0.4000 of $9.00 left of the swarm's budget (all agents together): 96% spent") {
+		t.Fatalf("swarm note %q", n)
+	}
+	if n := k.note("bob"); !strings.Contains(n, "swarm's budget") {
+		t.Fatalf("bob's note %q", n)
+	}
+}

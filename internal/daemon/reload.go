@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// Reload applies the config at path (SIGHUP): new agents start, removed
+// agents get OperatorStop, and changed role, backend, env and timeouts apply
+// from each agent's next session. Keys that shape the daemon itself (repo,
+// state dir, base ref, listen, logs, hooks, mailbox) need a restart; a change
+// to them is logged and ignored. Everything that can fail is done before
+// the new config replaces the running one: an invalid config, or an added
+// agent whose runner cannot be built, is refused and the running one kept.
+func (d *Daemon) Reload(path string) error {
+	// One reload at a time, and none while retire decides an agent's fate.
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	if !d.ready.Load() {
+		return fmt.Errorf("still starting (agents are being registered); send SIGHUP again once it runs")
+	}
+	cfg, err := d.opts.LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	LogConfigWarnings(d.log, cfg)
+	old, _ := d.current()
+	d.warnRestartKeys(old, cfg)
+	backends, err := buildBackends(cfg, d.sup)
+	if err != nil {
+		return err
+	}
+	// Check every agent's settings, and build the runners of added agents,
+	// before changing anything.
+	settings := make(map[string]runner.Settings, len(cfg.Agents))
+	for _, a := range cfg.Agents {
+		if settings[a.Name], err = d.settings(cfg, backends, a); err != nil {
+			return err
+		}
+	}
+	running := make(map[string]bool)
+	for _, n := range d.reg.Names() {
+		running[n] = true
+	}
+	fresh := map[string]*runner.Runner{}
+	for _, a := range cfg.Agents {
+		if running[a.Name] || d.retiring[a.Name] {
+			continue
+		}
+		if fresh[a.Name], err = d.prepareRunner(cfg, backends, a); err != nil {
+			return fmt.Errorf("reload: start %s: %w", a.Name, err)
+		}
+	}
+	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {
+		return err
+	}
+
+	d.cfgMu.Lock()
+	d.cfg, d.backends = cfg, backends
+	d.cfgMu.Unlock()
+	d.providers.setBackoff(cfg)
+	defer d.budget.reload(context.Background(), cfg) // after the runners of added agents exist
+
+	var added, updated, removed []string
+	for _, a := range cfg.Agents {
+		switch {
+		case d.retiring[a.Name]:
+			// Removed by an earlier reload and still stopping: retire starts
+			// it again, with this config, once it has stopped.
+			delete(running, a.Name)
+			added = append(added, a.Name)
+		case running[a.Name]:
+			delete(running, a.Name)
+			if r, err := d.reg.Runner(a.Name); err == nil {
+				r.Update(settings[a.Name])
+				updated = append(updated, a.Name)
+			}
+		default:
+			d.metrics.AddAgent(a.Name)
+			if err := d.reg.Register(d.agentCtx, fresh[a.Name]); err != nil {
+				d.log.Error("start an agent a reload added", zap.String("agent", a.Name), zap.Error(err))
+				continue
+			}
+			added = append(added, a.Name)
+		}
+	}
+	for name := range running {
+		r, err := d.reg.Runner(name)
+		if err != nil || d.retiring[name] {
+			continue
+		}
+		r.Stop("operator")
+		removed = append(removed, name)
+		d.retiring[name] = true
+		d.retirers.Go(func() { d.retire(name, r) })
+	}
+	d.log.Info("config reloaded", zap.Strings("added", added), zap.Strings("updated", updated), zap.Strings("removed", removed))
+	return nil
+}
+
+// warnRestartKeys logs each key of the new config that only a restart
+// applies.
+func (d *Daemon) warnRestartKeys(old, cfg *config.Config) {
+	for key, changed := range map[string]bool{
+		"repo": cfg.Repo != old.Repo, "state_dir": cfg.StateDir != old.StateDir, "base_ref": cfg.BaseRef != old.BaseRef,
+		"listen": cfg.Listen != old.Listen, "logs": cfg.Logs != old.Logs, "mailbox": cfg.Mailbox != old.Mailbox,
+		"hooks": fmt.Sprint(cfg.Hooks) != fmt.Sprint(old.Hooks),
+	} {
+		if changed {
+			d.log.Warn("config reload: this key takes effect at the next restart", zap.String("key", key))
+		}
+	}
+}
+
+// retire waits until the runner of an agent a reload removed has stopped,
+// then drops it, unless a later reload has put the agent back in the
+// config meanwhile: then the agent starts again, as an added one does.
+func (d *Daemon) retire(name string, r *runner.Runner) {
+	<-r.Done()
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	delete(d.retiring, name)
+	if d.agentCtx.Err() != nil {
+		return // the daemon is stopping: nothing starts again
+	}
+	cfg, _ := d.current()
+	a, ok := cfg.Agent(name)
+	if !ok {
+		if err := d.reg.Remove(name); err == nil {
+			d.metrics.RemoveAgent(name)
+		}
+		return
+	}
+	if err := d.startNew(a); err != nil {
+		d.log.Error("start an agent a reload put back", zap.String("agent", name), zap.Error(err))
+		return
+	}
+	d.log.Info("agent put back by a reload started again", zap.String("agent", name))
+}
+
+// startNew registers a fresh runner for an agent of the config in force,
+// its session seq continuing from the last session recorded.
+func (d *Daemon) startNew(a config.Agent) error {
+	cfg, backends := d.current()
+	r, err := d.prepareRunner(cfg, backends, a)
+	if err != nil {
+		return err
+	}
+	d.metrics.AddAgent(a.Name)
+	return d.reg.Register(d.agentCtx, r)
+}
+
+// prepareRunner builds, without starting it, the runner of an agent that
+// has none, its session seq continuing from the last session recorded.
+func (d *Daemon) prepareRunner(cfg *config.Config, backends map[string]runner.Backend, a config.Agent) (*runner.Runner, error) {
+	seq, err := d.nextSeq(a.Name)
+	if err != nil {
+		return nil, err
+	}
+	return d.newRunnerFor(cfg, backends, a, recovered{seq: seq})
+}
+
+// nextSeq is the seq of an agent's next session: one after the last session
+// recorded, once what the journal holds is written (the agent's runner may
+// have just ended). A seq no session started with is used again.
+func (d *Daemon) nextSeq(name string) (uint32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.journal.Flush(ctx); err != nil {
+		return 0, fmt.Errorf("session seq of %s: %w", name, err)
+	}
+	seq, err := d.db.MaxSeq(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("session seq of %s: %w", name, err)
+	}
+	return seq + 1, nil
+}
