@@ -208,8 +208,8 @@ func TestAgentMachineTable(t *testing.T) {
 var tiers = [][]string{
 	{"agent", "task", "review", "budget", "provider", "proc", "control", "environ", "mockllm", "pgtest"}, // leaves: import nothing of swarmd
 	{"backend", "hooks", "worktree", "store", "logs"},
-	{"config", "mailbox", "taskboard", "merge", "runner"},
-	{"prompt", "registry", "router", "metrics", "view"},
+	{"mailbox", "taskboard", "merge", "runner"},
+	{"config", "prompt", "registry", "router", "metrics", "view"},
 	{"web", "tui"},
 	{"daemon"}, // imported by cmd/swarmd alone
 }

@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/hooks"
+	"github.com/swarmd/swarmd/internal/mailbox"
 )
 
 // Backend types. A backend whose name is one of these needs no type key.
@@ -176,13 +179,13 @@ const (
 	DefaultListen               = "127.0.0.1:9464"
 	DefaultBackend              = TypeClaude
 	DefaultSessionTimeout       = 60 * time.Minute
-	DefaultGracePeriod          = backend.DefaultGracePeriod // 10s; the runner fills the same default
-	DefaultMaxConsecutiveErrors = 5
-	DefaultMaxTotalErrors       = 20
+	DefaultGracePeriod          = backend.DefaultGracePeriod             // 10s; the runner fills the same default
+	DefaultMaxConsecutiveErrors = int(agent.DefaultMaxConsecutiveErrors) // 5, the machine's
+	DefaultMaxTotalErrors       = int(agent.DefaultMaxTotalErrors)       // 20, the machine's
 	DefaultKeepArchives         = 10
 	DefaultMaxAge               = 720 * time.Hour
-	DefaultHookTimeout          = 30 * time.Second
-	DefaultMaxBody              = 64 << 10
+	DefaultHookTimeout          = hooks.DefaultTimeout        // 30s, the hook runner's
+	DefaultMaxBody              = mailbox.DefaultMaxBodyBytes // 64 KiB, the mailbox's
 	DefaultStallAfter           = 5 * time.Minute
 	DefaultGitEmailDomain       = "swarmd.invalid"
 	DefaultMinSessionInterval   = time.Second

@@ -131,49 +131,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 			d.Close()
 		}
 	}()
-	// The state dir holds mail, prompts and logs: the operator's alone.
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
-	}
-	if d.lock, err = acquireLock(cfg.StateDir); err != nil {
-		if errors.Is(err, errLocked) {
-			return nil, setupError(err)
-		}
-		return nil, err
-	}
-	if d.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
-		return nil, err
-	}
-	if n, err := d.sup.SweepOrphans(); err != nil {
-		log.Warn("sweep processes left by an earlier daemon", zap.Error(err))
-	} else if n > 0 {
-		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
-	}
-	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
-		return nil, setupErrorf("repo %s: %w", cfg.Repo, err)
-	}
-	if d.db, err = store.Open(ctx, cfg.DBPath(), store.Options{}); err != nil {
-		return nil, err
-	}
-	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
-		return nil, err
-	}
-	// `swarmd mail` in a session reads no config: the limits it enforces
-	// are the ones recorded here.
-	if err := d.mail.RecordLimits(ctx); err != nil {
-		return nil, err
-	}
-	into := ""
-	if cfg.Merge != nil {
-		into = cfg.Merge.Into
-	}
-	if err := d.db.SetSetting(ctx, settingMergeInto, into); err != nil {
-		return nil, err
-	}
-	if err := RecordReviewers(ctx, d.db, cfg); err != nil {
+	if err := d.openState(ctx, cfg); err != nil {
 		return nil, err
 	}
 	d.tasks = OpenTaskBoard(d.db, ReviewerOf(func() *config.Config { c, _ := d.current(); return c }))
@@ -222,6 +180,59 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		}
 	}
 	return d, nil
+}
+
+// openState takes the state dir (owner-only, locked), ends what an earlier
+// daemon left running, and opens the repository and swarm.db, recording in
+// it what processes that read no config must follow.
+func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) {
+	log := d.log
+	// The state dir holds mail, prompts and logs: the operator's alone.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
+	}
+	if d.lock, err = acquireLock(cfg.StateDir); err != nil {
+		if errors.Is(err, errLocked) {
+			return setupError(err)
+		}
+		return err
+	}
+	if d.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
+		return err
+	}
+	if n, err := d.sup.SweepOrphans(); err != nil {
+		log.Warn("sweep processes left by an earlier daemon", zap.Error(err))
+	} else if n > 0 {
+		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
+	}
+	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
+		return setupErrorf("repo %s: %w", cfg.Repo, err)
+	}
+	if d.db, err = store.Open(ctx, cfg.DBPath(), store.Options{}); err != nil {
+		return err
+	}
+	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
+		return err
+	}
+	// `swarmd mail` in a session reads no config: the limits it enforces
+	// are the ones recorded here.
+	if err := d.mail.RecordLimits(ctx); err != nil {
+		return err
+	}
+	into := ""
+	if cfg.Merge != nil {
+		into = cfg.Merge.Into
+	}
+	if err := d.db.SetSetting(ctx, settingMergeInto, into); err != nil {
+		return err
+	}
+	if err := RecordReviewers(ctx, d.db, cfg); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Run starts every agent and returns when ctx ends and every agent has

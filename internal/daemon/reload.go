@@ -32,34 +32,11 @@ func (d *Daemon) Reload(path string) error {
 	LogConfigWarnings(d.log, cfg)
 	old, _ := d.current()
 	d.warnRestartKeys(old, cfg)
-	backends, err := buildBackends(cfg, d.sup)
+	p, err := d.planReload(cfg)
 	if err != nil {
 		return err
 	}
-	// Check every agent's settings, and build the runners of added agents,
-	// before changing anything.
-	settings := make(map[string]runner.Settings, len(cfg.Agents))
-	for _, a := range cfg.Agents {
-		if settings[a.Name], err = d.settings(cfg, backends, a); err != nil {
-			return err
-		}
-	}
-	running := make(map[string]bool)
-	for _, n := range d.reg.Names() {
-		running[n] = true
-	}
-	fresh := map[string]*runner.Runner{}
-	for _, a := range cfg.Agents {
-		if running[a.Name] || d.retiring[a.Name] {
-			continue
-		}
-		if fresh[a.Name], err = d.prepareRunner(cfg, backends, a); err != nil {
-			return fmt.Errorf("reload: start %s: %w", a.Name, err)
-		}
-	}
-	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {
-		return err
-	}
+	backends, settings, fresh, running := p.backends, p.settings, p.fresh, p.running
 
 	d.cfgMu.Lock()
 	d.cfg, d.backends = cfg, backends
@@ -102,6 +79,45 @@ func (d *Daemon) Reload(path string) error {
 	}
 	d.log.Info("config reloaded", zap.Strings("added", added), zap.Strings("updated", updated), zap.Strings("removed", removed))
 	return nil
+}
+
+// reloadPlan is what a reload checked and built before anything changes.
+type reloadPlan struct {
+	backends map[string]runner.Backend
+	settings map[string]runner.Settings // every agent's, checked
+	fresh    map[string]*runner.Runner  // the added agents' runners, not started
+	running  map[string]bool            // the agents with a runner now
+}
+
+// planReload checks every agent's settings and builds the runners of added
+// agents: everything of a reload that can fail, before it changes anything.
+func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
+	backends, err := buildBackends(cfg, d.sup)
+	if err != nil {
+		return nil, err
+	}
+	p := &reloadPlan{backends: backends, settings: make(map[string]runner.Settings, len(cfg.Agents)),
+		fresh: map[string]*runner.Runner{}, running: map[string]bool{}}
+	for _, a := range cfg.Agents {
+		if p.settings[a.Name], err = d.settings(cfg, backends, a); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range d.reg.Names() {
+		p.running[n] = true
+	}
+	for _, a := range cfg.Agents {
+		if p.running[a.Name] || d.retiring[a.Name] {
+			continue
+		}
+		if p.fresh[a.Name], err = d.prepareRunner(cfg, backends, a); err != nil {
+			return nil, fmt.Errorf("reload: start %s: %w", a.Name, err)
+		}
+	}
+	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // warnRestartKeys logs each key of the new config that only a restart
