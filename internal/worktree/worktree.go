@@ -57,6 +57,8 @@ type Manager struct {
 	// sem serialises worktree operations within this process; flockDir on
 	// commonDir extends that to other Managers and processes.
 	sem chan struct{}
+
+	counts countMemo // rev-list counts by commit pair
 }
 
 // Open validates the repository and resolves BaseRef once to the commit new
