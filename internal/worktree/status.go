@@ -69,7 +69,7 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 		return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 	}
 	if st.Exists {
-		if st.DirtyFiles, err = m.dirtyFiles(ctx, m.Path(agent)); err != nil {
+		if st.DirtyFiles, err = m.cachedDirtyFiles(ctx, m.Path(agent), in.adminDir, head); err != nil {
 			return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 		}
 		st.Dirty = len(st.DirtyFiles) > 0

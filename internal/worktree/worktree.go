@@ -58,7 +58,8 @@ type Manager struct {
 	// commonDir extends that to other Managers and processes.
 	sem chan struct{}
 
-	counts countMemo // rev-list counts by commit pair
+	counts   countMemo   // rev-list counts by commit pair
+	statuses statusCache // the last git status answer per worktree
 }
 
 // Open validates the repository and resolves BaseRef once to the commit new
