@@ -196,6 +196,11 @@ func fingerprint(head plumbing.Hash, entries []walked, prune map[string]bool, st
 		if underPruned(e.rel, prune) {
 			continue
 		}
+		if prune[e.rel] {
+			// What is added to an ignored directory changes its times and
+			// size but not git status; its removal or replacement does.
+			e.st = stamp{ino: e.st.ino, mode: e.st.mode}
+		}
 		h.Write([]byte(e.rel))
 		binary.LittleEndian.PutUint64(buf[0:], e.st.ino)
 		binary.LittleEndian.PutUint64(buf[8:], e.st.size)
