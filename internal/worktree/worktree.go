@@ -6,7 +6,8 @@
 // one repository fails and leaves .git/worktrees half written. Refs, commits
 // and HEAD are read with go-git; dirty checks use "git status
 // --porcelain=v2", which is an order of magnitude faster than go-git's
-// status on large trees.
+// status on large trees. Status remembers git's answers (statuscache.go,
+// memo.go), so a session that changed nothing costs no git process.
 package worktree
 
 import (
