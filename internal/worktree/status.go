@@ -69,7 +69,7 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 		return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 	}
 	if st.Exists {
-		if st.DirtyFiles, err = m.dirtyFiles(ctx, m.Path(agent)); err != nil {
+		if st.DirtyFiles, err = m.cachedDirtyFiles(ctx, m.Path(agent), in.adminDir, head); err != nil {
 			return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 		}
 		st.Dirty = len(st.DirtyFiles) > 0
@@ -276,10 +276,14 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 
 // leftRight counts the commits reachable only from left and only from right.
 // git's rev-list walks with the commit-graph; go-git would walk the whole
-// history of an unmerged branch's base.
+// history of an unmerged branch's base. Counts are remembered (countMemo):
+// a session that made no commit asks the same question as the last one.
 func (m *Manager) leftRight(ctx context.Context, left, right plumbing.Hash) (onlyLeft, onlyRight int, err error) {
 	if left == right {
 		return 0, 0, nil
+	}
+	if l, r, ok := m.counts.get(m.commonDir, left, right); ok {
+		return l, r, nil
 	}
 	out, err := m.git.run(ctx, m.repo, "rev-list", "--left-right", "--count", left.String()+"..."+right.String())
 	if err != nil {
@@ -295,6 +299,7 @@ func (m *Manager) leftRight(ctx context.Context, left, right plumbing.Hash) (onl
 	if onlyRight, err = strconv.Atoi(r); err != nil {
 		return 0, 0, fmt.Errorf("rev-list: unexpected output %q", out)
 	}
+	m.counts.put(m.commonDir, left, right, onlyLeft, onlyRight)
 	return onlyLeft, onlyRight, nil
 }
 

@@ -6,7 +6,8 @@
 // one repository fails and leaves .git/worktrees half written. Refs, commits
 // and HEAD are read with go-git; dirty checks use "git status
 // --porcelain=v2", which is an order of magnitude faster than go-git's
-// status on large trees.
+// status on large trees. Status remembers git's answers (statuscache.go,
+// memo.go), so a session that changed nothing costs no git process.
 package worktree
 
 import (
@@ -57,6 +58,9 @@ type Manager struct {
 	// sem serialises worktree operations within this process; flockDir on
 	// commonDir extends that to other Managers and processes.
 	sem chan struct{}
+
+	counts   countMemo   // rev-list counts by commit pair
+	statuses statusCache // the last git status answer per worktree
 }
 
 // Open validates the repository and resolves BaseRef once to the commit new
