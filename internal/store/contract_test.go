@@ -2,9 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 )
@@ -12,11 +14,11 @@ import (
 // sqliteHarness runs the contract on real files in temp dirs.
 var sqliteHarness = storetest.Harness{
 	Fresh:     func(t *testing.T) string { return filepath.Join(t.TempDir(), "swarm.db") },
-	Open:      openSQLite,
+	Open:      openStore,
 	ChildTest: "TestContractChild",
 }
 
-func openSQLite(t testing.TB, path string) *store.DB {
+func openStore(t testing.TB, path string) *store.DB {
 	t.Helper()
 	db, err := store.Open(context.Background(), path, store.Options{})
 	if err != nil {
@@ -33,4 +35,23 @@ func openSQLite(t testing.TB, path string) *store.DB {
 func TestContract(t *testing.T) { storetest.Run(t, sqliteHarness) }
 
 // TestContractChild is a process the contract's ConcurrentProcesses starts.
-func TestContractChild(t *testing.T) { storetest.Child(t, openSQLite) }
+func TestContractChild(t *testing.T) { storetest.Child(t, openStore) }
+
+// TestContractPostgres runs the contract on a real PostgreSQL server
+// started for it, a fresh database per test.
+func TestContractPostgres(t *testing.T) {
+	srv := pgtest.Require(t)
+	n := 0
+	storetest.Run(t, storetest.Harness{
+		Fresh: func(t *testing.T) string {
+			n++
+			name := fmt.Sprintf("contract%d", n)
+			if err := srv.CreateDB(name); err != nil {
+				t.Fatal(err)
+			}
+			return srv.URL(name)
+		},
+		Open:      openStore, // store.Open picks the driver by the target
+		ChildTest: "TestContractChild",
+	})
+}

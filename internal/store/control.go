@@ -37,9 +37,9 @@ func (db *DB) SetPause(ctx context.Context, p PauseRecord, e EventRecord) error 
 		return fmt.Errorf("store: pause: %w", Invalid("agent", ErrInvalidName, "%q is not a valid agent name", p.Agent))
 	}
 	return db.InTx(ctx, "pause "+p.Agent, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO pauses (agent, actor, reason, freeze, since) VALUES (?, ?, ?, ?, ?)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO pauses (agent, actor, reason, "freeze", since) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (agent) DO UPDATE SET actor = excluded.actor, reason = excluded.reason,
-			freeze = MAX(freeze, excluded.freeze)`,
+			"freeze" = CASE WHEN excluded."freeze" > pauses."freeze" THEN excluded."freeze" ELSE pauses."freeze" END`,
 			p.Agent, p.Actor, p.Reason, boolInt(p.Freeze), FormatTime(p.Since)); err != nil {
 			return err
 		}
@@ -108,7 +108,7 @@ func (j *Journal) ClearPause(ctx context.Context, agent string, e EventRecord) (
 	return j.db.ClearPause(ctx, agent, e)
 }
 
-const pauseCols = `agent, actor, reason, freeze, since`
+const pauseCols = `agent, actor, reason, "freeze", since` // freeze is reserved in PostgreSQL
 
 func scanPause(s Scanner) (PauseRecord, error) {
 	var (
@@ -172,7 +172,7 @@ func (db *DB) ToolCalls(ctx context.Context, q ToolCallQuery) ([]ToolCallRecord,
 			args = append(args, f.val)
 		}
 	}
-	limit := -1 // SQLite: no limit
+	limit := noLimit
 	if q.Last > 0 {
 		limit = q.Last
 	}

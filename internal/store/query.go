@@ -10,6 +10,10 @@ import (
 // width, so that text order is time order in SQL.
 const TimeLayout = "2006-01-02T15:04:05.000000Z"
 
+// noLimit is LIMIT's argument for "all rows" in both dialects (SQLite's
+// -1 is an error in PostgreSQL).
+const noLimit = 1 << 62
+
 // FormatTime is t as a column value (TimeLayout).
 func FormatTime(t time.Time) string { return t.UTC().Format(TimeLayout) }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,19 +37,68 @@ func (sqliteDriver) name() string { return "sqlite" }
 
 func (sqliteDriver) migrations() fs.FS { return migrationFS }
 
-func (sqliteDriver) open(path string) (write, read *sql.DB, err error) {
+func (sqliteDriver) open(_ context.Context, target string, opts Options) (write, read *sql.DB, path string, err error) {
+	if path, err = filepath.Abs(target); err != nil {
+		return nil, nil, "", err
+	}
+	if opts.NoCreate {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, "", fmt.Errorf("%w: %s", ErrNoDatabase, path)
+		}
+	} else if err := private(path); err != nil {
+		return nil, nil, "", err
+	}
 	if write, err = sql.Open("sqlite", dsn(path, true)); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	if read, err = sql.Open("sqlite", dsn(path, false)); err != nil {
 		write.Close()
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	read.SetMaxOpenConns(readConns + 1) // +1: DataVersion's dedicated connection
 	read.SetMaxIdleConns(readConns + 1)
-	return write, read, nil
+	return write, read, path, nil
+}
+
+// setup marks the DB file-backed: Check guards the file.
+func (sqliteDriver) setup(_ context.Context, db *DB) error {
+	db.file = true
+	return nil
+}
+
+// dataVersion is PRAGMA data_version of one dedicated connection (it is
+// per connection): it changes whenever another connection, in this process
+// or another, commits, so the router can poll it cheaply (a few µs).
+func (sqliteDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
+	db.dvMu.Lock()
+	defer db.dvMu.Unlock()
+	if db.dvStmt == nil {
+		conn, err := db.read.Conn(ctx)
+		if err != nil {
+			return 0, err
+		}
+		stmt, err := conn.PrepareContext(ctx, "PRAGMA data_version")
+		if err != nil {
+			conn.Close()
+			return 0, err
+		}
+		db.dvConn, db.dvStmt = conn, stmt
+	}
+	var v int64
+	err := db.dvStmt.QueryRowContext(ctx).Scan(&v)
+	return v, err
+}
+
+func (sqliteDriver) closeExtra(db *DB) {
+	db.dvMu.Lock()
+	defer db.dvMu.Unlock()
+	if db.dvStmt != nil {
+		db.dvStmt.Close()
+		db.dvConn.Close()
+		db.dvStmt, db.dvConn = nil, nil
+	}
 }
 
 // dsn puts the pragmas in the connection string so that every pooled

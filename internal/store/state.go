@@ -136,7 +136,7 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 		where.WriteString(` AND task_id = ?`)
 		args = append(args, q.TaskID)
 	}
-	limit := -1 // SQLite: no limit
+	limit := noLimit
 	if q.Limit > 0 {
 		limit = q.Limit
 	}
@@ -153,7 +153,7 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 // time, if agent is ""), at most limit of them (0: all).
 func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionRecord, error) {
 	if limit <= 0 {
-		limit = -1
+		limit = noLimit
 	}
 	q := `SELECT ` + sessionCols + ` FROM sessions WHERE agent = ? ORDER BY seq DESC LIMIT ?`
 	args := []any{agent, limit}

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,8 +51,10 @@ type DB struct {
 	dvConn *sql.Conn
 	dvStmt *sql.Stmt
 
-	// ident is the file opened, so that Check can tell when the path no
-	// longer leads to it; gone latches once it does not.
+	// file: path is a file (SQLite) whose identity ident Check compares,
+	// so that it can tell when the path no longer leads to it; gone latches
+	// once it does not.
+	file  bool
 	ident os.FileInfo
 	gone  atomic.Bool
 
@@ -67,9 +68,11 @@ type DB struct {
 // this seam so that another engine is a second implementation, not a fork.
 type driver interface {
 	name() string
-	// open returns the write pool (one connection, IMMEDIATE transactions)
-	// and the read pool for path; it never creates the file.
-	open(path string) (write, read *sql.DB, err error)
+	// open returns the write pool (one connection, one writer at a time)
+	// and the read pool for target, and what Path reports.
+	open(ctx context.Context, target string, opts Options) (write, read *sql.DB, path string, err error)
+	// setup runs before the migrations.
+	setup(ctx context.Context, db *DB) error
 	// migrations holds the dialect's NNNN_name.sql files under "migrations".
 	migrations() fs.FS
 	// prepare runs after the migrations (SQLite: make sure WAL took).
@@ -81,48 +84,63 @@ type driver interface {
 	// userVersion and setUserVersion keep the schema version.
 	userVersion(ctx context.Context, q queryRower) (int, error)
 	setUserVersion(ctx context.Context, tx *sql.Tx, v int) error
+	// dataVersion changes whenever anything commits.
+	dataVersion(ctx context.Context, db *DB) (int64, error)
+	// closeExtra releases what the driver keeps on db.
+	closeExtra(db *DB)
 }
 
-// Open opens (creating unless opts.NoCreate) the SQLite database at path and
-// brings its schema up to date. It refuses a database whose schema is newer
-// than this code knows (ErrSchemaTooNew).
-func Open(ctx context.Context, path string, opts Options) (*DB, error) {
-	return open(ctx, path, opts, sqliteDriver{}, nil)
+// Open opens the database at target and brings its schema up to date:
+// a postgres:// URL (see IsPostgres), else the path of a SQLite file, which
+// is created unless opts.NoCreate. It refuses a database whose schema is
+// newer than this code knows (ErrSchemaTooNew).
+func Open(ctx context.Context, target string, opts Options) (*DB, error) {
+	var drv driver = sqliteDriver{}
+	if IsPostgres(target) {
+		drv = pgDriver{}
+	}
+	return open(ctx, target, opts, drv, nil)
 }
 
 // open is Open with the driver and, for tests, the migrations to apply
 // (nil: the driver's).
-func open(ctx context.Context, path string, opts Options, drv driver, migrations fs.FS) (*DB, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	db := &DB{path: abs, drv: drv, now: opts.Now}
+func open(ctx context.Context, target string, opts Options, drv driver, migrations fs.FS) (_ *DB, err error) {
+	db := &DB{drv: drv, now: opts.Now}
 	if db.now == nil {
 		db.now = time.Now
 	}
-	if opts.NoCreate {
-		if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("store: open: %w: %s", ErrNoDatabase, abs)
+	if db.write, db.read, db.path, err = drv.open(ctx, target, opts); err != nil {
+		if errors.Is(err, ErrNoDatabase) {
+			return nil, fmt.Errorf("store: open: %w", err)
 		}
-	} else if err := private(abs); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
-	}
-	if db.write, db.read, err = drv.open(abs); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+		return nil, fmt.Errorf("store: open %s: %w", redactTarget(target), err)
 	}
 	if migrations == nil {
 		migrations = drv.migrations()
+	}
+	if err := drv.setup(ctx, db); err != nil {
+		db.Close()
+		return nil, err
 	}
 	if err := db.prepareSchema(ctx, migrations); err != nil {
 		db.Close()
 		return nil, err
 	}
-	if db.ident, err = os.Stat(abs); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", abs, err)
+	if db.file {
+		if db.ident, err = os.Stat(db.path); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("store: open %s: %w", db.path, err)
+		}
 	}
 	return db, nil
+}
+
+// redactTarget is target fit for a message: a URL without its password.
+func redactTarget(target string) string {
+	if IsPostgres(target) {
+		return redact(target)
+	}
+	return target
 }
 
 // private creates the database file owner-only (0600) if it does not exist,
@@ -236,7 +254,8 @@ func (db *DB) prepareSchema(ctx context.Context, migrations fs.FS) error {
 	}
 }
 
-// Path is the absolute path of the database file.
+// Path is the absolute path of the database file, or the URL of a
+// PostgreSQL database without its password.
 func (db *DB) Path() string { return db.path }
 
 // Now is the DB's clock.
@@ -255,22 +274,8 @@ func (db *DB) ReadSQL() *sql.DB { return db.read }
 // changes whenever another connection, in this process or another, commits,
 // so the router can poll it cheaply (a few µs) and query only after a change.
 func (db *DB) DataVersion(ctx context.Context) (int64, error) {
-	db.dvMu.Lock()
-	defer db.dvMu.Unlock()
-	if db.dvStmt == nil {
-		conn, err := db.read.Conn(ctx)
-		if err != nil {
-			return 0, db.Wrap("data version", err)
-		}
-		stmt, err := conn.PrepareContext(ctx, "PRAGMA data_version")
-		if err != nil {
-			conn.Close()
-			return 0, db.Wrap("data version", err)
-		}
-		db.dvConn, db.dvStmt = conn, stmt
-	}
-	var v int64
-	if err := db.dvStmt.QueryRowContext(ctx).Scan(&v); err != nil {
+	v, err := db.drv.dataVersion(ctx, db)
+	if err != nil {
 		return 0, db.Wrap("data version", err)
 	}
 	return v, nil
@@ -279,13 +284,7 @@ func (db *DB) DataVersion(ctx context.Context) (int64, error) {
 // Close closes the database. It is idempotent.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
-		db.dvMu.Lock()
-		if db.dvStmt != nil {
-			db.dvStmt.Close()
-			db.dvConn.Close()
-			db.dvStmt, db.dvConn = nil, nil
-		}
-		db.dvMu.Unlock()
+		db.drv.closeExtra(db)
 		var errs []error
 		if db.read != nil {
 			errs = append(errs, db.read.Close())

@@ -1,0 +1,377 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// pgMigrationFS holds the PostgreSQL twins of migrations/ (same numbers and
+// names; TestPostgresSchemaMatches keeps the two schemas in step).
+//
+//go:embed migrations/postgres/*.sql
+var pgMigrationFS embed.FS
+
+// writerLock is the key of the transaction-level advisory lock every write
+// transaction takes. The store's queries were written for SQLite, where one
+// writer at a time holds the database (BEGIN IMMEDIATE): reads then writes
+// in one transaction (a claim, an id from MAX(id)+1, a state move checked
+// against the row) are atomic because nothing else writes meanwhile. Taking
+// one lock per write transaction gives PostgreSQL the same semantics, for
+// every daemon and command sharing the database, without rewriting each
+// query as a serializable retry loop.
+const writerLock = 0x5377_6172_6d64 // "Swarmd"
+
+// IsPostgres reports whether target names a PostgreSQL database (a
+// postgres:// or postgresql:// URL) rather than a SQLite file.
+func IsPostgres(target string) bool {
+	return strings.HasPrefix(target, "postgres://") || strings.HasPrefix(target, "postgresql://")
+}
+
+// pgDriver is the PostgreSQL engine (pgx through database/sql).
+type pgDriver struct{}
+
+func (pgDriver) name() string { return "postgres" }
+
+func (pgDriver) migrations() fs.FS {
+	sub, err := fs.Sub(pgMigrationFS, "migrations/postgres")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return migrationsDir{sub}
+}
+
+// migrationsDir presents a flat directory of migrations as "migrations/",
+// the layout loadMigrations reads.
+type migrationsDir struct{ fs.FS }
+
+func (m migrationsDir) Open(name string) (fs.File, error) {
+	if name == "migrations" {
+		return m.FS.Open(".")
+	}
+	if rest, ok := strings.CutPrefix(name, "migrations/"); ok {
+		return m.FS.Open(rest)
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+}
+
+func (m migrationsDir) ReadDir(name string) ([]fs.DirEntry, error) {
+	if name != "migrations" {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrNotExist}
+	}
+	return fs.ReadDir(m.FS, ".")
+}
+
+func (pgDriver) open(ctx context.Context, target string, _ Options) (write, read *sql.DB, ident string, err error) {
+	cfg, err := pgx.ParseConfig(target)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("store url: %w", err)
+	}
+	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}
+	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache})
+	write.SetMaxOpenConns(1) // as SQLite's: in-process writers queue on the pool
+	write.SetMaxIdleConns(1)
+	read = sql.OpenDB(&pgConnector{base: base, rebinds: cache})
+	read.SetMaxOpenConns(readConns)
+	read.SetMaxIdleConns(readConns)
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		read.Close()
+		return nil, nil, "", err
+	}
+	return write, read, redact(target), nil
+}
+
+// redact is target without its password, for messages and Path.
+func redact(target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "postgres://…"
+	}
+	return u.Redacted()
+}
+
+// prepare: nothing to check after the migrations.
+func (pgDriver) prepare(context.Context, *DB) error { return nil }
+
+// setup creates what the migrations and the SQLite-shaped queries need:
+// the schema version table and iif(), SQLite's inline conditional.
+func (pgDriver) setup(ctx context.Context, db *DB) error {
+	_, err := db.write.ExecContext(ctx, `
+CREATE TABLE IF NOT EXISTS swarmd_schema (version INTEGER NOT NULL);
+INSERT INTO swarmd_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM swarmd_schema);
+CREATE OR REPLACE FUNCTION iif(boolean, anycompatible, anycompatible) RETURNS anycompatible
+	LANGUAGE sql IMMUTABLE AS 'SELECT CASE WHEN $1 THEN $2 ELSE $3 END';`)
+	if err != nil {
+		return db.Wrap("open", err)
+	}
+	return nil
+}
+
+func (pgDriver) busy(err error) bool {
+	var pe *pgconn.PgError
+	// serialization_failure, deadlock_detected, lock_not_available
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03")
+}
+
+func (pgDriver) classify(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "53100": // disk_full
+			return ErrDiskFull
+		case "25006", "42501": // read_only_sql_transaction, insufficient_privilege
+			return ErrReadOnly
+		}
+	}
+	return nil
+}
+
+func (pgDriver) userVersion(ctx context.Context, q queryRower) (int, error) {
+	var v int
+	err := q.QueryRowContext(ctx, `SELECT version FROM swarmd_schema`).Scan(&v)
+	return v, err
+}
+
+func (pgDriver) setUserVersion(ctx context.Context, tx *sql.Tx, v int) error {
+	_, err := tx.ExecContext(ctx, `UPDATE swarmd_schema SET version = `+strconv.Itoa(v))
+	return err
+}
+
+// dataVersion is the server's WAL insert position: it moves with every
+// commit, anywhere in the cluster (a change elsewhere costs a reader one
+// needless query, never a missed one).
+func (pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
+	var v int64
+	err := db.read.QueryRowContext(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&v)
+	return v, err
+}
+
+func (pgDriver) closeExtra(*DB) {}
+
+// pgConnector makes the connections of one pool. The write pool's take the
+// writer lock in every transaction (see writerLock).
+type pgConnector struct {
+	base    sqldriver.Connector
+	write   bool
+	rebinds *sync.Map // rebind's work, shared by the pools: the store runs a small fixed set of queries
+}
+
+func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	conn, err := c.base.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, rebinds: c.rebinds}, nil
+}
+
+func (c *pgConnector) Driver() sqldriver.Driver { return c.base.Driver() }
+
+// pgConn runs the store's SQLite-shaped SQL on PostgreSQL: placeholders and
+// the few functions that differ are rewritten (rebind), and on the write
+// pool every statement runs inside a transaction holding the writer lock.
+type pgConn struct {
+	*stdlib.Conn
+	write   bool
+	inTx    bool
+	rebinds *sync.Map
+}
+
+func (c *pgConn) Prepare(query string) (sqldriver.Stmt, error) {
+	return &pgStmt{c: c, query: query}, nil
+}
+
+// PrepareContext prepares nothing on the server: pgx caches the statements
+// it runs, and a statement executed through the conn gets the writer lock.
+func (c *pgConn) PrepareContext(_ context.Context, query string) (sqldriver.Stmt, error) {
+	return &pgStmt{c: c, query: query}, nil
+}
+
+func (c *pgConn) Begin() (sqldriver.Tx, error) {
+	return c.BeginTx(context.Background(), sqldriver.TxOptions{})
+}
+
+func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	tx, err := c.Conn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.write {
+		if _, err := c.Conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(writerLock)+`)`, nil); err != nil {
+			tx.Rollback()
+			return nil, err
+		}
+	}
+	c.inTx = true
+	return &pgTx{tx: tx, c: c}, nil
+}
+
+func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	query = c.rebind(query, len(args))
+	if !c.write || c.inTx {
+		return c.Conn.ExecContext(ctx, query, args)
+	}
+	var res sqldriver.Result
+	err := c.locked(ctx, func() (err error) {
+		res, err = c.Conn.ExecContext(ctx, query, args)
+		return err
+	})
+	return res, err
+}
+
+func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	query = c.rebind(query, len(args))
+	if !c.write || c.inTx {
+		return c.Conn.QueryContext(ctx, query, args)
+	}
+	// A query on the write pool outside a transaction is a write with
+	// RETURNING, or a read that may as well wait its turn: it runs in a
+	// transaction of its own, its rows read before the commit.
+	var rows sqldriver.Rows
+	err := c.locked(ctx, func() error {
+		r, err := c.Conn.QueryContext(ctx, query, args)
+		if err != nil {
+			return err
+		}
+		rows, err = bufferRows(r)
+		return err
+	})
+	return rows, err
+}
+
+// locked runs f in a transaction holding the writer lock.
+func (c *pgConn) locked(ctx context.Context, f func() error) error {
+	tx, err := c.BeginTx(ctx, sqldriver.TxOptions{})
+	if err != nil {
+		return err
+	}
+	if err := f(); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+type pgTx struct {
+	tx sqldriver.Tx
+	c  *pgConn
+}
+
+func (t *pgTx) Commit() error   { t.c.inTx = false; return t.tx.Commit() }
+func (t *pgTx) Rollback() error { t.c.inTx = false; return t.tx.Rollback() }
+
+type pgStmt struct {
+	c     *pgConn
+	query string
+}
+
+func (s *pgStmt) Close() error  { return nil }
+func (s *pgStmt) NumInput() int { return -1 }
+func (s *pgStmt) Exec(args []sqldriver.Value) (sqldriver.Result, error) {
+	return s.ExecContext(context.Background(), named(args))
+}
+func (s *pgStmt) Query(args []sqldriver.Value) (sqldriver.Rows, error) {
+	return s.QueryContext(context.Background(), named(args))
+}
+func (s *pgStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	return s.c.ExecContext(ctx, s.query, args)
+}
+func (s *pgStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	return s.c.QueryContext(ctx, s.query, args)
+}
+
+func named(args []sqldriver.Value) []sqldriver.NamedValue {
+	out := make([]sqldriver.NamedValue, len(args))
+	for i, a := range args {
+		out[i] = sqldriver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	return out
+}
+
+// bufferedRows are rows read to the end, so that the transaction they
+// came from can commit before the caller reads them.
+type bufferedRows struct {
+	cols []string
+	rows [][]sqldriver.Value
+}
+
+func bufferRows(r sqldriver.Rows) (sqldriver.Rows, error) {
+	defer r.Close()
+	b := &bufferedRows{cols: r.Columns()}
+	for {
+		row := make([]sqldriver.Value, len(b.cols))
+		if err := r.Next(row); err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return nil, err
+		}
+		b.rows = append(b.rows, row)
+	}
+}
+
+func (b *bufferedRows) Columns() []string { return b.cols }
+func (b *bufferedRows) Close() error      { return nil }
+func (b *bufferedRows) Next(dest []sqldriver.Value) error {
+	if len(b.rows) == 0 {
+		return io.EOF
+	}
+	copy(dest, b.rows[0])
+	b.rows = b.rows[1:]
+	return nil
+}
+
+// rebind (cached) turns the store's SQLite SQL into PostgreSQL's: ? placeholders
+// become $1, $2, … (outside quotes), IFNULL is COALESCE, and INSERT OR
+// IGNORE is INSERT … ON CONFLICT DO NOTHING. Statements without arguments
+// (migrations, pragmas of the dialect) are left alone.
+func (c *pgConn) rebind(query string, nargs int) string {
+	if nargs == 0 && !strings.Contains(query, "IFNULL") && !strings.Contains(query, "INSERT OR IGNORE") {
+		return query
+	}
+	if v, ok := c.rebinds.Load(query); ok {
+		return v.(string)
+	}
+	out := rebind(query)
+	c.rebinds.Store(query, out)
+	return out
+}
+
+func rebind(query string) string {
+	var b strings.Builder
+	n, quote := 0, byte(0)
+	for i := 0; i < len(query); i++ {
+		ch := query[i]
+		switch {
+		case quote != 0:
+			if ch == quote {
+				quote = 0
+			}
+		case ch == '\'' || ch == '"':
+			quote = ch
+		case ch == '?':
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(ch)
+	}
+	out := strings.ReplaceAll(b.String(), "IFNULL(", "COALESCE(")
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(out), "INSERT OR IGNORE INTO"); ok {
+		out = "INSERT INTO" + rest + " ON CONFLICT DO NOTHING"
+	}
+	return out
+}
