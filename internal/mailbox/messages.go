@@ -59,7 +59,8 @@ const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urge
 const insertSQL = `INSERT INTO messages (id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at)
 VALUES ((SELECT IFNULL(MAX(id), 0) + 1 FROM messages),
         IFNULL(?, (SELECT IFNULL(MAX(id), 0) + 1 FROM messages)),
-        ?, ?, ?, ?, ?, ?, ?)`
+        ?, ?, ?, ?, ?, ?, ?)
+RETURNING id`
 
 // insert stores m with mb.insertStmt, in tx if not nil. m.ThreadID 0 starts
 // a new thread. It returns m with its ID and ThreadID set.
@@ -75,12 +76,8 @@ func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, 
 	if tx != nil {
 		stmt = tx.StmtContext(ctx, stmt) // the same connection, so the same prepared statement
 	}
-	res, err := stmt.ExecContext(ctx, thread, replyTo, m.From, m.To, m.Subject, m.Body,
-		urgency(m.Urgent), m.CreatedAt.Format(store.TimeLayout))
-	if err != nil {
-		return Message{}, err
-	}
-	if m.ID, err = res.LastInsertId(); err != nil {
+	if err := stmt.QueryRowContext(ctx, thread, replyTo, m.From, m.To, m.Subject, m.Body,
+		urgency(m.Urgent), m.CreatedAt.Format(store.TimeLayout)).Scan(&m.ID); err != nil {
 		return Message{}, err
 	}
 	if m.ThreadID == 0 {
@@ -374,7 +371,7 @@ func (mb *Mailbox) Ack(ctx context.Context, s store.SessionRecord) (int, error) 
 	if _, err := tx.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome)
 		VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome
-		WHERE ended_at IS NULL`,
+		WHERE sessions.ended_at IS NULL`,
 		s.SessionID, s.Agent, int64(s.Seq), store.FormatTime(s.Started), ended, store.OutcomeSuccess); err != nil {
 		return 0, mb.wrap("ack", err)
 	}
@@ -493,7 +490,7 @@ func urgency(urgent bool) string {
 func (mb *Mailbox) NewSince(ctx context.Context, afterID int64) (normal, urgent int, maxID int64, err error) {
 	maxID = afterID
 	err = mb.db.ReadSQL().QueryRowContext(ctx, `SELECT
-			COALESCE(SUM(urgency = 'normal'), 0), COALESCE(SUM(urgency = 'urgent'), 0), COALESCE(MAX(id), ?)
+			COUNT(CASE WHEN urgency = 'normal' THEN 1 END), COUNT(CASE WHEN urgency = 'urgent' THEN 1 END), COALESCE(MAX(id), ?)
 		FROM messages WHERE id > ?`, afterID, afterID).Scan(&normal, &urgent, &maxID)
 	if err != nil {
 		return 0, 0, afterID, mb.wrap("new since", err)

@@ -244,12 +244,11 @@ func (s *Store) Enqueue(ctx context.Context, task int64, agent, branch, head str
 		case found:
 			return s.replaceHead(ctx, tx, &cur, &e, agent, branch, head)
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
-			VALUES (?, ?, ?, ?, 'queued', ?)`, task, agent, branch, head, s.stamp())
-		if err != nil {
+		var id int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
+			VALUES (?, ?, ?, ?, 'queued', ?) RETURNING id`, task, agent, branch, head, s.stamp()).Scan(&id); err != nil {
 			return fmt.Errorf("merge queue: enqueue task %d: %w", task, err)
 		}
-		id, _ := res.LastInsertId()
 		if e, err = getEntry(ctx, tx, id); err != nil {
 			return err
 		}
@@ -359,12 +358,11 @@ func (s *Store) Retry(ctx context.Context, task int64, actor string) (Entry, err
 		if last.State != Rejected {
 			return fmt.Errorf("merge queue: task %d is %s, not rejected: only a rejected task is retried: %w", task, last.State, ErrState)
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
-			VALUES (?, ?, ?, ?, 'queued', ?)`, task, last.Agent, last.Branch, last.Head, s.stamp())
-		if err != nil {
+		var id int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
+			VALUES (?, ?, ?, ?, 'queued', ?) RETURNING id`, task, last.Agent, last.Branch, last.Head, s.stamp()).Scan(&id); err != nil {
 			return fmt.Errorf("merge queue: retry task %d: %w", task, err)
 		}
-		id, _ := res.LastInsertId()
 		if e, err = getEntry(ctx, tx, id); err != nil {
 			return err
 		}

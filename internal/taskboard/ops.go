@@ -89,16 +89,12 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 		if n.Reviewer != "" {
 			reviewState = review.Init.String()
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO tasks (title, body, priority, state, assignee, parent_id, max_retries,
+		var id int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO tasks (title, body, priority, state, assignee, parent_id, max_retries,
 			reviewer, max_iterations, review_state, created_by, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 			n.Title, n.Body, n.Priority, state.String(), n.Assignee, parent, n.MaxRetries,
-			n.Reviewer, n.MaxIterations, reviewState, n.CreatedBy, now, now)
-		if err != nil {
-			return fmt.Errorf("taskboard: add: %w", err)
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
+			n.Reviewer, n.MaxIterations, reviewState, n.CreatedBy, now, now).Scan(&id); err != nil {
 			return fmt.Errorf("taskboard: add: %w", err)
 		}
 		for _, d := range n.After {
@@ -111,6 +107,7 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 			now, agentOf(n.CreatedBy), state.String(), n.CreatedBy, "added: "+n.Title, id); err != nil {
 			return fmt.Errorf("taskboard: add: %w", err)
 		}
+		var err error
 		out, err = getTask(ctx, tx, id)
 		return err
 	})
@@ -420,12 +417,12 @@ func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) 
 			if title == "" || len(title) > MaxTitleBytes || strings.ContainsAny(title, "\r\n") {
 				return invalidf("subtask title %q: one line of 1 to %d bytes", title, MaxTitleBytes)
 			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO tasks (title, priority, state, parent_id, max_retries, created_by,
-				created_at, updated_at) VALUES (?, ?, 'OPEN', ?, ?, ?, ?, ?)`, title, t.Priority, id, t.MaxRetries, h.actor(), now, now)
-			if err != nil {
+			var kid int64
+			if err := tx.QueryRowContext(ctx, `INSERT INTO tasks (title, priority, state, parent_id, max_retries, created_by,
+				created_at, updated_at) VALUES (?, ?, 'OPEN', ?, ?, ?, ?, ?) RETURNING id`,
+				title, t.Priority, id, t.MaxRetries, h.actor(), now, now).Scan(&kid); err != nil {
 				return err
 			}
-			kid, _ := res.LastInsertId()
 			if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 				session_id, seq, task_id) VALUES (?, ?, '', '', 'OPEN', 'task', ?, ?, ?, 0, ?)`,
 				now, h.Agent, h.actor(), fmt.Sprintf("added: subtask of %d: %s", id, title), h.Session, kid); err != nil {

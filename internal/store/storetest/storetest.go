@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // Harness is what a driver's test gives the suite.
@@ -48,6 +51,8 @@ func Run(t *testing.T, h Harness) {
 		{"DataVersionSeesOtherHandles", testDataVersion},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
+		{"MailExactlyOnceAcrossProcesses", testMailRace},
+		{"ClaimsAtomicAcrossProcesses", testClaimRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, h) })
@@ -278,21 +283,7 @@ func testConcurrentProcesses(t *testing.T, h Harness) {
 	ctx := context.Background()
 	target := h.Fresh(t)
 	const procs, each = 5, 30
-	cmds := make([]*exec.Cmd, procs)
-	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+h.ChildTest+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envTarget+"="+target, envAgent+"="+fmt.Sprint("p", i), envCount+"="+strconv.Itoa(each))
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("process %d: %v", i, err)
-		}
-	}
+	race(t, h, target, roleJournal, procs, each)
 	db := h.Open(t, target)
 	if n := len(must(db.Events(ctx, store.EventQuery{}))(t)); n != procs*each {
 		t.Fatalf("%d events from %d processes, want %d", n, procs, procs*each)
@@ -306,9 +297,159 @@ func testConcurrentProcesses(t *testing.T, h Harness) {
 
 const (
 	envTarget = "STORETEST_TARGET"
+	envRole   = "STORETEST_ROLE"
 	envAgent  = "STORETEST_AGENT"
 	envCount  = "STORETEST_COUNT"
 )
+
+// What a Child process does.
+const (
+	roleJournal = "journal" // events through a journal, a setting per write
+	roleMail    = "mail"    // sends, and claims mail for prompts
+	roleClaims  = "claims"  // claims tasks until none is left
+)
+
+// race runs procs Child processes of role on target at once and waits for
+// them; the i-th acts as agent "p<i>".
+func race(t *testing.T, h Harness, target, role string, procs, each int) {
+	t.Helper()
+	if h.ChildTest == "" {
+		t.Skip("the driver's tests name no ChildTest")
+	}
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+h.ChildTest+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envTarget+"="+target, envRole+"="+role,
+			envAgent+"="+fmt.Sprint("p", i), envCount+"="+strconv.Itoa(each))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%s process %d: %v", role, i, err)
+		}
+	}
+}
+
+// raceProcs is how many processes race on mail and on claims.
+const raceProcs = 20
+
+// recipients is who gets the racing mail: several processes claim for each.
+var recipients = []string{"r0", "r1", "r2", "r3"}
+
+// testMailRace: 20 processes send mail and run "sessions" at once, each
+// claiming its agent's mail for a prompt and acknowledging it when done;
+// every message is delivered (acknowledged) exactly once: 0 lost, 0 doubled.
+func testMailRace(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	const each = 15
+	race(t, h, target, roleMail, raceProcs, each)
+	db := h.Open(t, target)
+	mb, err := mailbox.New(ctx, db, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	acked := 0
+	for i := range raceProcs {
+		v, _, err := db.Setting(ctx, fmt.Sprint("acked.p", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(v)
+		acked += n
+	}
+	for _, r := range recipients { // what arrived after its sessions' last look
+		n, err := session(ctx, mb, r, r+"-final")
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked += n
+	}
+	var total, pending int
+	if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN delivered_at IS NULL THEN 1 END) FROM messages`).Scan(&total, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if total != raceProcs*each || pending != 0 || acked != total {
+		t.Fatalf("%d messages stored, %d still pending, %d acknowledgements; want %d stored, each acknowledged once", total, pending, acked, raceProcs*each)
+	}
+}
+
+// session is one session's mail: claimed for its prompt, acknowledged when
+// it completes. It returns how many messages it acknowledged.
+func session(ctx context.Context, mb *mailbox.Mailbox, agent, id string) (int, error) {
+	if _, err := mb.ConsumeForPrompt(ctx, agent, id); err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	return mb.Ack(ctx, store.SessionRecord{SessionID: id, Agent: agent, Seq: 1, Started: now, Ended: &now})
+}
+
+// testClaimRace: 20 processes claim from one board at once; every task is
+// claimed, worked and closed exactly once.
+func testClaimRace(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	const tasks = 60
+	db := h.Open(t, target)
+	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	for i := range tasks {
+		if _, err := board.Add(ctx, taskboard.NewTask{Title: fmt.Sprint("task ", i), CreatedBy: "operator"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	race(t, h, target, roleClaims, raceProcs, 0)
+	seen := map[int64]string{}
+	for i := range raceProcs {
+		v, _, err := db.Setting(ctx, fmt.Sprint("claimed.p", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range parseIDs(t, v) {
+			if prev, dup := seen[id]; dup {
+				t.Errorf("task %d claimed twice: by %s and p%d", id, prev, i)
+			}
+			seen[id] = fmt.Sprint("p", i)
+		}
+	}
+	if len(seen) != tasks {
+		t.Errorf("%d tasks claimed, want %d", len(seen), tasks)
+	}
+	ts, err := board.List(ctx, taskboard.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range ts {
+		if tk.StateName != "CLOSED" {
+			t.Errorf("task %d is %s, want CLOSED", tk.ID, tk.StateName)
+		}
+	}
+}
+
+func parseIDs(t *testing.T, s string) []int64 {
+	t.Helper()
+	var out []int64
+	for _, f := range strings.Fields(s) {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("id %q: %v", f, err)
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+func joinIDs(ids []int64) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(strconv.FormatInt(id, 10) + " ")
+	}
+	return b.String()
+}
 
 // Child is the body of the driver's ChildTest: in a process the suite
 // started, it writes its share through its own handle (events through a
@@ -326,6 +467,14 @@ func Child(t *testing.T, open func(t testing.TB, target string) *store.DB) {
 		t.Fatal(err)
 	}
 	db := open(t, target)
+	switch os.Getenv(envRole) {
+	case roleMail:
+		childMail(ctx, t, db, agent, n)
+		return
+	case roleClaims:
+		childClaims(ctx, t, db, agent)
+		return
+	}
 	j := db.NewJournal(store.JournalOptions{FlushInterval: time.Millisecond})
 	j.Start()
 	for k := range n {
@@ -335,6 +484,60 @@ func Child(t *testing.T, open func(t testing.TB, target string) *store.DB) {
 		}
 	}
 	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// childMail sends n messages to the next recipient and, after each, runs a
+// session of its own recipient's; it records how many it acknowledged.
+func childMail(ctx context.Context, t *testing.T, db *store.DB, agent string, n int) {
+	mb, err := mailbox.New(ctx, db, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	i, _ := strconv.Atoi(strings.TrimPrefix(agent, "p"))
+	mine, theirs := recipients[i%len(recipients)], recipients[(i+1)%len(recipients)]
+	acked := 0
+	for k := range n {
+		if _, err := mb.Send(ctx, mailbox.Draft{From: agent, To: theirs, Body: fmt.Sprint(agent, " ", k)}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := session(ctx, mb, mine, fmt.Sprint(agent, "-", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked += got
+	}
+	if err := db.SetSetting(ctx, "acked."+agent, strconv.Itoa(acked)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// childClaims claims, starts and finishes tasks until none is left; it
+// records what it claimed.
+func childClaims(ctx context.Context, t *testing.T, db *store.DB, agent string) {
+	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	var got []int64
+	for k := 0; ; k++ {
+		session := fmt.Sprint(agent, "-", k)
+		tk, ok, err := board.ClaimNext(ctx, agent, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, tk.ID)
+		h := taskboard.Holder{Agent: agent, Session: session}
+		if _, err := board.Start(ctx, tk.ID, h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Done(ctx, tk.ID, h, "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.SetSetting(ctx, "claimed."+agent, joinIDs(got)); err != nil {
 		t.Fatal(err)
 	}
 }
