@@ -80,7 +80,7 @@ func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cm
 		if err != nil {
 			return nil, usagef("%s: no SWARM_DB_PATH and %w", cmd, err)
 		}
-		path, out.cfg = cfg.DBPath(), cfg
+		path, out.cfg = cfg.StoreTarget(), cfg
 		opts.Agents = cfg.AgentNames()
 		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
 	}

@@ -51,7 +51,7 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
 			}
 			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			db, err := store.Open(ctx, cfg.DBPath(), store.Options{NoCreate: true})
+			db, err := store.Open(ctx, cfg.StoreTarget(), store.Options{NoCreate: true})
 			if err != nil {
 				return usagef("events: %w (has swarmd run in this repo yet?)", err)
 			}

@@ -21,7 +21,7 @@ import (
 // openStateDB opens swarm.db to read it, whether or not the daemon runs; it
 // never creates one.
 func openStateDB(ctx context.Context, cfg *config.Config, what string) (*store.DB, error) {
-	db, err := store.Open(ctx, cfg.DBPath(), store.Options{NoCreate: true})
+	db, err := store.Open(ctx, cfg.StoreTarget(), store.Options{NoCreate: true})
 	if err != nil {
 		return nil, usagef("%s: %w (has swarmd run in this repo yet?)", what, err)
 	}

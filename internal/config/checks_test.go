@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -246,5 +247,31 @@ func TestWebToken(t *testing.T) {
 	} {
 		_, err := parseIn(t, dir, "listen: \"\"\nagents:\n  - {name: a, role: x}\nweb:\n  token: \""+token+"\"\n", Options{})
 		oneProblem(t, err, 5, "web.token", want)
+	}
+}
+
+// TestStoreKey: the store is the SQLite file unless a postgres:// URL
+// says otherwise, and the URL may not carry a password.
+func TestStoreKey(t *testing.T) {
+	dir := t.TempDir()
+	const agents = "agents:\n  - {name: alice, role: r}\n"
+	cfg, err := parseIn(t, dir, agents, Options{})
+	if err != nil || cfg.StoreTarget() != cfg.DBPath() || cfg.SharedStore() || cfg.LeaseTimeout != DefaultLeaseTimeout {
+		t.Fatalf("no store key: %v, target %q, lease %v", err, cfg.StoreTarget(), cfg.LeaseTimeout)
+	}
+	url := "postgres://swarm@db.internal/swarm?sslmode=require"
+	cfg, err = parseIn(t, dir, "store: "+url+"\nlease_timeout: 10s\n"+agents, Options{})
+	if err != nil || cfg.StoreTarget() != url || !cfg.SharedStore() || cfg.LeaseTimeout != 10*time.Second {
+		t.Fatalf("postgres store: %v, target %q", err, cfg.StoreTarget())
+	}
+	for body, want := range map[string]string{
+		"store: postgres://swarm:hunter2@db/swarm\n":          "carries a password",
+		"store: postgres://swarm@db/swarm?password=hunter2\n": "carries a password",
+		"store: mysql://db/swarm\n":                           "is not a postgres:// URL",
+	} {
+		_, err := parseIn(t, dir, body+agents, Options{})
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: %v, want an error saying %q that does not repeat the password", body, err, want)
+		}
 	}
 }

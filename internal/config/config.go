@@ -36,11 +36,23 @@ const (
 
 // Config is a loaded and validated swarmd.yaml. Paths are absolute.
 type Config struct {
-	Path       string // absolute path of the config file
-	Repo       string // absolute; relative values are relative to the config file's directory
-	StateDir   string // absolute; relative values are relative to Repo
-	BaseRef    string
-	Listen     string // "" disables the HTTP listener
+	Path     string // absolute path of the config file
+	Repo     string // absolute; relative values are relative to the config file's directory
+	StateDir string // absolute; relative values are relative to Repo
+	BaseRef  string
+	Listen   string // "" disables the HTTP listener
+	// Store is where the swarm's shared state lives: "" for the SQLite file
+	// STATE_DIR/swarm.db, else a postgres:// URL (no password: PGPASSWORD
+	// or a passfile supplies it) that several daemons share.
+	Store string
+	// LeaseTimeout is how long a daemon's hold on its agents' names outlives
+	// its last heartbeat: after it, another daemon may take them and the
+	// dead daemon's tasks are requeued.
+	LeaseTimeout time.Duration
+	// Remote is the git remote agents' branches are pushed to after each
+	// session that made commits ("" for none): how daemons on other
+	// machines, and the merge queue, see their work.
+	Remote     string
 	Defaults   AgentSettings
 	Logs       Logs
 	Hooks      Hooks
@@ -177,6 +189,7 @@ const (
 	DefaultStateDir             = ".swarm"
 	DefaultBaseRef              = "HEAD"
 	DefaultListen               = "127.0.0.1:9464"
+	DefaultLeaseTimeout         = 30 * time.Second
 	DefaultBackend              = TypeClaude
 	DefaultSessionTimeout       = 60 * time.Minute
 	DefaultGracePeriod          = backend.DefaultGracePeriod             // 10s; the runner fills the same default
@@ -195,8 +208,9 @@ const (
 
 func defaultConfig() *Config {
 	c := &Config{
-		BaseRef: DefaultBaseRef,
-		Listen:  DefaultListen,
+		BaseRef:      DefaultBaseRef,
+		Listen:       DefaultListen,
+		LeaseTimeout: DefaultLeaseTimeout,
 		Defaults: AgentSettings{
 			Backend:              DefaultBackend,
 			SessionTimeout:       DefaultSessionTimeout,
@@ -308,6 +322,19 @@ func (c *Config) AgentNames() []string {
 
 // DBPath is the mailbox database.
 func (c *Config) DBPath() string { return filepath.Join(c.StateDir, "swarm.db") }
+
+// StoreTarget is what store.Open opens: the store URL when the config sets
+// one, else the SQLite file DBPath.
+func (c *Config) StoreTarget() string {
+	if c.Store != "" {
+		return c.Store
+	}
+	return c.DBPath()
+}
+
+// SharedStore reports whether the store is a database server that other
+// daemons may share (not the local SQLite file).
+func (c *Config) SharedStore() bool { return c.Store != "" }
 
 // SocketPath is the control socket.
 func (c *Config) SocketPath() string { return filepath.Join(c.StateDir, "swarmd.sock") }

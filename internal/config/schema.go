@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -90,6 +91,9 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"state_dir", "swarmd's state (mailbox, logs, worktrees, control socket); relative to repo.", d.strTo(&t.stateDir, true)},
 		{"base_ref", "What new agent branches start from: any git revision.", d.strTo(&cfg.BaseRef, false)},
 		{"listen", `host:port of /metrics, /healthz and /readyz; "" turns the listener off.`, d.strTo(&cfg.Listen, false)},
+		{"store", `Where the swarm's shared state lives: absent or "" for STATE_DIR/swarm.db (SQLite); a postgres:// URL, without a password (PGPASSWORD or ~/.pgpass gives it), for one swarm across several daemons.`, d.strTo(&cfg.Store, false)},
+		{"lease_timeout", "With a shared store: how long a daemon's hold on its agents outlives its last heartbeat.", d.durTo(&cfg.LeaseTimeout, false)},
+		{"remote", `The git remote (a name of repo's remotes, or a URL) each agent's branch is pushed to after a session that made commits; "" for none.`, d.strTo(&cfg.Remote, false)},
 		{"defaults", "Settings every agent inherits; an agent may override each one.", d.section(d.settingsFields(&cfg.Defaults, false), &t.defaultsSet)},
 		{"logs", "Archives of session logs, made when an agent stops.", d.section([]field{
 			{"keep_archives", "Archives kept per agent.", d.intTo(&cfg.Logs.KeepArchives, 1, maxInt)},
@@ -141,6 +145,7 @@ func (d *decoder) decode(data []byte) *Config {
 
 	d.paths(cfg, t.repo, t.stateDir, top)
 	d.checkListen(cfg.Listen, top.at("listen"))
+	d.checkStore(cfg.Store, top.at("store"))
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
 	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
 	d.finishMerge(cfg, &t.merge, top.at("merge"))
@@ -293,6 +298,31 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// checkStore refuses a store that is neither SQLite's default nor a
+// postgres:// URL, and a URL that carries a password: the config file is
+// not where secrets go.
+func (d *decoder) checkStore(store string, line int) {
+	if store == "" {
+		return
+	}
+	u, err := url.Parse(store)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		d.errorf(line, "store", "%q is not a postgres:// URL (leave store out for the SQLite file in state_dir)", redactURL(store))
+		return
+	}
+	if _, has := u.User.Password(); has || u.Query().Has("password") {
+		d.errorf(line, "store", "the URL carries a password: put it in PGPASSWORD or ~/.pgpass, not in the config file")
+	}
+}
+
+// redactURL is s without a password, for messages.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
 }
 
 func (d *decoder) checkListen(listen string, line int) {

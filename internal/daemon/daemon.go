@@ -172,7 +172,11 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		},
 		Timeout: cfg.Hooks.Timeout,
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
-	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: cfg.DBPath(),
+	watch := cfg.DBPath() // the WAL file's changes wake the router
+	if cfg.SharedStore() {
+		watch = "" // no file to watch: the store's notifications do
+	}
+	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: watch,
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {
@@ -211,10 +215,14 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
 		return setupErrorf("repo %s: %w", cfg.Repo, err)
 	}
-	if d.db, err = store.Open(ctx, cfg.DBPath(), store.Options{}); err != nil {
+	if d.db, err = store.Open(ctx, cfg.StoreTarget(), store.Options{}); err != nil {
 		return err
 	}
-	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: cfg.AgentNames()}); err != nil {
+	agents := cfg.AgentNames()
+	if cfg.SharedStore() {
+		agents = nil // the swarm's other daemons run agents this config does not name
+	}
+	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: agents}); err != nil {
 		return err
 	}
 	// `swarmd mail` in a session reads no config: the limits it enforces
@@ -414,7 +422,12 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		return runner.Settings{}, fmt.Errorf("agent %s: unknown backend %q", a.Name, a.Backend)
 	}
 	env := envList(a.Env)
-	env = append(env, "SWARM_DB_PATH="+cfg.DBPath(), "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","),
+	if !cfg.SharedStore() {
+		// A shared store's credentials stay with the daemon: sessions'
+		// `swarmd mail` and `swarmd task` go through its control socket.
+		env = append(env, "SWARM_DB_PATH="+cfg.DBPath())
+	}
+	env = append(env, "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","),
 		// `swarmd task claim` in a session claims as the runner does: with
 		// the agent's review settings (OpenTaskBoard's ReviewerOf).
 		"SWARM_REVIEWER="+a.Reviewer, "SWARM_MAX_ITERATIONS="+strconv.Itoa(a.MaxIterations))
