@@ -172,11 +172,11 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		},
 		Timeout: cfg.Hooks.Timeout,
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
-	watch := cfg.DBPath() // the WAL file's changes wake the router
+	watch, wake := cfg.DBPath(), (<-chan struct{})(nil) // the WAL file's changes wake the router
 	if cfg.SharedStore() {
-		watch = "" // no file to watch: the store's notifications do
+		watch, wake = "", d.db.Changes() // no file to watch: the store's notifications
 	}
-	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: watch,
+	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: watch, Wake: wake,
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {

@@ -63,6 +63,9 @@ type Options struct {
 	// DBPath, if set, is watched with inotify so commits by other processes
 	// wake the router at once.
 	DBPath string
+	// Wake, if set (and DBPath is not), wakes the router as the WAL watch
+	// would: a shared store's change notifications.
+	Wake <-chan struct{}
 	// Tasks and Idle, if both are set, let new mail and new tasks wake idle
 	// agents through the same watch as urgent mail.
 	Tasks Tasks
@@ -80,6 +83,7 @@ type Router struct {
 	log      *zap.Logger
 	interval time.Duration
 	dbPath   string
+	wakeSrc  <-chan struct{}
 	tasks    Tasks
 	idle     Idle
 	onChange func()
@@ -104,7 +108,7 @@ func New(mail Mail, to Interrupter, opts Options) *Router {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, lastVersion: -1,
+	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, wakeSrc: opts.Wake, lastVersion: -1,
 		tasks: opts.Tasks, idle: opts.Idle, onChange: opts.OnChange}
 }
 
@@ -144,6 +148,9 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			defer w.Close()
 			wake = w.wake
 		}
+	}
+	if wake == nil {
+		wake = r.wakeSrc
 	}
 	interval := r.interval
 	if wake != nil && interval < WatchedInterval {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 
@@ -240,5 +241,47 @@ func TestOnChangeHearsOtherConnectionsCommits(t *testing.T) {
 	poll()
 	if changes != base+1 {
 		t.Fatalf("OnChange called %d times after one commit, want 1", changes-base)
+	}
+}
+
+// TestRoutesOnPostgresNotifications: on a shared PostgreSQL store there is
+// no WAL file to watch; the store's notifications (store.DB.Changes) wake
+// the router, and an urgent message sent by another client is routed with
+// an hour-long poll.
+func TestRoutesOnPostgresNotifications(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("router"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("router")
+	open := func() *mailbox.Mailbox {
+		db, err := mailbox.Open(ctx, url, store.Options{}, mailbox.Options{Agents: []string{"alice", "bob"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	daemonDB, sender := open(), open()
+	rec := &recorder{seen: make(chan struct{}, 1)}
+	r := New(daemonDB, rec, Options{Interval: time.Hour, Wake: daemonDB.Store().Changes()})
+	r.Start(ctx)
+	defer r.Stop()
+	// The listener connects in the background: send until one is routed.
+	deadline := time.After(20 * time.Second)
+	for {
+		start := time.Now()
+		if _, err := sender.Send(ctx, mailbox.Draft{From: "alice", To: "bob", Body: "stop", Urgent: true}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-rec.seen:
+			t.Logf("send → interrupt in %v", time.Since(start))
+			return
+		case <-time.After(200 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("urgent mail not routed on a notification")
+		}
 	}
 }

@@ -53,5 +53,6 @@ func TestContractPostgres(t *testing.T) {
 		},
 		Open:      openStore, // store.Open picks the driver by the target
 		ChildTest: "TestContractChild",
+		Notifies:  true,
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -162,6 +163,45 @@ func (pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 
 func (pgDriver) closeExtra(*DB) {}
 
+// changesChannel is the channel every write transaction notifies.
+const changesChannel = "swarmd_changes"
+
+// changes listens on its own connection (LISTEN needs one that stays
+// open) and signals each notification; it reconnects, after a pause, when
+// the connection fails, signalling once then (a notification may have been
+// missed). It returns when ctx ends.
+func (pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
+	signal := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	for ctx.Err() == nil {
+		conn, err := pgx.Connect(ctx, db.target)
+		if err == nil {
+			_, err = conn.Exec(ctx, "LISTEN "+changesChannel)
+		}
+		for err == nil {
+			_, err = conn.WaitForNotification(ctx)
+			if err == nil {
+				signal()
+			}
+		}
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		signal()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // pgConnector makes the connections of one pool. The write pool's take the
 // writer lock in every transaction (see writerLock).
 type pgConnector struct {
@@ -270,7 +310,18 @@ type pgTx struct {
 	c  *pgConn
 }
 
-func (t *pgTx) Commit() error   { t.c.inTx = false; return t.tx.Commit() }
+// Commit tells the listeners (see Changes) as it commits: a notification
+// is delivered when, and only if, its transaction commits.
+func (t *pgTx) Commit() error {
+	t.c.inTx = false
+	if t.c.write {
+		if _, err := t.c.Conn.ExecContext(context.Background(), `SELECT pg_notify('`+changesChannel+`', '')`, nil); err != nil {
+			t.tx.Rollback()
+			return err
+		}
+	}
+	return t.tx.Commit()
+}
 func (t *pgTx) Rollback() error { t.c.inTx = false; return t.tx.Rollback() }
 
 type pgStmt struct {

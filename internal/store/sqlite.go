@@ -91,6 +91,10 @@ func (sqliteDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 	return v, err
 }
 
+// changes: SQLite has no notifications (the router watches the WAL file
+// instead); nothing is ever signalled.
+func (sqliteDriver) changes(ctx context.Context, _ *DB, _ chan<- struct{}) { <-ctx.Done() }
+
 func (sqliteDriver) closeExtra(db *DB) {
 	db.dvMu.Lock()
 	defer db.dvMu.Unlock()

@@ -37,8 +37,9 @@ type Options struct {
 
 // DB is an open swarm.db. It is safe for concurrent use.
 type DB struct {
-	path string
-	drv  driver
+	path   string
+	target string // what Open was given (a URL keeps its credentials here only)
+	drv    driver
 	// write has a single connection: in-process writers queue on the pool,
 	// which is cheap, instead of in SQLite's busy handler, which sleeps in
 	// millisecond steps. Other processes still meet us through busy_timeout.
@@ -57,6 +58,12 @@ type DB struct {
 	file  bool
 	ident os.FileInfo
 	gone  atomic.Bool
+
+	// listeners are the Changes goroutines, stopped by Close.
+	listenMu  sync.Mutex
+	listeners sync.WaitGroup
+	stop      context.CancelFunc
+	stopCtx   context.Context
 
 	closeOnce sync.Once
 	closeErr  error
@@ -88,6 +95,9 @@ type driver interface {
 	dataVersion(ctx context.Context, db *DB) (int64, error)
 	// closeExtra releases what the driver keeps on db.
 	closeExtra(db *DB)
+	// changes signals out (never blocking) after commits by any client of
+	// the database, until ctx ends.
+	changes(ctx context.Context, db *DB, out chan<- struct{})
 }
 
 // Open opens the database at target and brings its schema up to date:
@@ -105,7 +115,8 @@ func Open(ctx context.Context, target string, opts Options) (*DB, error) {
 // open is Open with the driver and, for tests, the migrations to apply
 // (nil: the driver's).
 func open(ctx context.Context, target string, opts Options, drv driver, migrations fs.FS) (_ *DB, err error) {
-	db := &DB{drv: drv, now: opts.Now}
+	db := &DB{drv: drv, now: opts.Now, target: target}
+	db.stopCtx, db.stop = context.WithCancel(context.Background())
 	if db.now == nil {
 		db.now = time.Now
 	}
@@ -281,9 +292,29 @@ func (db *DB) DataVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+// Changes returns a channel that receives (coalesced, never blocking the
+// writer) after commits by any client of the database, this process's
+// included, for as long as the DB is open: a PostgreSQL store's
+// notifications. For SQLite nothing is sent (watch the WAL file: see
+// package router).
+func (db *DB) Changes() <-chan struct{} {
+	out := make(chan struct{}, 1)
+	db.listenMu.Lock()
+	defer db.listenMu.Unlock()
+	if db.stopCtx.Err() != nil {
+		return out
+	}
+	db.listeners.Go(func() { db.drv.changes(db.stopCtx, db, out) })
+	return out
+}
+
 // Close closes the database. It is idempotent.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
+		db.listenMu.Lock()
+		db.stop()
+		db.listenMu.Unlock()
+		db.listeners.Wait()
 		db.drv.closeExtra(db)
 		var errs []error
 		if db.read != nil {

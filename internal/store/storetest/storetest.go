@@ -29,6 +29,8 @@ type Harness struct {
 	// Open opens target. Called more than once for one target, it returns
 	// independent handles on the same database, as separate processes have.
 	Open func(t testing.TB, target string) *store.DB
+	// Notifies: the driver signals commits through DB.Changes.
+	Notifies bool
 	// ChildTest names the test function of the driver's package that calls
 	// Child, so that the suite can race real processes; "" skips that test.
 	ChildTest string
@@ -49,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"ResetAgent", testResetAgent},
 		{"PausesAndBudgets", testPausesAndBudgets},
 		{"DataVersionSeesOtherHandles", testDataVersion},
+		{"ChangesSignalled", testChanges},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
 		{"MailExactlyOnceAcrossProcesses", testMailRace},
@@ -234,6 +237,31 @@ func testDataVersion(t *testing.T, h Harness) {
 	}
 	if after := must(watcher.DataVersion(ctx))(t); after == before {
 		t.Fatalf("data version %d unchanged after another handle committed", after)
+	}
+}
+
+// testChanges: a commit by another client reaches Changes' channel.
+func testChanges(t *testing.T, h Harness) {
+	if !h.Notifies {
+		t.Skip("the driver has no notifications")
+	}
+	ctx := context.Background()
+	target := h.Fresh(t)
+	watcher, writer := h.Open(t, target), h.Open(t, target)
+	ch := watcher.Changes()
+	// The listener connects in the background: write until one arrives.
+	deadline := time.After(20 * time.Second)
+	for i := 0; ; i++ {
+		if err := writer.SetSetting(ctx, "k", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			return
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no change signalled after commits by another client")
+		}
 	}
 }
 
