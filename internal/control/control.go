@@ -264,6 +264,9 @@ func (s *Server) routes(api API) http.Handler {
 	if b, ok := api.(BudgetAPI); ok {
 		routesBudget(mux, b)
 	}
+	if sc, ok := api.(SessionCLI); ok {
+		routesSessionCLI(mux, sc)
+	}
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
