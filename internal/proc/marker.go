@@ -66,6 +66,13 @@ type Caller struct {
 	Owner, Instance, TreeID string
 }
 
+// String is the marker value of c's tree, as MarkerEnv carries it: what a
+// command run on behalf of one of the tree's processes is given to be
+// recognised as it.
+func (c Caller) String() string {
+	return marker{owner: c.Owner, instance: c.Instance, id: c.TreeID}.String()
+}
+
 // CallerOf reads pid's tree marker; ok is false for a process outside every
 // tree (or one whose environment cannot be read).
 func CallerOf(pid int) (c Caller, ok bool) {
