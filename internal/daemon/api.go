@@ -148,16 +148,24 @@ func (d *Daemon) authorize(ctx context.Context, verb, target string) (actor stri
 // caller names the agent whose session made a control request; ok is false
 // for everyone else (the operator, hooks included).
 func (d *Daemon) caller(ctx context.Context) (agentName string, ok bool) {
+	agentName, _, ok = d.callerSession(ctx)
+	return agentName, ok
+}
+
+// callerSession is caller with the session's tree marker (its TreeID is the
+// session id).
+func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Caller, ok bool) {
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
-		return "", false
+		return "", proc.Caller{}, false
 	}
-	c, ok := proc.CallerOf(pid)
+	c, ok = proc.CallerOf(pid)
 	cfg, _ := d.current()
 	if !ok || c.Owner != cfg.StateDir {
-		return "", false
+		return "", proc.Caller{}, false
 	}
-	return runner.AgentOfSession(c.TreeID) // not found: a hook, the operator's own command
+	agentName, ok = runner.AgentOfSession(c.TreeID) // not found: a hook, the operator's own command
+	return agentName, c, ok
 }
 
 func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {

@@ -103,6 +103,10 @@ type Options struct {
 	Commit  string
 	// LoadConfig reads a config for Reload; nil means config.Load.
 	LoadConfig func(path string) (*config.Config, error)
+	// SessionCLI runs a session's `swarmd mail` or `swarmd task` command
+	// line in the daemon's process (the control socket's session-cli); nil:
+	// the daemon runs none.
+	SessionCLI func(ctx context.Context, req CLIRequest) (stdout, stderr string, code int)
 }
 
 func (o *Options) setDefaults() {

@@ -1,0 +1,69 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/proc"
+)
+
+// CLIRequest is a session's `swarmd mail` or `swarmd task` command line as
+// the daemon runs it for the session (Options.SessionCLI): Env is the whole
+// environment the command sees.
+type CLIRequest struct {
+	Args  []string
+	Stdin string
+	Env   map[string]string
+}
+
+var _ control.SessionCLI = controlAPI{}
+
+// isSessionCommand: a session may have its daemon run the commands that act
+// in the store, which with a shared store only the daemon can open.
+func isSessionCommand(s string) bool { return s == "mail" || s == "task" }
+
+// SessionCLI runs a session's mail or task command in the daemon's process,
+// with the daemon's store and the session's identity: the caller is known
+// by its peer pid and process-tree marker, never by what it sent.
+func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIRequest) (control.SessionCLIResult, error) {
+	d := a.d
+	name, c, ok := d.callerSession(ctx)
+	if !ok || c.Instance != d.sup.Instance() {
+		return control.SessionCLIResult{}, fmt.Errorf("%w: session-cli: only a session of this daemon's agents may run commands through it", control.ErrForbidden)
+	}
+	if len(req.Args) == 0 || !isSessionCommand(req.Args[0]) {
+		got := ""
+		if len(req.Args) > 0 {
+			got = req.Args[0]
+		}
+		return control.SessionCLIResult{}, fmt.Errorf("%w: session-cli: runs only mail and task, not %q", control.ErrForbidden, got)
+	}
+	cfg, _ := d.current()
+	ag, ok := cfg.Agent(name)
+	if !ok {
+		return control.SessionCLIResult{}, fmt.Errorf("%w: session-cli: agent %s is no longer in the config", control.ErrForbidden, name)
+	}
+	if d.opts.SessionCLI == nil {
+		return control.SessionCLIResult{}, fmt.Errorf("%w: session-cli: this daemon runs no session commands", control.ErrForbidden)
+	}
+	// The environment a session with the store's file would have (settings),
+	// with the store's target, which the session itself never sees.
+	env := map[string]string{
+		"SWARM_DB_PATH":        cfg.StoreTarget(),
+		"SWARM_AGENT_ID":       name,
+		"SWARM_SESSION_ID":     c.TreeID,
+		"SWARM_AGENTS":         strings.Join(cfg.AgentNames(), ","),
+		"SWARM_REVIEWER":       ag.Reviewer,
+		"SWARM_MAX_ITERATIONS": strconv.Itoa(ag.MaxIterations),
+		proc.MarkerEnv:         c.String(),
+	}
+	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env})
+	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
+		zap.Strings("args", req.Args), zap.Int("code", code))
+	return control.SessionCLIResult{Stdout: stdout, Stderr: stderr, Code: code}, nil
+}
