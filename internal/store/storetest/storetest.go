@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"PausesAndBudgets", testPausesAndBudgets},
 		{"DataVersionSeesOtherHandles", testDataVersion},
 		{"ChangesSignalled", testChanges},
+		{"LeasesUniqueAndExpire", testLeases},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
 		{"MailExactlyOnceAcrossProcesses", testMailRace},
@@ -237,6 +238,52 @@ func testDataVersion(t *testing.T, h Harness) {
 	}
 	if after := must(watcher.DataVersion(ctx))(t); after == before {
 		t.Fatalf("data version %d unchanged after another handle committed", after)
+	}
+}
+
+// testLeases: an agent's name is held by one daemon at a time; a second
+// daemon is refused, naming the holder, until the lease expires; then the
+// taker learns whose lease it replaced, and a dead daemon's lease is reaped
+// once.
+func testLeases(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	d1, d2 := h.Open(t, target), h.Open(t, target)
+	a := store.Lease{Daemon: "host1:/srv/a", Host: "host1", PID: 11}
+	b := store.Lease{Daemon: "host2:/srv/b", Host: "host2", PID: 22}
+	const ttl = 30 * time.Second
+	if exp, err := d1.AcquireLeases(ctx, a, []string{"alice", "bob"}, t0, ttl); err != nil || len(exp) != 0 {
+		t.Fatalf("first acquire = %v, %v", exp, err)
+	}
+	_, err := d2.AcquireLeases(ctx, b, []string{"carol", "bob"}, t0.Add(ttl/2), ttl)
+	var held *store.LeaseHeldError
+	if !errors.As(err, &held) || !errors.Is(err, store.ErrLeaseHeld) || held.Lease.Daemon != a.Daemon || !strings.Contains(err.Error(), "host1") {
+		t.Fatalf("second daemon taking bob = %v, want refused naming host1", err)
+	}
+	if ls := must(d1.Leases(ctx))(t); len(ls) != 2 {
+		t.Fatalf("leases after a refused acquire = %+v, want alice and bob only (all or none)", ls)
+	}
+	if n, err := d1.RenewLeases(ctx, a.Daemon, t0.Add(ttl/2), ttl); err != nil || n != 2 {
+		t.Fatalf("renew = %d, %v", n, err)
+	}
+	// host1 dies: its leases run out.
+	later := t0.Add(3 * ttl)
+	exp, err := d2.AcquireLeases(ctx, b, []string{"bob"}, later, ttl)
+	if err != nil || len(exp) != 1 || exp[0].Agent != "bob" || exp[0].Daemon != a.Daemon {
+		t.Fatalf("taking bob after host1's lease expired = %+v, %v", exp, err)
+	}
+	alice := must(d1.Leases(ctx))(t)[0]
+	if ok, err := d2.ReapLease(ctx, alice, later); err != nil || !ok {
+		t.Fatalf("reap alice's expired lease = %v, %v", ok, err)
+	}
+	if ok, err := d1.ReapLease(ctx, alice, later); err != nil || ok {
+		t.Fatalf("second reap = %v, %v; want only one recovery", ok, err)
+	}
+	if err := d2.ReleaseLeases(ctx, b.Daemon, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ls := must(d1.Leases(ctx))(t); len(ls) != 0 {
+		t.Fatalf("leases after release = %+v", ls)
 	}
 }
 
