@@ -63,6 +63,9 @@ func main() {
 
 // Main runs the command line and returns the process exit code.
 func Main(ctx context.Context, args []string, s streams) int {
+	if code, ok := forwardSessionCLI(ctx, args, s); ok {
+		return code
+	}
 	root := newRootCommand(s)
 	root.SetArgs(args)
 	root.SetIn(s.in)

@@ -62,7 +62,8 @@ func (m *runMain) Run(ctx context.Context) error {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 
-	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: loadConfig})
+	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: loadConfig,
+		SessionCLI: runSessionCLI})
 	if err != nil {
 		var se *daemon.SetupError
 		if errors.As(err, &se) {

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// sessionScript is alice's one session: mail and task commands with no
+// SWARM_DB_PATH (a shared store's sessions get none), each one's output and
+// exit status kept in OUT for the test.
+const sessionScript = `cat >/dev/null
+echo "[$SWARM_DB_PATH]" > OUT/env
+printf 'from the session' | swarmd mail send --to bob --subject hi > OUT/send 2>&1; echo "exit $?" >> OUT/send
+printf 'task body' | swarmd task add 'session task' --plan --body - > OUT/add 2>&1; echo "exit $?" >> OUT/add
+swarmd task approve 1 > OUT/approve 2>&1; echo "exit $?" >> OUT/approve
+`
+
+// TestSessionCommandsGoThroughTheDaemon: on a shared (PostgreSQL) store a
+// session's `swarmd mail send` and `swarmd task add` reach the store through
+// its daemon's control socket, as the session's agent; a process that is not
+// one of the daemon's sessions is refused.
+func TestSessionCommandsGoThroughTheDaemon(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("sessioncli"); err != nil {
+		t.Fatal(err)
+	}
+	repo := gitRepo(t)
+	out := t.TempDir()
+	script := filepath.Join(out, "session.sh")
+	if err := os.WriteFile(script, []byte(strings.ReplaceAll(sessionScript, "OUT", out)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, repo, `
+listen: ""
+store: "`+srv.URL("sessioncli")+`"
+backends:
+  session:
+    type: command
+    command: sh
+    args: [`+script+`]
+  waiter:
+    type: command
+    command: sh
+    args: [-c, "cat >/dev/null; exec sleep 3600"]
+agents:
+  - {name: alice, role: "sends", backend: session, max_sessions: 1}
+  - {name: bob, role: "waits", backend: waiter}
+`)
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Stopped after her session", transitionTo("alice", "Stopped"))
+
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatalf("the session wrote no %s: %v; log:\n%s", name, err, d.log())
+		}
+		return string(b)
+	}
+	if got := read("env"); got != "[]\n" {
+		t.Fatalf("the session has SWARM_DB_PATH %s", got)
+	}
+	if got := read("send"); !strings.HasPrefix(got, "sent #") || !strings.HasSuffix(got, " to bob\nexit 0\n") {
+		t.Errorf("mail send in the session: %q", got)
+	}
+	if got := read("add"); !strings.HasSuffix(got, "\nexit 0\n") {
+		t.Errorf("task add in the session: %q", got)
+	}
+	// The daemon recognised a session, as a session's own command would.
+	if got := read("approve"); !strings.Contains(got, "an operator command; agent alice's session may not run it") || !strings.HasSuffix(got, "exit 2\n") {
+		t.Errorf("task approve in the session: %q", got)
+	}
+
+	// The store holds them, from alice.
+	stdout, stderr, code := runCLI(t, []string{"SWARM_AGENT_ID=bob"}, "", "mail", "inbox", "--all", "--json", "-c", cfg)
+	var inbox []jsonMessage
+	if code != 0 || json.Unmarshal([]byte(stdout), &inbox) != nil {
+		t.Fatalf("bob's inbox: exit %d %s %s", code, stdout, stderr)
+	}
+	if len(inbox) != 1 || inbox[0].From != "alice" || inbox[0].Subject != "hi" || inbox[0].Body != "from the session" {
+		t.Errorf("bob's inbox %+v", inbox)
+	}
+	stdout, stderr, code = runCLI(t, nil, "", "task", "list", "--json", "-c", cfg)
+	var tasks []taskboard.Task
+	if code != 0 || json.Unmarshal([]byte(stdout), &tasks) != nil {
+		t.Fatalf("task list: exit %d %s %s", code, stdout, stderr)
+	}
+	if len(tasks) != 1 || tasks[0].Title != "session task" || tasks[0].Body != "task body" || tasks[0].CreatedBy != "agent:alice" || tasks[0].StateName != "PLANNED" {
+		t.Errorf("tasks %+v", tasks)
+	}
+
+	// Not a session: the test itself on the socket, and a process whose
+	// marker claims a session this daemon never ran.
+	stateDir := filepath.Join(repo, ".swarm")
+	_, err := control.NewClient(filepath.Join(stateDir, "swarmd.sock")).SessionCLI(context.Background(),
+		control.SessionCLIRequest{Args: []string{"mail", "send", "--to", "bob", "forged"}})
+	if !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "only a session of this daemon's agents") {
+		t.Errorf("a request from outside every session: %v, want forbidden", err)
+	}
+	forged := proc.Caller{Owner: stateDir, Instance: "1.2.3", TreeID: "alice-1-0123456789ab"}
+	_, stderr, code = runCLI(t, []string{proc.MarkerEnv + "=" + forged.String()}, "", "mail", "send", "--to", "bob", "forged")
+	if code != 1 || !strings.Contains(stderr, "only a session of this daemon's agents") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("a forged session: exit %d %q", code, stderr)
+	}
+	if stdout, _, _ := runCLI(t, []string{"SWARM_AGENT_ID=bob"}, "", "mail", "inbox", "--all", "--json", "-c", cfg); strings.Contains(stdout, "forged") {
+		t.Errorf("a refused message was stored: %s", stdout)
+	}
+
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(15 * time.Second); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+	// No daemon: one line naming the socket.
+	_, stderr, code = runCLI(t, []string{proc.MarkerEnv + "=" + forged.String()}, "", "mail", "inbox")
+	if code != 1 || !strings.Contains(stderr, filepath.Join(stateDir, "swarmd.sock")) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("no daemon: exit %d %q", code, stderr)
+	}
+}
+
+// TestReadsStdin: a forwarded command sends standard input only when it
+// would read it.
+func TestReadsStdin(t *testing.T) {
+	s := streams{getenv: func(string) string { return "" }}
+	for args, want := range map[string]bool{
+		"mail send --to bob":              true,
+		"mail send --to bob -":            true,
+		"mail send --to bob hello":        false,
+		"mail reply 3":                    true,
+		"mail reply 3 --urgent -":         true,
+		"mail reply 3 yes":                false,
+		"mail inbox":                      false,
+		"task add title --body -":         true,
+		"task add title --body=-":         true,
+		"task add title --body text":      false,
+		"task add title":                  false,
+		"task claim":                      false,
+		"mail send --frob":                false,
+		"mail send -c other.yaml --to bo": true,
+	} {
+		if got := readsStdin(strings.Fields(args), s); got != want {
+			t.Errorf("readsStdin(%s) = %v, want %v", args, got, want)
+		}
+	}
+}
