@@ -158,6 +158,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Error("event log write", zap.Error(err))
 	}, OnCommit: d.dash.notify})
 	d.journal.Start()
+	if err := d.acquireLeases(ctx, cfg.AgentNames()); err != nil {
+		return nil, err
+	}
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -295,6 +298,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer stopStats()
 	stopMerge := d.feedMerge(agentCtx)
 	defer stopMerge()
+	stopLeases := d.keepLeases()
+	defer stopLeases() // gives the leases up when Run returns
 	<-ctx.Done()
 	d.notify.stopping()
 	d.shutdownAgents()
@@ -319,7 +324,12 @@ func (d *Daemon) shutdownAgents() {
 // claimed by prompts whose sessions never started is pending again.
 func (d *Daemon) recover(ctx context.Context) error {
 	now := time.Now()
-	orphans, err := d.db.CloseOrphanSessions(ctx, now)
+	// On a shared store other daemons' sessions are theirs to recover.
+	var own []string
+	if d.cfg.SharedStore() {
+		own = d.cfg.AgentNames()
+	}
+	orphans, err := d.db.CloseOrphanSessions(ctx, now, own)
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
@@ -329,7 +339,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 		d.journal.Event(store.EventRecord{At: now, Agent: o.Agent, From: "Running", Event: "Recovery", To: "Initializing",
 			Actor: "daemon", Reason: "session " + o.SessionID + " orphaned by a daemon that died", SessionID: o.SessionID, Seq: o.Seq})
 	}
-	n, err := d.mail.ReleaseUnstartedClaims(ctx)
+	n, err := d.mail.ReleaseUnstartedClaims(ctx, own)
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
@@ -337,7 +347,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 		d.log.Warn("mail claimed by sessions that never started is pending again", zap.Int("messages", n))
 	}
 	// No session runs yet, so every held task's session is gone.
-	moved, err := d.tasks.Orphan(ctx, "", "swarmd restarted: the session working on it is gone")
+	moved, err := d.orphanTasks(ctx, own, "swarmd restarted: the session working on it is gone")
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
@@ -365,6 +375,22 @@ func (d *Daemon) recover(ctx context.Context) error {
 		d.recovered[a.Name] = rc
 	}
 	return nil
+}
+
+// orphanTasks requeues the tasks agents held (every agent's when nil).
+func (d *Daemon) orphanTasks(ctx context.Context, agents []string, why string) ([]taskboard.Task, error) {
+	if agents == nil {
+		return d.tasks.Orphan(ctx, "", why)
+	}
+	var out []taskboard.Task
+	for _, a := range agents {
+		moved, err := d.tasks.Orphan(ctx, a, why)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, moved...)
+	}
+	return out, nil
 }
 
 func (d *Daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error) {

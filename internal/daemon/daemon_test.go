@@ -68,13 +68,18 @@ func writeFile(t *testing.T, path, body string) {
 	}
 }
 
-func open(t *testing.T, cfgPath string) *Daemon {
+func mustLoad(t *testing.T, cfgPath string) *config.Config {
 	t.Helper()
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Open(context.Background(), cfg, Options{})
+	return cfg
+}
+
+func open(t *testing.T, cfgPath string) *Daemon {
+	t.Helper()
+	d, err := Open(context.Background(), mustLoad(t, cfgPath), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

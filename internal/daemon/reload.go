@@ -106,6 +106,7 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 	for _, n := range d.reg.Names() {
 		p.running[n] = true
 	}
+	var added []string
 	for _, a := range cfg.Agents {
 		if p.running[a.Name] || d.retiring[a.Name] {
 			continue
@@ -113,6 +114,10 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 		if p.fresh[a.Name], err = d.prepareRunner(cfg, backends, a); err != nil {
 			return nil, fmt.Errorf("reload: start %s: %w", a.Name, err)
 		}
+		added = append(added, a.Name)
+	}
+	if err := d.acquireLeases(context.Background(), added); err != nil {
+		return nil, fmt.Errorf("reload: %w", err)
 	}
 	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {
 		return nil, err
@@ -150,6 +155,13 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 	if !ok {
 		if err := d.reg.Remove(name); err == nil {
 			d.metrics.RemoveAgent(name)
+		}
+		if cfg.SharedStore() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := d.db.ReleaseLeases(ctx, d.leaseHolder().Daemon, []string{name}); err != nil {
+				d.log.Warn("give up a removed agent's lease (it expires on its own)", zap.String("agent", name), zap.Error(err))
+			}
 		}
 		return
 	}

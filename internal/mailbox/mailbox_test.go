@@ -658,7 +658,7 @@ func TestReleaseUnstartedClaims(t *testing.T) {
 		t.Fatalf("consume bob = %d, %v", len(ms), err)
 	}
 
-	n, err := db.ReleaseUnstartedClaims(ctx)
+	n, err := db.ReleaseUnstartedClaims(ctx, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("ReleaseUnstartedClaims = %d, %v; want 1 (bob's)", n, err)
 	}
@@ -675,7 +675,7 @@ func TestReleaseUnstartedClaims(t *testing.T) {
 			t.Fatalf("alice's message %d released: %+v", m.ID, m)
 		}
 	}
-	if n, err := db.ReleaseUnstartedClaims(ctx); err != nil || n != 0 {
+	if n, err := db.ReleaseUnstartedClaims(ctx, nil); err != nil || n != 0 {
 		t.Fatalf("second call = %d, %v; want 0", n, err)
 	}
 }

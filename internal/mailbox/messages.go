@@ -532,9 +532,13 @@ func (mb *Mailbox) RecipientsSince(ctx context.Context, afterID int64) ([]string
 // acknowledgements, acked_by NULL, is made pending again as that version did.)
 // Call it at daemon start, before any agent runs. It returns how many
 // messages it released.
-func (mb *Mailbox) ReleaseUnstartedClaims(ctx context.Context) (int, error) {
+//
+// agents scopes it to those recipients (nil: every recipient, for a store
+// no other daemon shares, whose sessions may be starting right now).
+func (mb *Mailbox) ReleaseUnstartedClaims(ctx context.Context, agents []string) (int, error) {
+	scope, args := store.AndIn("recipient", agents)
 	return mb.db.ExecCount(ctx, "release unstarted claims", `UPDATE messages
 		SET delivered_at = IIF(acked_by IS NULL, NULL, delivered_at), claimed_session = NULL
 		WHERE claimed_session IS NOT NULL AND acked_by IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`)
+		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`+scope, args...)
 }

@@ -70,11 +70,11 @@ func TestRecoveryAfterKill(t *testing.T) {
 
 	// The next daemon start.
 	now := time.Date(2025, 3, 2, 0, 0, 0, 0, time.UTC)
-	orphans, err := db.Store().CloseOrphanSessions(ctx, now)
+	orphans, err := db.Store().CloseOrphanSessions(ctx, now, nil)
 	if err != nil || len(orphans) != 1 || orphans[0].SessionID != "alice-4-live" {
 		t.Fatalf("orphans = %+v, %v; want alice's running session", orphans, err)
 	}
-	n, err := db.ReleaseUnstartedClaims(ctx)
+	n, err := db.ReleaseUnstartedClaims(ctx, nil)
 	if err != nil || n != 1 {
 		t.Fatalf("released %d, %v; want carol's one message, claimed for a session that never started", n, err)
 	}

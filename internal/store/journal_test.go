@@ -509,7 +509,7 @@ func TestCloseOrphanSessions(t *testing.T) {
 	}
 
 	now := t0.Add(time.Hour)
-	orphans, err := db.CloseOrphanSessions(ctx, now)
+	orphans, err := db.CloseOrphanSessions(ctx, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +525,7 @@ func TestCloseOrphanSessions(t *testing.T) {
 	if err != nil || len(ss) != 2 || ss[0].Seq != 2 || ss[0].Outcome != OutcomeOrphaned || ss[1].Outcome != OutcomeSuccess || !ss[1].Ended.Equal(end.Truncate(time.Microsecond)) {
 		t.Fatalf("alice's sessions, newest first = %+v", ss)
 	}
-	if again, err := db.CloseOrphanSessions(ctx, now); err != nil || len(again) != 0 {
+	if again, err := db.CloseOrphanSessions(ctx, now, nil); err != nil || len(again) != 0 {
 		t.Fatalf("second call = %+v, %v; want none", again, err)
 	}
 	if ss, err := db.Sessions(ctx, "", 1); err != nil || len(ss) != 1 {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 )
 
@@ -60,4 +61,21 @@ func QueryAll[T any](ctx context.Context, q Querier, scan func(Scanner) (T, erro
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// AndIn is " AND col IN (?, …)" with vals as its arguments, to scope a
+// query to some agents; "" and no arguments when vals is nil (no scope).
+// An empty, non-nil vals matches nothing.
+func AndIn(col string, vals []string) (string, []any) {
+	if vals == nil {
+		return "", nil
+	}
+	if len(vals) == 0 {
+		return " AND 1 = 0", nil
+	}
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return " AND " + col + " IN (?" + strings.Repeat(", ?", len(vals)-1) + ")", args
 }

@@ -212,20 +212,22 @@ func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 	return uint32(seq), nil
 }
 
-// CloseOrphanSessions ends every session that has no end, as
-// OutcomeOrphaned at now, and returns them by agent and seq. Only a daemon
+// CloseOrphanSessions ends every session of agents (every agent's when
+// nil: a store no other daemon shares) that has no end, as OutcomeOrphaned
+// at now, and returns them by agent and seq. Only a daemon
 // killed while sessions ran leaves such rows, so call it at daemon start,
 // before any agent runs; the caller logs them and records events. The mail
 // their prompts carried stays pending, noted as cut off by the crash.
-func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time) ([]SessionRecord, error) {
+func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time, agents []string) ([]SessionRecord, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, db.Wrap("close orphan sessions", err)
 	}
 	defer tx.Rollback()
+	scope, args := AndIn("agent", agents)
 	ss, err := querySessions(ctx, tx, `UPDATE sessions SET ended_at = ?, outcome = ?, reason = ?
-		WHERE ended_at IS NULL RETURNING `+sessionCols,
-		FormatTime(now), OutcomeOrphaned, "swarmd exited while the session ran")
+		WHERE ended_at IS NULL`+scope+` RETURNING `+sessionCols,
+		append([]any{FormatTime(now), OutcomeOrphaned, "swarmd exited while the session ran"}, args...)...)
 	if err != nil {
 		return nil, db.Wrap("close orphan sessions", err)
 	}

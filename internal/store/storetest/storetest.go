@@ -156,17 +156,22 @@ func testRecovery(t *testing.T, h Harness) {
 	db := h.Open(t, target)
 	j := startJournal(t, db)
 	j.SessionStarted(store.SessionRecord{SessionID: "bob-3", Agent: "bob", Seq: 3, Started: t0})
+	j.SessionStarted(store.SessionRecord{SessionID: "zed-1", Agent: "zed", Seq: 1, Started: t0}) // another daemon's
 	if err := j.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The daemon is killed here; the next one recovers.
+	// The daemon running bob is killed here; its next start recovers its
+	// own agents only: zed's session belongs to a daemon still running.
 	next := h.Open(t, target)
-	orphans, err := next.CloseOrphanSessions(ctx, t0.Add(time.Minute))
+	orphans, err := next.CloseOrphanSessions(ctx, t0.Add(time.Minute), []string{"bob"})
 	if err != nil || len(orphans) != 1 || orphans[0].SessionID != "bob-3" || orphans[0].Outcome != store.OutcomeOrphaned {
-		t.Fatalf("CloseOrphanSessions = %+v, %v", orphans, err)
+		t.Fatalf("CloseOrphanSessions(bob) = %+v, %v", orphans, err)
 	}
-	if again, err := next.CloseOrphanSessions(ctx, t0.Add(2*time.Minute)); err != nil || len(again) != 0 {
+	if again, err := next.CloseOrphanSessions(ctx, t0.Add(2*time.Minute), []string{"bob"}); err != nil || len(again) != 0 {
 		t.Fatalf("second CloseOrphanSessions = %+v, %v; want none", again, err)
+	}
+	if all, err := next.CloseOrphanSessions(ctx, t0.Add(2*time.Minute), nil); err != nil || len(all) != 1 || all[0].Agent != "zed" {
+		t.Fatalf("CloseOrphanSessions(all) = %+v, %v; want zed's, untouched until then", all, err)
 	}
 	if seq, err := next.MaxSeq(ctx, "bob"); err != nil || seq != 3 {
 		t.Fatalf("MaxSeq = %d, %v; want 3 (a restarted runner continues after it)", seq, err)

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// sharedYAML is agentsYAML on the PostgreSQL store at url.
+func sharedYAML(url string, lease time.Duration, names ...string) string {
+	return fmt.Sprintf("store: %s\nlease_timeout: %s\n", url, lease) + agentsYAML(names...)
+}
+
+// TestLeasesOnASharedStore: daemons share one PostgreSQL store (the others
+// are played by their rows: one process has one supervisor). An agent name
+// is run by one daemon only: a daemon naming an agent another runs is
+// refused, naming the holder. A daemon that stops renewing (dead) loses its
+// agents' claimed tasks to the queue once its lease expires, recovered by
+// a live daemon exactly once.
+func TestLeasesOnASharedStore(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("leases"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("leases")
+	ctx := context.Background()
+
+	db, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// Another daemon, alive (its lease runs for an hour), runs bob.
+	other := store.Lease{Daemon: "other:/srv/swarm", Host: "other", PID: 7}
+	if _, err := db.AcquireLeases(ctx, other, []string{"bob"}, time.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, mustLoad(t, repo(t, sharedYAML(url, time.Second, "alice", "bob"))), Options{})
+	var se *SetupError
+	if !errors.As(err, &se) || !errors.Is(err, store.ErrLeaseHeld) || !strings.Contains(err.Error(), "other:/srv/swarm") {
+		t.Fatalf("a daemon naming bob = %v, want a setup error naming the daemon that runs him", err)
+	}
+	if ls, _ := db.Leases(ctx); len(ls) != 1 {
+		t.Fatalf("leases after the refusal = %+v, want bob's alone (all or none)", ls)
+	}
+
+	d1 := start(t, repo(t, sharedYAML(url, 600*time.Millisecond, "alice")))
+	d1.waitRunning(t, "alice")
+
+	// A daemon that ran zed died holding a task: its lease ran out.
+	ghost := store.Lease{Daemon: "ghost:/gone", Host: "ghost", PID: 1}
+	if _, err := db.AcquireLeases(ctx, ghost, []string{"zed"}, time.Now().Add(-time.Hour), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	board := taskboard.New(db, taskboard.Options{})
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "zed's work", CreatedBy: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.Claim(ctx, tk.ID, "zed", "zed-1-x"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "zed's task requeued by the live daemon", func() bool {
+		got, err := board.Get(ctx, tk.ID)
+		return err == nil && got.StateName == "OPEN" && got.Claimant == ""
+	})
+	ls, err := db.Leases(ctx)
+	if err != nil || len(ls) != 2 || ls[0].Agent != "alice" || ls[1].Agent != "bob" {
+		t.Fatalf("leases = %+v, %v; want alice's and bob's (zed's reaped)", ls, err)
+	}
+	evs, err := db.Events(ctx, store.EventQuery{TaskID: tk.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requeued := 0
+	for _, e := range evs {
+		if e.To == "OPEN" && strings.Contains(e.Reason, "ghost:/gone") {
+			requeued++
+		}
+	}
+	if requeued != 1 {
+		t.Fatalf("task events = %+v; want one requeue naming the dead daemon", evs)
+	}
+
+	// A clean stop gives the leases up: the name is free at once.
+	d1.stop(t)
+	if ls, err := db.Leases(ctx); err != nil || len(ls) != 1 || ls[0].Agent != "bob" {
+		t.Fatalf("leases after a clean stop = %+v, %v; want bob's alone", ls, err)
+	}
+}
