@@ -1,0 +1,84 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// remoteTimeout bounds one push or fetch: a remote that hangs (a network
+// cut, a server that never answers) must not hold the caller forever.
+const remoteTimeout = 2 * time.Minute
+
+// FetchedPrefix is where FetchBranch puts what it fetched: a namespace of
+// swarmd's own, not refs/heads (this daemon's agents' branches are checked
+// out in their worktrees, and git refuses to update a checked-out branch),
+// nor refs/remotes (the remote may be a URL, which names no such
+// directory). The refs keep the fetched commits from being collected.
+const FetchedPrefix = "refs/swarmd/remote/"
+
+// Push force-pushes the agent's branch, swarm/AGENT, to remote (a remote
+// of the repository or a URL), from the main repository. Force: the
+// branch is the agent's own, and a rewritten history (an amend, a reset in
+// a session) must replace the remote's.
+func (m *Manager) Push(ctx context.Context, agent, remote string) error {
+	if err := checkName(agent); err != nil {
+		return err
+	}
+	ref := branchRef(agent).String()
+	return m.push(ctx, remote, "+"+ref+":"+ref)
+}
+
+// PushBranch pushes branch (refs/heads/BRANCH) to the same name on remote,
+// never forced: the remote refuses it, and PushBranch fails, unless the
+// push fast-forwards it.
+func (m *Manager) PushBranch(ctx context.Context, branch, remote string) error {
+	ref := "refs/heads/" + branch
+	return m.push(ctx, remote, ref+":"+ref)
+}
+
+func (m *Manager) push(ctx context.Context, remote, refspec string) error {
+	if remote == "" {
+		return fmt.Errorf("push %s: no remote", refspec)
+	}
+	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
+	defer cancel()
+	if _, err := m.git.run(ctx, m.repo, "push", "--quiet", "--porcelain", remote, refspec); err != nil {
+		return fmt.Errorf("push %s to %s: %w", refspec, remote, err)
+	}
+	return nil
+}
+
+// FetchBranch fetches branch from remote into FetchedPrefix+branch and
+// returns the commit it points at there.
+func (m *Manager) FetchBranch(ctx context.Context, branch, remote string) (string, error) {
+	if remote == "" {
+		return "", fmt.Errorf("fetch %s: no remote", branch)
+	}
+	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
+	defer cancel()
+	dst := FetchedPrefix + branch
+	if _, err := m.git.run(ctx, m.repo, "fetch", "--quiet", "--no-tags", remote, "+refs/heads/"+branch+":"+dst); err != nil {
+		return "", fmt.Errorf("fetch %s from %s: %w", branch, remote, err)
+	}
+	out, err := m.git.run(ctx, m.repo, "rev-parse", "--verify", "--quiet", dst+"^{commit}")
+	if err != nil {
+		return "", fmt.Errorf("fetch %s from %s: read %s: %w", branch, remote, dst, err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// HasCommit reports whether the repository holds commit.
+func (m *Manager) HasCommit(ctx context.Context, commit string) (bool, error) {
+	_, err := m.git.run(ctx, m.repo, "cat-file", "-e", commit+"^{commit}")
+	if err == nil {
+		return true, nil
+	}
+	var ge *GitError
+	if errors.As(err, &ge) && ge.ExitCode > 0 {
+		return false, nil
+	}
+	return false, fmt.Errorf("look for commit %s: %w", commit, err)
+}

@@ -1,0 +1,73 @@
+package worktree
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// TestPushAndFetch: an agent's branch is force-pushed to a bare remote (a
+// rewritten history replaces the remote's); another clone fetches it into
+// FetchedPrefix, leaving its own refs/heads alone, and then holds the commit.
+func TestPushAndFetch(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	bare := filepath.Join(t.TempDir(), "remote.git")
+	gitT(t, repo, "init", "-q", "--bare", bare)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wt.Path, "a.txt"), "a\n")
+	first := commitAll(t, wt.Path, "work")
+	if err := m.Push(ctx, "alice", bare); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitT(t, bare, "rev-parse", "refs/heads/swarm/alice"); got != first {
+		t.Fatalf("remote swarm/alice = %s, want %s", got, first)
+	}
+	// A rewritten branch (not a descendant) replaces the remote's.
+	gitT(t, wt.Path, "commit", "-q", "--amend", "-m", "work, amended")
+	amended := gitT(t, wt.Path, "rev-parse", "HEAD")
+	if err := m.Push(ctx, "alice", bare); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitT(t, bare, "rev-parse", "refs/heads/swarm/alice"); got != amended {
+		t.Fatalf("remote swarm/alice after an amend = %s, want %s", got, amended)
+	}
+
+	// Another machine's clone, whose own swarm/alice is stale.
+	other := newRepo(t)
+	gitT(t, other, "branch", "swarm/alice")
+	stale := gitT(t, other, "rev-parse", "swarm/alice")
+	om := openT(t, other)
+	if ok, err := om.HasCommit(ctx, amended); err != nil || ok {
+		t.Fatalf("HasCommit before the fetch = %v, %v; want false", ok, err)
+	}
+	got, err := om.FetchBranch(ctx, "swarm/alice", bare)
+	if err != nil || got != amended {
+		t.Fatalf("FetchBranch = %s, %v; want %s", got, err, amended)
+	}
+	if ok, err := om.HasCommit(ctx, amended); err != nil || !ok {
+		t.Fatalf("HasCommit after the fetch = %v, %v; want true", ok, err)
+	}
+	if now := gitT(t, other, "rev-parse", "swarm/alice"); now != stale {
+		t.Errorf("the fetch moved the local branch to %s", now)
+	}
+	if _, err := om.FetchBranch(ctx, "swarm/nobody", bare); err == nil {
+		t.Error("fetching a branch the remote lacks succeeded")
+	}
+
+	// Pushing the target never forces.
+	writeFile(t, filepath.Join(repo, "c.txt"), "c\n")
+	commitAll(t, repo, "merged here")
+	writeFile(t, filepath.Join(other, "b.txt"), "b\n")
+	commitAll(t, other, "diverged")
+	if err := m.PushBranch(ctx, "main", bare); err != nil {
+		t.Fatal(err)
+	}
+	if err := om.PushBranch(ctx, "main", bare); err == nil {
+		t.Error("a push that does not fast-forward main succeeded")
+	}
+}
