@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -134,6 +135,10 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		fmt.Fprintf(w, "DAEMON UNHEALTHY: %s\n", as[0].DaemonFault)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	swarm := slices.ContainsFunc(as, func(r statusRow) bool { return r.Daemon != "" })
+	if swarm {
+		fmt.Fprint(tw, "DAEMON\t")
+	}
 	fmt.Fprintln(tw, "AGENT\tSTATE\tSEQ\tSESSION\tOUTPUT\tERRORS\tTOKENS\tCOST\tBRANCH\tHEALTH\tWHY")
 	for _, a := range as {
 		why := ""
@@ -147,6 +152,9 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		if a.Spend != nil {
 			sp = *a.Spend
 		}
+		if swarm {
+			fmt.Fprintf(tw, "%s\t", dash(a.Daemon))
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.State, a.Seq,
 			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors,
 			daemon.FormatTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(a.Health), dash(truncate(why, 72)))
@@ -159,6 +167,9 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 type statusRow struct {
 	control.AgentStatus
 	Spend *spendJSON `json:"spend,omitempty"` // nil: no session recorded, or swarm.db unreadable
+	// Daemon runs the agent (its host and state dir), on a shared store;
+	// rows of other daemons' agents carry their recorded state only.
+	Daemon string `json:"daemon,omitempty"`
 }
 
 // spendJSON is an agent's spend summed over its recorded sessions.
@@ -193,6 +204,9 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 		if err == nil {
 			dry, err = db.NoCommits(ctx, noCommitSessions)
 		}
+		if err == nil && cfg.SharedStore() {
+			rows, err = swarmRows(ctx, db, rows)
+		}
 		db.Close()
 	}
 	if err != nil {
@@ -208,6 +222,33 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 		}
 	}
 	return rows
+}
+
+// swarmRows names the daemon of each agent on a shared store and adds the
+// other daemons' agents, with the state they last recorded.
+func swarmRows(ctx context.Context, db *store.DB, rows []statusRow) ([]statusRow, error) {
+	leases, err := db.Leases(ctx)
+	if err != nil {
+		return rows, err
+	}
+	recs, err := db.Agents(ctx)
+	if err != nil {
+		return rows, err
+	}
+	local := map[string]int{}
+	for i, r := range rows {
+		local[r.Name] = i
+	}
+	for _, l := range leases {
+		if i, ok := local[l.Agent]; ok {
+			rows[i].Daemon = l.Daemon
+			continue
+		}
+		rec := recs[l.Agent]
+		rows = append(rows, statusRow{AgentStatus: control.AgentStatus{Name: l.Agent, State: dash(rec.State), Seq: rec.Seq,
+			Reason: rec.StopReason, TotalErrors: rec.TotalErrors, ConsecutiveErrors: rec.ConsecutiveErrors}, Daemon: l.Daemon})
+	}
+	return rows, nil
 }
 
 func age(now, t time.Time) string {

@@ -225,6 +225,12 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if d.db, err = store.Open(ctx, cfg.StoreTarget(), store.Options{}); err != nil {
 		return err
 	}
+	if cfg.SharedStore() {
+		// The store has read its password; sessions and hooks inherit this
+		// process's environment, and agents must not hold the store's
+		// credentials.
+		os.Unsetenv("PGPASSWORD")
+	}
 	agents := cfg.AgentNames()
 	if cfg.SharedStore() {
 		agents = nil // the swarm's other daemons run agents this config does not name

@@ -42,12 +42,14 @@ func IsPostgres(target string) bool {
 	return strings.HasPrefix(target, "postgres://") || strings.HasPrefix(target, "postgresql://")
 }
 
-// pgDriver is the PostgreSQL engine (pgx through database/sql).
-type pgDriver struct{}
+// pgDriver is the PostgreSQL engine (pgx through database/sql), one per DB.
+type pgDriver struct {
+	cfg *pgx.ConnConfig // as parsed at open, password included
+}
 
-func (pgDriver) name() string { return "postgres" }
+func (p *pgDriver) name() string { return "postgres" }
 
-func (pgDriver) migrations() fs.FS {
+func (p *pgDriver) migrations() fs.FS {
 	sub, err := fs.Sub(pgMigrationFS, "migrations/postgres")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -76,11 +78,12 @@ func (m migrationsDir) ReadDir(name string) ([]fs.DirEntry, error) {
 	return fs.ReadDir(m.FS, ".")
 }
 
-func (pgDriver) open(ctx context.Context, target string, _ Options) (write, read *sql.DB, ident string, err error) {
-	cfg, err := pgx.ParseConfig(target)
+func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, read *sql.DB, ident string, err error) {
+	cfg, err := pgx.ParseConfig(target) // reads PGPASSWORD and the passfile now, once
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("store url: %w", err)
 	}
+	p.cfg = cfg.Copy() // the listener connects with it, not by reading the environment again
 	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}
 	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache})
 	write.SetMaxOpenConns(1) // as SQLite's: in-process writers queue on the pool
@@ -106,11 +109,11 @@ func redact(target string) string {
 }
 
 // prepare: nothing to check after the migrations.
-func (pgDriver) prepare(context.Context, *DB) error { return nil }
+func (p *pgDriver) prepare(context.Context, *DB) error { return nil }
 
 // setup creates what the migrations and the SQLite-shaped queries need:
 // the schema version table and iif(), SQLite's inline conditional.
-func (pgDriver) setup(ctx context.Context, db *DB) error {
+func (p *pgDriver) setup(ctx context.Context, db *DB) error {
 	_, err := db.write.ExecContext(ctx, `
 CREATE TABLE IF NOT EXISTS swarmd_schema (version INTEGER NOT NULL);
 INSERT INTO swarmd_schema (version) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM swarmd_schema);
@@ -122,13 +125,13 @@ CREATE OR REPLACE FUNCTION iif(boolean, anycompatible, anycompatible) RETURNS an
 	return nil
 }
 
-func (pgDriver) busy(err error) bool {
+func (p *pgDriver) busy(err error) bool {
 	var pe *pgconn.PgError
 	// serialization_failure, deadlock_detected, lock_not_available
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03")
 }
 
-func (pgDriver) classify(err error) error {
+func (p *pgDriver) classify(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
@@ -141,13 +144,13 @@ func (pgDriver) classify(err error) error {
 	return nil
 }
 
-func (pgDriver) userVersion(ctx context.Context, q queryRower) (int, error) {
+func (p *pgDriver) userVersion(ctx context.Context, q queryRower) (int, error) {
 	var v int
 	err := q.QueryRowContext(ctx, `SELECT version FROM swarmd_schema`).Scan(&v)
 	return v, err
 }
 
-func (pgDriver) setUserVersion(ctx context.Context, tx *sql.Tx, v int) error {
+func (p *pgDriver) setUserVersion(ctx context.Context, tx *sql.Tx, v int) error {
 	_, err := tx.ExecContext(ctx, `UPDATE swarmd_schema SET version = `+strconv.Itoa(v))
 	return err
 }
@@ -155,13 +158,13 @@ func (pgDriver) setUserVersion(ctx context.Context, tx *sql.Tx, v int) error {
 // dataVersion is the server's WAL insert position: it moves with every
 // commit, anywhere in the cluster (a change elsewhere costs a reader one
 // needless query, never a missed one).
-func (pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
+func (p *pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 	var v int64
 	err := db.read.QueryRowContext(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&v)
 	return v, err
 }
 
-func (pgDriver) closeExtra(*DB) {}
+func (p *pgDriver) closeExtra(*DB) {}
 
 // changesChannel is the channel every write transaction notifies.
 const changesChannel = "swarmd_changes"
@@ -170,7 +173,7 @@ const changesChannel = "swarmd_changes"
 // open) and signals each notification; it reconnects, after a pause, when
 // the connection fails, signalling once then (a notification may have been
 // missed). It returns when ctx ends.
-func (pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
+func (p *pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
 	signal := func() {
 		select {
 		case out <- struct{}{}:
@@ -178,7 +181,7 @@ func (pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
 		}
 	}
 	for ctx.Err() == nil {
-		conn, err := pgx.Connect(ctx, db.target)
+		conn, err := pgx.ConnectConfig(ctx, p.cfg.Copy())
 		if err == nil {
 			_, err = conn.Exec(ctx, "LISTEN "+changesChannel)
 		}

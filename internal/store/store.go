@@ -107,7 +107,7 @@ type driver interface {
 func Open(ctx context.Context, target string, opts Options) (*DB, error) {
 	var drv driver = sqliteDriver{}
 	if IsPostgres(target) {
-		drv = pgDriver{}
+		drv = &pgDriver{}
 	}
 	return open(ctx, target, opts, drv, nil)
 }
