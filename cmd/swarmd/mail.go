@@ -30,7 +30,8 @@ func newMailCommand(s streams) *cobra.Command {
 		Use:   "mail",
 		Short: "Send and read mail between agents",
 		Long: `Send and read swarm mail. Inside a backend session SWARM_AGENT_ID and SWARM_DB_PATH make these
-commands act as that agent with no flags; outside one the sender is "operator" and the database is
+commands act as that agent with no flags (with a shared store the session has no SWARM_DB_PATH: they
+run through the daemon's control socket); outside one the sender is "operator" and the database is
 found through --config.`,
 	}
 	cmd.PersistentFlags().StringVarP(&m.configPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")

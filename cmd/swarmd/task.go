@@ -22,7 +22,8 @@ import (
 // taskMain is `swarmd task …`: the operator's backlog commands and the
 // verbs an agent runs inside its session to claim and report on work. Like
 // mail, a short-lived process that opens swarm.db directly, so it works
-// whether or not the daemon runs; who acts is decided as for mail
+// whether or not the daemon runs (but a session on a shared store runs it
+// through its daemon: forwardSessionCLI); who acts is decided as for mail
 // (whoCalls).
 type taskMain struct {
 	s          streams
