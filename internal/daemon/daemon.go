@@ -65,6 +65,7 @@ type Daemon struct {
 	control      *control.Server
 	dash         *dashboards // the read model of swarmd top and the web dashboard
 	observer     runner.Observer
+	pusher       *pusher     // pushes branches to cfg.Remote, started by Run
 	ready        atomic.Bool // every agent registered
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
 	mailChanged chan struct{}
@@ -169,7 +170,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	}
 	d.budget = newBudgetKeeper(d)
 	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}}
+	d.pusher = newPusher(log.Named("push"))
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -261,6 +263,9 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer d.cancelAgents()
 	defer d.budget.close()
+	// Stopped last: the pushes the last sessions asked for still go out.
+	d.pusher.start()
+	defer d.pusher.stop()
 	agentCtx := d.agentCtx
 	cfg, _ := d.current()
 	// A failure after the first runner started stops those started, with

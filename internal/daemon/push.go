@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/runner"
+)
+
+// pushDrain bounds how long a stopping daemon spends on the pushes still
+// pending, so that the last sessions' work reaches the remote without a
+// dead remote holding the shutdown.
+const pushDrain = 30 * time.Second
+
+// pusher pushes branches to the swarm's remote (config key remote) in a
+// goroutine of its own: a session's end must not wait for the network.
+// Requests are coalesced per branch: a push sends the branch as it is
+// when the push runs, so only the latest head matters.
+type pusher struct {
+	log *zap.Logger
+
+	mu      sync.Mutex
+	pending map[string]func(context.Context) error // by branch
+	order   []string                               // pending branches, oldest request first
+	wake    chan struct{}                          // capacity 1
+
+	quit, done chan struct{}
+	started    bool
+}
+
+func newPusher(log *zap.Logger) *pusher {
+	return &pusher{log: log, pending: map[string]func(context.Context) error{}, wake: make(chan struct{}, 1),
+		quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// request asks for branch to be pushed by push; a request for a branch
+// already pending replaces it. It never blocks.
+func (p *pusher) request(branch string, push func(context.Context) error) {
+	p.mu.Lock()
+	if _, ok := p.pending[branch]; !ok {
+		p.order = append(p.order, branch)
+	}
+	p.pending[branch] = push
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the pushes until stop.
+func (p *pusher) start() {
+	p.started = true
+	go p.run()
+}
+
+// stop pushes what is pending (within pushDrain) and waits for the goroutine.
+func (p *pusher) stop() {
+	if !p.started {
+		return
+	}
+	close(p.quit)
+	<-p.done
+}
+
+func (p *pusher) run() {
+	defer close(p.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for {
+		select {
+		case <-p.quit:
+			dctx, dcancel := context.WithTimeout(ctx, pushDrain)
+			p.pushAll(dctx)
+			dcancel()
+			return
+		case <-p.wake:
+		}
+		p.pushAll(ctx)
+	}
+}
+
+// pushAll runs every pending push, oldest first; a failure is logged and
+// dropped (the branch's next change asks again).
+func (p *pusher) pushAll(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		if len(p.order) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		branch := p.order[0]
+		p.order = p.order[1:]
+		push := p.pending[branch]
+		delete(p.pending, branch)
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			p.log.Warn("push not done: the daemon is stopping", zap.String("branch", branch))
+			continue
+		}
+		if err := push(ctx); err != nil {
+			p.log.Error("push to the remote failed", zap.String("branch", branch), zap.Error(err))
+			continue
+		}
+		p.log.Debug("pushed", zap.String("branch", branch))
+	}
+}
+
+// pushObserver asks for an agent's branch to be pushed after each session
+// that moved it (made commits, or rewrote them), when the config in force
+// names a remote.
+type pushObserver struct{ d *Daemon }
+
+func (o pushObserver) OnSessionEnd(s runner.SessionRecord) {
+	if s.HeadAfter == "" || s.HeadAfter == s.HeadBefore {
+		return
+	}
+	o.d.pushAgent(s.Agent)
+}
+
+func (pushObserver) OnTransition(runner.Transition) {}
+func (pushObserver) OnIdle(string, bool, time.Time) {}
+
+// pushAgent asks for swarm/AGENT to be pushed to the remote (none: nothing).
+func (d *Daemon) pushAgent(agent string) {
+	cfg, _ := d.current()
+	if cfg.Remote == "" {
+		return
+	}
+	remote := cfg.Remote
+	d.pusher.request(d.trees.Branch(agent), func(ctx context.Context) error {
+		return d.trees.Push(ctx, agent, remote)
+	})
+}
+
+// pushTarget asks for the merge target to be pushed to the remote after the
+// merge queue advanced it, so that every daemon of the swarm sees it; never
+// forced: a remote target that moved otherwise is the operator's to settle.
+func (d *Daemon) pushTarget(branch string) {
+	cfg, _ := d.current()
+	if cfg.Remote == "" {
+		return
+	}
+	remote := cfg.Remote
+	d.pusher.request(branch, func(ctx context.Context) error {
+		return d.trees.PushBranch(ctx, branch, remote)
+	})
+}
