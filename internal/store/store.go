@@ -65,6 +65,11 @@ type DB struct {
 	stop      context.CancelFunc
 	stopCtx   context.Context
 
+	// locks are the Locks TryLock took and no one released yet: Close
+	// releases them.
+	lockMu sync.Mutex
+	locks  map[*Lock]struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -315,6 +320,15 @@ func (db *DB) Close() error {
 		db.stop()
 		db.listenMu.Unlock()
 		db.listeners.Wait()
+		db.lockMu.Lock()
+		held := make([]*Lock, 0, len(db.locks))
+		for l := range db.locks {
+			held = append(held, l)
+		}
+		db.lockMu.Unlock()
+		for _, l := range held {
+			_ = l.Release() // a lock whose connection is gone is released already
+		}
 		db.drv.closeExtra(db)
 		var errs []error
 		if db.read != nil {

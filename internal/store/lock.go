@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"fmt"
+	"sync"
+)
+
+// Lock is a named lock TryLock took: on PostgreSQL a session-level
+// advisory lock, held by one connection of this handle for as long as the
+// connection lives. PostgreSQL frees it when the connection ends, so the
+// lock of a daemon that died (or lost its network) passes to another.
+type Lock struct {
+	db   *DB
+	name string
+	conn *sql.Conn // nil on SQLite
+
+	once sync.Once
+	err  error
+}
+
+// TryLock takes the lock name if no other handle holds it, without
+// waiting: ok is false when another holds it. Release it with
+// Lock.Release; closing the DB releases it too. On SQLite it always
+// succeeds: one daemon uses a file (the state dir lock sees to that).
+//
+// The lock's connection comes from the read pool, whose statements run as
+// they are (no writer transaction wraps them): a session-level lock must
+// not live in a transaction that ends.
+func (db *DB) TryLock(ctx context.Context, name string) (_ *Lock, ok bool, err error) {
+	l := &Lock{db: db, name: name}
+	if _, pg := db.drv.(*pgDriver); !pg {
+		return l, true, db.track(l)
+	}
+	conn, err := db.read.Conn(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: lock %s: %w", name, err)
+	}
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext(?))`, name).Scan(&ok); err != nil || !ok {
+		conn.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("store: lock %s: %w", name, err)
+		}
+		return nil, false, nil
+	}
+	l.conn = conn
+	if err := db.track(l); err != nil {
+		l.Release()
+		return nil, false, err
+	}
+	return l, true, nil
+}
+
+// track records l, to be released by Close.
+func (db *DB) track(l *Lock) error {
+	db.lockMu.Lock()
+	defer db.lockMu.Unlock()
+	if db.stopCtx.Err() != nil {
+		return fmt.Errorf("store: lock %s: %w", l.name, sql.ErrConnDone) // closed
+	}
+	if db.locks == nil {
+		db.locks = map[*Lock]struct{}{}
+	}
+	db.locks[l] = struct{}{}
+	return nil
+}
+
+// Check reports whether the lock is still held: its connection answers.
+// A lock whose connection failed is lost (PostgreSQL freed it, and another
+// handle may hold it now); release it and try again.
+func (l *Lock) Check(ctx context.Context) error {
+	if l.conn == nil {
+		return nil
+	}
+	// The session holds the lock until it unlocks or ends: a session that
+	// answers still holds it.
+	var one int
+	if err := l.conn.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("store: check lock %s: %w", l.name, err)
+	}
+	return nil
+}
+
+// Release gives the lock up. It is idempotent.
+func (l *Lock) Release() error {
+	l.once.Do(func() {
+		l.db.lockMu.Lock()
+		delete(l.db.locks, l)
+		l.db.lockMu.Unlock()
+		if l.conn == nil {
+			return
+		}
+		// Unlock explicitly: closing a pooled conn only returns it to the
+		// pool, where the session (and its lock) would live on.
+		_, err := l.conn.ExecContext(context.Background(), `SELECT pg_advisory_unlock(hashtext(?))`, l.name)
+		if err == nil {
+			err = l.conn.Close()
+		} else {
+			// The session may be gone already, its lock with it: the pool
+			// must not reuse a connection in a state nobody knows.
+			_ = l.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+		}
+		if err != nil {
+			l.err = fmt.Errorf("store: release lock %s: %w", l.name, err)
+		}
+	})
+	return l.err
+}

@@ -1,0 +1,90 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// TestTryLockPostgres: two handles on one PostgreSQL database (two
+// daemons): one holds a named lock at a time; a release frees it, and so
+// does closing the holder's handle. Other names are independent.
+func TestTryLockPostgres(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("locks"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := openStore(t, srv.URL("locks"))
+	b, err := store.Open(ctx, srv.URL("locks"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	la, ok, err := a.TryLock(ctx, "merge")
+	if err != nil || !ok {
+		t.Fatalf("first TryLock = %v, %v; want it taken", ok, err)
+	}
+	if err := la.Check(ctx); err != nil {
+		t.Fatalf("Check of a held lock: %v", err)
+	}
+	if _, ok, err := b.TryLock(ctx, "merge"); err != nil || ok {
+		t.Fatalf("TryLock of a held lock = %v, %v; want refused", ok, err)
+	}
+	if _, ok, err := a.TryLock(ctx, "merge"); err != nil || ok {
+		t.Fatalf("TryLock by the holder's handle again = %v, %v; want refused (one holder)", ok, err)
+	}
+	other, ok, err := b.TryLock(ctx, "another")
+	if err != nil || !ok {
+		t.Fatalf("TryLock of another name = %v, %v; want taken", ok, err)
+	}
+	if err := other.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := la.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(); err != nil {
+		t.Fatalf("a second Release = %v, want nil", err)
+	}
+	lb, ok, err := b.TryLock(ctx, "merge")
+	if err != nil || !ok {
+		t.Fatalf("TryLock after the release = %v, %v; want taken", ok, err)
+	}
+
+	// The holder's handle closes (a daemon stops, or dies: its connection
+	// ends): the lock is free.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Check(ctx); err == nil {
+		t.Error("Check of a lock whose handle closed = nil, want an error")
+	}
+	la, ok, err = a.TryLock(ctx, "merge")
+	if err != nil || !ok {
+		t.Fatalf("TryLock after the holder closed = %v, %v; want taken", ok, err)
+	}
+	if err := la.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTryLockSQLite: on SQLite, a lock is always granted (one daemon per
+// file: the state dir lock).
+func TestTryLockSQLite(t *testing.T) {
+	db := openStore(t, t.TempDir()+"/swarm.db")
+	for range 2 {
+		l, ok, err := db.TryLock(context.Background(), "merge")
+		if err != nil || !ok {
+			t.Fatalf("TryLock = %v, %v; want ok", ok, err)
+		}
+		if err := l.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release()
+	}
+}
