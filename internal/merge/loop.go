@@ -110,6 +110,14 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 
 // integrate takes e as far as it can go now.
 func (q *Queue) integrate(ctx context.Context, e *Entry, waiting string) (Outcome, error) {
+	if q.opts.Prepare != nil {
+		if err := q.opts.Prepare(ctx, *e); err != nil {
+			if ctx.Err() != nil {
+				return OutcomeIdle, err
+			}
+			return q.wait(ctx, e, waiting, "cannot prepare the merge: "+err.Error(), nil)
+		}
+	}
 	target, tree, err := q.repo.tip(ctx, q.opts.Into)
 	if err != nil {
 		return q.wait(ctx, e, waiting, fmt.Sprintf("cannot read %s: %v", q.opts.Into, err), err)

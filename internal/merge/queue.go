@@ -126,6 +126,10 @@ type Options struct {
 	// Name and Email are the identity of the commits the queue makes; ""
 	// means DefaultName and DefaultEmail.
 	Name, Email string
+	// Prepare, when set, runs before an entry is integrated: an error makes
+	// the entry wait, with the error as the reason, until the next recheck.
+	// A daemon of a swarm fetches there the head another machine pushed.
+	Prepare func(ctx context.Context, e Entry) error
 }
 
 // Queue is the merge queue of one repository. Its methods are safe for
