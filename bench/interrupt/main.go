@@ -3,6 +3,12 @@
 // from another process's connection, and for each the time from its commit
 // to the cancel signal the daemon sent (the daemon logs it with every
 // UrgentMessage transition). Prints p50, p99 and max.
+//
+// With -engine postgres (or both) the daemon's store is a PostgreSQL
+// database of a pgtest server this program starts and stops; -store runs
+// against a given postgres:// URL instead. The benchmark process is then
+// another daemon writing to the shared store, and the daemon under test
+// learns of the mail by LISTEN/NOTIFY, not by watching a file.
 package main
 
 import (
@@ -15,11 +21,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -28,39 +36,114 @@ func main() {
 	agents := flag.Int("agents", 50, "agents")
 	msgs := flag.Int("messages", 200, "urgent messages")
 	gap := flag.Duration("gap", 25*time.Millisecond, "pause between messages")
+	engine := flag.String("engine", "sqlite", "sqlite, postgres (a pgtest server started here) or both (alternated, -rounds each)")
+	url := flag.String("store", "", "a postgres:// URL of an empty database to use instead of -engine")
+	rounds := flag.Int("rounds", 1, "daemons started per engine")
 	flag.Parse()
-	if err := run(*bin, *agents, *msgs, *gap); err != nil {
+	if err := run(*bin, *engine, *url, *rounds, *agents, *msgs, *gap); err != nil {
 		fmt.Fprintln(os.Stderr, "interrupt:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, n, m int, gap time.Duration) error {
+func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err error) {
+	if url != "" {
+		got, err := measure(bin, url, n, m, gap)
+		if err != nil {
+			return err
+		}
+		report("store", n, got)
+		return nil
+	}
+	var engines []string
+	switch engine {
+	case "sqlite", "postgres":
+		engines = []string{engine}
+	case "both":
+		engines = []string{"sqlite", "postgres"}
+	default:
+		return fmt.Errorf("-engine %q: want sqlite, postgres or both", engine)
+	}
+	var srv *pgtest.Server
+	if engine != "sqlite" {
+		if srv, err = pgtest.Start(); err != nil {
+			return fmt.Errorf("start PostgreSQL: %w", err)
+		}
+		defer func() {
+			if cerr := srv.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("stop PostgreSQL: %w", cerr)
+			}
+		}()
+	}
+	for r := range rounds {
+		for i := range engines {
+			// Alternate the order, so neither engine always runs on the
+			// machine the other has just warmed.
+			e := engines[(i+r)%len(engines)]
+			target := "" // the daemon's own swarm.db
+			if e == "postgres" {
+				name := "interrupt" + strconv.Itoa(r)
+				if err := srv.CreateDB(name); err != nil {
+					return fmt.Errorf("create database: %w", err)
+				}
+				target = srv.URL(name)
+			}
+			got, err := measure(bin, target, n, m, gap)
+			if err != nil {
+				return fmt.Errorf("%s: %w", e, err)
+			}
+			report(e, n, got)
+		}
+	}
+	return nil
+}
+
+// report prints the percentiles of got, which it sorts.
+func report(engine string, n int, got []time.Duration) {
+	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+	pct := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))] }
+	fmt.Printf("%-8s agents=%d messages=%d  commit->cancel p50=%v p99=%v max=%v\n", engine, n, len(got),
+		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), got[len(got)-1].Round(time.Microsecond))
+}
+
+// measure runs a daemon with n agents on target ("" for its own SQLite
+// file, else a store URL) and returns the commit->cancel latency of m urgent
+// messages sent from this process.
+func measure(bin, target string, n, m int, gap time.Duration) ([]time.Duration, error) {
 	work, err := harness.Repo("swarmd-interrupt")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(work)
 	// Sessions exit on the cancel signal at once, so every agent is soon
 	// Running again for the next message.
-	config, names, err := harness.Swarm(work, "defaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: scripted, steps: [{sleep: 24h}]}}\n", n)
+	head := "defaults: {backend: s, session_timeout: 24h}\nbackends: {s: {type: scripted, steps: [{sleep: 24h}]}}\n"
+	if target != "" {
+		head += "store: " + strconv.Quote(target) + "\n"
+	}
+	config, names, err := harness.Swarm(work, head, n)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("write the config: %w", err)
 	}
 	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("daemon's stderr: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, fmt.Errorf("start the daemon: %w", err)
 	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	defer stop(cmd)
 
 	running := make(map[string]bool)
 	latencies := make(chan time.Duration, m)
 	allRunning := make(chan struct{})
+	exited := make(chan struct{})
+	last := make(chan string, 1) // the daemon's last line that was no transition
 	go func() {
+		defer close(exited)
+		lastLine := ""
+		defer func() { last <- lastLine }()
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var l struct {
@@ -68,6 +151,7 @@ func run(bin string, n, m int, gap time.Duration) error {
 				Latency               float64 `json:"interrupt_latency"`
 			}
 			if json.Unmarshal(sc.Bytes(), &l) != nil || l.Msg != "transition" {
+				lastLine = sc.Text()
 				continue
 			}
 			if l.To == "Running" && !running[l.Agent] {
@@ -83,31 +167,47 @@ func run(bin string, n, m int, gap time.Duration) error {
 	}()
 	select {
 	case <-allRunning:
+	case <-exited:
+		return nil, fmt.Errorf("daemon exited before all agents were Running; its last words: %s", <-last)
 	case <-time.After(5 * time.Minute):
-		return fmt.Errorf("agents not Running after 5 minutes")
+		return nil, fmt.Errorf("agents not Running after 5 minutes")
 	}
-	db, err := mailbox.Open(context.Background(), filepath.Join(work, ".swarm", "swarm.db"), store.Options{NoCreate: true}, mailbox.Options{Agents: names})
+	if target == "" {
+		target = filepath.Join(work, ".swarm", "swarm.db")
+	}
+	db, err := mailbox.Open(context.Background(), target, store.Options{NoCreate: true}, mailbox.Options{Agents: names})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("open the store: %w", err)
 	}
 	defer db.Close()
 	var got []time.Duration
 	for i := 0; i < m; i++ {
 		to := names[i%n]
 		if _, err := db.Send(context.Background(), mailbox.Draft{From: "operator", To: to, Subject: "stop", Body: "urgent " + fmt.Sprint(i), Urgent: true}); err != nil {
-			return err
+			return nil, fmt.Errorf("send message %d: %w", i, err)
 		}
 		select {
 		case d := <-latencies:
 			got = append(got, d)
 		case <-time.After(10 * time.Second):
-			return fmt.Errorf("message %d to %s: no interrupt within 10s", i, to)
+			return nil, fmt.Errorf("message %d to %s: no interrupt within 10s", i, to)
 		}
 		time.Sleep(gap)
 	}
-	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-	pct := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))] }
-	fmt.Printf("agents=%d messages=%d  commit->cancel p50=%v p99=%v max=%v\n", n, len(got),
-		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), got[len(got)-1].Round(time.Microsecond))
-	return nil
+	return got, nil
+}
+
+// stop ends the daemon: SIGTERM, and SIGKILL if it has not exited within
+// 30 s, so that a hung daemon is not left behind.
+func stop(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "interrupt: the daemon ignored SIGTERM for 30s; killing it")
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
