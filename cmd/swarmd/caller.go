@@ -63,17 +63,35 @@ type swarmDB struct {
 	mail   mailbox.Options // the mail limits and recipients it was found with
 	agents []string        // the known agent names; nil when nothing says
 	cfg    *config.Config  // the config it was found through; nil inside a session
+	// borrowed: DB is the daemon's (streams.store), which Close leaves open.
+	borrowed bool
 }
 
-// openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session, else
-// the config at configPath. It never creates the file.
-func openSwarmDB(ctx context.Context, getenv func(string) string, configPath, cmd string) (*swarmDB, error) {
+// Close closes the store unless it is the daemon's.
+func (db *swarmDB) Close() error {
+	if db.borrowed {
+		return nil
+	}
+	return db.DB.Close()
+}
+
+// openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session (the
+// daemon's open store when it runs the command for a session), else the
+// config at configPath. It never creates the file.
+func openSwarmDB(ctx context.Context, s streams, configPath, cmd string) (*swarmDB, error) {
 	var out swarmDB
 	var opts mailbox.Options
+	getenv := s.getenv
 	path := getenv("SWARM_DB_PATH")
 	if path != "" {
 		if names := getenv("SWARM_AGENTS"); names != "" {
 			opts.Agents = strings.Split(names, ",")
+		}
+		if s.store != nil {
+			// Not opened again: the daemon dropped the store's password
+			// from its environment once its own store had read it.
+			out.DB, out.mail, out.agents, out.borrowed = s.store, opts, opts.Agents, true
+			return &out, nil
 		}
 	} else {
 		cfg, err := config.Load(configPath)

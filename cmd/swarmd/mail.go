@@ -96,7 +96,7 @@ func (m *mailMain) identity() (who string, inSession bool, err error) {
 // open finds swarm.db: SWARM_DB_PATH inside a session, else the config.
 // The mailbox is closed before the database by done.
 func (m *mailMain) open(ctx context.Context) (mb *mailbox.Mailbox, done func(), err error) {
-	db, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "mail")
+	db, err := openSwarmDB(ctx, m.s, m.configPath, "mail")
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/daemon"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // Set by the Makefile through -ldflags.
@@ -53,6 +54,9 @@ type streams struct {
 	in       io.Reader
 	out, err io.Writer
 	getenv   func(string) string
+	// store, when set, is the daemon's open store, which mail and task use
+	// for SWARM_DB_PATH: the daemon runs a session's command (runSessionCLI).
+	store *store.DB
 }
 
 func main() {

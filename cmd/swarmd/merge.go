@@ -52,7 +52,7 @@ func (m *mergeMain) open(ctx context.Context, verb string, operator bool) (*merg
 	if operator && who.inSession {
 		return nil, nil, nil, usagef("merge %s: an operator command; agent %s's session may not run it", verb, who.name)
 	}
-	db, err := openSwarmDB(ctx, m.s.getenv, m.configPath, "merge")
+	db, err := openSwarmDB(ctx, m.s, m.configPath, "merge")
 	if err != nil {
 		return nil, nil, nil, err
 	}

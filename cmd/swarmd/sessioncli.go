@@ -97,6 +97,6 @@ func runSessionCLI(ctx context.Context, req daemon.CLIRequest) (stdout, stderr s
 		}
 	}()
 	code = Main(ctx, req.Args, streams{in: strings.NewReader(req.Stdin), out: &out, err: &errb,
-		getenv: func(k string) string { return req.Env[k] }})
+		getenv: func(k string) string { return req.Env[k] }, store: req.Store})
 	return out.String(), errb.String(), code
 }

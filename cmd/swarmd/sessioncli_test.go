@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,11 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/daemon"
+	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -151,5 +155,33 @@ func TestReadsStdin(t *testing.T) {
 		if got := readsStdin(strings.Fields(args), s); got != want {
 			t.Errorf("readsStdin(%s) = %v, want %v", args, got, want)
 		}
+	}
+}
+
+// TestRunSessionCLIUsesTheDaemonsStore: the daemon runs a session's command
+// on its own open store, not opening SWARM_DB_PATH again (its environment
+// no longer holds the store's password), and leaves that store open.
+func TestRunSessionCLIUsesTheDaemonsStore(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	env := map[string]string{"SWARM_DB_PATH": "postgres://swarm@unreachable.invalid/swarm", "SWARM_AGENTS": "alice,bob", "SWARM_AGENT_ID": "alice"}
+	for i, args := range [][]string{{"mail", "send", "--to", "bob", "--subject", "hi"}, {"mail", "send", "--to", "bob", "again"}} {
+		stdout, stderr, code := runSessionCLI(ctx, daemon.CLIRequest{Args: args, Stdin: "from stdin", Env: env, Store: db})
+		if code != 0 || stdout != fmt.Sprintf("sent #%d to bob\n", i+1) {
+			t.Fatalf("%v: exit %d %q %q", args, code, stdout, stderr)
+		}
+	}
+	mb, err := mailbox.New(ctx, db, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	ms, err := mb.Inbox(ctx, "bob", true)
+	if err != nil || len(ms) != 2 || ms[0].From != "alice" || ms[0].Body != "from stdin" || ms[1].Body != "again" {
+		t.Fatalf("bob's inbox %+v, %v", ms, err)
 	}
 }

@@ -91,7 +91,7 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 	case kind == sessionVerb && who.isOperator():
 		return usagef("task %s: for an agent inside its session (SWARM_AGENT_ID is not set); the operator uses task cancel, retry or requeue", verb)
 	}
-	db, err := openSwarmDB(ctx, t.s.getenv, t.configPath, "task")
+	db, err := openSwarmDB(ctx, t.s, t.configPath, "task")
 	if err != nil {
 		return err
 	}
@@ -659,7 +659,7 @@ func (t *taskMain) taskCompletions(ctx context.Context, states []task.State) []c
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	db, err := openSwarmDB(ctx, t.s.getenv, t.configPath, "task")
+	db, err := openSwarmDB(ctx, t.s, t.configPath, "task")
 	if err != nil {
 		return nil
 	}

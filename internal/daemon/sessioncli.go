@@ -10,6 +10,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // CLIRequest is a session's `swarmd mail` or `swarmd task` command line as
@@ -19,6 +20,10 @@ type CLIRequest struct {
 	Args  []string
 	Stdin string
 	Env   map[string]string
+	// Store is the daemon's open store, Env's SWARM_DB_PATH: the command
+	// uses it, not opening the target again (the daemon's environment no
+	// longer holds the store's password), and leaves it open.
+	Store *store.DB
 }
 
 var _ control.SessionCLI = controlAPI{}
@@ -62,7 +67,7 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		"SWARM_MAX_ITERATIONS": strconv.Itoa(ag.MaxIterations),
 		proc.MarkerEnv:         c.String(),
 	}
-	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env})
+	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})
 	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
 		zap.Strings("args", req.Args), zap.Int("code", code))
 	return control.SessionCLIResult{Stdout: stdout, Stderr: stderr, Code: code}, nil
