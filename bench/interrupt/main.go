@@ -75,6 +75,7 @@ func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err erro
 			}
 		}()
 	}
+	p50s, p99s := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for r := range rounds {
 		for i := range engines {
 			// Alternate the order, so neither engine always runs on the
@@ -92,18 +93,30 @@ func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err erro
 			if err != nil {
 				return fmt.Errorf("%s: %w", e, err)
 			}
-			report(e, n, got)
+			p50, p99 := report(e, n, got)
+			p50s[e] = append(p50s[e], p50)
+			p99s[e] = append(p99s[e], p99)
 		}
+	}
+	if len(engines) == 2 {
+		// Each engine's median over the rounds, and their ratio.
+		med := func(ds []time.Duration) time.Duration { return harness.Percentile(ds, 0.5) }
+		sq50, pg50, sq99, pg99 := med(p50s["sqlite"]), med(p50s["postgres"]), med(p99s["sqlite"]), med(p99s["postgres"])
+		fmt.Printf("medians over %d rounds: sqlite p50=%v p99=%v; postgres p50=%v p99=%v; PG/SQLite p50 %.2fx p99 %.2fx\n",
+			rounds, sq50, sq99, pg50, pg99, float64(pg50)/float64(sq50), float64(pg99)/float64(sq99))
 	}
 	return nil
 }
 
-// report prints the percentiles of got, which it sorts.
-func report(engine string, n int, got []time.Duration) {
+// report prints the percentiles of got, which it sorts, and returns p50
+// and p99.
+func report(engine string, n int, got []time.Duration) (p50, p99 time.Duration) {
 	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-	pct := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))] }
+	pct := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))].Round(time.Microsecond) }
+	p50, p99 = pct(0.50), pct(0.99)
 	fmt.Printf("%-8s agents=%d messages=%d  commit->cancel p50=%v p99=%v max=%v\n", engine, n, len(got),
-		pct(0.50).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), got[len(got)-1].Round(time.Microsecond))
+		p50, p99, got[len(got)-1].Round(time.Microsecond))
+	return p50, p99
 }
 
 // measure runs a daemon with n agents on target ("" for its own SQLite
