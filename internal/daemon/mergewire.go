@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -20,12 +21,16 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	if cfg.Merge == nil {
 		return nil
 	}
-	q, err := merge.Open(ctx, merge.Options{
+	opts := merge.Options{
 		Repo: cfg.Repo, StateDir: cfg.StateDir, Into: cfg.Merge.Into, Gate: cfg.Merge.Gate,
 		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy,
 		DB: d.db, Procs: d.sup, Logs: d.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
 		Log: d.log.Named("merge"),
-	})
+	}
+	if cfg.SharedStore() {
+		opts.Prepare = d.fetchHead // heads of other machines' agents
+	}
+	q, err := merge.Open(ctx, opts)
 	if err != nil {
 		return setupError(err)
 	}
@@ -36,8 +41,12 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 // mergeHooks tells the task board what the merge queue did.
 type mergeHooks struct{ d *Daemon }
 
-// OnMerged closes the task: its work is on the target.
+// OnMerged closes the task: its work is on the target, which goes to the
+// remote so that every daemon of the swarm sees it.
 func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) error {
+	if cfg, _ := h.d.current(); cfg.Merge != nil {
+		h.d.pushTarget(cfg.Merge.Into)
+	}
 	if _, err := h.d.tasks.Merged(ctx, e.Task, commit); err != nil && !errors.Is(err, taskboard.ErrState) {
 		return err
 	}
@@ -66,12 +75,24 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 	if d.merge == nil {
 		return func() {}
 	}
-	d.merge.Start(ctx)
+	cfg, _ := d.current()
+	shared := cfg.SharedStore()
 	done, finished := make(chan struct{}), make(chan struct{})
+	var leader chan struct{}
+	if shared {
+		// One daemon of the swarm runs the queue: the merge lock's holder.
+		leader = make(chan struct{})
+		go func() { defer close(leader); d.leadMerge(ctx, done) }()
+	} else {
+		d.merge.Start(ctx)
+	}
 	go func() {
 		defer close(finished)
 		for {
 			d.enqueueReady(ctx)
+			if shared {
+				d.merge.Wake() // another daemon may have queued work
+			}
 			select {
 			case <-done:
 				return
@@ -84,7 +105,14 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done); <-finished; d.merge.Stop() }
+	return func() {
+		close(done)
+		<-finished
+		if leader != nil {
+			<-leader
+		}
+		d.merge.Stop()
+	}
 }
 
 func (d *Daemon) enqueueReady(ctx context.Context) {
@@ -93,7 +121,12 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 		d.log.Warn("merge queue: ready tasks", zap.Error(err))
 		return
 	}
+	cfg, _ := d.current()
 	for _, r := range ready {
+		if cfg.SharedStore() && !slices.Contains(cfg.AgentNames(), r.Worker) {
+			// Its daemon queues it: the branch's head is known there.
+			continue
+		}
 		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, d.trees.Branch(r.Worker)); err != nil && !errors.Is(err, merge.ErrState) {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
 		}

@@ -82,3 +82,25 @@ func (m *Manager) HasCommit(ctx context.Context, commit string) (bool, error) {
 	}
 	return false, fmt.Errorf("look for commit %s: %w", commit, err)
 }
+
+// BranchCommit is the commit branch (refs/heads/BRANCH) points at.
+func (m *Manager) BranchCommit(ctx context.Context, branch string) (string, error) {
+	out, err := m.git.run(ctx, m.repo, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
+	if err != nil {
+		return "", fmt.Errorf("read branch %s: %w", branch, err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// IsAncestor reports whether commit a is an ancestor of commit b (or b).
+func (m *Manager) IsAncestor(ctx context.Context, a, b string) (bool, error) {
+	_, err := m.git.run(ctx, m.repo, "merge-base", "--is-ancestor", a, b)
+	var ge *GitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ge) && ge.ExitCode == 1:
+		return false, nil
+	}
+	return false, fmt.Errorf("is %s an ancestor of %s: %w", a, b, err)
+}

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/merge"
+)
+
+const (
+	// mergeLockName names the store lock whose holder runs the merge
+	// queue: on a shared store, one daemon of the swarm at a time.
+	mergeLockName = "swarmd merge queue"
+	// mergeLockRetry is how often a daemon without the lock tries to take
+	// it, and how often the holder checks that it still holds it. A dead
+	// holder's lock is freed by PostgreSQL when its connection drops.
+	mergeLockRetry = 3 * time.Second
+)
+
+// leadMerge runs the merge queue while this daemon holds the merge lock,
+// trying to take it every mergeLockRetry, until stop is closed; the queue
+// is stopped and the lock released before it returns.
+func (d *Daemon) leadMerge(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTicker(mergeLockRetry)
+	defer t.Stop()
+	for {
+		if !d.holdMerge(ctx, stop, t.C) {
+			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// holdMerge takes the merge lock if it can and runs the queue until the
+// lock is lost (false: until stop or ctx ended).
+func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-chan time.Time) bool {
+	lock, ok, err := d.db.TryLock(ctx, mergeLockName)
+	if err != nil {
+		d.log.Warn("merge queue: take the merge lock", zap.Error(err))
+		return true
+	}
+	if !ok {
+		return true // another daemon runs the queue
+	}
+	defer func() {
+		if err := lock.Release(); err != nil {
+			d.log.Warn("merge queue: release the merge lock", zap.Error(err))
+		}
+	}()
+	d.log.Info("this daemon runs the swarm's merge queue")
+	d.merge.Start(ctx)
+	defer d.merge.Stop()
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-tick:
+		}
+		if err := lock.Check(ctx); err != nil {
+			// PostgreSQL freed the lock with the connection: another daemon
+			// may run the queue now. Stop at once, try again later.
+			d.log.Error("merge queue: the merge lock is lost; stopping the queue", zap.Error(err))
+			return true
+		}
+	}
+}
+
+// fetchHead is the merge queue's Prepare on a shared store: the entry's
+// head, recorded by the daemon that runs its agent, was pushed by that
+// daemon to the remote after the session that made it. The queue merges
+// that exact commit (merge-tree, commit-tree, rebase all take e.Head), so
+// it is enough to hold the commit: when it is missing the branch is
+// fetched into refs/swarmd/remote/ (worktree.FetchedPrefix), never into
+// refs/heads, where this daemon's own agents' branches are checked out and
+// another's local copy would be rewritten. The target is fetched too: a
+// remote target with commits this repository lacks (merged by another
+// daemon that held the lock before) makes the entry wait rather than
+// merge onto a stale target whose push would be refused.
+func (d *Daemon) fetchHead(ctx context.Context, e merge.Entry) error {
+	cfg, _ := d.current()
+	if cfg.Remote == "" || cfg.Merge == nil {
+		return nil
+	}
+	if err := d.checkTarget(ctx, cfg.Merge.Into, cfg.Remote); err != nil {
+		return err
+	}
+	ok, err := d.trees.HasCommit(ctx, e.Head)
+	if err != nil || ok {
+		return err
+	}
+	got, err := d.trees.FetchBranch(ctx, e.Branch, cfg.Remote)
+	if err != nil {
+		return err
+	}
+	if ok, err := d.trees.HasCommit(ctx, e.Head); err != nil || ok {
+		return err
+	}
+	return fmt.Errorf("%s on %s is at %s, which does not hold %s yet (its daemon pushes it after the session)",
+		e.Branch, cfg.Remote, got, e.Head)
+}
+
+// checkTarget fails when the remote's into has commits the local one lacks.
+func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
+	theirs, err := d.trees.FetchBranch(ctx, into, remote)
+	if err != nil {
+		return nil // not on the remote yet: the first merge's push creates it
+	}
+	ours, err := d.trees.BranchCommit(ctx, into)
+	if err != nil {
+		return err
+	}
+	ok, err := d.trees.IsAncestor(ctx, theirs, ours)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%s on %s is at %s, with commits this repository's %s (at %s) lacks: bring them in (git pull %s %s), then the queue goes on",
+			into, remote, theirs, into, ours, remote, into)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+func gitRun(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Env = append(cmd.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// TestMergeOnOneDaemon: on a shared store the merge queue runs on the
+// daemon holding the merge lock only. Here another daemon (played by a
+// store handle) holds it; once it lets go, this daemon takes the queue
+// over, fetches from the remote the head another machine's agent pushed,
+// merges it and pushes the target to the remote.
+func TestMergeOnOneDaemon(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("mergelock"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("mergelock")
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	other, ok, err := db.TryLock(ctx, mergeLockName)
+	if err != nil || !ok {
+		t.Fatalf("the other daemon's TryLock = %v, %v", ok, err)
+	}
+	defer other.Release()
+
+	bare := filepath.Join(t.TempDir(), "remote.git")
+	gitRun(t, "init", "-q", "--bare", bare)
+	cfg := repo(t, "remote: "+bare+"\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
+	dir := filepath.Dir(cfg)
+	gitRun(t, "-C", dir, "push", "-q", bare, "main")
+	// Another machine's clone: its agent bob commits and its daemon pushes.
+	clone := filepath.Join(t.TempDir(), "clone")
+	gitRun(t, "clone", "-q", "-b", "main", bare, clone)
+	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/bob")
+	writeFile(t, filepath.Join(clone, "bob.txt"), "bob\n")
+	gitRun(t, "-C", clone, "add", "bob.txt")
+	gitRun(t, "-C", clone, "commit", "-q", "-m", "bob's work")
+	gitRun(t, "-C", clone, "push", "-q", "origin", "swarm/bob")
+	head := gitOut(t, "-C", clone, "rev-parse", "HEAD")
+
+	d := start(t, cfg)
+	d.waitRunning(t, "alice")
+	// Bob's daemon queues his finished task with the head it pushed.
+	board := taskboard.New(db, taskboard.Options{})
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "bob's work", CreatedBy: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := merge.NewStore(db, nil)
+	if _, err := queue.Enqueue(ctx, tk.ID, "bob", "swarm/bob", head); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := queue.Latest(ctx, tk.ID); err != nil || e.State != merge.Queued {
+		t.Fatalf("entry while another daemon holds the lock = %+v, %v; want queued", e, err)
+	}
+
+	if err := other.Release(); err != nil { // the other daemon stops
+		t.Fatal(err)
+	}
+	waitFor(t, "bob's work merged by this daemon", func() bool {
+		e, err := queue.Latest(ctx, tk.ID)
+		return err == nil && e.State == merge.Merged
+	})
+	local := gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
+	if err := exec.Command("git", "-C", dir, "merge-base", "--is-ancestor", head, local).Run(); err != nil {
+		t.Fatalf("main %s does not hold bob's head %s", local, head)
+	}
+	waitFor(t, "the merged target on the remote", func() bool {
+		return gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/main") == local
+	})
+	if got := gitOut(t, "-C", dir, "rev-parse", "--verify", "--quiet", "refs/heads/swarm/bob"); got != "" {
+		t.Errorf("the fetch created a local branch swarm/bob at %s", got)
+	}
+}
