@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/runner"
@@ -112,6 +113,13 @@ func openSwarmDB(ctx context.Context, s streams, configPath, cmd string) (*swarm
 			return nil, usagef("%s: %w (has swarmd run in this repo? its state_dir holds swarm.db)", cmd, err)
 		}
 		return nil, err
+	}
+	if out.cfg != nil && out.cfg.SharedStore() {
+		// Other daemons run agents this config does not name.
+		if opts.Agents, err = daemon.SwarmAgents(ctx, db, out.cfg); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	out.DB, out.mail, out.agents = db, opts, opts.Agents
 	return &out, nil

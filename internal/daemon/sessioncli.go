@@ -3,11 +3,13 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
@@ -58,11 +60,15 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 	}
 	// The environment a session with the store's file would have (settings),
 	// with the store's target, which the session itself never sees.
+	agents, err := SwarmAgents(ctx, d.db, cfg)
+	if err != nil {
+		return control.SessionCLIResult{}, fmt.Errorf("session-cli: %w", err)
+	}
 	env := map[string]string{
 		"SWARM_DB_PATH":        cfg.StoreTarget(),
 		"SWARM_AGENT_ID":       name,
 		"SWARM_SESSION_ID":     c.TreeID,
-		"SWARM_AGENTS":         strings.Join(cfg.AgentNames(), ","),
+		"SWARM_AGENTS":         strings.Join(agents, ","),
 		"SWARM_REVIEWER":       ag.Reviewer,
 		"SWARM_MAX_ITERATIONS": strconv.Itoa(ag.MaxIterations),
 		proc.MarkerEnv:         c.String(),
@@ -71,4 +77,38 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
 		zap.Strings("args", req.Args), zap.Int("code", code))
 	return control.SessionCLIResult{Stdout: stdout, Stderr: stderr, Code: code}, nil
+}
+
+// SwarmAgents are the agents a command may name: the config's, and on a
+// shared store every agent another daemon runs or has run (its lease, its
+// recorded state).
+func SwarmAgents(ctx context.Context, db *store.DB, cfg *config.Config) ([]string, error) {
+	names := cfg.AgentNames()
+	if !cfg.SharedStore() {
+		return names, nil
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen[n] = true
+	}
+	recs, err := db.Agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := db.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for n := range recs {
+		if !seen[n] {
+			seen[n], names = true, append(names, n)
+		}
+	}
+	for _, l := range leases {
+		if !seen[l.Agent] {
+			seen[l.Agent], names = true, append(names, l.Agent)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }

@@ -11,8 +11,8 @@ func (db *DB) NoCommits(ctx context.Context, n int) (map[string]bool, error) {
 		var agent string
 		return agent, s.Scan(&agent)
 	}, `SELECT agent FROM (
-			SELECT agent, commits, ROW_NUMBER() OVER (PARTITION BY agent ORDER BY started_at DESC, rowid DESC) AS nth
-			FROM sessions WHERE outcome = ?)
+			SELECT agent, commits, ROW_NUMBER() OVER (PARTITION BY agent ORDER BY started_at DESC, seq DESC) AS nth
+			FROM sessions WHERE outcome = ?) AS recent
 		WHERE nth <= ? GROUP BY agent HAVING COUNT(*) = ? AND SUM(commits) = 0`, OutcomeSuccess, n, n)
 	if err != nil {
 		return nil, db.Wrap("sessions without commits", err)
