@@ -114,7 +114,11 @@ func (d *Daemon) fetchHead(ctx context.Context, e merge.Entry) error {
 func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 	theirs, err := d.trees.FetchBranch(ctx, into, remote)
 	if err != nil {
-		return nil // not on the remote yet: the first merge's push creates it
+		// Not on the remote yet (the first merge's push creates it), or the
+		// remote is out of reach: merge on; the push after the merge logs
+		// and counts a remote that stays unreachable.
+		d.log.Debug("merge queue: fetch the target", zap.Error(err))
+		return nil
 	}
 	ours, err := d.trees.BranchCommit(ctx, into)
 	if err != nil {

@@ -20,7 +20,8 @@ const pushDrain = 30 * time.Second
 // Requests are coalesced per branch: a push sends the branch as it is
 // when the push runs, so only the latest head matters.
 type pusher struct {
-	log *zap.Logger
+	log    *zap.Logger
+	pushed func(ok bool) // swarmd_pushes_total
 
 	mu      sync.Mutex
 	pending map[string]func(context.Context) error // by branch
@@ -31,8 +32,8 @@ type pusher struct {
 	started    bool
 }
 
-func newPusher(log *zap.Logger) *pusher {
-	return &pusher{log: log, pending: map[string]func(context.Context) error{}, wake: make(chan struct{}, 1),
+func newPusher(log *zap.Logger, pushed func(ok bool)) *pusher {
+	return &pusher{log: log, pushed: pushed, pending: map[string]func(context.Context) error{}, wake: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -101,7 +102,9 @@ func (p *pusher) pushAll(ctx context.Context) {
 			p.log.Warn("push not done: the daemon is stopping", zap.String("branch", branch))
 			continue
 		}
-		if err := push(ctx); err != nil {
+		err := push(ctx)
+		p.pushed(err == nil)
+		if err != nil {
 			p.log.Error("push to the remote failed", zap.String("branch", branch), zap.Error(err))
 			continue
 		}

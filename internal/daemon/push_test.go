@@ -48,13 +48,40 @@ func TestPushAfterSession(t *testing.T) {
 		base := gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
 		return remote != "" && remote == local && remote != base
 	})
+	waitFor(t, "the push counted", func() bool { return pushes(t, d.Daemon, "ok") >= 1 })
 	d.stop(t)
 	if got := gitOut(t, "--git-dir", bare, "log", "-1", "--format=%s", "refs/heads/swarm/alice"); !strings.HasPrefix(got, "work of alice") {
 		t.Errorf("remote swarm/alice's commit = %q, want alice's work", got)
 	}
+	if n := pushes(t, d.Daemon, "failed"); n != 0 {
+		t.Errorf("swarmd_pushes_total{result=failed} = %v, want 0", n)
+	}
 }
 
-// TestNoRemoteNoPush: without a remote nothing is pushed (and nothing fails).
+// pushes is swarmd_pushes_total{result}.
+func pushes(t *testing.T, d *Daemon, result string) float64 {
+	t.Helper()
+	fams, err := d.metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "swarmd_pushes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no swarmd_pushes_total{result=%q}", result)
+	return 0
+}
+
+// TestNoRemoteNoPush: without a remote nothing is pushed.
 func TestNoRemoteNoPush(t *testing.T) {
 	cfg := repo(t, committer+"  - {name: alice, role: works}\n")
 	d := start(t, cfg)
@@ -62,5 +89,8 @@ func TestNoRemoteNoPush(t *testing.T) {
 	waitFor(t, "alice's commit", func() bool {
 		return gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice") != gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
 	})
-	d.stop(t)
+	d.stop(t) // the pusher is drained and joined
+	if n := pushes(t, d.Daemon, "ok") + pushes(t, d.Daemon, "failed"); n != 0 {
+		t.Errorf("%v pushes without a remote, want none", n)
+	}
 }

@@ -78,6 +78,7 @@ type Metrics struct {
 	mergeDepth        prometheus.Gauge
 	merges            *prometheus.CounterVec
 	gateDuration      prometheus.Histogram
+	pushes            *prometheus.CounterVec
 	budgetLeft        *prometheus.GaugeVec
 
 	mu     sync.RWMutex
@@ -197,10 +198,17 @@ func New(build BuildInfo) *Metrics {
 			Help:    "Wall-clock duration of merge gate runs.",
 			Buckets: gateBuckets,
 		}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_pushes_total",
+			Help: "Pushes of branches to the swarm's remote (config remote): ok, failed.",
+		}, []string{"result"}),
 		agents: make(map[string]*series),
 	}
 	for _, r := range mergeResults {
 		m.merges.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.pushes.WithLabelValues(r)
 	}
 	m.mailNormal = m.mailSent.WithLabelValues("normal")
 	m.mailUrgent = m.mailSent.WithLabelValues("urgent")
@@ -217,7 +225,7 @@ func New(build BuildInfo) *Metrics {
 	reg.MustRegister(
 		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
 		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.mergeDepth, m.merges, m.gateDuration, m.budgetLeft, buildInfo,
+		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -467,5 +475,14 @@ func (m *Metrics) MergeResult(result string) { m.merges.WithLabelValues(result).
 
 // GateDuration records one gate run in swarmd_gate_duration_seconds.
 func (m *Metrics) GateDuration(d time.Duration) { m.gateDuration.Observe(max(d, 0).Seconds()) }
+
+// Pushed counts one push to the remote (swarmd_pushes_total).
+func (m *Metrics) Pushed(ok bool) {
+	if ok {
+		m.pushes.WithLabelValues("ok").Inc()
+		return
+	}
+	m.pushes.WithLabelValues("failed").Inc()
+}
 
 var _ runner.Observer = (*Metrics)(nil)
