@@ -48,11 +48,11 @@ func main() {
 
 func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err error) {
 	if url != "" {
-		got, err := measure(bin, url, n, m, gap)
+		got, sends, err := measure(bin, url, n, m, gap)
 		if err != nil {
 			return err
 		}
-		report("store", n, got)
+		report("store", n, got, sends)
 		return nil
 	}
 	var engines []string
@@ -89,11 +89,11 @@ func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err erro
 				}
 				target = srv.URL(name)
 			}
-			got, err := measure(bin, target, n, m, gap)
+			got, sends, err := measure(bin, target, n, m, gap)
 			if err != nil {
 				return fmt.Errorf("%s: %w", e, err)
 			}
-			p50, p99 := report(e, n, got)
+			p50, p99 := report(e, n, got, sends)
 			p50s[e] = append(p50s[e], p50)
 			p99s[e] = append(p99s[e], p99)
 		}
@@ -108,24 +108,32 @@ func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err erro
 	return nil
 }
 
-// report prints the percentiles of got, which it sorts, and returns p50
-// and p99.
-func report(engine string, n int, got []time.Duration) (p50, p99 time.Duration) {
-	sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
-	pct := func(p float64) time.Duration { return got[int(p*float64(len(got)-1))].Round(time.Microsecond) }
-	p50, p99 = pct(0.50), pct(0.99)
-	fmt.Printf("%-8s agents=%d messages=%d  commit->cancel p50=%v p99=%v max=%v\n", engine, n, len(got),
-		p50, p99, got[len(got)-1].Round(time.Microsecond))
+// report prints the percentiles of got, of sends and of their difference,
+// and returns got's p50 and p99. The message's created_at is taken before
+// its transaction, which may wait for the store's writer lock: the Send
+// call is the commit's share of the latency, the rest is the daemon's.
+func report(engine string, n int, got, sends []time.Duration) (p50, p99 time.Duration) {
+	after := make([]time.Duration, len(got)) // from Send's return to the cancel
+	for i := range got {
+		after[i] = got[i] - sends[i]
+	}
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return ds[int(p*float64(len(ds)-1))].Round(time.Microsecond)
+	}
+	p50, p99 = pct(got, 0.50), pct(got, 0.99)
+	fmt.Printf("%-8s agents=%d messages=%d  commit->cancel p50=%v p99=%v max=%v  (in the Send call p50=%v p99=%v; after it p50=%v p99=%v)\n",
+		engine, n, len(got), p50, p99, pct(got, 1), pct(sends, 0.5), pct(sends, 0.99), pct(after, 0.5), pct(after, 0.99))
 	return p50, p99
 }
 
 // measure runs a daemon with n agents on target ("" for its own SQLite
 // file, else a store URL) and returns the commit->cancel latency of m urgent
-// messages sent from this process.
-func measure(bin, target string, n, m int, gap time.Duration) ([]time.Duration, error) {
+// messages sent from this process, and how long each Send call took.
+func measure(bin, target string, n, m int, gap time.Duration) (got, sends []time.Duration, err error) {
 	work, err := harness.Repo("swarmd-interrupt")
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("make the repository: %w", err)
 	}
 	defer os.RemoveAll(work)
 	// Sessions exit on the cancel signal at once, so every agent is soon
@@ -136,15 +144,15 @@ func measure(bin, target string, n, m int, gap time.Duration) ([]time.Duration, 
 	}
 	config, names, err := harness.Swarm(work, head, n)
 	if err != nil {
-		return nil, fmt.Errorf("write the config: %w", err)
+		return nil, nil, fmt.Errorf("write the config: %w", err)
 	}
 	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, fmt.Errorf("daemon's stderr: %w", err)
+		return nil, nil, fmt.Errorf("daemon's stderr: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the daemon: %w", err)
+		return nil, nil, fmt.Errorf("start the daemon: %w", err)
 	}
 	defer stop(cmd)
 
@@ -181,33 +189,34 @@ func measure(bin, target string, n, m int, gap time.Duration) ([]time.Duration, 
 	select {
 	case <-allRunning:
 	case <-exited:
-		return nil, fmt.Errorf("daemon exited before all agents were Running; its last words: %s", <-last)
+		return nil, nil, fmt.Errorf("daemon exited before all agents were Running; its last words: %s", <-last)
 	case <-time.After(5 * time.Minute):
-		return nil, fmt.Errorf("agents not Running after 5 minutes")
+		return nil, nil, fmt.Errorf("agents not Running after 5 minutes")
 	}
 	if target == "" {
 		target = filepath.Join(work, ".swarm", "swarm.db")
 	}
 	db, err := mailbox.Open(context.Background(), target, store.Options{NoCreate: true}, mailbox.Options{Agents: names})
 	if err != nil {
-		return nil, fmt.Errorf("open the store: %w", err)
+		return nil, nil, fmt.Errorf("open the store: %w", err)
 	}
 	defer db.Close()
-	var got []time.Duration
 	for i := 0; i < m; i++ {
 		to := names[i%n]
+		t0 := time.Now()
 		if _, err := db.Send(context.Background(), mailbox.Draft{From: "operator", To: to, Subject: "stop", Body: "urgent " + fmt.Sprint(i), Urgent: true}); err != nil {
-			return nil, fmt.Errorf("send message %d: %w", i, err)
+			return nil, nil, fmt.Errorf("send message %d: %w", i, err)
 		}
+		sends = append(sends, time.Since(t0))
 		select {
 		case d := <-latencies:
 			got = append(got, d)
 		case <-time.After(10 * time.Second):
-			return nil, fmt.Errorf("message %d to %s: no interrupt within 10s", i, to)
+			return nil, nil, fmt.Errorf("message %d to %s: no interrupt within 10s", i, to)
 		}
 		time.Sleep(gap)
 	}
-	return got, nil
+	return got, sends, nil
 }
 
 // stop ends the daemon: SIGTERM, and SIGKILL if it has not exited within
