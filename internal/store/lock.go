@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	sqldriver "database/sql/driver"
 	"fmt"
 	"sync"
@@ -102,7 +103,8 @@ func (l *Lock) Release() error {
 			// must not reuse a connection in a state nobody knows.
 			_ = l.conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		}
-		if err != nil {
+		// A connection that is gone took its session's lock with it.
+		if err != nil && !errors.Is(err, sqldriver.ErrBadConn) && !errors.Is(err, sql.ErrConnDone) {
 			l.err = fmt.Errorf("store: release lock %s: %w", l.name, err)
 		}
 	})

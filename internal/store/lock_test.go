@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
@@ -68,7 +69,36 @@ func TestTryLockPostgres(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("TryLock after the holder closed = %v, %v; want taken", ok, err)
 	}
+
+	// The holder's connection dies (its machine is cut off): PostgreSQL
+	// frees the lock, another handle takes it, and the old holder's Check
+	// says it is lost.
+	if err := srv.Exec("locks", `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'`); err != nil {
+		t.Fatal(err)
+	}
+	c := openStore(t, srv.URL("locks"))
+	var lc *store.Lock
+	deadline := time.Now().Add(10 * time.Second)
+	for lc == nil {
+		l, ok, err := c.TryLock(ctx, "merge")
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case ok:
+			lc = l
+		case time.Now().After(deadline):
+			t.Fatal("the lock of a terminated connection was not freed")
+		default:
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := la.Check(ctx); err == nil {
+		t.Error("Check of a lock whose connection was terminated = nil, want an error")
+	}
 	if err := la.Release(); err != nil {
+		t.Errorf("Release of a lock lost with its connection = %v, want nil", err)
+	}
+	if err := lc.Release(); err != nil {
 		t.Fatal(err)
 	}
 }
