@@ -3,8 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"sync"
 )
