@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -40,15 +41,20 @@ func main() {
 	url := flag.String("store", "", "a postgres:// URL of an empty database to use instead of -engine")
 	rounds := flag.Int("rounds", 1, "daemons started per engine")
 	flag.Parse()
-	if err := run(*bin, *engine, *url, *rounds, *agents, *msgs, *gap); err != nil {
+	// An interrupt ends the run through its cleanup: the daemon stopped,
+	// the PostgreSQL server too.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *bin, *engine, *url, *rounds, *agents, *msgs, *gap)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "interrupt:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err error) {
+func run(ctx context.Context, bin, engine, url string, rounds, n, m int, gap time.Duration) (err error) {
 	if url != "" {
-		got, sends, err := measure(bin, url, n, m, gap)
+		got, sends, err := measure(ctx, bin, url, n, m, gap)
 		if err != nil {
 			return err
 		}
@@ -89,7 +95,7 @@ func run(bin, engine, url string, rounds, n, m int, gap time.Duration) (err erro
 				}
 				target = srv.URL(name)
 			}
-			got, sends, err := measure(bin, target, n, m, gap)
+			got, sends, err := measure(ctx, bin, target, n, m, gap)
 			if err != nil {
 				return fmt.Errorf("%s: %w", e, err)
 			}
@@ -130,7 +136,7 @@ func report(engine string, n int, got, sends []time.Duration) (p50, p99 time.Dur
 // measure runs a daemon with n agents on target ("" for its own SQLite
 // file, else a store URL) and returns the commit->cancel latency of m urgent
 // messages sent from this process, and how long each Send call took.
-func measure(bin, target string, n, m int, gap time.Duration) (got, sends []time.Duration, err error) {
+func measure(ctx context.Context, bin, target string, n, m int, gap time.Duration) (got, sends []time.Duration, err error) {
 	work, err := harness.Repo("swarmd-interrupt")
 	if err != nil {
 		return nil, nil, fmt.Errorf("make the repository: %w", err)
@@ -188,6 +194,8 @@ func measure(bin, target string, n, m int, gap time.Duration) (got, sends []time
 	}()
 	select {
 	case <-allRunning:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("waiting for agents Running: %w", ctx.Err())
 	case <-exited:
 		return nil, nil, fmt.Errorf("daemon exited before all agents were Running; its last words: %s", <-last)
 	case <-time.After(5 * time.Minute):
@@ -196,7 +204,7 @@ func measure(bin, target string, n, m int, gap time.Duration) (got, sends []time
 	if target == "" {
 		target = filepath.Join(work, ".swarm", "swarm.db")
 	}
-	db, err := mailbox.Open(context.Background(), target, store.Options{NoCreate: true}, mailbox.Options{Agents: names})
+	db, err := mailbox.Open(ctx, target, store.Options{NoCreate: true}, mailbox.Options{Agents: names})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open the store: %w", err)
 	}
@@ -204,13 +212,15 @@ func measure(bin, target string, n, m int, gap time.Duration) (got, sends []time
 	for i := 0; i < m; i++ {
 		to := names[i%n]
 		t0 := time.Now()
-		if _, err := db.Send(context.Background(), mailbox.Draft{From: "operator", To: to, Subject: "stop", Body: "urgent " + fmt.Sprint(i), Urgent: true}); err != nil {
+		if _, err := db.Send(ctx, mailbox.Draft{From: "operator", To: to, Subject: "stop", Body: "urgent " + fmt.Sprint(i), Urgent: true}); err != nil {
 			return nil, nil, fmt.Errorf("send message %d: %w", i, err)
 		}
 		sends = append(sends, time.Since(t0))
 		select {
 		case d := <-latencies:
 			got = append(got, d)
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("waiting for message %d's interrupt: %w", i, ctx.Err())
 		case <-time.After(10 * time.Second):
 			return nil, nil, fmt.Errorf("message %d to %s: no interrupt within 10s", i, to)
 		}

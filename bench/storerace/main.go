@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -51,12 +52,17 @@ func main() {
 	target := flag.String("target", "", "internal: the child's store")
 	agent := flag.String("agent", "", "internal: the child's agent name")
 	flag.Parse()
+	// An interrupt ends the run through its cleanup: children killed, the
+	// PostgreSQL server stopped.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var err error
 	if *child != "" {
-		err = runChild(*child, *target, *agent, *each)
+		err = runChild(ctx, *child, *target, *agent, *each)
 	} else {
-		err = run(*procs, *reps, *each, *tasks)
+		err = run(ctx, *procs, *reps, *each, *tasks)
 	}
+	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "storerace:", err)
 		os.Exit(1)
@@ -71,7 +77,7 @@ type result struct {
 
 func (r result) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
-func run(procs, reps, each, tasks int) (err error) {
+func run(ctx context.Context, procs, reps, each, tasks int) (err error) {
 	srv, err := pgtest.Start()
 	if err != nil {
 		return fmt.Errorf("start PostgreSQL: %w", err)
@@ -111,14 +117,14 @@ func run(procs, reps, each, tasks int) (err error) {
 			if err != nil {
 				return fmt.Errorf("%s: fresh store: %w", engine, err)
 			}
-			m, err := mailRace(target, procs, each)
+			m, err := mailRace(ctx, target, procs, each)
 			if err != nil {
 				return fmt.Errorf("%s mail race %d: %w", engine, rep+1, err)
 			}
 			if target, err = fresh[engine](name + "_claims"); err != nil {
 				return fmt.Errorf("%s: fresh store: %w", engine, err)
 			}
-			c, err := claimRace(target, procs, tasks)
+			c, err := claimRace(ctx, target, procs, tasks)
 			if err != nil {
 				return fmt.Errorf("%s claim race %d: %w", engine, rep+1, err)
 			}
@@ -167,8 +173,7 @@ func median(vs []float64) float64 {
 // Timed from the go signal to the last process done; then whatever arrived
 // after its recipient's last session is drained (untimed) and every message
 // must have been acknowledged exactly once.
-func mailRace(target string, procs, each int) (result, error) {
-	ctx := context.Background()
+func mailRace(ctx context.Context, target string, procs, each int) (result, error) {
 	// Open first, so the schema exists before the children race.
 	db, err := store.Open(ctx, target, store.Options{})
 	if err != nil {
@@ -180,7 +185,7 @@ func mailRace(target string, procs, each int) (result, error) {
 		return result{}, fmt.Errorf("open mailbox: %w", err)
 	}
 	defer mb.Close()
-	outs, elapsed, err := race(target, roleMail, procs, each)
+	outs, elapsed, err := race(ctx, target, roleMail, procs, each)
 	if err != nil {
 		return result{}, err
 	}
@@ -213,8 +218,7 @@ func mailRace(target string, procs, each int) (result, error) {
 // claimRace: tasks on the board (added untimed), procs processes claim,
 // start and finish them until none is left. Every task must have been
 // claimed by exactly one process and be CLOSED.
-func claimRace(target string, procs, tasks int) (result, error) {
-	ctx := context.Background()
+func claimRace(ctx context.Context, target string, procs, tasks int) (result, error) {
 	db, err := store.Open(ctx, target, store.Options{})
 	if err != nil {
 		return result{}, fmt.Errorf("open store: %w", err)
@@ -226,7 +230,7 @@ func claimRace(target string, procs, tasks int) (result, error) {
 			return result{}, fmt.Errorf("add task: %w", err)
 		}
 	}
-	outs, elapsed, err := race(target, roleClaims, procs, 0)
+	outs, elapsed, err := race(ctx, target, roleClaims, procs, 0)
 	if err != nil {
 		return result{}, err
 	}
@@ -269,7 +273,7 @@ type child struct {
 // store open ("ready"), releases them at once ("go") and times until the
 // last has reported ("done ..."). It returns each child's report. Children
 // are killed on any failure, and die with this process.
-func race(target, role string, procs, each int) (outs []string, elapsed time.Duration, err error) {
+func race(ctx context.Context, target, role string, procs, each int) (outs []string, elapsed time.Duration, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, 0, fmt.Errorf("find own binary: %w", err)
@@ -304,6 +308,12 @@ func race(target, role string, procs, each int) (outs []string, elapsed time.Dur
 		}
 		kids = append(kids, &child{cmd: cmd, stdin: in, lines: bufio.NewScanner(out)})
 	}
+	// Interrupted: kill them, which ends the reads below with an error.
+	defer context.AfterFunc(ctx, func() {
+		for _, k := range kids {
+			_ = k.cmd.Process.Kill()
+		}
+	})()
 	for i, k := range kids {
 		if line, err := k.line(); err != nil || line != "ready" {
 			return nil, 0, fmt.Errorf("process %d not ready: %q, %w", i, line, err)
@@ -319,6 +329,9 @@ func race(target, role string, procs, each int) (outs []string, elapsed time.Dur
 	for i, k := range kids {
 		line, err := k.line()
 		rest, ok := strings.CutPrefix(line, "done")
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("%s race: %w", role, ctx.Err())
+		}
 		if err != nil || !ok {
 			return nil, 0, fmt.Errorf("process %d did not finish: %q, %w", i, line, err)
 		}
@@ -339,8 +352,7 @@ func (k *child) line() (string, error) {
 
 // runChild is a racing process: it opens the store, says ready, waits for
 // go on stdin, does its share and reports it on stdout.
-func runChild(role, target, agent string, each int) error {
-	ctx := context.Background()
+func runChild(ctx context.Context, role, target, agent string, each int) error {
 	db, err := store.Open(ctx, target, store.Options{NoCreate: true})
 	if err != nil {
 		return fmt.Errorf("child %s: open store: %w", agent, err)
