@@ -292,6 +292,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}
 	d.ready.Store(true)
+	// A daemon killed between a session's end and its push left the
+	// branch behind on the remote: push the branches as they are now.
+	for _, a := range cfg.Agents {
+		d.pushAgent(a.Name)
+	}
 	d.budget.updateMetrics(time.Now())
 	d.router.Start(agentCtx)
 	defer d.router.Stop()

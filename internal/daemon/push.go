@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 // pending, so that the last sessions' work reaches the remote without a
 // dead remote holding the shutdown.
 const pushDrain = 30 * time.Second
+
+// errNoBranch: a push found no branch to push.
+var errNoBranch = errors.New("no branch to push")
 
 // pusher pushes branches to the swarm's remote (config key remote) in a
 // goroutine of its own: a session's end must not wait for the network.
@@ -103,6 +107,9 @@ func (p *pusher) pushAll(ctx context.Context) {
 			continue
 		}
 		err := push(ctx)
+		if errors.Is(err, errNoBranch) {
+			continue // nothing to push
+		}
 		p.pushed(err == nil)
 		if err != nil {
 			p.log.Error("push to the remote failed", zap.String("branch", branch), zap.Error(err))
@@ -134,7 +141,11 @@ func (d *Daemon) pushAgent(agent string) {
 		return
 	}
 	remote := cfg.Remote
-	d.pusher.request(d.trees.Branch(agent), func(ctx context.Context) error {
+	branch := d.trees.Branch(agent)
+	d.pusher.request(branch, func(ctx context.Context) error {
+		if _, err := d.trees.BranchCommit(ctx, branch); err != nil {
+			return errNoBranch // a new agent: its worktree is not made yet
+		}
 		return d.trees.Push(ctx, agent, remote)
 	})
 }

@@ -94,3 +94,34 @@ func TestNoRemoteNoPush(t *testing.T) {
 		t.Errorf("%v pushes without a remote, want none", n)
 	}
 }
+
+// TestPushAtStart: a daemon pushes its agents' branches as they are when
+// it starts: one killed before its push leaves none behind.
+func TestPushAtStart(t *testing.T) {
+	bare := filepath.Join(t.TempDir(), "remote.git")
+	if out, err := exec.Command("git", "init", "-q", "--bare", bare).CombinedOutput(); err != nil {
+		t.Fatalf("git init --bare: %v: %s", err, out)
+	}
+	cfg := repo(t, "remote: "+bare+"\n"+agentsYAML("alice"))
+	dir := filepath.Dir(cfg)
+	for _, args := range [][]string{
+		{"branch", "swarm/alice"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit-tree", "-p", "swarm/alice", "-m", "unpushed", "swarm/alice^{tree}"},
+	} {
+		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		if c := strings.TrimSpace(string(out)); c != "" {
+			if out, err := exec.Command("git", "-C", dir, "update-ref", "refs/heads/swarm/alice", c).CombinedOutput(); err != nil {
+				t.Fatalf("update-ref: %v: %s", err, out)
+			}
+		}
+	}
+	head := gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice")
+	d := start(t, cfg)
+	waitFor(t, "alice's branch on the remote", func() bool {
+		return gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/swarm/alice") == head
+	})
+	d.stop(t)
+}
