@@ -83,10 +83,10 @@ func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-cha
 // it is enough to hold the commit: when it is missing the branch is
 // fetched into refs/swarmd/remote/ (worktree.FetchedPrefix), never into
 // refs/heads, where this daemon's own agents' branches are checked out and
-// another's local copy would be rewritten. The target is fetched too: a
-// remote target with commits this repository lacks (merged by another
-// daemon that held the lock before) makes the entry wait rather than
-// merge onto a stale target whose push would be refused.
+// another's local copy would be rewritten. The target is fetched too: the
+// merges of a daemon that held the lock before are fast-forwarded into the
+// local target, and a remote target that diverged makes the entry wait
+// rather than merge onto a target whose push would be refused.
 func (d *Daemon) fetchHead(ctx context.Context, e merge.Entry) error {
 	cfg, _ := d.current()
 	if cfg.Remote == "" || cfg.Merge == nil {
@@ -124,13 +124,16 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 	if err != nil {
 		return err
 	}
-	ok, err := d.trees.IsAncestor(ctx, theirs, ours)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return fmt.Errorf("%s on %s is at %s, with commits this repository's %s (at %s) lacks: bring them in (git pull %s %s), then the queue goes on",
-			into, remote, theirs, into, ours, remote, into)
+	if ok, err := d.trees.IsAncestor(ctx, theirs, ours); err != nil || ok {
+		return err // the remote's holds nothing ours lacks
 	}
-	return nil
+	// Another daemon merged there (it held the lock before): take its
+	// merges, when that only adds commits to ours.
+	err = d.trees.FastForward(ctx, into, theirs)
+	if err == nil {
+		d.log.Info("merge queue: target fast-forwarded to the remote's", zap.String("into", into), zap.String("commit", theirs))
+		return nil
+	}
+	return fmt.Errorf("%s on %s is at %s, with commits this repository's %s (at %s) lacks, and it cannot be fast-forwarded (%v): bring them in (git pull %s %s), then the queue goes on",
+		into, remote, theirs, into, ours, err, remote, into)
 }

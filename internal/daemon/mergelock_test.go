@@ -26,7 +26,8 @@ func gitRun(t *testing.T, args ...string) {
 // TestMergeOnOneDaemon: on a shared store the merge queue runs on the
 // daemon holding the merge lock only. Here another daemon (played by a
 // store handle) holds it; once it lets go, this daemon takes the queue
-// over, fetches from the remote the head another machine's agent pushed,
+// over, fast-forwards its target to the remote's (the earlier merger's
+// work), fetches from the remote the head another machine's agent pushed,
 // merges it and pushes the target to the remote.
 func TestMergeOnOneDaemon(t *testing.T) {
 	srv := pgtest.Require(t)
@@ -54,6 +55,12 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	// Another machine's clone: its agent bob commits and its daemon pushes.
 	clone := filepath.Join(t.TempDir(), "clone")
 	gitRun(t, "clone", "-q", "-b", "main", bare, clone)
+	// The daemon that merged before (and holds the lock) pushed a merge.
+	writeFile(t, filepath.Join(clone, "earlier.txt"), "earlier\n")
+	gitRun(t, "-C", clone, "add", "earlier.txt")
+	gitRun(t, "-C", clone, "commit", "-q", "-m", "merged by the daemon before")
+	gitRun(t, "-C", clone, "push", "-q", "origin", "main")
+	earlier := gitOut(t, "-C", clone, "rev-parse", "HEAD")
 	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/bob")
 	writeFile(t, filepath.Join(clone, "bob.txt"), "bob\n")
 	gitRun(t, "-C", clone, "add", "bob.txt")
@@ -85,8 +92,10 @@ func TestMergeOnOneDaemon(t *testing.T) {
 		return err == nil && e.State == merge.Merged
 	})
 	local := gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
-	if err := exec.Command("git", "-C", dir, "merge-base", "--is-ancestor", head, local).Run(); err != nil {
-		t.Fatalf("main %s does not hold bob's head %s", local, head)
+	for _, c := range []string{earlier, head} {
+		if err := exec.Command("git", "-C", dir, "merge-base", "--is-ancestor", c, local).Run(); err != nil {
+			t.Fatalf("main %s does not hold %s (the earlier merge, then bob's head)", local, c)
+		}
 	}
 	waitFor(t, "the merged target on the remote", func() bool {
 		return gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/main") == local

@@ -104,3 +104,58 @@ func (m *Manager) IsAncestor(ctx context.Context, a, b string) (bool, error) {
 	}
 	return false, fmt.Errorf("is %s an ancestor of %s: %w", a, b, err)
 }
+
+// FastForward moves branch to commit when that only adds commits: with a
+// compare-and-swap of the ref (git update-ref NEW OLD) where no working
+// tree has the branch checked out, else with git merge --ff-only in the
+// one that has it, only if it has no local changes to tracked files: that
+// updates its files, and git refuses rather than overwrite anything.
+func (m *Manager) FastForward(ctx context.Context, branch, commit string) error {
+	old, err := m.BranchCommit(ctx, branch)
+	if err != nil {
+		return fmt.Errorf("fast-forward %s: %w", branch, err)
+	}
+	if ok, err := m.IsAncestor(ctx, old, commit); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%s at %s is not an ancestor of %s", branch, old, commit)
+		}
+		return fmt.Errorf("fast-forward %s: %w", branch, err)
+	}
+	dir, err := m.checkoutOf(ctx, branch)
+	if err != nil {
+		return fmt.Errorf("fast-forward %s: %w", branch, err)
+	}
+	if dir == "" {
+		_, err = m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: fast-forward to the remote's", "refs/heads/"+branch, commit, old)
+	} else {
+		var out string
+		out, err = m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
+		}
+		if err == nil {
+			_, err = m.git.run(ctx, dir, "merge", "--ff-only", "--quiet", "--no-stat", commit)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fast-forward %s: %w", branch, err)
+	}
+	return nil
+}
+
+// checkoutOf is the working tree that has branch checked out, "" for none.
+func (m *Manager) checkoutOf(ctx context.Context, branch string) (string, error) {
+	out, err := m.git.run(ctx, m.repo, "worktree", "list", "--porcelain")
+	if err != nil {
+		return "", err
+	}
+	var dir string
+	for _, line := range strings.Split(out, "\n") {
+		if p, ok := strings.CutPrefix(line, "worktree "); ok {
+			dir = p
+		} else if line == "branch refs/heads/"+branch {
+			return dir, nil
+		}
+	}
+	return "", nil
+}

@@ -71,3 +71,39 @@ func TestPushAndFetch(t *testing.T) {
 		t.Error("a push that does not fast-forward main succeeded")
 	}
 }
+
+// TestFastForward: a branch checked out nowhere moves by compare-and-swap;
+// one checked out in a clean working tree moves there, files and all; a
+// local change, or a commit that is not a descendant, refuses.
+func TestFastForward(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	base := gitT(t, repo, "rev-parse", "HEAD")
+	gitT(t, repo, "branch", "side")
+	gitT(t, repo, "checkout", "-q", "-b", "ahead")
+	writeFile(t, filepath.Join(repo, "new.txt"), "new\n")
+	ahead := commitAll(t, repo, "ahead")
+	gitT(t, repo, "checkout", "-q", "main")
+
+	if err := m.FastForward(ctx, "side", ahead); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitT(t, repo, "rev-parse", "side"); got != ahead {
+		t.Fatalf("side = %s, want %s", got, ahead)
+	}
+	writeFile(t, filepath.Join(repo, "README.md"), "changed\n")
+	if err := m.FastForward(ctx, "main", ahead); err == nil {
+		t.Fatal("fast-forward over a local change succeeded")
+	}
+	gitT(t, repo, "checkout", "--", "README.md")
+	if err := m.FastForward(ctx, "main", ahead); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(repo, "new.txt")); got != "new\n" {
+		t.Fatalf("main's checkout has new.txt = %q", got)
+	}
+	if err := m.FastForward(ctx, "main", base); err == nil {
+		t.Fatal("moving main back succeeded")
+	}
+}
