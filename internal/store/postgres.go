@@ -248,19 +248,32 @@ func (c *pgConn) Begin() (sqldriver.Tx, error) {
 }
 
 func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
-	tx, err := c.Conn.BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	if c.write {
-		if _, err := c.Conn.ExecContext(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(writerLock)+`)`, nil); err != nil {
-			tx.Rollback()
+	if !c.write {
+		tx, err := c.Conn.BeginTx(ctx, opts)
+		if err != nil {
 			return nil, err
 		}
+		c.inTx = true
+		return &pgTx{tx: tx, c: c}, nil
+	}
+	// One round trip for BEGIN and the lock (a statement without arguments
+	// goes by the simple protocol, which takes several), and one at the end
+	// for the notification and COMMIT: writers wait on each other for the
+	// whole transaction, so every round trip inside it counts swarm-wide.
+	if _, err := c.Conn.ExecContext(ctx, beginWrite, nil); err != nil {
+		if c.Conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = c.Conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+		}
+		return nil, err
 	}
 	c.inTx = true
-	return &pgTx{tx: tx, c: c}, nil
+	return &pgTx{c: c}, nil
 }
+
+var (
+	beginWrite  = `BEGIN; SELECT pg_advisory_xact_lock(` + strconv.Itoa(writerLock) + `)`
+	commitWrite = `SELECT pg_notify('` + changesChannel + `', ''); COMMIT`
+)
 
 func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
 	query = c.rebind(query, len(args))
@@ -308,6 +321,8 @@ func (c *pgConn) locked(ctx context.Context, f func() error) error {
 	return tx.Commit()
 }
 
+// pgTx is a transaction of a pgConn: the read pool's is pgx's own (tx);
+// the write pool's was begun by hand (tx nil).
 type pgTx struct {
 	tx sqldriver.Tx
 	c  *pgConn
@@ -317,15 +332,26 @@ type pgTx struct {
 // is delivered when, and only if, its transaction commits.
 func (t *pgTx) Commit() error {
 	t.c.inTx = false
-	if t.c.write {
-		if _, err := t.c.Conn.ExecContext(context.Background(), `SELECT pg_notify('`+changesChannel+`', '')`, nil); err != nil {
-			t.tx.Rollback()
-			return err
-		}
+	if t.tx != nil {
+		return t.tx.Commit()
 	}
-	return t.tx.Commit()
+	if _, err := t.c.Conn.ExecContext(context.Background(), commitWrite, nil); err != nil {
+		if t.c.Conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = t.c.Conn.ExecContext(context.Background(), "ROLLBACK", nil)
+		}
+		return err
+	}
+	return nil
 }
-func (t *pgTx) Rollback() error { t.c.inTx = false; return t.tx.Rollback() }
+
+func (t *pgTx) Rollback() error {
+	t.c.inTx = false
+	if t.tx != nil {
+		return t.tx.Rollback()
+	}
+	_, err := t.c.Conn.ExecContext(context.Background(), "ROLLBACK", nil)
+	return err
+}
 
 type pgStmt struct {
 	c     *pgConn
