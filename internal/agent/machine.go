@@ -119,6 +119,9 @@ func (m *Machine) Thresholds() Thresholds { return m.th }
 //
 // Handle does not allocate except to build that error or the LogFatal message
 // when an error threshold is reached.
+//
+// It is one switch on purpose: each case is a row of the transition table
+// in docs/architecture.md, which TestAgentMachineTable checks against it.
 func (m *Machine) Handle(ev Event, now time.Time) (SideEffect, error) {
 	from := m.state.Kind
 

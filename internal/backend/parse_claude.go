@@ -80,6 +80,8 @@ type claudeBlock struct {
 	IsError   bool            `json:"is_error"`    // tool_result
 }
 
+// Line is one switch over the stream's event types, in the order the CLI
+// documents them.
 func (p *claudeParser) Line(line []byte) {
 	var l claudeLine
 	if !decodeLine(line, &l) {

@@ -78,19 +78,47 @@ type session struct {
 	result Result
 }
 
-func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch) (Session, error) {
+// checkSpec refuses what no session can start with.
+func checkSpec(ctx context.Context, spec Spec) error {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
+		return fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
 	}
 	if spec.SessionID == "" {
-		return nil, fmt.Errorf("%w: empty session id", ErrInvalidSpec)
+		return fmt.Errorf("%w: empty session id", ErrInvalidSpec)
 	}
 	if spec.Dir != "" {
 		if fi, err := os.Stat(spec.Dir); err != nil {
-			return nil, fmt.Errorf("backend: start session %s: working directory: %w", spec.SessionID, err)
+			return fmt.Errorf("backend: start session %s: working directory: %w", spec.SessionID, err)
 		} else if !fi.IsDir() {
-			return nil, fmt.Errorf("%w: working directory %s is not a directory", ErrInvalidSpec, spec.Dir)
+			return fmt.Errorf("%w: working directory %s is not a directory", ErrInvalidSpec, spec.Dir)
 		}
+	}
+	return nil
+}
+
+// startFailed ends a session whose process did not start. A binary that is
+// missing or not executable: no session started, so the runner counts a
+// spawn failure (counters move, the prompt's mail goes back to pending).
+// The log still says why.
+func (s *session) startFailed(spec Spec, l launch, err error) error {
+	switch {
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		s.end(Result{Outcome: OutcomeError, Reason: "binary not found: " + l.path, ExitCode: 127})
+		return fmt.Errorf("%w: %s", ErrBinaryNotFound, l.path)
+	case errors.Is(err, fs.ErrPermission):
+		s.end(Result{Outcome: OutcomeError, Reason: "permission denied: " + l.path, ExitCode: 126,
+			AbortReason: AbortPermissionDenied})
+		return fmt.Errorf("%w: %s", ErrNotExecutable, l.path)
+	}
+	if s.log != nil {
+		s.log.Close()
+	}
+	return fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
+}
+
+func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch) (Session, error) {
+	if err := checkSpec(ctx, spec); err != nil {
+		return nil, err
 	}
 	s := &session{
 		id:        spec.SessionID,
@@ -149,22 +177,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		ID:     spec.SessionID,
 	})
 	if err != nil {
-		// A binary that is missing or not executable: no session started, so
-		// the runner counts a spawn failure (counters move, the
-		// prompt's mail goes back to pending). The log still says why.
-		switch {
-		case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
-			s.end(Result{Outcome: OutcomeError, Reason: "binary not found: " + l.path, ExitCode: 127})
-			return nil, fmt.Errorf("%w: %s", ErrBinaryNotFound, l.path)
-		case errors.Is(err, fs.ErrPermission):
-			s.end(Result{Outcome: OutcomeError, Reason: "permission denied: " + l.path, ExitCode: 126,
-				AbortReason: AbortPermissionDenied})
-			return nil, fmt.Errorf("%w: %s", ErrNotExecutable, l.path)
-		}
-		if s.log != nil {
-			s.log.Close()
-		}
-		return nil, fmt.Errorf("backend: start session %s: %w", spec.SessionID, err)
+		return nil, s.startFailed(spec, l, err)
 	}
 	s.tree = tree
 	go s.monitor()

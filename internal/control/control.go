@@ -210,6 +210,8 @@ type Viewer interface {
 // ViewPrefix is where a Viewer's handler is mounted.
 const ViewPrefix = "/v1/view/"
 
+// routes is the socket's whole route table, one handler each, kept in one
+// place to read the API at a glance.
 func (s *Server) routes(api API) http.Handler {
 	mux := http.NewServeMux()
 	if v, ok := api.(Viewer); ok {

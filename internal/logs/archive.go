@@ -76,25 +76,9 @@ func (s *Store) Archive(ctx context.Context, agent string, now time.Time) (strin
 // any failure the temp file is removed.
 func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, []packedFile, error) {
 	src := s.LogDir(agent)
-	entries, err := os.ReadDir(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil, nil
-	}
-	if err != nil {
-		return "", nil, fmt.Errorf("read log directory: %w", err)
-	}
-	var names []string
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			// Symlinks and directories are not ours; leave them where they are.
-			s.log.Warn("not archiving non-regular file", zap.String("agent", agent),
-				zap.String("path", filepath.Join(src, e.Name())))
-			continue
-		}
-		names = append(names, e.Name())
-	}
-	if len(names) == 0 {
-		return "", nil, nil
+	names, err := s.logFiles(agent, src)
+	if err != nil || len(names) == 0 {
+		return "", nil, err
 	}
 
 	dir := s.ArchiveDir(agent)
@@ -162,18 +146,50 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	// so the originals must stay: an error here keeps them. The parents are
 	// synced too when MkdirAll may just have created them (a daemon's stop
 	// archives every agent at once, and each fsync queues on the journal).
+	if err := s.syncArchiveDirs(dir, newDir); err != nil {
+		return "", nil, err
+	}
+	s.log.Info("archived session logs", zap.String("agent", agent), zap.String("archive", dest),
+		zap.Int("files", len(names)), zap.Int64("bytes", size))
+	return dest, packed, nil
+}
+
+// logFiles are the regular files of an agent's log directory src, the
+// ones an archive takes.
+func (s *Store) logFiles(agent, src string) ([]string, error) {
+	entries, err := os.ReadDir(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read log directory: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			// Symlinks and directories are not ours; leave them where they are.
+			s.log.Warn("not archiving non-regular file", zap.String("agent", agent),
+				zap.String("path", filepath.Join(src, e.Name())))
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	return names, nil
+}
+
+// syncArchiveDirs makes a rename into dir durable: dir, and its parents
+// when MkdirAll may just have created them.
+func (s *Store) syncArchiveDirs(dir string, newDir bool) error {
 	syncs := []string{dir}
 	if newDir {
 		syncs = append(syncs, s.archiveRoot, filepath.Dir(s.archiveRoot))
 	}
 	for _, d := range syncs {
 		if err := syncDir(d); err != nil {
-			return "", nil, fmt.Errorf("sync %s: %w", d, err)
+			return fmt.Errorf("sync %s: %w", d, err)
 		}
 	}
-	s.log.Info("archived session logs", zap.String("agent", agent), zap.String("archive", dest),
-		zap.Int("files", len(names)), zap.Int64("bytes", size))
-	return dest, packed, nil
+	return nil
 }
 
 // addFile copies one log into the archive, as large as it is when opened. A

@@ -106,7 +106,8 @@ type series struct {
 }
 
 // New creates the metrics on a fresh registry, together with the Go and
-// process collectors and swarmd_build_info.
+// process collectors and swarmd_build_info. It is long because it is the
+// list of every metric swarmd exports, each defined once, here.
 func New(build BuildInfo) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{

@@ -85,6 +85,8 @@ type Message struct {
 const maxDirty = 50
 
 // Render returns the prompt text for d.
+// It is one long function on purpose: the prompt is read top to bottom,
+// section after section, and so is its renderer (golden-tested).
 func Render(d Data) string {
 	var b strings.Builder
 	b.Grow(2048 + len(d.Role))
