@@ -23,6 +23,7 @@ git -C "$work" -c user.name=b -c user.email=b@b.invalid commit -q --allow-empty 
 } > "$work/swarmd.yaml"
 
 clk=$(getconf CLK_TCK)
+: > "$work/log" # exists before the wait loop reads it, or the loop ends at once
 start=$(date +%s.%N)
 "$bin" run --config "$work/swarmd.yaml" --log-format json 2> "$work/log" &
 pid=$!
