@@ -3,6 +3,7 @@ package worktree
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,7 +12,8 @@ import (
 // BenchmarkEnsureMany is the daemon's ramp: N agents' runners call Ensure at
 // once on a fresh state dir, each creating its worktree and branch. One op
 // is the wall time until all N are ready; each iteration starts from a
-// repository without worktrees (clean-up is not timed).
+// repository without worktrees (clean-up is not timed). The git-loop
+// variants are the peer: a plain loop of "git worktree add -b".
 //
 //	go test -run '^$' -bench EnsureMany -benchtime 3x ./internal/worktree/
 func BenchmarkEnsureMany(b *testing.B) {
@@ -19,6 +21,10 @@ func BenchmarkEnsureMany(b *testing.B) {
 		for _, n := range []int{50, 200} {
 			b.Run(fmt.Sprintf("files=%d/agents=%d", files, n), func(b *testing.B) {
 				benchEnsureMany(b, files, n)
+			})
+			// The peer: what one "git worktree add -b" after another costs.
+			b.Run(fmt.Sprintf("files=%d/agents=%d/git-loop", files, n), func(b *testing.B) {
+				benchGitLoop(b, files, n)
 			})
 		}
 	}
@@ -53,6 +59,28 @@ func benchEnsureMany(b *testing.B, files, n int) {
 				b.Fatal(err)
 			}
 		}
+		resetWorktrees(b, repo, stateDir)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*n), "ms/agent")
+}
+
+func benchGitLoop(b *testing.B, files, n int) {
+	repo := newBigRepo(b, files)
+	base := gitT(b, repo, "rev-parse", "HEAD")
+	root := b.TempDir()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		stateDir := filepath.Join(root, fmt.Sprint(i))
+		for j := range n {
+			agent := fmt.Sprintf("a%03d", j)
+			path := filepath.Join(stateDir, "worktrees", agent)
+			cmd := exec.Command("git", "-C", repo, "worktree", "add", "--quiet", "-b", "swarm/"+agent, path, base)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("git worktree add: %v: %s", err, out)
+			}
+		}
+		b.StopTimer()
 		resetWorktrees(b, repo, stateDir)
 		b.StartTimer()
 	}
