@@ -39,10 +39,24 @@ func (t *Tree) Freeze() (int, error) {
 	if err != nil {
 		return len(w.signalled), err
 	}
-	if err := w.waitStopped(); err != nil {
-		return len(w.signalled), fmt.Errorf("proc: freeze tree %s: %w", t.id, err)
+	// A process stopped in the middle of fork() completes the fork first,
+	// and a child created after the walk that looked for it is never
+	// signalled (the kernel passes only group-wide signals to a child
+	// being forked). Once every process found has stopped nothing forks any
+	// more, so one more walk finds such children; repeat until it finds none.
+	for range maxWalks {
+		if err := w.waitStopped(); err != nil {
+			return len(w.signalled), fmt.Errorf("proc: freeze tree %s: %w", t.id, err)
+		}
+		n, err := w.walk(unix.SIGSTOP)
+		if err != nil {
+			return len(w.signalled), fmt.Errorf("proc: freeze tree %s: %w", t.id, err)
+		}
+		if n == 0 {
+			return len(w.signalled), nil
+		}
 	}
-	return len(w.signalled), nil
+	return len(w.signalled), fmt.Errorf("proc: freeze tree %s: still finding new processes after %d walks", t.id, maxWalks)
 }
 
 // Thaw sends SIGCONT to every process of the tree, and returns how many it
