@@ -112,7 +112,8 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	}
 	var size int64
 	packed := make([]packedFile, 0, len(names))
-	zw := gzip.NewWriter(w)
+	zw := s.gzipWriter(w)
+	defer s.gzips.Put(zw)
 	tw := tar.NewWriter(zw)
 	for _, name := range names {
 		p, err := addFile(ctx, tw, src, name)
@@ -152,6 +153,15 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	s.log.Info("archived session logs", zap.String("agent", agent), zap.String("archive", dest),
 		zap.Int("files", len(names)), zap.Int64("bytes", size))
 	return dest, packed, nil
+}
+
+// gzipWriter is a gzip writer to w, reused from the pool when one is there.
+func (s *Store) gzipWriter(w io.Writer) *gzip.Writer {
+	if zw, ok := s.gzips.Get().(*gzip.Writer); ok {
+		zw.Reset(w)
+		return zw
+	}
+	return gzip.NewWriter(w)
 }
 
 // logFiles are the regular files of an agent's log directory src, the

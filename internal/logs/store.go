@@ -53,6 +53,12 @@ type Store struct {
 	mu     sync.Mutex
 	agents map[string]*sync.Mutex
 
+	// gzips are gzip writers to Reset and reuse: a new one allocates the
+	// compressor's ~1 MB of tables, and a daemon's stop archives every
+	// agent at once (half of that stop's CPU went to allocating and
+	// collecting them).
+	gzips sync.Pool
+
 	// wrapTemp, when set, wraps the writer of a temporary archive. Tests use
 	// it to inject write failures (a full disk), which root ignores on
 	// read-only directories.
