@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
@@ -146,6 +147,10 @@ func (d *decoder) decode(data []byte) *Config {
 	d.paths(cfg, t.repo, t.stateDir, top)
 	d.checkListen(cfg.Listen, top.at("listen"))
 	d.checkStore(cfg.Store, top.at("store"))
+	if cfg.LeaseTimeout < minLeaseTimeout {
+		d.errorf(top.at("lease_timeout"), "lease_timeout", "%s is too short: a daemon renews its leases every third of it; at least %s",
+			FormatDuration(cfg.LeaseTimeout), FormatDuration(minLeaseTimeout))
+	}
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
 	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
 	d.finishMerge(cfg, &t.merge, top.at("merge"))
@@ -299,6 +304,10 @@ func unwrapPath(err error) error {
 	}
 	return err
 }
+
+// minLeaseTimeout keeps the lease heartbeat (a third of lease_timeout)
+// from spinning.
+const minLeaseTimeout = 300 * time.Millisecond
 
 // checkStore refuses a store that is neither SQLite's default nor a
 // postgres:// URL, and a URL that carries a password: the config file is
