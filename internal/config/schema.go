@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // agentNameRE is the agent name rule. It also keeps names safe as path
@@ -312,26 +313,18 @@ const minLeaseTimeout = 300 * time.Millisecond
 // checkStore refuses a store that is neither SQLite's default nor a
 // postgres:// URL, and a URL that carries a password: the config file is
 // not where secrets go.
-func (d *decoder) checkStore(store string, line int) {
-	if store == "" {
+func (d *decoder) checkStore(target string, line int) {
+	if target == "" {
 		return
 	}
-	u, err := url.Parse(store)
+	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		d.errorf(line, "store", "%q is not a postgres:// URL (leave store out for the SQLite file in state_dir)", redactURL(store))
+		d.errorf(line, "store", "%q is not a postgres:// URL (leave store out for the SQLite file in state_dir)", store.Redact(target))
 		return
 	}
 	if _, has := u.User.Password(); has || u.Query().Has("password") {
 		d.errorf(line, "store", "the URL carries a password: put it in PGPASSWORD or ~/.pgpass, not in the config file")
 	}
-}
-
-// redactURL is s without a password, for messages.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
 }
 
 func (d *decoder) checkListen(listen string, line int) {

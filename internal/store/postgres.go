@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,16 +95,7 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 		read.Close()
 		return nil, nil, "", err
 	}
-	return write, read, redact(target), nil
-}
-
-// redact is target without its password, for messages and Path.
-func redact(target string) string {
-	u, err := url.Parse(target)
-	if err != nil {
-		return "postgres://…"
-	}
-	return u.Redacted()
+	return write, read, Redact(target), nil
 }
 
 // prepare: nothing to check after the migrations.

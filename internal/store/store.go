@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +131,7 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 		if errors.Is(err, ErrNoDatabase) {
 			return nil, fmt.Errorf("store: open: %w", err)
 		}
-		return nil, fmt.Errorf("store: open %s: %w", redactTarget(target), err)
+		return nil, fmt.Errorf("store: open %s: %w", Redact(target), err)
 	}
 	if migrations == nil {
 		migrations = drv.migrations()
@@ -151,12 +153,17 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 	return db, nil
 }
 
-// redactTarget is target fit for a message: a URL without its password.
-func redactTarget(target string) string {
-	if IsPostgres(target) {
-		return redact(target)
+// Redact is a store target fit for a message: a URL without its password,
+// a file path as it is.
+func Redact(target string) string {
+	if !strings.Contains(target, "://") {
+		return target
 	}
-	return target
+	u, err := url.Parse(target)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // private creates the database file owner-only (0600) if it does not exist,
