@@ -461,6 +461,19 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 	})
 }
 
+// agentVars are the SWARM_* variables a session's `swarmd mail` and
+// `swarmd task` read for agent a (key, value): the agents it may name, and
+// the review settings its claims carry, as the runner's claims do
+// (OpenTaskBoard's ReviewerOf). Sessions get them in their environment;
+// commands forwarded through the control socket get them from the daemon.
+func agentVars(a config.Agent, agents []string) [][2]string {
+	return [][2]string{
+		{"SWARM_AGENTS", strings.Join(agents, ",")},
+		{"SWARM_REVIEWER", a.Reviewer},
+		{"SWARM_MAX_ITERATIONS", strconv.Itoa(a.MaxIterations)},
+	}
+}
+
 // settings are an agent's reloadable settings under cfg.
 func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend, a config.Agent) (runner.Settings, error) {
 	be, ok := backends[a.Backend]
@@ -473,10 +486,9 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		// `swarmd mail` and `swarmd task` go through its control socket.
 		env = append(env, "SWARM_DB_PATH="+cfg.DBPath())
 	}
-	env = append(env, "SWARM_AGENTS="+strings.Join(cfg.AgentNames(), ","),
-		// `swarmd task claim` in a session claims as the runner does: with
-		// the agent's review settings (OpenTaskBoard's ReviewerOf).
-		"SWARM_REVIEWER="+a.Reviewer, "SWARM_MAX_ITERATIONS="+strconv.Itoa(a.MaxIterations))
+	for _, kv := range agentVars(a, cfg.AgentNames()) {
+		env = append(env, kv[0]+"="+kv[1])
+	}
 	self := selfPath()
 	if self != "" {
 		// A session whose shell resets PATH (Codex runs a login shell) still

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -65,13 +63,13 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		return control.SessionCLIResult{}, fmt.Errorf("session-cli: %w", err)
 	}
 	env := map[string]string{
-		"SWARM_DB_PATH":        cfg.StoreTarget(),
-		"SWARM_AGENT_ID":       name,
-		"SWARM_SESSION_ID":     c.TreeID,
-		"SWARM_AGENTS":         strings.Join(agents, ","),
-		"SWARM_REVIEWER":       ag.Reviewer,
-		"SWARM_MAX_ITERATIONS": strconv.Itoa(ag.MaxIterations),
-		proc.MarkerEnv:         c.String(),
+		"SWARM_DB_PATH":    cfg.StoreTarget(),
+		"SWARM_AGENT_ID":   name,
+		"SWARM_SESSION_ID": c.TreeID,
+		proc.MarkerEnv:     c.String(),
+	}
+	for _, kv := range agentVars(ag, agents) {
+		env[kv[0]] = kv[1]
 	}
 	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})
 	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
