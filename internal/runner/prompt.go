@@ -128,6 +128,7 @@ func (r *Runner) buildPrompt() {
 		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
 		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
 		r.watermark = max(r.watermark, p.Watermark, known)
+		r.promptHead = p.Head
 	}
 	stopping := r.external()
 	if stopping || err != nil || p.Idle {
