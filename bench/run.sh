@@ -17,6 +17,9 @@ else
   echo "(no chromium: SSE clients stand for the browsers, and no DOM latency)"
   go run ./bench/dashboard -bin "$bin" -agents 200 -dashboards 5 -sse
 fi
+echo "== daemon and children CPU per session, agent exits at once (bench/sessioncpu): floor, peer-shaped baseline, swarmd; disk, then tmpfs"
+go run ./bench/sessioncpu -bin "$bin"
+if [ -d /dev/shm ]; then go run ./bench/sessioncpu -bin "$bin" -dir /dev/shm; fi
 echo "== swarmd mail send, process start to exit (bench/mailcli)"
 go run ./bench/mailcli -bin "$bin" -n 200
 if [ -d bench/worktree ]; then

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/review"
@@ -74,6 +76,32 @@ type Builder struct {
 	// Budget, if set, says what is left of the agent's budget once little
 	// is ("" otherwise): the prompt carries it.
 	Budget func(agent string) string
+
+	recent recentMemo
+}
+
+// recentMemo keeps the last recent commits an agent's prompt showed, by
+// the commit they start from: the history below a commit never changes, so
+// a session that made no commit needs no second walk of it.
+type recentMemo struct {
+	mu      sync.Mutex
+	agent   string
+	commits []worktree.Commit // newest first; commits[0] is the HEAD they were read from
+}
+
+func (m *recentMemo) get(agent, head string) ([]worktree.Commit, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if head == "" || m.agent != agent || len(m.commits) == 0 || m.commits[0].Hash != head {
+		return nil, false
+	}
+	return m.commits, true
+}
+
+func (m *recentMemo) put(agent string, cs []worktree.Commit) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.agent, m.commits = agent, slices.Clone(cs)
 }
 
 // Build gathers the prompt's inputs and renders it: the task (held,
@@ -95,7 +123,7 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 	if err != nil || p.Idle {
 		return p, err
 	}
-	if err := b.gitState(ctx, req.Agent, &d); err != nil {
+	if p.Head, err = b.gitState(ctx, req.Agent, &d); err != nil {
 		if rerr := b.Release(context.WithoutCancel(ctx), req.SessionID); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
@@ -148,24 +176,34 @@ func (b *Builder) work(ctx context.Context, req runner.PromptRequest, d *Data) (
 	return p, nil
 }
 
-// gitState adds the worktree's recent commits and uncommitted files.
-func (b *Builder) gitState(ctx context.Context, agent string, d *Data) error {
+// gitState adds the worktree's recent commits and uncommitted files, and
+// returns the worktree's HEAD ("" when the worktree is not on its branch).
+// Status and RecentCommits read the same HEAD (the worktree's, else the
+// branch's tip), so commits memoized for Status's HEAD are what
+// RecentCommits would read again.
+func (b *Builder) gitState(ctx context.Context, agent string, d *Data) (string, error) {
 	if b.Git == nil {
-		return nil
+		return "", nil
 	}
-	cs, err := b.Git.RecentCommits(ctx, agent, recentCommits)
+	st, err := b.Git.Status(ctx, agent)
 	if err != nil {
-		return fmt.Errorf("recent commits: %w", err)
+		return "", fmt.Errorf("worktree status: %w", err)
+	}
+	d.DirtyFiles = st.DirtyFiles
+	cs, ok := b.recent.get(agent, st.Head)
+	if !ok {
+		if cs, err = b.Git.RecentCommits(ctx, agent, recentCommits); err != nil {
+			return "", fmt.Errorf("recent commits: %w", err)
+		}
+		b.recent.put(agent, cs)
 	}
 	for _, c := range cs {
 		d.RecentCommits = append(d.RecentCommits, Commit{Hash: c.Hash, Subject: c.Subject})
 	}
-	st, err := b.Git.Status(ctx, agent)
-	if err != nil {
-		return fmt.Errorf("worktree status: %w", err)
+	if !st.Exists {
+		return "", nil
 	}
-	d.DirtyFiles = st.DirtyFiles
-	return nil
+	return st.Head, nil
 }
 
 // task is the task the prompt carries: the one the agent holds (continued),

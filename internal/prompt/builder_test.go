@@ -218,3 +218,55 @@ func TestBuilderReviewBeforeOwnTask(t *testing.T) {
 		t.Fatalf("after the review: task %d review %d (%v); want his own task %d", p.Task, p.Review, err, own.ID)
 	}
 }
+
+// countingGit counts RecentCommits calls of a real worktree manager.
+type countingGit struct {
+	*worktree.Manager
+	recent int
+}
+
+func (g *countingGit) RecentCommits(ctx context.Context, agent string, n int) ([]worktree.Commit, error) {
+	g.recent++
+	return g.Manager.RecentCommits(ctx, agent, n)
+}
+
+// TestBuilderRecentCommitsFollowHead: a prompt built on the same HEAD shows
+// the same commits without walking the history again; a commit made since
+// is shown in the next prompt; Prompt.Head is the worktree's HEAD.
+func TestBuilderRecentCommitsFollowHead(t *testing.T) {
+	ctx := context.Background()
+	repo := gitRepo(t)
+	trees, err := worktree.Open(ctx, worktree.Options{Repo: repo, StateDir: filepath.Join(repo, ".swarm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := trees.Ensure(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &countingGit{Manager: trees}
+	b := &Builder{Git: g, Agents: []string{"bob"}}
+	build := func(seq uint32) runner.Prompt {
+		t.Helper()
+		p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-1-aaaa", Seq: seq, Worktree: wt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := trees.Head(ctx, "bob")
+		if err != nil || p.Head != head {
+			t.Fatalf("prompt built on HEAD %q, worktree at %q (%v)", p.Head, head, err)
+		}
+		return p
+	}
+	p1, p2 := build(1), build(2)
+	if g.recent != 1 || p1.Text == "" || !strings.Contains(p2.Text, "initial commit") {
+		t.Fatalf("%d walks of the history for two prompts on one HEAD, want 1:\n%s", g.recent, p2.Text)
+	}
+	if out, err := exec.Command("git", "-C", wt.Path, "-c", "user.name=t", "-c", "user.email=t@example.invalid",
+		"commit", "-q", "--allow-empty", "-m", "second commit").CombinedOutput(); err != nil {
+		t.Fatalf("git commit: %v\n%s", err, out)
+	}
+	if p3 := build(3); g.recent != 2 || !strings.Contains(p3.Text, "second commit") {
+		t.Fatalf("after a commit: %d walks, prompt:\n%s", g.recent, p3.Text)
+	}
+}

@@ -70,6 +70,11 @@ type Prompt struct {
 	// Idle: the agent said it is done and has no mail and no task. No
 	// session starts; the runner waits for Wake.
 	Idle bool
+	// Head is the worktree's HEAD the prompt was built on, "" when the
+	// prompter did not read it: nothing runs in the worktree between the
+	// prompt and the spawn, so it is the session's HeadBefore, and the
+	// runner need not read it again.
+	Head string
 }
 
 // SettleResult is what a settled session said.
@@ -123,6 +128,7 @@ func (r *Runner) buildPrompt() {
 		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
 		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
 		r.watermark = max(r.watermark, p.Watermark, known)
+		r.promptHead = p.Head
 	}
 	stopping := r.external()
 	if stopping || err != nil || p.Idle {

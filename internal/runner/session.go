@@ -43,7 +43,11 @@ func (r *Runner) spawn() {
 	r.setSpecEnv(&spec)
 	r.clearAbort()
 	r.lastSpawn = time.Now()
-	r.headBefore = r.head()
+	r.headBefore = r.promptHead
+	if r.headBefore == "" {
+		r.headBefore = r.head()
+	}
+	r.promptHead = "" // one prompt, one spawn
 	spec.HeadBefore = r.headBefore
 	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
 	var sess backend.Session

@@ -14,8 +14,12 @@ import (
 
 // Repo makes a git repository with one empty commit in a new temporary
 // directory; remove it with os.RemoveAll.
-func Repo(prefix string) (string, error) {
-	work, err := os.MkdirTemp("", prefix)
+func Repo(prefix string) (string, error) { return RepoIn("", prefix) }
+
+// RepoIn is Repo in a new directory under parent ("" is the system's
+// temporary directory), so that a harness can choose the file system.
+func RepoIn(parent, prefix string) (string, error) {
+	work, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
 		return "", err
 	}
