@@ -384,7 +384,10 @@ func TestCancel(t *testing.T) {
 // A session that ends on its own while its setsid grandchild holds the
 // output pipe ends at once, and takes the grandchild with it.
 func TestSetsidChildOnNormalExit(t *testing.T) {
-	b := newScripted(t, ScriptStep{SetsidChild: true, Sleep: 300 * time.Millisecond})
+	// The session lives long enough for a scan of /proc on a loaded machine
+	// to find the grandchild (300 ms was not, under a parallel test run).
+	const sleep = 1500 * time.Millisecond
+	b := newScripted(t, ScriptStep{SetsidChild: true, Sleep: sleep})
 	sp := spec(t)
 	s := start(t, b, sp)
 	pid, st := findSetsidSleep(t, sp.SessionID)
@@ -395,7 +398,7 @@ func TestSetsidChildOnNormalExit(t *testing.T) {
 	if !gone(pid, st) {
 		t.Fatal("the setsid grandchild outlived its session")
 	}
-	if d := r.Ended.Sub(r.Started); d > 300*time.Millisecond+time.Second {
+	if d := r.Ended.Sub(r.Started); d > sleep+time.Second {
 		t.Fatalf("session took %s: the grandchild holding the pipe delayed its end", d)
 	}
 }
