@@ -188,6 +188,11 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 	if err := checkName(agent); err != nil {
 		return err
 	}
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
+		return fmt.Errorf("prune agent %s: %w", agent, err)
+	}
+	defer unlockAgent()
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return fmt.Errorf("prune agent %s: %w", agent, err)

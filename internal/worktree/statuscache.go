@@ -242,6 +242,15 @@ func underPruned(rel string, prune map[string]bool) bool {
 // whose state lives outside the worktree: nothing is remembered then.
 func pruneSet(adminDir string, ignoredDirs []string) (map[string]bool, bool) {
 	f, err := os.Open(filepath.Join(adminDir, "index"))
+	if errors.Is(err, fs.ErrNotExist) {
+		// git reads a missing index (a worktree of the empty tree, never
+		// checked out) as an empty one: no tracked file anywhere.
+		prune := map[string]bool{}
+		for _, d := range ignoredDirs {
+			prune[d] = true
+		}
+		return prune, true
+	}
 	if err != nil {
 		return nil, false
 	}

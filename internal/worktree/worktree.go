@@ -57,7 +57,8 @@ type Manager struct {
 
 	// sem serialises worktree operations within this process; flockDir on
 	// commonDir extends that to other Managers and processes.
-	sem chan struct{}
+	sem    chan struct{}
+	agents agentLocks // one agent's operations, one at a time
 
 	counts   countMemo   // rev-list counts by commit pair
 	statuses statusCache // the last git status answer per worktree
@@ -274,18 +275,7 @@ func (m *Manager) lock(ctx context.Context) (unlock func(), err error) {
 // from the base commit. A directory that is not this agent's worktree is left
 // alone and reported as ErrForeignDir.
 func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
-	if err := checkName(agent); err != nil {
-		return Worktree{}, err
-	}
-	if wt, ok := m.ready(agent); ok {
-		return wt, nil
-	}
-	unlock, err := m.lock(ctx)
-	if err != nil {
-		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
-	}
-	defer unlock()
-	return m.ensureLocked(ctx, agent, false)
+	return m.ensure(ctx, agent, false)
 }
 
 // Verify checks, between sessions, that the agent's worktree exists and is on
@@ -293,23 +283,54 @@ func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
 // worktree switched to another branch or commit is switched back (as by
 // Ensure); anything else wrong (the branch deleted) is an error.
 func (m *Manager) Verify(ctx context.Context, agent string) (Worktree, error) {
+	return m.ensure(ctx, agent, true)
+}
+
+func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktree, error) {
+	op := "ensure"
+	if verify {
+		op = "verify"
+	}
 	if err := checkName(agent); err != nil {
 		return Worktree{}, err
 	}
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
+		return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
+	}
+	defer unlockAgent()
 	if wt, ok := m.ready(agent); ok {
 		return wt, nil
 	}
 	unlock, err := m.lock(ctx)
 	if err != nil {
-		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w", agent, err)
+		return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
 	}
-	defer unlock()
-	return m.ensureLocked(ctx, agent, true)
+	wt, created, err := m.ensureLocked(ctx, agent, verify)
+	unlock()
+	if err != nil || created == nil {
+		return wt, err
+	}
+	// The checkout runs without the repository lock, in parallel with
+	// other agents' (only the registration must be serial); the agent's
+	// lock keeps this agent's callers out until it is done.
+	if err := m.checkout(ctx, wt); err != nil {
+		return Worktree{}, errors.Join(fmt.Errorf("check out worktree for agent %s: %w", agent, err), m.discard(ctx, wt))
+	}
+	if verify {
+		m.log.Warn("worktree directory was missing; recreated from its branch",
+			zap.String("agent", agent), zap.String("path", wt.Path), zap.String("head", wt.Head))
+	} else {
+		m.log.Info("worktree created", zap.String("agent", agent), zap.String("path", wt.Path),
+			zap.String("branch", wt.Branch), zap.Bool("new_branch", created.newBranch), zap.String("head", wt.Head))
+	}
+	return wt, nil
 }
 
 // ready is the fast path of Ensure and Verify: a worktree that is fine
-// needs no lock (the common case, after every session), since nothing is
-// changed. Anything else is looked at again under the lock.
+// needs no repository lock (the common case, after every session), since
+// nothing is changed. Anything else is looked at again under the lock.
+// The caller holds the agent's lock: a worktree being checked out looks fine.
 func (m *Manager) ready(agent string) (Worktree, bool) {
 	in, err := m.inspect(agent)
 	if err != nil || in.state != wtOK {
@@ -318,54 +339,53 @@ func (m *Manager) ready(agent string) (Worktree, bool) {
 	return Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: in.head.String()}, true
 }
 
-func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, error) {
+// creation says that ensureLocked registered a new worktree, not checked out yet.
+type creation struct{ newBranch bool }
+
+func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
 	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent)}
 	in, err := m.inspect(agent)
 	if err != nil {
-		return Worktree{}, err
+		return Worktree{}, nil, err
 	}
 	switch in.state {
 	case wtOK:
 		wt.Head = in.head.String()
-		return wt, nil
+		return wt, nil, nil
 	case wtOffBranch:
-		return m.restoreBranch(ctx, wt, in)
+		wt, err := m.restoreBranch(ctx, wt, in)
+		return wt, nil, err
 	case wtForeign:
-		return Worktree{}, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
+		return Worktree{}, nil, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
 	}
 
 	tip, hasBranch, err := m.branchTip(agent)
 	if err != nil {
-		return Worktree{}, err
+		return Worktree{}, nil, err
 	}
 	if verify && !hasBranch {
-		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w: %s was deleted along with %s",
+		return Worktree{}, nil, fmt.Errorf("verify worktree for agent %s: %w: %s was deleted along with %s",
 			agent, ErrBranchMissing, wt.Branch, wt.Path)
 	}
 	if err := m.pruneStale(ctx); err != nil {
-		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
 	}
 	if err := os.MkdirAll(m.wtDir, 0o755); err != nil {
-		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
 	}
-	// --quiet keeps git's progress chatter out of a GitError's message.
-	args := []string{"worktree", "add", "--quiet", wt.Path, wt.Branch}
+	// --no-checkout: only the registration needs the lock; the caller
+	// checks the files out after releasing it. --quiet keeps git's
+	// progress chatter out of a GitError's message.
+	args := []string{"worktree", "add", "--quiet", "--no-checkout", wt.Path, wt.Branch}
 	wt.Head = tip.String()
 	if !hasBranch {
-		args = []string{"worktree", "add", "--quiet", "-b", wt.Branch, wt.Path, m.base.String()}
+		args = []string{"worktree", "add", "--quiet", "--no-checkout", "-b", wt.Branch, wt.Path, m.base.String()}
 		wt.Head = m.base.String()
 	}
 	if _, err := m.git.run(ctx, m.repo, args...); err != nil {
-		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
-	if verify {
-		m.log.Warn("worktree directory was missing; recreated from its branch",
-			zap.String("agent", agent), zap.String("path", wt.Path), zap.String("head", wt.Head))
-	} else {
-		m.log.Info("worktree created", zap.String("agent", agent), zap.String("path", wt.Path),
-			zap.String("branch", wt.Branch), zap.Bool("new_branch", !hasBranch), zap.String("head", wt.Head))
-	}
-	return wt, nil
+	return wt, &creation{newBranch: !hasBranch}, nil
 }
 
 // Head is the HEAD commit of the agent's worktree.

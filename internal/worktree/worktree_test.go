@@ -711,7 +711,7 @@ func TestGitErrorCarriesCommandAndStderr(t *testing.T) {
 	if !errors.As(err, &gerr) {
 		t.Fatalf("Ensure = %v, want a GitError", err)
 	}
-	if gerr.ExitCode != 128 || !strings.HasPrefix(gerr.Error(), "git worktree add --quiet "+m.Path("alice")+" swarm/alice: exit 128: fatal: ") ||
+	if gerr.ExitCode != 128 || !strings.HasPrefix(gerr.Error(), "git worktree add --quiet --no-checkout "+m.Path("alice")+" swarm/alice: exit 128: fatal: ") ||
 		!strings.Contains(gerr.Error(), "already checked out") {
 		t.Fatalf("GitError = %q (exit %d)", gerr.Error(), gerr.ExitCode)
 	}
