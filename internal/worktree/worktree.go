@@ -302,6 +302,12 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	if wt, ok := m.ready(agent); ok {
 		return wt, nil
 	}
+	newBranch := false
+	if !verify {
+		if newBranch, err = m.createBranch(ctx, agent); err != nil {
+			return Worktree{}, err
+		}
+	}
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
@@ -311,6 +317,7 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	if err != nil || created == nil {
 		return wt, err
 	}
+	created.newBranch = created.newBranch || newBranch
 	// The checkout runs without the repository lock, in parallel with
 	// other agents' (only the registration must be serial); the agent's
 	// lock keeps this agent's callers out until it is done.
@@ -337,6 +344,29 @@ func (m *Manager) ready(agent string) (Worktree, bool) {
 		return Worktree{}, false
 	}
 	return Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: in.head.String()}, true
+}
+
+// createBranch creates the agent's branch at the base commit when the
+// agent has neither branch nor worktree, before the repository lock is
+// taken: a new ref needs no lock of ours (git's ref transaction makes
+// exactly one creator win), and "git branch" is a third of what
+// "git worktree add -b" costs.
+func (m *Manager) createBranch(ctx context.Context, agent string) (bool, error) {
+	in, err := m.inspect(agent)
+	if err != nil || (in.state != wtMissing && in.state != wtEmpty) {
+		return false, err // ensureLocked deals with it
+	}
+	if _, has, err := m.branchTip(agent); err != nil || has {
+		return false, err
+	}
+	_, err = m.git.run(ctx, m.repo, "branch", "--quiet", m.Branch(agent), m.base.String())
+	if err == nil {
+		return true, nil
+	}
+	if _, has, terr := m.branchTip(agent); terr == nil && has {
+		return false, nil // another Manager on this repository created it first
+	}
+	return false, fmt.Errorf("create branch for agent %s: %w", agent, err)
 }
 
 // creation says that ensureLocked registered a new worktree, not checked out yet.
