@@ -3,7 +3,10 @@
 //
 // go-git v5 cannot create linked worktrees, so add/remove/prune go through
 // the git CLI, one at a time per repository: parallel "git worktree add" on
-// one repository fails and leaves .git/worktrees half written. Refs, commits
+// one repository fails and leaves .git/worktrees half written. Only the
+// registration is serial, though ("git worktree add --no-checkout"): a new
+// branch is created before it and the files are checked out after it, in
+// parallel with other agents', under a per-agent lock. Refs, commits
 // and HEAD are read with go-git; dirty checks use "git status
 // --porcelain=v2", which is an order of magnitude faster than go-git's
 // status on large trees. Status remembers git's answers (statuscache.go,
