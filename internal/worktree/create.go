@@ -24,10 +24,26 @@ func (m *Manager) checkout(ctx context.Context, wt Worktree) error {
 	if empty {
 		return nil
 	}
+	done, err := m.acquireBusy(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if _, err := m.git.run(ctx, wt.Path, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
 		return err
 	}
 	return nil
+}
+
+// acquireBusy takes a slot for a git process run outside the repository
+// lock.
+func (m *Manager) acquireBusy(ctx context.Context) (done func(), err error) {
+	select {
+	case m.busy <- struct{}{}:
+		return func() { <-m.busy }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // emptyTree reports whether commit h has no files.

@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	git "github.com/go-git/go-git/v5"
@@ -62,6 +63,10 @@ type Manager struct {
 	// commonDir extends that to other Managers and processes.
 	sem    chan struct{}
 	agents agentLocks // one agent's operations, one at a time
+	// busy bounds the git processes run outside the repository lock
+	// (branch creation, checkout): more than the cores only adds threads
+	// blocked in wait and disk contention.
+	busy chan struct{}
 
 	counts   countMemo   // rev-list counts by commit pair
 	statuses statusCache // the last git status answer per worktree
@@ -104,6 +109,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		wtDir:     filepath.Join(filepath.Clean(opts.StateDir), "worktrees"),
 		baseRef:   opts.BaseRef,
 		sem:       make(chan struct{}, 1),
+		busy:      make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 	}
 	r, err := m.openRepo()
 	if err != nil {
@@ -362,7 +368,12 @@ func (m *Manager) createBranch(ctx context.Context, agent string) (bool, error) 
 	if _, has, err := m.branchTip(agent); err != nil || has {
 		return false, err
 	}
+	done, err := m.acquireBusy(ctx)
+	if err != nil {
+		return false, fmt.Errorf("create branch for agent %s: %w", agent, err)
+	}
 	_, err = m.git.run(ctx, m.repo, "branch", "--quiet", m.Branch(agent), m.base.String())
+	done()
 	if err == nil {
 		return true, nil
 	}
