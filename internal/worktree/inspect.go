@@ -17,11 +17,12 @@ import (
 type wtState int
 
 const (
-	wtMissing   wtState = iota // no directory
-	wtEmpty                    // an empty directory: nothing to lose, git can fill it
-	wtOK                       // this agent's worktree, on its branch
-	wtOffBranch                // this agent's worktree, but a session checked out another branch or a commit
-	wtForeign                  // anything else: left alone
+	wtMissing    wtState = iota // no directory
+	wtEmpty                     // an empty directory: nothing to lose, git can fill it
+	wtOK                        // this agent's worktree, on its branch
+	wtOffBranch                 // this agent's worktree, but a session checked out another branch or a commit
+	wtForeign                   // anything else: left alone
+	wtIncomplete                // a creation of ours cut short before its checkout ended: nothing of anyone's in it
 )
 
 type inspection struct {
@@ -30,7 +31,7 @@ type inspection struct {
 	head     plumbing.Hash // wtOK, wtOffBranch: the worktree's HEAD commit (zero on an unborn branch)
 	rebasing bool          // wtOK: HEAD is detached by a rebase of the agent's branch
 	branch   string        // wtOffBranch: the branch checked out instead, "" for a detached HEAD
-	adminDir string        // wtOK, wtOffBranch: the worktree's own git directory (.git/worktrees/<id>)
+	adminDir string        // wtOK, wtOffBranch, wtIncomplete: the worktree's own git directory (.git/worktrees/<id>)
 }
 
 func foreign(format string, args ...any) inspection {
@@ -97,6 +98,13 @@ func (m *Manager) inspect(agent string) (inspection, error) {
 	}
 	if realPathLoose(strings.TrimSpace(string(registered))) != realPathLoose(dotGit) {
 		return foreign("registered for %s", strings.TrimSpace(string(registered))), nil
+	}
+
+	// register keeps a new worktree locked "initializing" until its files
+	// are checked out, as git does; a caller holds the agent's lock, so
+	// that is a creation that a crash cut short, not one going on.
+	if lock, err := os.ReadFile(filepath.Join(adminDir, "locked")); err == nil && strings.TrimSpace(string(lock)) == initializing {
+		return inspection{state: wtIncomplete, adminDir: adminDir}, nil
 	}
 
 	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})

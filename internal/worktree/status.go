@@ -262,6 +262,13 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 			return fmt.Errorf("prune agent %s: %w", agent, err)
 		}
 		fallthrough
+	case wtIncomplete:
+		if in.state == wtIncomplete {
+			if err := m.removeIncomplete(agent, in); err != nil {
+				return err
+			}
+		}
+		fallthrough
 	default:
 		if err := m.pruneStale(ctx); err != nil {
 			return fmt.Errorf("prune agent %s: %w", agent, err)

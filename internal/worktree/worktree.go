@@ -1,13 +1,16 @@
 // Package worktree gives every agent its own linked git worktree and branch:
 // <state_dir>/worktrees/<agent> on swarm/<agent>.
 //
-// go-git v5 cannot create linked worktrees, so add/remove/prune go through
-// the git CLI, one at a time per repository: parallel "git worktree add" on
-// one repository fails and leaves .git/worktrees half written. Only the
-// registration is serial, though ("git worktree add --no-checkout"): a new
-// branch is created before it and the files are checked out after it, in
-// parallel with other agents', under a per-agent lock. Refs, commits
-// and HEAD are read with go-git; dirty checks use "git status
+// go-git v5 cannot create linked worktrees, and "git worktree add" costs
+// two git processes that read every registered worktree (8–28 ms each,
+// serial, since parallel adds on one repository race), so a new worktree
+// is written as git writes it (register.go: the branch ref by git's
+// lock-file protocol, the registration files of gitrepository-layout(5)).
+// Only claiming the branch holds the repository lock; the rest, and the
+// checkout (git's own "reset --hard"), run in parallel with other agents',
+// under a per-agent lock, and the repository's post-checkout hook runs
+// as after "git worktree add". Removal and pruning go through the git CLI.
+// Refs, commits and HEAD are read with go-git; dirty checks use "git status
 // --porcelain=v2", which is an order of magnitude faster than go-git's
 // status on large trees. Status remembers git's answers (statuscache.go,
 // memo.go), so a session that changed nothing costs no git process.
@@ -54,6 +57,7 @@ type Manager struct {
 	log       *zap.Logger
 	repo      string // top level of the working tree (real path)
 	commonDir string // the git directory shared by all worktrees (real path)
+	hook      string // where the post-checkout hook would be
 	stateDir  string
 	wtDir     string // stateDir/worktrees
 	baseRef   string
@@ -96,7 +100,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open worktree manager: %w", err)
 	}
-	top, commonDir, err := locateRepo(ctx, g, repoPath)
+	top, commonDir, hook, err := locateRepo(ctx, g, repoPath)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +109,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		log:       opts.Log,
 		repo:      top,
 		commonDir: commonDir,
+		hook:      hook,
 		stateDir:  filepath.Clean(opts.StateDir),
 		wtDir:     filepath.Join(filepath.Clean(opts.StateDir), "worktrees"),
 		baseRef:   opts.BaseRef,
@@ -128,40 +133,45 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 
 // locateRepo finds the top level and the common git directory of the
 // repository at path, refusing bare repositories.
-func locateRepo(ctx context.Context, g *gitCLI, path string) (top, commonDir string, err error) {
+func locateRepo(ctx context.Context, g *gitCLI, path string) (top, commonDir, hook string, err error) {
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
-		return "", "", fmt.Errorf("%s is %w: no such directory", path, ErrNotRepo)
+		return "", "", "", fmt.Errorf("%s is %w: no such directory", path, ErrNotRepo)
 	}
-	out, err := g.run(ctx, path, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir")
+	// --git-path follows core.hooksPath.
+	out, err := g.run(ctx, path, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir",
+		"--git-path", "hooks/post-checkout")
 	if err != nil {
 		var gerr *GitError
 		if errors.As(err, &gerr) && strings.Contains(gerr.Stderr, "not a git repository") {
-			return "", "", fmt.Errorf("%s is %w", path, ErrNotRepo)
+			return "", "", "", fmt.Errorf("%s is %w", path, ErrNotRepo)
 		}
-		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+		return "", "", "", fmt.Errorf("inspect repository %s: %w", path, err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 {
-		return "", "", fmt.Errorf("inspect repository %s: unexpected rev-parse output %q", path, out)
+	if len(lines) != 4 {
+		return "", "", "", fmt.Errorf("inspect repository %s: unexpected rev-parse output %q", path, out)
 	}
 	if lines[0] == "true" {
-		return "", "", fmt.Errorf("%s is a %w: agents need a working tree", path, ErrBareRepo)
+		return "", "", "", fmt.Errorf("%s is a %w: agents need a working tree", path, ErrBareRepo)
 	}
 	if lines[1] != "true" {
-		return "", "", fmt.Errorf("%s is %w: it is inside a .git directory", path, ErrNotRepo)
+		return "", "", "", fmt.Errorf("%s is %w: it is inside a .git directory", path, ErrNotRepo)
 	}
 	commonDir = lines[2]
 	if !filepath.IsAbs(commonDir) {
 		commonDir = filepath.Join(path, commonDir)
 	}
 	if commonDir, err = filepath.EvalSymlinks(commonDir); err != nil {
-		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+		return "", "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+	}
+	if hook = lines[3]; !filepath.IsAbs(hook) {
+		hook = filepath.Join(path, hook)
 	}
 	out, err = g.run(ctx, path, "rev-parse", "--show-toplevel")
 	if err != nil {
-		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+		return "", "", "", fmt.Errorf("inspect repository %s: %w", path, err)
 	}
-	return strings.TrimSpace(out), commonDir, nil
+	return strings.TrimSpace(out), commonDir, hook, nil
 }
 
 // openRepo opens the repository with go-git. A fresh handle per operation:
@@ -311,12 +321,6 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	if wt, ok := m.ready(agent); ok {
 		return wt, nil
 	}
-	newBranch := false
-	if !verify {
-		if newBranch, err = m.createBranch(ctx, agent); err != nil {
-			return Worktree{}, err
-		}
-	}
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
@@ -326,12 +330,19 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	if err != nil || created == nil {
 		return wt, err
 	}
-	created.newBranch = created.newBranch || newBranch
-	// The checkout runs without the repository lock, in parallel with
-	// other agents' (only the registration must be serial); the agent's
-	// lock keeps this agent's callers out until it is done.
+	// The rest runs without the repository lock, in parallel with other
+	// agents' (only claiming the branch must be serial); the agent's lock
+	// keeps this agent's callers out until it is done, and the
+	// registration's "locked" file keeps git's prune away.
+	if err := m.link(wt, created.adminDir); err != nil {
+		unclaim(wt, created.adminDir)
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
 	if err := m.checkout(ctx, wt); err != nil {
 		return Worktree{}, errors.Join(fmt.Errorf("check out worktree for agent %s: %w", agent, err), m.discard(ctx, wt))
+	}
+	if err := unlockRegistration(created.adminDir); err != nil {
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
 	if verify {
 		m.log.Warn("worktree directory was missing; recreated from its branch",
@@ -339,6 +350,10 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	} else {
 		m.log.Info("worktree created", zap.String("agent", agent), zap.String("path", wt.Path),
 			zap.String("branch", wt.Branch), zap.Bool("new_branch", created.newBranch), zap.String("head", wt.Head))
+	}
+	// As with "git worktree add": the worktree stays when the hook fails.
+	if err := m.postCheckout(ctx, wt); err != nil {
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: post-checkout hook: %w", agent, err)
 	}
 	return wt, nil
 }
@@ -355,36 +370,12 @@ func (m *Manager) ready(agent string) (Worktree, bool) {
 	return Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: in.head.String()}, true
 }
 
-// createBranch creates the agent's branch at the base commit when the
-// agent has neither branch nor worktree, before the repository lock is
-// taken: a new ref needs no lock of ours (git's ref transaction makes
-// exactly one creator win), and "git branch" is a third of what
-// "git worktree add -b" costs.
-func (m *Manager) createBranch(ctx context.Context, agent string) (bool, error) {
-	in, err := m.inspect(agent)
-	if err != nil || (in.state != wtMissing && in.state != wtEmpty) {
-		return false, err // ensureLocked deals with it
-	}
-	if _, has, err := m.branchTip(agent); err != nil || has {
-		return false, err
-	}
-	done, err := m.acquireBusy(ctx)
-	if err != nil {
-		return false, fmt.Errorf("create branch for agent %s: %w", agent, err)
-	}
-	_, err = m.git.run(ctx, m.repo, "branch", "--quiet", m.Branch(agent), m.base.String())
-	done()
-	if err == nil {
-		return true, nil
-	}
-	if _, has, terr := m.branchTip(agent); terr == nil && has {
-		return false, nil // another Manager on this repository created it first
-	}
-	return false, fmt.Errorf("create branch for agent %s: %w", agent, err)
+// creation says that ensureLocked registered a new worktree, not checked
+// out yet and still locked.
+type creation struct {
+	newBranch bool
+	adminDir  string
 }
-
-// creation says that ensureLocked registered a new worktree, not checked out yet.
-type creation struct{ newBranch bool }
 
 func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
 	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent)}
@@ -401,6 +392,10 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (
 		return wt, nil, err
 	case wtForeign:
 		return Worktree{}, nil, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
+	case wtIncomplete:
+		if err := m.removeIncomplete(agent, in); err != nil {
+			return Worktree{}, nil, err
+		}
 	}
 
 	tip, hasBranch, err := m.branchTip(agent)
@@ -411,25 +406,67 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (
 		return Worktree{}, nil, fmt.Errorf("verify worktree for agent %s: %w: %s was deleted along with %s",
 			agent, ErrBranchMissing, wt.Branch, wt.Path)
 	}
-	if err := m.pruneStale(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
 	}
-	if err := os.MkdirAll(m.wtDir, 0o755); err != nil {
-		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
-	}
-	// --no-checkout: only the registration needs the lock; the caller
-	// checks the files out after releasing it. --quiet keeps git's
-	// progress chatter out of a GitError's message.
-	args := []string{"worktree", "add", "--quiet", "--no-checkout", wt.Path, wt.Branch}
-	wt.Head = tip.String()
+	c := &creation{}
 	if !hasBranch {
-		args = []string{"worktree", "add", "--quiet", "--no-checkout", "-b", wt.Branch, wt.Path, m.base.String()}
-		wt.Head = m.base.String()
+		switch err := m.createBranchRef(agent, m.base); {
+		case err == nil:
+			c.newBranch, tip = true, m.base
+		case errors.Is(err, errRefExists): // created by another git since
+			if tip, hasBranch, err = m.branchTip(agent); err != nil || !hasBranch {
+				return Worktree{}, nil, fmt.Errorf("create branch %s: another git is creating it", wt.Branch)
+			}
+		default:
+			return Worktree{}, nil, err
+		}
 	}
-	if _, err := m.git.run(ctx, m.repo, args...); err != nil {
+	// A branch created just now, under the repository lock that every
+	// Manager takes to register a worktree, is checked out nowhere: the
+	// ramp of a new swarm reads no registrations.
+	if !c.newBranch {
+		if err := m.clearWay(ctx, agent); err != nil {
+			return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+		}
+	}
+	wt.Head = tip.String()
+	if c.adminDir, err = m.claim(wt); err != nil {
 		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
-	return wt, &creation{newBranch: !hasBranch}, nil
+	return wt, c, nil
+}
+
+// clearWay removes what would keep the agent's branch from being checked
+// out at its path (which holds no worktree): leftovers of a creation cut
+// short, and a stale registration holding the branch (pruned as git's gc
+// would). A branch checked out in a live worktree is an error, as with git.
+func (m *Manager) clearWay(ctx context.Context, agent string) error {
+	s, err := m.scanRegistrations(agent)
+	if err != nil {
+		return err
+	}
+	for _, dir := range s.leftovers {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove stale registration: %w", err)
+		}
+	}
+	if s.stale {
+		if _, err := m.git.run(ctx, m.repo, "worktree", "prune"); err != nil {
+			return fmt.Errorf("prune stale worktrees: %w", err)
+		}
+		m.log.Info("pruned stale worktree registrations", zap.String("agent", agent))
+		if s, err = m.scanRegistrations(agent); err != nil {
+			return err
+		}
+	}
+	if s.checkedOut != "" {
+		return fmt.Errorf("%w: %s is already checked out at %s", ErrCheckedOut, m.Branch(agent), s.checkedOut)
+	}
+	if s.stale {
+		return fmt.Errorf("%w: %s is held by a stale registration that git did not prune", ErrCheckedOut, m.Branch(agent))
+	}
+	return nil
 }
 
 // Head is the HEAD commit of the agent's worktree.
