@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -88,7 +89,7 @@ type regScan struct {
 // scanRegistrations reads every registration (two small files each) for
 // what would stop the agent's branch being checked out at its path: git
 // refuses a branch checked out in another worktree, and so does this.
-func (m *Manager) scanRegistrations(agent string) (regScan, error) {
+func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, error) {
 	var s regScan
 	want := "ref: " + branchRef(agent).String()
 	if head, err := os.ReadFile(filepath.Join(m.commonDir, "HEAD")); err == nil && strings.TrimSpace(string(head)) == want {
@@ -108,6 +109,9 @@ func (m *Manager) scanRegistrations(agent string) (regScan, error) {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
+		if slices.Contains(exclude, dir) {
+			continue
+		}
 		gitdir, err := os.ReadFile(filepath.Join(dir, "gitdir"))
 		if err != nil {
 			continue // being written by a git, or broken: not ours to judge
@@ -132,11 +136,92 @@ func (m *Manager) scanRegistrations(agent string) (regScan, error) {
 	return s, nil
 }
 
-// claim registers the agent's path as a linked worktree on its branch,
-// under the repository lock: what another Manager's scanRegistrations
-// reads (gitdir, HEAD), in a registration locked "initializing", as git
-// does, until the checkout is done. The rest is written by link, outside
-// the lock. It returns the registration's admin dir.
+// createNew begins the worktree of an agent that has neither worktree nor
+// branch (a new agent: the whole ramp of a new swarm) without the
+// repository lock: the registration is claimed first, then the branch is
+// created; whoever creates the branch owns it, and had claimed it before,
+// so a Manager that finds the branch existing and scans the registrations
+// (under the lock) sees that claim. A loser of the race for the branch
+// does the same. It returns a nil creation, and no error, when the agent
+// has a branch or its path holds something: ensureLocked deals with that.
+func (m *Manager) createNew(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
+	if verify {
+		return Worktree{}, nil, nil
+	}
+	in, err := m.inspect(agent)
+	if err != nil {
+		return Worktree{}, nil, err
+	}
+	switch in.state {
+	case wtMissing, wtEmpty:
+	case wtIncomplete:
+		if err := m.removeIncomplete(agent, in); err != nil {
+			return Worktree{}, nil, err
+		}
+	default:
+		return Worktree{}, nil, nil
+	}
+	if _, has, err := m.branchTip(agent); err != nil || has {
+		return Worktree{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	// Each file operation blocks a thread: a bound on how many run at
+	// once keeps a ramp of 1000 agents from costing hundreds of them.
+	done, err := m.acquireBusy(ctx)
+	if err != nil {
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	defer done()
+	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: m.base.String()}
+	c := &creation{newBranch: true}
+	if c.adminDir, err = m.claim(wt); err != nil {
+		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	err = m.createBranchRef(agent, m.base)
+	if errors.Is(err, errRefExists) {
+		c.newBranch = false
+		wt.Head, err = m.claimExisting(ctx, agent, c.adminDir)
+	}
+	if err != nil {
+		os.RemoveAll(c.adminDir)
+		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	return wt, c, nil
+}
+
+// claimExisting keeps a claim on a branch that another git created first,
+// if the branch is checked out nowhere else (as ensureLocked checks an
+// existing branch, under the repository lock), and returns its tip.
+func (m *Manager) claimExisting(ctx context.Context, agent, adminDir string) (string, error) {
+	unlock, err := m.lock(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	s, err := m.scanRegistrations(agent, adminDir)
+	if err != nil {
+		return "", err
+	}
+	if s.checkedOut != "" {
+		return "", fmt.Errorf("%w: %s is already checked out at %s", ErrCheckedOut, m.Branch(agent), s.checkedOut)
+	}
+	tip, has, err := m.branchTip(agent)
+	if err != nil {
+		return "", err
+	}
+	if !has {
+		return "", fmt.Errorf("create branch %s: another git is creating it", m.Branch(agent))
+	}
+	return tip.String(), nil
+}
+
+// claim registers the agent's path as a linked worktree on its branch:
+// what another Manager's scanRegistrations reads (gitdir, HEAD), in a
+// registration locked "initializing", as git does, until the checkout is
+// done. The rest is written by link. It returns the registration's admin
+// dir.
 func (m *Manager) claim(wt Worktree) (adminDir string, err error) {
 	root := filepath.Join(m.commonDir, "worktrees")
 	if err := os.MkdirAll(root, 0o777); err != nil {

@@ -321,19 +321,24 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	if wt, ok := m.ready(agent); ok {
 		return wt, nil
 	}
-	unlock, err := m.lock(ctx)
+	wt, created, err := m.createNew(ctx, agent, verify)
 	if err != nil {
-		return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
+		return Worktree{}, err
 	}
-	wt, created, err := m.ensureLocked(ctx, agent, verify)
-	unlock()
-	if err != nil || created == nil {
-		return wt, err
+	if created == nil {
+		unlock, err := m.lock(ctx)
+		if err != nil {
+			return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
+		}
+		wt, created, err = m.ensureLocked(ctx, agent, verify)
+		unlock()
+		if err != nil || created == nil {
+			return wt, err
+		}
 	}
 	// The rest runs without the repository lock, in parallel with other
-	// agents' (only claiming the branch must be serial); the agent's lock
-	// keeps this agent's callers out until it is done, and the
-	// registration's "locked" file keeps git's prune away.
+	// agents'; the agent's lock keeps this agent's callers out until it
+	// is done, and the registration's "locked" file keeps git's prune away.
 	if err := m.link(wt, created.adminDir); err != nil {
 		unclaim(wt, created.adminDir)
 		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
