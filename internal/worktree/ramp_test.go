@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// Worktrees are registered one at a time but checked out in parallel: 40
-// agents at once must each get a complete, clean linked worktree on its own
+// New agents' worktrees are created and checked out in parallel: 40 agents
+// at once must each get a complete, clean linked worktree on its own
 // branch, on a repository with files and on one of the empty tree.
 func TestEnsureConcurrent40ChecksOutEveryFile(t *testing.T) {
 	for _, files := range []int{0, 120} {
