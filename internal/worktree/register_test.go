@@ -175,3 +175,45 @@ func countFiles(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// TestNewWorktreeOfEmptyTreeCostsNoGit: a new agent on a repository whose
+// base is the empty tree gets its worktree and its first status (what the
+// first prompt shows) without one git process; anything in the worktree
+// after that is reported by git as usual.
+func TestNewWorktreeOfEmptyTreeCostsNoGit(t *testing.T) {
+	ctx := context.Background()
+	repo := t.TempDir()
+	gitT(t, repo, "init", "-q", "-b", "main")
+	gitT(t, repo, "commit", "-q", "--allow-empty", "-m", "empty")
+	git, count := countingGit(t)
+	m := openT(t, repo, func(o *Options) { o.Git = git })
+	runs := count()
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Status(ctx, "alice")
+	if err != nil || st.Dirty {
+		t.Fatalf("Status = %+v, %v; want clean", st, err)
+	}
+	if got := count() - runs; got != 0 {
+		t.Errorf("Ensure and Status of a new worktree ran git %d times, want 0", got)
+	}
+	writeFile(t, filepath.Join(wt.Path, "new.txt"), "x\n")
+	if st, err = m.Status(ctx, "alice"); err != nil || !st.Dirty || len(st.DirtyFiles) != 1 || st.DirtyFiles[0] != "new.txt" {
+		t.Fatalf("after adding a file: Status = %+v, %v; want new.txt untracked", st, err)
+	}
+	if err := os.Remove(filepath.Join(wt.Path, "new.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// Staged and then removed from the worktree: an index now exists and
+	// says the file is staged, however empty the directory looks.
+	writeFile(t, filepath.Join(wt.Path, "staged.txt"), "x\n")
+	gitT(t, wt.Path, "add", "staged.txt")
+	if err := os.Remove(filepath.Join(wt.Path, "staged.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = m.Status(ctx, "alice"); err != nil || !st.Dirty {
+		t.Fatalf("with a staged file: Status = %+v, %v; want dirty", st, err)
+	}
+}

@@ -62,6 +62,7 @@ type Manager struct {
 	wtDir     string // stateDir/worktrees
 	baseRef   string
 	base      plumbing.Hash
+	baseEmpty bool // base is a commit of the empty tree
 
 	// sem serialises worktree operations within this process; flockDir on
 	// commonDir extends that to other Managers and processes.
@@ -121,6 +122,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	if m.base, err = resolveBase(r, top, opts.BaseRef); err != nil {
+		return nil, err
+	}
+	if m.baseEmpty, err = m.emptyTree(m.base); err != nil {
 		return nil, err
 	}
 	if err := m.excludeStateDir(ctx); err != nil {
