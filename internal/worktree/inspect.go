@@ -86,7 +86,9 @@ func (m *Manager) inspect(agent string) (inspection, error) {
 	if !filepath.IsAbs(adminDir) {
 		adminDir = filepath.Join(path, adminDir)
 	}
-	if realPathLoose(filepath.Dir(adminDir)) != filepath.Join(m.commonDir, "worktrees") {
+	// The plain comparisons first: what git and claim write are real paths,
+	// and resolving symlinks costs a system call per path component.
+	if worktrees := filepath.Join(m.commonDir, "worktrees"); filepath.Dir(adminDir) != worktrees && realPathLoose(filepath.Dir(adminDir)) != worktrees {
 		return foreign("a worktree of another repository: %s", adminDir), nil
 	}
 	registered, err := os.ReadFile(filepath.Join(adminDir, "gitdir"))
@@ -96,7 +98,7 @@ func (m *Manager) inspect(agent string) (inspection, error) {
 	if err != nil {
 		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
 	}
-	if realPathLoose(strings.TrimSpace(string(registered))) != realPathLoose(dotGit) {
+	if reg := strings.TrimSpace(string(registered)); reg != dotGit && realPathLoose(reg) != realPathLoose(dotGit) {
 		return foreign("registered for %s", strings.TrimSpace(string(registered))), nil
 	}
 

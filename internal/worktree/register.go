@@ -252,7 +252,7 @@ func (m *Manager) claim(wt Worktree) (adminDir string, err error) {
 	for _, f := range [][2]string{
 		{"locked", initializing},
 		{"HEAD", "ref: " + branchRef(wt.Agent).String()},
-		{"gitdir", filepath.Join(wt.Path, ".git")},
+		{"gitdir", filepath.Join(realPathLoose(wt.Path), ".git")}, // real, as git writes it
 	} {
 		if err := os.WriteFile(filepath.Join(adminDir, f[0]), []byte(f[1]+"\n"), 0o666); err != nil {
 			os.RemoveAll(adminDir)
