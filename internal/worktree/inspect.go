@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -38,8 +39,29 @@ func foreign(format string, args ...any) inspection {
 	return inspection{state: wtForeign, reason: fmt.Sprintf(format, args...)}
 }
 
-// inspect classifies what is at the agent's worktree path. It only reads.
+// inspect classifies what is at the agent's worktree path. It only reads,
+// and answers from inspectcache.go when nothing changed.
 func (m *Manager) inspect(agent string) (inspection, error) {
+	if in, ok := m.cachedInspect(agent); ok {
+		return in, nil
+	}
+	admin := m.inspections.admin(agent, filepath.Join(m.commonDir, "worktrees", agent))
+	start := time.Now()
+	stamps, ok := stampDeps(m.inspectDeps(agent, admin))
+	in, err := m.inspectFiles(agent)
+	switch {
+	case err != nil:
+	case ok && in.adminDir == admin:
+		m.rememberInspect(agent, in, stamps, start)
+	default:
+		m.forgetInspect(agent)
+		m.inspections.setAdmin(agent, in.adminDir)
+	}
+	return in, err
+}
+
+// inspectFiles is inspect without the cache.
+func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	path := m.Path(agent)
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {

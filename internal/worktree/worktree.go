@@ -73,8 +73,9 @@ type Manager struct {
 	// blocked in wait and disk contention.
 	busy chan struct{}
 
-	counts   countMemo   // rev-list counts by commit pair
-	statuses statusCache // the last git status answer per worktree
+	counts      countMemo    // rev-list counts by commit pair
+	inspections inspectCache // worktrees found fine, by agent
+	statuses    statusCache  // the last git status answer per worktree
 }
 
 // Open validates the repository and resolves BaseRef once to the commit new
