@@ -188,17 +188,27 @@ func (s *Store) logFiles(agent, src string) ([]string, error) {
 }
 
 // syncArchiveDirs makes a rename into dir durable: dir, and its parents
-// when MkdirAll may just have created them.
+// when MkdirAll may just have created them. The parents are shared by
+// every agent, so their fsyncs are coalesced; the state dir's, once per
+// process (the archive root's entry in it is durable after one).
 func (s *Store) syncArchiveDirs(dir string, newDir bool) error {
-	syncs := []string{dir}
-	if newDir {
-		syncs = append(syncs, s.archiveRoot, filepath.Dir(s.archiveRoot))
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
-	for _, d := range syncs {
-		if err := syncDir(d); err != nil {
-			return fmt.Errorf("sync %s: %w", d, err)
-		}
+	if !newDir {
+		return nil
 	}
+	if err := s.rootSync.do(func() error { return syncDir(s.archiveRoot) }); err != nil {
+		return fmt.Errorf("sync %s: %w", s.archiveRoot, err)
+	}
+	if s.rootDurable.Load() {
+		return nil
+	}
+	parent := filepath.Dir(s.archiveRoot)
+	if err := s.parentSync.do(func() error { return syncDir(parent) }); err != nil {
+		return fmt.Errorf("sync %s: %w", parent, err)
+	}
+	s.rootDurable.Store(true)
 	return nil
 }
 

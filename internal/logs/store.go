@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -58,6 +59,9 @@ type Store struct {
 	// agent at once (half of that stop's CPU went to allocating and
 	// collecting them).
 	gzips sync.Pool
+
+	rootSync, parentSync syncGroup   // fsyncs of the archive root and the state dir
+	rootDurable          atomic.Bool // the archive root's entry in the state dir is synced
 
 	// wrapTemp, when set, wraps the writer of a temporary archive. Tests use
 	// it to inject write failures (a full disk), which root ignores on

@@ -22,6 +22,7 @@ var (
 	ErrHasWork         = errors.New("worktree has work")
 	ErrNoWorktree      = errors.New("no worktree")
 	ErrBranchMissing   = errors.New("branch missing")
+	ErrCheckedOut      = errors.New("branch checked out elsewhere")
 )
 
 // GitError is a failed git command: its arguments, exit code and standard

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -17,11 +18,12 @@ import (
 type wtState int
 
 const (
-	wtMissing   wtState = iota // no directory
-	wtEmpty                    // an empty directory: nothing to lose, git can fill it
-	wtOK                       // this agent's worktree, on its branch
-	wtOffBranch                // this agent's worktree, but a session checked out another branch or a commit
-	wtForeign                  // anything else: left alone
+	wtMissing    wtState = iota // no directory
+	wtEmpty                     // an empty directory: nothing to lose, git can fill it
+	wtOK                        // this agent's worktree, on its branch
+	wtOffBranch                 // this agent's worktree, but a session checked out another branch or a commit
+	wtForeign                   // anything else: left alone
+	wtIncomplete                // a creation of ours cut short before its checkout ended: nothing of anyone's in it
 )
 
 type inspection struct {
@@ -30,15 +32,36 @@ type inspection struct {
 	head     plumbing.Hash // wtOK, wtOffBranch: the worktree's HEAD commit (zero on an unborn branch)
 	rebasing bool          // wtOK: HEAD is detached by a rebase of the agent's branch
 	branch   string        // wtOffBranch: the branch checked out instead, "" for a detached HEAD
-	adminDir string        // wtOK, wtOffBranch: the worktree's own git directory (.git/worktrees/<id>)
+	adminDir string        // wtOK, wtOffBranch, wtIncomplete: the worktree's own git directory (.git/worktrees/<id>)
 }
 
 func foreign(format string, args ...any) inspection {
 	return inspection{state: wtForeign, reason: fmt.Sprintf(format, args...)}
 }
 
-// inspect classifies what is at the agent's worktree path. It only reads.
+// inspect classifies what is at the agent's worktree path. It only reads,
+// and answers from inspectcache.go when nothing changed.
 func (m *Manager) inspect(agent string) (inspection, error) {
+	if in, ok := m.cachedInspect(agent); ok {
+		return in, nil
+	}
+	admin := m.inspections.admin(agent, filepath.Join(m.commonDir, "worktrees", agent))
+	start := time.Now()
+	stamps, ok := stampDeps(m.inspectDeps(agent, admin))
+	in, err := m.inspectFiles(agent)
+	switch {
+	case err != nil:
+	case ok && in.adminDir == admin:
+		m.rememberInspect(agent, in, stamps, start)
+	default:
+		m.forgetInspect(agent)
+		m.inspections.setAdmin(agent, in.adminDir)
+	}
+	return in, err
+}
+
+// inspectFiles is inspect without the cache.
+func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	path := m.Path(agent)
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -85,7 +108,9 @@ func (m *Manager) inspect(agent string) (inspection, error) {
 	if !filepath.IsAbs(adminDir) {
 		adminDir = filepath.Join(path, adminDir)
 	}
-	if realPathLoose(filepath.Dir(adminDir)) != filepath.Join(m.commonDir, "worktrees") {
+	// The plain comparisons first: what git and claim write are real paths,
+	// and resolving symlinks costs a system call per path component.
+	if worktrees := filepath.Join(m.commonDir, "worktrees"); filepath.Dir(adminDir) != worktrees && realPathLoose(filepath.Dir(adminDir)) != worktrees {
 		return foreign("a worktree of another repository: %s", adminDir), nil
 	}
 	registered, err := os.ReadFile(filepath.Join(adminDir, "gitdir"))
@@ -95,8 +120,15 @@ func (m *Manager) inspect(agent string) (inspection, error) {
 	if err != nil {
 		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
 	}
-	if realPathLoose(strings.TrimSpace(string(registered))) != realPathLoose(dotGit) {
+	if reg := strings.TrimSpace(string(registered)); reg != dotGit && realPathLoose(reg) != realPathLoose(dotGit) {
 		return foreign("registered for %s", strings.TrimSpace(string(registered))), nil
+	}
+
+	// register keeps a new worktree locked "initializing" until its files
+	// are checked out, as git does; a caller holds the agent's lock, so
+	// that is a creation that a crash cut short, not one going on.
+	if lock, err := os.ReadFile(filepath.Join(adminDir, "locked")); err == nil && strings.TrimSpace(string(lock)) == initializing {
+		return inspection{state: wtIncomplete, adminDir: adminDir}, nil
 	}
 
 	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})

@@ -133,9 +133,12 @@ func (m *Manager) ClearStaleLocks(ctx context.Context, agent string) ([]string, 
 	if err := checkName(agent); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
+	// The agent's lock: a checkout in progress holds index.lock legitimately.
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
 		return nil, fmt.Errorf("clear stale git locks of agent %s: %w", agent, err)
 	}
+	defer unlockAgent()
 	in, err := m.inspect(agent)
 	if err != nil {
 		return nil, err

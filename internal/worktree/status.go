@@ -188,6 +188,11 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 	if err := checkName(agent); err != nil {
 		return err
 	}
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
+		return fmt.Errorf("prune agent %s: %w", agent, err)
+	}
+	defer unlockAgent()
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return fmt.Errorf("prune agent %s: %w", agent, err)
@@ -255,6 +260,13 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 	case wtEmpty:
 		if err := os.Remove(path); err != nil {
 			return fmt.Errorf("prune agent %s: %w", agent, err)
+		}
+		fallthrough
+	case wtIncomplete:
+		if in.state == wtIncomplete {
+			if err := m.removeIncomplete(agent, in); err != nil {
+				return err
+			}
 		}
 		fallthrough
 	default:

@@ -85,6 +85,9 @@ func (m *Manager) cachedDirtyFiles(ctx context.Context, path, adminDir string, h
 	// Without a prune set from an earlier git status the walk would go into
 	// ignored trees (node_modules); the first answer is then not
 	// remembered, only what to leave out next time.
+	if m.pristine(path, adminDir, head) {
+		return nil, nil
+	}
 	snap := m.statuses.get(path)
 	var (
 		entries []walked
@@ -123,6 +126,27 @@ func (m *Manager) cachedDirtyFiles(ctx context.Context, path, adminDir string, h
 	}
 	m.statuses.set(path, next)
 	return slices.Clone(files), nil
+}
+
+// pristine reports a worktree with nothing to report, without git: HEAD
+// is a commit of the empty tree, there is no index (nothing staged or
+// tracked: a missing index is an empty one) and no file but .git (nothing
+// untracked). That is every new agent's worktree on a new repository, whose
+// first prompt would otherwise cost a git status.
+func (m *Manager) pristine(path, adminDir string, head plumbing.Hash) bool {
+	if head != m.base || !m.baseEmpty {
+		return false
+	}
+	if _, err := os.Lstat(filepath.Join(adminDir, "index")); !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	d, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(2)
+	return err == nil && len(names) == 1 && names[0] == ".git"
 }
 
 // walked is one directory entry's stat data, by path relative to the
@@ -242,6 +266,15 @@ func underPruned(rel string, prune map[string]bool) bool {
 // whose state lives outside the worktree: nothing is remembered then.
 func pruneSet(adminDir string, ignoredDirs []string) (map[string]bool, bool) {
 	f, err := os.Open(filepath.Join(adminDir, "index"))
+	if errors.Is(err, fs.ErrNotExist) {
+		// git reads a missing index (a worktree of the empty tree, never
+		// checked out) as an empty one: no tracked file anywhere.
+		prune := map[string]bool{}
+		for _, d := range ignoredDirs {
+			prune[d] = true
+		}
+		return prune, true
+	}
 	if err != nil {
 		return nil, false
 	}

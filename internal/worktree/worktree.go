@@ -1,10 +1,16 @@
 // Package worktree gives every agent its own linked git worktree and branch:
 // <state_dir>/worktrees/<agent> on swarm/<agent>.
 //
-// go-git v5 cannot create linked worktrees, so add/remove/prune go through
-// the git CLI, one at a time per repository: parallel "git worktree add" on
-// one repository fails and leaves .git/worktrees half written. Refs, commits
-// and HEAD are read with go-git; dirty checks use "git status
+// go-git v5 cannot create linked worktrees, and "git worktree add" costs
+// two git processes that read every registered worktree (8–28 ms each,
+// serial, since parallel adds on one repository race), so a new worktree
+// is written as git writes it (register.go: the branch ref by git's
+// lock-file protocol, the registration files of gitrepository-layout(5)).
+// Only claiming the branch holds the repository lock; the rest, and the
+// checkout (git's own "reset --hard"), run in parallel with other agents',
+// under a per-agent lock, and the repository's post-checkout hook runs
+// as after "git worktree add". Removal and pruning go through the git CLI.
+// Refs, commits and HEAD are read with go-git; dirty checks use "git status
 // --porcelain=v2", which is an order of magnitude faster than go-git's
 // status on large trees. Status remembers git's answers (statuscache.go,
 // memo.go), so a session that changed nothing costs no git process.
@@ -17,6 +23,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	git "github.com/go-git/go-git/v5"
@@ -50,17 +57,25 @@ type Manager struct {
 	log       *zap.Logger
 	repo      string // top level of the working tree (real path)
 	commonDir string // the git directory shared by all worktrees (real path)
+	hook      string // where the post-checkout hook would be
 	stateDir  string
 	wtDir     string // stateDir/worktrees
 	baseRef   string
 	base      plumbing.Hash
+	baseEmpty bool // base is a commit of the empty tree
 
 	// sem serialises worktree operations within this process; flockDir on
 	// commonDir extends that to other Managers and processes.
-	sem chan struct{}
+	sem    chan struct{}
+	agents agentLocks // one agent's operations, one at a time
+	// busy bounds the git processes run outside the repository lock
+	// (branch creation, checkout): more than the cores only adds threads
+	// blocked in wait and disk contention.
+	busy chan struct{}
 
-	counts   countMemo   // rev-list counts by commit pair
-	statuses statusCache // the last git status answer per worktree
+	counts      countMemo    // rev-list counts by commit pair
+	inspections inspectCache // worktrees found fine, by agent
+	statuses    statusCache  // the last git status answer per worktree
 }
 
 // Open validates the repository and resolves BaseRef once to the commit new
@@ -87,7 +102,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open worktree manager: %w", err)
 	}
-	top, commonDir, err := locateRepo(ctx, g, repoPath)
+	top, commonDir, hook, err := locateRepo(ctx, g, repoPath)
 	if err != nil {
 		return nil, err
 	}
@@ -96,16 +111,21 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		log:       opts.Log,
 		repo:      top,
 		commonDir: commonDir,
+		hook:      hook,
 		stateDir:  filepath.Clean(opts.StateDir),
 		wtDir:     filepath.Join(filepath.Clean(opts.StateDir), "worktrees"),
 		baseRef:   opts.BaseRef,
 		sem:       make(chan struct{}, 1),
+		busy:      make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 	}
 	r, err := m.openRepo()
 	if err != nil {
 		return nil, err
 	}
 	if m.base, err = resolveBase(r, top, opts.BaseRef); err != nil {
+		return nil, err
+	}
+	if m.baseEmpty, err = m.emptyTree(m.base); err != nil {
 		return nil, err
 	}
 	if err := m.excludeStateDir(ctx); err != nil {
@@ -118,40 +138,45 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 
 // locateRepo finds the top level and the common git directory of the
 // repository at path, refusing bare repositories.
-func locateRepo(ctx context.Context, g *gitCLI, path string) (top, commonDir string, err error) {
+func locateRepo(ctx context.Context, g *gitCLI, path string) (top, commonDir, hook string, err error) {
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
-		return "", "", fmt.Errorf("%s is %w: no such directory", path, ErrNotRepo)
+		return "", "", "", fmt.Errorf("%s is %w: no such directory", path, ErrNotRepo)
 	}
-	out, err := g.run(ctx, path, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir")
+	// --git-path follows core.hooksPath.
+	out, err := g.run(ctx, path, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir",
+		"--git-path", "hooks/post-checkout")
 	if err != nil {
 		var gerr *GitError
 		if errors.As(err, &gerr) && strings.Contains(gerr.Stderr, "not a git repository") {
-			return "", "", fmt.Errorf("%s is %w", path, ErrNotRepo)
+			return "", "", "", fmt.Errorf("%s is %w", path, ErrNotRepo)
 		}
-		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+		return "", "", "", fmt.Errorf("inspect repository %s: %w", path, err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 {
-		return "", "", fmt.Errorf("inspect repository %s: unexpected rev-parse output %q", path, out)
+	if len(lines) != 4 {
+		return "", "", "", fmt.Errorf("inspect repository %s: unexpected rev-parse output %q", path, out)
 	}
 	if lines[0] == "true" {
-		return "", "", fmt.Errorf("%s is a %w: agents need a working tree", path, ErrBareRepo)
+		return "", "", "", fmt.Errorf("%s is a %w: agents need a working tree", path, ErrBareRepo)
 	}
 	if lines[1] != "true" {
-		return "", "", fmt.Errorf("%s is %w: it is inside a .git directory", path, ErrNotRepo)
+		return "", "", "", fmt.Errorf("%s is %w: it is inside a .git directory", path, ErrNotRepo)
 	}
 	commonDir = lines[2]
 	if !filepath.IsAbs(commonDir) {
 		commonDir = filepath.Join(path, commonDir)
 	}
 	if commonDir, err = filepath.EvalSymlinks(commonDir); err != nil {
-		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+		return "", "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+	}
+	if hook = lines[3]; !filepath.IsAbs(hook) {
+		hook = filepath.Join(path, hook)
 	}
 	out, err = g.run(ctx, path, "rev-parse", "--show-toplevel")
 	if err != nil {
-		return "", "", fmt.Errorf("inspect repository %s: %w", path, err)
+		return "", "", "", fmt.Errorf("inspect repository %s: %w", path, err)
 	}
-	return strings.TrimSpace(out), commonDir, nil
+	return strings.TrimSpace(out), commonDir, hook, nil
 }
 
 // openRepo opens the repository with go-git. A fresh handle per operation:
@@ -274,18 +299,7 @@ func (m *Manager) lock(ctx context.Context) (unlock func(), err error) {
 // from the base commit. A directory that is not this agent's worktree is left
 // alone and reported as ErrForeignDir.
 func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
-	if err := checkName(agent); err != nil {
-		return Worktree{}, err
-	}
-	if wt, ok := m.ready(agent); ok {
-		return wt, nil
-	}
-	unlock, err := m.lock(ctx)
-	if err != nil {
-		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
-	}
-	defer unlock()
-	return m.ensureLocked(ctx, agent, false)
+	return m.ensure(ctx, agent, false)
 }
 
 // Verify checks, between sessions, that the agent's worktree exists and is on
@@ -293,23 +307,71 @@ func (m *Manager) Ensure(ctx context.Context, agent string) (Worktree, error) {
 // worktree switched to another branch or commit is switched back (as by
 // Ensure); anything else wrong (the branch deleted) is an error.
 func (m *Manager) Verify(ctx context.Context, agent string) (Worktree, error) {
+	return m.ensure(ctx, agent, true)
+}
+
+func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktree, error) {
+	op := "ensure"
+	if verify {
+		op = "verify"
+	}
 	if err := checkName(agent); err != nil {
 		return Worktree{}, err
 	}
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
+		return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
+	}
+	defer unlockAgent()
 	if wt, ok := m.ready(agent); ok {
 		return wt, nil
 	}
-	unlock, err := m.lock(ctx)
+	wt, created, err := m.createNew(ctx, agent, verify)
 	if err != nil {
-		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w", agent, err)
+		return Worktree{}, err
 	}
-	defer unlock()
-	return m.ensureLocked(ctx, agent, true)
+	if created == nil {
+		unlock, err := m.lock(ctx)
+		if err != nil {
+			return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
+		}
+		wt, created, err = m.ensureLocked(ctx, agent, verify)
+		unlock()
+		if err != nil || created == nil {
+			return wt, err
+		}
+	}
+	// The rest runs without the repository lock, in parallel with other
+	// agents'; the agent's lock keeps this agent's callers out until it
+	// is done, and the registration's "locked" file keeps git's prune away.
+	if err := m.link(wt, created.adminDir); err != nil {
+		unclaim(wt, created.adminDir)
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	if err := m.checkout(ctx, wt); err != nil {
+		return Worktree{}, errors.Join(fmt.Errorf("check out worktree for agent %s: %w", agent, err), m.discard(ctx, wt))
+	}
+	if err := unlockRegistration(created.adminDir); err != nil {
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	if verify {
+		m.log.Warn("worktree directory was missing; recreated from its branch",
+			zap.String("agent", agent), zap.String("path", wt.Path), zap.String("head", wt.Head))
+	} else {
+		m.log.Info("worktree created", zap.String("agent", agent), zap.String("path", wt.Path),
+			zap.String("branch", wt.Branch), zap.Bool("new_branch", created.newBranch), zap.String("head", wt.Head))
+	}
+	// As with "git worktree add": the worktree stays when the hook fails.
+	if err := m.postCheckout(ctx, wt); err != nil {
+		return Worktree{}, fmt.Errorf("create worktree for agent %s: post-checkout hook: %w", agent, err)
+	}
+	return wt, nil
 }
 
 // ready is the fast path of Ensure and Verify: a worktree that is fine
-// needs no lock (the common case, after every session), since nothing is
-// changed. Anything else is looked at again under the lock.
+// needs no repository lock (the common case, after every session), since
+// nothing is changed. Anything else is looked at again under the lock.
+// The caller holds the agent's lock: a worktree being checked out looks fine.
 func (m *Manager) ready(agent string) (Worktree, bool) {
 	in, err := m.inspect(agent)
 	if err != nil || in.state != wtOK {
@@ -318,54 +380,103 @@ func (m *Manager) ready(agent string) (Worktree, bool) {
 	return Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: in.head.String()}, true
 }
 
-func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, error) {
+// creation says that ensureLocked registered a new worktree, not checked
+// out yet and still locked.
+type creation struct {
+	newBranch bool
+	adminDir  string
+}
+
+func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
 	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent)}
 	in, err := m.inspect(agent)
 	if err != nil {
-		return Worktree{}, err
+		return Worktree{}, nil, err
 	}
 	switch in.state {
 	case wtOK:
 		wt.Head = in.head.String()
-		return wt, nil
+		return wt, nil, nil
 	case wtOffBranch:
-		return m.restoreBranch(ctx, wt, in)
+		wt, err := m.restoreBranch(ctx, wt, in)
+		return wt, nil, err
 	case wtForeign:
-		return Worktree{}, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
+		return Worktree{}, nil, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
+	case wtIncomplete:
+		if err := m.removeIncomplete(agent, in); err != nil {
+			return Worktree{}, nil, err
+		}
 	}
 
 	tip, hasBranch, err := m.branchTip(agent)
 	if err != nil {
-		return Worktree{}, err
+		return Worktree{}, nil, err
 	}
 	if verify && !hasBranch {
-		return Worktree{}, fmt.Errorf("verify worktree for agent %s: %w: %s was deleted along with %s",
+		return Worktree{}, nil, fmt.Errorf("verify worktree for agent %s: %w: %s was deleted along with %s",
 			agent, ErrBranchMissing, wt.Branch, wt.Path)
 	}
-	if err := m.pruneStale(ctx); err != nil {
-		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	if err := ctx.Err(); err != nil {
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
 	}
-	if err := os.MkdirAll(m.wtDir, 0o755); err != nil {
-		return Worktree{}, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
-	}
-	// --quiet keeps git's progress chatter out of a GitError's message.
-	args := []string{"worktree", "add", "--quiet", wt.Path, wt.Branch}
-	wt.Head = tip.String()
+	c := &creation{}
 	if !hasBranch {
-		args = []string{"worktree", "add", "--quiet", "-b", wt.Branch, wt.Path, m.base.String()}
-		wt.Head = m.base.String()
+		switch err := m.createBranchRef(agent, m.base); {
+		case err == nil:
+			c.newBranch, tip = true, m.base
+		case errors.Is(err, errRefExists): // created by another git since
+			if tip, hasBranch, err = m.branchTip(agent); err != nil || !hasBranch {
+				return Worktree{}, nil, fmt.Errorf("create branch %s: another git is creating it", wt.Branch)
+			}
+		default:
+			return Worktree{}, nil, err
+		}
 	}
-	if _, err := m.git.run(ctx, m.repo, args...); err != nil {
-		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	// A branch created just now, under the repository lock that every
+	// Manager takes to register a worktree, is checked out nowhere: the
+	// ramp of a new swarm reads no registrations.
+	if !c.newBranch {
+		if err := m.clearWay(ctx, agent); err != nil {
+			return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+		}
 	}
-	if verify {
-		m.log.Warn("worktree directory was missing; recreated from its branch",
-			zap.String("agent", agent), zap.String("path", wt.Path), zap.String("head", wt.Head))
-	} else {
-		m.log.Info("worktree created", zap.String("agent", agent), zap.String("path", wt.Path),
-			zap.String("branch", wt.Branch), zap.Bool("new_branch", !hasBranch), zap.String("head", wt.Head))
+	wt.Head = tip.String()
+	if c.adminDir, err = m.claim(wt); err != nil {
+		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
-	return wt, nil
+	return wt, c, nil
+}
+
+// clearWay removes what would keep the agent's branch from being checked
+// out at its path (which holds no worktree): leftovers of a creation cut
+// short, and a stale registration holding the branch (pruned as git's gc
+// would). A branch checked out in a live worktree is an error, as with git.
+func (m *Manager) clearWay(ctx context.Context, agent string) error {
+	s, err := m.scanRegistrations(agent)
+	if err != nil {
+		return err
+	}
+	for _, dir := range s.leftovers {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove stale registration: %w", err)
+		}
+	}
+	if s.stale {
+		if _, err := m.git.run(ctx, m.repo, "worktree", "prune"); err != nil {
+			return fmt.Errorf("prune stale worktrees: %w", err)
+		}
+		m.log.Info("pruned stale worktree registrations", zap.String("agent", agent))
+		if s, err = m.scanRegistrations(agent); err != nil {
+			return err
+		}
+	}
+	if s.checkedOut != "" {
+		return fmt.Errorf("%w: %s is already checked out at %s", ErrCheckedOut, m.Branch(agent), s.checkedOut)
+	}
+	if s.stale {
+		return fmt.Errorf("%w: %s is held by a stale registration that git did not prune", ErrCheckedOut, m.Branch(agent))
+	}
+	return nil
 }
 
 // Head is the HEAD commit of the agent's worktree.

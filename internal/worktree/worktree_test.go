@@ -702,21 +702,37 @@ func TestEnsureCancelled(t *testing.T) {
 	}
 }
 
-func TestGitErrorCarriesCommandAndStderr(t *testing.T) {
+// TestEnsureRefusesBranchCheckedOutElsewhere: as "git worktree add" would,
+// Ensure refuses an agent whose branch is checked out in another worktree,
+// and leaves nothing behind.
+func TestEnsureRefusesBranchCheckedOutElsewhere(t *testing.T) {
 	repo := newRepo(t)
 	gitT(t, repo, "switch", "-q", "-c", "swarm/alice") // the agent's branch, checked out in the main worktree
 	m := openT(t, repo)
 	_, err := m.Ensure(context.Background(), "alice")
-	var gerr *GitError
-	if !errors.As(err, &gerr) {
-		t.Fatalf("Ensure = %v, want a GitError", err)
-	}
-	if gerr.ExitCode != 128 || !strings.HasPrefix(gerr.Error(), "git worktree add --quiet "+m.Path("alice")+" swarm/alice: exit 128: fatal: ") ||
-		!strings.Contains(gerr.Error(), "already checked out") {
-		t.Fatalf("GitError = %q (exit %d)", gerr.Error(), gerr.ExitCode)
+	if !errors.Is(err, ErrCheckedOut) || !strings.Contains(err.Error(), "swarm/alice is already checked out at "+m.repo) {
+		t.Fatalf("Ensure = %v, want ErrCheckedOut naming the main worktree", err)
 	}
 	if _, err := os.Stat(m.Path("alice")); !os.IsNotExist(err) {
-		t.Fatal("failed add left a directory")
+		t.Fatal("refused Ensure left a directory")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(m.commonDir, "worktrees")); len(entries) != 0 {
+		t.Fatalf("refused Ensure left registrations: %v", entries)
+	}
+}
+
+func TestGitErrorCarriesCommandAndStderr(t *testing.T) {
+	repo := newRepo(t)
+	gitT(t, repo, "switch", "-q", "-c", "swarm/alice")
+	m := openT(t, repo)
+	_, err := m.git.run(context.Background(), repo, "worktree", "add", "--quiet", "--no-checkout", m.Path("alice"), "swarm/alice")
+	var gerr *GitError
+	if !errors.As(err, &gerr) {
+		t.Fatalf("git worktree add = %v, want a GitError", err)
+	}
+	if gerr.ExitCode != 128 || !strings.HasPrefix(gerr.Error(), "git worktree add --quiet --no-checkout "+m.Path("alice")+" swarm/alice: exit 128: fatal: ") ||
+		!strings.Contains(gerr.Error(), "already checked out") {
+		t.Fatalf("GitError = %q (exit %d)", gerr.Error(), gerr.ExitCode)
 	}
 }
 

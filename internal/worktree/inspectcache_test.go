@@ -1,0 +1,75 @@
+package worktree
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestInspectCacheFollowsGit: a worktree found fine is answered from the
+// cache until any file the answer came from changes: a commit (the branch
+// ref), a switch of branch (HEAD), packing the refs, the directory removed.
+func TestInspectCacheFollowsGit(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// settle waits out the racy window (a change younger than it is not
+	// trusted to show in stat data), then inspects twice: the second must
+	// come from the cache.
+	settle := func(what string) inspection {
+		t.Helper()
+		time.Sleep(2 * racyWindow)
+		in, err := m.inspect("alice")
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if _, ok := m.cachedInspect("alice"); !ok && in.state == wtOK {
+			t.Fatalf("%s: a worktree found fine is not remembered", what)
+		}
+		return in
+	}
+	in := settle("new worktree")
+	if in.state != wtOK || in.head.String() != wt.Head {
+		t.Fatalf("inspection = %+v, want wtOK at %s", in, wt.Head)
+	}
+
+	writeFile(t, filepath.Join(wt.Path, "f.txt"), "x\n")
+	head := commitAll(t, wt.Path, "work")
+	if _, ok := m.cachedInspect("alice"); ok {
+		t.Fatal("a commit did not invalidate the cached inspection")
+	}
+	if in = settle("after a commit"); in.head.String() != head {
+		t.Fatalf("after a commit: head %s, want %s", in.head, head)
+	}
+
+	gitT(t, repo, "pack-refs", "--all")
+	if _, ok := m.cachedInspect("alice"); ok {
+		t.Fatal("packing the refs did not invalidate the cached inspection")
+	}
+	if in = settle("after pack-refs"); in.state != wtOK || in.head.String() != head {
+		t.Fatalf("after pack-refs: %+v", in)
+	}
+
+	gitT(t, wt.Path, "switch", "-q", "-c", "elsewhere")
+	if _, ok := m.cachedInspect("alice"); ok {
+		t.Fatal("switching branch did not invalidate the cached inspection")
+	}
+	if in = settle("after a switch"); in.state != wtOffBranch {
+		t.Fatalf("after a switch: state %v, want wtOffBranch", in.state)
+	}
+	gitT(t, wt.Path, "switch", "-q", "swarm/alice")
+	settle("switched back")
+
+	if err := os.RemoveAll(wt.Path); err != nil {
+		t.Fatal(err)
+	}
+	if in, err = m.inspect("alice"); err != nil || in.state != wtMissing {
+		t.Fatalf("after removing the directory: %+v, %v; want wtMissing", in, err)
+	}
+}

@@ -1,0 +1,346 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"go.uber.org/zap"
+)
+
+// A new worktree is made the way "git worktree add" makes one, without its
+// processes (gitrepository-layout(5) documents every file written here):
+// the branch ref is created with git's lock-file protocol, the registration
+// is worktrees/<id>/{gitdir,commondir,HEAD} plus the worktree's .git file,
+// kept "locked" (as git does) until the files are checked out, so that no
+// "git worktree prune" takes it for a stale one. Nothing here needs the
+// repository lock: the registration directory is claimed by mkdir, the ref
+// by its .lock file, so several agents' worktrees are created at once.
+// Two git processes per worktree ("git worktree add" and the "git
+// update-ref" it runs) cost 8–28 ms each, and made the ramp of 200 agents
+// take seconds.
+
+// zeroOID is what git passes a post-checkout hook as the previous HEAD of
+// a new worktree.
+const zeroOID = "0000000000000000000000000000000000000000"
+
+// initializing is what git (and register) write in a new worktree's
+// "locked" file until its checkout is done.
+const initializing = "initializing"
+
+// errRefExists says that the branch was created by someone else first.
+var errRefExists = errors.New("ref exists")
+
+// createBranchRef creates the agent's branch at commit h, failing with
+// errRefExists when the branch exists (loose or packed) or is being created.
+func (m *Manager) createBranchRef(agent string, h plumbing.Hash) error {
+	name := branchRef(agent)
+	path := filepath.Join(m.commonDir, filepath.FromSlash(name.String()))
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
+		return fmt.Errorf("create branch %s: %w", name.Short(), err)
+	}
+	lock := path + ".lock"
+	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if errors.Is(err, fs.ErrExist) {
+		return errRefExists // another git is writing it
+	}
+	if err != nil {
+		return fmt.Errorf("create branch %s: %w", name.Short(), err)
+	}
+	_, werr := f.WriteString(h.String() + "\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(lock)
+		return fmt.Errorf("create branch %s: %w", name.Short(), werr)
+	}
+	// Under the lock (git's ref transaction checks the old value the same
+	// way): the ref must not exist, packed refs included.
+	if _, has, err := m.branchTip(agent); err != nil || has {
+		os.Remove(lock)
+		if err != nil {
+			return err
+		}
+		return errRefExists
+	}
+	if err := os.Rename(lock, path); err != nil {
+		os.Remove(lock)
+		return fmt.Errorf("create branch %s: %w", name.Short(), err)
+	}
+	return nil
+}
+
+// regScan is what the registrations say about one agent's worktree.
+type regScan struct {
+	checkedOut string   // a live worktree (or the main one) with the agent's branch checked out
+	stale      bool     // a registration of another path holding the branch whose directory is gone
+	leftovers  []string // admin dirs registered for the agent's path, which has no .git: a creation cut short
+}
+
+// scanRegistrations reads every registration (two small files each) for
+// what would stop the agent's branch being checked out at its path: git
+// refuses a branch checked out in another worktree, and so does this.
+func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, error) {
+	var s regScan
+	want := "ref: " + branchRef(agent).String()
+	if head, err := os.ReadFile(filepath.Join(m.commonDir, "HEAD")); err == nil && strings.TrimSpace(string(head)) == want {
+		s.checkedOut = m.repo
+	}
+	root := filepath.Join(m.commonDir, "worktrees")
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("list worktree registrations: %w", err)
+	}
+	ours := realPathLoose(filepath.Join(m.Path(agent), ".git"))
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		if slices.Contains(exclude, dir) {
+			continue
+		}
+		gitdir, err := os.ReadFile(filepath.Join(dir, "gitdir"))
+		if err != nil {
+			continue // being written by a git, or broken: not ours to judge
+		}
+		dotGit := strings.TrimSpace(string(gitdir))
+		if dotGit == ours || (filepath.Base(filepath.Dir(dotGit)) == agent && realPathLoose(dotGit) == ours) {
+			s.leftovers = append(s.leftovers, dir)
+			continue
+		}
+		head, err := os.ReadFile(filepath.Join(dir, "HEAD"))
+		if err != nil || strings.TrimSpace(string(head)) != want {
+			continue
+		}
+		if _, err := os.Stat(dotGit); errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(filepath.Join(dir, "locked")); err != nil {
+				s.stale = true
+				continue
+			}
+		}
+		s.checkedOut = filepath.Dir(dotGit)
+	}
+	return s, nil
+}
+
+// createNew begins the worktree of an agent that has neither worktree nor
+// branch (a new agent: the whole ramp of a new swarm) without the
+// repository lock: the registration is claimed first, then the branch is
+// created; whoever creates the branch owns it, and had claimed it before,
+// so a Manager that finds the branch existing and scans the registrations
+// (under the lock) sees that claim. A loser of the race for the branch
+// does the same. It returns a nil creation, and no error, when the agent
+// has a branch or its path holds something: ensureLocked deals with that.
+func (m *Manager) createNew(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
+	if verify {
+		return Worktree{}, nil, nil
+	}
+	in, err := m.inspect(agent)
+	if err != nil {
+		return Worktree{}, nil, err
+	}
+	switch in.state {
+	case wtMissing, wtEmpty:
+	case wtIncomplete:
+		if err := m.removeIncomplete(agent, in); err != nil {
+			return Worktree{}, nil, err
+		}
+	default:
+		return Worktree{}, nil, nil
+	}
+	if _, has, err := m.branchTip(agent); err != nil || has {
+		return Worktree{}, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	// Each file operation blocks a thread: a bound on how many run at
+	// once keeps a ramp of 1000 agents from costing hundreds of them.
+	done, err := m.acquireBusy(ctx)
+	if err != nil {
+		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+	}
+	defer done()
+	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: m.base.String()}
+	c := &creation{newBranch: true}
+	if c.adminDir, err = m.claim(wt); err != nil {
+		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	err = m.createBranchRef(agent, m.base)
+	if errors.Is(err, errRefExists) {
+		c.newBranch = false
+		wt.Head, err = m.claimExisting(ctx, agent, c.adminDir)
+	}
+	if err != nil {
+		os.RemoveAll(c.adminDir)
+		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+	}
+	return wt, c, nil
+}
+
+// claimExisting keeps a claim on a branch that another git created first,
+// if the branch is checked out nowhere else (as ensureLocked checks an
+// existing branch, under the repository lock), and returns its tip.
+func (m *Manager) claimExisting(ctx context.Context, agent, adminDir string) (string, error) {
+	unlock, err := m.lock(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	s, err := m.scanRegistrations(agent, adminDir)
+	if err != nil {
+		return "", err
+	}
+	if s.checkedOut != "" {
+		return "", fmt.Errorf("%w: %s is already checked out at %s", ErrCheckedOut, m.Branch(agent), s.checkedOut)
+	}
+	tip, has, err := m.branchTip(agent)
+	if err != nil {
+		return "", err
+	}
+	if !has {
+		return "", fmt.Errorf("create branch %s: another git is creating it", m.Branch(agent))
+	}
+	return tip.String(), nil
+}
+
+// claim registers the agent's path as a linked worktree on its branch:
+// what another Manager's scanRegistrations reads (gitdir, HEAD), in a
+// registration locked "initializing", as git does, until the checkout is
+// done. The rest is written by link. It returns the registration's admin
+// dir.
+func (m *Manager) claim(wt Worktree) (adminDir string, err error) {
+	root := filepath.Join(m.commonDir, "worktrees")
+	if err := os.MkdirAll(root, 0o777); err != nil {
+		return "", err
+	}
+	// git names the registration after the directory, with a number
+	// appended while the name is taken.
+	for i := 0; ; i++ {
+		adminDir = filepath.Join(root, wt.Agent)
+		if i > 0 {
+			adminDir += strconv.Itoa(i)
+		}
+		err := os.Mkdir(adminDir, 0o777)
+		if errors.Is(err, fs.ErrExist) && m.leftover(adminDir, wt) {
+			// A creation of this worktree cut short (the path has no
+			// .git): its registration goes, its name is reused.
+			if err = os.RemoveAll(adminDir); err == nil {
+				err = os.Mkdir(adminDir, 0o777)
+			}
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || i >= 1000 {
+			return "", err
+		}
+	}
+	for _, f := range [][2]string{
+		{"locked", initializing},
+		{"HEAD", "ref: " + branchRef(wt.Agent).String()},
+		{"gitdir", filepath.Join(realPathLoose(wt.Path), ".git")}, // real, as git writes it
+	} {
+		if err := os.WriteFile(filepath.Join(adminDir, f[0]), []byte(f[1]+"\n"), 0o666); err != nil {
+			os.RemoveAll(adminDir)
+			return "", err
+		}
+	}
+	return adminDir, nil
+}
+
+// leftover reports whether the registration in adminDir is one of the
+// worktree's path, which holds no worktree.
+func (m *Manager) leftover(adminDir string, wt Worktree) bool {
+	gitdir, err := os.ReadFile(filepath.Join(adminDir, "gitdir"))
+	if err != nil {
+		return false
+	}
+	dotGit := filepath.Join(wt.Path, ".git")
+	if got := strings.TrimSpace(string(gitdir)); got != dotGit && realPathLoose(got) != realPathLoose(dotGit) {
+		return false
+	}
+	_, err = os.Lstat(dotGit)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// link finishes a registration that claim began: its commondir, and the
+// worktree's .git file, written last: until it exists the path holds no
+// worktree, and a creation cut short before is found by scanRegistrations
+// as leftovers. The path is missing or an empty directory.
+func (m *Manager) link(wt Worktree, adminDir string) error {
+	if err := os.WriteFile(filepath.Join(adminDir, "commondir"), []byte("../..\n"), 0o666); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(wt.Path, 0o777); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(wt.Path, ".git"), []byte("gitdir: "+adminDir+"\n"), 0o666)
+}
+
+// unclaim removes a registration whose link failed.
+func unclaim(wt Worktree, adminDir string) {
+	os.Remove(filepath.Join(wt.Path, ".git"))
+	os.RemoveAll(adminDir)
+}
+
+// removeIncomplete removes a worktree whose creation was cut short (see
+// wtIncomplete): the files of a checkout that did not finish, and the
+// registration.
+func (m *Manager) removeIncomplete(agent string, in inspection) error {
+	if err := os.RemoveAll(m.Path(agent)); err != nil {
+		return fmt.Errorf("remove unfinished worktree of agent %s: %w", agent, err)
+	}
+	if err := os.RemoveAll(in.adminDir); err != nil {
+		return fmt.Errorf("remove unfinished worktree of agent %s: %w", agent, err)
+	}
+	m.log.Warn("removed a worktree whose creation was cut short", zap.String("agent", agent), zap.String("path", m.Path(agent)))
+	return nil
+}
+
+// unlockRegistration ends the creation of a worktree.
+func unlockRegistration(adminDir string) error {
+	if err := os.Remove(filepath.Join(adminDir, "locked")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// postCheckout runs the repository's post-checkout hook in a new worktree,
+// as "git worktree add" does after its checkout (same arguments, same
+// directory, git's environment), when there is one: most repositories
+// have none, and then no process is started. git ignores a hook that is
+// not executable; so does this.
+func (m *Manager) postCheckout(ctx context.Context, wt Worktree) error {
+	fi, err := os.Stat(m.hook)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return nil
+	}
+	done, err := m.acquireBusy(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	cmd := exec.CommandContext(ctx, m.hook, zeroOID, wt.Head, "1")
+	cmd.Dir = wt.Path
+	cmd.Env = m.git.env
+	cmd.WaitDelay = gitWaitDelay
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", m.hook, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
