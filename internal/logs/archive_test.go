@@ -3,6 +3,7 @@ package logs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -388,5 +390,40 @@ func TestArchiveNamesStayOrderedWhenClockStepsBack(t *testing.T) {
 	}
 	if got := dirNames(t, s.ArchiveDir("alice")); !slices.Equal(got, []string{second}) {
 		t.Fatalf("keep=1 kept %v, want the newest archive %s", got, second)
+	}
+}
+
+// TestArchiveManyAtOnce: agents archived at the same time, as at a daemon's
+// stop (their syncs shared), each get one complete archive and lose their
+// originals.
+func TestArchiveManyAtOnce(t *testing.T) {
+	s, _ := newStore(t, 0, 0)
+	const agents = 30
+	want := make([]map[string]string, agents)
+	for i := range agents {
+		want[i] = writeLogs(t, s, fmt.Sprintf("a%d", i), sampleLogs())
+	}
+	paths := make([]string, agents)
+	var wg sync.WaitGroup
+	for i := range agents {
+		wg.Go(func() {
+			var err error
+			if paths[i], err = s.Archive(context.Background(), fmt.Sprintf("a%d", i), t0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range agents {
+		agent := fmt.Sprintf("a%d", i)
+		if got := readArchive(t, paths[i]); !maps.Equal(got, want[i]) {
+			t.Errorf("%s: archive holds %v, want %v", agent, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want[i])))
+		}
+		if left := dirNames(t, s.LogDir(agent)); len(left) != 0 {
+			t.Errorf("%s: originals left: %v", agent, left)
+		}
+		if got := dirNames(t, s.ArchiveDir(agent)); len(got) != 1 {
+			t.Errorf("%s: archive dir holds %v, want one archive", agent, got)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -99,5 +100,33 @@ func BenchmarkSessions(b *testing.B) {
 		if len(refs) != 100 {
 			b.Fatalf("%d sessions", len(refs))
 		}
+	}
+}
+
+// BenchmarkArchiveStop is a daemon's stop: 200 agents, each with one short
+// session's log and prompt, archived at once into a fresh state dir (every
+// agent's archive directory new). One op is the wall time until all are
+// archived.
+//
+//	go test -run '^$' -bench ArchiveStop -benchtime 5x ./internal/logs
+func BenchmarkArchiveStop(b *testing.B) {
+	const agents = 200
+	files := map[string]string{"1.log": benchSession(1)[:4<<10], "1.prompt.md": strings.Repeat("# role\n", 300)}
+	for b.Loop() {
+		b.StopTimer()
+		s := New(b.TempDir(), 0, 0, nil)
+		for i := range agents {
+			writeLogs(b, s, "a"+strconv.Itoa(i), files)
+		}
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for i := range agents {
+			wg.Go(func() {
+				if _, err := s.Archive(context.Background(), "a"+strconv.Itoa(i), t0); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
 	}
 }
