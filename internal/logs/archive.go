@@ -73,6 +73,28 @@ func (s *Store) Archive(ctx context.Context, agent string, now time.Time) (strin
 	return path, nil
 }
 
+// PrepareArchive creates the agent's archive directory, durably, ahead of
+// its first Archive. A daemon's stop archives every agent at once, and
+// creating their directories then, hundreds of directory creations and
+// syncs, was much of what the stop waited for; a runner prepares its
+// agent's while the first session runs.
+func (s *Store) PrepareArchive(agent string) error {
+	if err := checkAgent(agent); err != nil {
+		return opErr("prepare archive", agent, err)
+	}
+	dir := s.ArchiveDir(agent)
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return opErr("prepare archive", agent, err)
+	}
+	if err := s.syncArchiveDirs(dir, true); err != nil {
+		return opErr("prepare archive", agent, err)
+	}
+	return nil
+}
+
 // pack writes the regular files of logs/<agent>/ into a new, durable archive
 // and returns its path and what it holds. It never touches the originals; on
 // any failure the temp file is removed.

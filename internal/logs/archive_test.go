@@ -427,3 +427,29 @@ func TestArchiveManyAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareArchive: the archive directory made ahead of time is where
+// the next Archive goes; a name that is not an agent's is refused.
+func TestPrepareArchive(t *testing.T) {
+	s, _ := newStore(t, 0, 0)
+	if err := s.PrepareArchive("alice"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(s.ArchiveDir("alice")); err != nil || !fi.IsDir() {
+		t.Fatalf("archive dir after PrepareArchive: %v", err)
+	}
+	if err := s.PrepareArchive("alice"); err != nil {
+		t.Fatalf("again: %v", err)
+	}
+	want := writeLogs(t, s, "alice", sampleLogs())
+	path, err := s.Archive(context.Background(), "alice", t0)
+	if err != nil || filepath.Dir(path) != s.ArchiveDir("alice") {
+		t.Fatalf("Archive = %q, %v", path, err)
+	}
+	if got := readArchive(t, path); !maps.Equal(got, want) {
+		t.Fatalf("archive holds %v", slices.Sorted(maps.Keys(got)))
+	}
+	if err := s.PrepareArchive("../x"); !errors.Is(err, ErrBadName) {
+		t.Fatalf("PrepareArchive(../x) = %v, want ErrBadName", err)
+	}
+}
