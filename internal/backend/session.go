@@ -152,10 +152,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	}
 	s.logLine(header + " ===\n")
 
-	out := &sessionOutput{s: s, atLineStart: true}
-	if l.tail {
-		out.tail = make([]byte, 0, 2*TailBytes)
-	}
+	out := &sessionOutput{s: s, atLineStart: true, keepTail: l.tail}
 	if l.parser != nil {
 		s.reporter, _ = l.parser.(Reporter)
 		if s.reporter != nil && spec.OnTool != nil {
@@ -391,7 +388,7 @@ func (s *session) classify() Result {
 	if s.reporter != nil {
 		s.reporter.Report(&r)
 	}
-	if r.Text == "" && s.out.tail != nil {
+	if r.Text == "" && s.out.keepTail {
 		r.Text = s.out.tailText()
 	}
 	cancelled, forced := s.cancelled.Load(), s.forced.Load()
@@ -484,7 +481,8 @@ func (s *session) end(r Result) {
 type sessionOutput struct {
 	s           *session
 	lines       *LineSplitter // nil without a parser
-	tail        []byte        // nil, or the last output bytes (launch.tail)
+	keepTail    bool          // launch.tail: keep the last output bytes in tail
+	tail        []byte        // grown as output comes: a quiet session holds none
 	written     int64         // output bytes written to the log
 	dropped     int64         // output bytes over Spec.MaxLogBytes, not written
 	atLineStart bool          // the last byte written was a newline (or none was)
@@ -507,8 +505,8 @@ func (o *sessionOutput) Write(p []byte) (int, error) {
 	if o.lines != nil {
 		_, _ = o.lines.Write(p)
 	}
-	if o.tail != nil {
-		if len(o.tail)+len(p) > cap(o.tail) {
+	if o.keepTail {
+		if len(o.tail)+len(p) > 2*TailBytes {
 			keep := max(TailBytes-len(p), 0)
 			o.tail = append(o.tail[:0], o.tail[len(o.tail)-min(keep, len(o.tail)):]...)
 			p = p[max(len(p)-TailBytes, 0):]
