@@ -74,6 +74,7 @@ type Daemon struct {
 	budget      *budgetKeeper          // budgets: spend, marks, pauses
 	providers   *providerGates         // health shared by each provider's agents
 	roster      atomic.Pointer[roster] // the last config's, see rosterOf
+	settle      settleWatch            // the last transition, see trimWhenSettled
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
@@ -172,7 +173,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	d.budget = newBudgetKeeper(d)
 	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}}
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, &d.settle}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -317,6 +318,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer stopMerge()
 	stopLeases := d.keepLeases()
 	defer stopLeases() // gives the leases up when Run returns
+	stopTrim := d.trimWhenSettled(settleQuiet)
+	defer stopTrim()
 	<-ctx.Done()
 	d.notify.stopping()
 	d.shutdownAgents()
