@@ -17,8 +17,10 @@ import (
 )
 
 // settleQuiet is how long no agent may change state before the start counts
-// as settled and its memory is returned (trimWhenSettled).
-const settleQuiet = 2 * time.Second
+// as settled and its memory is returned (trimWhenSettled). A start's
+// transitions come every few milliseconds to a few hundred (one worktree at a
+// time): a second without one is the end of the ramp.
+const settleQuiet = time.Second
 
 // settleWatch notes when an agent last changed state: an observer, so the
 // runners pay one atomic store per transition.
