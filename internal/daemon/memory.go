@@ -35,8 +35,9 @@ func (w *settleWatch) OnIdle(string, bool, time.Time)    {}
 // a prompt and a spawn per agent, the dependencies' package init) leaves a
 // heap the garbage collector keeps for reuse and executable pages that
 // nothing runs again, which an idle swarm would hold for as long as it
-// sleeps. It returns a stop function; the goroutine ends after the trim.
-func (d *Daemon) trimWhenSettled(quiet time.Duration) (stop func()) {
+// sleeps. trim is d.trimMemory but in tests. It returns a stop function; the
+// goroutine ends after the trim.
+func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	d.settle.last.Store(time.Now().UnixNano())
 	go func() {
@@ -53,7 +54,7 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration) (stop func()) {
 				t.Reset(wait)
 				continue
 			}
-			d.trimMemory()
+			trim()
 			return
 		}
 	}()
