@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idle cost of a swarm: N agents whose sessions sleep. Reports the time from
 # `swarmd run` to every agent Running, then the daemon's RSS and CPU over a
-# quiet window, then how long SIGTERM takes.
+# quiet window (RSS split into anonymous memory and the executable's and
+# other files' resident pages), then how long SIGTERM takes.
 # usage: bench/idle.sh [BIN] [AGENTS] [WINDOW_SECONDS] [REPO_FILES]
 set -euo pipefail
 bin=$(realpath "${1:-bin/swarmd}")
@@ -39,6 +40,8 @@ sleep "$window"
 cpu1=$(awk '{print $14+$15}' "/proc/$pid/stat")
 t1=$(date +%s.%N)
 rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+anon=$(awk '/RssAnon/{print $2}' "/proc/$pid/status")
+file=$(awk '/RssFile/{print $2}' "/proc/$pid/status")
 # swarmd status over the control socket: process start to exit, p50 of 21.
 st=$(for i in $(seq 1 21); do
   a=$(date +%s%N); "$bin" status -c "$work/swarmd.yaml" >/dev/null; b=$(date +%s%N); echo $(( (b - a) / 1000 ))
@@ -49,6 +52,6 @@ s0=$(date +%s.%N)
 wait "$pid" || true
 s1=$(date +%s.%N)
 awk -v n="$n" -v start="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
-    -v clk="$clk" -v rss="$rss" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" 'BEGIN {
-  printf "agents=%d  start->all Running=%.2fs  idle RSS=%.1f MB  idle CPU=%.2f%% of one core  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.2fs\n",
-    n, rd-start, rss/1024, 100*(c1-c0)/clk/(t1-t0), th, st, s1-s0 }'
+    -v clk="$clk" -v rss="$rss" -v anon="$anon" -v file="$file" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" 'BEGIN {
+  printf "agents=%d  start->all Running=%.2fs  idle RSS=%.1f MB (anon %.1f, file %.1f)  idle CPU=%.2f%% of one core  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.2fs\n",
+    n, rd-start, rss/1024, anon/1024, file/1024, 100*(c1-c0)/clk/(t1-t0), th, st, s1-s0 }'

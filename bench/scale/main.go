@@ -1,6 +1,6 @@
 // Command scale runs a large swarm through a real swarmd: N agents on the
 // scripted backend whose sessions sleep, then reports the time until all are
-// Running, the daemon's RSS, threads and idle CPU, the commit -> cancel
+// Running, the daemon's RSS (anonymous and file pages), threads and idle CPU, the commit -> cancel
 // latency of urgent mail sent to M of them, SIGTERM -> exit, and how many
 // processes of the swarm are left afterwards (must be 0).
 package main
@@ -73,6 +73,7 @@ func run(bin string, n, m int, window time.Duration) error {
 	time.Sleep(window)
 	cpu1 := cpuTicks(pid)
 	rss, threads := status(pid, "VmRSS"), status(pid, "Threads")
+	anon, file := status(pid, "RssAnon"), status(pid, "RssFile")
 
 	db, err := mailbox.Open(context.Background(), filepath.Join(work, ".swarm", "swarm.db"), store.Options{NoCreate: true}, mailbox.Options{Agents: names})
 	if err != nil {
@@ -100,8 +101,8 @@ func run(bin string, n, m int, window time.Duration) error {
 	_ = cmd.Wait()
 	exit := time.Since(t0)
 	left := survivors(work)
-	fmt.Printf("agents=%d  start->all Running=%.1fs  RSS=%d MB  threads=%d  idle CPU=%.3f%% of a core over %v\n",
-		n, ramp.Seconds(), rss/1024, threads, 100*float64(cpu1-cpu0)/100/window.Seconds(), window)
+	fmt.Printf("agents=%d  start->all Running=%.1fs  RSS=%d MB (anon %d, file %d)  threads=%d  idle CPU=%.3f%% of a core over %v\n",
+		n, ramp.Seconds(), rss/1024, anon/1024, file/1024, threads, 100*float64(cpu1-cpu0)/100/window.Seconds(), window)
 	fmt.Printf("urgent mail to %d agents: commit->cancel p50=%v p99=%v max=%v  SIGTERM->exit=%.2fs  survivors=%d\n",
 		m, harness.Percentile(lat, 0.5).Round(10*time.Microsecond), harness.Percentile(lat, 0.99).Round(10*time.Microsecond),
 		harness.Percentile(lat, 1).Round(10*time.Microsecond), exit.Seconds(), left)

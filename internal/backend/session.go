@@ -49,10 +49,7 @@ type session struct {
 	tree      *proc.Tree // nil if the binary could not be started
 	cancelSig syscall.Signal
 	parser    StreamParser
-	reporter  Reporter      // parser, if it is one
-	fatal     chan struct{} // buffered: the output showed a fatal error
-	limit     chan struct{} // buffered: the session reached its turn limit
-	deny      chan struct{} // buffered: the stream showed a call the tools policy refuses
+	reporter  Reporter // parser, if it is one
 	tools     ToolPolicy
 	maxTurns  int
 	byCLI     bool     // the CLI enforces maxTurns itself
@@ -68,6 +65,13 @@ type session struct {
 	frozen    atomic.Bool // Freeze stopped the tree and no Thaw has run since
 	turnsHit  atomic.Bool // swarmd's count reached maxTurns
 	fatalSeen bool        // owned by the output goroutine
+	// ready is closed once tree is set: output, and the tree's end, may
+	// come before Start has returned.
+	ready chan struct{}
+	// killT force-stops a session cancelled for a fatal error, its turn
+	// limit or a refused call that has not exited within fatalGrace. Owned by
+	// the output goroutine, then by the tree's (finish).
+	killT *time.Timer
 	// Owned by the output goroutine (read by classify once it is done).
 	denied     *ToolDenial
 	onProgress func(Progress)
@@ -125,9 +129,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		seq:       spec.Seq,
 		cancelSig: l.cancelSig,
 		parser:    l.parser,
-		fatal:     make(chan struct{}, 1),
-		limit:     make(chan struct{}, 1),
-		deny:      make(chan struct{}, 1),
+		ready:     make(chan struct{}),
 		tools:     spec.Tools,
 		maxTurns:  spec.MaxTurns,
 		byCLI:     l.turnsByCLI,
@@ -152,10 +154,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	}
 	s.logLine(header + " ===\n")
 
-	out := &sessionOutput{s: s, atLineStart: true}
-	if l.tail {
-		out.tail = make([]byte, 0, 2*TailBytes)
-	}
+	out := &sessionOutput{s: s, atLineStart: true, keepTail: l.tail}
 	if l.parser != nil {
 		s.reporter, _ = l.parser.(Reporter)
 		if s.reporter != nil && spec.OnTool != nil {
@@ -175,12 +174,13 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		Stdin:  strings.NewReader(spec.Prompt),
 		Output: out,
 		ID:     spec.SessionID,
+		OnDone: s.finish,
 	})
 	if err != nil {
 		return nil, s.startFailed(spec, l, err)
 	}
 	s.tree = tree
-	go s.monitor()
+	close(s.ready)
 	return s, nil
 }
 
@@ -285,7 +285,7 @@ func ignoreDone(err error) error {
 	return err
 }
 
-// line feeds the parser, and has the monitor end the session once the output
+// line feeds the parser, and stops the session (stopSoon) once the output
 // shows an error that no retry can fix.
 func (s *session) line(b []byte) {
 	s.parser.Line(b)
@@ -294,11 +294,11 @@ func (s *session) line(b []byte) {
 	}
 	if !s.fatalSeen && s.reporter.Fatal() != "" {
 		s.fatalSeen = true
-		s.fatal <- struct{}{}
+		s.stopSoon(func() error { return s.tree.Signal(s.cancelSig) })
 	}
 	if s.maxTurns > 0 && !s.turnsHit.Load() && s.overTurns() {
 		s.turnsHit.Store(true)
-		s.limit <- struct{}{}
+		s.stopSoon(s.Cancel)
 	}
 	if s.onProgress != nil {
 		if p := s.reporter.Progress(); p != s.progress {
@@ -308,7 +308,7 @@ func (s *session) line(b []byte) {
 	}
 }
 
-// toolStarted has the monitor cancel the session at the first call that
+// toolStarted cancels the session (stopSoon) at the first call that
 // the tools policy refuses: swarmd's own check, whatever the CLI did.
 func (s *session) toolStarted(c ToolCall) {
 	if s.denied != nil {
@@ -316,7 +316,7 @@ func (s *session) toolStarted(c ToolCall) {
 	}
 	if d, refused := s.tools.Check(c.Name, c.Input); refused {
 		s.denied = &d
-		s.deny <- struct{}{}
+		s.stopSoon(s.Cancel)
 	}
 }
 
@@ -330,47 +330,30 @@ func (s *session) overTurns() bool {
 	return n > s.maxTurns || !s.byCLI && n == s.maxTurns && settled
 }
 
-// monitor stops a session whose output showed a fatal error or that reached
-// its turn limit, and ends the session when its tree is gone.
-func (s *session) monitor() {
-	var killT *time.Timer
-	var kill <-chan time.Time
-	defer func() {
-		if killT != nil {
-			killT.Stop()
-		}
-	}()
-	for {
-		select {
-		case <-s.tree.Done():
-			if s.out.lines != nil {
-				s.out.lines.Flush() // a last line without a newline
-			}
-			s.end(s.classify())
-			return
-		case <-s.fatal:
-			_ = s.tree.Signal(s.cancelSig)
-			if killT == nil {
-				killT = time.NewTimer(fatalGrace)
-				kill = killT.C
-			}
-		case <-s.limit:
-			_ = s.Cancel()
-			if killT == nil {
-				killT = time.NewTimer(fatalGrace)
-				kill = killT.C
-			}
-		case <-s.deny:
-			_ = s.Cancel()
-			if killT == nil {
-				killT = time.NewTimer(fatalGrace)
-				kill = killT.C
-			}
-		case <-kill:
-			kill = nil
-			_ = s.tree.Kill()
-		}
+// stopSoon stops a session whose output showed a fatal error, that reached
+// its turn limit or made a call the tools policy refuses: stop (the cancel
+// signal) now, SIGKILL if the session has not exited within fatalGrace. It
+// runs in the output goroutine, which the parser calls from.
+func (s *session) stopSoon(stop func() error) {
+	<-s.ready
+	_ = stop()
+	if s.killT == nil {
+		s.killT = time.AfterFunc(fatalGrace, func() { _ = s.tree.Kill() })
 	}
+}
+
+// finish ends the session once its tree has ended (proc.Spec.OnDone): in
+// the tree's goroutine, so a running session has no goroutine of its own
+// waiting for the end.
+func (s *session) finish() {
+	<-s.ready
+	if s.out.lines != nil {
+		s.out.lines.Flush() // a last line without a newline
+	}
+	if s.killT != nil {
+		s.killT.Stop()
+	}
+	s.end(s.classify())
 }
 
 // classify turns the leader's exit, the parser's verdict and what we did to
@@ -391,7 +374,7 @@ func (s *session) classify() Result {
 	if s.reporter != nil {
 		s.reporter.Report(&r)
 	}
-	if r.Text == "" && s.out.tail != nil {
+	if r.Text == "" && s.out.keepTail {
 		r.Text = s.out.tailText()
 	}
 	cancelled, forced := s.cancelled.Load(), s.forced.Load()
@@ -484,7 +467,8 @@ func (s *session) end(r Result) {
 type sessionOutput struct {
 	s           *session
 	lines       *LineSplitter // nil without a parser
-	tail        []byte        // nil, or the last output bytes (launch.tail)
+	keepTail    bool          // launch.tail: keep the last output bytes in tail
+	tail        []byte        // grown as output comes: a quiet session holds none
 	written     int64         // output bytes written to the log
 	dropped     int64         // output bytes over Spec.MaxLogBytes, not written
 	atLineStart bool          // the last byte written was a newline (or none was)
@@ -507,8 +491,8 @@ func (o *sessionOutput) Write(p []byte) (int, error) {
 	if o.lines != nil {
 		_, _ = o.lines.Write(p)
 	}
-	if o.tail != nil {
-		if len(o.tail)+len(p) > cap(o.tail) {
+	if o.keepTail {
+		if len(o.tail)+len(p) > 2*TailBytes {
 			keep := max(TailBytes-len(p), 0)
 			o.tail = append(o.tail[:0], o.tail[len(o.tail)-min(keep, len(o.tail)):]...)
 			p = p[max(len(p)-TailBytes, 0):]

@@ -71,8 +71,10 @@ type Daemon struct {
 	mailChanged chan struct{}
 	health      healthMonitor
 	notify      notifier
-	budget      *budgetKeeper  // budgets: spend, marks, pauses
-	providers   *providerGates // health shared by each provider's agents
+	budget      *budgetKeeper          // budgets: spend, marks, pauses
+	providers   *providerGates         // health shared by each provider's agents
+	roster      atomic.Pointer[roster] // the last config's, see rosterOf
+	settle      settleWatch            // the last transition, see trimWhenSettled
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
@@ -171,7 +173,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	d.budget = newBudgetKeeper(d)
 	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}}
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, &d.settle}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -316,6 +318,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer stopMerge()
 	stopLeases := d.keepLeases()
 	defer stopLeases() // gives the leases up when Run returns
+	stopTrim := d.trimWhenSettled(settleQuiet, d.trimMemory)
+	defer stopTrim()
 	<-ctx.Done()
 	d.notify.stopping()
 	d.shutdownAgents()
@@ -466,12 +470,34 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 // the review settings its claims carry, as the runner's claims do
 // (OpenTaskBoard's ReviewerOf). Sessions get them in their environment;
 // commands forwarded through the control socket get them from the daemon.
-func agentVars(a config.Agent, agents []string) [][2]string {
+func agentVars(a config.Agent, agents string) [][2]string {
 	return [][2]string{
-		{"SWARM_AGENTS", strings.Join(agents, ",")},
+		{"SWARM_AGENTS", agents},
 		{"SWARM_REVIEWER", a.Reviewer},
 		{"SWARM_MAX_ITERATIONS", strconv.Itoa(a.MaxIterations)},
 	}
+}
+
+// roster is the agent list every agent's settings carry under one config:
+// built once per config and shared (read only), as a copy per agent is
+// quadratic (21 MB of 1000 agents' names and SWARM_AGENTS values).
+type roster struct {
+	cfg       *config.Config
+	names     []string // cfg.AgentNames()
+	joined    string   // SWARM_AGENTS: the names joined with commas
+	agentsVar string   // "SWARM_AGENTS=" + joined
+}
+
+// rosterOf returns cfg's roster, the one built last when it is cfg's.
+func (d *Daemon) rosterOf(cfg *config.Config) *roster {
+	if r := d.roster.Load(); r != nil && r.cfg == cfg {
+		return r
+	}
+	names := cfg.AgentNames()
+	r := &roster{cfg: cfg, names: names, agentsVar: "SWARM_AGENTS=" + strings.Join(names, ",")}
+	r.joined = r.agentsVar[len("SWARM_AGENTS="):]
+	d.roster.Store(r)
+	return r
 }
 
 // settings are an agent's reloadable settings under cfg.
@@ -486,7 +512,12 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		// `swarmd mail` and `swarmd task` go through its control socket.
 		env = append(env, "SWARM_DB_PATH="+cfg.DBPath())
 	}
-	for _, kv := range agentVars(a, cfg.AgentNames()) {
+	ros := d.rosterOf(cfg)
+	for _, kv := range agentVars(a, ros.joined) {
+		if kv[0] == "SWARM_AGENTS" {
+			env = append(env, ros.agentsVar) // the long one: shared
+			continue
+		}
 		env = append(env, kv[0]+"="+kv[1])
 	}
 	self := selfPath()
@@ -498,7 +529,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 	return runner.Settings{
 		Role:    a.Role,
 		Backend: be,
-		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: cfg.AgentNames(), Swarmd: self,
+		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
 			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note,
 			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
 		MaxSessions:        a.MaxSessions,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -68,7 +69,7 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		"SWARM_SESSION_ID": c.TreeID,
 		proc.MarkerEnv:     c.String(),
 	}
-	for _, kv := range agentVars(ag, agents) {
+	for _, kv := range agentVars(ag, strings.Join(agents, ",")) {
 		env[kv[0]] = kv[1]
 	}
 	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})

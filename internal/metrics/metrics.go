@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/runner"
@@ -34,7 +35,7 @@ var outcomeLabels = [...]string{
 }
 
 // Sessions run from seconds (a backend that fails at once) to hours.
-var sessionBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200}
+var sessionBuckets = [...]float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200}
 
 // mergeResults are the result label values of swarmd_merges_total (package
 // merge's results and rejection kinds); each series exists from the start.
@@ -56,53 +57,25 @@ type Metrics struct {
 	reg     *prometheus.Registry
 	handler http.Handler
 
-	state             *prometheus.GaugeVec
-	seq               *prometheus.GaugeVec
-	consecutiveErrors *prometheus.GaugeVec
-	totalErrors       *prometheus.GaugeVec
-	sessions          *prometheus.CounterVec
-	sessionDuration   *prometheus.HistogramVec
-	interrupts        *prometheus.CounterVec
-	forceStops        *prometheus.CounterVec
-	interruptLatency  prometheus.Histogram
-	mailSent          *prometheus.CounterVec
-	mailNormal        prometheus.Counter
-	mailUrgent        prometheus.Counter
-	pending           *prometheus.GaugeVec
-	hookRuns          *prometheus.CounterVec
-	tokens            *prometheus.CounterVec
-	cost              *prometheus.CounterVec
-	toolCalls         *prometheus.CounterVec
-	idle              *prometheus.GaugeVec
-	paused            *prometheus.GaugeVec
-	mergeDepth        prometheus.Gauge
-	merges            *prometheus.CounterVec
-	gateDuration      prometheus.Histogram
-	pushes            *prometheus.CounterVec
-	budgetLeft        *prometheus.GaugeVec
+	desc             agentDescs // the per-agent metrics (agents.go)
+	stateLabels      [len(agent.AllStates)]*dto.LabelPair
+	outcomeLabels    [len(outcomeLabels)]*dto.LabelPair
+	interruptLatency prometheus.Histogram
+	mailSent         *prometheus.CounterVec
+	mailNormal       prometheus.Counter
+	mailUrgent       prometheus.Counter
+	hookRuns         *prometheus.CounterVec
+	tokens           *prometheus.CounterVec
+	cost             *prometheus.CounterVec
+	toolCalls        *prometheus.CounterVec
+	mergeDepth       prometheus.Gauge
+	merges           *prometheus.CounterVec
+	gateDuration     prometheus.Histogram
+	pushes           *prometheus.CounterVec
+	budgetLeft       *prometheus.GaugeVec
 
 	mu     sync.RWMutex
 	agents map[string]*series
-}
-
-// series caches one agent's children so that the hot path (OnTransition, in
-// every runner goroutine) is a map read and a few atomic stores, with no
-// label hashing.
-type series struct {
-	mu    sync.Mutex // orders state changes, so exactly one state gauge is 1
-	cur   agent.StateKind
-	state [len(agent.AllStates)]prometheus.Gauge
-
-	seq               prometheus.Gauge
-	consecutiveErrors prometheus.Gauge
-	totalErrors       prometheus.Gauge
-	pending           prometheus.Gauge
-	sessions          [len(outcomeLabels)]prometheus.Counter
-	duration          prometheus.Observer
-	interrupts        prometheus.Counter
-	forceStops        prometheus.Counter
-	idle              prometheus.Gauge
-	paused            prometheus.Gauge
 }
 
 // New creates the metrics on a fresh registry, together with the Go and
@@ -111,48 +84,8 @@ type series struct {
 func New(build BuildInfo) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
-		reg: reg,
-		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_agent_state",
-			Help: "1 for the agent's current state, 0 for the other seven.",
-		}, []string{"agent", "state"}),
-		seq: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_agent_session_seq",
-			Help: "The agent's session sequence counter.",
-		}, []string{"agent"}),
-		consecutiveErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_agent_consecutive_errors",
-			Help: "Sessions in a row that ended in error or timeout.",
-		}, []string{"agent"}),
-		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_agent_idle",
-			Help: "1 while the agent waits in BuildingPrompt with nothing to do (it said DONE; no mail, no task).",
-		}, []string{"agent"}),
-		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_agent_paused",
-			Help: "1 while the agent is paused (swarmd pause): no session starts until swarmd resume.",
-		}, []string{"agent"}),
-		totalErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_agent_total_errors",
-			Help: "Sessions that ended in error or timeout since the agent started.",
-		}, []string{"agent"}),
-		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "swarmd_sessions_total",
-			Help: "Backend sessions ended, by outcome.",
-		}, []string{"agent", "outcome"}),
-		sessionDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "swarmd_session_duration_seconds",
-			Help:    "Wall-clock duration of backend sessions.",
-			Buckets: sessionBuckets,
-		}, []string{"agent"}),
-		interrupts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "swarmd_interrupts_total",
-			Help: "Sessions interrupted by urgent mail.",
-		}, []string{"agent"}),
-		forceStops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "swarmd_force_stops_total",
-			Help: "Sessions force-stopped (SIGKILL) after ignoring a cancel.",
-		}, []string{"agent"}),
+		reg:  reg,
+		desc: newAgentDescs(),
 		interruptLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swarmd_interrupt_latency_seconds",
 			Help:    "Time from an urgent message's commit to the cancel signal sent to the recipient's session.",
@@ -162,10 +95,6 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_mailbox_messages_total",
 			Help: "Messages written to the mailbox, by urgency.",
 		}, []string{"urgency"}),
-		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_mailbox_pending",
-			Help: "Undelivered messages per recipient.",
-		}, []string{"agent"}),
 		hookRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_hook_runs_total",
 			Help: "Hook runs by event and result (ok, error, timeout, blocked).",
@@ -205,6 +134,12 @@ func New(build BuildInfo) *Metrics {
 		}, []string{"result"}),
 		agents: make(map[string]*series),
 	}
+	for _, k := range agent.AllStates {
+		m.stateLabels[k] = labelPair("state", k.String())
+	}
+	for i, o := range outcomeLabels {
+		m.outcomeLabels[i] = labelPair("outcome", o)
+	}
 	for _, r := range mergeResults {
 		m.merges.WithLabelValues(r)
 	}
@@ -224,9 +159,8 @@ func New(build BuildInfo) *Metrics {
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(
-		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
-		m.interrupts, m.forceStops, m.interruptLatency, m.mailSent, m.pending, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft, buildInfo,
+		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
+		m.tokens, m.cost, m.toolCalls, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -271,35 +205,15 @@ func (m *Metrics) RemoveAgent(name string) {
 	delete(m.agents, name)
 	l := prometheus.Labels{"agent": name}
 	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.state, m.seq, m.consecutiveErrors, m.totalErrors, m.sessions, m.sessionDuration,
-		m.interrupts, m.forceStops, m.pending, m.tokens, m.cost, m.toolCalls, m.idle, m.paused, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.budgetLeft,
 	} {
 		v.DeletePartialMatch(l)
 	}
 }
 
-// newSeries creates the children of one agent; m.mu must be held.
-func (m *Metrics) newSeries(name string) *series {
-	s := &series{
-		cur:               agent.Initializing,
-		seq:               m.seq.WithLabelValues(name),
-		consecutiveErrors: m.consecutiveErrors.WithLabelValues(name),
-		totalErrors:       m.totalErrors.WithLabelValues(name),
-		pending:           m.pending.WithLabelValues(name),
-		duration:          m.sessionDuration.WithLabelValues(name),
-		interrupts:        m.interrupts.WithLabelValues(name),
-		forceStops:        m.forceStops.WithLabelValues(name),
-		idle:              m.idle.WithLabelValues(name),
-		paused:            m.paused.WithLabelValues(name),
-	}
-	for _, k := range agent.AllStates {
-		s.state[k] = m.state.WithLabelValues(name, k.String())
-	}
-	s.state[agent.Initializing].Set(1)
-	for k, o := range outcomeLabels {
-		s.sessions[k] = m.sessions.WithLabelValues(name, o)
-	}
-	return s
+// newSeries creates an agent's series: state Initializing, the rest 0.
+func (m *Metrics) newSeries(string) *series {
+	return &series{cur: agent.Initializing}
 }
 
 // lookup returns the agent's series, creating them for an agent that was
@@ -320,20 +234,6 @@ func (m *Metrics) lookup(name string) *series {
 	return s
 }
 
-func (s *series) setState(k agent.StateKind) {
-	if int(k) >= len(s.state) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if k == s.cur {
-		return
-	}
-	s.state[s.cur].Set(0)
-	s.state[k].Set(1)
-	s.cur = k
-}
-
 // OnTransition implements runner.Observer.
 func (m *Metrics) OnTransition(t runner.Transition) {
 	s := m.lookup(t.Agent)
@@ -342,13 +242,13 @@ func (m *Metrics) OnTransition(t runner.Transition) {
 	s.consecutiveErrors.Set(float64(t.ConsecutiveErrors))
 	s.totalErrors.Set(float64(t.TotalErrors))
 	if t.Event.Kind == agent.UrgentMessage {
-		s.interrupts.Inc()
+		s.interrupts.Add(1)
 		if !t.UrgentCommitted.IsZero() {
 			m.ObserveInterruptLatency(t.At.Sub(t.UrgentCommitted))
 		}
 	}
 	if t.Effect.Kind == agent.ForceStopSession {
-		s.forceStops.Inc()
+		s.forceStops.Add(1)
 	}
 }
 
@@ -376,13 +276,13 @@ func (m *Metrics) SetPaused(agent string, paused bool) {
 func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	s := m.lookup(r.Agent)
 	if r.ForceStopped {
-		s.forceStops.Inc()
+		s.forceStops.Add(1)
 	}
 	if i := slices.Index(outcomeLabels[:], r.OutcomeLabel()); i >= 0 {
-		s.sessions[i].Inc()
+		s.sessions[i].Add(1)
 	}
 	if !r.Result.Started.IsZero() && !r.Result.Ended.IsZero() {
-		s.duration.Observe(max(r.Result.Ended.Sub(r.Result.Started), 0).Seconds())
+		s.observeDuration(max(r.Result.Ended.Sub(r.Result.Started), 0).Seconds())
 	}
 	u := r.Result.Usage
 	m.AddTokens(r.Agent, "input", u.InputTokens)

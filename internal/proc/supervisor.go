@@ -196,6 +196,10 @@ type Spec struct {
 	// one goroutine. nil discards them.
 	Output io.Writer
 	ID     string // unique among running trees; goes into the marker
+	// OnDone, if set, is called once Done is closed, in the goroutine that
+	// ended the tree (Close waits for it): a caller acting on the end needs
+	// no goroutine of its own parked on Done for the tree's whole life.
+	OnDone func()
 }
 
 // Start starts a tree's leader in a new process group. A binary that does not
@@ -213,9 +217,10 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		return nil, fmt.Errorf("proc: start %s: %w", spec.ID, err)
 	}
 	t := &Tree{
-		s:    s,
-		id:   spec.ID,
-		done: make(chan struct{}),
+		s:      s,
+		id:     spec.ID,
+		done:   make(chan struct{}),
+		onDone: spec.OnDone,
 	}
 	inR, outW := -1, -1 // the child's ends, closed here once it has them
 	if spec.Stdin != nil {

@@ -57,6 +57,7 @@ type Tree struct {
 	reaped bool // the leader was reaped: its pid and pgid may belong to someone else now
 
 	done   chan struct{}
+	onDone func() // Spec.OnDone
 	status ExitStatus
 }
 
@@ -147,6 +148,9 @@ func (t *Tree) run() {
 	s.log.Debug("tree ended", zap.String("tree", t.id), zap.Int("pid", t.pid), zap.Stringer("status", status),
 		zap.Duration("end", time.Since(exited)))
 	close(t.done)
+	if t.onDone != nil {
+		t.onDone()
+	}
 }
 
 // waitExit returns once the leader has exited, without reaping it. It

@@ -199,7 +199,7 @@ type Runner struct {
 	started   int  // sessions started in this run (max_sessions)
 	// The prompt, and the mail and task it claimed (prompt.go):
 	why        Why
-	lastPrompt string
+	lastPrompt string // the stored prompt, until spawn hands it to the backend
 	watermark  int64
 	claimed    bool  // a prompt claimed mail for sessionID, and no session has started with it
 	carried    int   // messages the current session's prompt carried

@@ -40,6 +40,7 @@ func (r *Runner) spawn() {
 		Tools:       r.cfg.Tools,
 		OnProgress:  r.onProgress(),
 	}
+	r.lastPrompt = "" // the backend has it now; a sleeping agent need not keep a copy
 	r.setSpecEnv(&spec)
 	r.clearAbort()
 	r.lastSpawn = time.Now()
