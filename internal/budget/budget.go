@@ -343,6 +343,10 @@ func (l *Ledger) LeftUSD(agent string, now time.Time) (usd float64, ok bool) {
 	return usd, ok
 }
 
+// CountsSwarm reports whether the ledger counts the swarm's spend (a
+// budget every agent's spend goes to).
+func (l *Ledger) CountsSwarm() bool { return l.swarm != nil }
+
 // Scopes is every scope the ledger counts: the agents' names sorted, then
 // Swarm if it is counted.
 func (l *Ledger) Scopes() []string {

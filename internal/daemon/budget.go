@@ -223,7 +223,7 @@ func (k *budgetKeeper) OnSessionEnd(rec runner.SessionRecord) {
 	cs := k.ledger.Commit(rec.Agent, rec.SessionID, budget.Spend{USD: u.CostUSD, Tokens: u.InputTokens + u.OutputTokens}, now)
 	st, spent := k.ledger.Exhausted(rec.Agent, now)
 	k.mu.Unlock()
-	k.updateMetrics(now)
+	k.updateMetrics(now, rec.Agent)
 	if len(cs) > 0 || spent {
 		k.act(cs, st, spent)
 	}
@@ -389,8 +389,19 @@ func (k *budgetKeeper) note(agent string) string {
 }
 
 // updateMetrics sets swarmd_budget_remaining_usd for every agent.
-func (k *budgetKeeper) updateMetrics(now time.Time) {
-	for _, name := range k.d.reg.Names() {
+// updateMetrics sets what is left of every agent's budget, or only of the
+// agents named when their spend is all that changed (without a swarm
+// budget, which every agent shares): a session's end updated every agent,
+// and a stop of 1000 agents made a million ledger reads.
+func (k *budgetKeeper) updateMetrics(now time.Time, only ...string) {
+	names := only
+	k.mu.Lock()
+	shared := k.ledger.CountsSwarm()
+	k.mu.Unlock()
+	if len(only) == 0 || shared {
+		names = k.d.reg.Names()
+	}
+	for _, name := range names {
 		k.mu.Lock()
 		left, ok := k.ledger.LeftUSD(name, now)
 		k.mu.Unlock()

@@ -86,6 +86,10 @@ func (s *Store) PrepareArchive(agent string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
 	}
+	// Every agent's first session calls this at about the same time: a
+	// few at once, or each blocked mkdir and sync costs an OS thread.
+	s.preparing <- struct{}{}
+	defer func() { <-s.preparing }()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return opErr("prepare archive", agent, err)
 	}
