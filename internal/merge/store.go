@@ -21,9 +21,9 @@ import (
 
 // DB is the database the queue lives in. *store.DB satisfies it.
 type DB interface {
-	SQL() *sql.DB     // the write pool: IMMEDIATE transactions
-	ReadSQL() *sql.DB // the read pool
-	Check() error     // the file is still the one opened
+	SQL() *sql.DB         // the write pool: IMMEDIATE transactions
+	ReadSQL() *store.Pool // the read pool, its statements prepared once
+	Check() error         // the file is still the one opened
 }
 
 // State is a queue entry's state.

@@ -37,6 +37,7 @@ type Git interface {
 // Tasks is what the builder needs of the task board. *taskboard.Board
 // satisfies it.
 type Tasks interface {
+	HasWork(ctx context.Context, agent string) (bool, error)
 	Held(ctx context.Context, agent string) (taskboard.Task, bool, error)
 	ClaimNext(ctx context.Context, agent, session string) (taskboard.Task, bool, error)
 	Continue(ctx context.Context, id int64, agent, session string) error
@@ -140,7 +141,16 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 // whether there is nothing to do (Idle, when the request allows it).
 func (b *Builder) work(ctx context.Context, req runner.PromptRequest, d *Data) (runner.Prompt, error) {
 	p := runner.Prompt{}
-	if b.Tasks != nil {
+	work := b.Tasks != nil
+	if work {
+		// One read answers the usual "nothing for you" before the three
+		// below (each of which still decides for itself).
+		var err error
+		if work, err = b.Tasks.HasWork(ctx, req.Agent); err != nil {
+			return p, err
+		}
+	}
+	if work {
 		// A review waiting for this agent comes first: a worker is blocked
 		// on it, while the agent's own task can continue in the next session.
 		var err error

@@ -60,7 +60,7 @@ func (db *DB) ClearBudgetLimit(ctx context.Context, scope string, e EventRecord)
 
 // BudgetLimits returns every runtime limit, by scope.
 func (db *DB) BudgetLimits(ctx context.Context) (map[string]BudgetLimit, error) {
-	ls, err := QueryAll(ctx, db.read, func(s Scanner) (BudgetLimit, error) {
+	ls, err := QueryAll(ctx, db.reads, func(s Scanner) (BudgetLimit, error) {
 		var (
 			l  BudgetLimit
 			at string
@@ -87,7 +87,7 @@ func (db *DB) BudgetLimits(ctx context.Context) (map[string]BudgetLimit, error) 
 // SpendSince returns what every agent's sessions that ended at or after
 // since used, by name.
 func (db *DB) SpendSince(ctx context.Context, since time.Time) (map[string]Spend, error) {
-	sp, err := QueryAll(ctx, db.read, func(s Scanner) (Spend, error) {
+	sp, err := QueryAll(ctx, db.reads, func(s Scanner) (Spend, error) {
 		var v Spend
 		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)
 		return v, err

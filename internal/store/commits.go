@@ -7,7 +7,7 @@ import "context"
 // but leave nothing on the branch, such as an agent whose git cannot
 // commit, or one that only talks.
 func (db *DB) NoCommits(ctx context.Context, n int) (map[string]bool, error) {
-	names, err := QueryAll(ctx, db.read, func(s Scanner) (string, error) {
+	names, err := QueryAll(ctx, db.reads, func(s Scanner) (string, error) {
 		var agent string
 		return agent, s.Scan(&agent)
 	}, `SELECT agent FROM (

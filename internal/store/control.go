@@ -72,7 +72,7 @@ func (db *DB) ClearPause(ctx context.Context, agent string, e EventRecord) (Paus
 
 // Pauses returns every paused agent's pause, by name.
 func (db *DB) Pauses(ctx context.Context) (map[string]PauseRecord, error) {
-	ps, err := QueryAll(ctx, db.read, scanPause, `SELECT `+pauseCols+` FROM pauses`)
+	ps, err := QueryAll(ctx, db.reads, scanPause, `SELECT `+pauseCols+` FROM pauses`)
 	if err != nil {
 		return nil, db.Wrap("pauses", err)
 	}
@@ -177,7 +177,7 @@ func (db *DB) ToolCalls(ctx context.Context, q ToolCallQuery) ([]ToolCallRecord,
 		limit = q.Last
 	}
 	args = append(args, limit)
-	out, err := QueryAll(ctx, db.read, scanToolCall, `SELECT id, session_id, agent, seq, call_id, tool, input,
+	out, err := QueryAll(ctx, db.reads, scanToolCall, `SELECT id, session_id, agent, seq, call_id, tool, input,
 		started_at, duration_ms, status FROM tool_calls WHERE `+where.String()+` ORDER BY id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, db.Wrap("tool calls", err)

@@ -6,7 +6,7 @@ import "context"
 // reader that wants only what comes next starts.
 func (db *DB) LastEventID(ctx context.Context) (int64, error) {
 	var id int64
-	if err := db.read.QueryRowContext(ctx, `SELECT IFNULL(MAX(id), 0) FROM events`).Scan(&id); err != nil {
+	if err := db.reads.QueryRowContext(ctx, `SELECT IFNULL(MAX(id), 0) FROM events`).Scan(&id); err != nil {
 		return 0, db.Wrap("last event id", err)
 	}
 	return id, nil

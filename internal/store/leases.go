@@ -93,7 +93,7 @@ func (db *DB) ReleaseLeases(ctx context.Context, daemon string, agents []string)
 
 // Leases lists every lease, by agent.
 func (db *DB) Leases(ctx context.Context) ([]Lease, error) {
-	ls, err := QueryAll(ctx, db.read, scanLease, `SELECT `+leaseCols+` FROM agent_leases ORDER BY agent`)
+	ls, err := QueryAll(ctx, db.reads, scanLease, `SELECT `+leaseCols+` FROM agent_leases ORDER BY agent`)
 	if err != nil {
 		return nil, db.Wrap("leases", err)
 	}

@@ -60,7 +60,7 @@ func TestMigrateFromEmptyAndReopen(t *testing.T) {
 		t.Fatalf("user_version after reopen = %d", v)
 	}
 	var body string
-	if err := db2.ReadSQL().QueryRow(`SELECT body FROM messages WHERE id = ?`, id).Scan(&body); err != nil || body != "work" {
+	if err := db2.ReadSQL().QueryRowContext(ctx, `SELECT body FROM messages WHERE id = ?`, id).Scan(&body); err != nil || body != "work" {
 		t.Fatalf("after reopen: message %d = %q, %v", id, body, err)
 	}
 }
@@ -192,7 +192,7 @@ func TestOpenConcurrentFresh(t *testing.T) {
 		t.Fatalf("user_version = %d", v)
 	}
 	var got int
-	if err := db.ReadSQL().QueryRow(`SELECT COUNT(*) FROM settings WHERE key LIKE 'test.%'`).Scan(&got); err != nil || got != n {
+	if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM settings WHERE key LIKE 'test.%'`).Scan(&got); err != nil || got != n {
 		t.Fatalf("%d settings, %v; want %d", got, err, n)
 	}
 }

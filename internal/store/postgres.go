@@ -150,7 +150,7 @@ func (p *pgDriver) setUserVersion(ctx context.Context, tx *sql.Tx, v int) error 
 // needless query, never a missed one).
 func (p *pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 	var v int64
-	err := db.read.QueryRowContext(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&v)
+	err := db.reads.QueryRowContext(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&v)
 	return v, err
 }
 

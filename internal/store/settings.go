@@ -13,7 +13,7 @@ func (db *DB) SetSetting(ctx context.Context, key, value string) error {
 	if err := db.Check(); err != nil {
 		return db.Wrap("set "+key, err)
 	}
-	if _, err := db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
+	if _, err := db.writes.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value); err != nil {
 		return db.Wrap("set "+key, err)
 	}
@@ -22,7 +22,7 @@ func (db *DB) SetSetting(ctx context.Context, key, value string) error {
 
 // Setting is what SetSetting recorded for key; ok is false when nothing was.
 func (db *DB) Setting(ctx context.Context, key string) (value string, ok bool, err error) {
-	err = db.read.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&value)
+	err = db.reads.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}

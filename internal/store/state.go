@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,7 +109,7 @@ const (
 
 // Agents returns every agent's latest recorded state, by name.
 func (db *DB) Agents(ctx context.Context) (map[string]AgentRecord, error) {
-	as, err := QueryAll(ctx, db.read, scanAgent, `SELECT `+agentCols+` FROM agents`)
+	as, err := QueryAll(ctx, db.reads, scanAgent, `SELECT `+agentCols+` FROM agents`)
 	if err != nil {
 		return nil, db.Wrap("agents", err)
 	}
@@ -140,9 +141,12 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 	if q.Limit > 0 {
 		limit = q.Limit
 	}
-	args = append(args, limit)
-	out, err := QueryAll(ctx, db.read, scanEvent,
-		`SELECT `+eventCols+` FROM events WHERE `+where.String()+` ORDER BY id LIMIT ?`, args...)
+	// The limit is written into the text, not bound: SQLite plans by a
+	// bound LIMIT's value, so binding it expires the prepared statement and
+	// every run (the dashboards' hub reads events after each commit) would
+	// parse it again. Callers use a few fixed limits.
+	out, err := QueryAll(ctx, db.reads, scanEvent,
+		`SELECT `+eventCols+` FROM events WHERE `+where.String()+` ORDER BY id LIMIT `+strconv.Itoa(limit), args...)
 	if err != nil {
 		return nil, db.Wrap("events", err)
 	}
@@ -161,7 +165,7 @@ func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionR
 		q = `SELECT ` + sessionCols + ` FROM sessions ORDER BY started_at DESC, seq DESC LIMIT ?`
 		args = args[1:]
 	}
-	ss, err := querySessions(ctx, db.read, q, args...)
+	ss, err := querySessions(ctx, db.reads, q, args...)
 	if err != nil {
 		return nil, db.Wrap("sessions", err)
 	}
@@ -182,7 +186,7 @@ type Spend struct {
 // Spend returns every agent's spend, by name; an agent without sessions has
 // none.
 func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
-	sp, err := QueryAll(ctx, db.read, func(s Scanner) (Spend, error) {
+	sp, err := QueryAll(ctx, db.reads, func(s Scanner) (Spend, error) {
 		var v Spend
 		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)
 		return v, err
@@ -205,7 +209,7 @@ func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
 // would skip a seq at every restart.
 func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 	var seq int64
-	err := db.read.QueryRowContext(ctx, `SELECT IFNULL(MAX(seq), 0) FROM sessions WHERE agent = ?`, agent).Scan(&seq)
+	err := db.reads.QueryRowContext(ctx, `SELECT IFNULL(MAX(seq), 0) FROM sessions WHERE agent = ?`, agent).Scan(&seq)
 	if err != nil {
 		return 0, db.Wrap("max seq", err)
 	}

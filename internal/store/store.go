@@ -47,7 +47,11 @@ type DB struct {
 	// millisecond steps. Other processes still meet us through busy_timeout.
 	write *sql.DB
 	read  *sql.DB
-	now   func() time.Time
+	// reads and writes run the statements of read and write (outside a
+	// transaction) prepared once per query text.
+	reads  *Pool
+	writes *Pool
+	now    func() time.Time
 
 	// PRAGMA data_version is per connection, so DataVersion keeps one.
 	dvMu   sync.Mutex
@@ -133,6 +137,7 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 		}
 		return nil, fmt.Errorf("store: open %s: %w", Redact(target), err)
 	}
+	db.reads, db.writes = newPool(db.read), newPool(db.write)
 	if migrations == nil {
 		migrations = drv.migrations()
 	}
@@ -241,7 +246,7 @@ func (db *DB) ExecCount(ctx context.Context, op, query string, args ...any) (int
 	if err := db.Check(); err != nil {
 		return 0, db.Wrap(op, err)
 	}
-	res, err := db.write.ExecContext(ctx, query, args...)
+	res, err := db.writes.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, db.Wrap(op, err)
 	}
@@ -291,7 +296,8 @@ func (db *DB) Now() time.Time { return db.now() }
 func (db *DB) SQL() *sql.DB { return db.write }
 
 // ReadSQL is the read pool (query_only): reads never wait for writers.
-func (db *DB) ReadSQL() *sql.DB { return db.read }
+// Its statements are prepared once per query text (see Pool).
+func (db *DB) ReadSQL() *Pool { return db.reads }
 
 // DataVersion returns PRAGMA data_version of one dedicated connection. It
 // changes whenever another connection, in this process or another, commits,
@@ -338,6 +344,9 @@ func (db *DB) Close() error {
 		}
 		db.drv.closeExtra(db)
 		var errs []error
+		if db.reads != nil {
+			errs = append(errs, db.reads.close(), db.writes.close())
+		}
 		if db.read != nil {
 			errs = append(errs, db.read.Close())
 		}

@@ -177,7 +177,7 @@ func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
 // Held is the task agent holds (CLAIMED or IN_PROGRESS), if any.
 func (b *Board) Held(ctx context.Context, agent string) (Task, bool, error) {
 	ts, err := queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks
-		WHERE claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS') ORDER BY id LIMIT 1`, agent)
+		WHERE `+holding+` ORDER BY id LIMIT 1`, agent)
 	if err != nil || len(ts) == 0 {
 		return Task{}, false, err
 	}
@@ -191,6 +191,24 @@ func (b *Board) HasClaimable(ctx context.Context, agent string) (bool, error) {
 	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, agent).Scan(&ok)
 	return ok, err
 }
+
+// HasWork reports whether the board has anything for agent's next prompt:
+// a review waiting for its verdict (ReviewFor), a task it holds (Held) or
+// one it could claim (HasClaimable). It only reads, once: a prompt asks it
+// before those, which the board usually answers with nothing.
+func (b *Board) HasWork(ctx context.Context, agent string) (bool, error) {
+	var ok bool
+	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+reviewing+`)
+		OR EXISTS (SELECT 1 FROM tasks WHERE `+holding+`)
+		OR EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, agent, agent, agent).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("taskboard: has work: %w", err)
+	}
+	return ok, nil
+}
+
+// holding is a task the agent (the one parameter) holds.
+const holding = `claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`
 
 // claimable is an OPEN task for the agent (the one parameter) whose
 // dependencies are all CLOSED (an approved PLANNED task can be OPEN before

@@ -104,10 +104,14 @@ func (b *Board) reviewOnDone(t *Task, m *move) error {
 	return nil
 }
 
+// reviewing is a task waiting for the verdict of the reviewer (the one
+// parameter).
+const reviewing = `reviewer = ? AND review_state = 'reviewing' AND state = 'DONE'`
+
 // ReviewFor is the oldest task waiting for reviewer's verdict, if any.
 func (b *Board) ReviewFor(ctx context.Context, reviewer string) (Task, bool, error) {
 	ts, err := queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks
-		WHERE reviewer = ? AND review_state = 'reviewing' AND state = 'DONE' ORDER BY updated_at, id LIMIT 1`, reviewer)
+		WHERE `+reviewing+` ORDER BY updated_at, id LIMIT 1`, reviewer)
 	if err != nil || len(ts) == 0 {
 		return Task{}, false, err
 	}

@@ -384,3 +384,54 @@ func TestMergeHandOff(t *testing.T) {
 		t.Fatalf("rejecting an OPEN task = %v", err)
 	}
 }
+
+// TestHasWorkAgreesWithTheReads: HasWork is true exactly when ReviewFor,
+// Held or HasClaimable has something, as a board moves through reviews,
+// claims, assignments and dependencies.
+func TestHasWorkAgreesWithTheReads(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{AutoClose: true,
+		ReviewerOf: func(agent string) (string, int) {
+			if agent == "alice" {
+				return "rita", 2
+			}
+			return "", 0
+		}})
+	agents := []string{"alice", "bob", "rita"}
+	check := func(when string, want map[string]bool) {
+		t.Helper()
+		for _, a := range agents {
+			has, err := b.HasWork(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, review, err1 := b.ReviewFor(ctx, a)
+			_, held, err2 := b.Held(ctx, a)
+			claim, err3 := b.HasClaimable(ctx, a)
+			if err := errors.Join(err1, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			if has != (review || held || claim) || has != want[a] {
+				t.Errorf("%s: HasWork(%s) = %v; review %v, held %v, claimable %v; want %v",
+					when, a, has, review, held, claim, want[a])
+			}
+		}
+	}
+	check("empty board", nil)
+	first := add(t, b, NewTask{Title: "first", Assignee: "alice"})
+	later := add(t, b, NewTask{Title: "later", After: []int64{first.ID}})
+	check("alice's task, one waiting on it", map[string]bool{"alice": true})
+	if _, err := b.Claim(ctx, first.ID, "alice", "a-1"); err != nil {
+		t.Fatal(err)
+	}
+	check("alice holds hers", map[string]bool{"alice": true})
+	if _, err := b.Done(ctx, first.ID, Holder{Agent: "alice"}, "done"); err != nil {
+		t.Fatal(err)
+	}
+	check("rita reviews it", map[string]bool{"rita": true})
+	if _, err := b.Verdict(ctx, first.ID, "rita", true, "good"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, later.ID, task.Open)
+	check("closed: the next one is open to all", map[string]bool{"alice": true, "bob": true, "rita": true})
+}

@@ -482,7 +482,13 @@ func testClaimRace(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 	}
+	if has, err := board.HasWork(ctx, "p0"); err != nil || !has {
+		t.Fatalf("before the race: has work %v, %v; want true", has, err)
+	}
 	race(t, h, target, roleClaims, raceProcs, 0)
+	if has, err := board.HasWork(ctx, "p0"); err != nil || has {
+		t.Errorf("after the race: has work %v, %v; want false (all closed)", has, err)
+	}
 	seen := map[int64]string{}
 	for i := range raceProcs {
 		v, _, err := db.Setting(ctx, fmt.Sprint("claimed.p", i))

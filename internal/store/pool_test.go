@@ -1,0 +1,50 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"testing"
+)
+
+// TestPoolCachesBounded: a query text is prepared once; past the bound
+// queries still run, unprepared; a bad query reports its error; Close closes
+// every statement and later queries fail as on a closed pool.
+func TestPoolCachesBounded(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	if err := db.SetSetting(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	p := db.ReadSQL()
+	base := p.cached()
+	for range 3 {
+		var v string
+		if err := p.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ? AND 1 = 1`, "k").Scan(&v); err != nil || v != "v" {
+			t.Fatalf("setting %q, %v", v, err)
+		}
+	}
+	if got := p.cached(); got != base+1 {
+		t.Fatalf("one text run 3 times: %d statements cached, want %d", got, base+1)
+	}
+	for i := range maxCachedStmts + 10 {
+		var n int
+		if err := p.QueryRowContext(ctx, `SELECT `+strconv.Itoa(i)).Scan(&n); err != nil || n != i {
+			t.Fatalf("query %d: %d, %v", i, n, err)
+		}
+	}
+	if got := p.cached(); got != maxCachedStmts {
+		t.Fatalf("%d statements cached, want the bound %d", got, maxCachedStmts)
+	}
+	if _, err := p.QueryContext(ctx, `SELEKT 1`); err == nil {
+		t.Fatal("a bad query ran")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.cached(); got != 0 {
+		t.Fatalf("%d statements left after Close", got)
+	}
+	if err := p.QueryRowContext(ctx, `SELECT 1`).Scan(new(int)); err == nil {
+		t.Fatal("a query ran after Close")
+	}
+}
