@@ -318,7 +318,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer stopMerge()
 	stopLeases := d.keepLeases()
 	defer stopLeases() // gives the leases up when Run returns
-	stopTrim := d.trimWhenSettled(settleQuiet, d.trimMemory)
+	stopTrim := d.trimWhenSettled(settleQuiet, d.settled)
 	defer stopTrim()
 	<-ctx.Done()
 	d.notify.stopping()

@@ -61,6 +61,20 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) (stop func())
 	return func() { close(done); <-finished }
 }
 
+// settled is what the daemon does once its start has settled: make every
+// agent's log archive directory, so that a stop (which archives every
+// agent at once) finds them made, off both the ramp (where 200 directory
+// creations in one directory queue on its lock) and the stop; then return
+// the start's memory (trimMemory).
+func (d *Daemon) settled() {
+	for _, name := range d.reg.Names() {
+		if err := d.logs.PrepareArchive(name); err != nil {
+			d.log.Warn("prepare the log archive", zap.String("agent", name), zap.Error(err))
+		}
+	}
+	d.trimMemory()
+}
+
 // trimMemory collects the garbage and returns the free heap to the kernel
 // (the runtime would keep it, up to the next heap goal), then unmaps the
 // executable's pages (dropExecutablePages).

@@ -119,3 +119,17 @@ func TestSmapsParsing(t *testing.T) {
 		t.Error("Anonymous read as Rss")
 	}
 }
+
+// TestArchiveDirsPreparedOnceSettled: once the start has settled every
+// agent's log archive directory exists, so that the stop does not make
+// them all at once.
+func TestArchiveDirsPreparedOnceSettled(t *testing.T) {
+	r := start(t, repo(t, agentsYAML("alice", "bob")))
+	r.waitRunning(t, "alice", "bob")
+	for _, name := range []string{"alice", "bob"} {
+		waitFor(t, name+"'s archive directory", func() bool {
+			fi, err := os.Stat(r.logs.ArchiveDir(name))
+			return err == nil && fi.IsDir()
+		})
+	}
+}

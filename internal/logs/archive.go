@@ -76,8 +76,8 @@ func (s *Store) Archive(ctx context.Context, agent string, now time.Time) (strin
 // PrepareArchive creates the agent's archive directory, durably, ahead of
 // its first Archive. A daemon's stop archives every agent at once, and
 // creating their directories then, hundreds of directory creations and
-// syncs, was much of what the stop waited for; a runner prepares its
-// agent's while the first session runs.
+// syncs, was much of what the stop waited for; the daemon prepares them
+// once its start has settled.
 func (s *Store) PrepareArchive(agent string) error {
 	if err := checkAgent(agent); err != nil {
 		return opErr("prepare archive", agent, err)
@@ -86,10 +86,6 @@ func (s *Store) PrepareArchive(agent string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
 	}
-	// Every agent's first session calls this at about the same time: a
-	// few at once, or each blocked mkdir and sync costs an OS thread.
-	s.preparing <- struct{}{}
-	defer func() { <-s.preparing }()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return opErr("prepare archive", agent, err)
 	}

@@ -67,7 +67,6 @@ type Store struct {
 	rootDurable          atomic.Bool // the archive root's entry in the state dir is synced
 	fsSync               syncGroup   // syncfs of the state dir's filesystem, for archives made together
 	archiving            atomic.Int32
-	preparing            chan struct{} // bounds PrepareArchive calls at work
 
 	// wrapTemp, when set, wraps the writer of a temporary archive. Tests use
 	// it to inject write failures (a full disk), which root ignores on
@@ -96,7 +95,6 @@ func New(stateDir string, keep int, maxAge time.Duration, log *zap.Logger) *Stor
 		log:         log,
 		poll:        pollEvery,
 		agents:      make(map[string]*sync.Mutex),
-		preparing:   make(chan struct{}, 2),
 	}
 }
 

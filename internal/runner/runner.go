@@ -217,8 +217,6 @@ type Runner struct {
 	ticket      Ticket        // from Config.Gate, until the session it admitted ends
 	headBefore  string        // HEAD when the session started (accounting.go)
 	promptHead  string        // HEAD the last prompt was built on ("" unknown)
-	// archivePrepared: prepareArchive ran (once, in the first session).
-	archivePrepared bool
 	// Pacing and what status shows of past sessions:
 	retryAfter time.Time // a rate-limited session's provider reset time
 	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)

@@ -122,7 +122,6 @@ func (r *Runner) waitSession() {
 	r.mu.Lock()
 	sess := r.sess
 	r.mu.Unlock()
-	r.prepareArchive()
 	select {
 	case <-sess.Done():
 		r.finishSession(false)
@@ -248,26 +247,6 @@ func (r *Runner) cleanup() {
 	reason := r.snap.Reason
 	r.mu.Unlock()
 	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: reason})
-}
-
-// archivePreparer is a LogStore that can make ready, ahead of time, what
-// archiving the agent's logs at its stop needs (*logs.Store).
-type archivePreparer interface {
-	PrepareArchive(agent string) error
-}
-
-// prepareArchive does that once, while the agent's first session runs:
-// not on the way to Running, nor at the stop, when every agent archives.
-func (r *Runner) prepareArchive() {
-	if r.archivePrepared {
-		return
-	}
-	r.archivePrepared = true
-	if p, ok := r.cfg.Logs.(archivePreparer); ok {
-		if err := p.PrepareArchive(r.cfg.Name); err != nil {
-			r.log.Warn("prepare the log archive", zap.Error(err))
-		}
-	}
 }
 
 func (r *Runner) signal(f func() error, what string) {
