@@ -131,6 +131,10 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 		return inspection{state: wtIncomplete, adminDir: adminDir}, nil
 	}
 
+	want := branchRef(agent)
+	if h, ok := m.onBranch(adminDir, want); ok {
+		return inspection{state: wtOK, head: h, adminDir: adminDir}, nil
+	}
 	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if err != nil {
 		return foreign("cannot be opened: %v", err), nil
@@ -139,7 +143,6 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	if err != nil {
 		return foreign("cannot read HEAD: %v", err), nil
 	}
-	want := branchRef(agent)
 	if head.Type() == plumbing.HashReference {
 		// A rebase detaches HEAD but keeps the branch checked out here; the
 		// agent's next session can finish it.
@@ -162,6 +165,46 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 		return foreign("branch %s cannot be read: %v", want.Short(), err), nil
 	}
 	return inspection{state: wtOK, head: ref.Hash(), adminDir: adminDir}, nil
+}
+
+// onBranch is the common case of inspectFiles read without go-git, whose
+// opening of the repository (config, common dir, ref storage) was most of
+// an inspection's cost: the worktree's HEAD names the branch want, and want
+// is a loose or packed ref to a commit. ok is false for anything else,
+// which the full inspection then classifies.
+func (m *Manager) onBranch(adminDir string, want plumbing.ReferenceName) (plumbing.Hash, bool) {
+	head, err := os.ReadFile(filepath.Join(adminDir, "HEAD"))
+	if err != nil || strings.TrimSpace(string(head)) != "ref: "+want.String() {
+		return plumbing.ZeroHash, false
+	}
+	if ref, err := os.ReadFile(filepath.Join(m.commonDir, filepath.FromSlash(want.String()))); err == nil {
+		return parseHash(strings.TrimSpace(string(ref)))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return plumbing.ZeroHash, false
+	}
+	packed, err := os.ReadFile(filepath.Join(m.commonDir, "packed-refs"))
+	if err != nil {
+		return plumbing.ZeroHash, false
+	}
+	for _, line := range strings.Split(string(packed), "\n") {
+		if h, name, ok := strings.Cut(line, " "); ok && name == want.String() {
+			return parseHash(h)
+		}
+	}
+	return plumbing.ZeroHash, false
+}
+
+// parseHash reads a full SHA-1 object name.
+func parseHash(s string) (plumbing.Hash, bool) {
+	if len(s) != 40 {
+		return plumbing.ZeroHash, false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return plumbing.ZeroHash, false
+		}
+	}
+	return plumbing.NewHash(s), true
 }
 
 // offBranch classifies a registered worktree of this repository at the

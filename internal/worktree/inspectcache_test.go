@@ -73,3 +73,40 @@ func TestInspectCacheFollowsGit(t *testing.T) {
 		t.Fatalf("after removing the directory: %+v, %v; want wtMissing", in, err)
 	}
 }
+
+// TestOnBranchReadsLikeGit: the go-git-free read of a worktree on its
+// branch gives git's answer for a loose and a packed ref, and declines
+// (for the full inspection) a HEAD elsewhere or a branch gone.
+func TestOnBranchReadsLikeGit(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wt.Path, "f.txt"), "x\n")
+	head := commitAll(t, wt.Path, "work")
+	admin := filepath.Join(m.commonDir, "worktrees", "alice")
+	want := branchRef("alice")
+	if h, ok := m.onBranch(admin, want); !ok || h.String() != head {
+		t.Fatalf("loose ref: %s, %v; want %s", h, ok, head)
+	}
+	gitT(t, repo, "pack-refs", "--all")
+	if h, ok := m.onBranch(admin, want); !ok || h.String() != head {
+		t.Fatalf("packed ref: %s, %v; want %s", h, ok, head)
+	}
+	gitT(t, wt.Path, "switch", "-q", "--detach")
+	if _, ok := m.onBranch(admin, want); ok {
+		t.Fatal("a detached HEAD read as on the branch")
+	}
+	gitT(t, wt.Path, "switch", "-q", "-c", "other")
+	if _, ok := m.onBranch(admin, want); ok {
+		t.Fatal("another branch read as the agent's")
+	}
+	gitT(t, wt.Path, "switch", "-q", "swarm/alice")
+	gitT(t, repo, "update-ref", "-d", "refs/heads/swarm/alice")
+	if _, ok := m.onBranch(admin, want); ok {
+		t.Fatal("a deleted branch read as a commit")
+	}
+}
