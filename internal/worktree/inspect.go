@@ -177,21 +177,51 @@ func (m *Manager) onBranch(adminDir string, want plumbing.ReferenceName) (plumbi
 	if err != nil || strings.TrimSpace(string(head)) != "ref: "+want.String() {
 		return plumbing.ZeroHash, false
 	}
-	if ref, err := os.ReadFile(filepath.Join(m.commonDir, filepath.FromSlash(want.String()))); err == nil {
-		return parseHash(strings.TrimSpace(string(ref)))
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return plumbing.ZeroHash, false
+	h, st := m.readRef(want)
+	return h, st == refFound
+}
+
+type refState int
+
+const (
+	refUnknown refState = iota // not a plain ref here: ask go-git
+	refFound
+	refMissing
+)
+
+// readRef reads a branch ref the way git stores it in the files backend: a
+// loose file holding an object name, else a line of packed-refs. Anything
+// else (a symbolic ref, another ref storage) is refUnknown.
+func (m *Manager) readRef(name plumbing.ReferenceName) (plumbing.Hash, refState) {
+	if m.reftable {
+		return plumbing.ZeroHash, refUnknown
+	}
+	loose, err := os.ReadFile(filepath.Join(m.commonDir, filepath.FromSlash(name.String())))
+	if err == nil {
+		if h, ok := parseHash(strings.TrimSpace(string(loose))); ok {
+			return h, refFound
+		}
+		return plumbing.ZeroHash, refUnknown
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return plumbing.ZeroHash, refUnknown
 	}
 	packed, err := os.ReadFile(filepath.Join(m.commonDir, "packed-refs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return plumbing.ZeroHash, refMissing
+	}
 	if err != nil {
-		return plumbing.ZeroHash, false
+		return plumbing.ZeroHash, refUnknown
 	}
 	for _, line := range strings.Split(string(packed), "\n") {
-		if h, name, ok := strings.Cut(line, " "); ok && name == want.String() {
-			return parseHash(h)
+		if h, n, ok := strings.Cut(line, " "); ok && n == name.String() {
+			if h, ok := parseHash(h); ok {
+				return h, refFound
+			}
+			return plumbing.ZeroHash, refUnknown
 		}
 	}
-	return plumbing.ZeroHash, false
+	return plumbing.ZeroHash, refMissing
 }
 
 // parseHash reads a full SHA-1 object name.

@@ -63,6 +63,7 @@ type Manager struct {
 	baseRef   string
 	base      plumbing.Hash
 	baseEmpty bool // base is a commit of the empty tree
+	reftable  bool // the repository keeps its refs in a reftable, not files
 
 	// sem serialises worktree operations within this process; flockDir on
 	// commonDir extends that to other Managers and processes.
@@ -127,6 +128,10 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	if m.baseEmpty, err = m.emptyTree(m.base); err != nil {
 		return nil, err
+	}
+	// Refs in a reftable are not files: readRef leaves them to go-git.
+	if _, err := os.Stat(filepath.Join(commonDir, "reftable")); err == nil {
+		m.reftable = true
 	}
 	if err := m.excludeStateDir(ctx); err != nil {
 		return nil, err
@@ -506,6 +511,12 @@ func (m *Manager) Head(ctx context.Context, agent string) (string, error) {
 
 // branchTip is the commit the agent's branch points at, if it exists.
 func (m *Manager) branchTip(agent string) (plumbing.Hash, bool, error) {
+	switch h, st := m.readRef(branchRef(agent)); st {
+	case refFound:
+		return h, true, nil
+	case refMissing:
+		return plumbing.ZeroHash, false, nil
+	}
 	r, err := m.openRepo()
 	if err != nil {
 		return plumbing.ZeroHash, false, err
