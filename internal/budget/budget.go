@@ -343,9 +343,9 @@ func (l *Ledger) LeftUSD(agent string, now time.Time) (usd float64, ok bool) {
 	return usd, ok
 }
 
-// CountsSwarm reports whether the ledger counts the swarm's spend (a
-// budget every agent's spend goes to).
-func (l *Ledger) CountsSwarm() bool { return l.swarm != nil }
+// SharedUSD reports whether the swarm has a USD limit: then what is left
+// of every agent's budget (LeftUSD) moves with any agent's spend.
+func (l *Ledger) SharedUSD() bool { return l.swarm != nil && l.swarm.limit.USD > 0 }
 
 // Scopes is every scope the ledger counts: the agents' names sorted, then
 // Swarm if it is counted.

@@ -390,13 +390,13 @@ func (k *budgetKeeper) note(agent string) string {
 
 // updateMetrics sets swarmd_budget_remaining_usd for every agent.
 // updateMetrics sets what is left of every agent's budget, or only of the
-// agents named when their spend is all that changed (without a swarm
-// budget, which every agent shares): a session's end updated every agent,
+// agents named when their spend is all that changed (without a swarm USD
+// limit, which every agent shares): a session's end updated every agent,
 // and a stop of 1000 agents made a million ledger reads.
 func (k *budgetKeeper) updateMetrics(now time.Time, only ...string) {
 	names := only
 	k.mu.Lock()
-	shared := k.ledger.CountsSwarm()
+	shared := k.ledger.SharedUSD()
 	k.mu.Unlock()
 	if len(only) == 0 || shared {
 		names = k.d.reg.Names()

@@ -61,7 +61,8 @@ type Store struct {
 	// compressor's ~1 MB of tables, and a daemon's stop archives every
 	// agent at once (half of that stop's CPU went to allocating and
 	// collecting them).
-	gzips sync.Pool
+	gzips     sync.Pool
+	fastGzips sync.Pool // BestSpeed, for small archives (smallArchive)
 
 	rootSync, parentSync syncGroup   // fsyncs of the archive root and the state dir
 	rootDurable          atomic.Bool // the archive root's entry in the state dir is synced
