@@ -108,9 +108,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	if !filepath.IsAbs(adminDir) {
 		adminDir = filepath.Join(path, adminDir)
 	}
-	// The plain comparisons first: what git and claim write are real paths,
-	// and resolving symlinks costs a system call per path component.
-	if worktrees := filepath.Join(m.commonDir, "worktrees"); filepath.Dir(adminDir) != worktrees && realPathLoose(filepath.Dir(adminDir)) != worktrees {
+	if !samePath(filepath.Dir(adminDir), filepath.Join(m.commonDir, "worktrees")) {
 		return foreign("a worktree of another repository: %s", adminDir), nil
 	}
 	registered, err := os.ReadFile(filepath.Join(adminDir, "gitdir"))
@@ -120,7 +118,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	if err != nil {
 		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
 	}
-	if reg := strings.TrimSpace(string(registered)); reg != dotGit && realPathLoose(reg) != realPathLoose(dotGit) {
+	if !samePath(strings.TrimSpace(string(registered)), dotGit) {
 		return foreign("registered for %s", strings.TrimSpace(string(registered))), nil
 	}
 

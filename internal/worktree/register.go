@@ -103,7 +103,7 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 	if err != nil {
 		return s, fmt.Errorf("list worktree registrations: %w", err)
 	}
-	ours := realPathLoose(filepath.Join(m.Path(agent), ".git"))
+	ours := filepath.Join(m.Path(agent), ".git")
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -117,7 +117,7 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 			continue // being written by a git, or broken: not ours to judge
 		}
 		dotGit := strings.TrimSpace(string(gitdir))
-		if dotGit == ours || (filepath.Base(filepath.Dir(dotGit)) == agent && realPathLoose(dotGit) == ours) {
+		if filepath.Base(filepath.Dir(dotGit)) == agent && samePath(dotGit, ours) {
 			s.leftovers = append(s.leftovers, dir)
 			continue
 		}
@@ -270,7 +270,7 @@ func (m *Manager) leftover(adminDir string, wt Worktree) bool {
 		return false
 	}
 	dotGit := filepath.Join(wt.Path, ".git")
-	if got := strings.TrimSpace(string(gitdir)); got != dotGit && realPathLoose(got) != realPathLoose(dotGit) {
+	if !samePath(strings.TrimSpace(string(gitdir)), dotGit) {
 		return false
 	}
 	_, err = os.Lstat(dotGit)

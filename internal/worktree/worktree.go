@@ -579,6 +579,13 @@ func (m *Manager) excludeStateDir(ctx context.Context) error {
 	return nil
 }
 
+// samePath reports whether a and b name the same place, comparing them as
+// written first: what git and claim write are real paths, and resolving
+// symlinks costs a system call per path component.
+func samePath(a, b string) bool {
+	return a == b || realPathLoose(a) == realPathLoose(b)
+}
+
 // realPathLoose resolves symlinks in the longest existing prefix of p, so that
 // paths that do not exist yet compare with git's real paths.
 func realPathLoose(p string) string {
