@@ -256,7 +256,12 @@ func (o journalObserver) OnTransition(t runner.Transition) {
 	}
 	o.j.Agent(rec)
 	if t.Event.Kind == agent.SessionStarted {
-		o.j.SessionStarted(store.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At})
+		rec := store.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At}
+		if t.Claimed {
+			o.j.SessionStarted(rec) // committed at once: it decides the claimed mail's delivery
+		} else {
+			o.j.SessionStartedBatched(rec)
+		}
 	}
 }
 
