@@ -169,6 +169,7 @@ func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Ca
 }
 
 func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {
+	a.d.readOwnWrites(ctx)
 	evs, err := a.d.db.Events(ctx, store.EventQuery{Agent: agentName, AfterID: after, Limit: limit})
 	if err != nil {
 		return nil, err

@@ -109,7 +109,17 @@ func (d *Daemon) currentSeq(agentName string) (uint32, bool) {
 	return r.Snapshot().Seq, true
 }
 
+// readOwnWrites commits what the journal holds before a read of the
+// tables it writes (events, sessions): a session's row and transitions go
+// with the journal's next batch, and what the daemon has done must show in
+// what it answers. Nothing queued costs no transaction; a failed write is
+// the journal's to report, and the read shows what is committed.
+func (d *Daemon) readOwnWrites(ctx context.Context) {
+	_ = d.journal.Flush(ctx)
+}
+
 func (d *Daemon) sessions(ctx context.Context, agentName string, limit int) ([]view.Session, error) {
+	d.readOwnWrites(ctx)
 	ss, err := d.db.Sessions(ctx, agentName, limit)
 	if err != nil {
 		return nil, err
@@ -150,6 +160,7 @@ func (s viewSource) Agents() []view.AgentState {
 }
 
 func (s viewSource) Events(ctx context.Context, after int64, limit int) ([]view.Event, error) {
+	s.d.readOwnWrites(ctx)
 	evs, err := s.d.db.Events(ctx, store.EventQuery{AfterID: after, Limit: limit})
 	if err != nil {
 		return nil, err
