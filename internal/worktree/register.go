@@ -86,9 +86,9 @@ type regScan struct {
 	leftovers  []string // admin dirs registered for the agent's path, which has no .git: a creation cut short
 }
 
-// scanRegistrations reads every registration (two small files each) for
-// what would stop the agent's branch being checked out at its path: git
-// refuses a branch checked out in another worktree, and so does this.
+// scanRegistrations reads every registration for what would stop the
+// agent's branch being checked out at its path: git refuses a branch
+// checked out in another worktree, and so does this.
 func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, error) {
 	var s regScan
 	want := "ref: " + branchRef(agent).String()
@@ -112,6 +112,14 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 		if slices.Contains(exclude, dir) {
 			continue
 		}
+		// One read per registration, a second only where it can matter:
+		// git (and claim) name a registration after its directory, so one
+		// of the agent's path is named after the agent.
+		head, err := os.ReadFile(filepath.Join(dir, "HEAD"))
+		holds := err == nil && strings.TrimSpace(string(head)) == want
+		if !holds && !strings.HasPrefix(e.Name(), agent) {
+			continue
+		}
 		gitdir, err := os.ReadFile(filepath.Join(dir, "gitdir"))
 		if err != nil {
 			continue // being written by a git, or broken: not ours to judge
@@ -121,8 +129,7 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 			s.leftovers = append(s.leftovers, dir)
 			continue
 		}
-		head, err := os.ReadFile(filepath.Join(dir, "HEAD"))
-		if err != nil || strings.TrimSpace(string(head)) != want {
+		if !holds {
 			continue
 		}
 		if _, err := os.Stat(dotGit); errors.Is(err, fs.ErrNotExist) {
