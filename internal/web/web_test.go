@@ -230,13 +230,18 @@ func TestWritesNeedTheToken(t *testing.T) {
 	if len(f.acts.calls) != 0 {
 		t.Fatalf("refused writes reached the daemon: %v", f.acts.calls)
 	}
-	want := map[string]int{
-		"/api/agents/bob/stop": 202, "/api/agents/bob/start": 202, "/api/agents/bob/pause": 501, "/api/agents/bob/resume": 501,
-		"/api/agents/nobody/stop": 404, "/api/agents/bob/explode": 404, "/api/auth": 204,
+	// A slice, not a map: the order of the calls reaching the daemon is
+	// asserted below.
+	want := []struct {
+		path string
+		code int
+	}{
+		{"/api/agents/bob/stop", 202}, {"/api/agents/bob/start", 202}, {"/api/agents/bob/pause", 501}, {"/api/agents/bob/resume", 501},
+		{"/api/agents/nobody/stop", 404}, {"/api/agents/bob/explode", 404}, {"/api/auth", 204},
 	}
-	for p, code := range want {
-		if resp := f.do(t, "POST", p, "Bearer "+token, ""); resp.StatusCode != code {
-			t.Errorf("%s: %s, want %d", p, resp.Status, code)
+	for _, w := range want {
+		if resp := f.do(t, "POST", w.path, "Bearer "+token, ""); resp.StatusCode != w.code {
+			t.Errorf("%s: %s, want %d", w.path, resp.Status, w.code)
 		}
 	}
 	for body, code := range map[string]int{`{"to":"bob","body":"hi"}`: 201, `{"to":"bob","bogus":1}`: 400, `not json`: 400} {
