@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -84,15 +85,20 @@ type Hub struct {
 	lastID    int64
 	ring      []Event
 	ringFloor int64 // the ring holds every event with id > ringFloor
-	subs      map[*Subscription]struct{}
-	agents    map[string]Agent
-	tasks     []Task
-	board     TaskBoard
-	spend     map[string]Spend
-	merge     MergeQueue
-	fault     string
-	stale     struct{ tasks, spend, merge bool }
-	readAt    struct{ tasks, spend, merge time.Time }
+	// behind says that swarm.db may hold events after lastID: with nobody
+	// subscribed they are read when someone asks, not on every commit, and
+	// Notify does not even wake the loop (watched counts the subscribers).
+	behind  atomic.Bool
+	watched atomic.Int32
+	subs    map[*Subscription]struct{}
+	agents  map[string]Agent
+	tasks   []Task
+	board   TaskBoard
+	spend   map[string]Spend
+	merge   MergeQueue
+	fault   string
+	stale   struct{ tasks, spend, merge bool }
+	readAt  struct{ tasks, spend, merge time.Time }
 }
 
 // NewHub returns a Hub over src; Start runs it.
@@ -166,6 +172,10 @@ func (h *Hub) Close() {
 // Notify says that swarm.db may have new rows. It never blocks: the loop
 // reads once for any number of notifications that arrive meanwhile.
 func (h *Hub) Notify() {
+	h.behind.Store(true)
+	if h.watched.Load() == 0 {
+		return
+	}
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -206,6 +216,11 @@ func (h *Hub) loop() {
 			h.round(true, false) // also the safety net for a missed Notify
 		case f := <-h.reqs:
 			f()
+			if len(h.subs) > 0 && h.behind.Load() {
+				// A Notify that found nobody watching, just before f
+				// subscribed someone.
+				h.round(false, false)
+			}
 		}
 		// Look once a second only while someone watches.
 		switch {
@@ -224,13 +239,12 @@ func (h *Hub) loop() {
 // is being taken) and computes agents even with nobody subscribed.
 func (h *Hub) round(dbChanged, force bool) {
 	if dbChanged {
-		if err := h.readEvents(h.ctx, true); err != nil {
-			h.opts.Log.Warn("view: read events", zap.Error(err))
-		}
+		h.behind.Store(true)
 	}
 	if len(h.subs) == 0 && !force {
 		return
 	}
+	h.catchUp()
 	now := h.opts.Now()
 	h.refreshTasks(now, force)
 	h.refreshSpend(now, force)
@@ -239,6 +253,34 @@ func (h *Hub) round(dbChanged, force bool) {
 	if f := h.src.Fault(); f != h.fault {
 		h.fault = f
 		h.publish(Update{Kind: KindFault, Fault: &f})
+	}
+}
+
+// catchUp reads the events the ring is behind on. With nobody subscribed
+// since they were written, none of them was published, so past a ring's
+// worth it skips to the newest (and marks every part stale, not knowing
+// what the skipped ones changed) rather than page through all of them.
+func (h *Hub) catchUp() {
+	if !h.behind.Swap(false) {
+		return
+	}
+	if len(h.subs) == 0 {
+		last, err := h.src.LastEventID(h.ctx)
+		if err != nil {
+			h.behind.Store(true)
+			h.opts.Log.Warn("view: read events", zap.Error(err))
+			return
+		}
+		if last-h.lastID > int64(h.opts.Ring) {
+			h.ring = h.ring[:0]
+			h.ringFloor = last - int64(h.opts.Ring)
+			h.lastID = h.ringFloor
+			h.stale.tasks, h.stale.spend, h.stale.merge = true, true, true
+		}
+	}
+	if err := h.readEvents(h.ctx, len(h.subs) > 0); err != nil {
+		h.behind.Store(true)
+		h.opts.Log.Warn("view: read events", zap.Error(err))
 	}
 }
 
@@ -429,6 +471,7 @@ func (h *Hub) Events(ctx context.Context, after int64, limit int) ([]Event, erro
 	var out []Event
 	covered := false
 	err := h.do(ctx, func() {
+		h.catchUp()
 		if after < h.ringFloor {
 			return
 		}
@@ -462,6 +505,7 @@ func (h *Hub) end(s *Subscription, why error) {
 		return
 	}
 	delete(h.subs, s)
+	h.watched.Add(-1)
 	s.err = why
 	close(s.c)
 }

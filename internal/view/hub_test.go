@@ -363,9 +363,10 @@ func TestHubQuietWhenIdle(t *testing.T) {
 		}
 		defer h.Close()
 		base := src.readCount("events")
+		src.emit(Event{Event: "k"})
 		h.Notify()
 		synctest.Wait()
-		if src.readCount("events") != base+1 || src.readCount("tasks")+src.readCount("spend")+src.readCount("merge") != 0 {
+		if src.readCount("events") != base || src.readCount("tasks")+src.readCount("spend")+src.readCount("merge") != 0 {
 			t.Fatalf("reads with nobody watching: %v", src.reads)
 		}
 		sub, err := h.Subscribe(context.Background(), NoResume, 0)
@@ -383,6 +384,51 @@ func TestHubQuietWhenIdle(t *testing.T) {
 		case u := <-sub.C:
 			t.Fatalf("an idle minute sent %+v", u)
 		default:
+		}
+	})
+}
+
+// TestHubCatchesUpWhenAsked: events written while nobody watched are read
+// when someone asks (Events, Subscribe), and past a ring's worth only the
+// newest are read, not every page.
+func TestHubCatchesUpWhenAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newFakeSource(running("alice", time.Now()))
+		h := NewHub(src, Options{Ring: 10})
+		if err := h.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		last := src.emit(Event{Event: "a"}, Event{Event: "b"})
+		h.Notify()
+		synctest.Wait()
+		evs, err := h.Events(context.Background(), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 2 || evs[1].ID != last {
+			t.Fatalf("events after a notify nobody watched: %+v", evs)
+		}
+		for range 2500 { // pages of 1000 when read one after another
+			last = src.emit(Event{Event: "c"})
+			h.Notify()
+		}
+		synctest.Wait()
+		reads := src.readCount("events")
+		sub, err := h.Subscribe(context.Background(), NoResume, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		if got := src.readCount("events") - reads; got != 1 {
+			t.Errorf("catching up on 2500 events read %d pages, want 1 (the newest ring's worth)", got)
+		}
+		var ids []int64
+		if err := sub.Backlog(context.Background(), func(e Event) error { ids = append(ids, e.ID); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if sub.Snapshot.LastEventID != last || len(ids) != 10 || ids[9] != last || ids[0] != last-9 {
+			t.Fatalf("subscriber after 2500 unwatched events: last %d, tail %v, want the 10 up to %d", sub.Snapshot.LastEventID, ids, last)
 		}
 	})
 }

@@ -47,6 +47,7 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, tail int) (*Subscripti
 		s.Snapshot = h.snapshot()
 		s.upTo = h.lastID
 		h.subs[s] = struct{}{}
+		h.watched.Add(1)
 		switch {
 		case after == NoResume:
 			n := min(max(tail, 0), MaxTail, len(h.ring))
