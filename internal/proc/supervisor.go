@@ -281,8 +281,13 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	s.mu.Unlock()
 
 	if spec.Stdin != nil {
-		t.inDone = make(chan struct{})
-		go t.copyStdin(spec.Stdin)
+		if t.stdinNow(spec.Stdin) {
+			t.inW.Close()
+			t.inW = nil
+		} else {
+			t.inDone = make(chan struct{})
+			go t.copyStdin(spec.Stdin)
+		}
 	}
 	if spec.Output != nil {
 		t.outDone = make(chan struct{})

@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -381,6 +382,27 @@ func TestStdinEnvAndMarker(t *testing.T) {
 	waitDone(t, tr)
 	if st := tr.Exit(); st.Code != 0 || st.Started.IsZero() || st.Exited.Before(st.Started) {
 		t.Fatalf("exit = %+v", st)
+	}
+}
+
+// TestStdinSmallAndOpaque: a prompt the pipe takes at once (written
+// without a goroutine) and a reader that cannot write itself (copied by
+// one) both reach the leader whole, followed by EOF.
+func TestStdinSmallAndOpaque(t *testing.T) {
+	s := newSupervisor(t)
+	for name, in := range map[string]io.Reader{
+		"small":  strings.NewReader("hello\n"),
+		"opaque": io.MultiReader(strings.NewReader("hel"), strings.NewReader("lo\n")),
+	} {
+		out := newLineSink()
+		tr, err := s.Start(Spec{Path: "cat", Stdin: in, Output: out, ID: name})
+		if err != nil {
+			t.Fatalf("%s: Start: %v", name, err)
+		}
+		waitDone(t, tr)
+		if got := out.String(); got != "hello\n" || tr.Exit().Code != 0 {
+			t.Errorf("%s: cat printed %q, exit %+v", name, got, tr.Exit())
+		}
 	}
 }
 
