@@ -223,8 +223,14 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		onDone: spec.OnDone,
 	}
 	inR, outW := -1, -1 // the child's ends, closed here once it has them
+	inW := -1           // our end of stdin, closed here unless handed to copyStdin
+	defer func() {
+		if inW >= 0 {
+			unix.Close(inW)
+		}
+	}()
 	if spec.Stdin != nil {
-		if t.inW, inR, err = pipe(false); err != nil {
+		if inW, inR, err = rawPipe(); err != nil {
 			return nil, fmt.Errorf("proc: start %s: stdin pipe: %w", spec.ID, err)
 		}
 		defer unix.Close(inR)
@@ -280,14 +286,15 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	s.wg.Add(1) // before Close can see the tree and wait
 	s.mu.Unlock()
 
-	if spec.Stdin != nil {
-		if t.stdinNow(spec.Stdin) {
-			t.inW.Close()
-			t.inW = nil
+	if inW >= 0 {
+		if stdinNow(inW, spec.Stdin) {
+			unix.Close(inW) // EOF for the leader
 		} else {
+			t.inW = os.NewFile(uintptr(inW), "|pipe") // non-blocking: NewFile puts it on the poller
 			t.inDone = make(chan struct{})
 			go t.copyStdin(spec.Stdin)
 		}
+		inW = -1
 	}
 	if spec.Output != nil {
 		t.outDone = make(chan struct{})
@@ -317,6 +324,21 @@ func pipe(oursReads bool) (ours *os.File, theirs int, err error) {
 		return nil, -1, err
 	}
 	return os.NewFile(uintptr(o), "|pipe"), th, nil // non-blocking: NewFile puts it on the poller
+}
+
+// rawPipe is the stdin pipe: our (write) end non-blocking but not yet on
+// the poller, which a prompt written at once (stdinNow) never needs.
+func rawPipe() (ours, theirs int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, -1, err
+	}
+	if err := unix.SetNonblock(p[1], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return -1, -1, err
+	}
+	return p[1], p[0], nil
 }
 
 func startError(spec Spec, path string, err error) error {

@@ -291,47 +291,37 @@ func (t *Tree) closePipes() {
 }
 
 // stdinNow writes all of r (a prompt: an io.WriterTo such as a
-// strings.Reader) into the leader's stdin pipe without waiting, reporting
-// whether it is done: a prompt the pipe's buffer takes at once needs no
-// goroutine. It is not done when the pipe could not take all of it (r is
-// then positioned after what it took) or r cannot write itself.
-func (t *Tree) stdinNow(r io.Reader) bool {
+// strings.Reader) into the leader's stdin pipe, fd non-blocking, without
+// waiting, reporting whether it is done: a prompt the pipe's buffer takes
+// at once needs neither the poller nor a goroutine. It is not done when the
+// pipe could not take all of it (r is then positioned after what it took)
+// or r cannot write itself.
+func stdinNow(fd int, r io.Reader) bool {
 	wt, ok := r.(io.WriterTo)
 	if !ok {
 		return false
 	}
-	rc, err := t.inW.SyscallConn()
-	if err != nil {
-		return false
-	}
-	_, err = wt.WriteTo(nowWriter{rc})
+	_, err := wt.WriteTo(fdWriter(fd))
 	// EPIPE (the leader is gone) is as done as copyStdin makes it.
 	return !errors.Is(err, unix.EAGAIN) && !errors.Is(err, io.ErrShortWrite)
 }
 
-// nowWriter writes to a non-blocking fd what it takes at once, failing
-// with EAGAIN for the rest.
-type nowWriter struct{ rc syscall.RawConn }
+// fdWriter writes to a file descriptor what it takes, failing with EAGAIN
+// for the rest when it is non-blocking.
+type fdWriter int
 
-func (w nowWriter) Write(p []byte) (n int, err error) {
-	cerr := w.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, e := unix.Write(int(fd), p[n:])
-			if e == unix.EINTR {
-				continue
-			}
-			if e != nil {
-				err = e
-				break
-			}
-			n += m
+func (fd fdWriter) Write(p []byte) (n int, err error) {
+	for n < len(p) {
+		m, err := unix.Write(int(fd), p[n:])
+		if err == unix.EINTR {
+			continue
 		}
-		return true // never wait for the poller
-	})
-	if err == nil {
-		err = cerr
+		if err != nil {
+			return n, err
+		}
+		n += m
 	}
-	return n, err
+	return n, nil
 }
 
 func (t *Tree) copyStdin(r io.Reader) {
