@@ -352,7 +352,7 @@ func (r *Runner) step() {
 	}
 	switch st := r.m.State(); st.Kind {
 	case agent.Initializing:
-		r.worktreeReady(r.cfg.Workspace.Ensure, func() {
+		r.worktreeReady(r.ensure, func() {
 			_ = r.hook(hooks.Payload{Event: hooks.AgentStart, State: agent.Initializing.String()})
 		})
 	case agent.BuildingPrompt:
@@ -364,7 +364,7 @@ func (r *Runner) step() {
 	case agent.Running, agent.Interrupting:
 		r.waitSession()
 	case agent.SessionComplete:
-		r.worktreeReady(r.cfg.Workspace.Verify, nil)
+		r.worktreeReady(r.verify, nil)
 	case agent.CoolingDown:
 		// A rate limit keeps the agent cooling down at least until the
 		// provider's reset time, however short the backoff.
@@ -383,7 +383,8 @@ func (r *Runner) step() {
 // WorktreeReady, running then first (the agent_start hook); a worktree that
 // cannot be made ready is a FatalError.
 func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.Worktree, error), then func()) {
-	r.clearLocks() // no session is alive here: at agent start, or after one ended
+	// prepare clears stale git locks first: no session is alive here, at
+	// the agent's start or after one ended.
 	wt, err := prepare(r.stopCtx, r.cfg.Name)
 	if r.external() {
 		return

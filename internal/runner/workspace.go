@@ -1,12 +1,14 @@
 package runner
 
 import (
+	"context"
 	"fmt"
 
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/worktree"
 )
 
 // beforeSession runs in BuildingPrompt before each prompt: it waits while
@@ -30,8 +32,7 @@ func (r *Runner) beforeSession() bool {
 		r.wtChecked = false
 		return true
 	}
-	r.clearLocks()
-	wt, err := r.cfg.Workspace.Verify(r.stopCtx, r.cfg.Name)
+	wt, err := r.verify(r.stopCtx, r.cfg.Name)
 	if r.stopCtx.Err() != nil {
 		return false
 	}
@@ -52,6 +53,35 @@ func (r *Runner) clearLocks() {
 	if err != nil && r.stopCtx.Err() == nil {
 		r.log.Warn("clear stale git locks", zap.Error(err))
 	}
+	r.logRemoved(removed)
+}
+
+// verifyCleaner is a Workspace that clears the stale locks and verifies
+// in one look at the worktree (*worktree.Manager does).
+type verifyCleaner interface {
+	VerifyClean(ctx context.Context, agent string) (worktree.Worktree, []string, error)
+}
+
+// verify is clearLocks then Workspace.Verify: in one call when the
+// Workspace can, as after every session.
+func (r *Runner) verify(ctx context.Context, agent string) (worktree.Worktree, error) {
+	vc, ok := r.cfg.Workspace.(verifyCleaner)
+	if !ok {
+		r.clearLocks()
+		return r.cfg.Workspace.Verify(ctx, agent)
+	}
+	wt, removed, err := vc.VerifyClean(ctx, agent)
+	r.logRemoved(removed)
+	return wt, err
+}
+
+// ensure is clearLocks then Workspace.Ensure, at the agent's start.
+func (r *Runner) ensure(ctx context.Context, agent string) (worktree.Worktree, error) {
+	r.clearLocks()
+	return r.cfg.Workspace.Ensure(ctx, agent)
+}
+
+func (r *Runner) logRemoved(removed []string) {
 	if len(removed) > 0 {
 		r.log.Warn("removed git lock files left by a killed git; no process of the agent is alive",
 			zap.Strings("files", removed))

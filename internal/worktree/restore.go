@@ -143,6 +143,40 @@ func (m *Manager) ClearStaleLocks(ctx context.Context, agent string) ([]string, 
 	if err != nil {
 		return nil, err
 	}
+	return m.clearLocks(agent, in)
+}
+
+// VerifyClean is ClearStaleLocks then Verify, after a session (the same
+// caller's promise: no process of the agent is alive), with one look at a
+// worktree that is fine: removing lock files changes nothing an
+// inspection depends on. A failure to clear is logged, as the Verify
+// still decides; the files removed are returned.
+func (m *Manager) VerifyClean(ctx context.Context, agent string) (Worktree, []string, error) {
+	if err := checkName(agent); err != nil {
+		return Worktree{}, nil, err
+	}
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
+		return Worktree{}, nil, fmt.Errorf("verify worktree for agent %s: %w", agent, err)
+	}
+	in, err := m.inspect(agent)
+	var removed []string
+	if err == nil {
+		if removed, err = m.clearLocks(agent, in); err != nil {
+			m.log.Warn("clear stale git locks", zap.String("agent", agent), zap.Error(err))
+		} else if in.state == wtOK {
+			unlockAgent()
+			return Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: in.head.String()}, removed, nil
+		}
+	}
+	unlockAgent()
+	wt, err := m.Verify(ctx, agent)
+	return wt, removed, err
+}
+
+// clearLocks is ClearStaleLocks once the worktree is inspected, under the
+// agent's lock.
+func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 	if in.state != wtOK && in.state != wtOffBranch {
 		return nil, nil // no worktree of ours: nothing of the agent's to unlock
 	}
@@ -157,7 +191,7 @@ func (m *Manager) ClearStaleLocks(ctx context.Context, agent string) ([]string, 
 		}
 		return err
 	}
-	err = filepath.WalkDir(in.adminDir, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(in.adminDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

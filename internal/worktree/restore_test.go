@@ -216,3 +216,35 @@ func TestClearStaleLocksAfterKilledCommit(t *testing.T) {
 		t.Errorf("ClearStaleLocks without a worktree = %q, %v", got, err)
 	}
 }
+
+// VerifyClean clears the stale locks and verifies in one call: a fine
+// worktree comes back with its locks gone, one switched to another branch
+// is switched back (by Verify) after its locks went.
+func TestVerifyCleanClearsThenVerifies(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := gitT(t, wt.Path, "rev-parse", "--absolute-git-dir")
+	writeFile(t, filepath.Join(admin, "index.lock"), "")
+	got, removed, err := m.VerifyClean(ctx, "alice")
+	if err != nil || got != wt || len(removed) != 1 || filepath.Base(removed[0]) != "index.lock" {
+		t.Fatalf("VerifyClean = %+v, %q, %v; want %+v and index.lock removed", got, removed, err, wt)
+	}
+
+	gitT(t, wt.Path, "checkout", "-q", "-b", "elsewhere")
+	writeFile(t, filepath.Join(admin, "HEAD.lock"), "")
+	got, removed, err = m.VerifyClean(ctx, "alice")
+	if err != nil || got.Branch != wt.Branch || len(removed) != 1 {
+		t.Fatalf("VerifyClean off its branch = %+v, %q, %v", got, removed, err)
+	}
+	if b := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); b != wt.Branch {
+		t.Errorf("worktree on %q after VerifyClean, want %q", b, wt.Branch)
+	}
+	if _, _, err := m.VerifyClean(ctx, "carol"); err == nil {
+		t.Error("VerifyClean of an agent without a worktree succeeded")
+	}
+}
