@@ -146,6 +146,12 @@ func New(sup *proc.Supervisor, cfg Config, log *zap.Logger, onResult func(Event,
 	}
 }
 
+// Has reports whether any command is configured for ev: a caller with
+// nothing to run spares itself the hook's environment.
+func (r *Runner) Has(ev Event) bool {
+	return len(r.cfg.Commands[ev]) > 0
+}
+
 // Run runs every command configured for p.Event, in order, in dir, with the
 // JSON payload on standard input. env is the hook's whole environment (the
 // caller passes the session's: the daemon's plus the SWARM_* variables); Run

@@ -93,6 +93,9 @@ func TestCommandsRunInOrderAndFailuresAreLogged(t *testing.T) {
 		`echo 3 >> "$HOOK_OUT/order"`,
 	}
 	r := New(sup, Config{Commands: map[Event][]string{AgentStart: cmds}}, zap.New(core), rec.record)
+	if !r.Has(AgentStart) || r.Has(SessionStart) {
+		t.Errorf("Has(agent_start) = %v, Has(session_start) = %v; want true, false", r.Has(AgentStart), r.Has(SessionStart))
+	}
 
 	err := r.Run(context.Background(), t.TempDir(), env, Payload{Event: AgentStart, Agent: "bob", SessionID: "s-1"})
 	if err != nil {

@@ -27,6 +27,9 @@ func (r *Runner) hook(p hooks.Payload) error {
 	if r.cfg.Hooks == nil || r.wt.Path == "" {
 		return nil
 	}
+	if h, ok := r.cfg.Hooks.(interface{ Has(hooks.Event) bool }); ok && !h.Has(p.Event) {
+		return nil // no command for the event: no environment to build (most sessions)
+	}
 	p.Agent, p.SessionID, p.Time = r.cfg.Name, r.sessionID, time.Now()
 	if p.Event != hooks.AgentStart && p.Event != hooks.AgentStopped {
 		p.Seq = r.seq
