@@ -71,10 +71,15 @@ func (c *inspectCache) setAdmin(agent, adminDir string) {
 }
 
 // stampDeps stats the files; ok is false when one cannot be stat'ed for
-// another reason than its absence.
+// another reason than its absence. packed-refs (the last) matters only
+// while the branch has no loose ref: with one, it is left unstat'ed (a
+// zero stamp), and the loose ref's going shows in its own stamp.
 func stampDeps(paths [7]string) (stamps [7]stamp, ok bool) {
 	var st unix.Stat_t
 	for i, p := range paths {
+		if i == len(paths)-1 && stamps[i-1] != (stamp{}) {
+			break
+		}
 		switch err := unix.Lstat(p, &st); err {
 		case nil:
 			stamps[i] = stampOfUnix(&st)

@@ -55,6 +55,18 @@ func TestInspectCacheFollowsGit(t *testing.T) {
 	if in = settle("after pack-refs"); in.state != wtOK || in.head.String() != head {
 		t.Fatalf("after pack-refs: %+v", in)
 	}
+	// With the branch only in packed-refs, a change there alone (moved,
+	// then packed again: no loose ref before or after) shows.
+	gitT(t, repo, "update-ref", "refs/heads/swarm/alice", wt.Head)
+	gitT(t, repo, "pack-refs", "--all")
+	if _, ok := m.cachedInspect("alice"); ok {
+		t.Fatal("a change of the packed ref did not invalidate the cached inspection")
+	}
+	if in = settle("after a packed move"); in.head.String() != wt.Head {
+		t.Fatalf("after a packed move: head %s, want %s", in.head, wt.Head)
+	}
+	gitT(t, repo, "update-ref", "refs/heads/swarm/alice", head)
+	settle("moved back")
 
 	gitT(t, wt.Path, "switch", "-q", "-c", "elsewhere")
 	if _, ok := m.cachedInspect("alice"); ok {

@@ -46,17 +46,20 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	tip, hasBranch, err := m.branchTip(agent)
-	if err != nil {
-		return Status{}, err
-	}
-	head := tip
+	var head plumbing.Hash
+	hasBranch := true
 	switch in.state {
 	case wtOK:
+		// On its branch: the inspection read the tip, no second read.
 		st.Exists = true
 		head = in.head
 	case wtForeign, wtOffBranch:
 		st.Problem = in.reason
+	}
+	if !st.Exists {
+		if head, hasBranch, err = m.branchTip(agent); err != nil {
+			return Status{}, err
+		}
 	}
 	if !st.Exists && !hasBranch {
 		if st.Problem != "" {
