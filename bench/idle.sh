@@ -4,6 +4,8 @@
 # quiet window (RSS split into anonymous memory and the executable's and
 # other files' resident pages), then how long SIGTERM takes.
 # usage: bench/idle.sh [BIN] [AGENTS] [WINDOW_SECONDS] [REPO_FILES]
+# The repository and state are made under $TMPDIR (default /tmp): point it
+# at another file system to compare (the ramp is file creations).
 set -euo pipefail
 bin=$(realpath "${1:-bin/swarmd}")
 n=${2:-200}
@@ -33,6 +35,9 @@ while [ "$(grep -c '"to":"Running"' "$work/log" || true)" -lt "$n" ]; do
   sleep 0.1
 done
 ready=$(date +%s.%N)
+# The ramp's CPU, user and system: on ext4 without a journal the kernel's
+# inode allocation shows here (see BENCHMARKS.md, "Ramp and the disk").
+read -r rampu ramps < <(awk '{print $14, $15}' "/proc/$pid/stat")
 sleep 2 # let startup garbage settle
 cpu0=$(awk '{print $14+$15}' "/proc/$pid/stat")
 t0=$(date +%s.%N)
@@ -52,6 +57,6 @@ s0=$(date +%s.%N)
 wait "$pid" || true
 s1=$(date +%s.%N)
 awk -v n="$n" -v start="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
-    -v clk="$clk" -v rss="$rss" -v anon="$anon" -v file="$file" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" 'BEGIN {
-  printf "agents=%d  start->all Running=%.2fs  idle RSS=%.1f MB (anon %.1f, file %.1f)  idle CPU=%.2f%% of one core  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.2fs\n",
-    n, rd-start, rss/1024, anon/1024, file/1024, 100*(c1-c0)/clk/(t1-t0), th, st, s1-s0 }'
+    -v clk="$clk" -v rss="$rss" -v anon="$anon" -v file="$file" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" -v ru="$rampu" -v rs="$ramps" 'BEGIN {
+  printf "agents=%d  start->all Running=%.2fs (CPU user %.2fs sys %.2fs)  idle RSS=%.1f MB (anon %.1f, file %.1f)  idle CPU=%.2f%% of one core  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.2fs\n",
+    n, rd-start, ru/clk, rs/clk, rss/1024, anon/1024, file/1024, 100*(c1-c0)/clk/(t1-t0), th, st, s1-s0 }'
