@@ -141,8 +141,21 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	if s.small(src, names) {
 		pool, level = &s.fastGzips, gzip.BestSpeed
 	}
+	select {
+	case s.compressing <- struct{}{}:
+	case <-ctx.Done():
+		return "", nil, fmt.Errorf("write %s: %w", tmp.Name(), ctx.Err())
+	}
 	zw := gzipWriter(pool, level, w)
-	defer pool.Put(zw)
+	compressed := false
+	doneCompressing := func() {
+		if !compressed {
+			compressed = true
+			pool.Put(zw)
+			<-s.compressing
+		}
+	}
+	defer doneCompressing()
 	tw := tar.NewWriter(zw)
 	for _, name := range names {
 		p, err := addFile(ctx, tw, src, name)
@@ -158,6 +171,7 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	if err := zw.Close(); err != nil {
 		return "", nil, fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
+	doneCompressing() // the syncs below need neither the slot nor the writer
 	if err := tmp.Chmod(0o640); err != nil {
 		return "", nil, fmt.Errorf("chmod %s: %w", tmp.Name(), err)
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,11 @@ type Store struct {
 	// collecting them).
 	gzips     sync.Pool
 	fastGzips sync.Pool // BestSpeed, for small archives (smallArchive)
+	// compressing bounds the archives being compressed at once: gzip is
+	// CPU bound, so more than the cores gain nothing, and each needs a
+	// writer of its own, so a stop's 200 archives at once allocated 200
+	// writers (~1 MB each) where a few, reused, do.
+	compressing chan struct{}
 
 	rootSync, parentSync syncGroup   // fsyncs of the archive root and the state dir
 	rootDurable          atomic.Bool // the archive root's entry in the state dir is synced
@@ -96,6 +102,7 @@ func New(stateDir string, keep int, maxAge time.Duration, log *zap.Logger) *Stor
 		log:         log,
 		poll:        pollEvery,
 		agents:      make(map[string]*sync.Mutex),
+		compressing: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 	}
 }
 
