@@ -97,7 +97,8 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 
 	// The .git file names the worktree's admin directory; it must be in our
 	// repository and registered for this very path (not a copy).
-	data, err := os.ReadFile(dotGit)
+	var buf [smallFile]byte
+	data, err := readSmall(dotGit, &buf)
 	if err != nil {
 		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
 	}
@@ -111,7 +112,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	if !samePath(filepath.Dir(adminDir), filepath.Join(m.commonDir, "worktrees")) {
 		return foreign("a worktree of another repository: %s", adminDir), nil
 	}
-	registered, err := os.ReadFile(filepath.Join(adminDir, "gitdir"))
+	registered, err := readSmall(filepath.Join(adminDir, "gitdir"), &buf)
 	if errors.Is(err, fs.ErrNotExist) {
 		return foreign("its registration %s is gone", adminDir), nil
 	}
@@ -125,7 +126,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	// register keeps a new worktree locked "initializing" until its files
 	// are checked out, as git does; a caller holds the agent's lock, so
 	// that is a creation that a crash cut short, not one going on.
-	if lock, err := os.ReadFile(filepath.Join(adminDir, "locked")); err == nil && strings.TrimSpace(string(lock)) == initializing {
+	if lock, err := readSmall(filepath.Join(adminDir, "locked"), &buf); err == nil && strings.TrimSpace(string(lock)) == initializing {
 		return inspection{state: wtIncomplete, adminDir: adminDir}, nil
 	}
 
@@ -171,7 +172,8 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 // is a loose or packed ref to a commit. ok is false for anything else,
 // which the full inspection then classifies.
 func (m *Manager) onBranch(adminDir string, want plumbing.ReferenceName) (plumbing.Hash, bool) {
-	head, err := os.ReadFile(filepath.Join(adminDir, "HEAD"))
+	var buf [smallFile]byte
+	head, err := readSmall(filepath.Join(adminDir, "HEAD"), &buf)
 	if err != nil || strings.TrimSpace(string(head)) != "ref: "+want.String() {
 		return plumbing.ZeroHash, false
 	}
@@ -194,7 +196,8 @@ func (m *Manager) readRef(name plumbing.ReferenceName) (plumbing.Hash, refState)
 	if m.reftable {
 		return plumbing.ZeroHash, refUnknown
 	}
-	loose, err := os.ReadFile(filepath.Join(m.commonDir, filepath.FromSlash(name.String())))
+	var buf [smallFile]byte
+	loose, err := readSmall(filepath.Join(m.commonDir, filepath.FromSlash(name.String())), &buf)
 	if err == nil {
 		if h, ok := parseHash(strings.TrimSpace(string(loose))); ok {
 			return h, refFound

@@ -116,11 +116,7 @@ func (m *Manager) rememberInspect(agent string, in inspection, stamps [7]stamp, 
 		return
 	}
 	for _, s := range stamps {
-		window := racyWindow
-		if s.ctimeNs%int64(time.Second) == 0 {
-			window = coarseRacyWindow
-		}
-		if s.ctimeNs != 0 && s.ctimeNs >= start.Add(-window).UnixNano() {
+		if s.recent(start) {
 			m.forgetInspect(agent)
 			return
 		}

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	"golang.org/x/sys/unix"
 )
 
 // maxCounts bounds the remembered rev-list counts; the memo starts over when
@@ -91,6 +93,56 @@ func stampOf(path string) (stamp, error) {
 		return stamp{}, &fs.PathError{Op: "lstat", Path: path, Err: err}
 	}
 	return stampOfStat(&st), nil
+}
+
+// recent reports whether s changed so shortly before start that its stat
+// data cannot be trusted to show a later change: file times come from a
+// coarse clock, so an in-place rewrite within the same tick keeps them.
+// A time with no sub-second part (a file system that keeps seconds) gets
+// the wider window.
+func (s stamp) recent(start time.Time) bool {
+	if s.ctimeNs == 0 {
+		return false
+	}
+	window := racyWindow
+	if s.ctimeNs%int64(time.Second) == 0 {
+		window = coarseRacyWindow
+	}
+	return s.ctimeNs >= start.Add(-window).UnixNano()
+}
+
+// smallFile is what readSmall reads into its buffer: refs, HEAD and the
+// link files of a worktree are a line each.
+const smallFile = 512
+
+// readSmall reads a file of a line (a ref, HEAD, a worktree's gitdir) into
+// buf with three system calls, where os.ReadFile makes six: a start over
+// existing branches reads every registration's HEAD once per agent. A file
+// that fills buf (a very long path) is read again by os.ReadFile.
+func readSmall(path string, buf *[smallFile]byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for err == unix.EINTR {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+	}
+	return os.ReadFile(path)
 }
 
 func stampOfStat(st *syscall.Stat_t) stamp {

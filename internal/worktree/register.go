@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"go.uber.org/zap"
@@ -104,6 +106,7 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 		return s, fmt.Errorf("list worktree registrations: %w", err)
 	}
 	ours := filepath.Join(m.Path(agent), ".git")
+	var buf [smallFile]byte
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
@@ -112,15 +115,15 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 		if slices.Contains(exclude, dir) {
 			continue
 		}
-		// One read per registration, a second only where it can matter:
+		// One look per registration, a read only where it can matter:
 		// git (and claim) name a registration after its directory, so one
 		// of the agent's path is named after the agent.
-		head, err := os.ReadFile(filepath.Join(dir, "HEAD"))
-		holds := err == nil && strings.TrimSpace(string(head)) == want
+		head, ok := m.regHeads.read(filepath.Join(dir, "HEAD"))
+		holds := ok && head == want
 		if !holds && !strings.HasPrefix(e.Name(), agent) {
 			continue
 		}
-		gitdir, err := os.ReadFile(filepath.Join(dir, "gitdir"))
+		gitdir, err := readSmall(filepath.Join(dir, "gitdir"), &buf)
 		if err != nil {
 			continue // being written by a git, or broken: not ours to judge
 		}
@@ -141,6 +144,53 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 		s.checkedOut = filepath.Dir(dotGit)
 	}
 	return s, nil
+}
+
+// regHeadCache remembers what registrations' HEAD files say, by their
+// stat data: an agent whose branch exists scans every registration (as
+// git does before checking a branch out), so a start of n agents over
+// existing branches looked at n² files. git replaces HEAD by renaming a
+// new file into place, which changes the stat data; a HEAD that changed
+// too recently for it to show a later change is not remembered.
+type regHeadCache struct {
+	mu    sync.Mutex
+	heads map[string]regHead // by path
+}
+
+type regHead struct {
+	st   stamp
+	head string
+}
+
+// read is the trimmed content of the HEAD file at path, false when it
+// cannot be read.
+func (c *regHeadCache) read(path string) (string, bool) {
+	start := time.Now()
+	st, err := stampOf(path)
+	if err != nil || st == (stamp{}) {
+		return "", false
+	}
+	c.mu.Lock()
+	e, hit := c.heads[path]
+	c.mu.Unlock()
+	if hit && e.st == st {
+		return e.head, true
+	}
+	var buf [smallFile]byte
+	b, err := readSmall(path, &buf)
+	if err != nil {
+		return "", false
+	}
+	head := strings.TrimSpace(string(b))
+	if !st.recent(start) {
+		c.mu.Lock()
+		if c.heads == nil {
+			c.heads = map[string]regHead{}
+		}
+		c.heads[path] = regHead{st: st, head: head}
+		c.mu.Unlock()
+	}
+	return head, true
 }
 
 // createNew begins the worktree of an agent that has neither worktree nor

@@ -2,10 +2,14 @@ package worktree
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRegisteredWorktreeIsGits: what register writes is a worktree git
@@ -215,5 +219,52 @@ func TestNewWorktreeOfEmptyTreeCostsNoGit(t *testing.T) {
 	}
 	if st, err = m.Status(ctx, "alice"); err != nil || !st.Dirty {
 		t.Fatalf("with a staged file: Status = %+v, %v; want dirty", st, err)
+	}
+}
+
+// readSmall reads a line-sized file in its buffer and a longer one whole,
+// and reports a missing file as such.
+func TestReadSmall(t *testing.T) {
+	dir := t.TempDir()
+	var buf [smallFile]byte
+	for _, n := range []int{0, 41, smallFile - 1, smallFile, 3 * smallFile} {
+		want := strings.Repeat("x", n)
+		path := filepath.Join(dir, fmt.Sprint(n))
+		writeFile(t, path, want)
+		if got, err := readSmall(path, &buf); err != nil || string(got) != want {
+			t.Errorf("readSmall of %d bytes = %d bytes, %v", n, len(got), err)
+		}
+	}
+	if _, err := readSmall(filepath.Join(dir, "missing"), &buf); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("readSmall of a missing file: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// The registrations' HEAD cache answers from memory while HEAD is as it
+// was, and sees a switch of branch (git renames a new HEAD into place).
+func TestRegHeadCacheSeesSwitch(t *testing.T) {
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := filepath.Join(gitT(t, wt.Path, "rev-parse", "--absolute-git-dir"), "HEAD")
+	time.Sleep(2 * racyWindow) // older than the racy window: remembered
+	if got, ok := m.regHeads.read(head); !ok || got != "ref: refs/heads/swarm/alice" {
+		t.Fatalf("HEAD = %q, %v", got, ok)
+	}
+	if _, hit := m.regHeads.heads[head]; !hit {
+		t.Fatal("a settled HEAD was not remembered")
+	}
+	gitT(t, wt.Path, "switch", "-q", "-c", "elsewhere")
+	if got, ok := m.regHeads.read(head); !ok || got != "ref: refs/heads/elsewhere" {
+		t.Fatalf("HEAD after a switch = %q, %v", got, ok)
+	}
+	if err := os.Remove(head); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := m.regHeads.read(head); ok {
+		t.Fatalf("a removed HEAD read as %q", got)
 	}
 }

@@ -232,14 +232,8 @@ func fingerprint(head plumbing.Hash, entries []walked, prune map[string]bool, st
 		binary.LittleEndian.PutUint64(buf[24:], uint64(e.st.mtimeNs))
 		binary.LittleEndian.PutUint64(buf[32:], uint64(e.st.ctimeNs))
 		h.Write(buf[:])
-		if !start.IsZero() && e.st.ctimeNs != 0 {
-			window := racyWindow
-			if e.st.ctimeNs%int64(time.Second) == 0 {
-				window = coarseRacyWindow
-			}
-			if e.st.ctimeNs >= start.Add(-window).UnixNano() {
-				racy = true
-			}
+		if !start.IsZero() && e.st.recent(start) {
+			racy = true
 		}
 	}
 	h.Sum(sum[:0])

@@ -76,6 +76,7 @@ type Manager struct {
 
 	counts      countMemo    // rev-list counts by commit pair
 	inspections inspectCache // worktrees found fine, by agent
+	regHeads    regHeadCache // registrations' HEADs, for scanRegistrations
 	statuses    statusCache  // the last git status answer per worktree
 }
 
