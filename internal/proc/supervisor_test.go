@@ -88,6 +88,28 @@ func TestSignalEndsSetsidDescendants(t *testing.T) {
 	}
 }
 
+// Trees that end together share their scans (scanTree's queue): each
+// still ends with all of its setsid descendants, and none waits forever.
+func TestTreesEndingTogetherEndWhole(t *testing.T) {
+	s := newSupervisor(t)
+	var trees []*Tree
+	var ps []process
+	for i := range 8 {
+		tr, _, p := startEscapers(t, s, "together"+strconv.Itoa(i), "exec sleep 3600")
+		trees = append(trees, tr)
+		ps = append(ps, p...)
+	}
+	for _, tr := range trees {
+		if err := tr.Signal(syscall.SIGTERM); err != nil {
+			t.Fatalf("Signal: %v", err)
+		}
+	}
+	for _, tr := range trees {
+		waitDone(t, tr)
+	}
+	assertGone(t, ps)
+}
+
 func TestKillEndsTreeThatIgnoresSignals(t *testing.T) {
 	s := newSupervisor(t)
 	out := newLineSink()
