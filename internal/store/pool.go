@@ -20,14 +20,17 @@ const maxCachedStmts = 256
 // again, transparently, on each connection it lands on.
 type Pool struct {
 	db *sql.DB
+	// local says the database is a local file (SQLite): a one-row read is
+	// over in microseconds and never waits on a network.
+	local bool
 
 	mu     sync.RWMutex
 	stmts  map[string]*sql.Stmt
 	closed bool
 }
 
-func newPool(db *sql.DB) *Pool {
-	return &Pool{db: db, stmts: make(map[string]*sql.Stmt)}
+func newPool(db *sql.DB, local bool) *Pool {
+	return &Pool{db: db, local: local, stmts: make(map[string]*sql.Stmt)}
 }
 
 // QueryContext runs query, prepared once for all callers.
@@ -38,8 +41,14 @@ func (p *Pool) QueryContext(ctx context.Context, query string, args ...any) (*sq
 	return p.db.QueryContext(ctx, query, args...)
 }
 
-// QueryRowContext runs query, prepared once for all callers.
+// QueryRowContext runs query, prepared once for all callers. On a local
+// database a live ctx's cancellation is not passed on: watching it costs
+// two goroutines per query (database/sql's and the driver's), and a
+// prompt's reads started four per session for reads of microseconds.
 func (p *Pool) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if p.local && ctx.Err() == nil {
+		ctx = context.WithoutCancel(ctx)
+	}
 	if st := p.stmt(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 )
 
@@ -46,5 +48,40 @@ func TestPoolCachesBounded(t *testing.T) {
 	}
 	if err := p.QueryRowContext(ctx, `SELECT 1`).Scan(new(int)); err == nil {
 		t.Fatal("a query ran after Close")
+	}
+}
+
+// doneCounter is a context that counts how often its Done is asked for:
+// what watches a context for cancellation asks.
+type doneCounter struct {
+	context.Context
+	dones atomic.Int32
+}
+
+func (c *doneCounter) Done() <-chan struct{} {
+	c.dones.Add(1)
+	return c.Context.Done()
+}
+
+// TestPoolRowReadsDoNotWatchContext: on SQLite a one-row read does not
+// watch a live context (database/sql and the driver would each start a
+// goroutine to), and a cancelled one still fails it.
+func TestPoolRowReadsDoNotWatchContext(t *testing.T) {
+	db := openTest(t, "", Options{})
+	p := db.ReadSQL()
+	live, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx := &doneCounter{Context: live}
+	var n int
+	if err := p.QueryRowContext(ctx, `SELECT 7`).Scan(&n); err != nil || n != 7 {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	if got := ctx.dones.Load(); got != 0 {
+		t.Errorf("a one-row read asked for Done %d times: it watches the context", got)
+	}
+	dead, cancelDead := context.WithCancel(context.Background())
+	cancelDead()
+	if err := p.QueryRowContext(dead, `SELECT 7`).Scan(&n); !errors.Is(err, context.Canceled) {
+		t.Errorf("read with a cancelled context: %v, want context.Canceled", err)
 	}
 }

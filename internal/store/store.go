@@ -137,7 +137,8 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 		}
 		return nil, fmt.Errorf("store: open %s: %w", Redact(target), err)
 	}
-	db.reads, db.writes = newPool(db.read), newPool(db.write)
+	local := drv.name() == "sqlite"
+	db.reads, db.writes = newPool(db.read, local), newPool(db.write, local)
 	if migrations == nil {
 		migrations = drv.migrations()
 	}
