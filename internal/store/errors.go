@@ -54,6 +54,11 @@ func (db *DB) Wrap(op string, err error) error { return db.WrapFor("store", op, 
 // WrapFor is Wrap for a package that keeps its tables in the store: its
 // errors read "<pkg>: <op>: …".
 func (db *DB) WrapFor(pkg, op string, err error) error {
+	if !errors.Is(err, ErrDatabaseGone) && db.Check() != nil {
+		// The file went: that is the cause (a connection opened after it
+		// cannot open it), whatever the driver said.
+		err = fmt.Errorf("%w (%w)", ErrDatabaseGone, err)
+	}
 	if errors.Is(err, ErrDatabaseGone) {
 		return fmt.Errorf("%s: %s: %w: %s is not the file swarmd opened (restart swarmd)", pkg, op, err, db.path)
 	}

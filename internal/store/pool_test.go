@@ -3,7 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -83,5 +87,26 @@ func TestPoolRowReadsDoNotWatchContext(t *testing.T) {
 	cancelDead()
 	if err := p.QueryRowContext(dead, `SELECT 7`).Scan(&n); !errors.Is(err, context.Canceled) {
 		t.Errorf("read with a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// TestWrapNamesADeletedFile: once swarm.db is deleted, a read that needs
+// a new connection fails with SQLite's "unable to open", and WrapFor
+// names the cause, ErrDatabaseGone; before, an error keeps its own name.
+func TestWrapNamesADeletedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openTest(t, path, Options{})
+	cause := errors.New("unable to open database file (14)")
+	if err := db.WrapFor("taskboard", "has work", cause); errors.Is(err, ErrDatabaseGone) || !errors.Is(err, cause) {
+		t.Fatalf("with the file in place: %v", err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	err := db.WrapFor("taskboard", "has work", cause)
+	if !errors.Is(err, ErrDatabaseGone) || !errors.Is(err, cause) || !strings.HasPrefix(err.Error(), "taskboard: has work: ") {
+		t.Fatalf("with the file deleted: %v", err)
 	}
 }

@@ -202,7 +202,7 @@ func (b *Board) HasWork(ctx context.Context, agent string) (bool, error) {
 		OR EXISTS (SELECT 1 FROM tasks WHERE `+holding+`)
 		OR EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, agent, agent, agent).Scan(&ok)
 	if err != nil {
-		return false, fmt.Errorf("taskboard: has work: %w", err)
+		return false, b.db.WrapFor("taskboard", "has work", err)
 	}
 	return ok, nil
 }

@@ -32,6 +32,9 @@ type DB interface {
 	SQL() *sql.DB         // the write pool: IMMEDIATE transactions
 	ReadSQL() *store.Pool // the read pool, its statements prepared once
 	Check() error         // the file is still the one opened
+	// WrapFor names the operation and classifies a storage failure (the
+	// file gone, the disk full).
+	WrapFor(pkg, op string, err error) error
 }
 
 // Sentinels; errors wrap them with the task and what to do.
