@@ -395,8 +395,15 @@ func (k cliKind) cancelSignal() syscall.Signal {
 // AbortMaxTurns after the two allowed turns' commands ran, the third never
 // runs, and OnTool was told of both calls with their commands.
 func testMaxTurns(t *testing.T, kind cliKind) {
+	// Where swarmd counts the turns (Codex, Gemini CLI), it cancels once
+	// the second turn's calls have ended, while the CLI asks the model for
+	// a third. A model takes a while to answer; an instant one would race
+	// the cancel on a loaded machine (CI lost it once), so the third
+	// answer takes as long as a real one may. The CLI's exit cuts it off.
+	third := mockllm.Shell("echo turn-three > three.txt")
+	third.Delay = 3 * time.Second
 	rig := newCLIRig(t, kind, nil, mockllm.Shell("echo turn-one"), mockllm.Shell("echo turn-two"),
-		mockllm.Shell("echo turn-three > three.txt"), mockllm.Text("finished"))
+		third, mockllm.Text("finished"))
 	sp := rig.spec(t)
 	sp.MaxTurns = 2
 	calls := make(chan ToolCall, 16)
