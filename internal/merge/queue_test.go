@@ -563,3 +563,36 @@ func TestOpenRefusesAMissingTarget(t *testing.T) {
 		t.Fatalf("Open with a missing target: %v", err)
 	}
 }
+
+// A task whose merge result has not reached the board yet (its callback
+// failed, or has not run) is still DONE there; queueing the same head
+// again gets the finished entry, not a second merge of it.
+func TestEnqueueOfAnUnreportedResult(t *testing.T) {
+	e := newEnv(t)
+	q := e.open(e.options(`true`))
+	alice := e.worker("alice")
+	head := commitFile(t, alice, "alice.txt", "alice\n", "alice")
+	ctx := context.Background()
+	e.cb.setFail(errors.New("board unavailable"))
+	first, err := q.Enqueue(ctx, 1, "alice", "swarm/alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(t, q, OutcomeMerged)
+	again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice")
+	if err != nil || again.ID != first.ID || again.State != Merged {
+		t.Fatalf("enqueue of the merged, unreported head = %+v, %v; want entry %d, merged", again, err, first.ID)
+	}
+	if es, err := q.List(ctx, 0); err != nil || len(es) != 1 {
+		t.Fatalf("List = %+v, %v; want the one entry", es, err)
+	}
+	// Reported, a new head is a new entry.
+	e.cb.setFail(nil)
+	step(t, q, OutcomeIdle)
+	e.cb.waitCalls(t, 1)
+	second := commitFile(t, alice, "alice.txt", "alice 2\n", "alice again")
+	next, err := q.Enqueue(ctx, 1, "alice", "swarm/alice")
+	if err != nil || next.ID == first.ID || next.Head != second || second == head {
+		t.Fatalf("enqueue of a new head after the report = %+v, %v", next, err)
+	}
+}

@@ -223,9 +223,10 @@ func (s *Store) logEvent(ctx context.Context, tx *sql.Tx, ev event) error {
 }
 
 // Enqueue puts the task's head at the end of the queue. Queueing a task
-// that is queued already is idempotent for the same head; a new head
-// replaces the old one in place while the entry still waits, and is
-// refused (ErrState) while the old one is under test.
+// that is queued already is idempotent for the same head, and so is
+// queueing a head whose result is not reported yet; a new head replaces
+// the old one in place while the entry still waits, and is refused
+// (ErrState) while the old one is under test.
 func (s *Store) Enqueue(ctx context.Context, task int64, agent, branch, head string) (Entry, error) {
 	if task <= 0 || agent == "" || branch == "" || head == "" {
 		return Entry{}, fmt.Errorf("merge queue: enqueue task %d: %w: task, agent, branch and head are required", task, ErrInvalid)
@@ -243,6 +244,13 @@ func (s *Store) Enqueue(ctx context.Context, task int64, agent, branch, head str
 			return fmt.Errorf("merge queue: task %d is under test at %s; queue %s after that result: %w", task, short(cur.Head), short(head), ErrState)
 		case found:
 			return s.replaceHead(ctx, tx, &cur, &e, agent, branch, head)
+		}
+		// A result not yet reported: the task stays DONE until its callback
+		// has run, and queueing the same head again would merge (or test)
+		// it twice.
+		if done, found, err := unreportedEntry(ctx, tx, task, head); err != nil || found {
+			e = done
+			return err
 		}
 		var id int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
@@ -271,6 +279,16 @@ func (s *Store) replaceHead(ctx context.Context, tx *sql.Tx, cur, e *Entry, agen
 
 func activeEntry(ctx context.Context, q querier, task int64) (Entry, bool, error) {
 	es, err := queryEntries(ctx, q, `WHERE task_id = ? AND state IN ('queued', 'testing')`, task)
+	if err != nil || len(es) == 0 {
+		return Entry{}, false, err
+	}
+	return es[0], true, nil
+}
+
+// unreportedEntry is task's finished entry at head whose result the
+// callbacks have not been told yet.
+func unreportedEntry(ctx context.Context, q querier, task int64, head string) (Entry, bool, error) {
+	es, err := queryEntries(ctx, q, `WHERE task_id = ? AND head = ? AND notified = 0 AND state IN ('merged', 'rejected') ORDER BY id DESC`, task, head)
 	if err != nil || len(es) == 0 {
 		return Entry{}, false, err
 	}
