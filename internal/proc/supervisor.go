@@ -230,16 +230,17 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		}
 	}()
 	if spec.Stdin != nil {
-		if inW, inR, err = rawPipe(); err != nil {
+		if inW, inR, err = pipe(false); err != nil {
 			return nil, fmt.Errorf("proc: start %s: stdin pipe: %w", spec.ID, err)
 		}
 		defer unix.Close(inR)
 	}
 	if spec.Output != nil {
-		if t.outR, outW, err = pipe(true); err != nil {
-			t.closePipes()
+		var outR int
+		if outR, outW, err = pipe(true); err != nil {
 			return nil, fmt.Errorf("proc: start %s: output pipe: %w", spec.ID, err)
 		}
+		t.outR = os.NewFile(uintptr(outR), "|pipe") // non-blocking: on the poller
 		defer unix.Close(outW)
 	}
 	argv := make([]string, 0, 1+len(spec.Args))
@@ -305,14 +306,16 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	return t, nil
 }
 
-// pipe makes a pipe whose end for us is an *os.File on the runtime poller
-// (so deadlines work) and whose end for the child is a plain blocking fd: the
-// child's end needs neither the poller nor os.File, and skipping them saves
-// syscalls per session.
-func pipe(oursReads bool) (ours *os.File, theirs int, err error) {
+// pipe makes a pipe whose end for us is non-blocking (on the runtime
+// poller once os.NewFile wraps it, so deadlines work) and whose end for the
+// child is a plain blocking fd: the child's end needs neither the poller
+// nor os.File, and skipping them saves syscalls per session. Our end stays
+// a plain fd until wrapped: a prompt written at once (stdinNow) never needs
+// the poller.
+func pipe(oursReads bool) (ours, theirs int, err error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return nil, -1, err
+		return -1, -1, err
 	}
 	o, th := p[1], p[0]
 	if oursReads {
@@ -321,24 +324,9 @@ func pipe(oursReads bool) (ours *os.File, theirs int, err error) {
 	if err := unix.SetNonblock(o, true); err != nil {
 		unix.Close(p[0])
 		unix.Close(p[1])
-		return nil, -1, err
-	}
-	return os.NewFile(uintptr(o), "|pipe"), th, nil // non-blocking: NewFile puts it on the poller
-}
-
-// rawPipe is the stdin pipe: our (write) end non-blocking but not yet on
-// the poller, which a prompt written at once (stdinNow) never needs.
-func rawPipe() (ours, theirs int, err error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, -1, err
 	}
-	if err := unix.SetNonblock(p[1], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return -1, -1, err
-	}
-	return p[1], p[0], nil
+	return o, th, nil
 }
 
 func startError(spec Spec, path string, err error) error {
