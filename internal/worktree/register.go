@@ -168,6 +168,9 @@ func (c *regHeadCache) read(path string) (string, bool) {
 	start := time.Now()
 	st, err := stampOf(path)
 	if err != nil || st == (stamp{}) {
+		c.mu.Lock()
+		delete(c.heads, path) // a registration gone: no entry kept for it
+		c.mu.Unlock()
 		return "", false
 	}
 	c.mu.Lock()

@@ -267,4 +267,7 @@ func TestRegHeadCacheSeesSwitch(t *testing.T) {
 	if got, ok := m.regHeads.read(head); ok {
 		t.Fatalf("a removed HEAD read as %q", got)
 	}
+	if _, kept := m.regHeads.heads[head]; kept {
+		t.Error("a removed HEAD is still remembered")
+	}
 }
