@@ -209,7 +209,7 @@ var tiers = [][]string{
 	{"agent", "task", "review", "budget", "provider", "proc", "control", "environ", "mockllm", "pgtest"}, // leaves: import nothing of swarmd
 	{"backend", "hooks", "worktree", "store", "logs"},
 	{"mailbox", "taskboard", "merge", "runner"},
-	{"config", "prompt", "registry", "router", "metrics", "view"},
+	{"config", "prompt", "settle", "registry", "router", "metrics", "view"},
 	{"web", "tui"},
 	{"daemon"}, // imported by cmd/swarmd alone
 }

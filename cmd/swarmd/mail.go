@@ -22,6 +22,7 @@ type mailMain struct {
 	s          streams
 	configPath string
 	jsonOut    bool
+	storeWait  time.Duration
 }
 
 func newMailCommand(s streams) *cobra.Command {
@@ -36,6 +37,7 @@ found through --config.`,
 	}
 	cmd.PersistentFlags().StringVarP(&m.configPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
 	cmd.PersistentFlags().BoolVar(&m.jsonOut, "json", false, "print JSON for scripts")
+	cmd.PersistentFlags().DurationVar(&m.storeWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable before giving up, saying nothing was recorded (one try may wait up to 10s for SQLite's lock)")
 
 	var to, subject string
 	var all, urgent bool
@@ -137,13 +139,17 @@ func (m *mailMain) send(ctx context.Context, to string, all, urgent bool, subjec
 	}
 	d := mailbox.Draft{From: from, To: to, Subject: subject, Body: body, Urgent: urgent}
 	var sent []mailbox.Message
-	if all {
-		sent, err = db.Broadcast(ctx, d)
-	} else {
-		var msg mailbox.Message
-		msg, err = db.Send(ctx, d)
-		sent = []mailbox.Message{msg}
-	}
+	err = waitStore(ctx, db.Store(), m.storeWait, "mail send", func(ctx context.Context) error {
+		var err error
+		if all {
+			sent, err = db.Broadcast(ctx, d)
+		} else {
+			var msg mailbox.Message
+			msg, err = db.Send(ctx, d)
+			sent = []mailbox.Message{msg}
+		}
+		return err
+	})
 	if err != nil {
 		return mailErr("send", err)
 	}
@@ -214,7 +220,12 @@ func (m *mailMain) read(ctx context.Context, arg string) error {
 		}
 	}
 	// Reading one's own message acknowledges it: no prompt shows it again.
-	msg, err := db.Read(ctx, who, id)
+	var msg mailbox.Message
+	err = waitStore(ctx, db.Store(), m.storeWait, "mail read", func(ctx context.Context) error {
+		var err error
+		msg, err = db.Read(ctx, who, id)
+		return err
+	})
 	if err != nil {
 		return mailErr("read", err)
 	}

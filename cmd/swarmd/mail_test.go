@@ -237,7 +237,8 @@ agents:
 		return transitionTo("bob", "BuildingPrompt")(m) && m["from"] == "Interrupting"
 	})
 	d.waitNext("bob running again", transitionTo("bob", "Running"))
-	prompt, err := os.ReadFile(filepath.Join(repo, ".swarm", "logs", "bob", "1.prompt.md"))
+	// The interrupted session was seq 1; the next one, seq 2, has a prompt of its own.
+	prompt, err := os.ReadFile(filepath.Join(repo, ".swarm", "logs", "bob", "2.prompt.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

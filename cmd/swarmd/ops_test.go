@@ -194,7 +194,7 @@ agents:
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
+			t.Errorf("metrics lack %q:\n%s", want, grepLines(body, "swarmd_"))
 		}
 	}
 	// Mail sent by another process is counted where it lands.

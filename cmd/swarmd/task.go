@@ -15,6 +15,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/daemon"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -29,6 +30,7 @@ type taskMain struct {
 	s          streams
 	configPath string
 	jsonOut    bool
+	storeWait  time.Duration
 }
 
 // verbKind says who may run a task verb.
@@ -42,6 +44,7 @@ const (
 
 // taskCtx is what one task verb works with.
 type taskCtx struct {
+	db     *store.DB // for waitStore
 	board  *taskboard.Board
 	agents []string // known agent names; nil when unknown
 	who    caller
@@ -73,6 +76,7 @@ Exit status: 0 on success, 1 when the task's state or holder forbids the request
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&t.configPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
 	pf.BoolVar(&t.jsonOut, "json", false, "print JSON for scripts (the shape is in docs/tasks.md)")
+	pf.DurationVar(&t.storeWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable before giving up, saying nothing was recorded (one try may wait up to 10s for SQLite's lock)")
 	cmd.AddCommand(t.addCommand(), t.listCommand(), t.showCommand())
 	cmd.AddCommand(t.operatorCommands()...)
 	cmd.AddCommand(t.sessionCommands()...)
@@ -105,7 +109,7 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 	if err != nil {
 		return fmt.Errorf("task %s: %w", verb, err)
 	}
-	return f(&taskCtx{board: daemon.OpenTaskBoard(db.DB, reviewers), agents: db.agents, who: who})
+	return f(&taskCtx{board: daemon.OpenTaskBoard(db.DB, reviewers), agents: db.agents, who: who, db: db.DB})
 }
 
 // reviewerOf is who reviews the tasks an agent claims, as the daemon's
@@ -540,15 +544,21 @@ func (t *taskMain) onHeld(ctx context.Context, verb string, f func(context.Conte
 // heldVerb is onHeld; report false leaves the printing to f.
 func (t *taskMain) heldVerb(ctx context.Context, verb string, report bool, f func(context.Context, *taskCtx, int64) error) error {
 	return t.run(ctx, verb, sessionVerb, func(c *taskCtx) error {
-		tk, ok, err := c.board.Held(ctx, c.who.name)
+		var tk taskboard.Task
+		var ok bool
+		// A busy store delays the report; it never drops it (waitStore).
+		err := waitStore(ctx, c.db, t.storeWait, "task "+verb, func(ctx context.Context) error {
+			var err error
+			if tk, ok, err = c.board.Held(ctx, c.who.name); err != nil || !ok {
+				return err
+			}
+			return f(ctx, c, tk.ID)
+		})
 		if err != nil {
 			return taskErr(verb, err)
 		}
 		if !ok {
 			return fmt.Errorf("task %s: %s holds no task (CLAIMED or IN_PROGRESS): claim one with 'swarmd task claim'", verb, c.who.name)
-		}
-		if err := f(ctx, c, tk.ID); err != nil {
-			return taskErr(verb, err)
 		}
 		if !report {
 			return nil

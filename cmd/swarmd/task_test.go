@@ -727,3 +727,72 @@ func TestTaskAddReviewer(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskReportWaitsForABusyStore: `swarmd task fail` run inside a session
+// while another client holds swarm.db's write lock longer than SQLite's busy
+// timeout waits for it and then records the failure; with a short
+// --store-wait it gives up saying that nothing was recorded, and nothing was.
+func TestTaskReportWaitsForABusyStore(t *testing.T) {
+	t.Parallel()
+	cfg, db := taskRepo(t)
+	mustCLI(t, opEnv(), "task", "add", "one", "-c", cfg)
+	mustCLI(t, opEnv(), "task", "add", "two", "-c", cfg)
+	s1 := sessionEnv(db, "alice", 1)
+	mustCLI(t, s1, "task", "claim")
+	mustCLI(t, s1, "task", "start")
+
+	lock := func() func() {
+		other, err := store.Open(context.Background(), db, store.Options{NoCreate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := other.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = tx.Rollback(); _ = other.Close() }
+	}
+
+	release := lock()
+	type result struct {
+		out, errOut string
+		code        int
+	}
+	done := make(chan result, 1)
+	go func() {
+		o, e, c := runCLI(t, s1, "", "task", "fail", "--reason", "upstream is broken")
+		done <- result{o, e, c}
+	}()
+	const hold = 11 * time.Second // past the busy timeout (10 s): the command must retry, not fail
+	timer := time.NewTimer(hold)
+	select {
+	case r := <-done:
+		timer.Stop()
+		release()
+		t.Fatalf("task fail returned while the store was locked: exit %d: %s%s", r.code, r.out, r.errOut)
+	case <-timer.C:
+	}
+	release()
+	r := <-done
+	if r.code != 0 || r.out != "task 1 is FAILED\n" {
+		t.Fatalf("task fail after the lock: exit %d: %q %s", r.code, r.out, r.errOut)
+	}
+	board := taskBoard(t, db)
+	wantTask(t, board, 1, "FAILED")
+
+	// With a short wait it gives up, says so, and records nothing.
+	s2 := sessionEnv(db, "alice", 2)
+	mustCLI(t, s2, "task", "claim")
+	release = lock()
+	start := time.Now()
+	out, errOut, code := runCLI(t, s2, "", "task", "done", "--store-wait", "1s")
+	took := time.Since(start)
+	release()
+	if code != 1 || out != "" || !strings.Contains(errOut, "nothing was recorded") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("task done on a locked store: exit %d, out %q, err %q; want exit 1 and one line saying nothing was recorded", code, out, errOut)
+	}
+	if took > 15*time.Second { // one try waits up to SQLite's busy timeout (10 s)
+		t.Errorf("--store-wait 1s gave up after %s", took)
+	}
+	wantTask(t, board, 2, "CLAIMED")
+}

@@ -63,6 +63,9 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
 	if s.Paused {
 		st.Health = pausedHealth(s) // a frozen session prints nothing: not stalled
+	} else if s.StoreWait != "" {
+		// The agent holds where it is until the store takes the write.
+		st.Health = s.StoreWait + " (for " + now.Sub(s.StoreWaitSince).Round(time.Second).String() + ")"
 	} else if s.Waiting != "" {
 		st.Health = "waiting for provider: " + s.Waiting
 	}
@@ -256,14 +259,8 @@ func (o journalObserver) OnTransition(t runner.Transition) {
 		}
 	}
 	o.j.Agent(rec)
-	if t.Event.Kind == agent.SessionStarted {
-		rec := store.SessionRecord{SessionID: t.SessionID, Agent: t.Agent, Seq: t.Seq, Started: t.At}
-		if t.Claimed {
-			o.j.SessionStarted(rec) // committed at once: it decides the claimed mail's delivery
-		} else {
-			o.j.SessionStartedBatched(rec)
-		}
-	}
+	// A session's row is not the journal's: package settle writes its start
+	// before the process runs and its end with its outcome.
 }
 
 // Idle and awake are event-log lines of their own: not transitions of the
@@ -282,18 +279,7 @@ func (o journalObserver) OnIdle(name string, idle bool, at time.Time) {
 	o.j.Event(e)
 }
 
-func (o journalObserver) OnSessionEnd(s runner.SessionRecord) {
-	ended := s.Result.Ended
-	o.j.SessionEnded(store.SessionRecord{
-		SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Result.Started, Ended: &ended,
-		Outcome: s.OutcomeLabel(), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
-		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),
-		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
-		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,
-		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls, ResultText: s.Result.Text,
-		Commits: s.Commits,
-	})
-}
+func (o journalObserver) OnSessionEnd(runner.SessionRecord) {}
 
 func effectName(e agent.SideEffect) string {
 	if e.Kind == agent.NoEffect {

@@ -57,12 +57,16 @@ type tinyPrompter struct{}
 func (tinyPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{Text: "p"}, nil
 }
-func (tinyPrompter) Release(context.Context, string) error { return nil }
-func (tinyPrompter) Settle(context.Context, runner.Settlement) (runner.SettleResult, error) {
+func (tinyPrompter) Release(context.Context, string, func(error)) error { return nil }
+func (tinyPrompter) Settle(context.Context, runner.Settlement, func(error)) (runner.SettleResult, error) {
 	return runner.SettleResult{}, nil
 }
-func (tinyPrompter) Started(context.Context, string, string, int64) error { return nil }
-func (tinyPrompter) Stopped(context.Context, string, string) error        { return nil }
+func (tinyPrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
+func (tinyPrompter) Stopped(context.Context, string, string, func(error)) error        { return nil }
+func (tinyPrompter) Begin(context.Context, runner.SessionBegin, func(error)) (uint32, error) {
+	return 0, nil
+}
+func (tinyPrompter) Transient(error) bool { return false }
 
 // BenchmarkTransitionsEventLog: transitions per second one runner sustains
 // with every transition, agent row and session going to the event log in
@@ -86,7 +90,7 @@ func BenchmarkTransitionsEventLog(b *testing.B) {
 			done := make(chan struct{})
 			close(done)
 			r, err := runner.New(runner.Config{
-				Name: "bench", Backend: instantBackend{done}, Workspace: plainDir{dir}, Prompter: tinyPrompter{},
+				Name: "bench", Backend: instantBackend{done}, Workspace: plainDir{dir}, Prompter: tinyPrompter{}, Settler: tinyPrompter{},
 				Logs: logs.New(dir, 0, 0, nil), Observer: obs,
 			})
 			if err != nil {

@@ -29,7 +29,6 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
 	"github.com/swarmd/swarmd/internal/registry"
-	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
@@ -74,7 +73,7 @@ type Daemon struct {
 	budget      *budgetKeeper          // budgets: spend, marks, pauses
 	providers   *providerGates         // health shared by each provider's agents
 	roster      atomic.Pointer[roster] // the last config's, see rosterOf
-	settle      settleWatch            // the last transition, see trimWhenSettled
+	ramp        settleWatch            // the last transition, see trimWhenSettled
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
@@ -173,7 +172,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	d.budget = newBudgetKeeper(d)
 	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, &d.settle}
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, &d.ramp}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -349,6 +348,9 @@ func (d *Daemon) recover(ctx context.Context) error {
 	if d.cfg.SharedStore() {
 		own = d.cfg.AgentNames()
 	}
+	if err := d.recoverOutcomes(ctx, own, now); err != nil {
+		return fmt.Errorf("recovery: %w", err)
+	}
 	orphans, err := d.db.CloseOrphanSessions(ctx, now, own)
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
@@ -435,6 +437,7 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		Backend:   st.Backend,
 		Workspace: d.trees,
 		Prompter:  st.Prompter,
+		Settler:   st.Settler,
 		Observer:  d.observer,
 		Logs:      d.logs,
 		Hooks:     d.hooks,
@@ -530,8 +533,8 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		Role:    a.Role,
 		Backend: be,
 		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
-			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note,
-			Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail}},
+			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note},
+		Settler:            d.settlerFor(a),
 		MaxSessions:        a.MaxSessions,
 		MaxTurns:           a.MaxTurns,
 		Env:                env,

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -107,6 +108,9 @@ func (d *Daemon) readiness() string {
 	if f := d.agentDiskFull(); f != "" {
 		return f
 	}
+	if w := d.agentStoreWait(); w != "" {
+		return w
+	}
 	states := d.reg.States()
 	if len(states) == 0 {
 		return "no agents configured"
@@ -117,6 +121,27 @@ func (d *Daemon) readiness() string {
 		}
 	}
 	return "every agent is Stopped (swarmd start AGENT)"
+}
+
+// agentStoreWait says how many agents wait on the store to record what
+// their sessions did (outcomes, starts, claims), naming the longest
+// waiting, or is "".
+func (d *Daemon) agentStoreWait() string {
+	n, first := 0, runner.Snapshot{}
+	for _, r := range d.reg.Runners() {
+		s := r.Snapshot()
+		if s.StoreWait == "" {
+			continue
+		}
+		if n++; first.StoreWait == "" || s.StoreWaitSince.Before(first.StoreWaitSince) {
+			first = s
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d agents waiting on the store; the longest, %s, for %s: %s", n, first.Agent,
+		time.Since(first.StoreWaitSince).Round(time.Second), first.StoreWait)
 }
 
 // agentDiskFull names an agent whose last session log or prompt write failed

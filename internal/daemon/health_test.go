@@ -46,7 +46,7 @@ func TestReadinessReportsDiskFull(t *testing.T) {
 	dir := t.TempDir()
 	reg := registry.New(func(string, error) {})
 	r, err := runner.New(runner.Config{Name: "alice", Backend: instantBackend{make(chan struct{})}, Workspace: plainDir{dir},
-		Prompter: tinyPrompter{}, Logs: fullPrompts{logs.New(dir, 0, 0, nil)}})
+		Prompter: tinyPrompter{}, Settler: tinyPrompter{}, Logs: fullPrompts{logs.New(dir, 0, 0, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (w *settleWatch) OnIdle(string, bool, time.Time)    {}
 // goroutine ends after the trim.
 func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
-	d.settle.last.Store(time.Now().UnixNano())
+	d.ramp.last.Store(time.Now().UnixNano())
 	go func() {
 		defer close(finished)
 		t := time.NewTimer(quiet)
@@ -50,7 +50,7 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) (stop func())
 				return
 			case <-t.C:
 			}
-			if wait := quiet - time.Since(time.Unix(0, d.settle.last.Load())); wait > 0 {
+			if wait := quiet - time.Since(time.Unix(0, d.ramp.last.Load())); wait > 0 {
 				t.Reset(wait)
 				continue
 			}

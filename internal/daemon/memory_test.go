@@ -21,7 +21,7 @@ func TestTrimWhenSettled(t *testing.T) {
 		defer stop()
 		for range 5 { // a ramp: a transition every 600 ms
 			time.Sleep(600 * time.Millisecond)
-			d.settle.OnTransition(runner.Transition{})
+			d.ramp.OnTransition(runner.Transition{})
 			synctest.Wait()
 			if trims.Load() != 0 {
 				t.Fatal("trimmed during the ramp")
@@ -32,7 +32,7 @@ func TestTrimWhenSettled(t *testing.T) {
 		if n := trims.Load(); n != 1 {
 			t.Fatalf("%d trims a second after the last transition, want 1", n)
 		}
-		d.settle.OnTransition(runner.Transition{})
+		d.ramp.OnTransition(runner.Transition{})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if n := trims.Load(); n != 1 {

@@ -381,6 +381,43 @@ func (mb *Mailbox) Ack(ctx context.Context, s store.SessionRecord) (int, error) 
 	return int(n), nil
 }
 
+// AckTx acknowledges, in the caller's transaction (a session's
+// settlement, which records the session's end in it too), the messages
+// sessionID's prompt carried: the session completed at ended. Only that
+// session's claims are acknowledged: a message shown to a later session was
+// claimed by it, and is not this one's to acknowledge.
+func (mb *Mailbox) AckTx(ctx context.Context, tx *sql.Tx, sessionID string, ended time.Time) (int, error) {
+	if sessionID == "" {
+		return 0, fmt.Errorf("mailbox: ack: %w", invalid("session", store.ErrInvalidName, "no session id"))
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
+		WHERE claimed_session = ? AND delivered_at IS NULL`, store.FormatTime(ended), AckSession, sessionID)
+	if err != nil {
+		return 0, mb.wrap("ack", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, mb.wrap("ack", err)
+	}
+	return int(n), nil
+}
+
+// UnackTx is Unack in the caller's transaction.
+func (mb *Mailbox) UnackTx(ctx context.Context, tx *sql.Tx, sessionID, note string) (int, error) {
+	if sessionID == "" {
+		return 0, fmt.Errorf("mailbox: unack: %w", invalid("session", store.ErrInvalidName, "no session id"))
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE messages SET shown_note = ? WHERE claimed_session = ? AND delivered_at IS NULL`, note, sessionID)
+	if err != nil {
+		return 0, mb.wrap("unack", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, mb.wrap("unack", err)
+	}
+	return int(n), nil
+}
+
 // Unack records why sessionID did not acknowledge the messages its prompt
 // carried (it was interrupted, failed, timed out, ...). They are pending
 // already; the note is what the next prompt tells the agent about them.

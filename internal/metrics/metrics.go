@@ -73,6 +73,8 @@ type Metrics struct {
 	gateDuration     prometheus.Histogram
 	pushes           *prometheus.CounterVec
 	budgetLeft       *prometheus.GaugeVec
+	settleLatency    prometheus.Histogram
+	storeWait        prometheus.Counter
 
 	mu     sync.RWMutex
 	agents map[string]*series
@@ -132,6 +134,15 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_pushes_total",
 			Help: "Pushes of branches to the swarm's remote (config remote): ok, failed.",
 		}, []string{"result"}),
+		settleLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "swarmd_settle_latency_seconds",
+			Help:    "Time from a session's end to its outcome (mail acks, task report, verdict, spend) committed to the store.",
+			Buckets: latencyBuckets,
+		}),
+		storeWait: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swarmd_settle_store_wait_seconds_total",
+			Help: "Seconds agents waited for a slow, locked or unreachable store to take their sessions' outcomes.",
+		}),
 		agents: make(map[string]*series),
 	}
 	for _, k := range agent.AllStates {
@@ -160,7 +171,8 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft, buildInfo,
+		m.tokens, m.cost, m.toolCalls, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft,
+		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -171,6 +183,16 @@ func New(build BuildInfo) *Metrics {
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 	return m
+}
+
+// ObserveSettle records one settled session outcome: latency from the
+// session's end to its commit, of which waited was spent retrying a store
+// that refused.
+func (m *Metrics) ObserveSettle(latency, waited time.Duration) {
+	m.settleLatency.Observe(latency.Seconds())
+	if waited > 0 {
+		m.storeWait.Add(waited.Seconds())
+	}
 }
 
 // Registry is the registry holding every swarmd metric.

@@ -1,7 +1,6 @@
 package prompt
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/runner"
-	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
@@ -23,8 +21,6 @@ import (
 type Mail interface {
 	ConsumeForPrompt(ctx context.Context, agent, sessionID string) ([]mailbox.Message, error)
 	Unconsume(ctx context.Context, sessionID string) (int, error)
-	Ack(ctx context.Context, s store.SessionRecord) (int, error)
-	Unack(ctx context.Context, sessionID, note string) (int, error)
 }
 
 // Git is what the builder needs of the agent's worktree. *worktree.Manager
@@ -41,13 +37,8 @@ type Tasks interface {
 	Held(ctx context.Context, agent string) (taskboard.Task, bool, error)
 	ClaimNext(ctx context.Context, agent, session string) (taskboard.Task, bool, error)
 	Continue(ctx context.Context, id int64, agent, session string) error
-	Start(ctx context.Context, id int64, h taskboard.Holder) (taskboard.Task, error)
-	Done(ctx context.Context, id int64, h taskboard.Holder, summary string) (taskboard.Task, error)
-	Fail(ctx context.Context, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
 	Unclaim(ctx context.Context, session string) error
-	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 	ReviewFor(ctx context.Context, reviewer string) (taskboard.Task, bool, error)
-	Verdict(ctx context.Context, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
 	Rounds(ctx context.Context, id int64) ([]review.Round, error)
 }
 
@@ -61,15 +52,16 @@ type Compare interface {
 // recentCommits is how much history a prompt shows.
 const recentCommits = 5
 
-// Builder implements runner.Prompter. Mail and Git may be nil (no mailbox,
+// Builder implements runner.Prompter: it reads the agent's work (claiming
+// the mail and task the prompt carries) and renders the prompt. What
+// becomes of them once the session ends is package settle's. Mail and Git may be nil (no mailbox,
 // no git information).
 type Builder struct {
-	Mail    Mail
-	Git     Git
-	Tasks   Tasks          // nil: no task board
-	Signals review.Signals // the done / pass / fail words
-	Agents  []string       // every agent's name
-	Swarmd  string         // the swarmd binary sessions should run ("" : swarmd on PATH)
+	Mail   Mail
+	Git    Git
+	Tasks  Tasks    // nil: no task board
+	Agents []string // every agent's name
+	Swarmd string   // the swarmd binary sessions should run ("" : swarmd on PATH)
 	// Compare and ReviewBase show a reviewer the work: the worker's branch
 	// against ReviewBase (the merge target, or the base commit).
 	Compare    Compare
@@ -280,8 +272,8 @@ func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) 
 	return r, nil
 }
 
-// Release returns the mail and the task claimed for a session that never
-// started.
+// Release returns the mail and the task claimed for a prompt whose build
+// failed (its session never starts).
 func (b *Builder) Release(ctx context.Context, sessionID string) error {
 	if b.Mail != nil {
 		if _, err := b.Mail.Unconsume(ctx, sessionID); err != nil {
@@ -294,76 +286,4 @@ func (b *Builder) Release(ctx context.Context, sessionID string) error {
 		}
 	}
 	return nil
-}
-
-// Started moves a newly claimed task on: its session started on it.
-func (b *Builder) Started(ctx context.Context, agent, sessionID string, task int64) error {
-	if b.Tasks == nil || task == 0 {
-		return nil
-	}
-	if _, err := b.Tasks.Start(ctx, task, taskboard.Holder{Agent: agent, Session: sessionID}); err != nil &&
-		!errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
-		return fmt.Errorf("start task %d: %w", task, err)
-	}
-	return nil
-}
-
-// Stopped returns the tasks of an agent that stopped to the board.
-func (b *Builder) Stopped(ctx context.Context, agent, reason string) error {
-	if b.Tasks == nil {
-		return nil
-	}
-	if _, err := b.Tasks.Orphan(ctx, agent, reason); err != nil {
-		return fmt.Errorf("requeue the tasks of %s: %w", agent, err)
-	}
-	return nil
-}
-
-// Settle acknowledges the mail of a completed session, or records why the
-// session did not complete so that the next prompt says so; and reports the
-// session's task by the signal its result carries: done finishes it, fail
-// fails it (the session itself succeeded: no error is counted).
-func (b *Builder) Settle(ctx context.Context, s runner.Settlement) (runner.SettleResult, error) {
-	var res runner.SettleResult
-	sig := review.NoSignal
-	if s.Completed {
-		sig = b.Signals.Scan(s.Result)
-		// Any signal ends the unit of work it was about.
-		res.Signalled = sig != review.NoSignal
-	}
-	if b.Tasks != nil && s.Review != 0 && (sig == review.Pass || sig == review.Fail) {
-		if _, err := b.Tasks.Verdict(ctx, s.Review, s.Agent, sig == review.Pass, s.Result); err != nil &&
-			!errors.Is(err, taskboard.ErrState) {
-			return res, fmt.Errorf("review verdict on task %d: %w", s.Review, err)
-		}
-	}
-	if b.Tasks != nil && s.Task != 0 && (sig == review.Done || sig == review.Fail) {
-		h := taskboard.Holder{Agent: s.Agent, Session: s.SessionID}
-		var err error
-		if sig == review.Done {
-			_, err = b.Tasks.Done(ctx, s.Task, h, s.Result)
-		} else {
-			_, err = b.Tasks.Fail(ctx, s.Task, h, cmp.Or(strings.TrimSpace(s.Result), "FAIL"))
-		}
-		// Already reported from the session (swarmd task done): not an error.
-		if err != nil && !errors.Is(err, taskboard.ErrState) && !errors.Is(err, taskboard.ErrNotHolder) {
-			return res, fmt.Errorf("report task %d: %w", s.Task, err)
-		}
-	}
-	if b.Mail == nil || s.Mail == 0 {
-		return res, nil
-	}
-	var err error
-	if s.Completed {
-		ended := s.Ended
-		_, err = b.Mail.Ack(ctx, store.SessionRecord{
-			SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Started, Ended: &ended,
-		})
-	} else {
-		_, err = b.Mail.Unack(ctx, s.SessionID, s.Note)
-	}
-	if err != nil {
-		return res, fmt.Errorf("settle mail of session %s: %w", s.SessionID, err)
-	}
-	return res, nil
 }

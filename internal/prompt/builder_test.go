@@ -12,8 +12,11 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/settle"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -94,16 +97,14 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if _, err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2, Started: now, Ended: now,
-		Mail: 2, Note: "that session timed out"}); err != nil {
+	if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("bob", "bob-2-bbbb", 2, now), Mail: 2, Note: "that session timed out"}); err != nil {
 		t.Fatal(err)
 	}
 	p3, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
 	if err != nil || p3.Mail != 2 || !strings.Contains(p3.Text, "Shown before, but that session timed out: it is still unread.") {
 		t.Fatalf("prompt after an incomplete session (%v):\n%s", err, p3.Text)
 	}
-	if _, err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3, Started: now, Ended: now,
-		Mail: 2, Completed: true}); err != nil {
+	if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("bob", "bob-3-cccc", 3, now), Mail: 2, Completed: true}); err != nil {
 		t.Fatal(err)
 	}
 	if pending, _ := db.Inbox(ctx, "bob", false); len(pending) != 0 {
@@ -140,21 +141,19 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 			t.Errorf("prompt lacks %q:\n%s", want, p.Text)
 		}
 	}
-	if err := b.Started(ctx, "alice", "alice-1-aaaa", p.Task); err != nil {
+	if err := settlerOf(db, b).Started(ctx, "alice", "alice-1-aaaa", p.Task, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A session that ends without a signal: the task continues.
 	now := time.Now()
-	if r, err := b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-1-aaaa", Started: now, Ended: now,
-		Completed: true, Task: p.Task, Result: "made progress"}); err != nil || r.Signalled {
+	if r, err := settleIt(t, db, b, runner.Settlement{Session: ended("alice", "alice-1-aaaa", 1, now), Completed: true, Task: p.Task, Result: "made progress"}); err != nil || r.Signalled {
 		t.Fatalf("settle without a signal = %+v, %v", r, err)
 	}
 	p2, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-2-bbbb", Seq: 2})
 	if err != nil || p2.Task != tk.ID || p2.NewTask || !strings.Contains(p2.Text, "Continue your task #1") {
 		t.Fatalf("second prompt = %+v, %v", p2, err)
 	}
-	r, err := b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-2-bbbb", Started: now, Ended: now,
-		Completed: true, Task: p2.Task, Result: "parser written\nDONE"})
+	r, err := settleIt(t, db, b, runner.Settlement{Session: ended("alice", "alice-2-bbbb", 1, now), Completed: true, Task: p2.Task, Result: "parser written\nDONE"})
 	if err != nil || !r.Signalled {
 		t.Fatalf("settle with DONE = %+v, %v", r, err)
 	}
@@ -172,8 +171,7 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 		t.Fatalf("prompt after a new task = %+v, %v", p4, err)
 	}
 	// FAIL fails the task with the result as the reason.
-	r, err = b.Settle(ctx, runner.Settlement{Agent: "alice", SessionID: "alice-3-dddd", Started: now, Ended: now,
-		Completed: true, Task: 2, Result: "no such file\nFAIL"})
+	r, err = settleIt(t, db, b, runner.Settlement{Session: ended("alice", "alice-3-dddd", 1, now), Completed: true, Task: 2, Result: "no such file\nFAIL"})
 	if err != nil || !r.Signalled {
 		t.Fatalf("settle with FAIL = %+v, %v", r, err)
 	}
@@ -209,8 +207,7 @@ func TestBuilderReviewBeforeOwnTask(t *testing.T) {
 		t.Fatalf("bob's prompt = review %d task %d (%v); want the review of %d first", p.Review, p.Task, err, work.ID)
 	}
 	now := time.Now()
-	if _, err := b.Settle(ctx, runner.Settlement{Agent: "bob", SessionID: "bob-2-bbbb", Started: now, Ended: now,
-		Completed: true, Review: p.Review, Result: "fine\nPASS"}); err != nil {
+	if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("bob", "bob-2-bbbb", 1, now), Completed: true, Review: p.Review, Result: "fine\nPASS"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err = b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
@@ -269,4 +266,29 @@ func TestBuilderRecentCommitsFollowHead(t *testing.T) {
 	if p3 := build(3); g.recent != 2 || !strings.Contains(p3.Text, "second commit") {
 		t.Fatalf("after a commit: %d walks, prompt:\n%s", g.recent, p3.Text)
 	}
+}
+
+// settlerOf is the settle.Settler of the store db and b's board: what
+// records the sessions whose prompts b builds.
+func settlerOf(db *mailbox.Mailbox, b *Builder) *settle.Settler {
+	s := &settle.Settler{DB: db.Store()}
+	if b.Mail != nil {
+		s.Mail = db
+	}
+	if tb, ok := b.Tasks.(*taskboard.Board); ok && tb != nil {
+		s.Tasks = tb
+	}
+	return s
+}
+
+// settleIt settles st as the runner would once the session ended.
+func settleIt(t *testing.T, db *mailbox.Mailbox, b *Builder, st runner.Settlement) (runner.SettleResult, error) {
+	t.Helper()
+	return settlerOf(db, b).Settle(context.Background(), st, nil)
+}
+
+// ended is a session record that ended at now.
+func ended(name, id string, seq uint32, now time.Time) runner.SessionRecord {
+	return runner.SessionRecord{Agent: name, SessionID: id, Seq: seq, Outcome: agent.ExitOutcome{Kind: agent.Success},
+		Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now, Ended: now}}
 }

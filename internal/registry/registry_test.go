@@ -46,17 +46,21 @@ type noPrompter struct{}
 func (noPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{}, nil
 }
-func (noPrompter) Release(context.Context, string) error { return nil }
-func (noPrompter) Settle(context.Context, runner.Settlement) (runner.SettleResult, error) {
+func (noPrompter) Release(context.Context, string, func(error)) error { return nil }
+func (noPrompter) Settle(context.Context, runner.Settlement, func(error)) (runner.SettleResult, error) {
 	return runner.SettleResult{}, nil
 }
-func (noPrompter) Started(context.Context, string, string, int64) error { return nil }
-func (noPrompter) Stopped(context.Context, string, string) error        { return nil }
+func (noPrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
+func (noPrompter) Stopped(context.Context, string, string, func(error)) error        { return nil }
+func (noPrompter) Begin(context.Context, runner.SessionBegin, func(error)) (uint32, error) {
+	return 0, nil
+}
+func (noPrompter) Transient(error) bool { return false }
 
 func newRunner(t *testing.T, name string) *runner.Runner {
 	t.Helper()
 	r, err := runner.New(runner.Config{Name: name, Backend: noBackend{}, Workspace: blockedWorkspace{},
-		Prompter: noPrompter{}, Logs: logs.New(t.TempDir(), 0, 0, nil)})
+		Prompter: noPrompter{}, Settler: noPrompter{}, Logs: logs.New(t.TempDir(), 0, 0, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"time"
+
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/agent"
@@ -28,6 +30,13 @@ func (r *Runner) sessionResult(sess backend.Session) (res backend.Result, out ag
 		res.AbortReason, res.Reason = a.reason, a.detail+" ("+res.Reason+")"
 	}
 	r.aborted = nil
+	// The record needs an end and a start, whatever the backend reported.
+	if res.Ended.IsZero() {
+		res.Ended = time.Now()
+	}
+	if res.Started.IsZero() {
+		res.Started = res.Ended
+	}
 	r.price(&res)
 	out = outcome(res, r.timedOut)
 	interrupted = r.interrupted && out.Kind != agent.Success

@@ -36,12 +36,16 @@ type staticPrompter struct{}
 func (staticPrompter) Build(_ context.Context, req PromptRequest) (Prompt, error) {
 	return Prompt{Text: "You are " + req.Agent + ". Session " + req.SessionID + "\n" + strings.Repeat("context\n", 128)}, nil
 }
-func (staticPrompter) Release(context.Context, string) error { return nil }
-func (staticPrompter) Settle(context.Context, Settlement) (SettleResult, error) {
+func (staticPrompter) Release(context.Context, string, func(error)) error { return nil }
+func (staticPrompter) Settle(context.Context, Settlement, func(error)) (SettleResult, error) {
 	return SettleResult{}, nil
 }
-func (staticPrompter) Started(context.Context, string, string, int64) error { return nil }
-func (staticPrompter) Stopped(context.Context, string, string) error        { return nil }
+func (staticPrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
+func (staticPrompter) Stopped(context.Context, string, string, func(error)) error        { return nil }
+func (staticPrompter) Begin(context.Context, SessionBegin, func(error)) (uint32, error) {
+	return 0, nil
+}
+func (staticPrompter) Transient(error) bool { return false }
 
 // BenchmarkSessionTurnover: sessions of a backend that exits 0 at once, run
 // one after another through the runner (prompt stored, log written, process
@@ -59,7 +63,7 @@ func BenchmarkSessionTurnover(b *testing.B) {
 	}
 	dir := b.TempDir()
 	r, err := New(Config{
-		Name: "bench", Backend: be, Workspace: dirWorkspace{dir}, Prompter: staticPrompter{},
+		Name: "bench", Backend: be, Workspace: dirWorkspace{dir}, Prompter: staticPrompter{}, Settler: staticPrompter{},
 		Logs: logs.New(dir, 0, 0, nil),
 	})
 	if err != nil {

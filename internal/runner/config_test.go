@@ -33,7 +33,7 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 		"no backend": func(c *Config) { c.Backend = nil },
 		"no logs":    func(c *Config) { c.Logs = nil },
 	} {
-		cfg := Config{Name: "alice", Backend: &fakeBackend{}, Workspace: &fakeWorkspace{dir: t.TempDir()}, Prompter: &fakePrompter{}, Logs: &fullDisk{}}
+		cfg := Config{Name: "alice", Backend: &fakeBackend{}, Workspace: &fakeWorkspace{dir: t.TempDir()}, Prompter: &fakePrompter{}, Settler: &fakePrompter{}, Logs: &fullDisk{}}
 		mod(&cfg)
 		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: New = %v, want ErrConfig", name, err)

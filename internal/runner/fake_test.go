@@ -176,6 +176,8 @@ type fakePrompter struct {
 	idle      bool // with MayIdle, a prompt is Idle (nothing to do)
 	stopped   []string
 	block     bool
+	begun     []SessionBegin
+	hold      chan struct{} // if set, Settle waits for it (a busy store)
 }
 
 func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, error) {
@@ -192,16 +194,37 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail}, nil
 }
 
-func (p *fakePrompter) Settle(_ context.Context, s Settlement) (SettleResult, error) {
+func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error) {
+	if p.hold != nil {
+		// A store that refuses until the test lets it take the write.
+		wait(errStoreBusy)
+		select {
+		case <-p.hold:
+		case <-ctx.Done():
+			return SettleResult{}, ctx.Err()
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settled = append(p.settled, s)
 	return SettleResult{Signalled: p.signalled}, nil
 }
 
-func (p *fakePrompter) Started(context.Context, string, string, int64) error { return nil }
+func (p *fakePrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
 
-func (p *fakePrompter) Stopped(_ context.Context, agent, _ string) error {
+func (p *fakePrompter) Begin(_ context.Context, b SessionBegin, _ func(error)) (uint32, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.begun = append(p.begun, b)
+	return 0, nil
+}
+
+func (p *fakePrompter) Transient(err error) bool { return errors.Is(err, errStoreBusy) }
+
+// errStoreBusy is a store refusal that passes (fakePrompter.Transient).
+var errStoreBusy = errors.New("store busy")
+
+func (p *fakePrompter) Stopped(_ context.Context, agent, _ string, _ func(error)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped = append(p.stopped, agent)
@@ -214,11 +237,17 @@ func (p *fakePrompter) settlements() []Settlement {
 	return append([]Settlement(nil), p.settled...)
 }
 
-func (p *fakePrompter) Release(_ context.Context, sessionID string) error {
+func (p *fakePrompter) Release(_ context.Context, sessionID string, _ func(error)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.released = append(p.released, sessionID)
 	return nil
+}
+
+func (p *fakePrompter) begins() []SessionBegin {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]SessionBegin(nil), p.begun...)
 }
 
 func (p *fakePrompter) requests() []PromptRequest {
@@ -279,7 +308,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, be: &fakeBackend{}, ws: &fakeWorkspace{dir: t.TempDir()}, pr: &fakePrompter{mail: 1}, rec: &recorder{}, err: make(chan error, 1)}
 	cfg := Config{
-		Name: "alice", Role: "test role", Backend: h.be, Workspace: h.ws, Prompter: h.pr, Observer: h.rec,
+		Name: "alice", Role: "test role", Backend: h.be, Workspace: h.ws, Prompter: h.pr, Settler: h.pr, Observer: h.rec,
 		GracePeriod: 10 * time.Second, Logs: logs.New(t.TempDir(), 0, 0, nil),
 	}
 	if mod != nil {

@@ -1,12 +1,9 @@
 package runner
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
@@ -15,13 +12,8 @@ import (
 )
 
 // A session's prompt: why it runs, building it (BuildingPrompt, where an
-// agent with nothing to do idles), storing it, and settling or returning the
-// mail and task it carried once the session is over or never started.
-
-// prompterTimeout bounds the Prompter's bookkeeping that must happen even
-// while the agent stops (settle, release, Stopped), so it cannot use
-// stopCtx, yet must not hold the stop up forever.
-const prompterTimeout = 10 * time.Second
+// agent with nothing to do idles) and storing it. What becomes of the mail
+// and task it carried is outcome.go's.
 
 // WhyKind says why a session is about to run; the prompt tells the agent.
 type WhyKind uint8
@@ -77,35 +69,13 @@ type Prompt struct {
 	Head string
 }
 
-// SettleResult is what a settled session said.
-type SettleResult struct {
-	// Signalled: the session completed and its result carried a signal
-	// (done, pass or fail): the unit of work it was about is over. With no
-	// mail and no task, the agent then idles.
-	Signalled bool
-}
-
-// Settlement is how a session whose prompt carried mail ended.
-type Settlement struct {
-	Agent     string
-	SessionID string
-	Seq       uint32
-	Started   time.Time
-	Ended     time.Time
-	Completed bool   // SessionComplete: Running -> SessionExited(Success)
-	Note      string // why not completed
-	Mail      int    // messages the prompt carried
-	Task      int64  // the task the prompt carried, 0 for none
-	Review    int64  // the task whose review the prompt asked for, 0 for none
-	Result    string // the backend's final result text, for the signals
-}
-
 func (r *Runner) buildPrompt() {
 	r.applyPending()
 	if r.cfg.MaxSessions > 0 && r.started >= r.cfg.MaxSessions {
 		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.started)+" sessions run")
 		return
 	}
+	r.nextSeq()
 	r.sessionID = newSessionID(r.cfg.Name, r.seq)
 	// Urgent mail the runner heard of before consuming was committed before
 	// it, so the prompt holds it (or it was no longer pending).
@@ -138,9 +108,14 @@ func (r *Runner) buildPrompt() {
 		return
 	}
 	if err != nil {
+		if r.storeRefused(err) {
+			return // step builds it again
+		}
+		r.storeAnswered()
 		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
 		return
 	}
+	r.storeAnswered()
 	if p.Idle {
 		r.waitIdle()
 		return
@@ -185,62 +160,4 @@ func (r *Runner) setIdle(idle bool) {
 func (r *Runner) storePrompt(p string) error {
 	r.lastPrompt = p
 	return logs.WritePrompt(r.cfg.Logs.PromptPath(r.cfg.Name, r.seq), p)
-}
-
-// settle acknowledges the mail of a session that completed, or notes why it
-// will be shown again, before the next prompt is built: the next session must
-// see exactly the mail that no completed session saw.
-func (r *Runner) settle(res backend.Result, out agent.ExitOutcome, stopping bool) {
-	st := Settlement{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: res.Started, Ended: res.Ended,
-		Mail: r.carried, Task: r.task, Review: r.review, Result: res.Text}
-	r.carried = 0
-	prev := r.m.State().Kind
-	switch {
-	case stopping:
-		st.Note = "that session was stopped with its agent (" + r.snapReason() + ")"
-	case prev == agent.Interrupting:
-		st.Note = "that session was interrupted by urgent mail"
-	case res.Fatal != "":
-		st.Note = "that session failed: " + res.Fatal
-	case out.Kind == agent.Timeout:
-		st.Note = "that session timed out"
-	case stoppedFor(res, r.timedOut) != "":
-		st.Note, _ = stoppedNote(res)
-	case out.Kind == agent.Success && prev == agent.Running:
-		st.Completed = true
-	default:
-		st.Note = "that session failed: " + out.String()
-	}
-	if r.forced && !st.Completed {
-		st.Note += " and was force-stopped"
-	}
-	if st.Ended.IsZero() {
-		st.Ended = time.Now()
-	}
-	if st.Started.IsZero() {
-		st.Started = st.Ended
-	}
-	// Not stopCtx: settling must happen even while stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
-	defer cancel()
-	sr, err := r.cfg.Prompter.Settle(ctx, st)
-	if err != nil {
-		// The mail stays pending: shown again rather than never.
-		r.log.Error("settle the session's mail and task", zap.String("session", r.sessionID), zap.Error(err))
-	}
-	r.signalled = sr.Signalled
-}
-
-// release returns mail claimed by a prompt whose session never started.
-func (r *Runner) release() {
-	if !r.claimed {
-		return
-	}
-	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
-	// Not stopCtx: returning the mail must happen even while stopping.
-	ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
-	defer cancel()
-	if err := r.cfg.Prompter.Release(ctx, r.sessionID); err != nil {
-		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))
-	}
 }

@@ -55,22 +55,10 @@ type Hooks interface {
 	Run(ctx context.Context, dir string, env []string, p hooks.Payload) error
 }
 
-// Prompter assembles the prompt of the next session (BuildingPrompt).
+// Prompter assembles the prompt of the next session (BuildingPrompt). What
+// becomes of what it claimed is the Settler's.
 type Prompter interface {
 	Build(ctx context.Context, req PromptRequest) (Prompt, error)
-	// Release drops the claim on the mail of a session that never started.
-	Release(ctx context.Context, sessionID string) error
-	// Started is told that the session whose prompt carried a newly claimed
-	// task has started working on it.
-	Started(ctx context.Context, agent, sessionID string, task int64) error
-	// Stopped is told that the agent stopped for good in this run (not for
-	// a daemon shutdown): the tasks it holds go back to the board.
-	Stopped(ctx context.Context, agent, reason string) error
-	// Settle is told how every started session ended: a completed one
-	// acknowledges the mail its prompt carried and reports its task by the
-	// result's signal; any other end leaves the mail to be shown again, with
-	// the note saying why.
-	Settle(ctx context.Context, s Settlement) (SettleResult, error)
 }
 
 // Observer is told about every transition and every finished session. It is
@@ -90,6 +78,7 @@ type Config struct {
 	Backend     Backend
 	Workspace   Workspace
 	Prompter    Prompter
+	Settler     Settler
 	Observer    Observer // may be nil
 	Logs        LogStore
 	Hooks       Hooks // may be nil
@@ -193,6 +182,7 @@ type Runner struct {
 
 	// Owned by the Run goroutine. The session sequence and the worktree:
 	seq       uint32
+	seqUsed   bool // a session began with seq: the next one takes seq+1 (nextSeq)
 	sessionID string
 	wt        worktree.Worktree
 	wtChecked bool // the worktree was prepared or verified since the last session
@@ -225,6 +215,10 @@ type Runner struct {
 	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
 	quick      int       // sessions in a row that ended on their own in under hotLoopSession
 	diskFull   string    // Snapshot.DiskFull
+	// The store's refusals of prompt builds (outcome.go): the current
+	// backoff and when the refusals began.
+	storeDelay time.Duration
+	storeSince time.Time
 }
 
 // New checks cfg and returns a Runner in Initializing.
@@ -232,8 +226,8 @@ func New(cfg Config) (*Runner, error) {
 	switch {
 	case cfg.Name == "":
 		return nil, fmt.Errorf("%w: empty agent name", ErrConfig)
-	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil || cfg.Logs == nil:
-		return nil, fmt.Errorf("%w: agent %s: backend, workspace, prompter and log store are required", ErrConfig, cfg.Name)
+	case cfg.Backend == nil || cfg.Workspace == nil || cfg.Prompter == nil || cfg.Settler == nil || cfg.Logs == nil:
+		return nil, fmt.Errorf("%w: agent %s: backend, workspace, prompter, settler and log store are required", ErrConfig, cfg.Name)
 	}
 	cfg.setDefaults()
 	r := &Runner{
@@ -453,6 +447,7 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		}
 	case agent.IncrementSession:
 		r.seq++
+		r.seqUsed = false
 	case agent.LogFatal:
 		reason = eff.Msg
 		r.log.Error("agent stopped", zap.String("reason", eff.Msg))
@@ -476,6 +471,7 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
 		Reason: reason, Since: now, Version: r.snap.Version + 1,
 		HotLoop: r.quick >= hotLoopAfter, DiskFull: r.diskFull,
+		StoreWait: r.snap.StoreWait, StoreWaitSince: r.snap.StoreWaitSince,
 	}
 	r.snapPause(&r.snap)
 	if r.sess == nil {

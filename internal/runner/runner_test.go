@@ -530,7 +530,7 @@ func TestSettleMail(t *testing.T) {
 			if g.Completed != w.completed || !strings.HasPrefix(g.Note, w.note) || (w.note == "" && g.Note != "") {
 				t.Errorf("settlement %d = %+v, want completed=%v note %q", i+1, g, w.completed, w.note)
 			}
-			if g.SessionID == "" || g.Ended.IsZero() || (i > 0 && g.SessionID == got[i-1].SessionID) {
+			if g.Session.SessionID == "" || g.Session.Result.Ended.IsZero() || (i > 0 && g.Session.SessionID == got[i-1].Session.SessionID) {
 				t.Errorf("settlement %d = %+v: want its own session id and an end", i+1, g)
 			}
 		}

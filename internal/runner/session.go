@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -53,7 +52,12 @@ func (r *Runner) spawn() {
 	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
 	var sess backend.Session
 	if err == nil {
-		sess, err = r.cfg.Backend.Start(r.stopCtx, spec)
+		start := time.Now()
+		if err = r.begin(start); err == nil {
+			if sess, err = r.cfg.Backend.Start(r.stopCtx, spec); err != nil {
+				r.abandon(start, err)
+			}
+		}
 	}
 	if err != nil {
 		r.release()
@@ -84,12 +88,7 @@ func (r *Runner) spawn() {
 	}
 	r.started++
 	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
-	if r.newTask {
-		r.newTask = false
-		if err := r.cfg.Prompter.Started(r.stopCtx, r.cfg.Name, r.sessionID, r.task); err != nil {
-			r.log.Warn("start the session's task", zap.Int64("task", r.task), zap.Error(err))
-		}
-	}
+	r.taskStarted()
 	r.maybeInterrupt()
 }
 
@@ -164,9 +163,9 @@ func (r *Runner) finishSession(stopping bool) {
 	r.tm.stop()
 	res, out, interrupted := r.sessionResult(sess)
 	r.settleTicket(res, true)
-	r.settle(res, out, stopping)
-	r.noteSessionEnd(res, stopping)
 	rec := r.sessionRecord(sess, res, out, stopping, interrupted)
+	r.settle(rec, res, out, stopping)
+	r.noteSessionEnd(res, stopping)
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.OnSessionEnd(rec)
 	}
@@ -232,11 +231,7 @@ func (r *Runner) cleanup() {
 	r.settleTicket(backend.Result{}, false)
 	r.release()
 	if actor := r.stopActorName(); actor != "daemon" {
-		ctx, cancel := context.WithTimeout(context.Background(), prompterTimeout)
-		if err := r.cfg.Prompter.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason()); err != nil {
-			r.log.Error("return the agent's tasks", zap.Error(err))
-		}
-		cancel()
+		r.stopped()
 	}
 	// Archive and the agent_stopped hook run even while the daemon stops:
 	// only a force stop cuts them short.

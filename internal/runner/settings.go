@@ -14,6 +14,7 @@ type Settings struct {
 	Role        string
 	Backend     Backend
 	Prompter    Prompter
+	Settler     Settler
 	Env         []string
 	DefaultEnv  []string
 	Timeout     time.Duration
@@ -54,6 +55,9 @@ func (r *Runner) applyPending() {
 	}
 	if p.Prompter != nil {
 		r.cfg.Prompter = p.Prompter
+	}
+	if p.Settler != nil {
+		r.cfg.Settler = p.Settler
 	}
 	if p.GracePeriod > 0 {
 		r.cfg.GracePeriod = p.GracePeriod

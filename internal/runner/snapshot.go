@@ -40,6 +40,12 @@ type Snapshot struct {
 	// Waiting, if set, is why the agent waits for its provider before its
 	// next session (Config.Gate).
 	Waiting string
+	// StoreWait, if set, is what the agent waits for the store to record
+	// (its session's outcome, its start, a prompt's claims) while the store
+	// is slow, locked or away, and since when: nothing is dropped, the
+	// agent waits where it is.
+	StoreWait      string
+	StoreWaitSince time.Time
 }
 
 // Snapshot returns the current state.

@@ -229,9 +229,9 @@ func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time, agents []s
 	}
 	defer tx.Rollback()
 	scope, args := AndIn("agent", agents)
-	ss, err := querySessions(ctx, tx, `UPDATE sessions SET ended_at = ?, outcome = ?, reason = ?
+	ss, err := querySessions(ctx, tx, `UPDATE sessions SET ended_at = ?, outcome = ?, reason = ?, settled_at = ?
 		WHERE ended_at IS NULL`+scope+` RETURNING `+sessionCols,
-		append([]any{FormatTime(now), OutcomeOrphaned, "swarmd exited while the session ran"}, args...)...)
+		append([]any{FormatTime(now), OutcomeOrphaned, "swarmd exited while the session ran", FormatTime(now)}, args...)...)
 	if err != nil {
 		return nil, db.Wrap("close orphan sessions", err)
 	}

@@ -301,7 +301,7 @@ func (h Holder) check(t Task) error {
 		}
 		return fmt.Errorf("task %d is held by %s, not %s: %w", t.ID, who, h.Agent, ErrNotHolder)
 	}
-	if h.Session != "" && t.ClaimSession != "" && t.ClaimSession != h.Session {
+	if h.Session != "" && t.ClaimSession != h.Session {
 		return fmt.Errorf("task %d belongs to session %s of %s, not %s: %w", t.ID, t.ClaimSession, h.Agent, h.Session, ErrNotHolder)
 	}
 	return nil
@@ -313,29 +313,35 @@ func (b *Board) update(ctx context.Context, op string, id int64, h Holder, f fun
 	var t Task
 	err := b.write(ctx, op, func(tx *sql.Tx) error {
 		var err error
-		if t, err = getTask(ctx, tx, id); err != nil {
-			return err
-		}
-		if err := h.check(t); err != nil {
-			return err
-		}
-		m, err := f(&t)
-		if err != nil {
-			return err
-		}
-		if m.actor == "" {
-			m.actor = h.actor()
-		}
-		if m.session == "" {
-			m.session = h.Session
-		}
-		if err := b.apply(ctx, tx, &t, m); err != nil {
-			return err
-		}
-		t, err = getTask(ctx, tx, id) // as stored, with what the moves set
+		t, err = b.updateTx(ctx, tx, id, h, f)
 		return err
 	})
 	return t, err
+}
+
+// updateTx is update in the caller's transaction.
+func (b *Board) updateTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, f func(t *Task) (move, error)) (Task, error) {
+	t, err := getTask(ctx, tx, id)
+	if err != nil {
+		return t, err
+	}
+	if err := h.check(t); err != nil {
+		return t, err
+	}
+	m, err := f(&t)
+	if err != nil {
+		return t, err
+	}
+	if m.actor == "" {
+		m.actor = h.actor()
+	}
+	if m.session == "" {
+		m.session = h.Session
+	}
+	if err := b.apply(ctx, tx, &t, m); err != nil {
+		return t, err
+	}
+	return getTask(ctx, tx, id) // as stored, with what the moves set
 }
 
 // Start is CLAIMED -> IN_PROGRESS: the holder's session works on it. It also
@@ -357,11 +363,20 @@ func (b *Board) Continue(ctx context.Context, id int64, agent, session string) e
 
 // Done reports the task finished with summary.
 func (b *Board) Done(ctx context.Context, id int64, h Holder, summary string) (Task, error) {
-	return b.update(ctx, "done", id, h, func(t *Task) (move, error) {
+	return b.update(ctx, "done", id, h, b.done(summary))
+}
+
+// DoneTx is Done in the caller's transaction (a session's settlement).
+func (b *Board) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, summary string) (Task, error) {
+	return b.updateTx(ctx, tx, id, h, b.done(summary))
+}
+
+func (b *Board) done(summary string) func(t *Task) (move, error) {
+	return func(t *Task) (move, error) {
 		m := move{to: task.Done, reason: task.ReasonCompleted, why: oneLine("done", summary),
 			set: []string{"result = ?"}, args: []any{summary}}
 		return m, b.reviewOnDone(t, &m)
-	})
+	}
 }
 
 // Fail reports the task failed for reason.
@@ -369,10 +384,22 @@ func (b *Board) Fail(ctx context.Context, id int64, h Holder, reason string) (Ta
 	if strings.TrimSpace(reason) == "" {
 		return Task{}, invalidf("a failure needs a reason")
 	}
-	return b.update(ctx, "fail", id, h, func(t *Task) (move, error) {
+	return b.update(ctx, "fail", id, h, failMove(reason))
+}
+
+// FailTx is Fail in the caller's transaction (a session's settlement).
+func (b *Board) FailTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, reason string) (Task, error) {
+	if strings.TrimSpace(reason) == "" {
+		return Task{}, invalidf("a failure needs a reason")
+	}
+	return b.updateTx(ctx, tx, id, h, failMove(reason))
+}
+
+func failMove(reason string) func(t *Task) (move, error) {
+	return func(t *Task) (move, error) {
 		return move{to: task.Failed, reason: task.ReasonAborted, why: oneLine("failed", reason),
 			set: []string{"result = ?"}, args: []any{reason}}, nil
-	})
+	}
 }
 
 // Block parks the task: on another task (a dependency; it opens again when

@@ -123,6 +123,18 @@ func (b *Board) Verdict(ctx context.Context, id int64, reviewer string, pass boo
 	var t Task
 	err := b.write(ctx, "review verdict", func(tx *sql.Tx) error {
 		var err error
+		t, err = b.VerdictTx(ctx, tx, id, reviewer, pass, feedback)
+		return err
+	})
+	return t, err
+}
+
+// VerdictTx is Verdict in the caller's transaction (a session's
+// settlement).
+func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (Task, error) {
+	var t Task
+	err := func() error {
+		var err error
 		if t, err = getTask(ctx, tx, id); err != nil {
 			return err
 		}
@@ -153,7 +165,7 @@ func (b *Board) Verdict(ctx context.Context, id int64, reviewer string, pass boo
 		}
 		t, err = getTask(ctx, tx, id) // as stored, with what the moves set
 		return err
-	})
+	}()
 	return t, err
 }
 

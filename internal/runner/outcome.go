@@ -1,0 +1,270 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+)
+
+// What becomes of a session, recorded through the Settler: its row before
+// its process starts, its outcome once it ended (before the next session is
+// built), the mail and task a session that never started had claimed, and
+// an agent's tasks when it stops. None of these gives up while the store is
+// slow or locked: the agent waits where it is, and says so.
+
+// Settler records what became of the agent's sessions (package settle). Its
+// methods retry while the store refuses for a reason that passes, calling
+// wait at each refusal, until they succeed or ctx ends.
+type Settler interface {
+	// Begin records that a session is about to start: its row is durable
+	// before the process runs. A seq some other session has already is
+	// ErrSeqTaken, with next the first free one.
+	Begin(ctx context.Context, b SessionBegin, wait func(error)) (next uint32, err error)
+	// Settle records a finished session's outcome exactly once: its row's
+	// end, its mail acknowledged (completed) or noted (not), its task and
+	// review reported by the signal its result carries.
+	Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error)
+	// Release returns the mail and task claimed for a session that never
+	// started.
+	Release(ctx context.Context, sessionID string, wait func(error)) error
+	// Started is told that the session whose prompt carried a newly claimed
+	// task has started working on it.
+	Started(ctx context.Context, agent, sessionID string, task int64, wait func(error)) error
+	// Stopped is told that the agent stopped for good in this run (not for
+	// a daemon shutdown): the tasks it holds go back to the board.
+	Stopped(ctx context.Context, agent, reason string, wait func(error)) error
+	// Transient reports whether err is the store being slow or away (worth
+	// waiting for) rather than a refusal.
+	Transient(err error) bool
+}
+
+// ErrSeqTaken: another session already has the seq (a second daemon ran
+// this agent).
+var ErrSeqTaken = errors.New("session seq already used")
+
+// SessionBegin is a session about to start.
+type SessionBegin struct {
+	Agent      string
+	SessionID  string
+	Seq        uint32
+	Started    time.Time
+	HeadBefore string
+	LogPath    string
+}
+
+// Settlement is how a session ended.
+type Settlement struct {
+	Session   SessionRecord // the ended session, as observers get it
+	Completed bool          // SessionComplete: Running -> SessionExited(Success)
+	Note      string        // why not completed
+	Mail      int           // messages the prompt carried
+	Task      int64         // the task the prompt carried, 0 for none
+	Review    int64         // the task whose review the prompt asked for, 0 for none
+	Result    string        // the backend's final result text, for the signals
+}
+
+// SettleResult is what a settled session said.
+type SettleResult struct {
+	// Signalled: the session completed and its result carried a signal
+	// (done, pass or fail): the unit of work it was about is over. With no
+	// mail and no task, the agent then idles.
+	Signalled bool
+}
+
+// storeWaitShown is how long a write may take before the agent shows that
+// it waits on the store (status, the dashboards, /readyz).
+const storeWaitShown = 2 * time.Second
+
+// storeBackoff bounds the pause before building a prompt again after the
+// store refused the reads and claims of the last try.
+const (
+	storeFirstBackoff = 10 * time.Millisecond
+	storeMaxBackoff   = time.Second
+)
+
+// waitingOnStore runs f, showing in the snapshot that the agent waits on
+// the store once f has taken storeWaitShown or the store refused once.
+func (r *Runner) waitingOnStore(what string, f func(wait func(error)) error) error {
+	since := time.Now()
+	t := time.AfterFunc(storeWaitShown, func() { r.setStoreWait("waiting on the store: "+what, since) })
+	defer func() {
+		t.Stop()
+		r.setStoreWait("", time.Time{})
+	}()
+	return f(func(err error) { r.setStoreWait("waiting on the store: "+what+": "+err.Error(), since) })
+}
+
+// setStoreWait publishes why the agent waits on the store ("" when it does
+// not).
+func (r *Runner) setStoreWait(reason string, since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.snap.StoreWait == reason {
+		return
+	}
+	r.snap.StoreWait, r.snap.StoreWaitSince = reason, since
+	r.snap.Version++
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// begin makes the session's row durable before its process starts. It
+// reports false when the session must not start: a stop came first, or its
+// seq is another session's (the seq then moves past it).
+func (r *Runner) begin(start time.Time) error {
+	b := SessionBegin{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: start,
+		HeadBefore: r.headBefore, LogPath: r.logPath()}
+	return r.waitingOnStore("record the session's start", func(wait func(error)) error {
+		next, err := r.cfg.Settler.Begin(r.stopCtx, b, wait)
+		if errors.Is(err, ErrSeqTaken) && next > r.seq {
+			r.seq = next
+		}
+		// The seq is this session's now, whatever becomes of it: the next
+		// session gets its own (nextSeq).
+		r.seqUsed = err == nil
+		return err
+	})
+}
+
+// nextSeq moves past the seq of a session that started and did not
+// complete (an error, a timeout, an interrupt, a failed start): the seed's
+// machine bumps session_seq only after a completed session, but every
+// started session has a seq, a row, a log and a prompt of its own.
+func (r *Runner) nextSeq() {
+	if r.seqUsed {
+		r.seq++
+		r.seqUsed = false
+	}
+}
+
+// settle records how the session ended before the next prompt is built:
+// the next session must see exactly the mail and task that no completed
+// session settled. It waits for the store as long as it takes; only a
+// force stop cuts it short, leaving the outcome in the session's log for
+// restart recovery.
+func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOutcome, stopping bool) {
+	st := Settlement{Session: rec, Mail: r.carried, Task: r.task, Review: r.review, Result: res.Text}
+	r.carried = 0
+	prev := r.m.State().Kind
+	switch {
+	case stopping:
+		st.Note = "that session was stopped with its agent (" + r.snapReason() + ")"
+	case prev == agent.Interrupting:
+		st.Note = "that session was interrupted by urgent mail"
+	case res.Fatal != "":
+		st.Note = "that session failed: " + res.Fatal
+	case out.Kind == agent.Timeout:
+		st.Note = "that session timed out"
+	case stoppedFor(res, r.timedOut) != "":
+		st.Note, _ = stoppedNote(res)
+	case out.Kind == agent.Success && prev == agent.Running:
+		st.Completed = true
+	default:
+		st.Note = "that session failed: " + out.String()
+	}
+	if r.forced && !st.Completed {
+		st.Note += " and was force-stopped"
+	}
+	var sr SettleResult
+	err := r.waitingOnStore("record the session's outcome", func(wait func(error)) error {
+		var err error
+		sr, err = r.cfg.Settler.Settle(r.forceCtx, st, wait)
+		return err
+	})
+	if err != nil {
+		// Force-stopped, or the database is gone: the outcome is in the
+		// session's log, and the next start applies it.
+		r.log.Error("record the session's outcome (restart recovery applies it from the session log)",
+			zap.String("session", rec.SessionID), zap.Error(err))
+	}
+	r.signalled = sr.Signalled
+}
+
+// release returns mail claimed by a prompt whose session never started.
+func (r *Runner) release() {
+	if !r.claimed {
+		return
+	}
+	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
+	// Not stopCtx: returning the mail must happen even while stopping. What
+	// a force stop leaves claimed, restart recovery returns (no session row).
+	err := r.waitingOnStore("return claimed mail", func(wait func(error)) error {
+		return r.cfg.Settler.Release(r.forceCtx, r.sessionID, wait)
+	})
+	if err != nil {
+		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))
+	}
+}
+
+// taskStarted moves the task a session was started on to IN_PROGRESS.
+func (r *Runner) taskStarted() {
+	if !r.newTask {
+		return
+	}
+	r.newTask = false
+	err := r.waitingOnStore("start the session's task", func(wait func(error)) error {
+		return r.cfg.Settler.Started(r.forceCtx, r.cfg.Name, r.sessionID, r.task, wait)
+	})
+	if err != nil {
+		r.log.Warn("start the session's task", zap.Int64("task", r.task), zap.Error(err))
+	}
+}
+
+// stopped returns the agent's tasks to the board: it stopped for good.
+func (r *Runner) stopped() {
+	err := r.waitingOnStore("requeue the agent's tasks", func(wait func(error)) error {
+		return r.cfg.Settler.Stopped(r.forceCtx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), wait)
+	})
+	if err != nil {
+		r.log.Error("return the agent's tasks", zap.Error(err))
+	}
+}
+
+// storeRefused reports whether a prompt's build failed because the store
+// was slow or away; then the agent waits (shown) and builds again, instead
+// of stopping.
+func (r *Runner) storeRefused(err error) bool {
+	if !r.cfg.Settler.Transient(err) {
+		return false
+	}
+	if r.storeDelay == 0 {
+		r.storeSince = time.Now()
+	}
+	r.storeDelay = min(max(2*r.storeDelay, storeFirstBackoff), storeMaxBackoff)
+	if time.Since(r.storeSince) >= storeWaitShown {
+		r.setStoreWait("waiting on the store: build the prompt: "+err.Error(), r.storeSince)
+	}
+	r.log.Warn("build prompt: the store refused; building again", zap.Duration("in", r.storeDelay), zap.Error(err))
+	sleep(r.stopCtx, r.storeDelay)
+	return true
+}
+
+// storeAnswered clears the build's store wait.
+func (r *Runner) storeAnswered() {
+	if r.storeDelay != 0 {
+		r.storeDelay = 0
+		r.setStoreWait("", time.Time{})
+	}
+}
+
+// abandon settles the row of a session whose process did not start: begin
+// made it durable, so it is closed as an error with the start's failure.
+func (r *Runner) abandon(start time.Time, cause error) {
+	now := time.Now()
+	res := backend.Result{Outcome: backend.OutcomeError, Started: start, Ended: now, Reason: "start: " + cause.Error()}
+	rec := SessionRecord{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Outcome: agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason},
+		Result: res, LogPath: r.logPath(), Backend: r.cfg.BackendName, HeadBefore: r.headBefore}
+	st := Settlement{Session: rec, Note: "that session never started: " + cause.Error()}
+	err := r.waitingOnStore("record the failed start", func(wait func(error)) error {
+		_, err := r.cfg.Settler.Settle(r.forceCtx, st, wait)
+		return err
+	})
+	if err != nil {
+		r.log.Error("record a session that did not start", zap.String("session", r.sessionID), zap.Error(err))
+	}
+}

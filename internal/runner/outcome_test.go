@@ -1,0 +1,80 @@
+package runner
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
+)
+
+// Every started session has a seq of its own: a retry after an error, an
+// interrupt or a completed session alike takes the next one, and its row
+// is begun before the process starts, with the prompt's seq.
+func TestEverySessionItsOwnSeq(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.MinSessionInterval = 0 })
+		h.be.plan = func(n int, s *fakeSession) {
+			if n == 0 || n == 2 {
+				s.finish(failure())
+				return
+			}
+			s.finish(success())
+		}
+		h.start()
+		h.waitFor("four sessions", func(Snapshot) bool { return len(h.pr.begins()) >= 4 })
+		h.stop()
+		seen := map[uint32]string{}
+		for i, b := range h.pr.begins()[:4] {
+			if other, ok := seen[b.Seq]; ok {
+				t.Errorf("seq %d begun by %s and %s", b.Seq, other, b.SessionID)
+			}
+			seen[b.Seq] = b.SessionID
+			if want := uint32(i + 1); b.Seq != want || !strings.HasPrefix(b.SessionID, "alice-"+itoa(want)+"-") {
+				t.Errorf("session %d began with seq %d (%s), want %d", i, b.Seq, b.SessionID, want)
+			}
+		}
+		for i, sp := range h.be.specs[:4] {
+			if sp.Seq != uint32(i+1) || !strings.HasSuffix(sp.LogPath, "/"+itoa(uint32(i+1))+".log") {
+				t.Errorf("spawn %d: seq %d log %s", i, sp.Seq, sp.LogPath)
+			}
+		}
+	})
+}
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// A store that will not take a session's outcome holds the agent where it
+// is, shown as waiting on the store after storeWaitShown, for as long as it
+// takes: no next session is built before the outcome is recorded.
+func TestOutcomeWaitsForTheStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.pr.hold = make(chan struct{})
+		h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+		h.start()
+		s := h.waitFor("waiting on the store", func(s Snapshot) bool { return s.StoreWait != "" })
+		if !strings.Contains(s.StoreWait, "waiting on the store: record the session's outcome") {
+			t.Errorf("StoreWait = %q", s.StoreWait)
+		}
+		time.Sleep(time.Hour) // the store stays locked for an hour
+		synctest.Wait()
+		if n := len(h.pr.requests()); n != 1 {
+			t.Fatalf("%d prompts built while the first session's outcome waited, want 1", n)
+		}
+		if st := h.r.Snapshot(); st.State.Kind != agent.Running || st.StoreWait == "" {
+			t.Fatalf("after an hour: %v, wait %q", st.State.Kind, st.StoreWait)
+		}
+		close(h.pr.hold)
+		h.waitFor("second session", func(Snapshot) bool { return len(h.pr.requests()) >= 2 })
+		if s := h.r.Snapshot(); s.StoreWait != "" {
+			t.Errorf("StoreWait after the store took it: %q", s.StoreWait)
+		}
+		if got := h.pr.settlements(); len(got) == 0 || !got[0].Completed {
+			t.Errorf("settlements %+v", got)
+		}
+		h.stop()
+	})
+}

@@ -1,0 +1,419 @@
+// Package settle records what became of a session, exactly once: a
+// finished session's outcome (its row's end, the mail its prompt carried,
+// its task report, its review verdict, its spend) in one transaction, and
+// what a session that never started or an agent that stopped leaves behind.
+//
+// An outcome is never dropped. It is appended to the session's log first
+// (the outbox: restart recovery applies it from there if the daemon dies
+// before the store has it), then written in one transaction, retried with
+// backoff for as long as the store is busy, slow or away. Every write is
+// fenced by session: a task report and a mail acknowledgement apply only to
+// what the session was given, so a later session can never settle an
+// earlier one's work.
+package settle
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// Mail is what settling needs of the mailbox. *mailbox.Mailbox satisfies it.
+type Mail interface {
+	AckTx(ctx context.Context, tx *sql.Tx, sessionID string, ended time.Time) (int, error)
+	UnackTx(ctx context.Context, tx *sql.Tx, sessionID, note string) (int, error)
+	Unconsume(ctx context.Context, sessionID string) (int, error)
+}
+
+// Tasks is what settling needs of the task board. *taskboard.Board
+// satisfies it.
+type Tasks interface {
+	DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary string) (taskboard.Task, error)
+	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
+	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
+	Start(ctx context.Context, id int64, h taskboard.Holder) (taskboard.Task, error)
+	Unclaim(ctx context.Context, session string) error
+	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
+}
+
+// Backoff bounds of the retries while the store refuses a write.
+const (
+	firstBackoff = 5 * time.Millisecond
+	maxBackoff   = time.Second
+)
+
+// Settler implements runner.Settler on a store. Mail and Tasks may be nil
+// (no mailbox, no task board).
+type Settler struct {
+	DB      *store.DB
+	Mail    Mail
+	Tasks   Tasks
+	Signals review.Signals
+	Logger  *zap.Logger
+	// Now is the clock of settled_at; nil is time.Now.
+	Now func() time.Time
+	// Observe, if set, is told of every settled outcome: how long after
+	// the session's end it was recorded, and how long of that was spent
+	// waiting for the store (retries after a refusal). It must be quick.
+	Observe func(agent string, latency, waited time.Duration)
+}
+
+// Record is an outcome as the outbox keeps it: everything Apply needs,
+// with the signal already read from the result, so that recovery applies
+// what the running daemon would have.
+type Record struct {
+	Session   store.SessionRecord `json:"session"`
+	Completed bool                `json:"completed"`
+	Note      string              `json:"note,omitempty"`
+	Task      int64               `json:"task,omitempty"`
+	Review    int64               `json:"review,omitempty"`
+	Signal    string              `json:"signal,omitempty"` // review.Signal's name: done, pass, fail; "" none
+	Text      string              `json:"text,omitempty"`   // the result text: the task's summary or reason, the verdict's feedback
+}
+
+// maxRecordText caps the result text an outbox record keeps (the log has
+// the whole of it just above).
+const maxRecordText = 256 << 10
+
+// Result is what Apply did.
+type Result struct {
+	// Already: the session was settled before (an earlier attempt's commit,
+	// or recovery): nothing was applied now.
+	Already bool
+	// Signalled: the session completed with a signal.
+	Signalled bool
+	// Acked is how many messages were acknowledged; Reported says what
+	// became of the task or review ("" nothing).
+	Acked    int
+	Reported string
+}
+
+// RecordOf is the outbox record of a runner's settlement.
+func (s *Settler) RecordOf(st runner.Settlement) Record {
+	rec := Record{Session: sessionRow(st.Session), Completed: st.Completed, Note: st.Note, Task: st.Task, Review: st.Review}
+	if st.Completed {
+		if sig := s.Signals.Scan(st.Result); sig != review.NoSignal {
+			rec.Signal = sig.String()
+			if rec.Task != 0 || rec.Review != 0 {
+				rec.Text = st.Result
+				if len(rec.Text) > maxRecordText {
+					rec.Text = rec.Text[:maxRecordText]
+				}
+			}
+		}
+	}
+	return rec
+}
+
+// sessionRow is the sessions table's row of an ended session.
+func sessionRow(s runner.SessionRecord) store.SessionRecord {
+	ended := s.Result.Ended
+	return store.SessionRecord{
+		SessionID: s.SessionID, Agent: s.Agent, Seq: s.Seq, Started: s.Result.Started, Ended: &ended,
+		Outcome: s.OutcomeLabel(), ExitCode: s.Result.ExitCode, Signal: s.Result.Signal,
+		AbortReason: s.Result.AbortReason, Reason: s.Result.Reason, Duration: s.Result.Ended.Sub(s.Result.Started),
+		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
+		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,
+		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls, ResultText: s.Result.Text,
+		Commits: s.Commits,
+	}
+}
+
+// Settle records a finished session's outcome: it appends the record to
+// the session's log, then applies it (Apply), retrying with backoff while
+// the store refuses it for a reason that passes (Transient), telling wait
+// of each refusal. It returns once the outcome is recorded, or when ctx
+// ends (the outcome is then in the log, for recovery), or on an error no
+// retry can fix (the database is gone).
+func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(err error)) (runner.SettleResult, error) {
+	rec := s.RecordOf(st)
+	if b, err := json.Marshal(rec); err != nil {
+		s.logger().Error("encode the session's outcome", zap.String("session", st.Session.SessionID), zap.Error(err))
+	} else if rec.Session.LogPath != "" {
+		if err := logs.AppendOutcome(rec.Session.LogPath, b); err != nil {
+			// Not fatal: the store is the record; the log only covers a crash.
+			s.logger().Warn("keep the session's outcome in its log", zap.String("session", st.Session.SessionID), zap.Error(err))
+		}
+	}
+	var waited time.Duration
+	res, err := s.retry(ctx, "settle session "+st.Session.SessionID, wait, &waited, func() (Result, error) {
+		return s.Apply(ctx, rec)
+	})
+	if err != nil {
+		return runner.SettleResult{}, err
+	}
+	if s.Observe != nil && rec.Session.Ended != nil {
+		s.Observe(rec.Session.Agent, s.now().Sub(*rec.Session.Ended), waited)
+	}
+	return runner.SettleResult{Signalled: res.Signalled}, nil
+}
+
+// retry runs f until it succeeds, fails for good, or ctx ends.
+func retry[T any](ctx context.Context, s *Settler, op string, wait func(error), waited *time.Duration, f func() (T, error)) (T, error) {
+	delay := firstBackoff
+	var since time.Time
+	for {
+		v, err := f()
+		if err == nil || !s.DB.Transient(err) {
+			if !since.IsZero() && waited != nil {
+				*waited = time.Since(since)
+			}
+			if err == nil && !since.IsZero() {
+				s.logger().Info(op+": recorded after waiting for the store", zap.Duration("waited", time.Since(since)))
+			}
+			return v, err
+		}
+		if since.IsZero() {
+			since = time.Now()
+			s.logger().Warn(op+": the store refused the write; retrying until it takes it", zap.Error(err))
+		}
+		if wait != nil {
+			wait(err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			var zero T
+			return zero, fmt.Errorf("%s: %w (last refusal: %w)", op, ctx.Err(), err)
+		case <-t.C:
+		}
+		delay = min(2*delay, maxBackoff)
+	}
+}
+
+func (s *Settler) retry(ctx context.Context, op string, wait func(error), waited *time.Duration, f func() (Result, error)) (Result, error) {
+	return retry(ctx, s, op, wait, waited, f)
+}
+
+// Apply writes rec in one transaction: the session's row with its end,
+// marked settled; its mail acknowledged (it completed) or noted (it did
+// not); its task reported and its review's verdict recorded by the signal
+// it carried, each only if this session holds them. A session settled
+// before is left alone (Result.Already).
+func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
+	var res Result
+	sig := review.NoSignal
+	if rec.Signal != "" {
+		var err error
+		if sig, err = review.ParseSignal(rec.Signal); err != nil {
+			return res, fmt.Errorf("settle session %s: %w", rec.Session.SessionID, err)
+		}
+	}
+	res.Signalled = rec.Completed && sig != review.NoSignal
+	id := rec.Session.SessionID
+	err := s.DB.InTx(ctx, "settle session "+id, func(tx *sql.Tx) error {
+		already, err := s.DB.SettleSessionTx(ctx, tx, rec.Session, s.now())
+		if err != nil || already {
+			res.Already = already
+			return err
+		}
+		if err := s.report(ctx, tx, rec, sig, &res); err != nil {
+			return err
+		}
+		if s.Mail == nil {
+			return nil
+		}
+		if rec.Completed {
+			res.Acked, err = s.Mail.AckTx(ctx, tx, id, *rec.Session.Ended)
+		} else {
+			_, err = s.Mail.UnackTx(ctx, tx, id, rec.Note)
+		}
+		return err
+	})
+	return res, err
+}
+
+// report applies the signal to the session's review and task. A report the
+// board refuses because the state moved on (the session reported it itself
+// with `swarmd task done`, or the operator cancelled the task) or because
+// this session no longer holds it is not an error: the fence did its job.
+func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review.Signal, res *Result) error {
+	if s.Tasks == nil || !rec.Completed {
+		return nil
+	}
+	refused := func(err error) bool {
+		return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder)
+	}
+	agent, id := rec.Session.Agent, rec.Session.SessionID
+	if rec.Review != 0 && (sig == review.Pass || sig == review.Fail) {
+		_, err := s.Tasks.VerdictTx(ctx, tx, rec.Review, agent, sig == review.Pass, rec.Text)
+		switch {
+		case err == nil:
+			res.Reported = fmt.Sprintf("review of task %d: %s", rec.Review, sig)
+		case refused(err):
+			s.logger().Info("review verdict not applied", zap.String("session", id), zap.Error(err))
+		default:
+			return fmt.Errorf("review verdict on task %d: %w", rec.Review, err)
+		}
+	}
+	if rec.Task != 0 && (sig == review.Done || sig == review.Fail) {
+		h := taskboard.Holder{Agent: agent, Session: id}
+		var err error
+		if sig == review.Done {
+			_, err = s.Tasks.DoneTx(ctx, tx, rec.Task, h, rec.Text)
+		} else {
+			_, err = s.Tasks.FailTx(ctx, tx, rec.Task, h, cmp.Or(strings.TrimSpace(rec.Text), "FAIL"))
+		}
+		switch {
+		case err == nil:
+			res.Reported = fmt.Sprintf("task %d: %s", rec.Task, sig)
+		case refused(err):
+			s.logger().Info("task report not applied", zap.String("session", id), zap.Int64("task", rec.Task), zap.Error(err))
+		default:
+			return fmt.Errorf("report task %d: %w", rec.Task, err)
+		}
+	}
+	return nil
+}
+
+// Begin records that a session is about to start (its row, committed),
+// retrying while the store refuses. A seq that another session of the
+// agent has is runner.ErrSeqTaken, with the first free seq.
+func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(error)) (uint32, error) {
+	rec := store.SessionRecord{SessionID: b.SessionID, Agent: b.Agent, Seq: b.Seq, Started: b.Started,
+		HeadBefore: b.HeadBefore, LogPath: b.LogPath}
+	_, err := retry(ctx, s, "record the start of session "+b.SessionID, wait, nil, func() (struct{}, error) {
+		return struct{}{}, s.DB.BeginSession(ctx, rec)
+	})
+	if errors.Is(err, store.ErrSeqTaken) {
+		last, merr := s.DB.MaxSeq(ctx, b.Agent)
+		if merr != nil {
+			return 0, errors.Join(err, merr)
+		}
+		return last + 1, fmt.Errorf("%w: %w", runner.ErrSeqTaken, err)
+	}
+	return 0, err
+}
+
+// Transient reports whether err is the store being slow or away.
+func (s *Settler) Transient(err error) bool { return s.DB.Transient(err) }
+
+// Release returns the mail and the task claimed for a session that never
+// started, retrying while the store refuses.
+func (s *Settler) Release(ctx context.Context, sessionID string, wait func(error)) error {
+	_, err := retry(ctx, s, "return what session "+sessionID+" claimed", wait, nil, func() (struct{}, error) {
+		if s.Mail != nil {
+			if _, err := s.Mail.Unconsume(ctx, sessionID); err != nil {
+				return struct{}{}, fmt.Errorf("return mail of session %s: %w", sessionID, err)
+			}
+		}
+		if s.Tasks != nil {
+			if err := s.Tasks.Unclaim(ctx, sessionID); err != nil {
+				return struct{}{}, fmt.Errorf("return the task of session %s: %w", sessionID, err)
+			}
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// Started moves a newly claimed task on: its session started on it.
+func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int64, wait func(error)) error {
+	if s.Tasks == nil || task == 0 {
+		return nil
+	}
+	_, err := retry(ctx, s, fmt.Sprintf("start task %d", task), wait, nil, func() (struct{}, error) {
+		_, err := s.Tasks.Start(ctx, task, taskboard.Holder{Agent: agent, Session: sessionID})
+		if err != nil && !errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
+			return struct{}{}, fmt.Errorf("start task %d: %w", task, err)
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// Stopped returns the tasks of an agent that stopped to the board.
+func (s *Settler) Stopped(ctx context.Context, agent, reason string, wait func(error)) error {
+	if s.Tasks == nil {
+		return nil
+	}
+	_, err := retry(ctx, s, "requeue the tasks of "+agent, wait, nil, func() (struct{}, error) {
+		if _, err := s.Tasks.Orphan(ctx, agent, reason); err != nil {
+			return struct{}{}, fmt.Errorf("requeue the tasks of %s: %w", agent, err)
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// Recovered is one session whose outcome restart recovery applied.
+type Recovered struct {
+	Session  store.SessionRecord
+	Result   Result
+	FromLogs bool // false: its log held no outcome (it is left to be closed as orphaned)
+}
+
+// Recover applies the outcomes that a killed daemon wrote to its sessions'
+// logs but not to the store: every unsettled session of agents (every
+// agent's when nil) whose log ends with an outcome record. Call it at
+// daemon start, before any agent runs and before orphaned sessions are
+// closed; the sessions it does not settle are the orphans.
+func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, error) {
+	open, err := s.DB.UnsettledSessions(ctx, agents)
+	if err != nil {
+		return nil, fmt.Errorf("recover outcomes: %w", err)
+	}
+	var out []Recovered
+	for _, ss := range open {
+		if ss.LogPath == "" {
+			continue
+		}
+		b, ok, err := logs.ReadOutcome(ss.LogPath)
+		if err != nil {
+			s.logger().Warn("read a session's outcome from its log", zap.String("session", ss.SessionID), zap.Error(err))
+			continue
+		}
+		if !ok {
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal(b, &rec); err != nil || rec.Session.SessionID != ss.SessionID {
+			s.logger().Warn("a session's log ends with an unreadable outcome", zap.String("session", ss.SessionID),
+				zap.String("log", ss.LogPath), zap.Error(err))
+			continue
+		}
+		res, err := s.retry(ctx, "recover session "+ss.SessionID, nil, nil, func() (Result, error) { return s.Apply(ctx, rec) })
+		if err != nil {
+			return out, fmt.Errorf("recover outcomes: %w", err)
+		}
+		out = append(out, Recovered{Session: rec.Session, Result: res, FromLogs: true})
+	}
+	return out, nil
+}
+
+func (s *Settler) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Settler) logger() *zap.Logger {
+	if s.Logger == nil {
+		return zap.NewNop()
+	}
+	return s.Logger
+}
+
+// Compile-time checks: the store's types satisfy the interfaces, and the
+// Settler the runner's.
+var (
+	_ Mail           = (*mailbox.Mailbox)(nil)
+	_ Tasks          = (*taskboard.Board)(nil)
+	_ runner.Settler = (*Settler)(nil)
+)

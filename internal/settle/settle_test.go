@@ -1,0 +1,352 @@
+package settle_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the lock holder's own PostgreSQL connection
+	"go.uber.org/goleak"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/settle"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is one store with its mailbox, board and settler.
+type env struct {
+	db    *store.DB
+	mail  *mailbox.Mailbox
+	board *taskboard.Board
+	s     *settle.Settler
+	dir   string // where session logs go
+	// lock takes the store's write lock from another client and returns
+	// its release.
+	lock func(t *testing.T) (release func())
+}
+
+func sqliteEnv(t *testing.T) *env {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	e := openEnv(t, path)
+	e.lock = func(t *testing.T) func() {
+		// Another client of the file: its own connection, holding SQLite's
+		// write lock (BEGIN IMMEDIATE) until released.
+		other, err := store.Open(context.Background(), path, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := other.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = tx.Rollback(); _ = other.Close() }
+	}
+	return e
+}
+
+var pgN atomic.Int64
+
+func postgresEnv(t *testing.T) *env {
+	t.Helper()
+	srv := pgtest.Require(t)
+	name := fmt.Sprintf("settle%d", pgN.Add(1))
+	if err := srv.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	e := openEnv(t, srv.URL(name))
+	e.lock = func(t *testing.T) func() {
+		// Another client holding the tables an outcome writes, locked.
+		c, err := sql.Open("pgx", srv.URL(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(`LOCK TABLE sessions, tasks, messages IN ACCESS EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = tx.Rollback(); _ = c.Close() }
+	}
+	return e
+}
+
+func openEnv(t *testing.T, target string) *env {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, target, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	mb, err := mailbox.New(ctx, db, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	board := taskboard.New(db, taskboard.Options{AutoClose: true})
+	return &env{db: db, mail: mb, board: board, dir: t.TempDir(),
+		s: &settle.Settler{DB: db, Mail: mb, Tasks: board, Signals: review.Signals{}}}
+}
+
+// session is one session of alice's, begun (row durable), that claimed
+// the next task and her pending mail as a prompt would.
+type session struct {
+	id   string
+	seq  uint32
+	task int64
+	mail int
+	log  string
+}
+
+func (e *env) begin(t *testing.T, seq uint32) session {
+	t.Helper()
+	ctx := context.Background()
+	s := session{id: fmt.Sprintf("alice-%d-%012x", seq, seq), seq: seq, log: filepath.Join(e.dir, fmt.Sprintf("%d.log", seq))}
+	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: s.id, Seq: seq, Started: time.Now(), LogPath: s.log}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if tk, ok, err := e.board.ClaimNext(ctx, "alice", s.id); err != nil {
+		t.Fatal(err)
+	} else if ok {
+		s.task = tk.ID
+		if _, err := e.board.Start(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: s.id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := e.mail.ConsumeForPrompt(ctx, "alice", s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mail = len(ms)
+	if err := os.WriteFile(s.log, []byte("=== swarmd session "+s.id+" ===\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// ended is s's settlement: it completed with result text.
+func (s session) ended(result string) runner.Settlement {
+	now := time.Now()
+	return runner.Settlement{
+		Session: runner.SessionRecord{Agent: "alice", SessionID: s.id, Seq: s.seq, LogPath: s.log,
+			Outcome: agent.ExitOutcome{Kind: agent.Success},
+			Result:  backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: result}},
+		Completed: true, Mail: s.mail, Task: s.task, Result: result,
+	}
+}
+
+func (e *env) task(t *testing.T, id int64) taskboard.Task {
+	t.Helper()
+	tk, err := e.board.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// The SPEC's promise under a held lock: while the only session that saw
+// task 1 ends with FAIL, another client holds the store's write lock for
+// 14 s. The outcome waits (the wait is reported), then lands exactly: the
+// task FAILED, its mail acknowledged once by that session, no later session
+// able to report the task, no seq used twice.
+func TestLockedStoreDelaysNeverDrops(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  func(*testing.T) *env
+	}{{"sqlite", sqliteEnv}, {"postgres", postgresEnv}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := tc.env(t)
+			ctx := context.Background()
+			tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "task one"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.mail.Send(ctx, mailbox.Draft{From: "bob", To: "alice", Subject: "hi", Body: "see task one"}); err != nil {
+				t.Fatal(err)
+			}
+			s1 := e.begin(t, 1)
+			if s1.task != tk.ID || s1.mail != 1 {
+				t.Fatalf("session 1 carried task %d and %d messages; want task %d and 1", s1.task, s1.mail, tk.ID)
+			}
+
+			release := e.lock(t)
+			const hold = 14 * time.Second
+			held := time.Now()
+			var waits atomic.Int64
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.s.Settle(ctx, s1.ended("the build is broken upstream\nFAIL"), func(error) { waits.Add(1) })
+				done <- err
+			}()
+			timer := time.NewTimer(hold)
+			select {
+			case err := <-done:
+				timer.Stop()
+				release()
+				t.Fatalf("Settle returned %v after %s while the store was locked", err, time.Since(held))
+			case <-timer.C:
+			}
+			release()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Settle: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Settle did not return 30 s after the lock was released")
+			}
+			if tc.name == "sqlite" && waits.Load() == 0 {
+				t.Error("the wait for SQLite's lock was never reported")
+			}
+			if got := e.task(t, tk.ID); got.StateName != "FAILED" || !strings.Contains(got.Result, "broken upstream") {
+				t.Fatalf("task after its only session said FAIL: %s %q", got.StateName, got.Result)
+			}
+			// The mail: acknowledged once, by that session.
+			all, err := e.mail.Inbox(ctx, "alice", true)
+			if err != nil || len(all) != 1 || all[0].DeliveredAt == nil || all[0].ClaimedSession != s1.id || all[0].AckedBy != mailbox.AckSession {
+				t.Fatalf("alice's mail after settling = %+v, %v; want 1 acknowledged by %s", all, err, s1.id)
+			}
+
+			// A later session cannot report task 1: it was never given it.
+			s2 := e.begin(t, 2)
+			if s2.task != 0 || s2.mail != 0 {
+				t.Fatalf("session 2 was given task %d and %d messages; want none", s2.task, s2.mail)
+			}
+			st := s2.ended("nothing to do\nDONE")
+			st.Task = tk.ID // as if misattributed
+			if _, err := e.s.Settle(ctx, st, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.task(t, tk.ID); got.StateName != "FAILED" {
+				t.Fatalf("a later session's DONE moved task %d to %s", tk.ID, got.StateName)
+			}
+			// Settling again changes nothing.
+			res, err := e.s.Apply(ctx, e.s.RecordOf(s1.ended("again\nDONE")))
+			if err != nil || !res.Already {
+				t.Fatalf("second settlement of session 1 = %+v, %v; want Already", res, err)
+			}
+			// No seq twice: a third session asking for seq 2 is refused with
+			// the next free one.
+			next, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-2-other", Seq: 2, Started: time.Now()}, nil)
+			if !errors.Is(err, runner.ErrSeqTaken) || next != 3 {
+				t.Fatalf("Begin of a used seq = %d, %v; want 3, ErrSeqTaken", next, err)
+			}
+			assertOneRowPerSession(t, e.db, 2)
+		})
+	}
+}
+
+func assertOneRowPerSession(t *testing.T, db *store.DB, want int) {
+	t.Helper()
+	ss, err := db.Sessions(context.Background(), "alice", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := map[uint32]string{}
+	for _, s := range ss {
+		if other, ok := seqs[s.Seq]; ok {
+			t.Errorf("seq %d used by %s and %s", s.Seq, other, s.SessionID)
+		}
+		seqs[s.Seq] = s.SessionID
+	}
+	if len(ss) != want {
+		t.Errorf("%d session rows, want %d", len(ss), want)
+	}
+}
+
+// A daemon that dies after the session ended but before the store took its
+// outcome: the outcome is in the session's log, and recovery applies it,
+// once.
+func TestRecoverAppliesTheOutcomeFromTheLog(t *testing.T) {
+	e := sqliteEnv(t)
+	ctx := context.Background()
+	tk, _ := e.board.Add(ctx, taskboard.NewTask{Title: "one"})
+	if _, err := e.mail.Send(ctx, mailbox.Draft{From: "bob", To: "alice", Subject: "hi", Body: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	s1 := e.begin(t, 1)
+	release := e.lock(t)
+	sctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		// The first refusal is the daemon's last moment: it dies (the
+		// context ends) before the store takes the outcome.
+		_, err := e.s.Settle(sctx, s1.ended("done it\nDONE"), func(error) { cancel() })
+		errc <- err
+	}()
+	err := <-errc
+	release()
+	cancel()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Settle = %v, want the context's end", err)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" {
+		t.Fatalf("task before recovery: %s", got.StateName)
+	}
+	if b, ok, err := logs.ReadOutcome(s1.log); err != nil || !ok || !strings.Contains(string(b), s1.id) {
+		t.Fatalf("the session log holds no outcome: %q, %v, %v", b, ok, err)
+	}
+	recs, err := e.s.Recover(ctx, []string{"alice"})
+	if err != nil || len(recs) != 1 || recs[0].Session.SessionID != s1.id || recs[0].Result.Acked != 1 {
+		t.Fatalf("Recover = %+v, %v; want session 1's outcome with its message", recs, err)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "CLOSED" {
+		t.Fatalf("task after recovery: %s, want CLOSED (DONE, no reviewer)", got.StateName)
+	}
+	if recs, err := e.s.Recover(ctx, []string{"alice"}); err != nil || len(recs) != 0 {
+		t.Fatalf("second Recover = %+v, %v; want nothing left", recs, err)
+	}
+	// A session whose log holds no outcome stays unsettled: recovery's
+	// orphan pass closes it.
+	s2 := e.begin(t, 2)
+	if recs, err := e.s.Recover(ctx, nil); err != nil || len(recs) != 0 {
+		t.Fatalf("Recover of a session with no outcome = %+v, %v", recs, err)
+	}
+	open, err := e.db.UnsettledSessions(ctx, nil)
+	if err != nil || len(open) != 1 || open[0].SessionID != s2.id {
+		t.Fatalf("unsettled = %+v, %v; want %s", open, err, s2.id)
+	}
+}
+
+// A session that did not complete leaves its mail pending with a note, and
+// reports nothing, whatever its text says.
+func TestIncompleteSessionReportsNothing(t *testing.T) {
+	e := sqliteEnv(t)
+	ctx := context.Background()
+	tk, _ := e.board.Add(ctx, taskboard.NewTask{Title: "one"})
+	if _, err := e.mail.Send(ctx, mailbox.Draft{From: "bob", To: "alice", Subject: "hi", Body: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	s1 := e.begin(t, 1)
+	st := s1.ended("DONE")
+	st.Completed, st.Note = false, "that session timed out"
+	if r, err := e.s.Settle(ctx, st, nil); err != nil || r.Signalled {
+		t.Fatalf("Settle = %+v, %v", r, err)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" {
+		t.Fatalf("task after an incomplete session: %s", got.StateName)
+	}
+	pending, err := e.mail.Inbox(ctx, "alice", false)
+	if err != nil || len(pending) != 1 || pending[0].ShownNote != "that session timed out" {
+		t.Fatalf("pending = %+v, %v", pending, err)
+	}
+}
