@@ -100,7 +100,7 @@ func run(bin string, n, m int, window time.Duration) error {
 	}
 	_ = cmd.Wait()
 	exit := time.Since(t0)
-	left := survivors(work)
+	left := harness.Survivors(work)
 	fmt.Printf("agents=%d  start->all Running=%.1fs  RSS=%d MB (anon %d, file %d)  threads=%d  idle CPU=%.3f%% of a core over %v\n",
 		n, ramp.Seconds(), rss/1024, anon/1024, file/1024, threads, 100*float64(cpu1-cpu0)/100/window.Seconds(), window)
 	fmt.Printf("urgent mail to %d agents: commit->cancel p50=%v p99=%v max=%v  SIGTERM->exit=%.2fs  survivors=%d\n",
@@ -154,20 +154,4 @@ func status(pid int, key string) int {
 		}
 	}
 	return 0
-}
-
-// survivors counts live processes that carry this swarm's tree marker.
-func survivors(work string) int {
-	ents, _ := os.ReadDir("/proc")
-	n := 0
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && bytes.Contains(env, []byte("SWARMD_TREE="+work)) {
-			n++
-		}
-	}
-	return n
 }

@@ -3,11 +3,13 @@
 package harness
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -55,4 +57,21 @@ func Percentile(ds []time.Duration, q float64) time.Duration {
 	}
 	slices.Sort(ds)
 	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// Survivors counts live processes that carry the tree marker of a swarm
+// whose state dir is under work: after a stop, there must be none.
+func Survivors(work string) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(env, []byte("SWARMD_TREE="+work)) {
+			n++
+		}
+	}
+	return n
 }
