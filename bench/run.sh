@@ -20,6 +20,8 @@ fi
 echo "== daemon and children CPU per session, agent exits at once (bench/sessioncpu): floor, peer-shaped baseline, swarmd; disk, then tmpfs"
 go run ./bench/sessioncpu -bin "$bin"
 if [ -d /dev/shm ]; then go run ./bench/sessioncpu -bin "$bin" -dir /dev/shm; fi
+echo "== outcomes recorded exactly (bench/outcomes): 200 agents, 2,000 tasks, mail 5/s (10% urgent), 3 kill -9 and restarts"
+go run ./bench/outcomes -bin "$bin"
 echo "== swarmd mail send, process start to exit (bench/mailcli)"
 go run ./bench/mailcli -bin "$bin" -n 200
 if [ -d bench/worktree ]; then

@@ -1,5 +1,5 @@
-// Command outcomes is the load test of SPEC §17 (issue: outcomes recorded
-// exactly): a real swarmd with 200 agents on the command backend, 2,000
+// Command outcomes is the load test of outcomes recorded exactly
+// (docs/decisions.md): a real swarmd with 200 agents on the command backend, 2,000
 // tasks, mail at 5/s with 10% urgent, three SIGKILL and restart cycles. It
 // prints what it measured (settlement p50/p99 from a session's end to its
 // outcome committed, the time agents waited on the store) and every
@@ -24,6 +24,7 @@ func main() {
 	flag.Float64Var(&o.MailRate, "mail-rate", 5, "messages per second while tasks remain")
 	flag.Float64Var(&o.Urgent, "urgent", 0.1, "share of urgent messages")
 	flag.IntVar(&o.Kills, "kills", 3, "SIGKILL and restart cycles")
+	flag.DurationVar(&o.Work, "work", 200*time.Millisecond, "how long each session works before it says DONE")
 	flag.DurationVar(&o.Timeout, "timeout", 20*time.Minute, "the whole run")
 	flag.Parse()
 	o.Parent, o.Log = os.Getenv("TMPDIR"), os.Stderr

@@ -55,6 +55,11 @@ func (m *runMain) Run(ctx context.Context) error {
 	}
 	defer func() { _ = log.Sync() }()
 	daemon.LogConfigWarnings(log, cfg)
+	stopPprof, err := servePprof(log)
+	if err != nil {
+		return usagef("run: %v", err)
+	}
+	defer stopPprof()
 
 	sigs, stopSignals := notifySignals()
 	defer stopSignals()

@@ -127,7 +127,7 @@ func (mb *Mailbox) Reply(ctx context.Context, from string, replyTo int64, body s
 	}
 	m := mb.draftMessage(d)
 	m.ThreadID, m.ReplyTo = orig.ThreadID, orig.ID
-	if m, err = mb.insert(ctx, tx, m); err != nil {
+	if m, err = mb.insert(ctx, tx.Tx, m); err != nil {
 		return Message{}, mb.wrap("reply", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -184,7 +184,7 @@ func (mb *Mailbox) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 		if len(out) > 0 {
 			m.ThreadID = out[0].ID
 		}
-		if m, err = mb.insert(ctx, tx, m); err != nil {
+		if m, err = mb.insert(ctx, tx.Tx, m); err != nil {
 			return nil, mb.wrap("broadcast", err)
 		}
 		out = append(out, m)
@@ -313,8 +313,13 @@ func (mb *Mailbox) ConsumeForPrompt(ctx context.Context, agent, sessionID string
 		// the prompt's watermark: an urgent one still interrupts.
 		return nil, nil
 	}
-	ms, err := queryMessages(ctx, mb.db.SQL(), `UPDATE messages SET claimed_session = ?
+	var ms []Message
+	err := mb.db.Write(ctx, func(w *sql.DB) error {
+		var err error
+		ms, err = queryMessages(ctx, w, `UPDATE messages SET claimed_session = ?
 		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols, sessionID, agent)
+		return err
+	})
 	if err != nil {
 		return nil, mb.wrap("consume", err)
 	}
@@ -440,8 +445,11 @@ func (mb *Mailbox) Read(ctx context.Context, reader string, id int64) (Message, 
 		return Message{}, mb.wrap(fmt.Sprintf("read message %d", id), err)
 	}
 	now := mb.db.Now().UTC().Truncate(time.Microsecond)
-	if _, err := mb.db.SQL().ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
-		WHERE id = ? AND delivered_at IS NULL`, now.Format(store.TimeLayout), AckRead, id); err != nil {
+	if err := mb.db.Write(ctx, func(w *sql.DB) error {
+		_, err := w.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
+		WHERE id = ? AND delivered_at IS NULL`, now.Format(store.TimeLayout), AckRead, id)
+		return err
+	}); err != nil {
 		return Message{}, mb.wrap(fmt.Sprintf("read message %d", id), err)
 	}
 	m.DeliveredAt, m.AckedBy = &now, AckRead

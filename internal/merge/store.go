@@ -21,9 +21,9 @@ import (
 
 // DB is the database the queue lives in. *store.DB satisfies it.
 type DB interface {
-	SQL() *sql.DB         // the write pool: IMMEDIATE transactions
-	ReadSQL() *store.Pool // the read pool, its statements prepared once
-	Check() error         // the file is still the one opened
+	Begin(ctx context.Context) (*store.Tx, error) // a write transaction, in the writer's turn
+	ReadSQL() *store.Pool                         // the read pool, its statements prepared once
+	Check() error                                 // the file is still the one opened
 }
 
 // State is a queue entry's state.
@@ -175,12 +175,12 @@ func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) 
 	if err := s.db.Check(); err != nil {
 		return fmt.Errorf("merge queue: %s: %w", op, err)
 	}
-	tx, err := s.db.SQL().BeginTx(ctx, nil)
+	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("merge queue: %s: %w", op, err)
 	}
 	defer tx.Rollback()
-	if err := f(tx); err != nil {
+	if err := f(tx.Tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

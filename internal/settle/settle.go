@@ -81,6 +81,7 @@ type Record struct {
 	Note      string              `json:"note,omitempty"`
 	Task      int64               `json:"task,omitempty"`
 	Review    int64               `json:"review,omitempty"`
+	Mail      int                 `json:"mail,omitempty"`   // messages the prompt carried
 	Signal    string              `json:"signal,omitempty"` // review.Signal's name: done, pass, fail; "" none
 	Text      string              `json:"text,omitempty"`   // the result text: the task's summary or reason, the verdict's feedback
 }
@@ -104,7 +105,7 @@ type Result struct {
 
 // RecordOf is the outbox record of a runner's settlement.
 func (s *Settler) RecordOf(st runner.Settlement) Record {
-	rec := Record{Session: sessionRow(st.Session), Completed: st.Completed, Note: st.Note, Task: st.Task, Review: st.Review}
+	rec := Record{Session: sessionRow(st.Session), Completed: st.Completed, Note: st.Note, Task: st.Task, Review: st.Review, Mail: st.Mail}
 	if st.Completed {
 		if sig := s.Signals.Scan(st.Result); sig != review.NoSignal {
 			rec.Signal = sig.String()
@@ -216,7 +217,10 @@ func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
 	}
 	res.Signalled = rec.Completed && sig != review.NoSignal
 	id := rec.Session.SessionID
-	err := s.DB.InTx(ctx, "settle session "+id, func(tx *sql.Tx) error {
+	s.DB.PrepareSettle(ctx)
+	// An outcome goes ahead of this process's other writes (claims, the
+	// event log): the agent waits on it.
+	err := s.DB.InTx(store.FirstInLine(ctx), "settle session "+id, func(tx *sql.Tx) error {
 		already, err := s.DB.SettleSessionTx(ctx, tx, rec.Session, s.now())
 		if err != nil || already {
 			res.Already = already
@@ -225,8 +229,8 @@ func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
 		if err := s.report(ctx, tx, rec, sig, &res); err != nil {
 			return err
 		}
-		if s.Mail == nil {
-			return nil
+		if s.Mail == nil || rec.Mail == 0 {
+			return nil // the prompt claimed no mail: none to acknowledge or note
 		}
 		if rec.Completed {
 			res.Acked, err = s.Mail.AckTx(ctx, tx, id, *rec.Session.Ended)
@@ -288,7 +292,7 @@ func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(er
 	rec := store.SessionRecord{SessionID: b.SessionID, Agent: b.Agent, Seq: b.Seq, Started: b.Started,
 		HeadBefore: b.HeadBefore, LogPath: b.LogPath}
 	_, err := retry(ctx, s, "record the start of session "+b.SessionID, wait, nil, func() (struct{}, error) {
-		return struct{}{}, s.DB.BeginSession(ctx, rec)
+		return struct{}{}, s.DB.BeginSession(store.FirstInLine(ctx), rec)
 	})
 	if errors.Is(err, store.ErrSeqTaken) {
 		last, merr := s.DB.MaxSeq(ctx, b.Agent)
@@ -328,7 +332,9 @@ func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int
 		return nil
 	}
 	_, err := retry(ctx, s, fmt.Sprintf("start task %d", task), wait, nil, func() (struct{}, error) {
-		_, err := s.Tasks.Start(ctx, task, taskboard.Holder{Agent: agent, Session: sessionID})
+		// First in line: the runner waits on it while its session runs, and
+		// would not see the session end meanwhile.
+		_, err := s.Tasks.Start(store.FirstInLine(ctx), task, taskboard.Holder{Agent: agent, Session: sessionID})
 		if err != nil && !errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
 			return struct{}{}, fmt.Errorf("start task %d: %w", task, err)
 		}

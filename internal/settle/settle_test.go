@@ -162,7 +162,7 @@ func (e *env) task(t *testing.T, id int64) taskboard.Task {
 	return tk
 }
 
-// The SPEC's promise under a held lock: while the only session that saw
+// The promise under a held lock: while the only session that saw
 // task 1 ends with FAIL, another client holds the store's write lock for
 // 14 s. The outcome waits (the wait is reported), then lands exactly: the
 // task FAILED, its mail acknowledged once by that session, no later session

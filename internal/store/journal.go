@@ -572,7 +572,7 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 			}
 		}
 	}
-	if err := j.insertToolCalls(ctx, tx, tcs); err != nil {
+	if err := j.insertToolCalls(ctx, tx.Tx, tcs); err != nil {
 		return wrap(err)
 	}
 	if err := tx.Commit(); err != nil {

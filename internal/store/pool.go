@@ -90,6 +90,14 @@ func (p *Pool) stmt(ctx context.Context, query string) *sql.Stmt {
 	return st
 }
 
+// cachedStmt is query's statement if it was prepared already (nil if
+// not): for a transaction, which cannot prepare on the pool it holds.
+func (p *Pool) cachedStmt(query string) *sql.Stmt {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.stmts[query]
+}
+
 // cached is how many statements the pool holds.
 func (p *Pool) cached() int {
 	p.mu.RLock()

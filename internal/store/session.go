@@ -23,6 +23,12 @@ import (
 // seq (a second daemon ran the agent): the caller takes a seq after MaxSeq.
 var ErrSeqTaken = errors.New("session seq already used")
 
+// beginSQL inserts a session's row unless another session of the agent has
+// its seq: one statement, prepared once.
+const beginSQL = `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
+SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE agent = ? AND seq = ?)
+ON CONFLICT (session_id) DO NOTHING`
+
 // BeginSession records that session s (SessionID, Agent, Seq, Started,
 // HeadBefore, LogPath) is about to start, committed before it returns. A
 // row for the same session id is left as it is; another session of the
@@ -31,58 +37,81 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 	if s.SessionID == "" || s.Agent == "" || s.Seq == 0 {
 		return fmt.Errorf("store: begin session: %w", Invalid("session", ErrInvalidName, "a session needs an id, an agent and a seq"))
 	}
-	return db.InTx(ctx, "begin session "+s.SessionID, func(tx *sql.Tx) error {
-		var other string
-		err := tx.QueryRowContext(ctx, `SELECT session_id FROM sessions WHERE agent = ? AND seq = ? LIMIT 1`,
-			s.Agent, int64(s.Seq)).Scan(&other)
-		switch {
-		case err == nil && other != s.SessionID:
-			return fmt.Errorf("%w: seq %d of %s is session %s", ErrSeqTaken, s.Seq, s.Agent, other)
-		case err == nil:
-			return nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING`,
-			s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath)
+	op := "begin session " + s.SessionID
+	n, err := db.ExecCount(ctx, op, beginSQL, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath,
+		s.Agent, int64(s.Seq))
+	if err != nil || n == 1 {
 		return err
-	})
+	}
+	// Nothing inserted: this session's row is there already (an earlier
+	// attempt committed), or the seq is another session's.
+	var other string
+	if err := db.reads.QueryRowContext(ctx, `SELECT session_id FROM sessions WHERE agent = ? AND seq = ? LIMIT 1`,
+		s.Agent, int64(s.Seq)).Scan(&other); err != nil {
+		return db.Wrap(op, err)
+	}
+	if other != s.SessionID {
+		return fmt.Errorf("%w: seq %d of %s is session %s", ErrSeqTaken, s.Seq, s.Agent, other)
+	}
+	return nil
 }
+
+// settleSQL records an ended session's end on its row, begun before it
+// started, unless it was settled already: the one statement of a session's
+// settlement in the usual case, prepared once (PrepareSettle).
+const settleSQL = `UPDATE sessions SET ended_at = ?, outcome = ?, exit_code = ?, signal = ?, abort_reason = ?, reason = ?,
+	duration_ms = ?, head_before = CASE WHEN ? = '' THEN head_before ELSE ? END, head_after = ?,
+	log_path = CASE WHEN ? = '' THEN log_path ELSE ? END, tokens_in = ?, tokens_out = ?, cost_usd = ?, tool_calls = ?,
+	result_text = ?, commits = ?, settled_at = ?
+WHERE session_id = ? AND settled_at IS NULL`
+
+// PrepareSettle prepares the statements of SettleSessionTx; call it outside
+// a transaction (the write pool's one connection is the transaction's).
+func (db *DB) PrepareSettle(ctx context.Context) { db.writes.stmt(ctx, settleSQL) }
 
 // SettleSessionTx records s's end in tx and marks the session settled at
 // at. already reports that the session was settled before (by an earlier
 // attempt whose commit the caller did not see, or by restart recovery):
 // nothing is written then, and the caller must apply nothing else.
 func (db *DB) SettleSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord, at time.Time) (already bool, err error) {
+	op := "settle session " + s.SessionID
+	args := []any{endedAt(s), s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
+		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
+		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
+		FormatTime(at), s.SessionID}
+	var res sql.Result
+	if st := db.writes.cachedStmt(settleSQL); st != nil {
+		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		res, err = tx.ExecContext(ctx, settleSQL, args...)
+	}
+	if err != nil {
+		return false, db.Wrap(op, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return false, db.wrapNil(op, err)
+	}
+	// No unsettled row: settled already, or never begun (a row the start
+	// could not write).
 	var settled sql.NullString
 	err = tx.QueryRowContext(ctx, `SELECT settled_at FROM sessions WHERE session_id = ?`, s.SessionID).Scan(&settled)
 	switch {
-	case err == nil && settled.Valid:
-		return true, nil
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return false, db.Wrap("settle session "+s.SessionID, err)
+	case err == nil:
+		return settled.Valid, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return false, db.Wrap(op, err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal,
 	abort_reason, reason, duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls,
 	result_text, commits, settled_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = excluded.outcome,
-	exit_code = excluded.exit_code, signal = excluded.signal, abort_reason = excluded.abort_reason,
-	reason = excluded.reason, duration_ms = excluded.duration_ms,
-	head_before = CASE WHEN excluded.head_before = '' THEN sessions.head_before ELSE excluded.head_before END,
-	head_after = excluded.head_after,
-	log_path = CASE WHEN excluded.log_path = '' THEN sessions.log_path ELSE excluded.log_path END,
-	tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out,
-	cost_usd = excluded.cost_usd, tool_calls = excluded.tool_calls, result_text = excluded.result_text,
-	commits = excluded.commits, settled_at = excluded.settled_at`,
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), endedAt(s),
 		s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 		s.HeadBefore, s.HeadAfter, s.LogPath,
 		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
 		FormatTime(at))
 	if err != nil {
-		return false, db.Wrap("settle session "+s.SessionID, err)
+		return false, db.Wrap(op, err)
 	}
 	return false, nil
 }

@@ -13,9 +13,9 @@ func (db *DB) SetSetting(ctx context.Context, key, value string) error {
 	if err := db.Check(); err != nil {
 		return db.Wrap("set "+key, err)
 	}
-	if _, err := db.writes.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
+	if _, err := db.ExecCount(ctx, "set "+key, `INSERT INTO settings (key, value) VALUES (?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value); err != nil {
-		return db.Wrap("set "+key, err)
+		return err
 	}
 	return nil
 }

@@ -76,6 +76,9 @@ type DB struct {
 	lockMu sync.Mutex
 	locks  map[*Lock]struct{}
 
+	// gate orders this process's writers on the one write connection.
+	gate writeGate
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -218,11 +221,19 @@ func (db *DB) Check() error {
 // Begin starts a write transaction (IMMEDIATE: it holds the write lock from
 // the start) on the file this DB opened; it refuses with ErrDatabaseGone once
 // the file is gone.
-func (db *DB) Begin(ctx context.Context) (*sql.Tx, error) {
+func (db *DB) Begin(ctx context.Context) (*Tx, error) {
 	if err := db.Check(); err != nil {
 		return nil, err
 	}
-	return db.write.BeginTx(ctx, nil)
+	if err := db.gate.acquire(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		db.gate.release()
+		return nil, err
+	}
+	return &Tx{Tx: tx, gate: &db.gate}, nil
 }
 
 // InTx runs f in a write transaction and commits it; any error is wrapped
@@ -233,7 +244,7 @@ func (db *DB) InTx(ctx context.Context, op string, f func(*sql.Tx) error) error 
 		return db.Wrap(op, err)
 	}
 	defer tx.Rollback()
-	if err := f(tx); err != nil {
+	if err := f(tx.Tx); err != nil {
 		return db.Wrap(op, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -247,7 +258,11 @@ func (db *DB) ExecCount(ctx context.Context, op, query string, args ...any) (int
 	if err := db.Check(); err != nil {
 		return 0, db.Wrap(op, err)
 	}
+	if err := db.gate.acquire(ctx); err != nil {
+		return 0, db.Wrap(op, err)
+	}
 	res, err := db.writes.ExecContext(ctx, query, args...)
+	db.gate.release()
 	if err != nil {
 		return 0, db.Wrap(op, err)
 	}
@@ -293,7 +308,9 @@ func (db *DB) Now() time.Time { return db.now() }
 // SQL is the write pool for the tables other packages keep here. It has one
 // connection and begins every transaction IMMEDIATE (it takes the write lock
 // at BEGIN): close rows before calling anything else on the DB, or the
-// caller waits for its own connection.
+// caller waits for its own connection. Writes go through Begin or Write,
+// which take the writer's turn in order (gate.go); SQL itself is for
+// preparing statements.
 func (db *DB) SQL() *sql.DB { return db.write }
 
 // ReadSQL is the read pool (query_only): reads never wait for writers.

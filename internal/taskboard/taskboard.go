@@ -29,9 +29,9 @@ import (
 
 // DB is the database the board lives in. *store.DB satisfies it.
 type DB interface {
-	SQL() *sql.DB         // the write pool: IMMEDIATE transactions
-	ReadSQL() *store.Pool // the read pool, its statements prepared once
-	Check() error         // the file is still the one opened
+	Begin(ctx context.Context) (*store.Tx, error) // a write transaction, in the writer's turn
+	ReadSQL() *store.Pool                         // the read pool, its statements prepared once
+	Check() error                                 // the file is still the one opened
 	// WrapFor names the operation and classifies a storage failure (the
 	// file gone, the disk full).
 	WrapFor(pkg, op string, err error) error
@@ -208,12 +208,12 @@ func (b *Board) write(ctx context.Context, op string, f func(tx *sql.Tx) error) 
 	if err := b.db.Check(); err != nil {
 		return fmt.Errorf("taskboard: %s: %w", op, err)
 	}
-	tx, err := b.db.SQL().BeginTx(ctx, nil)
+	tx, err := b.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("taskboard: %s: %w", op, err)
 	}
 	defer tx.Rollback()
-	if err := f(tx); err != nil {
+	if err := f(tx.Tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

@@ -1,4 +1,4 @@
-// Package outcomes is the load test of SPEC §17: a real swarmd with many
+// Package outcomes is the load test of outcomes recorded exactly: a real swarmd with many
 // agents (command backend) working through a task board while mail arrives
 // (some urgent, interrupting sessions), killed with SIGKILL and restarted
 // several times, then stopped. Afterwards it checks, from swarm.db and from
@@ -11,6 +11,7 @@ package outcomes
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,7 @@ type Options struct {
 	MailRate float64       // messages per second while tasks remain
 	Urgent   float64       // the share of urgent messages
 	Kills    int           // SIGKILL and restart cycles, spread over the tasks
+	Work     time.Duration // how long each session works (sleeps) before DONE; 0 is 200ms
 	Timeout  time.Duration // the whole run
 	Parent   string        // where the repository goes ("": the temporary directory)
 	Log      io.Writer     // progress lines (nil: none)
@@ -69,15 +71,19 @@ func (r Report) String() string {
 
 // script is every agent's session: it records what its prompt showed (its
 // task, its mail) in $SEEN/<session id>, works a moment, and says DONE.
-const script = `p=$(cat); printf '%s\n' "$p" | grep -oE '^(Your task: #|Continue your task #)[0-9]+|^### #[0-9]+' > "$SEEN/$SWARM_SESSION_ID"; sleep 0.2; echo DONE`
+const script = `p=$(cat); printf '%s\n' "$p" | grep -oE '^(Your task: #|Continue your task #)[0-9]+|^### #[0-9]+' > "$SEEN/$SWARM_SESSION_ID"; sleep "$WORK"; echo DONE`
 
 // Run runs the load test.
 func Run(ctx context.Context, o Options) (Report, error) {
 	var rep Report
+	var err error
 	logf := func(format string, args ...any) {
 		if o.Log != nil {
 			fmt.Fprintf(o.Log, format+"\n", args...)
 		}
+	}
+	if o.Bin, err = filepath.Abs(o.Bin); err != nil { // the daemon runs in the repository
+		return rep, err
 	}
 	work, err := harness.RepoIn(o.Parent, "swarmd-outcomes")
 	if err != nil {
@@ -96,10 +102,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
   backend: work
   min_session_interval: 0s
   grace_period: 2s
-  env: {SEEN: %q}
+  env: {SEEN: %q, WORK: %q}
 backends:
   work: {type: command, command: sh, args: [-c, %q]}
-`, seen, script)
+`, seen, strconv.FormatFloat(cmp.Or(o.Work, 200*time.Millisecond).Seconds(), 'f', 3, 64), script)
 	config, names, err := harness.Swarm(work, head, o.Agents)
 	if err != nil {
 		return rep, err

@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestOutcomesExactUnderKills is the load test at a size CI affords: 20
 // agents, 150 tasks, mail with urgent messages interrupting sessions, two
-// SIGKILLs of the daemon and a restart after each. Every promise of SPEC §17
+// SIGKILLs of the daemon and a restart after each. Every promise of exact outcomes
 // must hold (see check); make bench runs it at 200 agents and 2,000 tasks.
 func TestOutcomesExactUnderKills(t *testing.T) {
 	if testing.Short() {
@@ -43,4 +43,3 @@ func TestOutcomesExactUnderKills(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
-
