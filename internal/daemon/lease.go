@@ -96,6 +96,9 @@ func (d *Daemon) keepLeases() (stop func()) {
 
 // leaseRound is one heartbeat: renew ours, reap others' expired ones.
 func (d *Daemon) leaseRound(ctx context.Context, holder store.Lease) {
+	// A heartbeat goes ahead of the agents' claims and the event log: a
+	// renewal that waited behind them could let the lease run out.
+	ctx = store.FirstInLine(ctx)
 	cfg, _ := d.current()
 	now := time.Now()
 	n, err := d.db.RenewLeases(ctx, holder.Daemon, now, cfg.LeaseTimeout)

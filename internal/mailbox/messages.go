@@ -395,16 +395,8 @@ func (mb *Mailbox) AckTx(ctx context.Context, tx *sql.Tx, sessionID string, ende
 	if sessionID == "" {
 		return 0, fmt.Errorf("mailbox: ack: %w", invalid("session", store.ErrInvalidName, "no session id"))
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE messages SET delivered_at = ?, acked_by = ?
+	return mb.txCount(ctx, tx, "ack", `UPDATE messages SET delivered_at = ?, acked_by = ?
 		WHERE claimed_session = ? AND delivered_at IS NULL`, store.FormatTime(ended), AckSession, sessionID)
-	if err != nil {
-		return 0, mb.wrap("ack", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, mb.wrap("ack", err)
-	}
-	return int(n), nil
 }
 
 // UnackTx is Unack in the caller's transaction.
@@ -412,13 +404,18 @@ func (mb *Mailbox) UnackTx(ctx context.Context, tx *sql.Tx, sessionID, note stri
 	if sessionID == "" {
 		return 0, fmt.Errorf("mailbox: unack: %w", invalid("session", store.ErrInvalidName, "no session id"))
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE messages SET shown_note = ? WHERE claimed_session = ? AND delivered_at IS NULL`, note, sessionID)
+	return mb.txCount(ctx, tx, "unack", `UPDATE messages SET shown_note = ? WHERE claimed_session = ? AND delivered_at IS NULL`, note, sessionID)
+}
+
+// txCount runs one statement in tx and returns the rows it changed.
+func (mb *Mailbox) txCount(ctx context.Context, tx *sql.Tx, op, query string, args ...any) (int, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
-		return 0, mb.wrap("unack", err)
+		return 0, mb.wrap(op, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, mb.wrap("unack", err)
+		return 0, mb.wrap(op, err)
 	}
 	return int(n), nil
 }

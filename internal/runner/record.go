@@ -22,10 +22,7 @@ type Transition struct {
 	// UrgentCommitted is when the urgent message behind an UrgentMessage
 	// event was committed (zero otherwise): At minus it is the interrupt
 	// latency.
-	UrgentCommitted time.Time
-	// Claimed: the prompt of the session a SessionStarted event starts
-	// claimed mail or a task (whose delivery its recorded start decides).
-	Claimed           bool
+	UrgentCommitted   time.Time
 	ConsecutiveErrors uint32
 	TotalErrors       uint32
 }

@@ -207,9 +207,6 @@ type Runner struct {
 	ticket      Ticket        // from Config.Gate, until the session it admitted ends
 	headBefore  string        // HEAD when the session started (accounting.go)
 	promptHead  string        // HEAD the last prompt was built on ("" unknown)
-	// startClaimed: the session being started had claimed mail or a task
-	// (Transition.Claimed).
-	startClaimed bool
 	// Pacing and what status shows of past sessions:
 	retryAfter time.Time // a rate-limited session's provider reset time
 	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
@@ -461,7 +458,6 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		r.cfg.Observer.OnTransition(Transition{
 			Agent: r.cfg.Name, At: now, From: from, Event: ev, To: to, Effect: eff, Actor: actor, Reason: reason,
 			SessionID: r.sessionID, Seq: r.seq, UrgentCommitted: urgentCommitted,
-			Claimed:           ev.Kind == agent.SessionStarted && r.startClaimed,
 			ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
 		})
 	}

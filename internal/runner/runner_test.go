@@ -586,31 +586,3 @@ func TestMaxSessionsStops(t *testing.T) {
 		}
 	})
 }
-
-// TestSessionStartedSaysWhetherItClaimed: a SessionStarted transition
-// says whether the session's prompt claimed mail (the journal commits such
-// a session's row at once, the others with the next batch).
-func TestSessionStartedSaysWhetherItClaimed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(c *Config) { c.MinSessionInterval = 0 })
-		h.start()
-		h.waitState(agent.Running)
-		h.pr.mu.Lock()
-		h.pr.mail = 0
-		h.pr.mu.Unlock()
-		h.be.session(0).finish(backend.Result{Outcome: backend.OutcomeSuccess})
-		h.waitFor("second session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == 2 })
-		h.stop()
-		var claimed []bool
-		for _, tr := range h.rec.transitions() {
-			if tr.Event.Kind == agent.SessionStarted {
-				claimed = append(claimed, tr.Claimed)
-			} else if tr.Claimed {
-				t.Errorf("%v transition says Claimed", tr.Event)
-			}
-		}
-		if len(claimed) != 2 || !claimed[0] || claimed[1] {
-			t.Fatalf("SessionStarted Claimed = %v, want [true false] (mail, then none)", claimed)
-		}
-	})
-}

@@ -77,7 +77,7 @@ func (r *Runner) spawn() {
 		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
 		return
 	}
-	r.startClaimed, r.claimed = r.claimed, false
+	r.claimed = false
 	r.timedOut, r.forced, r.interrupted = false, false, false
 	r.mu.Lock()
 	r.sess = sess

@@ -248,13 +248,6 @@ func (j *Journal) SessionStarted(s SessionRecord) {
 	}
 }
 
-// SessionStartedBatched enqueues a session's row with the other records,
-// committed within FlushInterval: for a session whose prompt claimed no
-// mail and no task, whose row decides nothing after a crash (the seq goes
-// on from the agent's row and log). A session a second is then not a
-// commit a second.
-func (j *Journal) SessionStartedBatched(s SessionRecord) { j.session(s, false) }
-
 // SessionEnded enqueues the end of a session: it updates the row, or
 // inserts the whole record if the start was never written.
 func (j *Journal) SessionEnded(s SessionRecord) { j.session(s, true) }

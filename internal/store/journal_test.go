@@ -750,21 +750,3 @@ func TestLastEventID(t *testing.T) {
 		t.Fatalf("LastEventID %d, %v; newest event %d", id, err, evs[len(evs)-1].ID)
 	}
 }
-
-// TestJournalSessionStartedAtOnceOrBatched: a session start that decides
-// claimed mail's delivery is committed without waiting for the flush
-// interval (nor a Flush); one that claimed nothing goes with the batch,
-// which SessionStarted's commit carries along.
-func TestJournalSessionStartedAtOnceOrBatched(t *testing.T) {
-	db := openTest(t, "", Options{})
-	j := startJournal(t, db, JournalOptions{FlushInterval: never})
-	j.SessionStartedBatched(SessionRecord{SessionID: "alice-1-a", Agent: "alice", Seq: 1, Started: t0})
-	j.SessionStarted(SessionRecord{SessionID: "bob-1-b", Agent: "bob", Seq: 1, Started: t0})
-	deadline := time.Now().Add(10 * time.Second)
-	for countTable(t, db, "sessions") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d session rows without a Flush, want both (the immediate start commits the queue)", countTable(t, db, "sessions"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
