@@ -48,9 +48,11 @@ func (sqliteDriver) open(_ context.Context, target string, opts Options) (write,
 	} else if err := private(path); err != nil {
 		return nil, nil, "", err
 	}
-	if write, err = sql.Open("sqlite", dsn(path, true)); err != nil {
+	wc, err := newCachingConnector(dsn(path, true)) // the write connection keeps its statements (stmtcache.go)
+	if err != nil {
 		return nil, nil, "", err
 	}
+	write = sql.OpenDB(wc)
 	write.SetMaxOpenConns(1)
 	write.SetMaxIdleConns(1)
 	if read, err = sql.Open("sqlite", dsn(path, false)); err != nil {
