@@ -214,8 +214,15 @@ func (s *Server) Close() error {
 			return fmt.Errorf("pgtest: stop the server in %s: %w; immediate: %v: %s", s.dir, err, ierr, out)
 		}
 	}
-	if pids := Processes(data); len(pids) > 0 {
-		return fmt.Errorf("pgtest: server processes %v of %s still running after pg_ctl stop", pids, data)
+	// pg_ctl -w returns once postmaster.pid is gone, which the postmaster
+	// removes just before it exits: on a loaded machine it may still be
+	// there a moment later. Wait for it, with a deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	for pids := Processes(data); len(pids) > 0; pids = Processes(data) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgtest: server processes %v of %s still running 10 s after pg_ctl stop", pids, data)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	s.remove()
 	return nil
