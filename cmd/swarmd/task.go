@@ -116,11 +116,11 @@ func (t *taskMain) run(ctx context.Context, verb string, kind verbKind, f func(*
 // claims see it: the config's reviewer and max_iterations when the config
 // was found, else (inside a session) what the daemon recorded in swarm.db,
 // never the session's environment, which the agent could change.
-func (t *taskMain) reviewerOf(ctx context.Context, db *swarmDB) (func(agent string) (string, int), error) {
+func (t *taskMain) reviewerOf(ctx context.Context, db *swarmDB) (*daemon.ReviewPolicy, error) {
 	if db.cfg != nil {
-		return daemon.ReviewerOf(func() *config.Config { return db.cfg }), nil
+		return daemon.ConfigReviewPolicy(func() *config.Config { return db.cfg }), nil
 	}
-	return daemon.RecordedReviewerOf(ctx, db.DB)
+	return daemon.RecordedReviewPolicy(ctx, db.DB)
 }
 
 // taskErr makes a refused request (empty title, ...) a usage error, exit 2;

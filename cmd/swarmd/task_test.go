@@ -796,3 +796,37 @@ func TestTaskReportWaitsForABusyStore(t *testing.T) {
 	}
 	wantTask(t, board, 2, "CLAIMED")
 }
+
+// TestTaskReviewerClaimsNoWork: bob reviews alice's work, so his session
+// claims no unassigned task, by the next one or by id (the daemon's record
+// decides, not the config his session cannot read); a task assigned to him
+// he claims; and carol, who is to review task 2, may not claim it.
+func TestTaskReviewerClaimsNoWork(t *testing.T) {
+	cfg, db := taskRepo(t)
+	writeConfig(t, filepath.Dir(cfg), strings.Replace(taskAgents, "{name: alice, role: x}", "{name: alice, role: x, reviewer: bob}", 1))
+	recordReviewersAsTheDaemon(t, cfg, db)
+	mustCLI(t, opEnv(), "task", "add", "anyone's", "-c", cfg)
+	mustCLI(t, opEnv(), "task", "add", "reviewed by carol", "--reviewer", "carol", "-c", cfg)
+	bob := sessionEnv(db, "bob", 1)
+	for _, args := range [][]string{{"task", "claim", "1"}, {"task", "claim", "2"}} {
+		out, errOut, code := runCLI(t, bob, "", args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "bob only reviews") {
+			t.Errorf("bob: swarmd %s: exit %d, %q %q; want exit 1 saying he only reviews", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	if out, errOut, code := runCLI(t, bob, "", "task", "claim"); code != 1 || !strings.Contains(errOut, "no OPEN task that bob may claim") {
+		t.Errorf("bob: swarmd task claim: exit %d, %q %q; want none he may claim", code, out, errOut)
+	}
+	carol := sessionEnv(db, "carol", 1)
+	if _, errOut, code := runCLI(t, carol, "", "task", "claim", "2"); code != 1 || !strings.Contains(errOut, "nobody reviews their own work") {
+		t.Errorf("carol claiming the task she reviews: exit %d, %q", code, errOut)
+	}
+	mustCLI(t, opEnv(), "task", "add", "for bob", "--to", "bob", "-c", cfg)
+	mustCLI(t, bob, "task", "claim", "3")
+	b := taskBoard(t, db)
+	wantTask(t, b, 1, "OPEN")
+	wantTask(t, b, 2, "OPEN")
+	if tk := wantTask(t, b, 3, "CLAIMED"); tk.Claimant != "bob" {
+		t.Errorf("task 3 claimed by %q", tk.Claimant)
+	}
+}

@@ -99,6 +99,10 @@ type AgentSettings struct {
 	// MaxIterations bounds the review rounds of one task.
 	Reviewer      string
 	MaxIterations int
+	// Claims says whether the agent claims unassigned tasks from the board
+	// (tasks assigned to it it always may); nil is the default: an agent
+	// that reviews any agent's tasks claims none (see Config.ReviewOnly).
+	Claims *bool
 	// MaxTurns limits each session's model turns (0: no limit): Claude
 	// Code gets --max-turns, Codex and Gemini CLI sessions are counted from
 	// their stream and cancelled at the limit (abort reason max_turns).
@@ -299,6 +303,26 @@ func ParseWith(data []byte, path string, opts Options) (*Config, error) {
 }
 
 // Agent returns the agent named name.
+// ReviewOnly reports whether agent name claims no unassigned task: its
+// claims key says false, or it has none and it reviews some agent's tasks.
+// A reviewer that also took work from the board could take the task it is
+// to review, or a task nobody then reviews.
+func (c *Config) ReviewOnly(name string) bool {
+	a, ok := c.Agent(name)
+	if !ok {
+		return false
+	}
+	if a.Claims != nil {
+		return !*a.Claims
+	}
+	for _, b := range c.Agents {
+		if b.Reviewer == name && b.Name != name {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *Config) Agent(name string) (Agent, bool) {
 	for _, a := range c.Agents {
 		if a.Name == name {

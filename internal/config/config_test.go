@@ -353,7 +353,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, store, lease_timeout, remote, defaults, logs, hooks, mailbox, stall_after, git_email_domain, web, merge, backends, agents, swarm_budget, prices, providers)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_turns, signals, tools, budget)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, claims, max_turns, signals, tools, budget)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},
@@ -579,5 +579,38 @@ func TestMaxTurns(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Line != 4 || e.Key != "agents[0].max_turns" || !strings.Contains(e.Msg, "at least 0") {
 		t.Fatalf("negative max_turns: %v", err)
+	}
+}
+
+// TestReviewOnly: an agent that reviews another's tasks claims no
+// unassigned task unless its claims key says true; claims: false makes
+// any agent review-only; defaults.claims applies to every agent.
+func TestReviewOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		yaml string
+		want map[string]bool
+	}{
+		{"defaults: {backend: sh}\nagents:\n  - {name: alice, role: x, reviewer: rita}\n  - {name: bob, role: x}\n  - {name: rita, role: y}\n",
+			map[string]bool{"alice": false, "bob": false, "rita": true}},
+		{"defaults: {backend: sh}\nagents:\n  - {name: alice, role: x, reviewer: rita}\n  - {name: rita, role: y, claims: true}\n  - {name: tess, role: t, claims: false}\n",
+			map[string]bool{"alice": false, "rita": false, "tess": true}},
+		{"defaults: {backend: sh, claims: false}\nagents:\n  - {name: alice, role: x, claims: true}\n  - {name: bob, role: x}\n",
+			map[string]bool{"alice": false, "bob": true}},
+	} {
+		cfg, err := Parse([]byte("repo: .\nbackends: {sh: {type: command, command: sh}}\n"+tc.yaml), filepath.Join(dir, "swarmd.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range tc.want {
+			if got := cfg.ReviewOnly(name); got != want {
+				t.Errorf("%s: ReviewOnly(%s) = %v, want %v", strings.ReplaceAll(tc.yaml, "\n", " "), name, got, want)
+			}
+		}
+	}
+	_, err := Parse([]byte("repo: .\nbackends: {sh: {type: command, command: sh}}\ndefaults: {backend: sh}\nagents:\n  - {name: a, role: x, claims: maybe}\n"),
+		filepath.Join(dir, "swarmd.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "agents[0].claims: want true or false") {
+		t.Errorf("claims: maybe = %v", err)
 	}
 }

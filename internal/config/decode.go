@@ -419,6 +419,20 @@ func (d *decoder) boolTo(dst *bool) value {
 	}, &schemaNode{Type: []string{"boolean"}, Default: *dst}}
 }
 
+// boolPtrTo decodes a boolean whose absence means something of its own
+// (nil: the default, decided elsewhere).
+func (d *decoder) boolPtrTo(dst **bool) value {
+	return value{func(path string, v *yaml.Node) bool {
+		var b bool
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
+			d.errorf(v.Line, path, "want true or false, got %s", describe(v))
+			return false
+		}
+		*dst = &b
+		return true
+	}, &schemaNode{Type: []string{"boolean"}}}
+}
+
 // strList is a list of strings; nonEmpty refuses empty items (hook commands).
 func (d *decoder) strList(n *yaml.Node, path string, nonEmpty bool) ([]string, bool) {
 	if n.Kind != yaml.SequenceNode {

@@ -211,6 +211,8 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"The agent that reviews this agent's finished tasks (overrides defaults.reviewer)."), d.strTo(&s.Reviewer, false)},
 		{"max_iterations", doc("Review rounds a task may take: past this many FAIL verdicts it fails (reason max_iterations).",
 			"Overrides defaults.max_iterations."), d.intTo(&s.MaxIterations, 1, maxInt)},
+		{"claims", doc("Whether agents claim unassigned tasks from the board (a task assigned to an agent it always may). Unset: an agent that reviews any agent's tasks claims none, so that it reviews rather than works; every other agent claims.",
+			"Overrides defaults.claims: false makes this agent review-only, true lets a reviewer also take work."), d.boolPtrTo(&s.Claims)},
 		{"max_turns", doc("A session ends (abort reason max_turns, not an error) after this many model turns; 0: no limit.",
 			"Overrides defaults.max_turns."), d.intTo(&s.MaxTurns, 0, maxInt)},
 		{"signals", doc("The words a session's final result ends with to report on its task: the last non-empty line is the word, or starts with it and a colon or dash.",
@@ -715,6 +717,9 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("max_turns") {
 		out.MaxTurns = over.MaxTurns
+	}
+	if has("claims") {
+		out.Claims = over.Claims
 	}
 	mergeLimits(&out, over)
 	out.Signals.Done = cmp.Or(over.Signals.Done, base.Signals.Done)

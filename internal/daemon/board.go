@@ -27,13 +27,22 @@ const settingReviewers = "review.agents"
 type reviewSetting struct {
 	Reviewer      string `json:"reviewer,omitempty"`
 	MaxIterations int    `json:"max_iterations,omitempty"`
+	ReviewOnly    bool   `json:"review_only,omitempty"` // claims no unassigned task (config.Config.ReviewOnly)
+}
+
+// ReviewPolicy is what the config says about reviews: who reviews an
+// agent's tasks and in how many rounds, and which agents only review
+// (claim no unassigned task). Either func may be nil.
+type ReviewPolicy struct {
+	ReviewerOf func(agent string) (reviewer string, maxIterations int)
+	ReviewOnly func(agent string) bool
 }
 
 // RecordReviewers writes cfg's reviewers as settingReviewers.
 func RecordReviewers(ctx context.Context, db *store.DB, cfg *config.Config) error {
 	m := make(map[string]reviewSetting, len(cfg.Agents))
 	for _, a := range cfg.Agents {
-		m[a.Name] = reviewSetting{Reviewer: a.Reviewer, MaxIterations: a.MaxIterations}
+		m[a.Name] = reviewSetting{Reviewer: a.Reviewer, MaxIterations: a.MaxIterations, ReviewOnly: cfg.ReviewOnly(a.Name)}
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -45,9 +54,10 @@ func RecordReviewers(ctx context.Context, db *store.DB, cfg *config.Config) erro
 	return nil
 }
 
-// RecordedReviewerOf is what the daemon recorded about reviewing each
-// agent's tasks; an agent it recorded nothing for has no reviewer.
-func RecordedReviewerOf(ctx context.Context, db *store.DB) (func(agent string) (string, int), error) {
+// RecordedReviewPolicy is what the daemon recorded about reviewing each
+// agent's tasks; an agent it recorded nothing for has no reviewer and
+// claims.
+func RecordedReviewPolicy(ctx context.Context, db *store.DB) (*ReviewPolicy, error) {
 	v, ok, err := db.Setting(ctx, settingReviewers)
 	if err != nil {
 		return nil, fmt.Errorf("read the recorded reviewers: %w", err)
@@ -58,25 +68,36 @@ func RecordedReviewerOf(ctx context.Context, db *store.DB) (func(agent string) (
 			return nil, fmt.Errorf("read the recorded reviewers: setting %s: %w", settingReviewers, err)
 		}
 	}
-	return func(agent string) (string, int) { r := m[agent]; return r.Reviewer, r.MaxIterations }, nil
+	return &ReviewPolicy{
+		ReviewerOf: func(agent string) (string, int) { r := m[agent]; return r.Reviewer, r.MaxIterations },
+		ReviewOnly: func(agent string) bool { return m[agent].ReviewOnly },
+	}, nil
 }
 
 // OpenTaskBoard is the task board in db, as the daemon and every `swarmd
 // task` process use it. Without a merge queue a DONE task that no reviewer
 // holds is CLOSED at once; with one, the queue closes it once merged.
-// ReviewerOf may be nil (a process that claims for no configured agent).
-func OpenTaskBoard(db *store.DB, ReviewerOf func(agent string) (string, int)) *taskboard.Board {
+// p may be nil (a process that claims for no configured agent).
+func OpenTaskBoard(db *store.DB, p *ReviewPolicy) *taskboard.Board {
 	into, _, _ := db.Setting(context.Background(), settingMergeInto)
-	return taskboard.New(db, taskboard.Options{AutoClose: into == "", ReviewerOf: ReviewerOf})
+	opts := taskboard.Options{AutoClose: into == ""}
+	if p != nil {
+		opts.ReviewerOf, opts.ReviewOnly = p.ReviewerOf, p.ReviewOnly
+	}
+	return taskboard.New(db, opts)
 }
 
-// ReviewerOf is what cfg's agents say about reviewing their tasks.
-func ReviewerOf(cfg func() *config.Config) func(agent string) (string, int) {
-	return func(agent string) (string, int) {
-		a, ok := cfg().Agent(agent)
-		if !ok {
-			return "", 0
-		}
-		return a.Reviewer, a.MaxIterations
+// ConfigReviewPolicy is what cfg's agents say about reviews (cfg is read
+// at each use: a reload applies at once).
+func ConfigReviewPolicy(cfg func() *config.Config) *ReviewPolicy {
+	return &ReviewPolicy{
+		ReviewerOf: func(agent string) (string, int) {
+			a, ok := cfg().Agent(agent)
+			if !ok {
+				return "", 0
+			}
+			return a.Reviewer, a.MaxIterations
+		},
+		ReviewOnly: func(agent string) bool { return cfg().ReviewOnly(agent) },
 	}
 }

@@ -140,7 +140,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	if err := d.openState(ctx, cfg); err != nil {
 		return nil, err
 	}
-	d.tasks = OpenTaskBoard(d.db, ReviewerOf(func() *config.Config { c, _ := d.current(); return c }))
+	d.tasks = OpenTaskBoard(d.db, ConfigReviewPolicy(func() *config.Config { c, _ := d.current(); return c }))
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, setupError(err)
 	}
@@ -187,7 +187,8 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		watch, wake = "", d.db.Changes() // no file to watch: the store's notifications
 	}
 	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: watch, Wake: wake,
-		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange})
+		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange,
+		ReviewOnly: func(a string) bool { c, _ := d.current(); return c.ReviewOnly(a) }})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {
 			return nil, setupError(err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -205,13 +206,42 @@ func (s viewSource) Spend(ctx context.Context) (map[string]view.Spend, error) {
 	return out, nil
 }
 
-// Merge is the merge queue. This swarmd has none yet: when it lands, its
-// read of the queue goes here and Features says Merge.
-func (s viewSource) Merge(context.Context) (view.MergeQueue, error) { return view.NotConfigured, nil }
+// Merge is the merge queue as the dashboards show it: the candidate under
+// test first, then the queued ones in order ("not configured" without a
+// merge: section).
+func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
+	q := s.d.merge
+	if q == nil {
+		return view.NotConfigured, nil
+	}
+	st, err := q.Status(ctx)
+	if err != nil {
+		return view.MergeQueue{}, err
+	}
+	out := view.MergeQueue{Configured: true, Paused: st.Paused, Note: st.Waiting, Items: []view.MergeItem{}}
+	add := func(e merge.Entry, state string, since time.Time) {
+		it := view.MergeItem{TaskID: e.Task, Agent: e.Agent, State: state, Since: since}
+		if tk, err := s.d.tasks.Get(ctx, e.Task); err == nil {
+			it.Title = tk.Title
+		}
+		if e.Attempts > 0 {
+			it.Note = fmt.Sprintf("gate run %d", e.Attempts)
+		}
+		out.Items = append(out.Items, it)
+	}
+	if c := st.Current; c != nil {
+		add(*c, "testing", c.StartedAt)
+	}
+	for _, e := range st.Queued {
+		add(e, "queued", e.EnqueuedAt)
+	}
+	return out, nil
+}
 
-// Features: what this swarmd has. Budgets and the merge queue are not
-// there yet; the dashboards show them absent until they are.
-func (s viewSource) Features() view.Features { return view.Features{Tasks: true, Pause: true} }
+// Features: what this swarmd has. Budgets are not on the dashboards yet.
+func (s viewSource) Features() view.Features {
+	return view.Features{Tasks: true, Pause: true, Merge: s.d.merge != nil}
+}
 
 func (s viewSource) Fault() string { return s.d.health.faultText() }
 

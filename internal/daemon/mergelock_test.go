@@ -83,6 +83,13 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	if e, err := queue.Latest(ctx, tk.ID); err != nil || e.State != merge.Queued {
 		t.Fatalf("entry while another daemon holds the lock = %+v, %v; want queued", e, err)
 	}
+	// The dashboards show the queue as it is, not "not configured".
+	src := viewSource{d.Daemon}
+	mq, err := src.Merge(ctx)
+	if err != nil || !mq.Configured || len(mq.Items) != 1 || mq.Items[0].TaskID != tk.ID || mq.Items[0].Title != "bob's work" ||
+		mq.Items[0].State != "queued" || !src.Features().Merge {
+		t.Fatalf("the dashboards' merge queue = %+v, %v (features %+v); want bob's task queued", mq, err, src.Features())
+	}
 
 	if err := other.Release(); err != nil { // the other daemon stops
 		t.Fatal(err)

@@ -133,6 +133,9 @@ func Render(d Data) string {
 	b.WriteString("- Add `--urgent` only when the recipient must stop what it is doing: it interrupts their running session.\n")
 	b.WriteString("- `swarmd mail inbox` lists your pending mail; `swarmd mail read ID` shows one message;\n")
 	b.WriteString("  `swarmd mail reply ID \"message\"` answers in the same thread. Use `-` as the message to read it from stdin.\n")
+	// A line of this list, not after the messages: there it would read as
+	// part of the last quoted one.
+	b.WriteString("- `swarmd task list --state OPEN` shows the task board; `swarmd task claim [ID]` claims a task.\n")
 
 	if len(d.Messages) > 0 {
 		b.WriteString("\n## Messages\n\n")
@@ -159,8 +162,6 @@ func Render(d Data) string {
 			b.WriteString(quote(m.Body))
 		}
 	}
-
-	b.WriteString("- `swarmd task list --state OPEN` shows the task board; `swarmd task claim [ID]` claims a task.\n")
 
 	if t := d.Task; t != nil {
 		b.WriteString("\n## Tasks\n\n")

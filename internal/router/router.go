@@ -70,6 +70,9 @@ type Options struct {
 	// agents through the same watch as urgent mail.
 	Tasks Tasks
 	Idle  Idle
+	// ReviewOnly, if set, names the agents that claim no unassigned task:
+	// they are not woken for one.
+	ReviewOnly func(agent string) bool
 	// OnChange, if set, is called after each poll that found a commit by
 	// another connection (mail sent, a task added...): the daemon's mail
 	// metrics follow it instead of a timer. It must not block.
@@ -78,15 +81,16 @@ type Options struct {
 
 // Router watches the mailbox for urgent mail.
 type Router struct {
-	mail     Mail
-	to       Interrupter
-	log      *zap.Logger
-	interval time.Duration
-	dbPath   string
-	wakeSrc  <-chan struct{}
-	tasks    Tasks
-	idle     Idle
-	onChange func()
+	mail       Mail
+	to         Interrupter
+	log        *zap.Logger
+	interval   time.Duration
+	dbPath     string
+	wakeSrc    <-chan struct{}
+	tasks      Tasks
+	idle       Idle
+	reviewOnly func(agent string) bool
+	onChange   func()
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -109,7 +113,7 @@ func New(mail Mail, to Interrupter, opts Options) *Router {
 		opts.Log = zap.NewNop()
 	}
 	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, wakeSrc: opts.Wake, lastVersion: -1,
-		tasks: opts.Tasks, idle: opts.Idle, onChange: opts.OnChange}
+		tasks: opts.Tasks, idle: opts.Idle, reviewOnly: opts.ReviewOnly, onChange: opts.OnChange}
 }
 
 // Start begins polling. Calling it on a running router does nothing.
@@ -259,9 +263,10 @@ func (r *Router) wakeIdle(ctx context.Context) error {
 	}
 	var rest []string
 	for _, a := range idle {
-		if slices.Contains(to, a) || mine[a] > 0 {
+		switch {
+		case slices.Contains(to, a) || mine[a] > 0:
 			_ = r.idle.Wake(a) // an agent removed meanwhile has nothing to wake
-		} else {
+		case r.reviewOnly == nil || !r.reviewOnly(a):
 			rest = append(rest, a)
 		}
 	}

@@ -188,8 +188,21 @@ func (b *Board) Held(ctx context.Context, agent string) (Task, bool, error) {
 // an idle agent asks it on every wake-up.
 func (b *Board) HasClaimable(ctx context.Context, agent string) (bool, error) {
 	var ok bool
-	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, agent).Scan(&ok)
+	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, b.claimArgs(agent)...).Scan(&ok)
 	return ok, err
+}
+
+// claimArgs are claimable's parameters for agent.
+func (b *Board) claimArgs(agent string) []any {
+	anyTask := 1
+	if b.reviewOnly(agent) {
+		anyTask = 0
+	}
+	return []any{agent, anyTask, agent}
+}
+
+func (b *Board) reviewOnly(agent string) bool {
+	return b.opts.ReviewOnly != nil && b.opts.ReviewOnly(agent)
 }
 
 // HasWork reports whether the board has anything for agent's next prompt:
@@ -200,7 +213,7 @@ func (b *Board) HasWork(ctx context.Context, agent string) (bool, error) {
 	var ok bool
 	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+reviewing+`)
 		OR EXISTS (SELECT 1 FROM tasks WHERE `+holding+`)
-		OR EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, agent, agent, agent).Scan(&ok)
+		OR EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, append([]any{agent, agent}, b.claimArgs(agent)...)...).Scan(&ok)
 	if err != nil {
 		return false, b.db.WrapFor("taskboard", "has work", err)
 	}
@@ -210,10 +223,12 @@ func (b *Board) HasWork(ctx context.Context, agent string) (bool, error) {
 // holding is a task the agent (the one parameter) holds.
 const holding = `claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`
 
-// claimable is an OPEN task for the agent (the one parameter) whose
-// dependencies are all CLOSED (an approved PLANNED task can be OPEN before
-// they are: the seed has no OPEN -> BLOCKED row).
-const claimable = `state = 'OPEN' AND (assignee = '' OR assignee = ?)
+// claimable is an OPEN task the agent may claim (claimArgs: the agent;
+// 1 when it claims unassigned tasks, 0 when it only reviews; the agent)
+// whose dependencies are all CLOSED (an approved PLANNED task can be OPEN
+// before they are: the seed has no OPEN -> BLOCKED row). Never a task the
+// agent is to review: nobody reviews their own work.
+const claimable = `state = 'OPEN' AND (assignee = ? OR (assignee = '' AND ? = 1)) AND reviewer <> ?
 	AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks o ON o.id = d.dep_id WHERE d.task_id = tasks.id AND o.state <> 'CLOSED')`
 
 // claimSQL picks agent's best claimable task: highest priority, then oldest.
@@ -226,7 +241,7 @@ func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, o
 		return Task{}, false, err
 	}
 	err = b.write(ctx, "claim", func(tx *sql.Tx) error {
-		ts, err := queryTasks(ctx, tx, claimSQL, agent)
+		ts, err := queryTasks(ctx, tx, claimSQL, b.claimArgs(agent)...)
 		if err != nil || len(ts) == 0 {
 			return err
 		}
@@ -244,8 +259,14 @@ func (b *Board) Claim(ctx context.Context, id int64, agent, session string) (Tas
 		if t, err = getTask(ctx, tx, id); err != nil {
 			return err
 		}
-		if t.Assignee != "" && t.Assignee != agent {
+		switch {
+		case t.Assignee != "" && t.Assignee != agent:
 			return fmt.Errorf("task %d is assigned to %s, not %s: %w", id, t.Assignee, agent, ErrNotHolder)
+		case t.Reviewer == agent:
+			return fmt.Errorf("task %d is to be reviewed by %s: nobody reviews their own work: %w", id, agent, ErrNotHolder)
+		case t.Assignee == "" && b.reviewOnly(agent):
+			return fmt.Errorf("task %d is unassigned and %s only reviews (claims: false, or it reviews other agents' tasks): assign it with --to: %w",
+				id, agent, ErrNotHolder)
 		}
 		if h, held, err := heldTx(ctx, tx, agent); err != nil {
 			return err

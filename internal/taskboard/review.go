@@ -169,6 +169,10 @@ func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer st
 	return t, err
 }
 
+// eventReviewPass is the event of a PASS that moves no state (the merge
+// queue closes the task once merged).
+const eventReviewPass = "review_pass"
+
 // afterVerdict moves the task as the loop now stands.
 func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review.Loop, reviewer, feedback string) error {
 	actor := "agent:" + reviewer
@@ -177,12 +181,20 @@ func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review
 	loopArgs := []any{t.ReviewState, t.Iteration, t.ReviewFailure}
 	switch l.State() {
 	case review.Complete:
+		why := oneLine(fmt.Sprintf("review PASS by %s (round %d)", reviewer, t.Iteration), feedback)
 		if !b.opts.AutoClose {
-			_, err := tx.ExecContext(ctx, `UPDATE tasks SET review_state = ? WHERE id = ?`, t.ReviewState, t.ID)
+			// The task stays DONE for the merge queue; the verdict is still
+			// a line of its history (task show, events --task).
+			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET review_state = ? WHERE id = ?`, t.ReviewState, t.ID); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+				session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, '', 0, ?)`,
+				b.now(), reviewer, t.State.String(), eventReviewPass, t.State.String(), actor, why, t.ID)
 			return err
 		}
 		return b.apply(ctx, tx, t, move{to: task.Closed, reason: task.ReasonCompleted, actor: actor,
-			why: oneLine("review PASS", feedback), set: loopCols, args: loopArgs})
+			why: why, set: loopCols, args: loopArgs})
 	case review.Working:
 		if err := b.apply(ctx, tx, t, move{to: task.Failed, actor: actor,
 			why: oneLine(fmt.Sprintf("review FAIL (round %d)", t.Iteration-1), feedback), set: loopCols, args: loopArgs}); err != nil {

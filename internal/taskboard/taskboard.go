@@ -105,6 +105,9 @@ type Options struct {
 	// ReviewerOf is the reviewer and max_iterations an agent's config gives
 	// the tasks it claims that name none; nil or "" for none.
 	ReviewerOf func(agent string) (reviewer string, maxIterations int)
+	// ReviewOnly, if set, names the agents that claim no unassigned task
+	// (reviewers: config claims); a task assigned to one it still may.
+	ReviewOnly func(agent string) bool
 	Now        func() time.Time // nil: time.Now
 }
 
