@@ -113,9 +113,9 @@ func (r *Runner) setStoreWait(reason string, since time.Time) {
 	r.changed = make(chan struct{})
 }
 
-// begin makes the session's row durable before its process starts. It
-// reports false when the session must not start: a stop came first, or its
-// seq is another session's (the seq then moves past it).
+// begin makes the session's row durable before its process starts. An
+// error means the session must not start: a stop came first, or its seq is
+// another session's (the seq then moves past it).
 func (r *Runner) begin(start time.Time) error {
 	b := SessionBegin{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: start,
 		HeadBefore: r.headBefore, LogPath: r.logPath()}
