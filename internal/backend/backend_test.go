@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +21,14 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Under nohup the tests start with SIGHUP ignored, and an ignored
+	// signal stays ignored across exec: the sessions' shells would survive
+	// a SIGHUP the tests send. Watching it gives the children the default
+	// disposition again, as `swarmd run` does (it reloads on SIGHUP).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	goleak.VerifyTestMain(m)
+}
 
 const waitLimit = 10 * time.Second // generous: -race on two shared cores
 
