@@ -99,6 +99,11 @@ type AgentSettings struct {
 	// MaxIterations bounds the review rounds of one task.
 	Reviewer      string
 	MaxIterations int
+	// MaxSilentSessions holds the agent (a pause by swarmd, with the reason)
+	// once this many sessions in a row ended, successfully, without a
+	// signal while they held a task or a review (0: never): an agent that
+	// never reports would otherwise run sessions on it for ever.
+	MaxSilentSessions int
 	// Claims says whether the agent claims unassigned tasks from the board
 	// (tasks assigned to it it always may); nil is the default: an agent
 	// that reviews any agent's tasks claims none (see Config.ReviewOnly).
@@ -207,6 +212,7 @@ const (
 	DefaultGitEmailDomain       = "swarmd.invalid"
 	DefaultMinSessionInterval   = time.Second
 	DefaultMaxIterations        = 3
+	DefaultMaxSilentSessions    = 3
 	DefaultMaxSessionBytes      = 64 << 20
 )
 
@@ -224,6 +230,7 @@ func defaultConfig() *Config {
 			Env:                  map[string]string{},
 			MinSessionInterval:   DefaultMinSessionInterval,
 			MaxIterations:        DefaultMaxIterations,
+			MaxSilentSessions:    DefaultMaxSilentSessions,
 			Budget:               Budget{Window: DefaultBudgetWindow},
 		},
 		Logs:           Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},

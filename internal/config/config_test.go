@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		Env:                  map[string]string{},
 		MinSessionInterval:   time.Second,
 		MaxIterations:        3,
+		MaxSilentSessions:    3,
 		Budget:               Budget{Window: 24 * time.Hour},
 	}
 	want := &Config{
@@ -98,6 +99,7 @@ func TestOverrides(t *testing.T) {
 		Env:                  map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "1"},
 		MinSessionInterval:   2 * time.Second,
 		MaxIterations:        3,
+		MaxSilentSessions:    3,
 		Tools:                Tools{Allow: []string{"Read", "Bash(git:*)"}, Deny: []string{"WebFetch"}},
 		Budget:               Budget{USD: 10, Tokens: 5000000, Window: 12 * time.Hour, has: hasUSD | hasTokens | hasWindow},
 	}
@@ -146,14 +148,15 @@ func TestOverrides(t *testing.T) {
 			{Name: "alice", Role: "You are alice. You write the Go code.\n", RoleFile: filepath.Join(dir, "prompts", "alice.md"),
 				AgentSettings: AgentSettings{Backend: "claude", SessionTimeout: 90 * time.Minute, GracePeriod: 5 * time.Second,
 					MaxConsecutiveErrors: 3, MaxTotalErrors: 7,
-					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0, MaxIterations: 3,
+					Env: map[string]string{"GOFLAGS": "-mod=mod", "DEBUG": "2", "EXTRA": "x"}, MinSessionInterval: 0, MaxIterations: 3, MaxSilentSessions: 3,
 					Tools:  Tools{Allow: defaults.Tools.Allow, Deny: []string{}},
 					Budget: Budget{USD: 2.5, Tokens: 5000000, Window: 12 * time.Hour, has: hasUSD | hasTokens | hasWindow}}},
 			{Name: "bob", Role: "You review every commit on main.\nReply with PASS or FAIL.\n", AgentSettings: defaults},
 			{Name: "carol-2", Role: "Review docs/ and/or fix bugs",
 				AgentSettings: AgentSettings{Backend: "fake", SessionTimeout: 30 * time.Minute, GracePeriod: time.Second,
 					MaxConsecutiveErrors: 1, MaxTotalErrors: 2, Env: defaults.Env, MinSessionInterval: 2 * time.Second, MaxIterations: 3,
-					Tools: defaults.Tools, Budget: defaults.Budget}},
+					MaxSilentSessions: 3,
+					Tools:             defaults.Tools, Budget: defaults.Budget}},
 		},
 	}
 	got := load(t, "testdata/full.yaml")
@@ -353,7 +356,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, store, lease_timeout, remote, defaults, logs, hooks, mailbox, stall_after, git_email_domain, web, merge, backends, agents, swarm_budget, prices, providers)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, claims, max_turns, signals, tools, budget)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_silent_sessions, claims, max_turns, signals, tools, budget)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},

@@ -211,6 +211,8 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"The agent that reviews this agent's finished tasks (overrides defaults.reviewer)."), d.strTo(&s.Reviewer, false)},
 		{"max_iterations", doc("Review rounds a task may take: past this many FAIL verdicts it fails (reason max_iterations).",
 			"Overrides defaults.max_iterations."), d.intTo(&s.MaxIterations, 1, maxInt)},
+		{"max_silent_sessions", doc("An agent is held (paused by swarmd, with the reason; `swarmd resume` lets it go) once this many sessions in a row ended without DONE, PASS or FAIL while it held a task or a review; 0: never.",
+			"Overrides defaults.max_silent_sessions."), d.intTo(&s.MaxSilentSessions, 0, maxInt)},
 		{"claims", doc("Whether agents claim unassigned tasks from the board (a task assigned to an agent it always may). Unset: an agent that reviews any agent's tasks claims none, so that it reviews rather than works; every other agent claims.",
 			"Overrides defaults.claims: false makes this agent review-only, true lets a reviewer also take work."), d.boolPtrTo(&s.Claims)},
 		{"max_turns", doc("A session ends (abort reason max_turns, not an error) after this many model turns; 0: no limit.",
@@ -717,6 +719,9 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("max_turns") {
 		out.MaxTurns = over.MaxTurns
+	}
+	if has("max_silent_sessions") {
+		out.MaxSilentSessions = over.MaxSilentSessions
 	}
 	if has("claims") {
 		out.Claims = over.Claims

@@ -9,6 +9,7 @@ import (
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
+	"go.uber.org/zap"
 )
 
 // freezeWait bounds how long `swarmd pause --now` waits for the runner to
@@ -34,6 +35,17 @@ func (a controlAPI) ResumeAgent(ctx context.Context, name string) (control.Resum
 		return control.ResumeResult{}, fmt.Errorf("%w: %s", control.ErrConflict, msg)
 	}
 	return a.d.resumeAgent(ctx, name, actor)
+}
+
+// holdAgent pauses an agent for swarmd itself (its sessions keep ending
+// without reporting on the work they hold), as an operator's pause would:
+// stored, with its event, shown with its reason, lifted by swarmd resume.
+func (d *Daemon) holdAgent(name, reason string) {
+	if _, err := d.pauseAgent(context.Background(), name, actorSwarmd, reason, false); err != nil {
+		d.log.Error("hold an agent whose sessions do not report", zap.String("agent", name), zap.Error(err))
+		return
+	}
+	d.log.Warn("agent held: "+reason, zap.String("agent", name))
 }
 
 // pauseAgent stores the pause (with its event) before the runner hears of

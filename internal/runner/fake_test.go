@@ -178,6 +178,7 @@ type fakePrompter struct {
 	block     bool
 	begun     []SessionBegin
 	hold      chan struct{} // if set, Settle waits for it (a busy store)
+	task      int64         // the task every prompt carries (0: none)
 }
 
 func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, error) {
@@ -191,7 +192,7 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 	if req.MayIdle && p.idle {
 		return Prompt{Idle: true}, nil
 	}
-	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail}, nil
+	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail, Task: p.task}, nil
 }
 
 func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error) {

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -183,6 +184,34 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 			zap.String("session", rec.SessionID), zap.Error(err))
 	}
 	r.signalled = sr.Signalled
+	r.countSilence(st, sr)
+}
+
+// countSilence holds the agent once MaxSilent sessions in a row completed
+// holding a task or a review and ended without a signal: an agent that
+// never reports would run session after session on the same work (a
+// reviewer that never says PASS or FAIL ran 335 sessions in 6 minutes).
+func (r *Runner) countSilence(st Settlement, sr SettleResult) {
+	if !st.Completed {
+		return // a failure counts as an error already; an interrupt is nobody's silence
+	}
+	if sr.Signalled || st.Task == 0 && st.Review == 0 {
+		r.silent = 0
+		return
+	}
+	r.silent++
+	if r.cfg.MaxSilent <= 0 || r.silent < r.cfg.MaxSilent || r.cfg.Hold == nil {
+		return
+	}
+	what := "task #" + strconv.FormatInt(st.Task, 10)
+	if st.Review != 0 {
+		what = "the review of task #" + strconv.FormatInt(st.Review, 10)
+	}
+	reason := strconv.Itoa(r.silent) + " sessions in a row held " + what +
+		" and ended without DONE, PASS or FAIL (max_silent_sessions); swarmd resume " + r.cfg.Name + " lets it go on"
+	r.silent = 0
+	r.log.Warn("holding the agent: its sessions do not report on their work", zap.String("reason", reason))
+	r.cfg.Hold(reason)
 }
 
 // release returns mail claimed by a prompt whose session never started.

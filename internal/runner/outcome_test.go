@@ -78,3 +78,53 @@ func TestOutcomeWaitsForTheStore(t *testing.T) {
 		h.stop()
 	})
 }
+
+// An agent whose sessions hold a task and end, successfully, without a
+// signal is held after MaxSilent of them: no further session starts until
+// the hold is lifted. A signalled session, or one with nothing to report
+// on, resets the count.
+func TestSilentSessionsHoldTheAgent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h *harness
+		var holds []string
+		h = newHarness(t, func(c *Config) {
+			c.MinSessionInterval, c.MaxSilent = 0, 3
+			c.Hold = func(reason string) {
+				holds = append(holds, reason)
+				h.r.Pause(Pause{Actor: "swarmd", Reason: reason, Since: time.Now()})
+			}
+		})
+		h.pr.task = 7
+		h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+		h.start()
+		s := h.waitFor("held", func(s Snapshot) bool { return s.Paused })
+		if len(holds) != 1 || !strings.Contains(holds[0], "3 sessions in a row held task #7") || s.PausedBy != "swarmd" {
+			t.Fatalf("holds %q, paused by %q", holds, s.PausedBy)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n := h.be.starts(); n != 3 {
+			t.Fatalf("%d sessions started, want 3 then the hold", n)
+		}
+		h.stop()
+	})
+}
+
+// Sessions that report (a signal) are never held, however many.
+func TestReportingSessionsAreNotHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		held := false
+		h := newHarness(t, func(c *Config) {
+			c.MinSessionInterval, c.MaxSilent = 0, 3
+			c.Hold = func(string) { held = true }
+		})
+		h.pr.task, h.pr.signalled = 7, true
+		h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+		h.start()
+		h.waitFor("six sessions", func(Snapshot) bool { return h.be.starts() >= 6 })
+		h.stop()
+		if held {
+			t.Fatal("an agent whose sessions signal was held")
+		}
+	})
+}

@@ -109,6 +109,13 @@ type Config struct {
 	// MaxTurns limits each session's model turns (backend.Spec.MaxTurns);
 	// 0 means no limit.
 	MaxTurns int
+	// MaxSilent holds the agent (Hold) once this many sessions in a row
+	// completed without a signal while they held a task or a review; 0
+	// means never.
+	MaxSilent int
+	// Hold, if set, holds the agent for reason (the daemon pauses it, so
+	// that the hold survives a restart and the operator sees why).
+	Hold func(reason string)
 	// Paused, if set, is a pause that survived a restart: no session starts
 	// until Resume.
 	Paused *Pause
@@ -197,6 +204,7 @@ type Runner struct {
 	review     int64 // the task the current session reviews
 	newTask    bool  // task was claimed for the current prompt
 	signalled  bool  // the last session completed with the done signal
+	silent     int   // sessions in a row that completed holding work and said nothing (MaxSilent)
 	// The running session and how it is being ended (session.go, timers.go):
 	tm       timers
 	timedOut bool
