@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -56,16 +57,43 @@ func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) 
 // OnRejected sends the task back to its worker with what went wrong, in
 // its next prompt and as mail.
 func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Kind, detail string) error {
+	into := "the merge target"
+	if cfg, _ := h.d.current(); cfg.Merge != nil {
+		into = cfg.Merge.Into
+	}
 	why := "the merge queue rejected it: " + string(kind)
-	if _, err := h.d.tasks.Rejected(ctx, e.Task, why, detail); err != nil && !errors.Is(err, taskboard.ErrState) {
+	// What to do and why, once: the task's feedback, which the worker's
+	// next prompt shows; the mail only says that it came back.
+	feedback := rejectionTodo(kind, into)
+	if strings.TrimSpace(detail) != "" {
+		feedback += "\n\n" + detail
+	}
+	if _, err := h.d.tasks.Rejected(ctx, e.Task, why, feedback); err != nil && !errors.Is(err, taskboard.ErrState) {
 		return err
 	}
-	body := fmt.Sprintf("Task #%d did not merge into %s (%s). Your next session has it back.\n\n%s", e.Task, e.Branch, kind, detail)
+	body := fmt.Sprintf("Task #%d did not merge into %s (%s). Your next session has it back, with what to do.", e.Task, into, kind)
 	if _, err := h.d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: e.Agent,
 		Subject: fmt.Sprintf("merge of task #%d: %s", e.Task, kind), Body: body}); err != nil {
 		h.d.log.Warn("mail the merge result", zap.Int64("task", e.Task), zap.Error(err))
 	}
 	return nil
+}
+
+// rejectionTodo tells the worker what to do about a rejection of kind by
+// the queue merging into into.
+func rejectionTodo(kind merge.Kind, into string) string {
+	switch kind {
+	case merge.KindConflict:
+		return fmt.Sprintf("It conflicts with %[1]s: merge %[1]s into your branch (`git merge %[1]s`), resolve the conflicts "+
+			"in the files below, commit, and end your session with DONE.", into)
+	case merge.KindGateFailed:
+		return fmt.Sprintf("The merge gate failed on it, merged onto %s: fix what the gate reports below (the tail of its "+
+			"output), commit, and end your session with DONE.", into)
+	case merge.KindTimeout:
+		return fmt.Sprintf("The merge gate ran out of time on it, merged onto %s: find what hangs or is too slow, fix it, "+
+			"commit, and end your session with DONE.", into)
+	}
+	return fmt.Sprintf("It did not merge into %s: fix it, commit, and end your session with DONE.", into)
 }
 
 // feedMerge queues the tasks that are ready to merge each time the

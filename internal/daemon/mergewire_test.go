@@ -1,0 +1,71 @@
+package daemon
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// A rejection names the target it did not merge into, says what to do for
+// its kind, and says it once: the task's feedback carries the instruction
+// and the detail (the worker's next prompt shows it), the mail only that
+// the task came back.
+func TestRejectionSaysWhatToDoOnce(t *testing.T) {
+	ctx := context.Background()
+	mb, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	board := taskboard.New(mb.Store(), taskboard.Options{}) // a merge queue closes tasks
+	d := &Daemon{cfg: &config.Config{Merge: &config.Merge{Into: "trunk"}}, log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	for _, tc := range []struct {
+		kind   merge.Kind
+		detail string
+		want   string
+	}{
+		{merge.KindConflict, "parser.go", "merge trunk into your branch (`git merge trunk`), resolve the conflicts"},
+		{merge.KindGateFailed, "FAIL: TestParse", "The merge gate failed on it, merged onto trunk"},
+	} {
+		tk, err := board.Add(ctx, taskboard.NewTask{Title: string(tc.kind)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Claim(ctx, tk.ID, "alice", "alice-1-a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Done(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: "alice-1-a"}, "done"); err != nil {
+			t.Fatal(err)
+		}
+		e := merge.Entry{Task: tk.ID, Agent: "alice", Branch: "swarm/alice"}
+		if err := (mergeHooks{d}).OnRejected(ctx, e, tc.kind, tc.detail); err != nil {
+			t.Fatal(err)
+		}
+		got, err := board.Get(ctx, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(got.Result, tc.want) || !strings.HasSuffix(got.Result, tc.detail) {
+			t.Errorf("%s: the task's feedback %q; want %q and the detail", tc.kind, got.Result, tc.want)
+		}
+	}
+	ms, err := mb.Inbox(ctx, "alice", false)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("alice's mail %+v, %v", ms, err)
+	}
+	for _, m := range ms {
+		if !strings.Contains(m.Body, "did not merge into trunk") || strings.Contains(m.Body, "swarm/alice") ||
+			strings.Contains(m.Body, "parser.go") || strings.Contains(m.Body, "TestParse") {
+			t.Errorf("rejection mail %q: want the target named, and no detail (the prompt has it once)", m.Body)
+		}
+	}
+}
