@@ -586,10 +586,15 @@ func TestEnqueueOfAnUnreportedResult(t *testing.T) {
 	if es, err := q.List(ctx, 0); err != nil || len(es) != 1 {
 		t.Fatalf("List = %+v, %v; want the one entry", es, err)
 	}
-	// Reported, a new head is a new entry.
+	// Reported, the same head is still that entry: a reader that saw the
+	// task ready just before it closed must not queue its merge again.
 	e.cb.setFail(nil)
 	step(t, q, OutcomeIdle)
 	e.cb.waitCalls(t, 1)
+	if late, err := q.Enqueue(ctx, 1, "alice", "swarm/alice"); err != nil || late.ID != first.ID || late.State != Merged {
+		t.Fatalf("enqueue of the merged, reported head = %+v, %v; want entry %d, merged", late, err, first.ID)
+	}
+	// A new head is a new entry.
 	second := commitFile(t, alice, "alice.txt", "alice 2\n", "alice again")
 	next, err := q.Enqueue(ctx, 1, "alice", "swarm/alice")
 	if err != nil || next.ID == first.ID || next.Head != second || second == head {

@@ -245,10 +245,12 @@ func (s *Store) Enqueue(ctx context.Context, task int64, agent, branch, head str
 		case found:
 			return s.replaceHead(ctx, tx, &cur, &e, agent, branch, head)
 		}
-		// A result not yet reported: the task stays DONE until its callback
-		// has run, and queueing the same head again would merge (or test)
-		// it twice.
-		if done, found, err := unreportedEntry(ctx, tx, task, head); err != nil || found {
+		// The same head merged already (the task's close may not be
+		// reported yet, or a reader saw the task ready just before it
+		// closed), or rejected and not yet reported: queueing it again
+		// would merge (or test) it twice. A reported rejection may be
+		// queued again (swarmd merge retry).
+		if done, found, err := finishedEntry(ctx, tx, task, head); err != nil || found {
 			e = done
 			return err
 		}
@@ -285,10 +287,11 @@ func activeEntry(ctx context.Context, q querier, task int64) (Entry, bool, error
 	return es[0], true, nil
 }
 
-// unreportedEntry is task's finished entry at head whose result the
-// callbacks have not been told yet.
-func unreportedEntry(ctx context.Context, q querier, task int64, head string) (Entry, bool, error) {
-	es, err := queryEntries(ctx, q, `WHERE task_id = ? AND head = ? AND notified = 0 AND state IN ('merged', 'rejected') ORDER BY id DESC`, task, head)
+// finishedEntry is task's entry at head that must not be queued again:
+// merged, or rejected with its result not reported yet.
+func finishedEntry(ctx context.Context, q querier, task int64, head string) (Entry, bool, error) {
+	es, err := queryEntries(ctx, q, `WHERE task_id = ? AND head = ? AND (state = 'merged' OR (state = 'rejected' AND notified = 0))
+		ORDER BY id DESC`, task, head)
 	if err != nil || len(es) == 0 {
 		return Entry{}, false, err
 	}
