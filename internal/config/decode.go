@@ -409,27 +409,33 @@ func (d *decoder) durTo(dst *time.Duration, allowZero bool) value {
 
 func (d *decoder) boolTo(dst *bool) value {
 	return value{func(path string, v *yaml.Node) bool {
-		var b bool
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
-			d.errorf(v.Line, path, "want true or false, got %s", describe(v))
-			return false
+		b, ok := d.boolOf(path, v)
+		if ok {
+			*dst = b
 		}
-		*dst = b
-		return true
+		return ok
 	}, &schemaNode{Type: []string{"boolean"}, Default: *dst}}
+}
+
+// boolOf reads a YAML boolean, reporting anything else.
+func (d *decoder) boolOf(path string, v *yaml.Node) (bool, bool) {
+	var b bool
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
+		d.errorf(v.Line, path, "want true or false, got %s", describe(v))
+		return false, false
+	}
+	return b, true
 }
 
 // boolPtrTo decodes a boolean whose absence means something of its own
 // (nil: the default, decided elsewhere).
 func (d *decoder) boolPtrTo(dst **bool) value {
 	return value{func(path string, v *yaml.Node) bool {
-		var b bool
-		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
-			d.errorf(v.Line, path, "want true or false, got %s", describe(v))
-			return false
+		b, ok := d.boolOf(path, v)
+		if ok {
+			*dst = &b
 		}
-		*dst = &b
-		return true
+		return ok
 	}, &schemaNode{Type: []string{"boolean"}}}
 }
 

@@ -140,7 +140,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	if err := d.openState(ctx, cfg); err != nil {
 		return nil, err
 	}
-	d.tasks = OpenTaskBoard(d.db, ConfigReviewPolicy(func() *config.Config { c, _ := d.current(); return c }))
+	review := ConfigReviewPolicy(func() *config.Config { c, _ := d.current(); return c })
+	review.ReviewOnly = d.reviewOnly
+	d.tasks = OpenTaskBoard(d.db, review)
 	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
 		return nil, setupError(err)
 	}
@@ -188,7 +190,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	}
 	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: watch, Wake: wake,
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange,
-		ReviewOnly: func(a string) bool { c, _ := d.current(); return c.ReviewOnly(a) }})
+		ReviewOnly: d.reviewOnly})
 	if cfg.Listen != "" {
 		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {
 			return nil, setupError(err)
@@ -488,10 +490,18 @@ func agentVars(a config.Agent, agents string) [][2]string {
 // built once per config and shared (read only), as a copy per agent is
 // quadratic (21 MB of 1000 agents' names and SWARM_AGENTS values).
 type roster struct {
-	cfg       *config.Config
-	names     []string // cfg.AgentNames()
-	joined    string   // SWARM_AGENTS: the names joined with commas
-	agentsVar string   // "SWARM_AGENTS=" + joined
+	cfg        *config.Config
+	names      []string        // cfg.AgentNames()
+	reviewOnly map[string]bool // cfg.ReviewOnly of each agent: the router asks it per idle agent
+	joined     string          // SWARM_AGENTS: the names joined with commas
+	agentsVar  string          // "SWARM_AGENTS=" + joined
+}
+
+// reviewOnly says whether agent claims no unassigned task under the config
+// in force (config.Config.ReviewOnly, computed once per config).
+func (d *Daemon) reviewOnly(agent string) bool {
+	cfg, _ := d.current()
+	return d.rosterOf(cfg).reviewOnly[agent]
 }
 
 // rosterOf returns cfg's roster, the one built last when it is cfg's.
@@ -500,7 +510,12 @@ func (d *Daemon) rosterOf(cfg *config.Config) *roster {
 		return r
 	}
 	names := cfg.AgentNames()
-	r := &roster{cfg: cfg, names: names, agentsVar: "SWARM_AGENTS=" + strings.Join(names, ",")}
+	r := &roster{cfg: cfg, names: names, agentsVar: "SWARM_AGENTS=" + strings.Join(names, ","), reviewOnly: map[string]bool{}}
+	for _, n := range names {
+		if cfg.ReviewOnly(n) {
+			r.reviewOnly[n] = true
+		}
+	}
 	r.joined = r.agentsVar[len("SWARM_AGENTS="):]
 	d.roster.Store(r)
 	return r

@@ -359,9 +359,8 @@ func (s *Settler) Stopped(ctx context.Context, agent, reason string, wait func(e
 
 // Recovered is one session whose outcome restart recovery applied.
 type Recovered struct {
-	Session  store.SessionRecord
-	Result   Result
-	FromLogs bool // false: its log held no outcome (it is left to be closed as orphaned)
+	Session store.SessionRecord
+	Result  Result
 }
 
 // Recover applies the outcomes that a killed daemon wrote to its sessions'
@@ -397,7 +396,7 @@ func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, er
 		if err != nil {
 			return out, fmt.Errorf("recover outcomes: %w", err)
 		}
-		out = append(out, Recovered{Session: rec.Session, Result: res, FromLogs: true})
+		out = append(out, Recovered{Session: rec.Session, Result: res})
 	}
 	return out, nil
 }

@@ -116,19 +116,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	return false, nil
 }
 
-// Session returns session id's row; ok is false when there is none.
-func (db *DB) Session(ctx context.Context, id string) (s SessionRecord, settled, ok bool, err error) {
-	ss, err := querySessions(ctx, db.reads, `SELECT `+sessionCols+` FROM sessions WHERE session_id = ?`, id)
-	if err != nil || len(ss) == 0 {
-		return SessionRecord{}, false, false, db.wrapNil("session "+id, err)
-	}
-	var at sql.NullString
-	if err := db.reads.QueryRowContext(ctx, `SELECT settled_at FROM sessions WHERE session_id = ?`, id).Scan(&at); err != nil {
-		return SessionRecord{}, false, false, db.Wrap("session "+id, err)
-	}
-	return ss[0], at.Valid, true, nil
-}
-
 func (db *DB) wrapNil(op string, err error) error {
 	if err == nil {
 		return nil
