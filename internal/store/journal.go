@@ -234,12 +234,10 @@ func (j *Journal) Agent(a AgentRecord) {
 }
 
 // SessionStarted enqueues the insert of a session's row: its id, agent, seq,
-// Started, HeadBefore and LogPath.
-//
-// Unlike other records it is written at once rather than after
-// FlushInterval: after a crash, whether a session's row exists decides
-// whether the mail its prompt claimed counts as delivered, so the window in
-// which a kill -9 can lose it is kept to one commit.
+// Started, HeadBefore and LogPath, written at once rather than after
+// FlushInterval. The daemon's session rows are package settle's (begun before
+// the process starts, settled with the outcome); the journal keeps these for
+// the store's contract and its tests.
 func (j *Journal) SessionStarted(s SessionRecord) {
 	j.session(s, false)
 	select {
