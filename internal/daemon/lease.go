@@ -98,7 +98,7 @@ func (d *Daemon) keepLeases() (stop func()) {
 func (d *Daemon) leaseRound(ctx context.Context, holder store.Lease) {
 	// A heartbeat goes ahead of the agents' claims and the event log: a
 	// renewal that waited behind them could let the lease run out.
-	ctx = store.FirstInLine(ctx)
+	ctx = store.WithPriority(ctx, store.Outcome)
 	cfg, _ := d.current()
 	now := time.Now()
 	n, err := d.db.RenewLeases(ctx, holder.Daemon, now, cfg.LeaseTimeout)

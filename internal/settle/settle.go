@@ -70,6 +70,8 @@ type Settler struct {
 	// the session's end it was recorded, and how long of that was spent
 	// waiting for the store (retries after a refusal). It must be quick.
 	Observe func(agent string, latency, waited time.Duration)
+
+	g group // outcomes committed together
 }
 
 // Record is an outcome as the outbox keeps it: everything Apply needs,
@@ -101,6 +103,9 @@ type Result struct {
 	// became of the task or review ("" nothing).
 	Acked    int
 	Reported string
+	// Batch is how many outcomes were committed in the transaction that
+	// committed this one (1: alone).
+	Batch int
 }
 
 // RecordOf is the outbox record of a runner's settlement.
@@ -201,45 +206,49 @@ func (s *Settler) retry(ctx context.Context, op string, wait func(error), waited
 	return retry(ctx, s, op, wait, waited, f)
 }
 
-// Apply writes rec in one transaction: the session's row with its end,
-// marked settled; its mail acknowledged (it completed) or noted (it did
-// not); its task reported and its review's verdict recorded by the signal
-// it carried, each only if this session holds them. A session settled
-// before is left alone (Result.Already).
+// Apply writes rec in one transaction (shared with the other outcomes
+// waiting for the store at the time, each under a savepoint of its own):
+// the session's row with its end, marked settled; its mail acknowledged
+// (it completed) or noted (it did not); its task reported and its review's
+// verdict recorded by the signal it carried, each only if this session
+// holds them. A session settled before is left alone (Result.Already).
 func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
+	return s.g.apply(ctx, s, rec)
+}
+
+// applyTx is Apply's work in tx.
+func (s *Settler) applyTx(ctx context.Context, tx *sql.Tx, rec Record) (Result, error) {
 	var res Result
+	id := rec.Session.SessionID
+	fail := func(err error) (Result, error) { return Result{}, fmt.Errorf("settle session %s: %w", id, err) }
 	sig := review.NoSignal
 	if rec.Signal != "" {
 		var err error
 		if sig, err = review.ParseSignal(rec.Signal); err != nil {
-			return res, fmt.Errorf("settle session %s: %w", rec.Session.SessionID, err)
+			return fail(err)
 		}
 	}
 	res.Signalled = rec.Completed && sig != review.NoSignal
-	id := rec.Session.SessionID
-	s.DB.PrepareSettle(ctx)
-	// An outcome goes ahead of this process's other writes (claims, the
-	// event log): the agent waits on it.
-	err := s.DB.InTx(store.FirstInLine(ctx), "settle session "+id, func(tx *sql.Tx) error {
-		already, err := s.DB.SettleSessionTx(ctx, tx, rec.Session, s.now())
-		if err != nil || already {
-			res.Already = already
-			return err
-		}
-		if err := s.report(ctx, tx, rec, sig, &res); err != nil {
-			return err
-		}
-		if s.Mail == nil || rec.Mail == 0 {
-			return nil // the prompt claimed no mail: none to acknowledge or note
-		}
-		if rec.Completed {
-			res.Acked, err = s.Mail.AckTx(ctx, tx, id, *rec.Session.Ended)
-		} else {
-			_, err = s.Mail.UnackTx(ctx, tx, id, rec.Note)
-		}
-		return err
-	})
-	return res, err
+	already, err := s.DB.SettleSessionTx(ctx, tx, rec.Session, s.now())
+	if err != nil || already {
+		res.Already = already
+		return res, err
+	}
+	if err := s.report(ctx, tx, rec, sig, &res); err != nil {
+		return fail(err)
+	}
+	if s.Mail == nil || rec.Mail == 0 {
+		return res, nil // the prompt claimed no mail: none to acknowledge or note
+	}
+	if rec.Completed {
+		res.Acked, err = s.Mail.AckTx(ctx, tx, id, *rec.Session.Ended)
+	} else {
+		_, err = s.Mail.UnackTx(ctx, tx, id, rec.Note)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return res, nil
 }
 
 // report applies the signal to the session's review and task. A report the
@@ -292,7 +301,7 @@ func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(er
 	rec := store.SessionRecord{SessionID: b.SessionID, Agent: b.Agent, Seq: b.Seq, Started: b.Started,
 		HeadBefore: b.HeadBefore, LogPath: b.LogPath}
 	_, err := retry(ctx, s, "record the start of session "+b.SessionID, wait, nil, func() (struct{}, error) {
-		return struct{}{}, s.DB.BeginSession(store.FirstInLine(ctx), rec)
+		return struct{}{}, s.DB.BeginSession(store.WithPriority(ctx, store.SessionStart), rec)
 	})
 	if errors.Is(err, store.ErrSeqTaken) {
 		last, merr := s.DB.MaxSeq(ctx, b.Agent)
@@ -334,7 +343,7 @@ func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int
 	_, err := retry(ctx, s, fmt.Sprintf("start task %d", task), wait, nil, func() (struct{}, error) {
 		// First in line: the runner waits on it while its session runs, and
 		// would not see the session end meanwhile.
-		_, err := s.Tasks.Start(store.FirstInLine(ctx), task, taskboard.Holder{Agent: agent, Session: sessionID})
+		_, err := s.Tasks.Start(store.WithPriority(ctx, store.SessionStart), task, taskboard.Holder{Agent: agent, Session: sessionID})
 		if err != nil && !errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
 			return struct{}{}, fmt.Errorf("start task %d: %w", task, err)
 		}

@@ -38,14 +38,14 @@ type env struct {
 	dir   string // where session logs go
 	// lock takes the store's write lock from another client and returns
 	// its release.
-	lock func(t *testing.T) (release func())
+	lock func(t testing.TB) (release func())
 }
 
-func sqliteEnv(t *testing.T) *env {
+func sqliteEnv(t testing.TB) *env {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "swarm.db")
 	e := openEnv(t, path)
-	e.lock = func(t *testing.T) func() {
+	e.lock = func(t testing.TB) func() {
 		// Another client of the file: its own connection, holding SQLite's
 		// write lock (BEGIN IMMEDIATE) until released.
 		other, err := store.Open(context.Background(), path, store.Options{})
@@ -63,7 +63,7 @@ func sqliteEnv(t *testing.T) *env {
 
 var pgN atomic.Int64
 
-func postgresEnv(t *testing.T) *env {
+func postgresEnv(t testing.TB) *env {
 	t.Helper()
 	srv := pgtest.Require(t)
 	name := fmt.Sprintf("settle%d", pgN.Add(1))
@@ -71,7 +71,7 @@ func postgresEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := openEnv(t, srv.URL(name))
-	e.lock = func(t *testing.T) func() {
+	e.lock = func(t testing.TB) func() {
 		// Another client holding the tables an outcome writes, locked.
 		c, err := sql.Open("pgx", srv.URL(name))
 		if err != nil {
@@ -89,7 +89,7 @@ func postgresEnv(t *testing.T) *env {
 	return e
 }
 
-func openEnv(t *testing.T, target string) *env {
+func openEnv(t testing.TB, target string) *env {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, target, store.Options{})
@@ -116,7 +116,7 @@ type session struct {
 	log  string
 }
 
-func (e *env) begin(t *testing.T, seq uint32) session {
+func (e *env) begin(t testing.TB, seq uint32) session {
 	t.Helper()
 	ctx := context.Background()
 	s := session{id: fmt.Sprintf("alice-%d-%012x", seq, seq), seq: seq, log: filepath.Join(e.dir, fmt.Sprintf("%d.log", seq))}
@@ -170,7 +170,7 @@ func (e *env) task(t *testing.T, id int64) taskboard.Task {
 func TestLockedStoreDelaysNeverDrops(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		env  func(*testing.T) *env
+		env  func(testing.TB) *env
 	}{{"sqlite", sqliteEnv}, {"postgres", postgresEnv}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -11,38 +11,51 @@ import (
 // connection to a random waiter: under load (hundreds of agents' claims,
 // reports and the journal's batches) a write could wait for seconds, and
 // its neighbour for nothing. The gate serves this process's writers in
-// order of arrival instead, and the writes that record what a session did
-// (its start, its outcome: package settle) ahead of the rest, so that an
-// agent's outcome is recorded in one or two transactions' time however deep
-// the queue of claims behind it.
+// order of arrival instead, within three ranks: what a session did (its
+// outcome: package settle; and the lease that lets this process write at
+// all) ahead of a session's start, and both ahead of the rest, so that an
+// agent's outcome is recorded in a transaction's time however many claims
+// and starts are queued behind it.
+
+// Priority is a write's rank in this process's line for the store.
+type Priority int
+
+const (
+	// Outcome: a finished session's outcome, the lease. First of all.
+	Outcome Priority = iota
+	// SessionStart: a session's row and its task's start, which its
+	// runner waits on while the session runs.
+	SessionStart
+	// Normal: everything else (claims, mail, the event log).
+	Normal
+	nPriorities
+)
 
 type priorityKey struct{}
 
-// FirstInLine marks ctx's writes as outcomes: they go ahead of every other
-// write of this process waiting for the store.
-func FirstInLine(ctx context.Context) context.Context {
-	return context.WithValue(ctx, priorityKey{}, true)
+// WithPriority ranks ctx's writes in this process's line for the store.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
 }
 
-func firstInLine(ctx context.Context) bool {
-	v, _ := ctx.Value(priorityKey{}).(bool)
-	return v
+func priorityOf(ctx context.Context) Priority {
+	if p, ok := ctx.Value(priorityKey{}).(Priority); ok && p >= Outcome && p < nPriorities {
+		return p
+	}
+	return Normal
 }
 
-// writeGate is a mutex with two FIFO queues.
+// writeGate is a mutex with a FIFO queue per priority.
 type writeGate struct {
 	mu     sync.Mutex
 	busy   bool
-	queues [2][]chan struct{} // [0]: FirstInLine; [1]: the rest
+	queues [nPriorities][]chan struct{}
 }
 
 // acquire takes the writer's turn, waiting in line; the caller must call
 // release exactly once after it succeeds.
 func (g *writeGate) acquire(ctx context.Context) error {
-	q := 1
-	if firstInLine(ctx) {
-		q = 0
-	}
+	q := priorityOf(ctx)
 	g.mu.Lock()
 	if !g.busy {
 		g.busy = true
@@ -69,7 +82,7 @@ func (g *writeGate) acquire(ctx context.Context) error {
 	}
 }
 
-// release hands the turn to the first in line, outcomes first.
+// release hands the turn to the first in line of the highest rank.
 func (g *writeGate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -2,14 +2,17 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 func latestVersion(t testing.TB) int {
@@ -194,5 +197,41 @@ func TestOpenConcurrentFresh(t *testing.T) {
 	var got int
 	if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM settings WHERE key LIKE 'test.%'`).Scan(&got); err != nil || got != n {
 		t.Fatalf("%d settings, %v; want %d", got, err, n)
+	}
+}
+
+// The write connection never checkpoints inside a commit; the store's own
+// upkeep does, in the background: what is committed reaches the database
+// file while the store stays open.
+func TestWALCheckpointedInTheBackground(t *testing.T) {
+	db := openTest(t, "", Options{})
+	ctx := context.Background()
+	var auto int
+	if err := db.write.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&auto); err != nil {
+		t.Fatal(err)
+	}
+	if auto != 0 {
+		t.Fatalf("wal_autocheckpoint of the write connection = %d, want 0", auto)
+	}
+	size := func() int64 {
+		fi, err := os.Stat(db.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := size()
+	if err := db.InTx(ctx, "fill", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES ('big', ?)`, strings.Repeat("x", 1<<20))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for size() < before+1<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("database file still %d bytes 10 s after a 1 MiB commit (was %d): no checkpoint", size(), before)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

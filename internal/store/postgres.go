@@ -163,6 +163,9 @@ const changesChannel = "swarmd_changes"
 // open) and signals each notification; it reconnects, after a pause, when
 // the connection fails, signalling once then (a notification may have been
 // missed). It returns when ctx ends.
+// maintain: PostgreSQL keeps itself (autovacuum, its own checkpoints).
+func (*pgDriver) maintain(context.Context, *DB) {}
+
 func (p *pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
 	signal := func() {
 		select {

@@ -97,6 +97,42 @@ func (sqliteDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 // instead); nothing is ever signalled.
 func (sqliteDriver) changes(ctx context.Context, _ *DB, _ chan<- struct{}) { <-ctx.Done() }
 
+// checkpointEvery is how often maintain looks at the WAL.
+const checkpointEvery = 250 * time.Millisecond
+
+// maintain checkpoints the WAL into the database file. SQLite's own
+// automatic checkpoint runs inside the commit that takes the WAL past
+// 1,000 pages, and that commit (an agent's outcome as likely as any, with
+// every other writer of the process queued behind it) then waits for the
+// copy and its fsyncs: tens of milliseconds on a busy disk. The write
+// connection does none (wal_autocheckpoint 0); this goroutine runs a
+// PASSIVE checkpoint, which never blocks a writer or a reader, on a read
+// connection whenever the WAL has changed. A process that is not the daemon
+// (a CLI command) checkpoints when it closes the database, as SQLite's last
+// connection always does.
+func (sqliteDriver) maintain(ctx context.Context, db *DB) {
+	wal := db.path + "-wal"
+	var last time.Time
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fi, err := os.Stat(wal)
+		if err != nil || fi.ModTime().Equal(last) {
+			continue
+		}
+		var busy, frames, done int
+		if err := db.read.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done); err != nil {
+			continue // the database is closing, or busy: the next tick tries again
+		}
+		last = fi.ModTime()
+	}
+}
+
 func (sqliteDriver) closeExtra(db *DB) {
 	db.dvMu.Lock()
 	defer db.dvMu.Unlock()
@@ -120,6 +156,7 @@ func dsn(path string, write bool) string {
 	q.Add("_pragma", "foreign_keys(ON)")
 	if write {
 		q.Set("_txlock", "immediate")
+		q.Add("_pragma", "wal_autocheckpoint(0)") // maintain checkpoints instead
 	} else {
 		q.Add("_pragma", "query_only(1)") // a write on the read pool is a bug
 	}

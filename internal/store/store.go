@@ -65,7 +65,8 @@ type DB struct {
 	ident os.FileInfo
 	gone  atomic.Bool
 
-	// listeners are the Changes goroutines, stopped by Close.
+	// listeners are the Changes goroutines and the driver's upkeep,
+	// stopped by Close.
 	listenMu  sync.Mutex
 	listeners sync.WaitGroup
 	stop      context.CancelFunc
@@ -112,6 +113,9 @@ type driver interface {
 	// changes signals out (never blocking) after commits by any client of
 	// the database, until ctx ends.
 	changes(ctx context.Context, db *DB, out chan<- struct{})
+	// maintain does the engine's upkeep in the background until ctx ends
+	// (SQLite: checkpoints); it may return at once.
+	maintain(ctx context.Context, db *DB)
 }
 
 // Open opens the database at target and brings its schema up to date:
@@ -159,6 +163,7 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 			return nil, fmt.Errorf("store: open %s: %w", db.path, err)
 		}
 	}
+	db.listeners.Go(func() { drv.maintain(db.stopCtx, db) })
 	return db, nil
 }
 

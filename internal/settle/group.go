@@ -1,0 +1,168 @@
+package settle
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// Outcomes that wait for the store at once are committed together: the
+// first to arrive leads, and when it gets the writer's turn it applies
+// every outcome queued by then in one transaction, each under a savepoint
+// of its own (one that fails is rolled back alone and told why). When 200
+// sessions end together, their outcomes cost a few commits instead of 200:
+// a commit (its WAL frames, one write each) is most of a settlement's cost.
+// Nothing waits for a group to fill: a lone outcome is committed at once.
+type group struct {
+	mu      sync.Mutex
+	pending []*call
+	leading bool
+}
+
+// call is one outcome in the group.
+type call struct {
+	rec  Record
+	res  Result
+	err  error
+	done chan struct{} // closed once res and err are set
+	lead chan struct{} // closed when this call is to lead the next batch
+}
+
+// errAgain tells a call that its batch failed for a reason of the
+// leader's alone (its context ended): it queues again at once.
+var errAgain = errors.New("settle: the batch's leader left; queue again")
+
+// apply applies rec in the next batch and returns what it did.
+func (g *group) apply(ctx context.Context, s *Settler, rec Record) (Result, error) {
+	for {
+		c := &call{rec: rec, done: make(chan struct{}), lead: make(chan struct{})}
+		g.mu.Lock()
+		g.pending = append(g.pending, c)
+		if !g.leading {
+			g.leading = true
+			close(c.lead)
+		}
+		g.mu.Unlock()
+		res, err := g.wait(ctx, s, c)
+		if errors.Is(err, errAgain) {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			continue
+		}
+		return res, err
+	}
+}
+
+// wait waits for c's batch, leading it when its turn comes. A call whose
+// context ends while it is still queued leaves the line; one already in a
+// batch waits for the batch (it is short) so that it reports what happened.
+func (g *group) wait(ctx context.Context, s *Settler, c *call) (Result, error) {
+	for {
+		select {
+		case <-c.done:
+			return c.res, c.err
+		case <-c.lead:
+			g.run(ctx, s)
+			c.lead = nil // led once: its batch held c (it was queued)
+		case <-ctx.Done():
+			g.mu.Lock()
+			i := slices.Index(g.pending, c)
+			if i >= 0 {
+				g.pending = slices.Delete(g.pending, i, i+1)
+				select {
+				case <-c.lead: // c was to lead the next batch: pass it on
+					g.handOff()
+				default:
+				}
+			}
+			g.mu.Unlock()
+			if i >= 0 {
+				return Result{}, ctx.Err()
+			}
+			<-c.done
+			return c.res, c.err
+		}
+	}
+}
+
+// run leads one batch: it takes the writer's turn, then every call queued
+// by then, applies them in one transaction, and hands the lead to the
+// first call queued after.
+func (g *group) run(ctx context.Context, s *Settler) {
+	var batch []*call
+	take := func() []*call {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		b := g.pending
+		g.pending = nil
+		return b
+	}
+	s.DB.PrepareSettle(ctx)
+	// An outcome goes ahead of this process's other writes (claims, session
+	// starts, the event log): the agent waits on it.
+	err := s.DB.InTx(store.WithPriority(ctx, store.Outcome), "settle sessions", func(tx *sql.Tx) error {
+		batch = take()
+		if len(batch) == 1 {
+			c := batch[0]
+			c.res, c.err = s.applyTx(ctx, tx, c.rec)
+			return c.err
+		}
+		for _, c := range batch {
+			if err := savepoint(ctx, tx, "SAVEPOINT settle"); err != nil {
+				return err
+			}
+			c.res, c.err = s.applyTx(ctx, tx, c.rec)
+			if c.err != nil && s.DB.Transient(c.err) {
+				return c.err // the store refused the transaction: all retry
+			}
+			if c.err != nil {
+				if err := savepoint(ctx, tx, "ROLLBACK TO settle"); err != nil {
+					return err
+				}
+			}
+			if err := savepoint(ctx, tx, "RELEASE settle"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if batch == nil { // the transaction never began
+		batch = take()
+	}
+	for _, c := range batch {
+		switch {
+		case err == nil:
+			c.res.Batch = len(batch)
+		case ctx.Err() != nil:
+			c.err = errAgain // the leader's context ended, not (yet) c's
+		case c.err == nil:
+			c.err = err // the transaction's error: every call's
+		}
+		if err != nil {
+			c.res = Result{}
+		}
+		close(c.done)
+	}
+	g.mu.Lock()
+	g.handOff()
+	g.mu.Unlock()
+}
+
+// handOff passes the lead to the first call queued, if any; g.mu is held.
+func (g *group) handOff() {
+	if len(g.pending) > 0 {
+		close(g.pending[0].lead)
+		return
+	}
+	g.leading = false
+}
+
+func savepoint(ctx context.Context, tx *sql.Tx, stmt string) error {
+	_, err := tx.ExecContext(ctx, stmt)
+	return err
+}

@@ -1,0 +1,151 @@
+package settle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// groupEnv is a store with n sessions of alice's begun, and a Settler with
+// neither mailbox nor board (the group is about the transaction).
+func groupEnv(t *testing.T, n int) (*store.DB, *Settler, []Record) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	var recs []Record
+	for i := 1; i <= n; i++ {
+		now := time.Now()
+		id := fmt.Sprintf("alice-%d", i)
+		if err := db.BeginSession(ctx, store.SessionRecord{SessionID: id, Agent: "alice", Seq: uint32(i), Started: now}); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, Record{Completed: true,
+			Session: store.SessionRecord{SessionID: id, Agent: "alice", Seq: uint32(i), Started: now, Ended: &now, Outcome: "success"}})
+	}
+	return db, &Settler{DB: db}, recs
+}
+
+type applied struct {
+	i   int
+	res Result
+	err error
+}
+
+// waitQueued polls until n outcomes wait in s's group.
+func waitQueued(t *testing.T, s *Settler, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.g.mu.Lock()
+		got := len(s.g.pending)
+		s.g.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d outcomes queued after 10 s, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func unsettled(t *testing.T, db *store.DB) []string {
+	t.Helper()
+	ss, err := db.UnsettledSessions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range ss {
+		ids = append(ids, s.SessionID)
+	}
+	return ids
+}
+
+// Outcomes that wait for the store together are committed in one
+// transaction; one that fails is rolled back alone and told why.
+func TestOutcomesWaitingTogetherCommitTogether(t *testing.T) {
+	db, s, recs := groupEnv(t, 5)
+	recs[2].Signal = "bogus" // cannot be applied
+	ctx := context.Background()
+	hold, err := db.Begin(ctx) // another writer of this process has the turn
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan applied, len(recs))
+	for i, rec := range recs {
+		go func() {
+			res, err := s.Apply(ctx, rec)
+			out <- applied{i, res, err}
+		}()
+	}
+	waitQueued(t, s, len(recs))
+	_ = hold.Rollback()
+	for range recs {
+		a := <-out
+		if a.i == 2 {
+			if a.err == nil || !strings.Contains(a.err.Error(), "settle session alice-3") {
+				t.Errorf("the bad outcome: err = %v, want one naming session alice-3", a.err)
+			}
+			continue
+		}
+		if a.err != nil {
+			t.Fatalf("outcome %d: %v", a.i, a.err)
+		}
+		if got, want := a.res.Batch, len(recs); got != want {
+			t.Errorf("outcome %d committed in a batch of %d, want %d", a.i, got, want)
+		}
+	}
+	if got := unsettled(t, db); len(got) != 1 || got[0] != "alice-3" {
+		t.Fatalf("unsettled after the batch: %v, want only alice-3 (rolled back alone)", got)
+	}
+}
+
+// The leader of a batch whose context ends while it waits for the store
+// leaves; the outcomes it would have carried are committed without it.
+func TestOutcomesOutliveTheirLeader(t *testing.T) {
+	db, s, recs := groupEnv(t, 4)
+	ctx := context.Background()
+	hold, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	out := make(chan applied, len(recs))
+	go func() {
+		res, err := s.Apply(lctx, recs[0])
+		out <- applied{0, res, err}
+	}()
+	waitQueued(t, s, 1)
+	for i, rec := range recs[1:] {
+		go func() {
+			res, err := s.Apply(ctx, rec)
+			out <- applied{i + 1, res, err}
+		}()
+	}
+	waitQueued(t, s, len(recs))
+	cancel()
+	if a := <-out; a.i != 0 || !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("first back: outcome %d, err %v; want the leader's, canceled", a.i, a.err)
+	}
+	waitQueued(t, s, len(recs)-1) // the rest queued again
+	_ = hold.Rollback()
+	for range recs[1:] {
+		if a := <-out; a.err != nil {
+			t.Fatalf("outcome %d: %v", a.i, a.err)
+		}
+	}
+	if got := unsettled(t, db); len(got) != 1 || got[0] != "alice-1" {
+		t.Fatalf("unsettled: %v, want only alice-1 (its leader left)", got)
+	}
+}
