@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -488,13 +489,27 @@ are CLOSED. An agent holds one task at a time. Exits 1 when there is nothing to 
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return t.onHeld(cmd.Context(), "done", func(ctx context.Context, c *taskCtx, id int64) error {
-				_, err := c.board.Done(ctx, id, c.holder(), summary)
+				// The work is frozen here: the review and the merge take the
+				// commit the session's worktree is at now.
+				_, err := c.board.DoneAt(ctx, id, c.holder(), summary, worktreeHead(ctx, t.s.getenv("SWARM_WORKTREE")))
 				return err
 			})
 		},
 	}
 	done.Flags().StringVar(&summary, "summary", "", "what was done, for the operator and the next agent")
 	return []*cobra.Command{claim, start, done, t.failCommand(), t.blockCommand(), t.splitCommand()}
+}
+
+// worktreeHead is the commit checked out in the session's worktree (dir;
+// "" : where the command runs), "" when there is none.
+func worktreeHead(ctx context.Context, dir string) string {
+	cmd := exec.CommandContext(ctx, "git", "rev-parse", "--verify", "--quiet", "HEAD")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func (t *taskMain) claim(ctx context.Context, c *taskCtx, id int64) error {

@@ -261,14 +261,14 @@ agents:
 		t.Fatalf("rounds %+v", rounds)
 	}
 	// alice's prompt after the FAIL carried the feedback; rita's first
-	// review request showed alice's branch and commits.
+	// review request showed alice's work, frozen at DONE, and its commits.
 	var sawFeedback, sawBranch bool
 	for _, agent := range []string{"alice", "rita"} {
 		ps, _ := filepath.Glob(filepath.Join(stateDir, "logs", agent, "*.prompt.md"))
 		for _, p := range ps {
 			b, _ := os.ReadFile(p)
 			sawFeedback = sawFeedback || strings.Contains(string(b), "It came back from review (round 1)")
-			sawBranch = sawBranch || strings.Contains(string(b), "Its branch `swarm/alice`")
+			sawBranch = sawBranch || strings.Contains(string(b), "frozen when it was reported done (`swarm/alice`")
 		}
 	}
 	if !sawFeedback || !sawBranch {

@@ -547,11 +547,17 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		// finds swarmd: by this variable, and by the path in its prompt.
 		env = append(env, "SWARMD_BIN="+self)
 	}
+	pb := &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
+		Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note}
+	if cfg.Merge != nil {
+		// A merge queue merges task by task: each task's work is a line of
+		// its own, started from the target (internal/worktree/line.go).
+		pb.Lines, pb.LineFrom = d.trees, cfg.Merge.Into
+	}
 	return runner.Settings{
-		Role:    a.Role,
-		Backend: be,
-		Prompter: &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
-			Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note},
+		Role:               a.Role,
+		Backend:            be,
+		Prompter:           pb,
 		Settler:            d.settlerFor(a),
 		MaxSessions:        a.MaxSessions,
 		MaxTurns:           a.MaxTurns,

@@ -155,7 +155,7 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 			// Its daemon queues it: the branch's head is known there.
 			continue
 		}
-		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, d.trees.Branch(r.Worker)); err != nil && !errors.Is(err, merge.ErrState) {
+		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, d.trees.Branch(r.Worker), r.Head); err != nil && !errors.Is(err, merge.ErrState) {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
 		}
 	}

@@ -67,6 +67,7 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		"SWARM_DB_PATH":    cfg.StoreTarget(),
 		"SWARM_AGENT_ID":   name,
 		"SWARM_SESSION_ID": c.TreeID,
+		"SWARM_WORKTREE":   d.trees.Path(name),
 		proc.MarkerEnv:     c.String(),
 	}
 	for _, kv := range agentVars(ag, strings.Join(agents, ",")) {

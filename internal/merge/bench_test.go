@@ -83,7 +83,7 @@ func benchMerge(b *testing.B, gate bool) {
 	// not spread over b.N merges.
 	head := change(999) // any file; its content is unique
 	t0 := time.Now()
-	if _, err := q.Enqueue(ctx, 1, "alice", "swarm/alice"); err != nil {
+	if _, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", ""); err != nil {
 		b.Fatal(err)
 	}
 	if out, err := q.Step(ctx); err != nil || out != OutcomeMerged {
@@ -98,7 +98,7 @@ func benchMerge(b *testing.B, gate bool) {
 		b.StartTimer()
 
 		t0 := time.Now()
-		if _, err := q.Enqueue(ctx, int64(i+2), "alice", "swarm/alice"); err != nil {
+		if _, err := q.Enqueue(ctx, int64(i+2), "alice", "swarm/alice", ""); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

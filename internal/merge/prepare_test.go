@@ -22,7 +22,7 @@ func TestPrepareMakesTheEntryWait(t *testing.T) {
 	q := e.open(opts)
 	alice := e.worker("alice")
 	head := commitFile(t, alice, "a.txt", "a\n", "alice: a")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice"); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	before := e.main()

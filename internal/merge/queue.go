@@ -240,12 +240,15 @@ func (q *Queue) Store() *Store { return q.store }
 // WorktreePath is the integration worktree.
 func (q *Queue) WorktreePath() string { return q.wt }
 
-// Enqueue queues task's work: the commit branch points at now. The worker
-// may go on committing on its branch; later commits are not part of it.
-func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch string) (Entry, error) {
-	head, err := q.repo.branchCommit(ctx, branch)
-	if err != nil {
-		return Entry{}, fmt.Errorf("merge queue: enqueue task %d: branch %s: %w", task, branch, err)
+// Enqueue queues task's work: commit head, frozen when the task was
+// reported DONE, or ("" : the operator reported it) the commit branch points
+// at now. Whatever the worker commits later is not part of it.
+func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch, head string) (Entry, error) {
+	if head == "" {
+		var err error
+		if head, err = q.repo.branchCommit(ctx, branch); err != nil {
+			return Entry{}, fmt.Errorf("merge queue: enqueue task %d: branch %s: %w", task, branch, err)
+		}
 	}
 	e, err := q.store.Enqueue(ctx, task, agent, branch, head)
 	if err != nil {

@@ -1,6 +1,7 @@
 package prompt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,12 @@ type Compare interface {
 	Branch(agent string) string
 }
 
+// Lines moves an agent's branch to a task's line. *worktree.Manager
+// satisfies it.
+type Lines interface {
+	StartLine(ctx context.Context, agent string, task int64, head, from string) (string, error)
+}
+
 // recentCommits is how much history a prompt shows.
 const recentCommits = 5
 
@@ -66,6 +73,11 @@ type Builder struct {
 	// against ReviewBase (the merge target, or the base commit).
 	Compare    Compare
 	ReviewBase string
+	// Lines, if set (a merge queue merges tasks one by one), puts the
+	// agent's branch on the line of the task its next session works on,
+	// a new line starting at LineFrom (the merge target).
+	Lines    Lines
+	LineFrom string
 	// Budget, if set, says what is left of the agent's budget once little
 	// is ("" otherwise): the prompt carries it.
 	Budget func(agent string) string
@@ -116,7 +128,13 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 	if err != nil || p.Idle {
 		return p, err
 	}
-	if p.Head, err = b.gitState(ctx, req.Agent, &d); err != nil {
+	if d.Task != nil && b.Lines != nil {
+		_, err = b.Lines.StartLine(ctx, req.Agent, d.Task.ID, d.Task.workHead, b.LineFrom)
+	}
+	if err == nil {
+		p.Head, err = b.gitState(ctx, req.Agent, &d)
+	}
+	if err != nil {
 		if rerr := b.Release(context.WithoutCancel(ctx), req.SessionID); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
@@ -231,7 +249,7 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, 
 }
 
 func taskOf(t taskboard.Task, cont bool) *Task {
-	out := &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont}
+	out := &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont, workHead: t.WorkHead}
 	// A task being worked on has a result only when it came back: from its
 	// reviewer, or from the merge queue (a retry clears it).
 	if t.Result != "" {
@@ -259,8 +277,8 @@ func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) 
 		r.Earlier = append(r.Earlier, Round{N: int(rd.Iteration), Verdict: strings.ToUpper(rd.Verdict.String()), Feedback: rd.Feedback})
 	}
 	if b.Compare != nil {
-		r.Branch, r.Base = b.Compare.Branch(t.Worker), b.ReviewBase
-		c, err := b.Compare.Compare(ctx, b.ReviewBase, r.Branch)
+		r.Branch, r.Base, r.Head = b.Compare.Branch(t.Worker), b.ReviewBase, t.Head
+		c, err := b.Compare.Compare(ctx, b.ReviewBase, cmp.Or(r.Head, r.Branch))
 		if err != nil {
 			r.CompareError = err.Error()
 		}

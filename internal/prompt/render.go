@@ -45,6 +45,8 @@ type Task struct {
 	Continue    bool   // a previous session worked on it and did not report
 	Feedback    string // what it came back with, if any: a review's or the merge queue's
 	From        string // where the feedback is from, for the prompt
+
+	workHead string // where the task's line stood when its last session ended
 }
 
 // Review is a review request: the worker's work on a task, to PASS or FAIL.
@@ -53,6 +55,7 @@ type Review struct {
 	Worker, Summary  string
 	Round, MaxRounds int
 	Branch, Base     string
+	Head             string // the commit frozen when the task was reported DONE: exactly what is reviewed
 	Commits          []Commit
 	MoreCommits      int
 	DiffStat         string
@@ -280,8 +283,16 @@ func renderReview(b *strings.Builder, r *Review) {
 	if strings.TrimSpace(r.Summary) != "" {
 		b.WriteString("\nThe worker's summary:\n\n" + quote(r.Summary))
 	}
-	if r.Branch != "" {
+	rev := r.Branch // what the reviewer looks at
+	switch {
+	case r.Head != "":
+		rev = short(r.Head)
+		fmt.Fprintf(b, "\nIts work is commit `%s`, frozen when it was reported done (`%s` may have moved on since), against `%s`:\n",
+			rev, r.Branch, short(r.Base))
+	case r.Branch != "":
 		fmt.Fprintf(b, "\nIts branch `%s`, against `%s`:\n", r.Branch, short(r.Base))
+	}
+	if rev != "" {
 		for _, c := range r.Commits {
 			b.WriteString("- " + short(c.Hash) + " " + flat(c.Subject) + "\n")
 		}
@@ -298,6 +309,6 @@ func renderReview(b *strings.Builder, r *Review) {
 	for _, e := range r.Earlier {
 		fmt.Fprintf(b, "\nRound %d: %s.\n\n%s", e.N, e.Verdict, quote(e.Feedback))
 	}
-	b.WriteString("\nLook at the branch (`git log`, `git diff " + short(r.Base) + "..." + r.Branch + "`), then end your final message with a\n")
+	b.WriteString("\nLook at the work (`git log " + short(r.Base) + ".." + rev + "`, `git diff " + short(r.Base) + "..." + rev + "`), then end your final message with a\n")
 	b.WriteString("line `PASS` to approve it, or `FAIL` and what must change: the worker gets your final message as feedback.\n")
 }

@@ -17,9 +17,14 @@ import (
 // sessionEnv is what a session adds to the daemon's environment: the
 // configured env and the SWARM_* variables.
 func (r *Runner) sessionEnv() []string {
-	env := make([]string, 0, len(r.cfg.Env)+2)
+	env := make([]string, 0, len(r.cfg.Env)+3)
 	env = append(env, r.cfg.Env...)
-	return append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
+	env = append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
+	if r.wt.Path != "" {
+		// Where `swarmd task done` reads the commit it freezes.
+		env = append(env, "SWARM_WORKTREE="+r.wt.Path)
+	}
+	return env
 }
 
 // setSpecEnv gives a session's spec its environment's layers; the backend

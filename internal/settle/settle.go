@@ -42,7 +42,8 @@ type Mail interface {
 // Tasks is what settling needs of the task board. *taskboard.Board
 // satisfies it.
 type Tasks interface {
-	DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary string) (taskboard.Task, error)
+	DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary, head string) (taskboard.Task, error)
+	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
 	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
 	Start(ctx context.Context, id int64, h taskboard.Holder) (taskboard.Task, error)
@@ -256,13 +257,24 @@ func (s *Settler) applyTx(ctx context.Context, tx *sql.Tx, rec Record) (Result, 
 // with `swarmd task done`, or the operator cancelled the task) or because
 // this session no longer holds it is not an error: the fence did its job.
 func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review.Signal, res *Result) error {
-	if s.Tasks == nil || !rec.Completed {
+	if s.Tasks == nil {
 		return nil
 	}
 	refused := func(err error) bool {
 		return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder)
 	}
 	agent, id := rec.Session.Agent, rec.Session.SessionID
+	if rec.Task != 0 && rec.Session.HeadAfter != "" {
+		// Where the task's line stands, however the session ended: the
+		// next session on it starts there.
+		err := s.Tasks.KeepWorkTx(ctx, tx, rec.Task, taskboard.Holder{Agent: agent, Session: id}, rec.Session.HeadAfter)
+		if err != nil && !refused(err) {
+			return fmt.Errorf("keep the work of task %d: %w", rec.Task, err)
+		}
+	}
+	if !rec.Completed {
+		return nil
+	}
 	if rec.Review != 0 && (sig == review.Pass || sig == review.Fail) {
 		_, err := s.Tasks.VerdictTx(ctx, tx, rec.Review, agent, sig == review.Pass, rec.Text)
 		switch {
@@ -278,7 +290,8 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		h := taskboard.Holder{Agent: agent, Session: id}
 		var err error
 		if sig == review.Done {
-			_, err = s.Tasks.DoneTx(ctx, tx, rec.Task, h, rec.Text)
+			// Frozen here: the review and the merge take exactly this commit.
+			_, err = s.Tasks.DoneTx(ctx, tx, rec.Task, h, rec.Text, rec.Session.HeadAfter)
 		} else {
 			_, err = s.Tasks.FailTx(ctx, tx, rec.Task, h, cmp.Or(strings.TrimSpace(rec.Text), "FAIL"))
 		}

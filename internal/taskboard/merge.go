@@ -14,12 +14,16 @@ import (
 type Ready struct {
 	ID     int64
 	Worker string // the agent whose branch holds the work
+	// Head is the commit frozen when the task was reported DONE: exactly
+	// what is merged. "" when the operator reported it (no session's line):
+	// the worker's branch as it stands then.
+	Head string
 }
 
 // ReadyToMerge lists DONE tasks that passed review (or need none) and that
 // skip does not exclude (those already queued), oldest first.
 func (b *Board) ReadyToMerge(ctx context.Context, skip func(id int64) bool) ([]Ready, error) {
-	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, IIF(worker <> '', worker, claimant) FROM tasks
+	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, IIF(worker <> '', worker, claimant), head FROM tasks
 		WHERE state = 'DONE' AND review_state IN ('', ?) ORDER BY updated_at, id`, review.Complete.String())
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: ready to merge: %w", err)
@@ -28,7 +32,7 @@ func (b *Board) ReadyToMerge(ctx context.Context, skip func(id int64) bool) ([]R
 	var out []Ready
 	for rows.Next() {
 		var r Ready
-		if err := rows.Scan(&r.ID, &r.Worker); err != nil {
+		if err := rows.Scan(&r.ID, &r.Worker, &r.Head); err != nil {
 			return nil, fmt.Errorf("taskboard: ready to merge: %w", err)
 		}
 		if r.Worker != "" && (skip == nil || !skip(r.ID)) {

@@ -382,22 +382,51 @@ func (b *Board) Continue(ctx context.Context, id int64, agent, session string) e
 	})
 }
 
-// Done reports the task finished with summary.
+// Done reports the task finished with summary, its head unknown (the
+// operator's report: the worker's line as it stands is the work).
 func (b *Board) Done(ctx context.Context, id int64, h Holder, summary string) (Task, error) {
-	return b.update(ctx, "done", id, h, b.done(summary))
+	return b.DoneAt(ctx, id, h, summary, "")
 }
 
-// DoneTx is Done in the caller's transaction (a session's settlement).
-func (b *Board) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, summary string) (Task, error) {
-	return b.updateTx(ctx, tx, id, h, b.done(summary))
+// DoneAt reports the task finished with summary, its work frozen at commit
+// head: what its review shows and the merge queue merges.
+func (b *Board) DoneAt(ctx context.Context, id int64, h Holder, summary, head string) (Task, error) {
+	return b.update(ctx, "done", id, h, b.done(summary, head))
 }
 
-func (b *Board) done(summary string) func(t *Task) (move, error) {
+// DoneTx is DoneAt in the caller's transaction (a session's settlement).
+func (b *Board) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, summary, head string) (Task, error) {
+	return b.updateTx(ctx, tx, id, h, b.done(summary, head))
+}
+
+func (b *Board) done(summary, head string) func(t *Task) (move, error) {
 	return func(t *Task) (move, error) {
 		m := move{to: task.Done, reason: task.ReasonCompleted, why: oneLine("done", summary),
-			set: []string{"result = ?"}, args: []any{summary}}
+			set: []string{"result = ?", "head = ?"}, args: []any{summary, head}}
+		if head != "" {
+			m.set, m.args = append(m.set, "work_head = ?"), append(m.args, head)
+		}
 		return m, b.reviewOnDone(t, &m)
 	}
+}
+
+// KeepWorkTx records where task id's line stood when the holder's session
+// ended (head), in the caller's transaction (the session's settlement):
+// the next session on it starts there. Only the holder's session may, and
+// only while the task is being worked on.
+func (b *Board) KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, head string) error {
+	if head == "" {
+		return nil
+	}
+	n, err := tx.ExecContext(ctx, `UPDATE tasks SET work_head = ? WHERE id = ? AND claim_session = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`,
+		head, id, h.Session)
+	if err != nil {
+		return fmt.Errorf("taskboard: keep the work of task %d: %w", id, err)
+	}
+	if k, _ := n.RowsAffected(); k == 0 {
+		return fmt.Errorf("task %d: session %s: %w", id, h.Session, ErrNotHolder)
+	}
+	return nil
 }
 
 // Fail reports the task failed for reason.
@@ -544,7 +573,7 @@ func (b *Board) Requeue(ctx context.Context, id int64) (Task, error) {
 			return move{}, fmt.Errorf("task %d is %s: requeue takes a task back from its holder or out of BLOCKED: %w", t.ID, t.State, ErrState)
 		}
 		return move{to: task.Open, why: "requeued",
-			set: released("blocked_reason = ''")}, nil
+			set: newLine("blocked_reason = ''")}, nil
 	})
 }
 
@@ -583,7 +612,7 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 		if err != nil {
 			return err
 		}
-		clear := released()
+		clear := newLine()
 		for i := range ts {
 			t := &ts[i]
 			if t.State == task.Claimed {

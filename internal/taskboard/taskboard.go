@@ -73,15 +73,21 @@ type Task struct {
 	BlockedReason string     `json:"blocked_reason,omitempty"`
 	Result        string     `json:"result,omitempty"`
 	// The review loop (seed 002); ReviewState "" when nobody reviews it.
-	Reviewer      string    `json:"reviewer,omitempty"`
-	MaxIterations int       `json:"max_iterations,omitempty"`
-	ReviewState   string    `json:"review_state,omitempty"` // init, working, reviewing, complete, failed
-	Iteration     int       `json:"iteration,omitempty"`
-	Worker        string    `json:"worker,omitempty"` // whose work is reviewed
-	ReviewFailure string    `json:"review_failure,omitempty"`
-	CreatedBy     string    `json:"created_by"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	Reviewer      string `json:"reviewer,omitempty"`
+	MaxIterations int    `json:"max_iterations,omitempty"`
+	ReviewState   string `json:"review_state,omitempty"` // init, working, reviewing, complete, failed
+	Iteration     int    `json:"iteration,omitempty"`
+	Worker        string `json:"worker,omitempty"` // whose work is reviewed
+	ReviewFailure string `json:"review_failure,omitempty"`
+	// WorkHead is where the task's line of commits stood when the last
+	// session that held it ended ("": none yet, or a new attempt); Head is
+	// the commit frozen when it was reported DONE, what is reviewed and
+	// merged.
+	WorkHead  string    `json:"work_head,omitempty"`
+	Head      string    `json:"head,omitempty"`
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Event is one transition of a task, as the event log holds it.
@@ -129,7 +135,7 @@ func (b *Board) now() string { return store.FormatTime(b.opts.Now()) }
 
 const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
 	claim_token, retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
-	worker, review_failure, created_by, created_at, updated_at`
+	worker, review_failure, work_head, head, created_by, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
 
@@ -141,7 +147,7 @@ func scanTask(s scanner) (Task, error) {
 	)
 	if err := s.Scan(&t.ID, &t.Title, &t.Body, &t.Priority, &state, &t.Assignee, &t.Parent, &t.Claimant,
 		&t.ClaimSession, &t.ClaimToken, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
-		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.CreatedBy,
+		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.WorkHead, &t.Head, &t.CreatedBy,
 		&created, &updated); err != nil {
 		return Task{}, err
 	}
@@ -243,6 +249,13 @@ type move struct {
 // claim would fence nothing), followed by the move's own assignments.
 func released(more ...string) []string {
 	return append([]string{"claimant = ''", "claim_session = ''", "claim_token = ''"}, more...)
+}
+
+// newLine is released for a task whose next holder starts over (requeued,
+// orphaned): its earlier attempt's commits are fenced off, never reviewed
+// or merged.
+func newLine(more ...string) []string {
+	return released(append([]string{"work_head = ''", "head = ''"}, more...)...)
 }
 
 func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {

@@ -1,0 +1,77 @@
+package worktree
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// One task, one change: with a merge queue, every task's work is a line of
+// commits of its own, started from the merge target, and the agent's one
+// worktree and branch carry the line of the task it works on. Between
+// sessions, StartLine moves the agent's branch to the line of the task the
+// next session works on; the task board keeps where each line stands (its
+// work head) and the commit frozen at DONE, which is what is reviewed and
+// merged, so that no task's change ever carries another's.
+
+// StartLine puts the agent's branch on a task's line before a session on
+// it: at head (where the line stood when its last session ended), or, for a
+// new line (head ""), at the tip of from (the merge target), so that the
+// task starts from everything merged so far, its dependencies included.
+// Uncommitted changes left in the worktree are stashed first (`git stash
+// list` in the worktree shows them, named after the task), so nothing is
+// lost. It returns the commit the branch is at; nothing is done when it is
+// there already.
+func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head, from string) (string, error) {
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("start the line of task %d for %s: %w", task, agent, err)
+	}
+	if err := checkName(agent); err != nil {
+		return fail(err)
+	}
+	in, err := m.inspect(agent)
+	if err != nil {
+		return fail(err)
+	}
+	if in.state != wtOK || in.rebasing {
+		return fail(fmt.Errorf("the worktree at %s is not on %s", m.Path(agent), m.Branch(agent)))
+	}
+	want := head
+	if want == "" {
+		if want, err = m.resolve(from); err != nil {
+			return fail(err)
+		}
+	}
+	if in.head.String() == want {
+		return want, nil
+	}
+	path := m.Path(agent)
+	dirty, err := m.dirtyFiles(ctx, path)
+	if err != nil {
+		return fail(err)
+	}
+	if len(dirty) > 0 {
+		msg := fmt.Sprintf("swarmd: left uncommitted on %s at %.12s, before task %d", m.Branch(agent), in.head, task)
+		if _, err := m.git.run(ctx, path, "stash", "push", "--include-untracked", "--message", msg); err != nil {
+			return fail(err)
+		}
+	}
+	if _, err := m.git.run(ctx, path, "reset", "--quiet", "--hard", want); err != nil {
+		return fail(err)
+	}
+	return want, nil
+}
+
+// resolve is the commit rev (a branch, a tag, a commit) names now.
+func (m *Manager) resolve(rev string) (string, error) {
+	r, err := m.openRepo()
+	if err != nil {
+		return "", err
+	}
+	h, err := r.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", rev, err)
+	}
+	return h.String(), nil
+}
