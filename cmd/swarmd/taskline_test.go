@@ -139,6 +139,9 @@ agents:
 			t.Errorf("task %d merged twice: %s and %s", id, prev, line)
 		}
 		merged[id] = line
+		if !strings.Contains(body, fmt.Sprintf("from swarm/task/%d", id)) {
+			t.Errorf("task %d's merge commit does not name its branch swarm/task/%d:\n%s", id, id, body)
+		}
 		files := strings.Fields(gitOut(t, repo, "diff", "--name-only", line+"^1", line))
 		slices.Sort(files)
 		if !slices.Equal(files, want[id]) {
@@ -164,6 +167,8 @@ agents:
 			t.Errorf("main at %.12s holds needs-work's FAILed round", c)
 		}
 	}
+
+	pruneLines(t, repo, cfg, ids)
 
 	// Who did what: alice worked every task, the reviewer none; the gate's
 	// rejection went to the gate task alone, the conflict to conflict-b.
@@ -195,6 +200,21 @@ agents:
 		case wantKind != "" && (len(rejected) != 1 || !strings.Contains(rejected[0], wantKind)):
 			t.Errorf("task %d (%s): merge rejections %v, want one of kind %s", id, title, rejected, wantKind)
 		}
+	}
+}
+
+// pruneLines removes the branches of the merged tasks, every one of them.
+func pruneLines(t *testing.T, repo, cfg string, ids map[string]int64) {
+	t.Helper()
+	for _, id := range ids {
+		gitOut(t, repo, "rev-parse", "--verify", fmt.Sprintf("swarm/task/%d", id))
+	}
+	out, err := exec.Command(swarmdBin, "worktree", "prune", "--tasks", "--config", cfg).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("removed %d task branches", len(ids))) {
+		t.Fatalf("worktree prune --tasks: %v\n%s", err, out)
+	}
+	if left := strings.TrimSpace(gitOut(t, repo, "branch", "--list", "swarm/task/*")); left != "" {
+		t.Errorf("task branches left after prune: %s", left)
 	}
 }
 

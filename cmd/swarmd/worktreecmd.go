@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +11,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/daemon"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -66,17 +71,29 @@ func newWorktreeCommand(s streams) *cobra.Command {
 	}
 	list.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
 
+	var lines bool
 	prune := &cobra.Command{
-		Use:   "prune AGENT",
-		Short: "Remove a stopped agent's worktree and branch, only if clean and merged into the base",
+		Use:   "prune AGENT | prune --tasks",
+		Short: "Remove a stopped agent's worktree and branch, only if clean and merged into the base; or merged tasks' branches",
 		Long: `Remove an agent's worktree and its swarm/<agent> branch. swarmd never loses work: it refuses
 while the agent runs, and refuses a worktree with uncommitted changes or commits that the base
-ref does not contain, saying which.`,
-		Args: cobra.ExactArgs(1),
+ref does not contain, saying which.
+
+With --tasks, remove the branches of tasks the merge queue merged (swarm/task/N of every CLOSED
+task); their work is on the merge target.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if lines {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := o.config()
 			if err != nil {
 				return err
+			}
+			if lines {
+				return pruneTaskLines(cmd.Context(), s, o.configPath, cfg)
 			}
 			name := args[0]
 			st, err := control.NewClient(cfg.SocketPath()).Agent(cmd.Context(), name)
@@ -100,9 +117,41 @@ ref does not contain, saying which.`,
 			return nil
 		},
 	}
+	prune.Flags().BoolVar(&lines, "tasks", false, "remove the branches of merged (CLOSED) tasks instead")
 	for _, c := range []*cobra.Command{list, prune} {
 		c.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file")
 	}
 	cmd.AddCommand(list, prune)
 	return cmd
+}
+
+// pruneTaskLines removes the line branches of CLOSED tasks.
+func pruneTaskLines(ctx context.Context, s streams, configPath string, cfg *config.Config) error {
+	m, err := worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: zap.NewNop()})
+	if err != nil {
+		return usage(err)
+	}
+	db, err := openSwarmDB(ctx, s, configPath, "worktree prune")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	closed := task.Closed
+	ts, err := daemon.OpenTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{State: &closed})
+	if err != nil {
+		return fmt.Errorf("worktree prune: %w", err)
+	}
+	done := map[int64]bool{}
+	for _, t := range ts {
+		done[t.ID] = true
+	}
+	removed, err := m.PruneLines(ctx, func(id int64) bool { return done[id] })
+	for _, b := range removed {
+		fmt.Fprintf(s.out, "removed %s\n", b)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.out, "removed %d task branches\n", len(removed))
+	return nil
 }

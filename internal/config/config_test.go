@@ -134,7 +134,7 @@ func TestOverrides(t *testing.T) {
 		},
 		Mailbox:    Mailbox{MaxBody: 1024},
 		StallAfter: 2 * time.Minute,
-		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash"},
+		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4},
 		Backends:   backends,
 
 		GitEmailDomain: "agents.example.com",

@@ -19,8 +19,9 @@ var mergeStrategies = []string{StrategyMerge, StrategySquash, StrategyRebase}
 
 // Defaults of the merge section.
 const (
-	DefaultMergeTimeout  = 30 * time.Minute
-	DefaultMergeStrategy = StrategyMerge
+	DefaultMergeTimeout       = 30 * time.Minute
+	DefaultMergeStrategy      = StrategyMerge
+	DefaultMaxMergeRejections = 5
 )
 
 // Merge configures the merge queue. Config.Merge is nil when swarmd.yaml has
@@ -30,6 +31,9 @@ type Merge struct {
 	Gate     []string      // shell commands run in order on each candidate; none: clean merges go in untested
 	Timeout  time.Duration // for the whole gate
 	Strategy string        // StrategyMerge, StrategySquash or StrategyRebase
+	// MaxRejections bounds the rework of one task the queue keeps sending
+	// back: past it the task fails instead of going back once more.
+	MaxRejections int
 }
 
 // mergeValues is the merge section as walked, finished by finishMerge.
@@ -39,13 +43,15 @@ type mergeValues struct {
 }
 
 func (d *decoder) mergeFields(m *Merge) []field {
-	m.Timeout, m.Strategy = DefaultMergeTimeout, DefaultMergeStrategy
+	m.Timeout, m.Strategy, m.MaxRejections = DefaultMergeTimeout, DefaultMergeStrategy, DefaultMaxMergeRejections
 	return []field{
 		{"into", "The branch the merge queue advances (such as main); required.", d.strTo(&m.Into, true)},
 		{"gate", "Shell commands run in order on each candidate in the integration worktree; all must exit 0.", d.strListTo(&m.Gate, true)},
 		{"timeout", "The whole gate is killed after this long, and the candidate rejected.", d.durTo(&m.Timeout, false)},
 		{"strategy", "How a branch becomes a candidate: merge (a merge commit), squash (one commit) or rebase (its commits replayed).",
 			d.enumTo(&m.Strategy, mergeStrategies)},
+		{"max_rejections", "Rejections of one task (conflict, gate, timeout) sent back to its worker; the next one fails the task (merge_rejected) and tells the operator.",
+			d.intTo(&m.MaxRejections, 1, maxInt)},
 	}
 }
 

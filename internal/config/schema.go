@@ -36,6 +36,7 @@ var backendNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 var reservedNames = map[string]string{
 	"operator": "it is the mail sender outside any session",
 	"merge":    "it names the merge queue's gate logs and events",
+	"task":     "its branch would clash with the tasks' branches (swarm/task/N)",
 }
 
 var backendTypes = []string{TypeClaude, TypeCodex, TypeGemini, TypeCommand, TypeScripted}

@@ -68,8 +68,26 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 	if strings.TrimSpace(detail) != "" {
 		feedback += "\n\n" + detail
 	}
-	if _, err := h.d.tasks.Rejected(ctx, e.Task, why, feedback); err != nil && !errors.Is(err, taskboard.ErrState) {
+	cfg, _ := h.d.current()
+	max := config.DefaultMaxMergeRejections
+	if cfg.Merge != nil {
+		max = cfg.Merge.MaxRejections
+	}
+	_, gaveUp, err := h.d.tasks.Rejected(ctx, e.Task, why, feedback, max)
+	if err != nil && !errors.Is(err, taskboard.ErrState) {
 		return err
+	}
+	if gaveUp {
+		// Nobody made it mergeable in max rounds: the operator decides.
+		h.d.log.Warn("merge queue: task failed, rejected too often", zap.Int64("task", e.Task), zap.Int("max_rejections", max),
+			zap.String("kind", string(kind)))
+		body := fmt.Sprintf("Task #%d failed: the merge queue rejected it %d times (merge.max_rejections), the last time for %s.\n\n"+
+			"`swarmd task show %d` has the history; `swarmd task retry %d` gives it back to the board.", e.Task, max+1, kind, e.Task, e.Task)
+		if _, err := h.d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: mailbox.Operator,
+			Subject: fmt.Sprintf("task #%d failed: merge_rejected", e.Task), Body: body}); err != nil {
+			h.d.log.Warn("mail the operator", zap.Int64("task", e.Task), zap.Error(err))
+		}
+		return nil
 	}
 	body := fmt.Sprintf("Task #%d did not merge into %s (%s). Your next session has it back, with what to do.", e.Task, into, kind)
 	if _, err := h.d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: e.Agent,
@@ -155,7 +173,11 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 			// Its daemon queues it: the branch's head is known there.
 			continue
 		}
-		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, d.trees.Branch(r.Worker), r.Head); err != nil && !errors.Is(err, merge.ErrState) {
+		branch := d.trees.Branch(r.Worker)
+		if r.Head != "" {
+			branch = d.trees.LineBranch(r.ID) // the task's own line, frozen at r.Head
+		}
+		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, branch, r.Head); err != nil && !errors.Is(err, merge.ErrState) {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
 		}
 	}

@@ -53,7 +53,7 @@ func (r *Runner) sessionRecord(sess backend.Session, res backend.Result, out age
 	return SessionRecord{
 		Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
 		Stopped: stopping, LogPath: r.logPath(), Backend: r.cfg.BackendName,
-		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: r.commits(r.headBefore, headAfter),
+		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: r.commits(r.headBefore, headAfter), Task: r.task,
 		ForceStopped: r.forced, Interrupted: interrupted,
 		TurnLimit: turnLimited(res, r.timedOut), StoppedFor: stoppedFor(res, r.timedOut),
 	}

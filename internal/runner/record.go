@@ -38,7 +38,8 @@ type SessionRecord struct {
 	LogPath    string
 	HeadBefore string
 	HeadAfter  string
-	Commits    int // commits the session made (HEAD before..after)
+	Commits    int   // commits the session made (HEAD before..after)
+	Task       int64 // the task the session worked on (0: none)
 	// ForceStopped: the runner killed the session after its timeout's or
 	// its stop's grace period (a GraceExceeded force stop is a transition).
 	ForceStopped bool

@@ -51,10 +51,11 @@ func (b *Board) Merged(ctx context.Context, id int64, commit string) (Task, erro
 
 // Rejected sends a DONE task back to its worker: the merge queue could not
 // integrate it (a conflict, a red gate). DONE -> FAILED -> OPEN, assigned to
-// the worker with what went wrong as its result, no retry counted.
-func (b *Board) Rejected(ctx context.Context, id int64, why, detail string) (Task, error) {
-	var t Task
-	err := b.write(ctx, "merge rejected", func(tx *sql.Tx) error {
+// the worker with what went wrong as its result, no retry counted. The
+// max-th rejection (max > 0) is the last: the task stays FAILED
+// (merge_rejected), and gaveUp says so.
+func (b *Board) Rejected(ctx context.Context, id int64, why, detail string, max int) (t Task, gaveUp bool, err error) {
+	err = b.write(ctx, "merge rejected", func(tx *sql.Tx) error {
 		var err error
 		if t, err = getTask(ctx, tx, id); err != nil {
 			return err
@@ -62,9 +63,20 @@ func (b *Board) Rejected(ctx context.Context, id int64, why, detail string) (Tas
 		if t.State != task.Done {
 			return fmt.Errorf("task %d is %s, not DONE: %w", id, t.State, ErrState)
 		}
+		var before int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE task_id = ? AND effect = 'task'
+			AND actor = 'merge-queue' AND to_state = 'FAILED'`, id).Scan(&before); err != nil {
+			return err
+		}
 		worker := t.Worker
 		if worker == "" {
 			worker = t.Claimant
+		}
+		if gaveUp = max > 0 && before+1 > max; gaveUp {
+			return b.apply(ctx, tx, &t, move{to: task.Failed, reason: task.ReasonAborted, actor: "merge-queue",
+				why:  fmt.Sprintf("merge_rejected: %d rejections (merge.max_rejections %d), the last: %s", before+1, max, oneLine(why, detail)),
+				set:  []string{"result = ?"},
+				args: []any{why + "\n\n" + detail}})
 		}
 		if err := b.apply(ctx, tx, &t, move{to: task.Failed, actor: "merge-queue", why: oneLine(why, detail)}); err != nil {
 			return err
@@ -79,7 +91,10 @@ func (b *Board) Rejected(ctx context.Context, id int64, why, detail string) (Tas
 		t, err = getTask(ctx, tx, id)
 		return err
 	})
-	return t, err
+	if gaveUp && err == nil {
+		t, err = getTask(ctx, b.db.ReadSQL(), id)
+	}
+	return t, gaveUp, err
 }
 
 func short(h string) string {

@@ -376,12 +376,50 @@ func TestMergeHandOff(t *testing.T) {
 	if got, err := b.Merged(ctx, plain.ID, "0123456789abcdef"); err != nil || got.State != task.Closed {
 		t.Fatalf("merged = %+v, %v", got, err)
 	}
-	back, err := b.Rejected(ctx, reviewed.ID, "merge conflict", "parser.go")
+	back, _, err := b.Rejected(ctx, reviewed.ID, "merge conflict", "parser.go", 5)
 	if err != nil || back.State != task.Open || back.Assignee != "alice" || !strings.Contains(back.Result, "parser.go") || back.Retries != 0 {
 		t.Fatalf("rejected = %+v, %v", back, err)
 	}
-	if _, err := b.Rejected(ctx, reviewed.ID, "again", ""); !errors.Is(err, ErrState) {
+	if _, _, err := b.Rejected(ctx, reviewed.ID, "again", "", 5); !errors.Is(err, ErrState) {
 		t.Fatalf("rejecting an OPEN task = %v", err)
+	}
+}
+
+// A task the merge queue rejects goes back to its worker max times; the
+// next rejection fails it (merge_rejected), for good.
+func TestMergeRejectionsBounded(t *testing.T) {
+	b, _ := openBoard(t, "", Options{})
+	ctx := context.Background()
+	tk, err := b.Add(ctx, NewTask{Title: "never merges", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const max = 2
+	for round := 1; round <= max+1; round++ {
+		h := Holder{Agent: "alice", Session: fmt.Sprintf("alice-%d-%012x", round, round)}
+		if _, err := b.Claim(ctx, tk.ID, "alice", h.Session); err != nil {
+			t.Fatalf("round %d: claim: %v", round, err)
+		}
+		if _, err := b.DoneAt(ctx, tk.ID, h, "done", fmt.Sprintf("%040d", round)); err != nil {
+			t.Fatalf("round %d: done: %v", round, err)
+		}
+		got, gaveUp, err := b.Rejected(ctx, tk.ID, "the merge queue rejected it: conflict", "a.txt", max)
+		if err != nil {
+			t.Fatalf("round %d: rejected: %v", round, err)
+		}
+		if want := round > max; gaveUp != want {
+			t.Fatalf("round %d: gave up %v, want %v", round, gaveUp, want)
+		}
+		if gaveUp && got.State != task.Failed || !gaveUp && got.State != task.Open {
+			t.Fatalf("round %d: task %s after the rejection", round, got.State)
+		}
+	}
+	h, err := b.History(ctx, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := h[len(h)-1]; last.To != "FAILED" || !strings.HasPrefix(last.Reason, "merge_rejected: 3 rejections") {
+		t.Fatalf("last event %+v, want FAILED with merge_rejected", last)
 	}
 }
 

@@ -3,6 +3,8 @@ package worktree
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -14,6 +16,29 @@ import (
 // next session works on; the task board keeps where each line stands (its
 // work head) and the commit frozen at DONE, which is what is reviewed and
 // merged, so that no task's change ever carries another's.
+
+// LineBranch is task's line: swarm/task/N, kept at where the line stands
+// after each session on it (KeepLine), so that the line is there to look
+// at, to push to the swarm's remote, and to merge.
+func (m *Manager) LineBranch(task int64) string { return fmt.Sprintf("swarm/task/%d", task) }
+
+// KeepLine points task's line branch at head, where the agent's branch
+// stood when a session on the task ended. A new attempt's line replaces an
+// earlier one's.
+func (m *Manager) KeepLine(ctx context.Context, task int64, head string) error {
+	ref := "refs/heads/" + m.LineBranch(task)
+	if _, err := m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: the line of task "+fmt.Sprint(task), ref, head); err != nil {
+		return fmt.Errorf("keep the line of task %d: %w", task, err)
+	}
+	return nil
+}
+
+// PushLine force-pushes task's line branch to remote: a new attempt
+// replaces an earlier one there too.
+func (m *Manager) PushLine(ctx context.Context, task int64, remote string) error {
+	ref := "refs/heads/" + m.LineBranch(task)
+	return m.push(ctx, remote, "+"+ref+":"+ref)
+}
 
 // StartLine puts the agent's branch on a task's line before a session on
 // it: at head (where the line stood when its last session ended), or, for a
@@ -74,4 +99,25 @@ func (m *Manager) resolve(rev string) (string, error) {
 		return "", fmt.Errorf("resolve %s: %w", rev, err)
 	}
 	return h.String(), nil
+}
+
+// PruneLines deletes the line branches of the tasks drop says are done
+// with (merged), and returns their names.
+func (m *Manager) PruneLines(ctx context.Context, drop func(task int64) bool) ([]string, error) {
+	out, err := m.git.run(ctx, m.repo, "for-each-ref", "--format=%(refname)", "refs/heads/swarm/task/")
+	if err != nil {
+		return nil, fmt.Errorf("prune task lines: %w", err)
+	}
+	var removed []string
+	for _, ref := range strings.Fields(out) {
+		id, err := strconv.ParseInt(strings.TrimPrefix(ref, "refs/heads/swarm/task/"), 10, 64)
+		if err != nil || !drop(id) {
+			continue
+		}
+		if _, err := m.git.run(ctx, m.repo, "update-ref", "-d", ref); err != nil {
+			return removed, fmt.Errorf("prune task lines: %w", err)
+		}
+		removed = append(removed, strings.TrimPrefix(ref, "refs/heads/"))
+	}
+	return removed, nil
 }
