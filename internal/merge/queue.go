@@ -254,7 +254,7 @@ func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch, head str
 	if err != nil {
 		return Entry{}, err
 	}
-	q.log.Info("merge queued", zap.Int64("task", task), zap.String("agent", agent), zap.String("branch", branch),
+	q.log.Debug("merge queued", zap.Int64("task", task), zap.String("agent", agent), zap.String("branch", branch),
 		zap.String("head", head))
 	q.setDepth(ctx)
 	q.Wake()
