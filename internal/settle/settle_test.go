@@ -350,3 +350,65 @@ func TestIncompleteSessionReportsNothing(t *testing.T) {
 		t.Fatalf("pending = %+v, %v", pending, err)
 	}
 }
+
+// A task's line is fenced by attempt, on both stores: an orphaned
+// attempt's work head is cleared when the task reopens, the next attempt
+// freezes its own head at DONE, and a late outcome of the earlier session
+// changes nothing, so only the redo can be merged (the merge queue takes
+// Head: ReadyToMerge's test is the board's).
+func TestTaskHeadsFencedByAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  func(testing.TB) *env
+	}{{"sqlite", sqliteEnv}, {"postgres", postgresEnv}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := tc.env(t)
+			ctx := context.Background()
+			tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "the feature"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, redo := strings.Repeat("a", 40), strings.Repeat("b", 40)
+			s1 := e.begin(t, 1)
+			st := s1.ended("still working")
+			st.Session.HeadAfter = first
+			if _, err := e.s.Settle(ctx, st, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.task(t, tk.ID).WorkHead; got != first {
+				t.Fatalf("work head after session 1 = %q, want %q", got, first)
+			}
+			if _, err := e.board.Orphan(ctx, "alice", "alice stopped"); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.task(t, tk.ID); got.WorkHead != "" || got.Head != "" {
+				t.Fatalf("orphaned task kept heads %q, %q: its next attempt would continue the earlier one", got.WorkHead, got.Head)
+			}
+			s2 := e.begin(t, 2)
+			if s2.task != tk.ID {
+				t.Fatalf("session 2 carried task %d, want %d", s2.task, tk.ID)
+			}
+			st = s2.ended("redone\nDONE")
+			st.Session.HeadAfter = redo
+			if _, err := e.s.Settle(ctx, st, nil); err != nil {
+				t.Fatal(err)
+			}
+			// Session 1's DONE arrives late (replayed from its log): refused.
+			late := s1.ended("done after all\nDONE")
+			late.Session.SessionID = s1.id + "-late" // a row of its own, so that it settles at all
+			late.Session.HeadAfter = first
+			if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: late.Session.SessionID, Seq: 3, Started: time.Now()}, nil); err != nil {
+				t.Fatal(err)
+			}
+			late.Session.Seq = 3
+			if _, err := e.s.Settle(ctx, late, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := e.task(t, tk.ID)
+			if got.Head != redo || got.WorkHead != redo {
+				t.Fatalf("heads %q, %q after the redo's DONE and a late report, want the redo's %q", got.Head, got.WorkHead, redo)
+			}
+		})
+	}
+}

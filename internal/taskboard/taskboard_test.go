@@ -400,8 +400,13 @@ func TestMergeRejectionsBounded(t *testing.T) {
 		if _, err := b.Claim(ctx, tk.ID, "alice", h.Session); err != nil {
 			t.Fatalf("round %d: claim: %v", round, err)
 		}
-		if _, err := b.DoneAt(ctx, tk.ID, h, "done", fmt.Sprintf("%040d", round)); err != nil {
+		head := fmt.Sprintf("%040d", round)
+		if _, err := b.DoneAt(ctx, tk.ID, h, "done", head); err != nil {
 			t.Fatalf("round %d: done: %v", round, err)
+		}
+		// The queue is given the head frozen at this DONE, not an earlier one.
+		if ready, err := b.ReadyToMerge(ctx, nil); err != nil || len(ready) != 1 || ready[0].Head != head {
+			t.Fatalf("round %d: ready to merge %+v, %v; want head %s", round, ready, err, head)
 		}
 		got, gaveUp, err := b.Rejected(ctx, tk.ID, "the merge queue rejected it: conflict", "a.txt", max)
 		if err != nil {
