@@ -217,7 +217,7 @@ agents:
 	if b := scrape(t, "http://"+addr+"/healthz"); strings.TrimSpace(b) != "ok" {
 		t.Errorf("healthz = %q", b)
 	}
-	if b := scrape(t, "http://"+addr+"/readyz"); strings.TrimSpace(b) != "ready" {
+	if b := scrape(t, "http://"+addr+"/readyz"); !strings.HasPrefix(b, "ready\n") || !strings.Contains(b, "\nisolation ") {
 		t.Errorf("readyz = %q", b)
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)

@@ -58,6 +58,8 @@ type Config struct {
 	Hooks      Hooks
 	Mailbox    Mailbox
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
+	// Isolation is IsolationAuto, IsolationStrict or IsolationOff.
+	Isolation string
 	// GitEmailDomain is the domain of the email address agents commit
 	// with by default: AGENT@GitEmailDomain.
 	GitEmailDomain string
@@ -216,11 +218,21 @@ const (
 	DefaultMaxSessionBytes      = 64 << 20
 )
 
+// Isolation levels (config key isolation).
+const (
+	IsolationAuto   = "auto"   // use what the host offers, say what is missing
+	IsolationStrict = "strict" // refuse to start without it
+	IsolationOff    = "off"    // process groups and markers only
+)
+
+var isolationLevels = []string{IsolationAuto, IsolationStrict, IsolationOff}
+
 func defaultConfig() *Config {
 	c := &Config{
 		BaseRef:      DefaultBaseRef,
 		Listen:       DefaultListen,
 		LeaseTimeout: DefaultLeaseTimeout,
+		Isolation:    IsolationAuto,
 		Defaults: AgentSettings{
 			Backend:              DefaultBackend,
 			SessionTimeout:       DefaultSessionTimeout,

@@ -114,6 +114,8 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"mailbox", "The SQLite mailbox.", d.section([]field{
 			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
 		}, nil)},
+		{"isolation", "How sessions, hooks and merge gates are contained: auto uses what this host offers (a cgroup v2 per process tree) and says what is missing; strict refuses to start without it; off uses process groups and markers only.",
+			d.enumTo(&cfg.Isolation, isolationLevels)},
 		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},
 		{"git_email_domain", "Agents commit as \"AGENT (swarmd)\" <AGENT@this domain> unless their env sets GIT_AUTHOR_*/GIT_COMMITTER_*.",
 			d.strTo(&cfg.GitEmailDomain, true)},
@@ -155,6 +157,9 @@ func (d *decoder) decode(data []byte) *Config {
 	}
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
 	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
+	if !slices.Contains(isolationLevels, cfg.Isolation) {
+		d.errorf(top.at("isolation"), "isolation", "%q is not an isolation level (want one of %s)", cfg.Isolation, strings.Join(isolationLevels, ", "))
+	}
 	d.finishMerge(cfg, &t.merge, top.at("merge"))
 	raws := map[string]*rawBackend{}
 	for _, rb := range t.backends {

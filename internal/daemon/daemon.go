@@ -70,6 +70,7 @@ type Daemon struct {
 	mailChanged chan struct{}
 	health      healthMonitor
 	notify      notifier
+	iso         isolation              // what contains the process trees (isolation.go)
 	budget      *budgetKeeper          // budgets: spend, marks, pauses
 	providers   *providerGates         // health shared by each provider's agents
 	roster      atomic.Pointer[roster] // the last config's, see rosterOf
@@ -192,7 +193,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange,
 		ReviewOnly: d.reviewOnly})
 	if cfg.Listen != "" {
-		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.dash.web.Handler(), log); err != nil {
+		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.iso.String, d.dash.web.Handler(), log); err != nil {
 			return nil, setupError(err)
 		}
 	}
@@ -218,6 +219,9 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		return err
 	}
 	if d.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
+		return err
+	}
+	if err := d.openIsolation(cfg); err != nil {
 		return err
 	}
 	if n, err := d.sup.SweepOrphans(); err != nil {
@@ -671,6 +675,7 @@ func (d *Daemon) Close() error {
 	}
 	if d.sup != nil {
 		errs = append(errs, d.sup.Close())
+		d.closeIsolation()
 	}
 	if d.lock != nil {
 		errs = append(errs, d.lock.Release())

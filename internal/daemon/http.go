@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,7 +24,9 @@ type httpServer struct {
 // readiness reports why the daemon is not ready, or "" when it is.
 type readiness func() string
 
-func startHTTP(addr string, metrics http.Handler, ready readiness, web http.Handler, log *zap.Logger) (*httpServer, error) {
+// startHTTP serves on addr; /readyz says ready (or why not) and, on the
+// lines after, what about itself (info, nil: nothing).
+func startHTTP(addr string, metrics http.Handler, ready readiness, info func() string, web http.Handler, log *zap.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s (config key listen): %w", addr, err)
@@ -34,11 +37,18 @@ func startHTTP(addr string, metrics http.Handler, ready readiness, web http.Hand
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		more := ""
+		if info != nil {
+			more = info()
+		}
 		if why := ready(); why != "" {
-			http.Error(w, why, http.StatusServiceUnavailable)
+			http.Error(w, strings.TrimSpace(why+"\n"+more), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		if more != "" {
+			fmt.Fprintln(w, more)
+		}
 	})
 	if web != nil {
 		mux.Handle("/", web)

@@ -35,6 +35,9 @@ const maxWalks = 100
 func (t *Tree) Freeze() (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.cg != nil {
+		return t.freezeCgroup(true)
+	}
 	w, err := t.signalAllLocked(unix.SIGSTOP)
 	if err != nil {
 		return len(w.signalled), err
@@ -61,7 +64,28 @@ func (t *Tree) Freeze() (int, error) {
 
 // Thaw sends SIGCONT to every process of the tree, and returns how many it
 // sent it to. After the tree has ended it returns os.ErrProcessDone.
-func (t *Tree) Thaw() (int, error) { return t.SignalAll(unix.SIGCONT) }
+func (t *Tree) Thaw() (int, error) {
+	if t.cg != nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.freezeCgroup(false)
+	}
+	return t.SignalAll(unix.SIGCONT)
+}
+
+// freezeCgroup freezes or thaws the tree's cgroup (cgroup.freeze): the
+// kernel stops every process in it at once, nothing can fork its way out,
+// and a thaw resumes exactly what was frozen. It returns how many
+// processes the cgroup holds.
+func (t *Tree) freezeCgroup(on bool) (int, error) {
+	if t.reaped {
+		return 0, os.ErrProcessDone
+	}
+	if err := t.cg.Freeze(on); err != nil {
+		return 0, fmt.Errorf("proc: freeze tree %s: %w", t.id, err)
+	}
+	return t.cg.Procs()
+}
 
 // SignalAll sends sig to every live process of the tree, not only to its
 // process group, and returns how many it signalled. A tree's processes are

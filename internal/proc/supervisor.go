@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -102,7 +104,26 @@ type Supervisor struct {
 	// test's stand-in that keeps the process alive across scans.
 	kill func(pid int, sig unix.Signal) error
 
+	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
+	cg *cgroup.Hierarchy
+
 	closeOnce sync.Once
+}
+
+// UseCgroups gives every tree started from now on a cgroup v2 of its own
+// under h: its leader starts in it, and killing, freezing and accounting
+// the tree go through it. Call it before the first Start.
+func (s *Supervisor) UseCgroups(h *cgroup.Hierarchy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cg = h
+}
+
+// Cgroups is the hierarchy UseCgroups set, nil when none.
+func (s *Supervisor) Cgroups() *cgroup.Hierarchy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cg
 }
 
 // NewSupervisor makes this process a child subreaper, so that orphaned
@@ -200,6 +221,9 @@ type Spec struct {
 	// ended the tree (Close waits for it): a caller acting on the end needs
 	// no goroutine of its own parked on Done for the tree's whole life.
 	OnDone func()
+	// MemoryMax, if positive, bounds the tree's memory (its cgroup's
+	// memory.max) where cgroups with the memory controller are in use.
+	MemoryMax int64
 }
 
 // Start starts a tree's leader in a new process group. A binary that does not
@@ -266,6 +290,18 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	if outW >= 0 {
 		out = uintptr(outW)
 	}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if s.cg != nil {
+		g, err := s.cg.New(spec.ID, cgroup.Limits{MemoryMax: spec.MemoryMax})
+		if err != nil {
+			s.mu.Unlock()
+			t.closePipes()
+			return nil, fmt.Errorf("proc: start %s: %w", spec.ID, err)
+		}
+		// The leader starts in it (clone3 CLONE_INTO_CGROUP): not even its
+		// first fork happens outside.
+		t.cg, sys.UseCgroupFD, sys.CgroupFD = g, true, g.FD()
+	}
 	t.started = time.Now()
 	// Registered under the same lock the reaper scans under: a leader that
 	// exits at once is never taken for an orphan and reaped.
@@ -273,11 +309,17 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		Dir:   spec.Dir,
 		Env:   env,
 		Files: []uintptr{in, out, out},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   sys,
 	})
+	if t.cg != nil {
+		t.cg.CloseFD() // the leader is in; the directory is all the rest needs
+	}
 	if err != nil {
 		s.mu.Unlock()
 		t.closePipes()
+		if t.cg != nil {
+			_ = t.cg.Remove()
+		}
 		return nil, startError(spec, path, err)
 	}
 

@@ -13,6 +13,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/swarmd/swarmd/internal/cgroup"
 )
 
 // ExitStatus is how a tree's leader ended.
@@ -21,6 +23,11 @@ type ExitStatus struct {
 	Signal  syscall.Signal // 0 if the leader exited normally
 	Started time.Time
 	Exited  time.Time // when the leader exited (its tree ended a little later)
+	// With a cgroup per tree (Supervisor.UseCgroups): the whole tree's CPU
+	// time, and how many of its processes the kernel killed for its memory
+	// limit.
+	CPU      time.Duration
+	OOMKills int64
 }
 
 // String is "exit status N" or "killed by SIGNAME", as a person reads it.
@@ -55,6 +62,8 @@ type Tree struct {
 
 	mu     sync.Mutex
 	reaped bool // the leader was reaped: its pid and pgid may belong to someone else now
+
+	cg *cgroup.Group // the tree's own cgroup; nil without cgroups
 
 	done   chan struct{}
 	onDone func() // Spec.OnDone
@@ -112,6 +121,12 @@ func (t *Tree) Kill() error {
 	// The leader may have moved to another group: kill it by pid too (it is
 	// not reaped yet, so the pid is still its own).
 	_ = unix.Kill(t.pid, unix.SIGKILL)
+	if t.cg != nil {
+		// Everything the tree started, whatever session it made for itself.
+		if cerr := t.cg.Kill(); cerr != nil {
+			t.s.log.Warn("kill the tree's cgroup", zap.String("tree", t.id), zap.Error(cerr))
+		}
+	}
 	if err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("proc: kill tree %s: %w", t.id, err)
 	}
@@ -140,9 +155,15 @@ func (t *Tree) run() {
 		_ = unix.Kill(-t.pid, unix.SIGKILL)
 	}
 	t.mu.Unlock()
+	if t.cg != nil {
+		_ = t.cg.Kill() // nothing of the tree outlives its leader
+	}
 	s.killTree(t)
 	status := s.reapLeader(t)
 	status.Started, status.Exited = t.started, exited
+	if t.cg != nil {
+		t.endCgroup(&status)
+	}
 	t.finishIO()
 	t.status = status
 	s.log.Debug("tree ended", zap.String("tree", t.id), zap.Int("pid", t.pid), zap.Stringer("status", status),
@@ -150,6 +171,16 @@ func (t *Tree) run() {
 	close(t.done)
 	if t.onDone != nil {
 		t.onDone()
+	}
+}
+
+// endCgroup records what the tree's cgroup says it cost and removes it.
+func (t *Tree) endCgroup(status *ExitStatus) {
+	if u, err := t.cg.Usage(); err == nil {
+		status.CPU, status.OOMKills = u.CPU, u.OOMKills
+	}
+	if err := t.cg.Remove(); err != nil {
+		t.s.log.Warn("remove the tree's cgroup", zap.String("tree", t.id), zap.Error(err))
 	}
 }
 

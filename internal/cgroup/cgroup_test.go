@@ -1,0 +1,187 @@
+package cgroup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseMountPoint(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"25 30 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n", "/sys/fs/cgroup"},
+		{"30 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n", "/sys/fs/cgroup/unified"},
+		{"40 30 0:37 / /mnt/my\\040cgroups rw shared:5 - cgroup2 none rw\n", "/mnt/my cgroups"},
+	} {
+		got, err := parseMountPoint([]byte(tc.in))
+		if err != nil || got != tc.want {
+			t.Errorf("parseMountPoint(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := parseMountPoint([]byte("30 1 8:1 / / rw - ext4 /dev/sda1 rw\n")); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("no cgroup2: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestParseOwnCgroup(t *testing.T) {
+	got, err := parseOwnCgroup([]byte("4:memory:/x\n0::/system.slice/swarmd.service\n"))
+	if err != nil || got != "/system.slice/swarmd.service" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := parseOwnCgroup([]byte("4:memory:/x\n")); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("v1 only: %v, want ErrUnavailable", err)
+	}
+}
+
+// open is a hierarchy of this test's own, or a loud skip where this
+// machine cannot give one (not root, no cgroup v2).
+func open(t *testing.T) *Hierarchy {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	h, err := Open("swarmd-test-" + hex.EncodeToString(b[:]))
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("*** cgroup v2 not writable here: %v: this test did NOT run", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// A process tree started in a cgroup stays in it whatever it does (a
+// child that clears its environment and makes a session of its own), is
+// frozen and thawed whole, and is killed whole by Kill.
+func TestGroupHoldsFreezesAndKillsTheWholeTree(t *testing.T) {
+	h := open(t)
+	g, err := h.New("tree-1", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(g.Dir()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup left after Remove: %v", err)
+		}
+	}()
+	out := t.TempDir() + "/beats"
+	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", "env -i setsid sleep 300 & while :; do echo x >> " + out + "; done"}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan struct{})
+	go func() { // reap the leader; the escaped child is init's or a subreaper's
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
+		close(reaped)
+	}()
+	waitFor(t, "2 processes in the cgroup", func() bool { n, _ := g.Procs(); return n == 2 })
+	waitFor(t, "the loop to write", func() bool { return size(t, out) > 0 })
+	var escaped int
+	waitFor(t, "the setsid child, in a session of its own", func() bool { escaped = otherPid(g, pid); return escaped > 0 })
+	if sid, _ := unix.Getsid(escaped); sid == pid {
+		t.Fatalf("the setsid child is in the leader's session")
+	}
+
+	// Frozen, the loop writes nothing; thawed, it goes on.
+	if err := g.Freeze(true); err != nil {
+		t.Fatal(err)
+	}
+	frozen := size(t, out)
+	time.Sleep(50 * time.Millisecond) // a frozen writer must show no progress over a while
+	if got := size(t, out); got != frozen {
+		t.Fatalf("the loop wrote %d bytes while frozen", got-frozen)
+	}
+	if err := g.Freeze(false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the loop to go on after the thaw", func() bool { return size(t, out) > frozen })
+
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-reaped
+	waitFor(t, "an empty cgroup", func() bool { n, _ := g.Procs(); return n == 0 })
+	if err := unix.Kill(escaped, 0); err == nil {
+		// A zombie of another parent is dead; anything else escaped.
+		if st := procState(escaped); st != "Z" && st != "" {
+			t.Fatalf("the setsid child %d survived cgroup.kill (state %s)", escaped, st)
+		}
+	}
+	u, err := g.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.CPU <= 0 {
+		t.Errorf("cpu.stat usage %v after three processes ran", u.CPU)
+	}
+}
+
+func otherPid(g *Group, leader int) int {
+	b, err := os.ReadFile(g.Dir() + "/cgroup.procs")
+	if err != nil {
+		return 0
+	}
+	for _, f := range strings.Fields(string(b)) {
+		p, _ := strconv.Atoi(f)
+		if p != leader {
+			if cmd, _ := os.ReadFile("/proc/" + f + "/cmdline"); strings.HasPrefix(string(cmd), "sleep") && procSession(p) != leader {
+				return p
+			}
+		}
+	}
+	return 0
+}
+
+func procSession(pid int) int {
+	sid, _ := unix.Getsid(pid)
+	return sid
+}
+
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+func size(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

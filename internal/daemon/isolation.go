@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/cgroup"
+	"github.com/swarmd/swarmd/internal/config"
+)
+
+// isolation is what contains the process trees this daemon starts
+// (sessions, hooks, merge gates), as config key isolation asked and the
+// host allowed.
+type isolation struct {
+	level   string            // config.IsolationAuto, Strict or Off
+	cgroups *cgroup.Hierarchy // nil: not in force
+	missing []string          // what is not in force, and why
+}
+
+// String says which parts are in force and why the others are not: the
+// start log, /readyz and status carry it.
+func (i isolation) String() string {
+	var b strings.Builder
+	b.WriteString("isolation " + i.level + ": ")
+	switch {
+	case i.level == config.IsolationOff:
+		b.WriteString("off (process groups and markers only)")
+	case i.cgroups != nil:
+		fmt.Fprintf(&b, "a cgroup per process tree under %s", i.cgroups.Dir())
+		if cs := i.cgroups.Controllers(); len(cs) > 0 {
+			b.WriteString(" (controllers: " + strings.Join(cs, ", ") + ")")
+		} else {
+			b.WriteString(" (no controller delegated: no memory_max)")
+		}
+	}
+	if len(i.missing) > 0 {
+		b.WriteString("; NOT in force: " + strings.Join(i.missing, "; "))
+	}
+	return b.String()
+}
+
+// openIsolation sets up what cfg.Isolation asks for, after the supervisor
+// is made and before any tree starts. strict refuses to start without it.
+func (d *Daemon) openIsolation(cfg *config.Config) error {
+	d.iso = isolation{level: cfg.Isolation}
+	if cfg.Isolation == config.IsolationOff {
+		d.log.Warn(d.iso.String())
+		return nil
+	}
+	// One directory per state dir: daemons of other swarms on the host
+	// have their own.
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	h, err := cgroup.Open("swarmd-" + hex.EncodeToString(sum[:6]))
+	if err != nil {
+		d.iso.missing = append(d.iso.missing, "cgroups: "+err.Error()+
+			" (run as root, or under systemd with Delegate=yes, or in `systemd-run --user --scope -p Delegate=yes`)")
+	} else {
+		d.iso.cgroups = h
+		d.sup.UseCgroups(h)
+	}
+	if cfg.Isolation == config.IsolationStrict && len(d.iso.missing) > 0 {
+		return setupErrorf("isolation: strict, and %s", strings.Join(d.iso.missing, "; "))
+	}
+	if len(d.iso.missing) > 0 {
+		d.log.Warn(d.iso.String())
+	} else {
+		d.log.Info(d.iso.String())
+	}
+	return nil
+}
+
+// closeIsolation removes what openIsolation made, once no tree runs.
+func (d *Daemon) closeIsolation() {
+	if d.iso.cgroups != nil {
+		if err := d.iso.cgroups.Close(); err != nil {
+			d.log.Warn("remove the cgroup of the process trees", zap.Error(err))
+		}
+	}
+}
