@@ -255,4 +255,3 @@ func trailer(body, key string) string {
 	}
 	return ""
 }
-

@@ -47,10 +47,13 @@ func (o Outcome) String() string {
 
 // Abort reasons of seed 004 for abnormal terminations.
 const (
-	AbortUserInterrupt    = "user_interrupt"    // SIGINT, exit 130
-	AbortShutdownSignal   = "shutdown_signal"   // SIGTERM, exit 143
-	AbortTimeout          = "timeout"           // the session timeout, exit 124
-	AbortOOM              = "oom"               // SIGKILL that we did not send, exit 137
+	AbortUserInterrupt  = "user_interrupt"  // SIGINT, exit 130
+	AbortShutdownSignal = "shutdown_signal" // SIGTERM, exit 143
+	AbortTimeout        = "timeout"         // the session timeout, exit 124
+	AbortOOM            = "oom"             // SIGKILL that we did not send, exit 137
+	// AbortOOMKilled: the kernel killed a process of the session for its
+	// cgroup's memory.max (memory_max), as memory.events counts it.
+	AbortOOMKilled        = "oom_killed"
 	AbortPermissionDenied = "permission_denied" // exit 126
 	AbortUnknown          = "unknown"
 	// AbortUrgentMessage is set by the runner, not a backend: urgent mail
@@ -99,6 +102,10 @@ type Spec struct {
 	// last allowed turn's tool calls have ended. Such a session ends with
 	// AbortMaxTurns. Backends without a stream ignore it.
 	MaxTurns int
+	// MemoryMax, if positive, bounds the session's process tree in bytes
+	// (its cgroup's memory.max, where cgroups with the memory controller
+	// are in use).
+	MemoryMax int64
 	// OnTool, if set, is told of every tool call of a session with a stream:
 	// when it ends, and when the session ends for a call that never did. It
 	// is called from the goroutine reading the output, so it must be quick.
@@ -148,7 +155,12 @@ type Result struct {
 	// (claude, codex, gemini); see Reporter.
 
 	Usage     Usage
-	ToolCalls int        // tool calls started
+	ToolCalls int // tool calls started
+	// CPU is the whole process tree's CPU time, from its cgroup (0
+	// without one); OOMKilled says the kernel killed one of its processes
+	// for the cgroup's memory limit.
+	CPU       time.Duration
+	OOMKilled bool
 	Tools     []ToolCall // the first MaxToolCalls of them, in order
 	// Turns is how many model turns (responses) the stream showed.
 	Turns int

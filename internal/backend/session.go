@@ -167,14 +167,15 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 	}
 	s.out = out
 	tree, err := sup.Start(proc.Spec{
-		Path:   l.path,
-		Args:   l.args,
-		Dir:    spec.Dir,
-		Env:    environ.Build(spec.PathPrepend, os.Environ(), spec.Defaults, l.env, spec.Env),
-		Stdin:  strings.NewReader(spec.Prompt),
-		Output: out,
-		ID:     spec.SessionID,
-		OnDone: s.finish,
+		Path:      l.path,
+		Args:      l.args,
+		Dir:       spec.Dir,
+		Env:       environ.Build(spec.PathPrepend, os.Environ(), spec.Defaults, l.env, spec.Env),
+		Stdin:     strings.NewReader(spec.Prompt),
+		Output:    out,
+		ID:        spec.SessionID,
+		OnDone:    s.finish,
+		MemoryMax: spec.MemoryMax,
 	})
 	if err != nil {
 		return nil, s.startFailed(spec, l, err)
@@ -353,7 +354,21 @@ func (s *session) finish() {
 	if s.killT != nil {
 		s.killT.Stop()
 	}
-	s.end(s.classify())
+	s.end(cgroupFacts(s.classify(), s.tree.Exit()))
+}
+
+// cgroupFacts adds what the session's cgroup says: its CPU time, and an
+// OOM kill for its memory limit, which is then why it ended.
+func cgroupFacts(r Result, st proc.ExitStatus) Result {
+	r.CPU = st.CPU
+	if st.OOMKills > 0 {
+		r.OOMKilled = true
+		if r.Outcome != OutcomeSuccess {
+			r.AbortReason = AbortOOMKilled
+			r.Reason += fmt.Sprintf(" (oom_killed: the kernel killed %d process(es) over the agent's memory_max)", st.OOMKills)
+		}
+	}
+	return r
 }
 
 // classify turns the leader's exit, the parser's verdict and what we did to

@@ -114,6 +114,9 @@ type AgentSettings struct {
 	// Code gets --max-turns, Codex and Gemini CLI sessions are counted from
 	// their stream and cancelled at the limit (abort reason max_turns).
 	MaxTurns int
+	// MemoryMax bounds each session's process tree in bytes (0: none),
+	// enforced by its cgroup where the memory controller is delegated.
+	MemoryMax int
 	// Signals are the words a session's result carries to report on its
 	// task; "" means the default (DONE, PASS, FAIL).
 	Signals Signals

@@ -358,7 +358,7 @@ func TestErrors(t *testing.T) {
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, store, lease_timeout, remote, defaults, logs, hooks, mailbox, isolation, stall_after, git_email_domain, web, merge, backends, agents, swarm_budget, prices, providers)"},
-		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_silent_sessions, claims, max_turns, signals, tools, budget)"},
+		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_silent_sessions, claims, max_turns, memory_max, signals, tools, budget)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},

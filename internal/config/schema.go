@@ -223,6 +223,8 @@ func (d *decoder) settingsFields(s *AgentSettings, agent bool) []field {
 			"Overrides defaults.claims: false makes this agent review-only, true lets a reviewer also take work."), d.boolPtrTo(&s.Claims)},
 		{"max_turns", doc("A session ends (abort reason max_turns, not an error) after this many model turns; 0: no limit.",
 			"Overrides defaults.max_turns."), d.intTo(&s.MaxTurns, 0, maxInt)},
+		{"memory_max", doc("Most memory, in bytes, one session's processes may use together; over it the kernel kills them and the session ends oom_killed. Needs isolation with the memory controller delegated (swarmd says at start whether it is); 0: no limit.",
+			"Overrides defaults.memory_max."), d.intTo(&s.MemoryMax, 0, maxInt)},
 		{"signals", doc("The words a session's final result ends with to report on its task: the last non-empty line is the word, or starts with it and a colon or dash.",
 			"This agent's signal words, each overriding the same word of defaults.signals."), d.section([]field{
 			{"done", "The task is done (the agent goes idle when it has nothing else to do).", d.wordTo(&s.Signals.Done)},
@@ -725,6 +727,9 @@ func merge(base, over AgentSettings, set keySet) AgentSettings {
 	}
 	if has("max_turns") {
 		out.MaxTurns = over.MaxTurns
+	}
+	if has("memory_max") {
+		out.MemoryMax = over.MemoryMax
 	}
 	if has("max_silent_sessions") {
 		out.MaxSilentSessions = over.MaxSilentSessions

@@ -68,6 +68,8 @@ type Metrics struct {
 	tokens           *prometheus.CounterVec
 	cost             *prometheus.CounterVec
 	toolCalls        *prometheus.CounterVec
+	sessionCPU       *prometheus.CounterVec
+	oomKills         *prometheus.CounterVec
 	mergeDepth       prometheus.Gauge
 	merges           *prometheus.CounterVec
 	gateDuration     prometheus.Histogram
@@ -116,6 +118,14 @@ func New(build BuildInfo) *Metrics {
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_tool_calls_total",
 			Help: "Tool calls made by the agent's sessions.",
+		}, []string{"agent"}),
+		sessionCPU: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_session_cpu_seconds_total",
+			Help: "CPU time of the agent's sessions' whole process trees, from their cgroups (isolation; 0 without).",
+		}, []string{"agent"}),
+		oomKills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_session_oom_kills_total",
+			Help: "Sessions of the agent the kernel killed over its memory_max (abort reason oom_killed).",
 		}, []string{"agent"}),
 		mergeDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swarmd_merge_queue_depth",
@@ -171,7 +181,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft,
 		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -227,7 +237,7 @@ func (m *Metrics) RemoveAgent(name string) {
 	delete(m.agents, name)
 	l := prometheus.Labels{"agent": name}
 	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.tokens, m.cost, m.toolCalls, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.budgetLeft,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -313,6 +323,12 @@ func (m *Metrics) OnSessionEnd(r runner.SessionRecord) {
 	m.AddTokens(r.Agent, "cache_write", u.CacheWriteTokens)
 	m.AddCost(r.Agent, r.Backend, u.CostUSD)
 	m.AddToolCalls(r.Agent, r.Result.ToolCalls)
+	if r.Result.CPU > 0 {
+		m.sessionCPU.WithLabelValues(r.Agent).Add(r.Result.CPU.Seconds())
+	}
+	if r.Result.OOMKilled {
+		m.oomKills.WithLabelValues(r.Agent).Add(1)
+	}
 }
 
 // ObserveInterruptLatency records the time from an urgent message's commit

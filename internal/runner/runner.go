@@ -109,6 +109,9 @@ type Config struct {
 	// MaxTurns limits each session's model turns (backend.Spec.MaxTurns);
 	// 0 means no limit.
 	MaxTurns int
+	// MemoryMax bounds each session's process tree in bytes
+	// (backend.Spec.MemoryMax); 0 means no limit.
+	MemoryMax int64
 	// MaxSilent holds the agent (Hold) once this many sessions in a row
 	// completed without a signal while they held a task or a review; 0
 	// means never.

@@ -35,6 +35,7 @@ func (r *Runner) spawn() {
 
 		MaxLogBytes: r.cfg.MaxLogBytes,
 		MaxTurns:    r.cfg.MaxTurns,
+		MemoryMax:   r.cfg.MemoryMax,
 		OnTool:      r.onTool(),
 		Tools:       r.cfg.Tools,
 		OnProgress:  r.onProgress(),

@@ -25,6 +25,8 @@ type Settings struct {
 	MinSessionInterval time.Duration
 	// MaxTurns replaces Config.MaxTurns (0 is no limit).
 	MaxTurns int
+	// MemoryMax replaces Config.MemoryMax (0 is no limit).
+	MemoryMax int64
 	// MaxSilent replaces Config.MaxSilent (0 is never).
 	MaxSilent int
 	// BackendName, Tools and Gate replace Config's (a nil Gate: none).
@@ -51,7 +53,7 @@ func (r *Runner) applyPending() {
 	}
 	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
 	r.cfg.MaxSessions, r.cfg.MaxTurns, r.cfg.DefaultEnv = p.MaxSessions, p.MaxTurns, p.DefaultEnv
-	r.cfg.MaxSilent = p.MaxSilent
+	r.cfg.MaxSilent, r.cfg.MemoryMax = p.MaxSilent, p.MemoryMax
 	r.cfg.BackendName, r.cfg.Tools, r.cfg.Gate = p.BackendName, p.Tools, p.Gate
 	if p.Backend != nil {
 		r.cfg.Backend = p.Backend

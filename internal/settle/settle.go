@@ -136,7 +136,7 @@ func sessionRow(s runner.SessionRecord) store.SessionRecord {
 		HeadBefore: s.HeadBefore, HeadAfter: s.HeadAfter, LogPath: s.LogPath,
 		TokensIn: s.Result.Usage.InputTokens, TokensOut: s.Result.Usage.OutputTokens,
 		CostUSD: s.Result.Usage.CostUSD, ToolCalls: s.Result.ToolCalls, ResultText: s.Result.Text,
-		Commits: s.Commits,
+		Commits: s.Commits, CPU: s.Result.CPU,
 	}
 }
 

@@ -90,6 +90,9 @@ type SessionRecord struct {
 	ToolCalls   int
 	ResultText  string // the backend's final result, an excerpt
 	Commits     int    // commits the session made on its branch
+	// CPU is the whole process tree's CPU time, from its cgroup (0: it had
+	// none); stored in milliseconds.
+	CPU time.Duration
 }
 
 // EventQuery selects events, in id order.
@@ -104,7 +107,7 @@ const (
 	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq, IFNULL(task_id, 0)`
 	agentCols   = `name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at`
 	sessionCols = `session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal, abort_reason, reason,
-		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls, result_text, commits`
+		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls, result_text, commits, cpu_ms`
 )
 
 // Agents returns every agent's latest recorded state, by name.
@@ -338,12 +341,14 @@ func scanSession(s Scanner) (SessionRecord, error) {
 		ended                          sql.NullString
 		tokensIn, tokensOut, toolCalls sql.NullInt64
 		cost                           sql.NullFloat64
+		cpuMS                          sql.NullInt64
 	)
 	if err := s.Scan(&r.SessionID, &r.Agent, &seq, &started, &ended, &r.Outcome, &r.ExitCode, &r.Signal,
 		&r.AbortReason, &r.Reason, &durMS, &r.HeadBefore, &r.HeadAfter, &r.LogPath,
-		&tokensIn, &tokensOut, &cost, &toolCalls, &r.ResultText, &r.Commits); err != nil {
+		&tokensIn, &tokensOut, &cost, &toolCalls, &r.ResultText, &r.Commits, &cpuMS); err != nil {
 		return SessionRecord{}, err
 	}
+	r.CPU = time.Duration(cpuMS.Int64) * time.Millisecond
 	r.Seq, r.Duration = uint32(seq), time.Duration(durMS)*time.Millisecond
 	r.TokensIn, r.TokensOut, r.CostUSD, r.ToolCalls = tokensIn.Int64, tokensOut.Int64, cost.Float64, int(toolCalls.Int64)
 	var err error
