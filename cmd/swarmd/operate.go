@@ -155,9 +155,15 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		if swarm {
 			fmt.Fprintf(tw, "%s\t", dash(a.Daemon))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.State, a.Seq,
+		state, health := a.State, a.Health
+		if health == "idle" {
+			// Waiting for mail or a task, starting no session: the machine
+			// holds it in BuildingPrompt, but it builds nothing.
+			state, health = "idle", ""
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.Name, state, a.Seq,
 			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors,
-			daemon.FormatTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(a.Health), dash(truncate(why, 72)))
+			daemon.FormatTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(health), dash(truncate(why, 72)))
 	}
 	return tw.Flush()
 }

@@ -316,6 +316,8 @@ func orDash(s string) string {
 type taskWithHistory struct {
 	taskboard.Task
 	History []taskboard.Event `json:"history"`
+	// Spend is what the sessions that worked on or reviewed it used.
+	Spend taskboard.Spend `json:"spend"`
 }
 
 func (t *taskMain) showCommand() *cobra.Command {
@@ -346,21 +348,39 @@ func (t *taskMain) show(ctx context.Context, c *taskCtx, id int64) error {
 	if err != nil {
 		return taskErr("show", err)
 	}
+	sp, err := c.board.Spend(ctx, id)
+	if err != nil {
+		return taskErr("show", err)
+	}
 	if t.jsonOut {
 		if hist == nil {
 			hist = []taskboard.Event{}
 		}
-		return printJSON(t.s.out, taskWithHistory{Task: tk, History: hist})
+		return printJSON(t.s.out, taskWithHistory{Task: tk, History: hist, Spend: sp})
 	}
 	if err := t.printTask(tk); err != nil {
 		return err
 	}
+	fmt.Fprintf(t.s.out, "\nspend: %s\n", spendText(sp))
 	fmt.Fprintln(t.s.out, "\nhistory:")
 	for _, e := range hist {
 		fmt.Fprintf(t.s.out, "  %s %s\n", e.At.Local().Format(eventTimeLayout),
 			taskTransition(e.From, e.TransitionReason, e.To, e.Actor, e.Reason))
 	}
 	return nil
+}
+
+// spendText is a task's spend for people: its sessions, tokens in and out,
+// and cost.
+func spendText(sp taskboard.Spend) string {
+	if sp.Sessions == 0 {
+		return "no session recorded"
+	}
+	n := "sessions"
+	if sp.Sessions == 1 {
+		n = "session"
+	}
+	return fmt.Sprintf("%d %s: %d tokens in, %d out, cost %s", sp.Sessions, n, sp.TokensIn, sp.TokensOut, fmtCost(sp.CostUSD))
 }
 
 // printTask writes a task for people: title, fields, body.
@@ -392,6 +412,8 @@ func (t *taskMain) printTask(tk taskboard.Task) error {
 	row("retries:", fmt.Sprintf("%d of %d", tk.Retries, tk.MaxRetries))
 	row("blocked:", tk.BlockedReason)
 	row("result:", tk.Result)
+	row("head:", tk.Head)          // frozen at DONE: what is reviewed and merged
+	row("work head:", tk.WorkHead) // where its line of commits stands
 	row("created:", tk.CreatedAt.Local().Format(time.DateTime)+" by "+tk.CreatedBy)
 	row("updated:", tk.UpdatedAt.Local().Format(time.DateTime))
 	if err := tw.Flush(); err != nil {

@@ -105,6 +105,31 @@ func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
 	}
 }
 
+// recordSession writes an ended session's row into db, as the daemon's
+// settlement does.
+func recordSession(t *testing.T, db string, rec store.SessionRecord) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := mailbox.Open(ctx, db, store.Options{NoCreate: true}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	end := rec.Started.Add(time.Second)
+	rec.Ended, rec.Outcome = &end, "success"
+	tx, err := m.Store().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := m.Store().SettleSessionTx(ctx, tx.Tx, rec, end); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func taskBoard(t *testing.T, db string) *taskboard.Board {
 	t.Helper()
 	m, err := mailbox.Open(context.Background(), db, store.Options{NoCreate: true}, mailbox.Options{})
@@ -315,9 +340,21 @@ func TestTaskJSONShape(t *testing.T) {
 		t.Errorf("after/parent: %v", list[1])
 	}
 
+	// alice's session that claimed and finished task 1 used tokens; her
+	// session on task 2 (not recorded) and bob's session on nothing did not.
+	recordSession(t, db, store.SessionRecord{SessionID: sessionID("alice", 1), Agent: "alice", Seq: 1,
+		Started: time.Now().Add(-time.Second), TokensIn: 1200, TokensOut: 300, CostUSD: 0.42})
+	recordSession(t, db, store.SessionRecord{SessionID: sessionID("bob", 1), Agent: "bob", Seq: 1,
+		Started: time.Now().Add(-time.Second), TokensIn: 99999, TokensOut: 9999, CostUSD: 9})
 	var show map[string]any
 	if err := json.Unmarshal([]byte(op("task", "show", "1", "--json")), &show); err != nil {
 		t.Fatal(err)
+	}
+	if sp, _ := json.Marshal(show["spend"]); string(sp) != `{"cost_usd":0.42,"session_ids":["alice-1-0123456789ab"],"sessions":1,"tokens_in":1200,"tokens_out":300}` {
+		t.Errorf("show --json spend = %s", sp)
+	}
+	if text := op("task", "show", "1"); !strings.Contains(text, "\nspend: 1 session: 1200 tokens in, 300 out, cost $0.4200\n") {
+		t.Errorf("task show 1 lacks its spend:\n%s", text)
 	}
 	hist, _ := show["history"].([]any)
 	if show["id"] != float64(1) || show["result"] != "ok" || len(hist) != 4 {

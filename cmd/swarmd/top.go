@@ -36,8 +36,9 @@ state and seed 004's visual state (● running, ◐ stalled, ◔ spawning, ⇄ m
 ○ dead), session seq and age, time since its last output, errors and spend; the tasks by state; the
 merge queue; the live event feed. It follows the daemon as things change (nothing is polled).
 
-Keys: ↑/↓ select, enter follows the selected agent's live log (esc back), s/S stop/start it, p/r
-pause/resume it, m sends it mail, / filters, ? help, q quits.
+Keys: ↑/↓ select, enter follows the selected agent's live log (esc back), t views a task (the
+selected agent's, or any id typed: its timeline, verdicts, diff stat, merge and gate log, spend; esc
+back), s/S stop/start it, p/r pause/resume it, m sends it mail, / filters, ? help, q quits.
 
 When the output is not a terminal, or TERM is dumb, it prints one frame of plain text and exits
 (--once does so anywhere).`,
@@ -173,6 +174,14 @@ func (b *topBackend) Mail(to, body string, urgent bool) tea.Cmd {
 	return func() tea.Msg {
 		_, err := b.cl.Mail(b.ctx, view.MailRequest{To: to, Body: body, Urgent: urgent})
 		return tui.ActionDoneMsg{What: "mail to " + to, Err: err}
+	}
+}
+
+// Task reads one task's view for the task view.
+func (b *topBackend) Task(id int64) tea.Cmd {
+	return func() tea.Msg {
+		tv, err := b.cl.Task(b.ctx, id)
+		return tui.TaskMsg{ID: id, View: tv, Err: err}
 	}
 }
 

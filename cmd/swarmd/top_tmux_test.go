@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/task"
 )
 
 // tmuxServer is a tmux server of the test's own (its own socket), so that
@@ -140,4 +144,44 @@ func TestTopInTmux(t *testing.T) {
 	}
 	tm.keys("echo after-$((40+2))", "Enter")
 	tm.waitScreen("a working shell", shows("after-42"))
+}
+
+// TestTopTaskViewInTmux: in swarmd top, t opens a task's view (the id
+// typed), which follows the task live from PLANNED through review, gate and
+// merge to CLOSED, with its merge commit; esc goes back to the table,
+// where the merge queue shows the result and the idle agents show idle.
+func TestTopTaskViewInTmux(t *testing.T) {
+	tm := newTmux(t, 120, 40, "env PS1='$ ' TERM=xterm-256color sh")
+	d, cfg, _, repo, board := mergeDashboardDaemon(t)
+	tm.keys(swarmdBin+" top -c "+cfg, "Enter")
+	tm.waitScreen("the dashboard", func(s string) bool {
+		return strings.Contains(s, "alice") && strings.Contains(s, "rita") && strings.Contains(s, "live")
+	})
+	tm.waitScreen("the idle agents idle", regexp.MustCompile(`□ rita +idle `).MatchString)
+	tm.keys("t")
+	tm.waitScreen("the task prompt", shows("task #▏"))
+	tm.keys("1", "Enter")
+	tm.waitScreen("task 1's view", func(s string) bool {
+		return strings.Contains(s, "task #1: the feature") && strings.Contains(s, "state PLANNED") && strings.Contains(s, "merge: not queued")
+	})
+	if _, err := board.Approve(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitTask(t, board, 1, task.Closed, d)
+	main := strings.TrimSpace(gitOut(t, repo, "rev-parse", "main"))
+	tm.waitScreen("the view at CLOSED, merged", func(s string) bool {
+		return strings.Contains(s, "state CLOSED") && strings.Contains(s, "merge: merged as "+main[:7]) &&
+			strings.Contains(s, "PLANNED→OPEN operator") && strings.Contains(s, "OPEN→CLAIMED agent:alice: claimed") &&
+			strings.Contains(s, "queued→testing merge-queue") && strings.Contains(s, "DONE→CLOSED merge-queue") &&
+			strings.Contains(s, "rita PASS")
+	})
+	tm.keys("Escape")
+	tm.waitScreen("the table with the queue's result", func(s string) bool {
+		return strings.Contains(s, "AGENT") && strings.Contains(s, "merge queue: depth 0") && strings.Contains(s, "last: #1 merged "+main[:7])
+	})
+	tm.keys("q")
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
 }

@@ -10,11 +10,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/view"
 )
 
@@ -221,5 +224,89 @@ func TestWebInChromium(t *testing.T) {
 
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// mergeDashboardDaemon starts a daemon with the dashboard on a free port, a
+// merge queue into main with a gate, a worker alice whose every session
+// commits feature.txt and says DONE, and her reviewer rita, who passes
+// every review. It adds task 1 PLANNED (nobody claims it until approved)
+// and returns the board to approve it.
+func mergeDashboardDaemon(t *testing.T) (d *daemonProc, cfg, base, repo string, b *taskboard.Board) {
+	t.Helper()
+	repo = gitRepo(t)
+	addr := freePort(t)
+	cfg = writeConfig(t, repo, fmt.Sprintf(`
+listen: %q
+defaults:
+  min_session_interval: 0s
+merge:
+  into: main
+  gate: ["test -f feature.txt"]
+backends:
+  worker:
+    type: command
+    command: sh
+    args: [-c, "cat >/dev/null; echo feature > feature.txt; git add feature.txt; git commit -q -m 'add the feature'; printf 'added it\nDONE\n'"]
+  reviewer:
+    type: command
+    command: sh
+    args: [-c, "p=$(cat); if echo \"$p\" | grep -q '^## Review request'; then printf 'fine\nPASS\n'; else printf 'idle\nDONE\n'; fi"]
+agents:
+  - {name: alice, role: works, backend: worker, reviewer: rita}
+  - {name: rita, role: reviews, backend: reviewer}
+`, addr))
+	d = startDaemon(t, cfg)
+	d.waitLine("rita idle", idleLine("rita"))
+	d.waitLine("alice idle", idleLine("alice"))
+	b, _ = openBoardAt(t, filepath.Join(repo, ".swarm"))
+	if _, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice", Plan: true}); err != nil {
+		t.Fatal(err)
+	}
+	return d, cfg, "http://" + addr, repo, b
+}
+
+// TestWebTaskViewInChromium: a task's view, opened from its card while the
+// task waits for approval, follows it live through claim, DONE, review,
+// gate and merge (no reload): its transitions, the verdict, the merge
+// commit that is main's, the gate log and the diff stat; the merge queue
+// panel shows the result. An idle agent shows idle, not BuildingPrompt.
+func TestWebTaskViewInChromium(t *testing.T) {
+	br := newBrowser(t, 1400, 1000)
+	d, _, base, repo, board := mergeDashboardDaemon(t)
+	br.do(t, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#board .card[data-task="1"]`)))
+	poll[bool](t, br, "rita shown idle", `(() => { const r = document.querySelector('tr[data-agent="rita"] td.state');
+		return r && r.textContent === 'idle'; })()`)
+	br.do(t, chromedp.Click(chromedp.CSS(`#board .card[data-task="1"]`)), chromedp.WaitVisible(chromedp.ID("task-panel")))
+	poll[bool](t, br, "the task's view", `document.querySelector('#task-view dd[data-key="state"]')?.textContent === 'PLANNED'`)
+
+	if _, err := board.Approve(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitTask(t, board, 1, task.Closed, d)
+	poll[bool](t, br, "the view at CLOSED", `document.querySelector('#task-view dd[data-key="state"]')?.textContent === 'CLOSED'`)
+	main := strings.TrimSpace(gitOut(t, repo, "rev-parse", "main"))
+	poll[bool](t, br, "the merge commit", fmt.Sprintf(`document.querySelector('#task-view dd[data-key="merge"]')?.textContent.startsWith('merged as %s')`, main[:7]))
+	timeline := eval[[]string](t, br, `[...document.querySelectorAll('#task-timeline li')].map(li => li.dataset.to)`)
+	for _, want := range []string{"OPEN", "CLAIMED", "DONE", "queued", "testing", "merged", "CLOSED"} {
+		if !slices.Contains(timeline, want) {
+			t.Errorf("the timeline %v lacks a transition to %s", timeline, want)
+		}
+	}
+	for what, js := range map[string]string{
+		"the verdict":        `document.querySelector('#task-verdicts')?.textContent.includes('rita') && document.querySelector('#task-verdicts').textContent.includes('PASS')`,
+		"the gate log":       `document.getElementById('task-gate')?.textContent.includes('$ test -f feature.txt')`,
+		"the diff stat":      `document.getElementById('task-diff')?.textContent.includes('feature.txt')`,
+		"the spend":          `/^\d+ sessions/.test(document.querySelector('#task-view dd[data-key="spend"]')?.textContent || '') && !document.querySelector('#task-view dd[data-key="spend"]').textContent.startsWith('0 sessions')`,
+		"the queue's result": fmt.Sprintf(`!!document.querySelector('#merge li[data-task="1"][data-result="merged"]') && document.getElementById('merge').textContent.includes('merged %s') && document.getElementById('merge').textContent.includes('depth 0')`, main[:7]),
+	} {
+		poll[bool](t, br, what, js)
+	}
+	if errs := br.consoleErrors(); len(errs) > 0 {
+		t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }

@@ -44,6 +44,7 @@ func newDashboards(d *Daemon) *dashboards {
 		Sessions: func(ctx context.Context, agent string, limit int) ([]view.Session, error) {
 			return d.sessions(ctx, agent, limit)
 		},
+		Task: d.taskView,
 		Renderer: func(agent string, w io.Writer) io.WriteCloser {
 			cfg, _ := d.current()
 			if StructuredBackend(cfg, agent) {
@@ -218,12 +219,20 @@ func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
 	if err != nil {
 		return view.MergeQueue{}, err
 	}
-	out := view.MergeQueue{Configured: true, Paused: st.Paused, Note: st.Waiting, Items: []view.MergeItem{}}
-	add := func(e merge.Entry, state string, since time.Time) {
-		it := view.MergeItem{TaskID: e.Task, Agent: e.Agent, State: state, Since: since}
-		if tk, err := s.d.tasks.Get(ctx, e.Task); err == nil {
-			it.Title = tk.Title
+	out := view.MergeQueue{Configured: true, Paused: st.Paused, Note: st.Waiting, Items: []view.MergeItem{},
+		Depth: st.Depth(), Recent: []view.MergeResult{}}
+	titles := map[int64]string{}
+	title := func(id int64) string {
+		if t, ok := titles[id]; ok {
+			return t
 		}
+		if tk, err := s.d.tasks.Get(ctx, id); err == nil {
+			titles[id] = tk.Title
+		}
+		return titles[id]
+	}
+	add := func(e merge.Entry, state string, since time.Time) {
+		it := view.MergeItem{TaskID: e.Task, Agent: e.Agent, State: state, Since: since, Title: title(e.Task)}
 		if e.Attempts > 0 {
 			it.Note = fmt.Sprintf("gate run %d", e.Attempts)
 		}
@@ -231,9 +240,17 @@ func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
 	}
 	if c := st.Current; c != nil {
 		add(*c, "testing", c.StartedAt)
+		out.GateRunning, out.GateSeq = c.GateSeq != 0, c.GateSeq
 	}
 	for _, e := range st.Queued {
 		add(e, "queued", e.EnqueuedAt)
+	}
+	for _, e := range st.Recent {
+		r := view.MergeResult{TaskID: e.Task, Title: title(e.Task), Agent: e.Agent, Result: e.Result, At: e.FinishedAt}
+		if e.State == merge.Merged {
+			r.Commit = e.Candidate
+		}
+		out.Recent = append(out.Recent, r)
 	}
 	return out, nil
 }

@@ -1,6 +1,9 @@
 package tui
 
 import (
+	"strconv"
+	"strings"
+
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/swarmd/swarmd/internal/view"
@@ -24,6 +27,10 @@ func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		return m.typeMail(k)
 	case modeLog:
 		return m.logKey(k)
+	case modeAskTask:
+		return m.typeTask(k)
+	case modeTask:
+		return m.taskKey(k)
 	}
 	return m.tableKey(k)
 }
@@ -66,7 +73,73 @@ func (m Model) tableKey(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		if ok {
 			m.mode, m.input, m.urgent, m.selected = modeMail, "", false, a.Name
 		}
+	case "t":
+		// The task the selected agent holds is offered; any id may be typed.
+		m.mode, m.input = modeAskTask, ""
+		if ok && a.Task != nil {
+			m.input = strconv.FormatInt(a.Task.ID, 10)
+		}
 	}
+	return m, nil
+}
+
+// typeTask reads the id of the task to view.
+func (m Model) typeTask(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
+	switch k.String() {
+	case "esc":
+		m.mode, m.input = modeTable, ""
+		if m.taskID != 0 {
+			m.mode = modeTask // back to the task shown
+		}
+	case "enter":
+		id, err := strconv.ParseInt(strings.TrimPrefix(m.input, "#"), 10, 64)
+		if err != nil || id <= 0 {
+			m.mode = modeTable
+			m.say("no task view: " + strconv.Quote(m.input) + " is not a task id")
+			return m, nil
+		}
+		m.input = ""
+		return m, m.openTask(id)
+	case "backspace":
+		m.input = dropLast(m.input)
+	default:
+		if k.Text != "" {
+			m.input += k.Text
+		}
+	}
+	return m, nil
+}
+
+// openTask shows task id's view and reads it.
+func (m *Model) openTask(id int64) tea.Cmd {
+	m.mode, m.taskID, m.task, m.taskErr, m.taskScroll, m.taskLoading, m.taskStale = modeTask, id, nil, nil, 0, false, false
+	return m.loadTask()
+}
+
+func (m Model) taskKey(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
+	page := max(1, m.height-4)
+	switch k.String() {
+	case "q":
+		return m, tea.Quit
+	case "esc", "backspace", "left", "h":
+		m.mode, m.taskID, m.task, m.taskErr, m.taskLoading, m.taskStale = modeTable, 0, nil, nil, false, false
+		return m, nil
+	case "t":
+		m.mode, m.input = modeAskTask, ""
+	case "up", "k":
+		m.taskScroll--
+	case "down", "j":
+		m.taskScroll++
+	case "pgup":
+		m.taskScroll -= page
+	case "pgdown", "space":
+		m.taskScroll += page
+	case "home", "g":
+		m.taskScroll = 0
+	case "?":
+		m.prev, m.mode = modeTask, modeHelp
+	}
+	m.taskScroll = max(0, m.taskScroll)
 	return m, nil
 }
 

@@ -25,6 +25,8 @@ type Backend interface {
 	// following any other; StopLog stops.
 	FollowLog(agent string) tea.Cmd
 	StopLog()
+	// Task reads task id's view (a TaskMsg).
+	Task(id int64) tea.Cmd
 }
 
 // Messages the model takes besides Bubble Tea's own.
@@ -50,6 +52,12 @@ type (
 	}
 	// TickMsg moves the clock that ages are computed from.
 	TickMsg time.Time
+	// TaskMsg is a task's view, read for the task view (or why not).
+	TaskMsg struct {
+		ID   int64
+		View view.TaskView
+		Err  error
+	}
 )
 
 // mode is what the keys do now.
@@ -59,8 +67,10 @@ const (
 	modeTable mode = iota
 	modeLog
 	modeHelp
-	modeFilter // typing a filter
-	modeMail   // typing mail to the selected agent
+	modeFilter  // typing a filter
+	modeMail    // typing mail to the selected agent
+	modeAskTask // typing the id of the task to view
+	modeTask    // one task's view
 )
 
 // maxEvents and maxLogLines bound what the model keeps.
@@ -110,6 +120,16 @@ type Model struct {
 	logScroll  int    // lines scrolled up from the end
 	logErr     error
 
+	// The task view: the task shown, its view as last read (nil until
+	// the first read), a read in flight, and another wanted after it (an
+	// event of the task arrived meanwhile).
+	taskID      int64
+	task        *view.TaskView
+	taskErr     error
+	taskLoading bool
+	taskStale   bool
+	taskScroll  int
+
 	flash   string
 	flashAt time.Time
 }
@@ -140,6 +160,23 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.tick()
 	case UpdateMsg:
 		m.apply(msg.Update)
+		if m.taskID != 0 && (m.mode == modeTask || m.prev == modeTask && m.mode == modeHelp) && touchesTask(msg.Update, m.taskID) {
+			return m, m.loadTask() // the view is live: read it again
+		}
+	case TaskMsg:
+		if msg.ID != m.taskID {
+			return m, nil // a view left meanwhile
+		}
+		m.taskLoading = false
+		if msg.Err != nil {
+			m.taskErr = msg.Err
+		} else {
+			v := msg.View
+			m.task, m.taskErr = &v, nil
+		}
+		if m.taskStale {
+			return m, m.loadTask()
+		}
 	case ConnMsg:
 		m.connected, m.connErr = msg.Err == nil, msg.Err
 	case LogMsg:
@@ -203,6 +240,28 @@ func (m *Model) apply(u view.Update) {
 	case view.KindFault:
 		m.snap.Fault = *u.Fault
 	}
+}
+
+// touchesTask: u may change task id's view (an event of the task, the
+// merge queue moving).
+func touchesTask(u view.Update, id int64) bool {
+	switch u.Kind {
+	case view.KindEvent:
+		return u.Event.TaskID == id
+	case view.KindMerge, view.KindSnapshot:
+		return true
+	}
+	return false
+}
+
+// loadTask reads the task view's task, or marks the one in flight stale.
+func (m *Model) loadTask() tea.Cmd {
+	if m.taskLoading {
+		m.taskStale = true
+		return nil
+	}
+	m.taskLoading, m.taskStale = true, false
+	return m.opts.Backend.Task(m.taskID)
 }
 
 func sortAgents(as []view.Agent) {

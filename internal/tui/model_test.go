@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,18 @@ func events() []view.Event {
 // fakeBackend records what the model asked for.
 type fakeBackend struct {
 	calls []string
+	tasks map[int64]view.TaskView // what Task answers
+}
+
+func (f *fakeBackend) Task(id int64) tea.Cmd {
+	f.calls = append(f.calls, fmt.Sprintf("task %d", id))
+	tv, ok := f.tasks[id]
+	return func() tea.Msg {
+		if !ok {
+			return TaskMsg{ID: id, Err: fmt.Errorf("not found: no task %d", id)}
+		}
+		return TaskMsg{ID: id, View: tv}
+	}
 }
 
 func (f *fakeBackend) Act(agent, verb string) tea.Cmd {
@@ -330,5 +343,126 @@ func TestPauseKeys(t *testing.T) {
 	}
 	if !strings.Contains(d.m.Render(), "resume bob: sent") {
 		t.Fatalf("no word of the result:\n%s", d.m.Render())
+	}
+}
+
+// taskFour is the view of task 4: reviewed (FAIL then PASS), merged by the
+// queue after a gate run.
+func taskFour() view.TaskView {
+	at := func(d time.Duration) time.Time { return t0.Add(-d) }
+	return view.TaskView{
+		Task:   view.Task{ID: 4, Title: "make the parser accept trailing commas", State: "CLOSED", Claimant: "alice", Reviewer: "rita", ReviewState: "complete"},
+		Result: "accepts them, with a test",
+		Head:   "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b", Base: "0f9e8d7c6b5a49382716059483726150f9e8d7c6",
+		DiffStat: " parser.go      | 12 ++++++++++--\n parser_test.go |  9 +++++++++\n 2 files changed, 19 insertions(+), 2 deletions(-)",
+		Timeline: []view.TaskEvent{
+			{ID: 1, At: at(9 * time.Minute), To: "OPEN", Actor: "operator", Reason: "added: make the parser accept trailing commas"},
+			{ID: 2, At: at(8 * time.Minute), From: "OPEN", To: "CLAIMED", Actor: "agent:alice", Reason: "claimed"},
+			{ID: 3, At: at(6 * time.Minute), From: "CLAIMED", To: "DONE", Event: "completed", Actor: "agent:alice", Reason: "done: first try"},
+			{ID: 4, At: at(5 * time.Minute), From: "DONE", To: "FAILED", Actor: "agent:rita", Reason: "review FAIL (round 1): no test"},
+			{ID: 5, At: at(3 * time.Minute), From: "CLAIMED", To: "DONE", Event: "completed", Actor: "agent:alice", Reason: "done: with a test"},
+			{ID: 6, At: at(2 * time.Minute), From: "queued", To: "testing", Actor: "merge-queue", Reason: "candidate 9f8e7d6 on 0f9e8d7, gate run 7"},
+			{ID: 7, At: at(time.Minute), From: "DONE", To: "CLOSED", Event: "completed", Actor: "merge-queue", Reason: "merged as abcdef1"},
+		},
+		Verdicts: []view.Verdict{
+			{Round: 1, Reviewer: "rita", Verdict: "FAIL", Text: "no test", At: at(5 * time.Minute)},
+			{Round: 2, Reviewer: "rita", Verdict: "PASS", Text: "good", At: at(150 * time.Second)},
+		},
+		Merge: &view.TaskMerge{State: "merged", Result: "merged", Head: "1a2b3c4d5e6f", Target: "0f9e8d7c6b5a", Commit: "abcdef1234567890",
+			Attempts: 1, GateSeq: 7, GateLog: "$ go test ./...\nok  \tparser\t0.2s\n=== swarmd session merge-7 seq 7 ended outcome success ==="},
+		Spend: view.Spend{Sessions: 4, TokensIn: 52_000, TokensOut: 3_100, CostUSD: 0.87},
+	}
+}
+
+// TestTaskView: t offers the selected agent's task, enter opens its view
+// (timeline, verdicts, head and diff stat, merge and gate log, spend); an
+// event of that task reads it again (live), one of another task does not;
+// esc goes back.
+func TestTaskView(t *testing.T) {
+	d := newDriver(t, Options{Color: true}, 80, 40)
+	d.be.tasks = map[int64]view.TaskView{4: taskFour()}
+	d.key("t")
+	if d.m.mode != modeAskTask || d.m.input != "4" {
+		t.Fatalf("t: mode %v, input %q; want alice's task 4 offered", d.m.mode, d.m.input)
+	}
+	d.key("enter")
+	if d.m.mode != modeTask || strings.Join(d.be.calls, ",") != "task 4" {
+		t.Fatalf("enter: mode %v, calls %v", d.m.mode, d.be.calls)
+	}
+	frame := d.frame("task_4")
+	for _, want := range []string{
+		"task #4: make the parser accept trailing commas",
+		"state CLOSED · alice · reviewer rita (complete)",
+		"head 1a2b3c4 (frozen at DONE)",
+		"merge: merged as abcdef1 · head 1a2b3c4 · 1 gate run",
+		"spend: 4 sessions, 52.0k tokens in, 3.1k out, $0.87",
+		"11:52:00 OPEN→CLAIMED agent:alice: claimed",
+		"11:55:00 DONE→FAILED agent:rita: review FAIL (round 1): no test",
+		"11:59:00 DONE→CLOSED merge-queue: merged as abcdef1",
+		"round 1 rita FAIL: no test", "round 2 rita PASS: good",
+		"diff stat of 1a2b3c4 against 0f9e8d7:", "parser.go      | 12 ++++++++++--",
+		"gate log, run 7 (tail):", "$ go test ./...",
+	} {
+		if !strings.Contains(frame, want) {
+			t.Errorf("the task view lacks %q", want)
+		}
+	}
+
+	// Live: an event of task 4 reads it again; one of task 5 does not.
+	e5 := view.Event{ID: 10, At: t0, Agent: "dave", From: "OPEN", To: "CLAIMED", TaskID: 5}
+	if cmd := d.send(UpdateMsg{view.Update{Kind: view.KindEvent, Event: &e5}}); cmd != nil {
+		t.Fatal("an event of another task reads the view again")
+	}
+	e4 := view.Event{ID: 11, At: t0, Agent: "merge", From: "DONE", To: "CLOSED", TaskID: 4}
+	tv := taskFour()
+	tv.Task.Title = "renamed"
+	d.be.tasks[4] = tv
+	cmd := d.send(UpdateMsg{view.Update{Kind: view.KindEvent, Event: &e4}})
+	if cmd == nil {
+		t.Fatal("an event of task 4 does not read its view again")
+	}
+	d.send(cmd())
+	if !strings.Contains(d.m.Render(), "task #4: renamed") {
+		t.Fatalf("the view was not refreshed:\n%s", d.m.Render())
+	}
+
+	d.key("esc")
+	if d.m.mode != modeTable || d.m.taskID != 0 {
+		t.Fatalf("esc: mode %v, task %d", d.m.mode, d.m.taskID)
+	}
+	// An id typed by hand; one that does not exist says so.
+	d.key("down", "t", "9", "enter")
+	if !strings.Contains(d.m.Render(), "task #9: not found: no task 9") {
+		t.Fatalf("task 9:\n%s", d.m.Render())
+	}
+	d.key("esc", "t", "x", "enter")
+	if d.m.mode != modeTable || !strings.Contains(d.m.Render(), `no task view: "x" is not a task id`) {
+		t.Fatalf("a bad id: mode %v\n%s", d.m.mode, d.m.Render())
+	}
+}
+
+// TestMergeQueuePanel: the queue's depth, its candidate under test and its
+// running gate, and the last results show under the task board.
+func TestMergeQueuePanel(t *testing.T) {
+	d := newDriver(t, Options{}, 240, 30)
+	q := view.MergeQueue{Configured: true, Depth: 2, GateRunning: true, GateSeq: 7,
+		Items:  []view.MergeItem{{TaskID: 4, Agent: "alice", State: "testing"}, {TaskID: 6, Agent: "bob", State: "queued"}},
+		Recent: []view.MergeResult{{TaskID: 3, Result: "merged", Commit: "abcdef1234"}, {TaskID: 2, Result: "gate_failed"}}}
+	d.send(UpdateMsg{view.Update{Kind: view.KindMerge, Merge: &q}})
+	r := d.m.Render()
+	for _, want := range []string{"merge queue: depth 2 · #4 testing (alice), gate running (run 7)", "last: #3 merged abcdef1 · #2 gate_failed"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("the frame lacks %q:\n%s", want, r)
+		}
+	}
+}
+
+// TestIdleAgentShowsIdle: an agent waiting for work in BuildingPrompt is
+// shown idle, not BuildingPrompt.
+func TestIdleAgentShowsIdle(t *testing.T) {
+	d := newDriver(t, Options{}, 80, 24)
+	r := d.m.Render()
+	if !regexp.MustCompile(`□ dave +idle `).MatchString(r) || strings.Contains(r, "BuildingPrompt") {
+		t.Fatalf("dave, idle in BuildingPrompt:\n%s", r)
 	}
 }

@@ -49,6 +49,8 @@ func (m Model) Render() string {
 		lines = append(lines, m.help(st, body)...)
 	case m.mode == modeLog:
 		lines = append(lines, m.logPane(st, body)...)
+	case m.mode == modeTask:
+		lines = append(lines, m.taskPane(st, body)...)
 	default:
 		lines = append(lines, m.tablePane(st, body)...)
 	}
@@ -245,6 +247,8 @@ func (m Model) agentLine(st styles, cols columns, a view.Agent, selected bool) s
 // stateText is the state, or what matters more about it.
 func stateText(a view.Agent) string {
 	switch {
+	case a.ShownState() == "idle":
+		return "idle" // waiting for mail or a task, not building a prompt
 	case a.Visual == view.Paused && a.Frozen:
 		return "paused, frozen"
 	case a.Visual == view.Paused:
@@ -333,26 +337,56 @@ func (m Model) taskLines(n int) []string {
 		}
 		out = append(out, line)
 	}
-	for len(out) < n-1 {
+	merge := []string{"merge queue: " + mergeText(m.snap.Merge)}
+	if r := recentText(m.snap.Merge); r != "" && n >= 4 {
+		merge = append(merge, r)
+	}
+	for len(out) < n-len(merge) {
 		out = append(out, "")
 	}
-	return append(out[:n-1], "merge queue: "+mergeText(m.snap.Merge))
+	return append(out[:n-len(merge)], merge...)
 }
 
+// mergeText is the queue at a glance: its depth, the candidate under test
+// and whether its gate runs, why it waits.
 func mergeText(q view.MergeQueue) string {
 	if !q.Configured {
 		return firstOf(q.Note, "not configured")
 	}
-	s := strconv.Itoa(len(q.Items)) + " queued"
+	s := "depth " + strconv.Itoa(q.Depth)
 	if q.Paused {
 		s += ", paused"
 	}
-	if len(q.Items) > 0 {
+	if len(q.Items) > 0 && q.Items[0].State == "testing" {
 		it := q.Items[0]
-		s += " · #" + strconv.FormatInt(it.TaskID, 10) + " " + it.State + " (" + it.Agent + ")"
+		s += " · #" + strconv.FormatInt(it.TaskID, 10) + " testing (" + it.Agent + ")"
+		if q.GateRunning {
+			s += ", gate running (run " + strconv.FormatUint(uint64(q.GateSeq), 10) + ")"
+		}
+	}
+	if q.Note != "" {
+		s += " · " + q.Note
 	}
 	return s
 }
+
+// recentText is the queue's last results, newest first.
+func recentText(q view.MergeQueue) string {
+	if !q.Configured || len(q.Recent) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, r := range q.Recent[:min(len(q.Recent), 5)] {
+		p := "#" + strconv.FormatInt(r.TaskID, 10) + " " + r.Result
+		if r.Commit != "" {
+			p += " " + shortHash(r.Commit)
+		}
+		parts = append(parts, p)
+	}
+	return "  last: " + strings.Join(parts, " · ")
+}
+
+func shortHash(h string) string { return h[:min(len(h), 7)] }
 
 // eventLines are the newest events, oldest first, filling n lines.
 func (m Model) eventLines(n int) []string {
@@ -429,6 +463,7 @@ func (m Model) help(st styles, height int) []string {
 	keys := [][2]string{
 		{"↑/↓ j/k", "select an agent (pgup/pgdown, g/G: page, first, last)"},
 		{"enter", "follow the selected agent's live log (esc: back)"},
+		{"t", "view a task: its timeline, verdicts, diff, merge, spend (esc: back)"},
 		{"s / S", "stop / start the selected agent"},
 		{"p / r", "pause / resume it" + map[bool]string{true: "", false: " (not available in this swarmd)"}[m.snap.Features.Pause]},
 		{"m", "send mail to it (ctrl+u: urgent; enter: send)"},
@@ -452,6 +487,8 @@ func (m Model) footer(st styles) string {
 	switch m.mode {
 	case modeFilter:
 		return fit("filter: "+m.input+"▏ (enter: keep · esc: clear)", m.width)
+	case modeAskTask:
+		return fit("task #"+m.input+"▏ (enter: view · esc: cancel)", m.width)
 	case modeMail:
 		u := ""
 		if m.urgent {
@@ -465,7 +502,10 @@ func (m Model) footer(st styles) string {
 	if m.mode == modeLog {
 		return st.dim.Render(fit("↑/↓ scroll  G end  esc back  q quit", m.width))
 	}
-	hint := "enter log  s stop  S start  p pause  r resume  m mail  / filter  ? help  q quit"
+	if m.mode == modeTask {
+		return st.dim.Render(fit("↑/↓ scroll  t another task  esc back  q quit", m.width))
+	}
+	hint := "enter log  t task  s stop  S start  p pause  r resume  m mail  / filter  ? help"
 	if m.filter != "" {
 		hint = "filter: " + m.filter + " (esc clears)  " + hint
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -452,6 +453,9 @@ func (h *Hub) snapshot() Snapshot {
 	if s.Merge.Items == nil {
 		s.Merge.Items = []MergeItem{}
 	}
+	if s.Merge.Recent == nil {
+		s.Merge.Recent = []MergeResult{}
+	}
 	return s
 }
 
@@ -535,7 +539,8 @@ func equalBoards(a, b TaskBoard) bool {
 }
 
 func equalMerge(a, b MergeQueue) bool {
-	if a.Configured != b.Configured || a.Note != b.Note || a.Paused != b.Paused || len(a.Items) != len(b.Items) {
+	if a.Configured != b.Configured || a.Note != b.Note || a.Paused != b.Paused || len(a.Items) != len(b.Items) ||
+		a.Depth != b.Depth || a.GateRunning != b.GateRunning || a.GateSeq != b.GateSeq || !slices.Equal(a.Recent, b.Recent) {
 		return false
 	}
 	for i := range a.Items {

@@ -28,6 +28,7 @@ type fakeSource struct {
 	fault  string
 	th     Thresholds
 	reads  map[string]int
+	merge  *MergeQueue // nil: NotConfigured
 }
 
 func newFakeSource(agents ...AgentState) *fakeSource {
@@ -132,7 +133,18 @@ func (f *fakeSource) Spend(context.Context) (map[string]Spend, error) {
 
 func (f *fakeSource) Merge(context.Context) (MergeQueue, error) {
 	f.count("merge")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.merge != nil {
+		return *f.merge, nil
+	}
 	return NotConfigured, nil
+}
+
+func (f *fakeSource) setMerge(q MergeQueue) {
+	f.mu.Lock()
+	f.merge = &q
+	f.mu.Unlock()
 }
 
 func (f *fakeSource) Features() Features { return Features{Tasks: true} }

@@ -115,6 +115,25 @@ type MergeQueue struct {
 	Note       string      `json:"note,omitempty"`
 	Paused     bool        `json:"paused"`
 	Items      []MergeItem `json:"items"`
+	// Depth is how many tasks are in the queue, the candidate under test
+	// included (len(Items)).
+	Depth int `json:"depth"`
+	// GateRunning: the current candidate (Items[0], state testing) is in
+	// its gate run GateSeq (`swarmd logs merge --session N`).
+	GateRunning bool   `json:"gate_running"`
+	GateSeq     uint32 `json:"gate_seq,omitempty"`
+	// Recent are the last results, newest first.
+	Recent []MergeResult `json:"recent"`
+}
+
+// MergeResult is one finished attempt of the merge queue.
+type MergeResult struct {
+	TaskID int64     `json:"task_id"`
+	Title  string    `json:"title"`
+	Agent  string    `json:"agent"`
+	Result string    `json:"result"`           // merged, conflict, gate_failed, timeout
+	Commit string    `json:"commit,omitempty"` // merged: the target's new commit
+	At     time.Time `json:"at"`
 }
 
 // MergeItem is one candidate in the queue, the first being integrated.
@@ -128,7 +147,79 @@ type MergeItem struct {
 }
 
 // NotConfigured is the merge queue of a swarmd that has none.
-var NotConfigured = MergeQueue{Note: "not configured", Items: []MergeItem{}}
+var NotConfigured = MergeQueue{Note: "not configured", Items: []MergeItem{}, Recent: []MergeResult{}}
+
+// TaskView is one task as the dashboards' task view shows it: the card,
+// what it is about, its transitions, its review verdicts, its frozen head
+// with the diff stat against the merge target, its merge, and its spend.
+// It is read on request (GET /api/tasks/{id}); a client reads it again
+// when an event of the task arrives.
+type TaskView struct {
+	Task   Task   `json:"task"`
+	Body   string `json:"body,omitempty"`
+	Result string `json:"result,omitempty"` // the DONE summary, the FAIL reason, the review feedback
+	// Head is the commit frozen when the task was reported DONE (what is
+	// reviewed and merged); WorkHead is where its line of commits stands.
+	Head     string `json:"head,omitempty"`
+	WorkHead string `json:"work_head,omitempty"`
+	// DiffStat is `git diff --stat` of Head against Base (the merge
+	// target, as it stood before the task's merge once merged); DiffError
+	// says why there is none when it could not be computed.
+	Base      string      `json:"base,omitempty"`
+	DiffStat  string      `json:"diff_stat,omitempty"`
+	DiffError string      `json:"diff_error,omitempty"`
+	Timeline  []TaskEvent `json:"timeline"` // oldest first
+	Verdicts  []Verdict   `json:"verdicts"` // oldest first
+	Merge     *TaskMerge  `json:"merge,omitempty"`
+	Spend     Spend       `json:"spend"`
+}
+
+// TaskEvent is one transition of a task, or of its merge queue entry
+// (Actor merge-queue, From and To the entry's states).
+type TaskEvent struct {
+	ID     int64     `json:"id"`
+	At     time.Time `json:"at"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Event  string    `json:"event,omitempty"`
+	Actor  string    `json:"actor"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Verdict is one review round of a task.
+type Verdict struct {
+	Round    int       `json:"round"`
+	Reviewer string    `json:"reviewer"`
+	Verdict  string    `json:"verdict"` // PASS or FAIL
+	Text     string    `json:"text,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// TaskMerge is a task's latest merge queue entry.
+type TaskMerge struct {
+	State    string `json:"state"`            // queued, testing, merged, rejected
+	Result   string `json:"result,omitempty"` // merged, conflict, gate_failed, timeout
+	Head     string `json:"head"`             // the commit queued
+	Target   string `json:"target,omitempty"` // the target commit the candidate was built on
+	Commit   string `json:"commit,omitempty"` // merged: the merge commit on the target
+	Detail   string `json:"detail,omitempty"` // rejected: the conflicting paths or the gate output's tail
+	Attempts int    `json:"attempts"`         // gate runs
+	GateSeq  uint32 `json:"gate_seq,omitempty"`
+	// GateLog is the tail of its last gate run's log.
+	GateLog    string    `json:"gate_log,omitempty"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+}
+
+// ShownState is the state a dashboard prints for an agent: "idle" for an
+// agent that waits for mail or a task starting no session (the machine
+// holds it in BuildingPrompt), else its state.
+func (a Agent) ShownState() string {
+	if a.Health == "idle" {
+		return "idle"
+	}
+	return a.State
+}
 
 // Features says which parts of the model this daemon has: the clients hide
 // or disable what is absent, and show it once it lands.

@@ -42,6 +42,8 @@ type Service struct {
 	Actions Actions
 	// Sessions lists recorded sessions, newest first (agent "" for all).
 	Sessions func(ctx context.Context, agent string, limit int) ([]Session, error)
+	// Task reads one task's view (ErrNotFound: no such task).
+	Task func(ctx context.Context, id int64) (TaskView, error)
 	// Renderer, if set, returns the writer that renders agent's log for
 	// people (the stream-json of Claude Code, Codex, Gemini CLI), or nil
 	// to pass it as written.
@@ -102,6 +104,19 @@ func (s *Service) Log(ctx context.Context, req LogRequest, raw bool, emit func(L
 		}
 		return w, nil
 	})
+}
+
+// TaskView is task id's view, its id given as in a request path ("7" or
+// "#7").
+func (s *Service) TaskView(ctx context.Context, id string) (TaskView, error) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(id, "#"), 10, 64)
+	if err != nil || n <= 0 {
+		return TaskView{}, fmt.Errorf("%w: task id %q is not a positive number", ErrInvalid, id)
+	}
+	if s.Task == nil {
+		return TaskView{}, ErrUnsupported
+	}
+	return s.Task(ctx, n)
 }
 
 // bound is ctx ended also by Base.

@@ -39,6 +39,14 @@ func (s *Service) SocketHandler() http.Handler {
 		enc := ndjson(w)
 		_ = s.Stream(r.Context(), after, tail, true, func(u Update) error { return enc(u) })
 	})
+	mux.HandleFunc("GET "+SocketPrefix+"tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
+		tv, err := s.TaskView(r.Context(), r.PathValue("id"))
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, tv)
+	})
 	mux.HandleFunc("GET "+SocketPrefix+"log/{agent}", func(w http.ResponseWriter, r *http.Request) {
 		req, err := ParseLogRequest(r.PathValue("agent"), r)
 		if err != nil {
@@ -168,6 +176,12 @@ func (e remoteError) Unwrap() error { return e.sentinel }
 func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
 	var s Snapshot
 	return s, c.do(ctx, http.MethodGet, SocketPrefix+"snapshot", nil, &s)
+}
+
+// Task is one task's view.
+func (c *Client) Task(ctx context.Context, id int64) (TaskView, error) {
+	var tv TaskView
+	return tv, c.do(ctx, http.MethodGet, SocketPrefix+"tasks/"+strconv.FormatInt(id, 10), nil, &tv)
 }
 
 // Stream calls fn for each update of a subscription (after and tail as in

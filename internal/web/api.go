@@ -25,6 +25,14 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/agents", s.snapshot(func(sn view.Snapshot) any { return sn.Agents }))
 	mux.HandleFunc("GET /api/tasks", s.snapshot(func(sn view.Snapshot) any { return sn.Tasks }))
 	mux.HandleFunc("GET /api/merge", s.snapshot(func(sn view.Snapshot) any { return sn.Merge }))
+	mux.HandleFunc("GET /api/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
+		tv, err := svc.TaskView(r.Context(), r.PathValue("id"))
+		if err != nil {
+			view.WriteError(w, err)
+			return
+		}
+		view.WriteJSON(w, http.StatusOK, tv)
+	})
 	mux.HandleFunc("GET /api/agents/{name}", func(w http.ResponseWriter, r *http.Request) {
 		sn, err := svc.Hub.Snapshot(r.Context())
 		if err != nil {

@@ -130,7 +130,17 @@ func newFixture(t testing.TB, tok string, agents int) *fixture {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	svc := &view.Service{Base: base, Hub: f.hub, Actions: f.acts,
-		Sessions: func(context.Context, string, int) ([]view.Session, error) { return nil, nil }}
+		Sessions: func(context.Context, string, int) ([]view.Session, error) { return nil, nil },
+		Task: func(_ context.Context, id int64) (view.TaskView, error) {
+			if id != 1 {
+				return view.TaskView{}, fmt.Errorf("%w: no task %d", view.ErrNotFound, id)
+			}
+			return view.TaskView{Task: view.Task{ID: 1, Title: "a task", State: "CLOSED"}, Head: "abc",
+				Timeline: []view.TaskEvent{{ID: 1, To: "OPEN", Actor: "operator"}, {ID: 2, From: "DONE", To: "CLOSED", Actor: "merge-queue"}},
+				Verdicts: []view.Verdict{{Round: 1, Reviewer: "rita", Verdict: "PASS"}},
+				Merge:    &view.TaskMerge{State: "merged", Commit: "def", Head: "abc", GateLog: "ok"},
+				Spend:    view.Spend{Sessions: 2, TokensIn: 10, TokensOut: 5, CostUSD: 0.5}}, nil
+		}}
 	s := New(Options{Service: svc, Token: func() string { return f.tok }, LoopbackOnly: true})
 	f.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
@@ -433,6 +443,20 @@ func TestAPIShapes(t *testing.T) {
 	}
 	if resp := f.do(t, "GET", "/api/agents/nobody", "", ""); resp.StatusCode != 404 {
 		t.Errorf("unknown agent: %s", resp.Status)
+	}
+	// One task's view: read without the token; unknown 404, not an id 400.
+	var tv view.TaskView
+	resp := f.do(t, "GET", "/api/tasks/1", "", "")
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tv); err != nil || resp.StatusCode != 200 || tv.Task.ID != 1 || len(tv.Timeline) != 2 ||
+		tv.Merge == nil || tv.Merge.Commit != "def" || tv.Verdicts[0].Verdict != "PASS" || tv.Spend.Sessions != 2 {
+		t.Errorf("task 1: %s %+v %v", resp.Status, tv, err)
+	}
+	for path, code := range map[string]int{"/api/tasks/2": 404, "/api/tasks/x": 400, "/api/tasks/0": 400, "/api/tasks/%231": 200} {
+		if resp := f.do(t, "GET", path, "", ""); resp.StatusCode != code {
+			t.Errorf("%s: %s, want %d", path, resp.Status, code)
+		}
 	}
 	if resp := f.do(t, "GET", "/api/events?limit=x", "", ""); resp.StatusCode != 400 {
 		t.Errorf("bad limit: %s", resp.Status)

@@ -21,6 +21,7 @@ const S = {
   logChars: 0,
   liveFrom: 0, // events after this id arrived live, not as catch-up
   events: null,
+  task: { id: 0, loading: false, stale: false }, // the task view
 };
 
 // Event-to-DOM latencies (ms, same-machine clocks), for the benchmarks.
@@ -80,12 +81,16 @@ function connect() {
       setConn('down', 'reconnecting…');
     }
   });
-  es.addEventListener('snapshot', (e) => applySnapshot(JSON.parse(e.data)));
-  es.addEventListener('event', (e) => addEvent(JSON.parse(e.data)));
+  es.addEventListener('snapshot', (e) => { applySnapshot(JSON.parse(e.data)); if (S.task.id) loadTask(); });
+  es.addEventListener('event', (e) => {
+    const ev = JSON.parse(e.data);
+    addEvent(ev);
+    if (S.task.id && ev.task_id === S.task.id) loadTask(); // the task view is live
+  });
   es.addEventListener('agent', (e) => upsertAgent(JSON.parse(e.data)));
   es.addEventListener('removed', (e) => removeAgent(JSON.parse(e.data).name));
   es.addEventListener('tasks', (e) => renderBoard(JSON.parse(e.data)));
-  es.addEventListener('merge', (e) => renderMerge(JSON.parse(e.data)));
+  es.addEventListener('merge', (e) => { renderMerge(JSON.parse(e.data)); if (S.task.id) loadTask(); });
   es.addEventListener('fault', (e) => setFault(JSON.parse(e.data).fault));
 }
 
@@ -158,8 +163,11 @@ function fillRow(row, a) {
   c.ind.title = a.visual;
   c.name.textContent = a.name;
   c.state.textContent = '';
-  c.state.appendChild(el('span', 'v-' + a.visual, a.state));
-  const health = a.health || (a.visual === 'paused' ? 'paused' : '');
+  // An agent waiting for mail or a task is idle: the machine holds it in
+  // BuildingPrompt, but it builds nothing.
+  const idle = a.health === 'idle';
+  c.state.appendChild(el('span', 'v-' + a.visual, idle ? 'idle' : a.state));
+  const health = idle ? '' : a.health || (a.visual === 'paused' ? 'paused' : '');
   if (health) c.state.appendChild(el('span', 'health v-' + a.visual, health));
   if (a.reason && (a.state === 'Stopped' || a.state === 'CoolingDown')) c.state.title = a.reason;
   c.seq.textContent = a.seq;
@@ -268,6 +276,7 @@ function renderBoard(b) {
     for (const t of byState.get(st) || []) {
       const card = el('div', 'card');
       card.dataset.task = t.id;
+      card.addEventListener('click', () => openTask(t.id));
       card.appendChild(el('div', '', '#' + t.id + ' ' + t.title));
       const who = t.claimant || t.assignee;
       if (who) card.appendChild(el('div', 'who', who));
@@ -285,13 +294,151 @@ function renderMerge(m) {
     box.appendChild(el('div', 'empty', m.note || 'not configured'));
     return;
   }
-  if (m.paused) box.appendChild(el('div', 'health', 'paused'));
+  let head = 'depth ' + (m.depth || 0);
+  if (m.gate_running) head += ' · gate running (run ' + m.gate_seq + ')';
+  if (m.paused) head += ' · paused';
+  box.appendChild(el('div', 'depth', head));
+  if (m.note) box.appendChild(el('div', 'health', m.note));
   if (!m.items.length) box.appendChild(el('div', 'empty', 'empty'));
   for (const it of m.items) {
     const card = el('div', 'card');
+    card.dataset.task = it.task_id;
+    card.dataset.state = it.state;
+    card.addEventListener('click', () => openTask(it.task_id));
     card.appendChild(el('div', '', '#' + it.task_id + ' ' + it.title));
     card.appendChild(el('div', 'who', it.agent + ' · ' + it.state + (it.note ? ' · ' + it.note : '')));
     box.appendChild(card);
+  }
+  const recent = m.recent || [];
+  if (recent.length) {
+    box.appendChild(el('div', 'who', 'last results'));
+    const ol = el('ol', 'events recent');
+    for (const r of recent.slice(0, 5)) {
+      const li = el('li');
+      li.dataset.task = r.task_id;
+      li.dataset.result = r.result;
+      li.addEventListener('click', () => openTask(r.task_id));
+      li.appendChild(el('span', 'at', new Date(r.at).toLocaleTimeString([], { hour12: false })));
+      li.appendChild(el('span', 'who', '#' + r.task_id));
+      li.appendChild(el('span', r.result === 'merged' ? 'v-running' : 'err', r.result + (r.commit ? ' ' + r.commit.slice(0, 7) : '')));
+      li.appendChild(el('span', 'why', ' ' + r.title));
+      ol.appendChild(li);
+    }
+    box.appendChild(ol);
+  }
+}
+
+// ---- one task's view ----
+
+function openTask(id) {
+  S.task = { id: Number(id), loading: false, stale: false };
+  $('task-panel').hidden = false;
+  $('task-title').textContent = 'Task #' + id;
+  $('task-view').textContent = 'reading…';
+  loadTask();
+}
+
+function closeTask() {
+  S.task = { id: 0, loading: false, stale: false };
+  $('task-panel').hidden = true;
+  $('task-view').textContent = '';
+}
+
+// loadTask reads the task view again; one read at a time, and one more
+// after it when something changed meanwhile.
+async function loadTask() {
+  if (S.task.loading) { S.task.stale = true; return; }
+  const id = S.task.id;
+  S.task.loading = true;
+  S.task.stale = false;
+  let tv = null;
+  let err = '';
+  try {
+    const resp = await fetch('/api/tasks/' + id);
+    const body = await resp.json();
+    if (resp.ok) tv = body; else err = body.error || resp.statusText;
+  } catch (e) { err = e.message; }
+  if (S.task.id !== id) return; // closed or another task opened meanwhile
+  S.task.loading = false;
+  if (tv) renderTask(tv); else $('task-view').textContent = 'task #' + id + ': ' + err;
+  if (S.task.stale) loadTask();
+}
+
+function short(h) { return h ? h.slice(0, 7) : ''; }
+
+function renderTask(tv) {
+  const t = tv.task;
+  $('task-title').textContent = 'Task #' + t.id + ': ' + t.title;
+  const box = $('task-view');
+  box.textContent = '';
+  box.dataset.task = t.id;
+  box.dataset.state = t.state;
+  const dl = el('dl');
+  const row = (k, v, cls) => {
+    if (v === '' || v === undefined || v === null) return;
+    dl.appendChild(el('dt', '', k));
+    const dd = el('dd', cls || '', v);
+    dd.dataset.key = k;
+    dl.appendChild(dd);
+  };
+  row('state', t.state);
+  row('claimed by', t.claimant || '');
+  row('assigned to', t.assignee || '');
+  row('reviewer', t.reviewer ? t.reviewer + (t.review_state ? ' (' + t.review_state + ')' : '') : '');
+  row('head', tv.head ? short(tv.head) + ' (frozen at DONE)' : '');
+  row('work head', tv.work_head ? short(tv.work_head) : '');
+  const mg = tv.merge;
+  if (mg) {
+    let s = mg.commit ? 'merged as ' + short(mg.commit) : mg.state + (mg.result ? ' (' + mg.result + ')' : '');
+    s += ' · head ' + short(mg.head) + ' · ' + mg.attempts + ' gate run' + (mg.attempts === 1 ? '' : 's');
+    row('merge', s);
+  } else {
+    row('merge', 'not queued');
+  }
+  const sp = tv.spend;
+  row('spend', sp.sessions + ' sessions · ' + tokens(sp) + ' tokens (' + sp.tokens_in + ' in, ' + sp.tokens_out + ' out) · $' + sp.cost_usd.toFixed(2));
+  row('result', tv.result || '');
+  box.appendChild(dl);
+  if (tv.body) {
+    box.appendChild(el('h3', '', 'Body'));
+    box.appendChild(el('pre', 'log', tv.body));
+  }
+  box.appendChild(el('h3', '', 'Timeline'));
+  const tl = el('ol', 'timeline');
+  tl.id = 'task-timeline';
+  for (const e of tv.timeline) {
+    const li = el('li');
+    li.dataset.to = e.to;
+    li.appendChild(el('span', 'at', new Date(e.at).toLocaleTimeString([], { hour12: false })));
+    li.appendChild(el('span', '', (e.from ? e.from + ' → ' : '') + e.to + ' '));
+    li.appendChild(el('span', 'why', e.actor + (e.reason ? ': ' + e.reason : '')));
+    tl.appendChild(li);
+  }
+  box.appendChild(tl);
+  if (tv.verdicts.length) {
+    box.appendChild(el('h3', '', 'Verdicts'));
+    const ol = el('ol');
+    ol.id = 'task-verdicts';
+    for (const v of tv.verdicts) {
+      const li = el('li');
+      li.appendChild(el('span', 'at', 'round ' + v.round + ' · ' + v.reviewer));
+      li.appendChild(el('span', 'verdict-' + v.verdict, v.verdict));
+      if (v.text) li.appendChild(el('span', 'why', ': ' + v.text));
+      ol.appendChild(li);
+    }
+    box.appendChild(ol);
+  }
+  if (tv.diff_stat || tv.diff_error) {
+    box.appendChild(el('h3', '', 'Diff stat of ' + short(tv.head) + ' against ' + short(tv.base)));
+    const pre = el('pre', 'log', tv.diff_stat || tv.diff_error);
+    pre.id = 'task-diff';
+    box.appendChild(pre);
+  }
+  if (mg && mg.gate_log) {
+    box.appendChild(el('h3', '', 'Gate log, run ' + mg.gate_seq + ' (tail)'));
+    const pre = el('pre', 'log', mg.gate_log);
+    pre.id = 'task-gate';
+    box.appendChild(pre);
   }
 }
 
@@ -470,6 +617,7 @@ function init() {
     for (const [name, row] of S.rows) applyFilter(row.tr, S.agents.get(name));
   });
   $('log-close').addEventListener('click', closeLog);
+  $('task-close').addEventListener('click', closeTask);
   $('unlock').addEventListener('click', () => {
     $('unlock').hidden = true;
     $('token-form').hidden = false;
@@ -491,6 +639,9 @@ function init() {
   } else if (sessionStorage.getItem(TOKEN_KEY)) {
     unlock(sessionStorage.getItem(TOKEN_KEY));
   }
+  // #task=N opens that task's view.
+  const tm = /(?:^#|&)task=(\d+)/.exec(location.hash);
+  if (tm) openTask(Number(tm[1]));
   // Ages are computed here from the timestamps: no request.
   setInterval(() => {
     for (const [name, row] of S.rows) if (!row.tr.hidden) fillAges(row, S.agents.get(name));
