@@ -112,6 +112,7 @@ type Result struct {
 // RecordOf is the outbox record of a runner's settlement.
 func (s *Settler) RecordOf(st runner.Settlement) Record {
 	rec := Record{Session: sessionRow(st.Session), Completed: st.Completed, Note: st.Note, Task: st.Task, Review: st.Review, Mail: st.Mail}
+	rec.Session.Task = cmp.Or(st.Task, st.Review) // what the session worked on or reviewed: the task's spend
 	if st.Completed {
 		if sig := s.Signals.Scan(st.Result); sig != review.NoSignal {
 			rec.Signal = sig.String()

@@ -62,7 +62,7 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 const settleSQL = `UPDATE sessions SET ended_at = ?, outcome = ?, exit_code = ?, signal = ?, abort_reason = ?, reason = ?,
 	duration_ms = ?, head_before = CASE WHEN ? = '' THEN head_before ELSE ? END, head_after = ?,
 	log_path = CASE WHEN ? = '' THEN log_path ELSE ? END, tokens_in = ?, tokens_out = ?, cost_usd = ?, tool_calls = ?,
-	result_text = ?, commits = ?, cpu_ms = ?, settled_at = ?
+	result_text = ?, commits = ?, cpu_ms = ?, task_id = ?, settled_at = ?
 WHERE session_id = ? AND settled_at IS NULL`
 
 // PrepareSettle prepares the statements of SettleSessionTx; call it outside
@@ -78,7 +78,7 @@ func (db *DB) SettleSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord, 
 	args := []any{endedAt(s), s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
 		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
-		nullZero(s.CPU.Milliseconds()), FormatTime(at), s.SessionID}
+		nullZero(s.CPU.Milliseconds()), nullZero(s.Task), FormatTime(at), s.SessionID}
 	var res sql.Result
 	if st := db.writes.cachedStmt(settleSQL); st != nil {
 		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
@@ -103,13 +103,13 @@ func (db *DB) SettleSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord, 
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal,
 	abort_reason, reason, duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls,
-	result_text, commits, cpu_ms, settled_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	result_text, commits, cpu_ms, task_id, settled_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), endedAt(s),
 		s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 		s.HeadBefore, s.HeadAfter, s.LogPath,
 		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
-		nullZero(s.CPU.Milliseconds()), FormatTime(at))
+		nullZero(s.CPU.Milliseconds()), nullZero(s.Task), FormatTime(at))
 	if err != nil {
 		return false, db.Wrap(op, err)
 	}

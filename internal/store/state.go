@@ -93,6 +93,8 @@ type SessionRecord struct {
 	// CPU is the whole process tree's CPU time, from its cgroup (0: it had
 	// none); stored in milliseconds.
 	CPU time.Duration
+	// Task is the task the session worked on or reviewed (0: none).
+	Task int64
 }
 
 // EventQuery selects events, in id order.

@@ -9,11 +9,12 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// TestSpendAndVerdicts: a task's spend sums exactly the sessions that
-// worked on it (the claiming one, one that continued without reporting,
-// the reporting one, the rework after a FAIL) and the reviewer sessions that gave its verdicts;
-// sessions of the same agents before the claim or on other tasks, and the
-// reviewer's session on another task, are not counted. Its verdicts name
+// TestSpendAndVerdicts: a task's spend sums exactly the sessions whose
+// settlement recorded it (the claiming one, one that continued without
+// reporting, the reporting one, the rework after a FAIL, the reviewer
+// sessions on it); sessions of the same agents before the claim or on
+// other tasks, and the reviewer's session on another task, are not
+// counted. Its verdicts name
 // reviewer, round, PASS or FAIL and text.
 func TestSpendAndVerdicts(t *testing.T) {
 	ctx := context.Background()
@@ -22,6 +23,9 @@ func TestSpendAndVerdicts(t *testing.T) {
 	tick := func() time.Time { clock = clock.Add(time.Minute); return clock }
 	b, db := openBoard(t, "", Options{Now: now})
 	seqs := map[string]uint32{}
+	// taskOf is the task each session worked on or reviewed, as its
+	// settlement records it (package settle).
+	taskOf := map[string]int64{}
 	// session records a session of agent that ran from start to end
 	// (nil: still running) and used in/out tokens and usd.
 	session := func(agent, id string, start time.Time, end *time.Time, in, out int64, usd float64) {
@@ -34,7 +38,7 @@ func TestSpendAndVerdicts(t *testing.T) {
 		if end == nil {
 			return
 		}
-		rec.Ended, rec.TokensIn, rec.TokensOut, rec.CostUSD, rec.Outcome = end, in, out, usd, "success"
+		rec.Ended, rec.TokensIn, rec.TokensOut, rec.CostUSD, rec.Outcome, rec.Task = end, in, out, usd, "success", taskOf[id]
 		tx, err := db.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -53,6 +57,10 @@ func TestSpendAndVerdicts(t *testing.T) {
 	session("alice", "alice-0", tick(), at(), 1000, 1000, 10)
 	tk := add(t, b, NewTask{Title: "the feature", Reviewer: "rita"})
 	other := add(t, b, NewTask{Title: "another", Reviewer: "rita"})
+	for _, id := range []string{"alice-1", "alice-2", "alice-2b", "alice-3", "rita-1", "rita-3"} {
+		taskOf[id] = tk.ID
+	}
+	taskOf["bob-1"], taskOf["rita-2"] = other.ID, other.ID
 	tick()
 	if _, err := b.Claim(ctx, tk.ID, "alice", "alice-1"); err != nil {
 		t.Fatal(err)
@@ -79,7 +87,7 @@ func TestSpendAndVerdicts(t *testing.T) {
 		}
 		defer tx.Rollback()
 		rec := store.SessionRecord{SessionID: id, Agent: agent, Seq: seqs[agent], Started: start, Ended: &end,
-			TokensIn: in, TokensOut: out, CostUSD: usd, Outcome: "success"}
+			TokensIn: in, TokensOut: out, CostUSD: usd, Outcome: "success", Task: taskOf[id]}
 		if _, err := db.SettleSessionTx(ctx, tx.Tx, rec, end); err != nil {
 			t.Fatal(err)
 		}
