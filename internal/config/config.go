@@ -60,6 +60,8 @@ type Config struct {
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
 	// Isolation is IsolationAuto, IsolationStrict or IsolationOff.
 	Isolation string
+	// Limits are the swarm's admission limits (zero: none).
+	Limits Limits
 	// GitEmailDomain is the domain of the email address agents commit
 	// with by default: AGENT@GitEmailDomain.
 	GitEmailDomain string

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,48 @@ import (
 type Tools struct {
 	Allow []string
 	Deny  []string
+}
+
+// Limits bound how many sessions run at once, so that the host never runs
+// out before the kernel has to act (package admission); zero values are no
+// limit.
+type Limits struct {
+	MaxRunning         int            // sessions of all agents at once
+	PerProvider        map[string]int // sessions of one provider at once, by backend type
+	MinAvailableMemory int            // bytes of available memory a session needs to start
+}
+
+// limitsFields are the keys of limits.
+func (d *decoder) limitsFields(l *Limits) []field {
+	return []field{
+		{"max_running", "Sessions of all agents running at once; the others wait for a slot, in order. 0: no limit.", d.intTo(&l.MaxRunning, 0, maxInt)},
+		{"per_provider", "Sessions of one provider running at once, by backend type (claude, codex, gemini, command, scripted): {claude: 4}.", d.providerLimitsTo(&l.PerProvider)},
+		{"min_available_memory", "Bytes of available memory (MemAvailable) the host must have for a session to start; below it sessions wait. 0: no minimum.",
+			d.intTo(&l.MinAvailableMemory, 0, maxInt)},
+	}
+}
+
+// providerLimitsTo reads limits.per_provider: backend type -> a positive count.
+func (d *decoder) providerLimitsTo(dst *map[string]int) value {
+	sch := &schemaNode{Type: []string{"object"}, Values: &schemaNode{Type: []string{"integer"}, Minimum: intPtr(1)}}
+	return value{func(path string, v *yaml.Node) bool {
+		out, before := map[string]int{}, len(d.errs)
+		for _, e := range d.entries(v, path, 0) {
+			p := join(path, e.k.Value)
+			if !slices.Contains(backendTypes, e.k.Value) {
+				d.errorf(e.k.Line, p, "%q is not a backend type (want one of %s)", e.k.Value, strings.Join(backendTypes, ", "))
+				continue
+			}
+			var n int
+			if e.v.Kind != yaml.ScalarNode || e.v.ShortTag() != "!!int" || e.v.Decode(&n) != nil || n < 1 {
+				d.errorf(e.v.Line, p, "want a positive integer, got %s", describe(e.v))
+				continue
+			}
+			out[e.k.Value] = n
+		}
+		*dst = out
+		return len(d.errs) == before
+	}, sch}
 }
 
 // Budget is a spending limit per window: USD, tokens (input and output),

@@ -114,6 +114,8 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"mailbox", "The SQLite mailbox.", d.section([]field{
 			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
 		}, nil)},
+		{"limits", "Admission: how many sessions may run at once, so that the swarm stays within the host; an agent over them waits for a slot (status shows why).",
+			d.section(d.limitsFields(&cfg.Limits), nil)},
 		{"isolation", "How sessions, hooks and merge gates are contained: auto uses what this host offers (a cgroup v2 per process tree) and says what is missing; strict refuses to start without it; off uses process groups and markers only.",
 			d.enumTo(&cfg.Isolation, isolationLevels)},
 		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},

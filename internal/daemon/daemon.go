@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/admission"
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/config"
@@ -71,6 +72,7 @@ type Daemon struct {
 	health      healthMonitor
 	notify      notifier
 	iso         isolation              // what contains the process trees (isolation.go)
+	admission   *admission.Admission   // the swarm's limits on running sessions (admission.go)
 	budget      *budgetKeeper          // budgets: spend, marks, pauses
 	providers   *providerGates         // health shared by each provider's agents
 	roster      atomic.Pointer[roster] // the last config's, see rosterOf
@@ -131,7 +133,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	opts.setDefaults()
 	log := opts.Log
 	d := &Daemon{opts: opts, cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
-		retiring: map[string]bool{}}
+		retiring: map[string]bool{}, admission: admission.New(admissionLimits(cfg))}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -155,6 +157,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: d.opts.Version, Commit: d.opts.Commit, GoVersion: runtime.Version()})
+	d.metrics.Admission(d.admission.Running, d.admission.Waiting)
 	if err := d.openMerge(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -575,7 +578,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		MinSessionInterval: a.MinSessionInterval,
 		BackendName:        a.Backend,
 		Tools:              backend.ToolPolicy{Allow: a.Tools.Allow, Deny: a.Tools.Deny},
-		Gate:               d.providers.forAgent(a.Name, agentProviderKey(cfg, a)),
+		Gate:               admitGate{adm: d.admission, provider: cfg.Backends[a.Backend].Type, next: d.providers.forAgent(a.Name, agentProviderKey(cfg, a))},
 	}, nil
 }
 

@@ -42,6 +42,7 @@ func (d *Daemon) Reload(path string) error {
 	d.cfg, d.backends = cfg, backends
 	d.cfgMu.Unlock()
 	d.providers.setBackoff(cfg)
+	d.admission.SetLimits(admissionLimits(cfg))
 	defer d.budget.reload(context.Background(), cfg) // after the runners of added agents exist
 
 	var added, updated, removed []string

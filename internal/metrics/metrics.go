@@ -208,6 +208,22 @@ func (m *Metrics) ObserveSettle(latency, waited time.Duration) {
 // Registry is the registry holding every swarmd metric.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// Admission exports the swarm's admission (limits) as two gauges read at
+// each scrape: sessions holding a slot, and agents waiting for one. Call
+// it once.
+func (m *Metrics) Admission(running, waiting func() int) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swarmd_admission_running",
+			Help: "Sessions holding a slot of the swarm's admission (limits.max_running), their prompt's build included.",
+		}, func() float64 { return float64(running()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swarmd_admission_waiting",
+			Help: "Agents waiting for a slot (limits): over max_running, per_provider, or short of min_available_memory.",
+		}, func() float64 { return float64(waiting()) }),
+	)
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 

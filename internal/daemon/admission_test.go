@@ -1,0 +1,75 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Six agents under limits.max_running 2: at no moment do more than two
+// sessions run, and every agent makes progress (each runs several
+// sessions). Each session marks itself running in a directory, counts the
+// marks, works a moment and unmarks itself; a third session running
+// beside two others would count three.
+func TestAdmissionMaxRunning(t *testing.T) {
+	dir := t.TempDir()
+	script := `mkdir "$D/run.$SWARM_SESSION_ID"; ls -d "$D"/run.* | wc -l >> "$D/counts"; echo "$SWARM_AGENT_ID" >> "$D/sessions"; sleep 0.2; rmdir "$D/run.$SWARM_SESSION_ID"; echo working`
+	var agents strings.Builder
+	for i := 1; i <= 6; i++ {
+		fmt.Fprintf(&agents, "  - {name: a%d, role: works}\n", i)
+	}
+	cfg := repo(t, fmt.Sprintf(`
+listen: ""
+limits: {max_running: 2}
+defaults:
+  backend: worker
+  grace_period: 1s
+  min_session_interval: 0s
+  env: {D: %q}
+backends:
+  worker: {type: command, command: sh, args: [-c, %q]}
+agents:
+%s`, dir, script, agents.String()))
+	r := start(t, cfg)
+	sessions := func() map[string]int {
+		b, _ := os.ReadFile(filepath.Join(dir, "sessions"))
+		n := map[string]int{}
+		for _, a := range strings.Fields(string(b)) {
+			n[a]++
+		}
+		return n
+	}
+	waitFor(t, "three sessions of every agent", func() bool {
+		n := sessions()
+		for i := 1; i <= 6; i++ {
+			if n[fmt.Sprintf("a%d", i)] < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "the waiters shown waiting for a slot", func() bool {
+		for _, n := range r.names() {
+			if rn, err := r.reg.Runner(n); err == nil && strings.HasPrefix(rn.Snapshot().Waiting, "waiting for a slot: 2 of 2 sessions running") {
+				return true
+			}
+		}
+		return false
+	})
+	r.stop(t)
+	b, err := os.ReadFile(filepath.Join(dir, "counts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for _, f := range strings.Fields(string(b)) {
+		n, _ := strconv.Atoi(f)
+		most = max(most, n)
+	}
+	if most != 2 {
+		t.Fatalf("at most %d sessions ran at once; want exactly 2 (the limit, reached)", most)
+	}
+}
