@@ -340,10 +340,11 @@ func TestTaskJSONShape(t *testing.T) {
 		t.Errorf("after/parent: %v", list[1])
 	}
 
-	// alice's session that claimed and finished task 1 used tokens; her
-	// session on task 2 (not recorded) and bob's session on nothing did not.
+	// alice's session that claimed and finished task 1 used tokens (its
+	// settlement records the task); her session on task 2 (not recorded)
+	// and bob's session on nothing did not.
 	recordSession(t, db, store.SessionRecord{SessionID: sessionID("alice", 1), Agent: "alice", Seq: 1,
-		Started: time.Now().Add(-time.Second), TokensIn: 1200, TokensOut: 300, CostUSD: 0.42})
+		Started: time.Now().Add(-time.Second), TokensIn: 1200, TokensOut: 300, CostUSD: 0.42, Task: 1})
 	recordSession(t, db, store.SessionRecord{SessionID: sessionID("bob", 1), Agent: "bob", Seq: 1,
 		Started: time.Now().Add(-time.Second), TokensIn: 99999, TokensOut: 9999, CostUSD: 9})
 	var show map[string]any

@@ -178,7 +178,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	d.budget = newBudgetKeeper(d)
 	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, lineKeeper{d}, &d.ramp}
+	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, lineKeeper{d}, targetObserver{d}, &d.ramp}
 	d.hooks = hooks.New(d.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
@@ -315,6 +315,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	d.notify.ready()
+	d.logIsolation()
 	d.log.Info("swarmd running", zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
 		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
 	stopHealth := d.watchHealth(HealthInterval)

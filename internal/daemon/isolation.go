@@ -48,7 +48,6 @@ func (i isolation) String() string {
 func (d *Daemon) openIsolation(cfg *config.Config) error {
 	d.iso = isolation{level: cfg.Isolation}
 	if cfg.Isolation == config.IsolationOff {
-		d.log.Warn(d.iso.String())
 		return nil
 	}
 	// One directory per state dir: daemons of other swarms on the host
@@ -65,12 +64,17 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 	if cfg.Isolation == config.IsolationStrict && len(d.iso.missing) > 0 {
 		return setupErrorf("isolation: strict, and %s", strings.Join(d.iso.missing, "; "))
 	}
-	if len(d.iso.missing) > 0 {
-		d.log.Warn(d.iso.String())
-	} else {
-		d.log.Info(d.iso.String())
-	}
 	return nil
+}
+
+// logIsolation says at start what contains the trees: a warning when a
+// part is not in force.
+func (d *Daemon) logIsolation() {
+	if len(d.iso.missing) > 0 || d.iso.level == config.IsolationOff {
+		d.log.Warn(d.iso.String())
+		return
+	}
+	d.log.Info(d.iso.String())
 }
 
 // closeIsolation removes what openIsolation made, once no tree runs.

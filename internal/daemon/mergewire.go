@@ -131,6 +131,10 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 		go func() { defer close(leader); d.leadMerge(ctx, done) }()
 	} else {
 		d.merge.Start(ctx)
+		// The one queue of this swarm: its target is this daemon's to
+		// watch (stop waits for the watch as it waits for a leader).
+		leader = make(chan struct{})
+		go func() { defer close(leader); d.watchTarget(ctx, done) }()
 	}
 	go func() {
 		defer close(finished)

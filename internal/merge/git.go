@@ -251,10 +251,10 @@ func (r *repo) updateRef(ctx context.Context, branch, newC, oldC, msg string) er
 // ancestry reports whether a is an ancestor of b (or b itself).
 func (r *repo) isAncestor(ctx context.Context, a, b string) (bool, error) {
 	_, err := r.run(ctx, r.commonDir, nil, "merge-base", "--is-ancestor", a, b)
-	switch exitCode(err) {
-	case 0:
+	switch {
+	case err == nil:
 		return true, nil
-	case 1:
+	case exitCode(err) == 1:
 		return false, nil
 	}
 	return false, err

@@ -224,6 +224,10 @@ func (q *Queue) test(ctx context.Context, e *Entry, target, cand string) (out Ou
 // or a fast-forward of the clean working tree that has it checked out.
 func (q *Queue) advance(ctx context.Context, e *Entry, old, cand string) (Outcome, error) {
 	msg := fmt.Sprintf("swarmd merge queue: task %d from %s", e.Task, e.Branch)
+	// Known before it is there: a watcher that reads the new tip at once
+	// must not take the queue's own move for someone else's.
+	q.owned.advancing(cand)
+	defer q.owned.done() // a move that did not happen
 	cos, err := q.repo.checkoutsOf(q.opts.Into)
 	if err == nil && len(cos) > 0 {
 		err = q.fastForward(ctx, cos[0], old, cand, msg)
@@ -245,6 +249,7 @@ func (q *Queue) advance(ctx context.Context, e *Entry, old, cand string) (Outcom
 		return q.wait(ctx, e, "", why, errors.Join(err, q.store.requeue(context.WithoutCancel(ctx), e, why)))
 	}
 	q.passed = passedGate{}
+	q.owned.set(cand)
 	return q.merged(ctx, e, cand, "")
 }
 

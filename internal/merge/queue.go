@@ -150,6 +150,8 @@ type Queue struct {
 	// loop's goroutine touches it.
 	passed passedGate
 
+	owned owned // the tips the queue set the target to (owned.go)
+
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -173,7 +175,8 @@ func Open(ctx context.Context, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := r.tip(ctx, opts.Into); err != nil {
+	start, _, err := r.tip(ctx, opts.Into)
+	if err != nil {
 		return nil, fmt.Errorf("merge queue: merge.into %s in %s: %w (create the branch, or fix merge.into)", opts.Into, r.mainWT, err)
 	}
 	q := &Queue{
@@ -185,6 +188,7 @@ func Open(ctx context.Context, opts Options) (*Queue, error) {
 		wt:    filepath.Join(opts.StateDir, "worktrees", ".merge"),
 		wake:  make(chan struct{}, 1),
 	}
+	q.owned.set(start) // where the target is at start is the baseline
 	return q, nil
 }
 

@@ -70,6 +70,7 @@ type Metrics struct {
 	toolCalls        *prometheus.CounterVec
 	sessionCPU       *prometheus.CounterVec
 	oomKills         *prometheus.CounterVec
+	targetMoves      *prometheus.CounterVec
 	mergeDepth       prometheus.Gauge
 	merges           *prometheus.CounterVec
 	gateDuration     prometheus.Histogram
@@ -127,6 +128,10 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_session_oom_kills_total",
 			Help: "Sessions of the agent the kernel killed over its memory_max (abort reason oom_killed).",
 		}, []string{"agent"}),
+		targetMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_merge_target_moves_total",
+			Help: "Moves of the merge target that the merge queue did not make, by kind (advanced, rewound, moved). Alert on any.",
+		}, []string{"kind"}),
 		mergeDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swarmd_merge_queue_depth",
 			Help: "Tasks in the merge queue, the one under test included.",
@@ -181,7 +186,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft,
 		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -420,6 +425,9 @@ func (m *Metrics) AddToolCalls(agentName string, n int) {
 	}
 	m.toolCalls.WithLabelValues(agentName).Add(float64(n))
 }
+
+// TargetMoved counts a move of the merge target the queue did not make.
+func (m *Metrics) TargetMoved(kind string) { m.targetMoves.WithLabelValues(kind).Inc() }
 
 // MergeQueueDepth sets swarmd_merge_queue_depth: tasks queued or under test.
 func (m *Metrics) MergeQueueDepth(n int) { m.mergeDepth.Set(float64(max(n, 0))) }

@@ -1,0 +1,85 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// The merge target is the queue's. Where nothing keeps an agent from
+// writing refs/heads/INTO (isolation without a sandbox), the daemon looks
+// at the target at the end of every session and every targetWatchEvery,
+// and a move the queue did not make (merge.Queue.Owns) is recorded (an
+// event, target_moved), counted (swarmd_merge_target_moves_total) and
+// logged as an error, once per tip: rewound (merges the queue counted are
+// no longer on the target), or advanced or moved by someone else.
+
+// targetWatchEvery is how often the target is looked at besides session ends.
+const targetWatchEvery = 2 * time.Second
+
+// lookAtTarget records a move of the target the queue did not make; seen
+// says where it was seen ("at the end of a session of alice").
+func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
+	q := d.merge
+	if q == nil {
+		return
+	}
+	tip, err := q.Target(ctx)
+	if err != nil || q.Owns(tip) {
+		return
+	}
+	prev := q.LastOwned()
+	kind := "moved"
+	if ok, err := q.IsAncestor(ctx, prev, tip); err == nil {
+		kind = map[bool]string{true: "advanced", false: "rewound"}[ok]
+	}
+	q.Accept(tip) // reported once
+	cfg, _ := d.current()
+	into := ""
+	if cfg.Merge != nil {
+		into = cfg.Merge.Into
+	}
+	reason := fmt.Sprintf("%s %s from %.12s to %.12s by someone other than the merge queue, seen %s", into, kind, prev, tip, seen)
+	if kind == "rewound" {
+		reason += ": merges the queue made may no longer be on it"
+	}
+	d.log.Error("MERGE TARGET MOVED: "+reason, zap.String("target", into), zap.String("kind", kind),
+		zap.String("from", prev), zap.String("to", tip))
+	d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_moved", Actor: "swarmd", Reason: reason})
+	d.metrics.TargetMoved(kind)
+}
+
+// watchTarget looks at the target every targetWatchEvery until stop.
+func (d *Daemon) watchTarget(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTicker(targetWatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			d.lookAtTarget(ctx, "by the daemon's watch")
+		}
+	}
+}
+
+// targetObserver looks at the target when a session ends: a move then is
+// seen with the agent whose session just ended (the likeliest, not a proof).
+type targetObserver struct{ d *Daemon }
+
+func (o targetObserver) OnSessionEnd(s runner.SessionRecord) {
+	if o.d.merge == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o.d.lookAtTarget(ctx, "at the end of session "+s.SessionID+" of "+s.Agent)
+}
+
+func (targetObserver) OnTransition(runner.Transition) {}
+func (targetObserver) OnIdle(string, bool, time.Time) {}
