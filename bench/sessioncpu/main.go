@@ -12,7 +12,10 @@
 //     scans the output lines into the log, waits and kills the group;
 //   - swarmd: `swarmd run` with one agent on a `command` backend running the
 //     program (min_session_interval 0s, so nothing paces it) on a real git
-//     repository; -base adds a second swarmd binary (before/after).
+//     repository; -base adds a second swarmd binary (before/after);
+//   - swarmd-noiso: the same swarmd with isolation: off, so that the ratio
+//     of the two is what a cgroup per session costs (where the host lets
+//     swarmd make them).
 //
 // The floor and the peer are this binary re-executed in a hidden mode.
 package main
@@ -107,9 +110,11 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
-		subjects = append(subjects, subject{"swarmd-base", func(o options) (figure, error) { return measureSwarmd(o, base) }})
+		subjects = append(subjects, subject{"swarmd-base", func(o options) (figure, error) { return measureSwarmd(o, base, "") }})
 	}
-	subjects = append(subjects, subject{"swarmd", func(o options) (figure, error) { return measureSwarmd(o, bin) }})
+	subjects = append(subjects,
+		subject{"swarmd-noiso", func(o options) (figure, error) { return measureSwarmd(o, bin, "off") }},
+		subject{"swarmd", func(o options) (figure, error) { return measureSwarmd(o, bin, "") }})
 
 	where := o.dir
 	if where == "" {
@@ -147,7 +152,7 @@ func run(o options) error {
 		if !strings.HasPrefix(s.name, "swarmd") {
 			continue
 		}
-		for _, ref := range []string{"floor", "peer", "swarmd-base"} {
+		for _, ref := range []string{"floor", "peer", "swarmd-base", "swarmd-noiso"} {
 			if ref == s.name || figs[ref] == nil {
 				continue
 			}
@@ -277,13 +282,17 @@ func measureLoop(o options, self, mode string) (figure, error) {
 
 // measureSwarmd runs `swarmd run` with one agent and counts the sessions
 // its log says ended.
-func measureSwarmd(o options, bin string) (figure, error) {
+// measureSwarmd measures bin's daemon; isolation, if set, is the config's.
+func measureSwarmd(o options, bin, isolation string) (figure, error) {
 	work, err := harness.RepoIn(o.dir, "sessioncpu-swarmd")
 	if err != nil {
 		return figure{}, err
 	}
 	defer os.RemoveAll(work)
 	head := fmt.Sprintf("defaults: {backend: t, session_timeout: 1h, min_session_interval: 0s}\nbackends: {t: {type: command, command: %q}}\n", o.cmd)
+	if isolation != "" {
+		head = "isolation: " + isolation + "\n" + head
+	}
 	config, _, err := harness.Swarm(work, head, 1)
 	if err != nil {
 		return figure{}, err
