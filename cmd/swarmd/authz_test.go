@@ -107,3 +107,42 @@ agents:
 		t.Errorf("alice's stop not attributed to the operator:\n%s", out)
 	}
 }
+
+// A hook (and likewise the merge gate) runs code an agent can change (a
+// script in its branch): a control request from one of the daemon's own
+// trees that is not a session has no authority, not the operator's. The
+// operator, outside, still has it.
+func TestHooksHaveNoOperatorAuthority(t *testing.T) {
+	repo := gitRepo(t)
+	out := filepath.Join(t.TempDir(), "hook.err")
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+defaults:
+  grace_period: 1s
+hooks:
+  session_start: ["%s stop bob -c %s 2> %s || true"]
+backends:
+  sleeper:
+    type: scripted
+    steps: [{print: [working], sleep: 1h}]
+agents:
+  - {name: alice, role: x, backend: sleeper}
+  - {name: bob, role: x, backend: sleeper}
+`, swarmdBin, filepath.Join(repo, "swarmd.yaml"), out))
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	d.waitLine("bob Running", transitionTo("bob", "Running"))
+	b, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(b), "may not stop agents") || !strings.Contains(string(b), "no operator's authority") {
+		t.Fatalf("the hook's swarmd stop bob: %v %q, want it refused", err, b)
+	}
+	if st := statusOf(t, cfg, "bob"); st.State != "Running" {
+		t.Fatalf("bob is %s after a hook asked to stop it", st.State)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "stop", "bob", "-c", cfg); code != 0 {
+		t.Fatalf("the operator stopping bob: exit %d %q", code, stderr)
+	}
+	d.waitLine("bob Stopped", transitionTo("bob", "Stopped"))
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(10 * time.Second)
+}

@@ -132,10 +132,16 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 // the kernel, and the tree marker in that process's environment), never by
 // what the request says: a process in one of this daemon's session trees is
 // that session's agent, which may act only on itself unless its config says
-// allow_control. Everyone else, hooks included, is the operator.
+// allow_control. A process of one of this daemon's other trees (a hook, a
+// merge gate) runs code an agent can edit (a script in its branch) and has
+// no authority at all. Everyone else is the operator.
 func (d *Daemon) authorize(ctx context.Context, verb, target string) (actor string, err error) {
 	name, ok := d.caller(ctx)
 	if !ok {
+		if tree, own := d.ownTreeCaller(ctx); own {
+			return "", fmt.Errorf("%w: a process of this daemon's tree %s (a hook or the merge gate) may not %s agents: it runs code the agents can change, with no operator's authority",
+				control.ErrForbidden, tree, verb)
+		}
 		return "operator", nil
 	}
 	if name == target {
@@ -153,6 +159,22 @@ func (d *Daemon) authorize(ctx context.Context, verb, target string) (actor stri
 func (d *Daemon) caller(ctx context.Context) (agentName string, ok bool) {
 	agentName, _, ok = d.callerSession(ctx)
 	return agentName, ok
+}
+
+// ownTreeCaller reports whether a control request comes from a process of
+// one of this daemon's trees that is not a session's (a hook, a merge
+// gate), with the tree's id.
+func (d *Daemon) ownTreeCaller(ctx context.Context) (tree string, ok bool) {
+	pid, ok := control.PeerPID(ctx)
+	if !ok {
+		return "", false
+	}
+	c, ok := proc.CallerOf(pid)
+	cfg, _ := d.current()
+	if !ok || c.Owner != cfg.StateDir {
+		return "", false
+	}
+	return c.TreeID, true
 }
 
 // callerSession is caller with the session's tree marker (its TreeID is the
