@@ -241,7 +241,13 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if cfg.SharedStore() {
 		// The store has read its password; sessions and hooks inherit this
 		// process's environment, and agents must not hold the store's
-		// credentials.
+		// credentials. Unsetting it does not change /proc/PID/environ,
+		// which shows the initial environment to the same user for good.
+		if os.Getenv("PGPASSWORD") != "" {
+			log.Warn("PGPASSWORD is in swarmd's initial environment, which /proc/" + strconv.Itoa(os.Getpid()) +
+				"/environ shows to every process of this user, agents included: give the password in a passfile " +
+				"(PGPASSFILE) or a systemd credential (LoadCredential=pgpass:/etc/swarmd/pgpass), which swarmd reads as its passfile")
+		}
 		os.Unsetenv("PGPASSWORD")
 	}
 	agents := cfg.AgentNames()

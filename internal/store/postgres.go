@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +80,37 @@ func (m migrationsDir) ReadDir(name string) ([]fs.DirEntry, error) {
 	return fs.ReadDir(m.FS, ".")
 }
 
+// credentialPassfile is the passfile a systemd unit hands the daemon with
+// LoadCredential=pgpass:PATH: readable by the service alone, and never in
+// the process's environment (which /proc/PID/environ shows for good).
+func credentialPassfile(getenv func(string) string) string {
+	dir := getenv("CREDENTIALS_DIRECTORY")
+	if dir == "" {
+		return ""
+	}
+	p := filepath.Join(dir, "pgpass")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// withPassfile adds passfile to a postgres:// URL that names none.
+func withPassfile(target, passfile string) string {
+	u, err := url.Parse(target)
+	if err != nil || passfile == "" || u.Query().Has("passfile") {
+		return target
+	}
+	q := u.Query()
+	q.Set("passfile", passfile)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, read *sql.DB, ident string, err error) {
+	if os.Getenv("PGPASSFILE") == "" {
+		target = withPassfile(target, credentialPassfile(os.Getenv))
+	}
 	cfg, err := pgx.ParseConfig(target) // reads PGPASSWORD and the passfile now, once
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("store url: %w", err)

@@ -171,6 +171,11 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 // a file path as it is.
 func Redact(target string) string {
 	if !strings.Contains(target, "://") {
+		// A key=value connection string (refused as a store) must not
+		// be echoed with its password.
+		if i := strings.Index(strings.ToLower(target), "password"); i >= 0 && strings.Contains(target[i:], "=") {
+			return target[:i] + "password=xxxxx (the rest not shown)"
+		}
 		return target
 	}
 	u, err := url.Parse(target)
