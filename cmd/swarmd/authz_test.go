@@ -139,6 +139,10 @@ agents:
 	if st := statusOf(t, cfg, "bob"); st.State != "Running" {
 		t.Fatalf("bob is %s after a hook asked to stop it", st.State)
 	}
+	// status says what contains the trees (here, a hook that ran in one).
+	if out, _, code := runCLI(t, nil, "", "status", "-c", cfg); code != 0 || !strings.Contains(out, "\nisolation auto: ") {
+		t.Errorf("status does not say what isolation is in force:\n%s", out)
+	}
 	if _, stderr, code := runCLI(t, nil, "", "stop", "bob", "-c", cfg); code != 0 {
 		t.Fatalf("the operator stopping bob: exit %d %q", code, stderr)
 	}

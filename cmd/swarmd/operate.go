@@ -84,7 +84,13 @@ agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}
-			return writeStatus(s.out, rows, time.Now())
+			if err := writeStatus(s.out, rows, time.Now()); err != nil {
+				return err
+			}
+			if info, err := c.Daemon(cmd.Context()); err == nil && info.Isolation != "" {
+				fmt.Fprintln(s.out, info.Isolation)
+			}
+			return nil
 		},
 	}
 	status.Flags().BoolVar(&jsonOut, "json", false, "print JSON")

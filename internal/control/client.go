@@ -148,6 +148,13 @@ func (c *Client) dialError(err error) error {
 	return fmt.Errorf("control socket %s: %w", c.path, err)
 }
 
+// Daemon is what the daemon says about itself.
+func (c *Client) Daemon(ctx context.Context) (DaemonInfo, error) {
+	var out DaemonInfo
+	err := c.do(ctx, http.MethodGet, "/v1/daemon", nil, &out)
+	return out, err
+}
+
 // Agents lists every agent.
 func (c *Client) Agents(ctx context.Context) ([]AgentStatus, error) {
 	var out []AgentStatus

@@ -207,6 +207,18 @@ type Viewer interface {
 	ViewHandler() http.Handler
 }
 
+// DaemonInfo is what the daemon says about itself.
+type DaemonInfo struct {
+	// Isolation says which parts of config key isolation are in force
+	// and why the others are not.
+	Isolation string `json:"isolation"`
+}
+
+// Informer is an API that says what it is (GET /v1/daemon).
+type Informer interface {
+	Info() DaemonInfo
+}
+
 // ViewPrefix is where a Viewer's handler is mounted.
 const ViewPrefix = "/v1/view/"
 
@@ -216,6 +228,11 @@ func (s *Server) routes(api API) http.Handler {
 	mux := http.NewServeMux()
 	if v, ok := api.(Viewer); ok {
 		mux.Handle(ViewPrefix, v.ViewHandler())
+	}
+	if in, ok := api.(Informer); ok {
+		mux.HandleFunc("GET /v1/daemon", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, in.Info())
+		})
 	}
 	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, api.Agents())

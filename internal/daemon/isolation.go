@@ -10,6 +10,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/cgroup"
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/control"
 )
 
 // isolation is what contains the process trees this daemon starts
@@ -85,3 +86,6 @@ func (d *Daemon) closeIsolation() {
 		}
 	}
 }
+
+// Info is the control API's GET /v1/daemon: what contains the trees.
+func (a controlAPI) Info() control.DaemonInfo { return control.DaemonInfo{Isolation: a.d.iso.String()} }
