@@ -123,3 +123,27 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A tree over its MemoryMax is killed by the kernel, and its ExitStatus
+// says so (OOMKills), where the memory controller is delegated to swarmd;
+// skipped loudly where it is not (a hybrid host's cgroup v2 has none).
+func TestCgroupMemoryMaxOOMKilled(t *testing.T) {
+	s, h := cgroupSupervisor(t)
+	if !h.Has("memory") {
+		t.Skipf("*** the memory controller is not delegated here (controllers: %v): this test did NOT run", h.Controllers())
+	}
+	tr, err := s.Start(Spec{Path: "/bin/sh", ID: "hog-1", MemoryMax: 32 << 20,
+		Args: []string{"-c", `awk 'BEGIN { s = "x"; while (1) s = s s }'`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tr.Done():
+	case <-time.After(waitLimit):
+		_ = tr.Kill()
+		t.Fatal("a tree over its memory.max was not killed")
+	}
+	if st := tr.Exit(); st.OOMKills == 0 {
+		t.Fatalf("exit %v with no OOM kill counted", st)
+	}
+}
