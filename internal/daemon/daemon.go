@@ -322,8 +322,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.notify.ready()
 	d.logIsolation()
-	d.log.Info("swarmd running", zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
-		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit()))
+	fields := []zap.Field{zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
+		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit())}
+	if d.http != nil {
+		// Where to look: the first thing a new operator asks.
+		fields = append(fields, zap.String("dashboard", "http://"+d.http.Addr()+"/"))
+	}
+	d.log.Info("swarmd running", fields...)
 	stopHealth := d.watchHealth(HealthInterval)
 	defer stopHealth()
 	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
