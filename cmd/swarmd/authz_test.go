@@ -120,7 +120,7 @@ listen: ""
 defaults:
   grace_period: 1s
 hooks:
-  session_start: ["%s stop bob -c %s 2> %s || true"]
+  session_start: ["%[1]s stop bob -c %[2]s 2> %[3]s; %[1]s budget set alice 5000 -c %[2]s 2>> %[3]s || true"]
 backends:
   sleeper:
     type: scripted
@@ -129,12 +129,14 @@ agents:
   - {name: alice, role: x, backend: sleeper}
   - {name: bob, role: x, backend: sleeper}
 `, swarmdBin, filepath.Join(repo, "swarmd.yaml"), out))
+	// (the same hook tries to lift alice's budget: refused too)
 	d := startDaemon(t, cfg)
 	d.waitLine("alice Running", transitionTo("alice", "Running"))
 	d.waitLine("bob Running", transitionTo("bob", "Running"))
 	b, err := os.ReadFile(out)
-	if err != nil || !strings.Contains(string(b), "may not stop agents") || !strings.Contains(string(b), "no operator's authority") {
-		t.Fatalf("the hook's swarmd stop bob: %v %q, want it refused", err, b)
+	if err != nil || !strings.Contains(string(b), "may not stop agents") || !strings.Contains(string(b), "no operator's authority") ||
+		!strings.Contains(string(b), "may not set budgets") {
+		t.Fatalf("the hook's swarmd stop bob and budget set: %v %q, want both refused", err, b)
 	}
 	if st := statusOf(t, cfg, "bob"); st.State != "Running" {
 		t.Fatalf("bob is %s after a hook asked to stop it", st.State)

@@ -529,8 +529,8 @@ func (a controlAPI) SetBudget(ctx context.Context, req control.BudgetSetRequest)
 	return a.Budget(ctx)
 }
 
-// operatorOnly refuses a request from inside one of this daemon's session
-// trees.
+// operatorOnly refuses a request from inside one of this daemon's process
+// trees: a session's, or a hook's or merge gate's (code an agent can change).
 func (d *Daemon) operatorOnly(ctx context.Context, what string) error {
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
@@ -544,7 +544,8 @@ func (d *Daemon) operatorOnly(ctx context.Context, what string) error {
 	if name, ok := runner.AgentOfSession(c.TreeID); ok {
 		return fmt.Errorf("%w: agent %s may not %s (only the operator may)", control.ErrForbidden, name, what)
 	}
-	return nil
+	return fmt.Errorf("%w: a process of this daemon's tree %s (a hook or the merge gate) may not %s (only the operator may)",
+		control.ErrForbidden, c.TreeID, what)
 }
 
 // spentText is "alice spent $10.02 of $10.00 in the 24h window to

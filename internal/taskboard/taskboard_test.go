@@ -478,3 +478,37 @@ func TestHasWorkAgreesWithTheReads(t *testing.T) {
 	wantState(t, b, later.ID, task.Open)
 	check("closed: the next one is open to all", map[string]bool{"alice": true, "bob": true, "rita": true})
 }
+
+// A task whose dependency is not CLOSED is never claimed, even once it is
+// OPEN (a requeue out of BLOCKED, an approved plan): not by ClaimNext, not
+// counted by HasClaimable or Claimable. Once the dependency closes, it is.
+func TestDependentTaskWaitsForItsDependency(t *testing.T) {
+	b, _ := openBoard(t, "", Options{AutoClose: true})
+	ctx := context.Background()
+	first := add(t, b, NewTask{Title: "first", Assignee: "alice"})
+	second := add(t, b, NewTask{Title: "second", After: []int64{first.ID}})
+	if _, err := b.Requeue(ctx, second.ID); err != nil { // BLOCKED -> OPEN, the dependency still open
+		t.Fatal(err)
+	}
+	wantState(t, b, second.ID, task.Open)
+	if tk, ok, err := b.ClaimNext(ctx, "bob", "bob-1-000000000001"); err != nil || ok {
+		t.Fatalf("bob claimed %+v (%v) while its dependency %d is OPEN", tk, err, first.ID)
+	}
+	if has, err := b.HasClaimable(ctx, "bob"); err != nil || has {
+		t.Fatalf("HasClaimable(bob) = %v, %v; want false", has, err)
+	}
+	if anyone, _, err := b.Claimable(ctx); err != nil || anyone != 0 {
+		t.Fatalf("Claimable: anyone = %d, %v; want 0", anyone, err)
+	}
+	h := Holder{Agent: "alice", Session: "alice-1-000000000001"}
+	if _, err := b.Claim(ctx, first.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, first.ID, h, "done"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, first.ID, task.Closed)
+	if tk, ok, err := b.ClaimNext(ctx, "bob", "bob-2-000000000002"); err != nil || !ok || tk.ID != second.ID {
+		t.Fatalf("after its dependency closed: claimed %+v, %v, %v; want task %d", tk, ok, err, second.ID)
+	}
+}
