@@ -87,8 +87,7 @@ func printFrame(ctx context.Context, s streams, cc *control.Client, snap view.Sn
 	next, _ = next.Update(tui.TickMsg(snap.At))
 	next, _ = next.Update(tui.UpdateMsg{Update: view.Update{Kind: view.KindSnapshot, Snapshot: &snap}})
 	err := cc.Events(ctx, "", max(0, snap.LastEventID-onceEvents), false, func(e control.Event) error {
-		ev := view.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To, Actor: e.Actor, Reason: e.Reason}
-		next, _ = next.Update(tui.UpdateMsg{Update: view.Update{Kind: view.KindEvent, Event: &ev}})
+		next, _ = next.Update(tui.UpdateMsg{Update: view.Update{Kind: view.KindEvent, Event: &e}})
 		return nil
 	})
 	if err != nil {

@@ -86,6 +86,9 @@ type Event struct {
 	Actor     string    `json:"actor"`
 	Reason    string    `json:"reason,omitempty"`
 	SessionID string    `json:"session_id,omitempty"`
+	// Seq is the session's seq where the reader wants it (the dashboards);
+	// the socket's event feed leaves it out.
+	Seq uint32 `json:"seq,omitempty"`
 	// TaskID is set on a task's transition: From and To are task states,
 	// Event its TransitionReason ("" when none applies), Effect "task".
 	TaskID int64 `json:"task_id,omitempty"`

@@ -13,6 +13,8 @@ package view
 import (
 	"errors"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/control"
 )
 
 // Agent is one agent as the dashboards show it.
@@ -234,21 +236,9 @@ type Features struct {
 }
 
 // Event is one line of the lifecycle event log: an agent's transition, or
-// a task's when TaskID is set (From and To are then task states).
-type Event struct {
-	ID        int64     `json:"id"`
-	At        time.Time `json:"at"`
-	Agent     string    `json:"agent"`
-	From      string    `json:"from"`
-	Event     string    `json:"event"`
-	To        string    `json:"to"`
-	Effect    string    `json:"effect,omitempty"`
-	Actor     string    `json:"actor"`
-	Reason    string    `json:"reason,omitempty"`
-	SessionID string    `json:"session_id,omitempty"`
-	Seq       uint32    `json:"seq,omitempty"`
-	TaskID    int64     `json:"task_id,omitempty"`
-}
+// a task's when TaskID is set (From and To are then task states). One type
+// for the control socket and the dashboards.
+type Event = control.Event
 
 // Session is one recorded backend session.
 type Session struct {
