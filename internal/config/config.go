@@ -22,7 +22,9 @@ import (
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/hooks"
+	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/review"
 )
 
 // Backend types. A backend whose name is one of these needs no type key.
@@ -211,14 +213,14 @@ const (
 	DefaultGracePeriod          = backend.DefaultGracePeriod             // 10s; the runner fills the same default
 	DefaultMaxConsecutiveErrors = int(agent.DefaultMaxConsecutiveErrors) // 5, the machine's
 	DefaultMaxTotalErrors       = int(agent.DefaultMaxTotalErrors)       // 20, the machine's
-	DefaultKeepArchives         = 10
-	DefaultMaxAge               = 720 * time.Hour
-	DefaultHookTimeout          = hooks.DefaultTimeout        // 30s, the hook runner's
-	DefaultMaxBody              = mailbox.DefaultMaxBodyBytes // 64 KiB, the mailbox's
+	DefaultKeepArchives         = logs.DefaultKeepArchives               // 10, the log store's
+	DefaultMaxAge               = logs.DefaultMaxAge                     // 30 days, the log store's
+	DefaultHookTimeout          = hooks.DefaultTimeout                   // 30s, the hook runner's
+	DefaultMaxBody              = mailbox.DefaultMaxBodyBytes            // 64 KiB, the mailbox's
 	DefaultStallAfter           = 5 * time.Minute
 	DefaultGitEmailDomain       = "swarmd.invalid"
 	DefaultMinSessionInterval   = time.Second
-	DefaultMaxIterations        = 3
+	DefaultMaxIterations        = int(review.DefaultMaxIterations) // 3, the review loop's (and the tasks table's column default)
 	DefaultMaxSilentSessions    = 3
 	DefaultMaxSessionBytes      = 64 << 20
 )

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/budget"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -102,7 +103,7 @@ type Providers struct {
 
 // Defaults of the limits' keys (docs/configuration.md).
 const (
-	DefaultBudgetWindow       = 24 * time.Hour
+	DefaultBudgetWindow       = budget.DefaultWindow // 24h, the budget's
 	DefaultProviderBackoff    = 2 * time.Second
 	DefaultProviderMaxBackoff = 5 * time.Minute
 	minBudgetWindow           = time.Minute

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	mergequeue "github.com/swarmd/swarmd/internal/merge"
 )
 
 // Merge strategies: how the merge queue turns a worker's branch into one
@@ -19,7 +21,7 @@ var mergeStrategies = []string{StrategyMerge, StrategySquash, StrategyRebase}
 
 // Defaults of the merge section.
 const (
-	DefaultMergeTimeout       = 30 * time.Minute
+	DefaultMergeTimeout       = mergequeue.DefaultTimeout // 30m, the queue's
 	DefaultMergeStrategy      = StrategyMerge
 	DefaultMaxMergeRejections = 5
 )

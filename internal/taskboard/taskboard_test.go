@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
@@ -510,5 +511,19 @@ func TestDependentTaskWaitsForItsDependency(t *testing.T) {
 	wantState(t, b, first.ID, task.Closed)
 	if tk, ok, err := b.ClaimNext(ctx, "bob", "bob-2-000000000002"); err != nil || !ok || tk.ID != second.ID {
 		t.Fatalf("after its dependency closed: claimed %+v, %v, %v; want task %d", tk, ok, err, second.ID)
+	}
+}
+
+// The tasks table's column default for max_iterations (a row written
+// without one) is the review loop's default, the one owner.
+func TestMaxIterationsDefaultHasOneOwner(t *testing.T) {
+	_, db := openBoard(t, "", Options{})
+	var dflt string
+	if err := db.ReadSQL().QueryRowContext(context.Background(),
+		`SELECT dflt_value FROM pragma_table_info('tasks') WHERE name = 'max_iterations'`).Scan(&dflt); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint(review.DefaultMaxIterations); dflt != want {
+		t.Fatalf("tasks.max_iterations DEFAULT %s, review.DefaultMaxIterations %s", dflt, want)
 	}
 }
