@@ -433,8 +433,13 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 	from := r.m.State()
 	eff, err := r.m.Handle(ev, now)
 	if err != nil {
-		// Not a bug: a late SessionExited after GraceExceeded is the common case.
-		r.log.Debug("event ignored", zap.Error(err))
+		// A late SessionExited after GraceExceeded is the common case and
+		// no bug; any other event the machine refuses is worth a look.
+		if ev.Kind == agent.SessionExited {
+			r.log.Debug("event ignored", zap.Error(err))
+		} else {
+			r.log.Warn("event refused by the agent's state machine", zap.Stringer("state", from), zap.Error(err))
+		}
 		return
 	}
 	to := r.m.State()
