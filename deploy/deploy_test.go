@@ -110,6 +110,11 @@ func TestSystemdUnitContract(t *testing.T) {
 			t.Errorf("[Service] %s=%q, want %q", k, got, v)
 		}
 	}
+	// isolation needs the cgroup subtree delegated, and writable.
+	if u.last("Service", "Delegate") != "yes" || u.last("Service", "ProtectControlGroups") == "yes" {
+		t.Errorf("Delegate=%q ProtectControlGroups=%q: isolation needs the subtree delegated and writable",
+			u.last("Service", "Delegate"), u.last("Service", "ProtectControlGroups"))
+	}
 	if u.last("Service", "ReadWritePaths") == "" {
 		t.Error("ProtectSystem=strict without ReadWritePaths: the agents could not write the repository")
 	}
