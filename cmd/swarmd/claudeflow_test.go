@@ -38,8 +38,7 @@ func TestClaudeTaskFlow(t *testing.T) {
 	mock.Script("", mockllm.Text("nothing to do\nDONE"))
 
 	repo := gitRepo(t)
-	home := t.TempDir()
-	cfg := writeConfig(t, repo, fmt.Sprintf(`
+	cfg := writeConfig(t, repo, `
 listen: ""
 defaults:
   backend: claude
@@ -48,22 +47,11 @@ defaults:
 merge:
   into: main
   gate: ["test -s one.txt || test -s two.txt"]
-backends:
-  claude:
-    command: %s
-    allowed_tools: [Bash]
-    env:
-      ANTHROPIC_BASE_URL: %s
-      ANTHROPIC_API_KEY: sk-ant-test
-      DISABLE_TELEMETRY: "1"
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"
-      DISABLE_AUTOUPDATER: "1"
-      HOME: %s
-      TMPDIR: %s
+backends:`+claudeBackend(t, bin, mock, "\n    allowed_tools: [Bash]")+`
 agents:
   - {name: alice, role: "You implement.", reviewer: rita}
   - {name: rita, role: "You review."}
-`, bin, mock.URL(), home, t.TempDir()))
+`)
 	stateDir := filepath.Join(repo, ".swarm")
 	d := startDaemon(t, cfg)
 	d.waitLine("swarmd running", func(m map[string]any) bool { return m["msg"] == "swarmd running" })

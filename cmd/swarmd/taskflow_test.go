@@ -34,20 +34,10 @@ func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.Mail
 	return daemon.OpenTaskBoard(db.Store(), nil), db
 }
 
-// waitTask polls the board until task id is in state want.
+// waitTask polls the board until task id is in state want (20 s at most).
 func waitTask(t *testing.T, b *taskboard.Board, id int64, want task.State, d *daemonProc) taskboard.Task {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		tk, err := b.Get(context.Background(), id)
-		if err == nil && tk.State == want {
-			return tk
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %d is %s (%v), want %s; log:\n%s", id, tk.State, err, want, d.log())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return waitTaskLong(t, b, id, want, d, 20*time.Second)
 }
 
 func idleLine(agent string) func(map[string]any) bool {

@@ -218,6 +218,8 @@ func pruneLines(t *testing.T, repo, cfg string, ids map[string]int64) {
 	}
 }
 
+// waitTaskLong is waitTask with a limit of its own, for flows of many
+// sessions.
 func waitTaskLong(t *testing.T, b *taskboard.Board, id int64, want task.State, d *daemonProc, limit time.Duration) taskboard.Task {
 	t.Helper()
 	deadline := time.Now().Add(limit)

@@ -34,9 +34,12 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 		return
 	}
 	prev := q.LastOwned()
-	kind := "moved"
-	if ok, err := q.IsAncestor(ctx, prev, tip); err == nil {
-		kind = map[bool]string{true: "advanced", false: "rewound"}[ok]
+	kind := "moved" // unknown how: git could not tell
+	switch ok, err := q.IsAncestor(ctx, prev, tip); {
+	case err == nil && ok:
+		kind = "advanced"
+	case err == nil:
+		kind = "rewound"
 	}
 	q.Accept(tip) // reported once
 	cfg, _ := d.current()

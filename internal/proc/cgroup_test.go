@@ -74,17 +74,13 @@ func TestCgroupTreeNothingEscapes(t *testing.T) {
 	if _, err := tr.Thaw(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the escaper to go on after the thaw", func() bool { return fileSize(beats) > frozen })
+	waitFor(t, "the escaper to go on after the thaw", func() bool { return fileSize(beats) > frozen })
 
 	if err := tr.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-tr.Done():
-	case <-time.After(waitLimit):
-		t.Fatal("the tree did not end after Kill")
-	}
-	waitUntil(t, "the escaper to die", func() bool { return unix.Kill(pid, 0) != nil || stateOf(pid) == "Z" })
+	waitDone(t, tr)
+	waitFor(t, "the escaper to die", func() bool { return unix.Kill(pid, 0) != nil || stateOf(pid) == "Z" })
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the tree's cgroup is left: %v", err)
 	}
@@ -111,17 +107,6 @@ func stateOf(pid int) string {
 		return s[i+2 : i+3]
 	}
 	return ""
-}
-
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A tree over its MemoryMax is killed by the kernel, and its ExitStatus

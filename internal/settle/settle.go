@@ -265,9 +265,10 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder)
 	}
 	agent, id := rec.Session.Agent, rec.Session.SessionID
-	if rec.Task != 0 && rec.Session.HeadAfter != "" {
+	if done := rec.Completed && sig == review.Done; rec.Task != 0 && rec.Session.HeadAfter != "" && !done {
 		// Where the task's line stands, however the session ended: the
-		// next session on it starts there.
+		// next session on it starts there. (A DONE freezes it below, and
+		// keeps it in the same write.)
 		err := s.Tasks.KeepWorkTx(ctx, tx, rec.Task, taskboard.Holder{Agent: agent, Session: id}, rec.Session.HeadAfter)
 		if err != nil && !refused(err) {
 			return fmt.Errorf("keep the work of task %d: %w", rec.Task, err)
