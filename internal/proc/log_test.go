@@ -3,6 +3,7 @@ package proc
 import (
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -61,6 +62,13 @@ func TestLeftoverLoggedOnce(t *testing.T) {
 
 	env := withMarker(os.Environ(), marker{owner: s.owner, instance: s.instance, id: "ended"})
 	p := spawnDetached(t, env) // reparented to us: the reaper finds it
+	// Under load the scan can come before the process is ours and running
+	// sleep (setsid may fork first): wait for both, so that each scan sees it.
+	waitFor(t, "the detached process reparented to us", func() bool {
+		ppid, err := parentOf(p.pid)
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
+		return err == nil && ppid == os.Getpid() && strings.HasPrefix(string(cmd), "sleep")
+	})
 	for range 3 {
 		s.mu.Lock()
 		s.scanLocked(nil, nil, true)
