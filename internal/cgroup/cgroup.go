@@ -193,6 +193,21 @@ func (g *Group) Procs() (int, error) {
 	return bytes.Count(b, []byte("\n")), nil
 }
 
+// Pids lists the processes in the cgroup.
+func (g *Group) Pids() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	var pids []int
+	for _, f := range bytes.Fields(b) {
+		if pid, err := strconv.Atoi(string(f)); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
 // Usage is what a cgroup's processes cost.
 type Usage struct {
 	CPU      time.Duration // user and system time (cpu.stat usage_usec)

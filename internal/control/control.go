@@ -147,6 +147,46 @@ func withPeer(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey{}, int(cred.Pid))
 }
 
+type holderKey struct{}
+
+// Holder is who a socket made with Attach was given to, for a request that
+// came through it: the daemon knows such a caller by the socket it
+// connected to, not by anything in its environment or its request.
+func Holder(ctx context.Context) (string, bool) {
+	h, ok := ctx.Value(holderKey{}).(string)
+	return h, ok
+}
+
+// heldConn is a connection accepted on a socket made for one holder.
+type heldConn struct {
+	*net.UnixConn
+	holder string
+}
+
+// heldListener tags every connection it accepts with its holder.
+type heldListener struct {
+	*net.UnixListener
+	holder string
+}
+
+func (l heldListener) Accept() (net.Conn, error) {
+	c, err := l.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	return heldConn{UnixConn: c, holder: l.holder}, nil
+}
+
+// connContext is the context of one connection: its holder, if it came
+// through a socket made for one, and the connecting process's pid.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if hc, ok := c.(heldConn); ok {
+		ctx = context.WithValue(ctx, holderKey{}, hc.holder)
+		c = hc.UnixConn
+	}
+	return withPeer(ctx, c)
+}
+
 // Server serves API on a unix socket.
 type Server struct {
 	path string
@@ -178,7 +218,7 @@ func Listen(path string, api API, log *zap.Logger) (*Server, error) {
 		return nil, fmt.Errorf("control: chmod socket: %w", err)
 	}
 	s := &Server{path: path, ln: ln, log: log, done: make(chan struct{})}
-	s.srv = &http.Server{Handler: s.routes(api), ReadHeaderTimeout: 10 * time.Second, ConnContext: withPeer}
+	s.srv = &http.Server{Handler: s.routes(api), ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -202,6 +242,41 @@ func (s *Server) Close() error {
 		_ = os.Remove(s.path)
 	})
 	return err
+}
+
+// Attach serves the same API on a new socket at path made for holder (one
+// session): every request through it carries holder (Holder), whoever
+// connects. The socket is 0600; the returned func closes and removes it
+// (connections already open end with the server).
+func (s *Server) Attach(path, holder string) (detach func(), err error) {
+	if holder == "" {
+		return nil, errors.New("control: attach: empty holder")
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("control: attach %s: remove stale socket: %w", holder, err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control: attach %s: %w", holder, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control: attach %s: chmod socket: %w", holder, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Serve returns when ln is closed (detach) or the server shuts down.
+		_ = s.srv.Serve(heldListener{UnixListener: ln, holder: holder})
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ln.Close()
+			<-done
+		})
+	}, nil
 }
 
 // Viewer is an API that also serves the dashboards' read model (swarmd

@@ -224,6 +224,11 @@ type Spec struct {
 	// MemoryMax, if positive, bounds the tree's memory (its cgroup's
 	// memory.max) where cgroups with the memory controller are in use.
 	MemoryMax int64
+	// Wrapped says the leader only wraps the tree's real command (a
+	// sandbox): it dies of the signals it gets, and exits 128+N for a
+	// command killed by signal N. Signal then goes to everything in the
+	// tree but the leader, and such an exit reads as that signal.
+	Wrapped bool
 }
 
 // Start starts a tree's leader in a new process group. A binary that does not
@@ -241,10 +246,11 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		return nil, fmt.Errorf("proc: start %s: %w", spec.ID, err)
 	}
 	t := &Tree{
-		s:      s,
-		id:     spec.ID,
-		done:   make(chan struct{}),
-		onDone: spec.OnDone,
+		s:       s,
+		id:      spec.ID,
+		done:    make(chan struct{}),
+		onDone:  spec.OnDone,
+		wrapped: spec.Wrapped,
 	}
 	inR, outW := -1, -1 // the child's ends, closed here once it has them
 	inW := -1           // our end of stdin, closed here unless handed to copyStdin

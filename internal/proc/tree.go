@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,8 @@ type Tree struct {
 
 	cg *cgroup.Group // the tree's own cgroup; nil without cgroups
 
+	wrapped bool // Spec.Wrapped
+
 	done   chan struct{}
 	onDone func() // Spec.OnDone
 	status ExitStatus
@@ -102,8 +105,61 @@ func (t *Tree) Signal(sig syscall.Signal) error {
 	if t.reaped {
 		return os.ErrProcessDone
 	}
+	if t.wrapped {
+		return t.signalInside(sig)
+	}
 	if err := unix.Kill(-t.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("proc: signal tree %s: %w", t.id, err)
+	}
+	return nil
+}
+
+// signalInside signals every process of a wrapped tree but its leader: the
+// wrapper would die of it and end the tree before the command inside had
+// its grace. With a cgroup the tree is its members; without, the leader's
+// process group. Called with t.mu held and the leader not reaped.
+func (t *Tree) signalInside(sig syscall.Signal) error {
+	var pids []int
+	if t.cg != nil {
+		var err error
+		if pids, err = t.cg.Pids(); err != nil {
+			return fmt.Errorf("proc: signal tree %s: %w", t.id, err)
+		}
+	} else {
+		all, err := allPids()
+		if err != nil {
+			return fmt.Errorf("proc: signal tree %s: %w", t.id, err)
+		}
+		buf := make([]byte, 0, 512)
+		for _, pid := range all {
+			var st procStat
+			if st, buf, err = readStat(pid, buf); err == nil && st.pgid == t.pid {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	// The wrapper is the leader and its own children (a sandbox's init in
+	// its pid namespace, which takes no signal it has no handler for).
+	// Before the command inside exists there is nothing else: the signal
+	// then goes to the leader, whose death ends the tree, as it would have
+	// ended a command that never got to handle it.
+	buf := make([]byte, 0, 64)
+	wrapper, _ := readFile("/proc/"+strconv.Itoa(t.pid)+"/task/"+strconv.Itoa(t.pid)+"/children", buf)
+	skip := appendPids([]int{t.pid}, wrapper)
+	sent := 0
+	for _, pid := range pids {
+		if slices.Contains(skip, pid) {
+			continue
+		}
+		if err := unix.Kill(pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("proc: signal tree %s: %w", t.id, err)
+		}
+		sent++
+	}
+	if sent == 0 {
+		if err := unix.Kill(t.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("proc: signal tree %s: %w", t.id, err)
+		}
 	}
 	return nil
 }
@@ -288,6 +344,8 @@ func (s *Supervisor) reapLeader(t *Tree) ExitStatus {
 		return ExitStatus{Code: -1}
 	case ws.Signaled():
 		return ExitStatus{Code: -1, Signal: ws.Signal()}
+	case t.wrapped && ws.ExitStatus() > 128 && ws.ExitStatus() <= 128+64:
+		return ExitStatus{Code: -1, Signal: syscall.Signal(ws.ExitStatus() - 128)}
 	default:
 		return ExitStatus{Code: ws.ExitStatus()}
 	}

@@ -256,6 +256,9 @@ func hasCommits(r *git.Repository) bool {
 // BaseCommit is the commit BaseRef resolved to at Open.
 func (m *Manager) BaseCommit() string { return m.base.String() }
 
+// CommonDir is the repository's git directory.
+func (m *Manager) CommonDir() string { return m.commonDir }
+
 // Path is the agent's worktree directory.
 func (m *Manager) Path(agent string) string { return filepath.Join(m.wtDir, agent) }
 
