@@ -13,9 +13,10 @@
 //   - swarmd: `swarmd run` with one agent on a `command` backend running the
 //     program (min_session_interval 0s, so nothing paces it) on a real git
 //     repository; -base adds a second swarmd binary (before/after);
-//   - swarmd-noiso: the same swarmd with isolation: off, so that the ratio
-//     of the two is what a cgroup per session costs (where the host lets
-//     swarmd make them).
+//   - swarmd-noiso: the same swarmd with isolation: off, and swarmd-cgroup
+//     with cgroups but no sandbox (a bwrap that is not there), so that the
+//     ratios are what a cgroup per session and a bubblewrap sandbox per
+//     session cost (where the host allows them).
 //
 // The floor and the peer are this binary re-executed in a hidden mode.
 package main
@@ -113,7 +114,11 @@ func run(o options) error {
 		subjects = append(subjects, subject{"swarmd-base", func(o options) (figure, error) { return measureSwarmd(o, base, "") }})
 	}
 	subjects = append(subjects,
-		subject{"swarmd-noiso", func(o options) (figure, error) { return measureSwarmd(o, bin, "off") }},
+		subject{"swarmd-noiso", func(o options) (figure, error) { return measureSwarmd(o, bin, "isolation: off") }},
+		// cgroups without the sandbox: a bwrap that is not there.
+		subject{"swarmd-cgroup", func(o options) (figure, error) {
+			return measureSwarmd(o, bin, "sandbox: {bwrap: /nonexistent/bwrap}")
+		}},
 		subject{"swarmd", func(o options) (figure, error) { return measureSwarmd(o, bin, "") }})
 
 	where := o.dir
@@ -152,7 +157,7 @@ func run(o options) error {
 		if !strings.HasPrefix(s.name, "swarmd") {
 			continue
 		}
-		for _, ref := range []string{"floor", "peer", "swarmd-base", "swarmd-noiso"} {
+		for _, ref := range []string{"floor", "peer", "swarmd-base", "swarmd-noiso", "swarmd-cgroup"} {
 			if ref == s.name || figs[ref] == nil {
 				continue
 			}
@@ -281,8 +286,7 @@ func measureLoop(o options, self, mode string) (figure, error) {
 }
 
 // measureSwarmd runs `swarmd run` with one agent and counts the sessions
-// its log says ended.
-// measureSwarmd measures bin's daemon; isolation, if set, is the config's.
+// its log says ended; isolation, if set, is the config's top-level lines.
 func measureSwarmd(o options, bin, isolation string) (figure, error) {
 	work, err := harness.RepoIn(o.dir, "sessioncpu-swarmd")
 	if err != nil {
@@ -291,7 +295,7 @@ func measureSwarmd(o options, bin, isolation string) (figure, error) {
 	defer os.RemoveAll(work)
 	head := fmt.Sprintf("defaults: {backend: t, session_timeout: 1h, min_session_interval: 0s}\nbackends: {t: {type: command, command: %q}}\n", o.cmd)
 	if isolation != "" {
-		head = "isolation: " + isolation + "\n" + head
+		head = isolation + "\n" + head
 	}
 	config, _, err := harness.Swarm(work, head, 1)
 	if err != nil {

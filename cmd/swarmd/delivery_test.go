@@ -45,18 +45,19 @@ case $r in
 esac`
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
+sandbox: {writable: [%[1]q]}
 defaults:
   backend: random
   session_timeout: 1500ms
   grace_period: 1s
   max_consecutive_errors: 1000
   max_total_errors: 1000
-  env: {SHOWN: %q, SWARMD: %q}
+  env: {SHOWN: %[1]q, SWARMD: %[2]q}
 backends:
   random:
     type: command
     command: sh
-    args: [-c, %q]
+    args: [-c, %[3]q]
 agents:
   - {name: alice, role: works}
   - {name: bob, role: works}

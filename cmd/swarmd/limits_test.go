@@ -18,6 +18,7 @@ func TestSessionMailHeldToMaxBody(t *testing.T) {
 	out := t.TempDir()
 	cfg := writeConfig(t, repo, `
 listen: ""
+sandbox: {writable: [`+out+`]}
 mailbox:
   max_body: 100
 defaults:

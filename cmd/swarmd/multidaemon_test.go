@@ -73,6 +73,7 @@ func TestTwoDaemonsOneSwarm(t *testing.T) {
 		}
 		return writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
+sandbox: {writable: [`+out+`]}
 store: "%s"
 lease_timeout: 2s
 remote: origin

@@ -113,6 +113,7 @@ func TestPauseNowFreezesAndSurvivesKill9(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
+sandbox: {writable: [%[2]q]}
 defaults:
   backend: counter
   grace_period: 1s
@@ -121,9 +122,9 @@ backends:
   counter:
     type: command
     command: sh
-    args: ["-c", %q]
+    args: ["-c", %[1]q]
 agents:
-  - {name: alice, role: "You count.", env: {D: %q}}
+  - {name: alice, role: "You count.", env: {D: %[2]q}}
 `, counterScript, dir))
 	stateDir := filepath.Join(repo, ".swarm")
 	d := startDaemon(t, cfg)

@@ -46,6 +46,7 @@ func TestConfiguredPathAndHotLoop(t *testing.T) {
 	}
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
+sandbox: {writable: [`+out+`]}
 defaults:
   grace_period: 1s
 hooks:

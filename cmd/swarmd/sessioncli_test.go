@@ -48,6 +48,7 @@ func TestSessionCommandsGoThroughTheDaemon(t *testing.T) {
 	}
 	cfg := writeConfig(t, repo, `
 listen: ""
+sandbox: {writable: [`+out+`]}
 store: "`+srv.URL("sessioncli")+`"
 backends:
   session:

@@ -60,9 +60,11 @@ case "$p" in *"needs-work (round 1 "*) printf 'write v2\nFAIL\n';; *) printf 'fi
 // claims nothing; the killed attempt never merges.
 func TestOneTaskOneChange(t *testing.T) {
 	repo := gitRepo(t)
-	mark := filepath.Join(t.TempDir(), "slow-started")
+	marks := t.TempDir()
+	mark := filepath.Join(marks, "slow-started")
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
+sandbox: {writable: [`+marks+`]}
 defaults:
   min_session_interval: 0s
   env: {MARK: %q}

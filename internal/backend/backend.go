@@ -115,6 +115,10 @@ type Spec struct {
 	// starts a refused call is cancelled (Result.Denied, abort reason
 	// permission_denied). Backends without a stream ignore it.
 	Tools ToolPolicy
+	// Sandbox, if set, wraps the session's command line (its binary found
+	// in the session's PATH, by absolute path) in a sandbox: the returned
+	// command line runs instead, as a wrapper (proc.Spec.Wrapped).
+	Sandbox func(argv []string) []string
 	// OnProgress, if set, is told what the stream has shown so far (usage,
 	// model, provider trouble) each time that changes. It is called from
 	// the goroutine reading the output, so it must be quick.

@@ -166,7 +166,7 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		out.lines = NewLineSplitter(0, s.line)
 	}
 	s.out = out
-	tree, err := sup.Start(proc.Spec{
+	ps := proc.Spec{
 		Path:      l.path,
 		Args:      l.args,
 		Dir:       spec.Dir,
@@ -176,7 +176,21 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		ID:        spec.SessionID,
 		OnDone:    s.finish,
 		MemoryMax: spec.MemoryMax,
-	})
+	}
+	if spec.Sandbox != nil {
+		// Found here, so that a missing binary is still "binary not found"
+		// and not the wrapper's failure inside.
+		path, err := proc.LookPath(l.path, ps.Env)
+		if err == nil {
+			_, err = os.Stat(path)
+		}
+		if err != nil {
+			return nil, s.startFailed(spec, l, err)
+		}
+		argv := spec.Sandbox(append([]string{path}, l.args...))
+		ps.Path, ps.Args, ps.Wrapped = argv[0], argv[1:], true
+	}
+	tree, err := sup.Start(ps)
 	if err != nil {
 		return nil, s.startFailed(spec, l, err)
 	}

@@ -62,6 +62,8 @@ type Config struct {
 	StallAfter time.Duration // status marks a Running session stalled after this long without output
 	// Isolation is IsolationAuto, IsolationStrict or IsolationOff.
 	Isolation string
+	// Sandbox are the paths a session's sandbox sees beyond its own.
+	Sandbox Sandbox
 	// Limits are the swarm's admission limits (zero: none).
 	Limits Limits
 	// GitEmailDomain is the domain of the email address agents commit
@@ -225,6 +227,14 @@ const (
 	DefaultMaxSessionBytes      = 64 << 20
 )
 
+// Sandbox is config key sandbox: host paths every session's sandbox sees
+// (absolute, existing), beyond its worktree, HOME and the read-only rest.
+type Sandbox struct {
+	Bwrap    string   // the bubblewrap binary: a name in PATH or a path
+	Writable []string // bound read-write (a shared cache)
+	ReadOnly []string // bound read-only: under /tmp, which is private otherwise
+}
+
 // Isolation levels (config key isolation).
 const (
 	IsolationAuto   = "auto"   // use what the host offers, say what is missing
@@ -240,6 +250,7 @@ func defaultConfig() *Config {
 		Listen:       DefaultListen,
 		LeaseTimeout: DefaultLeaseTimeout,
 		Isolation:    IsolationAuto,
+		Sandbox:      Sandbox{Bwrap: "bwrap"},
 		Defaults: AgentSettings{
 			Backend:              DefaultBackend,
 			SessionTimeout:       DefaultSessionTimeout,

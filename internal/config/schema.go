@@ -118,6 +118,11 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 			d.section(d.limitsFields(&cfg.Limits), nil)},
 		{"isolation", "How sessions, hooks and merge gates are contained: auto uses what this host offers (a cgroup v2 per process tree) and says what is missing; strict refuses to start without it; off uses process groups and markers only.",
 			d.enumTo(&cfg.Isolation, isolationLevels)},
+		{"sandbox", "What every session's sandbox sees beyond its worktree, its HOME, a private /tmp and the read-only rest (the state directory is never there).", d.section([]field{
+			{"bwrap", "The bubblewrap binary: a name looked up in PATH, or a path.", d.strTo(&cfg.Sandbox.Bwrap, true)},
+			{"writable", "Absolute paths of existing directories sessions may write (a shared build cache).", d.strListTo(&cfg.Sandbox.Writable, true)},
+			{"readable", "Absolute paths under /tmp sessions may read (the rest of /tmp is private to each session).", d.strListTo(&cfg.Sandbox.ReadOnly, true)},
+		}, nil)},
 		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},
 		{"git_email_domain", "Agents commit as \"AGENT (swarmd)\" <AGENT@this domain> unless their env sets GIT_AUTHOR_*/GIT_COMMITTER_*.",
 			d.strTo(&cfg.GitEmailDomain, true)},
@@ -159,6 +164,7 @@ func (d *decoder) decode(data []byte) *Config {
 	}
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
 	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
+	d.checkSandbox(cfg, top)
 	if !slices.Contains(isolationLevels, cfg.Isolation) {
 		d.errorf(top.at("isolation"), "isolation", "%q is not an isolation level (want one of %s)", cfg.Isolation, strings.Join(isolationLevels, ", "))
 	}
@@ -309,6 +315,29 @@ func (d *decoder) paths(cfg *Config, repo, stateDir string, top keySet) {
 	if sock := cfg.SocketPath(); len(sock) > maxSocketPath {
 		d.errorf(top.at("state_dir"), "state_dir", "the control socket path %s is %d bytes, over the %d-byte limit for unix sockets; use a shorter state_dir",
 			sock, len(sock), maxSocketPath)
+	}
+}
+
+// checkSandbox: sandbox paths are absolute existing directories, and never
+// the state directory or anything in it.
+func (d *decoder) checkSandbox(cfg *Config, top keySet) {
+	for _, l := range []struct {
+		key   string
+		paths []string
+	}{{"writable", cfg.Sandbox.Writable}, {"readable", cfg.Sandbox.ReadOnly}} {
+		for _, p := range l.paths {
+			key := "sandbox." + l.key
+			switch fi, err := os.Stat(p); {
+			case !filepath.IsAbs(p):
+				d.errorf(top.at("sandbox"), key, "%q is not an absolute path", p)
+			case err != nil:
+				d.errorf(top.at("sandbox"), key, "%s: %v", p, unwrapPath(err))
+			case !fi.IsDir():
+				d.errorf(top.at("sandbox"), key, "%s is not a directory", p)
+			case within(filepath.Clean(p), cfg.StateDir) || within(cfg.StateDir, filepath.Clean(p)):
+				d.errorf(top.at("sandbox"), key, "%s overlaps the state directory %s, which no session may see", p, cfg.StateDir)
+			}
+		}
 	}
 }
 

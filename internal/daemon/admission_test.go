@@ -24,15 +24,16 @@ func TestAdmissionMaxRunning(t *testing.T) {
 	cfg := repo(t, fmt.Sprintf(`
 listen: ""
 limits: {max_running: 2}
+sandbox: {writable: [%[1]q]}
 defaults:
   backend: worker
   grace_period: 1s
   min_session_interval: 0s
-  env: {D: %q}
+  env: {D: %[1]q}
 backends:
-  worker: {type: command, command: sh, args: [-c, %q]}
+  worker: {type: command, command: sh, args: [-c, %[2]q]}
 agents:
-%s`, dir, script, agents.String()))
+%[3]s`, dir, script, agents.String()))
 	r := start(t, cfg)
 	sessions := func() map[string]int {
 		b, _ := os.ReadFile(filepath.Join(dir, "sessions"))

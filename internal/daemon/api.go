@@ -128,7 +128,8 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 }
 
 // authorize says who made a control request and whether they may act on
-// target. The caller is recognised by the connecting process (its pid from
+// target. The caller is recognised by the socket it came through (a
+// sandboxed session's own), or else by the connecting process (its pid from
 // the kernel, and the tree marker in that process's environment), never by
 // what the request says: a process in one of this daemon's session trees is
 // that session's agent, which may act only on itself unless its config says
@@ -165,6 +166,9 @@ func (d *Daemon) caller(ctx context.Context) (agentName string, ok bool) {
 // one of this daemon's trees that is not a session's (a hook, a merge
 // gate), with the tree's id.
 func (d *Daemon) ownTreeCaller(ctx context.Context) (tree string, ok bool) {
+	if id, held := control.Holder(ctx); held {
+		return id, true // a sandbox's socket: never the operator's
+	}
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
 		return "", false
@@ -180,12 +184,18 @@ func (d *Daemon) ownTreeCaller(ctx context.Context) (tree string, ok bool) {
 // callerSession is caller with the session's tree marker (its TreeID is the
 // session id).
 func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Caller, ok bool) {
+	cfg, _ := d.current()
+	if id, held := control.Holder(ctx); held {
+		// The socket made for this session's sandbox: who connects to it
+		// is that session, whatever its environment says.
+		agentName, ok = runner.AgentOfSession(id)
+		return agentName, proc.Caller{Owner: cfg.StateDir, Instance: d.sup.Instance(), TreeID: id}, ok
+	}
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
 		return "", proc.Caller{}, false
 	}
 	c, ok = proc.CallerOf(pid)
-	cfg, _ := d.current()
 	if !ok || c.Owner != cfg.StateDir {
 		return "", proc.Caller{}, false
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/swarmd/swarmd/internal/budget"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
-	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -532,20 +531,14 @@ func (a controlAPI) SetBudget(ctx context.Context, req control.BudgetSetRequest)
 // operatorOnly refuses a request from inside one of this daemon's process
 // trees: a session's, or a hook's or merge gate's (code an agent can change).
 func (d *Daemon) operatorOnly(ctx context.Context, what string) error {
-	pid, ok := control.PeerPID(ctx)
-	if !ok {
-		return nil
-	}
-	c, ok := proc.CallerOf(pid)
-	cfg, _ := d.current()
-	if !ok || c.Owner != cfg.StateDir {
-		return nil
-	}
-	if name, ok := runner.AgentOfSession(c.TreeID); ok {
+	if name, ok := d.caller(ctx); ok {
 		return fmt.Errorf("%w: agent %s may not %s (only the operator may)", control.ErrForbidden, name, what)
 	}
-	return fmt.Errorf("%w: a process of this daemon's tree %s (a hook or the merge gate) may not %s (only the operator may)",
-		control.ErrForbidden, c.TreeID, what)
+	if tree, ok := d.ownTreeCaller(ctx); ok {
+		return fmt.Errorf("%w: a process of this daemon's tree %s (a hook or the merge gate) may not %s (only the operator may)",
+			control.ErrForbidden, tree, what)
+	}
+	return nil
 }
 
 // spentText is "alice spent $10.02 of $10.00 in the 24h window to

@@ -63,7 +63,9 @@ type Daemon struct {
 	http         *httpServer
 	journal      *store.Journal
 	control      *control.Server
-	dash         *dashboards // the read model of swarmd top and the web dashboard
+	controlUp    chan struct{} // closed once control is set
+	sockets      atomic.Int64  // session sockets made (sandbox.go)
+	dash         *dashboards   // the read model of swarmd top and the web dashboard
 	observer     runner.Observer
 	pusher       *pusher     // pushes branches to cfg.Remote, started by Run
 	ready        atomic.Bool // every agent registered
@@ -132,7 +134,7 @@ func (o *Options) setDefaults() {
 func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
 	opts.setDefaults()
 	log := opts.Log
-	d := &Daemon{opts: opts, cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
+	d := &Daemon{opts: opts, cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), controlUp: make(chan struct{}), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
 		retiring: map[string]bool{}, admission: admission.New(admissionLimits(cfg))}
 	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
 	defer func() {
@@ -187,6 +189,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 			hooks.AgentStopped: cfg.Hooks.AgentStopped,
 		},
 		Timeout: cfg.Hooks.Timeout,
+		Sandbox: d.hookSandbox(),
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
 	watch, wake := cfg.DBPath(), (<-chan struct{})(nil) // the WAL file's changes wake the router
 	if cfg.SharedStore() {
@@ -320,6 +323,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if d.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
 		return err
 	}
+	close(d.controlUp) // sessions' sockets can be attached to it now
 	d.notify.ready()
 	d.logIsolation()
 	fields := []zap.Field{zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
@@ -481,6 +485,7 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		MaxSessions:        st.MaxSessions,
 		MaxTurns:           st.MaxTurns,
 		MemoryMax:          st.MemoryMax,
+		Container:          d.container(),
 		MaxSilent:          st.MaxSilent,
 		Hold:               func(reason string) { d.holdAgent(a.Name, reason) },
 		Paused:             paused,
@@ -550,7 +555,8 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 	env := envList(a.Env)
 	if !cfg.SharedStore() {
 		// A shared store's credentials stay with the daemon: sessions'
-		// `swarmd mail` and `swarmd task` go through its control socket.
+		// `swarmd mail` and `swarmd task` go through the control socket
+		// (as they do in a sandbox, which removes this variable).
 		env = append(env, "SWARM_DB_PATH="+cfg.DBPath())
 	}
 	ros := d.rosterOf(cfg)

@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"go.uber.org/zap"
@@ -11,6 +14,8 @@ import (
 	"github.com/swarmd/swarmd/internal/cgroup"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/sandbox"
 )
 
 // isolation is what contains the process trees this daemon starts
@@ -19,6 +24,7 @@ import (
 type isolation struct {
 	level   string            // config.IsolationAuto, Strict or Off
 	cgroups *cgroup.Hierarchy // nil: not in force
+	sandbox *sandbox.Sandbox  // nil: not in force
 	missing []string          // what is not in force, and why
 }
 
@@ -37,6 +43,12 @@ func (i isolation) String() string {
 		} else {
 			b.WriteString(" (no controller delegated: no memory_max)")
 		}
+	}
+	if i.sandbox != nil {
+		if i.cgroups != nil {
+			b.WriteString("; ")
+		}
+		b.WriteString("a bubblewrap sandbox per session (" + i.sandbox.Path() + ")")
 	}
 	if len(i.missing) > 0 {
 		b.WriteString("; NOT in force: " + strings.Join(i.missing, "; "))
@@ -61,6 +73,15 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 	} else {
 		d.iso.cgroups = h
 		d.sup.UseCgroups(h)
+	}
+	if sb, err := sandbox.Probe(context.Background(), cfg.Sandbox.Bwrap); err != nil {
+		d.iso.missing = append(d.iso.missing, "sandbox: "+err.Error()+
+			": sessions see the whole file system, the state directory included, and are known by their environment")
+	} else {
+		d.iso.sandbox = sb
+		// Sockets of an earlier daemon's sessions (sandbox.go): the state
+		// lock says none of them is served any more.
+		_ = os.RemoveAll(filepath.Join(cfg.StateDir, "s"))
 	}
 	if cfg.Isolation == config.IsolationStrict && len(d.iso.missing) > 0 {
 		return setupErrorf("isolation: strict, and %s", strings.Join(d.iso.missing, "; "))
@@ -89,3 +110,12 @@ func (d *Daemon) closeIsolation() {
 
 // Info is the control API's GET /v1/daemon: what contains the trees.
 func (a controlAPI) Info() control.DaemonInfo { return control.DaemonInfo{Isolation: a.d.iso.String()} }
+
+// container is what the runners get as their Container: nil while no
+// sandbox is in force.
+func (d *Daemon) container() runner.Container {
+	if d.iso.sandbox == nil {
+		return nil
+	}
+	return sessionSandboxes{d}
+}

@@ -26,7 +26,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Repo: cfg.Repo, StateDir: cfg.StateDir, Into: cfg.Merge.Into, Gate: cfg.Merge.Gate,
 		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy,
 		DB: d.db, Procs: d.sup, Logs: d.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
-		Log: d.log.Named("merge"),
+		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
 	}
 	if cfg.SharedStore() {
 		opts.Prepare = d.fetchHead // heads of other machines' agents

@@ -21,14 +21,16 @@ import (
 // session, and once the lock goes the outcome lands exactly: task 1 FAILED
 // by that session, its mail acknowledged once by it, one row per session.
 func TestLockedStoreDelaysTheOutcome(t *testing.T) {
-	flag := filepath.Join(t.TempDir(), "go")
+	flags := t.TempDir()
+	flag := filepath.Join(flags, "go")
 	cfgPath := repo(t, fmt.Sprintf(`listen: ""
+sandbox: {readable: [%q]}
 defaults: {backend: w, min_session_interval: 0s}
 backends:
   w: {type: command, command: sh, args: [-c, "cat >/dev/null; while [ ! -e %s ]; do sleep 0.05; done; echo 'the build is broken upstream'; echo FAIL"]}
 agents:
   - {name: alice, role: x}
-`, flag))
+`, flags, flag))
 	d := open(t, cfgPath)
 	ctx := context.Background()
 	tk, err := d.tasks.Add(ctx, taskboard.NewTask{Title: "task one"})

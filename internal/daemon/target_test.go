@@ -14,7 +14,9 @@ import (
 // Where nothing keeps an agent from writing the merge target, a move the
 // queue did not make is seen (at the end of the session that made it, or
 // by the watch) and recorded (target_moved), once: an agent that advances
-// main past the queue, then one that rewinds it to the root commit.
+// main past the queue, then one that rewinds it to the root commit. With
+// isolation off: in a sandbox the agent cannot write main at all
+// (cmd/swarmd's TestSandboxHoldsAHostileSession).
 func TestTargetMovedByAnAgentIsRecorded(t *testing.T) {
 	script := `p=$(cat)
 case "$p" in
@@ -24,6 +26,7 @@ case "$p" in
 esac`
 	cfg := repo(t, fmt.Sprintf(`
 listen: ""
+isolation: off
 defaults: {backend: worker, grace_period: 1s, min_session_interval: 0s}
 merge: {into: main}
 backends:

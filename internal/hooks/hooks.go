@@ -83,6 +83,9 @@ type Config struct {
 	// read, counted and dropped: a hook that prints megabytes neither bloats
 	// memory nor blocks on a full pipe.
 	MaxOutput int
+	// Sandbox, when set, contains each hook run of agent (run in dir): it
+	// wraps the command line in a sandbox, as proc.Spec.Wrapped.
+	Sandbox func(agent, dir string, argv []string) []string
 }
 
 // Payload is the JSON object a hook reads on its standard input.
@@ -179,7 +182,7 @@ func (r *Runner) Run(ctx context.Context, dir string, env []string, p Payload) e
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("hooks: %s: %w", p.Event, err)
 		}
-		res, cancelled := r.runOne(ctx, dir, env, stdin, p.Event, cmd)
+		res, cancelled := r.runOne(ctx, p.Agent, dir, env, stdin, p.Event, cmd)
 		r.report(p, res, cancelled)
 		if cancelled {
 			return fmt.Errorf("hooks: %s hook %q: %w", p.Event, cmd, ctx.Err())
@@ -192,11 +195,11 @@ func (r *Runner) Run(ctx context.Context, dir string, env []string, p Payload) e
 }
 
 // runOne runs one command to its end. cancelled reports that ctx ended it.
-func (r *Runner) runOne(ctx context.Context, dir string, env []string, stdin []byte, ev Event, cmd string) (res Result, cancelled bool) {
+func (r *Runner) runOne(ctx context.Context, agent, dir string, env []string, stdin []byte, ev Event, cmd string) (res Result, cancelled bool) {
 	res = Result{Command: cmd, Outcome: OutcomeError, ExitCode: -1}
 	out := &boundedBuffer{max: r.cfg.MaxOutput}
 	start := time.Now()
-	tree, err := r.sup.Start(proc.Spec{
+	spec := proc.Spec{
 		Path:   "/bin/sh",
 		Args:   []string{"-c", cmd},
 		Dir:    dir,
@@ -204,7 +207,14 @@ func (r *Runner) runOne(ctx context.Context, dir string, env []string, stdin []b
 		Stdin:  bytes.NewReader(stdin),
 		Output: out,
 		ID:     r.idPrefix + string(ev) + "-" + strconv.FormatUint(r.runs.Add(1), 10),
-	})
+	}
+	if r.cfg.Sandbox != nil {
+		// A hook may run a script from the agent's branch: contained like
+		// the agent's sessions.
+		argv := r.cfg.Sandbox(agent, dir, append([]string{spec.Path}, spec.Args...))
+		spec.Path, spec.Args, spec.Wrapped = argv[0], argv[1:], true
+	}
+	tree, err := r.sup.Start(spec)
 	if err != nil {
 		res.Output = err.Error()
 		res.Duration = time.Since(start)

@@ -61,14 +61,21 @@ func (q *Queue) runGate(ctx context.Context, e *Entry, dir string, seq uint32) (
 	out.line(fmt.Sprintf("=== swarmd session %s seq %d started %s head %s ===\n", id, seq, started.Format(time.RFC3339), e.Candidate))
 	out.line(fmt.Sprintf("swarmd: gate of task %d: %s at %s (agent %s) onto %s at %s, strategy %s, candidate %s, in %s\n",
 		e.Task, e.Branch, short(e.Head), e.Agent, q.opts.Into, short(e.Target), q.opts.Strategy, short(e.Candidate), dir))
-	tree, err := q.opts.Procs.Start(proc.Spec{
+	spec := proc.Spec{
 		Path:   "/bin/sh",
 		Args:   append([]string{"-c", gateScript, "swarmd-gate"}, q.opts.Gate...),
 		Dir:    dir,
 		Env:    q.gateEnv(e),
 		Output: out,
 		ID:     id,
-	})
+	}
+	if q.opts.Sandbox != nil {
+		// The gate runs code from the branch under test: contained like
+		// the session that wrote it.
+		argv := q.opts.Sandbox(dir, append([]string{spec.Path}, spec.Args...))
+		spec.Path, spec.Args, spec.Wrapped = argv[0], argv[1:], true
+	}
+	tree, err := q.opts.Procs.Start(spec)
 	if err != nil {
 		out.line(fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome error: %v ===\n", id, seq, q.now().Format(time.RFC3339), err))
 		return gateRun{}, fmt.Errorf("gate run %d: %w", seq, err)

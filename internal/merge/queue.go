@@ -126,6 +126,9 @@ type Options struct {
 	// Name and Email are the identity of the commits the queue makes; ""
 	// means DefaultName and DefaultEmail.
 	Name, Email string
+	// Sandbox, when set, contains each gate run: it wraps the gate's
+	// command line (run in dir) in a sandbox, as proc.Spec.Wrapped.
+	Sandbox func(dir string, argv []string) []string
 	// Prepare, when set, runs before an entry is integrated: an error makes
 	// the entry wait, with the error as the reason, until the next recheck.
 	// A daemon of a swarm fetches there the head another machine pushed.

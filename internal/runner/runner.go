@@ -71,6 +71,14 @@ type Observer interface {
 	OnIdle(agent string, idle bool, at time.Time)
 }
 
+// Container puts each session in a sandbox of its own.
+type Container interface {
+	// Contain prepares session sessionID of agent's sandbox: wrap is
+	// backend.Spec.Sandbox, release is called once the session has ended
+	// (every process of it dead).
+	Contain(agent, sessionID string) (wrap func(argv []string) []string, release func(), err error)
+}
+
 // Config is everything one Runner needs. Zero durations take defaults.
 type Config struct {
 	Name        string
@@ -112,6 +120,8 @@ type Config struct {
 	// MemoryMax bounds each session's process tree in bytes
 	// (backend.Spec.MemoryMax); 0 means no limit.
 	MemoryMax int64
+	// Container, if set, puts every session in a sandbox of its own.
+	Container Container
 	// MaxSilent holds the agent (Hold) once this many sessions in a row
 	// completed without a signal while they held a task or a review; 0
 	// means never.
@@ -200,6 +210,7 @@ type Runner struct {
 	// The prompt, and the mail and task it claimed (prompt.go):
 	why        Why
 	lastPrompt string // the stored prompt, until spawn hands it to the backend
+	uncontainF func() // releases the running session's sandbox (Config.Container)
 	watermark  int64
 	claimed    bool  // a prompt claimed mail for sessionID, and no session has started with it
 	carried    int   // messages the current session's prompt carried

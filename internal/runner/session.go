@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,9 @@ func (r *Runner) spawn() {
 	r.promptHead = "" // one prompt, one spawn
 	spec.HeadBefore = r.headBefore
 	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
+	if err == nil {
+		err = r.contain(&spec)
+	}
 	var sess backend.Session
 	if err == nil {
 		start := time.Now()
@@ -61,6 +65,7 @@ func (r *Runner) spawn() {
 		}
 	}
 	if err != nil {
+		r.uncontain()
 		r.release()
 		r.settleTicket(backend.Result{}, false)
 		if r.external() {
@@ -91,6 +96,27 @@ func (r *Runner) spawn() {
 	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
 	r.taskStarted()
 	r.maybeInterrupt()
+}
+
+// contain gives the session about to start its sandbox (Config.Container).
+func (r *Runner) contain(spec *backend.Spec) error {
+	if r.cfg.Container == nil {
+		return nil
+	}
+	wrap, release, err := r.cfg.Container.Contain(r.cfg.Name, r.sessionID)
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	spec.Sandbox, r.uncontainF = wrap, release
+	return nil
+}
+
+// uncontain releases the ended (or never started) session's sandbox.
+func (r *Runner) uncontain() {
+	if f := r.uncontainF; f != nil {
+		r.uncontainF = nil
+		f()
+	}
 }
 
 // maybeInterrupt interrupts a Running session when urgent mail newer than its
@@ -161,6 +187,7 @@ func (r *Runner) finishSession(stopping bool) {
 	r.sess = nil
 	r.mu.Unlock()
 	r.sessionGone()
+	r.uncontain()
 	r.tm.stop()
 	res, out, interrupted := r.sessionResult(sess)
 	r.settleTicket(res, true)

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/daemon"
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/mockllm"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// hostile is mallory's session: once the test says go (the victim's
+// session is running), it tries everything a prompt-injected agent would,
+// and writes what worked to $REPORT/results, one "what yes|no" a line.
+const hostile = `r="$REPORT/results"
+if [ -e "$r" ]; then printf 'idle\nDONE\n'; exit 0; fi
+for i in $(seq 300); do [ -e "$REPORT/go" ] && break; sleep 0.1; done
+export S="$(dirname "$(dirname "$SWARM_WORKTREE")")"
+try() { echo "== $1" >> "$REPORT/stderr"; if sh -c "$2" >/dev/null 2>>"$REPORT/stderr"; then echo "$1 yes" >> "$r"; else echo "$1 no" >> "$r"; fi; }
+try commit 'echo m > m.txt && git add m.txt && git commit -q -m mallory'
+try move-main 'git update-ref refs/heads/main HEAD'
+try move-peer 'git update-ref refs/heads/swarm/victim HEAD'
+try new-line 'git update-ref refs/heads/swarm/task/99 HEAD'
+try rewrite-link 'echo /elsewhere > "$(git rev-parse --git-dir)/commondir"'
+try read-db 'head -c 16 "$S/swarm.db"'
+try read-log 'ls "$S"/logs/*/* | grep -q .'
+try peer-worktree 'ls "$S/worktrees/victim"'
+try peer-process 'cat /proc/[0-9]*/cmdline | tr "\000" " " | grep -q victim-slee[p]er'
+try cgroup-escape 'for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs; do [ -e $f ] && echo $$ > $f && exit 0; done; exit 1'
+try host-tmp 'ls "$HOSTTMP"'
+try mail 'swarmd mail send --to victim --subject honest hello'
+try forged-mail 'SWARMD_TREE="$(printf "%s\037x\037victim-1-000000000000" "$S")" SWARM_AGENT_ID=victim swarmd mail send --to victim --subject forged hello'
+try stop-peer 'SWARMD_TREE="$(printf "%s\037x\037victim-1-000000000000" "$S")" swarmd stop victim --config "$CFG"'
+try operator-socket 'swarmd budget set victim 5000 --config "$CFG"'
+echo end >> "$r"
+printf 'tried\nDONE\n'`
+
+// victim sleeps through the attack, with a name mallory looks for.
+const victim = `if [ -e "$REPORT/results" ]; then printf 'idle\nDONE\n'; exit 0; fi
+exec sh -c 'sleep 60; : victim-sleeper'`
+
+// TestSandboxHoldsAHostileSession runs a session that tries what a
+// prompt-injected agent would, in the sandbox (bubblewrap and a cgroup per
+// session): it commits and sends its own mail, and nothing else works: it
+// cannot move main, a peer's branch or a task line, read swarm.db or the
+// logs, see the other agent's worktree or processes, leave its cgroup, see
+// the host's /tmp, act as the other agent with any environment it forges,
+// or reach the operator's socket.
+func TestSandboxHoldsAHostileSession(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("SKIPPED LOUDLY: bwrap is not installed (Debian: apt-get install bubblewrap): the sandbox is not tested here")
+	}
+	repo := gitRepo(t)
+	report := t.TempDir()
+	hostTmp := t.TempDir()
+	cfg := writeConfig(t, repo, "")
+	writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: strict
+sandbox: {writable: [%q]}
+defaults:
+  min_session_interval: 0s
+  env: {REPORT: %q, HOSTTMP: %q, CFG: %q}
+backends:
+  hostile: {type: command, command: sh, args: [-c, %q]}
+  victim: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: mallory, role: r, backend: hostile}
+  - {name: victim, role: r, backend: victim}
+`, report, report, hostTmp, cfg, hostile, victim))
+	main0 := gitOut(t, repo, "rev-parse", "main")
+	d := startDaemon(t, cfg)
+	d.waitLine("victim's session running", func(m map[string]any) bool {
+		return m["agent"] == "victim" && m["to"] == "Running"
+	})
+	victim0 := gitOut(t, repo, "rev-parse", "swarm/victim")
+	if err := os.WriteFile(filepath.Join(report, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	results := waitFileLine(t, filepath.Join(report, "results"), "end", 60*time.Second, d)
+	t.Cleanup(func() {
+		if t.Failed() {
+			stderr, _ := os.ReadFile(filepath.Join(report, "stderr"))
+			t.Logf("results:\n%s\nstderr:\n%s\nlog:\n%s", results, stderr, d.log())
+		}
+	})
+
+	want := map[string]string{
+		"commit": "yes", "mail": "yes", "forged-mail": "yes", // sent, as mallory: checked below
+		"move-main": "no", "move-peer": "no", "new-line": "no", "rewrite-link": "no",
+		"read-db": "no", "read-log": "no", "peer-worktree": "no", "peer-process": "no",
+		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no",
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(results), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			got[k] = v
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+
+	if g := gitOut(t, repo, "rev-parse", "main"); g != main0 {
+		t.Errorf("main moved: %s, was %s", g, main0)
+	}
+	if g := gitOut(t, repo, "rev-parse", "swarm/victim"); g != victim0 {
+		t.Errorf("swarm/victim moved: %s, was %s", g, victim0)
+	}
+	if !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/mallory"), "mallory") {
+		t.Errorf("mallory's commit is not on its branch")
+	}
+	_, mb := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	msgs, err := mb.Inbox(context.Background(), "victim", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 2 {
+		t.Fatalf("victim's mail: %d messages, want 2 (honest and forged)", len(msgs))
+	}
+	for _, m := range msgs {
+		if m.From != "mallory" {
+			t.Errorf("mail %q is from %q, want mallory: a forged environment made it another's", m.Subject, m.From)
+		}
+	}
+	out, err := exec.Command(swarmdBin, "status", "--config", cfg).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "victim") || strings.Contains(string(out), "Stopped") {
+		t.Errorf("status after the attack (victim must still run): %v\n%s", err, out)
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+// waitFileLine polls path until it has a line want, and returns it whole.
+func waitFileLine(t *testing.T, path, want string, limit time.Duration, d *daemonProc) string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			if l == want {
+				return string(b)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has no line %q after %s: %q; log:\n%s", path, want, limit, b, d.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRealCLIsWorkInTheSandbox: Claude Code, Codex and Gemini CLI, each in
+// its sandbox (isolation: strict), commit in their worktree, send mail and
+// report their task done with `swarmd`, through the socket made for their
+// session: the commits are on their branches, the mail is from each, and
+// each task is done by its agent with the frozen commit.
+func TestRealCLIsWorkInTheSandbox(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("SKIPPED LOUDLY: bwrap is not installed (Debian: apt-get install bubblewrap): the sandbox is not tested here")
+	}
+	claude, codex, gemini := cliPath(t, "claude"), cliPath(t, "codex"), cliPath(t, "gemini")
+	mock := mockllm.New(mockllm.Text("nothing to do\nDONE"))
+	defer mock.Close()
+	// Literal commands: Claude Code refuses a command with a variable it
+	// cannot check (and any, unless Bash is allowed); Codex's login shell resets PATH, so it names swarmd by
+	// the path its prompt gives ($SWARMD_BIN).
+	for a, swarmd := range map[string]string{"cl": "swarmd", "cx": `"$SWARMD_BIN"`, "gm": "swarmd"} {
+		mock.Script("task for "+a,
+			mockllm.Shell(`echo work > `+a+`.txt && git add . && git commit -qm "work of `+a+`"`),
+			mockllm.Shell(swarmd+` mail send --to operator --subject "from `+a+`" 'sandboxed mail'`),
+			mockllm.Shell(swarmd+` task done --summary "sandboxed `+a+`"`),
+			mockllm.Text("committed, mailed, done\nDONE"))
+	}
+	repo := gitRepo(t)
+	home := t.TempDir()
+	codexHome := codexConfig(t, mock.URL())
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"),
+		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: strict
+defaults:
+  grace_period: 5s
+  env: {HOME: %[4]q, DISABLE_TELEMETRY: "1", DISABLE_AUTOUPDATER: "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"}
+backends:
+  claude:
+    command: %[1]s
+    allowed_tools: [Bash]
+    env: {ANTHROPIC_BASE_URL: %[5]q, ANTHROPIC_API_KEY: sk-ant-test}
+  codex:
+    command: %[2]s
+    args: [--dangerously-bypass-approvals-and-sandbox]
+    env: {CODEX_HOME: %[6]q, MOCK_API_KEY: test-key}
+  gemini:
+    command: %[3]s
+    args: [--yolo]
+    env: {GEMINI_API_KEY: test-key, GOOGLE_GEMINI_BASE_URL: %[5]q}
+agents:
+  - {name: cl, role: works, backend: claude}
+  - {name: cx, role: works, backend: codex}
+  - {name: gm, role: works, backend: gemini}
+`, claude, codex, gemini, home, mock.URL(), codexHome))
+	stateDir := filepath.Join(repo, ".swarm")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := daemon.OpenTaskBoard(db.Store(), nil)
+	ids := map[string]int64{}
+	for _, a := range []string{"cl", "cx", "gm"} {
+		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[a] = tk.ID
+	}
+	d := startDaemon(t, cfg)
+	d.waitLine("the sandbox in force", func(m map[string]any) bool {
+		msg, _ := m["msg"].(string)
+		return strings.Contains(msg, "a bubblewrap sandbox per session")
+	})
+	for a, id := range ids {
+		got := waitTaskLong(t, b, id, task.Closed, d, 60*time.Second)
+		if got.Claimant != a || !strings.Contains(got.Result, "sandboxed "+a) {
+			t.Errorf("%s's task closed by %q with result %q", a, got.Claimant, got.Result)
+		}
+		head := strings.TrimSpace(gitOut(t, repo, "rev-parse", "swarm/"+a))
+		if got.Head != head || !strings.Contains(gitOut(t, repo, "log", "-1", "--format=%s", got.Head), "work of "+a) {
+			t.Errorf("%s's task froze %q; its branch is at %s", a, got.Head, head)
+		}
+	}
+	msgs, err := db.Inbox(context.Background(), "operator", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := map[string]bool{}
+	for _, m := range msgs {
+		if m.Subject == "from "+m.From {
+			from[m.From] = true
+		}
+	}
+	for _, a := range []string{"cl", "cx", "gm"} {
+		if !from[a] {
+			t.Errorf("no mail from %s in the operator's inbox: %+v", a, msgs)
+		}
+	}
+	if t.Failed() {
+		for _, a := range []string{"cl", "cx", "gm"} {
+			b, _ := os.ReadFile(filepath.Join(stateDir, "logs", a, "1.log"))
+			t.Logf("%s's first session log:\n%s", a, b)
+		}
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}

@@ -1,0 +1,233 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/sandbox"
+)
+
+// A session's sandbox (isolation: bubblewrap): it sees the file system
+// read-only, writes only its worktree, what git needs of the repository for
+// its own branch (worktree.Access), its HOME and a private /tmp; the state
+// directory (swarm.db, the logs, every other agent's worktree, the
+// operator's control socket) is not there. In its place at
+// <state_dir>/swarmd.sock is a socket made for this session alone: the
+// daemon knows who calls by the socket, whatever the caller's environment
+// says.
+
+// sessionSandboxes is the runner's Container while the sandbox is in force.
+type sessionSandboxes struct{ d *Daemon }
+
+// controlWait bounds how long a session start waits for the control socket
+// of a daemon still starting (its sessions connect through it).
+const controlWait = 30 * time.Second
+
+// maxSocketPath is what a unix socket's path may hold (sun_path, with its
+// NUL).
+const maxSocketPath = 107
+
+func (c sessionSandboxes) Contain(agentName, sessionID string) (func([]string) []string, func(), error) {
+	d := c.d
+	select {
+	case <-d.controlUp:
+	case <-d.agentCtx.Done():
+		return nil, nil, d.agentCtx.Err()
+	case <-time.After(controlWait):
+		return nil, nil, errors.New("the control socket is not up yet")
+	}
+	cfg, _ := d.current()
+	acc, err := d.trees.Access(agentName, cfg.AgentNames())
+	if err != nil {
+		return nil, nil, err
+	}
+	sock, err := sessionSocket(cfg.StateDir, d.sockets.Add(1))
+	if err != nil {
+		return nil, nil, err
+	}
+	detach, err := d.control.Attach(sock, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec := sandbox.Spec{
+		Writable: append(acc.Writable, cfg.Sandbox.Writable...),
+		// The repository's own directory stays read-only even under a HOME
+		// that holds it: the merge target's ref, packed-refs, config and
+		// hooks are the daemon's.
+		ReadOnly: append(append([]string{acc.Repo, acc.CommonDir}, acc.Pinned...), cfg.Sandbox.ReadOnly...),
+		Hidden:   hiddenPaths(cfg),
+		Binds:    []sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}},
+		Dir:      d.trees.Path(agentName),
+		// swarm.db is not there: `swarmd mail` and `swarmd task` go
+		// through the session's socket.
+		Unsetenv: unsetInSandbox(),
+	}
+	spec.Writable = append(spec.Writable, stateHomes(cfg, agentName)...)
+	sb := d.iso.sandbox
+	wrap := func(argv []string) []string {
+		s := spec
+		s.ReadOnly = append(s.ReadOnly, tmpNeeds(argv[0])...)
+		return sb.Command(s, argv)
+	}
+	return wrap, detach, nil
+}
+
+// gateSandbox contains the merge gate like a session (merge.Options
+// Sandbox), nil while no sandbox is in force: the gate runs code from the
+// branch it tests, so it writes only its checkout, its HOME and the
+// configured paths, sees neither the state directory nor any worktree, and
+// gets no control socket: no authority over the swarm at all.
+func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
+	sb := d.iso.sandbox
+	if sb == nil {
+		return nil
+	}
+	return func(dir string, argv []string) []string {
+		cfg, _ := d.current()
+		spec := sandbox.Spec{
+			Writable: append([]string{dir}, cfg.Sandbox.Writable...),
+			ReadOnly: append(append([]string{cfg.Repo}, cfg.Sandbox.ReadOnly...), tmpNeeds(argv[0])...),
+			Hidden:   hiddenPaths(cfg),
+			Dir:      dir,
+			Unsetenv: unsetInSandbox(),
+		}
+		if home := os.Getenv("HOME"); home != "" && home != "/" {
+			if fi, err := os.Stat(home); err == nil && fi.IsDir() {
+				spec.Writable = append(spec.Writable, home)
+			}
+		}
+		if d.trees != nil {
+			if common := d.trees.CommonDir(); common != "" {
+				spec.ReadOnly = append(spec.ReadOnly, common)
+			}
+		}
+		return sb.Command(spec, argv)
+	}
+}
+
+// hookSandbox contains an agent's hooks like its sessions (hooks.Config
+// Sandbox), nil while no sandbox is in force: a hook may run a script from
+// the agent's branch, so it sees what the agent's sessions see, and gets no
+// control socket (no authority over the swarm; not even the mailbox).
+func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
+	sb := d.iso.sandbox
+	if sb == nil {
+		return nil
+	}
+	return func(agentName, dir string, argv []string) []string {
+		cfg, _ := d.current()
+		spec := sandbox.Spec{
+			Writable: append([]string{}, cfg.Sandbox.Writable...),
+			ReadOnly: append(append([]string{cfg.Repo}, cfg.Sandbox.ReadOnly...), tmpNeeds(argv[0])...),
+			Hidden:   hiddenPaths(cfg),
+			Dir:      dir,
+			Unsetenv: unsetInSandbox(),
+		}
+		if acc, err := d.trees.Access(agentName, cfg.AgentNames()); err == nil {
+			spec.Writable = append(spec.Writable, acc.Writable...)
+			spec.ReadOnly = append(append(spec.ReadOnly, acc.CommonDir), acc.Pinned...)
+		} else if dir != "" {
+			spec.Writable = append(spec.Writable, dir)
+		}
+		spec.Writable = append(spec.Writable, stateHomes(cfg, agentName)...)
+		return sb.Command(spec, argv)
+	}
+}
+
+// hiddenPaths are what no sandbox sees: the state directory, and the
+// daemon's systemd credentials (the store's password)
+func hiddenPaths(cfg *config.Config) []string {
+	hidden := []string{cfg.StateDir}
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); filepath.IsAbs(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			hidden = append(hidden, dir)
+		}
+	}
+	return hidden
+}
+
+// unsetInSandbox are the variables naming what a sandbox does not see.
+func unsetInSandbox() []string { return []string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"} }
+
+// sessionSocket is where the n-th session's own control socket lives on
+// the host: under the state directory (hidden from every sandbox), and no
+// longer a path than the operator's socket for the first 10^9 sessions
+// (config checks that one against the limit).
+func sessionSocket(stateDir string, n int64) (string, error) {
+	dir := filepath.Join(stateDir, "s")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("session socket: %w", err)
+	}
+	path := filepath.Join(dir, strconv.FormatInt(n, 10))
+	if len(path) > maxSocketPath {
+		return "", fmt.Errorf("session socket %s: path over %d bytes (use a shorter state_dir)", path, maxSocketPath)
+	}
+	return path, nil
+}
+
+// stateHomes are the directories where a session of agent's CLIs keep
+// their state, writable in its sandbox: HOME, and CODEX_HOME and
+// CLAUDE_CONFIG_DIR where set; each from the agent's env, else its
+// backend's, else the daemon's. Only existing absolute directories other
+// than "/".
+func stateHomes(cfg *config.Config, agentName string) []string {
+	var out []string
+	for _, key := range []string{"HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"} {
+		dir := os.Getenv(key)
+		if a, ok := cfg.Agent(agentName); ok {
+			if b, ok := cfg.Backends[a.Backend]; ok && b.Env[key] != "" {
+				dir = b.Env[key]
+			}
+			if a.Env[key] != "" {
+				dir = a.Env[key]
+			}
+		}
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
+			continue
+		}
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			out = append(out, filepath.Clean(dir))
+		}
+	}
+	return out
+}
+
+// tmpNeeds is what of /tmp (private in a sandbox) the session's command
+// needs to run: the directory of its binary, swarmd's, and the PATH's
+// directories there; an npm .bin directory brings its node_modules.
+func tmpNeeds(bin string) []string {
+	dirs := []string{filepath.Dir(bin), selfDir()}
+	if real, err := filepath.EvalSymlinks(bin); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+	var out []string
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) || !sandbox.UnderTmp(filepath.Clean(d)) {
+			continue
+		}
+		d = filepath.Clean(d)
+		if filepath.Base(d) == ".bin" {
+			d = filepath.Dir(d)
+		}
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() && !containsPath(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func containsPath(list []string, p string) bool {
+	for _, q := range list {
+		if q == p || strings.HasPrefix(p, q+"/") {
+			return true
+		}
+	}
+	return false
+}
