@@ -57,9 +57,7 @@ exec sh -c 'sleep 60; : victim-sleeper'`
 // the host's /tmp, act as the other agent with any environment it forges,
 // or reach the operator's socket.
 func TestSandboxHoldsAHostileSession(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("SKIPPED LOUDLY: bwrap is not installed (Debian: apt-get install bubblewrap): the sandbox is not tested here")
-	}
+	requireBwrap(t)
 	repo := gitRepo(t)
 	report := t.TempDir()
 	hostTmp := t.TempDir()
@@ -169,9 +167,7 @@ func waitFileLine(t *testing.T, path, want string, limit time.Duration, d *daemo
 // session: the commits are on their branches, the mail is from each, and
 // each task is done by its agent with the frozen commit.
 func TestRealCLIsWorkInTheSandbox(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("SKIPPED LOUDLY: bwrap is not installed (Debian: apt-get install bubblewrap): the sandbox is not tested here")
-	}
+	requireBwrap(t)
 	claude, codex, gemini := cliPath(t, "claude"), cliPath(t, "codex"), cliPath(t, "gemini")
 	mock := mockllm.New(mockllm.Text("nothing to do\nDONE"))
 	defer mock.Close()
@@ -278,4 +274,16 @@ agents:
 		t.Fatalf("exit %d", code)
 	}
 	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}
+
+// requireBwrap skips loudly without bubblewrap, or fails with
+// SWARMD_REQUIRE_BWRAP=1 (CI installs it).
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("SWARMD_REQUIRE_BWRAP") == "1" {
+			t.Fatal("bwrap is not installed and SWARMD_REQUIRE_BWRAP=1 (Debian: apt-get install bubblewrap)")
+		}
+		t.Skip("SKIPPED LOUDLY: bwrap is not installed (Debian: apt-get install bubblewrap): the sandbox is not tested here")
+	}
 }

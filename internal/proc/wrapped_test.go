@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -11,6 +12,9 @@ import (
 func bwrapArgs(t *testing.T, argv ...string) (string, []string) {
 	t.Helper()
 	path, err := exec.LookPath("bwrap")
+	if err != nil && os.Getenv("SWARMD_REQUIRE_BWRAP") == "1" {
+		t.Fatal("bwrap is not installed and SWARMD_REQUIRE_BWRAP=1")
+	}
 	if err != nil {
 		t.Skip("*** bwrap not installed: the wrapped-tree tests did NOT run")
 	}

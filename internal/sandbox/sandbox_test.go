@@ -16,6 +16,9 @@ import (
 func probe(t *testing.T) *Sandbox {
 	t.Helper()
 	s, err := Probe(context.Background(), "")
+	if err != nil && os.Getenv("SWARMD_REQUIRE_BWRAP") == "1" {
+		t.Fatalf("no sandbox on this host and SWARMD_REQUIRE_BWRAP=1: %v", err)
+	}
 	if err != nil {
 		t.Skipf("SKIPPED LOUDLY: no sandbox on this host: %v", err)
 	}
