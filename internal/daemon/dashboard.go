@@ -257,7 +257,7 @@ func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
 
 // Features: what this swarmd has. Budgets are not on the dashboards yet.
 func (s viewSource) Features() view.Features {
-	return view.Features{Tasks: true, Pause: true, Merge: s.d.merge != nil}
+	return view.Features{Tasks: true, Pause: true, Merge: s.d.merge != nil, Isolation: s.d.iso.String()}
 }
 
 func (s viewSource) Fault() string { return s.d.health.faultText() }

@@ -466,3 +466,28 @@ func TestIdleAgentShowsIdle(t *testing.T) {
 		t.Fatalf("dave, idle in BuildingPrompt:\n%s", r)
 	}
 }
+
+// What contains the sessions is said at the top when a part of isolation
+// is not in force, and not at all when everything is.
+func TestIsolationNotInForceIsShown(t *testing.T) {
+	for _, c := range []struct {
+		iso   string
+		shown bool
+	}{
+		{"isolation auto: a cgroup per process tree under /sys/fs/cgroup/x; a bubblewrap sandbox per session (/usr/bin/bwrap)", false},
+		{"isolation auto: a cgroup per process tree under /sys/fs/cgroup/x; NOT in force: sandbox: bwrap not found", true},
+		{"isolation off: off (process groups and markers only)", true},
+	} {
+		d := newDriver(t, Options{}, 200, 24)
+		snap := swarm()
+		snap.Features.Isolation = c.iso
+		d.send(UpdateMsg{view.Update{Kind: view.KindSnapshot, Snapshot: &snap}})
+		r := d.m.Render()
+		if got := strings.Contains(r, c.iso); got != c.shown {
+			t.Errorf("%q shown %v, want %v:\n%s", c.iso, got, c.shown, r)
+		}
+		if n := strings.Count(r, "\n") + 1; n != 24 {
+			t.Errorf("the frame has %d lines, want 24", n)
+		}
+	}
+}

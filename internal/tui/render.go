@@ -41,6 +41,11 @@ func (m Model) Render() string {
 	if m.snap.Fault != "" {
 		lines = append(lines, st.err.Render(fit("DAEMON UNHEALTHY: "+m.snap.Fault, m.width)))
 	}
+	if iso := m.snap.Features.Isolation; strings.Contains(iso, "NOT in force") || strings.HasPrefix(iso, "isolation off") {
+		// Said once at the top, as the start log says it: the operator
+		// should know the sessions are not contained.
+		lines = append(lines, st.err.Render(fit(iso, m.width)))
+	}
 	body := m.height - len(lines) - 1
 	switch {
 	case !m.haveSnap:

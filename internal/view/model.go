@@ -233,6 +233,9 @@ type Features struct {
 	// Writes: the client may change things (the web: a token is
 	// configured; the control socket: always).
 	Writes bool `json:"writes"`
+	// Isolation says which parts of config key isolation are in force
+	// and why the others are not (the start log's line).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Event is one line of the lifecycle event log: an agent's transition, or

@@ -111,8 +111,18 @@ function applySnapshot(s) {
   renderBoard(s.tasks);
   renderMerge(s.merge);
   setFault(s.fault || '');
+  setIsolation(S.features.isolation || '');
   $('unlock').hidden = !S.features.writes || S.unlocked;
   if (!S.features.writes && S.unlocked) lock();
+}
+
+// setIsolation shows what contains the sessions, loudly when a part is not
+// in force.
+function setIsolation(text) {
+  const box = $('isolation');
+  box.hidden = !text;
+  box.textContent = text;
+  box.classList.toggle('warn', text.includes('NOT in force') || text.includes('isolation off'));
 }
 
 function setFault(f) {
