@@ -185,10 +185,13 @@ func (d *Daemon) ownTreeCaller(ctx context.Context) (tree string, ok bool) {
 // session id).
 func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Caller, ok bool) {
 	cfg, _ := d.current()
-	if id, held := control.Holder(ctx); held {
-		// The socket made for this session's sandbox: who connects to it
-		// is that session, whatever its environment says.
-		agentName, ok = runner.AgentOfSession(id)
+	if holder, held := control.Holder(ctx); held {
+		// The socket made for an agent's sandbox: who connects to it is
+		// that agent's running session, whatever its environment says.
+		if d.sandboxes == nil {
+			return "", proc.Caller{}, false
+		}
+		agentName, id, ok := d.sandboxes.session(holder)
 		return agentName, proc.Caller{Owner: cfg.StateDir, Instance: d.sup.Instance(), TreeID: id}, ok
 	}
 	pid, ok := control.PeerPID(ctx)

@@ -63,9 +63,10 @@ type Daemon struct {
 	http         *httpServer
 	journal      *store.Journal
 	control      *control.Server
-	controlUp    chan struct{} // closed once control is set
-	sockets      atomic.Int64  // session sockets made (sandbox.go)
-	dash         *dashboards   // the read model of swarmd top and the web dashboard
+	controlUp    chan struct{}     // closed once control is set
+	sockets      atomic.Int64      // agent sockets made (sandbox.go)
+	sandboxes    *sessionSandboxes // nil while no sandbox is in force
+	dash         *dashboards       // the read model of swarmd top and the web dashboard
 	observer     runner.Observer
 	pusher       *pusher     // pushes branches to cfg.Remote, started by Run
 	ready        atomic.Bool // every agent registered

@@ -79,6 +79,7 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 			": sessions see the whole file system, the state directory included, and are known by their environment")
 	} else {
 		d.iso.sandbox = sb
+		d.sandboxes = newSessionSandboxes(d)
 		// Sockets of an earlier daemon's sessions (sandbox.go): the state
 		// lock says none of them is served any more.
 		_ = os.RemoveAll(filepath.Join(cfg.StateDir, "s"))
@@ -114,8 +115,8 @@ func (a controlAPI) Info() control.DaemonInfo { return control.DaemonInfo{Isolat
 // container is what the runners get as their Container: nil while no
 // sandbox is in force.
 func (d *Daemon) container() runner.Container {
-	if d.iso.sandbox == nil {
+	if d.sandboxes == nil {
 		return nil
 	}
-	return sessionSandboxes{d}
+	return d.sandboxes
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/config"
@@ -18,12 +19,30 @@ import (
 // its own branch (worktree.Access), its HOME and a private /tmp; the state
 // directory (swarm.db, the logs, every other agent's worktree, the
 // operator's control socket) is not there. In its place at
-// <state_dir>/swarmd.sock is a socket made for this session alone: the
-// daemon knows who calls by the socket, whatever the caller's environment
-// says.
+// <state_dir>/swarmd.sock is a socket made for its agent alone: the daemon
+// knows who calls by the socket (and the agent's running session by its
+// own record), whatever the caller's environment says.
+//
+// One socket an agent, not a session: an agent runs one session at a time
+// and every process of a session is dead before the next starts (its
+// cgroup is killed), so the agent's socket names the running session
+// exactly; binding a socket is most of what a sandbox costs the daemon.
 
-// sessionSandboxes is the runner's Container while the sandbox is in force.
-type sessionSandboxes struct{ d *Daemon }
+// sessionSandboxes is the runners' Container while the sandbox is in force.
+type sessionSandboxes struct {
+	d *Daemon
+
+	mu      sync.Mutex
+	sockets map[string]string // agent -> its socket's path on the host
+	running map[string]string // agent -> the session in its sandbox now
+}
+
+func newSessionSandboxes(d *Daemon) *sessionSandboxes {
+	return &sessionSandboxes{d: d, sockets: map[string]string{}, running: map[string]string{}}
+}
+
+// holderPrefix marks the holder of an agent's socket (control.Holder).
+const holderPrefix = "agent:"
 
 // controlWait bounds how long a session start waits for the control socket
 // of a daemon still starting (its sessions connect through it).
@@ -33,7 +52,7 @@ const controlWait = 30 * time.Second
 // NUL).
 const maxSocketPath = 107
 
-func (c sessionSandboxes) Contain(agentName, sessionID string) (func([]string) []string, func(), error) {
+func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) []string, func(), error) {
 	d := c.d
 	select {
 	case <-d.controlUp:
@@ -47,11 +66,7 @@ func (c sessionSandboxes) Contain(agentName, sessionID string) (func([]string) [
 	if err != nil {
 		return nil, nil, err
 	}
-	sock, err := sessionSocket(cfg.StateDir, d.sockets.Add(1))
-	if err != nil {
-		return nil, nil, err
-	}
-	detach, err := d.control.Attach(sock, sessionID)
+	sock, err := c.socket(cfg.StateDir, agentName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -75,7 +90,49 @@ func (c sessionSandboxes) Contain(agentName, sessionID string) (func([]string) [
 		s.ReadOnly = append(s.ReadOnly, tmpNeeds(argv[0])...)
 		return sb.Command(s, argv)
 	}
-	return wrap, detach, nil
+	c.mu.Lock()
+	c.running[agentName] = sessionID
+	c.mu.Unlock()
+	release := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.running[agentName] == sessionID {
+			delete(c.running, agentName)
+		}
+	}
+	return wrap, release, nil
+}
+
+// socket is agent's socket, attached to the control server at its first
+// session; it lives as long as the server.
+func (c *sessionSandboxes) socket(stateDir, agentName string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if path, ok := c.sockets[agentName]; ok {
+		return path, nil
+	}
+	path, err := sessionSocket(stateDir, c.d.sockets.Add(1))
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.d.control.Attach(path, holderPrefix+agentName); err != nil {
+		return "", err
+	}
+	c.sockets[agentName] = path
+	return path, nil
+}
+
+// session is the session running in agent's sandbox, by the holder of the
+// socket a request came through; ok is false between its sessions.
+func (c *sessionSandboxes) session(holder string) (agentName, sessionID string, ok bool) {
+	agentName, ok = strings.CutPrefix(holder, holderPrefix)
+	if !ok {
+		return "", "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sessionID, ok = c.running[agentName]
+	return agentName, sessionID, ok
 }
 
 // gateSandbox contains the merge gate like a session (merge.Options
@@ -155,10 +212,10 @@ func hiddenPaths(cfg *config.Config) []string {
 // unsetInSandbox are the variables naming what a sandbox does not see.
 func unsetInSandbox() []string { return []string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"} }
 
-// sessionSocket is where the n-th session's own control socket lives on
-// the host: under the state directory (hidden from every sandbox), and no
-// longer a path than the operator's socket for the first 10^9 sessions
-// (config checks that one against the limit).
+// sessionSocket is where the n-th agent socket lives on the host: under
+// the state directory (hidden from every sandbox), and no longer a path
+// than the operator's socket for the first 10^9 (config checks that one
+// against the limit).
 func sessionSocket(stateDir string, n int64) (string, error) {
 	dir := filepath.Join(stateDir, "s")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -199,25 +256,35 @@ func stateHomes(cfg *config.Config, agentName string) []string {
 }
 
 // tmpNeeds is what of /tmp (private in a sandbox) the session's command
-// needs to run: the directory of its binary, swarmd's, and the PATH's
-// directories there; an npm .bin directory brings its node_modules.
+// needs to run: the directory of its binary (the binary alone when it lies
+// in /tmp itself), swarmd's, and the PATH's directories there; an npm .bin
+// directory brings its node_modules. Never /tmp whole.
 func tmpNeeds(bin string) []string {
-	dirs := []string{filepath.Dir(bin), selfDir()}
+	paths := []string{filepath.Dir(bin), selfDir()}
 	if real, err := filepath.EvalSymlinks(bin); err == nil {
-		dirs = append(dirs, filepath.Dir(real))
+		paths = append(paths, filepath.Dir(real))
+		if filepath.Dir(real) == "/tmp" {
+			paths = append(paths, real)
+		}
 	}
-	dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+	if filepath.Dir(bin) == "/tmp" {
+		paths = append(paths, bin)
+	}
+	paths = append(paths, filepath.SplitList(os.Getenv("PATH"))...)
 	var out []string
-	for _, d := range dirs {
-		if d == "" || !filepath.IsAbs(d) || !sandbox.UnderTmp(filepath.Clean(d)) {
+	for _, p := range paths {
+		if p == "" || !filepath.IsAbs(p) {
 			continue
 		}
-		d = filepath.Clean(d)
-		if filepath.Base(d) == ".bin" {
-			d = filepath.Dir(d)
+		p = filepath.Clean(p)
+		if p == "/tmp" || !sandbox.UnderTmp(p) {
+			continue
 		}
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() && !containsPath(out, d) {
-			out = append(out, d)
+		if filepath.Base(p) == ".bin" {
+			p = filepath.Dir(p)
+		}
+		if _, err := os.Stat(p); err == nil && !containsPath(out, p) {
+			out = append(out, p)
 		}
 	}
 	return out

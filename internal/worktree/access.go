@@ -59,6 +59,9 @@ func (m *Manager) Access(agent string, peers []string) (Access, error) {
 		if p == agent || checkName(p) != nil {
 			continue
 		}
+		if _, err := os.Lstat(filepath.Join(refs, filepath.FromSlash(p))); err == nil {
+			continue // the usual case, without createBranchRef's lock file
+		}
 		if err := m.createBranchRef(p, m.base); err != nil && !errors.Is(err, errRefExists) {
 			return Access{}, fmt.Errorf("sandbox access for agent %s: %w", agent, err)
 		}
