@@ -66,6 +66,7 @@ type Daemon struct {
 	controlUp    chan struct{}     // closed once control is set
 	sockets      atomic.Int64      // agent sockets made (sandbox.go)
 	sandboxes    *sessionSandboxes // nil while no sandbox is in force
+	remoteMoved  string            // the remote target's tip last reported moved (target.go)
 	dash         *dashboards       // the read model of swarmd top and the web dashboard
 	observer     runner.Observer
 	pusher       *pusher     // pushes branches to cfg.Remote, started by Run

@@ -128,7 +128,18 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 		return err // the remote's holds nothing ours lacks
 	}
 	// Another daemon merged there (it held the lock before): take its
-	// merges, when that only adds commits to ours.
+	// merges, when that only adds commits to ours, and only a tip a merge
+	// queue made: an agent (or anyone) that pushed to the remote's target
+	// does not get its commits onto it past review and the gate.
+	made, err := d.merge.Made(ctx, theirs)
+	if err != nil {
+		return err
+	}
+	if !made {
+		d.remoteTargetMoved(into, remote, theirs, ours)
+		return fmt.Errorf("%s on %s is at %.12s, which no merge queue made (someone pushed to it): not taken; look at it, and bring in what belongs by hand (merge it into this repository's %s, at %.12s), then the queue goes on",
+			into, remote, theirs, into, ours)
+	}
 	err = d.trees.FastForward(ctx, into, theirs)
 	if err == nil {
 		d.log.Info("merge queue: target fast-forwarded to the remote's", zap.String("into", into), zap.String("commit", theirs))

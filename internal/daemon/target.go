@@ -57,6 +57,21 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 	d.metrics.TargetMoved(kind)
 }
 
+// remoteTargetMoved records, once per tip, that the remote's target is at a
+// commit no merge queue made (called from the queue's Prepare, one
+// goroutine).
+func (d *Daemon) remoteTargetMoved(into, remote, theirs, ours string) {
+	if d.remoteMoved == theirs {
+		return
+	}
+	d.remoteMoved = theirs
+	reason := fmt.Sprintf("%s on %s moved to %.12s by someone other than a merge queue (this repository's is at %.12s): not taken", into, remote, theirs, ours)
+	d.log.Error("MERGE TARGET MOVED ON THE REMOTE: "+reason, zap.String("target", into), zap.String("remote", remote),
+		zap.String("to", theirs))
+	d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_moved", Actor: "swarmd", Reason: reason})
+	d.metrics.TargetMoved("remote")
+}
+
 // watchTarget looks at the target every targetWatchEvery until stop.
 func (d *Daemon) watchTarget(ctx context.Context, stop <-chan struct{}) {
 	t := time.NewTicker(targetWatchEvery)

@@ -3,11 +3,15 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -72,4 +76,85 @@ agents:
 		t.Fatalf("%d moves recorded, want each once", n)
 	}
 	r.stop(t)
+}
+
+// TestRemoteTargetMovedIsNotTaken: on a shared store the merge leader takes
+// the remote's target only at a commit a merge queue made. Someone (an
+// agent with the remote's credentials) pushes a commit straight to the
+// remote's main: the leader does not fast-forward main to it, the task's
+// entry waits saying why, and the move is recorded once (target_moved,
+// kind remote).
+func TestRemoteTargetMovedIsNotTaken(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("remotemoved"); err != nil {
+		t.Fatal(err)
+	}
+	remote := filepath.Join(t.TempDir(), "remote.git")
+	git(t, "", "init", "-q", "--bare", "-b", "main", remote)
+	cfg := repo(t, fmt.Sprintf(`
+listen: ""
+store: %s
+remote: %s
+defaults: {backend: worker, grace_period: 1s, min_session_interval: 0s}
+merge: {into: main}
+backends:
+  worker: {type: command, command: sh, args: [-c, 'p=$(cat); case "$p" in *"Your task: #"*) echo w > w.txt; git add w.txt; git commit -qm work; echo DONE;; *) echo idle; echo DONE;; esac']}
+agents:
+  - {name: alice, role: works}
+`, srv.URL("remotemoved"), remote))
+	dir := filepath.Dir(cfg)
+	git(t, dir, "push", "-q", remote, "main")
+	main0 := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+
+	// The push no merge queue made.
+	other := filepath.Join(t.TempDir(), "other")
+	git(t, "", "clone", "-q", remote, other)
+	git(t, other, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-q", "--allow-empty", "-m", "straight to main")
+	git(t, other, "push", "-q", "origin", "main")
+	pushed := strings.TrimSpace(git(t, other, "rev-parse", "HEAD"))
+
+	r := start(t, cfg)
+	ctx := context.Background()
+	tk, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the entry waiting on the remote's target", func() bool {
+		st, err := r.merge.Status(ctx)
+		return err == nil && strings.Contains(st.Waiting, "which no merge queue made")
+	})
+	if got := strings.TrimSpace(git(t, dir, "rev-parse", "main")); got != main0 {
+		t.Errorf("main is at %s, want %s: the leader took %s", got, main0, pushed)
+	}
+	_ = r.journal.Flush(ctx)
+	evs, err := r.db.Events(ctx, store.EventQuery{Agent: "merge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Event == "target_moved" && strings.Contains(e.Reason, "on "+remote+" moved to "+pushed[:12]) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d target_moved events for the remote's move, want 1: %+v", n, evs)
+	}
+	if got, _ := r.tasks.Get(ctx, tk.ID); got.State == task.Closed {
+		t.Errorf("task %d closed: merged onto a target no queue made", tk.ID)
+	}
+	r.stop(t)
+}
+
+// git runs git in dir ("" for none) and returns its output.
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	if dir != "" {
+		args = append([]string{"-C", dir}, args...)
+	}
+	out, err := exec.Command("git", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return string(out)
 }

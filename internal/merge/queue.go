@@ -271,6 +271,10 @@ func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch, head str
 // Status returns the queue with its last 10 results.
 func (q *Queue) Status(ctx context.Context) (Status, error) { return q.store.Status(ctx, 10) }
 
+// Made reports whether commit is one a merge queue put on the target (this
+// daemon's or, on a shared store, another's).
+func (q *Queue) Made(ctx context.Context, commit string) (bool, error) { return q.store.Made(ctx, commit) }
+
 // List returns the last limit entries (all when limit <= 0), oldest first.
 func (q *Queue) List(ctx context.Context, limit int) ([]Entry, error) {
 	return q.store.List(ctx, limit)

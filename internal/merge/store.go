@@ -397,6 +397,17 @@ func (s *Store) Retry(ctx context.Context, task int64, actor string) (Entry, err
 // any, finishes). It is stored: a restarted daemon stays paused.
 func (s *Store) Pause(ctx context.Context, actor string) error { return s.setPaused(ctx, true, actor) }
 
+// Made reports whether commit is one a merge queue put on the target (any
+// daemon's, on a shared store): the new target commit of a merged entry.
+func (s *Store) Made(ctx context.Context, commit string) (bool, error) {
+	var n int
+	err := s.db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM merge_queue WHERE state = 'merged' AND candidate = ?`, commit).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("merge queue: made %s: %w", short(commit), err)
+	}
+	return n > 0, nil
+}
+
 // Resume undoes Pause.
 func (s *Store) Resume(ctx context.Context, actor string) error {
 	return s.setPaused(ctx, false, actor)
