@@ -113,10 +113,27 @@ agents:
 // trees that is not a session has no authority, not the operator's. The
 // operator, outside, still has it.
 func TestHooksHaveNoOperatorAuthority(t *testing.T) {
-	repo := gitRepo(t)
-	out := filepath.Join(t.TempDir(), "hook.err")
-	cfg := writeConfig(t, repo, fmt.Sprintf(`
+	for _, c := range []struct {
+		isolation string
+		refused   []string // what the hook's two commands print
+	}{
+		// Without a sandbox the hook reaches the operator's socket and is
+		// known there as one of the daemon's trees.
+		{"off", []string{"may not stop agents", "no operator's authority", "may not set budgets"}},
+		// In a sandbox it has no socket at all.
+		{"auto", []string{"no swarmd is running"}},
+	} {
+		t.Run(c.isolation, func(t *testing.T) {
+			if c.isolation == "auto" {
+				requireBwrap(t)
+			}
+			repo := gitRepo(t)
+			dir := t.TempDir()
+			out := filepath.Join(dir, "hook.err")
+			cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
+isolation: %[4]s
+sandbox: {writable: [%[5]s]}
 defaults:
   grace_period: 1s
 hooks:
@@ -128,27 +145,30 @@ backends:
 agents:
   - {name: alice, role: x, backend: sleeper}
   - {name: bob, role: x, backend: sleeper}
-`, swarmdBin, filepath.Join(repo, "swarmd.yaml"), out))
-	// (the same hook tries to lift alice's budget: refused too)
-	d := startDaemon(t, cfg)
-	d.waitLine("alice Running", transitionTo("alice", "Running"))
-	d.waitLine("bob Running", transitionTo("bob", "Running"))
-	b, err := os.ReadFile(out)
-	if err != nil || !strings.Contains(string(b), "may not stop agents") || !strings.Contains(string(b), "no operator's authority") ||
-		!strings.Contains(string(b), "may not set budgets") {
-		t.Fatalf("the hook's swarmd stop bob and budget set: %v %q, want both refused", err, b)
+`, swarmdBin, filepath.Join(repo, "swarmd.yaml"), out, c.isolation, dir))
+			// (the same hook tries to lift alice's budget: refused too)
+			d := startDaemon(t, cfg)
+			d.waitLine("alice Running", transitionTo("alice", "Running"))
+			d.waitLine("bob Running", transitionTo("bob", "Running"))
+			b, err := os.ReadFile(out)
+			for _, want := range c.refused {
+				if err != nil || !strings.Contains(string(b), want) {
+					t.Fatalf("the hook's swarmd stop bob and budget set: %v %q, want both refused (%q)", err, b, want)
+				}
+			}
+			if st := statusOf(t, cfg, "bob"); st.State != "Running" {
+				t.Fatalf("bob is %s after a hook asked to stop it", st.State)
+			}
+			// status says what contains the trees (here, a hook that ran in one).
+			if out, _, code := runCLI(t, nil, "", "status", "-c", cfg); code != 0 || !strings.Contains(out, "\nisolation "+c.isolation+": ") {
+				t.Errorf("status does not say what isolation is in force:\n%s", out)
+			}
+			if _, stderr, code := runCLI(t, nil, "", "stop", "bob", "-c", cfg); code != 0 {
+				t.Fatalf("the operator stopping bob: exit %d %q", code, stderr)
+			}
+			d.waitLine("bob Stopped", transitionTo("bob", "Stopped"))
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			d.wait(10 * time.Second)
+		})
 	}
-	if st := statusOf(t, cfg, "bob"); st.State != "Running" {
-		t.Fatalf("bob is %s after a hook asked to stop it", st.State)
-	}
-	// status says what contains the trees (here, a hook that ran in one).
-	if out, _, code := runCLI(t, nil, "", "status", "-c", cfg); code != 0 || !strings.Contains(out, "\nisolation auto: ") {
-		t.Errorf("status does not say what isolation is in force:\n%s", out)
-	}
-	if _, stderr, code := runCLI(t, nil, "", "stop", "bob", "-c", cfg); code != 0 {
-		t.Fatalf("the operator stopping bob: exit %d %q", code, stderr)
-	}
-	d.waitLine("bob Stopped", transitionTo("bob", "Stopped"))
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	d.wait(10 * time.Second)
 }

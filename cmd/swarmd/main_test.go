@@ -372,12 +372,14 @@ func TestSecondDaemonOnSameStateDirRefused(t *testing.T) {
 // that agent's spawns until it stops for errors; the others keep running.
 func TestMissingBackendBinaryStopsOnlyThatAgent(t *testing.T) {
 	repo := gitRepo(t)
-	cli := filepath.Join(t.TempDir(), "agent-cli")
+	bin := t.TempDir()
+	cli := filepath.Join(bin, "agent-cli")
 	if err := os.WriteFile(cli, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cfg := writeConfig(t, repo, `
 listen: ""
+sandbox: {writable: [`+bin+`]}   # the hook removes the program
 defaults:
   backend: ok
   max_consecutive_errors: 2
@@ -406,7 +408,7 @@ agents:
 	}
 	// Now validate finds it missing too, on the line of its command key.
 	if _, stderr, code := runCLI(t, nil, "", "config", "validate", "-c", cfg); code != 2 ||
-		!strings.HasPrefix(stderr, cfg+":16: backends.broken.command: command "+cli+` of backend "broken" does not exist`) {
+		!strings.HasPrefix(stderr, cfg+":17: backends.broken.command: command "+cli+` of backend "broken" does not exist`) {
 		t.Errorf("validate after the program went: exit %d, %q", code, stderr)
 	}
 	d.waitLine("good Running", transitionTo("good", "Running"))

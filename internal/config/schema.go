@@ -94,7 +94,7 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"state_dir", "swarmd's state (mailbox, logs, worktrees, control socket); relative to repo.", d.strTo(&t.stateDir, true)},
 		{"base_ref", "What new agent branches start from: any git revision.", d.strTo(&cfg.BaseRef, false)},
 		{"listen", `host:port of /metrics, /healthz and /readyz; "" turns the listener off.`, d.strTo(&cfg.Listen, false)},
-		{"store", `Where the swarm's shared state lives: absent or "" for STATE_DIR/swarm.db (SQLite); a postgres:// URL, without a password (PGPASSWORD or ~/.pgpass gives it), for one swarm across several daemons.`, d.strTo(&cfg.Store, false)},
+		{"store", `Where the swarm's shared state lives: absent or "" for STATE_DIR/swarm.db (SQLite); a postgres:// URL, without a password (a passfile, ~/.pgpass, or the systemd credential pgpass gives it), for one swarm across several daemons.`, d.strTo(&cfg.Store, false)},
 		{"lease_timeout", "With a shared store: how long a daemon's hold on its agents outlives its last heartbeat.", d.durTo(&cfg.LeaseTimeout, false)},
 		{"remote", `The git remote (a name of repo's remotes, or a URL) each agent's branch is pushed to after a session that made commits; "" for none.`, d.strTo(&cfg.Remote, false)},
 		{"defaults", "Settings every agent inherits; an agent may override each one.", d.section(d.settingsFields(&cfg.Defaults, false), &t.defaultsSet)},
@@ -366,7 +366,7 @@ func (d *decoder) checkStore(target string, line int) {
 		return
 	}
 	if _, has := u.User.Password(); has || u.Query().Has("password") {
-		d.errorf(line, "store", "the URL carries a password: put it in PGPASSWORD or ~/.pgpass, not in the config file")
+		d.errorf(line, "store", "the URL carries a password: put it in a passfile (~/.pgpass) or the systemd credential pgpass (LoadCredential=pgpass:FILE), not in the config file")
 	}
 }
 

@@ -61,6 +61,12 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	gitRun(t, "-C", clone, "commit", "-q", "-m", "merged by the daemon before")
 	gitRun(t, "-C", clone, "push", "-q", "origin", "main")
 	earlier := gitOut(t, "-C", clone, "rev-parse", "HEAD")
+	// ... and recorded it in the shared store, as every queue does: the
+	// leader takes the remote's target only at a commit a queue made.
+	if _, err := db.ExecCount(ctx, "earlier merge", `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, candidate, notified, enqueued_at)
+		VALUES (0, 'carol', 'swarm/task/0', ?, 'merged', 'merged', ?, 1, '2026-01-01T00:00:00Z')`, earlier, earlier); err != nil {
+		t.Fatal(err)
+	}
 	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/bob")
 	writeFile(t, filepath.Join(clone, "bob.txt"), "bob\n")
 	gitRun(t, "-C", clone, "add", "bob.txt")

@@ -98,13 +98,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	head := fmt.Sprintf(`defaults:
+	head := fmt.Sprintf(`sandbox: {writable: [%[1]q]}
+defaults:
   backend: work
   min_session_interval: 0s
   grace_period: 2s
-  env: {SEEN: %q, WORK: %q}
+  env: {SEEN: %[1]q, WORK: %[2]q}
 backends:
-  work: {type: command, command: sh, args: [-c, %q]}
+  work: {type: command, command: sh, args: [-c, %[3]q]}
 `, seen, strconv.FormatFloat(cmp.Or(o.Work, 200*time.Millisecond).Seconds(), 'f', 3, 64), script)
 	config, names, err := harness.Swarm(work, head, o.Agents)
 	if err != nil {
