@@ -273,7 +273,9 @@ func (q *Queue) Status(ctx context.Context) (Status, error) { return q.store.Sta
 
 // Made reports whether commit is one a merge queue put on the target (this
 // daemon's or, on a shared store, another's).
-func (q *Queue) Made(ctx context.Context, commit string) (bool, error) { return q.store.Made(ctx, commit) }
+func (q *Queue) Made(ctx context.Context, commit string) (bool, error) {
+	return q.store.Made(ctx, commit)
+}
 
 // List returns the last limit entries (all when limit <= 0), oldest first.
 func (q *Queue) List(ctx context.Context, limit int) ([]Entry, error) {
