@@ -19,12 +19,12 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-// hostile is mallory's session: once the test says go (the victim's
-// session is running), it tries everything a prompt-injected agent would,
-// and writes what worked to $REPORT/results, one "what yes|no" a line.
+// hostile is mallory's session: the first one the test starts after the
+// victim's session runs (mail wakes it) tries everything a
+// prompt-injected agent would, and writes what worked to $REPORT/results,
+// one "what yes|no" a line.
 const hostile = `r="$REPORT/results"
-if [ -e "$r" ]; then printf 'idle\nDONE\n'; exit 0; fi
-for i in $(seq 300); do [ -e "$REPORT/go" ] && break; sleep 0.1; done
+if [ -e "$r" ] || [ ! -e "$REPORT/go" ]; then printf 'idle\nDONE\n'; exit 0; fi
 export S="$(dirname "$(dirname "$SWARM_WORKTREE")")"
 try() { echo "== $1" >> "$REPORT/stderr"; if sh -c "$2" >/dev/null 2>>"$REPORT/stderr"; then echo "$1 yes" >> "$r"; else echo "$1 no" >> "$r"; fi; }
 try commit 'echo m > m.txt && git add m.txt && git commit -q -m mallory'
@@ -82,8 +82,12 @@ agents:
 		return m["agent"] == "victim" && m["to"] == "Running"
 	})
 	victim0 := gitOut(t, repo, "rev-parse", "swarm/victim")
+	d.waitLine("mallory idle", idleLine("mallory"))
 	if err := os.WriteFile(filepath.Join(report, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "go"); code != 0 {
+		t.Fatalf("mail to mallory: %s", stderr)
 	}
 	results := waitFileLine(t, filepath.Join(report, "results"), "end", 60*time.Second, d)
 	t.Cleanup(func() {
