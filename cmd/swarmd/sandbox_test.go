@@ -238,6 +238,17 @@ agents:
 		ids[a] = tk.ID
 	}
 	d := startDaemon(t, cfg)
+	t.Cleanup(func() { // before the daemon's cleanup stops it and archives the logs
+		if t.Failed() {
+			for _, a := range []string{"cl", "cx", "gm"} {
+				logs, _ := filepath.Glob(filepath.Join(stateDir, "logs", a, "*.log"))
+				for _, l := range logs {
+					b, _ := os.ReadFile(l)
+					t.Logf("%s:\n%s", l, b)
+				}
+			}
+		}
+	})
 	d.waitLine("the sandbox in force", func(m map[string]any) bool {
 		msg, _ := m["msg"].(string)
 		return strings.Contains(msg, "a bubblewrap sandbox per session")
@@ -265,12 +276,6 @@ agents:
 	for _, a := range []string{"cl", "cx", "gm"} {
 		if !from[a] {
 			t.Errorf("no mail from %s in the operator's inbox: %+v", a, msgs)
-		}
-	}
-	if t.Failed() {
-		for _, a := range []string{"cl", "cx", "gm"} {
-			b, _ := os.ReadFile(filepath.Join(stateDir, "logs", a, "1.log"))
-			t.Logf("%s's first session log:\n%s", a, b)
 		}
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)

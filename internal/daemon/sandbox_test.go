@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/swarmd/swarmd/internal/control"
 )
 
 // What a sandbox brings back of the private /tmp for a command: never /tmp
@@ -37,5 +41,40 @@ func TestTmpNeeds(t *testing.T) {
 		if p == "/tmp" || p == "/usr/bin" {
 			t.Errorf("%s brought back: %v", p, got)
 		}
+	}
+}
+
+// A request through a socket made for an agent's sandbox is never the
+// operator's, whatever process sends it and whether a session runs: it may
+// not set a budget, stop another agent or pause one; the operator's own
+// socket may. (Removing operatorOnly or authorize's holder check fails
+// this in a second, without a sandbox or a session.)
+func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
+	r := start(t, repo(t, agentsYAML("alice", "bob")))
+	ctx := context.Background()
+	cfg, _ := r.current()
+	sock := filepath.Join(cfg.StateDir, "s", "test")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.control.Attach(sock, holderPrefix+"alice"); err != nil {
+		t.Fatal(err)
+	}
+	agent := control.NewClient(sock)
+	if _, err := agent.SetBudget(ctx, control.BudgetSetRequest{Scope: "alice", USD: 5000}); err == nil || !strings.Contains(err.Error(), "only the operator may") {
+		t.Errorf("budget set through alice's socket: %v, want refused", err)
+	}
+	if err := agent.Stop(ctx, "bob"); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("stop bob through alice's socket: %v, want refused", err)
+	}
+	if _, err := agent.Pause(ctx, "bob", control.PauseRequest{}); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("pause bob through alice's socket: %v, want refused", err)
+	}
+	if st, _ := r.reg.Runner("bob"); st.Snapshot().State.Kind.String() == "Stopped" {
+		t.Fatal("bob stopped by a request through alice's socket")
+	}
+	operator := control.NewClient(cfg.SocketPath())
+	if _, err := operator.SetBudget(ctx, control.BudgetSetRequest{Scope: "alice", USD: 5000}); err != nil {
+		t.Errorf("budget set by the operator: %v", err)
 	}
 }
