@@ -158,6 +158,13 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Warn("clean up archives at startup", zap.Error(err))
 	}
 	d.reg = registry.New(func(name string, err error) {
+		var stopped *runner.StoppedError
+		if errors.As(err, &stopped) {
+			// Its thresholds, a fatal error, max_sessions: the operator
+			// starts it again (swarmd start).
+			log.Warn("agent stopped on its own", zap.String("agent", name), zap.String("reason", stopped.Reason))
+			return
+		}
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: d.opts.Version, Commit: d.opts.Commit, GoVersion: runtime.Version()})

@@ -351,6 +351,18 @@ func (h *harness) waitState(k agent.StateKind) Snapshot {
 	return h.waitFor(k.String(), func(s Snapshot) bool { return s.State.Kind == k })
 }
 
+// stoppedOnItsOwn waits for Run to return the StoppedError of an agent
+// that stopped by itself (thresholds, max_sessions, a fatal error), with
+// the reason its snapshot shows.
+func (h *harness) stoppedOnItsOwn() {
+	h.t.Helper()
+	err := <-h.err
+	var se *StoppedError
+	if !errors.As(err, &se) || se.Agent != h.r.Name() || se.Reason == "" || se.Reason != h.r.Snapshot().Reason {
+		h.t.Fatalf("Run = %v, want the StoppedError of %s with its snapshot's reason %q", err, h.r.Name(), h.r.Snapshot().Reason)
+	}
+}
+
 func (h *harness) stop() {
 	h.t.Helper()
 	h.r.Stop("operator")

@@ -211,9 +211,7 @@ fi
 sleep 3600
 `, nil)
 	h.start()
-	if err := <-h.err; err != nil {
-		t.Fatal(err)
-	}
+	h.stoppedOnItsOwn()
 	s := h.r.Snapshot()
 	_, fix, ok := strings.Cut(s.Reason, "switch back with: ")
 	fix, _, found := strings.Cut(fix, "; then: swarmd start alice")

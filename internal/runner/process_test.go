@@ -361,9 +361,7 @@ func TestRealSessionStartHookBlocks(t *testing.T) {
 		c.Thresholds = agent.Thresholds{MaxConsecutiveErrors: 2, MaxTotalErrors: 20}
 	})
 	h.start()
-	if err := <-h.err; err != nil {
-		t.Fatal(err)
-	}
+	h.stoppedOnItsOwn()
 	s := h.r.Snapshot()
 	if s.State.Kind != agent.Stopped || s.ConsecutiveErrors != 2 {
 		t.Fatalf("state %v errors %d", s.State, s.ConsecutiveErrors)

@@ -351,12 +351,24 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer close(r.done)
 	defer context.AfterFunc(ctx, func() { r.Stop("daemon") })()
 	defer r.forceCancel()
+	restored := r.m.State().IsTerminal() // stopped before this run (restart recovery)
 	for !r.m.State().IsTerminal() {
 		r.step()
 	}
 	r.cleanup()
-	return nil
+	if r.stopCtx.Err() != nil || restored {
+		return nil // asked to stop (operator, daemon), or never ran
+	}
+	return &StoppedError{Agent: r.cfg.Name, Reason: r.snapReason()}
 }
+
+// StoppedError is what Run returns when the agent stopped on its own: its
+// error thresholds, a fatal error, max_sessions; not when it was asked to.
+type StoppedError struct {
+	Agent, Reason string
+}
+
+func (e *StoppedError) Error() string { return "agent " + e.Agent + " stopped: " + e.Reason }
 
 // step runs the work of the current state and applies the event it yields.
 func (r *Runner) step() {

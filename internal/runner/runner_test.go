@@ -94,9 +94,7 @@ func TestSpawnFailuresStopAtThreshold(t *testing.T) {
 		h.be.startErr = func(int) error { return errBoom }
 		start := time.Now()
 		h.start()
-		if err := <-h.err; err != nil {
-			t.Fatal(err)
-		}
+		h.stoppedOnItsOwn()
 		s := h.r.Snapshot()
 		if s.State.Kind != agent.Stopped || !strings.Contains(s.Reason, "3 consecutive errors") {
 			t.Fatalf("state %v reason %q", s.State, s.Reason)
@@ -574,9 +572,7 @@ func TestMaxSessionsStops(t *testing.T) {
 			h.waitFor("session", func(s Snapshot) bool { return s.State.Kind == agent.Running && h.be.starts() == i+1 })
 			h.be.session(i).finish(backend.Result{Outcome: backend.OutcomeSuccess})
 		}
-		if err := <-h.err; err != nil {
-			t.Fatal(err)
-		}
+		h.stoppedOnItsOwn()
 		s := h.r.Snapshot()
 		if s.State.Kind != agent.Stopped || !strings.HasPrefix(s.Reason, "max_sessions") || h.be.starts() != 2 {
 			t.Fatalf("after 2 sessions: %v %q, %d starts", s.State, s.Reason, h.be.starts())
