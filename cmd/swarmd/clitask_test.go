@@ -36,13 +36,7 @@ func TestRealCLIsFinishTasksByDone(t *testing.T) {
 	repo := gitRepo(t)
 	home := t.TempDir()
 	codexHome := codexConfig(t, mock.URL())
-	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"),
-		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	geminiSettings(t, home)
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
 defaults:
@@ -68,23 +62,7 @@ agents:
 	// The tasks are on the board before the daemon starts: each agent's
 	// first prompt claims its own.
 	stateDir := filepath.Join(repo, ".swarm")
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := daemon.OpenTaskBoard(db.Store(), nil)
-	ids := map[string]int64{}
-	for _, a := range []string{"cl", "cx", "gm"} {
-		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[a] = tk.ID
-	}
+	_, b, ids := tasksFor(t, stateDir, "cl", "cx", "gm")
 	d := startDaemon(t, cfg)
 	for a, id := range ids {
 		got := waitTask(t, b, id, task.Closed, d)
@@ -97,4 +75,41 @@ agents:
 		t.Fatalf("exit %d", code)
 	}
 	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}
+
+// geminiSettings makes Gemini CLI in home use an API key (the mock's).
+func geminiSettings(t *testing.T, home string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"),
+		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tasksFor puts a task "task for A", assigned to A, for each of agents on
+// the board in stateDir before a daemon starts there (each agent's first
+// prompt claims its own), and returns the store, the board and the ids.
+func tasksFor(t *testing.T, stateDir string, agents ...string) (*mailbox.Mailbox, *taskboard.Board, map[string]int64) {
+	t.Helper()
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b := daemon.OpenTaskBoard(db.Store(), nil)
+	ids := map[string]int64{}
+	for _, a := range agents {
+		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[a] = tk.ID
+	}
+	return db, b, ids
 }

@@ -11,12 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmd/swarmd/internal/daemon"
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/mockllm"
-	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
-	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // hostile is mallory's session: the first one the test starts after the
@@ -188,13 +184,7 @@ func TestRealCLIsWorkInTheSandbox(t *testing.T) {
 	repo := gitRepo(t)
 	home := t.TempDir()
 	codexHome := codexConfig(t, mock.URL())
-	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"),
-		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	geminiSettings(t, home)
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
 isolation: strict
@@ -220,23 +210,7 @@ agents:
   - {name: gm, role: works, backend: gemini}
 `, claude, codex, gemini, home, mock.URL(), codexHome))
 	stateDir := filepath.Join(repo, ".swarm")
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	db, err := mailbox.Open(context.Background(), filepath.Join(stateDir, "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := daemon.OpenTaskBoard(db.Store(), nil)
-	ids := map[string]int64{}
-	for _, a := range []string{"cl", "cx", "gm"} {
-		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[a] = tk.ID
-	}
+	db, b, ids := tasksFor(t, stateDir, "cl", "cx", "gm")
 	d := startDaemon(t, cfg)
 	t.Cleanup(func() { // before the daemon's cleanup stops it and archives the logs
 		if t.Failed() {
