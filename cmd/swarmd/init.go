@@ -223,6 +223,7 @@ type starterData struct {
 	StateDir, BaseRef       string
 	Listen                  string
 	StallAfter              string
+	Isolation               string
 	SessionTimeout          string
 	GracePeriod             string
 	MaxConsecutiveErrors    int
@@ -244,6 +245,7 @@ func starterConfig(agents []string, backend string) []byte {
 		BaseRef:              config.DefaultBaseRef,
 		Listen:               config.DefaultListen,
 		StallAfter:           config.FormatDuration(config.DefaultStallAfter),
+		Isolation:            config.IsolationAuto,
 		SessionTimeout:       config.FormatDuration(config.DefaultSessionTimeout),
 		GracePeriod:          config.FormatDuration(config.DefaultGracePeriod),
 		MaxConsecutiveErrors: config.DefaultMaxConsecutiveErrors,
@@ -289,6 +291,15 @@ repo: .
 # listen: {{.Listen}}
 # 'swarmd status' shows a Running session as stalled after this long without output.
 # stall_after: {{.StallAfter}}
+# How sessions, hooks and merge gates are contained. auto: a cgroup each where
+# this host allows it, and a bubblewrap sandbox each where bwrap is installed
+# (apt-get install bubblewrap): a session writes only its worktree, its branch,
+# its HOME and a private /tmp, and never sees swarm.db or the other agents.
+# 'swarmd status' says what is in force. strict: refuse to start without both.
+# isolation: {{.Isolation}}
+# More directories sessions may write (a shared build cache), and what they
+# need under /tmp, which is private to each.
+# sandbox: {writable: [], readable: []}
 
 # Every agent inherits these; an agent may override any of them.
 defaults:

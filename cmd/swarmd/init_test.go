@@ -118,7 +118,7 @@ var commentedKeyRE = regexp.MustCompile(`^(\s*)# ([a-z_]+):( .*)?$`)
 // of the starter config: the result must load to the very same config, so
 // each commented value is the real default, and every key must be there.
 func TestInitCommentedDefaultsAreTheDefaults(t *testing.T) {
-	every := []string{"state_dir", "base_ref", "listen", "stall_after", "backend", "session_timeout", "grace_period",
+	every := []string{"state_dir", "base_ref", "listen", "stall_after", "isolation", "sandbox", "backend", "session_timeout", "grace_period",
 		"max_consecutive_errors", "max_total_errors", "env", "keep_archives", "max_age", "agent_start",
 		"session_start", "session_end", "agent_stopped", "timeout", "max_body", "min_session_interval", "max_session_bytes", "token"}
 	for _, backend := range []string{config.TypeClaude, config.TypeCodex, config.TypeGemini} {
