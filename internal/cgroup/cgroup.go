@@ -33,6 +33,7 @@ var ErrUnavailable = errors.New("cgroup v2 is not available")
 // Hierarchy is where the trees' cgroups are made: one directory under the
 // daemon's own cgroup.
 type Hierarchy struct {
+	mount       string   // where cgroup v2 is mounted
 	dir         string   // the parent of every tree's cgroup
 	controllers []string // enabled for the trees (memory, cpu, pids where delegated)
 }
@@ -53,7 +54,7 @@ func Open(name string) (*Hierarchy, error) {
 		return nil, err
 	}
 	base := filepath.Join(mount, own)
-	h := &Hierarchy{dir: filepath.Join(base, name)}
+	h := &Hierarchy{mount: mount, dir: filepath.Join(base, name)}
 	if err := os.Mkdir(h.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("%w: make %s: %v", ErrUnavailable, h.dir, err)
 	}
@@ -62,6 +63,23 @@ func Open(name string) (*Hierarchy, error) {
 	}
 	h.controllers = delegate(base, h.dir)
 	return h, nil
+}
+
+// TreeOf names the tree cgroup under h that process pid is in; ok is false
+// when it is in none of them or is gone. The kernel says, not the process:
+// it cannot be forged from inside a sandbox, where the hierarchy is
+// read-only.
+func (h *Hierarchy) TreeOf(pid int) (id string, ok bool) {
+	own, err := ownCgroup("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return "", false
+	}
+	rel, ok := strings.CutPrefix(filepath.Join(h.mount, own), h.dir+"/")
+	if !ok {
+		return "", false
+	}
+	id, _, _ = strings.Cut(rel, "/")
+	return id, id != ""
 }
 
 // Dir is the parent directory of the trees' cgroups.

@@ -98,6 +98,17 @@ func TestGroupHoldsFreezesAndKillsTheWholeTree(t *testing.T) {
 		t.Fatalf("the setsid child is in the leader's session")
 	}
 
+	// The kernel names each process's tree, the escaped one's included;
+	// this process is in none.
+	for _, p := range []int{pid, escaped} {
+		if id, ok := h.TreeOf(p); !ok || id != "tree-1" {
+			t.Errorf("TreeOf(%d) = %q, %v; want tree-1", p, id, ok)
+		}
+	}
+	if id, ok := h.TreeOf(os.Getpid()); ok {
+		t.Errorf("TreeOf(self) = %q: the daemon is in no tree", id)
+	}
+
 	// Frozen, the loop writes nothing; thawed, it goes on.
 	if err := g.Freeze(true); err != nil {
 		t.Fatal(err)

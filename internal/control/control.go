@@ -133,18 +133,28 @@ func withPeer(ctx context.Context, c net.Conn) context.Context {
 	if !ok {
 		return ctx
 	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
+	pid := peerPID(uc)
+	if pid <= 0 {
 		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, pid)
+}
+
+// peerPID is the pid of the process at the other end of c, from the kernel
+// (SO_PEERCRED, as of its connect); 0 when unknown.
+func peerPID(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
 	}
 	var cred *unix.Ucred
 	_ = raw.Control(func(fd uintptr) {
 		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
 	if err != nil || cred == nil {
-		return ctx
+		return 0
 	}
-	return context.WithValue(ctx, peerKey{}, int(cred.Pid))
+	return int(cred.Pid)
 }
 
 type holderKey struct{}
@@ -163,18 +173,25 @@ type heldConn struct {
 	holder string
 }
 
-// heldListener tags every connection it accepts with its holder.
+// heldListener tags every connection it accepts with the holder its
+// holder func names for the connecting process, and drops a connection it
+// names none for.
 type heldListener struct {
 	*net.UnixListener
-	holder string
+	holder func(peerPID int) (string, bool)
 }
 
 func (l heldListener) Accept() (net.Conn, error) {
-	c, err := l.AcceptUnix()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		if h, ok := l.holder(peerPID(c)); ok {
+			return heldConn{UnixConn: c, holder: h}, nil
+		}
+		c.Close()
 	}
-	return heldConn{UnixConn: c, holder: l.holder}, nil
 }
 
 // connContext is the context of one connection: its holder, if it came
@@ -244,25 +261,27 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Attach serves the same API on a new socket at path made for holder (one
-// session): every request through it carries holder (Holder), whoever
-// connects. The socket is 0600; the returned func closes and removes it
-// (connections already open end with the server).
-func (s *Server) Attach(path, holder string) (detach func(), err error) {
-	if holder == "" {
-		return nil, errors.New("control: attach: empty holder")
+// Attach serves the same API on a new socket at path: each connection is
+// given to the holder that holder names for the connecting process (by its
+// pid, when it connects), and every request through it carries that holder
+// (Holder); a connection holder names none for is closed at once. The
+// socket is 0600; the returned func closes and removes it (connections
+// already open end with the server).
+func (s *Server) Attach(path string, holder func(peerPID int) (string, bool)) (detach func(), err error) {
+	if holder == nil {
+		return nil, errors.New("control: attach: no holder")
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("control: attach %s: remove stale socket: %w", holder, err)
+		return nil, fmt.Errorf("control: attach %s: remove stale socket: %w", path, err)
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("control: attach %s: %w", holder, err)
+		return nil, fmt.Errorf("control: attach %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("control: attach %s: chmod socket: %w", holder, err)
+		return nil, fmt.Errorf("control: attach %s: chmod socket: %w", path, err)
 	}
 	done := make(chan struct{})
 	go func() {

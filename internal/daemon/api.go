@@ -191,8 +191,8 @@ func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Ca
 		if d.sandboxes == nil {
 			return "", proc.Caller{}, false
 		}
-		agentName, id, ok := d.sandboxes.session(holder)
-		return agentName, proc.Caller{Owner: cfg.StateDir, Instance: d.sup.Instance(), TreeID: id}, ok
+		agentName, ok := d.sandboxes.session(holder)
+		return agentName, proc.Caller{Owner: cfg.StateDir, Instance: d.sup.Instance(), TreeID: holder}, ok
 	}
 	pid, ok := control.PeerPID(ctx)
 	if !ok {

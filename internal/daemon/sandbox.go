@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/sandbox"
 )
 
@@ -23,10 +24,13 @@ import (
 // knows who calls by the socket (and the agent's running session by its
 // own record), whatever the caller's environment says.
 //
-// One socket an agent, not a session: an agent runs one session at a time
-// and every process of a session is dead before the next starts (its
-// cgroup is killed), so the agent's socket names the running session
-// exactly; binding a socket is most of what a sandbox costs the daemon.
+// One socket an agent, not a session (binding one was most of what a
+// sandbox cost the daemon). Who holds a connection is decided when it is
+// accepted, never later: the agent's session then running, and, with
+// cgroups, only if the kernel puts the connecting process in that
+// session's cgroup. A connection from a session that has ended (a request
+// in flight as it was killed, one queued in the backlog) is nobody's, so
+// it can never act as the agent's next session.
 
 // sessionSandboxes is the runners' Container while the sandbox is in force.
 type sessionSandboxes struct {
@@ -40,9 +44,6 @@ type sessionSandboxes struct {
 func newSessionSandboxes(d *Daemon) *sessionSandboxes {
 	return &sessionSandboxes{d: d, sockets: map[string]string{}, running: map[string]string{}}
 }
-
-// holderPrefix marks the holder of an agent's socket (control.Holder).
-const holderPrefix = "agent:"
 
 // controlWait bounds how long a session start waits for the control socket
 // of a daemon still starting (its sessions connect through it).
@@ -115,24 +116,42 @@ func (c *sessionSandboxes) socket(stateDir, agentName string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := c.d.control.Attach(path, holderPrefix+agentName); err != nil {
+	if _, err := c.d.control.Attach(path, func(pid int) (string, bool) { return c.accept(agentName, pid) }); err != nil {
 		return "", err
 	}
 	c.sockets[agentName] = path
 	return path, nil
 }
 
-// session is the session running in agent's sandbox, by the holder of the
-// socket a request came through; ok is false between its sessions.
-func (c *sessionSandboxes) session(holder string) (agentName, sessionID string, ok bool) {
-	agentName, ok = strings.CutPrefix(holder, holderPrefix)
+// accept names the holder of a connection to agent's socket from process
+// pid: the session running in the agent's sandbox now, if pid is one of
+// its processes (by its cgroup, where cgroups are in force).
+func (c *sessionSandboxes) accept(agentName string, pid int) (sessionID string, ok bool) {
+	c.mu.Lock()
+	sessionID, ok = c.running[agentName]
+	c.mu.Unlock()
 	if !ok {
-		return "", "", false
+		return "", false
+	}
+	if h := c.d.iso.cgroups; h != nil {
+		if tree, in := h.TreeOf(pid); !in || tree != sessionID {
+			return "", false
+		}
+	}
+	return sessionID, true
+}
+
+// session is the agent whose session holds a connection (control.Holder),
+// while that session still runs: a request that outlives its session is
+// nobody's.
+func (c *sessionSandboxes) session(holder string) (agentName string, ok bool) {
+	agentName, ok = runner.AgentOfSession(holder)
+	if !ok {
+		return "", false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sessionID, ok = c.running[agentName]
-	return agentName, sessionID, ok
+	return agentName, c.running[agentName] == holder
 }
 
 // gateSandbox contains the merge gate like a session (merge.Options

@@ -45,9 +45,9 @@ func TestTmpNeeds(t *testing.T) {
 }
 
 // A request through a socket made for an agent's sandbox is never the
-// operator's, whatever process sends it and whether a session runs: it may
-// not set a budget, stop another agent or pause one; the operator's own
-// socket may. (Removing operatorOnly or authorize's holder check fails
+// operator's, whatever process sends it: held by a session that no longer
+// runs, it may not set a budget, stop another agent or pause one; the
+// operator's own socket may. (Removing operatorOnly or authorize's holder check fails
 // this in a second, without a sandbox or a session.)
 func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
 	r := start(t, repo(t, agentsYAML("alice", "bob")))
@@ -57,7 +57,9 @@ func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.control.Attach(sock, holderPrefix+"alice"); err != nil {
+	// A connection given to a session of alice that is not running (one
+	// that ended, say): it is nobody's.
+	if _, err := r.control.Attach(sock, func(int) (string, bool) { return "alice-1-000000000000", true }); err != nil {
 		t.Fatal(err)
 	}
 	agent := control.NewClient(sock)
