@@ -39,8 +39,14 @@ func (r *Runner) sessionResult(sess backend.Session) (res backend.Result, out ag
 	}
 	r.price(&res)
 	out = outcome(res, r.timedOut)
-	interrupted = r.interrupted && out.Kind != agent.Success
-	if interrupted {
+	// Interrupted is what the machine says: from Interrupting, any exit
+	// goes back to BuildingPrompt, never SessionComplete, so the session
+	// did not complete (its mail is shown again, settle.Record.Completed is
+	// false), even when it exited 0 before the interrupt reached it; its
+	// row must say so, not "success". The abort reason is the interrupt's
+	// only when the interrupt ended it.
+	interrupted = r.interrupted
+	if interrupted && out.Kind != agent.Success {
 		res.AbortReason = backend.AbortUrgentMessage
 	}
 	return res, out, interrupted

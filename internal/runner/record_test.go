@@ -49,8 +49,11 @@ func TestRealInterruptRecordedAsInterrupted(t *testing.T) {
 }
 
 // A session that ignores the interrupt and is force-stopped after the grace
-// period is interrupted too; one that succeeds while being interrupted is a
-// success.
+// period is interrupted too; so is one that exits 0 while being
+// interrupted: the machine goes back to BuildingPrompt, not
+// SessionComplete, so it did not complete (its mail is shown again, its
+// signal is not applied), and its row must not say success. Only the
+// interrupt's own end carries the abort reason.
 func TestInterruptRecordAfterGraceAndSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
@@ -72,7 +75,7 @@ func TestInterruptRecordAfterGraceAndSuccess(t *testing.T) {
 			t.Fatalf("%d session records, want 3", len(recs))
 		}
 		checkRecord(t, recs[0], OutcomeInterrupted, backend.AbortUrgentMessage)
-		checkRecord(t, recs[1], OutcomeSuccess, "")
+		checkRecord(t, recs[1], OutcomeInterrupted, "")
 		if recs[2].Interrupted {
 			t.Errorf("the operator's stop recorded as an interrupt: %+v", recs[2])
 		}
