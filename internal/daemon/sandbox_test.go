@@ -51,6 +51,7 @@ func TestTmpNeeds(t *testing.T) {
 // this in a second, without a sandbox or a session.)
 func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
 	r := start(t, repo(t, agentsYAML("alice", "bob")))
+	<-r.controlUp // ready comes before the control socket
 	ctx := context.Background()
 	cfg, _ := r.current()
 	sock := filepath.Join(cfg.StateDir, "s", "test")
