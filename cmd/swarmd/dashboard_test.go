@@ -178,10 +178,19 @@ func TestDashboardAPI(t *testing.T) {
 	if board.Counts["OPEN"] != 1 || len(board.Tasks) != 1 || board.Tasks[0].Title != "from the web" {
 		t.Fatalf("board after the new task %+v", board)
 	}
-	// The log of a session, as text.
-	resp, data = httpDo(t, "GET", base+"/api/agents/alice/log", "", "")
-	if resp.StatusCode != 200 || !strings.Contains(string(data), "tick 1\n") {
-		t.Fatalf("log: %s %q", resp.Status, data)
+	// The log of a session, as text (its first line may still be on its
+	// way: the session's program starts inside its sandbox a moment after
+	// the session is Running).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, data = httpDo(t, "GET", base+"/api/agents/alice/log", "", "")
+		if resp.StatusCode == 200 && strings.Contains(string(data), "tick 1\n") {
+			break
+		}
+		if resp.StatusCode != 200 || time.Now().After(deadline) {
+			t.Fatalf("log: %s %q", resp.Status, data)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -3,6 +3,7 @@ package worktree
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,7 +63,7 @@ func (m *Manager) Access(agent string, peers []string) (Access, error) {
 		if _, err := os.Lstat(filepath.Join(refs, filepath.FromSlash(p))); err == nil {
 			continue // the usual case, without createBranchRef's lock file
 		}
-		if err := m.createBranchRef(p, m.base); err != nil && !errors.Is(err, errRefExists) {
+		if err := m.createPeerBranch(p); err != nil {
 			return Access{}, fmt.Errorf("sandbox access for agent %s: %w", agent, err)
 		}
 	}
@@ -96,6 +97,22 @@ func (m *Manager) Access(agent string, peers []string) (Access, error) {
 		return Access{}, fmt.Errorf("sandbox access for agent %s: %w", agent, err)
 	}
 	return a, nil
+}
+
+// createPeerBranch creates agent's branch at the base if it has none yet,
+// under the agent's own lock: its worktree's creation, which creates the
+// same branch, waits for it (and then finds it) instead of meeting the
+// lock file and failing.
+func (m *Manager) createPeerBranch(agent string) error {
+	unlock, err := m.agents.lock(context.Background(), agent)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := m.createBranchRef(agent, m.base); err != nil && !errors.Is(err, errRefExists) {
+		return err
+	}
+	return nil
 }
 
 // adminDirOf reads a linked worktree's .git file: its own git directory.
