@@ -64,7 +64,6 @@ type Daemon struct {
 	journal      *store.Journal
 	control      *control.Server
 	controlUp    chan struct{}     // closed once control is set
-	sockets      atomic.Int64      // agent sockets made (sandbox.go)
 	sandboxes    *sessionSandboxes // nil while no sandbox is in force
 	remoteMoved  string            // the remote target's tip last reported moved (target.go)
 	dash         *dashboards       // the read model of swarmd top and the web dashboard

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type sessionSandboxes struct {
 	mu      sync.Mutex
 	sockets map[string]string // agent -> its socket's path on the host
 	running map[string]string // agent -> the session in its sandbox now
+	made    int64             // sockets made: the next one's name
 }
 
 func newSessionSandboxes(d *Daemon) *sessionSandboxes {
@@ -71,25 +73,16 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) 
 	if err != nil {
 		return nil, nil, err
 	}
-	spec := sandbox.Spec{
-		Writable: append(acc.Writable, cfg.Sandbox.Writable...),
+	sb := d.iso.sandbox
+	wrap := func(argv []string) []string {
+		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0])
+		spec.Writable = slices.Concat(spec.Writable, acc.Writable, stateHomes(cfg, agentName))
 		// The repository's own directory stays read-only even under a HOME
 		// that holds it: the merge target's ref, packed-refs, config and
 		// hooks are the daemon's.
-		ReadOnly: append(append([]string{acc.Repo, acc.CommonDir}, acc.Pinned...), cfg.Sandbox.ReadOnly...),
-		Hidden:   hiddenPaths(cfg),
-		Binds:    []sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}},
-		Dir:      d.trees.Path(agentName),
-		// swarm.db is not there: `swarmd mail` and `swarmd task` go
-		// through the session's socket.
-		Unsetenv: unsetInSandbox(),
-	}
-	spec.Writable = append(spec.Writable, stateHomes(cfg, agentName)...)
-	sb := d.iso.sandbox
-	wrap := func(argv []string) []string {
-		s := spec
-		s.ReadOnly = append(s.ReadOnly, tmpNeeds(argv[0])...)
-		return sb.Command(s, argv)
+		spec.ReadOnly = slices.Concat(spec.ReadOnly, []string{acc.Repo, acc.CommonDir}, acc.Pinned)
+		spec.Binds = []sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}}
+		return sb.Command(spec, argv)
 	}
 	c.mu.Lock()
 	c.running[agentName] = sessionID
@@ -112,7 +105,8 @@ func (c *sessionSandboxes) socket(stateDir, agentName string) (string, error) {
 	if path, ok := c.sockets[agentName]; ok {
 		return path, nil
 	}
-	path, err := sessionSocket(stateDir, c.d.sockets.Add(1))
+	c.made++
+	path, err := sessionSocket(stateDir, c.made)
 	if err != nil {
 		return "", err
 	}
@@ -166,22 +160,13 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 	}
 	return func(dir string, argv []string) []string {
 		cfg, _ := d.current()
-		spec := sandbox.Spec{
-			Writable: append([]string{dir}, cfg.Sandbox.Writable...),
-			ReadOnly: append(append([]string{cfg.Repo}, cfg.Sandbox.ReadOnly...), tmpNeeds(argv[0])...),
-			Hidden:   hiddenPaths(cfg),
-			Dir:      dir,
-			Unsetenv: unsetInSandbox(),
-		}
-		if home := os.Getenv("HOME"); home != "" && home != "/" {
-			if fi, err := os.Stat(home); err == nil && fi.IsDir() {
-				spec.Writable = append(spec.Writable, home)
-			}
+		spec := baseSpec(cfg, dir, argv[0])
+		spec.Writable = append(spec.Writable, dir)
+		if home := os.Getenv("HOME"); usableDir(home) {
+			spec.Writable = append(spec.Writable, filepath.Clean(home))
 		}
 		if d.trees != nil {
-			if common := d.trees.CommonDir(); common != "" {
-				spec.ReadOnly = append(spec.ReadOnly, common)
-			}
+			spec.ReadOnly = append(spec.ReadOnly, d.trees.CommonDir())
 		}
 		return sb.Command(spec, argv)
 	}
@@ -198,13 +183,7 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
 	}
 	return func(agentName, dir string, argv []string) []string {
 		cfg, _ := d.current()
-		spec := sandbox.Spec{
-			Writable: append([]string{}, cfg.Sandbox.Writable...),
-			ReadOnly: append(append([]string{cfg.Repo}, cfg.Sandbox.ReadOnly...), tmpNeeds(argv[0])...),
-			Hidden:   hiddenPaths(cfg),
-			Dir:      dir,
-			Unsetenv: unsetInSandbox(),
-		}
+		spec := baseSpec(cfg, dir, argv[0])
 		if acc, err := d.trees.Access(agentName, cfg.AgentNames()); err == nil {
 			spec.Writable = append(spec.Writable, acc.Writable...)
 			spec.ReadOnly = append(append(spec.ReadOnly, acc.CommonDir), acc.Pinned...)
@@ -216,20 +195,40 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
 	}
 }
 
+// baseSpec is what every sandbox of this daemon sees, run in dir for the
+// binary bin: the configured paths, the repository and what bin needs of
+// /tmp read-only, the hidden paths, no variable naming what is hidden.
+func baseSpec(cfg *config.Config, dir, bin string) sandbox.Spec {
+	return sandbox.Spec{
+		Writable: slices.Clone(cfg.Sandbox.Writable),
+		ReadOnly: slices.Concat([]string{cfg.Repo}, cfg.Sandbox.ReadOnly, tmpNeeds(bin)),
+		Hidden:   hiddenPaths(cfg),
+		Dir:      dir,
+		// swarm.db is not there: a session's `swarmd mail` and `swarmd
+		// task` go through its socket.
+		Unsetenv: []string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"},
+	}
+}
+
+// usableDir reports whether p is an existing absolute directory other
+// than "/", worth binding into a sandbox.
+func usableDir(p string) bool {
+	if !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
+		return false
+	}
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
 // hiddenPaths are what no sandbox sees: the state directory, and the
 // daemon's systemd credentials (the store's password)
 func hiddenPaths(cfg *config.Config) []string {
 	hidden := []string{cfg.StateDir}
-	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); filepath.IsAbs(dir) {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-			hidden = append(hidden, dir)
-		}
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); usableDir(dir) {
+		hidden = append(hidden, dir)
 	}
 	return hidden
 }
-
-// unsetInSandbox are the variables naming what a sandbox does not see.
-func unsetInSandbox() []string { return []string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"} }
 
 // sessionSocket is where the n-th agent socket lives on the host: under
 // the state directory (hidden from every sandbox), and no longer a path
@@ -264,10 +263,7 @@ func stateHomes(cfg *config.Config, agentName string) []string {
 				dir = a.Env[key]
 			}
 		}
-		if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
-			continue
-		}
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		if usableDir(dir) {
 			out = append(out, filepath.Clean(dir))
 		}
 	}
