@@ -113,7 +113,7 @@ func TestDashboardAPI(t *testing.T) {
 	resp, data := httpDo(t, "GET", base+"/api/agents", "", "")
 	strictJSON(t, "/api/agents", data, &agents)
 	if resp.Header.Get("X-Frame-Options") != "DENY" || len(agents) != 2 || agents[0].Name != "alice" ||
-		agents[0].State != "Running" || agents[0].Indicator != "●" || agents[0].Seq != 1 || agents[0].Branch != "swarm/alice" {
+		agents[0].State != "Running" || agents[0].Indicator != "●" || agents[0].Seq != 1 || agents[0].Branch != "swarm/alice/work" {
 		t.Fatalf("agents %+v", agents)
 	}
 	var board view.TaskBoard

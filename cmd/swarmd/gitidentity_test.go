@@ -44,8 +44,8 @@ agents:
 		})
 	}
 	for branch, want := range map[string]string{
-		"swarm/alice": "alice (swarmd) <alice@agents.example.com> alice (swarmd) <alice@agents.example.com>",
-		"swarm/bob":   "bob (swarmd) <bob@corp.example> bob (swarmd) <bob@agents.example.com>",
+		"swarm/alice/work": "alice (swarmd) <alice@agents.example.com> alice (swarmd) <alice@agents.example.com>",
+		"swarm/bob/work":   "bob (swarmd) <bob@corp.example> bob (swarmd) <bob@agents.example.com>",
 	} {
 		out, err := exec.Command("git", "-C", repo, "log", "-1", "--format=%an <%ae> %cn <%ce>", branch).CombinedOutput()
 		if got := strings.TrimSpace(string(out)); err != nil || got != want {

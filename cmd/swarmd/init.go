@@ -282,7 +282,7 @@ var starterTemplate = template.Must(template.New("swarmd.yaml").Funcs(template.F
 # The git repository the agents work on.
 repo: .
 # swarmd's state, relative to repo: the mailbox (swarm.db), session logs and
-# archives, the agents' worktrees (branches swarm/AGENT) and the control
+# archives, the agents' worktrees (branches swarm/AGENT/work) and the control
 # socket. swarmd adds it to .git/info/exclude.
 # state_dir: {{.StateDir}}
 # What new agent branches start from.
@@ -376,7 +376,7 @@ backends:
 
 # The agents. A role is a prompt file (relative to this file) or inline text:
 # the standing instructions in every prompt the agent gets. Names: lowercase
-# letters, digits and '-'; each agent works on branch swarm/NAME.
+# letters, digits and '-'; each agent works on branch swarm/NAME/work.
 agents:
 {{- range .Agents}}
   - name: {{.}}
@@ -423,7 +423,7 @@ Your job is steady, reviewable progress. In each session:
 `)
 	if len(others) > 0 {
 		b.WriteString(`
-To build on another agent's work, merge its branch (git merge swarm/NAME) into
+To build on another agent's work, merge its branch (git merge swarm/NAME/work) into
 yours. Use --urgent mail only when the recipient must stop what it is doing.
 `)
 	}

@@ -36,9 +36,9 @@ func mergeRepo(t *testing.T, body string) (cfg, db string) {
 	defer m.Close()
 	const at = "2025-01-02T03:04:05.000000Z"
 	for _, row := range [][]any{
-		{1, "alice", "swarm/alice", strings.Repeat("a", 40), "merged", "merged", "", strings.Repeat("c", 40), 1},
-		{2, "bob", "swarm/bob", strings.Repeat("b", 40), "rejected", "conflict", "f.txt\ng.txt", "", 0},
-		{3, "carol", "swarm/carol", strings.Repeat("d", 40), "queued", "", "", "", 0},
+		{1, "alice", "swarm/alice/work", strings.Repeat("a", 40), "merged", "merged", "", strings.Repeat("c", 40), 1},
+		{2, "bob", "swarm/bob/work", strings.Repeat("b", 40), "rejected", "conflict", "f.txt\ng.txt", "", 0},
+		{3, "carol", "swarm/carol/work", strings.Repeat("d", 40), "queued", "", "", "", 0},
 	} {
 		if _, err := m.SQL().Exec(`INSERT INTO merge_queue (task_id, agent, branch, head, state, result, detail, candidate,
 			gate_seq, enqueued_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append(row, at, at)...); err != nil {
@@ -54,7 +54,7 @@ func TestMergeCLI(t *testing.T) {
 
 	out := mustCLI(t, op, "merge", "status", "-c", cfg)
 	for _, want := range []string{"merge queue into main: strategy merge, gate make test, timeout 10m", "state:   running",
-		"queued:  1\n  task 3 (carol, swarm/carol at dddddddddddd)", "task 2 2025-01-02", "conflict: f.txt, g.txt",
+		"queued:  1\n  task 3 (carol, swarm/carol/work at dddddddddddd)", "task 2 2025-01-02", "conflict: f.txt, g.txt",
 		"merged at cccccccccccc"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("merge status lacks %q:\n%s", want, out)
@@ -66,11 +66,11 @@ func TestMergeCLI(t *testing.T) {
 		t.Fatalf("merge list --json: %v\n%s", err, out)
 	}
 	if out := mustCLI(t, op, "merge", "list", "-c", cfg); !strings.Contains(out, "ID  TASK  AGENT  BRANCH") ||
-		!strings.Contains(out, "swarm/bob    bbbbbbbbbbbb  rejected") {
+		!strings.Contains(out, "swarm/bob/work    bbbbbbbbbbbb  rejected") {
 		t.Errorf("merge list:\n%s", out)
 	}
 
-	wantOut(t, "merge retry 2", mustCLI(t, op, "merge", "retry", "#2", "-c", cfg), "task 2 queued again: swarm/bob at bbbbbbbbbbbb\n")
+	wantOut(t, "merge retry 2", mustCLI(t, op, "merge", "retry", "#2", "-c", cfg), "task 2 queued again: swarm/bob/work at bbbbbbbbbbbb\n")
 	wantOut(t, "merge pause", mustCLI(t, op, "merge", "pause", "-c", cfg), "merge queue paused\n")
 	if out := mustCLI(t, op, "merge", "status", "--json", "-c", cfg); !strings.Contains(out, `"paused": true`) ||
 		!strings.Contains(out, `"paused_by": "operator"`) {

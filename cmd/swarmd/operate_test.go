@@ -45,7 +45,7 @@ agents:
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, stderr)
 	}
-	for _, want := range []string{"AGENT", "alice", "Running", "swarm/alice", "bob", "Stopped", "1 consecutive errors (max 1)"} {
+	for _, want := range []string{"AGENT", "alice", "Running", "swarm/alice/work", "bob", "Stopped", "1 consecutive errors (max 1)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -200,8 +200,8 @@ func seqOf(t *testing.T, d *daemonProc, agent string) int {
 func TestStatusShowsIdleAgentsIdle(t *testing.T) {
 	var b strings.Builder
 	rows := []statusRow{
-		{AgentStatus: control.AgentStatus{Name: "bob", State: "BuildingPrompt", Health: "idle", Branch: "swarm/bob"}},
-		{AgentStatus: control.AgentStatus{Name: "carol", State: "BuildingPrompt", Branch: "swarm/carol"}},
+		{AgentStatus: control.AgentStatus{Name: "bob", State: "BuildingPrompt", Health: "idle", Branch: "swarm/bob/work"}},
+		{AgentStatus: control.AgentStatus{Name: "carol", State: "BuildingPrompt", Branch: "swarm/carol/work"}},
 	}
 	if err := writeStatus(&b, rows, time.Now()); err != nil {
 		t.Fatal(err)

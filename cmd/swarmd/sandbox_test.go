@@ -24,8 +24,13 @@ if [ -e "$r" ] || [ ! -e "$REPORT/go" ]; then printf 'idle\nDONE\n'; exit 0; fi
 export S="$(dirname "$(dirname "$SWARM_WORKTREE")")"
 try() { echo "== $1" >> "$REPORT/stderr"; if sh -c "$2" >/dev/null 2>>"$REPORT/stderr"; then echo "$1 yes" >> "$r"; else echo "$1 no" >> "$r"; fi; }
 try commit 'echo m > m.txt && git add m.txt && git commit -q -m mallory'
+# The victim commits while this sandbox runs (git renames a new file over
+# its ref): whatever kept the victim's branch read-only here must hold after.
+echo started > "$REPORT/started"
+try victim-committed 'i=0; until [ -e "$REPORT/victim-committed" ]; do i=$((i+1)); [ $i -gt 600 ] && exit 1; sleep 0.1; done'
 try move-main 'git update-ref refs/heads/main HEAD'
-try move-peer 'git update-ref refs/heads/swarm/victim HEAD'
+try move-peer 'git update-ref refs/heads/swarm/victim/work HEAD'
+try new-peer-branch 'git update-ref refs/heads/swarm/victim/other HEAD'
 try new-line 'git update-ref refs/heads/swarm/task/99 HEAD'
 try rewrite-link 'echo /elsewhere > "$(git rev-parse --git-dir)/commondir"'
 try read-db 'head -c 16 "$S/swarm.db"'
@@ -77,13 +82,19 @@ agents:
 	d.waitLine("victim's session running", func(m map[string]any) bool {
 		return m["agent"] == "victim" && m["to"] == "Running"
 	})
-	victim0 := gitOut(t, repo, "rev-parse", "swarm/victim")
+	victim0 := gitOut(t, repo, "rev-parse", "swarm/victim/work")
 	d.waitLine("mallory idle", idleLine("mallory"))
 	if err := os.WriteFile(filepath.Join(report, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "go"); code != 0 {
 		t.Fatalf("mail to mallory: %s", stderr)
+	}
+	waitFileLine(t, filepath.Join(report, "started"), "started", 60*time.Second, d)
+	gitOut(t, filepath.Join(repo, ".swarm", "worktrees", "victim"), "-c", "user.name=victim", "-c", "user.email=victim@example.com", "commit", "-q", "--allow-empty", "-m", "the victim's own commit")
+	victim0 = gitOut(t, repo, "rev-parse", "swarm/victim/work")
+	if err := os.WriteFile(filepath.Join(report, "victim-committed"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	results := waitFileLine(t, filepath.Join(report, "results"), "end", 60*time.Second, d)
 	t.Cleanup(func() {
@@ -95,7 +106,7 @@ agents:
 
 	want := map[string]string{
 		"commit": "yes", "mail": "yes", "forged-mail": "yes", // sent, as mallory: checked below
-		"move-main": "no", "move-peer": "no", "new-line": "no", "rewrite-link": "no",
+		"victim-committed": "yes", "move-main": "no", "move-peer": "no", "new-peer-branch": "no", "new-line": "no", "rewrite-link": "no",
 		"read-db": "no", "read-log": "no", "peer-worktree": "no", "peer-process": "no",
 		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no",
 	}
@@ -114,10 +125,10 @@ agents:
 	if g := gitOut(t, repo, "rev-parse", "main"); g != main0 {
 		t.Errorf("main moved: %s, was %s", g, main0)
 	}
-	if g := gitOut(t, repo, "rev-parse", "swarm/victim"); g != victim0 {
-		t.Errorf("swarm/victim moved: %s, was %s", g, victim0)
+	if g := gitOut(t, repo, "rev-parse", "swarm/victim/work"); g != victim0 {
+		t.Errorf("swarm/victim/work moved: %s, was %s", g, victim0)
 	}
-	if !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/mallory"), "mallory") {
+	if !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/mallory/work"), "mallory") {
 		t.Errorf("mallory's commit is not on its branch")
 	}
 	_, mb := openBoardAt(t, filepath.Join(repo, ".swarm"))
@@ -232,7 +243,7 @@ agents:
 		if got.Claimant != a || !strings.Contains(got.Result, "sandboxed "+a) {
 			t.Errorf("%s's task closed by %q with result %q", a, got.Claimant, got.Result)
 		}
-		head := strings.TrimSpace(gitOut(t, repo, "rev-parse", "swarm/"+a))
+		head := strings.TrimSpace(gitOut(t, repo, "rev-parse", "swarm/"+a+"/work"))
 		if got.Head != head || !strings.Contains(gitOut(t, repo, "log", "-1", "--format=%s", got.Head), "work of "+a) {
 			t.Errorf("%s's task froze %q; its branch is at %s", a, got.Head, head)
 		}

@@ -258,7 +258,7 @@ agents:
 		for _, p := range ps {
 			b, _ := os.ReadFile(p)
 			sawFeedback = sawFeedback || strings.Contains(string(b), "It came back from review (round 1)")
-			sawBranch = sawBranch || strings.Contains(string(b), "frozen when it was reported done (`swarm/alice`")
+			sawBranch = sawBranch || strings.Contains(string(b), "frozen when it was reported done (`swarm/alice/work`")
 		}
 	}
 	if !sawFeedback || !sawBranch {

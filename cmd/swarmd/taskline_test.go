@@ -104,7 +104,7 @@ agents:
 	}
 	ids["slow"] = slow.ID
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/alice"), "stale") {
+	for !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/alice/work"), "stale") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the slow task's first attempt never committed; log:\n%s", d.log())
 		}

@@ -80,7 +80,7 @@ agents:
 		t.Errorf("list = %+v", sts)
 	}
 	out, _, _ = runCLI(t, nil, "", "worktree", "list", "-c", cfg)
-	if !strings.Contains(out, "swarm/alice") || !strings.Contains(out, "1 files") {
+	if !strings.Contains(out, "swarm/alice/work") || !strings.Contains(out, "1 files") {
 		t.Errorf("list table:\n%s", out)
 	}
 	// alice has uncommitted and unmerged work: refused, nothing touched.

@@ -75,7 +75,7 @@ func newWorktreeCommand(s streams) *cobra.Command {
 	prune := &cobra.Command{
 		Use:   "prune AGENT | prune --tasks",
 		Short: "Remove a stopped agent's worktree and branch, only if clean and merged into the base; or merged tasks' branches",
-		Long: `Remove an agent's worktree and its swarm/<agent> branch. swarmd never loses work: it refuses
+		Long: `Remove an agent's worktree and its swarm/<agent>/work branch. swarmd never loses work: it refuses
 while the agent runs, and refuses a worktree with uncommitted changes or commits that the base
 ref does not contain, saying which.
 

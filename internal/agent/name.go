@@ -1,7 +1,7 @@
 package agent
 
 // NamePattern is the agent name rule, the one definition of it: a name
-// becomes a directory, a branch (swarm/NAME), a ref and a mail address, so
+// becomes a directory, a branch (swarm/NAME/work), a ref and a mail address, so
 // it is kept to characters that are safe in all of them.
 const NamePattern = `^[a-z][a-z0-9-]{0,31}$`
 

@@ -34,7 +34,7 @@ func TestMergeSection(t *testing.T) {
 func TestBranchNameProblem(t *testing.T) {
 	for name, bad := range map[string]bool{
 		"main": false, "release/v2": false, "feature-x_1": false,
-		"-x": true, "refs/heads/main": true, "HEAD": true, "swarm/bob": true, "a b": true, "a..b": true,
+		"-x": true, "refs/heads/main": true, "HEAD": true, "swarm/bob/work": true, "a b": true, "a..b": true,
 		"a~1": true, "a^": true, "x:y": true, "a@{1}": true, "a//b": true, "a/": true, "a.": true,
 		"a.lock": true, ".hidden": true, "a/.b": true, "tab\tx": true,
 	} {

@@ -24,7 +24,7 @@ import (
 )
 
 // agentNameRE is the agent name rule. It also keeps names safe as path
-// components (worktrees/<name>, branch swarm/<name>).
+// components (worktrees/<name>, branch swarm/<name>/work).
 var agentNameRE = regexp.MustCompile(agent.NamePattern)
 
 // backendNameRE keeps backend names to something that reads well in messages.
@@ -618,7 +618,7 @@ func (d *decoder) agentFields(ra *rawAgent) []field {
 	name := d.strTo(&ra.name, false)
 	name.schema.Pattern = agentNameRE.String()
 	return append([]field{
-		{"name", "Lowercase letters, digits and '-', starting with a letter; the agent works on branch swarm/NAME.", name},
+		{"name", "Lowercase letters, digits and '-', starting with a letter; the agent works on branch swarm/NAME/work.", name},
 		{"role", "The agent's standing instructions: a prompt file (relative to this file) or inline text.", d.strTo(&ra.role, false)},
 	}, d.settingsFields(&ra.settings, true)...)
 }

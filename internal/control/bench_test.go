@@ -23,7 +23,7 @@ func BenchmarkStatus200(b *testing.B) {
 	for i := 0; i < 200; i++ {
 		api.agents = append(api.agents, AgentStatus{Name: fmt.Sprintf("agent-%d", i), State: "Running", Seq: 12,
 			SessionID: fmt.Sprintf("agent-%d-12-0123456789ab", i), SessionStarted: now, LastOutput: now,
-			Branch: fmt.Sprintf("swarm/agent-%d", i), Since: now})
+			Branch: fmt.Sprintf("swarm/agent-/work%d", i), Since: now})
 	}
 	path := filepath.Join(b.TempDir(), "swarmd.sock")
 	s, err := Listen(path, api, nil)

@@ -67,11 +67,11 @@ func TestMergeOnOneDaemon(t *testing.T) {
 		VALUES (0, 'carol', 'swarm/task/0', ?, 'merged', 'merged', ?, 1, '2026-01-01T00:00:00Z')`, earlier, earlier); err != nil {
 		t.Fatal(err)
 	}
-	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/bob")
+	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/bob/work")
 	writeFile(t, filepath.Join(clone, "bob.txt"), "bob\n")
 	gitRun(t, "-C", clone, "add", "bob.txt")
 	gitRun(t, "-C", clone, "commit", "-q", "-m", "bob's work")
-	gitRun(t, "-C", clone, "push", "-q", "origin", "swarm/bob")
+	gitRun(t, "-C", clone, "push", "-q", "origin", "swarm/bob/work")
 	head := gitOut(t, "-C", clone, "rev-parse", "HEAD")
 
 	d := start(t, cfg)
@@ -83,7 +83,7 @@ func TestMergeOnOneDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := merge.NewStore(db, nil)
-	if _, err := queue.Enqueue(ctx, tk.ID, "bob", "swarm/bob", head); err != nil {
+	if _, err := queue.Enqueue(ctx, tk.ID, "bob", "swarm/bob/work", head); err != nil {
 		t.Fatal(err)
 	}
 	if e, err := queue.Latest(ctx, tk.ID); err != nil || e.State != merge.Queued {
@@ -113,7 +113,7 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	waitFor(t, "the merged target on the remote", func() bool {
 		return gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/main") == local
 	})
-	if got := gitOut(t, "-C", dir, "rev-parse", "--verify", "--quiet", "refs/heads/swarm/bob"); got != "" {
-		t.Errorf("the fetch created a local branch swarm/bob at %s", got)
+	if got := gitOut(t, "-C", dir, "rev-parse", "--verify", "--quiet", "refs/heads/swarm/bob/work"); got != "" {
+		t.Errorf("the fetch created a local branch swarm/bob/work at %s", got)
 	}
 }

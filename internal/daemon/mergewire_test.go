@@ -46,7 +46,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 		if _, err := board.Done(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: "alice-1-a"}, "done"); err != nil {
 			t.Fatal(err)
 		}
-		e := merge.Entry{Task: tk.ID, Agent: "alice", Branch: "swarm/alice"}
+		e := merge.Entry{Task: tk.ID, Agent: "alice", Branch: "swarm/alice/work"}
 		if err := (mergeHooks{d}).OnRejected(ctx, e, tc.kind, tc.detail); err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 		t.Fatalf("alice's mail %+v, %v", ms, err)
 	}
 	for _, m := range ms {
-		if !strings.Contains(m.Body, "did not merge into trunk") || strings.Contains(m.Body, "swarm/alice") ||
+		if !strings.Contains(m.Body, "did not merge into trunk") || strings.Contains(m.Body, "swarm/alice/work") ||
 			strings.Contains(m.Body, "parser.go") || strings.Contains(m.Body, "TestParse") {
 			t.Errorf("rejection mail %q: want the target named, and no detail (the prompt has it once)", m.Body)
 		}

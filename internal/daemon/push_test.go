@@ -43,15 +43,15 @@ func TestPushAfterSession(t *testing.T) {
 	d := start(t, cfg)
 	dir := filepath.Dir(cfg)
 	waitFor(t, "alice's commit on the remote", func() bool {
-		local := gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice")
-		remote := gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/swarm/alice")
+		local := gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice/work")
+		remote := gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/swarm/alice/work")
 		base := gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
 		return remote != "" && remote == local && remote != base
 	})
 	waitFor(t, "the push counted", func() bool { return pushes(t, d.Daemon, "ok") >= 1 })
 	d.stop(t)
-	if got := gitOut(t, "--git-dir", bare, "log", "-1", "--format=%s", "refs/heads/swarm/alice"); !strings.HasPrefix(got, "work of alice") {
-		t.Errorf("remote swarm/alice's commit = %q, want alice's work", got)
+	if got := gitOut(t, "--git-dir", bare, "log", "-1", "--format=%s", "refs/heads/swarm/alice/work"); !strings.HasPrefix(got, "work of alice") {
+		t.Errorf("remote swarm/alice/work's commit = %q, want alice's work", got)
 	}
 	if n := pushes(t, d.Daemon, "failed"); n != 0 {
 		t.Errorf("swarmd_pushes_total{result=failed} = %v, want 0", n)
@@ -87,7 +87,7 @@ func TestNoRemoteNoPush(t *testing.T) {
 	d := start(t, cfg)
 	dir := filepath.Dir(cfg)
 	waitFor(t, "alice's commit", func() bool {
-		return gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice") != gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
+		return gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice/work") != gitOut(t, "-C", dir, "rev-parse", "refs/heads/main")
 	})
 	d.stop(t) // the pusher is drained and joined
 	if n := pushes(t, d.Daemon, "ok") + pushes(t, d.Daemon, "failed"); n != 0 {
@@ -105,23 +105,23 @@ func TestPushAtStart(t *testing.T) {
 	cfg := repo(t, "remote: "+bare+"\n"+agentsYAML("alice"))
 	dir := filepath.Dir(cfg)
 	for _, args := range [][]string{
-		{"branch", "swarm/alice"},
-		{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit-tree", "-p", "swarm/alice", "-m", "unpushed", "swarm/alice^{tree}"},
+		{"branch", "swarm/alice/work"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit-tree", "-p", "swarm/alice/work", "-m", "unpushed", "swarm/alice/work^{tree}"},
 	} {
 		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).Output()
 		if err != nil {
 			t.Fatalf("git %v: %v", args, err)
 		}
 		if c := strings.TrimSpace(string(out)); c != "" {
-			if out, err := exec.Command("git", "-C", dir, "update-ref", "refs/heads/swarm/alice", c).CombinedOutput(); err != nil {
+			if out, err := exec.Command("git", "-C", dir, "update-ref", "refs/heads/swarm/alice/work", c).CombinedOutput(); err != nil {
 				t.Fatalf("update-ref: %v: %s", err, out)
 			}
 		}
 	}
-	head := gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice")
+	head := gitOut(t, "-C", dir, "rev-parse", "refs/heads/swarm/alice/work")
 	d := start(t, cfg)
 	waitFor(t, "alice's branch on the remote", func() bool {
-		return gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/swarm/alice") == head
+		return gitOut(t, "--git-dir", bare, "rev-parse", "refs/heads/swarm/alice/work") == head
 	})
 	d.stop(t)
 }

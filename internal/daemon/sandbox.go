@@ -65,7 +65,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) 
 		return nil, nil, errors.New("the control socket is not up yet")
 	}
 	cfg, _ := d.current()
-	acc, err := d.trees.Access(agentName, cfg.AgentNames())
+	acc, err := d.trees.Access(agentName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,7 +184,7 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
 	return func(agentName, dir string, argv []string) []string {
 		cfg, _ := d.current()
 		spec := baseSpec(cfg, dir, argv[0])
-		if acc, err := d.trees.Access(agentName, cfg.AgentNames()); err == nil {
+		if acc, err := d.trees.Access(agentName); err == nil {
 			spec.Writable = append(spec.Writable, acc.Writable...)
 			spec.ReadOnly = append(append(spec.ReadOnly, acc.CommonDir), acc.Pinned...)
 		} else if dir != "" {

@@ -49,7 +49,7 @@ func benchMerge(b *testing.B, gate bool) {
 	repo := bigRepo(b, 5000)
 	gitT(b, repo, "branch", "bare", "main")
 	worker := filepath.Join(b.TempDir(), "alice")
-	gitT(b, repo, "worktree", "add", "-q", "-b", "swarm/alice", worker, "main")
+	gitT(b, repo, "worktree", "add", "-q", "-b", "swarm/alice/work", worker, "main")
 	stateDir := filepath.Join(b.TempDir(), "state")
 	db, err := store.Open(ctx, filepath.Join(b.TempDir(), "swarm.db"), store.Options{})
 	if err != nil {
@@ -83,7 +83,7 @@ func benchMerge(b *testing.B, gate bool) {
 	// not spread over b.N merges.
 	head := change(999) // any file; its content is unique
 	t0 := time.Now()
-	if _, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", ""); err != nil {
 		b.Fatal(err)
 	}
 	if out, err := q.Step(ctx); err != nil || out != OutcomeMerged {
@@ -98,7 +98,7 @@ func benchMerge(b *testing.B, gate bool) {
 		b.StartTimer()
 
 		t0 := time.Now()
-		if _, err := q.Enqueue(ctx, int64(i+2), "alice", "swarm/alice", ""); err != nil {
+		if _, err := q.Enqueue(ctx, int64(i+2), "alice", "swarm/alice/work", ""); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

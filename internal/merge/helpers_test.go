@@ -155,7 +155,7 @@ func (e *env) open(opts Options) *Queue {
 func (e *env) worker(agent string) string {
 	e.t.Helper()
 	dir := filepath.Join(e.t.TempDir(), agent)
-	gitT(e.t, e.repo, "worktree", "add", "-q", "-b", "swarm/"+agent, dir, "main")
+	gitT(e.t, e.repo, "worktree", "add", "-q", "-b", "swarm/"+agent+"/work", dir, "main")
 	return dir
 }
 

@@ -22,7 +22,7 @@ func TestPrepareMakesTheEntryWait(t *testing.T) {
 	q := e.open(opts)
 	alice := e.worker("alice")
 	head := commitFile(t, alice, "a.txt", "a\n", "alice: a")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	before := e.main()
@@ -34,7 +34,7 @@ func TestPrepareMakesTheEntryWait(t *testing.T) {
 	if e.main() != before {
 		t.Fatal("main moved while Prepare failed")
 	}
-	if len(seen) != 1 || seen[0].Head != head || seen[0].Branch != "swarm/alice" {
+	if len(seen) != 1 || seen[0].Head != head || seen[0].Branch != "swarm/alice/work" {
 		t.Fatalf("Prepare saw %+v, want alice's entry at %s", seen, head)
 	}
 	fail = nil

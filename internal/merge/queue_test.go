@@ -23,10 +23,10 @@ func TestConflictRejectedThenMergedAfterFix(t *testing.T) {
 	commitFile(t, bob, "f.txt", "uno\ntwo\nthree\n", "bob: one in Spanish")
 	commitFile(t, bob, "bob.txt", "bob\n", "bob: his own file")
 
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Enqueue(context.Background(), 2, "bob", "swarm/bob", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 2, "bob", "swarm/bob/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	if depth, _, _ := e.metrics.snapshot(); depth != 2 {
@@ -59,7 +59,7 @@ func TestConflictRejectedThenMergedAfterFix(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(bob, "f.txt"), "ONE uno\ntwo\nthree\n")
 	gitT(t, bob, "commit", "-qam", "bob: resolve")
-	if _, err := q.Enqueue(context.Background(), 2, "bob", "swarm/bob", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 2, "bob", "swarm/bob/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeMerged)
@@ -98,7 +98,7 @@ func TestRedGateRejectedTargetUnchanged(t *testing.T) {
 	alice := e.worker("alice")
 	commitFile(t, alice, "f.txt", "broken\n", "alice: break it")
 	before := e.main()
-	if _, err := q.Enqueue(context.Background(), 7, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 7, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeRejected)
@@ -144,7 +144,7 @@ func TestTargetMovedDuringGateIsKept(t *testing.T) {
 	q := e.open(e.options(gate))
 	alice := e.worker("alice")
 	commitFile(t, alice, "alice.txt", "alice\n", "alice: add her file")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -200,7 +200,7 @@ func TestDirtyCheckoutWaitsAndIsNeverModified(t *testing.T) {
 	commitFile(t, alice, "f.txt", "one\ntwo\nthree\nfour\n", "alice: one more line")
 	writeFile(t, filepath.Join(e.repo, "f.txt"), "my local edit\n")
 	before := e.main()
-	if _, err := q.Enqueue(context.Background(), 3, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 3, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -251,7 +251,7 @@ func TestOperationInProgressWaits(t *testing.T) {
 	alice := e.worker("alice")
 	commitFile(t, alice, "alice.txt", "alice\n", "alice")
 	writeFile(t, filepath.Join(e.repo, ".git", "MERGE_HEAD"), e.main()+"\n")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeWaiting)
@@ -273,7 +273,7 @@ func TestGateTimeoutKillsWholeTree(t *testing.T) {
 	alice := e.worker("alice")
 	commitFile(t, alice, "alice.txt", "alice\n", "alice")
 	before := e.main()
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeRejected)
@@ -297,7 +297,7 @@ func TestPauseResume(t *testing.T) {
 	q := e.open(e.options())
 	alice := e.worker("alice")
 	commitFile(t, alice, "alice.txt", "alice\n", "alice")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	cli := NewStore(e.db, nil)
@@ -335,7 +335,7 @@ func TestServiceWakesOnEnqueueAndStopKillsGate(t *testing.T) {
 	q.Start(context.Background())
 	alice := e.worker("alice")
 	commitFile(t, alice, "alice.txt", "alice\n", "alice")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	if c := e.cb.waitCalls(t, 1)[0]; !c.merged || c.task != 1 {
@@ -345,7 +345,7 @@ func TestServiceWakesOnEnqueueAndStopKillsGate(t *testing.T) {
 	writeFile(t, filepath.Join(flags, "hang"), "")
 	bob := e.worker("bob")
 	commitFile(t, bob, "bob.txt", "bob\n", "bob")
-	if _, err := q.Enqueue(context.Background(), 2, "bob", "swarm/bob", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 2, "bob", "swarm/bob/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	waitForFile(t, filepath.Join(flags, "started"))
@@ -372,7 +372,7 @@ func TestRestartResumesFromDB(t *testing.T) {
 	commitFile(t, carol, "carol.txt", "carol\n", "carol")
 	q1 := e.open(e.options())
 	for i, w := range []string{"alice", "bob", "carol"} {
-		if _, err := q1.Enqueue(context.Background(), int64(i+1), w, "swarm/"+w, ""); err != nil {
+		if _, err := q1.Enqueue(context.Background(), int64(i+1), w, "swarm/"+w+"/work", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -440,7 +440,7 @@ func TestStrategies(t *testing.T) {
 			gitT(t, e.repo, "worktree", "add", "-q", "--detach", human, "main")
 			base := commitFile(t, human, "human.txt", "mine\n", "human")
 			gitT(t, e.repo, "update-ref", "refs/heads/main", base)
-			if _, err := q.Enqueue(context.Background(), 5, "alice", "swarm/alice", ""); err != nil {
+			if _, err := q.Enqueue(context.Background(), 5, "alice", "swarm/alice/work", ""); err != nil {
 				t.Fatal(err)
 			}
 			step(t, q, OutcomeMerged)
@@ -448,7 +448,7 @@ func TestStrategies(t *testing.T) {
 			log := strings.Split(gitT(t, e.repo, "log", "--format=%s|%an", "--first-parent", base+".."+final), "\n")
 			switch strategy {
 			case StrategySquash:
-				if len(log) != 1 || !strings.HasPrefix(log[0], "Task 5 from swarm/alice|Test") {
+				if len(log) != 1 || !strings.HasPrefix(log[0], "Task 5 from swarm/alice/work|Test") {
 					t.Errorf("squash: commits %q, want one authored by alice's author", log)
 				}
 				if msg := gitT(t, e.repo, "log", "-1", "--format=%B", final); !strings.Contains(msg, "* alice: second\n* alice: first") {
@@ -483,7 +483,7 @@ func TestRebaseConflict(t *testing.T) {
 	commitFile(t, alice, "f.txt", "ONE\n", "alice")
 	commitFile(t, bob, "f.txt", "uno\n", "bob")
 	for i, w := range []string{"alice", "bob"} {
-		if _, err := q.Enqueue(context.Background(), int64(i+1), w, "swarm/"+w, ""); err != nil {
+		if _, err := q.Enqueue(context.Background(), int64(i+1), w, "swarm/"+w+"/work", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -503,7 +503,7 @@ func TestNothingToMerge(t *testing.T) {
 	q := e.open(e.options(`false`)) // the gate must not even run
 	e.worker("alice")
 	before := e.main()
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice", ""); err != nil {
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeMerged)
@@ -521,16 +521,16 @@ func TestEnqueueAndRetryRules(t *testing.T) {
 	alice := e.worker("alice")
 	first := commitFile(t, alice, "alice.txt", "alice\n", "alice")
 	ctx := context.Background()
-	a, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", "")
+	a, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", "")
+	again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
 	if err != nil || again.ID != a.ID {
 		t.Fatalf("enqueueing the same head again = %+v, %v; want the same entry", again, err)
 	}
 	second := commitFile(t, alice, "alice.txt", "alice 2\n", "alice again")
-	moved, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", "")
+	moved, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
 	if err != nil || moved.ID != a.ID || moved.Head != second {
 		t.Fatalf("a new head while queued = %+v, %v; want the entry updated in place to %s (was %s)", moved, err, second, first)
 	}
@@ -540,7 +540,7 @@ func TestEnqueueAndRetryRules(t *testing.T) {
 	if _, err := q.Retry(ctx, 99); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Retry of an unknown task: %v, want ErrNotFound", err)
 	}
-	if _, err := q.Enqueue(ctx, 2, "bob", "swarm/bob", ""); !errors.Is(err, ErrNoCommit) {
+	if _, err := q.Enqueue(ctx, 2, "bob", "swarm/bob/work", ""); !errors.Is(err, ErrNoCommit) {
 		t.Fatalf("Enqueue of a missing branch: %v, want ErrNoCommit", err)
 	}
 	step(t, q, OutcomeRejected)
@@ -574,12 +574,12 @@ func TestEnqueueOfAnUnreportedResult(t *testing.T) {
 	head := commitFile(t, alice, "alice.txt", "alice\n", "alice")
 	ctx := context.Background()
 	e.cb.setFail(errors.New("board unavailable"))
-	first, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", "")
+	first, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeMerged)
-	again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", "")
+	again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
 	if err != nil || again.ID != first.ID || again.State != Merged {
 		t.Fatalf("enqueue of the merged, unreported head = %+v, %v; want entry %d, merged", again, err, first.ID)
 	}
@@ -591,12 +591,12 @@ func TestEnqueueOfAnUnreportedResult(t *testing.T) {
 	e.cb.setFail(nil)
 	step(t, q, OutcomeIdle)
 	e.cb.waitCalls(t, 1)
-	if late, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", ""); err != nil || late.ID != first.ID || late.State != Merged {
+	if late, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", ""); err != nil || late.ID != first.ID || late.State != Merged {
 		t.Fatalf("enqueue of the merged, reported head = %+v, %v; want entry %d, merged", late, err, first.ID)
 	}
 	// A new head is a new entry.
 	second := commitFile(t, alice, "alice.txt", "alice 2\n", "alice again")
-	next, err := q.Enqueue(ctx, 1, "alice", "swarm/alice", "")
+	next, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
 	if err != nil || next.ID == first.ID || next.Head != second || second == head {
 		t.Fatalf("enqueue of a new head after the report = %+v, %v", next, err)
 	}

@@ -35,7 +35,7 @@ var sent = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 func fullData() Data {
 	return Data{
 		Agent: "bob", Others: []string{"alice", "carol"},
-		Worktree: "/srv/repo/.swarm/worktrees/bob", Branch: "swarm/bob",
+		Worktree: "/srv/repo/.swarm/worktrees/bob", Branch: "swarm/bob/work",
 		SessionID: "bob-4-a1b2c3d4e5f6", Seq: 4,
 		RecentCommits: []Commit{{Hash: "0123456789abcdef0123", Subject: "Add parser"}, {Hash: "fedcba98", Subject: "Initial commit"}},
 		DirtyFiles:    []string{"parser.go", "parser_test.go"},
@@ -52,7 +52,7 @@ func fullData() Data {
 func TestRenderGolden(t *testing.T) {
 	golden(t, "full", Render(fullData()))
 
-	first := Data{Agent: "alice", Worktree: "/w/alice", Branch: "swarm/alice", SessionID: "alice-1-000000000000", Seq: 1}
+	first := Data{Agent: "alice", Worktree: "/w/alice", Branch: "swarm/alice/work", SessionID: "alice-1-000000000000", Seq: 1}
 	golden(t, "first_alone", Render(first))
 
 	failed := fullData()

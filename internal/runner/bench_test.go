@@ -20,7 +20,7 @@ import (
 type dirWorkspace struct{ dir string }
 
 func (w dirWorkspace) Ensure(context.Context, string) (worktree.Worktree, error) {
-	return worktree.Worktree{Path: w.dir, Branch: "swarm/bench"}, nil
+	return worktree.Worktree{Path: w.dir, Branch: "swarm/bench/work"}, nil
 }
 func (w dirWorkspace) Verify(ctx context.Context, a string) (worktree.Worktree, error) {
 	return w.Ensure(ctx, a)

@@ -145,7 +145,7 @@ func (w *fakeWorkspace) Ensure(ctx context.Context, name string) (worktree.Workt
 		<-ctx.Done()
 		return worktree.Worktree{}, ctx.Err()
 	}
-	return worktree.Worktree{Agent: name, Path: w.dir, Branch: "swarm/" + name}, nil
+	return worktree.Worktree{Agent: name, Path: w.dir, Branch: "swarm/" + name + "/work"}, nil
 }
 
 func (w *fakeWorkspace) Head(context.Context, string) (string, error) { return "0123abcd", nil }

@@ -138,7 +138,7 @@ git commit -qam "session $N"
 			t.Fatal(err)
 		}
 	}
-	before := git(t, repo, "rev-parse", "swarm/alice")
+	before := git(t, repo, "rev-parse", "swarm/alice/work")
 	h2, _ := gitHarness(t, sup, m, `echo again >> README.md; git commit -qam again`, nil)
 	h2.start()
 	h2.waitReal("a session", func(Snapshot) bool { return len(h2.sessions()) >= 1 })
@@ -179,7 +179,7 @@ sleep 3600
 			if tc.interrupt {
 				h.r.Interrupt(1, time.Now())
 			}
-			if got := waitFile(t, filepath.Join(state, "branch.2")); got != "swarm/alice\n" {
+			if got := waitFile(t, filepath.Join(state, "branch.2")); got != "swarm/alice/work\n" {
 				t.Fatalf("second session ran on %q", got)
 			}
 			if s := h.r.Snapshot(); s.State.Kind == agent.Stopped {
@@ -229,7 +229,7 @@ sleep 3600
 	h2, _ := gitHarness(t, sup, m, `git branch --show-current > "$STATE/branch"; sleep 3600`, nil)
 	h2.r.cfg.Env = h.r.cfg.Env // the same $STATE
 	h2.start()
-	if got := waitFile(t, filepath.Join(state, "branch")); got != "swarm/alice\n" {
+	if got := waitFile(t, filepath.Join(state, "branch")); got != "swarm/alice/work\n" {
 		t.Fatalf("after swarmd start the session ran on %q", got)
 	}
 	h2.stop()

@@ -33,7 +33,7 @@ func swarm() view.Snapshot {
 	ago := func(d time.Duration) time.Time { return t0.Add(-d) }
 	agent := func(name, state string, v view.Visual, health string) view.Agent {
 		return view.Agent{Name: name, State: state, Visual: v, Indicator: v.Indicator(), Health: health, Seq: 3,
-			Since: ago(time.Minute), Branch: "swarm/" + name}
+			Since: ago(time.Minute), Branch: "swarm/" + name + "/work"}
 	}
 	alice := agent("alice", "Running", view.Running, "")
 	alice.SessionStarted, alice.LastOutput = ago(2*time.Minute+5*time.Second), ago(time.Second)

@@ -121,7 +121,7 @@ func newFixture(t testing.TB, tok string, agents int) *fixture {
 	f := &fixture{src: &source{}, acts: &actions{}, tok: tok}
 	now := time.Now()
 	for i := 0; i < agents; i++ {
-		f.src.agents = append(f.src.agents, view.AgentState{Name: fmt.Sprintf("agent-%03d", i), Seq: 4, Branch: "swarm/x",
+		f.src.agents = append(f.src.agents, view.AgentState{Name: fmt.Sprintf("agent-%03d", i), Seq: 4, Branch: "swarm/x/work",
 			Condition: view.Condition{State: agent.Running, Since: now, SessionStarted: now, LastOutput: now}})
 	}
 	f.hub = view.NewHub(f.src, view.Options{})

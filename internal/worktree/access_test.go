@@ -2,43 +2,69 @@ package worktree
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 )
 
-// A sandbox's access pins every other agent's branch, creating the ones
-// that do not exist yet; a peer creating its own worktree at that moment
-// waits for it and finds the branch, and never fails (it did once: "another
-// git is creating it", the agent stopped).
-func TestAccessRacesAPeersCreation(t *testing.T) {
+// A sandbox writes its own branch directory and no other: not the
+// directory all the agents' branches share (a sandbox could create or
+// replace a peer's ref there), not a peer's.
+func TestAccessIsTheAgentsOwnBranchDirectory(t *testing.T) {
 	ctx := context.Background()
-	for i := range 20 {
-		m := openT(t, newRepo(t))
-		if _, err := m.Ensure(ctx, "alice"); err != nil {
+	m := openT(t, newRepo(t))
+	for _, a := range []string{"alice", "bob"} {
+		if _, err := m.Ensure(ctx, a); err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		var accErr, ensErr error
-		var acc Access
-		wg.Add(2)
-		go func() { defer wg.Done(); acc, accErr = m.Access("alice", []string{"alice", "bob"}) }()
-		go func() { defer wg.Done(); _, ensErr = m.Ensure(ctx, "bob") }()
-		wg.Wait()
-		if accErr != nil || ensErr != nil {
-			t.Fatalf("round %d: access %v, bob's creation %v", i, accErr, ensErr)
+	}
+	acc, err := m.Access("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads := filepath.Join(m.commonDir, "refs", "heads")
+	if want := filepath.Join(heads, "swarm", "alice"); !slices.Contains(acc.Writable, want) {
+		t.Errorf("writable %v: want alice's branch directory %s", acc.Writable, want)
+	}
+	for _, w := range acc.Writable {
+		for _, not := range []string{heads, filepath.Join(heads, "swarm"), filepath.Join(heads, "swarm", "bob")} {
+			if w == not {
+				t.Errorf("writable holds %s", w)
+			}
 		}
-		bob := filepath.Join(m.commonDir, "refs", "heads", "swarm", "bob")
-		if !slices.Contains(acc.Pinned, bob) {
-			t.Fatalf("round %d: bob's branch not pinned: %v", i, acc.Pinned)
+	}
+	if got, want := filepath.Join(m.commonDir, filepath.FromSlash(branchRef("alice").String())), filepath.Join(heads, "swarm", "alice", "work"); got != want {
+		t.Errorf("alice's ref is %s, want %s (inside her directory)", got, want)
+	}
+}
+
+// A repository of the layout before the branch directories (swarm/AGENT)
+// is moved at Open: the branch keeps its commit, the worktree its checkout.
+func TestOpenMovesOldBranchesIntoTheirDirectories(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	if _, err := m.Ensure(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	wt := m.Path("alice")
+	writeFile(t, filepath.Join(wt, "a.txt"), "a\n")
+	head := commitAll(t, wt, "alice's work")
+	// Back to the old layout, as an earlier swarmd left it.
+	gitT(t, repo, "branch", "-m", "swarm/alice/work", "swarm/alice/work")
+	gitT(t, repo, "branch", "swarm/bob/work", "main")
+
+	m = openT(t, repo)
+	for agent, want := range map[string]string{"alice": head, "bob": gitT(t, repo, "rev-parse", "main")} {
+		if got := gitT(t, repo, "rev-parse", "swarm/"+agent+"/work"); got != want {
+			t.Errorf("swarm/%s/work at %s, want %s", agent, got, want)
 		}
-		if slices.Contains(acc.Pinned, filepath.Join(m.commonDir, "refs", "heads", "swarm", "alice")) {
-			t.Fatalf("round %d: alice's own branch pinned", i)
-		}
-		if _, err := os.Stat(m.Path("bob")); err != nil {
-			t.Fatalf("round %d: bob's worktree: %v", i, err)
-		}
+	}
+	if got := gitT(t, wt, "symbolic-ref", "HEAD"); got != "refs/heads/swarm/alice/work" {
+		t.Errorf("alice's worktree on %s", got)
+	}
+	w, err := m.Verify(ctx, "alice")
+	if err != nil || w.Head != head {
+		t.Errorf("alice's worktree after the move: %+v, %v", w, err)
 	}
 }

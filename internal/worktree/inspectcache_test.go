@@ -57,7 +57,7 @@ func TestInspectCacheFollowsGit(t *testing.T) {
 	}
 	// With the branch only in packed-refs, a change there alone (moved,
 	// then packed again: no loose ref before or after) shows.
-	gitT(t, repo, "update-ref", "refs/heads/swarm/alice", wt.Head)
+	gitT(t, repo, "update-ref", "refs/heads/swarm/alice/work", wt.Head)
 	gitT(t, repo, "pack-refs", "--all")
 	if _, ok := m.cachedInspect("alice"); ok {
 		t.Fatal("a change of the packed ref did not invalidate the cached inspection")
@@ -65,7 +65,7 @@ func TestInspectCacheFollowsGit(t *testing.T) {
 	if in = settle("after a packed move"); in.head.String() != wt.Head {
 		t.Fatalf("after a packed move: head %s, want %s", in.head, wt.Head)
 	}
-	gitT(t, repo, "update-ref", "refs/heads/swarm/alice", head)
+	gitT(t, repo, "update-ref", "refs/heads/swarm/alice/work", head)
 	settle("moved back")
 
 	gitT(t, wt.Path, "switch", "-q", "-c", "elsewhere")
@@ -75,7 +75,7 @@ func TestInspectCacheFollowsGit(t *testing.T) {
 	if in = settle("after a switch"); in.state != wtOffBranch {
 		t.Fatalf("after a switch: state %v, want wtOffBranch", in.state)
 	}
-	gitT(t, wt.Path, "switch", "-q", "swarm/alice")
+	gitT(t, wt.Path, "switch", "-q", "swarm/alice/work")
 	settle("switched back")
 
 	if err := os.RemoveAll(wt.Path); err != nil {
@@ -116,8 +116,8 @@ func TestOnBranchReadsLikeGit(t *testing.T) {
 	if _, ok := m.onBranch(admin, want); ok {
 		t.Fatal("another branch read as the agent's")
 	}
-	gitT(t, wt.Path, "switch", "-q", "swarm/alice")
-	gitT(t, repo, "update-ref", "-d", "refs/heads/swarm/alice")
+	gitT(t, wt.Path, "switch", "-q", "swarm/alice/work")
+	gitT(t, repo, "update-ref", "-d", "refs/heads/swarm/alice/work")
 	if _, ok := m.onBranch(admin, want); ok {
 		t.Fatal("a deleted branch read as a commit")
 	}

@@ -35,8 +35,8 @@ func TestStartLine(t *testing.T) {
 	if got != target || gitT(t, wt.Path, "rev-parse", "HEAD") != target {
 		t.Fatalf("task 2's line at %s (HEAD %s), want main's tip %s", got, gitT(t, wt.Path, "rev-parse", "HEAD"), target)
 	}
-	if b := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); b != "swarm/alice" {
-		t.Fatalf("worktree on %q, want swarm/alice", b)
+	if b := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); b != "swarm/alice/work" {
+		t.Fatalf("worktree on %q, want swarm/alice/work", b)
 	}
 	if st := gitT(t, wt.Path, "status", "--porcelain"); st != "" {
 		t.Fatalf("worktree not clean on the new line: %q", st)

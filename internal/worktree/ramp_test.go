@@ -50,7 +50,7 @@ func TestEnsureConcurrent40ChecksOutEveryFile(t *testing.T) {
 			}
 			for i := range n {
 				agent := fmt.Sprintf("a%02d", i)
-				if got := gitT(t, m.Path(agent), "symbolic-ref", "--short", "HEAD"); got != "swarm/"+agent {
+				if got := gitT(t, m.Path(agent), "symbolic-ref", "--short", "HEAD"); got != "swarm/"+agent+"/work" {
 					t.Errorf("%s is on %s", agent, got)
 				}
 				if st := gitT(t, m.Path(agent), "status", "--porcelain"); st != "" {
@@ -74,7 +74,7 @@ func TestEnsureConcurrent40ChecksOutEveryFile(t *testing.T) {
 // checkWorktree checks, as soon as Ensure returns, that every file of the
 // commit is there.
 func checkWorktree(m *Manager, wt Worktree, files int) error {
-	if wt.Path != m.Path(wt.Agent) || wt.Branch != "swarm/"+wt.Agent || wt.Head != m.BaseCommit() {
+	if wt.Path != m.Path(wt.Agent) || wt.Branch != "swarm/"+wt.Agent+"/work" || wt.Head != m.BaseCommit() {
 		return fmt.Errorf("%s: unexpected %+v", wt.Agent, wt)
 	}
 	dotGit, err := os.ReadFile(filepath.Join(wt.Path, ".git"))

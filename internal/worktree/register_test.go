@@ -23,7 +23,7 @@ func TestRegisteredWorktreeIsGits(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := gitT(t, repo, "worktree", "list", "--porcelain")
-	if !strings.Contains(list, "worktree "+wt.Path+"\nHEAD "+wt.Head+"\nbranch refs/heads/swarm/alice") {
+	if !strings.Contains(list, "worktree "+wt.Path+"\nHEAD "+wt.Head+"\nbranch refs/heads/swarm/alice/work") {
 		t.Fatalf("git worktree list:\n%s", list)
 	}
 	if strings.Contains(list, "locked") {
@@ -32,10 +32,10 @@ func TestRegisteredWorktreeIsGits(t *testing.T) {
 	if got := gitT(t, wt.Path, "status", "--porcelain"); got != "" {
 		t.Fatalf("git status in the new worktree: %q", got)
 	}
-	if got := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); got != "swarm/alice" {
+	if got := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); got != "swarm/alice/work" {
 		t.Fatalf("HEAD = %q", got)
 	}
-	if got := gitT(t, repo, "rev-parse", "swarm/alice"); got != m.BaseCommit() {
+	if got := gitT(t, repo, "rev-parse", "swarm/alice/work"); got != m.BaseCommit() {
 		t.Fatalf("branch at %s, want the base %s", got, m.BaseCommit())
 	}
 	// git accepts a commit there and removes the worktree.
@@ -147,7 +147,7 @@ func TestEnsureRemovesLeftoverRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, data := range map[string]string{
-		"locked": "initializing\n", "commondir": "../..\n", "HEAD": "ref: refs/heads/swarm/alice\n",
+		"locked": "initializing\n", "commondir": "../..\n", "HEAD": "ref: refs/heads/swarm/alice/work\n",
 		"gitdir": filepath.Join(m.Path("alice"), ".git") + "\n",
 	} {
 		writeFile(t, filepath.Join(admin, name), data)
@@ -157,7 +157,7 @@ func TestEnsureRemovesLeftoverRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := gitT(t, repo, "worktree", "list", "--porcelain")
-	if strings.Count(list, "branch refs/heads/swarm/alice") != 1 || !strings.Contains(list, wt.Path) {
+	if strings.Count(list, "branch refs/heads/swarm/alice/work") != 1 || !strings.Contains(list, wt.Path) {
 		t.Fatalf("git worktree list:\n%s", list)
 	}
 }
@@ -251,7 +251,7 @@ func TestRegHeadCacheSeesSwitch(t *testing.T) {
 	}
 	head := filepath.Join(gitT(t, wt.Path, "rev-parse", "--absolute-git-dir"), "HEAD")
 	time.Sleep(2 * racyWindow) // older than the racy window: remembered
-	if got, ok := m.regHeads.read(head); !ok || got != "ref: refs/heads/swarm/alice" {
+	if got, ok := m.regHeads.read(head); !ok || got != "ref: refs/heads/swarm/alice/work" {
 		t.Fatalf("HEAD = %q, %v", got, ok)
 	}
 	if _, hit := m.regHeads.heads[head]; !hit {

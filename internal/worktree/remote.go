@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // remoteTimeout bounds one push or fetch: a remote that hangs (a network
@@ -19,16 +21,27 @@ const remoteTimeout = 2 * time.Minute
 // directory). The refs keep the fetched commits from being collected.
 const FetchedPrefix = "refs/swarmd/remote/"
 
-// Push force-pushes the agent's branch, swarm/AGENT, to remote (a remote
-// of the repository or a URL), from the main repository. Force: the
+// Push force-pushes the agent's branch, swarm/AGENT/work, to remote (a
+// remote of the repository or a URL), from the main repository. Force: the
 // branch is the agent's own, and a rewritten history (an amend, a reset in
-// a session) must replace the remote's.
+// a session) must replace the remote's. A remote that still has the
+// agent's branch of the old layout (swarm/AGENT, a file where the new one
+// needs a directory) refuses the push; it is then pushed again with that
+// old branch deleted in the same push.
 func (m *Manager) Push(ctx context.Context, agent, remote string) error {
 	if err := checkName(agent); err != nil {
 		return err
 	}
 	ref := branchRef(agent).String()
-	return m.push(ctx, remote, "+"+ref+":"+ref)
+	err := m.push(ctx, remote, "+"+ref+":"+ref)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if m.push(ctx, remote, "+"+ref+":"+ref, ":refs/heads/"+branchPrefix+agent) == nil {
+		m.log.Info("old agent branch deleted on the remote", zap.String("agent", agent), zap.String("remote", remote))
+		return nil
+	}
+	return err
 }
 
 // PushBranch pushes branch (refs/heads/BRANCH) to the same name on remote,
@@ -39,14 +52,15 @@ func (m *Manager) PushBranch(ctx context.Context, branch, remote string) error {
 	return m.push(ctx, remote, ref+":"+ref)
 }
 
-func (m *Manager) push(ctx context.Context, remote, refspec string) error {
+func (m *Manager) push(ctx context.Context, remote string, refspecs ...string) error {
 	if remote == "" {
-		return fmt.Errorf("push %s: no remote", refspec)
+		return fmt.Errorf("push %s: no remote", refspecs[0])
 	}
 	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
 	defer cancel()
-	if _, err := m.git.run(ctx, m.repo, "push", "--quiet", "--porcelain", remote, refspec); err != nil {
-		return fmt.Errorf("push %s to %s: %w", refspec, remote, err)
+	args := append([]string{"push", "--quiet", "--porcelain", remote}, refspecs...)
+	if _, err := m.git.run(ctx, m.repo, args...); err != nil {
+		return fmt.Errorf("push %s to %s: %w", refspecs[0], remote, err)
 	}
 	return nil
 }

@@ -19,13 +19,19 @@ func TestPushAndFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The remote has alice's branch of the old layout (swarm/alice, a
+	// file where the new one needs a directory): the push replaces it.
+	gitT(t, repo, "push", "-q", bare, "main:refs/heads/swarm/alice")
 	writeFile(t, filepath.Join(wt.Path, "a.txt"), "a\n")
 	first := commitAll(t, wt.Path, "work")
 	if err := m.Push(ctx, "alice", bare); err != nil {
 		t.Fatal(err)
 	}
-	if got := gitT(t, bare, "rev-parse", "refs/heads/swarm/alice"); got != first {
-		t.Fatalf("remote swarm/alice = %s, want %s", got, first)
+	if got := gitT(t, bare, "rev-parse", "refs/heads/swarm/alice/work"); got != first {
+		t.Fatalf("remote swarm/alice/work = %s, want %s", got, first)
+	}
+	if _, err := gitOut(bare, "rev-parse", "--verify", "-q", "refs/heads/swarm/alice"); err == nil {
+		t.Fatal("the remote's old swarm/alice is still there")
 	}
 	// A rewritten branch (not a descendant) replaces the remote's.
 	gitT(t, wt.Path, "commit", "-q", "--amend", "-m", "work, amended")
@@ -33,29 +39,29 @@ func TestPushAndFetch(t *testing.T) {
 	if err := m.Push(ctx, "alice", bare); err != nil {
 		t.Fatal(err)
 	}
-	if got := gitT(t, bare, "rev-parse", "refs/heads/swarm/alice"); got != amended {
-		t.Fatalf("remote swarm/alice after an amend = %s, want %s", got, amended)
+	if got := gitT(t, bare, "rev-parse", "refs/heads/swarm/alice/work"); got != amended {
+		t.Fatalf("remote swarm/alice/work after an amend = %s, want %s", got, amended)
 	}
 
-	// Another machine's clone, whose own swarm/alice is stale.
+	// Another machine's clone, whose own swarm/alice/work is stale.
 	other := newRepo(t)
-	gitT(t, other, "branch", "swarm/alice")
-	stale := gitT(t, other, "rev-parse", "swarm/alice")
+	gitT(t, other, "branch", "swarm/alice/work")
+	stale := gitT(t, other, "rev-parse", "swarm/alice/work")
 	om := openT(t, other)
 	if ok, err := om.HasCommit(ctx, amended); err != nil || ok {
 		t.Fatalf("HasCommit before the fetch = %v, %v; want false", ok, err)
 	}
-	got, err := om.FetchBranch(ctx, "swarm/alice", bare)
+	got, err := om.FetchBranch(ctx, "swarm/alice/work", bare)
 	if err != nil || got != amended {
 		t.Fatalf("FetchBranch = %s, %v; want %s", got, err, amended)
 	}
 	if ok, err := om.HasCommit(ctx, amended); err != nil || !ok {
 		t.Fatalf("HasCommit after the fetch = %v, %v; want true", ok, err)
 	}
-	if now := gitT(t, other, "rev-parse", "swarm/alice"); now != stale {
+	if now := gitT(t, other, "rev-parse", "swarm/alice/work"); now != stale {
 		t.Errorf("the fetch moved the local branch to %s", now)
 	}
-	if _, err := om.FetchBranch(ctx, "swarm/nobody", bare); err == nil {
+	if _, err := om.FetchBranch(ctx, "swarm/nobody/work", bare); err == nil {
 		t.Error("fetching a branch the remote lacks succeeded")
 	}
 

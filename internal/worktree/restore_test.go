@@ -38,10 +38,10 @@ func TestRestoreBranchAfterCheckout(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s = %v, want the branch switched back", op.name, err)
 			}
-			if b := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); b != "swarm/alice" {
+			if b := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); b != "swarm/alice/work" {
 				t.Fatalf("worktree on %s", b)
 			}
-			if got.Head != gitT(t, repo, "rev-parse", "swarm/alice") || got.Head == feature {
+			if got.Head != gitT(t, repo, "rev-parse", "swarm/alice/work") || got.Head == feature {
 				t.Errorf("Head = %s", got.Head)
 			}
 			if gitT(t, repo, "rev-parse", "feature") != feature {
@@ -73,7 +73,7 @@ func TestRestoreBranchFromDetachedHead(t *testing.T) {
 	if _, err := m.Verify(ctx, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if b := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); b != "swarm/alice" {
+	if b := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); b != "swarm/alice/work" {
 		t.Fatalf("worktree on %s", b)
 	}
 	rescue := "swarmd-rescue/alice/" + orphan[:12]
@@ -132,7 +132,7 @@ func TestRestoreBranchBlockedGivesWorkingAdvice(t *testing.T) {
 			if _, err := m.Verify(ctx, "alice"); err != nil {
 				t.Fatalf("Verify after the advice: %v", err)
 			}
-			if b := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); b != "swarm/alice" {
+			if b := gitT(t, wt.Path, "symbolic-ref", "--short", "HEAD"); b != "swarm/alice/work" {
 				t.Fatalf("worktree on %s", b)
 			}
 			parked := gitT(t, repo, "for-each-ref", "--format=%(refname:short)", "--contains", gitT(t, repo, "log", "--all", "-1", "--format=%H", "--grep=uncommitted work left"))
@@ -192,7 +192,7 @@ func TestClearStaleLocksAfterKilledCommit(t *testing.T) {
 	writeFile(t, filepath.Join(admin, "HEAD.lock"), "")
 	bobLock := filepath.Join(gitT(t, bob.Path, "rev-parse", "--absolute-git-dir"), "index.lock")
 	writeFile(t, bobLock, "")
-	branchLock := filepath.Join(repo, ".git", "refs", "heads", "swarm", "alice.lock")
+	branchLock := filepath.Join(repo, ".git", "refs", "heads", "swarm", "alice", "work.lock")
 	writeFile(t, branchLock, "")
 	if _, err := gitOut(wt.Path, "commit", "-q", "-a", "-m", "a"); err == nil {
 		t.Fatal("commit succeeded with index.lock in place")

@@ -80,7 +80,7 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 	return st, nil
 }
 
-// List reports every agent that has a swarm/* branch or a worktree
+// List reports every agent that has a branch (swarm/*/work) or a worktree
 // registered under StateDir/worktrees, sorted by name.
 func (m *Manager) List(ctx context.Context) ([]Status, error) {
 	agents := map[string]bool{}
@@ -93,7 +93,7 @@ func (m *Manager) List(ctx context.Context) ([]Status, error) {
 		return nil, fmt.Errorf("list branches: %w", err)
 	}
 	err = branches.ForEach(func(ref *plumbing.Reference) error {
-		if agent, ok := strings.CutPrefix(ref.Name().Short(), "swarm/"); ok && checkName(agent) == nil {
+		if agent, ok := agentOfBranch(ref.Name().Short()); ok {
 			agents[agent] = true
 		}
 		return nil

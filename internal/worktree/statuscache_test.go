@@ -113,7 +113,7 @@ func TestStatusCacheNeverStale(t *testing.T) {
 	gitT(t, wt.Path, "checkout", "-q", "--", "src")
 	settle("restored", ".gitignore", "build/", "only-ignored/")
 	gitT(t, wt.Path, "commit", "-q", "--allow-empty", "-m", "empty")
-	gitT(t, wt.Path, "update-ref", "refs/heads/swarm/alice", "HEAD~2")
+	gitT(t, wt.Path, "update-ref", "refs/heads/swarm/alice/work", "HEAD~2")
 	// The index still holds .gitignore and src/main.go, not in that commit.
 	check("branch moved back", ".gitignore", "src/main.go", "build/", "only-ignored/")
 }

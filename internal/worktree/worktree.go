@@ -137,6 +137,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if err := m.excludeStateDir(ctx); err != nil {
 		return nil, err
 	}
+	if err := m.migrateBranches(ctx); err != nil {
+		return nil, err
+	}
 	m.log.Info("worktree manager ready", zap.String("repo", top), zap.String("base_ref", opts.BaseRef),
 		zap.String("base", m.base.String()), zap.String("git", version))
 	return m, nil
@@ -262,12 +265,8 @@ func (m *Manager) CommonDir() string { return m.commonDir }
 // Path is the agent's worktree directory.
 func (m *Manager) Path(agent string) string { return filepath.Join(m.wtDir, agent) }
 
-// Branch is the agent's branch.
-func (m *Manager) Branch(agent string) string { return "swarm/" + agent }
-
-func branchRef(agent string) plumbing.ReferenceName {
-	return plumbing.NewBranchReferenceName("swarm/" + agent)
-}
+// Branch is the agent's branch: swarm/AGENT/work.
+func (m *Manager) Branch(agent string) string { return branchName(agent) }
 
 // checkName refuses anything but agent.NamePattern. Names are validated
 // with the config too; this is defence in depth, since the name becomes a

@@ -25,14 +25,14 @@ func TestEnsureCreatesWorktree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Worktree{Agent: "alice", Path: filepath.Join(repo, ".swarm", "worktrees", "alice"), Branch: "swarm/alice", Head: base}
+	want := Worktree{Agent: "alice", Path: filepath.Join(repo, ".swarm", "worktrees", "alice"), Branch: "swarm/alice/work", Head: base}
 	if wt != want {
 		t.Fatalf("Ensure = %+v, want %+v", wt, want)
 	}
-	if got := gitT(t, wt.Path, "symbolic-ref", "HEAD"); got != "refs/heads/swarm/alice" {
+	if got := gitT(t, wt.Path, "symbolic-ref", "HEAD"); got != "refs/heads/swarm/alice/work" {
 		t.Fatalf("worktree HEAD = %s", got)
 	}
-	if got := gitT(t, repo, "rev-parse", "swarm/alice"); got != base {
+	if got := gitT(t, repo, "rev-parse", "swarm/alice/work"); got != base {
 		t.Fatalf("branch at %s, want %s", got, base)
 	}
 	if got := readFile(t, filepath.Join(wt.Path, "README.md")); got != "hello\n" {
@@ -104,7 +104,7 @@ func TestEnsureConcurrent32(t *testing.T) {
 		wg.Go(func() {
 			agent := fmt.Sprintf("agent-%02d", i)
 			wt, err := m.Ensure(ctx, agent)
-			if err == nil && wt.Branch != "swarm/"+agent {
+			if err == nil && wt.Branch != "swarm/"+agent+"/work" {
 				err = fmt.Errorf("%s: branch %s", agent, wt.Branch)
 			}
 			errs <- err
@@ -123,7 +123,7 @@ func TestEnsureConcurrent32(t *testing.T) {
 	}
 	for i := range n {
 		agent := fmt.Sprintf("agent-%02d", i)
-		if got := gitT(t, m.Path(agent), "symbolic-ref", "--short", "HEAD"); got != "swarm/"+agent {
+		if got := gitT(t, m.Path(agent), "symbolic-ref", "--short", "HEAD"); got != "swarm/"+agent+"/work" {
 			t.Errorf("%s is on %s", agent, got)
 		}
 	}
@@ -158,7 +158,7 @@ func TestEnsureConcurrentManagersShareRepoLock(t *testing.T) {
 	failed := 0
 	for err := range errs {
 		if err != nil {
-			// Both managers use the branch swarm/aN: exactly one of each
+			// Both managers use the branch swarm/a/workN: exactly one of each
 			// pair may check it out; the other must fail cleanly.
 			if !strings.Contains(err.Error(), "already checked out") && !strings.Contains(err.Error(), "already used by worktree") {
 				t.Errorf("unexpected error: %v", err)
@@ -236,7 +236,7 @@ func TestVerifyFailsWhenBranchIsGoneToo(t *testing.T) {
 		t.Fatal(err)
 	}
 	gitT(t, repo, "worktree", "prune")
-	gitT(t, repo, "branch", "-D", "swarm/alice")
+	gitT(t, repo, "branch", "-D", "swarm/alice/work")
 	_, err = m.Verify(ctx, "alice")
 	if !errors.Is(err, ErrBranchMissing) {
 		t.Fatalf("Verify = %v, want ErrBranchMissing", err)
@@ -302,19 +302,19 @@ func TestPruneOnlyWithoutWork(t *testing.T) {
 		!strings.Contains(err.Error(), "1 commit not merged into base_ref HEAD") {
 		t.Fatalf("Prune with an unmerged commit = %v", err)
 	}
-	if !branchExists(repo, "swarm/alice") || len(worktreePaths(t, repo)) != 1 {
+	if !branchExists(repo, "swarm/alice/work") || len(worktreePaths(t, repo)) != 1 {
 		t.Fatal("Prune removed unmerged work")
 	}
 
 	// Merged into the base after Open: nothing left to lose.
-	gitT(t, repo, "merge", "-q", "--ff-only", "swarm/alice")
+	gitT(t, repo, "merge", "-q", "--ff-only", "swarm/alice/work")
 	if err := m.Prune(ctx, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(wt.Path); !os.IsNotExist(err) {
 		t.Fatalf("worktree dir still there: %v", err)
 	}
-	if branchExists(repo, "swarm/alice") || len(worktreePaths(t, repo)) != 0 {
+	if branchExists(repo, "swarm/alice/work") || len(worktreePaths(t, repo)) != 0 {
 		t.Fatal("branch or registration left behind")
 	}
 	if got := gitT(t, repo, "rev-parse", "HEAD"); got != c1 {
@@ -349,7 +349,7 @@ func TestPruneKeepsUnmergedBranchOfDeletedWorktree(t *testing.T) {
 	if err := m.Prune(ctx, "bob"); !errors.Is(err, ErrHasWork) {
 		t.Fatalf("Prune = %v, want ErrHasWork", err)
 	}
-	if got := gitT(t, repo, "rev-parse", "swarm/bob"); got != c {
+	if got := gitT(t, repo, "rev-parse", "swarm/bob/work"); got != c {
 		t.Fatalf("branch at %s, want %s", got, c)
 	}
 }
@@ -476,11 +476,11 @@ func TestForeignDirLeftAlone(t *testing.T) {
 		}, "a repository of its own"},
 		{"worktree of another repository", func(t *testing.T, repo, path string) {
 			other := newRepo(t)
-			gitT(t, other, "worktree", "add", "-q", "-b", "swarm/alice", path)
+			gitT(t, other, "worktree", "add", "-q", "-b", "swarm/alice/work", path)
 		}, "a worktree of another repository"},
 		{"worktree on another branch", func(t *testing.T, repo, path string) {
 			gitT(t, repo, "worktree", "add", "-q", "-b", "feature", path)
-		}, "on branch feature, want swarm/alice"},
+		}, "on branch feature, want swarm/alice/work"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -596,7 +596,7 @@ func TestStatusListAndRecentCommits(t *testing.T) {
 	repo := newRepo(t)
 	writeFile(t, filepath.Join(repo, "two.txt"), "2\n")
 	commitAll(t, repo, "second")
-	gitT(t, repo, "branch", "swarm/old", "HEAD~1") // started from an older base
+	gitT(t, repo, "branch", "swarm/old/work", "HEAD~1") // started from an older base
 	gitT(t, repo, "branch", "swarm/Not_An_Agent")
 	m := openT(t, repo)
 
@@ -697,7 +697,7 @@ func TestEnsureCancelled(t *testing.T) {
 	if _, err := m.Ensure(ctx, "alice"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Ensure = %v, want context.Canceled", err)
 	}
-	if _, err := os.Stat(m.Path("alice")); !os.IsNotExist(err) || branchExists(repo, "swarm/alice") {
+	if _, err := os.Stat(m.Path("alice")); !os.IsNotExist(err) || branchExists(repo, "swarm/alice/work") {
 		t.Fatal("cancelled Ensure left a worktree or branch")
 	}
 }
@@ -707,10 +707,10 @@ func TestEnsureCancelled(t *testing.T) {
 // and leaves nothing behind.
 func TestEnsureRefusesBranchCheckedOutElsewhere(t *testing.T) {
 	repo := newRepo(t)
-	gitT(t, repo, "switch", "-q", "-c", "swarm/alice") // the agent's branch, checked out in the main worktree
+	gitT(t, repo, "switch", "-q", "-c", "swarm/alice/work") // the agent's branch, checked out in the main worktree
 	m := openT(t, repo)
 	_, err := m.Ensure(context.Background(), "alice")
-	if !errors.Is(err, ErrCheckedOut) || !strings.Contains(err.Error(), "swarm/alice is already checked out at "+m.repo) {
+	if !errors.Is(err, ErrCheckedOut) || !strings.Contains(err.Error(), "swarm/alice/work is already checked out at "+m.repo) {
 		t.Fatalf("Ensure = %v, want ErrCheckedOut naming the main worktree", err)
 	}
 	if _, err := os.Stat(m.Path("alice")); !os.IsNotExist(err) {
@@ -723,14 +723,14 @@ func TestEnsureRefusesBranchCheckedOutElsewhere(t *testing.T) {
 
 func TestGitErrorCarriesCommandAndStderr(t *testing.T) {
 	repo := newRepo(t)
-	gitT(t, repo, "switch", "-q", "-c", "swarm/alice")
+	gitT(t, repo, "switch", "-q", "-c", "swarm/alice/work")
 	m := openT(t, repo)
-	_, err := m.git.run(context.Background(), repo, "worktree", "add", "--quiet", "--no-checkout", m.Path("alice"), "swarm/alice")
+	_, err := m.git.run(context.Background(), repo, "worktree", "add", "--quiet", "--no-checkout", m.Path("alice"), "swarm/alice/work")
 	var gerr *GitError
 	if !errors.As(err, &gerr) {
 		t.Fatalf("git worktree add = %v, want a GitError", err)
 	}
-	if gerr.ExitCode != 128 || !strings.HasPrefix(gerr.Error(), "git worktree add --quiet --no-checkout "+m.Path("alice")+" swarm/alice: exit 128: fatal: ") ||
+	if gerr.ExitCode != 128 || !strings.HasPrefix(gerr.Error(), "git worktree add --quiet --no-checkout "+m.Path("alice")+" swarm/alice/work: exit 128: fatal: ") ||
 		!strings.Contains(gerr.Error(), "already checked out") {
 		t.Fatalf("GitError = %q (exit %d)", gerr.Error(), gerr.ExitCode)
 	}
