@@ -16,6 +16,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/daemon"
+	"github.com/swarmd/swarmd/internal/fence"
+	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -69,6 +71,13 @@ func main() {
 func Main(ctx context.Context, args []string, s streams) int {
 	if code, ok := forwardSessionCLI(ctx, args, s); ok {
 		return code
+	}
+	if len(args) > 0 && args[0] == fence.Command {
+		// The lease guard a daemon on a shared store starts of its own
+		// binary (package fence): not an operator's command.
+		return fence.Main(args[1:], s.in, s.err, func(owner, instance string) (int, error) {
+			return proc.KillInstance(owner, instance, nil)
+		})
 	}
 	root := newRootCommand(s)
 	root.SetArgs(args)

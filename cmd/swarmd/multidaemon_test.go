@@ -119,14 +119,20 @@ agents:
 	d1.waitLine("a Stopped", transitionTo("a", "Stopped"))
 	hang := addTask(t, cfg1, "hang here")
 	waitTaskCLI(t, cfg1, hang, func(tk taskboard.Task) bool { return tk.StateName == "IN_PROGRESS" && tk.Claimant == "b" })
+	killedAt := time.Now()
 	if err := d2.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	d2.wait(10 * time.Second)
+	// Its lease guard saw it go and killed its session at once.
+	waitNoTreeProcesses(t, state2, 2*time.Second)
 	d1.waitLine("daemon 2's lease reaped", func(m map[string]any) bool {
 		return strings.HasPrefix(fmt.Sprint(m["msg"]), "a daemon's lease expired") && m["agent"] == "b"
 	})
 	waitTaskCLI(t, cfg1, hang, func(tk taskboard.Task) bool { return tk.StateName == "OPEN" && tk.Claimant == "" })
+	if took, limit := time.Since(killedAt), 2*time.Second+5*time.Second; took > limit {
+		t.Errorf("daemon 2's task was requeued %s after the kill; want within lease_timeout + 5 s (%s)", took, limit)
+	}
 	if _, stderr, code := runCLI(t, nil, "", "start", "a", "-c", cfg1); code != 0 {
 		t.Fatalf("start a: %s", stderr)
 	}

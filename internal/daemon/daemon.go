@@ -115,6 +115,9 @@ type Options struct {
 	// line in the daemon's process (the control socket's session-cli); nil:
 	// the daemon runs none.
 	SessionCLI func(ctx context.Context, req CLIRequest) (stdout, stderr string, code int)
+	// GuardExe is the binary started as the lease guard on a shared store
+	// (`GuardExe lease-guard …`, package fence); "" means this executable.
+	GuardExe string
 }
 
 func (o *Options) setDefaults() {
@@ -168,6 +171,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: d.opts.Version, Commit: d.opts.Commit, GoVersion: runtime.Version()})
 	d.metrics.Admission(d.admission.Running, d.admission.Waiting)
+	d.metrics.StoreWaiting(d.agentsStoreWaiting)
 	if err := d.openMerge(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -309,6 +313,17 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.budget.reconcile(ctx, cfg, time.Now()); err != nil {
 		return err
 	}
+	// The lease guard runs before any session can start.
+	stopLeases, err := d.keepLeases()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			d.shutdownAgents() // before the leases go: no session outlives them
+		}
+		stopLeases() // gives the leases up when Run returns
+	}()
 	for _, a := range cfg.Agents {
 		r, err := d.newRunner(a, d.recovered[a.Name])
 		if err != nil {
@@ -349,8 +364,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer stopStats()
 	stopMerge := d.feedMerge(agentCtx)
 	defer stopMerge()
-	stopLeases := d.keepLeases()
-	defer stopLeases() // gives the leases up when Run returns
 	stopTrim := d.trimWhenSettled(settleQuiet, d.settled)
 	defer stopTrim()
 	<-ctx.Done()

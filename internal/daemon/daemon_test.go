@@ -15,10 +15,21 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/fence"
+	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The daemon starts its own executable as the lease guard on a shared
+	// store: this test binary is that executable here.
+	if len(os.Args) > 1 && os.Args[1] == fence.Command {
+		os.Exit(fence.Main(os.Args[2:], os.Stdin, os.Stderr, func(owner, instance string) (int, error) {
+			return proc.KillInstance(owner, instance, nil)
+		}))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // base is a swarm of agents whose sessions run until cancelled, with a
 // short grace, on no port.

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/fence"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -25,19 +28,25 @@ func (d *Daemon) leaseHolder() store.Lease {
 
 // acquireLeases takes the leases of agents (a shared store only): every one
 // or none, refusing, as a setup error naming the holder, an agent another
-// live daemon runs. The work of a daemon whose expired lease it replaced
-// is recovered.
+// live daemon runs. From then on this daemon's writes for those agents are
+// fenced by the leases' epochs (store.FenceTx). The work of a daemon whose
+// expired lease it replaced is recovered.
 func (d *Daemon) acquireLeases(ctx context.Context, agents []string) error {
 	cfg, _ := d.current()
 	if !cfg.SharedStore() || len(agents) == 0 {
 		return nil
 	}
-	expired, err := d.db.AcquireLeases(ctx, d.leaseHolder(), agents, time.Now(), cfg.LeaseTimeout)
+	holder := d.leaseHolder()
+	held, expired, err := d.db.AcquireLeases(ctx, holder, agents, time.Now(), cfg.LeaseTimeout)
 	if errors.Is(err, store.ErrLeaseHeld) {
 		return setupError(err)
 	}
 	if err != nil {
 		return err
+	}
+	d.db.Fence(holder.Daemon)
+	for _, l := range held {
+		d.db.SetFence(l.Agent, l.Epoch)
 	}
 	for _, l := range expired {
 		d.recoverLease(ctx, l)
@@ -45,84 +54,214 @@ func (d *Daemon) acquireLeases(ctx context.Context, agents []string) error {
 	return nil
 }
 
-// recoverLease requeues the tasks of an agent whose daemon stopped renewing
-// its lease: that daemon is dead (or cut off), and its sessions with it.
-// Mail stays pending for the agent, wherever it runs next.
+// recoverLease closes the sessions and requeues the tasks of an agent whose
+// daemon stopped renewing its lease: that daemon is dead, paused or cut
+// off, and its lease guard killed its sessions before the lease ran out
+// (package fence), so they are over. Mail stays pending for the agent,
+// wherever it runs next, marked as shown to a session that was cut off.
 func (d *Daemon) recoverLease(ctx context.Context, l store.Lease) {
 	why := fmt.Sprintf("daemon %s stopped renewing its lease on %s", l.Daemon, l.Agent)
+	closed, err := d.db.CloseOrphanSessions(ctx, time.Now(), []string{l.Agent})
+	if err != nil {
+		d.log.Error("close the sessions of a dead daemon's agent", zap.String("agent", l.Agent), zap.String("daemon", l.Daemon), zap.Error(err))
+	}
 	moved, err := d.tasks.Orphan(ctx, l.Agent, why)
 	if err != nil {
 		d.log.Error("requeue the tasks of a dead daemon's agent", zap.String("agent", l.Agent), zap.String("daemon", l.Daemon), zap.Error(err))
 		return
 	}
-	d.log.Warn("a daemon's lease expired: its agent's tasks are requeued", zap.String("agent", l.Agent),
-		zap.String("daemon", l.Daemon), zap.Int("tasks", len(moved)))
+	d.log.Warn("a daemon's lease expired: its agent's sessions are closed and its tasks requeued", zap.String("agent", l.Agent),
+		zap.String("daemon", l.Daemon), zap.Int("sessions", len(closed)), zap.Int("tasks", len(moved)))
 }
 
-// keepLeases renews this daemon's leases every third of lease_timeout and
-// reaps the expired leases of other daemons, recovering their work; stop
-// ends it and gives the leases up.
-func (d *Daemon) keepLeases() (stop func()) {
+// guardMargin is how long before its lease runs out a daemon that could not
+// renew has its sessions killed by the lease guard: the time to kill them,
+// and room for the clocks of the daemons comparing expiries.
+func guardMargin(ttl time.Duration) time.Duration { return max(ttl/4, 100*time.Millisecond) }
+
+// leaseKeeper is the lease heartbeat and the guard it feeds.
+type leaseKeeper struct {
+	d      *Daemon
+	holder store.Lease
+	mu     sync.Mutex
+	guard  *fence.Guard // nil until started, and after it fired until the next renewal
+}
+
+// keepLeases renews this daemon's leases (a shared store only) at once and
+// then every third of lease_timeout, feeding each renewal's deadline to the
+// lease guard (started here, before any session), and reaps the expired
+// leases of other daemons, recovering their work, every second; stop ends
+// it, closes the guard and gives the leases up. Call it before any agent
+// runs.
+func (d *Daemon) keepLeases() (stop func(), err error) {
 	cfg, _ := d.current()
 	if !cfg.SharedStore() {
-		return func() {}
+		return func() {}, nil
+	}
+	k := &leaseKeeper{d: d, holder: d.leaseHolder()}
+	if err := k.renew(context.Background()); err != nil {
+		return nil, fmt.Errorf("start the lease guard: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	holder := d.leaseHolder()
 	go func() {
 		defer close(done)
-		t := time.NewTicker(cfg.LeaseTimeout / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			d.leaseRound(ctx, holder)
-		}
+		k.loop(ctx, cfg.LeaseTimeout)
 	}()
 	return func() {
 		cancel()
 		<-done
+		k.mu.Lock()
+		g := k.guard
+		k.guard = nil
+		k.mu.Unlock()
+		if g != nil {
+			if err := g.Close(); err != nil {
+				d.log.Warn("the lease guard", zap.Error(err))
+			}
+		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
-		if err := d.db.ReleaseLeases(rctx, holder.Daemon, nil); err != nil {
+		if err := d.db.ReleaseLeases(rctx, k.holder.Daemon, nil); err != nil {
 			d.log.Warn("give up this daemon's agent leases (they expire on their own)", zap.Error(err))
+		}
+	}, nil
+}
+
+func (k *leaseKeeper) loop(ctx context.Context, ttl time.Duration) {
+	renewEvery := ttl / 3
+	reap := time.NewTicker(min(renewEvery, time.Second))
+	defer reap.Stop()
+	renew := time.NewTicker(renewEvery)
+	defer renew.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			if err := k.renew(ctx); err != nil && ctx.Err() == nil {
+				k.d.log.Error("renew agent leases", zap.Error(err))
+			}
+		case <-reap.C:
+			k.reap(ctx)
 		}
 	}
 }
 
-// leaseRound is one heartbeat: renew ours, reap others' expired ones.
-func (d *Daemon) leaseRound(ctx context.Context, holder store.Lease) {
-	// A heartbeat goes ahead of the agents' claims and the event log: a
-	// renewal that waited behind them could let the lease run out.
-	ctx = store.WithPriority(ctx, store.Outcome)
+// renew is one heartbeat: it extends this daemon's leases, moves the
+// guard's deadline (starting a guard if none runs), fences the agents whose
+// lease another daemon took, and tries to take back those that are free.
+func (k *leaseKeeper) renew(ctx context.Context) error {
+	d := k.d
 	cfg, _ := d.current()
 	now := time.Now()
-	n, err := d.db.RenewLeases(ctx, holder.Daemon, now, cfg.LeaseTimeout)
+	held, err := d.db.RenewLeases(ctx, k.holder.Daemon, now, cfg.LeaseTimeout)
 	if err != nil {
-		d.log.Error("renew agent leases", zap.Error(err))
-		return
+		return err
 	}
-	if want := len(d.reg.Names()); n < want {
-		d.log.Error("agent leases lost: another daemon took agents this one runs (its lease had expired: was this daemon cut off from the store?)",
-			zap.Int("held", n), zap.Int("running", want))
+	if err := k.extend(now.Add(cfg.LeaseTimeout - guardMargin(cfg.LeaseTimeout))); err != nil {
+		return err
 	}
-	ls, err := d.db.Leases(ctx)
+	running := d.reg.Names()
+	if len(running) == 0 {
+		running = cfg.AgentNames() // before the runners register
+	}
+	epochs := map[string]int64{}
+	for _, l := range held {
+		epochs[l.Agent] = l.Epoch
+		d.db.SetFence(l.Agent, l.Epoch)
+	}
+	var lost []string
+	for _, a := range running {
+		if _, ok := epochs[a]; !ok {
+			lost = append(lost, a)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	for _, a := range lost {
+		d.db.SetFence(a, 0)
+	}
+	// Take back the ones nobody holds now (their taker stopped): one at a
+	// time, since AcquireLeases is all or none.
+	var still []string
+	for _, a := range lost {
+		got, expired, err := d.db.AcquireLeases(ctx, k.holder, []string{a}, time.Now(), cfg.LeaseTimeout)
+		if err != nil {
+			still = append(still, a)
+			continue
+		}
+		d.db.SetFence(a, got[0].Epoch)
+		for _, l := range expired {
+			d.recoverLease(ctx, l)
+		}
+		d.log.Warn("agent lease taken back", zap.String("agent", a), zap.Int64("epoch", got[0].Epoch))
+	}
+	if len(still) > 0 {
+		slices.Sort(still)
+		d.log.Error("agent leases lost: another daemon runs these agents now (this daemon was paused or cut off from the store past lease_timeout); "+
+			"their writes are refused here until the lease is free again",
+			zap.Strings("agents", still))
+	}
+	return nil
+}
+
+// extend gives the guard its next deadline, starting a guard if none runs
+// (the first renewal, or the last guard fired).
+func (k *leaseKeeper) extend(deadline time.Time) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.guard != nil {
+		select {
+		case <-k.guard.Done():
+			k.d.log.Error("the lease guard killed this daemon's sessions: the leases were not renewed in time")
+			k.guard.Close()
+			k.guard = nil
+		default:
+			if err := k.guard.Extend(deadline); err == nil {
+				return nil
+			}
+			k.guard.Close()
+			k.guard = nil
+		}
+	}
+	g, err := fence.Start(k.d.guardArgv(), deadline)
 	if err != nil {
-		d.log.Error("read agent leases", zap.Error(err))
+		return err
+	}
+	k.guard = g
+	return nil
+}
+
+// reap deletes, in one statement, the expired leases of other daemons and
+// recovers each dead daemon's agents.
+func (k *leaseKeeper) reap(ctx context.Context) {
+	d := k.d
+	ls, err := d.db.ReapExpired(ctx, k.holder.Daemon, time.Now())
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("reap expired agent leases", zap.Error(err))
+		}
 		return
 	}
 	for _, l := range ls {
-		if l.Daemon == holder.Daemon || l.Expires.After(now) {
-			continue
-		}
-		if ok, err := d.db.ReapLease(ctx, l, now); err != nil {
-			d.log.Error("reap an expired agent lease", zap.String("agent", l.Agent), zap.Error(err))
-		} else if ok {
-			d.recoverLease(ctx, l)
-		}
+		d.recoverLease(ctx, l)
 	}
+}
+
+// guardArgv is the lease guard's command line: this binary (or the one
+// Options.GuardExe names), told what to kill: the cgroup holding every tree
+// of this daemon where there are cgroups, else the trees' markers.
+func (d *Daemon) guardArgv() []string {
+	exe := d.opts.GuardExe
+	if exe == "" {
+		exe, _ = os.Executable()
+	}
+	dir := ""
+	if d.iso.cgroups != nil {
+		dir = d.iso.cgroups.Dir()
+	}
+	cfg, _ := d.current()
+	return append([]string{exe}, fence.Args(dir, cfg.StateDir, d.sup.Instance())...)
 }

@@ -39,7 +39,7 @@ func TestLeasesOnASharedStore(t *testing.T) {
 	defer db.Close()
 	// Another daemon, alive (its lease runs for an hour), runs bob.
 	other := store.Lease{Daemon: "other:/srv/swarm", Host: "other", PID: 7}
-	if _, err := db.AcquireLeases(ctx, other, []string{"bob"}, time.Now(), time.Hour); err != nil {
+	if _, _, err := db.AcquireLeases(ctx, other, []string{"bob"}, time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Open(ctx, mustLoad(t, repo(t, sharedYAML(url, time.Second, "alice", "bob"))), Options{})
@@ -56,7 +56,7 @@ func TestLeasesOnASharedStore(t *testing.T) {
 
 	// A daemon that ran zed died holding a task: its lease ran out.
 	ghost := store.Lease{Daemon: "ghost:/gone", Host: "ghost", PID: 1}
-	if _, err := db.AcquireLeases(ctx, ghost, []string{"zed"}, time.Now().Add(-time.Hour), time.Second); err != nil {
+	if _, _, err := db.AcquireLeases(ctx, ghost, []string{"zed"}, time.Now().Add(-time.Hour), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	board := taskboard.New(db, taskboard.Options{})

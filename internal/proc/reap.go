@@ -300,3 +300,19 @@ func (b *backoff) wait() {
 	time.Sleep(b.d)
 	b.d = min(b.d*2, 10*time.Millisecond)
 }
+
+// KillInstance kills every process marked by the supervisor of owner and
+// instance (Supervisor.Instance), and returns how many once they are dead:
+// what a process apart from the daemon (the lease guard) uses to end the
+// daemon's trees where there are no cgroups.
+func KillInstance(owner, instance string, log *zap.Logger) (int, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Supervisor{log: log}
+	n, err := s.killMarked(func(o, inst, _ []byte) bool { return string(o) == owner && string(inst) == instance })
+	if err != nil {
+		return n, fmt.Errorf("proc: kill the trees of %s: %w", instance, err)
+	}
+	return n, nil
+}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -16,6 +18,9 @@ type Lease struct {
 	PID      int
 	Acquired time.Time
 	Expires  time.Time
+	// Epoch is raised each time a daemon takes the name (fence.go): a
+	// write made for the agent checks it.
+	Epoch int64
 }
 
 // ErrLeaseHeld: another daemon holds the agent and its lease has not
@@ -34,17 +39,21 @@ func (e *LeaseHeldError) Error() string {
 
 func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
-const leaseCols = `agent, daemon, host, pid, acquired_at, expires_at`
+const leaseCols = `agent, daemon, host, pid, acquired_at, expires_at, epoch`
 
 // AcquireLeases takes, for holder (Agent ignored), the leases of agents
 // until now+ttl, all or none: it refuses with a *LeaseHeldError when one is
-// held by another daemon whose lease has not expired. It returns the
-// leases it replaced that another daemon let expire: that daemon died
-// holding them, and its tasks are the caller's to requeue.
-func (db *DB) AcquireLeases(ctx context.Context, holder Lease, agents []string, now time.Time, ttl time.Duration) (expired []Lease, err error) {
+// held by another daemon whose lease has not expired. Each lease taken
+// gets a new epoch, even one holder had (a restarted daemon is a new
+// incarnation: whatever the old one still had in flight must be refused).
+// It returns the leases it holds now, by agent, and the leases it replaced
+// that another daemon let expire: that daemon died holding them, and its
+// sessions and tasks are the caller's to recover.
+func (db *DB) AcquireLeases(ctx context.Context, holder Lease, agents []string, now time.Time, ttl time.Duration) (held, expired []Lease, err error) {
 	err = db.InTx(ctx, "acquire leases", func(tx *sql.Tx) error {
+		held, expired = held[:0], expired[:0]
 		for _, a := range agents {
-			cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM agent_leases WHERE agent = ?`, a))
+			cur, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseCols+` FROM agent_leases WHERE agent = ?`+db.forUpdate(), a))
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 			case err != nil:
@@ -55,23 +64,42 @@ func (db *DB) AcquireLeases(ctx context.Context, holder Lease, agents []string, 
 			default:
 				expired = append(expired, cur)
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO agent_leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?)
+			l, err := scanLease(tx.QueryRowContext(ctx, `INSERT INTO agent_leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?, 1)
 				ON CONFLICT (agent) DO UPDATE SET daemon = excluded.daemon, host = excluded.host, pid = excluded.pid,
-				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at`,
-				a, holder.Daemon, holder.Host, holder.PID, FormatTime(now), FormatTime(now.Add(ttl))); err != nil {
+				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, epoch = agent_leases.epoch + 1
+				RETURNING `+leaseCols,
+				a, holder.Daemon, holder.Host, holder.PID, FormatTime(now), FormatTime(now.Add(ttl))))
+			if err != nil {
 				return err
 			}
+			held = append(held, l)
 		}
 		return nil
 	})
-	return expired, err
+	return held, expired, err
 }
 
-// RenewLeases extends every lease daemon holds to now+ttl and returns how
-// many it holds.
-func (db *DB) RenewLeases(ctx context.Context, daemon string, now time.Time, ttl time.Duration) (int, error) {
-	return db.ExecCount(ctx, "renew leases", `UPDATE agent_leases SET expires_at = ? WHERE daemon = ?`,
-		FormatTime(now.Add(ttl)), daemon)
+// RenewLeases extends every lease daemon holds to now+ttl and returns
+// them: a lease another daemon took meanwhile is not among them. On
+// PostgreSQL it runs on a connection of its own, outside the swarm's
+// writer lock and this process's write queue: a renewal that waited behind
+// a burst of writes could let the lease run out.
+func (db *DB) RenewLeases(ctx context.Context, daemon string, now time.Time, ttl time.Duration) ([]Lease, error) {
+	const q = `UPDATE agent_leases SET expires_at = ? WHERE daemon = ? RETURNING ` + leaseCols
+	if db.drv.name() == "postgres" {
+		ls, err := QueryAll(ctx, db.read, scanLease, q, FormatTime(now.Add(ttl)), daemon)
+		if err != nil {
+			return nil, db.Wrap("renew leases", err)
+		}
+		return ls, nil
+	}
+	var ls []Lease
+	err := db.InTx(ctx, "renew leases", func(tx *sql.Tx) error {
+		var err error
+		ls, err = QueryAll(ctx, tx, scanLease, q, FormatTime(now.Add(ttl)), daemon)
+		return err
+	})
+	return ls, err
 }
 
 // ReleaseLeases gives up daemon's leases of agents (every one it holds
@@ -100,13 +128,20 @@ func (db *DB) Leases(ctx context.Context) ([]Lease, error) {
 	return ls, nil
 }
 
-// ReapLease deletes l if it is still the lease it was (same holder) and
-// has expired by now; ok says whether this call did, so that of several
-// daemons that see a dead one's lease expire exactly one recovers its work.
-func (db *DB) ReapLease(ctx context.Context, l Lease, now time.Time) (ok bool, err error) {
-	n, err := db.ExecCount(ctx, "reap lease", `DELETE FROM agent_leases WHERE agent = ? AND daemon = ? AND expires_at <= ?`,
-		l.Agent, l.Daemon, FormatTime(now))
-	return n == 1, err
+// ReapExpired deletes, in one statement, every lease of a daemon other
+// than self that has expired by now, and returns them: of several daemons
+// reaping at once, each expired lease is returned to exactly one, whose
+// work it is to recover the dead daemon's sessions and tasks.
+func (db *DB) ReapExpired(ctx context.Context, self string, now time.Time) ([]Lease, error) {
+	var ls []Lease
+	err := db.InTx(ctx, "reap expired leases", func(tx *sql.Tx) error {
+		var err error
+		ls, err = QueryAll(ctx, tx, scanLease, `DELETE FROM agent_leases WHERE daemon <> ? AND expires_at <= ? RETURNING `+leaseCols,
+			self, FormatTime(now))
+		return err
+	})
+	slices.SortFunc(ls, func(a, b Lease) int { return strings.Compare(a.Agent, b.Agent) })
+	return ls, err
 }
 
 func scanLease(s Scanner) (Lease, error) {
@@ -115,7 +150,7 @@ func scanLease(s Scanner) (Lease, error) {
 		pid            int64
 		acquired, exps string
 	)
-	if err := s.Scan(&l.Agent, &l.Daemon, &l.Host, &pid, &acquired, &exps); err != nil {
+	if err := s.Scan(&l.Agent, &l.Daemon, &l.Host, &pid, &acquired, &exps, &l.Epoch); err != nil {
 		return Lease{}, err
 	}
 	l.PID = int(pid)

@@ -38,8 +38,26 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 		return fmt.Errorf("store: begin session: %w", Invalid("session", ErrInvalidName, "a session needs an id, an agent and a seq"))
 	}
 	op := "begin session " + s.SessionID
-	n, err := db.ExecCount(ctx, op, beginSQL, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath,
-		s.Agent, int64(s.Seq))
+	args := []any{s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath, s.Agent, int64(s.Seq)}
+	var n int
+	var err error
+	if db.Fenced() {
+		// A session starts only while this daemon holds its agent's lease.
+		err = db.InTx(ctx, op, func(tx *sql.Tx) error {
+			if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, beginSQL, args...)
+			if err != nil {
+				return err
+			}
+			m, err := res.RowsAffected()
+			n = int(m)
+			return err
+		})
+	} else {
+		n, err = db.ExecCount(ctx, op, beginSQL, args...)
+	}
 	if err != nil || n == 1 {
 		return err
 	}
@@ -75,6 +93,9 @@ func (db *DB) PrepareSettle(ctx context.Context) { db.writes.stmt(ctx, settleSQL
 // nothing is written then, and the caller must apply nothing else.
 func (db *DB) SettleSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord, at time.Time) (already bool, err error) {
 	op := "settle session " + s.SessionID
+	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
+		return false, db.Wrap(op, err)
+	}
 	args := []any{endedAt(s), s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
 		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
@@ -139,13 +160,19 @@ func (db *DB) UnsettledSessions(ctx context.Context, agents []string) ([]Session
 // Transient reports whether err is the store being slow or away rather
 // than refusing the request: a lock held by another client (SQLite's
 // busy or locked, PostgreSQL's lock and serialization conflicts), a lost
-// connection or a server restarting, a full disk. Retrying the same write
+// connection or a server restarting, a full disk, a lease this daemon lost
+// (ErrFenced). Retrying the same write
 // later can succeed; a caller that must not drop it waits and retries.
 func (db *DB) Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrDatabaseGone) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	if db.drv.busy(err) || errors.Is(err, ErrDiskFull) || db.drv.classify(err) == ErrDiskFull {
+		return true
+	}
+	// A write fenced by a lease this daemon lost: it waits (shown) until
+	// the lease is free and taken back, never counted as the agent's error.
+	if errors.Is(err, ErrFenced) {
 		return true
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||

@@ -80,6 +80,10 @@ type DB struct {
 	// gate orders this process's writers on the one write connection.
 	gate writeGate
 
+	// fence is the leases this daemon holds, checked by its writes for an
+	// agent (fence.go).
+	fence fences
+
 	closeOnce sync.Once
 	closeErr  error
 }

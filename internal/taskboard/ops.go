@@ -288,6 +288,9 @@ func heldTx(ctx context.Context, q querier, agent string) (Task, bool, error) {
 }
 
 func (b *Board) claim(ctx context.Context, tx *sql.Tx, t *Task, agent, session string) error {
+	if err := b.db.FenceTx(ctx, tx, agent); err != nil {
+		return err
+	}
 	t.Claimant, t.ClaimSession, t.ClaimToken = agent, session, newToken()
 	m := move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
 		set:  []string{"claimant = ?", "claim_session = ?", "claim_token = ?"},
@@ -348,6 +351,11 @@ func (b *Board) updateTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, f 
 	}
 	if err := h.check(t); err != nil {
 		return t, err
+	}
+	if h.Agent != "" {
+		if err := b.db.FenceTx(ctx, tx, h.Agent); err != nil {
+			return t, err
+		}
 	}
 	m, err := f(&t)
 	if err != nil {

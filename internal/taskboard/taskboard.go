@@ -35,6 +35,9 @@ type DB interface {
 	// WrapFor names the operation and classifies a storage failure (the
 	// file gone, the disk full).
 	WrapFor(pkg, op string, err error) error
+	// FenceTx refuses, in tx, a write for an agent whose lease this daemon
+	// no longer holds (a shared store; a no-op otherwise).
+	FenceTx(ctx context.Context, tx *sql.Tx, agent string) error
 }
 
 // Sentinels; errors wrap them with the task and what to do.

@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -257,32 +258,54 @@ func testLeases(t *testing.T, h Harness) {
 	a := store.Lease{Daemon: "host1:/srv/a", Host: "host1", PID: 11}
 	b := store.Lease{Daemon: "host2:/srv/b", Host: "host2", PID: 22}
 	const ttl = 30 * time.Second
-	if exp, err := d1.AcquireLeases(ctx, a, []string{"alice", "bob"}, t0, ttl); err != nil || len(exp) != 0 {
-		t.Fatalf("first acquire = %v, %v", exp, err)
+	held, exp, err := d1.AcquireLeases(ctx, a, []string{"alice", "bob"}, t0, ttl)
+	if err != nil || len(exp) != 0 || len(held) != 2 || held[0].Epoch != 1 || held[1].Epoch != 1 {
+		t.Fatalf("first acquire = %+v, %+v, %v; want alice and bob at epoch 1", held, exp, err)
 	}
-	_, err := d2.AcquireLeases(ctx, b, []string{"carol", "bob"}, t0.Add(ttl/2), ttl)
-	var held *store.LeaseHeldError
-	if !errors.As(err, &held) || !errors.Is(err, store.ErrLeaseHeld) || held.Lease.Daemon != a.Daemon || !strings.Contains(err.Error(), "host1") {
+	_, _, err = d2.AcquireLeases(ctx, b, []string{"carol", "bob"}, t0.Add(ttl/2), ttl)
+	var heldErr *store.LeaseHeldError
+	if !errors.As(err, &heldErr) || !errors.Is(err, store.ErrLeaseHeld) || heldErr.Lease.Daemon != a.Daemon || !strings.Contains(err.Error(), "host1") {
 		t.Fatalf("second daemon taking bob = %v, want refused naming host1", err)
 	}
 	if ls := must(d1.Leases(ctx))(t); len(ls) != 2 {
 		t.Fatalf("leases after a refused acquire = %+v, want alice and bob only (all or none)", ls)
 	}
-	if n, err := d1.RenewLeases(ctx, a.Daemon, t0.Add(ttl/2), ttl); err != nil || n != 2 {
-		t.Fatalf("renew = %d, %v", n, err)
+	if ls, err := d1.RenewLeases(ctx, a.Daemon, t0.Add(ttl/2), ttl); err != nil || len(ls) != 2 {
+		t.Fatalf("renew = %+v, %v", ls, err)
 	}
-	// host1 dies: its leases run out.
+	// Fenced writes: host1's pass while it holds the lease at its epoch.
+	d1.Fence(a.Daemon)
+	d1.SetFence("bob", held[1].Epoch)
+	fenceWrite := func() error {
+		return d1.InTx(ctx, "fenced write", func(tx *sql.Tx) error { return d1.FenceTx(ctx, tx, "bob") })
+	}
+	if err := fenceWrite(); err != nil {
+		t.Fatalf("a write for bob under host1's lease: %v", err)
+	}
+	// host1 stops renewing (paused): its leases run out, host2 takes bob
+	// at a new epoch and reaps alice; host1's writes for bob are refused.
 	later := t0.Add(3 * ttl)
-	exp, err := d2.AcquireLeases(ctx, b, []string{"bob"}, later, ttl)
-	if err != nil || len(exp) != 1 || exp[0].Agent != "bob" || exp[0].Daemon != a.Daemon {
-		t.Fatalf("taking bob after host1's lease expired = %+v, %v", exp, err)
+	took, exp, err := d2.AcquireLeases(ctx, b, []string{"bob"}, later, ttl)
+	if err != nil || len(exp) != 1 || exp[0].Agent != "bob" || exp[0].Daemon != a.Daemon || took[0].Epoch != 2 {
+		t.Fatalf("taking bob after host1's lease expired = %+v, %+v, %v; want host1's replaced, epoch 2", took, exp, err)
 	}
-	alice := must(d1.Leases(ctx))(t)[0]
-	if ok, err := d2.ReapLease(ctx, alice, later); err != nil || !ok {
-		t.Fatalf("reap alice's expired lease = %v, %v", ok, err)
+	var fenced *store.FencedError
+	if err := fenceWrite(); !errors.As(err, &fenced) || !errors.Is(err, store.ErrFenced) || fenced.Agent != "bob" {
+		t.Fatalf("host1's write for bob after host2 took it = %v, want fenced", err)
 	}
-	if ok, err := d1.ReapLease(ctx, alice, later); err != nil || ok {
-		t.Fatalf("second reap = %v, %v; want only one recovery", ok, err)
+	if ls, err := d1.RenewLeases(ctx, a.Daemon, later, ttl); err != nil || len(ls) != 1 || ls[0].Agent != "alice" {
+		t.Fatalf("host1's renewal after losing bob = %+v, %v; want alice's alone", ls, err)
+	}
+	reapAt := later.Add(2 * ttl)
+	if _, err := d2.RenewLeases(ctx, b.Daemon, reapAt, ttl); err != nil {
+		t.Fatal(err)
+	}
+	reaped, err := d2.ReapExpired(ctx, b.Daemon, reapAt)
+	if err != nil || len(reaped) != 1 || reaped[0].Agent != "alice" {
+		t.Fatalf("reap = %+v, %v; want alice's expired lease", reaped, err)
+	}
+	if again, err := d1.ReapExpired(ctx, a.Daemon, reapAt); err != nil || len(again) != 0 {
+		t.Fatalf("second reap = %+v, %v; want nothing: one recovery", again, err)
 	}
 	if err := d2.ReleaseLeases(ctx, b.Daemon, nil); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// sleeperScript is agent x's session on either daemon: it counts its
+// sessions in a file of its daemon's and sleeps.
+const sleeperScript = `echo started >> "$OUT/$WHO"; exec sleep 3600`
+
+// TestPausedDaemonNeverRunsAlongsideItsSuccessor: daemon A runs agent x on
+// a shared PostgreSQL store and is stopped (SIGSTOP) past its lease. Its
+// lease guard kills x's session before the lease runs out; daemon B then
+// takes x and runs it. When A continues (SIGCONT) it finds the lease gone:
+// it starts no session of x and its writes for x are refused. Two sessions
+// of x never run at once, by the processes and by the sessions table.
+// With cgroups the guard kills the daemon's cgroup (cgroup.kill); with
+// isolation off, the processes marked as the daemon's.
+func TestPausedDaemonNeverRunsAlongsideItsSuccessor(t *testing.T) {
+	srv := pgtest.Require(t)
+	for i, iso := range []string{"auto", "off"} {
+		t.Run("isolation="+iso, func(t *testing.T) {
+			db := fmt.Sprintf("fence%d", i)
+			if err := srv.CreateDB(db); err != nil {
+				t.Fatal(err)
+			}
+			testPausedDaemon(t, srv.URL(db), iso)
+		})
+	}
+}
+
+func testPausedDaemon(t *testing.T, url, isolation string) {
+	out := t.TempDir()
+	config := func(who string) string {
+		return writeConfig(t, gitRepo(t), fmt.Sprintf(`
+listen: ""
+isolation: %s
+sandbox: {writable: [%q]}
+store: %q
+lease_timeout: 2s
+defaults:
+  env: {OUT: %q, WHO: %s}
+  grace_period: 1s
+backends:
+  sleeper: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: x, role: works, backend: sleeper}
+`, isolation, out, url, out, who, sleeperScript))
+	}
+	started := func(who string) int {
+		b, _ := os.ReadFile(filepath.Join(out, who))
+		return strings.Count(string(b), "started")
+	}
+	cfgA, cfgB := config("a"), config("b")
+	// A daemon's session processes, by their marker (the host's view: a
+	// session's own pid is its sandbox's).
+	running := func(cfg string) bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
+	a := startDaemon(t, cfgA)
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		if t.Failed() {
+			t.Logf("daemon A's log:\n%s", a.log())
+		}
+	})
+	waitUntil(t, "x's session on A", func() bool { return started("a") == 1 && running(cfgA) })
+
+	// A stops, as a paused VM would: its guard kills x's session before
+	// the lease (2 s) runs out.
+	stoppedAt := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "A's session killed by its lease guard", func() bool { return !running(cfgA) })
+	killed := time.Now()
+	db, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ls, err := db.Leases(context.Background())
+	if err != nil || len(ls) != 1 {
+		t.Fatalf("leases: %+v, %v", ls, err)
+	}
+	if !killed.Before(ls[0].Expires) {
+		t.Errorf("A's session was seen dead at %s, after its lease expired at %s (stopped at %s)", killed, ls[0].Expires, stoppedAt)
+	}
+
+	// B takes x once the lease has expired.
+	time.Sleep(time.Until(ls[0].Expires) + 100*time.Millisecond)
+	b := startDaemon(t, cfgB)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon B's log:\n%s", b.log())
+		}
+	})
+	waitUntil(t, "x's session on B", func() bool { return started("b") == 1 && running(cfgB) })
+
+	// A continues: the lease is B's. A starts nothing and writes nothing
+	// for x.
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	a.waitLine("A sees its lease lost", func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "agent leases lost")
+	})
+	// Long enough for A to try: a session start and its settlement.
+	a.waitLine("A waits on the lease", func(m map[string]any) bool {
+		return strings.Contains(fmt.Sprint(m["error"]), "no longer holds its lease")
+	})
+	if n := started("a"); n != 1 || running(cfgA) {
+		t.Fatalf("A started another session of x after losing the lease (%d in all, running: %v)", n, running(cfgA))
+	}
+	if !running(cfgB) {
+		t.Fatal("B's session of x is gone")
+	}
+
+	// The sessions table: x's sessions never overlap.
+	ss, err := db.Sessions(context.Background(), "x", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 2 {
+		t.Fatalf("x's sessions: %+v; want A's and B's", ss)
+	}
+	first, second := ss[0], ss[1]
+	if first.Started.After(second.Started) {
+		first, second = second, first
+	}
+	if first.Ended == nil || first.Ended.After(second.Started) {
+		t.Errorf("x's sessions overlap: %s ran %s–%v, %s started %s", first.SessionID, first.Started, first.Ended, second.SessionID, second.Started)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(30 * time.Second)
+	b.wait(30 * time.Second)
+}

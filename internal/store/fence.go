@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrFenced: a write for an agent whose lease this daemon no longer holds
+// (another daemon took it after it expired, or this one gave it up). The
+// error wrapping it is a *FencedError. Not transient: retrying cannot help
+// until the lease is taken again.
+var ErrFenced = errors.New("agent's lease not held")
+
+// FencedError names the agent and the epoch the write carried.
+type FencedError struct {
+	Agent string
+	Epoch int64
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("agent %s: this daemon no longer holds its lease (epoch %d): another daemon may run it now", e.Agent, e.Epoch)
+}
+
+func (e *FencedError) Unwrap() error { return ErrFenced }
+
+// fences are the leases this process holds, by agent, when it runs agents
+// on a shared store. Off (the default, and a single daemon's SQLite), a
+// write is never fenced.
+type fences struct {
+	mu     sync.Mutex
+	on     bool
+	daemon string
+	epochs map[string]int64
+}
+
+// Fence turns fencing on for daemon's writes: from now on every write made
+// for an agent (its session rows, claims, task starts, outcomes) checks,
+// in its own transaction, that daemon still holds the agent's lease at
+// the epoch given by SetFence, and fails with a *FencedError otherwise.
+func (db *DB) Fence(daemon string) {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	db.fence.on, db.fence.daemon = true, daemon
+	if db.fence.epochs == nil {
+		db.fence.epochs = map[string]int64{}
+	}
+}
+
+// SetFence records the epoch of agent's lease this daemon holds; epoch 0
+// drops it (the lease is lost or given up): the agent's writes are
+// refused until it is set again.
+func (db *DB) SetFence(agent string, epoch int64) {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	if db.fence.epochs == nil {
+		db.fence.epochs = map[string]int64{}
+	}
+	if epoch == 0 {
+		delete(db.fence.epochs, agent)
+		return
+	}
+	db.fence.epochs[agent] = epoch
+}
+
+// Fenced reports whether this process fences its writes.
+func (db *DB) Fenced() bool {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	return db.fence.on
+}
+
+// FenceTx checks, in tx, that this daemon holds agent's lease at the epoch
+// it was given, and holds that row (FOR SHARE on PostgreSQL) until tx ends,
+// so that no daemon can take the lease between the check and the commit.
+// It does nothing unless Fence was called.
+func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
+	db.fence.mu.Lock()
+	on, daemon, epoch := db.fence.on, db.fence.daemon, db.fence.epochs[agent]
+	db.fence.mu.Unlock()
+	if !on {
+		return nil
+	}
+	if epoch == 0 {
+		return &FencedError{Agent: agent}
+	}
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM agent_leases WHERE agent = ? AND daemon = ? AND epoch = ?`+
+		db.forShare()+`) held`, agent, daemon, epoch).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("check the lease of agent %s: %w", agent, err)
+	}
+	if n == 0 {
+		return &FencedError{Agent: agent, Epoch: epoch}
+	}
+	return nil
+}
+
+// forUpdate and forShare lock the rows a SELECT reads until the end of the
+// transaction on PostgreSQL; SQLite has one writer, whose transaction
+// excludes every other already.
+func (db *DB) forUpdate() string {
+	if db.drv.name() == "postgres" {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+func (db *DB) forShare() string {
+	if db.drv.name() == "postgres" {
+		return " FOR SHARE"
+	}
+	return ""
+}
