@@ -144,6 +144,17 @@ func (d *Daemon) agentStoreWait() string {
 		time.Since(first.StoreWaitSince).Round(time.Second), first.StoreWait)
 }
 
+// agentsStoreWaiting counts the agents waiting on the store.
+func (d *Daemon) agentsStoreWaiting() int {
+	n := 0
+	for _, r := range d.reg.Runners() {
+		if r.Snapshot().StoreWait != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // agentDiskFull names an agent whose last session log or prompt write failed
 // for lack of space (ENOSPC or a quota, which statfs does not see), or is "".
 func (d *Daemon) agentDiskFull() string {

@@ -229,6 +229,16 @@ func (m *Metrics) Admission(running, waiting func() int) {
 	)
 }
 
+// StoreWaiting exports, read at each scrape, how many agents wait on the
+// store (a server restarting or away, a locked file, a lease this daemon
+// lost): their work is held, not failed. Call it once.
+func (m *Metrics) StoreWaiting(waiting func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "swarmd_agents_store_waiting",
+		Help: "Agents waiting on the store to record or start their work (the store slow or away, or this daemon's lease on them lost).",
+	}, func() float64 { return float64(waiting()) }))
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 

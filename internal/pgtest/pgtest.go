@@ -151,13 +151,29 @@ func (s *Server) start() error {
 		"--no-sync", "--no-instructions", "-E", "UTF8", "--locale", "C"); err != nil {
 		return fmt.Errorf("pgtest: initdb: %w: %s", err, out)
 	}
+	return s.serve()
+}
+
+// serve starts the server on its data directory.
+func (s *Server) serve() error {
 	opts := fmt.Sprintf("-c listen_addresses='' -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir)
-	if out, err := s.run(60*time.Second, "pg_ctl", "start", "-w", "-t", "60", "-D", data,
+	if out, err := s.run(60*time.Second, "pg_ctl", "start", "-w", "-t", "60", "-D", filepath.Join(s.dir, "data"),
 		"-l", filepath.Join(s.dir, "server.log"), "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
 		return fmt.Errorf("pgtest: pg_ctl start: %w: %s%s", err, out, log)
 	}
 	return nil
+}
+
+// Restart stops the server with pg_ctl's shutdown mode ("fast",
+// "immediate": a crash, every connection cut), keeps it down for down, and
+// starts it again on the same data and socket.
+func (s *Server) Restart(mode string, down time.Duration) error {
+	if out, err := s.run(60*time.Second, "pg_ctl", "stop", "-w", "-t", "30", "-m", mode, "-D", filepath.Join(s.dir, "data")); err != nil {
+		return fmt.Errorf("pgtest: pg_ctl stop -m %s: %w: %s", mode, err, out)
+	}
+	time.Sleep(down)
+	return s.serve()
 }
 
 // run runs one of the server's binaries, as the server's user.

@@ -107,6 +107,11 @@ func withPassfile(target, passfile string) string {
 	return u.String()
 }
 
+// idleTxTimeout: no transaction of swarmd waits on its client between
+// statements for anything but a CPU, so one idle this long belongs to a
+// daemon that is stopped or hung.
+const idleTxTimeout = 5 * time.Second
+
 func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, read *sql.DB, ident string, err error) {
 	if os.Getenv("PGPASSFILE") == "" {
 		target = withPassfile(target, credentialPassfile(os.Getenv))
@@ -114,6 +119,13 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 	cfg, err := pgx.ParseConfig(target) // reads PGPASSWORD and the passfile now, once
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("store url: %w", err)
+	}
+	// A daemon stopped (SIGSTOP, a frozen VM) inside a transaction holds
+	// its locks, the swarm's writer lock among them: the server ends such a
+	// session after idleTxTimeout, so the others go on (the stopped
+	// daemon's transaction fails when it continues, and is retried).
+	if _, set := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(idleTxTimeout.Milliseconds()))
 	}
 	p.cfg = cfg.Copy() // the listener connects with it, not by reading the environment again
 	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}

@@ -46,12 +46,19 @@ type Options struct {
 	Timeout  time.Duration // the whole run
 	Parent   string        // where the repository goes ("": the temporary directory)
 	Log      io.Writer     // progress lines (nil: none)
+	// Store is a postgres:// URL for the swarm's store ("": the SQLite
+	// file in the state dir).
+	Store string
+	// StoreRestarts times, spread over the tasks, RestartStore is called
+	// while the daemon runs (a server restart, an outage).
+	StoreRestarts int
+	RestartStore  func() error
 }
 
 // Report is what the run found.
 type Report struct {
 	Tasks, Messages, Sessions, Seen int
-	Kills                           int
+	Kills, StoreRestarts            int
 	Recovered                       int // sessions whose outcome a restart applied from their logs
 	Orphaned                        int // sessions cut off by a kill
 	Wall                            time.Duration
@@ -62,9 +69,9 @@ type Report struct {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("tasks=%d messages=%d sessions=%d kills=%d recovered-from-log=%d orphaned=%d wall=%.1fs "+
+	return fmt.Sprintf("tasks=%d messages=%d sessions=%d kills=%d store-restarts=%d recovered-from-log=%d orphaned=%d wall=%.1fs "+
 		"settle p50=%v p99=%v max=%v store-wait=%v survivors=%d violations=%d",
-		r.Tasks, r.Messages, r.Sessions, r.Kills, r.Recovered, r.Orphaned, r.Wall.Seconds(),
+		r.Tasks, r.Messages, r.Sessions, r.Kills, r.StoreRestarts, r.Recovered, r.Orphaned, r.Wall.Seconds(),
 		r.SettleP50.Round(10*time.Microsecond), r.SettleP99.Round(10*time.Microsecond), r.SettleMax.Round(10*time.Microsecond),
 		r.StoreWait.Round(time.Millisecond), r.Survivors, len(r.Violations))
 }
@@ -107,6 +114,9 @@ defaults:
 backends:
   work: {type: command, command: sh, args: [-c, %[3]q]}
 `, seen, strconv.FormatFloat(cmp.Or(o.Work, 200*time.Millisecond).Seconds(), 'f', 3, 64), script)
+	if o.Store != "" {
+		head += fmt.Sprintf("store: %q\n", o.Store)
+	}
 	config, names, err := harness.Swarm(work, head, o.Agents)
 	if err != nil {
 		return rep, err
@@ -119,7 +129,7 @@ backends:
 	if err := os.WriteFile(config, bytes.Replace(b, []byte(`listen: ""`), []byte(fmt.Sprintf("listen: %q", addr)), 1), 0o644); err != nil {
 		return rep, err
 	}
-	dbPath := filepath.Join(work, ".swarm", "swarm.db")
+	dbPath := cmp.Or(o.Store, filepath.Join(work, ".swarm", "swarm.db"))
 	start := time.Now()
 	deadline := start.Add(o.Timeout)
 	d, err := startDaemon(o.Bin, config, work)
@@ -159,6 +169,13 @@ backends:
 		}
 		if closed >= o.Tasks {
 			break
+		}
+		if rep.StoreRestarts < o.StoreRestarts && closed >= o.Tasks*(rep.StoreRestarts+1)/(o.StoreRestarts+1) {
+			logf("outcomes: %d/%d tasks closed: the store restarts", closed, o.Tasks)
+			if err := o.RestartStore(); err != nil {
+				return rep, fmt.Errorf("restart the store: %w", err)
+			}
+			rep.StoreRestarts++
 		}
 		if rep.Kills < o.Kills && closed >= killAt(rep.Kills) {
 			rep.StoreWait += d.storeWait(addr)
@@ -235,7 +252,7 @@ func check(ctx context.Context, db *store.DB, seenDir, work string, kills []time
 		ended, settled     time.Time
 		endedOK, settledOK bool
 	}
-	rows, err := r.QueryContext(ctx, `SELECT session_id, agent, seq, outcome, IFNULL(ended_at, ''), IFNULL(settled_at, '') FROM sessions`)
+	rows, err := r.QueryContext(ctx, `SELECT session_id, agent, seq, outcome, COALESCE(ended_at, ''), COALESCE(settled_at, '') FROM sessions`)
 	if err != nil {
 		return err
 	}
@@ -329,9 +346,27 @@ func check(ctx context.Context, db *store.DB, seenDir, work string, kills []time
 	if len(done) != rep.Tasks {
 		bad("%d tasks DONE, want %d", len(done), rep.Tasks)
 	}
+	// Agents: the store's restarts and the kills are not the agents'
+	// errors; nobody stopped.
+	rows, err = r.QueryContext(ctx, `SELECT name, state, total_errors, stop_kind FROM agents`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var name, state, kind string
+		var errs int
+		if err := rows.Scan(&name, &state, &errs, &kind); err != nil {
+			rows.Close()
+			return err
+		}
+		if errs != 0 || kind == "fatal" {
+			bad("agent %s: %d errors counted, state %s (stop: %q)", name, errs, state, kind)
+		}
+	}
+	rows.Close()
 	// Mail: every message acknowledged, by one completed session that
 	// showed it.
-	rows, err = r.QueryContext(ctx, `SELECT id, IFNULL(delivered_at, ''), IFNULL(acked_by, ''), IFNULL(claimed_session, '') FROM messages`)
+	rows, err = r.QueryContext(ctx, `SELECT id, COALESCE(delivered_at, ''), COALESCE(acked_by, ''), COALESCE(claimed_session, '') FROM messages`)
 	if err != nil {
 		return err
 	}
@@ -411,7 +446,7 @@ func count(db *store.DB, q string) (int, error) {
 
 func waitDB(path string, deadline time.Time) (*store.DB, error) {
 	for {
-		db, err := store.Open(context.Background(), path, store.Options{NoCreate: true})
+		db, err := store.Open(context.Background(), path, store.Options{NoCreate: !store.IsPostgres(path)})
 		if err == nil {
 			return db, nil
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -36,6 +38,40 @@ func TestOutcomesExactUnderKills(t *testing.T) {
 		t.Error(v)
 	}
 	if rep.Kills != 2 || rep.Messages == 0 || rep.Sessions < rep.Tasks {
+		t.Errorf("the run did not do what it should: %v", rep)
+	}
+}
+
+// TestOutcomesExactAcrossPostgresRestarts: the same promises on the
+// PostgreSQL store while the server crashes (pg_ctl stop -m immediate:
+// every connection cut) and comes back 3 s later, twice, with the daemon
+// running: every agent resumes by itself, every task is done once, every
+// message acknowledged once, and no agent has an error counted or stops.
+func TestOutcomesExactAcrossPostgresRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test of a real swarmd")
+	}
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("outcomes"); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "swarmd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/swarmd").CombinedOutput(); err != nil {
+		t.Fatalf("build swarmd: %v\n%s", err, out)
+	}
+	rep, err := Run(context.Background(), Options{
+		Bin: bin, Agents: 10, Tasks: 60, MailRate: 10, Urgent: 0.1, Timeout: 4 * time.Minute,
+		Parent: t.TempDir(), Log: testWriter{t}, Store: srv.URL("outcomes"),
+		StoreRestarts: 2, RestartStore: func() error { return srv.Restart("immediate", 3*time.Second) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	for _, v := range rep.Violations {
+		t.Error(v)
+	}
+	if rep.StoreRestarts != 2 || rep.Messages == 0 || rep.Sessions < rep.Tasks {
 		t.Errorf("the run did not do what it should: %v", rep)
 	}
 }
