@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -78,7 +79,7 @@ func (db *swarmDB) Close() error {
 
 // openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session (the
 // daemon's open store when it runs the command for a session), else the
-// config at configPath. It never creates the file.
+// config at configPath, which creates the file if the daemon has not yet.
 func openSwarmDB(ctx context.Context, s streams, configPath, cmd string) (*swarmDB, error) {
 	var out swarmDB
 	var opts mailbox.Options
@@ -103,7 +104,17 @@ func openSwarmDB(ctx context.Context, s streams, configPath, cmd string) (*swarm
 		opts.Agents = cfg.AgentNames()
 		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
 	}
-	db, err := store.Open(ctx, path, store.Options{NoCreate: true})
+	if out.cfg != nil && !out.cfg.SharedStore() {
+		// The config names the file: before the first `swarmd run` the
+		// operator's first task or message creates it where the daemon will
+		// look, as the daemon would (mode 0700 for the state dir).
+		if err := os.MkdirAll(out.cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("%s: create the state dir: %w", cmd, err)
+		}
+	}
+	// A SWARM_DB_PATH that leads nowhere is a mistake to report, never a
+	// file to create: mail written there would reach nobody.
+	db, err := store.Open(ctx, path, store.Options{NoCreate: out.cfg == nil})
 	if err != nil {
 		if errors.Is(err, store.ErrNoDatabase) {
 			if getenv("SWARM_DB_PATH") != "" {

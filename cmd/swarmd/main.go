@@ -159,6 +159,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		DisableSuggestions: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return findConfig(cmd, s.getenv) }
 	root.AddCommand(
 		newRunCommand(s),
 		newConfigCommand(s),
