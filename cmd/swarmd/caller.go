@@ -104,24 +104,32 @@ func openSwarmDB(ctx context.Context, s streams, configPath, cmd string) (*swarm
 		opts.Agents = cfg.AgentNames()
 		opts.MaxBodyBytes = cfg.Mailbox.MaxBody
 	}
+	// A SWARM_DB_PATH that leads nowhere is a mistake to report, never a
+	// file to create: mail written there would reach nobody.
+	noCreate := out.cfg == nil
 	if out.cfg != nil && !out.cfg.SharedStore() {
 		// The config names the file: before the first `swarmd run` the
 		// operator's first task or message creates it where the daemon will
-		// look, as the daemon would (mode 0700 for the state dir).
-		if err := os.MkdirAll(out.cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("%s: create the state dir: %w", cmd, err)
+		// look, as the daemon would (mode 0700 for the state dir); never
+		// while a daemon runs there (its swarm.db was deleted under it).
+		inUse, err := daemon.StateDirInUse(out.cfg.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cmd, err)
+		}
+		if noCreate = inUse; !inUse {
+			if err := os.MkdirAll(out.cfg.StateDir, 0o700); err != nil {
+				return nil, fmt.Errorf("%s: create the state dir: %w", cmd, err)
+			}
 		}
 	}
-	// A SWARM_DB_PATH that leads nowhere is a mistake to report, never a
-	// file to create: mail written there would reach nobody.
-	db, err := store.Open(ctx, path, store.Options{NoCreate: out.cfg == nil})
+	db, err := store.Open(ctx, path, store.Options{NoCreate: noCreate})
 	if err != nil {
 		if errors.Is(err, store.ErrNoDatabase) {
 			if getenv("SWARM_DB_PATH") != "" {
 				// Inside a session the daemon created it: it was deleted.
 				return nil, fmt.Errorf("%s: %w: it was deleted under the running daemon, which has stopped starting sessions (tell the operator)", cmd, err)
 			}
-			return nil, usagef("%s: %w (has swarmd run in this repo? its state_dir holds swarm.db)", cmd, err)
+			return nil, fmt.Errorf("%s: %w: it was deleted under the running daemon, which has stopped starting sessions (restart it)", cmd, err)
 		}
 		return nil, err
 	}

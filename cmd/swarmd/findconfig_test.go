@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // runCLIIn runs the swarmd binary in dir with env added.
@@ -55,6 +57,24 @@ func TestConfigFoundFromASubdirectoryBeforeTheFirstRun(t *testing.T) {
 	_, stderr, code = runCLIIn(t, elsewhere, nil, "task", "list")
 	if code != 2 || !strings.Contains(stderr, elsewhere) || !strings.Contains(stderr, "SWARMD_CONFIG") || strings.Count(stderr, "\n") != 1 {
 		t.Fatalf("task list with no config anywhere: exit %d, %q; want one line naming where it looked", code, stderr)
+	}
+	// A daemon holds the state dir (its lock) and its swarm.db is deleted:
+	// a command never creates another beside it.
+	stateDir := filepath.Join(repo, ".swarm")
+	dir, err := os.Open(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	if err := unix.Flock(int(dir.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(stateDir, "swarm.db")); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runCLIIn(t, deep, nil, "task", "add", "while the daemon's store is gone")
+	if _, err := os.Stat(filepath.Join(stateDir, "swarm.db")); code == 0 || err == nil || !strings.Contains(stderr, "deleted under the running daemon") {
+		t.Fatalf("task add with the store deleted under a daemon: exit %d, %q, a new file made: %v", code, stderr, err == nil)
 	}
 	// A SWARM_DB_PATH that leads nowhere is still refused, not created.
 	missing := filepath.Join(elsewhere, "nope", "swarm.db")

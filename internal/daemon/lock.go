@@ -64,3 +64,26 @@ func (l *stateLock) Release() error {
 	l.f, l.dir = nil, nil
 	return err
 }
+
+// StateDirInUse reports whether a daemon holds stateDir's lock (a missing
+// directory is not in use). A command that would create the store there
+// must not while one does: its swarm.db was deleted under it, and a new
+// empty one would split the swarm in two.
+func StateDirInUse(stateDir string) (bool, error) {
+	dir, err := os.Open(stateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open state dir %s: %w", stateDir, err)
+	}
+	defer dir.Close()
+	err = unix.Flock(int(dir.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock %s: %w", stateDir, err)
+	}
+	return false, unix.Flock(int(dir.Fd()), unix.LOCK_UN)
+}
