@@ -341,6 +341,13 @@ mailbox:
 web:
   # {{kv "token" "\"\""}}# at least 16 characters; "" keeps the dashboard read-only
 
+# Who is told when something needs a person (an agent stopped for good, a
+# task failed past its limits, a budget spent, the daemon unhealthy): one POST
+# per event to a webhook, as json, slack ({"text": ...}) or ntfy.
+notify:
+  # {{kv "webhook" "\"\""}}# an http(s) URL; "" sends nothing
+  # {{kv "format" "json"}}# json, slack or ntfy
+
 # Named backends. claude, codex and gemini are built in; an entry named after
 # one adjusts it, and its args are appended to swarmd's own invocation of the
 # CLI. Any other name needs a type: claude, codex, gemini, or command (any

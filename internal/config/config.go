@@ -70,6 +70,7 @@ type Config struct {
 	// with by default: AGENT@GitEmailDomain.
 	GitEmailDomain string
 	Web            Web
+	Notify         Notify
 	Merge          *Merge // nil: no merge queue
 	Backends       map[string]Backend
 	Agents         []Agent
@@ -160,6 +161,22 @@ type Hooks struct {
 }
 
 // Web configures the web dashboard and its JSON API on listen.
+// Notify is how the operator is told of what needs a person (package
+// notify): a webhook, and the shape of what it is sent.
+type Notify struct {
+	Webhook string // "" sends nothing
+	Format  string // NotifyJSON, NotifySlack or NotifyNtfy
+}
+
+// The notify.format values.
+const (
+	NotifyJSON  = "json"
+	NotifySlack = "slack"
+	NotifyNtfy  = "ntfy"
+)
+
+var notifyFormats = []string{NotifyJSON, NotifySlack, NotifyNtfy}
+
 type Web struct {
 	// Token, when set, lets requests carrying it as a bearer token change
 	// things (stop, start, mail, tasks); "" keeps the dashboard read-only.
@@ -251,6 +268,7 @@ func defaultConfig() *Config {
 		LeaseTimeout: DefaultLeaseTimeout,
 		Isolation:    IsolationAuto,
 		Sandbox:      Sandbox{Bwrap: "bwrap"},
+		Notify:       Notify{Format: NotifyJSON},
 		Defaults: AgentSettings{
 			Backend:              DefaultBackend,
 			SessionTimeout:       DefaultSessionTimeout,

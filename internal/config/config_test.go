@@ -70,6 +70,7 @@ func TestDefaults(t *testing.T) {
 		StallAfter:   5 * time.Minute,
 		Isolation:    "auto",
 		Sandbox:      Sandbox{Bwrap: "bwrap"},
+		Notify:       Notify{Format: NotifyJSON},
 		Backends:     builtins(),
 
 		GitEmailDomain: "swarmd.invalid",
@@ -138,6 +139,7 @@ func TestOverrides(t *testing.T) {
 		StallAfter: 2 * time.Minute,
 		Isolation:  "strict",
 		Sandbox:    Sandbox{Bwrap: "bwrap"},
+		Notify:     Notify{Format: NotifyJSON},
 		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30},
 		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4},
 		Backends:   backends,
@@ -360,7 +362,7 @@ func TestErrors(t *testing.T) {
 		{"empty_file", 0, "agents", "at least one agent is required (list them under agents:, each with a name and a role)"},
 		{"duplicate_key", 3, "listen", "duplicate key (first defined at line 2; keep one of them)"},
 
-		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, store, lease_timeout, remote, defaults, logs, hooks, mailbox, limits, isolation, sandbox, stall_after, git_email_domain, web, merge, backends, agents, swarm_budget, prices, providers)"},
+		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, store, lease_timeout, remote, defaults, logs, hooks, mailbox, limits, isolation, sandbox, stall_after, git_email_domain, web, notify, merge, backends, agents, swarm_budget, prices, providers)"},
 		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_silent_sessions, claims, max_turns, memory_max, signals, tools, budget)"},
 		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},

@@ -130,6 +130,10 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 			{"token", "Bearer token that unlocks the dashboard's actions (stop, start, mail, tasks); \"\" keeps it read-only. At least 16 characters.",
 				d.tokenTo(&cfg.Web.Token)},
 		}, nil)},
+		{"notify", "How the operator is told of what needs a person (an agent stopped for good, a task failed past its limits, a budget exhausted, the daemon unhealthy).", d.section([]field{
+			{"webhook", "An http:// or https:// URL that gets one POST per event that needs a person; \"\" sends nothing.", d.webhookTo(&cfg.Notify.Webhook)},
+			{"format", "The POST's body: json (swarmd's object), slack (an incoming webhook's text) or ntfy (a topic URL's message).", d.enumTo(&cfg.Notify.Format, notifyFormats)},
+		}, nil)},
 		{"merge", "The merge queue: integrates finished tasks' branches into one branch when the gate passes; absent: no queue.",
 			d.section(d.mergeFields(&t.merge.m), &t.merge.set)},
 		{"backends", "Named ways to run a session. claude, codex and gemini are built in; an entry named after one adjusts it.", d.backendsTo(&t.backends)},
@@ -165,6 +169,9 @@ func (d *decoder) decode(data []byte) *Config {
 	d.checkBaseRef(cfg.BaseRef, top.at("base_ref"))
 	d.checkDomain(cfg.GitEmailDomain, top.at("git_email_domain"))
 	d.checkSandbox(cfg, top)
+	if !slices.Contains(notifyFormats, cfg.Notify.Format) {
+		d.errorf(top.at("notify"), "notify.format", "%q is not a format (want one of %s)", cfg.Notify.Format, strings.Join(notifyFormats, ", "))
+	}
 	if !slices.Contains(isolationLevels, cfg.Isolation) {
 		d.errorf(top.at("isolation"), "isolation", "%q is not an isolation level (want one of %s)", cfg.Isolation, strings.Join(isolationLevels, ", "))
 	}
@@ -259,6 +266,28 @@ func (d *decoder) wordTo(dst *string) value {
 				d.errorf(n.Line, path, "signal word %q: use letters, digits, '_' or '-' only (a word the agent ends its result with)", *dst)
 				return false
 			}
+		}
+		return true
+	}
+	return v
+}
+
+// webhookTo decodes notify.webhook: "" or an absolute http(s) URL.
+func (d *decoder) webhookTo(dst *string) value {
+	v := d.strTo(dst, false)
+	check := v.set
+	v.set = func(path string, n *yaml.Node) bool {
+		if !check(path, n) {
+			return false
+		}
+		if *dst == "" {
+			return true
+		}
+		u, err := url.Parse(*dst)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			d.errorf(n.Line, path, "%q is not an http:// or https:// URL", *dst)
+			*dst = ""
+			return false
 		}
 		return true
 	}

@@ -269,6 +269,9 @@ func (k *budgetKeeper) announce(cs []budget.Crossing) {
 		}
 		k.d.journal.Event(e)
 		k.d.log.Info("budget", zap.String("scope", c.Scope), zap.String("level", c.Level.String()), zap.String("reason", e.Reason))
+		if c.Level == budget.Exhausted {
+			k.d.notifyBudgetExhausted(c.Scope, e.Reason)
+		}
 	}
 }
 

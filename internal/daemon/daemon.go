@@ -27,6 +27,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/metrics"
+	"github.com/swarmd/swarmd/internal/notify"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
 	"github.com/swarmd/swarmd/internal/registry"
@@ -75,6 +76,7 @@ type Daemon struct {
 	health      healthMonitor
 	notify      notifier
 	iso         isolation              // what contains the process trees (isolation.go)
+	notifier    *notify.Notifier       // tells the operator what needs a person (alerts.go)
 	admission   *admission.Admission   // the swarm's limits on running sessions (admission.go)
 	budget      *budgetKeeper          // budgets: spend, marks, pauses
 	providers   *providerGates         // health shared by each provider's agents
@@ -165,6 +167,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 			// Its thresholds, a fatal error, max_sessions: the operator
 			// starts it again (swarmd start).
 			log.Warn("agent stopped on its own", zap.String("agent", name), zap.String("reason", stopped.Reason))
+			d.notifyAgentStopped(name, stopped.Reason)
 			return
 		}
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
@@ -215,6 +218,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 			return nil, setupError(err)
 		}
 	}
+	d.openNotifier(cfg)
 	return d, nil
 }
 
@@ -701,6 +705,7 @@ func (d *Daemon) Close() error {
 	d.cancelAgents()
 	d.retirers.Wait() // each ends once its runner has stopped
 	d.dash.close()    // ends the streams the servers' shutdown would wait for
+	d.notifier.Stop()
 	var errs []error
 	if d.control != nil {
 		errs = append(errs, d.control.Close())

@@ -38,17 +38,19 @@ func (h *healthMonitor) faultText() string {
 	return ""
 }
 
-// set records fault and says so once per change, loudly.
-func (h *healthMonitor) set(fault string, log *zap.Logger) {
+// set records fault and says so once per change, loudly; it reports
+// whether the fault changed.
+func (h *healthMonitor) set(fault string, log *zap.Logger) bool {
 	if fault == h.faultText() {
-		return
+		return false
 	}
 	h.fault.Store(&fault)
 	if fault == "" {
 		log.Warn("daemon healthy again")
-		return
+		return true
 	}
 	log.Error("DAEMON UNHEALTHY: "+fault, zap.String("fault", fault))
+	return true
 }
 
 // check runs the checks once and returns the first fault, "" if none.
@@ -78,7 +80,9 @@ func (d *Daemon) watchHealth(interval time.Duration) (stop func()) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			d.health.set(d.checkHealth(context.Background()), d.log)
+			if fault := d.checkHealth(context.Background()); d.health.set(fault, d.log) && fault != "" {
+				d.notifyUnhealthy(fault)
+			}
 			select {
 			case <-done:
 				return

@@ -81,6 +81,8 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 		// Nobody made it mergeable in max rounds: the operator decides.
 		h.d.log.Warn("merge queue: task failed, rejected too often", zap.Int64("task", e.Task), zap.Int("max_rejections", max),
 			zap.String("kind", string(kind)))
+		d := h.d
+		d.notifyTaskFailed(e.Task, e.Agent, fmt.Sprintf("merge_rejected: the merge queue rejected it %d times (merge.max_rejections), the last time for %s", max+1, kind))
 		body := fmt.Sprintf("Task #%d failed: the merge queue rejected it %d times (merge.max_rejections), the last time for %s.\n\n"+
 			"`swarmd task show %d` has the history; `swarmd task retry %d` gives it back to the board.", e.Task, max+1, kind, e.Task, e.Task)
 		if _, err := h.d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: mailbox.Operator,

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// failingSwarm is one agent whose backend always fails, so it stops for
+// good after two errors (max_total_errors: a session that starts resets
+// the consecutive count), with the webhook at url.
+func failingSwarm(url string) string {
+	return fmt.Sprintf(`
+listen: ""
+notify: {webhook: %q}
+defaults:
+  max_total_errors: 2
+  min_session_interval: 0s
+backends:
+  broken: {type: command, command: sh, args: [-c, "exit 1"]}
+agents:
+  - {name: carol, role: r, backend: broken}
+`, url)
+}
+
+// TestWebhookToldOfAStoppedAgent: an agent whose backend always fails
+// stops for good, and a real HTTP receiver gets one POST naming it and the
+// command that starts it again. A receiver that is down delays nothing:
+// the agent stops as soon, and the daemon stops at once.
+func TestWebhookToldOfAStoppedAgent(t *testing.T) {
+	got := make(chan map[string]any, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		b, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Errorf("webhook body %q: %v", b, err)
+		}
+		got <- m
+	}))
+	defer srv.Close()
+
+	d := startDaemon(t, writeConfig(t, gitRepo(t), failingSwarm(srv.URL+"/hook")))
+	d.waitLine("carol Stopped", transitionTo("carol", "Stopped"))
+	select {
+	case m := <-got:
+		if m["kind"] != "agent_stopped" || m["agent"] != "carol" || m["fix"] != "swarmd start carol" || m["reason"] == "" {
+			t.Errorf("webhook got %v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no POST 10 s after carol stopped; log:\n%s", d.log())
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if len(got) != 0 {
+		t.Errorf("%d more POSTs: one per event", len(got))
+	}
+
+	// Nothing listens at the webhook now.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String() + "/hook"
+	l.Close()
+	d = startDaemon(t, writeConfig(t, gitRepo(t), failingSwarm(down)))
+	d.waitLine("carol Stopped with the receiver down", transitionTo("carol", "Stopped"))
+	d.waitLine("the failed delivery logged", func(m map[string]any) bool {
+		return m["msg"] == "notify: delivery failed, retrying"
+	})
+	start := time.Now()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the daemon took %s to stop with the webhook down", took)
+	}
+}

@@ -1,0 +1,52 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/notify"
+)
+
+// openNotifier starts telling the operator (notify.webhook) of what needs
+// a person; without a webhook it sends nothing. Close stops it.
+func (d *Daemon) openNotifier(cfg *config.Config) {
+	dash := ""
+	if d.http != nil {
+		dash = "http://" + d.http.Addr() + "/"
+	}
+	d.notifier = notify.New(notify.Options{URL: cfg.Notify.Webhook, Format: cfg.Notify.Format, Dashboard: dash,
+		Log: d.log.Named("notify")})
+	d.notifier.Start(context.Background())
+}
+
+// notifyAgentStopped: an agent stopped on its own, for good (its error
+// thresholds, a fatal error): nothing runs it until someone starts it.
+func (d *Daemon) notifyAgentStopped(agentName, reason string) {
+	d.notifier.Notify(notify.Alert{Kind: notify.AgentStopped, Agent: agentName, Reason: reason,
+		Fix: "swarmd start " + agentName})
+}
+
+// notifyTaskFailed: a task failed past its limits; the board gives it to
+// nobody until someone retries it.
+func (d *Daemon) notifyTaskFailed(task int64, agentName, reason string) {
+	d.notifier.Notify(notify.Alert{Kind: notify.TaskFailed, Task: task, Agent: agentName, Reason: reason,
+		Fix: fmt.Sprintf("swarmd task retry %d", task)})
+}
+
+// notifyBudgetExhausted: an agent's (or, scope "swarm", every agent's)
+// budget is spent; they stay paused until the window rolls over or someone
+// raises it.
+func (d *Daemon) notifyBudgetExhausted(scope, reason string) {
+	a := notify.Alert{Kind: notify.BudgetExhausted, Agent: scope, Reason: reason, Fix: "swarmd budget set " + scope + " USD"}
+	if scope == "swarm" {
+		a.Agent, a.Fix = "", "swarmd budget set --swarm USD"
+	}
+	d.notifier.Notify(a)
+}
+
+// notifyUnhealthy: /readyz fails for a fault of the daemon's own (the store
+// gone, the disk full).
+func (d *Daemon) notifyUnhealthy(fault string) {
+	d.notifier.Notify(notify.Alert{Kind: notify.Unhealthy, Reason: fault})
+}
