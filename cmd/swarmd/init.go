@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -29,10 +31,42 @@ type initMain struct {
 	force   bool
 }
 
+// initRepo is what init found in the repository: the merge queue's target
+// (the branch checked out) and a gate (the project's tests).
+type initRepo struct {
+	dir    string // --dir, absolute
+	branch string // "" when not on a branch (or not a repository)
+	gate   string // "" when init found no test command
+}
+
 // initBackends are the backends init can start a swarm on: the agent CLIs,
-// which need no more than their name. A command backend needs a command
-// line, which is the config file's business.
-var initBackends = []string{config.TypeClaude, config.TypeCodex, config.TypeGemini}
+// which need no more than their name, and command, for which init writes a
+// starter script (prompts/work.sh) that does a task's work without a model.
+var initBackends = []string{config.TypeClaude, config.TypeCodex, config.TypeGemini, config.TypeCommand}
+
+// workScript is the command backend's starter session: it reads the
+// prompt, and for the task it is given appends the task's title to
+// WORKLOG.md, commits, and says DONE; with no task it is idle. Replace it
+// with your own program: swarmd passes the prompt on standard input and reads
+// the session's result from its output.
+const workScript = `#!/bin/sh
+# Written by swarmd init: the command backend's session. swarmd passes the
+# prompt on standard input; the last lines of the output are the result (DONE
+# reports the task done). Replace this with your own program.
+set -e
+prompt=$(cat)
+task=$(printf '%s\n' "$prompt" | sed -n 's/^\(Your task\|Continue your task\): #\([0-9]*\): \(.*\)$/\2 \3/p' | head -n 1)
+if [ -z "$task" ]; then
+  echo "nothing to do"
+  echo DONE
+  exit 0
+fi
+printf -- '- #%s\n' "$task" >> WORKLOG.md
+git add WORKLOG.md
+git commit -q -m "work on task #$task"
+echo "worked on task #$task"
+echo DONE
+`
 
 func newInitCommand(s streams) *cobra.Command {
 	m := &initMain{s: s}
@@ -43,12 +77,19 @@ func newInitCommand(s streams) *cobra.Command {
 per agent in DIR/prompts/AGENT.md. The role prompt is each agent's standing instructions: edit it to say
 what that agent is for. Existing files are left alone unless --force is given.
 
+When DIR is a git repository on a branch, swarmd.yaml gets a merge queue into that branch, gated by
+the project's tests as DIR shows them (a Makefile test target, go.mod, package.json's test script,
+pyproject.toml). --backend command writes prompts/work.sh, a session that does a task's work
+without a model (it logs the task in WORKLOG.md and commits), to try the whole loop with no API key.
+
 DIR/.swarmd.schema.json is the config's JSON Schema ('swarmd config schema'); the first line of
 swarmd.yaml points editors with a YAML language server at it, so they complete and check the keys.
 
-Then check the config with 'swarmd config validate' and start the swarm with 'swarmd run'.`,
+Then check the config with 'swarmd config validate', start the swarm with 'swarmd run', and give it
+work with 'swarmd task add'.`,
 		Example: `  swarmd init
   swarmd init --agents implementer,reviewer,tester --backend codex
+  swarmd init --backend command
   swarmd init --dir /etc/swarmd --force`,
 		Args: func(cmd *cobra.Command, args []string) error { return usage(cobra.NoArgs(cmd, args)) },
 		RunE: func(*cobra.Command, []string) error { return m.Run() },
@@ -85,8 +126,11 @@ func (m *initMain) Run() error {
 		return fmt.Errorf("init: %w", err)
 	}
 	files := []initFile{
-		{rel: "swarmd.yaml", data: starterConfig(agents, m.backend)},
+		{rel: "swarmd.yaml", data: starterConfig(agents, m.backend, m.detect())},
 		{rel: schemaFile, data: schema},
+	}
+	if m.backend == config.TypeCommand {
+		files = append(files, initFile{rel: filepath.Join("prompts", "work.sh"), data: []byte(workScript)})
 	}
 	for _, a := range agents {
 		files = append(files, initFile{rel: filepath.Join("prompts", a+".md"), data: rolePrompt(a, agents)})
@@ -116,6 +160,38 @@ func (m *initMain) Run() error {
 		return fmt.Errorf("init: the config just written does not load (a bug in swarmd init): %w", err)
 	}
 	return m.report(files, cfgPath)
+}
+
+// detect reads what the merge queue needs from the repository at --dir:
+// the branch checked out, and the project's test command by what the
+// directory holds (a Makefile's test target, go.mod, package.json's test
+// script, pyproject.toml).
+func (m *initMain) detect() initRepo {
+	r := initRepo{dir: m.dir}
+	if abs, err := filepath.Abs(m.dir); err == nil {
+		r.dir = abs
+	}
+	if out, err := exec.Command("git", "-C", m.dir, "symbolic-ref", "--quiet", "--short", "HEAD").Output(); err == nil {
+		r.branch = strings.TrimSpace(string(out))
+	}
+	has := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(m.dir, name))
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	switch {
+	case regexp.MustCompile(`(?m)^test:`).Match(has("Makefile")):
+		r.gate = "make test"
+	case has("go.mod") != nil:
+		r.gate = "go test ./..."
+	case regexp.MustCompile(`"test"\s*:`).Match(has("package.json")):
+		r.gate = "npm test"
+	case has("pyproject.toml") != nil:
+		r.gate = "python3 -m pytest"
+	}
+	return r
 }
 
 // checkFlags validates the flags and returns the agent names.
@@ -161,6 +237,16 @@ func (m *initMain) report(files []initFile, cfgPath string) error {
 	if _, err := git.PlainOpenWithOptions(m.dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true}); err != nil {
 		fmt.Fprintf(&b, "\nnote: %s is not in a git repository; swarmd run needs one (git init, or set repo: in swarmd.yaml)\n", m.dir)
 	}
+	if m.backend == config.TypeCommand {
+		fmt.Fprintf(&b, `
+Next (the command backend runs %s: no model, no API key):
+  swarmd config validate -c %s
+  swarmd run -c %s
+  swarmd task add -c %s "first task"      (in another terminal)
+`, filepath.Join(m.dir, "prompts", "work.sh"), cfgPath, cfgPath, cfgPath)
+		_, err := fmt.Fprint(m.s.out, b.String())
+		return err
+	}
 	if _, err := exec.LookPath(m.backend); err != nil {
 		fmt.Fprintf(&b, "\nnote: the %s CLI is not in PATH; install it before swarmd run\n", m.backend)
 	}
@@ -170,7 +256,8 @@ Next:
   2. Give swarmd's environment the agents' API key (%s).
   3. swarmd config validate -c %s
   4. swarmd run -c %s
-`, apiKeyVar(m.backend), cfgPath, cfgPath)
+  5. swarmd task add -c %s "first task"      (in another terminal)
+`, apiKeyVar(m.backend), cfgPath, cfgPath, cfgPath)
 	_, err := fmt.Fprint(m.s.out, b.String())
 	return err
 }
@@ -218,6 +305,9 @@ func writeFileReplacing(path string, data []byte) error {
 // starterData fills starterTemplate. The defaults come from package config,
 // so the commented-out values are the real defaults.
 type starterData struct {
+	Into, Gate              string // the merge queue's: "" leaves it out
+	WorkScript              string // the command backend's script, absolute
+	MaxRejections           int
 	Backend, DefaultBackend string
 	Agents                  []string
 	StateDir, BaseRef       string
@@ -236,8 +326,12 @@ type starterData struct {
 	MaxSessionBytes         int
 }
 
-func starterConfig(agents []string, backend string) []byte {
+func starterConfig(agents []string, backend string, repo initRepo) []byte {
 	d := starterData{
+		Into:                 repo.branch,
+		Gate:                 repo.gate,
+		WorkScript:           filepath.Join(repo.dir, "prompts", "work.sh"),
+		MaxRejections:        config.DefaultMaxMergeRejections,
 		Backend:              backend,
 		DefaultBackend:       config.DefaultBackend,
 		Agents:               agents,
@@ -257,6 +351,9 @@ func starterConfig(agents []string, backend string) []byte {
 		MinSessionInterval:   config.FormatDuration(config.DefaultMinSessionInterval),
 		MaxSessionBytes:      config.DefaultMaxSessionBytes,
 	}
+	if backend == config.TypeCommand {
+		d.Backend = "work"
+	}
 	var b bytes.Buffer
 	if err := starterTemplate.Execute(&b, d); err != nil {
 		panic(err) // the template and its data are fixed: a test runs every branch
@@ -270,6 +367,7 @@ func starterConfig(agents []string, backend string) []byte {
 var starterTemplate = template.Must(template.New("swarmd.yaml").Funcs(template.FuncMap{
 	// kv aligns the comments after "key: value".
 	"kv": func(key string, value any) string { return fmt.Sprintf("%-27s ", fmt.Sprintf("%s: %v", key, value)) },
+	"q":  strconv.Quote, // a YAML double-quoted string
 }).Parse(`# yaml-language-server: $schema=` + schemaFile + `
 # swarmd.yaml: the swarm that 'swarmd run' keeps working on one git repository.
 # Written by 'swarmd init'. Every key, its default and its rule: docs/configuration.md
@@ -379,6 +477,31 @@ backends:
     # Which model: the CLI's default unless set, e.g. model: gemini-2.5-pro
     # The agents work unattended: approve every tool call.
     args: [--yolo]
+{{- else if eq .Backend "work"}}
+  # Each session runs the script swarmd init wrote (no model, no API key): it
+  # does the task it is given, commits, and says DONE. Replace it with your
+  # own program; it reads the prompt on standard input.
+  work:
+    type: command
+    command: sh
+    args: [{{q .WorkScript}}]
+{{- end}}
+{{- if .Into}}
+
+# The merge queue: a task's finished work is merged into {{.Into}} (the branch
+# checked out when swarmd init ran) once the gate passes in a clean checkout.
+merge:
+  into: {{q .Into}}
+{{- if .Gate}}
+  gate: [{{q .Gate}}]
+{{- else}}
+  gate: []   # no test command found: add yours, e.g. ["make test"]
+{{- end}}
+{{- else}}
+
+# To merge finished tasks into a branch, add a merge section, e.g.
+#   merge: {into: main, gate: ["make test"]}
+# (swarmd init found no branch checked out in this directory).
 {{- end}}
 
 # The agents. A role is a prompt file (relative to this file) or inline text:

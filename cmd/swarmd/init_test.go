@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -411,4 +413,54 @@ func readText(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestInitToMergedWork is a newcomer's first hour: a fresh repository on a
+// branch named trunk with a Makefile test target; `swarmd init --backend
+// command` with nothing edited after it; `swarmd run`; one task added; the
+// task's work merged into trunk by the merge queue, the gate being the
+// Makefile's test target that init found.
+func TestInitToMergedWork(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"init", "-q", "-b", "trunk"}, {"config", "user.email", "dev@example.com"}, {"config", "user.name", "Dev"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Makefile"), []byte("test:\n\ttest -f Makefile\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"add", "."}, {"commit", "-q", "-m", "a project"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	stdout, stderr, code := runCLIIn(t, dir, nil, "init", "--backend", "command")
+	if code != 0 || !strings.Contains(stdout, "swarmd run") || !strings.Contains(stdout, "swarmd task add") {
+		t.Fatalf("init: exit %d\n%s%s", code, stdout, stderr)
+	}
+	cfg := readText(t, filepath.Join(dir, "swarmd.yaml"))
+	if !strings.Contains(cfg, `into: "trunk"`) || !strings.Contains(cfg, `gate: ["make test"]`) {
+		t.Fatalf("init's merge section does not name trunk and make test:\n%s", cfg)
+	}
+	d := startDaemon(t, filepath.Join(dir, "swarmd.yaml"))
+	d.waitLine("the swarm running", func(m map[string]any) bool { return m["msg"] == "swarmd running" })
+	if _, stderr, code := runCLIIn(t, dir, nil, "task", "add", "write the first entry"); code != 0 {
+		t.Fatalf("task add: %s", stderr)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, _ := exec.Command("git", "-C", dir, "show", "trunk:WORKLOG.md").Output()
+		if strings.Contains(string(out), "write the first entry") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task's work is not on trunk after 60 s; log:\n%s", d.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit %d", code)
+	}
 }
