@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -83,5 +84,45 @@ func TestWebhookToldOfAStoppedAgent(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the daemon took %s to stop with the webhook down", took)
+	}
+}
+
+// TestInboxListsWhatNeedsAPerson: an agent stopped for good and a task
+// waiting for approval are listed with the command that deals with each;
+// an approved task leaves the list; a daemon that is not running is on it.
+func TestInboxListsWhatNeedsAPerson(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, failingSwarm(""))
+	out, stderr, code := runCLI(t, nil, "", "inbox", "-c", cfg)
+	if code != 0 || !strings.Contains(out, "swarmd run") {
+		t.Fatalf("inbox before the first run: exit %d\n%s%s", code, out, stderr)
+	}
+	d := startDaemon(t, cfg)
+	d.waitLine("carol Stopped", transitionTo("carol", "Stopped"))
+	if _, stderr, code := runCLI(t, nil, "", "task", "add", "--plan", "a plan to approve", "-c", cfg); code != 0 {
+		t.Fatalf("task add --plan: %s", stderr)
+	}
+	out, stderr, code = runCLI(t, nil, "", "inbox", "--json", "-c", cfg)
+	var items []needItem
+	if code != 0 || json.Unmarshal([]byte(out), &items) != nil {
+		t.Fatalf("inbox --json: exit %d\n%s%s", code, out, stderr)
+	}
+	fixes := map[string]string{}
+	for _, it := range items {
+		fixes[it.Kind] = it.Fix
+	}
+	if fixes["agent_stopped"] != "swarmd start carol" || fixes["task_planned"] != "swarmd task approve 1" || fixes["not_running"] != "" {
+		t.Errorf("inbox with the daemon running: %+v", items)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "task", "approve", "1", "-c", cfg); code != 0 {
+		t.Fatalf("approve: %s", stderr)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(20 * time.Second)
+	out, _, _ = runCLI(t, nil, "", "inbox", "-c", cfg)
+	// The approved task is gone from it; carol's stop outlives the daemon
+	// (it waits for swarmd start), and the daemon's absence is listed.
+	if !strings.Contains(out, "swarmd start carol") || strings.Contains(out, "approve") || !strings.Contains(out, "no swarmd runs") {
+		t.Errorf("inbox after the approval, the daemon stopped:\n%s", out)
 	}
 }

@@ -172,7 +172,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 	root.AddCommand(newPauseCommands(s)...)
 	root.AddCommand(newAuditCommand(s), newBudgetCommand(s))
 	root.AddCommand(newEventsCommand(s), newSessionsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())
-	root.AddCommand(newTopCommand(s))
+	root.AddCommand(newTopCommand(s), newInboxCommand(s))
 	usageArgs(root)
 	return root
 }
