@@ -371,7 +371,9 @@ agents:
 	mock.Script("", mockllm.Text("recovered"))
 	for _, a := range []string{"alice", "bob"} {
 		d.waitLine(a+" succeeds", func(m map[string]any) bool {
-			return m["msg"] == "transition" && m["agent"] == a && m["event"] == "SessionExited(Success)"
+			// Not the transition: a session the provider cut off is
+			// SessionExited(Success) to the machine (it counts no error).
+			return m["msg"] == "session ended" && m["agent"] == a && m["outcome"] == "Success"
 		})
 	}
 	resumed := time.Since(recovered)
@@ -403,13 +405,15 @@ agents:
 	if failed < 2 || failed > 10 {
 		t.Errorf("%d failed sessions of the provider's agents during an outage of %v (want a handful)", failed, outage)
 	}
-	// After the first failure, no two of its sessions overlap: one probe
-	// at a time.
+	// Of the sessions started after the first failure, no two overlap: one
+	// probe at a time.
 	slices.SortFunc(claude, func(a, b sessionJSON) int { return a.Started.Compare(b.Started) })
 	firstEnd := *claude[0].Ended
 	for i := 1; i < len(claude); i++ {
 		prev, cur := claude[i-1], claude[i]
-		if prev.Ended == nil || cur.Started.Before(firstEnd) {
+		// Sessions that started before anyone knew of the outage run on
+		// (their CLIs retry); those started after it are probes.
+		if prev.Ended == nil || prev.Started.Before(firstEnd) || cur.Started.Before(firstEnd) {
 			continue
 		}
 		if cur.Started.Before(*prev.Ended) && prev.Outcome == "error" {

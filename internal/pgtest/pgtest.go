@@ -45,13 +45,23 @@ type Server struct {
 	dir  string // holds data/, the socket and server.log
 	bin  string // the directory of initdb, pg_ctl, psql
 	sudo []string
+	// durable: fsync and synchronous commit on, as in production. Off (the
+	// default, for speed), a crash (Restart "immediate") loses the commits
+	// of its last moments, which a test of crashes must not blame on swarmd.
+	durable bool
 }
 
 // Require starts a server for t and stops it at t's end. Where the server
 // binaries are missing it skips t, or fails it when RequireEnv is 1.
-func Require(t testing.TB) *Server {
+func Require(t testing.TB) *Server { t.Helper(); return require(t, false) }
+
+// RequireDurable is Require with fsync and synchronous commit on: for
+// tests that crash the server and count on every acknowledged commit.
+func RequireDurable(t testing.TB) *Server { t.Helper(); return require(t, true) }
+
+func require(t testing.TB, durable bool) *Server {
 	t.Helper()
-	s, err := Start()
+	s, err := start(durable)
 	if errors.Is(err, ErrNoServer) {
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatalf("%v (%s=1 requires it)", err, RequireEnv)
@@ -98,7 +108,9 @@ func version(binDir string) int {
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // Start initialises a cluster in a new temporary directory and starts it.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return start(false) }
+
+func start(durable bool) (*Server, error) {
 	bin, err := FindBin()
 	if err != nil {
 		return nil, err
@@ -107,7 +119,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	s := &Server{dir: dir, bin: bin}
+	s := &Server{dir: dir, bin: bin, durable: durable}
 	if err := s.asServerUser(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -157,6 +169,9 @@ func (s *Server) start() error {
 // serve starts the server on its data directory.
 func (s *Server) serve() error {
 	opts := fmt.Sprintf("-c listen_addresses='' -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.dir)
+	if s.durable {
+		opts = fmt.Sprintf("-c listen_addresses='' -k %s -c fsync=on -c synchronous_commit=on -c full_page_writes=on", s.dir)
+	}
 	if out, err := s.run(60*time.Second, "pg_ctl", "start", "-w", "-t", "60", "-D", filepath.Join(s.dir, "data"),
 		"-l", filepath.Join(s.dir, "server.log"), "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))

@@ -62,16 +62,18 @@ func (r *Runner) sessionRecord(sess backend.Session, res backend.Result, out age
 		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: r.commits(r.headBefore, headAfter), Task: r.task,
 		ForceStopped: r.forced, Interrupted: interrupted,
 		TurnLimit: turnLimited(res, r.timedOut), StoppedFor: stoppedFor(res, r.timedOut),
+		Provider: providerTrouble(res, r.timedOut),
 	}
 }
 
 // outcome is the exit outcome the machine gets: a purposeful end (see
-// stoppedFor) is a Success, so that it counts no error.
+// stoppedFor) and the provider's trouble (see providerTrouble) are a
+// Success, so that they count no error.
 func outcome(res backend.Result, timedOut bool) agent.ExitOutcome {
 	switch {
 	case timedOut:
 		return agent.ExitOutcome{Kind: agent.Timeout}
-	case res.Outcome == backend.OutcomeSuccess || stoppedFor(res, timedOut) != "":
+	case res.Outcome == backend.OutcomeSuccess || stoppedFor(res, timedOut) != "" || providerTrouble(res, timedOut) != "":
 		return agent.ExitOutcome{Kind: agent.Success}
 	default:
 		return agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason}

@@ -62,6 +62,24 @@ func stoppedFor(res backend.Result, timedOut bool) string {
 	return ""
 }
 
+// providerTrouble is why a session that did not succeed was cut off by its
+// provider (a rate limit, a server error, an overload, a lost connection),
+// or "". Such an end is the provider's, not the agent's: it counts no error
+// (the machine sees it as a Success, as a purposeful end), its mail and task
+// are shown again, and the provider's health (Config.Gate) holds the next
+// session; a rate limit's reset is waited for whatever the gate says.
+func providerTrouble(res backend.Result, timedOut bool) string {
+	switch {
+	case timedOut || res.Outcome == backend.OutcomeSuccess || res.Fatal != "":
+		return ""
+	case res.RateLimited:
+		return "rate limited (429)"
+	case res.ProviderError != "":
+		return res.ProviderError
+	}
+	return ""
+}
+
 // stoppedNote is the settlement note and the next prompt's reason of a
 // purposeful end.
 func stoppedNote(res backend.Result) (note string, why Why) {

@@ -21,11 +21,18 @@ const (
 // was spawned, so that a backend that exits at once is not respawned as fast
 // as the machine allows. One timer, no polling; it reports false when a stop
 // cut the wait short.
+//
+// A provider's rate limit with a known reset (the last session ended on a
+// 429) is waited for here too, whatever the provider gate says.
 func (r *Runner) pace() bool {
-	if r.lastSpawn.IsZero() || r.cfg.MinSessionInterval <= 0 {
-		return true
+	var wait time.Duration
+	if !r.lastSpawn.IsZero() && r.cfg.MinSessionInterval > 0 {
+		wait = time.Until(r.lastSpawn.Add(r.cfg.MinSessionInterval))
 	}
-	wait := time.Until(r.lastSpawn.Add(r.cfg.MinSessionInterval))
+	if reset := time.Until(r.retryAfter); reset > wait {
+		r.log.Info("rate limited: waiting for the provider's reset time", zap.Time("until", r.retryAfter))
+		wait = reset
+	}
 	if wait <= 0 {
 		return true
 	}

@@ -51,6 +51,9 @@ type SessionRecord struct {
 	// backend.AbortMaxTurns). Not an error either; see OutcomeLabel.
 	TurnLimit bool
 	// StoppedFor is why swarmd stopped the session on purpose (max_turns,
+	// Provider is why the session's provider cut it off (providerTrouble):
+	// recorded as an error, counted against nobody.
+	Provider string
 	// permission_denied, budget_exhausted; see stoppedFor), "" otherwise.
 	StoppedFor string
 	// Backend is the name of the backend the session ran on.
@@ -87,6 +90,8 @@ func (s SessionRecord) OutcomeLabel() string {
 		return s.StoppedFor
 	case s.TurnLimit:
 		return OutcomeMaxTurns
+	case s.Provider != "":
+		return OutcomeError
 	case s.Outcome.Kind == agent.Success:
 		return OutcomeSuccess
 	case s.Outcome.Kind == agent.Timeout:

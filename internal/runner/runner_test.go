@@ -452,7 +452,11 @@ func TestFatalResultStopsAtOnce(t *testing.T) {
 	})
 }
 
-func TestRateLimitCoolsDownUntilReset(t *testing.T) {
+// TestRateLimitWaitsForTheResetAndCountsNoError: a session that ends on a
+// 429 is the provider's trouble, not the agent's: no error is counted, its
+// mail and task are shown again, and the next session waits for the
+// provider's reset (45 s here), not the error backoff.
+func TestRateLimitWaitsForTheResetAndCountsNoError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
 		start := time.Now()
@@ -462,13 +466,48 @@ func TestRateLimitCoolsDownUntilReset(t *testing.T) {
 			}
 		}
 		h.start()
-		s := h.waitState(agent.CoolingDown)
-		if got := s.State.Until.Sub(start); got != 2*time.Second {
-			t.Errorf("backoff %v", got)
-		}
-		h.waitFor("second session", func(Snapshot) bool { return h.be.starts() == 2 })
+		s := h.waitFor("second session", func(Snapshot) bool { return h.be.starts() == 2 })
 		if got := time.Since(start); got != 45*time.Second {
 			t.Errorf("retried after %v, want the 45s reset time", got)
+		}
+		if s.ConsecutiveErrors != 0 || s.TotalErrors != 0 {
+			t.Errorf("errors %d/%d after a rate-limited session", s.ConsecutiveErrors, s.TotalErrors)
+		}
+		if strings.Contains(h.rec.path(), "CoolingDown") {
+			t.Errorf("path %s: a provider's trouble is no error to back off from", h.rec.path())
+		}
+		if st := h.pr.settlements()[0]; st.Completed || !strings.Contains(st.Note, "provider") {
+			t.Errorf("settlement %+v: want the mail shown again, the provider named", st)
+		}
+		h.rec.mu.Lock()
+		label := h.rec.sessions[0].OutcomeLabel()
+		h.rec.mu.Unlock()
+		if label != OutcomeError {
+			t.Errorf("recorded as %q: a session the provider cut off failed, whoever is to blame", label)
+		}
+		h.stop()
+	})
+}
+
+// TestProviderErrorsNeverStopAnAgent: sessions that keep failing on the
+// provider's server errors move no error counter, however many: an outage
+// of any length leaves the agent ready (the provider gate, not the agent's
+// thresholds, paces them).
+func TestProviderErrorsNeverStopAnAgent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) {
+			c.Thresholds.MaxTotalErrors = 2
+			c.MinSessionInterval = time.Second
+		})
+		h.be.plan = func(n int, s *fakeSession) {
+			if n < 10 {
+				s.finish(backend.Result{Outcome: backend.OutcomeError, Reason: "exit 1", ProviderError: "API error 529 overloaded"})
+			}
+		}
+		h.start()
+		s := h.waitFor("the 11th session", func(Snapshot) bool { return h.be.starts() == 11 })
+		if s.State.Kind == agent.Stopped || s.TotalErrors != 0 {
+			t.Fatalf("after 10 provider failures: %v, %d errors", s.State, s.TotalErrors)
 		}
 		h.stop()
 	})

@@ -197,11 +197,17 @@ func (r *Runner) finishSession(stopping bool) {
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.OnSessionEnd(rec)
 	}
+	// What the session did, for the log and the hooks: a session its
+	// provider cut off failed, though the machine counts it as no error.
+	told := out
+	if rec.Provider != "" {
+		told = agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason + " (the provider's: " + rec.Provider + ")"}
+	}
 	_ = r.hook(hooks.Payload{
-		Event: hooks.SessionEnd, State: r.m.State().Kind.String(), Outcome: out.Kind.String(), Reason: res.Reason,
+		Event: hooks.SessionEnd, State: r.m.State().Kind.String(), Outcome: told.Kind.String(), Reason: res.Reason,
 		HeadBefore: rec.HeadBefore, HeadAfter: rec.HeadAfter, Commits: rec.Commits,
 	})
-	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", out),
+	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", told),
 		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
 		zap.Duration("duration", res.Ended.Sub(res.Started)))
 	if stopping {
@@ -220,6 +226,8 @@ func (r *Runner) finishSession(stopping bool) {
 		r.why = Why{Kind: WhyAfterInterrupt}
 	case stoppedFor(res, r.timedOut) != "":
 		_, r.why = stoppedNote(res)
+	case providerTrouble(res, r.timedOut) != "":
+		r.why = Why{Kind: WhyAfterError, Detail: "the provider: " + providerTrouble(res, r.timedOut)}
 	case out.Kind == agent.Success:
 		r.why = Why{Kind: WhyAfterSuccess}
 	default:

@@ -51,7 +51,9 @@ func TestOutcomesExactAcrossPostgresRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load test of a real swarmd")
 	}
-	srv := pgtest.Require(t)
+	// fsync and synchronous commit on: the crashes must lose nothing the
+	// server acknowledged, or a lost commit would pass for swarmd's.
+	srv := pgtest.RequireDurable(t)
 	if err := srv.CreateDB("outcomes"); err != nil {
 		t.Fatal(err)
 	}
