@@ -38,20 +38,19 @@ stream_max_retries = 1
 	return home
 }
 
-// TestCodexLoginShellSendsMail: Codex runs its shell tool as a login shell,
-// which resets PATH (/etc/profile), so the directory the daemon put first in
-// the session's PATH is gone and a bare `swarmd` is not found. The agent
-// still reaches swarmd through $SWARMD_BIN, the absolute path its prompt
-// names: the mail arrives, sent as the agent.
-func TestCodexLoginShellSendsMail(t *testing.T) {
+// TestCodexFindsSwarmdByName: Codex's shell tool would run as a login
+// shell, which resets PATH (/etc/profile) and loses the directory the daemon
+// put first in the session's PATH; swarmd runs Codex with a plain shell, so
+// a bare `swarmd` is found, and the mail it sends arrives as the agent's.
+func TestCodexFindsSwarmdByName(t *testing.T) {
 	bin := realCLI(t, "codex")
 	mock := mockllm.New()
 	defer mock.Close()
 	// The shell prints the probe computed, so that the command's own text
 	// (which the next request also carries) does not hold it.
-	const probe = "swarmd-not-on-path-42"
+	const probe = "swarmd-on-path-42"
 	mock.Script("You are agent `alice`",
-		mockllm.Shell(`command -v swarmd || echo swarmd-not-on-path-$((6*7)); "$SWARMD_BIN" mail send --to operator --subject codex 'mail from a login shell'`),
+		mockllm.Shell(`command -v swarmd >/dev/null && echo swarmd-on-path-$((6*7)); swarmd mail send --to operator --subject codex 'mail from codex by name'`),
 		mockllm.Text("sent"))
 
 	repo := gitRepo(t)
@@ -77,19 +76,19 @@ agents:
 	d.waitLine("alice's session succeeded", func(m map[string]any) bool {
 		return m["msg"] == "transition" && m["agent"] == "alice" && m["event"] == "SessionExited(Success)"
 	})
-	// The tool's output went back to the model: the login shell did not
-	// find swarmd on its PATH, so the test shows what it claims.
+	// The tool's output went back to the model: the shell found swarmd on
+	// its PATH by name.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := mock.WaitRequest(ctx, func(r mockllm.Request) bool { return r.BodyContains(probe) }); err != nil {
-		t.Fatalf("the login shell found swarmd on its PATH (or the tool output never reached the model): %v\nlog:\n%s", err, d.log())
+		t.Fatalf("the shell did not find swarmd on its PATH (or the tool output never reached the model): %v\nlog:\n%s", err, d.log())
 	}
 	out, stderr, code := runCLI(t, nil, "", "mail", "inbox", "-c", cfg)
 	if code != 0 || !strings.Contains(out, "alice") || !strings.Contains(out, "codex") {
 		t.Fatalf("operator's inbox (exit %d) lacks alice's mail:\n%s%s", code, out, stderr)
 	}
 	out, stderr, code = runCLI(t, nil, "", "mail", "read", "1", "-c", cfg)
-	if code != 0 || !strings.Contains(out, "mail from a login shell") {
+	if code != 0 || !strings.Contains(out, "mail from codex by name") {
 		t.Fatalf("mail read 1 (exit %d):\n%s%s", code, out, stderr)
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)

@@ -35,7 +35,12 @@ func NewCodex(sup *proc.Supervisor, cfg AgentCLIConfig) (*Codex, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"exec", "--json"}
+	// Codex runs its shell tool as a login shell by default (bash -lc),
+	// which rebuilds PATH from /etc/profile: the directory swarmd put first
+	// in the session's PATH is gone, and the agent cannot run `swarmd` by
+	// name. A plain shell keeps the session's environment; Args come after,
+	// so an operator's own -c allow_login_shell=true wins.
+	args := []string{"exec", "--json", "-c", "allow_login_shell=false"}
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}

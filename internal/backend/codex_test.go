@@ -15,7 +15,7 @@ func TestCodexArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"exec", "--json", "--model", "gpt-5", "--full-auto", "-"}; !slices.Equal(c.cli.args, want) {
+	if want := []string{"exec", "--json", "-c", "allow_login_shell=false", "--model", "gpt-5", "--full-auto", "-"}; !slices.Equal(c.cli.args, want) {
 		t.Fatalf("args %q, want %q", c.cli.args, want)
 	}
 	if c.Name() != "codex" || c.cli.command != "codex" || c.cli.cancelSig != syscall.SIGINT {
