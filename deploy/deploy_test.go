@@ -225,6 +225,9 @@ func scrapeExported(t *testing.T) exported {
 	m.AddTokens("alice", "input", 10)
 	m.AddCost("alice", "claude", 0.01)
 	m.AddToolCalls("alice", 1)
+	m.Providers(func() []metrics.ProviderState {
+		return []metrics.ProviderState{{Name: "claude/ab12cd34", Up: false, RetryAfter: time.Minute}}
+	})
 
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()

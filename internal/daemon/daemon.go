@@ -194,6 +194,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	}
 	d.budget = newBudgetKeeper(d)
 	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
+	d.metrics.Providers(d.providers.states)
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
 	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, lineKeeper{d}, targetObserver{d}, &d.ramp}
 	d.hooks = hooks.New(d.sup, hooks.Config{

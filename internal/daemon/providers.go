@@ -14,6 +14,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/provider"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
@@ -121,6 +122,23 @@ func (g *providerGates) forAgent(agent, key string) runner.Gate {
 	}
 	g.byAgent[agent] = pg
 	return pg
+}
+
+// states are the providers' health for the metrics, by name.
+func (g *providerGates) states() []metrics.ProviderState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	out := make([]metrics.ProviderState, 0, len(g.byKey))
+	for key, pg := range g.byKey {
+		st := metrics.ProviderState{Name: key, Up: pg.h.State() == provider.Healthy}
+		if u := pg.h.Until(); u.After(now) {
+			st.RetryAfter = u.Sub(now)
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // setBackoff applies a reloaded providers section.

@@ -1,14 +1,21 @@
 package daemon
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/budget"
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/provider"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 func TestProviderKey(t *testing.T) {
@@ -85,4 +92,69 @@ func TestBudgetNote(t *testing.T) {
 	if n := k.note("bob"); !strings.Contains(n, "swarm's budget") {
 		t.Fatalf("bob's note %q", n)
 	}
+}
+
+// TestProviderMetrics: swarmd_provider_up is 0 while a provider is rate
+// limited or down and 1 once it answers; retry_after counts down the hold.
+func TestProviderMetrics(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Second, MaxBackoff: time.Minute}}
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	j := db.NewJournal(store.JournalOptions{})
+	defer j.Close()
+	g := newProviderGates(cfg, j, zap.NewNop())
+	m := metrics.New(metrics.BuildInfo{})
+	m.Providers(g.states)
+	gate := g.forAgent("alice", "claude/abc").(*providerGate)
+	scrape := func() (up, retry float64) { return scrapeOf(scrapeAll(t, m), "claude/abc") }
+	if up, retry := scrape(); up != 1 || retry != 0 {
+		t.Fatalf("healthy: up %v, retry_after %v", up, retry)
+	}
+	gate.report(provider.Report{Outcome: provider.RateLimit, Reset: time.Now().Add(20 * time.Second), Cause: "429", Agent: "alice"})
+	if up, retry := scrape(); up != 0 || retry < 15 || retry > 20 {
+		t.Fatalf("rate limited for 20 s: up %v, retry_after %v", up, retry)
+	}
+	// A server error opens the breaker of a healthy provider; an answer
+	// closes it.
+	other := g.forAgent("bob", "claude/def").(*providerGate)
+	other.report(provider.Report{Outcome: provider.Failure, Cause: "500", Agent: "bob"})
+	if up, retry := scrapeOf(scrapeAll(t, m), "claude/def"); up != 0 || retry <= 0 || retry > 1 {
+		t.Fatalf("down: up %v, retry_after %v (backoff 1 s)", up, retry)
+	}
+	other.report(provider.Report{Outcome: provider.OK, Agent: "bob"})
+	if up, retry := scrapeOf(scrapeAll(t, m), "claude/def"); up != 1 || retry != 0 {
+		t.Fatalf("after an answer: up %v, retry_after %v", up, retry)
+	}
+}
+
+// scrapeAll gathers m's registry.
+func scrapeAll(t *testing.T, m *metrics.Metrics) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// scrapeOf reads provider's two series (-1: missing).
+func scrapeOf(mfs []*dto.MetricFamily, provider string) (up, retry float64) {
+	up, retry = -1, -1
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			if l := mt.GetLabel(); len(l) != 1 || l[0].GetValue() != provider {
+				continue
+			}
+			switch mf.GetName() {
+			case "swarmd_provider_up":
+				up = mt.GetGauge().GetValue()
+			case "swarmd_provider_retry_after_seconds":
+				retry = mt.GetGauge().GetValue()
+			}
+		}
+	}
+	return up, retry
 }

@@ -129,6 +129,15 @@ func (h *Health) SetBackoff(b Backoff) {
 // State is the current state, as of the last Admit or Report.
 func (h *Health) State() State { return h.state }
 
+// Until is when a rate limit or the breaker's backoff ends (zero when
+// neither holds), as of the last Admit or Report.
+func (h *Health) Until() time.Time {
+	if h.state == RateLimited || h.state == Down {
+		return h.until
+	}
+	return time.Time{}
+}
+
 // Admit says whether agent may start a session at now. A hold whose time
 // is up ends here: a rate limit's reset makes the provider healthy, the
 // end of a backoff makes agent the probe.
