@@ -123,6 +123,11 @@ type Spec struct {
 	// model, provider trouble) each time that changes. It is called from
 	// the goroutine reading the output, so it must be quick.
 	OnProgress func(Progress)
+	// Probe: the session tests a provider that was down (the provider's
+	// breaker granted it). A CLI whose own retries can be capped gets them
+	// capped (Claude Code's CLAUDE_CODE_MAX_RETRIES): one probe is a
+	// handful of requests, not a retry storm of its own.
+	Probe bool
 }
 
 // Progress is what a running session's stream has shown so far beyond its
@@ -388,6 +393,19 @@ type agentCLI struct {
 	// and a file to remove when the session ends ("" for none). Nil: the
 	// CLI has none, and swarmd's check of the stream is all there is.
 	toolArgs func(p ToolPolicy, sessionID string) (args []string, file string, err error)
+	// probeArgs and probeEnv cap the CLI's own retries in a probe session
+	// (Spec.Probe): arguments before the last one (the prompt's "-" where
+	// there is one), and variables over the backend's env.
+	probeArgs, probeEnv []string
+}
+
+// insertBeforeStdin puts more before args' last element when that is "-"
+// (the prompt read from stdin, which must stay last), else at the end.
+func insertBeforeStdin(args, more []string) []string {
+	if n := len(args); n > 0 && args[n-1] == "-" {
+		return slices.Concat(args[:n-1], more, []string{"-"})
+	}
+	return slices.Concat(args, more)
 }
 
 func newAgentCLI(sup *proc.Supervisor, typ string, cfg AgentCLIConfig, cancel syscall.Signal) (agentCLI, error) {
@@ -411,6 +429,13 @@ func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
 	if spec.MaxTurns > 0 && a.turnsFlag != "" {
 		args = append(slices.Clip(args), a.turnsFlag, strconv.Itoa(spec.MaxTurns))
 	}
+	env := a.env
+	if spec.Probe {
+		if len(a.probeArgs) > 0 {
+			args = insertBeforeStdin(args, a.probeArgs)
+		}
+		env = append(slices.Clip(env), a.probeEnv...)
+	}
 	var file string
 	if !spec.Tools.Empty() && a.toolArgs != nil {
 		more, f, err := a.toolArgs(spec.Tools, spec.SessionID)
@@ -422,7 +447,7 @@ func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
 	s, err := startSession(ctx, a.sup, spec, launch{
 		path:       a.command,
 		args:       args,
-		env:        a.env,
+		env:        env,
 		cancelSig:  a.cancelSig,
 		parser:     a.parser(),
 		turnsByCLI: a.turnsFlag != "",

@@ -38,6 +38,8 @@ func NewClaude(sup *proc.Supervisor, cfg AgentCLIConfig) (*Claude, error) {
 		cli.env = append(cli.env, "IS_SANDBOX=1")
 	}
 	cli.env = append(cli.env, cfg.Env...)
+	// A probe's requests are its own retries: none of Claude Code's.
+	cli.probeEnv = []string{"CLAUDE_CODE_MAX_RETRIES=0"}
 	now := cfg.Now
 	cli.parser = func() Reporter { return newClaudeParser(now) }
 	cli.toolArgs = func(p ToolPolicy, _ string) ([]string, string, error) { return claudeToolArgs(p), "", nil }

@@ -297,3 +297,30 @@ func BenchmarkClaudeDirect(b *testing.B) {
 	b.ReportMetric(float64(toReq.Milliseconds())/float64(b.N), "ms-spawn-to-request")
 	b.ReportMetric(float64(toExit.Milliseconds())/float64(b.N), "ms-result-to-exit")
 }
+
+// TestClaudeProbeCapsItsRetries: a probe session (the provider's breaker
+// granted it) runs Claude Code with its own retries off; any other session
+// runs with the CLI's default.
+func TestClaudeProbeCapsItsRetries(t *testing.T) {
+	dir := t.TempDir()
+	cli := filepath.Join(dir, "claude")
+	if err := os.WriteFile(cli, []byte("#!/bin/sh\ncat >/dev/null\nenv | grep '^CLAUDE_CODE_MAX_RETRIES=' >> \"$ENV_OUT\"\necho probe-$1 >> \"$ENV_OUT\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "env")
+	c, err := NewClaude(newSupervisor(t), AgentCLIConfig{Command: cli, Env: []string{"ENV_OUT=" + out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := spec(t)
+	sp.Probe = true
+	run(t, c, sp)
+	run(t, c, spec(t))
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), "CLAUDE_CODE_MAX_RETRIES=0"); got != 1 || strings.Count(string(b), "probe-") != 2 {
+		t.Fatalf("two sessions, the first a probe; their env:\n%s", b)
+	}
+}

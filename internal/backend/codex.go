@@ -44,6 +44,10 @@ func NewCodex(sup *proc.Supervisor, cfg AgentCLIConfig) (*Codex, error) {
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
+	// No cap on Codex's own retries in a probe (Spec.Probe): they are
+	// settings of a model provider (model_providers.ID.request_max_retries),
+	// which the command line may not set for the built-in one, and Codex
+	// ignores them at the top level.
 	cli.args = append(append(args, cfg.Args...), "-")
 	cli.env = append([]string(nil), cfg.Env...)
 	now := cfg.Now

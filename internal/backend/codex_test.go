@@ -44,3 +44,12 @@ func TestCodexUnauthorizedIsFatal(t *testing.T) {
 		t.Fatalf("session ended %v after the first 401", d)
 	}
 }
+
+func TestInsertBeforeStdin(t *testing.T) {
+	if got := insertBeforeStdin([]string{"exec", "-"}, []string{"-c", "x"}); !slices.Equal(got, []string{"exec", "-c", "x", "-"}) {
+		t.Errorf("before -: %q", got)
+	}
+	if got := insertBeforeStdin([]string{"-p"}, []string{"-c", "x"}); !slices.Equal(got, []string{"-p", "-c", "x"}) {
+		t.Errorf("no -: %q", got)
+	}
+}

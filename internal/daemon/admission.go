@@ -49,6 +49,12 @@ type admitTicket struct {
 	next    runner.Ticket
 }
 
+// Probe passes the provider's word on: the session is its probe.
+func (t admitTicket) Probe() bool {
+	p, ok := t.next.(runner.Prober)
+	return ok && p.Probe()
+}
+
 func (t admitTicket) Done(res backend.Result, ran bool) {
 	if t.next != nil {
 		t.next.Done(res, ran)

@@ -54,17 +54,19 @@ func TestLeasesOnASharedStore(t *testing.T) {
 	d1 := start(t, repo(t, sharedYAML(url, 600*time.Millisecond, "alice")))
 	d1.waitRunning(t, "alice")
 
-	// A daemon that ran zed died holding a task: its lease ran out.
-	ghost := store.Lease{Daemon: "ghost:/gone", Host: "ghost", PID: 1}
-	if _, _, err := db.AcquireLeases(ctx, ghost, []string{"zed"}, time.Now().Add(-time.Hour), time.Second); err != nil {
-		t.Fatal(err)
-	}
+	// A daemon that ran zed died holding a task: its lease ran out. The
+	// claim comes first, as it did for that daemon: the live one reaps an
+	// expired lease within a second, and would find nothing to requeue.
 	board := taskboard.New(db, taskboard.Options{})
 	tk, err := board.Add(ctx, taskboard.NewTask{Title: "zed's work", CreatedBy: "operator"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := board.Claim(ctx, tk.ID, "zed", "zed-1-x"); err != nil {
+		t.Fatal(err)
+	}
+	ghost := store.Lease{Daemon: "ghost:/gone", Host: "ghost", PID: 1}
+	if _, _, err := db.AcquireLeases(ctx, ghost, []string{"zed"}, time.Now().Add(-time.Hour), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "zed's task requeued by the live daemon", func() bool {

@@ -283,6 +283,9 @@ type providerTicket struct {
 	probe bool
 }
 
+// Probe reports whether the session tests a provider that was down.
+func (t *providerTicket) Probe() bool { return t.probe }
+
 func (t *providerTicket) Done(res backend.Result, ran bool) {
 	r := providerOutcome(res, ran)
 	r.Agent, r.Probe = t.agent, t.probe

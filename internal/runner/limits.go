@@ -158,6 +158,16 @@ func (r *Runner) admit() bool {
 	return true
 }
 
+// Prober is a Ticket that may grant a provider's probe session (the
+// provider's breaker is open and this session tests it).
+type Prober interface{ Probe() bool }
+
+// probing reports whether the session about to start is a probe.
+func (r *Runner) probing() bool {
+	p, ok := r.ticket.(Prober)
+	return ok && p.Probe()
+}
+
 // settleTicket hands the ticket back with how its session went.
 func (r *Runner) settleTicket(res backend.Result, ran bool) {
 	if r.ticket == nil {

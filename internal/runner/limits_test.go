@@ -112,6 +112,7 @@ func TestAbortForBudget(t *testing.T) {
 // fakeGate admits by the test's word and keeps what was reported.
 type fakeGate struct {
 	mu      sync.Mutex
+	probe   bool // the tickets grant probes
 	open    chan struct{}
 	reason  string
 	done    []backend.Result
@@ -139,10 +140,38 @@ func (g *fakeGate) Acquire(ctx context.Context, _ string, waiting func(string)) 
 	}
 }
 
+func (t fakeTicket) Probe() bool {
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	return t.g.probe
+}
+
 func (t fakeTicket) Done(res backend.Result, ran bool) {
 	t.g.mu.Lock()
 	defer t.g.mu.Unlock()
 	t.g.done, t.g.ran = append(t.g.done, res), append(t.g.ran, ran)
+}
+
+// TestProbeSessionIsMarked: a session its provider's breaker granted as
+// the probe starts with Spec.Probe (its CLI's own retries capped); others
+// do not.
+func TestProbeSessionIsMarked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{open: make(chan struct{}), probe: true}
+		close(g.open)
+		h := newHarness(t, func(c *Config) { c.Gate = g; c.MinSessionInterval = 0 })
+		h.start()
+		h.waitState(agent.Running)
+		g.mu.Lock()
+		g.probe = false
+		g.mu.Unlock()
+		h.be.session(0).finish(backend.Result{Outcome: backend.OutcomeSuccess})
+		h.waitFor("second start", func(Snapshot) bool { return h.be.starts() == 2 })
+		h.stop()
+		if !h.be.specs[0].Probe || h.be.specs[1].Probe {
+			t.Fatalf("probe flags %v, %v; want the first alone", h.be.specs[0].Probe, h.be.specs[1].Probe)
+		}
+	})
 }
 
 // TestGateHoldsBeforePrompt: while the provider gate holds, no prompt is

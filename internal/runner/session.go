@@ -40,6 +40,7 @@ func (r *Runner) spawn() {
 		OnTool:      r.onTool(),
 		Tools:       r.cfg.Tools,
 		OnProgress:  r.onProgress(),
+		Probe:       r.probing(),
 	}
 	r.lastPrompt = "" // the backend has it now; a sleeping agent need not keep a copy
 	r.setSpecEnv(&spec)
