@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/notify"
@@ -49,4 +50,13 @@ func (d *Daemon) notifyBudgetExhausted(scope, reason string) {
 // gone, the disk full).
 func (d *Daemon) notifyUnhealthy(fault string) {
 	d.notifier.Notify(notify.Alert{Kind: notify.Unhealthy, Reason: fault})
+}
+
+// oneLine is s on one line, cut to n runes: a reason in an alert.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -71,6 +72,10 @@ type Settler struct {
 	// the session's end it was recorded, and how long of that was spent
 	// waiting for the store (retries after a refusal). It must be quick.
 	Observe func(agent string, latency, waited time.Duration)
+	// GaveUp, if set, is told of a task that a settled review verdict left
+	// FAILED at its max_iterations, once the outcome is committed: nobody
+	// works on it any more until a person retries it.
+	GaveUp func(task int64, reviewer, feedback string)
 
 	g group // outcomes committed together
 }
@@ -107,6 +112,9 @@ type Result struct {
 	// Batch is how many outcomes were committed in the transaction that
 	// committed this one (1: alone).
 	Batch int
+	// GaveUp is the task the review verdict left FAILED at its
+	// max_iterations (0: none).
+	GaveUp int64
 }
 
 // RecordOf is the outbox record of a runner's settlement.
@@ -166,6 +174,9 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 	}
 	if s.Observe != nil && rec.Session.Ended != nil {
 		s.Observe(rec.Session.Agent, s.now().Sub(*rec.Session.Ended), waited)
+	}
+	if res.GaveUp != 0 && !res.Already && s.GaveUp != nil {
+		s.GaveUp(res.GaveUp, rec.Session.Agent, rec.Text)
 	}
 	return runner.SettleResult{Signalled: res.Signalled}, nil
 }
@@ -278,10 +289,13 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		return nil
 	}
 	if rec.Review != 0 && (sig == review.Pass || sig == review.Fail) {
-		_, err := s.Tasks.VerdictTx(ctx, tx, rec.Review, agent, sig == review.Pass, rec.Text)
+		t, err := s.Tasks.VerdictTx(ctx, tx, rec.Review, agent, sig == review.Pass, rec.Text)
 		switch {
 		case err == nil:
 			res.Reported = fmt.Sprintf("review of task %d: %s", rec.Review, sig)
+			if t.StateName == task.Failed.String() {
+				res.GaveUp = rec.Review
+			}
 		case refused(err):
 			s.logger().Info("review verdict not applied", zap.String("session", id), zap.Error(err))
 		default:

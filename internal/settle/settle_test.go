@@ -412,3 +412,49 @@ func TestTaskHeadsFencedByAttempt(t *testing.T) {
 		})
 	}
 }
+
+// A review verdict that leaves its task FAILED at max_iterations is told
+// (Settler.GaveUp) once, after its commit; a passing one is not.
+func TestReviewFailedPastItsIterationsIsTold(t *testing.T) {
+	e := sqliteEnv(t)
+	ctx := context.Background()
+	var told []int64
+	e.s.GaveUp = func(task int64, reviewer, _ string) {
+		if reviewer != "bob" {
+			t.Errorf("reviewer %q", reviewer)
+		}
+		told = append(told, task)
+	}
+	tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob", MaxIterations: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := e.begin(t, 1)
+	if _, err := e.s.Settle(ctx, s1.ended("DONE"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "DONE" {
+		t.Fatalf("after alice's DONE: %s (%s)", got.StateName, got.ReviewState)
+	}
+	id := "bob-1-000000000001"
+	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: 1, Started: time.Now()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	verdict := runner.Settlement{
+		Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: 1, Outcome: agent.ExitOutcome{Kind: agent.Success},
+			Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
+		Completed: true, Review: tk.ID, Result: "FAIL: no tests",
+	}
+	if _, err := e.s.Settle(ctx, verdict, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "FAILED" || len(told) != 1 || told[0] != tk.ID {
+		t.Fatalf("after the failing verdict at max_iterations 1: %s, told %v", got.StateName, told)
+	}
+	// The same outcome settled again (a retry whose first commit it did
+	// not see) tells nobody again.
+	if _, err := e.s.Settle(ctx, verdict, nil); err != nil || len(told) != 1 {
+		t.Fatalf("a second settlement: %v, told %v", err, told)
+	}
+}
