@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"net"
@@ -272,20 +273,21 @@ func (d *decoder) wordTo(dst *string) value {
 	return v
 }
 
-// webhookTo decodes notify.webhook: "" or an absolute http(s) URL.
-func (d *decoder) webhookTo(dst *string) value {
+// optionalStrTo decodes a string that is "" (unset) or passes check, which
+// returns what is wrong with it ("" when nothing): the problem is reported
+// at the key's line and the value left unset.
+func (d *decoder) optionalStrTo(dst *string, check func(string) string) value {
 	v := d.strTo(dst, false)
-	check := v.set
+	decode := v.set
 	v.set = func(path string, n *yaml.Node) bool {
-		if !check(path, n) {
+		if !decode(path, n) {
 			return false
 		}
 		if *dst == "" {
 			return true
 		}
-		u, err := url.Parse(*dst)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			d.errorf(n.Line, path, "%q is not an http:// or https:// URL", *dst)
+		if msg := check(*dst); msg != "" {
+			d.errorf(n.Line, path, "%s", msg)
 			*dst = ""
 			return false
 		}
@@ -294,32 +296,29 @@ func (d *decoder) webhookTo(dst *string) value {
 	return v
 }
 
+// webhookTo decodes notify.webhook: "" or an absolute http(s) URL.
+func (d *decoder) webhookTo(dst *string) value {
+	return d.optionalStrTo(dst, func(s string) string {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Sprintf("%q is not an http:// or https:// URL", s)
+		}
+		return ""
+	})
+}
+
 // tokenTo decodes web.token: empty (read-only), or a secret of at least
 // MinWebTokenLen printable characters without spaces, as it travels in an
 // Authorization header.
 func (d *decoder) tokenTo(dst *string) value {
-	v := d.strTo(dst, false)
-	check := v.set
-	v.set = func(path string, n *yaml.Node) bool {
-		if !check(path, n) {
-			return false
+	return d.optionalStrTo(dst, func(s string) string {
+		if strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+			return "must be printable ASCII without spaces (it is sent in an Authorization header)"
 		}
-		if *dst == "" {
-			return true
+		if len(s) < MinWebTokenLen {
+			return fmt.Sprintf("is %d characters; use at least %d (for example: openssl rand -hex 24)", len(s), MinWebTokenLen)
 		}
-		if strings.IndexFunc(*dst, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
-			d.errorf(n.Line, path, "must be printable ASCII without spaces (it is sent in an Authorization header)")
-			*dst = ""
-			return false
-		}
-		if len(*dst) < MinWebTokenLen {
-			d.errorf(n.Line, path, "is %d characters; use at least %d (for example: openssl rand -hex 24)", len(*dst), MinWebTokenLen)
-			*dst = ""
-			return false
-		}
-		return true
-	}
-	return v
+		return ""
+	})
 }
 
 // paths resolves repo against the config directory and state_dir against repo.

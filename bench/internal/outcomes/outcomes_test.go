@@ -22,21 +22,7 @@ func TestOutcomesExactUnderKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load test of a real swarmd")
 	}
-	bin := filepath.Join(t.TempDir(), "swarmd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/swarmd").CombinedOutput(); err != nil {
-		t.Fatalf("build swarmd: %v\n%s", err, out)
-	}
-	rep, err := Run(context.Background(), Options{
-		Bin: bin, Agents: 20, Tasks: 150, MailRate: 20, Urgent: 0.1, Kills: 2, Timeout: 4 * time.Minute,
-		Parent: t.TempDir(), Log: testWriter{t},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(rep)
-	for _, v := range rep.Violations {
-		t.Error(v)
-	}
+	rep := run(t, Options{Agents: 20, Tasks: 150, MailRate: 20, Urgent: 0.1, Kills: 2})
 	if rep.Kills != 2 || rep.Messages == 0 || rep.Sessions < rep.Tasks {
 		t.Errorf("the run did not do what it should: %v", rep)
 	}
@@ -57,15 +43,24 @@ func TestOutcomesExactAcrossPostgresRestarts(t *testing.T) {
 	if err := srv.CreateDB("outcomes"); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "swarmd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/swarmd").CombinedOutput(); err != nil {
+	rep := run(t, Options{Agents: 10, Tasks: 60, MailRate: 10, Urgent: 0.1, Store: srv.URL("outcomes"),
+		StoreRestarts: 2, RestartStore: func() error { return srv.Restart("immediate", 3*time.Second) }})
+	if rep.StoreRestarts != 2 || rep.Messages == 0 || rep.Sessions < rep.Tasks {
+		t.Errorf("the run did not do what it should: %v", rep)
+	}
+}
+
+// run builds swarmd, runs the load test with o (the binary, a 4-minute
+// timeout, the test's directories and log filled in), and reports every
+// broken promise as an error.
+func run(t *testing.T, o Options) Report {
+	t.Helper()
+	o.Bin = filepath.Join(t.TempDir(), "swarmd")
+	if out, err := exec.Command("go", "build", "-o", o.Bin, "../../../cmd/swarmd").CombinedOutput(); err != nil {
 		t.Fatalf("build swarmd: %v\n%s", err, out)
 	}
-	rep, err := Run(context.Background(), Options{
-		Bin: bin, Agents: 10, Tasks: 60, MailRate: 10, Urgent: 0.1, Timeout: 4 * time.Minute,
-		Parent: t.TempDir(), Log: testWriter{t}, Store: srv.URL("outcomes"),
-		StoreRestarts: 2, RestartStore: func() error { return srv.Restart("immediate", 3*time.Second) },
-	})
+	o.Timeout, o.Parent, o.Log = 4*time.Minute, t.TempDir(), testWriter{t}
+	rep, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +68,7 @@ func TestOutcomesExactAcrossPostgresRestarts(t *testing.T) {
 	for _, v := range rep.Violations {
 		t.Error(v)
 	}
-	if rep.StoreRestarts != 2 || rep.Messages == 0 || rep.Sessions < rep.Tasks {
-		t.Errorf("the run did not do what it should: %v", rep)
-	}
+	return rep
 }
 
 type testWriter struct{ t *testing.T }
