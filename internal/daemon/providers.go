@@ -152,10 +152,15 @@ func (g *providerGates) setBackoff(cfg *config.Config) {
 }
 
 // progress passes a running session's trouble with its provider on at
-// once, so that the other agents hold while the CLI is still retrying.
+// once, so that the other agents hold while the CLI is still retrying; and
+// the first answer a probe session gets (tokens in its stream), so that
+// the breaker closes and the others start then, not at the probe's end.
 func (g *providerGates) progress(rec runner.ProgressRecord) {
 	p := rec.Progress
 	if !p.RateLimitedUntil.After(time.Now()) && p.ProviderError == "" {
+		if p.Usage.Tokens() > 0 {
+			g.probeAnswered(rec.Agent)
+		}
 		return
 	}
 	g.mu.Lock()
@@ -177,6 +182,18 @@ func (g *providerGates) progress(rec runner.ProgressRecord) {
 	g.mu.Unlock()
 	if pg != nil && r.Outcome != provider.Neutral {
 		pg.report(r)
+	}
+}
+
+// probeAnswered closes agent's provider's breaker when agent runs its probe
+// and the provider has answered it.
+func (g *providerGates) probeAnswered(agent string) {
+	g.mu.Lock()
+	pg := g.byAgent[agent]
+	probing := pg != nil && pg.h.Prober() == agent
+	g.mu.Unlock()
+	if probing {
+		pg.report(provider.Report{Outcome: provider.OK, Probe: true, Agent: agent})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/provider"
+	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -157,4 +158,43 @@ func scrapeOf(mfs []*dto.MetricFamily, provider string) (up, retry float64) {
 		}
 	}
 	return up, retry
+}
+
+// TestProbeAnswerClosesTheBreaker: the breaker closes on the probe
+// session's first answer in its stream, not at its end: the other agents
+// are admitted at once; another agent's answer (not the probe's) changes
+// nothing.
+func TestProbeAnswerClosesTheBreaker(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Millisecond, MaxBackoff: time.Millisecond}}
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	j := db.NewJournal(store.JournalOptions{})
+	defer j.Close()
+	g := newProviderGates(cfg, j, zap.NewNop())
+	alice := g.forAgent("alice", "claude/abc").(*providerGate)
+	g.forAgent("bob", "claude/abc")
+	alice.report(provider.Report{Outcome: provider.Failure, Cause: "529", Agent: "alice"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Acquire waits out the 1 ms backoff; then alice is the probe.
+	ticket, err := alice.Acquire(ctx, "alice", func(string) {})
+	if err != nil || !ticket.(*providerTicket).probe {
+		t.Fatalf("alice's ticket: %v, probe %v", err, err == nil && ticket.(*providerTicket).probe)
+	}
+	answered := backend.Progress{Usage: backend.Usage{InputTokens: 10, OutputTokens: 2}}
+	g.progress(runner.ProgressRecord{Agent: "bob", SessionID: "bob-1", Progress: answered})
+	if st := alice.h.State(); st != provider.Probing {
+		t.Fatalf("after a non-probe's answer: %v, want probing", st)
+	}
+	g.progress(runner.ProgressRecord{Agent: "alice", SessionID: "alice-2", Progress: answered})
+	if st := alice.h.State(); st != provider.Healthy {
+		t.Fatalf("after the probe's first answer: %v, want healthy", st)
+	}
+	if _, err := alice.Acquire(ctx, "bob", func(r string) { t.Errorf("bob waits: %s", r) }); err != nil {
+		t.Fatal(err)
+	}
+	ticket.Done(backend.Result{Outcome: backend.OutcomeSuccess}, true)
 }

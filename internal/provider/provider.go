@@ -138,6 +138,15 @@ func (h *Health) Until() time.Time {
 	return time.Time{}
 }
 
+// Prober is the agent whose session tests the provider while it is
+// Probing, else "".
+func (h *Health) Prober() string {
+	if h.state == Probing {
+		return h.prober
+	}
+	return ""
+}
+
 // Admit says whether agent may start a session at now. A hold whose time
 // is up ends here: a rate limit's reset makes the provider healthy, the
 // end of a backoff makes agent the probe.
