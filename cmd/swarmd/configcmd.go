@@ -21,20 +21,28 @@ func newConfigCommand(s streams) *cobra.Command {
 	validate := &cobra.Command{
 		Use:   "validate",
 		Short: "Load and validate a config; every problem is printed as FILE:LINE: KEY: what is wrong (what to do)",
-		Long: `Load and validate a config as 'swarmd run' would: every key and value, role files, and that the
-program of every backend an agent uses can be found (in PATH, or at its path). Every problem is printed,
+		Long: `Load and validate a config as 'swarmd run' would: every key and value, role files, that the
+program of every backend an agent uses can be found (in PATH, or at its path), that the repository
+is a git work tree whose base_ref is a commit, that merge.into is a branch, and that the listen
+address is free. Every problem is printed,
 one line each as FILE:LINE: KEY: what is wrong (what to do), and the exit status is 2. Warnings (such as
 a listen address open to other machines) are printed the same way but do not fail validation.
 
 Every key, its default and its rule: docs/configuration.md.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(path)
 			if err != nil {
 				return usage(err)
 			}
 			for _, w := range cfg.Warnings {
 				fmt.Fprintln(s.err, w.Error())
+			}
+			if problems := runnable(cmd.Context(), cfg); len(problems) > 0 {
+				for _, p := range problems {
+					fmt.Fprintln(s.err, p)
+				}
+				return usagef("%s: %d problem(s) that stop swarmd run", cfg.Path, len(problems))
 			}
 			_, err = fmt.Fprintf(s.out, "%s: ok (%d agents, state dir %s)\n", cfg.Path, len(cfg.Agents), cfg.StateDir)
 			return err

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -124,5 +126,45 @@ func TestInitWritesTheSchema(t *testing.T) {
 	// A second init without --force refuses because of the schema too.
 	if _, err := runInProcess(t, "init", "--dir", dir); err == nil || !strings.Contains(err.Error(), schemaPath) {
 		t.Errorf("second init: %v", err)
+	}
+}
+
+// TestValidateChecksWhatRunNeeds: config validate fails, one line per
+// problem, where swarmd run would: a directory that is not a git work tree;
+// a repository without a commit and a merge.into that is no branch; a
+// listen address another program holds. A runnable setup is ok.
+func TestValidateChecksWhatRunNeeds(t *testing.T) {
+	const body = "agents: [{name: a, role: r, backend: t}]\nbackends: {t: {type: command, command: sh}}\n"
+	plain := t.TempDir()
+	cfg := writeConfig(t, plain, "listen: \"\"\n"+body)
+	_, stderr, code := runCLI(t, nil, "", "config", "validate", "-c", cfg)
+	if code != 2 || !strings.Contains(stderr, cfg+": repo: "+plain+" is not a git work tree") {
+		t.Errorf("not a repository: exit %d\n%s", code, stderr)
+	}
+
+	empty := t.TempDir()
+	if out, err := exec.Command("git", "-C", empty, "init", "-q", "-b", "main").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	cfg = writeConfig(t, empty, "listen: \"\"\nmerge: {into: trunk}\n"+body)
+	_, stderr, code = runCLI(t, nil, "", "config", "validate", "-c", cfg)
+	if code != 2 || !strings.Contains(stderr, cfg+": base_ref: ") || !strings.Contains(stderr, cfg+": merge.into: branch \"trunk\" does not exist") {
+		t.Errorf("no commit, no trunk: exit %d\n%s", code, stderr)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	repo := gitRepo(t)
+	cfg = writeConfig(t, repo, "listen: "+l.Addr().String()+"\n"+body)
+	_, stderr, code = runCLI(t, nil, "", "config", "validate", "-c", cfg)
+	if code != 2 || !strings.Contains(stderr, cfg+": listen: "+l.Addr().String()) {
+		t.Errorf("listen address taken: exit %d\n%s", code, stderr)
+	}
+	cfg = writeConfig(t, repo, "listen: \"\"\n"+body)
+	if out, stderr, code := runCLI(t, nil, "", "config", "validate", "-c", cfg); code != 0 || !strings.Contains(out, ": ok") {
+		t.Errorf("a runnable setup: exit %d\n%s%s", code, out, stderr)
 	}
 }
