@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/notify"
@@ -44,6 +45,21 @@ func (d *Daemon) notifyBudgetExhausted(scope, reason string) {
 		a.Agent, a.Fix = "", "swarmd budget set --swarm USD"
 	}
 	d.notifier.Notify(a)
+}
+
+// providerDownAfter is how long a provider takes no session before the
+// operator is told (once per outage): its agents wait and count no error,
+// and resume by themselves, so a short outage needs nobody.
+const providerDownAfter = 15 * time.Minute
+
+// notifyProvidersDown tells the operator of each provider out for
+// providerDownAfter (the health watch calls it).
+func (d *Daemon) notifyProvidersDown(now time.Time) {
+	for _, o := range d.providers.overdue(now, providerDownAfter) {
+		d.notifier.Notify(notify.Alert{Kind: notify.ProviderDown,
+			Reason: fmt.Sprintf("provider %s has taken no session since %s (%s); its agents (%s) wait and resume by themselves when it answers",
+				o.key, o.since.UTC().Format(time.RFC3339), o.cause, strings.Join(o.agents, ", "))})
+	}
 }
 
 // notifyUnhealthy: /readyz fails for a fault of the daemon's own (the store

@@ -83,6 +83,7 @@ func (d *Daemon) watchHealth(interval time.Duration) (stop func()) {
 			if fault := d.checkHealth(context.Background()); d.health.set(fault, d.log) && fault != "" {
 				d.notifyUnhealthy(fault)
 			}
+			d.notifyProvidersDown(time.Now())
 			select {
 			case <-done:
 				return

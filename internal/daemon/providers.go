@@ -141,6 +141,34 @@ func (g *providerGates) states() []metrics.ProviderState {
 	return out
 }
 
+// providerOutage is a provider that has taken no session for a while.
+type providerOutage struct {
+	key, cause string
+	since      time.Time
+	agents     []string
+}
+
+// overdue returns, once per outage, each provider that has taken no
+// session for at least after by now: the operator is told of it.
+func (g *providerGates) overdue(now time.Time, after time.Duration) []providerOutage {
+	g.mu.Lock()
+	var out []providerOutage
+	var gates []*providerGate
+	for _, pg := range g.byKey {
+		if !pg.outSince.IsZero() && !pg.told && now.Sub(pg.outSince) >= after {
+			pg.told = true
+			out = append(out, providerOutage{key: pg.key, cause: pg.cause, since: pg.outSince})
+			gates = append(gates, pg)
+		}
+	}
+	g.mu.Unlock()
+	for i, pg := range gates {
+		out[i].agents = pg.agents()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
 // setBackoff applies a reloaded providers section.
 func (g *providerGates) setBackoff(cfg *config.Config) {
 	g.mu.Lock()
@@ -204,6 +232,12 @@ type providerGate struct {
 	h   *provider.Health // guarded by g.mu
 	// wake is closed (and replaced) at every report: waiters look again.
 	wake chan struct{}
+	// outSince is when the provider stopped taking sessions (zero while it
+	// takes them), told whether the operator was told of this outage;
+	// guarded by g.mu.
+	outSince time.Time
+	told     bool
+	cause    string
 }
 
 var _ runner.Gate = (*providerGate)(nil)
@@ -256,6 +290,17 @@ func (pg *providerGate) emit(c *provider.Change) {
 	if c == nil {
 		return
 	}
+	pg.g.mu.Lock()
+	switch {
+	case c.To == provider.Healthy:
+		pg.outSince, pg.told = time.Time{}, false
+	case pg.outSince.IsZero():
+		pg.outSince = time.Now()
+	}
+	if c.Cause != "" && c.To != provider.Healthy {
+		pg.cause = c.Cause
+	}
+	pg.g.mu.Unlock()
 	agents := pg.agents()
 	reason := providerReason(c, agents)
 	pg.g.log.Info("provider "+c.To.String(), zap.String("provider", pg.key), zap.String("from", c.From.String()),

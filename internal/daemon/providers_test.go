@@ -198,3 +198,37 @@ func TestProbeAnswerClosesTheBreaker(t *testing.T) {
 	}
 	ticket.Done(backend.Result{Outcome: backend.OutcomeSuccess}, true)
 }
+
+// TestProviderOutageToldOnce: a provider out for longer than the threshold
+// is reported once per outage; an answer ends the outage, and the next one
+// is reported again.
+func TestProviderOutageToldOnce(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Minute, MaxBackoff: time.Hour}}
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	j := db.NewJournal(store.JournalOptions{})
+	defer j.Close()
+	g := newProviderGates(cfg, j, zap.NewNop())
+	pg := g.forAgent("alice", "claude/abc").(*providerGate)
+	g.forAgent("bob", "claude/abc")
+	start := time.Now()
+	pg.report(provider.Report{Outcome: provider.Failure, Cause: "API error 529", Agent: "alice"})
+	if o := g.overdue(start.Add(14*time.Minute), 15*time.Minute); len(o) != 0 {
+		t.Fatalf("told after 14 minutes: %+v", o)
+	}
+	o := g.overdue(start.Add(16*time.Minute), 15*time.Minute)
+	if len(o) != 1 || o[0].key != "claude/abc" || o[0].cause != "API error 529" || len(o[0].agents) != 2 {
+		t.Fatalf("after 16 minutes: %+v", o)
+	}
+	if o := g.overdue(start.Add(30*time.Minute), 15*time.Minute); len(o) != 0 {
+		t.Fatalf("told twice: %+v", o)
+	}
+	pg.report(provider.Report{Outcome: provider.OK, Agent: "alice"})
+	pg.report(provider.Report{Outcome: provider.Failure, Cause: "API error 500", Agent: "bob"})
+	if o := g.overdue(time.Now().Add(16*time.Minute), 15*time.Minute); len(o) != 1 || o[0].cause != "API error 500" {
+		t.Fatalf("the next outage: %+v", o)
+	}
+}

@@ -29,6 +29,7 @@ const (
 	TaskFailed      = "task_failed"      // FAILED past its limits (merge rejections, review iterations)
 	BudgetExhausted = "budget_exhausted" // an agent's or the swarm's budget is spent
 	Unhealthy       = "daemon_unhealthy" // /readyz failing: the store gone, the disk full
+	ProviderDown    = "provider_down"    // a provider has taken no session for a long while
 )
 
 // Formats of the POST's body.
