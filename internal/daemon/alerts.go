@@ -67,12 +67,3 @@ func (d *Daemon) notifyProvidersDown(now time.Time) {
 func (d *Daemon) notifyUnhealthy(fault string) {
 	d.notifier.Notify(notify.Alert{Kind: notify.Unhealthy, Reason: fault})
 }
-
-// oneLine is s on one line, cut to n runes: a reason in an alert.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}

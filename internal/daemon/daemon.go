@@ -117,9 +117,6 @@ type Options struct {
 	// line in the daemon's process (the control socket's session-cli); nil:
 	// the daemon runs none.
 	SessionCLI func(ctx context.Context, req CLIRequest) (stdout, stderr string, code int)
-	// GuardExe is the binary started as the lease guard on a shared store
-	// (`GuardExe lease-guard …`, package fence); "" means this executable.
-	GuardExe string
 }
 
 func (o *Options) setDefaults() {
@@ -305,13 +302,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer d.pusher.stop()
 	agentCtx := d.agentCtx
 	cfg, _ := d.current()
-	// A failure after the first runner started stops those started, with
-	// their grace, before Run returns: no session outlives Run.
-	defer func() {
-		if err != nil {
-			d.shutdownAgents()
-		}
-	}()
 	if err := d.budget.load(ctx, cfg, time.Now()); err != nil {
 		return err
 	}
@@ -324,8 +314,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer func() {
+		// A failure after the first runner started stops those started,
+		// with their grace, before Run returns and before the leases go: no
+		// session outlives Run or its agent's lease.
 		if err != nil {
-			d.shutdownAgents() // before the leases go: no session outlives them
+			d.shutdownAgents()
 		}
 		stopLeases() // gives the leases up when Run returns
 	}()

@@ -128,37 +128,37 @@ func (d *Daemon) readiness() string {
 	return "every agent is Stopped (swarmd start AGENT)"
 }
 
+// storeWaiters are the snapshots of the agents waiting on the store.
+func (d *Daemon) storeWaiters() []runner.Snapshot {
+	var out []runner.Snapshot
+	for _, r := range d.reg.Runners() {
+		if s := r.Snapshot(); s.StoreWait != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // agentStoreWait says how many agents wait on the store to record what
 // their sessions did (outcomes, starts, claims), naming the longest
 // waiting, or is "".
 func (d *Daemon) agentStoreWait() string {
-	n, first := 0, runner.Snapshot{}
-	for _, r := range d.reg.Runners() {
-		s := r.Snapshot()
-		if s.StoreWait == "" {
-			continue
-		}
-		if n++; first.StoreWait == "" || s.StoreWaitSince.Before(first.StoreWaitSince) {
+	ws := d.storeWaiters()
+	if len(ws) == 0 {
+		return ""
+	}
+	first := ws[0]
+	for _, s := range ws[1:] {
+		if s.StoreWaitSince.Before(first.StoreWaitSince) {
 			first = s
 		}
 	}
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d agents waiting on the store; the longest, %s, for %s: %s", n, first.Agent,
+	return fmt.Sprintf("%d agents waiting on the store; the longest, %s, for %s: %s", len(ws), first.Agent,
 		time.Since(first.StoreWaitSince).Round(time.Second), first.StoreWait)
 }
 
-// agentsStoreWaiting counts the agents waiting on the store.
-func (d *Daemon) agentsStoreWaiting() int {
-	n := 0
-	for _, r := range d.reg.Runners() {
-		if r.Snapshot().StoreWait != "" {
-			n++
-		}
-	}
-	return n
-}
+// agentsStoreWaiting counts the agents waiting on the store (a metric).
+func (d *Daemon) agentsStoreWaiting() int { return len(d.storeWaiters()) }
 
 // agentDiskFull names an agent whose last session log or prompt write failed
 // for lack of space (ENOSPC or a quota, which statfs does not see), or is "".

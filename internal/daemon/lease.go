@@ -250,14 +250,12 @@ func (k *leaseKeeper) reap(ctx context.Context) {
 	}
 }
 
-// guardArgv is the lease guard's command line: this binary (or the one
-// Options.GuardExe names), told what to kill: the cgroup holding every tree
-// of this daemon where there are cgroups, else the trees' markers.
+// guardArgv is the lease guard's command line: this binary (a test
+// binary's TestMain plays the guard), told what to kill: the cgroup holding
+// every tree of this daemon where there are cgroups, else the trees'
+// markers.
 func (d *Daemon) guardArgv() []string {
-	exe := d.opts.GuardExe
-	if exe == "" {
-		exe, _ = os.Executable()
-	}
+	exe, _ := os.Executable()
 	dir := ""
 	if d.iso.cgroups != nil {
 		dir = d.iso.cgroups.Dir()

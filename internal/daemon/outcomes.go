@@ -20,7 +20,7 @@ func (d *Daemon) settlerFor(a config.Agent) *settle.Settler {
 		Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail},
 		Observe: func(_ string, latency, waited time.Duration) { d.metrics.ObserveSettle(latency, waited) },
 		GaveUp: func(task int64, reviewer, feedback string) {
-			d.notifyTaskFailed(task, reviewer, "max_iterations: the review failed it past its iterations; the reviewer said: "+oneLine(feedback, 200))
+			d.notifyTaskFailed(task, reviewer, "max_iterations: the review failed it past its iterations; the reviewer said: "+feedback)
 		},
 	}
 }

@@ -99,14 +99,7 @@ func TestBudgetNote(t *testing.T) {
 // limited or down and 1 once it answers; retry_after counts down the hold.
 func TestProviderMetrics(t *testing.T) {
 	cfg := &config.Config{Providers: config.Providers{Backoff: time.Second, MaxBackoff: time.Minute}}
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	j := db.NewJournal(store.JournalOptions{})
-	defer j.Close()
-	g := newProviderGates(cfg, j, zap.NewNop())
+	g := testGates(t, cfg)
 	m := metrics.New(metrics.BuildInfo{})
 	m.Providers(g.states)
 	gate := g.forAgent("alice", "claude/abc").(*providerGate)
@@ -166,14 +159,7 @@ func scrapeOf(mfs []*dto.MetricFamily, provider string) (up, retry float64) {
 // nothing.
 func TestProbeAnswerClosesTheBreaker(t *testing.T) {
 	cfg := &config.Config{Providers: config.Providers{Backoff: time.Millisecond, MaxBackoff: time.Millisecond}}
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	j := db.NewJournal(store.JournalOptions{})
-	defer j.Close()
-	g := newProviderGates(cfg, j, zap.NewNop())
+	g := testGates(t, cfg)
 	alice := g.forAgent("alice", "claude/abc").(*providerGate)
 	g.forAgent("bob", "claude/abc")
 	alice.report(provider.Report{Outcome: provider.Failure, Cause: "529", Agent: "alice"})
@@ -204,14 +190,7 @@ func TestProbeAnswerClosesTheBreaker(t *testing.T) {
 // is reported again.
 func TestProviderOutageToldOnce(t *testing.T) {
 	cfg := &config.Config{Providers: config.Providers{Backoff: time.Minute, MaxBackoff: time.Hour}}
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	j := db.NewJournal(store.JournalOptions{})
-	defer j.Close()
-	g := newProviderGates(cfg, j, zap.NewNop())
+	g := testGates(t, cfg)
 	pg := g.forAgent("alice", "claude/abc").(*providerGate)
 	g.forAgent("bob", "claude/abc")
 	start := time.Now()
@@ -231,4 +210,20 @@ func TestProviderOutageToldOnce(t *testing.T) {
 	if o := g.overdue(time.Now().Add(16*time.Minute), 15*time.Minute); len(o) != 1 || o[0].cause != "API error 500" {
 		t.Fatalf("the next outage: %+v", o)
 	}
+}
+
+// testGates are provider gates with cfg's backoff, whose events go to a
+// real swarm.db in a temporary directory.
+func testGates(t *testing.T, cfg *config.Config) *providerGates {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := db.NewJournal(store.JournalOptions{})
+	t.Cleanup(func() {
+		j.Close()
+		db.Close()
+	})
+	return newProviderGates(cfg, j, zap.NewNop())
 }

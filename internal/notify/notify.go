@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,11 +148,20 @@ func (n *Notifier) Stop() {
 	<-done
 }
 
+// maxReason is the most of a reason an alert carries, in runes: a
+// reviewer's feedback or a fault can be long, and an alert is one line.
+const maxReason = 500
+
 // Notify queues a for delivery and returns at once; with the queue full
-// it drops a and counts it. It fills in At, Dashboard and Text.
+// it drops a and counts it. It puts Reason on one line, capped at
+// maxReason, and fills in At, Dashboard and Text.
 func (n *Notifier) Notify(a Alert) {
 	if !n.Enabled() {
 		return
+	}
+	a.Reason = strings.Join(strings.Fields(a.Reason), " ")
+	if r := []rune(a.Reason); len(r) > maxReason {
+		a.Reason = string(r[:maxReason-1]) + "…"
 	}
 	if a.At.IsZero() {
 		a.At = n.opts.Now()
@@ -288,16 +298,9 @@ func text(a Alert) string {
 
 // redactURL keeps a webhook's secret path out of logs: scheme and host.
 func redactURL(raw string) string {
-	for i := 0; i+3 <= len(raw); i++ {
-		if raw[i:i+3] == "://" {
-			rest := raw[i+3:]
-			for j := 0; j < len(rest); j++ {
-				if rest[j] == '/' {
-					return raw[:i+3+j] + "/…"
-				}
-			}
-			return raw
-		}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "the webhook"
 	}
-	return "the webhook"
+	return u.Scheme + "://" + u.Host + "/…"
 }

@@ -141,3 +141,21 @@ func TestDisabled(t *testing.T) {
 		t.Fatal("enabled without a URL")
 	}
 }
+
+// A reason is one line, however it came (a reviewer's feedback, a
+// fault), and a long one is cut.
+func TestReasonIsOneLine(t *testing.T) {
+	srv, got := receiver(t, 0)
+	n := New(Options{URL: srv.URL})
+	n.Start(context.Background())
+	defer n.Stop()
+	n.Notify(Alert{Kind: TaskFailed, Task: 3, Reason: "the reviewer said:\n  no tests\n\n" + strings.Repeat("x", 2*maxReason)})
+	var a Alert
+	if err := json.Unmarshal([]byte(wait(t, got).body), &a); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(a.Reason, "\n") || !strings.HasPrefix(a.Reason, "the reviewer said: no tests x") ||
+		len([]rune(a.Reason)) != maxReason || strings.Contains(a.Text, "\n") {
+		t.Fatalf("reason %q (%d runes)", a.Reason[:40], len([]rune(a.Reason)))
+	}
+}

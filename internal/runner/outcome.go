@@ -163,8 +163,8 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 		st.Note = "that session timed out"
 	case stoppedFor(res, r.timedOut) != "":
 		st.Note, _ = stoppedNote(res)
-	case providerTrouble(res, r.timedOut) != "":
-		st.Note = "that session was cut off by its provider (" + providerTrouble(res, r.timedOut) + ")"
+	case rec.Provider != "":
+		st.Note = "that session was cut off by its provider (" + rec.Provider + ")"
 	case out.Kind == agent.Success && prev == agent.Running:
 		st.Completed = true
 	default:

@@ -227,8 +227,8 @@ func (r *Runner) finishSession(stopping bool) {
 		r.why = Why{Kind: WhyAfterInterrupt}
 	case stoppedFor(res, r.timedOut) != "":
 		_, r.why = stoppedNote(res)
-	case providerTrouble(res, r.timedOut) != "":
-		r.why = Why{Kind: WhyAfterError, Detail: "the provider: " + providerTrouble(res, r.timedOut)}
+	case rec.Provider != "":
+		r.why = Why{Kind: WhyAfterError, Detail: "the provider: " + rec.Provider}
 	case out.Kind == agent.Success:
 		r.why = Why{Kind: WhyAfterSuccess}
 	default:

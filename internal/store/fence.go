@@ -65,8 +65,8 @@ func (db *DB) SetFence(agent string, epoch int64) {
 	db.fence.epochs[agent] = epoch
 }
 
-// Fenced reports whether this process fences its writes.
-func (db *DB) Fenced() bool {
+// fenced reports whether this process fences its writes.
+func (db *DB) fenced() bool {
 	db.fence.mu.Lock()
 	defer db.fence.mu.Unlock()
 	return db.fence.on

@@ -41,7 +41,7 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 	args := []any{s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath, s.Agent, int64(s.Seq)}
 	var n int
 	var err error
-	if db.Fenced() {
+	if db.fenced() {
 		// A session starts only while this daemon holds its agent's lease.
 		err = db.InTx(ctx, op, func(tx *sql.Tx) error {
 			if err := db.FenceTx(ctx, tx, s.Agent); err != nil {

@@ -26,18 +26,20 @@ const FetchedPrefix = "refs/swarmd/remote/"
 // branch is the agent's own, and a rewritten history (an amend, a reset in
 // a session) must replace the remote's. A remote that still has the
 // agent's branch of the old layout (swarm/AGENT, a file where the new one
-// needs a directory) refuses the push; it is then pushed again with that
-// old branch deleted in the same push.
+// needs a directory) refuses the push, saying so; it is then pushed again
+// with that old branch deleted in the same push.
 func (m *Manager) Push(ctx context.Context, agent, remote string) error {
 	if err := checkName(agent); err != nil {
 		return err
 	}
 	ref := branchRef(agent).String()
 	err := m.push(ctx, remote, "+"+ref+":"+ref)
-	if err == nil || ctx.Err() != nil {
-		return err
+	old := "refs/heads/" + branchPrefix + agent
+	var ge *GitError
+	if err == nil || !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "'"+old+"' exists") {
+		return err // a push that failed for any other reason is not tried twice
 	}
-	if m.push(ctx, remote, "+"+ref+":"+ref, ":refs/heads/"+branchPrefix+agent) == nil {
+	if m.push(ctx, remote, "+"+ref+":"+ref, ":"+old) == nil {
 		m.log.Info("old agent branch deleted on the remote", zap.String("agent", agent), zap.String("remote", remote))
 		return nil
 	}
