@@ -199,6 +199,10 @@ func TestWebInChromium(t *testing.T) {
 	if !eval[bool](t, b, `[...document.querySelectorAll('#events li')].some(li => li.textContent.includes('→ Stopped'))`) {
 		t.Error("the event feed lacks carol's stop")
 	}
+	// A session is one line of the feed, its events inside it.
+	if !eval[bool](t, b, `[...document.querySelectorAll('#events li.session > details > summary')].some(s => /alice#\d+: Running/.test(s.textContent))`) {
+		t.Errorf("no feed line for alice's running session: %s", eval[string](t, b, `document.getElementById('events').innerText`))
+	}
 
 	// Clicking an agent follows its live log.
 	b.do(t, chromedp.Click(chromedp.CSS(`tr[data-agent="alice"] td.name`)), chromedp.WaitVisible(chromedp.ID("log-panel")))

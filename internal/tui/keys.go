@@ -46,6 +46,8 @@ func (m Model) tableKey(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		m.mode, m.input = modeFilter, m.filter
 	case "esc":
 		m.filter = ""
+	case "e":
+		m.expanded = !m.expanded
 	case "up", "k":
 		m.move(i - 1)
 	case "down", "j":

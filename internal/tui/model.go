@@ -104,6 +104,7 @@ type Model struct {
 	connected bool
 	events    []view.Event // oldest first
 	lastEvent int64
+	expanded  bool // the event pane shows every event, not a line per session
 
 	mode     mode
 	prev     mode   // where the help returns to

@@ -491,3 +491,36 @@ func TestIsolationNotInForceIsShown(t *testing.T) {
 		}
 	}
 }
+
+// TestEventPaneShowsASessionPerLine: a session's transitions are one line
+// of the event pane; e shows every event, and e again folds them back.
+func TestEventPaneShowsASessionPerLine(t *testing.T) {
+	d := newDriver(t, Options{}, 160, 30)
+	for i, e := range []view.Event{
+		{From: "BuildingPrompt", Event: "PromptReady", To: "Spawning"},
+		{From: "Spawning", Event: "SessionStarted", To: "Running"},
+		{From: "Running", Event: "SessionExited", To: "SessionComplete", Reason: "exit status 0"},
+		{From: "SessionComplete", Event: "WorktreeReady", To: "BuildingPrompt"},
+		{From: "BuildingPrompt", Event: "Idle", To: "BuildingPrompt"},
+	} {
+		e.ID, e.At, e.Agent = int64(10+i), t0.Add(time.Duration(i)*time.Second), "dave"
+		if e.Event != "WorktreeReady" && e.Event != "Idle" {
+			e.SessionID, e.Seq = "dave-4-0a1b2c3d4e5f", 4
+		}
+		d.send(UpdateMsg{view.Update{Kind: view.KindEvent, Event: &e}})
+	}
+	folded := "12:00:00 dave #4: exit status 0 → idle (1s)"
+	if r := d.m.Render(); !strings.Contains(r, folded) || strings.Contains(r, "dave Spawning→Running") {
+		t.Fatalf("dave's session is not one line %q:\n%s", folded, r)
+	}
+	d.key("e")
+	r := d.m.Render()
+	for _, want := range []string{"dave BuildingPrompt→Spawning (PromptReady)", "dave Spawning→Running (SessionStarted)", "dave BuildingPrompt (Idle)"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("expanded, the pane lacks %q:\n%s", want, r)
+		}
+	}
+	if d.key("e"); !strings.Contains(d.m.Render(), folded) {
+		t.Errorf("e again does not fold the session back:\n%s", d.m.Render())
+	}
+}

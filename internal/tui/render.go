@@ -393,16 +393,22 @@ func recentText(q view.MergeQueue) string {
 
 func shortHash(h string) string { return h[:min(len(h), 7)] }
 
-// eventLines are the newest events, oldest first, filling n lines.
+// eventLines are the newest feed lines, oldest first, filling n lines: a
+// line per session (view.Feed), or every event when expanded.
 func (m Model) eventLines(n int) []string {
+	var lines []string
+	if m.expanded {
+		for _, e := range m.events[max(0, len(m.events)-n):] {
+			lines = append(lines, eventText(e))
+		}
+	} else {
+		feed := view.Feed(m.events)
+		for _, l := range feed[max(0, len(feed)-n):] {
+			lines = append(lines, l.At.Local().Format("15:04:05")+" "+l.Text)
+		}
+	}
 	out := make([]string, n)
-	evs := m.events
-	if len(evs) > n {
-		evs = evs[len(evs)-n:]
-	}
-	for i, e := range evs {
-		out[n-len(evs)+i] = eventText(e)
-	}
+	copy(out[n-len(lines):], lines)
 	return out
 }
 
@@ -473,6 +479,7 @@ func (m Model) help(st styles, height int) []string {
 		{"p / r", "pause / resume it" + map[bool]string{true: "", false: " (not available in this swarmd)"}[m.snap.Features.Pause]},
 		{"m", "send mail to it (ctrl+u: urgent; enter: send)"},
 		{"/", "filter agents by name, state or task (esc: clear)"},
+		{"e", "events: a line per session, or every event"},
 		{"?", "this help"},
 		{"q", "quit"},
 	}
@@ -510,7 +517,7 @@ func (m Model) footer(st styles) string {
 	if m.mode == modeTask {
 		return st.dim.Render(fit("↑/↓ scroll  t another task  esc back  q quit", m.width))
 	}
-	hint := "enter log  t task  s stop  S start  p pause  r resume  m mail  / filter  ? help"
+	hint := "enter log  t task  s stop  S start  p pause  r resume  m mail  e events  / filter  ? help"
 	if m.filter != "" {
 		hint = "filter: " + m.filter + " (esc clears)  " + hint
 	}

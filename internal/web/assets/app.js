@@ -454,24 +454,106 @@ function renderTask(tv) {
 
 // ---- events ----
 
-function addEvent(e) {
-  if (e.id <= S.lastEventID) return; // a resumed stream repeats nothing, but a reconnect may
-  S.lastEventID = e.id;
+// The feed shows a session as one line (a <details> whose summary says how
+// it ended; opened, its events), as `swarmd top` does: an agent's events
+// with a session id join that session's line, and its events without one
+// (worktree ready, idle, awake) the line of its latest session until the
+// agent stops. Task transitions are lines of their own.
+const sessions = new Map(); // session id -> {li, summary, list, events}
+const latestSession = new Map(); // agent -> its newest session's group
+
+function eventLi(e, withWho) {
   const li = el('li');
   li.dataset.id = e.id;
   const at = new Date(e.at);
   li.appendChild(el('span', 'at', at.toLocaleTimeString([], { hour12: false })));
-  li.appendChild(el('span', 'who', e.task_id ? 'task #' + e.task_id : e.agent));
+  if (withWho) li.appendChild(el('span', 'who', e.task_id ? 'task #' + e.task_id : e.agent));
   const what = e.task_id ? (e.from ? e.from + ' → ' : '') + e.to + (e.agent ? ' (' + e.agent + ')' : '')
     : e.from + ' —' + e.event + '→ ' + e.to;
   li.appendChild(el('span', '', what + ' '));
   if (e.reason || e.actor) li.appendChild(el('span', 'why', [e.actor, e.reason].filter(Boolean).join(': ')));
+  return li;
+}
+
+function sessionSeq(e) {
+  if (e.seq) return e.seq;
+  const m = /^(\d+)-/.exec((e.session_id || '').slice(e.agent.length + 1));
+  return m ? +m[1] : 0;
+}
+
+// sessionText says how a session went, as view.Feed does for `swarmd top`.
+function sessionText(g) {
+  let state = '', ended = '', started = 0, idle = false, dur = 0;
+  for (const e of g.events) {
+    state = e.to;
+    if (e.event === 'SessionStarted') started = Date.parse(e.at);
+    else if (e.event === 'SessionExited') { ended = e.reason || e.event; if (started) dur = Date.parse(e.at) - started; }
+    else if (e.event === 'Idle') idle = true;
+    else if (e.event === 'Awake' || e.event === 'PromptReady') idle = false;
+  }
+  let s = '#' + g.seq + ': ';
+  if (!ended) s += state;
+  else s += ended + ' → ' + (idle && state === 'BuildingPrompt' ? 'idle' : state);
+  if (dur > 0) s += ' (' + (Math.round(dur / 100) / 10) + 's)';
+  return s;
+}
+
+function newSession(e) {
+  const li = el('li', 'session');
+  li.dataset.id = e.id;
+  li.dataset.session = e.session_id;
+  const det = el('details');
+  const summary = el('summary');
+  summary.appendChild(el('span', 'at', new Date(e.at).toLocaleTimeString([], { hour12: false })));
+  summary.appendChild(el('span', 'who', e.agent));
+  const text = el('span', 'what');
+  summary.appendChild(text);
+  const list = el('ol', 'session-events');
+  det.appendChild(summary);
+  det.appendChild(list);
+  li.appendChild(det);
+  return { li, text, list, events: [], seq: sessionSeq(e), agent: e.agent };
+}
+
+function addEvent(e) {
+  if (e.id <= S.lastEventID) return; // a resumed stream repeats nothing, but a reconnect may
+  S.lastEventID = e.id;
   const list = $('events');
-  list.insertBefore(li, list.firstChild);
-  while (list.childElementCount > MAX_EVENTS) list.lastElementChild.remove();
+  let g = null;
+  if (!e.task_id && e.agent) {
+    if (e.session_id) {
+      g = sessions.get(e.session_id);
+      if (!g) {
+        g = newSession(e);
+        sessions.set(e.session_id, g);
+        list.insertBefore(g.li, list.firstChild);
+      }
+      latestSession.set(e.agent, g);
+    } else {
+      g = latestSession.get(e.agent) || null;
+      if (g && g.events[g.events.length - 1].to === 'Stopped') g = null;
+    }
+  }
+  if (g) {
+    g.events.push(e);
+    g.list.appendChild(eventLi(e, false));
+    g.text.textContent = sessionText(g);
+  } else {
+    if (!e.task_id) latestSession.delete(e.agent); // a stop, a pause: the session's line is closed
+    list.insertBefore(eventLi(e, true), list.firstChild);
+  }
+  while (list.childElementCount > MAX_EVENTS) {
+    const last = list.lastElementChild;
+    if (last.dataset.session) {
+      const old = sessions.get(last.dataset.session);
+      sessions.delete(last.dataset.session);
+      if (old && latestSession.get(old.agent) === old) latestSession.delete(old.agent);
+    }
+    last.remove();
+  }
   if (e.id > S.liveFrom) {
     const lat = window.swarmdStats.eventLatencyMs;
-    lat.push(Date.now() - at.getTime());
+    lat.push(Date.now() - new Date(e.at).getTime());
     if (lat.length > 5000) lat.shift();
   }
 }
