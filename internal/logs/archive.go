@@ -52,8 +52,6 @@ func (s *Store) Archive(ctx context.Context, agent string, now time.Time) (strin
 		return "", opErr("archive", agent, err)
 	}
 	defer s.lock(agent)()
-	s.archiving.Add(1)
-	defer s.archiving.Add(-1)
 
 	path, packed, err := s.pack(ctx, agent, now)
 	if err != nil {
@@ -175,25 +173,17 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	if err := tmp.Chmod(0o640); err != nil {
 		return "", nil, fmt.Errorf("chmod %s: %w", tmp.Name(), err)
 	}
-	// Archives made at the same time as others (a daemon's stop archives
-	// every agent at once) share whole-filesystem syncs: one syncfs serves
-	// every archive written before it, where each would fsync its file and
-	// its directories, one after another on the journal.
-	batch := s.archiving.Load() > 1
-	if !batch {
-		if err := tmp.Sync(); err != nil {
-			return "", nil, fmt.Errorf("sync %s: %w", tmp.Name(), err)
-		}
+	// Our file and our directories are synced, never the whole file
+	// system: a syncfs would wait for every dirty page on it (a build's, a
+	// checkout's), not only ours. Archives made at once (a daemon's stop
+	// archives every agent) fsync concurrently, and the journal commits
+	// those together.
+	if err := tmp.Sync(); err != nil {
+		return "", nil, fmt.Errorf("sync %s: %w", tmp.Name(), err)
 	}
 	closed = true
 	if err := tmp.Close(); err != nil {
 		return "", nil, fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if batch {
-		// The archive's data is durable before its name is.
-		if err := s.fsSync.do(func() error { return syncFS(dir) }); err != nil {
-			return "", nil, fmt.Errorf("sync %s: %w", tmp.Name(), err)
-		}
 	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
 		return "", nil, fmt.Errorf("rename archive into place: %w", err)
@@ -202,11 +192,7 @@ func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, 
 	// Until the directories are synced the rename may not survive a crash,
 	// so the originals must stay: an error here keeps them. The parents are
 	// synced too when MkdirAll may just have created them.
-	if batch {
-		if err := s.fsSync.do(func() error { return syncFS(dir) }); err != nil {
-			return "", nil, fmt.Errorf("sync %s: %w", dir, err)
-		}
-	} else if err := s.syncArchiveDirs(dir, newDir); err != nil {
+	if err := s.syncArchiveDirs(dir, newDir); err != nil {
 		return "", nil, err
 	}
 	s.log.Info("archived session logs", zap.String("agent", agent), zap.String("archive", dest),

@@ -394,7 +394,7 @@ func TestArchiveNamesStayOrderedWhenClockStepsBack(t *testing.T) {
 }
 
 // TestArchiveManyAtOnce: agents archived at the same time, as at a daemon's
-// stop (their syncs shared), each get one complete archive and lose their
+// stop, each get one complete archive and lose their
 // originals.
 func TestArchiveManyAtOnce(t *testing.T) {
 	s, _ := newStore(t, 0, 0)
@@ -452,4 +452,68 @@ func TestPrepareArchive(t *testing.T) {
 	if err := s.PrepareArchive("../x"); !errors.Is(err, ErrBadName) {
 		t.Fatalf("PrepareArchive(../x) = %v, want ErrBadName", err)
 	}
+}
+
+// TestArchivesDoNotFlushOthersDirtyPages: archives made at once (a
+// daemon's stop) sync their own files, not the file system: a large
+// unrelated file written just before, and not synced, stays dirty (a
+// syncfs would write it out, making the stop wait for someone else's
+// data). Read from the kernel's own count of dirty pages.
+func TestArchivesDoNotFlushOthersDirtyPages(t *testing.T) {
+	s, state := newStore(t, 0, 0)
+	const agents = 20
+	for i := range agents {
+		writeLogs(t, s, fmt.Sprintf("a%d", i), sampleLogs())
+	}
+	before := dirtyKB(t)
+	const unrelated = 128 << 20
+	f, err := os.Create(filepath.Join(state, "..", "unrelated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(); os.Remove(f.Name()) })
+	chunk := make([]byte, 1<<20)
+	for range unrelated / len(chunk) {
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := dirtyKB(t)
+	if written-before < unrelated/1024/2 {
+		t.Skipf("this file system keeps no dirty pages (tmpfs?): Dirty %d kB → %d kB", before, written)
+	}
+	var wg sync.WaitGroup
+	for i := range agents {
+		wg.Go(func() {
+			if _, err := s.Archive(context.Background(), fmt.Sprintf("a%d", i), t0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// The machine's other writers move the count a little; a syncfs
+	// would take it down by the whole file.
+	if after := dirtyKB(t); after < written-unrelated/1024/2 {
+		t.Errorf("archiving took the dirty pages from %d kB to %d kB: it flushed the unrelated file's %d MB", written, after, unrelated>>20)
+	}
+}
+
+// dirtyKB is the kernel's count of dirty page cache (Dirty in /proc/meminfo).
+func dirtyKB(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Dirty:" {
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no Dirty in /proc/meminfo")
+	return 0
 }

@@ -23,8 +23,6 @@ import (
 
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"go.uber.org/zap"
 
 	agentpkg "github.com/swarmd/swarmd/internal/agent"
@@ -72,8 +70,6 @@ type Store struct {
 
 	rootSync, parentSync syncGroup   // fsyncs of the archive root and the state dir
 	rootDurable          atomic.Bool // the archive root's entry in the state dir is synced
-	fsSync               syncGroup   // syncfs of the state dir's filesystem, for archives made together
-	archiving            atomic.Int32
 
 	// wrapTemp, when set, wraps the writer of a temporary archive. Tests use
 	// it to inject write failures (a full disk), which root ignores on
@@ -158,20 +154,6 @@ func parseSeq(name string) (uint32, bool) {
 }
 
 // syncDir makes a rename or create in dir durable.
-// syncFS writes every dirty page and inode of the filesystem holding path
-// to disk (syncfs(2); it reports writeback errors since Linux 5.8).
-func syncFS(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = unix.Syncfs(int(d.Fd()))
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
