@@ -199,6 +199,17 @@ func TestWebInChromium(t *testing.T) {
 	if !eval[bool](t, b, `[...document.querySelectorAll('#events li')].some(li => li.textContent.includes('→ Stopped'))`) {
 		t.Error("the event feed lacks carol's stop")
 	}
+	// A task waiting for approval needs a person: the inbox panel says so
+	// with its fix, and empties once nothing does.
+	if eval[bool](t, b, `!document.getElementById('inbox-panel').hidden`) {
+		t.Fatalf("the inbox panel shows with nothing in it: %s", eval[string](t, b, `document.getElementById('inbox').innerText`))
+	}
+	if resp, body := httpDo(t, "POST", base+"/api/tasks", dashToken, `{"title": "split the parser", "plan": true}`); resp.StatusCode/100 != 2 {
+		t.Fatalf("add a planned task: %s %s", resp.Status, body)
+	}
+	poll[bool](t, b, "the inbox panel", `!document.getElementById('inbox-panel').hidden &&
+		[...document.querySelectorAll('#inbox li')].some(li => li.textContent.includes('waits for approval: split the parser') && li.textContent.includes('swarmd task approve'))`)
+
 	// A session is one line of the feed, its events inside it.
 	if !eval[bool](t, b, `[...document.querySelectorAll('#events li.session > details > summary')].some(s => /alice#\d+: Running/.test(s.textContent))`) {
 		t.Errorf("no feed line for alice's running session: %s", eval[string](t, b, `document.getElementById('events').innerText`))

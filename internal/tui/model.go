@@ -240,6 +240,8 @@ func (m *Model) apply(u view.Update) {
 		m.snap.Merge = *u.Merge
 	case view.KindFault:
 		m.snap.Fault = *u.Fault
+	case view.KindInbox:
+		m.snap.Inbox = *u.Inbox
 	}
 }
 

@@ -524,3 +524,32 @@ func TestEventPaneShowsASessionPerLine(t *testing.T) {
 		t.Errorf("e again does not fold the session back:\n%s", d.m.Render())
 	}
 }
+
+// TestInboxPanel: what needs a person is listed above the panes with its
+// fix; past three items the last line says how many more and where.
+func TestInboxPanel(t *testing.T) {
+	d := newDriver(t, Options{}, 100, 30)
+	if strings.Contains(d.m.Render(), "Needs you") {
+		t.Fatalf("an empty inbox is drawn:\n%s", d.m.Render())
+	}
+	in := []view.Need{
+		{Kind: view.NeedAgentStopped, Agent: "frank", What: "agent frank stopped for good: 5 consecutive errors", Fix: "swarmd start frank"},
+		{Kind: view.NeedTaskFailed, Task: 7, What: "task #7 failed: the gate is red", Fix: "swarmd task retry 7"},
+	}
+	d.send(UpdateMsg{view.Update{Kind: view.KindInbox, Inbox: &in}})
+	r := d.m.Render()
+	for _, want := range []string{"─ Needs you (2) ─", "! agent frank stopped for good: 5 consecutive errors", "swarmd start frank", "! task #7 failed: the gate is red", "swarmd task retry 7"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("the frame lacks %q:\n%s", want, r)
+		}
+	}
+	if got := strings.Count(r, "\n") + 1; got != 30 {
+		t.Errorf("the frame is %d lines, want 30", got)
+	}
+	more := append(in, view.Need{What: "task #8 waits for approval: x", Fix: "swarmd task approve 8"}, view.Need{What: "2 unread messages to the operator", Fix: "swarmd mail inbox"})
+	d.send(UpdateMsg{view.Update{Kind: view.KindInbox, Inbox: &more}})
+	r = d.m.Render()
+	if !strings.Contains(r, "Needs you (4)") || !strings.Contains(r, "… 2 more: swarmd inbox") || strings.Contains(r, "task #8") {
+		t.Errorf("four needs, three lines:\n%s", r)
+	}
+}

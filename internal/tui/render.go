@@ -174,7 +174,41 @@ func (m Model) tableRows() int {
 	if p := m.panesHeight(); p > 0 {
 		rows -= p + 1
 	}
+	rows -= m.inboxHeight()
 	return max(1, rows)
+}
+
+// maxInboxLines bounds the inbox panel's items; `swarmd inbox` lists all.
+const maxInboxLines = 3
+
+// inboxHeight is the inbox panel's height: its rule and its items, none
+// when nothing needs a person or the terminal is too short for panes.
+func (m Model) inboxHeight() int {
+	if len(m.snap.Inbox) == 0 || m.panesHeight() == 0 {
+		return 0
+	}
+	return 1 + min(len(m.snap.Inbox), maxInboxLines)
+}
+
+// inboxPane is what needs a person, each with the command that deals
+// with it, the fix aligned on the right.
+func (m Model) inboxPane(st styles) []string {
+	n := m.inboxHeight()
+	if n == 0 {
+		return nil
+	}
+	in := m.snap.Inbox
+	lines := []string{st.err.Render(cut("─ Needs you ("+strconv.Itoa(len(in))+") "+strings.Repeat("─", m.width), m.width))}
+	for i, need := range in[:n-1] {
+		if i == n-2 && len(in) > n-1 {
+			lines = append(lines, fit("  … "+strconv.Itoa(len(in)-i)+" more: swarmd inbox", m.width))
+			break
+		}
+		fix := "  " + need.Fix
+		what := fit("! "+need.What, max(0, m.width-ansi.StringWidth(fix)))
+		lines = append(lines, cut(what+st.dim.Render(fix), m.width))
+	}
+	return lines
 }
 
 func (m Model) tablePane(st styles, height int) []string {
@@ -192,7 +226,8 @@ func (m Model) tablePane(st styles, height int) []string {
 	for len(lines) < rows+1 {
 		lines = append(lines, "")
 	}
-	if p := m.panesHeight(); p > 0 && height > rows+1 {
+	lines = append(lines, m.inboxPane(st)...)
+	if p := m.panesHeight(); p > 0 && height > rows+1+m.inboxHeight() {
 		lines = append(lines, m.panes(st, p)...)
 	}
 	return lines

@@ -28,6 +28,8 @@ type Source interface {
 	Spend(ctx context.Context) (map[string]Spend, error)
 	// Merge is the merge queue (NotConfigured when there is none).
 	Merge(ctx context.Context) (MergeQueue, error)
+	// Inbox is what needs a person now (Needs of the store's state).
+	Inbox(ctx context.Context) ([]Need, error)
 	Features() Features
 	// Fault is why the daemon cannot do its job, "" when healthy.
 	Fault() string
@@ -97,9 +99,10 @@ type Hub struct {
 	board   TaskBoard
 	spend   map[string]Spend
 	merge   MergeQueue
+	inbox   []Need
 	fault   string
-	stale   struct{ tasks, spend, merge bool }
-	readAt  struct{ tasks, spend, merge time.Time }
+	stale   struct{ tasks, spend, merge, inbox bool }
+	readAt  struct{ tasks, spend, merge, inbox time.Time }
 }
 
 // NewHub returns a Hub over src; Start runs it.
@@ -122,7 +125,7 @@ func NewHub(src Source, opts Options) *Hub {
 	h := &Hub{src: src, opts: opts, ctx: context.Background(), wake: make(chan struct{}, 1), reqs: make(chan func()),
 		stop: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
 		subs: map[*Subscription]struct{}{}, agents: map[string]Agent{}, merge: NotConfigured}
-	h.stale.tasks, h.stale.spend, h.stale.merge = true, true, true
+	h.stale.tasks, h.stale.spend, h.stale.merge, h.stale.inbox = true, true, true, true
 	return h
 }
 
@@ -241,6 +244,8 @@ func (h *Hub) loop() {
 func (h *Hub) round(dbChanged, force bool) {
 	if dbChanged {
 		h.behind.Store(true)
+		// Mail to the operator changes the inbox without an event.
+		h.stale.inbox = true
 	}
 	if len(h.subs) == 0 && !force {
 		return
@@ -250,6 +255,7 @@ func (h *Hub) round(dbChanged, force bool) {
 	h.refreshTasks(now, force)
 	h.refreshSpend(now, force)
 	h.refreshMerge(now, force)
+	h.refreshInbox(now, force)
 	h.refreshAgents(now)
 	if f := h.src.Fault(); f != h.fault {
 		h.fault = f
@@ -364,6 +370,25 @@ func (h *Hub) refreshMerge(now time.Time, force bool) {
 	}
 }
 
+func (h *Hub) refreshInbox(now time.Time, force bool) {
+	if !h.stale.inbox || !force && now.Sub(h.readAt.inbox) < spendEvery {
+		return
+	}
+	in, err := h.src.Inbox(h.ctx)
+	if err != nil {
+		h.opts.Log.Warn("view: read the inbox", zap.Error(err))
+		return
+	}
+	h.stale.inbox, h.readAt.inbox = false, now
+	if in == nil {
+		in = []Need{}
+	}
+	if !slices.Equal(in, h.inbox) {
+		h.inbox = in
+		h.publish(Update{Kind: KindInbox, Inbox: &in})
+	}
+}
+
 // refreshAgents computes every row and publishes those that changed.
 func (h *Hub) refreshAgents(now time.Time) {
 	held := heldTasks(h.tasks)
@@ -440,7 +465,7 @@ func (h *Hub) snapshot() Snapshot {
 	}
 	s := Snapshot{
 		At: h.opts.Now(), Agents: make([]Agent, 0, len(h.agents)), Tasks: h.board, Merge: h.merge,
-		Features: h.src.Features(), LastEventID: h.lastID, Fault: h.fault,
+		Features: h.src.Features(), LastEventID: h.lastID, Fault: h.fault, Inbox: h.inbox,
 		StallAfter: th.StallAfter.Seconds(), SpawnTimeout: th.SpawnTimeout.Seconds(),
 	}
 	for _, a := range h.agents {
@@ -455,6 +480,9 @@ func (h *Hub) snapshot() Snapshot {
 	}
 	if s.Merge.Recent == nil {
 		s.Merge.Recent = []MergeResult{}
+	}
+	if s.Inbox == nil {
+		s.Inbox = []Need{}
 	}
 	return s
 }

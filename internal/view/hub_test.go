@@ -29,6 +29,7 @@ type fakeSource struct {
 	th     Thresholds
 	reads  map[string]int
 	merge  *MergeQueue // nil: NotConfigured
+	inbox  []Need
 }
 
 func newFakeSource(agents ...AgentState) *fakeSource {
@@ -145,6 +146,13 @@ func (f *fakeSource) setMerge(q MergeQueue) {
 	f.mu.Lock()
 	f.merge = &q
 	f.mu.Unlock()
+}
+
+func (f *fakeSource) Inbox(context.Context) ([]Need, error) {
+	f.count("inbox")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Need(nil), f.inbox...), nil
 }
 
 func (f *fakeSource) Features() Features { return Features{Tasks: true} }
@@ -468,6 +476,37 @@ func TestHubTaskBoard(t *testing.T) {
 	a := nextOf(t, sub, KindAgent).Agent
 	if a.Task == nil || a.Task.ID != 1 || a.Task.State != "IN_PROGRESS" {
 		t.Fatalf("alice's task %+v", a.Task)
+	}
+}
+
+// TestHubInbox: the snapshot carries what needs a person; a commit that
+// changes it (mail to the operator writes no event) sends the new list,
+// and one that does not sends nothing.
+func TestHubInbox(t *testing.T) {
+	src := newFakeSource(running("alice", time.Now()))
+	src.inbox = []Need{{Kind: NeedTaskFailed, Task: 3, What: "task #3 failed: red", Fix: "swarmd task retry 3"}}
+	h := startHub(t, src, Options{})
+	sub, err := h.Subscribe(context.Background(), NoResume, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if got := sub.Snapshot.Inbox; len(got) != 1 || got[0].Fix != "swarmd task retry 3" {
+		t.Fatalf("snapshot inbox %+v", got)
+	}
+	src.mu.Lock()
+	src.inbox = append(src.inbox, Need{Kind: NeedMail, What: "1 unread messages to the operator", Fix: "swarmd mail inbox"})
+	src.mu.Unlock()
+	h.Notify()
+	if got := *nextOf(t, sub, KindInbox).Inbox; len(got) != 2 || got[1].Kind != NeedMail {
+		t.Fatalf("inbox update %+v", got)
+	}
+	src.mu.Lock()
+	src.inbox = nil
+	src.mu.Unlock()
+	h.Notify()
+	if got := *nextOf(t, sub, KindInbox).Inbox; got == nil || len(got) != 0 {
+		t.Fatalf("emptied inbox %+v, want an empty list", got)
 	}
 }
 

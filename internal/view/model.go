@@ -274,6 +274,8 @@ type Snapshot struct {
 	LastEventID int64 `json:"last_event_id"`
 	// Fault is why the daemon cannot do its job ("" when healthy).
 	Fault string `json:"fault,omitempty"`
+	// Inbox is what needs a person now, each with its fix (Needs).
+	Inbox []Need `json:"inbox"`
 	// StallAfter and SpawnTimeout are the thresholds of the
 	// classification, in seconds.
 	StallAfter   float64 `json:"stall_after_seconds"`
@@ -289,6 +291,7 @@ const (
 	KindTasks    = "tasks"    // Tasks: the board changed
 	KindMerge    = "merge"    // Merge: the queue changed
 	KindFault    = "fault"    // Fault: the daemon's health changed
+	KindInbox    = "inbox"    // Inbox: what needs a person changed
 )
 
 // Update is one message of a live stream.
@@ -301,6 +304,7 @@ type Update struct {
 	Tasks    *TaskBoard  `json:"tasks,omitempty"`
 	Merge    *MergeQueue `json:"merge,omitempty"`
 	Fault    *string     `json:"fault,omitempty"`
+	Inbox    *[]Need     `json:"inbox,omitempty"`
 }
 
 // LogChunk is a piece of an agent's followed log: a new session's start

@@ -130,6 +130,8 @@ func (es *eventStream) update(u view.Update) error {
 		return es.send("", u.Kind, u.Merge)
 	case view.KindFault:
 		return es.send("", u.Kind, map[string]string{"fault": *u.Fault})
+	case view.KindInbox:
+		return es.send("", u.Kind, u.Inbox)
 	}
 	return nil
 }

@@ -92,6 +92,7 @@ function connect() {
   es.addEventListener('tasks', (e) => renderBoard(JSON.parse(e.data)));
   es.addEventListener('merge', (e) => { renderMerge(JSON.parse(e.data)); if (S.task.id) loadTask(); });
   es.addEventListener('fault', (e) => setFault(JSON.parse(e.data).fault));
+  es.addEventListener('inbox', (e) => renderInbox(JSON.parse(e.data) || []));
 }
 
 function setConn(cls, text) {
@@ -111,9 +112,30 @@ function applySnapshot(s) {
   renderBoard(s.tasks);
   renderMerge(s.merge);
   setFault(s.fault || '');
+  renderInbox(s.inbox || []);
   setIsolation(S.features.isolation || '');
   $('unlock').hidden = !S.features.writes || S.unlocked;
   if (!S.features.writes && S.unlocked) lock();
+}
+
+// renderInbox lists what needs a person, each with the command that deals
+// with it (as `swarmd inbox` does); a task's line opens the task.
+function renderInbox(needs) {
+  $('inbox-panel').hidden = needs.length === 0;
+  $('inbox-count').textContent = needs.length ? '(' + needs.length + ')' : '';
+  const list = $('inbox');
+  list.replaceChildren();
+  for (const n of needs) {
+    const li = el('li');
+    li.dataset.kind = n.kind;
+    li.appendChild(el('span', 'what', n.what));
+    li.appendChild(el('code', 'fix', n.fix));
+    if (n.task) {
+      li.classList.add('link');
+      li.addEventListener('click', () => openTask(n.task));
+    }
+    list.appendChild(li);
+  }
 }
 
 // setIsolation shows what contains the sessions, loudly when a part is not

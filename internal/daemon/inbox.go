@@ -1,0 +1,69 @@
+package daemon
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
+	"github.com/swarmd/swarmd/internal/view"
+)
+
+// ReadNeeds reads what the inbox is made of (view.Needs) from the store:
+// the agents in names (every agent recorded when names is nil), their stop
+// and pause records, the tasks that wait for a person, the operator's
+// unread mail. Running is left for the caller, who knows whether a daemon
+// runs.
+func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *mailbox.Mailbox, names []string) (view.NeedState, error) {
+	var st view.NeedState
+	agents, err := db.Agents(ctx)
+	if err != nil {
+		return st, err
+	}
+	if names == nil {
+		for n := range agents {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	pauses, err := db.Pauses(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, n := range names {
+		a := agents[n]
+		st.Agents = append(st.Agents, view.NeedAgent{Name: n, StoppedForGood: a.StopKind == store.StopFatal, StopReason: a.StopReason,
+			BudgetExhausted: strings.HasPrefix(pauses[n].Reason, "budget_exhausted")})
+	}
+	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked} {
+		ts, err := board.List(ctx, taskboard.Filter{State: &state})
+		if err != nil {
+			return st, err
+		}
+		for _, t := range ts {
+			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title, Result: t.Result, BlockedReason: t.BlockedReason})
+		}
+	}
+	sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })
+	msgs, err := mb.Inbox(ctx, mailbox.Operator, false)
+	if err != nil {
+		return st, err
+	}
+	st.OperatorMail = len(msgs)
+	return st, nil
+}
+
+// Inbox is what needs a person now, for the dashboards' inbox panel.
+func (s viewSource) Inbox(ctx context.Context) ([]view.Need, error) {
+	s.d.readOwnWrites(ctx)
+	cfg, _ := s.d.current()
+	st, err := ReadNeeds(ctx, s.d.db, s.d.tasks, s.d.mail, cfg.AgentNames())
+	if err != nil {
+		return nil, err
+	}
+	st.Running = true
+	return view.Needs(st), nil
+}

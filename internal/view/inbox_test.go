@@ -1,0 +1,45 @@
+package view
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNeedsListsWhatNeedsAPersonInOrder(t *testing.T) {
+	st := NeedState{
+		Running: false,
+		Agents: []NeedAgent{
+			{Name: "alice"},
+			{Name: "bob", StoppedForGood: true, StopReason: "5 consecutive errors\n(max_consecutive_errors)"},
+			{Name: "carol", BudgetExhausted: true},
+		},
+		Tasks: []NeedTask{
+			{ID: 2, State: "FAILED", Result: strings.Repeat("x", 300)},
+			{ID: 3, State: "PLANNED", Title: "split the parser"},
+			{ID: 4, State: "BLOCKED"},
+			{ID: 5, State: "OPEN", Title: "not the operator's"},
+		},
+		OperatorMail: 2,
+	}
+	got := Needs(st)
+	want := []Need{
+		{Kind: NeedNotRunning, What: "no swarmd runs on this state dir: nothing happens", Fix: "swarmd run"},
+		{Kind: NeedAgentStopped, Agent: "bob", What: "agent bob stopped for good: 5 consecutive errors (max_consecutive_errors)", Fix: "swarmd start bob"},
+		{Kind: NeedBudgetExhausted, Agent: "carol", What: "agent carol is paused: its budget is spent", Fix: "swarmd budget set carol USD"},
+		{Kind: NeedTaskFailed, Task: 2, What: "task #2 failed: " + strings.Repeat("x", 99) + "…", Fix: "swarmd task retry 2"},
+		{Kind: NeedTaskPlanned, Task: 3, What: "task #3 waits for approval: split the parser", Fix: "swarmd task approve 3"},
+		{Kind: NeedTaskBlocked, Task: 4, What: "task #4 is blocked: (no reason given)", Fix: "swarmd task show 4"},
+		{Kind: NeedMail, What: "2 unread messages to the operator", Fix: "swarmd mail inbox"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d needs %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("need %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if got := Needs(NeedState{Running: true, Agents: []NeedAgent{{Name: "alice"}}}); len(got) != 0 {
+		t.Errorf("a healthy swarm needs %+v, want nothing", got)
+	}
+}
