@@ -115,12 +115,41 @@ func (w *work) settlement(rec SessionRecord, result string) Settlement {
 	return st
 }
 
+// buildPrompt builds the next session's prompt and feeds PromptReady; an
+// agent with nothing to do idles instead, and a store that refused the
+// build's reads and claims is waited for.
 func (r *Runner) buildPrompt() {
 	r.applyPending()
 	if r.limits.reached(r.cfg.MaxSessions) {
 		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.limits.started)+" sessions run")
 		return
 	}
+	p, err := r.prompt()
+	stopping := r.external()
+	if stopping || err != nil || p.Idle {
+		r.limits.giveBack(backend.Result{}, false) // no session: the next waiter may go
+	}
+	switch {
+	case stopping:
+	case err != nil:
+		if r.storeRefused(err) {
+			return // step builds it again
+		}
+		r.storeAnswered()
+		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
+	case p.Idle:
+		r.storeAnswered()
+		r.waitIdle()
+	default:
+		r.storeAnswered()
+		r.inbox.waiting.Store(false)
+		r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
+	}
+}
+
+// prompt names the next session and has the Prompter build its prompt,
+// keeping what the prompt claimed and holds.
+func (r *Runner) prompt() (Prompt, error) {
 	r.seq.next()
 	r.seq.newID(r.cfg.Name)
 	// Urgent mail the runner heard of before consuming was committed before
@@ -143,28 +172,7 @@ func (r *Runner) buildPrompt() {
 		r.inbox.held(p.Watermark, known)
 		r.tree.promptHead = p.Head
 	}
-	stopping := r.external()
-	if stopping || err != nil || p.Idle {
-		r.limits.giveBack(backend.Result{}, false) // no session: the next waiter may go
-	}
-	if stopping {
-		return
-	}
-	if err != nil {
-		if r.storeRefused(err) {
-			return // step builds it again
-		}
-		r.storeAnswered()
-		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
-		return
-	}
-	r.storeAnswered()
-	if p.Idle {
-		r.waitIdle()
-		return
-	}
-	r.inbox.waiting.Store(false)
-	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
+	return p, err
 }
 
 // waitIdle waits in BuildingPrompt, starting no session, until a wake-up

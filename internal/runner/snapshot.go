@@ -7,7 +7,8 @@ import (
 	"github.com/swarmd/swarmd/internal/agent"
 )
 
-// The agent's observable state; applyT rebuilds it at every transition.
+// The agent's observable state; publishTransition rebuilds it at every
+// transition, and the parts that other goroutines change update it.
 
 // Snapshot is the agent's observable state at one moment.
 type Snapshot struct {
