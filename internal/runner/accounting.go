@@ -20,16 +20,16 @@ import (
 // interrupted it.
 func (r *Runner) sessionResult(sess backend.Session) (res backend.Result, out agent.ExitOutcome, interrupted bool) {
 	res = sess.Result()
-	if r.timedOut {
+	if r.cur.timedOut {
 		// The runner owns the session timeout; the backend only saw signals.
 		res.AbortReason = "timeout"
 		res.Reason = "session timeout after " + r.cfg.Timeout.String() + " (" + res.Reason + ")"
 	}
-	if a := r.aborted; a != nil && !r.timedOut && !r.interrupted && res.Outcome != backend.OutcomeSuccess {
+	if a := r.aborts.cancel; a != nil && !r.cur.timedOut && !r.cur.interrupted && res.Outcome != backend.OutcomeSuccess {
 		// Whatever signal the backend is cancelled with, the cause is ours.
 		res.AbortReason, res.Reason = a.reason, a.detail+" ("+res.Reason+")"
 	}
-	r.aborted = nil
+	r.aborts.cancel = nil
 	// The record needs an end and a start, whatever the backend reported.
 	if res.Ended.IsZero() {
 		res.Ended = time.Now()
@@ -38,14 +38,14 @@ func (r *Runner) sessionResult(sess backend.Session) (res backend.Result, out ag
 		res.Started = res.Ended
 	}
 	r.price(&res)
-	out = outcome(res, r.timedOut)
+	out = outcome(res, r.cur.timedOut)
 	// Interrupted is what the machine says: from Interrupting, any exit
 	// goes back to BuildingPrompt, never SessionComplete, so the session
 	// did not complete (its mail is shown again, settle.Record.Completed is
 	// false), even when it exited 0 before the interrupt reached it; its
 	// row must say so, not "success". The abort reason is the interrupt's
 	// only when the interrupt ended it.
-	interrupted = r.interrupted
+	interrupted = r.cur.interrupted
 	if interrupted && out.Kind != agent.Success {
 		res.AbortReason = backend.AbortUrgentMessage
 	}
@@ -57,12 +57,12 @@ func (r *Runner) sessionResult(sess backend.Session) (res backend.Result, out ag
 func (r *Runner) sessionRecord(sess backend.Session, res backend.Result, out agent.ExitOutcome, stopping, interrupted bool) SessionRecord {
 	headAfter := r.head()
 	return SessionRecord{
-		Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq, Outcome: out, Result: res,
+		Agent: r.cfg.Name, SessionID: sess.ID(), Seq: r.seq.n, Outcome: out, Result: res,
 		Stopped: stopping, LogPath: r.logPath(), Backend: r.cfg.BackendName,
-		HeadBefore: r.headBefore, HeadAfter: headAfter, Commits: r.commits(r.headBefore, headAfter), Task: r.task,
-		ForceStopped: r.forced, Interrupted: interrupted,
-		TurnLimit: turnLimited(res, r.timedOut), StoppedFor: stoppedFor(res, r.timedOut),
-		Provider: providerTrouble(res, r.timedOut),
+		HeadBefore: r.tree.headBefore, HeadAfter: headAfter, Commits: r.commits(r.tree.headBefore, headAfter), Task: r.work.task,
+		ForceStopped: r.cur.forced, Interrupted: interrupted,
+		TurnLimit: turnLimited(res, r.cur.timedOut), StoppedFor: stoppedFor(res, r.cur.timedOut),
+		Provider: providerTrouble(res, r.cur.timedOut),
 	}
 }
 
@@ -86,7 +86,7 @@ func (r *Runner) commits(before, after string) int {
 	if before == "" || after == "" || before == after {
 		return 0
 	}
-	n, err := r.cfg.Workspace.CommitsBetween(r.forceCtx, before, after)
+	n, err := r.cfg.Workspace.CommitsBetween(r.stop.forceCtx, before, after)
 	if err != nil {
 		r.log.Warn("count the session's commits", zap.Error(err))
 	}
@@ -95,7 +95,7 @@ func (r *Runner) commits(before, after string) int {
 
 // head is the worktree's HEAD, "" when it cannot be read (logged).
 func (r *Runner) head() string {
-	h, err := r.cfg.Workspace.Head(r.forceCtx, r.cfg.Name)
+	h, err := r.cfg.Workspace.Head(r.stop.forceCtx, r.cfg.Name)
 	if err != nil {
 		r.log.Warn("read worktree HEAD", zap.Error(err))
 	}

@@ -13,13 +13,12 @@ import (
 // ("" once a write works again); Snapshot.DiskFull shows it, and the daemon's
 // readiness with it.
 func (r *Runner) setDiskFull(msg string) {
-	switch {
-	case msg != "" && r.diskFull == "":
+	switch was := r.pacing.setDiskFull(msg); {
+	case msg != "" && was == "":
 		r.log.Error("disk full: the agent backs off until its writes work again", zap.String("error", msg))
-	case msg == "" && r.diskFull != "":
+	case msg == "" && was != "":
 		r.log.Info("disk no longer full: the agent's writes work again")
 	}
-	r.diskFull = msg
 }
 
 // promptNotStored handles a prompt file that could not be written (the
@@ -34,6 +33,6 @@ func (r *Runner) promptNotStored(err error) {
 	msg := "disk full: store prompt: " + err.Error()
 	r.setDiskFull(msg)
 	r.release()
-	r.why = Why{Kind: WhyAfterError, Detail: msg}
+	r.work.why = Why{Kind: WhyAfterError, Detail: msg}
 	r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
 }

@@ -19,10 +19,10 @@ import (
 func (r *Runner) sessionEnv() []string {
 	env := make([]string, 0, len(r.cfg.Env)+3)
 	env = append(env, r.cfg.Env...)
-	env = append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.sessionID)
-	if r.wt.Path != "" {
+	env = append(env, "SWARM_AGENT_ID="+r.cfg.Name, "SWARM_SESSION_ID="+r.seq.id)
+	if r.tree.wt.Path != "" {
 		// Where `swarmd task done` reads the commit it freezes.
-		env = append(env, "SWARM_WORKTREE="+r.wt.Path)
+		env = append(env, "SWARM_WORKTREE="+r.tree.wt.Path)
 	}
 	return env
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -96,66 +97,100 @@ func stoppedNote(res backend.Result) (note string, why Why) {
 // abortRequest is an Abort waiting for the Run goroutine.
 type abortRequest struct{ reason, detail string }
 
+// aborts are the Abort requests: one waits at a time (the last one), for
+// the Run goroutine, which keeps the one that cancelled the running session.
+type aborts struct {
+	mu     sync.Mutex
+	req    *abortRequest // guarded by mu
+	ch     chan struct{} // capacity 1
+	cancel *abortRequest // owned by the Run goroutine: it cancelled the running session
+}
+
+func (a *aborts) init() { a.ch = make(chan struct{}, 1) }
+
+// request queues an Abort for the Run goroutine, replacing one it has not
+// taken.
+func (a *aborts) request(reason, detail string) {
+	a.mu.Lock()
+	a.req = &abortRequest{reason: reason, detail: detail}
+	a.mu.Unlock()
+	poke(a.ch)
+}
+
+// take returns the queued Abort, if any, and forgets it.
+func (a *aborts) take() *abortRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	req := a.req
+	a.req = nil
+	return req
+}
+
+// clear forgets an Abort that came while no session ran, and the one
+// that cancelled the last session.
+func (a *aborts) clear() {
+	a.take()
+	select {
+	case <-a.ch:
+	default:
+	}
+	a.cancel = nil
+}
+
 // Abort cancels the running session on purpose, with abort reason reason
 // (backend.AbortBudgetExhausted) and detail for its record: the session
 // is recorded with that outcome and counts as no error. It does not wait,
 // and does nothing when no session is running by the time the Run
 // goroutine gets to it; a session that starts later is not affected.
-func (r *Runner) Abort(reason, detail string) {
-	r.mu.Lock()
-	r.abortReq = &abortRequest{reason: reason, detail: detail}
-	r.mu.Unlock()
-	select {
-	case r.abortCh <- struct{}{}:
-	default:
-	}
-}
+func (r *Runner) Abort(reason, detail string) { r.aborts.request(reason, detail) }
 
 // takeAbort cancels the running session for a pending Abort.
 func (r *Runner) takeAbort() {
-	r.mu.Lock()
-	req := r.abortReq
-	r.abortReq = nil
-	sess := r.sess
-	r.mu.Unlock()
-	if req == nil || sess == nil || r.m.State().Kind != agent.Running || r.timedOut || r.aborted != nil {
+	req := r.aborts.take()
+	sess := r.cur.get()
+	if req == nil || sess == nil || r.m.State().Kind != agent.Running || r.cur.timedOut || r.aborts.cancel != nil {
 		return
 	}
-	r.aborted = req
-	r.log.Info("cancelling the session", zap.String("session", r.sessionID), zap.String("abort_reason", req.reason),
+	r.aborts.cancel = req
+	r.log.Info("cancelling the session", zap.String("session", r.seq.id), zap.String("abort_reason", req.reason),
 		zap.String("why", req.detail))
 	r.signal(sess.Cancel, "cancel")
 	// The grace period bounds it now, not the session timeout.
-	r.tm.cancelled(r.cfg.GracePeriod)
+	r.cur.tm.cancelled(r.cfg.GracePeriod)
 }
 
-// clearAbort forgets an Abort that came while no session ran: it was
-// about that one, and the next is not to be cancelled for it.
-func (r *Runner) clearAbort() {
-	r.mu.Lock()
-	r.abortReq = nil
-	r.mu.Unlock()
-	select {
-	case <-r.abortCh:
-	default:
-	}
-	r.aborted = nil
+// limits are the agent's counts against its limits, and its provider's
+// grant: sessions started in this run (max_sessions), sessions in a row
+// that completed holding work and said nothing (max_silent_sessions), and
+// the Gate's ticket for the next session. The Run goroutine owns them.
+type limits struct {
+	started int
+	silent  int
+	ticket  Ticket // from Config.Gate, until the session it admitted ends
 }
 
-// admit waits for the agent's provider to take a session (Config.Gate),
-// showing why in the snapshot meanwhile. It reports false when a stop cut
-// the wait short.
-func (r *Runner) admit() bool {
-	if r.cfg.Gate == nil || r.ticket != nil {
-		return true
+// reached reports whether max sessions (0: no limit) have started.
+func (l *limits) reached(max int) bool { return max > 0 && l.started >= max }
+
+// silence counts a settled session: one that completed holding a task or a
+// review (holding) and reported nothing adds to the silent ones, one that
+// reported resets them; a failure or an interrupt is nobody's silence. Once
+// max (0: never) are silent in a row, hold is true with how many, and the
+// count starts again.
+func (l *limits) silence(completed, reported, holding bool, max int) (n int, hold bool) {
+	if !completed {
+		return 0, false
 	}
-	t, err := r.cfg.Gate.Acquire(r.stopCtx, r.cfg.Name, r.setWaiting)
-	r.setWaiting("")
-	if err != nil {
-		return false
+	if reported || !holding {
+		l.silent = 0
+		return 0, false
 	}
-	r.ticket = t
-	return true
+	l.silent++
+	if max <= 0 || l.silent < max {
+		return l.silent, false
+	}
+	n, l.silent = l.silent, 0
+	return n, true
 }
 
 // Prober is a Ticket that may grant a provider's probe session (the
@@ -163,33 +198,45 @@ func (r *Runner) admit() bool {
 type Prober interface{ Probe() bool }
 
 // probing reports whether the session about to start is a probe.
-func (r *Runner) probing() bool {
-	p, ok := r.ticket.(Prober)
+func (l *limits) probing() bool {
+	p, ok := l.ticket.(Prober)
 	return ok && p.Probe()
 }
 
-// settleTicket hands the ticket back with how its session went.
-func (r *Runner) settleTicket(res backend.Result, ran bool) {
-	if r.ticket == nil {
-		return
+// giveBack hands the ticket back with how its session went.
+func (l *limits) giveBack(res backend.Result, ran bool) {
+	if t := l.ticket; t != nil {
+		l.ticket = nil
+		t.Done(res, ran)
 	}
-	t := r.ticket
-	r.ticket = nil
-	t.Done(res, ran)
+}
+
+// admit waits for the agent's provider to take a session (Config.Gate),
+// showing why in the snapshot meanwhile. It reports false when a stop cut
+// the wait short.
+func (r *Runner) admit() bool {
+	if r.cfg.Gate == nil || r.limits.ticket != nil {
+		return true
+	}
+	t, err := r.cfg.Gate.Acquire(r.stop.ctx, r.cfg.Name, r.setWaiting)
+	r.setWaiting("")
+	if err != nil {
+		return false
+	}
+	r.limits.ticket = t
+	return true
 }
 
 // setWaiting publishes why the agent waits for its provider ("" when it
 // does not).
 func (r *Runner) setWaiting(reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.snap.Waiting == reason {
-		return
-	}
-	r.snap.Waiting = reason
-	r.snap.Version++
-	close(r.changed)
-	r.changed = make(chan struct{})
+	r.snaps.update(func(s *Snapshot) bool {
+		if s.Waiting == reason {
+			return false
+		}
+		s.Waiting = reason
+		return true
+	})
 }
 
 // onProgress is the session's Spec.OnProgress: every change goes to
@@ -199,7 +246,7 @@ func (r *Runner) onProgress() func(backend.Progress) {
 	if f == nil {
 		return nil
 	}
-	rec := ProgressRecord{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Backend: r.cfg.BackendName}
+	rec := ProgressRecord{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Backend: r.cfg.BackendName}
 	return func(p backend.Progress) {
 		rec := rec
 		rec.Progress = p

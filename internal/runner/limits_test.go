@@ -230,3 +230,92 @@ func TestGateTicketBackWhenPaused(t *testing.T) {
 		h.stop()
 	})
 }
+
+// max_sessions counts started sessions; silence counts completed sessions
+// that held work and reported nothing, holds at the limit and starts again;
+// a report or a session without work resets it, a failure changes nothing.
+func TestLimitsCounts(t *testing.T) {
+	var l limits
+	l.started = 100
+	if l.reached(0) {
+		t.Error("max_sessions 0 reached")
+	}
+	l.started = 2
+	if l.reached(3) {
+		t.Error("2 of 3 sessions reached the limit")
+	}
+	l.started = 3
+	if !l.reached(3) {
+		t.Error("3 of 3 sessions did not reach the limit")
+	}
+	type call struct {
+		completed, reported, holding bool
+		wantN                        int
+		wantHold                     bool
+	}
+	for i, c := range []call{
+		{true, false, true, 1, false},
+		{false, false, true, 0, false}, // a failure: nobody's silence
+		{true, false, true, 2, false},
+		{true, false, true, 3, true},
+		{true, false, true, 1, false}, // counts again
+		{true, true, true, 0, false},  // reported
+		{true, false, true, 1, false},
+		{true, false, false, 0, false}, // no work held
+		{true, false, true, 1, false},
+	} {
+		n, hold := l.silence(c.completed, c.reported, c.holding, 3)
+		if n != c.wantN || hold != c.wantHold {
+			t.Errorf("call %d %+v: silence = %d, %v", i, c, n, hold)
+		}
+	}
+	var never limits
+	for range 5 {
+		if _, hold := never.silence(true, false, true, 0); hold {
+			t.Fatal("max_silent_sessions 0 held the agent")
+		}
+	}
+	if never.silent != 5 {
+		t.Errorf("silent %d with no limit, want 5", never.silent)
+	}
+}
+
+// A ticket is handed back once, with how its session went.
+func TestLimitsTicket(t *testing.T) {
+	var l limits
+	l.giveBack(backend.Result{}, false) // none: nothing to do
+	g := &fakeGate{probe: true}
+	l.ticket = fakeTicket{g}
+	if !l.probing() {
+		t.Error("a probe ticket's session is no probe")
+	}
+	l.giveBack(backend.Result{Reason: "x"}, true)
+	l.giveBack(backend.Result{}, false)
+	if len(g.ran) != 1 || !g.ran[0] || g.done[0].Reason != "x" || l.ticket != nil || l.probing() {
+		t.Fatalf("ticket handed back %d times (%v), ticket %v", len(g.ran), g.ran, l.ticket)
+	}
+}
+
+// The Abort last asked for is taken once; clear forgets it, its signal and
+// the Abort that cancelled the last session.
+func TestAborts(t *testing.T) {
+	var a aborts
+	a.init()
+	if a.take() != nil {
+		t.Fatal("an Abort in a new runner")
+	}
+	a.request(backend.AbortBudgetExhausted, "first")
+	a.request(backend.AbortBudgetExhausted, "second")
+	if got := len(a.ch); got != 1 {
+		t.Errorf("%d abort signals queued, want 1", got)
+	}
+	if req := a.take(); req == nil || req.detail != "second" || a.take() != nil {
+		t.Fatalf("took %+v, then again", req)
+	}
+	a.request(backend.AbortBudgetExhausted, "late")
+	a.cancel = &abortRequest{reason: "x"}
+	a.clear()
+	if a.take() != nil || len(a.ch) != 0 || a.cancel != nil {
+		t.Fatal("clear left an Abort")
+	}
+}

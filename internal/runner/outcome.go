@@ -103,44 +103,26 @@ func (r *Runner) waitingOnStore(what string, f func(wait func(error)) error) err
 // setStoreWait publishes why the agent waits on the store ("" when it does
 // not).
 func (r *Runner) setStoreWait(reason string, since time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.snap.StoreWait == reason {
-		return
-	}
-	r.snap.StoreWait, r.snap.StoreWaitSince = reason, since
-	r.snap.Version++
-	close(r.changed)
-	r.changed = make(chan struct{})
+	r.snaps.update(func(s *Snapshot) bool {
+		if s.StoreWait == reason {
+			return false
+		}
+		s.StoreWait, s.StoreWaitSince = reason, since
+		return true
+	})
 }
 
 // begin makes the session's row durable before its process starts. An
 // error means the session must not start: a stop came first, or its seq is
 // another session's (the seq then moves past it).
 func (r *Runner) begin(start time.Time) error {
-	b := SessionBegin{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Started: start,
-		HeadBefore: r.headBefore, LogPath: r.logPath()}
+	b := SessionBegin{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Started: start,
+		HeadBefore: r.tree.headBefore, LogPath: r.logPath()}
 	return r.waitingOnStore("record the session's start", func(wait func(error)) error {
-		next, err := r.cfg.Settler.Begin(r.stopCtx, b, wait)
-		if errors.Is(err, ErrSeqTaken) && next > r.seq {
-			r.seq = next
-		}
-		// The seq is this session's now, whatever becomes of it: the next
-		// session gets its own (nextSeq).
-		r.seqUsed = err == nil
+		next, err := r.cfg.Settler.Begin(r.stop.ctx, b, wait)
+		r.seq.begun(next, err)
 		return err
 	})
-}
-
-// nextSeq moves past the seq of a session that started and did not
-// complete (an error, a timeout, an interrupt, a failed start): the seed's
-// machine bumps session_seq only after a completed session, but every
-// started session has a seq, a row, a log and a prompt of its own.
-func (r *Runner) nextSeq() {
-	if r.seqUsed {
-		r.seq++
-		r.seqUsed = false
-	}
 }
 
 // settle records how the session ended before the next prompt is built:
@@ -149,34 +131,12 @@ func (r *Runner) nextSeq() {
 // force stop cuts it short, leaving the outcome in the session's log for
 // restart recovery.
 func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOutcome, stopping bool) {
-	st := Settlement{Session: rec, Mail: r.carried, Task: r.task, Review: r.review, Result: res.Text}
-	r.carried = 0
-	prev := r.m.State().Kind
-	switch {
-	case stopping:
-		st.Note = "that session was stopped with its agent (" + r.snapReason() + ")"
-	case prev == agent.Interrupting:
-		st.Note = "that session was interrupted by urgent mail"
-	case res.Fatal != "":
-		st.Note = "that session failed: " + res.Fatal
-	case out.Kind == agent.Timeout:
-		st.Note = "that session timed out"
-	case stoppedFor(res, r.timedOut) != "":
-		st.Note, _ = stoppedNote(res)
-	case rec.Provider != "":
-		st.Note = "that session was cut off by its provider (" + rec.Provider + ")"
-	case out.Kind == agent.Success && prev == agent.Running:
-		st.Completed = true
-	default:
-		st.Note = "that session failed: " + out.String()
-	}
-	if r.forced && !st.Completed {
-		st.Note += " and was force-stopped"
-	}
+	st := r.work.settlement(rec, res.Text)
+	st.Completed, st.Note = r.settleNote(rec, res, out, stopping)
 	var sr SettleResult
 	err := r.waitingOnStore("record the session's outcome", func(wait func(error)) error {
 		var err error
-		sr, err = r.cfg.Settler.Settle(r.forceCtx, st, wait)
+		sr, err = r.cfg.Settler.Settle(r.stop.forceCtx, st, wait)
 		return err
 	})
 	if err != nil {
@@ -185,8 +145,35 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 		r.log.Error("record the session's outcome (restart recovery applies it from the session log)",
 			zap.String("session", rec.SessionID), zap.Error(err))
 	}
-	r.signalled = sr.Signalled
+	r.work.signalled = sr.Signalled
 	r.countSilence(st, sr)
+}
+
+// settleNote says whether the ended session completed, and why not.
+func (r *Runner) settleNote(rec SessionRecord, res backend.Result, out agent.ExitOutcome, stopping bool) (completed bool, note string) {
+	prev := r.m.State().Kind
+	switch {
+	case stopping:
+		note = "that session was stopped with its agent (" + r.snapReason() + ")"
+	case prev == agent.Interrupting:
+		note = "that session was interrupted by urgent mail"
+	case res.Fatal != "":
+		note = "that session failed: " + res.Fatal
+	case out.Kind == agent.Timeout:
+		note = "that session timed out"
+	case stoppedFor(res, r.cur.timedOut) != "":
+		note, _ = stoppedNote(res)
+	case rec.Provider != "":
+		note = "that session was cut off by its provider (" + rec.Provider + ")"
+	case out.Kind == agent.Success && prev == agent.Running:
+		return true, ""
+	default:
+		note = "that session failed: " + out.String()
+	}
+	if r.cur.forced {
+		note += " and was force-stopped"
+	}
+	return false, note
 }
 
 // countSilence holds the agent once MaxSilent sessions in a row completed
@@ -194,66 +181,84 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 // never reports would run session after session on the same work (a
 // reviewer that never says PASS or FAIL ran 335 sessions in 6 minutes).
 func (r *Runner) countSilence(st Settlement, sr SettleResult) {
-	if !st.Completed {
-		return // a failure counts as an error already; an interrupt is nobody's silence
+	maxSilent := r.cfg.MaxSilent
+	if r.cfg.Hold == nil {
+		maxSilent = 0 // counted, never held
 	}
-	if sr.Signalled || st.Task == 0 && st.Review == 0 {
-		r.silent = 0
-		return
-	}
-	r.silent++
-	if r.cfg.MaxSilent <= 0 || r.silent < r.cfg.MaxSilent || r.cfg.Hold == nil {
+	n, hold := r.limits.silence(st.Completed, sr.Signalled, st.Task != 0 || st.Review != 0, maxSilent)
+	if !hold {
 		return
 	}
 	what := "task #" + strconv.FormatInt(st.Task, 10)
 	if st.Review != 0 {
 		what = "the review of task #" + strconv.FormatInt(st.Review, 10)
 	}
-	reason := strconv.Itoa(r.silent) + " sessions in a row held " + what +
+	reason := strconv.Itoa(n) + " sessions in a row held " + what +
 		" and ended without DONE, PASS or FAIL (max_silent_sessions); swarmd resume " + r.cfg.Name + " lets it go on"
-	r.silent = 0
 	r.log.Warn("holding the agent: its sessions do not report on their work", zap.String("reason", reason))
 	r.cfg.Hold(reason)
 }
 
 // release returns mail claimed by a prompt whose session never started.
 func (r *Runner) release() {
-	if !r.claimed {
+	if !r.work.unclaim() {
 		return
 	}
-	r.claimed, r.carried, r.task, r.newTask = false, 0, 0, false
-	// Not stopCtx: returning the mail must happen even while stopping. What
+	// Not stop.ctx: returning the mail must happen even while stopping. What
 	// a force stop leaves claimed, restart recovery returns (no session row).
 	err := r.waitingOnStore("return claimed mail", func(wait func(error)) error {
-		return r.cfg.Settler.Release(r.forceCtx, r.sessionID, wait)
+		return r.cfg.Settler.Release(r.stop.forceCtx, r.seq.id, wait)
 	})
 	if err != nil {
-		r.log.Error("return claimed mail", zap.String("session", r.sessionID), zap.Error(err))
+		r.log.Error("return claimed mail", zap.String("session", r.seq.id), zap.Error(err))
 	}
 }
 
 // taskStarted moves the task a session was started on to IN_PROGRESS.
 func (r *Runner) taskStarted() {
-	if !r.newTask {
+	if !r.work.startTask() {
 		return
 	}
-	r.newTask = false
 	err := r.waitingOnStore("start the session's task", func(wait func(error)) error {
-		return r.cfg.Settler.Started(r.forceCtx, r.cfg.Name, r.sessionID, r.task, wait)
+		return r.cfg.Settler.Started(r.stop.forceCtx, r.cfg.Name, r.seq.id, r.work.task, wait)
 	})
 	if err != nil {
-		r.log.Warn("start the session's task", zap.Int64("task", r.task), zap.Error(err))
+		r.log.Warn("start the session's task", zap.Int64("task", r.work.task), zap.Error(err))
 	}
 }
 
 // stopped returns the agent's tasks to the board: it stopped for good.
 func (r *Runner) stopped() {
 	err := r.waitingOnStore("requeue the agent's tasks", func(wait func(error)) error {
-		return r.cfg.Settler.Stopped(r.forceCtx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), wait)
+		return r.cfg.Settler.Stopped(r.stop.forceCtx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), wait)
 	})
 	if err != nil {
 		r.log.Error("return the agent's tasks", zap.Error(err))
 	}
+}
+
+// storeBackoff is the backoff of prompt builds while the store refuses
+// them: the current pause and when the refusals began.
+type storeBackoff struct {
+	delay time.Duration
+	since time.Time
+}
+
+// refused counts a refusal at now: the pause before the next try doubles,
+// from storeFirstBackoff up to storeMaxBackoff.
+func (b *storeBackoff) refused(now time.Time) (delay time.Duration, since time.Time) {
+	if b.delay == 0 {
+		b.since = now
+	}
+	b.delay = min(max(2*b.delay, storeFirstBackoff), storeMaxBackoff)
+	return b.delay, b.since
+}
+
+// answered ends the refusals, reporting whether there were any.
+func (b *storeBackoff) answered() bool {
+	was := b.delay != 0
+	b.delay = 0
+	return was
 }
 
 // storeRefused reports whether a prompt's build failed because the store
@@ -263,22 +268,18 @@ func (r *Runner) storeRefused(err error) bool {
 	if !r.cfg.Settler.Transient(err) {
 		return false
 	}
-	if r.storeDelay == 0 {
-		r.storeSince = time.Now()
+	delay, since := r.storeBackoff.refused(time.Now())
+	if time.Since(since) >= storeWaitShown {
+		r.setStoreWait("waiting on the store: build the prompt: "+err.Error(), since)
 	}
-	r.storeDelay = min(max(2*r.storeDelay, storeFirstBackoff), storeMaxBackoff)
-	if time.Since(r.storeSince) >= storeWaitShown {
-		r.setStoreWait("waiting on the store: build the prompt: "+err.Error(), r.storeSince)
-	}
-	r.log.Warn("build prompt: the store refused; building again", zap.Duration("in", r.storeDelay), zap.Error(err))
-	sleep(r.stopCtx, r.storeDelay)
+	r.log.Warn("build prompt: the store refused; building again", zap.Duration("in", delay), zap.Error(err))
+	sleep(r.stop.ctx, delay)
 	return true
 }
 
 // storeAnswered clears the build's store wait.
 func (r *Runner) storeAnswered() {
-	if r.storeDelay != 0 {
-		r.storeDelay = 0
+	if r.storeBackoff.answered() {
 		r.setStoreWait("", time.Time{})
 	}
 }
@@ -288,14 +289,14 @@ func (r *Runner) storeAnswered() {
 func (r *Runner) abandon(start time.Time, cause error) {
 	now := time.Now()
 	res := backend.Result{Outcome: backend.OutcomeError, Started: start, Ended: now, Reason: "start: " + cause.Error()}
-	rec := SessionRecord{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq, Outcome: agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason},
-		Result: res, LogPath: r.logPath(), Backend: r.cfg.BackendName, HeadBefore: r.headBefore}
+	rec := SessionRecord{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Outcome: agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason},
+		Result: res, LogPath: r.logPath(), Backend: r.cfg.BackendName, HeadBefore: r.tree.headBefore}
 	st := Settlement{Session: rec, Note: "that session never started: " + cause.Error()}
 	err := r.waitingOnStore("record the failed start", func(wait func(error)) error {
-		_, err := r.cfg.Settler.Settle(r.forceCtx, st, wait)
+		_, err := r.cfg.Settler.Settle(r.stop.forceCtx, st, wait)
 		return err
 	})
 	if err != nil {
-		r.log.Error("record a session that did not start", zap.String("session", r.sessionID), zap.Error(err))
+		r.log.Error("record a session that did not start", zap.String("session", r.seq.id), zap.Error(err))
 	}
 }

@@ -128,3 +128,27 @@ func TestReportingSessionsAreNotHeld(t *testing.T) {
 		}
 	})
 }
+
+// The store's refusals double the pause from the first backoff up to the
+// most, counted from the first refusal; an answer starts it all again.
+func TestStoreBackoff(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var b storeBackoff
+	if b.answered() {
+		t.Fatal("answered without a refusal")
+	}
+	want := storeFirstBackoff
+	for i := range 10 {
+		d, since := b.refused(t0.Add(time.Duration(i) * time.Second))
+		if d != want || !since.Equal(t0) {
+			t.Fatalf("refusal %d: pause %v since %v, want %v since %v", i+1, d, since, want, t0)
+		}
+		want = min(2*want, storeMaxBackoff)
+	}
+	if !b.answered() || b.answered() {
+		t.Fatal("an answer after refusals was not reported exactly once")
+	}
+	if d, since := b.refused(t0.Add(time.Hour)); d != storeFirstBackoff || !since.Equal(t0.Add(time.Hour)) {
+		t.Errorf("after an answer: pause %v since %v", d, since)
+	}
+}

@@ -68,3 +68,58 @@ func TestMinSessionIntervalPacesAndStops(t *testing.T) {
 		}
 	})
 }
+
+// The wait before a session is the longer of min_session_interval since
+// the last spawn and the provider's reset; a backoff lasts until the reset.
+func TestPacingWait(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var p pacing
+	if d, rl := p.wait(now, time.Second); d != 0 || rl {
+		t.Fatalf("first session waits %v (rate limited %v)", d, rl)
+	}
+	p.lastSpawn = now.Add(-300 * time.Millisecond)
+	if d, rl := p.wait(now, time.Second); d != 700*time.Millisecond || rl {
+		t.Errorf("wait %v (rate limited %v), want 700ms", d, rl)
+	}
+	if d, _ := p.wait(now, 0); d > 0 {
+		t.Errorf("no interval: wait %v", d)
+	}
+	p.retryAfter = now.Add(5 * time.Second)
+	if d, rl := p.wait(now, time.Second); d != 5*time.Second || !rl {
+		t.Errorf("rate limited: wait %v (rate limited %v), want 5s", d, rl)
+	}
+	p.retryAfter = now.Add(100 * time.Millisecond)
+	if d, rl := p.wait(now, time.Second); d != 700*time.Millisecond || rl {
+		t.Errorf("a reset before the interval: wait %v (rate limited %v), want 700ms", d, rl)
+	}
+	p.retryAfter = now.Add(5 * time.Second)
+	if end, later := p.coolUntil(now.Add(time.Second)); !end.Equal(p.retryAfter) || !later {
+		t.Errorf("backoff before the reset ends %v (%v)", end, later)
+	}
+	if end, later := p.coolUntil(now.Add(10 * time.Second)); !end.Equal(now.Add(10*time.Second)) || later {
+		t.Errorf("backoff after the reset ends %v (%v)", end, later)
+	}
+}
+
+// Three sessions in a row that end within a second make a hot loop, told
+// once; a longer one ends it. setDiskFull returns what it was.
+func TestPacingHotLoop(t *testing.T) {
+	var p pacing
+	for i, want := range []bool{false, false, true, false} {
+		if got := p.ended(10 * time.Millisecond); got != want {
+			t.Errorf("quick session %d: hot loop now %v, want %v", i+1, got, want)
+		}
+	}
+	if !p.hot() {
+		t.Fatal("no hot loop after 4 quick sessions")
+	}
+	if p.ended(2*time.Second) || p.hot() {
+		t.Fatal("a 2s session left the hot loop")
+	}
+	if was := p.setDiskFull("disk full"); was != "" {
+		t.Errorf("was %q", was)
+	}
+	if was := p.setDiskFull(""); was != "disk full" {
+		t.Errorf("was %q, want disk full", was)
+	}
+}

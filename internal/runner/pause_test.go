@@ -223,3 +223,69 @@ func TestAuditGetsEveryCall(t *testing.T) {
 		h.stop()
 	})
 }
+
+// A pause that survived a restart froze nothing; pausing again keeps the
+// first Since, takes the new actor and reason, and keeps Now until lifted;
+// lifting reports the pause once.
+func TestPauserSetAndLift(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var pz pauser
+	pz.init(&Pause{Actor: "operator", Reason: "lunch", Since: t0, Now: true})
+	if p, ok := pz.get(); !ok || p.Now || !p.Since.Equal(t0) {
+		t.Fatalf("restored pause %+v, %v; want paused since %v without Now", p, ok, t0)
+	}
+	pz.set(Pause{Actor: "daemon", Reason: "budget", Now: true}, t0.Add(time.Hour))
+	pz.set(Pause{Actor: "agent:bob", Reason: "again"}, t0.Add(2*time.Hour))
+	if got := len(pz.ch); got != 1 {
+		t.Errorf("%d pause signals queued, want 1", got)
+	}
+	p, _ := pz.get()
+	if want := (Pause{Actor: "agent:bob", Reason: "again", Since: t0, Now: true}); p != want {
+		t.Fatalf("pause %+v, want %+v", p, want)
+	}
+	var s Snapshot
+	pz.fill(&s)
+	if !s.Paused || s.PausedBy != "agent:bob" || s.PauseReason != "again" || !s.PausedSince.Equal(t0) {
+		t.Fatalf("snapshot %+v", s)
+	}
+	if !pz.lift() || pz.lift() {
+		t.Fatal("lift did not report the pause exactly once")
+	}
+	pz.fill(&s)
+	if s.Paused || s.PausedBy != "" || s.PauseReason != "" || !s.PausedSince.IsZero() {
+		t.Fatalf("snapshot after lift %+v", s)
+	}
+	pz.set(Pause{Actor: "operator"}, t0.Add(3*time.Hour))
+	if p, _ := pz.get(); !p.Since.Equal(t0.Add(3*time.Hour)) || p.Now {
+		t.Fatalf("a new pause %+v, want since its time, without Now", p)
+	}
+}
+
+// The freeze clock adds up a session's freezes, starts afresh for another
+// session, and the session timeout left does not count them.
+func TestFreezeClock(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var f freeze
+	f.froze("s1", 3, t0)
+	if !f.frozen || f.procs != 3 {
+		t.Fatalf("frozen %v procs %d", f.frozen, f.procs)
+	}
+	if got := f.thawed(t0.Add(time.Minute)); got != time.Minute || f.frozen || f.procs != 0 {
+		t.Fatalf("thawed: total %v, frozen %v, procs %d", got, f.frozen, f.procs)
+	}
+	f.froze("s1", 2, t0.Add(2*time.Minute))
+	if got := f.thawed(t0.Add(4 * time.Minute)); got != 3*time.Minute {
+		t.Fatalf("second freeze: total %v, want 3m", got)
+	}
+	// Started at t0 with a 10m timeout, frozen 3m in all: at t0+5m, 8m left.
+	if got := f.timeoutLeft(t0, 10*time.Minute, t0.Add(5*time.Minute)); got != 8*time.Minute {
+		t.Errorf("timeout left %v, want 8m", got)
+	}
+	if got := f.timeoutLeft(t0, 10*time.Minute, t0.Add(time.Hour)); got != 0 {
+		t.Errorf("timeout left long after %v, want 0", got)
+	}
+	f.froze("s2", 1, t0.Add(10*time.Minute))
+	if got := f.thawed(t0.Add(11 * time.Minute)); got != time.Minute {
+		t.Errorf("another session's freeze: total %v, want 1m", got)
+	}
+}

@@ -69,59 +69,110 @@ type Prompt struct {
 	Head string
 }
 
+// work is what the current session is about, for the Run goroutine: why
+// it runs, its prompt until the backend has it, and the mail and task the
+// prompt claimed (outcome.go settles or returns them).
+type work struct {
+	why       Why
+	text      string // the stored prompt, until spawn hands it to the backend
+	claimed   bool   // the prompt claimed mail or a task, and no session has started with it
+	carried   int    // messages the current session's prompt carried
+	task      int64  // the task the current session's prompt carried
+	review    int64  // the task the current session reviews
+	newTask   bool   // task was claimed for the current prompt
+	signalled bool   // the last session completed with a signal (the prompt may find it idle)
+}
+
+// took keeps what a built prompt carries.
+func (w *work) took(p Prompt) {
+	w.claimed, w.carried = p.Mail > 0 || p.Task != 0, p.Mail
+	w.task, w.newTask, w.review = p.Task, p.NewTask, p.Review
+}
+
+// unclaim forgets the claims of a prompt whose session never started,
+// reporting whether there were any to return.
+func (w *work) unclaim() bool {
+	if !w.claimed {
+		return false
+	}
+	w.claimed, w.carried, w.task, w.newTask = false, 0, 0, false
+	return true
+}
+
+// startTask reports, once, that the session started on a task its prompt
+// newly claimed.
+func (w *work) startTask() bool {
+	was := w.newTask
+	w.newTask = false
+	return was
+}
+
+// settlement is the ended session's settlement without its verdict: the
+// mail, task and review it carried. The mail is settled once.
+func (w *work) settlement(rec SessionRecord, result string) Settlement {
+	st := Settlement{Session: rec, Mail: w.carried, Task: w.task, Review: w.review, Result: result}
+	w.carried = 0
+	return st
+}
+
+// buildPrompt builds the next session's prompt and feeds PromptReady; an
+// agent with nothing to do idles instead, and a store that refused the
+// build's reads and claims is waited for.
 func (r *Runner) buildPrompt() {
 	r.applyPending()
-	if r.cfg.MaxSessions > 0 && r.started >= r.cfg.MaxSessions {
-		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.started)+" sessions run")
+	if r.limits.reached(r.cfg.MaxSessions) {
+		r.apply(agent.EvOperatorStop(), "runner", "max_sessions: "+strconv.Itoa(r.limits.started)+" sessions run")
 		return
 	}
-	r.nextSeq()
-	r.sessionID = newSessionID(r.cfg.Name, r.seq)
-	// Urgent mail the runner heard of before consuming was committed before
-	// it, so the prompt holds it (or it was no longer pending).
-	r.mu.Lock()
-	known := r.maxUrgent
-	r.mu.Unlock()
-	if r.signalled {
-		r.waiting.Store(true)
-	}
-	p, err := r.cfg.Prompter.Build(r.stopCtx, PromptRequest{
-		Agent:     r.cfg.Name,
-		Role:      r.cfg.Role,
-		SessionID: r.sessionID,
-		Seq:       r.seq,
-		Worktree:  r.wt,
-		Why:       r.why,
-		MayIdle:   r.signalled,
-	})
-	if err == nil {
-		r.claimed, r.carried = p.Mail > 0 || p.Task != 0, p.Mail
-		r.task, r.newTask, r.review = p.Task, p.NewTask, p.Review
-		r.watermark = max(r.watermark, p.Watermark, known)
-		r.promptHead = p.Head
-	}
+	p, err := r.prompt()
 	stopping := r.external()
 	if stopping || err != nil || p.Idle {
-		r.settleTicket(backend.Result{}, false) // no session: the next waiter may go
+		r.limits.giveBack(backend.Result{}, false) // no session: the next waiter may go
 	}
-	if stopping {
-		return
-	}
-	if err != nil {
+	switch {
+	case stopping:
+	case err != nil:
 		if r.storeRefused(err) {
 			return // step builds it again
 		}
 		r.storeAnswered()
 		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
-		return
-	}
-	r.storeAnswered()
-	if p.Idle {
+	case p.Idle:
+		r.storeAnswered()
 		r.waitIdle()
-		return
+	default:
+		r.storeAnswered()
+		r.inbox.waiting.Store(false)
+		r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
 	}
-	r.waiting.Store(false)
-	r.apply(agent.EvPromptReady(p.Text), "runner", strconv.Itoa(len(p.Text))+" bytes")
+}
+
+// prompt names the next session and has the Prompter build its prompt,
+// keeping what the prompt claimed and holds.
+func (r *Runner) prompt() (Prompt, error) {
+	r.seq.next()
+	r.seq.newID(r.cfg.Name)
+	// Urgent mail the runner heard of before consuming was committed before
+	// it, so the prompt holds it (or it was no longer pending).
+	known := r.inbox.known()
+	if r.work.signalled {
+		r.inbox.waiting.Store(true)
+	}
+	p, err := r.cfg.Prompter.Build(r.stop.ctx, PromptRequest{
+		Agent:     r.cfg.Name,
+		Role:      r.cfg.Role,
+		SessionID: r.seq.id,
+		Seq:       r.seq.n,
+		Worktree:  r.tree.wt,
+		Why:       r.work.why,
+		MayIdle:   r.work.signalled,
+	})
+	if err == nil {
+		r.work.took(p)
+		r.inbox.held(p.Watermark, known)
+		r.tree.promptHead = p.Head
+	}
+	return p, err
 }
 
 // waitIdle waits in BuildingPrompt, starting no session, until a wake-up
@@ -131,26 +182,23 @@ func (r *Runner) waitIdle() {
 	r.setIdle(true)
 	defer r.setIdle(false)
 	select {
-	case <-r.wakeCh:
-	case <-r.urgentCh:
-	case <-r.stopCtx.Done():
+	case <-r.inbox.wake:
+	case <-r.inbox.urgent:
+	case <-r.stop.ctx.Done():
 	}
-	r.waiting.Store(false)
+	r.inbox.waiting.Store(false)
 }
 
 func (r *Runner) setIdle(idle bool) {
 	now := time.Now()
-	r.mu.Lock()
-	if r.snap.Idle == idle {
-		r.mu.Unlock()
-		return
-	}
-	r.snap.Idle = idle
-	r.snap.Version++
-	close(r.changed)
-	r.changed = make(chan struct{})
-	r.mu.Unlock()
-	if r.cfg.Observer != nil {
+	changed := r.snaps.update(func(s *Snapshot) bool {
+		if s.Idle == idle {
+			return false
+		}
+		s.Idle = idle
+		return true
+	})
+	if changed && r.cfg.Observer != nil {
 		r.cfg.Observer.OnIdle(r.cfg.Name, idle, now)
 	}
 }
@@ -158,6 +206,6 @@ func (r *Runner) setIdle(idle bool) {
 // storePrompt keeps the prompt for the session about to spawn and writes
 // it where the log store says; package logs owns the file itself.
 func (r *Runner) storePrompt(p string) error {
-	r.lastPrompt = p
-	return logs.WritePrompt(r.cfg.Logs.PromptPath(r.cfg.Name, r.seq), p)
+	r.work.text = p
+	return logs.WritePrompt(r.cfg.Logs.PromptPath(r.cfg.Name, r.seq.n), p)
 }

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -170,74 +168,31 @@ var (
 )
 
 // Runner drives one agent. Create with New, run with Run, stop with Stop.
+//
+// It wires its parts, each a small type of its own: what other goroutines
+// use (stop, snaps, pz, inbox, aborts, updates, and cur's session) guards
+// itself; the rest is the Run goroutine's alone.
 type Runner struct {
 	cfg Config
 	log *zap.Logger
 	m   *agent.Machine
 
-	stopCtx     context.Context // cancelled by Stop: aborts blocking steps
-	stopCancel  context.CancelFunc
-	forceCtx    context.Context // cancelled by ForceStop: kills hooks too
-	forceCancel context.CancelFunc
-	stopOnce    sync.Once
-	forceCh     chan struct{}
-	forceOnce   sync.Once
-	pz          pauseState
-	urgentCh    chan struct{} // capacity 1: coalesced wake-ups
-	wakeCh      chan struct{} // capacity 1: an idle agent's wake-ups
-	abortCh     chan struct{} // capacity 1: an Abort for the Run goroutine
-	waiting     atomic.Bool   // idle, or building a prompt that may find it idle
-	done        chan struct{}
+	// Shared with other goroutines; each part guards itself.
+	stop    stopper   // Stop, ForceStop and the end of Run (stop.go)
+	snaps   published // the snapshot Watch shows (snapshot.go)
+	pz      pauser    // the operator's pause and the session's freeze (pause.go)
+	inbox   inbox     // urgent mail and wake-ups (inbox.go)
+	aborts  aborts    // Abort requests (limits.go)
+	updates updates   // settings from a config reload (settings.go)
+	cur     current   // the running session (session.go)
 
-	mu          sync.Mutex
-	pending     *Settings // from a config reload, applied at the next BuildingPrompt
-	snap        Snapshot
-	changed     chan struct{}
-	stopActor   string
-	maxUrgent   int64
-	urgentAt    time.Time
-	sess        backend.Session
-	sessStarted time.Time
-	abortReq    *abortRequest
-
-	// Owned by the Run goroutine. The session sequence and the worktree:
-	seq       uint32
-	seqUsed   bool // a session began with seq: the next one takes seq+1 (nextSeq)
-	sessionID string
-	wt        worktree.Worktree
-	wtChecked bool // the worktree was prepared or verified since the last session
-	started   int  // sessions started in this run (max_sessions)
-	// The prompt, and the mail and task it claimed (prompt.go):
-	why        Why
-	lastPrompt string // the stored prompt, until spawn hands it to the backend
-	uncontainF func() // releases the running session's sandbox (Config.Container)
-	watermark  int64
-	claimed    bool  // a prompt claimed mail for sessionID, and no session has started with it
-	carried    int   // messages the current session's prompt carried
-	task       int64 // the task the current session's prompt carried
-	review     int64 // the task the current session reviews
-	newTask    bool  // task was claimed for the current prompt
-	signalled  bool  // the last session completed with the done signal
-	silent     int   // sessions in a row that completed holding work and said nothing (MaxSilent)
-	// The running session and how it is being ended (session.go, timers.go):
-	tm       timers
-	timedOut bool
-	forced   bool // the runner force-stopped the session outside a GraceExceeded transition
-	// interrupted: urgent mail interrupted the session (UrgentMessage).
-	interrupted bool
-	aborted     *abortRequest // Abort cancelled the running session
-	ticket      Ticket        // from Config.Gate, until the session it admitted ends
-	headBefore  string        // HEAD when the session started (accounting.go)
-	promptHead  string        // HEAD the last prompt was built on ("" unknown)
-	// Pacing and what status shows of past sessions:
-	retryAfter time.Time // a rate-limited session's provider reset time
-	lastSpawn  time.Time // when the last session was spawned (min_session_interval counts from it)
-	quick      int       // sessions in a row that ended on their own in under hotLoopSession
-	diskFull   string    // Snapshot.DiskFull
-	// The store's refusals of prompt builds (outcome.go): the current
-	// backoff and when the refusals began.
-	storeDelay time.Duration
-	storeSince time.Time
+	// Owned by the Run goroutine.
+	seq          sequence     // the session sequence and id (session.go)
+	tree         tree         // the worktree and the session's HEADs (workspace.go)
+	work         work         // the prompt and the mail and task it claimed (prompt.go)
+	limits       limits       // max_sessions, max_silent_sessions, the provider's ticket (limits.go)
+	pacing       pacing       // min_session_interval, rate limits, hot loops, a full disk (pace.go)
+	storeBackoff storeBackoff // the store's refusals of prompt builds (outcome.go)
 }
 
 // New checks cfg and returns a Runner in Initializing.
@@ -250,26 +205,22 @@ func New(cfg Config) (*Runner, error) {
 	}
 	cfg.setDefaults()
 	r := &Runner{
-		cfg:      cfg,
-		log:      cfg.Logger.With(zap.String("agent", cfg.Name)),
-		m:        agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Initializing}, 0, cfg.TotalErrors),
-		forceCh:  make(chan struct{}),
-		urgentCh: make(chan struct{}, 1),
-		wakeCh:   make(chan struct{}, 1),
-		abortCh:  make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		changed:  make(chan struct{}),
-		seq:      cfg.FirstSeq,
+		cfg: cfg,
+		log: cfg.Logger.With(zap.String("agent", cfg.Name)),
+		m:   agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Initializing}, 0, cfg.TotalErrors),
+		seq: sequence{n: cfg.FirstSeq},
 	}
-	r.stopCtx, r.stopCancel = context.WithCancel(context.Background())
-	r.forceCtx, r.forceCancel = context.WithCancel(context.Background())
-	r.initPause(cfg.Paused)
+	r.stop.init()
+	r.inbox.init()
+	r.aborts.init()
+	r.pz.init(cfg.Paused)
 	if cfg.StoppedReason != "" {
 		r.m = agent.Restore(cfg.Thresholds, agent.State{Kind: agent.Stopped}, 0, cfg.TotalErrors)
 	}
-	r.snap = Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq, Since: time.Now(),
+	snap := Snapshot{Agent: cfg.Name, State: r.m.State(), Seq: r.seq.n, Since: time.Now(),
 		TotalErrors: cfg.TotalErrors, Reason: cfg.StoppedReason}
-	r.fillPauseLocked(&r.snap)
+	r.pz.fill(&snap)
+	r.snaps.init(snap)
 	return r, nil
 }
 
@@ -278,85 +229,48 @@ func (r *Runner) Name() string { return r.cfg.Name }
 
 // Stop requests an OperatorStop. actor says who asked ("operator", "daemon").
 // It does not wait; see Done. Idempotent.
-func (r *Runner) Stop(actor string) {
-	r.stopOnce.Do(func() {
-		r.mu.Lock()
-		r.stopActor = actor
-		r.mu.Unlock()
-		r.stopCancel()
-	})
-}
+func (r *Runner) Stop(actor string) { r.stop.stop(actor) }
 
 // ForceStop stops the agent and kills its session at once, without waiting
 // for the grace period (a second SIGTERM). Idempotent.
-func (r *Runner) ForceStop() {
-	r.Stop("daemon")
-	r.forceOnce.Do(func() {
-		close(r.forceCh)
-		r.forceCancel()
-	})
-}
+func (r *Runner) ForceStop() { r.stop.force() }
 
 // Interrupt tells the runner that urgent message id (committed at
 // committedAt) waits for it. A Running session is interrupted unless its
 // prompt already holds the message; in any other state the message goes into
 // the next prompt, and a session that is Spawning is interrupted as soon as
 // it is Running.
-func (r *Runner) Interrupt(id int64, committedAt time.Time) {
-	r.mu.Lock()
-	if id > r.maxUrgent {
-		r.maxUrgent = id
-		r.urgentAt = committedAt
-	}
-	r.mu.Unlock()
-	select {
-	case r.urgentCh <- struct{}{}:
-	default:
-	}
-}
+func (r *Runner) Interrupt(id int64, committedAt time.Time) { r.inbox.noteUrgent(id, committedAt) }
 
 // Wake tells an idle agent to look for mail and tasks again. It never
 // blocks; wake-ups coalesce.
-func (r *Runner) Wake() {
-	select {
-	case r.wakeCh <- struct{}{}:
-	default:
-	}
-}
+func (r *Runner) Wake() { r.inbox.wakeUp() }
 
 // Idle reports whether the agent waits, idle, for mail or a task, or is
 // about to look whether it should: a wake-up sent from then on is kept, so
 // mail or a task that lands while it looks is never missed.
-func (r *Runner) Idle() bool { return r.waiting.Load() }
+func (r *Runner) Idle() bool { return r.inbox.waiting.Load() }
 
 // Done is closed when Run has returned: the agent is Stopped and its session
 // and cleanup are finished.
-func (r *Runner) Done() <-chan struct{} { return r.done }
+func (r *Runner) Done() <-chan struct{} { return r.stop.done }
 
 // LastOutput is the time the running session last printed (its start time
 // before its first output); zero when no session runs.
-func (r *Runner) LastOutput() time.Time {
-	r.mu.Lock()
-	s := r.sess
-	r.mu.Unlock()
-	if s == nil {
-		return time.Time{}
-	}
-	return s.LastOutput()
-}
+func (r *Runner) LastOutput() time.Time { return r.cur.lastOutput() }
 
 // Run drives the agent until it is Stopped and cleaned up. Cancelling ctx is
 // an OperatorStop by the daemon.
 func (r *Runner) Run(ctx context.Context) error {
-	defer close(r.done)
+	defer close(r.stop.done)
 	defer context.AfterFunc(ctx, func() { r.Stop("daemon") })()
-	defer r.forceCancel()
+	defer r.stop.forceCancel()
 	restored := r.m.State().IsTerminal() // stopped before this run (restart recovery)
 	for !r.m.State().IsTerminal() {
 		r.step()
 	}
 	r.cleanup()
-	if r.stopCtx.Err() != nil || restored {
+	if r.stop.requested() || restored {
 		return nil // asked to stop (operator, daemon), or never ran
 	}
 	return &StoppedError{Agent: r.cfg.Name, Reason: r.snapReason()}
@@ -391,16 +305,20 @@ func (r *Runner) step() {
 	case agent.SessionComplete:
 		r.worktreeReady(r.verify, nil)
 	case agent.CoolingDown:
-		// A rate limit keeps the agent cooling down at least until the
-		// provider's reset time, however short the backoff.
-		until := st.Until
-		if r.retryAfter.After(until) {
-			r.log.Info("rate limited: cooling down until the provider's reset time", zap.Time("until", r.retryAfter))
-			until = r.retryAfter
-		}
-		if sleep(r.stopCtx, time.Until(until)) {
-			r.apply(agent.EvBackoffElapsed(), "runner", "")
-		}
+		r.coolDown(st.Until)
+	}
+}
+
+// coolDown waits out CoolingDown's backoff; a rate limit keeps the agent
+// cooling down at least until the provider's reset time, however short the
+// backoff.
+func (r *Runner) coolDown(until time.Time) {
+	until, limited := r.pacing.coolUntil(until)
+	if limited {
+		r.log.Info("rate limited: cooling down until the provider's reset time", zap.Time("until", until))
+	}
+	if sleep(r.stop.ctx, time.Until(until)) {
+		r.apply(agent.EvBackoffElapsed(), "runner", "")
 	}
 }
 
@@ -410,7 +328,7 @@ func (r *Runner) step() {
 func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.Worktree, error), then func()) {
 	// prepare clears stale git locks first: no session is alive here, at
 	// the agent's start or after one ended.
-	wt, err := prepare(r.stopCtx, r.cfg.Name)
+	wt, err := prepare(r.stop.ctx, r.cfg.Name)
 	if r.external() {
 		return
 	}
@@ -418,7 +336,7 @@ func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.W
 		r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
 		return
 	}
-	r.wt, r.wtChecked = wt, true
+	r.tree.ready(wt)
 	if then != nil {
 		then()
 	}
@@ -427,22 +345,12 @@ func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.W
 
 // external applies a pending OperatorStop, reporting whether it did.
 func (r *Runner) external() bool {
-	if r.stopCtx.Err() != nil && !r.m.State().IsTerminal() {
-		r.mu.Lock()
-		actor := r.stopActor
-		r.mu.Unlock()
+	if r.stop.requested() && !r.m.State().IsTerminal() {
+		actor := r.stop.by()
 		r.apply(agent.EvOperatorStop(), actor, "stop requested by "+actor)
 		return true
 	}
 	return false
-}
-
-// stopActorName is who asked for the stop ("" when nobody did: the agent
-// stopped by itself).
-func (r *Runner) stopActorName() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopActor
 }
 
 // apply feeds ev to the machine, publishes the transition and carries out
@@ -466,27 +374,11 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		return
 	}
 	to := r.m.State()
-	switch eff.Kind {
-	case agent.StorePrompt:
-		if err := r.storePrompt(eff.Prompt); err != nil {
-			defer r.promptNotStored(err)
-		} else {
-			r.setDiskFull("")
-		}
-	case agent.CancelSession:
-		if s := r.session(); s != nil {
-			r.signal(s.Cancel, "cancel")
-		}
-	case agent.ForceStopSession:
-		if s := r.session(); s != nil {
-			r.signal(s.ForceStop, "force stop")
-		}
-	case agent.IncrementSession:
-		r.seq++
-		r.seqUsed = false
-	case agent.LogFatal:
+	if after := r.effect(eff); after != nil {
+		defer after()
+	}
+	if eff.Kind == agent.LogFatal {
 		reason = eff.Msg
-		r.log.Error("agent stopped", zap.String("reason", eff.Msg))
 	}
 	if to.IsTerminal() && reason == "" {
 		reason = ev.String()
@@ -496,23 +388,53 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.OnTransition(Transition{
 			Agent: r.cfg.Name, At: now, From: from, Event: ev, To: to, Effect: eff, Actor: actor, Reason: reason,
-			SessionID: r.sessionID, Seq: r.seq, UrgentCommitted: urgentCommitted,
+			SessionID: r.seq.id, Seq: r.seq.n, UrgentCommitted: urgentCommitted,
 			ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
 		})
 	}
-	r.mu.Lock()
-	r.snap = Snapshot{
-		Agent: r.cfg.Name, State: to, Seq: r.seq, SessionID: r.sessionID, SessionStarted: r.sessStarted,
-		ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
-		Reason: reason, Since: now, Version: r.snap.Version + 1,
-		HotLoop: r.quick >= hotLoopAfter, DiskFull: r.diskFull,
-		StoreWait: r.snap.StoreWait, StoreWaitSince: r.snap.StoreWaitSince,
+	r.publishTransition(to, reason, now)
+}
+
+// effect carries out a transition's side effect. What it returns runs once
+// the transition is published: a prompt that could not be stored is the
+// next event (promptNotStored).
+func (r *Runner) effect(eff agent.SideEffect) (after func()) {
+	switch eff.Kind {
+	case agent.StorePrompt:
+		if err := r.storePrompt(eff.Prompt); err != nil {
+			return func() { r.promptNotStored(err) }
+		}
+		r.setDiskFull("")
+	case agent.CancelSession:
+		if s := r.cur.get(); s != nil {
+			r.signal(s.Cancel, "cancel")
+		}
+	case agent.ForceStopSession:
+		if s := r.cur.get(); s != nil {
+			r.signal(s.ForceStop, "force stop")
+		}
+	case agent.IncrementSession:
+		r.seq.completed()
+	case agent.LogFatal:
+		r.log.Error("agent stopped", zap.String("reason", eff.Msg))
 	}
-	r.snapPause(&r.snap)
-	if r.sess == nil {
-		r.snap.SessionStarted = time.Time{}
-	}
-	close(r.changed)
-	r.changed = make(chan struct{})
-	r.mu.Unlock()
+	return nil
+}
+
+// publishTransition rebuilds the snapshot after a transition to to.
+func (r *Runner) publishTransition(to agent.State, reason string, now time.Time) {
+	started := r.cur.startedAt()
+	frozen, procs := r.pz.fr.frozen, r.pz.fr.procs
+	r.snaps.update(func(s *Snapshot) bool {
+		*s = Snapshot{
+			Agent: r.cfg.Name, State: to, Seq: r.seq.n, SessionID: r.seq.id, SessionStarted: started,
+			ConsecutiveErrors: r.m.ConsecutiveErrors(), TotalErrors: r.m.TotalErrors(),
+			Reason: reason, Since: now, Version: s.Version,
+			HotLoop: r.pacing.hot(), DiskFull: r.pacing.diskFull,
+			StoreWait: s.StoreWait, StoreWaitSince: s.StoreWaitSince,
+			Frozen: frozen, FrozenProcs: procs,
+		}
+		r.pz.fill(s)
+		return true
+	})
 }

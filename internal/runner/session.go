@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -20,18 +21,153 @@ import (
 // runs and handle what cuts it short (Running, Interrupting), finish it, and
 // end it when the agent stops (cleanup).
 
+// current is the running session: its process, for other goroutines too
+// (LastOutput, the snapshot), and for the Run goroutine its sandbox, its
+// timers and how the runner is ending it.
+type current struct {
+	mu      sync.Mutex
+	sess    backend.Session // nil when none runs; guarded by mu
+	started time.Time       // guarded by mu
+	// Owned by the Run goroutine:
+	tm          timers
+	release     func() // releases the session's sandbox (Config.Container)
+	timedOut    bool   // its session timeout cancelled it
+	forced      bool   // the runner force-stopped it outside a GraceExceeded transition
+	interrupted bool   // urgent mail interrupted it (UrgentMessage)
+}
+
+// set makes sess the running session, started at now, which nothing has
+// begun to end yet.
+func (c *current) set(sess backend.Session, now time.Time) {
+	c.timedOut, c.forced, c.interrupted = false, false, false
+	c.mu.Lock()
+	c.sess, c.started = sess, now
+	c.mu.Unlock()
+}
+
+// get is the running session, nil when none runs.
+func (c *current) get() backend.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess
+}
+
+// startedAt is when the running session started; zero when none runs.
+func (c *current) startedAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess == nil {
+		return time.Time{}
+	}
+	return c.started
+}
+
+// take forgets the ended session and stops its timers.
+func (c *current) take() backend.Session {
+	c.mu.Lock()
+	sess := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	c.tm.stop()
+	return sess
+}
+
+// uncontain releases the ended (or never started) session's sandbox.
+func (c *current) uncontain() {
+	if f := c.release; f != nil {
+		c.release = nil
+		f()
+	}
+}
+
+// lastOutput is when the running session last printed; zero when none
+// runs.
+func (c *current) lastOutput() time.Time {
+	if s := c.get(); s != nil {
+		return s.LastOutput()
+	}
+	return time.Time{}
+}
+
+// sequence numbers the agent's sessions: the seq of the current or next
+// session, and the current session's id.
+type sequence struct {
+	n    uint32
+	used bool // a session began with n: the next one takes n+1 (next)
+	id   string
+}
+
+// next moves past the seq of a session that started and did not
+// complete (an error, a timeout, an interrupt, a failed start): the seed's
+// machine bumps session_seq only after a completed session, but every
+// started session has a seq, a row, a log and a prompt of its own.
+func (q *sequence) next() {
+	if q.used {
+		q.n++
+		q.used = false
+	}
+}
+
+// completed is the machine's IncrementSession.
+func (q *sequence) completed() {
+	q.n++
+	q.used = false
+}
+
+// begun takes what Settler.Begin said: a seq another session has moves
+// past it, and the seq is this session's once its row is made, whatever
+// becomes of it.
+func (q *sequence) begun(next uint32, err error) {
+	if errors.Is(err, ErrSeqTaken) && next > q.n {
+		q.n = next
+	}
+	q.used = err == nil
+}
+
+// newID names the next session.
+func (q *sequence) newID(agentName string) { q.id = newSessionID(agentName, q.n) }
+
 // logPath is the log of the current session.
-func (r *Runner) logPath() string { return r.cfg.Logs.LogPath(r.cfg.Name, r.seq) }
+func (r *Runner) logPath() string { return r.cfg.Logs.LogPath(r.cfg.Name, r.seq.n) }
 
 // spawn starts the session whose prompt was stored, after the blocking
 // session_start hook; a start that fails is the session's error exit.
 func (r *Runner) spawn() {
+	r.aborts.clear()
+	r.pacing.lastSpawn = time.Now()
+	spec := r.spec()
+	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
+	if err == nil {
+		err = r.contain(&spec)
+	}
+	var sess backend.Session
+	if err == nil {
+		sess, err = r.startSession(spec)
+	}
+	if err != nil {
+		r.spawnFailed(err)
+		return
+	}
+	r.work.claimed = false
+	r.cur.set(sess, time.Now())
+	if r.cfg.Timeout > 0 {
+		r.cur.tm.startTimeout(r.cfg.Timeout)
+	}
+	r.limits.started++
+	r.apply(agent.EvSessionStarted(r.seq.n), "runner", "pid "+strconv.Itoa(sess.Pid()))
+	r.taskStarted()
+	r.maybeInterrupt()
+}
+
+// spec is the session about to start; the backend takes the prompt, so the
+// runner forgets it (a sleeping agent need not keep a copy).
+func (r *Runner) spec() backend.Spec {
 	spec := backend.Spec{
 		Agent:     r.cfg.Name,
-		SessionID: r.sessionID,
-		Seq:       r.seq,
-		Dir:       r.wt.Path,
-		Prompt:    r.lastPrompt,
+		SessionID: r.seq.id,
+		Seq:       r.seq.n,
+		Dir:       r.tree.wt.Path,
+		Prompt:    r.work.text,
 		LogPath:   r.logPath(),
 
 		MaxLogBytes: r.cfg.MaxLogBytes,
@@ -40,63 +176,47 @@ func (r *Runner) spawn() {
 		OnTool:      r.onTool(),
 		Tools:       r.cfg.Tools,
 		OnProgress:  r.onProgress(),
-		Probe:       r.probing(),
+		Probe:       r.limits.probing(),
 	}
-	r.lastPrompt = "" // the backend has it now; a sleeping agent need not keep a copy
+	r.work.text = ""
 	r.setSpecEnv(&spec)
-	r.clearAbort()
-	r.lastSpawn = time.Now()
-	r.headBefore = r.promptHead
-	if r.headBefore == "" {
-		r.headBefore = r.head()
+	spec.HeadBefore = r.tree.startHead(r.head)
+	return spec
+}
+
+// startSession makes the session's row durable, then starts its process;
+// a process that does not start closes the row.
+func (r *Runner) startSession(spec backend.Spec) (backend.Session, error) {
+	start := time.Now()
+	if err := r.begin(start); err != nil {
+		return nil, err
 	}
-	r.promptHead = "" // one prompt, one spawn
-	spec.HeadBefore = r.headBefore
-	err := r.hook(hooks.Payload{Event: hooks.SessionStart, State: agent.Spawning.String()})
-	if err == nil {
-		err = r.contain(&spec)
-	}
-	var sess backend.Session
-	if err == nil {
-		start := time.Now()
-		if err = r.begin(start); err == nil {
-			if sess, err = r.cfg.Backend.Start(r.stopCtx, spec); err != nil {
-				r.abandon(start, err)
-			}
-		}
-	}
+	sess, err := r.cfg.Backend.Start(r.stop.ctx, spec)
 	if err != nil {
-		r.uncontain()
-		r.release()
-		r.settleTicket(backend.Result{}, false)
-		if r.external() {
-			return
-		}
-		msg := "start: " + err.Error()
-		switch {
-		case errors.Is(err, hooks.ErrBlocked):
-			msg = err.Error()
-		case backend.IsDiskFull(err):
-			msg = "disk full: " + msg
-			r.setDiskFull(msg)
-		}
-		r.why = Why{Kind: WhyAfterError, Detail: msg}
-		r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
+		r.abandon(start, err)
+	}
+	return sess, err
+}
+
+// spawnFailed gives back what the session that did not start held and
+// feeds its error exit.
+func (r *Runner) spawnFailed(err error) {
+	r.cur.uncontain()
+	r.release()
+	r.limits.giveBack(backend.Result{}, false)
+	if r.external() {
 		return
 	}
-	r.claimed = false
-	r.timedOut, r.forced, r.interrupted = false, false, false
-	r.mu.Lock()
-	r.sess = sess
-	r.sessStarted = time.Now()
-	r.mu.Unlock()
-	if r.cfg.Timeout > 0 {
-		r.tm.startTimeout(r.cfg.Timeout)
+	msg := "start: " + err.Error()
+	switch {
+	case errors.Is(err, hooks.ErrBlocked):
+		msg = err.Error()
+	case backend.IsDiskFull(err):
+		msg = "disk full: " + msg
+		r.setDiskFull(msg)
 	}
-	r.started++
-	r.apply(agent.EvSessionStarted(r.seq), "runner", "pid "+strconv.Itoa(sess.Pid()))
-	r.taskStarted()
-	r.maybeInterrupt()
+	r.work.why = Why{Kind: WhyAfterError, Detail: msg}
+	r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
 }
 
 // contain gives the session about to start its sandbox (Config.Container).
@@ -104,20 +224,12 @@ func (r *Runner) contain(spec *backend.Spec) error {
 	if r.cfg.Container == nil {
 		return nil
 	}
-	wrap, release, err := r.cfg.Container.Contain(r.cfg.Name, r.sessionID)
+	wrap, release, err := r.cfg.Container.Contain(r.cfg.Name, r.seq.id)
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
-	spec.Sandbox, r.uncontainF = wrap, release
+	spec.Sandbox, r.cur.release = wrap, release
 	return nil
-}
-
-// uncontain releases the ended (or never started) session's sandbox.
-func (r *Runner) uncontain() {
-	if f := r.uncontainF; f != nil {
-		r.uncontainF = nil
-		f()
-	}
 }
 
 // maybeInterrupt interrupts a Running session when urgent mail newer than its
@@ -126,56 +238,52 @@ func (r *Runner) maybeInterrupt() {
 	if r.m.State().Kind != agent.Running || r.held() {
 		return
 	}
-	r.mu.Lock()
-	pending, at := r.maxUrgent > r.watermark, r.urgentAt
-	r.mu.Unlock()
+	pending, at := r.inbox.pendingUrgent()
 	if !pending {
 		return
 	}
-	r.why = Why{Kind: WhyAfterInterrupt}
+	r.work.why = Why{Kind: WhyAfterInterrupt}
 	r.applyUrgent(at)
 }
 
 func (r *Runner) applyUrgent(committed time.Time) {
 	r.applyT(agent.EvUrgentMessage(), "router", "urgent mail", committed)
-	r.interrupted = true
+	r.cur.interrupted = true
 	// The grace period now bounds the session; a session timeout no longer
 	// applies to it.
-	r.tm.interrupted(r.cfg.GracePeriod)
+	r.cur.tm.interrupted(r.cfg.GracePeriod)
 }
 
 // waitSession waits in Running or Interrupting for whatever comes first.
 func (r *Runner) waitSession() {
-	r.mu.Lock()
-	sess := r.sess
-	r.mu.Unlock()
+	sess, tm := r.cur.get(), &r.cur.tm
 	select {
 	case <-sess.Done():
 		r.finishSession(false)
-	case <-r.tm.timeout.C():
-		r.tm.timeout.fired()
-		r.timedOut = true
-		r.log.Info("session timeout, cancelling", zap.String("session", r.sessionID), zap.Duration("timeout", r.cfg.Timeout))
+	case <-tm.timeout.C():
+		tm.timeout.fired()
+		r.cur.timedOut = true
+		r.log.Info("session timeout, cancelling", zap.String("session", r.seq.id), zap.Duration("timeout", r.cfg.Timeout))
 		r.signal(sess.Cancel, "cancel")
-		r.tm.cancelled(r.cfg.GracePeriod)
-	case <-r.tm.kill.C():
-		r.tm.kill.fired()
-		r.forced = true
+		tm.cancelled(r.cfg.GracePeriod)
+	case <-tm.kill.C():
+		tm.kill.fired()
+		r.cur.forced = true
 		r.signal(sess.ForceStop, "force stop")
-	case <-r.tm.grace.C():
-		r.tm.grace.fired()
+	case <-tm.grace.C():
+		tm.grace.fired()
 		r.apply(agent.EvGraceExceeded(), "runner", "grace period "+r.cfg.GracePeriod.String()+" exceeded")
 		// The next session must not start while this one has a live process.
 		<-sess.Done()
 		r.finishSession(false) // its SessionExited is late: the machine rejects it
-		r.why = Why{Kind: WhyAfterInterrupt}
-	case <-r.urgentCh:
+		r.work.why = Why{Kind: WhyAfterInterrupt}
+	case <-r.inbox.urgent:
 		r.maybeInterrupt()
 	case <-r.pz.ch:
 		r.pauseChanged()
-	case <-r.abortCh:
+	case <-r.aborts.ch:
 		r.takeAbort()
-	case <-r.stopCtx.Done():
+	case <-r.stop.ctx.Done():
 		r.external()
 	}
 }
@@ -183,23 +291,35 @@ func (r *Runner) waitSession() {
 // finishSession records the ended session and feeds SessionExited. stopping
 // says the agent is already Stopped (cleanup).
 func (r *Runner) finishSession(stopping bool) {
-	r.mu.Lock()
-	sess := r.sess
-	r.sess = nil
-	r.mu.Unlock()
+	sess := r.cur.take()
 	r.sessionGone()
-	r.uncontain()
-	r.tm.stop()
+	r.cur.uncontain()
 	res, out, interrupted := r.sessionResult(sess)
-	r.settleTicket(res, true)
+	r.limits.giveBack(res, true)
 	rec := r.sessionRecord(sess, res, out, stopping, interrupted)
 	r.settle(rec, res, out, stopping)
 	r.noteSessionEnd(res, stopping)
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.OnSessionEnd(rec)
 	}
-	// What the session did, for the log and the hooks: a session its
-	// provider cut off failed, though the machine counts it as no error.
+	r.tellSessionEnd(sess, rec, res, out)
+	if stopping {
+		return
+	}
+	r.pacing.retryAfter = res.RetryAfter
+	if res.Fatal != "" {
+		// No retry can fix it (an invalid API key): stop now instead of
+		// burning the error budget.
+		r.apply(agent.EvFatalError(res.Fatal), "runner", res.Fatal)
+		return
+	}
+	r.work.why = r.whyAfter(res, rec, out)
+	r.apply(agent.EvSessionExited(out), "runner", res.Reason)
+}
+
+// tellSessionEnd runs the session_end hooks and logs the end: a session
+// its provider cut off failed, though the machine counts it as no error.
+func (r *Runner) tellSessionEnd(sess backend.Session, rec SessionRecord, res backend.Result, out agent.ExitOutcome) {
 	told := out
 	if rec.Provider != "" {
 		told = agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason + " (the provider's: " + rec.Provider + ")"}
@@ -211,86 +331,74 @@ func (r *Runner) finishSession(stopping bool) {
 	r.log.Info("session ended", zap.String("session", sess.ID()), zap.Stringer("outcome", told),
 		zap.Int("exit_code", res.ExitCode), zap.String("signal", res.Signal), zap.String("abort_reason", res.AbortReason),
 		zap.Duration("duration", res.Ended.Sub(res.Started)))
-	if stopping {
-		return
-	}
-	r.retryAfter = res.RetryAfter
-	if res.Fatal != "" {
-		// No retry can fix it (an invalid API key): stop now instead of
-		// burning the error budget.
-		r.apply(agent.EvFatalError(res.Fatal), "runner", res.Fatal)
-		return
-	}
-	prev := r.m.State().Kind
+}
+
+// whyAfter is why the session after the one that ended runs.
+func (r *Runner) whyAfter(res backend.Result, rec SessionRecord, out agent.ExitOutcome) Why {
 	switch {
-	case prev == agent.Interrupting:
-		r.why = Why{Kind: WhyAfterInterrupt}
-	case stoppedFor(res, r.timedOut) != "":
-		_, r.why = stoppedNote(res)
+	case r.m.State().Kind == agent.Interrupting:
+		return Why{Kind: WhyAfterInterrupt}
+	case stoppedFor(res, r.cur.timedOut) != "":
+		_, why := stoppedNote(res)
+		return why
 	case rec.Provider != "":
-		r.why = Why{Kind: WhyAfterError, Detail: "the provider: " + rec.Provider}
+		return Why{Kind: WhyAfterError, Detail: "the provider: " + rec.Provider}
 	case out.Kind == agent.Success:
-		r.why = Why{Kind: WhyAfterSuccess}
+		return Why{Kind: WhyAfterSuccess}
 	default:
-		r.why = Why{Kind: WhyAfterError, Detail: out.String()}
+		return Why{Kind: WhyAfterError, Detail: out.String()}
 	}
-	r.apply(agent.EvSessionExited(out), "runner", res.Reason)
 }
 
 // cleanup runs once the agent is Stopped: end the session (cancelled
 // already by OperatorStop's side effect, or now for a FatalError), force it
 // after the grace period or at once on ForceStop, and return unused mail.
 func (r *Runner) cleanup() {
-	r.mu.Lock()
-	sess := r.sess
-	r.mu.Unlock()
-	if sess != nil {
-		select {
-		case <-sess.Done():
-		default:
-			r.signal(sess.Cancel, "cancel")
-			t := time.NewTimer(r.cfg.GracePeriod)
-			select {
-			case <-sess.Done():
-			case <-t.C:
-				r.log.Warn("session ignored cancel for the grace period, force-stopping", zap.String("session", sess.ID()))
-				r.forced = true
-				r.signal(sess.ForceStop, "force stop")
-			case <-r.forceCh:
-				r.forced = true
-				r.signal(sess.ForceStop, "force stop")
-			}
-			t.Stop()
-			<-sess.Done()
-		}
+	if sess := r.cur.get(); sess != nil {
+		r.endSession(sess)
 		r.finishSession(true)
 	}
-	r.settleTicket(backend.Result{}, false)
+	r.limits.giveBack(backend.Result{}, false)
 	r.release()
-	if actor := r.stopActorName(); actor != "daemon" {
+	if actor := r.stop.by(); actor != "daemon" {
 		r.stopped()
 	}
 	// Archive and the agent_stopped hook run even while the daemon stops:
 	// only a force stop cuts them short.
-	if _, err := r.cfg.Logs.Archive(r.forceCtx, r.cfg.Name, time.Now()); err != nil {
+	if _, err := r.cfg.Logs.Archive(r.stop.forceCtx, r.cfg.Name, time.Now()); err != nil {
 		r.log.Error("archive session logs", zap.Error(err))
 	}
-	r.mu.Lock()
-	reason := r.snap.Reason
-	r.mu.Unlock()
-	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: reason})
+	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: r.snapReason()})
+}
+
+// endSession waits for the session of a stopped agent to end: it is
+// cancelled, and force-stopped after the grace period or at a force stop.
+func (r *Runner) endSession(sess backend.Session) {
+	select {
+	case <-sess.Done():
+		return
+	default:
+	}
+	r.signal(sess.Cancel, "cancel")
+	t := time.NewTimer(r.cfg.GracePeriod)
+	defer t.Stop()
+	select {
+	case <-sess.Done():
+	case <-t.C:
+		r.log.Warn("session ignored cancel for the grace period, force-stopping", zap.String("session", sess.ID()))
+		r.cur.forced = true
+		r.signal(sess.ForceStop, "force stop")
+	case <-r.stop.forced():
+		r.cur.forced = true
+		r.signal(sess.ForceStop, "force stop")
+	}
+	<-sess.Done()
 }
 
 func (r *Runner) signal(f func() error, what string) {
 	if err := f(); err != nil {
-		r.log.Warn("session "+what, zap.String("session", r.sessionID), zap.Error(err))
+		r.log.Warn("session "+what, zap.String("session", r.seq.id), zap.Error(err))
 	}
-}
-
-func (r *Runner) session() backend.Session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sess
 }
 
 // AgentOfSession is the agent a session id (newSessionID's form) belongs to;

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"sync"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/backend"
@@ -35,37 +36,57 @@ type Settings struct {
 	Gate        Gate
 }
 
-// Update queues new settings for the next session.
-func (r *Runner) Update(s Settings) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.pending = &s
+// updates holds settings queued by a reload, from any goroutine, until
+// the Run goroutine takes them at the next BuildingPrompt.
+type updates struct {
+	mu      sync.Mutex
+	pending *Settings
 }
+
+func (u *updates) put(s Settings) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.pending = &s
+}
+
+// take returns the queued settings, nil when none, and forgets them.
+func (u *updates) take() *Settings {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := u.pending
+	u.pending = nil
+	return p
+}
+
+// apply lays reloaded settings over the config: what a reload may
+// change, except that a nil Backend, Prompter or Settler and a zero grace
+// period keep the old one.
+func (c *Config) apply(p *Settings) {
+	c.Role, c.Env, c.Timeout, c.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
+	c.MaxSessions, c.MaxTurns, c.DefaultEnv = p.MaxSessions, p.MaxTurns, p.DefaultEnv
+	c.MaxSilent, c.MemoryMax = p.MaxSilent, p.MemoryMax
+	c.BackendName, c.Tools, c.Gate = p.BackendName, p.Tools, p.Gate
+	if p.Backend != nil {
+		c.Backend = p.Backend
+	}
+	if p.Prompter != nil {
+		c.Prompter = p.Prompter
+	}
+	if p.Settler != nil {
+		c.Settler = p.Settler
+	}
+	if p.GracePeriod > 0 {
+		c.GracePeriod = p.GracePeriod
+	}
+}
+
+// Update queues new settings for the next session.
+func (r *Runner) Update(s Settings) { r.updates.put(s) }
 
 // applyPending takes queued settings; only the Run goroutine calls it.
 func (r *Runner) applyPending() {
-	r.mu.Lock()
-	p := r.pending
-	r.pending = nil
-	r.mu.Unlock()
-	if p == nil {
-		return
+	if p := r.updates.take(); p != nil {
+		r.cfg.apply(p)
+		r.log.Info("new settings from the reloaded config apply from this session")
 	}
-	r.cfg.Role, r.cfg.Env, r.cfg.Timeout, r.cfg.MinSessionInterval = p.Role, p.Env, p.Timeout, p.MinSessionInterval
-	r.cfg.MaxSessions, r.cfg.MaxTurns, r.cfg.DefaultEnv = p.MaxSessions, p.MaxTurns, p.DefaultEnv
-	r.cfg.MaxSilent, r.cfg.MemoryMax = p.MaxSilent, p.MemoryMax
-	r.cfg.BackendName, r.cfg.Tools, r.cfg.Gate = p.BackendName, p.Tools, p.Gate
-	if p.Backend != nil {
-		r.cfg.Backend = p.Backend
-	}
-	if p.Prompter != nil {
-		r.cfg.Prompter = p.Prompter
-	}
-	if p.Settler != nil {
-		r.cfg.Settler = p.Settler
-	}
-	if p.GracePeriod > 0 {
-		r.cfg.GracePeriod = p.GracePeriod
-	}
-	r.log.Info("new settings from the reloaded config apply from this session")
 }

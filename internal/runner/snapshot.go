@@ -1,12 +1,14 @@
 package runner
 
 import (
+	"sync"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
 )
 
-// The agent's observable state; applyT rebuilds it at every transition.
+// The agent's observable state; publishTransition rebuilds it at every
+// transition, and the parts that other goroutines change update it.
 
 // Snapshot is the agent's observable state at one moment.
 type Snapshot struct {
@@ -48,23 +50,50 @@ type Snapshot struct {
 	StoreWaitSince time.Time
 }
 
-// Snapshot returns the current state.
-func (r *Runner) Snapshot() Snapshot {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.snap
+// published is the snapshot as other goroutines read it, with the channel
+// closed at its next change.
+type published struct {
+	mu      sync.Mutex
+	snap    Snapshot
+	changed chan struct{}
 }
+
+func (p *published) init(s Snapshot) {
+	p.snap, p.changed = s, make(chan struct{})
+}
+
+func (p *published) get() Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.snap
+}
+
+func (p *published) watch() (Snapshot, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.snap, p.changed
+}
+
+// update lets f change the snapshot; when f reports a change the version
+// moves on and watchers wake. It reports what f did. f runs with p.mu held:
+// it may take only locks that are never held while calling update.
+func (p *published) update(f func(*Snapshot) bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !f(&p.snap) {
+		return false
+	}
+	p.snap.Version++
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return true
+}
+
+// Snapshot returns the current state.
+func (r *Runner) Snapshot() Snapshot { return r.snaps.get() }
 
 // Watch returns the current state and a channel closed at the next change:
 // observers wait on it instead of polling.
-func (r *Runner) Watch() (Snapshot, <-chan struct{}) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.snap, r.changed
-}
+func (r *Runner) Watch() (Snapshot, <-chan struct{}) { return r.snaps.watch() }
 
-func (r *Runner) snapReason() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.snap.Reason
-}
+func (r *Runner) snapReason() string { return r.snaps.get().Reason }

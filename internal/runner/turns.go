@@ -23,7 +23,7 @@ func (r *Runner) onTool() func(backend.ToolCall) {
 	if a == nil {
 		return nil
 	}
-	rec := ToolRecord{Agent: r.cfg.Name, SessionID: r.sessionID, Seq: r.seq}
+	rec := ToolRecord{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n}
 	return func(c backend.ToolCall) {
 		rec := rec
 		rec.Call = c

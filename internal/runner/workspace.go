@@ -11,6 +11,40 @@ import (
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
+// tree is the agent's worktree as the Run goroutine knows it, and the
+// HEADs a session's commits are counted between (accounting.go).
+type tree struct {
+	wt         worktree.Worktree
+	checked    bool   // the worktree was prepared or verified since the last session
+	promptHead string // HEAD the last prompt was built on ("" unknown)
+	headBefore string // HEAD when the session started
+}
+
+// ready keeps a worktree just prepared or verified.
+func (t *tree) ready(wt worktree.Worktree) { t.wt, t.checked = wt, true }
+
+// needsCheck reports whether the worktree must be verified before the next
+// prompt: nothing checked it since the last session ended. A check counts
+// for one prompt.
+func (t *tree) needsCheck() bool {
+	if t.checked {
+		t.checked = false
+		return false
+	}
+	return true
+}
+
+// startHead is the HEAD of the session about to start: the one its prompt
+// was built on, else read. A prompt's HEAD serves one spawn.
+func (t *tree) startHead(read func() string) string {
+	t.headBefore = t.promptHead
+	if t.headBefore == "" {
+		t.headBefore = read()
+	}
+	t.promptHead = ""
+	return t.headBefore
+}
+
 // beforeSession runs in BuildingPrompt before each prompt: it waits while
 // the agent is paused, waits out min_session_interval, waits for its
 // provider (Config.Gate; a pause that came meanwhile gives the turn back),
@@ -26,21 +60,20 @@ func (r *Runner) beforeSession() bool {
 		if _, paused := r.Paused(); !paused {
 			break
 		}
-		r.settleTicket(backend.Result{}, false)
+		r.limits.giveBack(backend.Result{}, false)
 	}
-	if r.wtChecked {
-		r.wtChecked = false
+	if !r.tree.needsCheck() {
 		return true
 	}
-	wt, err := r.verify(r.stopCtx, r.cfg.Name)
-	if r.stopCtx.Err() != nil {
+	wt, err := r.verify(r.stop.ctx, r.cfg.Name)
+	if r.stop.requested() {
 		return false
 	}
 	if err != nil {
 		r.apply(agent.EvFatalError(fmt.Sprintf("worktree: %v", err)), "runner", "")
 		return false
 	}
-	r.wt = wt
+	r.tree.wt = wt
 	return true
 }
 
@@ -49,8 +82,8 @@ func (r *Runner) beforeSession() bool {
 // processes): they would fail every later session. Only called while no
 // process of the agent is alive, so no lock can be a live git's.
 func (r *Runner) clearLocks() {
-	removed, err := r.cfg.Workspace.ClearStaleLocks(r.stopCtx, r.cfg.Name)
-	if err != nil && r.stopCtx.Err() == nil {
+	removed, err := r.cfg.Workspace.ClearStaleLocks(r.stop.ctx, r.cfg.Name)
+	if err != nil && !r.stop.requested() {
 		r.log.Warn("clear stale git locks", zap.Error(err))
 	}
 	r.logRemoved(removed)

@@ -1,0 +1,31 @@
+package runner
+
+import "testing"
+
+// What a prompt claimed is settled once, returned once if its session
+// never started, and its new task started once.
+func TestWork(t *testing.T) {
+	var w work
+	w.took(Prompt{Mail: 2, Task: 7, NewTask: true, Review: 9})
+	if !w.claimed || w.carried != 2 || w.task != 7 || w.review != 9 {
+		t.Fatalf("took: %+v", w)
+	}
+	if !w.startTask() || w.startTask() {
+		t.Error("a new task did not start exactly once")
+	}
+	st := w.settlement(SessionRecord{SessionID: "s"}, "DONE")
+	if st.Mail != 2 || st.Task != 7 || st.Review != 9 || st.Result != "DONE" || st.Session.SessionID != "s" {
+		t.Fatalf("settlement %+v", st)
+	}
+	if st := w.settlement(SessionRecord{}, ""); st.Mail != 0 {
+		t.Errorf("the mail was settled twice: %+v", st)
+	}
+	w.took(Prompt{})
+	if w.claimed || w.unclaim() {
+		t.Error("a prompt with no mail and no task claimed something")
+	}
+	w.took(Prompt{Task: 3, NewTask: true})
+	if !w.unclaim() || w.claimed || w.task != 0 || w.newTask || w.carried != 0 || w.unclaim() {
+		t.Errorf("unclaim of a task: %+v", w)
+	}
+}
