@@ -211,7 +211,7 @@ var tiers = [][]string{
 	{"backend", "hooks", "worktree", "store", "logs"},
 	{"mailbox", "taskboard", "merge", "runner"},
 	{"config", "prompt", "settle", "registry", "router", "metrics", "view"},
-	{"web", "tui"},
+	{"web", "tui", "spend", "providergate"},
 	{"daemon"}, // imported by cmd/swarmd alone
 }
 

@@ -55,10 +55,10 @@ const providerDownAfter = 15 * time.Minute
 // notifyProvidersDown tells the operator of each provider out for
 // providerDownAfter (the health watch calls it).
 func (d *Daemon) notifyProvidersDown(now time.Time) {
-	for _, o := range d.providers.overdue(now, providerDownAfter) {
+	for _, o := range d.providers.Overdue(now, providerDownAfter) {
 		d.notifier.Notify(notify.Alert{Kind: notify.ProviderDown,
 			Reason: fmt.Sprintf("provider %s has taken no session since %s (%s); its agents (%s) wait and resume by themselves when it answers",
-				o.key, o.since.UTC().Format(time.RFC3339), o.cause, strings.Join(o.agents, ", "))})
+				o.Key, o.Since.UTC().Format(time.RFC3339), o.Cause, strings.Join(o.Agents, ", "))})
 	}
 }
 

@@ -30,9 +30,11 @@ import (
 	"github.com/swarmd/swarmd/internal/notify"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
+	"github.com/swarmd/swarmd/internal/providergate"
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/spend"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
@@ -78,8 +80,8 @@ type Daemon struct {
 	iso         isolation              // what contains the process trees (isolation.go)
 	notifier    *notify.Notifier       // tells the operator what needs a person (alerts.go)
 	admission   *admission.Admission   // the swarm's limits on running sessions (admission.go)
-	budget      *budgetKeeper          // budgets: spend, marks, pauses
-	providers   *providerGates         // health shared by each provider's agents
+	budget      *spend.Keeper          // budgets: spend, marks, pauses
+	providers   *providergate.Gates    // health shared by each provider's agents
 	roster      atomic.Pointer[roster] // the last config's, see rosterOf
 	ramp        settleWatch            // the last transition, see trimWhenSettled
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
@@ -189,9 +191,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	if err := d.dash.start(ctx); err != nil {
 		return nil, err
 	}
-	d.budget = newBudgetKeeper(d)
-	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
-	d.metrics.Providers(d.providers.states)
+	d.budget = d.newSpendKeeper()
+	d.providers = providergate.New(cfg, d.journal, log.Named("provider"))
+	d.metrics.Providers(d.providers.States)
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
 	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, lineKeeper{d}, targetObserver{d}, &d.ramp}
 	d.hooks = hooks.New(d.sup, hooks.Config{
@@ -296,16 +298,13 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 // stopped, or when the stop takes longer than the grace periods allow.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer d.cancelAgents()
-	defer d.budget.close()
+	defer d.budget.Stop()
 	// Stopped last: the pushes the last sessions asked for still go out.
 	d.pusher.start()
 	defer d.pusher.stop()
 	agentCtx := d.agentCtx
 	cfg, _ := d.current()
-	if err := d.budget.load(ctx, cfg, time.Now()); err != nil {
-		return err
-	}
-	if err := d.budget.reconcile(ctx, cfg, time.Now()); err != nil {
+	if err := d.budget.Start(ctx); err != nil {
 		return err
 	}
 	// The lease guard runs before any session can start.
@@ -338,7 +337,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	for _, a := range cfg.Agents {
 		d.pushAgent(a.Name)
 	}
-	d.budget.updateMetrics(time.Now())
+	d.budget.UpdateMetrics(time.Now())
 	d.router.Start(agentCtx)
 	defer d.router.Stop()
 	if d.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
@@ -513,7 +512,7 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		Tools:              st.Tools,
 		Gate:               st.Gate,
 		OnProgress:         d.onProgress,
-		Price:              d.budget.price,
+		Price:              d.budget.Price,
 	})
 }
 
@@ -593,7 +592,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		env = append(env, "SWARMD_BIN="+self)
 	}
 	pb := &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
-		Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note}
+		Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.Note}
 	if cfg.Merge != nil {
 		// A merge queue merges task by task: each task's work is a line of
 		// its own, started from the target (internal/worktree/line.go).
@@ -615,7 +614,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		MinSessionInterval: a.MinSessionInterval,
 		BackendName:        a.Backend,
 		Tools:              backend.ToolPolicy{Allow: a.Tools.Allow, Deny: a.Tools.Deny},
-		Gate:               admitGate{adm: d.admission, provider: cfg.Backends[a.Backend].Type, next: d.providers.forAgent(a.Name, agentProviderKey(cfg, a))},
+		Gate:               admitGate{adm: d.admission, provider: cfg.Backends[a.Backend].Type, next: d.providers.ForAgent(a.Name, providergate.AgentKey(cfg, a))},
 	}, nil
 }
 

@@ -41,9 +41,9 @@ func (d *Daemon) Reload(path string) error {
 	d.cfgMu.Lock()
 	d.cfg, d.backends = cfg, backends
 	d.cfgMu.Unlock()
-	d.providers.setBackoff(cfg)
+	d.providers.SetBackoff(cfg)
 	d.admission.SetLimits(admissionLimits(cfg))
-	defer d.budget.reload(context.Background(), cfg) // after the runners of added agents exist
+	defer d.budget.Reload(context.Background(), cfg) // after the runners of added agents exist
 
 	var added, updated, removed []string
 	for _, a := range cfg.Agents {
