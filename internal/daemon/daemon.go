@@ -34,6 +34,7 @@ import (
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/spend"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
@@ -296,56 +297,86 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 
 // Run starts every agent and returns when ctx ends and every agent has
 // stopped, or when the stop takes longer than the grace periods allow.
-func (d *Daemon) Run(ctx context.Context) (err error) {
+func (d *Daemon) Run(ctx context.Context) error {
 	defer d.cancelAgents()
-	defer d.budget.Stop()
-	// Stopped last: the pushes the last sessions asked for still go out.
-	d.pusher.start()
-	defer d.pusher.stop()
-	agentCtx := d.agentCtx
+	agents := d.runAgents()
+	// In the order they start; they stop in reverse when Run returns (and
+	// those started when one fails to start), each while those before it
+	// still run.
+	services := service.NewGroup(
+		d.budget,       // the budgets loaded and their pauses stored before any runner
+		d.pusher,       // stopped late: the pushes the last sessions asked for still go out
+		d.keepLeases(), // the lease guard runs before any session and outlives them all
+		agents,
+		service.Func(func(context.Context) (func(), error) {
+			d.router.Start(d.agentCtx) // ends with the agents too
+			return d.router.Stop, nil
+		}),
+		service.Func(d.listenControl),
+		service.Func(d.announce),
+		d.healthWatch(HealthInterval),
+		d.notify.watchdog(d.readiness, d.log),
+		d.mailStats(200*time.Millisecond),
+		service.Func(func(context.Context) (func(), error) { return d.feedMerge(d.agentCtx), nil }),
+		d.trimWhenSettled(settleQuiet, d.settled),
+	)
+	// The services' context is not ctx: they stop in order, at the end.
+	if err := services.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer services.Stop()
+	<-ctx.Done()
+	d.notify.stopping()
+	agents.Stop() // first, with their grace, while the services they use run on
+	return nil
+}
+
+// runAgents is the service of the runners: Start registers one per agent of
+// the config in force (a failure stops those registered) and pushes their
+// branches; Stop stops them all, with their grace (shutdownAgents). No
+// session outlives it, and it stops before the lease keeper.
+func (d *Daemon) runAgents() service.Service {
+	return service.Func(func(context.Context) (func(), error) {
+		cfg, _ := d.current()
+		for _, a := range cfg.Agents {
+			r, err := d.newRunner(a, d.recovered[a.Name])
+			if err == nil {
+				d.metrics.AddAgent(a.Name)
+				err = d.reg.Register(d.agentCtx, r)
+			}
+			if err != nil {
+				d.shutdownAgents()
+				return nil, err
+			}
+		}
+		d.ready.Store(true)
+		// A daemon killed between a session's end and its push left the
+		// branch behind on the remote: push the branches as they are now.
+		for _, a := range cfg.Agents {
+			d.pushAgent(a.Name)
+		}
+		d.budget.UpdateMetrics(time.Now())
+		return d.shutdownAgents, nil
+	})
+}
+
+// listenControl opens the control socket; Close closes it, after the
+// dashboards' streams that its shutdown would wait for.
+func (d *Daemon) listenControl(context.Context) (func(), error) {
 	cfg, _ := d.current()
-	if err := d.budget.Start(ctx); err != nil {
-		return err
-	}
-	// The lease guard runs before any session can start.
-	stopLeases, err := d.keepLeases()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// A failure after the first runner started stops those started,
-		// with their grace, before Run returns and before the leases go: no
-		// session outlives Run or its agent's lease.
-		if err != nil {
-			d.shutdownAgents()
-		}
-		stopLeases() // gives the leases up when Run returns
-	}()
-	for _, a := range cfg.Agents {
-		r, err := d.newRunner(a, d.recovered[a.Name])
-		if err != nil {
-			return err
-		}
-		d.metrics.AddAgent(a.Name)
-		if err := d.reg.Register(agentCtx, r); err != nil {
-			return err
-		}
-	}
-	d.ready.Store(true)
-	// A daemon killed between a session's end and its push left the
-	// branch behind on the remote: push the branches as they are now.
-	for _, a := range cfg.Agents {
-		d.pushAgent(a.Name)
-	}
-	d.budget.UpdateMetrics(time.Now())
-	d.router.Start(agentCtx)
-	defer d.router.Stop()
+	var err error
 	if d.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
-		return err
+		return nil, err
 	}
 	close(d.controlUp) // sessions' sockets can be attached to it now
+	return nil, nil
+}
+
+// announce tells systemd and the log that the swarm runs.
+func (d *Daemon) announce(context.Context) (func(), error) {
 	d.notify.ready()
 	d.logIsolation()
+	cfg, _ := d.current()
 	fields := []zap.Field{zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
 		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit())}
 	if d.http != nil {
@@ -353,20 +384,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		fields = append(fields, zap.String("dashboard", "http://"+d.http.Addr()+"/"))
 	}
 	d.log.Info("swarmd running", fields...)
-	stopHealth := d.watchHealth(HealthInterval)
-	defer stopHealth()
-	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
-	defer stopWatchdog()
-	stopStats := d.mailStats(200 * time.Millisecond)
-	defer stopStats()
-	stopMerge := d.feedMerge(agentCtx)
-	defer stopMerge()
-	stopTrim := d.trimWhenSettled(settleQuiet, d.settled)
-	defer stopTrim()
-	<-ctx.Done()
-	d.notify.stopping()
-	d.shutdownAgents()
-	return nil
+	return nil, nil
 }
 
 // shutdownAgents stops every runner and waits, within the longest grace
@@ -635,12 +653,9 @@ func (d *Daemon) ForceStop() {
 // mailStats feeds swarmd_mailbox_messages_total and swarmd_mailbox_pending
 // from swarm.db: mail is sent by other processes, so the daemon counts it
 // where it lands, each time the router saw a commit (d.mailChanged), at most
-// every minInterval, and on no timer while nothing happens. It returns a
-// stop function.
-func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
+// every minInterval, and on no timer while nothing happens. It is a service.
+func (d *Daemon) mailStats(minInterval time.Duration) service.Service {
+	return service.Loop(func(stop context.Context) {
 		ctx := context.Background() // queries take microseconds; no cancellation goroutine per query
 		_, _, last, err := d.mail.NewSince(ctx, 0)
 		if err != nil {
@@ -649,7 +664,7 @@ func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
 		d.updatePending(ctx)
 		for {
 			select {
-			case <-done:
+			case <-stop.Done():
 				return
 			case <-d.mailChanged:
 			}
@@ -663,13 +678,12 @@ func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
 				d.log.Warn("mail metrics", zap.Error(err))
 			}
 			select { // a burst of commits is counted once per interval
-			case <-done:
+			case <-stop.Done():
 				return
 			case <-time.After(minInterval):
 			}
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 func (d *Daemon) updatePending(ctx context.Context) {

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/fence"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -90,13 +91,17 @@ type leaseKeeper struct {
 // keepLeases renews this daemon's leases (a shared store only) at once and
 // then every third of lease_timeout, feeding each renewal's deadline to the
 // lease guard (started here, before any session), and reaps the expired
-// leases of other daemons, recovering their work, every second; stop ends
-// it, closes the guard and gives the leases up. Call it before any agent
+// leases of other daemons, recovering their work, every second; Stop ends
+// it, closes the guard and gives the leases up. Start it before any agent
 // runs.
-func (d *Daemon) keepLeases() (stop func(), err error) {
+func (d *Daemon) keepLeases() service.Service {
+	return service.Func(d.startLeases)
+}
+
+func (d *Daemon) startLeases(context.Context) (stop func(), err error) {
 	cfg, _ := d.current()
 	if !cfg.SharedStore() {
-		return func() {}, nil
+		return nil, nil
 	}
 	k := &leaseKeeper{d: d, holder: d.leaseHolder()}
 	if err := k.renew(context.Background()); err != nil {

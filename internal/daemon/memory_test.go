@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -17,8 +18,11 @@ func TestTrimWhenSettled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &Daemon{}
 		var trims atomic.Int32 // the race detector does not count synctest.Wait as an edge
-		stop := d.trimWhenSettled(time.Second, func() { trims.Add(1) })
-		defer stop()
+		s := d.trimWhenSettled(time.Second, func() { trims.Add(1) })
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
 		for range 5 { // a ramp: a transition every 600 ms
 			time.Sleep(600 * time.Millisecond)
 			d.ramp.OnTransition(runner.Transition{})
@@ -45,9 +49,12 @@ func TestTrimWhenSettled(t *testing.T) {
 func TestTrimWhenSettledStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &Daemon{}
-		stop := d.trimWhenSettled(time.Second, func() { t.Error("trimmed after stop") })
+		s := d.trimWhenSettled(time.Second, func() { t.Error("trimmed after stop") })
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(500 * time.Millisecond)
-		stop()
+		s.Stop()
 		time.Sleep(time.Second)
 	})
 }

@@ -47,7 +47,8 @@ type Keeper struct {
 	aborted   map[string]string            // agent -> the session cancelled for its budget
 	unpriced  map[string]bool              // models warned about
 	timer     *time.Timer
-	closed    bool
+	running   bool // between a Start that succeeded and Stop
+	closed    bool // stopped: no timer is armed
 }
 
 // Options are what a Keeper reads and acts on.
@@ -106,13 +107,27 @@ func New(o Options) *Keeper {
 // Start loads the budgets of the config in force and what the sessions of
 // each window spent so far, and makes the stored pauses agree with them;
 // call it before any runner starts. It arms the timer to the next
-// rollover, which Stop stops.
+// rollover, which Stop stops. On a running Keeper it does nothing.
 func (k *Keeper) Start(ctx context.Context) error {
+	k.mu.Lock()
+	running := k.running
+	k.closed = false
+	k.mu.Unlock()
+	if running {
+		return nil
+	}
 	cfg, now := k.o.Config(), time.Now()
 	if err := k.load(ctx, cfg, now); err != nil {
 		return err
 	}
-	return k.reconcile(ctx, cfg, now)
+	if err := k.reconcile(ctx, cfg, now); err != nil {
+		k.Stop()
+		return err
+	}
+	k.mu.Lock()
+	k.running = true
+	k.mu.Unlock()
+	return nil
 }
 
 // limitOf is scope's limit under cfg: the file's, with a USD limit set at
@@ -574,7 +589,7 @@ func (k *Keeper) Reload(ctx context.Context, cfg *config.Config) {
 func (k *Keeper) Stop() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.closed = true
+	k.running, k.closed = false, true
 	if k.timer != nil {
 		k.timer.Stop()
 	}
