@@ -97,7 +97,7 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 // do its job. Every agent registered, the database is the file it opened and
 // answers, the disk has room, and at least one agent is not Stopped.
 func (d *Daemon) readiness() string {
-	if !d.ready.Load() {
+	if !d.run.ready.Load() {
 		return "agents not registered yet"
 	}
 	if err := d.db.Check(); errors.Is(err, store.ErrDatabaseGone) {

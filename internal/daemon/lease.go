@@ -24,7 +24,7 @@ func (d *Daemon) leaseHolder() store.Lease {
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
-	return store.Lease{Daemon: host + ":" + d.cfg.StateDir, Host: host, PID: os.Getpid()}
+	return store.Lease{Daemon: host + ":" + d.live.cfg.StateDir, Host: host, PID: os.Getpid()}
 }
 
 // acquireLeases takes the leases of agents (a shared store only): every one
@@ -262,9 +262,9 @@ func (k *leaseKeeper) reap(ctx context.Context) {
 func (d *Daemon) guardArgv() []string {
 	exe, _ := os.Executable()
 	dir := ""
-	if d.iso.cgroups != nil {
-		dir = d.iso.cgroups.Dir()
+	if d.host.iso.cgroups != nil {
+		dir = d.host.iso.cgroups.Dir()
 	}
 	cfg, _ := d.current()
-	return append([]string{exe}, fence.Args(dir, cfg.StateDir, d.sup.Instance())...)
+	return append([]string{exe}, fence.Args(dir, cfg.StateDir, d.host.sup.Instance())...)
 }

@@ -13,7 +13,7 @@ import (
 // provider's health. It runs on the session's output goroutine.
 func (d *Daemon) onProgress(rec runner.ProgressRecord) {
 	d.budget.Progress(rec)
-	d.providers.Progress(rec)
+	d.gates.providers.Progress(rec)
 }
 
 // toolDenials writes a ToolDenied event for each session stopped for a

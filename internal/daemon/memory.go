@@ -41,7 +41,7 @@ func (w *settleWatch) OnIdle(string, bool, time.Time)    {}
 // goroutine ends after the trim.
 func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) service.Service {
 	return service.Loop(func(ctx context.Context) {
-		d.ramp.last.Store(time.Now().UnixNano()) // the quiet counts from the start
+		d.run.ramp.last.Store(time.Now().UnixNano()) // the quiet counts from the start
 		t := time.NewTimer(quiet)
 		defer t.Stop()
 		for {
@@ -50,7 +50,7 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) service.Servi
 				return
 			case <-t.C:
 			}
-			if wait := quiet - time.Since(time.Unix(0, d.ramp.last.Load())); wait > 0 {
+			if wait := quiet - time.Since(time.Unix(0, d.run.ramp.last.Load())); wait > 0 {
 				t.Reset(wait)
 				continue
 			}
@@ -67,7 +67,7 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) service.Servi
 // the start's memory (trimMemory).
 func (d *Daemon) settled() {
 	for _, name := range d.reg.Names() {
-		if err := d.logs.PrepareArchive(name); err != nil {
+		if err := d.kit.logs.PrepareArchive(name); err != nil {
 			d.log.Warn("prepare the log archive", zap.String("agent", name), zap.Error(err))
 		}
 	}

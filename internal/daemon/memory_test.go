@@ -25,7 +25,7 @@ func TestTrimWhenSettled(t *testing.T) {
 		defer s.Stop()
 		for range 5 { // a ramp: a transition every 600 ms
 			time.Sleep(600 * time.Millisecond)
-			d.ramp.OnTransition(runner.Transition{})
+			d.run.ramp.OnTransition(runner.Transition{})
 			synctest.Wait()
 			if trims.Load() != 0 {
 				t.Fatal("trimmed during the ramp")
@@ -36,7 +36,7 @@ func TestTrimWhenSettled(t *testing.T) {
 		if n := trims.Load(); n != 1 {
 			t.Fatalf("%d trims a second after the last transition, want 1", n)
 		}
-		d.ramp.OnTransition(runner.Transition{})
+		d.run.ramp.OnTransition(runner.Transition{})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if n := trims.Load(); n != 1 {
@@ -135,7 +135,7 @@ func TestArchiveDirsPreparedOnceSettled(t *testing.T) {
 	r.waitRunning(t, "alice", "bob")
 	for _, name := range []string{"alice", "bob"} {
 		waitFor(t, name+"'s archive directory", func() bool {
-			fi, err := os.Stat(r.logs.ArchiveDir(name))
+			fi, err := os.Stat(r.kit.logs.ArchiveDir(name))
 			return err == nil && fi.IsDir()
 		})
 	}

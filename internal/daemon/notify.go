@@ -9,18 +9,18 @@ import (
 	"go.uber.org/zap"
 )
 
-// notifier speaks systemd's notify protocol (Type=notify). Every call is a
+// systemd speaks systemd's notify protocol (Type=notify). Every call is a
 // no-op when NOTIFY_SOCKET is unset.
-type notifier struct{}
+type systemd struct{}
 
-func (notifier) ready()    { _, _ = sd.SdNotify(false, sd.SdNotifyReady) }
-func (notifier) stopping() { _, _ = sd.SdNotify(false, sd.SdNotifyStopping) }
+func (systemd) ready()    { _, _ = sd.SdNotify(false, sd.SdNotifyReady) }
+func (systemd) stopping() { _, _ = sd.SdNotify(false, sd.SdNotifyStopping) }
 
 // watchdog is the service that sends WATCHDOG=1 at half the unit's
 // WatchdogSec for as long as the daemon proves healthy (database answers,
 // agents registered): a wedged daemon stops petting and systemd restarts
 // it. Without a watchdog it runs nothing.
-func (notifier) watchdog(health func() string, log *zap.Logger) service.Service {
+func (systemd) watchdog(health func() string, log *zap.Logger) service.Service {
 	return service.Loop(func(ctx context.Context) {
 		interval, err := sd.SdWatchdogEnabled(false)
 		if err != nil || interval <= 0 {
