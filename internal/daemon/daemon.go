@@ -354,16 +354,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.pusher,       // stopped late: the pushes the last sessions asked for still go out
 		d.keepLeases(), // the lease guard runs before any session and outlives them all
 		agents,
-		service.Func(func(context.Context) (func(), error) {
-			d.router.Start(d.run.ctx) // ends with the agents too
-			return d.router.Stop, nil
-		}),
+		d.routing(),
 		service.Func(d.listenControl),
 		service.Func(d.announce),
 		d.healthWatch(HealthInterval),
 		systemd{}.watchdog(d.readiness, d.log),
 		d.mailStats(200*time.Millisecond),
-		service.Func(func(context.Context) (func(), error) { return d.feedMerge(d.run.ctx), nil }),
+		d.mergeFeeder(),
 		d.trimWhenSettled(settleQuiet, d.settled),
 	)
 	// The services' context is not ctx: they stop in order, at the end.
@@ -403,6 +400,15 @@ func (d *Daemon) runAgents() service.Service {
 		}
 		d.budget.UpdateMetrics(time.Now())
 		return d.shutdownAgents, nil
+	})
+}
+
+// routing is the router as a service; it runs on the agents' context, as
+// what it does is interrupt them.
+func (d *Daemon) routing() service.Service {
+	return service.Func(func(context.Context) (func(), error) {
+		d.router.Start(d.run.ctx)
+		return d.router.Stop, nil
 	})
 }
 

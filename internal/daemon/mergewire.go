@@ -13,6 +13,7 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -114,6 +115,12 @@ func rejectionTodo(kind merge.Kind, into string) string {
 			"commit, and end your session with DONE.", into)
 	}
 	return fmt.Sprintf("It did not merge into %s: fix it, commit, and end your session with DONE.", into)
+}
+
+// mergeFeeder is feedMerge as a service, on the agents' context: the
+// merges are their work.
+func (d *Daemon) mergeFeeder() service.Service {
+	return service.Func(func(context.Context) (func(), error) { return d.feedMerge(d.run.ctx), nil })
 }
 
 // feedMerge queues the tasks that are ready to merge each time the
