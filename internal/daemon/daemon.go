@@ -97,6 +97,9 @@ type mergeWire struct {
 	// changed (capacity 1) wakes the merge feeder after a commit.
 	changed     chan struct{}
 	remoteMoved string // the remote target's tip last reported moved (target.go)
+	// looking serializes lookAtTarget: a session's end and the watch that
+	// look at once must not both report one move.
+	looking sync.Mutex
 }
 
 // runnerKit is what every runner is built with, besides its settings.

@@ -29,6 +29,8 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 	if q == nil {
 		return
 	}
+	d.merge.looking.Lock()
+	defer d.merge.looking.Unlock()
 	tip, err := q.Target(ctx)
 	if err != nil || q.Owns(tip) {
 		return
