@@ -206,12 +206,12 @@ func TestAgentMachineTable(t *testing.T) {
 // may import only packages of lower tiers. An import that climbs (the store
 // reaching for the mailbox, the runner for the daemon) is the wrong way.
 var tiers = [][]string{
-	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "fence", "notify", "control", "environ", "mockllm", "pgtest"}, // leaves: import nothing of swarmd
+	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "fence", "notify", "control", "environ", "service", "mockllm", "pgtest"}, // leaves: import nothing of swarmd
 	{"proc"},
 	{"backend", "hooks", "worktree", "store", "logs"},
 	{"mailbox", "taskboard", "merge", "runner"},
 	{"config", "prompt", "settle", "registry", "router", "metrics", "view"},
-	{"web", "tui"},
+	{"web", "tui", "spend", "providergate"},
 	{"daemon"}, // imported by cmd/swarmd alone
 }
 

@@ -14,8 +14,8 @@ import (
 // a person; without a webhook it sends nothing. Close stops it.
 func (d *Daemon) openNotifier(cfg *config.Config) {
 	dash := ""
-	if d.http != nil {
-		dash = "http://" + d.http.Addr() + "/"
+	if d.serve.http != nil {
+		dash = "http://" + d.serve.http.Addr() + "/"
 	}
 	d.notifier = notify.New(notify.Options{URL: cfg.Notify.Webhook, Format: cfg.Notify.Format, Dashboard: dash,
 		Log: d.log.Named("notify")})
@@ -55,10 +55,10 @@ const providerDownAfter = 15 * time.Minute
 // notifyProvidersDown tells the operator of each provider out for
 // providerDownAfter (the health watch calls it).
 func (d *Daemon) notifyProvidersDown(now time.Time) {
-	for _, o := range d.providers.overdue(now, providerDownAfter) {
+	for _, o := range d.gates.providers.Overdue(now, providerDownAfter) {
 		d.notifier.Notify(notify.Alert{Kind: notify.ProviderDown,
 			Reason: fmt.Sprintf("provider %s has taken no session since %s (%s); its agents (%s) wait and resume by themselves when it answers",
-				o.key, o.since.UTC().Format(time.RFC3339), o.cause, strings.Join(o.agents, ", "))})
+				o.Key, o.Since.UTC().Format(time.RFC3339), o.Cause, strings.Join(o.Agents, ", "))})
 	}
 }
 

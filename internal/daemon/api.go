@@ -188,11 +188,11 @@ func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Ca
 	if holder, held := control.Holder(ctx); held {
 		// The socket made for an agent's sandbox: who connects to it is
 		// that agent's running session, whatever its environment says.
-		if d.sandboxes == nil {
+		if d.host.sandboxes == nil {
 			return "", proc.Caller{}, false
 		}
-		agentName, ok := d.sandboxes.session(holder)
-		return agentName, proc.Caller{Owner: cfg.StateDir, Instance: d.sup.Instance(), TreeID: holder}, ok
+		agentName, ok := d.host.sandboxes.session(holder)
+		return agentName, proc.Caller{Owner: cfg.StateDir, Instance: d.host.sup.Instance(), TreeID: holder}, ok
 	}
 	pid, ok := control.PeerPID(ctx)
 	if !ok {
@@ -264,7 +264,7 @@ func (d *Daemon) startAgent(ctx context.Context, name, actor string) error {
 		return err
 	}
 	d.metrics.AddAgent(name)
-	if err := d.reg.Register(d.agentCtx, r); err != nil {
+	if err := d.reg.Register(d.run.ctx, r); err != nil {
 		if errors.Is(err, registry.ErrClosed) {
 			return fmt.Errorf("%w: the daemon is stopping", control.ErrConflict)
 		}

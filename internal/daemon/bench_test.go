@@ -161,7 +161,8 @@ func BenchmarkStartupRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := &Daemon{cfg: &config.Config{Agents: agents}, log: zap.NewNop(), db: db.Store(), mail: db, tasks: OpenTaskBoard(db.Store(), nil)}
+		d := &Daemon{log: zap.NewNop(), db: db.Store(), mail: db, tasks: OpenTaskBoard(db.Store(), nil)}
+		d.live.cfg = &config.Config{Agents: agents}
 		d.journal = db.Store().NewJournal(store.JournalOptions{})
 		d.journal.Start()
 		b.StartTimer()
@@ -169,8 +170,8 @@ func BenchmarkStartupRecovery(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		if len(d.recovered) != 200 || d.recovered["a1"].seq != 51 {
-			b.Fatalf("recovered %d agents, a1 seq %d", len(d.recovered), d.recovered["a1"].seq)
+		if len(d.run.recovered) != 200 || d.run.recovered["a1"].seq != 51 {
+			b.Fatalf("recovered %d agents, a1 seq %d", len(d.run.recovered), d.run.recovered["a1"].seq)
 		}
 		d.journal.Close()
 		db.Close()

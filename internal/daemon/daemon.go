@@ -30,9 +30,12 @@ import (
 	"github.com/swarmd/swarmd/internal/notify"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
+	"github.com/swarmd/swarmd/internal/providergate"
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/service"
+	"github.com/swarmd/swarmd/internal/spend"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
@@ -40,63 +43,107 @@ import (
 
 // Daemon is one `swarmd run`: everything opened at start and closed at
 // exit. Open it, Run it until its context ends, Reload it on SIGHUP, Close
-// it.
+// it. Its fields are grouped by what they serve.
 type Daemon struct {
-	opts  Options
-	cfgMu sync.Mutex // guards cfg and backends, swapped by a reload
-	cfg   *config.Config
-	log   *zap.Logger
-	lock  *stateLock
-	sup   *proc.Supervisor
-	trees *worktree.Manager
-	db    *store.DB // swarm.db
-	mail  *mailbox.Mailbox
-	tasks *taskboard.Board
-	merge *merge.Queue // nil: no merge queue configured
-	// mergeChanged (capacity 1) wakes the merge feeder after a commit.
-	mergeChanged chan struct{}
-	backends     map[string]runner.Backend
-	logs         *logs.Store
-	hooks        *hooks.Runner
-	reg          *registry.Registry
-	router       *router.Router
-	metrics      *metrics.Metrics
-	http         *httpServer
-	journal      *store.Journal
-	control      *control.Server
-	controlUp    chan struct{}     // closed once control is set
-	sandboxes    *sessionSandboxes // nil while no sandbox is in force
-	remoteMoved  string            // the remote target's tip last reported moved (target.go)
-	dash         *dashboards       // the read model of swarmd top and the web dashboard
-	observer     runner.Observer
-	pusher       *pusher     // pushes branches to cfg.Remote, started by Run
-	ready        atomic.Bool // every agent registered
+	opts Options
+	log  *zap.Logger
+	live liveConfig // the config in force, swapped by a reload
+	host host       // the state dir's lock and what contains the process trees
+
+	// swarm.db and what keeps its tables
+	db      *store.DB
+	journal *store.Journal
+	mail    *mailbox.Mailbox
+	tasks   *taskboard.Board
+	merge   mergeWire // the merge queue (nil: none configured)
+
+	trees    *worktree.Manager
+	kit      runnerKit // what every runner is built with
+	reg      *registry.Registry
+	run      agentRun // the runners' context, what recovery found, readiness
+	reload   reloading
+	router   *router.Router
+	metrics  *metrics.Metrics
+	serve    operatorSurfaces // the control socket, HTTP, the dashboards
+	pusher   *pusher          // pushes branches to cfg.Remote, a service of Run
+	health   healthMonitor
+	notifier *notify.Notifier // tells the operator what needs a person (alerts.go)
+	gates    sessionGates     // what a session waits for before it starts
+	budget   *spend.Keeper    // budgets: spend, marks, pauses
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
 	mailChanged chan struct{}
-	health      healthMonitor
-	notify      notifier
-	iso         isolation              // what contains the process trees (isolation.go)
-	notifier    *notify.Notifier       // tells the operator what needs a person (alerts.go)
-	admission   *admission.Admission   // the swarm's limits on running sessions (admission.go)
-	budget      *budgetKeeper          // budgets: spend, marks, pauses
-	providers   *providerGates         // health shared by each provider's agents
-	roster      atomic.Pointer[roster] // the last config's, see rosterOf
-	ramp        settleWatch            // the last transition, see trimWhenSettled
+}
+
+// liveConfig is the config in force and what is built of it.
+type liveConfig struct {
+	mu       sync.Mutex // guards cfg and backends, swapped by a reload
+	cfg      *config.Config
+	backends map[string]runner.Backend
+	roster   atomic.Pointer[roster] // the last config's, see rosterOf
+}
+
+// host is this daemon's hold on its machine: the state dir, the process
+// trees and what contains them.
+type host struct {
+	lock      *stateLock
+	sup       *proc.Supervisor
+	iso       isolation         // what contains the process trees (isolation.go)
+	sandboxes *sessionSandboxes // nil while no sandbox is in force
+}
+
+// mergeWire is the merge queue and what feeds it.
+type mergeWire struct {
+	queue *merge.Queue // nil: no merge queue configured
+	// changed (capacity 1) wakes the merge feeder after a commit.
+	changed     chan struct{}
+	remoteMoved string // the remote target's tip last reported moved (target.go)
+	// looking serializes lookAtTarget: a session's end and the watch that
+	// look at once must not both report one move.
+	looking sync.Mutex
+}
+
+// runnerKit is what every runner is built with, besides its settings.
+type runnerKit struct {
+	logs     *logs.Store
+	hooks    *hooks.Runner
+	observer runner.Observer
+}
+
+// agentRun is the agents' run: their context, where recovery found them,
+// and how their start went.
+type agentRun struct {
+	// ctx bounds every runner (cancelled when Run returns); recovered is
+	// what restart recovery found, both set by Open.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	recovered map[string]recovered
+	ready     atomic.Bool // every agent registered
+	ramp      settleWatch // the last transition, see trimWhenSettled
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
+}
 
-	// reloadMu serializes reloads and retire; retiring (under it) holds
-	// the agents a reload removed whose runners are still stopping.
-	reloadMu sync.Mutex
+// reloading serializes reloads and retire; retiring (under mu) holds the
+// agents a reload removed whose runners are still stopping.
+type reloading struct {
+	mu       sync.Mutex
 	retiring map[string]bool
 	retirers sync.WaitGroup // the retire goroutines
+}
 
-	// agentCtx bounds every runner (cancelled when Run returns); recovered
-	// is what restart recovery found, both set by Open.
-	agentCtx     context.Context
-	cancelAgents context.CancelFunc
-	recovered    map[string]recovered
+// operatorSurfaces are where the operator sees and drives the swarm.
+type operatorSurfaces struct {
+	control   *control.Server
+	controlUp chan struct{} // closed once control is set
+	http      *httpServer   // nil: no listen address
+	dash      *dashboards   // the read model of swarmd top and the web dashboard
+}
+
+// sessionGates are what a session waits for before it starts.
+type sessionGates struct {
+	admission *admission.Admission // the swarm's limits on running sessions (admission.go)
+	providers *providergate.Gates  // health shared by each provider's agents
 }
 
 // recovered is what restart recovery carries into an agent's runner.
@@ -137,9 +184,14 @@ func (o *Options) setDefaults() {
 func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err error) {
 	opts.setDefaults()
 	log := opts.Log
-	d := &Daemon{opts: opts, cfg: cfg, log: log, mailChanged: make(chan struct{}, 1), mergeChanged: make(chan struct{}, 1), controlUp: make(chan struct{}), maxSessionBytes: int64(cfg.Logs.MaxSessionBytes),
-		retiring: map[string]bool{}, admission: admission.New(admissionLimits(cfg))}
-	d.agentCtx, d.cancelAgents = context.WithCancel(context.Background())
+	d := &Daemon{opts: opts, log: log, mailChanged: make(chan struct{}, 1)}
+	d.live.cfg = cfg
+	d.merge.changed = make(chan struct{}, 1)
+	d.serve.controlUp = make(chan struct{})
+	d.run.maxSessionBytes = int64(cfg.Logs.MaxSessionBytes)
+	d.reload.retiring = map[string]bool{}
+	d.gates.admission = admission.New(admissionLimits(cfg))
+	d.run.ctx, d.run.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -151,11 +203,11 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	review := ConfigReviewPolicy(func() *config.Config { c, _ := d.current(); return c })
 	review.ReviewOnly = d.reviewOnly
 	d.tasks = OpenTaskBoard(d.db, review)
-	if d.backends, err = buildBackends(cfg, d.sup); err != nil {
+	if d.live.backends, err = buildBackends(cfg, d.host.sup); err != nil {
 		return nil, setupError(err)
 	}
-	d.logs = logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, log.Named("logs"))
-	if err := d.logs.Startup(time.Now()); err != nil {
+	d.kit.logs = logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, log.Named("logs"))
+	if err := d.kit.logs.Startup(time.Now()); err != nil {
 		log.Warn("clean up archives at startup", zap.Error(err))
 	}
 	d.reg = registry.New(func(name string, err error) {
@@ -170,15 +222,15 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Error("agent runner failed", zap.String("agent", name), zap.Error(err))
 	})
 	d.metrics = metrics.New(metrics.BuildInfo{Version: d.opts.Version, Commit: d.opts.Commit, GoVersion: runtime.Version()})
-	d.metrics.Admission(d.admission.Running, d.admission.Waiting)
+	d.metrics.Admission(d.gates.admission.Running, d.gates.admission.Waiting)
 	d.metrics.StoreWaiting(d.agentsStoreWaiting)
 	if err := d.openMerge(ctx, cfg); err != nil {
 		return nil, err
 	}
-	d.dash = newDashboards(d)
+	d.serve.dash = newDashboards(d)
 	d.journal = d.db.NewJournal(store.JournalOptions{OnError: func(err error) {
 		log.Error("event log write", zap.Error(err))
-	}, OnCommit: d.dash.notify})
+	}, OnCommit: d.serve.dash.notify})
 	d.journal.Start()
 	if err := d.acquireLeases(ctx, cfg.AgentNames()); err != nil {
 		return nil, err
@@ -186,15 +238,15 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
-	if err := d.dash.start(ctx); err != nil {
+	if err := d.serve.dash.start(ctx); err != nil {
 		return nil, err
 	}
-	d.budget = newBudgetKeeper(d)
-	d.providers = newProviderGates(cfg, d.journal, log.Named("provider"))
-	d.metrics.Providers(d.providers.states)
+	d.budget = d.newSpendKeeper()
+	d.gates.providers = providergate.New(cfg, d.journal, log.Named("provider"))
+	d.metrics.Providers(d.gates.providers.States)
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
-	d.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, lineKeeper{d}, targetObserver{d}, &d.ramp}
-	d.hooks = hooks.New(d.sup, hooks.Config{
+	d.kit.observer = observers{&logObserver{log: log}, d.metrics, journalObserver{d.journal}, d.budget, toolDenials{d.journal}, pushObserver{d}, lineKeeper{d}, targetObserver{d}, &d.run.ramp}
+	d.kit.hooks = hooks.New(d.host.sup, hooks.Config{
 		Commands: map[hooks.Event][]string{
 			hooks.AgentStart:   cfg.Hooks.AgentStart,
 			hooks.SessionStart: cfg.Hooks.SessionStart,
@@ -212,7 +264,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange,
 		ReviewOnly: d.reviewOnly})
 	if cfg.Listen != "" {
-		if d.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.iso.String, d.dash.web.Handler(), log); err != nil {
+		if d.serve.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.host.iso.String, d.serve.dash.web.Handler(), log); err != nil {
 			return nil, setupError(err)
 		}
 	}
@@ -232,19 +284,19 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
-	if d.lock, err = acquireLock(cfg.StateDir); err != nil {
+	if d.host.lock, err = acquireLock(cfg.StateDir); err != nil {
 		if errors.Is(err, errLocked) {
 			return setupError(err)
 		}
 		return err
 	}
-	if d.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
+	if d.host.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
 		return err
 	}
 	if err := d.openIsolation(cfg); err != nil {
 		return err
 	}
-	if n, err := d.sup.SweepOrphans(); err != nil {
+	if n, err := d.host.sup.SweepOrphans(); err != nil {
 		log.Warn("sweep processes left by an earlier daemon", zap.Error(err))
 	} else if n > 0 {
 		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
@@ -294,93 +346,113 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 
 // Run starts every agent and returns when ctx ends and every agent has
 // stopped, or when the stop takes longer than the grace periods allow.
-func (d *Daemon) Run(ctx context.Context) (err error) {
-	defer d.cancelAgents()
-	defer d.budget.close()
-	// Stopped last: the pushes the last sessions asked for still go out.
-	d.pusher.start()
-	defer d.pusher.stop()
-	agentCtx := d.agentCtx
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.run.cancel()
+	agents := d.runAgents()
+	// In the order they start; they stop in reverse when Run returns (and
+	// those started when one fails to start), each while those before it
+	// still run.
+	services := service.NewGroup(
+		d.budget,       // the budgets loaded and their pauses stored before any runner
+		d.pusher,       // stopped late: the pushes the last sessions asked for still go out
+		d.keepLeases(), // the lease guard runs before any session and outlives them all
+		agents,
+		d.routing(),
+		service.Func(d.listenControl),
+		service.Func(d.announce),
+		d.healthWatch(HealthInterval),
+		systemd{}.watchdog(d.readiness, d.log),
+		d.mailStats(200*time.Millisecond),
+		d.mergeFeeder(),
+		d.trimWhenSettled(settleQuiet, d.settled),
+	)
+	// The services' context is not ctx: they stop in order, at the end.
+	if err := services.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer services.Stop()
+	<-ctx.Done()
+	systemd{}.stopping()
+	agents.Stop() // first, with their grace, while the services they use run on
+	return nil
+}
+
+// runAgents is the service of the runners: Start registers one per agent of
+// the config in force (a failure stops those registered) and pushes their
+// branches; Stop stops them all, with their grace (shutdownAgents). No
+// session outlives it, and it stops before the lease keeper.
+func (d *Daemon) runAgents() service.Service {
+	return service.Func(func(context.Context) (func(), error) {
+		cfg, _ := d.current()
+		for _, a := range cfg.Agents {
+			r, err := d.newRunner(a, d.run.recovered[a.Name])
+			if err == nil {
+				d.metrics.AddAgent(a.Name)
+				err = d.reg.Register(d.run.ctx, r)
+			}
+			if err != nil {
+				d.shutdownAgents()
+				return nil, err
+			}
+		}
+		d.run.ready.Store(true)
+		// A daemon killed between a session's end and its push left the
+		// branch behind on the remote: push the branches as they are now.
+		for _, a := range cfg.Agents {
+			d.pushAgent(a.Name)
+		}
+		d.budget.UpdateMetrics(time.Now())
+		return d.shutdownAgents, nil
+	})
+}
+
+// routing is the router as a service; it runs on the agents' context, as
+// what it does is interrupt them.
+func (d *Daemon) routing() service.Service {
+	return service.Func(func(context.Context) (func(), error) {
+		d.router.Start(d.run.ctx)
+		return d.router.Stop, nil
+	})
+}
+
+// listenControl opens the control socket; Close closes it, after the
+// dashboards' streams that its shutdown would wait for.
+func (d *Daemon) listenControl(context.Context) (func(), error) {
 	cfg, _ := d.current()
-	if err := d.budget.load(ctx, cfg, time.Now()); err != nil {
-		return err
+	var err error
+	if d.serve.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
+		return nil, err
 	}
-	if err := d.budget.reconcile(ctx, cfg, time.Now()); err != nil {
-		return err
-	}
-	// The lease guard runs before any session can start.
-	stopLeases, err := d.keepLeases()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// A failure after the first runner started stops those started,
-		// with their grace, before Run returns and before the leases go: no
-		// session outlives Run or its agent's lease.
-		if err != nil {
-			d.shutdownAgents()
-		}
-		stopLeases() // gives the leases up when Run returns
-	}()
-	for _, a := range cfg.Agents {
-		r, err := d.newRunner(a, d.recovered[a.Name])
-		if err != nil {
-			return err
-		}
-		d.metrics.AddAgent(a.Name)
-		if err := d.reg.Register(agentCtx, r); err != nil {
-			return err
-		}
-	}
-	d.ready.Store(true)
-	// A daemon killed between a session's end and its push left the
-	// branch behind on the remote: push the branches as they are now.
-	for _, a := range cfg.Agents {
-		d.pushAgent(a.Name)
-	}
-	d.budget.updateMetrics(time.Now())
-	d.router.Start(agentCtx)
-	defer d.router.Stop()
-	if d.control, err = control.Listen(cfg.SocketPath(), controlAPI{d}, d.log.Named("control")); err != nil {
-		return err
-	}
-	close(d.controlUp) // sessions' sockets can be attached to it now
-	d.notify.ready()
+	close(d.serve.controlUp) // sessions' sockets can be attached to it now
+	return nil, nil
+}
+
+// announce tells systemd and the log that the swarm runs.
+func (d *Daemon) announce(context.Context) (func(), error) {
+	systemd{}.ready()
 	d.logIsolation()
+	cfg, _ := d.current()
 	fields := []zap.Field{zap.Int("agents", len(cfg.Agents)), zap.String("repo", cfg.Repo),
 		zap.String("state_dir", cfg.StateDir), zap.String("base", d.trees.BaseCommit())}
-	if d.http != nil {
+	if d.serve.http != nil {
 		// Where to look: the first thing a new operator asks.
-		fields = append(fields, zap.String("dashboard", "http://"+d.http.Addr()+"/"))
+		fields = append(fields, zap.String("dashboard", "http://"+d.serve.http.Addr()+"/"))
 	}
 	d.log.Info("swarmd running", fields...)
-	stopHealth := d.watchHealth(HealthInterval)
-	defer stopHealth()
-	stopWatchdog := d.notify.watchdog(d.readiness, d.log)
-	defer stopWatchdog()
-	stopStats := d.mailStats(200 * time.Millisecond)
-	defer stopStats()
-	stopMerge := d.feedMerge(agentCtx)
-	defer stopMerge()
-	stopTrim := d.trimWhenSettled(settleQuiet, d.settled)
-	defer stopTrim()
-	<-ctx.Done()
-	d.notify.stopping()
-	d.shutdownAgents()
-	return nil
+	return nil, nil
 }
 
 // shutdownAgents stops every runner and waits, within the longest grace
 // period plus a margin, for them and for the agents a reload was retiring.
 func (d *Daemon) shutdownAgents() {
-	d.cancelAgents()
+	d.run.cancel()
 	cfg, _ := d.current()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout(cfg))
 	defer cancel()
 	if err := d.reg.Shutdown(sctx); err != nil {
 		d.log.Warn("agents did not stop in time; their sessions were force-stopped", zap.Error(err))
 	}
-	d.retirers.Wait()
+	d.reload.retirers.Wait()
 }
 
 // recover closes what a killed daemon left open and reads where every agent
@@ -390,8 +462,8 @@ func (d *Daemon) recover(ctx context.Context) error {
 	now := time.Now()
 	// On a shared store other daemons' sessions are theirs to recover.
 	var own []string
-	if d.cfg.SharedStore() {
-		own = d.cfg.AgentNames()
+	if d.live.cfg.SharedStore() {
+		own = d.live.cfg.AgentNames()
 	}
 	if err := d.recoverOutcomes(ctx, own, now); err != nil {
 		return fmt.Errorf("recovery: %w", err)
@@ -425,8 +497,8 @@ func (d *Daemon) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
-	d.recovered = make(map[string]recovered, len(d.cfg.Agents))
-	for _, a := range d.cfg.Agents {
+	d.run.recovered = make(map[string]recovered, len(d.live.cfg.Agents))
+	for _, a := range d.live.cfg.Agents {
 		seq, err := d.db.MaxSeq(ctx, a.Name)
 		if err != nil {
 			return fmt.Errorf("recovery: %w", err)
@@ -439,7 +511,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 				d.log.Warn("agent stays Stopped until swarmd start", zap.String("agent", a.Name), zap.String("reason", rec.StopReason))
 			}
 		}
-		d.recovered[a.Name] = rc
+		d.run.recovered[a.Name] = rc
 	}
 	return nil
 }
@@ -483,9 +555,9 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		Workspace: d.trees,
 		Prompter:  st.Prompter,
 		Settler:   st.Settler,
-		Observer:  d.observer,
-		Logs:      d.logs,
-		Hooks:     d.hooks,
+		Observer:  d.kit.observer,
+		Logs:      d.kit.logs,
+		Hooks:     d.kit.hooks,
 		Logger:    d.log,
 		Thresholds: agent.Thresholds{
 			MaxConsecutiveErrors: uint32(a.MaxConsecutiveErrors),
@@ -497,7 +569,7 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		DefaultEnv:         st.DefaultEnv,
 		PathPrepend:        selfDir(),
 		MinSessionInterval: st.MinSessionInterval,
-		MaxLogBytes:        d.maxSessionBytes,
+		MaxLogBytes:        d.run.maxSessionBytes,
 		FirstSeq:           rc.seq,
 		TotalErrors:        rc.totalErrors,
 		StoppedReason:      rc.stoppedReason,
@@ -513,7 +585,7 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		Tools:              st.Tools,
 		Gate:               st.Gate,
 		OnProgress:         d.onProgress,
-		Price:              d.budget.price,
+		Price:              d.budget.Price,
 	})
 }
 
@@ -550,7 +622,7 @@ func (d *Daemon) reviewOnly(agent string) bool {
 
 // rosterOf returns cfg's roster, the one built last when it is cfg's.
 func (d *Daemon) rosterOf(cfg *config.Config) *roster {
-	if r := d.roster.Load(); r != nil && r.cfg == cfg {
+	if r := d.live.roster.Load(); r != nil && r.cfg == cfg {
 		return r
 	}
 	names := cfg.AgentNames()
@@ -561,7 +633,7 @@ func (d *Daemon) rosterOf(cfg *config.Config) *roster {
 		}
 	}
 	r.joined = r.agentsVar[len("SWARM_AGENTS="):]
-	d.roster.Store(r)
+	d.live.roster.Store(r)
 	return r
 }
 
@@ -593,7 +665,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		env = append(env, "SWARMD_BIN="+self)
 	}
 	pb := &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
-		Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.note}
+		Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.Note}
 	if cfg.Merge != nil {
 		// A merge queue merges task by task: each task's work is a line of
 		// its own, started from the target (internal/worktree/line.go).
@@ -615,15 +687,15 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		MinSessionInterval: a.MinSessionInterval,
 		BackendName:        a.Backend,
 		Tools:              backend.ToolPolicy{Allow: a.Tools.Allow, Deny: a.Tools.Deny},
-		Gate:               admitGate{adm: d.admission, provider: cfg.Backends[a.Backend].Type, next: d.providers.forAgent(a.Name, agentProviderKey(cfg, a))},
+		Gate:               admitGate{adm: d.gates.admission, provider: cfg.Backends[a.Backend].Type, next: d.gates.providers.ForAgent(a.Name, providergate.AgentKey(cfg, a))},
 	}, nil
 }
 
 // current is the config in force and its backends (a reload swaps both).
 func (d *Daemon) current() (*config.Config, map[string]runner.Backend) {
-	d.cfgMu.Lock()
-	defer d.cfgMu.Unlock()
-	return d.cfg, d.backends
+	d.live.mu.Lock()
+	defer d.live.mu.Unlock()
+	return d.live.cfg, d.live.backends
 }
 
 // ForceStop kills every session at once (the second signal).
@@ -636,12 +708,9 @@ func (d *Daemon) ForceStop() {
 // mailStats feeds swarmd_mailbox_messages_total and swarmd_mailbox_pending
 // from swarm.db: mail is sent by other processes, so the daemon counts it
 // where it lands, each time the router saw a commit (d.mailChanged), at most
-// every minInterval, and on no timer while nothing happens. It returns a
-// stop function.
-func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
+// every minInterval, and on no timer while nothing happens. It is a service.
+func (d *Daemon) mailStats(minInterval time.Duration) service.Service {
+	return service.Loop(func(stop context.Context) {
 		ctx := context.Background() // queries take microseconds; no cancellation goroutine per query
 		_, _, last, err := d.mail.NewSince(ctx, 0)
 		if err != nil {
@@ -650,7 +719,7 @@ func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
 		d.updatePending(ctx)
 		for {
 			select {
-			case <-done:
+			case <-stop.Done():
 				return
 			case <-d.mailChanged:
 			}
@@ -664,13 +733,12 @@ func (d *Daemon) mailStats(minInterval time.Duration) (stop func()) {
 				d.log.Warn("mail metrics", zap.Error(err))
 			}
 			select { // a burst of commits is counted once per interval
-			case <-done:
+			case <-stop.Done():
 				return
 			case <-time.After(minInterval):
 			}
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 func (d *Daemon) updatePending(ctx context.Context) {
@@ -685,27 +753,27 @@ func (d *Daemon) updatePending(ctx context.Context) {
 // noteChange is the router's OnChange: it wakes mailStats and the
 // dashboards, never blocking.
 func (d *Daemon) noteChange() {
-	for _, c := range []chan struct{}{d.mailChanged, d.mergeChanged} { // mail metrics, the merge feeder
+	for _, c := range []chan struct{}{d.mailChanged, d.merge.changed} { // mail metrics, the merge feeder
 		select {
 		case c <- struct{}{}:
 		default:
 		}
 	}
-	d.dash.notify() // and the dashboards: a task moved, mail came
+	d.serve.dash.notify() // and the dashboards: a task moved, mail came
 }
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.
 func (d *Daemon) Close() error {
-	d.cancelAgents()
-	d.retirers.Wait() // each ends once its runner has stopped
-	d.dash.close()    // ends the streams the servers' shutdown would wait for
+	d.run.cancel()
+	d.reload.retirers.Wait() // each ends once its runner has stopped
+	d.serve.dash.close()     // ends the streams the servers' shutdown would wait for
 	d.notifier.Stop()
 	var errs []error
-	if d.control != nil {
-		errs = append(errs, d.control.Close())
+	if d.serve.control != nil {
+		errs = append(errs, d.serve.control.Close())
 	}
-	if d.http != nil {
-		errs = append(errs, d.http.Close())
+	if d.serve.http != nil {
+		errs = append(errs, d.serve.http.Close())
 	}
 	if d.journal != nil {
 		errs = append(errs, d.journal.Close())
@@ -716,12 +784,12 @@ func (d *Daemon) Close() error {
 	if d.db != nil {
 		errs = append(errs, d.db.Close())
 	}
-	if d.sup != nil {
-		errs = append(errs, d.sup.Close())
+	if d.host.sup != nil {
+		errs = append(errs, d.host.sup.Close())
 		d.closeIsolation()
 	}
-	if d.lock != nil {
-		errs = append(errs, d.lock.Release())
+	if d.host.lock != nil {
+		errs = append(errs, d.host.lock.Release())
 	}
 	return errors.Join(errs...)
 }

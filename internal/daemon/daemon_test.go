@@ -111,7 +111,7 @@ func start(t *testing.T, cfgPath string) *running {
 	r := &running{Daemon: d, cancel: cancel, errc: make(chan error, 1)}
 	go func() { r.errc <- d.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
-	waitFor(t, "the daemon ready", func() bool { return d.ready.Load() })
+	waitFor(t, "the daemon ready", func() bool { return d.run.ready.Load() })
 	return r
 }
 
@@ -264,10 +264,10 @@ func TestRecoveryAtOpen(t *testing.T) {
 
 	d := open(t, cfg)
 	defer d.Close()
-	if rc := d.recovered["alice"]; rc.seq != 5 || rc.stoppedReason != "" {
+	if rc := d.run.recovered["alice"]; rc.seq != 5 || rc.stoppedReason != "" {
 		t.Errorf("alice recovered as %+v, want seq 5, resumable", rc)
 	}
-	if rc := d.recovered["bob"]; rc.seq != 1 || rc.totalErrors != 5 || rc.stoppedReason != "auth failed" {
+	if rc := d.run.recovered["bob"]; rc.seq != 1 || rc.totalErrors != 5 || rc.stoppedReason != "auth failed" {
 		t.Errorf("bob recovered as %+v, want seq 1, 5 errors, stopped for auth", rc)
 	}
 	ss, err := d.db.Sessions(context.Background(), "alice", 0)

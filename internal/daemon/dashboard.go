@@ -39,7 +39,7 @@ func newDashboards(d *Daemon) *dashboards {
 	svc := &view.Service{
 		Base:    ctx,
 		Hub:     hub,
-		Logs:    &view.LogFollower{Store: d.logs, Current: d.currentSeq},
+		Logs:    &view.LogFollower{Store: d.kit.logs, Current: d.currentSeq},
 		Actions: viewActions{d},
 		Sessions: func(ctx context.Context, agent string, limit int) ([]view.Session, error) {
 			return d.sessions(ctx, agent, limit)
@@ -86,7 +86,7 @@ func (db *dashboards) notify() {
 }
 
 // ViewHandler serves the read model on the control socket (swarmd top).
-func (a controlAPI) ViewHandler() http.Handler { return a.d.dash.svc.SocketHandler() }
+func (a controlAPI) ViewHandler() http.Handler { return a.d.serve.dash.svc.SocketHandler() }
 
 // loopbackListen: the listen address is on loopback, so requests naming any
 // other host are refused (a page elsewhere rebinding its name to us).
@@ -211,7 +211,7 @@ func (s viewSource) Spend(ctx context.Context) (map[string]view.Spend, error) {
 // test first, then the queued ones in order ("not configured" without a
 // merge: section).
 func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
-	q := s.d.merge
+	q := s.d.merge.queue
 	if q == nil {
 		return view.NotConfigured, nil
 	}
@@ -257,7 +257,7 @@ func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
 
 // Features: what this swarmd has. Budgets are not on the dashboards yet.
 func (s viewSource) Features() view.Features {
-	return view.Features{Tasks: true, Pause: true, Merge: s.d.merge != nil, Isolation: s.d.iso.String()}
+	return view.Features{Tasks: true, Pause: true, Merge: s.d.merge.queue != nil, Isolation: s.d.host.iso.String()}
 }
 
 func (s viewSource) Fault() string { return s.d.health.faultText() }

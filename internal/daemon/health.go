@@ -12,6 +12,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -71,34 +72,32 @@ func (d *Daemon) checkHealth(ctx context.Context) string {
 	return ""
 }
 
-// watchHealth checks every interval until stop is closed; it returns a
-// function that stops it and waits.
-func (d *Daemon) watchHealth(interval time.Duration) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
+// healthWatch is the service that checks the daemon's health every
+// interval, and tells the operator of a new fault and of providers down.
+func (d *Daemon) healthWatch(interval time.Duration) service.Service {
+	return service.Loop(func(ctx context.Context) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			if fault := d.checkHealth(context.Background()); d.health.set(fault, d.log) && fault != "" {
+			// A check under way finishes: Stop waits for it.
+			if fault := d.checkHealth(context.WithoutCancel(ctx)); d.health.set(fault, d.log) && fault != "" {
 				d.notifyUnhealthy(fault)
 			}
 			d.notifyProvidersDown(time.Now())
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 // readiness is /readyz and what feeds the systemd watchdog: the daemon can
 // do its job. Every agent registered, the database is the file it opened and
 // answers, the disk has room, and at least one agent is not Stopped.
 func (d *Daemon) readiness() string {
-	if !d.ready.Load() {
+	if !d.run.ready.Load() {
 		return "agents not registered yet"
 	}
 	if err := d.db.Check(); errors.Is(err, store.ErrDatabaseGone) {

@@ -59,7 +59,7 @@ func (i isolation) String() string {
 // openIsolation sets up what cfg.Isolation asks for, after the supervisor
 // is made and before any tree starts. strict refuses to start without it.
 func (d *Daemon) openIsolation(cfg *config.Config) error {
-	d.iso = isolation{level: cfg.Isolation}
+	d.host.iso = isolation{level: cfg.Isolation}
 	if cfg.Isolation == config.IsolationOff {
 		return nil
 	}
@@ -68,24 +68,24 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	h, err := cgroup.Open("swarmd-" + hex.EncodeToString(sum[:6]))
 	if err != nil {
-		d.iso.missing = append(d.iso.missing, "cgroups: "+err.Error()+
+		d.host.iso.missing = append(d.host.iso.missing, "cgroups: "+err.Error()+
 			" (run as root, or under systemd with Delegate=yes, or in `systemd-run --user --scope -p Delegate=yes`)")
 	} else {
-		d.iso.cgroups = h
-		d.sup.UseCgroups(h)
+		d.host.iso.cgroups = h
+		d.host.sup.UseCgroups(h)
 	}
 	if sb, err := sandbox.Probe(context.Background(), cfg.Sandbox.Bwrap); err != nil {
-		d.iso.missing = append(d.iso.missing, "sandbox: "+err.Error()+
+		d.host.iso.missing = append(d.host.iso.missing, "sandbox: "+err.Error()+
 			": sessions see the whole file system, the state directory included, and are known by their environment")
 	} else {
-		d.iso.sandbox = sb
-		d.sandboxes = newSessionSandboxes(d)
+		d.host.iso.sandbox = sb
+		d.host.sandboxes = newSessionSandboxes(d)
 		// Sockets of an earlier daemon's sessions (sandbox.go): the state
 		// lock says none of them is served any more.
 		_ = os.RemoveAll(filepath.Join(cfg.StateDir, "s"))
 	}
-	if cfg.Isolation == config.IsolationStrict && len(d.iso.missing) > 0 {
-		return setupErrorf("isolation: strict, and %s", strings.Join(d.iso.missing, "; "))
+	if cfg.Isolation == config.IsolationStrict && len(d.host.iso.missing) > 0 {
+		return setupErrorf("isolation: strict, and %s", strings.Join(d.host.iso.missing, "; "))
 	}
 	return nil
 }
@@ -93,30 +93,32 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 // logIsolation says at start what contains the trees: a warning when a
 // part is not in force.
 func (d *Daemon) logIsolation() {
-	if len(d.iso.missing) > 0 || d.iso.level == config.IsolationOff {
-		d.log.Warn(d.iso.String())
+	if len(d.host.iso.missing) > 0 || d.host.iso.level == config.IsolationOff {
+		d.log.Warn(d.host.iso.String())
 		return
 	}
-	d.log.Info(d.iso.String())
+	d.log.Info(d.host.iso.String())
 }
 
 // closeIsolation removes what openIsolation made, once no tree runs.
 func (d *Daemon) closeIsolation() {
-	if d.iso.cgroups != nil {
-		if err := d.iso.cgroups.Close(); err != nil {
+	if d.host.iso.cgroups != nil {
+		if err := d.host.iso.cgroups.Close(); err != nil {
 			d.log.Warn("remove the cgroup of the process trees", zap.Error(err))
 		}
 	}
 }
 
 // Info is the control API's GET /v1/daemon: what contains the trees.
-func (a controlAPI) Info() control.DaemonInfo { return control.DaemonInfo{Isolation: a.d.iso.String()} }
+func (a controlAPI) Info() control.DaemonInfo {
+	return control.DaemonInfo{Isolation: a.d.host.iso.String()}
+}
 
 // container is what the runners get as their Container: nil while no
 // sandbox is in force.
 func (d *Daemon) container() runner.Container {
-	if d.sandboxes == nil {
+	if d.host.sandboxes == nil {
 		return nil
 	}
-	return d.sandboxes
+	return d.host.sandboxes
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/fence"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -23,7 +24,7 @@ func (d *Daemon) leaseHolder() store.Lease {
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
-	return store.Lease{Daemon: host + ":" + d.cfg.StateDir, Host: host, PID: os.Getpid()}
+	return store.Lease{Daemon: host + ":" + d.live.cfg.StateDir, Host: host, PID: os.Getpid()}
 }
 
 // acquireLeases takes the leases of agents (a shared store only): every one
@@ -90,13 +91,17 @@ type leaseKeeper struct {
 // keepLeases renews this daemon's leases (a shared store only) at once and
 // then every third of lease_timeout, feeding each renewal's deadline to the
 // lease guard (started here, before any session), and reaps the expired
-// leases of other daemons, recovering their work, every second; stop ends
-// it, closes the guard and gives the leases up. Call it before any agent
+// leases of other daemons, recovering their work, every second; Stop ends
+// it, closes the guard and gives the leases up. Start it before any agent
 // runs.
-func (d *Daemon) keepLeases() (stop func(), err error) {
+func (d *Daemon) keepLeases() service.Service {
+	return service.Func(d.startLeases)
+}
+
+func (d *Daemon) startLeases(context.Context) (stop func(), err error) {
 	cfg, _ := d.current()
 	if !cfg.SharedStore() {
-		return func() {}, nil
+		return nil, nil
 	}
 	k := &leaseKeeper{d: d, holder: d.leaseHolder()}
 	if err := k.renew(context.Background()); err != nil {
@@ -257,9 +262,9 @@ func (k *leaseKeeper) reap(ctx context.Context) {
 func (d *Daemon) guardArgv() []string {
 	exe, _ := os.Executable()
 	dir := ""
-	if d.iso.cgroups != nil {
-		dir = d.iso.cgroups.Dir()
+	if d.host.iso.cgroups != nil {
+		dir = d.host.iso.cgroups.Dir()
 	}
 	cfg, _ := d.current()
-	return append([]string{exe}, fence.Args(dir, cfg.StateDir, d.sup.Instance())...)
+	return append([]string{exe}, fence.Args(dir, cfg.StateDir, d.host.sup.Instance())...)
 }

@@ -12,8 +12,8 @@ import (
 // spend goes to the budgets, its trouble with its provider to the
 // provider's health. It runs on the session's output goroutine.
 func (d *Daemon) onProgress(rec runner.ProgressRecord) {
-	d.budget.progress(rec)
-	d.providers.progress(rec)
+	d.budget.Progress(rec)
+	d.gates.providers.Progress(rec)
 }
 
 // toolDenials writes a ToolDenied event for each session stopped for a

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/service"
 )
 
 // settleQuiet is how long no agent may change state before the start counts
@@ -35,30 +37,27 @@ func (w *settleWatch) OnIdle(string, bool, time.Time)    {}
 // a prompt and a spawn per agent, the dependencies' package init) leaves a
 // heap the garbage collector keeps for reuse and executable pages that
 // nothing runs again, which an idle swarm would hold for as long as it
-// sleeps. trim is d.trimMemory but in tests. It returns a stop function; the
+// sleeps. trim is d.trimMemory but in tests. It is a service whose
 // goroutine ends after the trim.
-func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) (stop func()) {
-	done, finished := make(chan struct{}), make(chan struct{})
-	d.ramp.last.Store(time.Now().UnixNano())
-	go func() {
-		defer close(finished)
+func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) service.Service {
+	return service.Loop(func(ctx context.Context) {
+		d.run.ramp.last.Store(time.Now().UnixNano()) // the quiet counts from the start
 		t := time.NewTimer(quiet)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			if wait := quiet - time.Since(time.Unix(0, d.ramp.last.Load())); wait > 0 {
+			if wait := quiet - time.Since(time.Unix(0, d.run.ramp.last.Load())); wait > 0 {
 				t.Reset(wait)
 				continue
 			}
 			trim()
 			return
 		}
-	}()
-	return func() { close(done); <-finished }
+	})
 }
 
 // settled is what the daemon does once its start has settled: make every
@@ -68,7 +67,7 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) (stop func())
 // the start's memory (trimMemory).
 func (d *Daemon) settled() {
 	for _, name := range d.reg.Names() {
-		if err := d.logs.PrepareArchive(name); err != nil {
+		if err := d.kit.logs.PrepareArchive(name); err != nil {
 			d.log.Warn("prepare the log archive", zap.String("agent", name), zap.Error(err))
 		}
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -17,11 +18,14 @@ func TestTrimWhenSettled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &Daemon{}
 		var trims atomic.Int32 // the race detector does not count synctest.Wait as an edge
-		stop := d.trimWhenSettled(time.Second, func() { trims.Add(1) })
-		defer stop()
+		s := d.trimWhenSettled(time.Second, func() { trims.Add(1) })
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
 		for range 5 { // a ramp: a transition every 600 ms
 			time.Sleep(600 * time.Millisecond)
-			d.ramp.OnTransition(runner.Transition{})
+			d.run.ramp.OnTransition(runner.Transition{})
 			synctest.Wait()
 			if trims.Load() != 0 {
 				t.Fatal("trimmed during the ramp")
@@ -32,7 +36,7 @@ func TestTrimWhenSettled(t *testing.T) {
 		if n := trims.Load(); n != 1 {
 			t.Fatalf("%d trims a second after the last transition, want 1", n)
 		}
-		d.ramp.OnTransition(runner.Transition{})
+		d.run.ramp.OnTransition(runner.Transition{})
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if n := trims.Load(); n != 1 {
@@ -45,9 +49,12 @@ func TestTrimWhenSettled(t *testing.T) {
 func TestTrimWhenSettledStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &Daemon{}
-		stop := d.trimWhenSettled(time.Second, func() { t.Error("trimmed after stop") })
+		s := d.trimWhenSettled(time.Second, func() { t.Error("trimmed after stop") })
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(500 * time.Millisecond)
-		stop()
+		s.Stop()
 		time.Sleep(time.Second)
 	})
 }
@@ -128,7 +135,7 @@ func TestArchiveDirsPreparedOnceSettled(t *testing.T) {
 	r.waitRunning(t, "alice", "bob")
 	for _, name := range []string{"alice", "bob"} {
 		waitFor(t, name+"'s archive directory", func() bool {
-			fi, err := os.Stat(r.logs.ArchiveDir(name))
+			fi, err := os.Stat(r.kit.logs.ArchiveDir(name))
 			return err == nil && fi.IsDir()
 		})
 	}

@@ -57,8 +57,8 @@ func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-cha
 		}
 	}()
 	d.log.Info("this daemon runs the swarm's merge queue")
-	d.merge.Start(ctx)
-	defer d.merge.Stop()
+	d.merge.queue.Start(ctx)
+	defer d.merge.queue.Stop()
 	for {
 		select {
 		case <-stop:
@@ -131,7 +131,7 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 	// merges, when that only adds commits to ours, and only a tip a merge
 	// queue made: an agent (or anyone) that pushed to the remote's target
 	// does not get its commits onto it past review and the gate.
-	made, err := d.merge.Made(ctx, theirs)
+	made, err := d.merge.queue.Made(ctx, theirs)
 	if err != nil {
 		return err
 	}

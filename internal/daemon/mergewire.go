@@ -13,6 +13,7 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -25,7 +26,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	opts := merge.Options{
 		Repo: cfg.Repo, StateDir: cfg.StateDir, Into: cfg.Merge.Into, Gate: cfg.Merge.Gate,
 		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy,
-		DB: d.db, Procs: d.sup, Logs: d.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
+		DB: d.db, Procs: d.host.sup, Logs: d.kit.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
 		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
 	}
 	if cfg.SharedStore() {
@@ -35,7 +36,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return setupError(err)
 	}
-	d.merge = q
+	d.merge.queue = q
 	return nil
 }
 
@@ -116,11 +117,17 @@ func rejectionTodo(kind merge.Kind, into string) string {
 	return fmt.Sprintf("It did not merge into %s: fix it, commit, and end your session with DONE.", into)
 }
 
+// mergeFeeder is feedMerge as a service, on the agents' context: the
+// merges are their work.
+func (d *Daemon) mergeFeeder() service.Service {
+	return service.Func(func(context.Context) (func(), error) { return d.feedMerge(d.run.ctx), nil })
+}
+
 // feedMerge queues the tasks that are ready to merge each time the
-// database changed (d.mergeChanged), until stop is closed. Enqueue is
+// database changed (d.merge.changed), until stop is closed. Enqueue is
 // idempotent, so a task seen twice is queued once.
 func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
-	if d.merge == nil {
+	if d.merge.queue == nil {
 		return func() {}
 	}
 	cfg, _ := d.current()
@@ -132,7 +139,7 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 		leader = make(chan struct{})
 		go func() { defer close(leader); d.leadMerge(ctx, done) }()
 	} else {
-		d.merge.Start(ctx)
+		d.merge.queue.Start(ctx)
 		// The one queue of this swarm: its target is this daemon's to
 		// watch (stop waits for the watch as it waits for a leader).
 		leader = make(chan struct{})
@@ -143,12 +150,12 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 		for {
 			d.enqueueReady(ctx)
 			if shared {
-				d.merge.Wake() // another daemon may have queued work
+				d.merge.queue.Wake() // another daemon may have queued work
 			}
 			select {
 			case <-done:
 				return
-			case <-d.mergeChanged:
+			case <-d.merge.changed:
 			}
 			select { // a burst of commits is looked at once
 			case <-done:
@@ -163,7 +170,7 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 		if leader != nil {
 			<-leader
 		}
-		d.merge.Stop()
+		d.merge.queue.Stop()
 	}
 }
 
@@ -183,7 +190,7 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 		if r.Head != "" {
 			branch = d.trees.LineBranch(r.ID) // the task's own line, frozen at r.Head
 		}
-		if _, err := d.merge.Enqueue(ctx, r.ID, r.Worker, branch, r.Head); err != nil && !errors.Is(err, merge.ErrState) {
+		if _, err := d.merge.queue.Enqueue(ctx, r.ID, r.Worker, branch, r.Head); err != nil && !errors.Is(err, merge.ErrState) {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
 		}
 	}

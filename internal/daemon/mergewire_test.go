@@ -27,7 +27,8 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 	}
 	defer mb.Close()
 	board := taskboard.New(mb.Store(), taskboard.Options{}) // a merge queue closes tasks
-	d := &Daemon{cfg: &config.Config{Merge: &config.Merge{Into: "trunk"}}, log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	d := &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	d.live.cfg = &config.Config{Merge: &config.Merge{Into: "trunk"}}
 	for _, tc := range []struct {
 		kind   merge.Kind
 		detail string

@@ -44,7 +44,7 @@ agents:
 	r := &running{Daemon: d, cancel: cancel, errc: make(chan error, 1)}
 	go func() { r.errc <- d.Run(runCtx) }()
 	t.Cleanup(func() { r.stop(t) })
-	waitFor(t, "the daemon ready", func() bool { return d.ready.Load() })
+	waitFor(t, "the daemon ready", func() bool { return d.run.ready.Load() })
 	alice := func() agentView {
 		rn, err := d.reg.Runner("alice")
 		if err != nil {

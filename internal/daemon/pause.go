@@ -31,11 +31,14 @@ func (a controlAPI) ResumeAgent(ctx context.Context, name string) (control.Resum
 	if err != nil {
 		return control.ResumeResult{}, err
 	}
-	if msg, held := a.d.budget.holds(name); held {
+	if msg, held := a.d.budget.Holds(name); held {
 		return control.ResumeResult{}, fmt.Errorf("%w: %s", control.ErrConflict, msg)
 	}
 	return a.d.resumeAgent(ctx, name, actor)
 }
+
+// actorSwarmd is the actor of the pauses swarmd itself makes.
+const actorSwarmd = "swarmd"
 
 // holdAgent pauses an agent for swarmd itself (its sessions keep ending
 // without reporting on the work they hold), as an operator's pause would:

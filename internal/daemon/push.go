@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/service"
 )
 
 // pushDrain bounds how long a stopping daemon spends on the pushes still
@@ -22,8 +23,11 @@ var errNoBranch = errors.New("no branch to push")
 // pusher pushes branches to the swarm's remote (config key remote) in a
 // goroutine of its own: a session's end must not wait for the network.
 // Requests are coalesced per branch: a push sends the branch as it is
-// when the push runs, so only the latest head matters.
+// when the push runs, so only the latest head matters. It is a service:
+// Start runs the pushes until Stop, which pushes what is pending (within
+// pushDrain) and waits for the goroutine.
 type pusher struct {
+	service.Service
 	log    *zap.Logger
 	pushed func(ok bool) // swarmd_pushes_total
 
@@ -31,14 +35,12 @@ type pusher struct {
 	pending map[string]func(context.Context) error // by branch
 	order   []string                               // pending branches, oldest request first
 	wake    chan struct{}                          // capacity 1
-
-	quit, done chan struct{}
-	started    bool
 }
 
 func newPusher(log *zap.Logger, pushed func(ok bool)) *pusher {
-	return &pusher{log: log, pushed: pushed, pending: map[string]func(context.Context) error{}, wake: make(chan struct{}, 1),
-		quit: make(chan struct{}), done: make(chan struct{})}
+	p := &pusher{log: log, pushed: pushed, pending: map[string]func(context.Context) error{}, wake: make(chan struct{}, 1)}
+	p.Service = service.Loop(p.run)
+	return p
 }
 
 // request asks for branch to be pushed by push; a request for a branch
@@ -56,28 +58,14 @@ func (p *pusher) request(branch string, push func(context.Context) error) {
 	}
 }
 
-// start runs the pushes until stop.
-func (p *pusher) start() {
-	p.started = true
-	go p.run()
-}
-
-// stop pushes what is pending (within pushDrain) and waits for the goroutine.
-func (p *pusher) stop() {
-	if !p.started {
-		return
-	}
-	close(p.quit)
-	<-p.done
-}
-
-func (p *pusher) run() {
-	defer close(p.done)
-	ctx, cancel := context.WithCancel(context.Background())
+// run pushes until stop ends its context; a push under way then goes on,
+// and what is pending is pushed within pushDrain.
+func (p *pusher) run(stop context.Context) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(stop))
 	defer cancel()
 	for {
 		select {
-		case <-p.quit:
+		case <-stop.Done():
 			dctx, dcancel := context.WithTimeout(ctx, pushDrain)
 			p.pushAll(dctx)
 			dcancel()

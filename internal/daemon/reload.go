@@ -20,9 +20,9 @@ import (
 // agent whose runner cannot be built, is refused and the running one kept.
 func (d *Daemon) Reload(path string) error {
 	// One reload at a time, and none while retire decides an agent's fate.
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
-	if !d.ready.Load() {
+	d.reload.mu.Lock()
+	defer d.reload.mu.Unlock()
+	if !d.run.ready.Load() {
 		return fmt.Errorf("still starting (agents are being registered); send SIGHUP again once it runs")
 	}
 	cfg, err := d.opts.LoadConfig(path)
@@ -38,17 +38,17 @@ func (d *Daemon) Reload(path string) error {
 	}
 	backends, settings, fresh, running := p.backends, p.settings, p.fresh, p.running
 
-	d.cfgMu.Lock()
-	d.cfg, d.backends = cfg, backends
-	d.cfgMu.Unlock()
-	d.providers.setBackoff(cfg)
-	d.admission.SetLimits(admissionLimits(cfg))
-	defer d.budget.reload(context.Background(), cfg) // after the runners of added agents exist
+	d.live.mu.Lock()
+	d.live.cfg, d.live.backends = cfg, backends
+	d.live.mu.Unlock()
+	d.gates.providers.SetBackoff(cfg)
+	d.gates.admission.SetLimits(admissionLimits(cfg))
+	defer d.budget.Reload(context.Background(), cfg) // after the runners of added agents exist
 
 	var added, updated, removed []string
 	for _, a := range cfg.Agents {
 		switch {
-		case d.retiring[a.Name]:
+		case d.reload.retiring[a.Name]:
 			// Removed by an earlier reload and still stopping: retire starts
 			// it again, with this config, once it has stopped.
 			delete(running, a.Name)
@@ -61,7 +61,7 @@ func (d *Daemon) Reload(path string) error {
 			}
 		default:
 			d.metrics.AddAgent(a.Name)
-			if err := d.reg.Register(d.agentCtx, fresh[a.Name]); err != nil {
+			if err := d.reg.Register(d.run.ctx, fresh[a.Name]); err != nil {
 				d.log.Error("start an agent a reload added", zap.String("agent", a.Name), zap.Error(err))
 				continue
 			}
@@ -70,13 +70,13 @@ func (d *Daemon) Reload(path string) error {
 	}
 	for name := range running {
 		r, err := d.reg.Runner(name)
-		if err != nil || d.retiring[name] {
+		if err != nil || d.reload.retiring[name] {
 			continue
 		}
 		r.Stop("operator")
 		removed = append(removed, name)
-		d.retiring[name] = true
-		d.retirers.Go(func() { d.retire(name, r) })
+		d.reload.retiring[name] = true
+		d.reload.retirers.Go(func() { d.retire(name, r) })
 	}
 	d.log.Info("config reloaded", zap.Strings("added", added), zap.Strings("updated", updated), zap.Strings("removed", removed))
 	return nil
@@ -93,7 +93,7 @@ type reloadPlan struct {
 // planReload checks every agent's settings and builds the runners of added
 // agents: everything of a reload that can fail, before it changes anything.
 func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
-	backends, err := buildBackends(cfg, d.sup)
+	backends, err := buildBackends(cfg, d.host.sup)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 	}
 	var added []string
 	for _, a := range cfg.Agents {
-		if p.running[a.Name] || d.retiring[a.Name] {
+		if p.running[a.Name] || d.reload.retiring[a.Name] {
 			continue
 		}
 		if p.fresh[a.Name], err = d.prepareRunner(cfg, backends, a); err != nil {
@@ -145,10 +145,10 @@ func (d *Daemon) warnRestartKeys(old, cfg *config.Config) {
 // config meanwhile: then the agent starts again, as an added one does.
 func (d *Daemon) retire(name string, r *runner.Runner) {
 	<-r.Done()
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
-	delete(d.retiring, name)
-	if d.agentCtx.Err() != nil {
+	d.reload.mu.Lock()
+	defer d.reload.mu.Unlock()
+	delete(d.reload.retiring, name)
+	if d.run.ctx.Err() != nil {
 		return // the daemon is stopping: nothing starts again
 	}
 	cfg, _ := d.current()
@@ -182,7 +182,7 @@ func (d *Daemon) startNew(a config.Agent) error {
 		return err
 	}
 	d.metrics.AddAgent(a.Name)
-	return d.reg.Register(d.agentCtx, r)
+	return d.reg.Register(d.run.ctx, r)
 }
 
 // prepareRunner builds, without starting it, the runner of an agent that

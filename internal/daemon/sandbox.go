@@ -58,9 +58,9 @@ const maxSocketPath = 107
 func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) []string, func(), error) {
 	d := c.d
 	select {
-	case <-d.controlUp:
-	case <-d.agentCtx.Done():
-		return nil, nil, d.agentCtx.Err()
+	case <-d.serve.controlUp:
+	case <-d.run.ctx.Done():
+		return nil, nil, d.run.ctx.Err()
 	case <-time.After(controlWait):
 		return nil, nil, errors.New("the control socket is not up yet")
 	}
@@ -73,7 +73,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) 
 	if err != nil {
 		return nil, nil, err
 	}
-	sb := d.iso.sandbox
+	sb := d.host.iso.sandbox
 	wrap := func(argv []string) []string {
 		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0])
 		spec.Writable = slices.Concat(spec.Writable, acc.Writable, stateHomes(cfg, agentName))
@@ -110,7 +110,7 @@ func (c *sessionSandboxes) socket(stateDir, agentName string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := c.d.control.Attach(path, func(pid int) (string, bool) { return c.accept(agentName, pid) }); err != nil {
+	if _, err := c.d.serve.control.Attach(path, func(pid int) (string, bool) { return c.accept(agentName, pid) }); err != nil {
 		return "", err
 	}
 	c.sockets[agentName] = path
@@ -127,7 +127,7 @@ func (c *sessionSandboxes) accept(agentName string, pid int) (sessionID string, 
 	if !ok {
 		return "", false
 	}
-	if h := c.d.iso.cgroups; h != nil {
+	if h := c.d.host.iso.cgroups; h != nil {
 		if tree, in := h.TreeOf(pid); !in || tree != sessionID {
 			return "", false
 		}
@@ -154,7 +154,7 @@ func (c *sessionSandboxes) session(holder string) (agentName string, ok bool) {
 // configured paths, sees neither the state directory nor any worktree, and
 // gets no control socket: no authority over the swarm at all.
 func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
-	sb := d.iso.sandbox
+	sb := d.host.iso.sandbox
 	if sb == nil {
 		return nil
 	}
@@ -177,7 +177,7 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 // the agent's branch, so it sees what the agent's sessions see, and gets no
 // control socket (no authority over the swarm; not even the mailbox).
 func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
-	sb := d.iso.sandbox
+	sb := d.host.iso.sandbox
 	if sb == nil {
 		return nil
 	}

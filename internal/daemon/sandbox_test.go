@@ -51,7 +51,7 @@ func TestTmpNeeds(t *testing.T) {
 // this in a second, without a sandbox or a session.)
 func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
 	r := start(t, repo(t, agentsYAML("alice", "bob")))
-	<-r.controlUp // ready comes before the control socket
+	<-r.serve.controlUp // ready comes before the control socket
 	ctx := context.Background()
 	cfg, _ := r.current()
 	sock := filepath.Join(cfg.StateDir, "s", "test")
@@ -60,7 +60,7 @@ func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
 	}
 	// A connection given to a session of alice that is not running (one
 	// that ended, say): it is nobody's.
-	if _, err := r.control.Attach(sock, func(int) (string, bool) { return "alice-1-000000000000", true }); err != nil {
+	if _, err := r.serve.control.Attach(sock, func(int) (string, bool) { return "alice-1-000000000000", true }); err != nil {
 		t.Fatal(err)
 	}
 	agent := control.NewClient(sock)

@@ -39,7 +39,7 @@ func isSessionCommand(s string) bool { return s == "mail" || s == "task" }
 func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIRequest) (control.SessionCLIResult, error) {
 	d := a.d
 	name, c, ok := d.callerSession(ctx)
-	if !ok || c.Instance != d.sup.Instance() {
+	if !ok || c.Instance != d.host.sup.Instance() {
 		return control.SessionCLIResult{}, fmt.Errorf("%w: session-cli: only a session of this daemon's agents may run commands through it", control.ErrForbidden)
 	}
 	if len(req.Args) == 0 || !isSessionCommand(req.Args[0]) {

@@ -25,10 +25,12 @@ const targetWatchEvery = 2 * time.Second
 // lookAtTarget records a move of the target the queue did not make; seen
 // says where it was seen ("at the end of a session of alice").
 func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
-	q := d.merge
+	q := d.merge.queue
 	if q == nil {
 		return
 	}
+	d.merge.looking.Lock()
+	defer d.merge.looking.Unlock()
 	tip, err := q.Target(ctx)
 	if err != nil || q.Owns(tip) {
 		return
@@ -61,10 +63,10 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 // commit no merge queue made (called from the queue's Prepare, one
 // goroutine).
 func (d *Daemon) remoteTargetMoved(into, remote, theirs, ours string) {
-	if d.remoteMoved == theirs {
+	if d.merge.remoteMoved == theirs {
 		return
 	}
-	d.remoteMoved = theirs
+	d.merge.remoteMoved = theirs
 	reason := fmt.Sprintf("%s on %s moved to %.12s by someone other than a merge queue (this repository's is at %.12s): not taken", into, remote, theirs, ours)
 	d.log.Error("MERGE TARGET MOVED ON THE REMOTE: "+reason, zap.String("target", into), zap.String("remote", remote),
 		zap.String("to", theirs))
@@ -91,7 +93,7 @@ func (d *Daemon) watchTarget(ctx context.Context, stop <-chan struct{}) {
 type targetObserver struct{ d *Daemon }
 
 func (o targetObserver) OnSessionEnd(s runner.SessionRecord) {
-	if o.d.merge == nil {
+	if o.d.merge.queue == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -120,7 +120,7 @@ agents:
 		t.Fatal(err)
 	}
 	waitFor(t, "the entry waiting on the remote's target", func() bool {
-		st, err := r.merge.Status(ctx)
+		st, err := r.merge.queue.Status(ctx)
 		return err == nil && strings.Contains(st.Waiting, "which no merge queue made")
 	})
 	if got := strings.TrimSpace(git(t, dir, "rev-parse", "main")); got != main0 {

@@ -55,8 +55,8 @@ func (d *Daemon) taskView(ctx context.Context, id int64) (view.TaskView, error) 
 	tv.Spend = view.Spend{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
 	cfg, _ := d.current()
 	tv.Base = reviewBase(cfg, d.trees.BaseCommit())
-	if d.merge != nil {
-		e, err := d.merge.Store().Latest(ctx, id)
+	if d.merge.queue != nil {
+		e, err := d.merge.queue.Store().Latest(ctx, id)
 		switch {
 		case err == nil:
 			tv.Merge = d.taskMerge(e)
@@ -94,7 +94,7 @@ func (d *Daemon) taskMerge(e merge.Entry) *view.TaskMerge {
 // gateTail is the end of gate run seq's log (its last lines, at most
 // gateTailBytes), or why it cannot be read.
 func (d *Daemon) gateTail(seq uint32) string {
-	rc, _, err := d.logs.Open(merge.LogName, seq)
+	rc, _, err := d.kit.logs.Open(merge.LogName, seq)
 	if err != nil {
 		return "[" + err.Error() + "]"
 	}

@@ -1,4 +1,10 @@
-package daemon
+// Package providergate shares each provider's health among the agents that
+// use it: one provider.Health per provider and credentials (Key), put
+// before every session start as a runner.Gate, fed by what the sessions
+// show (their ends, and their streams as they run), each change of state
+// written to the event log. The pure health rules are package provider's;
+// this package holds them, waits on them and reports them.
+package providergate
 
 import (
 	"context"
@@ -41,12 +47,12 @@ var credentialEnv = map[string]struct{ keys, others []string }{
 		[]string{"GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT", "GOOGLE_GENAI_USE_VERTEXAI"}},
 }
 
-// providerKey names the provider and credentials an agent's sessions use:
+// Key names the provider and credentials an agent's sessions use:
 // the backend type and a hash of the credential variables of its sessions'
 // environment (the daemon's, the backend's env, the agent's env), so that
 // agents with one key share a health and the name reveals no secret. ""
 // for backends without a provider (command, scripted).
-func providerKey(b config.Backend, a config.Agent, environ []string) string {
+func Key(b config.Backend, a config.Agent, environ []string) string {
 	vars, ok := credentialEnv[b.Type]
 	if !ok {
 		return ""
@@ -80,17 +86,23 @@ func providerKey(b config.Backend, a config.Agent, environ []string) string {
 	return b.Type + "/" + hex.EncodeToString(sum[:4])
 }
 
-// providerGates keeps one provider.Health per provider and credentials,
+// Journal is where the gates write each change of a provider's state
+// (*store.Journal).
+type Journal interface {
+	Event(store.EventRecord)
+}
+
+// Gates keeps one provider.Health per provider and credentials,
 // shared by the runners of its agents (runner.Gate).
-type providerGates struct {
+type Gates struct {
 	log     *zap.Logger
-	journal *store.Journal
+	journal Journal
 
 	mu      sync.Mutex
 	backoff provider.Backoff
-	byKey   map[string]*providerGate
-	byAgent map[string]*providerGate // the agent's current provider
-	last    map[string]liveSeen      // by agent: what its session's stream already reported
+	byKey   map[string]*Gate
+	byAgent map[string]*Gate    // the agent's current provider
+	last    map[string]liveSeen // by agent: what its session's stream already reported
 }
 
 // liveSeen is what a running session's stream told a provider already, so
@@ -101,14 +113,14 @@ type liveSeen struct {
 	err     string
 }
 
-func newProviderGates(cfg *config.Config, j *store.Journal, log *zap.Logger) *providerGates {
-	return &providerGates{log: log, journal: j, byKey: map[string]*providerGate{}, byAgent: map[string]*providerGate{},
+func New(cfg *config.Config, j Journal, log *zap.Logger) *Gates {
+	return &Gates{log: log, journal: j, byKey: map[string]*Gate{}, byAgent: map[string]*Gate{},
 		last: map[string]liveSeen{}, backoff: provider.Backoff{Base: cfg.Providers.Backoff, Max: cfg.Providers.MaxBackoff}}
 }
 
-// forAgent is the gate of agent's provider key (nil: none), made on first
+// ForAgent is the gate of agent's provider key (nil: none), made on first
 // use.
-func (g *providerGates) forAgent(agent, key string) runner.Gate {
+func (g *Gates) ForAgent(agent, key string) runner.Gate {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if key == "" {
@@ -117,15 +129,15 @@ func (g *providerGates) forAgent(agent, key string) runner.Gate {
 	}
 	pg := g.byKey[key]
 	if pg == nil {
-		pg = &providerGate{g: g, key: key, h: provider.New(g.backoff), wake: make(chan struct{})}
+		pg = &Gate{g: g, key: key, h: provider.New(g.backoff), wake: make(chan struct{})}
 		g.byKey[key] = pg
 	}
 	g.byAgent[agent] = pg
 	return pg
 }
 
-// states are the providers' health for the metrics, by name.
-func (g *providerGates) states() []metrics.ProviderState {
+// States are the providers' health for the metrics, by name.
+func (g *Gates) States() []metrics.ProviderState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -141,36 +153,36 @@ func (g *providerGates) states() []metrics.ProviderState {
 	return out
 }
 
-// providerOutage is a provider that has taken no session for a while.
-type providerOutage struct {
-	key, cause string
-	since      time.Time
-	agents     []string
+// Outage is a provider that has taken no session for a while.
+type Outage struct {
+	Key, Cause string
+	Since      time.Time
+	Agents     []string
 }
 
-// overdue returns, once per outage, each provider that has taken no
+// Overdue returns, once per outage, each provider that has taken no
 // session for at least after by now: the operator is told of it.
-func (g *providerGates) overdue(now time.Time, after time.Duration) []providerOutage {
+func (g *Gates) Overdue(now time.Time, after time.Duration) []Outage {
 	g.mu.Lock()
-	var out []providerOutage
-	var gates []*providerGate
+	var out []Outage
+	var gates []*Gate
 	for _, pg := range g.byKey {
 		if !pg.outSince.IsZero() && !pg.told && now.Sub(pg.outSince) >= after {
 			pg.told = true
-			out = append(out, providerOutage{key: pg.key, cause: pg.cause, since: pg.outSince})
+			out = append(out, Outage{Key: pg.key, Cause: pg.cause, Since: pg.outSince})
 			gates = append(gates, pg)
 		}
 	}
 	g.mu.Unlock()
 	for i, pg := range gates {
-		out[i].agents = pg.agents()
+		out[i].Agents = pg.agents()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
 }
 
-// setBackoff applies a reloaded providers section.
-func (g *providerGates) setBackoff(cfg *config.Config) {
+// SetBackoff applies a reloaded providers section.
+func (g *Gates) SetBackoff(cfg *config.Config) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.backoff = provider.Backoff{Base: cfg.Providers.Backoff, Max: cfg.Providers.MaxBackoff}
@@ -179,11 +191,11 @@ func (g *providerGates) setBackoff(cfg *config.Config) {
 	}
 }
 
-// progress passes a running session's trouble with its provider on at
+// Progress passes a running session's trouble with its provider on at
 // once, so that the other agents hold while the CLI is still retrying; and
 // the first answer a probe session gets (tokens in its stream), so that
 // the breaker closes and the others start then, not at the probe's end.
-func (g *providerGates) progress(rec runner.ProgressRecord) {
+func (g *Gates) Progress(rec runner.ProgressRecord) {
 	p := rec.Progress
 	if !p.RateLimitedUntil.After(time.Now()) && p.ProviderError == "" {
 		if p.Usage.Tokens() > 0 {
@@ -215,7 +227,7 @@ func (g *providerGates) progress(rec runner.ProgressRecord) {
 
 // probeAnswered closes agent's provider's breaker when agent runs its probe
 // and the provider has answered it.
-func (g *providerGates) probeAnswered(agent string) {
+func (g *Gates) probeAnswered(agent string) {
 	g.mu.Lock()
 	pg := g.byAgent[agent]
 	probing := pg != nil && pg.h.Prober() == agent
@@ -225,9 +237,9 @@ func (g *providerGates) probeAnswered(agent string) {
 	}
 }
 
-// providerGate is one provider's health as a runner.Gate.
-type providerGate struct {
-	g   *providerGates
+// Gate is one provider's health as a runner.Gate.
+type Gate struct {
+	g   *Gates
 	key string
 	h   *provider.Health // guarded by g.mu
 	// wake is closed (and replaced) at every report: waiters look again.
@@ -240,11 +252,11 @@ type providerGate struct {
 	cause    string
 }
 
-var _ runner.Gate = (*providerGate)(nil)
+var _ runner.Gate = (*Gate)(nil)
 
 // Acquire waits until the provider admits agent: a timer to the end of a
 // hold, or the next report (a probe's end), never a poll.
-func (pg *providerGate) Acquire(ctx context.Context, agent string, waiting func(string)) (runner.Ticket, error) {
+func (pg *Gate) Acquire(ctx context.Context, agent string, waiting func(string)) (runner.Ticket, error) {
 	for {
 		pg.g.mu.Lock()
 		adm, ch := pg.h.Admit(agent, time.Now())
@@ -252,7 +264,7 @@ func (pg *providerGate) Acquire(ctx context.Context, agent string, waiting func(
 		pg.g.mu.Unlock()
 		pg.emit(ch)
 		if adm.OK {
-			return &providerTicket{pg: pg, agent: agent, probe: adm.Probe}, nil
+			return &Ticket{pg: pg, agent: agent, probe: adm.Probe}, nil
 		}
 		waiting(adm.Reason)
 		var t *time.Timer
@@ -275,7 +287,7 @@ func (pg *providerGate) Acquire(ctx context.Context, agent string, waiting func(
 	}
 }
 
-func (pg *providerGate) report(r provider.Report) {
+func (pg *Gate) report(r provider.Report) {
 	pg.g.mu.Lock()
 	ch := pg.h.Report(r, time.Now())
 	close(pg.wake)
@@ -286,7 +298,7 @@ func (pg *providerGate) report(r provider.Report) {
 
 // emit records a change of the provider's state: one event and one log
 // line, whichever agent's session showed it.
-func (pg *providerGate) emit(c *provider.Change) {
+func (pg *Gate) emit(c *provider.Change) {
 	if c == nil {
 		return
 	}
@@ -310,7 +322,7 @@ func (pg *providerGate) emit(c *provider.Change) {
 }
 
 // agents are the agents that use the provider now.
-func (pg *providerGate) agents() []string {
+func (pg *Gate) agents() []string {
 	pg.g.mu.Lock()
 	defer pg.g.mu.Unlock()
 	var out []string
@@ -338,18 +350,18 @@ func providerReason(c *provider.Change, agents []string) string {
 	return c.Cause + " (" + c.Agent + "): its agents (" + who + ") go on"
 }
 
-// providerTicket is a granted start; Done reports what the session showed.
-type providerTicket struct {
-	pg    *providerGate
+// Ticket is a granted start; Done reports what the session showed.
+type Ticket struct {
+	pg    *Gate
 	agent string
 	probe bool
 }
 
 // Probe reports whether the session tests a provider that was down.
-func (t *providerTicket) Probe() bool { return t.probe }
+func (t *Ticket) Probe() bool { return t.probe }
 
-func (t *providerTicket) Done(res backend.Result, ran bool) {
-	r := providerOutcome(res, ran)
+func (t *Ticket) Done(res backend.Result, ran bool) {
+	r := outcome(res, ran)
 	r.Agent, r.Probe = t.agent, t.probe
 	if r.Outcome == provider.Neutral && !t.probe {
 		return
@@ -357,10 +369,10 @@ func (t *providerTicket) Done(res backend.Result, ran bool) {
 	t.pg.report(r)
 }
 
-// providerOutcome is what a session showed of its provider: an answer, a
+// outcome is what a session showed of its provider: an answer, a
 // rate limit, a failure, or nothing (it never started, stopped before an
 // answer, or failed for a reason of its own, such as an invalid key).
-func providerOutcome(res backend.Result, ran bool) provider.Report {
+func outcome(res backend.Result, ran bool) provider.Report {
 	switch {
 	case !ran:
 		return provider.Report{}
@@ -376,11 +388,11 @@ func providerOutcome(res backend.Result, ran bool) provider.Report {
 	return provider.Report{}
 }
 
-// agentProviderKey names the provider of an agent's sessions.
-func agentProviderKey(cfg *config.Config, a config.Agent) string {
+// AgentKey names the provider of an agent's sessions.
+func AgentKey(cfg *config.Config, a config.Agent) string {
 	b, ok := cfg.Backends[a.Backend]
 	if !ok {
 		return ""
 	}
-	return providerKey(b, a, os.Environ())
+	return Key(b, a, os.Environ())
 }

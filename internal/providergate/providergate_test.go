@@ -1,4 +1,4 @@
-package daemon
+package providergate
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/backend"
-	"github.com/swarmd/swarmd/internal/budget"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/provider"
@@ -23,29 +23,29 @@ func TestProviderKey(t *testing.T) {
 	claude := config.Backend{Name: "claude", Type: config.TypeClaude, Env: map[string]string{"ANTHROPIC_BASE_URL": "http://x"}}
 	alice := config.Agent{Name: "alice"}
 	daemonEnv := []string{"ANTHROPIC_API_KEY=sk-secret-1", "HOME=/home/a"}
-	k1 := providerKey(claude, alice, daemonEnv)
+	k1 := Key(claude, alice, daemonEnv)
 	if !strings.HasPrefix(k1, "claude/") || len(k1) != len("claude/")+8 || strings.Contains(k1, "secret") {
 		t.Fatalf("key %q", k1)
 	}
-	if k := providerKey(claude, config.Agent{Name: "bob"}, daemonEnv); k != k1 {
+	if k := Key(claude, config.Agent{Name: "bob"}, daemonEnv); k != k1 {
 		t.Errorf("same credentials, different keys: %s %s", k, k1)
 	}
 	own := config.Agent{Name: "carol", AgentSettings: config.AgentSettings{Env: map[string]string{"ANTHROPIC_API_KEY": "sk-secret-2"}}}
-	if k := providerKey(claude, own, daemonEnv); k == k1 {
+	if k := Key(claude, own, daemonEnv); k == k1 {
 		t.Error("an agent with its own key shares the provider")
 	}
 	// HOME matters only without a key (a login stored under it).
-	if providerKey(claude, alice, []string{"ANTHROPIC_API_KEY=sk-secret-1", "HOME=/home/b"}) != k1 {
+	if Key(claude, alice, []string{"ANTHROPIC_API_KEY=sk-secret-1", "HOME=/home/b"}) != k1 {
 		t.Error("HOME changed the key of an API-key provider")
 	}
-	if providerKey(claude, alice, []string{"HOME=/a"}) == providerKey(claude, alice, []string{"HOME=/b"}) {
+	if Key(claude, alice, []string{"HOME=/a"}) == Key(claude, alice, []string{"HOME=/b"}) {
 		t.Error("two logins share a provider")
 	}
-	if k := providerKey(config.Backend{Type: config.TypeCommand}, alice, daemonEnv); k != "" {
+	if k := Key(config.Backend{Type: config.TypeCommand}, alice, daemonEnv); k != "" {
 		t.Errorf("command backend key %q", k)
 	}
 	gem := config.Backend{Type: config.TypeGemini, Env: map[string]string{}}
-	if k := providerKey(gem, alice, []string{"GEMINI_API_KEY=g"}); !strings.HasPrefix(k, "gemini/") {
+	if k := Key(gem, alice, []string{"GEMINI_API_KEY=g"}); !strings.HasPrefix(k, "gemini/") {
 		t.Errorf("gemini key %q", k)
 	}
 }
@@ -65,33 +65,9 @@ func TestProviderOutcome(t *testing.T) {
 		{backend.Result{Outcome: backend.OutcomeError, Turns: 2}, true, provider.OK},
 		{backend.Result{Outcome: backend.OutcomeError}, true, provider.Neutral},
 	} {
-		if got := providerOutcome(c.res, c.ran); got.Outcome != c.want {
+		if got := outcome(c.res, c.ran); got.Outcome != c.want {
 			t.Errorf("%+v ran %v: %v, want %v", c.res, c.ran, got.Outcome, c.want)
 		}
-	}
-}
-
-// TestBudgetNote: the prompt's note appears at 80% of the tightest budget
-// and says what is left, whose budget it is and when the window ends.
-func TestBudgetNote(t *testing.T) {
-	k := newBudgetKeeper(&Daemon{})
-	now := time.Now()
-	k.ledger.SetLimit("alice", budget.Limit{USD: 10, Tokens: 1000}, budget.Spend{USD: 7}, now)
-	if n := k.note("alice"); n != "" {
-		t.Fatalf("note at 70%%: %q", n)
-	}
-	k.ledger.Live("alice", "s1", budget.Spend{USD: 1.5, Tokens: 100}, now)
-	n := k.note("alice")
-	if !strings.HasPrefix(n, "$1.50 of $10.00, 900 of 1.0k tokens left of your budget: 85% spent in the 24h window that ends ") {
-		t.Fatalf("note %q", n)
-	}
-	k.ledger.SetLimit(budget.Swarm, budget.Limit{USD: 9}, budget.Spend{USD: 8.6}, now)
-	// The swarm's budget began after s1's spend so far: 8.6 of 9 is tighter.
-	if n := k.note("alice"); !strings.HasPrefix(n, "$0.4000 of $9.00 left of the swarm's budget (all agents together): 96% spent") {
-		t.Fatalf("swarm note %q", n)
-	}
-	if n := k.note("bob"); !strings.Contains(n, "swarm's budget") {
-		t.Fatalf("bob's note %q", n)
 	}
 }
 
@@ -101,8 +77,8 @@ func TestProviderMetrics(t *testing.T) {
 	cfg := &config.Config{Providers: config.Providers{Backoff: time.Second, MaxBackoff: time.Minute}}
 	g := testGates(t, cfg)
 	m := metrics.New(metrics.BuildInfo{})
-	m.Providers(g.states)
-	gate := g.forAgent("alice", "claude/abc").(*providerGate)
+	m.Providers(g.States)
+	gate := g.ForAgent("alice", "claude/abc").(*Gate)
 	scrape := func() (up, retry float64) { return scrapeOf(scrapeAll(t, m), "claude/abc") }
 	if up, retry := scrape(); up != 1 || retry != 0 {
 		t.Fatalf("healthy: up %v, retry_after %v", up, retry)
@@ -113,7 +89,7 @@ func TestProviderMetrics(t *testing.T) {
 	}
 	// A server error opens the breaker of a healthy provider; an answer
 	// closes it.
-	other := g.forAgent("bob", "claude/def").(*providerGate)
+	other := g.ForAgent("bob", "claude/def").(*Gate)
 	other.report(provider.Report{Outcome: provider.Failure, Cause: "500", Agent: "bob"})
 	if up, retry := scrapeOf(scrapeAll(t, m), "claude/def"); up != 0 || retry <= 0 || retry > 1 {
 		t.Fatalf("down: up %v, retry_after %v (backoff 1 s)", up, retry)
@@ -160,22 +136,22 @@ func scrapeOf(mfs []*dto.MetricFamily, provider string) (up, retry float64) {
 func TestProbeAnswerClosesTheBreaker(t *testing.T) {
 	cfg := &config.Config{Providers: config.Providers{Backoff: time.Millisecond, MaxBackoff: time.Millisecond}}
 	g := testGates(t, cfg)
-	alice := g.forAgent("alice", "claude/abc").(*providerGate)
-	g.forAgent("bob", "claude/abc")
+	alice := g.ForAgent("alice", "claude/abc").(*Gate)
+	g.ForAgent("bob", "claude/abc")
 	alice.report(provider.Report{Outcome: provider.Failure, Cause: "529", Agent: "alice"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Acquire waits out the 1 ms backoff; then alice is the probe.
 	ticket, err := alice.Acquire(ctx, "alice", func(string) {})
-	if err != nil || !ticket.(*providerTicket).probe {
-		t.Fatalf("alice's ticket: %v, probe %v", err, err == nil && ticket.(*providerTicket).probe)
+	if err != nil || !ticket.(*Ticket).probe {
+		t.Fatalf("alice's ticket: %v, probe %v", err, err == nil && ticket.(*Ticket).probe)
 	}
 	answered := backend.Progress{Usage: backend.Usage{InputTokens: 10, OutputTokens: 2}}
-	g.progress(runner.ProgressRecord{Agent: "bob", SessionID: "bob-1", Progress: answered})
+	g.Progress(runner.ProgressRecord{Agent: "bob", SessionID: "bob-1", Progress: answered})
 	if st := alice.h.State(); st != provider.Probing {
 		t.Fatalf("after a non-probe's answer: %v, want probing", st)
 	}
-	g.progress(runner.ProgressRecord{Agent: "alice", SessionID: "alice-2", Progress: answered})
+	g.Progress(runner.ProgressRecord{Agent: "alice", SessionID: "alice-2", Progress: answered})
 	if st := alice.h.State(); st != provider.Healthy {
 		t.Fatalf("after the probe's first answer: %v, want healthy", st)
 	}
@@ -191,30 +167,30 @@ func TestProbeAnswerClosesTheBreaker(t *testing.T) {
 func TestProviderOutageToldOnce(t *testing.T) {
 	cfg := &config.Config{Providers: config.Providers{Backoff: time.Minute, MaxBackoff: time.Hour}}
 	g := testGates(t, cfg)
-	pg := g.forAgent("alice", "claude/abc").(*providerGate)
-	g.forAgent("bob", "claude/abc")
+	pg := g.ForAgent("alice", "claude/abc").(*Gate)
+	g.ForAgent("bob", "claude/abc")
 	start := time.Now()
 	pg.report(provider.Report{Outcome: provider.Failure, Cause: "API error 529", Agent: "alice"})
-	if o := g.overdue(start.Add(14*time.Minute), 15*time.Minute); len(o) != 0 {
+	if o := g.Overdue(start.Add(14*time.Minute), 15*time.Minute); len(o) != 0 {
 		t.Fatalf("told after 14 minutes: %+v", o)
 	}
-	o := g.overdue(start.Add(16*time.Minute), 15*time.Minute)
-	if len(o) != 1 || o[0].key != "claude/abc" || o[0].cause != "API error 529" || len(o[0].agents) != 2 {
+	o := g.Overdue(start.Add(16*time.Minute), 15*time.Minute)
+	if len(o) != 1 || o[0].Key != "claude/abc" || o[0].Cause != "API error 529" || len(o[0].Agents) != 2 {
 		t.Fatalf("after 16 minutes: %+v", o)
 	}
-	if o := g.overdue(start.Add(30*time.Minute), 15*time.Minute); len(o) != 0 {
+	if o := g.Overdue(start.Add(30*time.Minute), 15*time.Minute); len(o) != 0 {
 		t.Fatalf("told twice: %+v", o)
 	}
 	pg.report(provider.Report{Outcome: provider.OK, Agent: "alice"})
 	pg.report(provider.Report{Outcome: provider.Failure, Cause: "API error 500", Agent: "bob"})
-	if o := g.overdue(time.Now().Add(16*time.Minute), 15*time.Minute); len(o) != 1 || o[0].cause != "API error 500" {
+	if o := g.Overdue(time.Now().Add(16*time.Minute), 15*time.Minute); len(o) != 1 || o[0].Cause != "API error 500" {
 		t.Fatalf("the next outage: %+v", o)
 	}
 }
 
 // testGates are provider gates with cfg's backoff, whose events go to a
 // real swarm.db in a temporary directory.
-func testGates(t *testing.T, cfg *config.Config) *providerGates {
+func testGates(t *testing.T, cfg *config.Config) *Gates {
 	t.Helper()
 	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
 	if err != nil {
@@ -225,5 +201,7 @@ func testGates(t *testing.T, cfg *config.Config) *providerGates {
 		j.Close()
 		db.Close()
 	})
-	return newProviderGates(cfg, j, zap.NewNop())
+	return New(cfg, j, zap.NewNop())
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

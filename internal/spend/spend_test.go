@@ -1,0 +1,138 @@
+package spend
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/budget"
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
+	"go.uber.org/goleak"
+)
+
+// TestBudgetNote: the prompt's note appears at 80% of the tightest budget
+// and says what is left, whose budget it is and when the window ends.
+func TestBudgetNote(t *testing.T) {
+	k := New(Options{})
+	now := time.Now()
+	k.ledger.SetLimit("alice", budget.Limit{USD: 10, Tokens: 1000}, budget.Spend{USD: 7}, now)
+	if n := k.Note("alice"); n != "" {
+		t.Fatalf("note at 70%%: %q", n)
+	}
+	k.ledger.Live("alice", "s1", budget.Spend{USD: 1.5, Tokens: 100}, now)
+	n := k.Note("alice")
+	if !strings.HasPrefix(n, "$1.50 of $10.00, 900 of 1.0k tokens left of your budget: 85% spent in the 24h window that ends ") {
+		t.Fatalf("note %q", n)
+	}
+	k.ledger.SetLimit(budget.Swarm, budget.Limit{USD: 9}, budget.Spend{USD: 8.6}, now)
+	// The swarm's budget began after s1's spend so far: 8.6 of 9 is tighter.
+	if n := k.Note("alice"); !strings.HasPrefix(n, "$0.4000 of $9.00 left of the swarm's budget (all agents together): 96% spent") {
+		t.Fatalf("swarm note %q", n)
+	}
+	if n := k.Note("bob"); !strings.Contains(n, "swarm's budget") {
+		t.Fatalf("bob's note %q", n)
+	}
+}
+
+// noAgents is a registry with no runners.
+type noAgents struct{}
+
+func (noAgents) Names() []string { return nil }
+func (noAgents) Runner(name string) (*runner.Runner, error) {
+	return nil, errors.New("no runner " + name)
+}
+
+// noMetrics drops the gauges.
+type noMetrics struct{}
+
+func (noMetrics) SetBudgetLeft(string, float64, bool) {}
+func (noMetrics) SetPaused(string, bool)              {}
+
+// keeper is a Keeper of cfg's budgets on a real swarm.db in a temporary
+// directory, with no runners.
+func keeper(t *testing.T, path string, cfg *config.Config) *Keeper {
+	t.Helper()
+	db, err := store.Open(context.Background(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := db.NewJournal(store.JournalOptions{})
+	j.Start()
+	t.Cleanup(func() {
+		j.Close()
+		db.Close()
+	})
+	k := New(Options{Store: db, Journal: j, Agents: noAgents{}, Metrics: noMetrics{},
+		Config: func() *config.Config { return cfg }, Exhausted: func(string, string) {},
+		Resume: func(context.Context, string, string, string) error { return nil }})
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// swarmd budget set refuses what is not an agent or not an amount; a limit
+// it sets is stored, and a Keeper started later (a restart) keeps it.
+func TestSetLimit(t *testing.T) {
+	cfg := &config.Config{Agents: []config.Agent{{Name: "alice"}}}
+	cfg.Agents[0].Budget.USD = 10
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	k := keeper(t, path, cfg)
+	k.Stop() // before Start: nothing to stop
+	ctx := context.Background()
+	if err := k.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Start(ctx); err != nil { // running: nothing to do
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		req  control.BudgetSetRequest
+		want error
+	}{
+		{control.BudgetSetRequest{Scope: "bob", USD: 1}, control.ErrUnknownAgent},
+		{control.BudgetSetRequest{Scope: "alice", USD: -1}, control.ErrConflict},
+		{control.BudgetSetRequest{Scope: "alice", USD: math.NaN()}, control.ErrConflict},
+		{control.BudgetSetRequest{Scope: "alice", USD: math.Inf(1)}, control.ErrConflict},
+	} {
+		if err := k.Set(ctx, c.req, "operator"); !errors.Is(err, c.want) {
+			t.Errorf("set %+v: %v, want %v", c.req, err, c.want)
+		}
+	}
+	if err := k.Set(ctx, control.BudgetSetRequest{Scope: "alice", USD: 25}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	limitOf := func(k *Keeper) (float64, string) {
+		for _, st := range k.Statuses(cfg, time.Now()) {
+			if st.Scope == "alice" {
+				return st.LimitUSD, st.Source
+			}
+		}
+		t.Fatal("no row for alice")
+		return 0, ""
+	}
+	if usd, src := limitOf(k); usd != 25 || !strings.HasPrefix(src, "set by operator ") {
+		t.Fatalf("after set: $%v from %q, want $25 set by operator", usd, src)
+	}
+	k.Stop()
+	again := keeper(t, path, cfg)
+	if err := again.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if usd, src := limitOf(again); usd != 25 || !strings.HasPrefix(src, "set by operator ") {
+		t.Fatalf("after a restart: $%v from %q, want $25 set by operator", usd, src)
+	}
+	if err := again.Set(ctx, control.BudgetSetRequest{Scope: "alice", Clear: true}, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if usd, src := limitOf(again); usd != 10 || src != "config" {
+		t.Fatalf("after clear: $%v from %q, want the config's $10", usd, src)
+	}
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
