@@ -77,7 +77,8 @@ type options struct {
 	rounds       int
 	timeout      time.Duration
 	parent       string
-	pgStats      bool // load pg_stat_statements and print where the server's time went
+	pgStats      bool   // load pg_stat_statements and print where the server's time went
+	only         string // "postgres" or "sqlite": run that setup alone
 }
 
 func main() {
@@ -90,6 +91,7 @@ func main() {
 	flag.IntVar(&o.urgent, "urgent", 150, "urgent messages per setup, spread over its tasks (0: none)")
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each runs both setups back to back, PostgreSQL first in even rounds")
 	flag.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements into the server and print the statements that took its time (a diagnosis: it costs a little)")
+	flag.StringVar(&o.only, "only", "", "postgres or sqlite: run that setup alone (a diagnosis, no comparison)")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "each setup's run")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
@@ -106,6 +108,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
+	if o.only != "" && o.only != "postgres" && o.only != "sqlite" {
+		return fmt.Errorf("-only %q: want postgres or sqlite", o.only)
+	}
 	if o.bin, err = filepath.Abs(o.bin); err != nil {
 		return err
 	}
@@ -129,6 +134,9 @@ func run(ctx context.Context, o options) (err error) {
 			slices.Reverse(setups)
 		}
 		for _, s := range setups {
+			if o.only != "" && o.only != s {
+				continue
+			}
 			var sp setup
 			if s == "postgres" {
 				db := "swarm" + strconv.Itoa(r)
