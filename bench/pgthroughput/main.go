@@ -114,18 +114,20 @@ func run(ctx context.Context, o options) (err error) {
 	if o.bin, err = filepath.Abs(o.bin); err != nil {
 		return err
 	}
-	pg, err := startPostgres(o.parent, o.pgStats)
-	if err != nil {
-		return fmt.Errorf("start PostgreSQL: %w", err)
-	}
-	defer func() {
-		if cerr := pg.close(); cerr != nil && err == nil {
-			err = fmt.Errorf("stop PostgreSQL: %w", cerr)
+	var pg *postgres
+	if o.only != "sqlite" {
+		if pg, err = startPostgres(o.parent, o.pgStats); err != nil {
+			return fmt.Errorf("start PostgreSQL: %w", err)
 		}
-	}()
-	fmt.Printf("PostgreSQL %s, fsync=%s synchronous_commit=%s full_page_writes=%s; data in %s\n",
-		pg.query("SHOW server_version"), pg.query("SHOW fsync"), pg.query("SHOW synchronous_commit"),
-		pg.query("SHOW full_page_writes"), pg.data)
+		defer func() {
+			if cerr := pg.close(); cerr != nil && err == nil {
+				err = fmt.Errorf("stop PostgreSQL: %w", cerr)
+			}
+		}()
+		fmt.Printf("PostgreSQL %s, fsync=%s synchronous_commit=%s full_page_writes=%s; data in %s\n",
+			pg.query("SHOW server_version"), pg.query("SHOW fsync"), pg.query("SHOW synchronous_commit"),
+			pg.query("SHOW full_page_writes"), pg.data)
+	}
 	var results []result
 	failed := false
 	for r := range o.rounds {
