@@ -30,3 +30,7 @@ if [ -d bench/worktree ]; then
   echo "== swarmd run to all 50 agents Running on a 5,000-file repository (bench/idle.sh)"
   bash bench/idle.sh "$bin" 50 5 5000
 fi
+if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "== 3 daemons x 30 agents on one PostgreSQL (fsync on) vs 1 daemon x 90 on SQLite, 1,500 trivial tasks each (bench/pgthroughput)"
+  go run ./bench/pgthroughput -bin "$bin"
+fi
