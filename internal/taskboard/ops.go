@@ -291,10 +291,10 @@ func (b *Board) claim(ctx context.Context, tx *sql.Tx, t *Task, agent, session s
 	if err := b.db.FenceTx(ctx, tx, agent); err != nil {
 		return err
 	}
-	t.Claimant, t.ClaimSession, t.ClaimToken = agent, session, newToken()
+	t.Claimant, t.ClaimSession = agent, session
 	m := move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
-		set:  []string{"claimant = ?", "claim_session = ?", "claim_token = ?"},
-		args: []any{agent, session, t.ClaimToken}}
+		set:  []string{"claimant = ?", "claim_session = ?"},
+		args: []any{agent, session}}
 	if err := b.reviewOnClaim(ctx, tx, t, agent, &m); err != nil {
 		return err
 	}

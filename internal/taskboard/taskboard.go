@@ -13,9 +13,7 @@ package taskboard
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -70,7 +68,6 @@ type Task struct {
 	Deps          []int64    `json:"after,omitempty"`
 	Claimant      string     `json:"claimant,omitempty"`
 	ClaimSession  string     `json:"claim_session,omitempty"`
-	ClaimToken    string     `json:"claim_token,omitempty"`
 	Retries       int        `json:"retries"`
 	MaxRetries    int        `json:"max_retries"`
 	BlockedReason string     `json:"blocked_reason,omitempty"`
@@ -137,7 +134,7 @@ func New(db DB, opts Options) *Board {
 func (b *Board) now() string { return store.FormatTime(b.opts.Now()) }
 
 const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
-	claim_token, retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
+	retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
 	worker, review_failure, work_head, head, created_by, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
@@ -149,7 +146,7 @@ func scanTask(s scanner) (Task, error) {
 		created, updated string
 	)
 	if err := s.Scan(&t.ID, &t.Title, &t.Body, &t.Priority, &state, &t.Assignee, &t.Parent, &t.Claimant,
-		&t.ClaimSession, &t.ClaimToken, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
+		&t.ClaimSession, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
 		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.WorkHead, &t.Head, &t.CreatedBy,
 		&created, &updated); err != nil {
 		return Task{}, err
@@ -248,10 +245,9 @@ type move struct {
 }
 
 // released is a move's column assignments for a task that nobody holds any
-// more: no claimant, no session, no claim token (a token that outlived its
-// claim would fence nothing), followed by the move's own assignments.
+// more: no claimant, no session, followed by the move's own assignments.
 func released(more ...string) []string {
-	return append([]string{"claimant = ''", "claim_session = ''", "claim_token = ''"}, more...)
+	return append([]string{"claimant = ''", "claim_session = ''"}, more...)
 }
 
 // newLine is released for a task whose next holder starts over (requeued,
@@ -361,12 +357,6 @@ func (b *Board) unblockDependents(ctx context.Context, tx *sql.Tx, dep int64) er
 		}
 	}
 	return nil
-}
-
-func newToken() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 func getTime(s string) (time.Time, error) { return store.ParseTime(s) }
