@@ -99,7 +99,10 @@ type Event struct {
 	Actor            string    `json:"actor"`
 	Reason           string    `json:"reason,omitempty"`
 	TransitionReason string    `json:"transition_reason,omitempty"`
-	Session          string    `json:"session,omitempty"`
+	// AbortReason is seed 004's classification of the abnormal agent end
+	// that moved the task (task.AbortReason), "" for none.
+	AbortReason string `json:"abort_reason,omitempty"`
+	Session     string `json:"session,omitempty"`
 }
 
 // Options configure a Board.
@@ -237,6 +240,7 @@ func (b *Board) write(ctx context.Context, op string, f func(tx *sql.Tx) error) 
 type move struct {
 	to      task.State
 	reason  task.TransitionReason
+	abort   task.AbortReason // the abnormal agent end that caused it, "" none
 	actor   string
 	why     string
 	session string
@@ -270,6 +274,10 @@ func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 		}
 		return fmt.Errorf("task %d: %w", t.ID, err)
 	}
+	if m.abort != "" && !m.abort.Valid() {
+		return fmt.Errorf("task %d: abort reason %q: %w", t.ID, string(m.abort), task.ErrUnknownReason)
+	}
+	ev.AbortReason = m.abort
 	now := b.now()
 	set := append([]string{"state = ?", "retries = ?", "updated_at = ?"}, m.set...)
 	args := append([]any{m.to.String(), int64(machine.Retries()), now}, m.args...)
@@ -278,9 +286,9 @@ func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 		return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
-		session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, 0, ?)`,
+		abort_reason, session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, ?, 0, ?)`,
 		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,
-		m.session, t.ID); err != nil {
+		string(ev.AbortReason), m.session, t.ID); err != nil {
 		return fmt.Errorf("taskboard: task %d event: %w", t.ID, err)
 	}
 	t.State, t.Retries, t.StateName = m.to, int(machine.Retries()), m.to.String()
