@@ -65,7 +65,7 @@ func TestClaimsAtomicAcrossProcesses(t *testing.T) {
 		if has, err := board.HasWork(ctx, "p0"); err != nil || !has {
 			t.Fatalf("before the race: has work %v, %v; want true", has, err)
 		}
-		storetest.Race(t, "TestClaimRaceChild", target, "claims", procs, 0)
+		storetest.Race(t, "TestClaimRaceChild", target, "claims", procs, tasks)
 		if has, err := board.HasWork(ctx, "p0"); err != nil || has {
 			t.Errorf("after the race: has work %v, %v; want false (all closed)", has, err)
 		}
@@ -102,10 +102,10 @@ func TestClaimsAtomicAcrossProcesses(t *testing.T) {
 }
 
 // TestClaimRaceChild is one process of TestClaimsAtomicAcrossProcesses: it
-// claims, starts and finishes tasks until none is left, and records what
-// it claimed.
+// claims, starts and finishes tasks until none is left (of the "each" it
+// is told there are), and records what it claimed.
 func TestClaimRaceChild(t *testing.T) {
-	target, _, agent, _, ok := storetest.ChildArgs()
+	target, _, agent, tasks, ok := storetest.ChildArgs()
 	if !ok {
 		t.Skip("run by TestClaimsAtomicAcrossProcesses")
 	}
@@ -113,6 +113,9 @@ func TestClaimRaceChild(t *testing.T) {
 	board := New(openTarget(t, target), Options{AutoClose: true})
 	var got []string
 	for k := 0; ; k++ {
+		if k > tasks { // a claim that does not take its task must not loop
+			t.Fatalf("%s still claiming after %d claims of %d tasks", agent, k, tasks)
+		}
 		session := fmt.Sprint(agent, "-", k)
 		tk, ok, err := board.ClaimNext(ctx, agent, session)
 		if err != nil {

@@ -245,7 +245,15 @@ func TestConcurrentClaimsOncePerTask(t *testing.T) {
 			defer db.Close()
 			mine := New(db, Options{})
 			agent := fmt.Sprint("c", c)
+			// One claimant claims at most every task: a claim more means
+			// claims do not take tasks off the board, and must not loop.
 			for i := 0; ; i++ {
+				if i > tasks {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s still claiming after %d claims of %d tasks", agent, i, tasks))
+					mu.Unlock()
+					return
+				}
 				tk, ok, err := mine.ClaimNext(ctx, agent, fmt.Sprint(agent, "-", i, "-s"))
 				if err == nil && ok {
 					// Release the agent's hold so it can claim again.
