@@ -322,7 +322,7 @@ func TestTaskJSONShape(t *testing.T) {
 		t.Fatalf("list --json: %v %v", list, err)
 	}
 	always := []string{"id", "title", "priority", "state", "retries", "max_retries", "max_iterations", "created_by", "created_at", "updated_at"}
-	want := append(slices.Clone(always), "body", "assignee", "parent", "after", "claimant", "claim_session", "claim_token",
+	want := append(slices.Clone(always), "body", "assignee", "parent", "after", "claimant", "claim_session",
 		"reviewer", "review_state", "iteration", "worker")
 	slices.Sort(want)
 	if got := slices.Sorted(maps.Keys(list[1])); !slices.Equal(got, want) {

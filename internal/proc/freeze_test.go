@@ -36,6 +36,7 @@ func markedProcs(t testing.TB, id string) map[int]procStat {
 
 func readCounter(t *testing.T, path string) int {
 	t.Helper()
+	deadline := time.Now().Add(waitLimit)
 	for {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -44,6 +45,9 @@ func readCounter(t *testing.T, path string) int {
 		// The loop rewrites the file: an empty read is a write in progress.
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds no number within %s: %q", path, waitLimit, b)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Snapshot is what a loop persists: its state (stored as State.RunState),
-// iteration, max_iterations, rounds and failure reason.
+// Snapshot is what a loop persists: its state (stored by its name,
+// State.String), iteration, max_iterations, rounds and failure reason.
 type Snapshot struct {
 	State         State
 	Iteration     uint32
@@ -30,8 +30,8 @@ func (l *Loop) Snapshot() Snapshot {
 var ErrInvalidSnapshot = errors.New("invalid snapshot")
 
 // Resume rebuilds a loop after a restart (seed 002's "Resuming": load the
-// last known state, convert the run state with FromRunState, continue from
-// there). Next on the result says how to continue: init starts the worker,
+// last known state, continue from there; Restore is the same from a stored
+// state name, failed when the record cannot be read). Next on the result says how to continue: init starts the worker,
 // working gives the task back to the worker (with the last round's
 // feedback), reviewing asks the reviewer again (a round is recorded only with
 // its verdict, so none is lost or repeated), complete hands the task to the
@@ -81,4 +81,23 @@ func (s Snapshot) validate() error {
 		prev = r.Iteration
 	}
 	return nil
+}
+
+// Restore is Resume from a stored record: the state by its name, the rest
+// in s (whose State it ignores). A record that cannot be read, an unknown
+// name or a snapshot Resume refuses, resumes as failed, as seed 002 has it
+// (a loop whose record cannot be read must not resume work): the loop is
+// failed at the stored iteration, with no rounds and no failure reason, and
+// unreadable says why; nil otherwise.
+func Restore(state string, s Snapshot) (l *Loop, unreadable error) {
+	st, err := ParseState(state)
+	if err == nil {
+		s.State = st
+		if l, err = Resume(s); err == nil {
+			return l, nil
+		}
+	}
+	l = New(s.MaxIterations)
+	l.state, l.iteration = Failed, s.Iteration
+	return l, err
 }

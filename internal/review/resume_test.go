@@ -7,7 +7,7 @@ import (
 )
 
 // TestResumeEveryStep snapshots a loop after every step of a full run
-// (persisting the state as its run state, as the store does) and checks that
+// (through its stored form, the state's name, as the board keeps it) and checks that
 // the resumed loop equals the live one, gives the same next action, and
 // behaves the same on the following steps.
 func TestResumeEveryStep(t *testing.T) {
@@ -27,8 +27,7 @@ func TestResumeEveryStep(t *testing.T) {
 			must(t, s(live))
 		}
 		snap := live.Snapshot()
-		snap.State = FromRunState(snap.State.RunState()) // through the persisted form
-		resumed, err := Resume(snap)
+		resumed, err := Restore(snap.State.String(), snap)
 		if err != nil {
 			t.Fatalf("after %d steps: %v", cut, err)
 		}
@@ -53,10 +52,31 @@ func TestResumeNextPerState(t *testing.T) {
 			t.Errorf("Resume(%v): next %v, max %d, %v; want %v", s, l.Next(), l.MaxIterations(), err, want[s])
 		}
 	}
-	// An unknown run state resumes as failed, which does nothing more.
-	l, err := Resume(Snapshot{State: FromRunState("exploded"), Iteration: 2})
-	if err != nil || l.State() != Failed || l.Next() != NextNone {
-		t.Errorf("unknown run state: %v", err)
+}
+
+// TestRestoreUnreadableResumesAsFailed: a stored record that cannot be
+// read, by its state's name or by what Resume refuses, gives a failed loop,
+// which does nothing more, and says why.
+func TestRestoreUnreadableResumesAsFailed(t *testing.T) {
+	for _, tc := range []struct {
+		state string
+		snap  Snapshot
+		want  error
+	}{
+		{"exploded", Snapshot{Iteration: 2}, ErrUnknownState},
+		{"", Snapshot{}, ErrUnknownState},
+		{"completed", Snapshot{Iteration: 1}, ErrUnknownState}, // not a name the board writes
+		{"reviewing", Snapshot{Iteration: 0}, ErrInvalidSnapshot},
+		{"working", Snapshot{Iteration: 2, History: []Round{{Iteration: 2, Verdict: Fail}}}, ErrInvalidSnapshot},
+	} {
+		l, err := Restore(tc.state, tc.snap)
+		if !errors.Is(err, tc.want) || l == nil || l.State() != Failed || l.Next() != NextNone || l.Iteration() != tc.snap.Iteration || len(l.History()) != 0 {
+			t.Errorf("Restore(%q, %+v) = %+v, %v; want a failed loop and %v", tc.state, tc.snap, l, err, tc.want)
+		}
+	}
+	// A readable record is Resume's loop.
+	if l, err := Restore("reviewing", Snapshot{State: Failed, Iteration: 1}); err != nil || l.State() != Reviewing {
+		t.Errorf("Restore(reviewing) = %v, %v", l, err)
 	}
 }
 

@@ -57,52 +57,6 @@ func ParseState(s string) (State, error) {
 	return 0, fmt.Errorf("review: parse state %q: %w", s, ErrUnknownState)
 }
 
-// The run states of seed 002's "Run State Mapping", under which a loop's
-// state is persisted.
-const (
-	RunSubmitted = "submitted"
-	RunWorking   = "working"
-	RunReviewing = "reviewing"
-	RunCompleted = "completed"
-	RunFailed    = "failed"
-)
-
-// RunState returns the run state that persists s (seed 002: init is
-// "submitted", complete is "completed", the others keep their name).
-func (s State) RunState() string {
-	switch s {
-	case Init:
-		return RunSubmitted
-	case Working:
-		return RunWorking
-	case Reviewing:
-		return RunReviewing
-	case Complete:
-		return RunCompleted
-	default:
-		return RunFailed
-	}
-}
-
-// FromRunState is seed 002's resume mapping from a persisted run state back
-// to a loop state. As in the seed, anything it does not know, the empty
-// string included, is failed: a loop whose record cannot be read must not
-// resume work.
-func FromRunState(rs string) State {
-	switch rs {
-	case RunSubmitted:
-		return Init
-	case RunWorking:
-		return Working
-	case RunReviewing:
-		return Reviewing
-	case RunCompleted:
-		return Complete
-	default:
-		return Failed
-	}
-}
-
 // CanTransition reports whether seed 002's table allows from → to. These
 // eight rows are the only transitions a Loop ever takes.
 func CanTransition(from, to State) bool {

@@ -31,28 +31,6 @@ func TestStateNames(t *testing.T) {
 	}
 }
 
-// TestRunStateMapping is seed 002's "Run State Mapping" table and its
-// FromRunState, unknown run states resuming as failed.
-func TestRunStateMapping(t *testing.T) {
-	table := map[State]string{Init: "submitted", Working: "working", Reviewing: "reviewing", Complete: "completed", Failed: "failed"}
-	for s, rs := range table {
-		if got := s.RunState(); got != rs {
-			t.Errorf("%v.RunState() = %q, want %q", s, got, rs)
-		}
-		if got := FromRunState(rs); got != s {
-			t.Errorf("FromRunState(%q) = %v, want %v", rs, got, s)
-		}
-	}
-	for _, rs := range []string{"", "init", "complete", "Working", "cancelled", "running"} {
-		if got := FromRunState(rs); got != Failed {
-			t.Errorf("FromRunState(%q) = %v, want failed", rs, got)
-		}
-	}
-	if got := State(9).RunState(); got != "failed" {
-		t.Errorf("State(9).RunState() = %q", got)
-	}
-}
-
 // TestCanTransition checks all 6 × 6 pairs (one out of range) against seed
 // 002's "Valid Transitions" table.
 func TestCanTransition(t *testing.T) {

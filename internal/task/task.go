@@ -23,11 +23,11 @@ type LifecycleEvent struct {
 	Actor            string           // who: "operator", "runner", "merge-queue", an agent name...
 	Reason           string           // for people
 	TransitionReason TransitionReason // "" when none applies
-	// AbortReason is seed 004's abort classification of an abnormal agent
-	// end (backend.AbortReasonFor computes it). The machine leaves it empty:
+	// AbortReason is seed 004's abort classification of the abnormal agent
+	// end that caused the move ("" for none). The machine leaves it empty:
 	// only the caller that saw the session end knows it, e.g. for
-	// IN_PROGRESS → ORPHANED.
-	AbortReason string
+	// IN_PROGRESS → ORPHANED; AbortOf maps swarmd's own reasons to it.
+	AbortReason AbortReason
 }
 
 // ErrIllegalTransition is wrapped by every *IllegalTransitionError.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
@@ -155,8 +156,8 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 
 // History is the task's event log, oldest first.
 func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
-	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, at, from_state, to_state, actor, reason, event, session_id
-		FROM events WHERE task_id = ? ORDER BY id`, id)
+	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, at, from_state, to_state, actor, reason, event, abort_reason,
+		session_id FROM events WHERE task_id = ? ORDER BY id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: history: %w", err)
 	}
@@ -165,7 +166,7 @@ func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
 	for rows.Next() {
 		var e Event
 		var at string
-		if err := rows.Scan(&e.ID, &at, &e.From, &e.To, &e.Actor, &e.Reason, &e.TransitionReason, &e.Session); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.From, &e.To, &e.Actor, &e.Reason, &e.TransitionReason, &e.AbortReason, &e.Session); err != nil {
 			return nil, fmt.Errorf("taskboard: history: %w", err)
 		}
 		e.At, _ = getTime(at)
@@ -291,10 +292,10 @@ func (b *Board) claim(ctx context.Context, tx *sql.Tx, t *Task, agent, session s
 	if err := b.db.FenceTx(ctx, tx, agent); err != nil {
 		return err
 	}
-	t.Claimant, t.ClaimSession, t.ClaimToken = agent, session, newToken()
+	t.Claimant, t.ClaimSession = agent, session
 	m := move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
-		set:  []string{"claimant = ?", "claim_session = ?", "claim_token = ?"},
-		args: []any{agent, session, t.ClaimToken}}
+		set:  []string{"claimant = ?", "claim_session = ?"},
+		args: []any{agent, session}}
 	if err := b.reviewOnClaim(ctx, tx, t, agent, &m); err != nil {
 		return err
 	}
@@ -605,8 +606,9 @@ func (b *Board) Unclaim(ctx context.Context, session string) error {
 // Orphan takes back what agent held because the agent stopped (or, with
 // agent "", every held task: a daemon restart found their sessions gone).
 // A CLAIMED task goes back to OPEN; an IN_PROGRESS one goes ORPHANED, then
-// OPEN with orphan_recovered (a retry), or FAILED past max_retries. It
-// returns the tasks it moved.
+// OPEN with orphan_recovered (a retry), or FAILED past max_retries. Each of
+// these events carries the abort reason of the session that held the task,
+// if it ended abnormally (abortOf). It returns the tasks it moved.
 func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 	var out []Task
 	err := b.write(ctx, "orphan", func(tx *sql.Tx) error {
@@ -623,21 +625,25 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 		clear := newLine()
 		for i := range ts {
 			t := &ts[i]
+			abort, err := abortOf(ctx, tx, t.ClaimSession)
+			if err != nil {
+				return err
+			}
 			if t.State == task.Claimed {
-				if err := b.apply(ctx, tx, t, move{to: task.Open, actor: "swarmd", why: why, set: clear}); err != nil {
+				if err := b.apply(ctx, tx, t, move{to: task.Open, abort: abort, actor: "swarmd", why: why, set: clear}); err != nil {
 					return err
 				}
 				out = append(out, *t)
 				continue
 			}
-			if err := b.apply(ctx, tx, t, move{to: task.Orphaned, actor: "swarmd", why: why}); err != nil {
+			if err := b.apply(ctx, tx, t, move{to: task.Orphaned, abort: abort, actor: "swarmd", why: why}); err != nil {
 				return err
 			}
-			err := b.apply(ctx, tx, t, move{to: task.Open, reason: task.ReasonOrphanRecovered, actor: "swarmd",
+			err = b.apply(ctx, tx, t, move{to: task.Open, reason: task.ReasonOrphanRecovered, abort: abort, actor: "swarmd",
 				why: "requeued after " + why, set: clear})
 			var exhausted *task.RetriesExhaustedError
 			if errors.As(err, &exhausted) {
-				err = b.apply(ctx, tx, t, move{to: task.Failed, actor: "swarmd", set: clear,
+				err = b.apply(ctx, tx, t, move{to: task.Failed, abort: abort, actor: "swarmd", set: clear,
 					why: fmt.Sprintf("%s, and its %d retries are used up", why, t.MaxRetries)})
 			}
 			if err != nil {
@@ -648,6 +654,32 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 		return nil
 	})
 	return out, err
+}
+
+// abortOf is the abort reason of how session ended, as a task event records
+// it: the seed value of the abort reason its row has (task.AbortOf), or
+// parent_aborted for a session its daemon's death cut off (restart
+// recovery and a lost lease close such rows as orphaned); "" for a session
+// that ended normally, has not ended or never started.
+func abortOf(ctx context.Context, q querier, session string) (task.AbortReason, error) {
+	if session == "" {
+		return "", nil
+	}
+	var reason, outcome string
+	err := q.QueryRowContext(ctx, `SELECT abort_reason, outcome FROM sessions WHERE session_id = ?`, session).Scan(&reason, &outcome)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("taskboard: how session %s ended: %w", session, err)
+	}
+	if r := task.AbortOf(reason); r != "" {
+		return r, nil
+	}
+	if outcome == store.OutcomeOrphaned {
+		return task.AbortParentAborted, nil
+	}
+	return "", nil
 }
 
 func oneLine(prefix, text string) string {

@@ -19,18 +19,17 @@ import (
 // feedback as its result, iteration + 1), or, at max_iterations, leaves it
 // FAILED (reason max_iterations).
 
-// loopOf rebuilds t's review loop from what the board stores.
-func loopOf(ctx context.Context, q querier, t Task) (*review.Loop, error) {
-	st, err := review.ParseState(t.ReviewState)
-	if err != nil {
-		return nil, fmt.Errorf("task %d: %w", t.ID, err)
-	}
+// loopOf rebuilds t's review loop from what the board stores. A record
+// that cannot be read resumes as failed (review.Restore): unreadable says
+// why, and err is only a failure to read it at all.
+func loopOf(ctx context.Context, q querier, t Task) (l *review.Loop, unreadable, err error) {
 	rounds, err := rounds(ctx, q, t.ID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return review.Resume(review.Snapshot{State: st, Iteration: uint32(t.Iteration), MaxIterations: uint32(t.MaxIterations),
-		History: rounds, Failure: review.FailureReason(t.ReviewFailure)})
+	l, unreadable = review.Restore(t.ReviewState, review.Snapshot{Iteration: uint32(t.Iteration),
+		MaxIterations: uint32(t.MaxIterations), History: rounds, Failure: review.FailureReason(t.ReviewFailure)})
+	return l, unreadable, nil
 }
 
 func rounds(ctx context.Context, q querier, id int64) ([]review.Round, error) {
@@ -46,9 +45,8 @@ func rounds(ctx context.Context, q querier, id int64) ([]review.Round, error) {
 		if err := rows.Scan(&r.Iteration, &verdict, &r.Feedback, &at); err != nil {
 			return nil, err
 		}
-		if r.Verdict, err = review.ParseSignal(verdict); err != nil {
-			return nil, err
-		}
+		// A verdict that is not one is kept as it is, for Restore to refuse.
+		r.Verdict, _ = review.ParseSignal(verdict)
 		r.At, _ = getTime(at)
 		out = append(out, r)
 	}
@@ -79,9 +77,14 @@ func (b *Board) reviewOnClaim(ctx context.Context, tx *sql.Tx, t *Task, agent st
 	if t.ReviewState != review.Init.String() {
 		return nil
 	}
-	l, err := loopOf(ctx, tx, *t)
+	l, unreadable, err := loopOf(ctx, tx, *t)
 	if err != nil {
 		return err
+	}
+	if unreadable != nil {
+		// Failed: nobody works on it. (The claim's write is undone, so
+		// there is no storing the failure here; the operator cancels it.)
+		return fmt.Errorf("task %d: its review record cannot be read, so its loop is failed: %w: %w", t.ID, unreadable, ErrState)
 	}
 	if err := l.Start(); err != nil {
 		return fmt.Errorf("task %d: %w", t.ID, err)
@@ -144,8 +147,18 @@ func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer st
 		if t.Reviewer != reviewer {
 			return fmt.Errorf("task %d is reviewed by %s, not %s: %w", id, t.Reviewer, reviewer, ErrNotHolder)
 		}
-		l, err := loopOf(ctx, tx, t)
+		l, unreadable, err := loopOf(ctx, tx, t)
 		if err != nil {
+			return err
+		}
+		if unreadable != nil {
+			// The loop resumes as failed: no verdict applies, and the task
+			// fails with it (DONE -> FAILED) instead of waiting for one
+			// forever; the reviewer's session is settled all the same.
+			if err := b.unreadableLoop(ctx, tx, &t, l, "agent:"+reviewer, unreadable); err != nil {
+				return err
+			}
+			t, err = getTask(ctx, tx, id)
 			return err
 		}
 		sig := review.Fail
@@ -209,4 +222,15 @@ func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review
 			set:  append(loopCols, "result = ?"),
 			args: append(loopArgs, feedback)})
 	}
+}
+
+// unreadableLoop stores t's loop, which could not be read, as the failed
+// loop it resumed as, and fails the task (DONE -> FAILED): the work is not
+// reviewed, so it is neither closed nor merged, until a person retries it.
+func (b *Board) unreadableLoop(ctx context.Context, tx *sql.Tx, t *Task, l *review.Loop, actor string, why error) error {
+	t.ReviewState, t.Iteration, t.ReviewFailure = l.State().String(), int(l.Iteration()), ""
+	return b.apply(ctx, tx, t, move{to: task.Failed, actor: actor,
+		why:  oneLine("review record unreadable, the loop resumed as failed", why.Error()),
+		set:  []string{"review_state = ?", "iteration = ?", "review_failure = ?"},
+		args: []any{t.ReviewState, t.Iteration, t.ReviewFailure}})
 }

@@ -13,9 +13,7 @@ package taskboard
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -70,7 +68,6 @@ type Task struct {
 	Deps          []int64    `json:"after,omitempty"`
 	Claimant      string     `json:"claimant,omitempty"`
 	ClaimSession  string     `json:"claim_session,omitempty"`
-	ClaimToken    string     `json:"claim_token,omitempty"`
 	Retries       int        `json:"retries"`
 	MaxRetries    int        `json:"max_retries"`
 	BlockedReason string     `json:"blocked_reason,omitempty"`
@@ -102,7 +99,10 @@ type Event struct {
 	Actor            string    `json:"actor"`
 	Reason           string    `json:"reason,omitempty"`
 	TransitionReason string    `json:"transition_reason,omitempty"`
-	Session          string    `json:"session,omitempty"`
+	// AbortReason is seed 004's classification of the abnormal agent end
+	// that moved the task (task.AbortReason), "" for none.
+	AbortReason string `json:"abort_reason,omitempty"`
+	Session     string `json:"session,omitempty"`
 }
 
 // Options configure a Board.
@@ -137,7 +137,7 @@ func New(db DB, opts Options) *Board {
 func (b *Board) now() string { return store.FormatTime(b.opts.Now()) }
 
 const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
-	claim_token, retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
+	retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
 	worker, review_failure, work_head, head, created_by, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
@@ -149,7 +149,7 @@ func scanTask(s scanner) (Task, error) {
 		created, updated string
 	)
 	if err := s.Scan(&t.ID, &t.Title, &t.Body, &t.Priority, &state, &t.Assignee, &t.Parent, &t.Claimant,
-		&t.ClaimSession, &t.ClaimToken, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
+		&t.ClaimSession, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
 		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.WorkHead, &t.Head, &t.CreatedBy,
 		&created, &updated); err != nil {
 		return Task{}, err
@@ -240,6 +240,7 @@ func (b *Board) write(ctx context.Context, op string, f func(tx *sql.Tx) error) 
 type move struct {
 	to      task.State
 	reason  task.TransitionReason
+	abort   task.AbortReason // the abnormal agent end that caused it, "" none
 	actor   string
 	why     string
 	session string
@@ -248,10 +249,9 @@ type move struct {
 }
 
 // released is a move's column assignments for a task that nobody holds any
-// more: no claimant, no session, no claim token (a token that outlived its
-// claim would fence nothing), followed by the move's own assignments.
+// more: no claimant, no session, followed by the move's own assignments.
 func released(more ...string) []string {
-	return append([]string{"claimant = ''", "claim_session = ''", "claim_token = ''"}, more...)
+	return append([]string{"claimant = ''", "claim_session = ''"}, more...)
 }
 
 // newLine is released for a task whose next holder starts over (requeued,
@@ -274,6 +274,10 @@ func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 		}
 		return fmt.Errorf("task %d: %w", t.ID, err)
 	}
+	if m.abort != "" && !m.abort.Valid() {
+		return fmt.Errorf("task %d: abort reason %q: %w", t.ID, string(m.abort), task.ErrUnknownReason)
+	}
+	ev.AbortReason = m.abort
 	now := b.now()
 	set := append([]string{"state = ?", "retries = ?", "updated_at = ?"}, m.set...)
 	args := append([]any{m.to.String(), int64(machine.Retries()), now}, m.args...)
@@ -282,9 +286,9 @@ func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 		return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
-		session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, 0, ?)`,
+		abort_reason, session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, ?, 0, ?)`,
 		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,
-		m.session, t.ID); err != nil {
+		string(ev.AbortReason), m.session, t.ID); err != nil {
 		return fmt.Errorf("taskboard: task %d event: %w", t.ID, err)
 	}
 	t.State, t.Retries, t.StateName = m.to, int(machine.Retries()), m.to.String()
@@ -361,12 +365,6 @@ func (b *Board) unblockDependents(ctx context.Context, tx *sql.Tx, dep int64) er
 		}
 	}
 	return nil
-}
-
-func newToken() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 func getTime(s string) (time.Time, error) { return store.ParseTime(s) }

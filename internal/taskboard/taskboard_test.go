@@ -56,7 +56,7 @@ func TestClaimOrderAndLifecycle(t *testing.T) {
 	forBob := add(t, b, NewTask{Title: "bob's", Priority: 9, Assignee: "bob"})
 
 	got, ok, err := b.ClaimNext(ctx, "alice", "alice-1-x")
-	if err != nil || !ok || got.ID != high.ID || got.State != task.Claimed || got.ClaimToken == "" {
+	if err != nil || !ok || got.ID != high.ID || got.State != task.Claimed || got.ClaimSession == "" {
 		t.Fatalf("alice's claim = %+v, %v, %v; want %d CLAIMED (bob's task is not hers)", got, ok, err, high.ID)
 	}
 	if got, _, _ := b.ClaimNext(ctx, "bob", "bob-1-y"); got.ID != forBob.ID {
@@ -119,8 +119,8 @@ func TestDependenciesAndSubtasks(t *testing.T) {
 	if err != nil || len(kids) != 2 || kids[0].Parent != parent.ID {
 		t.Fatalf("split = %+v, %v", kids, err)
 	}
-	if p := wantState(t, b, parent.ID, task.WaitingForSubtasks); p.Claimant != "" || p.ClaimToken != "" {
-		t.Fatalf("split parent keeps claimant %q, token %q; want both released", p.Claimant, p.ClaimToken)
+	if p := wantState(t, b, parent.ID, task.WaitingForSubtasks); p.Claimant != "" || p.ClaimSession != "" {
+		t.Fatalf("split parent keeps claimant %q, session %q; want both released", p.Claimant, p.ClaimSession)
 	}
 	for i, k := range kids {
 		agent := fmt.Sprint("k", i)
@@ -145,8 +145,8 @@ func TestDependenciesAndSubtasks(t *testing.T) {
 	if _, err := b.Block(ctx, blocked.ID, Holder{Agent: "q"}, blocker.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	if bt := wantState(t, b, blocked.ID, task.Blocked); bt.Claimant != "" || bt.ClaimToken != "" {
-		t.Fatalf("blocked task keeps claimant %q, token %q; want both released", bt.Claimant, bt.ClaimToken)
+	if bt := wantState(t, b, blocked.ID, task.Blocked); bt.Claimant != "" || bt.ClaimSession != "" {
+		t.Fatalf("blocked task keeps claimant %q, session %q; want both released", bt.Claimant, bt.ClaimSession)
 	}
 }
 
@@ -245,7 +245,15 @@ func TestConcurrentClaimsOncePerTask(t *testing.T) {
 			defer db.Close()
 			mine := New(db, Options{})
 			agent := fmt.Sprint("c", c)
+			// One claimant claims at most every task: a claim more means
+			// claims do not take tasks off the board, and must not loop.
 			for i := 0; ; i++ {
+				if i > tasks {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s still claiming after %d claims of %d tasks", agent, i, tasks))
+					mu.Unlock()
+					return
+				}
 				tk, ok, err := mine.ClaimNext(ctx, agent, fmt.Sprint(agent, "-", i, "-s"))
 				if err == nil && ok {
 					// Release the agent's hold so it can claim again.

@@ -195,12 +195,17 @@ func next(t *testing.T, s *Subscription) Update {
 	return Update{}
 }
 
-// nextOf skips updates until one of kind arrives.
+// nextOf skips updates until one of kind arrives, within 10 s in all
+// (a stream that keeps sending other kinds must not hold the test).
 func nextOf(t *testing.T, s *Subscription, kind string) Update {
 	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if u := next(t, s); u.Kind == kind {
 			return u
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s update within 10s", kind)
 		}
 	}
 }

@@ -17,9 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/store"
-	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // Harness is what a driver's test gives the suite.
@@ -56,8 +54,6 @@ func Run(t *testing.T, h Harness) {
 		{"LeasesUniqueAndExpire", testLeases},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
-		{"MailExactlyOnceAcrossProcesses", testMailRace},
-		{"ClaimsAtomicAcrossProcesses", testClaimRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, h) })
@@ -405,12 +401,9 @@ const (
 	envCount  = "STORETEST_COUNT"
 )
 
-// What a Child process does.
-const (
-	roleJournal = "journal" // events through a journal, a setting per write
-	roleMail    = "mail"    // sends, and claims mail for prompts
-	roleClaims  = "claims"  // claims tasks until none is left
-)
+// roleJournal is what a Child process does: events through a journal, a
+// setting per write.
+const roleJournal = "journal"
 
 // race runs procs Child processes of role on target at once and waits for
 // them; the i-th acts as agent "p<i>".
@@ -419,9 +412,19 @@ func race(t *testing.T, h Harness, target, role string, procs, each int) {
 	if h.ChildTest == "" {
 		t.Skip("the driver's tests name no ChildTest")
 	}
+	Race(t, h.ChildTest, target, role, procs, each)
+}
+
+// Race runs procs processes of the test binary at once, each running only
+// the test named childTest, which reads ChildArgs (target, role, its agent
+// "p<i>" for the i-th, each), and waits for them. The packages that keep
+// tables in the store race real processes on one database with it, as
+// `swarmd mail` and `swarmd task` meet the daemon.
+func Race(t *testing.T, childTest, target, role string, procs, each int) {
+	t.Helper()
 	cmds := make([]*exec.Cmd, procs)
 	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+h.ChildTest+"$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^"+childTest+"$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envTarget+"="+target, envRole+"="+role,
 			envAgent+"="+fmt.Sprint("p", i), envCount+"="+strconv.Itoa(each))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -437,127 +440,15 @@ func race(t *testing.T, h Harness, target, role string, procs, each int) {
 	}
 }
 
-// raceProcs is how many processes race on mail and on claims.
-const raceProcs = 20
-
-// recipients is who gets the racing mail: several processes claim for each.
-var recipients = []string{"r0", "r1", "r2", "r3"}
-
-// testMailRace: 20 processes send mail and run "sessions" at once, each
-// claiming its agent's mail for a prompt and acknowledging it when done;
-// every message is delivered (acknowledged) exactly once: 0 lost, 0 doubled.
-func testMailRace(t *testing.T, h Harness) {
-	ctx := context.Background()
-	target := h.Fresh(t)
-	const each = 15
-	race(t, h, target, roleMail, raceProcs, each)
-	db := h.Open(t, target)
-	mb, err := mailbox.New(ctx, db, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
+// ChildArgs is what Race told the process it started; ok is false in any
+// other run of the test, which should then skip.
+func ChildArgs() (target, role, agent string, each int, ok bool) {
+	target = os.Getenv(envTarget)
+	if target == "" {
+		return "", "", "", 0, false
 	}
-	defer mb.Close()
-	acked := 0
-	for i := range raceProcs {
-		v, _, err := db.Setting(ctx, fmt.Sprint("acked.p", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, _ := strconv.Atoi(v)
-		acked += n
-	}
-	for _, r := range recipients { // what arrived after its sessions' last look
-		n, err := session(ctx, mb, r, r+"-final")
-		if err != nil {
-			t.Fatal(err)
-		}
-		acked += n
-	}
-	var total, pending int
-	if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN delivered_at IS NULL THEN 1 END) FROM messages`).Scan(&total, &pending); err != nil {
-		t.Fatal(err)
-	}
-	if total != raceProcs*each || pending != 0 || acked != total {
-		t.Fatalf("%d messages stored, %d still pending, %d acknowledgements; want %d stored, each acknowledged once", total, pending, acked, raceProcs*each)
-	}
-}
-
-// session is one session's mail: claimed for its prompt, acknowledged when
-// it completes. It returns how many messages it acknowledged.
-func session(ctx context.Context, mb *mailbox.Mailbox, agent, id string) (int, error) {
-	if _, err := mb.ConsumeForPrompt(ctx, agent, id); err != nil {
-		return 0, err
-	}
-	now := time.Now()
-	return mb.Ack(ctx, store.SessionRecord{SessionID: id, Agent: agent, Seq: 1, Started: now, Ended: &now})
-}
-
-// testClaimRace: 20 processes claim from one board at once; every task is
-// claimed, worked and closed exactly once.
-func testClaimRace(t *testing.T, h Harness) {
-	ctx := context.Background()
-	target := h.Fresh(t)
-	const tasks = 60
-	db := h.Open(t, target)
-	board := taskboard.New(db, taskboard.Options{AutoClose: true})
-	for i := range tasks {
-		if _, err := board.Add(ctx, taskboard.NewTask{Title: fmt.Sprint("task ", i), CreatedBy: "operator"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if has, err := board.HasWork(ctx, "p0"); err != nil || !has {
-		t.Fatalf("before the race: has work %v, %v; want true", has, err)
-	}
-	race(t, h, target, roleClaims, raceProcs, 0)
-	if has, err := board.HasWork(ctx, "p0"); err != nil || has {
-		t.Errorf("after the race: has work %v, %v; want false (all closed)", has, err)
-	}
-	seen := map[int64]string{}
-	for i := range raceProcs {
-		v, _, err := db.Setting(ctx, fmt.Sprint("claimed.p", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, id := range parseIDs(t, v) {
-			if prev, dup := seen[id]; dup {
-				t.Errorf("task %d claimed twice: by %s and p%d", id, prev, i)
-			}
-			seen[id] = fmt.Sprint("p", i)
-		}
-	}
-	if len(seen) != tasks {
-		t.Errorf("%d tasks claimed, want %d", len(seen), tasks)
-	}
-	ts, err := board.List(ctx, taskboard.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tk := range ts {
-		if tk.StateName != "CLOSED" {
-			t.Errorf("task %d is %s, want CLOSED", tk.ID, tk.StateName)
-		}
-	}
-}
-
-func parseIDs(t *testing.T, s string) []int64 {
-	t.Helper()
-	var out []int64
-	for _, f := range strings.Fields(s) {
-		id, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			t.Fatalf("id %q: %v", f, err)
-		}
-		out = append(out, id)
-	}
-	return out
-}
-
-func joinIDs(ids []int64) string {
-	var b strings.Builder
-	for _, id := range ids {
-		b.WriteString(strconv.FormatInt(id, 10) + " ")
-	}
-	return b.String()
+	each, _ = strconv.Atoi(os.Getenv(envCount))
+	return target, os.Getenv(envRole), os.Getenv(envAgent), each, true
 }
 
 // Child is the body of the driver's ChildTest: in a process the suite
@@ -576,14 +467,6 @@ func Child(t *testing.T, open func(t testing.TB, target string) *store.DB) {
 		t.Fatal(err)
 	}
 	db := open(t, target)
-	switch os.Getenv(envRole) {
-	case roleMail:
-		childMail(ctx, t, db, agent, n)
-		return
-	case roleClaims:
-		childClaims(ctx, t, db, agent)
-		return
-	}
 	j := db.NewJournal(store.JournalOptions{FlushInterval: time.Millisecond})
 	j.Start()
 	for k := range n {
@@ -593,60 +476,6 @@ func Child(t *testing.T, open func(t testing.TB, target string) *store.DB) {
 		}
 	}
 	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// childMail sends n messages to the next recipient and, after each, runs a
-// session of its own recipient's; it records how many it acknowledged.
-func childMail(ctx context.Context, t *testing.T, db *store.DB, agent string, n int) {
-	mb, err := mailbox.New(ctx, db, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mb.Close()
-	i, _ := strconv.Atoi(strings.TrimPrefix(agent, "p"))
-	mine, theirs := recipients[i%len(recipients)], recipients[(i+1)%len(recipients)]
-	acked := 0
-	for k := range n {
-		if _, err := mb.Send(ctx, mailbox.Draft{From: agent, To: theirs, Body: fmt.Sprint(agent, " ", k)}); err != nil {
-			t.Fatal(err)
-		}
-		got, err := session(ctx, mb, mine, fmt.Sprint(agent, "-", k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		acked += got
-	}
-	if err := db.SetSetting(ctx, "acked."+agent, strconv.Itoa(acked)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// childClaims claims, starts and finishes tasks until none is left; it
-// records what it claimed.
-func childClaims(ctx context.Context, t *testing.T, db *store.DB, agent string) {
-	board := taskboard.New(db, taskboard.Options{AutoClose: true})
-	var got []int64
-	for k := 0; ; k++ {
-		session := fmt.Sprint(agent, "-", k)
-		tk, ok, err := board.ClaimNext(ctx, agent, session)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		got = append(got, tk.ID)
-		h := taskboard.Holder{Agent: agent, Session: session}
-		if _, err := board.Start(ctx, tk.ID, h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := board.Done(ctx, tk.ID, h, "done"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.SetSetting(ctx, "claimed."+agent, joinIDs(got)); err != nil {
 		t.Fatal(err)
 	}
 }

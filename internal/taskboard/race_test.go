@@ -1,0 +1,139 @@
+package taskboard
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/store/storetest"
+)
+
+// raceEngines runs race on each engine the store has: a SQLite file, and a
+// real PostgreSQL server started for it; fresh makes a new database.
+func raceEngines(t *testing.T, race func(t *testing.T, fresh func(t *testing.T) string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		race(t, func(t *testing.T) string { return filepath.Join(t.TempDir(), "swarm.db") })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		srv := pgtest.Require(t)
+		n := 0
+		race(t, func(t *testing.T) string {
+			n++
+			name := fmt.Sprintf("claimrace%d", n)
+			if err := srv.CreateDB(name); err != nil {
+				t.Fatal(err)
+			}
+			return srv.URL(name)
+		})
+	})
+}
+
+func openTarget(t testing.TB, target string) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), target, store.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", target, err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return db
+}
+
+// TestClaimsAtomicAcrossProcesses: 20 processes claim from one board at
+// once; every task is claimed, worked and closed exactly once. On both
+// engines.
+func TestClaimsAtomicAcrossProcesses(t *testing.T) {
+	raceEngines(t, func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		const tasks, procs = 60, 20
+		db := openTarget(t, target)
+		board := New(db, Options{AutoClose: true})
+		for i := range tasks {
+			if _, err := board.Add(ctx, NewTask{Title: fmt.Sprint("task ", i), CreatedBy: "operator"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if has, err := board.HasWork(ctx, "p0"); err != nil || !has {
+			t.Fatalf("before the race: has work %v, %v; want true", has, err)
+		}
+		storetest.Race(t, "TestClaimRaceChild", target, "claims", procs, tasks)
+		if has, err := board.HasWork(ctx, "p0"); err != nil || has {
+			t.Errorf("after the race: has work %v, %v; want false (all closed)", has, err)
+		}
+		seen := map[int64]string{}
+		for i := range procs {
+			v, _, err := db.Setting(ctx, fmt.Sprint("claimed.p", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range strings.Fields(v) {
+				id, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					t.Fatalf("id %q: %v", f, err)
+				}
+				if prev, dup := seen[id]; dup {
+					t.Errorf("task %d claimed twice: by %s and p%d", id, prev, i)
+				}
+				seen[id] = fmt.Sprint("p", i)
+			}
+		}
+		if len(seen) != tasks {
+			t.Errorf("%d tasks claimed, want %d", len(seen), tasks)
+		}
+		ts, err := board.List(ctx, Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			if tk.StateName != "CLOSED" {
+				t.Errorf("task %d is %s, want CLOSED", tk.ID, tk.StateName)
+			}
+		}
+	})
+}
+
+// TestClaimRaceChild is one process of TestClaimsAtomicAcrossProcesses: it
+// claims, starts and finishes tasks until none is left (of the "each" it
+// is told there are), and records what it claimed.
+func TestClaimRaceChild(t *testing.T) {
+	target, _, agent, tasks, ok := storetest.ChildArgs()
+	if !ok {
+		t.Skip("run by TestClaimsAtomicAcrossProcesses")
+	}
+	ctx := context.Background()
+	board := New(openTarget(t, target), Options{AutoClose: true})
+	var got []string
+	for k := 0; ; k++ {
+		if k > tasks { // a claim that does not take its task must not loop
+			t.Fatalf("%s still claiming after %d claims of %d tasks", agent, k, tasks)
+		}
+		session := fmt.Sprint(agent, "-", k)
+		tk, ok, err := board.ClaimNext(ctx, agent, session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, strconv.FormatInt(tk.ID, 10))
+		h := Holder{Agent: agent, Session: session}
+		if _, err := board.Start(ctx, tk.ID, h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Done(ctx, tk.ID, h, "done"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := board.db.(*store.DB).SetSetting(ctx, "claimed."+agent, strings.Join(got, " ")); err != nil {
+		t.Fatal(err)
+	}
+}
