@@ -16,10 +16,12 @@ import (
 // tree that failed, is split again without a gate run; a red half is split
 // until one entry is left, which is rejected as a red gate is today.
 //
-// The size adapts, as TCP's window does: each red gate on a batch halves
-// it, each green one doubles it, between 1 and merge.batch. A queue with
-// failures now and then stays at full size; one where most fail tests
-// nearly one at a time, where batching would only cost runs.
+// The size adapts, as TCP's window does: a red gate on a new batch halves
+// it (the red gates of its bisection do not: they chase the same failure),
+// each green gate doubles it, between 1 and merge.batch. A queue with a
+// failure now and then is back at full size after a gate or two; one where
+// most fail tests nearly one at a time, where batching would only cost
+// runs.
 //
 // None of this is stored: it is a guess about what the next gate will
 // say. A restarted daemon starts at full size with no batch under suspicion,
@@ -93,7 +95,7 @@ func (b *batchState) isRed(tree string) bool {
 // split starts (or goes on with) a bisection: the batch es failed its gate
 // on a candidate with tree.
 func (b *batchState) split(es []*Entry, tree string, run redGate) {
-	b.redRun(len(es))
+	b.failed()
 	b.suspects = b.suspects[:0]
 	for _, e := range es {
 		b.suspects = append(b.suspects, suspect{id: e.ID, head: e.Head})
@@ -104,8 +106,13 @@ func (b *batchState) split(es []*Entry, tree string, run redGate) {
 	b.red[tree] = run
 }
 
-// redRun shrinks the size after a red gate on n entries.
-func (b *batchState) redRun(n int) { b.size = max(1, min(b.size, n)/2) }
+// failed shrinks the size after a red gate on a new batch; the red gates
+// of a bisection chase the same failure and leave it as it is.
+func (b *batchState) failed() {
+	if len(b.suspects) == 0 {
+		b.size = max(1, b.size/2)
+	}
+}
 
 // green grows the size after a green gate.
 func (b *batchState) green([]*Entry) { b.size = min(b.max, b.size*2) }

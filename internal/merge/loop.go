@@ -332,8 +332,8 @@ func (q *Queue) test(ctx context.Context, line []link, target string) (out Outco
 	if len(es) == 1 {
 		var res outcomes
 		res.rejected(es[0], kind, detail)
+		q.batch.failed()
 		q.batch.found(es[0])
-		q.batch.redRun(1)
 		return res.outcome(), false, q.finish(ctx, &res)
 	}
 	q.batch.split(es, tip.tree, redGate{kind: kind, tail: detail, seq: seq})
