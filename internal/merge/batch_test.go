@@ -432,3 +432,33 @@ func TestBatchCrashAfterSwapRecordsEachMerged(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose gate passed while the person's checkout of the target got
+// local changes waits; once the checkout is clean the same candidates go in
+// without a second gate run, and the checkout's files follow.
+func TestBatchPassedWaitsForDirtyCheckout(t *testing.T) {
+	e := newEnv(t)
+	gitT(t, e.repo, "checkout", "-q", "main") // the person's own checkout
+	flags := t.TempDir()
+	opts := e.options(`echo run >> ` + flags + `/runs; if [ ! -e ` + flags + `/dirtied ]; then touch ` + flags +
+		`/dirtied; echo edit > ` + filepath.Join(e.repo, "f.txt") + `; fi`)
+	opts.Batch = 8
+	q := e.open(opts)
+	base := e.main()
+	ts := e.queueTasks(q, 3)
+
+	step(t, q, OutcomeWaiting)
+	if e.main() != base {
+		t.Fatal("main moved under a dirty checkout")
+	}
+	gitT(t, e.repo, "checkout", "--", "f.txt")
+	step(t, q, OutcomeMerged)
+	step(t, q, OutcomeIdle)
+	if runs := strings.Count(readFile(t, filepath.Join(flags, "runs")), "run"); runs != 1 {
+		t.Errorf("%d gate runs, want 1 (the passed batch goes in untested again)", runs)
+	}
+	e.checkHistory(base, ts)
+	if got := readFile(t, filepath.Join(e.repo, "t3.txt")); got != "task 3\n" {
+		t.Errorf("the checkout's t3.txt = %q", got)
+	}
+}

@@ -232,7 +232,11 @@ type link struct {
 // the line where it is (the entry waits at the front next time).
 func (q *Queue) line(ctx context.Context, es []*Entry, target, tree string, res *outcomes) ([]link, error) {
 	if p := q.passed; p.matches(es, target) {
-		return p.line, nil
+		line := slices.Clone(p.line)
+		for i := range line {
+			line[i].e = es[i] // this step's rows
+		}
+		return line, nil
 	}
 	q.passed = passedGate{}
 	base, baseTree := target, tree
