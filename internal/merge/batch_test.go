@@ -462,3 +462,21 @@ func TestBatchPassedWaitsForDirtyCheckout(t *testing.T) {
 		t.Errorf("the checkout's t3.txt = %q", got)
 	}
 }
+
+// Two bad tasks in one batch: each is isolated and rejected, the other 6
+// merge in order.
+func TestBatchBisectsTwoBadTasks(t *testing.T) {
+	e := newEnv(t)
+	opts := e.options(badGate)
+	opts.Batch = 8
+	q := e.open(opts)
+	base := e.main()
+	ts := e.queueTasks(q, 8, 2, 7)
+	outs := drain(t, q)
+	_, results, gates := e.metrics.snapshot()
+	if results[ResultMerged] != 6 || results[string(KindGateFailed)] != 2 {
+		t.Fatalf("results %v (steps %v, %d gate runs); want 6 merged, 2 gate_failed", results, outs, gates)
+	}
+	t.Logf("%d gate runs, steps %v", gates, outs)
+	e.checkHistory(base, []batchTask{ts[0], ts[2], ts[3], ts[4], ts[5], ts[7]})
+}
