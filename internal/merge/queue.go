@@ -1,9 +1,10 @@
 // Package merge is the merge queue: tasks whose work is finished (DONE, and
 // passed review when a reviewer is set) are integrated into one branch,
-// merge.into, one at a time in the order they were queued, and only when
-// the project's own gate passes on the merged result.
+// merge.into, in the order they were queued, and only when the project's
+// own gate passes on the merged result.
 //
-// One step (Queue.Step) takes the first queued entry and:
+// One step (Queue.Step) takes the first queued entry (with Options.Batch
+// above 1, up to that many: batch.go) and:
 //
 //  1. waits, and says why (Status.Waiting and an event), while merge.into
 //     is checked out in a working tree with local changes or an operation

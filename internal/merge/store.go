@@ -470,17 +470,6 @@ func (s *Store) setWaiting(ctx context.Context, why string, task int64) error {
 	})
 }
 
-// next is the oldest entry in the queue: the one under test if there is
-// one (the loop was stopped or restarted during its test), else the first
-// queued.
-func (s *Store) next(ctx context.Context) (Entry, bool, error) {
-	es, err := s.front(ctx, 1)
-	if err != nil || len(es) == 0 {
-		return Entry{}, false, err
-	}
-	return es[0], true, nil
-}
-
 // front is the first n entries of the queue, oldest first: those under
 // test (a batch the loop was stopped or restarted during), then the queued.
 func (s *Store) front(ctx context.Context, n int) ([]Entry, error) {
