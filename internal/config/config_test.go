@@ -141,7 +141,7 @@ func TestOverrides(t *testing.T) {
 		Sandbox:    Sandbox{Bwrap: "bwrap"},
 		Notify:     Notify{Format: NotifyJSON},
 		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30},
-		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4},
+		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4, Batch: 4},
 		Backends:   backends,
 
 		GitEmailDomain: "agents.example.com",
@@ -401,6 +401,7 @@ func TestErrors(t *testing.T) {
 		{"merge_bad_strategy", 4, "merge.strategy", `"octopus" is not a merge strategy (want one of merge, squash, rebase)`},
 		{"merge_zero_timeout", 3, "merge.timeout", "must be positive, got 0s"},
 		{"merge_empty_gate", 3, "merge.gate[0]", "must not be empty (remove the empty item)"},
+		{"merge_zero_batch", 3, "merge.batch", "must be between 1 and 64, got 0"},
 		{"missing_name", 2, "agents[0].name", "is required (add name: with a lowercase name)"},
 		{"missing_role", 2, "agents[0].role", "is required: a prompt file path or inline text"},
 		{"empty_role", 3, "agents[0].role", "is empty: give a prompt file path or inline text"},

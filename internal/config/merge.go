@@ -24,6 +24,10 @@ const (
 	DefaultMergeTimeout       = mergequeue.DefaultTimeout // 30m, the queue's
 	DefaultMergeStrategy      = StrategyMerge
 	DefaultMaxMergeRejections = 5
+	// DefaultMergeBatch: up to 8 tasks gated together, the size adapting
+	// to the gate's results (docs/merge-queue.md, Batches).
+	DefaultMergeBatch = mergequeue.DefaultBatch
+	MaxMergeBatch     = mergequeue.MaxBatch
 )
 
 // Merge configures the merge queue. Config.Merge is nil when swarmd.yaml has
@@ -36,6 +40,9 @@ type Merge struct {
 	// MaxRejections bounds the rework of one task the queue keeps sending
 	// back: past it the task fails instead of going back once more.
 	MaxRejections int
+	// Batch is the most tasks one gate run tests together; 1 is one at a
+	// time.
+	Batch int
 }
 
 // mergeValues is the merge section as walked, finished by finishMerge.
@@ -45,7 +52,7 @@ type mergeValues struct {
 }
 
 func (d *decoder) mergeFields(m *Merge) []field {
-	m.Timeout, m.Strategy, m.MaxRejections = DefaultMergeTimeout, DefaultMergeStrategy, DefaultMaxMergeRejections
+	m.Timeout, m.Strategy, m.MaxRejections, m.Batch = DefaultMergeTimeout, DefaultMergeStrategy, DefaultMaxMergeRejections, DefaultMergeBatch
 	return []field{
 		{"into", "The branch the merge queue advances (such as main); required.", d.strTo(&m.Into, true)},
 		{"gate", "Shell commands run in order on each candidate in the integration worktree; all must exit 0.", d.strListTo(&m.Gate, true)},
@@ -54,6 +61,8 @@ func (d *decoder) mergeFields(m *Merge) []field {
 			d.enumTo(&m.Strategy, mergeStrategies)},
 		{"max_rejections", "Rejections of one task (conflict, gate, timeout) sent back to its worker; the next one fails the task (merge_rejected) and tells the operator.",
 			d.intTo(&m.MaxRejections, 1, maxInt)},
+		{"batch", "The most tasks one gate run tests together (each still its own merge commit), the size adapting to red and green gates; a red batch is bisected to the task that fails it. 1: one at a time.",
+			d.intTo(&m.Batch, 1, MaxMergeBatch)},
 	}
 }
 

@@ -13,9 +13,9 @@ func TestMergeSection(t *testing.T) {
 	for doc, want := range map[string]*Merge{
 		"agents: [{name: alice, role: x}]\n":                      nil,
 		"merge:\nagents: [{name: alice, role: x}]\n":              nil,
-		"merge: {into: main}\nagents: [{name: alice, role: x}]\n": {Into: "main", Timeout: 30 * time.Minute, Strategy: "merge"},
-		"merge: {into: dev/next, gate: [go test ./...], strategy: rebase, timeout: 5m}\nagents: [{name: alice, role: x}]\n": {
-			Into: "dev/next", Gate: []string{"go test ./..."}, Timeout: 5 * time.Minute, Strategy: "rebase"},
+		"merge: {into: main}\nagents: [{name: alice, role: x}]\n": {Into: "main", Timeout: 30 * time.Minute, Strategy: "merge", Batch: 8},
+		"merge: {into: dev/next, gate: [go test ./...], strategy: rebase, timeout: 5m, batch: 1}\nagents: [{name: alice, role: x}]\n": {
+			Into: "dev/next", Gate: []string{"go test ./..."}, Timeout: 5 * time.Minute, Strategy: "rebase", Batch: 1},
 	} {
 		cfg, err := Parse([]byte(doc), filepath.Join(dir, "swarmd.yaml"))
 		if err != nil {
@@ -25,7 +25,7 @@ func TestMergeSection(t *testing.T) {
 		case want == nil && cfg.Merge != nil:
 			t.Errorf("%q: Merge = %+v, want none", doc, cfg.Merge)
 		case want != nil && (cfg.Merge == nil || cfg.Merge.Into != want.Into || cfg.Merge.Timeout != want.Timeout ||
-			cfg.Merge.Strategy != want.Strategy || len(cfg.Merge.Gate) != len(want.Gate)):
+			cfg.Merge.Strategy != want.Strategy || len(cfg.Merge.Gate) != len(want.Gate) || cfg.Merge.Batch != want.Batch):
 			t.Errorf("%q: Merge = %+v, want %+v", doc, cfg.Merge, want)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 // candidate is what one entry becomes on the current target.
 type candidate struct {
 	commit    string   // the commit to test and advance the target to
+	tree      string   // commit's tree
 	conflicts []string // paths that do not merge; commit is "" then
 	noop      bool     // the target already holds the work (commit is the target)
 }
@@ -19,7 +20,7 @@ type candidate struct {
 // result. rebase replays the branch in the integration worktree.
 func (q *Queue) build(ctx context.Context, e *Entry, target, targetTree string) (candidate, error) {
 	if q.opts.Strategy == StrategyRebase {
-		return q.buildRebase(ctx, e, target)
+		return q.buildRebase(ctx, e, target, targetTree)
 	}
 	tree, conflicts, err := q.repo.mergeTree(ctx, target, e.Head)
 	switch {
@@ -31,7 +32,7 @@ func (q *Queue) build(ctx context.Context, e *Entry, target, targetTree string) 
 		// Nothing to add: the branch has no change of its own, or its
 		// change is in already (a crash after the target advanced lands
 		// here, for every strategy).
-		return candidate{commit: target, noop: true}, nil
+		return candidate{commit: target, tree: targetTree, noop: true}, nil
 	}
 	if q.opts.Strategy == StrategySquash {
 		return q.squash(ctx, e, target, tree)
@@ -42,7 +43,7 @@ func (q *Queue) build(ctx context.Context, e *Entry, target, targetTree string) 
 	if err != nil {
 		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
 	}
-	return candidate{commit: commit}, nil
+	return candidate{commit: commit, tree: tree}, nil
 }
 
 // squash records tree as one commit on target, authored by the author of
@@ -66,12 +67,12 @@ func (q *Queue) squash(ctx context.Context, e *Entry, target, tree string) (cand
 	if err != nil {
 		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
 	}
-	return candidate{commit: commit}, nil
+	return candidate{commit: commit, tree: tree}, nil
 }
 
 // buildRebase replays the branch onto target in the integration worktree.
 // Its commits keep their authors; the queue is their committer.
-func (q *Queue) buildRebase(ctx context.Context, e *Entry, target string) (candidate, error) {
+func (q *Queue) buildRebase(ctx context.Context, e *Entry, target, targetTree string) (candidate, error) {
 	commit, conflicts, err := q.repo.rebase(ctx, q.wt, target, e.Head)
 	switch {
 	case err != nil:
@@ -79,7 +80,11 @@ func (q *Queue) buildRebase(ctx context.Context, e *Entry, target string) (candi
 	case len(conflicts) > 0:
 		return candidate{conflicts: conflicts}, nil
 	case commit == target:
-		return candidate{commit: target, noop: true}, nil
+		return candidate{commit: target, tree: targetTree, noop: true}, nil
 	}
-	return candidate{commit: commit}, nil
+	tree, err := q.repo.treeOf(ctx, commit)
+	if err != nil {
+		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+	}
+	return candidate{commit: commit, tree: tree}, nil
 }

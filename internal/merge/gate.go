@@ -46,10 +46,12 @@ type gateRun struct {
 
 func (g gateRun) passed() bool { return !g.timedOut && g.exit.Signal == 0 && g.exit.Code == 0 }
 
-// runGate runs the gate in dir on candidate e.Candidate as gate run seq,
-// logging to logs/merge/<seq>.log like a session. When ctx ends first the
-// tree is killed and ctx's error returned.
-func (q *Queue) runGate(ctx context.Context, e *Entry, dir string, seq uint32) (gateRun, error) {
+// runGate runs the gate in dir as gate run seq on the candidate of a batch,
+// es (one entry unless batched, in line: the last one's candidate is the
+// whole batch's), logging to logs/merge/<seq>.log like a session. When ctx
+// ends first the tree is killed and ctx's error returned.
+func (q *Queue) runGate(ctx context.Context, es []*Entry, dir string, seq uint32) (gateRun, error) {
+	e := es[len(es)-1]
 	id := "merge-" + strconv.FormatUint(uint64(seq), 10)
 	logf, err := openLog(q.opts.Logs.LogPath(LogName, seq))
 	if err != nil {
@@ -61,11 +63,17 @@ func (q *Queue) runGate(ctx context.Context, e *Entry, dir string, seq uint32) (
 	out.line(fmt.Sprintf("=== swarmd session %s seq %d started %s head %s ===\n", id, seq, started.Format(time.RFC3339), e.Candidate))
 	out.line(fmt.Sprintf("swarmd: gate of task %d: %s at %s (agent %s) onto %s at %s, strategy %s, candidate %s, in %s\n",
 		e.Task, e.Branch, short(e.Head), e.Agent, q.opts.Into, short(e.Target), q.opts.Strategy, short(e.Candidate), dir))
+	if len(es) > 1 {
+		out.line(fmt.Sprintf("swarmd: a batch of %d, merged in this order onto %s:\n", len(es), short(e.Target)))
+		for _, b := range es {
+			out.line(fmt.Sprintf("swarmd:   task %d: %s at %s (agent %s), candidate %s\n", b.Task, b.Branch, short(b.Head), b.Agent, short(b.Candidate)))
+		}
+	}
 	spec := proc.Spec{
 		Path:   "/bin/sh",
 		Args:   append([]string{"-c", gateScript, "swarmd-gate"}, q.opts.Gate...),
 		Dir:    dir,
-		Env:    q.gateEnv(e),
+		Env:    q.gateEnv(es),
 		Output: out,
 		ID:     id,
 	}
@@ -124,13 +132,21 @@ func (q *Queue) waitGate(ctx context.Context, tree *proc.Tree) (gateRun, error) 
 }
 
 // gateEnv is the gate's environment: Options.Env (the daemon's when nil)
-// and what the gate may want to know about the candidate.
-func (q *Queue) gateEnv(e *Entry) []string {
+// and what the gate may want to know about the candidate. For a batch the
+// task's variables are its last entry's (whose candidate is the batch's),
+// and SWARM_MERGE_TASKS lists every task in it.
+func (q *Queue) gateEnv(es []*Entry) []string {
 	base := q.opts.Env
 	if base == nil {
 		base = os.Environ()
 	}
+	e := es[len(es)-1]
+	tasks := make([]string, len(es))
+	for i, b := range es {
+		tasks[i] = strconv.FormatInt(b.Task, 10)
+	}
 	return environ.Build("", base, []string{
+		"SWARM_MERGE_TASKS=" + strings.Join(tasks, " "),
 		"SWARM_MERGE_TASK=" + strconv.FormatInt(e.Task, 10),
 		"SWARM_MERGE_AGENT=" + e.Agent,
 		"SWARM_MERGE_BRANCH=" + e.Branch,

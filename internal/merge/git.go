@@ -248,6 +248,15 @@ func (r *repo) updateRef(ctx context.Context, branch, newC, oldC, msg string) er
 	return err
 }
 
+// treeOf is commit's tree.
+func (r *repo) treeOf(ctx context.Context, commit string) (string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "rev-parse", "--verify", "--end-of-options", commit+"^{tree}")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(out), nil
+}
+
 // ancestry reports whether a is an ancestor of b (or b itself).
 func (r *repo) isAncestor(ctx context.Context, a, b string) (bool, error) {
 	_, err := r.run(ctx, r.commonDir, nil, "merge-base", "--is-ancestor", a, b)

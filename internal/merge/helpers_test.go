@@ -26,6 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Exit(runHelper(spec)) // batch_test.go: a queue to kill
+	}
 	// Tests must not depend on the machine's git config.
 	for k, v := range map[string]string{
 		"GIT_CONFIG_GLOBAL":   os.DevNull,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,12 +18,13 @@ const (
 	OutcomeIdle     Outcome = iota // nothing queued
 	OutcomePaused                  // the queue is paused
 	OutcomeWaiting                 // the first entry cannot go yet; Status.Waiting says why
-	OutcomeMerged                  // the first entry is in the target
-	OutcomeRejected                // the first entry was rejected
+	OutcomeMerged                  // the first entry (batched: one or more) is in the target
+	OutcomeRejected                // the first entry (batched: one or more) was rejected, and none merged
 	OutcomeRebuild                 // the target moved under the candidate: step again to rebuild it
+	OutcomeSplit                   // a batch's gate failed: step again to test its first half
 )
 
-var outcomeNames = [...]string{"idle", "paused", "waiting", "merged", "rejected", "rebuild"}
+var outcomeNames = [...]string{"idle", "paused", "waiting", "merged", "rejected", "rebuild", "split"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -45,7 +47,7 @@ func (q *Queue) run(ctx context.Context, done chan struct{}) {
 		case err != nil:
 			q.log.Warn("merge queue step failed", zap.Error(err))
 			after = q.opts.Recheck
-		case out == OutcomeMerged || out == OutcomeRejected || out == OutcomeRebuild:
+		case out == OutcomeMerged || out == OutcomeRejected || out == OutcomeRebuild || out == OutcomeSplit:
 			continue
 		case out == OutcomeWaiting || q.hasPending():
 			after = q.opts.Recheck
@@ -74,9 +76,10 @@ func (q *Queue) sleep(ctx context.Context, d time.Duration) bool {
 	return true
 }
 
-// Step integrates the first entry of the queue, if the queue is not paused,
-// and reports results to the callbacks. The loop calls it; tests and tools
-// may call it directly (not while the loop runs).
+// Step integrates the first entries of the queue, one batch (one entry
+// unless batching), if the queue is not paused, and reports results to the
+// callbacks. The loop calls it; tests and tools may call it directly (not
+// while the loop runs).
 func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	q.report(ctx)
 	paused, waiting, err := q.store.control(ctx)
@@ -86,76 +89,181 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	if paused {
 		return OutcomePaused, nil
 	}
-	e, ok, err := q.store.next(ctx)
-	if err != nil || !ok {
+	front, err := q.store.front(ctx, q.batch.want())
+	if err != nil || len(front) == 0 {
 		if ok := err == nil && waiting != ""; ok {
 			err = q.store.setWaiting(ctx, "", 0) // nothing left to wait for
 		}
 		return OutcomeIdle, err
 	}
-	if e.State == Testing {
+	es := make([]*Entry, len(front))
+	var resumed []*Entry
+	for i := range front {
+		es[i] = &front[i]
+		if es[i].State == Testing {
+			resumed = append(resumed, es[i])
+		}
+	}
+	if len(resumed) > 0 {
 		// Left under test by a loop that stopped or a daemon that died: no
-		// gate is running for it any more.
-		if err := q.store.requeue(ctx, &e, "resumed: the queue stopped during its test"); err != nil {
+		// gate is running for them any more.
+		if err := q.store.requeueBatch(ctx, resumed, "resumed: the queue stopped during its test"); err != nil {
 			return OutcomeIdle, err
 		}
 	}
-	out, err := q.integrate(ctx, &e, waiting)
+	q.batch.match(es)
+	out, err := q.integrate(ctx, es, resumed, waiting)
 	q.setDepth(ctx)
-	if out == OutcomeMerged || out == OutcomeRejected {
+	if out == OutcomeMerged || out == OutcomeRejected || out == OutcomeSplit {
 		q.report(ctx)
 	}
 	return out, err
 }
 
-// integrate takes e as far as it can go now.
-func (q *Queue) integrate(ctx context.Context, e *Entry, waiting string) (Outcome, error) {
+// integrate takes the batch es, in queue order, as far as it can go now.
+func (q *Queue) integrate(ctx context.Context, es, resumed []*Entry, waiting string) (Outcome, error) {
 	if q.opts.Prepare != nil {
-		if err := q.opts.Prepare(ctx, *e); err != nil {
-			if ctx.Err() != nil {
+		for i, e := range es {
+			err := q.opts.Prepare(ctx, *e)
+			switch {
+			case err == nil:
+				continue
+			case ctx.Err() != nil:
 				return OutcomeIdle, err
+			case i == 0:
+				return q.wait(ctx, e, waiting, "cannot prepare the merge: "+err.Error(), nil)
 			}
-			return q.wait(ctx, e, waiting, "cannot prepare the merge: "+err.Error(), nil)
+			es = es[:i] // the batch goes without it; it waits at the front next
+			break
 		}
 	}
+	first := es[0]
 	target, tree, err := q.repo.tip(ctx, q.opts.Into)
 	if err != nil {
-		return q.wait(ctx, e, waiting, fmt.Sprintf("cannot read %s: %v", q.opts.Into, err), err)
+		return q.wait(ctx, first, waiting, fmt.Sprintf("cannot read %s: %v", q.opts.Into, err), err)
 	}
 	if why, err := q.blocked(ctx); why != "" || err != nil {
-		return q.wait(ctx, e, waiting, why, err)
+		return q.wait(ctx, first, waiting, why, err)
 	}
 	if waiting != "" {
-		if err := q.store.setWaiting(ctx, "", e.Task); err != nil {
+		if err := q.store.setWaiting(ctx, "", first.Task); err != nil {
 			return OutcomeWaiting, err
 		}
 	}
-	cand, err := q.candidate(ctx, e, target, tree)
-	var unmergeable *unmergeableError
+	var res outcomes
+	if es, err = q.landed(ctx, es, resumed, target, &res); err != nil || len(es) == 0 {
+		return res.outcome(), err
+	}
+	line, lerr := q.line(ctx, es, target, tree, &res)
+	if err := q.finish(ctx, &res); err != nil {
+		return res.outcome(), err
+	}
 	switch {
-	case errors.As(err, &unmergeable):
-		return q.reject(ctx, e, KindConflict, unmergeable.Error())
-	case err != nil:
-		return q.wait(ctx, e, "", "cannot build the candidate: "+err.Error(), err)
-	case len(cand.conflicts) > 0:
-		return q.reject(ctx, e, KindConflict, strings.Join(cand.conflicts, "\n"))
-	case cand.noop:
-		return q.merged(ctx, e, target, "the target holds this work already")
+	case lerr != nil && !res.any() && len(line) == 0:
+		return q.wait(ctx, first, "", "cannot build the candidate: "+lerr.Error(), lerr)
+	case lerr != nil:
+		// The line ends before the entry; it waits at the front next time.
+		q.log.Warn("merge batch cut short: cannot build a candidate", zap.Error(lerr))
 	}
-	if out, ok, err := q.test(ctx, e, target, cand.commit); !ok {
-		return out, err
+	if len(line) == 0 {
+		return res.outcome(), nil
 	}
-	return q.advance(ctx, e, target, cand.commit)
+	// A batch whose candidate has the tree of one that failed already (the
+	// half left after a green first half) fails as it did: it is split
+	// without a gate run, down to the one entry that failed.
+	for len(line) > 1 && q.batch.isRed(line[len(line)-1].tree) {
+		line = line[:len(line)/2]
+	}
+	if red, ok := q.batch.red[line[0].tree]; ok && len(line) == 1 {
+		l := line[0]
+		if err := q.store.beginBatch(ctx, []*Entry{l.e}, []string{l.commit}, target, red.seq); err != nil {
+			return OutcomeIdle, err
+		}
+		res.rejected(l.e, red.kind, red.tail)
+		q.batch.found(l.e)
+		return res.outcome(), q.finish(ctx, &res)
+	}
+	out, ok, err := q.test(ctx, line, target)
+	if !ok {
+		res.or(out)
+		return res.outcome(), err
+	}
+	out, err = q.advance(ctx, line, target)
+	res.or(out)
+	return res.outcome(), err
 }
 
-// candidate is e's candidate on target: the one whose gate passed already
-// on the same target, else a new one.
-func (q *Queue) candidate(ctx context.Context, e *Entry, target, tree string) (candidate, error) {
-	if p := q.passed; p.entry == e.ID && p.target == target {
-		return candidate{commit: p.candidate}, nil
+// landed records as merged the resumed entries whose candidate the target
+// holds already (the daemon died after advancing the target, before
+// recording it) and returns the others.
+func (q *Queue) landed(ctx context.Context, es, resumed []*Entry, target string, res *outcomes) ([]*Entry, error) {
+	var rest []*Entry
+	for _, e := range es {
+		if !slices.Contains(resumed, e) || e.Candidate == "" {
+			rest = append(rest, e)
+			continue
+		}
+		in, err := q.repo.isAncestor(ctx, e.Candidate, target)
+		if err != nil {
+			return nil, fmt.Errorf("merge queue: is task %d's candidate in %s: %w", e.Task, q.opts.Into, err)
+		}
+		if !in {
+			rest = append(rest, e)
+			continue
+		}
+		res.merged(e, e.Candidate, "the target holds its candidate already")
+		q.batch.found(e)
+	}
+	return rest, q.finish(ctx, res)
+}
+
+// link is one entry of a batch's line of candidates: its candidate commit
+// is the target with this entry and every one before it merged.
+type link struct {
+	e            *Entry
+	commit, tree string
+}
+
+// line builds the batch's candidates on target, one after the other in
+// queue order, each its own commit on the one before. An entry that does
+// not merge into the line is rejected as a conflict before any gate runs,
+// and the line goes on without it; one that adds nothing goes in at once
+// when nothing is before it, else it rides with the line. An error ends
+// the line where it is (the entry waits at the front next time).
+func (q *Queue) line(ctx context.Context, es []*Entry, target, tree string, res *outcomes) ([]link, error) {
+	if p := q.passed; p.matches(es, target) {
+		line := slices.Clone(p.line)
+		for i := range line {
+			line[i].e = es[i] // this step's rows
+		}
+		return line, nil
 	}
 	q.passed = passedGate{}
-	return q.build(ctx, e, target, tree)
+	base, baseTree := target, tree
+	var line []link
+	for _, e := range es {
+		cand, err := q.build(ctx, e, base, baseTree)
+		var unmergeable *unmergeableError
+		switch {
+		case errors.As(err, &unmergeable):
+			res.rejected(e, KindConflict, unmergeable.Error())
+		case err != nil:
+			return line, err
+		case len(cand.conflicts) > 0:
+			res.rejected(e, KindConflict, strings.Join(cand.conflicts, "\n"))
+		case cand.noop && len(line) == 0:
+			res.merged(e, target, "the target holds this work already")
+		case cand.noop:
+			line = append(line, link{e: e, commit: base, tree: baseTree})
+		default:
+			line = append(line, link{e: e, commit: cand.commit, tree: cand.tree})
+			base, baseTree = cand.commit, cand.tree
+		}
+		if res.has(e) {
+			q.batch.found(e)
+		}
+	}
+	return line, nil
 }
 
 // blocked says why the target cannot be advanced now: it is checked out in
@@ -182,48 +290,75 @@ func (q *Queue) blocked(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-// test runs the gate on candidate. ok reports that it passed (or that
-// there is no gate); otherwise out and err are Step's result.
-func (q *Queue) test(ctx context.Context, e *Entry, target, cand string) (out Outcome, ok bool, err error) {
-	if len(q.opts.Gate) == 0 || (q.passed.entry == e.ID && q.passed.candidate == cand) {
-		return 0, true, q.store.begin(ctx, e, target, cand, e.GateSeq) // no new gate run
+// test runs the gate once on the line's last candidate, which holds the
+// whole batch. ok reports that it passed (or that there is no gate);
+// otherwise out and err are Step's result: a failed batch of one is
+// rejected, a failed batch of more is split (OutcomeSplit) and its first
+// half tested at the next step.
+func (q *Queue) test(ctx context.Context, line []link, target string) (out Outcome, ok bool, err error) {
+	es, cands := make([]*Entry, len(line)), make([]string, len(line))
+	for i, l := range line {
+		es[i], cands[i] = l.e, l.commit
 	}
-	if err := q.repo.ensureWorktree(ctx, q.wt, cand); err != nil {
-		out, err := q.wait(ctx, e, "", "cannot prepare the integration worktree: "+err.Error(), err)
+	tip := line[len(line)-1]
+	if len(q.opts.Gate) == 0 || q.passed.line != nil {
+		return 0, true, q.store.beginBatch(ctx, es, cands, target, 0) // no new gate run
+	}
+	if err := q.repo.ensureWorktree(ctx, q.wt, tip.commit); err != nil {
+		out, err := q.wait(ctx, es[0], "", "cannot prepare the integration worktree: "+err.Error(), err)
 		return out, false, err
 	}
 	seq, err := q.store.nextGateSeq(ctx)
 	if err != nil {
 		return OutcomeIdle, false, err
 	}
-	if err := q.store.begin(ctx, e, target, cand, seq); err != nil {
+	if err := q.store.beginBatch(ctx, es, cands, target, seq); err != nil {
 		return OutcomeIdle, false, err
 	}
-	q.log.Info("merge gate started", zap.Int64("task", e.Task), zap.String("candidate", cand),
+	q.log.Info("merge gate started", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)), zap.String("candidate", tip.commit),
 		zap.String("target", target), zap.Uint32("gate_seq", seq))
-	run, err := q.runGate(ctx, e, q.wt, seq)
+	run, err := q.runGate(ctx, es, q.wt, seq)
 	if err != nil {
-		// Stopped (or the gate could not start): the entry stays first.
-		rerr := q.store.requeue(context.WithoutCancel(ctx), e, "gate not finished: "+err.Error())
+		// Stopped (or the gate could not start): the batch stays first.
+		rerr := q.store.requeueBatch(context.WithoutCancel(ctx), es, "gate not finished: "+err.Error())
 		return OutcomeIdle, false, errors.Join(err, rerr)
 	}
 	q.opts.Metrics.GateDuration(run.duration)
-	switch {
-	case run.timedOut:
-		out, err := q.reject(ctx, e, KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, run.tail))
-		return out, false, err
-	case !run.passed():
-		out, err := q.reject(ctx, e, KindGateFailed, run.tail)
-		return out, false, err
+	if run.passed() {
+		q.batch.green(es)
+		q.passed = passedGate{target: target, line: line}
+		return 0, true, nil
 	}
-	q.passed = passedGate{entry: e.ID, target: target, candidate: cand}
-	return 0, true, nil
+	kind, detail := KindGateFailed, run.tail
+	if run.timedOut {
+		kind, detail = KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, run.tail)
+	}
+	if len(es) == 1 {
+		var res outcomes
+		res.rejected(es[0], kind, detail)
+		q.batch.failed()
+		q.batch.found(es[0])
+		return res.outcome(), false, q.finish(ctx, &res)
+	}
+	q.batch.split(es, tip.tree, redGate{kind: kind, tail: detail, seq: seq})
+	q.log.Info("merge gate failed on a batch; bisecting", zap.Int("batch", len(es)), zap.Uint32("gate_seq", seq))
+	why := fmt.Sprintf("bisect: the gate failed on the batch of %d (gate run %d); its first half is tested next", len(es), seq)
+	return OutcomeSplit, false, q.store.requeueBatch(ctx, es, why)
 }
 
-// advance moves the target from old to cand: a compare-and-swap of the ref,
-// or a fast-forward of the clean working tree that has it checked out.
-func (q *Queue) advance(ctx context.Context, e *Entry, old, cand string) (Outcome, error) {
-	msg := fmt.Sprintf("swarmd merge queue: task %d from %s", e.Task, e.Branch)
+// advance moves the target from old to the line's last candidate in one
+// compare-and-swap of the ref, or a fast-forward of the clean working tree
+// that has it checked out: the whole batch goes in, or none of it.
+func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, error) {
+	es := make([]*Entry, len(line))
+	for i, l := range line {
+		es[i] = l.e
+	}
+	cand := line[len(line)-1].commit
+	msg := fmt.Sprintf("swarmd merge queue: task %d from %s", es[0].Task, es[0].Branch)
+	if len(es) > 1 {
+		msg = "swarmd merge queue: " + taskList(es)
+	}
 	// Known before it is there: a watcher that reads the new tip at once
 	// must not take the queue's own move for someone else's.
 	q.owned.advancing(cand)
@@ -237,20 +372,25 @@ func (q *Queue) advance(ctx context.Context, e *Entry, old, cand string) (Outcom
 	var blocked *blockedError
 	switch {
 	case errors.Is(err, errMoved):
-		q.log.Info("merge target moved; rebuilding the candidate", zap.Int64("task", e.Task), zap.Error(err))
-		return OutcomeRebuild, q.store.requeue(ctx, e, "rebuild: "+err.Error())
+		q.log.Info("merge target moved; rebuilding the candidate", zap.Int64("task", es[0].Task), zap.Int("batch", len(es)), zap.Error(err))
+		return OutcomeRebuild, q.store.requeueBatch(ctx, es, "rebuild: "+err.Error())
 	case errors.As(err, &blocked):
-		if rerr := q.store.requeue(ctx, e, "waiting: "+blocked.why); rerr != nil {
+		if rerr := q.store.requeueBatch(ctx, es, "waiting: "+blocked.why); rerr != nil {
 			return OutcomeWaiting, rerr
 		}
-		return q.wait(ctx, e, "", blocked.why, nil)
+		return q.wait(ctx, es[0], "", blocked.why, nil)
 	case err != nil:
 		why := fmt.Sprintf("cannot advance %s: %v", q.opts.Into, err)
-		return q.wait(ctx, e, "", why, errors.Join(err, q.store.requeue(context.WithoutCancel(ctx), e, why)))
+		return q.wait(ctx, es[0], "", why, errors.Join(err, q.store.requeueBatch(context.WithoutCancel(ctx), es, why)))
 	}
 	q.passed = passedGate{}
 	q.owned.set(cand)
-	return q.merged(ctx, e, cand, "")
+	var res outcomes
+	for _, l := range line {
+		res.merged(l.e, l.commit, "")
+		q.batch.found(l.e)
+	}
+	return res.outcome(), q.finish(ctx, &res)
 }
 
 // blockedError: a person's working tree keeps the target from moving.
@@ -296,27 +436,6 @@ func (q *Queue) wait(ctx context.Context, e *Entry, waiting, why string, err err
 		q.log.Info("merge queue waiting", zap.Int64("task", e.Task), zap.String("why", why))
 	}
 	return OutcomeWaiting, err
-}
-
-func (q *Queue) merged(ctx context.Context, e *Entry, commit, note string) (Outcome, error) {
-	if err := q.store.finish(ctx, e, ResultMerged, commit, note); err != nil {
-		return OutcomeMerged, err
-	}
-	q.opts.Metrics.MergeResult(ResultMerged)
-	q.log.Info("merged", zap.Int64("task", e.Task), zap.String("branch", e.Branch), zap.String("into", q.opts.Into),
-		zap.String("commit", commit))
-	return OutcomeMerged, nil
-}
-
-func (q *Queue) reject(ctx context.Context, e *Entry, kind Kind, detail string) (Outcome, error) {
-	q.passed = passedGate{}
-	if err := q.store.finish(ctx, e, string(kind), "", detail); err != nil {
-		return OutcomeRejected, err
-	}
-	q.opts.Metrics.MergeResult(string(kind))
-	q.log.Info("merge rejected", zap.Int64("task", e.Task), zap.String("branch", e.Branch), zap.String("kind", string(kind)),
-		zap.String("detail", firstLines(detail, 5)))
-	return OutcomeRejected, nil
 }
 
 // report hands finished entries to the callbacks, oldest first. One that

@@ -1,9 +1,10 @@
 // Package merge is the merge queue: tasks whose work is finished (DONE, and
 // passed review when a reviewer is set) are integrated into one branch,
-// merge.into, one at a time in the order they were queued, and only when
-// the project's own gate passes on the merged result.
+// merge.into, in the order they were queued, and only when the project's
+// own gate passes on the merged result.
 //
-// One step (Queue.Step) takes the first queued entry and:
+// One step (Queue.Step) takes the first queued entry (with Options.Batch
+// above 1, up to that many: batch.go) and:
 //
 //  1. waits, and says why (Status.Waiting and an event), while merge.into
 //     is checked out in a working tree with local changes or an operation
@@ -107,6 +108,9 @@ type Options struct {
 	Gate     []string      // merge.gate: shell commands; none merges clean candidates untested
 	Timeout  time.Duration // merge.timeout for the whole gate; 0 means DefaultTimeout
 	Strategy string        // merge.strategy; "" means StrategyMerge
+	// Batch is merge.batch, the most entries one gate run tests together
+	// (batch.go); 0 means 1, one at a time.
+	Batch int
 
 	DB        DB
 	Procs     Starter
@@ -147,11 +151,12 @@ type Queue struct {
 	wt    string // the integration worktree
 	wake  chan struct{}
 
-	// passed remembers the candidate whose gate passed while the target
+	// passed remembers the candidates whose gate passed while the target
 	// could not be advanced yet (a dirty checkout): once the checkout is
-	// clean, the same candidate goes in without a second gate run. Only the
-	// loop's goroutine touches it.
+	// clean, the same candidates go in without a second gate run. Only the
+	// loop's goroutine touches it, and batch (batch.go).
 	passed passedGate
+	batch  batchState
 
 	owned owned // the tips the queue set the target to (owned.go)
 
@@ -159,11 +164,6 @@ type Queue struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	pending bool // a result's callback failed: look again at the next recheck
-}
-
-type passedGate struct {
-	entry             int64
-	target, candidate string
 }
 
 // Open checks the options and the repository: git new enough for
@@ -190,6 +190,7 @@ func Open(ctx context.Context, opts Options) (*Queue, error) {
 		now:   opts.Now,
 		wt:    filepath.Join(opts.StateDir, "worktrees", ".merge"),
 		wake:  make(chan struct{}, 1),
+		batch: newBatchState(opts.Batch),
 	}
 	q.owned.set(start) // where the target is at start is the baseline
 	return q, nil
@@ -203,6 +204,11 @@ func checkOptions(o *Options) error {
 		return fmt.Errorf("merge queue: %w: need the repository and an absolute state dir (got %q)", ErrInvalid, o.StateDir)
 	case o.DB == nil || o.Procs == nil || o.Logs == nil:
 		return fmt.Errorf("merge queue: %w: DB, Procs and Logs are required", ErrInvalid)
+	case o.Batch < 0 || o.Batch > MaxBatch:
+		return fmt.Errorf("merge queue: %w: batch %d (want 1 to %d)", ErrInvalid, o.Batch, MaxBatch)
+	}
+	if o.Batch == 0 {
+		o.Batch = 1
 	}
 	if o.Strategy == "" {
 		o.Strategy = StrategyMerge

@@ -470,18 +470,14 @@ func (s *Store) setWaiting(ctx context.Context, why string, task int64) error {
 	})
 }
 
-// next is the oldest entry in the queue: the one under test if there is
-// one (the loop was stopped or restarted during its test), else the first
-// queued.
-func (s *Store) next(ctx context.Context) (Entry, bool, error) {
-	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE state IN ('queued', 'testing') ORDER BY id LIMIT 1`)
+// front is the first n entries of the queue, oldest first: those under
+// test (a batch the loop was stopped or restarted during), then the queued.
+func (s *Store) front(ctx context.Context, n int) ([]Entry, error) {
+	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE state IN ('queued', 'testing') ORDER BY id LIMIT ?`, max(n, 1))
 	if err != nil {
-		return Entry{}, false, fmt.Errorf("merge queue: next: %w", err)
+		return nil, fmt.Errorf("merge queue: next: %w", err)
 	}
-	if len(es) == 0 {
-		return Entry{}, false, nil
-	}
-	return es[0], true, nil
+	return es, nil
 }
 
 // depth counts the entries in the queue.
@@ -507,67 +503,129 @@ func (s *Store) nextGateSeq(ctx context.Context) (uint32, error) {
 // begin marks e under test on candidate, built on target; seq is its gate
 // run (0: no gate).
 func (s *Store) begin(ctx context.Context, e *Entry, target, candidate string, seq uint32) error {
+	return s.beginBatch(ctx, []*Entry{e}, []string{candidate}, target, seq)
+}
+
+// beginBatch marks the entries of one batch under test in one transaction:
+// es[i] on candidates[i], all built on target in one line, under gate run
+// seq (0: no gate). A batch is under test as a whole or not at all, so a
+// daemon that dies during its gate leaves every entry of it to resume.
+func (s *Store) beginBatch(ctx context.Context, es []*Entry, candidates []string, target string, seq uint32) error {
 	return s.write(ctx, "begin", func(tx *sql.Tx) error {
-		attempts := e.Attempts
-		if seq != 0 && seq != e.GateSeq {
-			attempts++ // a new gate run, not the one that passed already
-		}
 		now := s.stamp()
-		if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'testing', target = ?, candidate = ?, gate_seq = ?,
-			attempts = ?, started_at = ? WHERE id = ?`, target, candidate, int64(seq), attempts, now, e.ID); err != nil {
-			return fmt.Errorf("merge queue: begin task %d: %w", e.Task, err)
+		for i, e := range es {
+			attempts := e.Attempts
+			eseq := seq
+			if eseq == 0 {
+				eseq = e.GateSeq // no new gate run: the one that passed already, if any
+			}
+			if eseq != 0 && eseq != e.GateSeq {
+				attempts++ // a new gate run, not the one that passed already
+			}
+			candidate := candidates[i]
+			if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'testing', target = ?, candidate = ?, gate_seq = ?,
+			attempts = ?, started_at = ? WHERE id = ?`, target, candidate, int64(eseq), attempts, now, e.ID); err != nil {
+				return fmt.Errorf("merge queue: begin task %d: %w", e.Task, err)
+			}
+			reason := fmt.Sprintf("candidate %s on %s", short(candidate), short(target))
+			if seq != 0 {
+				reason += fmt.Sprintf(", gate run %d", seq)
+			}
+			if len(es) > 1 {
+				reason += fmt.Sprintf(", batch of %d (%s)", len(es), taskList(es))
+			}
+			from := e.State
+			e.State, e.Target, e.Candidate, e.GateSeq, e.Attempts, e.StartedAt = Testing, target, candidate, eseq, attempts, parseTime(now)
+			if err := s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(Testing), name: "testing", reason: reason, seq: seq}); err != nil {
+				return err
+			}
 		}
-		reason := fmt.Sprintf("candidate %s on %s", short(candidate), short(target))
-		if seq != 0 {
-			reason += fmt.Sprintf(", gate run %d", seq)
-		}
-		from := e.State
-		e.State, e.Target, e.Candidate, e.GateSeq, e.Attempts, e.StartedAt = Testing, target, candidate, seq, attempts, parseTime(now)
-		return s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(Testing), name: "testing", reason: reason, seq: seq})
+		return nil
 	})
 }
 
-// finish records e's result: merged at commit, or rejected with detail.
-func (s *Store) finish(ctx context.Context, e *Entry, result, commit, detail string) error {
-	to := Merged
-	if result != ResultMerged {
-		to = Rejected
+// taskList names the tasks of es: "tasks 3, 4 and 7".
+func taskList(es []*Entry) string {
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = strconv.FormatInt(e.Task, 10)
 	}
+	if len(ids) == 1 {
+		return "task " + ids[0]
+	}
+	return "tasks " + strings.Join(ids[:len(ids)-1], ", ") + " and " + ids[len(ids)-1]
+}
+
+// finish records e's result: merged at commit, or rejected with detail.
+func (s *Store) finish(ctx context.Context, e *Entry, res, commit, detail string) error {
+	return s.finishBatch(ctx, []result{{e: e, result: res, commit: commit, detail: detail}})
+}
+
+// result is one entry's result, for finishBatch.
+type result struct {
+	e              *Entry
+	result         string // ResultMerged or a Kind
+	commit, detail string
+}
+
+// finishBatch records the results of several entries in one transaction:
+// the entries of a batch whose target moved are merged together.
+func (s *Store) finishBatch(ctx context.Context, rs []result) error {
 	return s.write(ctx, "finish", func(tx *sql.Tx) error {
 		now := s.stamp()
-		candidate := e.Candidate
-		if to == Merged {
-			candidate = commit
+		for _, r := range rs {
+			e := r.e
+			to := Merged
+			if r.result != ResultMerged {
+				to = Rejected
+			}
+			candidate := e.Candidate
+			if to == Merged {
+				candidate = r.commit
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = ?, result = ?, detail = ?, candidate = ?,
+			finished_at = ? WHERE id = ?`, string(to), r.result, r.detail, candidate, now, e.ID); err != nil {
+				return fmt.Errorf("merge queue: finish task %d: %w", e.Task, err)
+			}
+			from := e.State
+			e.State, e.Result, e.Detail, e.Candidate, e.FinishedAt = to, r.result, r.detail, candidate, parseTime(now)
+			reason := r.result
+			if to == Merged {
+				reason = fmt.Sprintf("%s at %s", r.result, short(r.commit))
+			} else if r.detail != "" {
+				reason += ": " + firstLines(r.detail, 3)
+			}
+			if err := s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(to), name: string(to), reason: reason, seq: e.GateSeq}); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = ?, result = ?, detail = ?, candidate = ?,
-			finished_at = ? WHERE id = ?`, string(to), result, detail, candidate, now, e.ID); err != nil {
-			return fmt.Errorf("merge queue: finish task %d: %w", e.Task, err)
-		}
-		from := e.State
-		e.State, e.Result, e.Detail, e.Candidate, e.FinishedAt = to, result, detail, candidate, parseTime(now)
-		reason := result
-		if to == Merged {
-			reason = fmt.Sprintf("%s at %s", result, short(commit))
-		} else if detail != "" {
-			reason += ": " + firstLines(detail, 3)
-		}
-		return s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(to), name: string(to), reason: reason, seq: e.GateSeq})
+		return nil
 	})
 }
 
 // requeue puts an entry under test back to queued, first in line still
 // (its id does not change): the target moved, or the daemon stopped.
 func (s *Store) requeue(ctx context.Context, e *Entry, why string) error {
+	return s.requeueBatch(ctx, []*Entry{e}, why)
+}
+
+// requeueBatch puts the entries of a batch back to queued together.
+func (s *Store) requeueBatch(ctx context.Context, es []*Entry, why string) error {
 	return s.write(ctx, "requeue", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'queued' WHERE id = ? AND state = 'testing'`, e.ID)
-		if err != nil {
-			return fmt.Errorf("merge queue: requeue task %d: %w", e.Task, err)
+		for _, e := range es {
+			res, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'queued' WHERE id = ? AND state = 'testing'`, e.ID)
+			if err != nil {
+				return fmt.Errorf("merge queue: requeue task %d: %w", e.Task, err)
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				continue
+			}
+			e.State = Queued
+			if err := s.logEvent(ctx, tx, event{task: e.Task, from: string(Testing), to: string(Queued), name: "requeued", reason: why, seq: e.GateSeq}); err != nil {
+				return err
+			}
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil
-		}
-		e.State = Queued
-		return s.logEvent(ctx, tx, event{task: e.Task, from: string(Testing), to: string(Queued), name: "requeued", reason: why, seq: e.GateSeq})
+		return nil
 	})
 }
 
