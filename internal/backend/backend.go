@@ -65,6 +65,10 @@ const (
 	// AbortBudgetExhausted is set by the runner: the agent's budget ran out
 	// and swarmd cancelled the session.
 	AbortBudgetExhausted = "budget_exhausted"
+	// AbortProviderError is set by the runner: the session's CLI kept
+	// retrying against a provider that stayed down, and swarmd ended it
+	// (its agent waits for the provider's probe like the others).
+	AbortProviderError = "provider_error"
 )
 
 // Spec is one session to start.

@@ -2,6 +2,8 @@ package backend
 
 import (
 	"encoding/json"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -51,6 +53,7 @@ type geminiLine struct {
 func (p *geminiParser) Line(line []byte) {
 	var l geminiLine
 	if !decodeLine(line, &l) {
+		p.retryLine(line)
 		return
 	}
 	switch l.Type {
@@ -119,6 +122,39 @@ func (p *geminiParser) apiError(msg string) {
 		p.rep.rateLimited(until)
 	default:
 		p.rep.providerError(serverTrouble(msg))
+	}
+}
+
+// retryLine reads Gemini CLI's own retries, which it reports only as text
+// (on stderr), while the session goes on: "Attempt 3 failed with status
+// 500. Retrying with backoff... _ApiError: {...}". A server error or a
+// rate limit shows then, not only when the CLI gives up.
+func (p *geminiParser) retryLine(line []byte) {
+	const failed = " failed with status "
+	s := string(line)
+	if !strings.HasPrefix(s, "Attempt ") {
+		return
+	}
+	i := strings.Index(s, failed)
+	if i < 0 {
+		return
+	}
+	rest := s[i+len(failed):]
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	code, err := strconv.Atoi(rest[:n])
+	switch {
+	case err != nil:
+	case code == http.StatusTooManyRequests:
+		var until time.Time
+		if d, ok := retryHint(s); ok {
+			until = p.rep.now().Add(d)
+		}
+		p.rep.rateLimited(until)
+	case code >= 500:
+		p.rep.providerError("API error " + httpStatus(code))
 	}
 }
 

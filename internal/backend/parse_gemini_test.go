@@ -123,3 +123,25 @@ func TestGeminiParserKeepsLastErrorLine(t *testing.T) {
 		t.Fatalf("Verdict = %v, %q; want the last error line", ok, detail)
 	}
 }
+
+// Gemini CLI says its own retries only as text on stderr; the stream shows
+// the provider's trouble from the first one, while the CLI still retries.
+func TestGeminiParserReadsItsRetryLines(t *testing.T) {
+	p := newGeminiParser(nil)
+	p.Line([]byte(`Attempt 1 failed with status 500. Retrying with backoff... _ApiError: {"error":{"code":500,"message":"boom","status":"INTERNAL"}}`))
+	if got := p.Progress().ProviderError; got != "API error 500 Internal Server Error" {
+		t.Errorf("after a 500 retry line: ProviderError %q", got)
+	}
+	p = newGeminiParser(nil)
+	p.Line([]byte(`Attempt 2 failed with status 429. Retrying with backoff... Suggested retry after 20s.`))
+	if pr := p.Progress(); !pr.RateLimited || pr.ProviderError != "" {
+		t.Errorf("after a 429 retry line: %+v", pr)
+	}
+	p = newGeminiParser(nil)
+	for _, l := range []string{"Attempt to read the file failed with status unknown", "Attempt 1 failed with status 404. Retrying", "    at throwErrorIfNotOK (file:///x.js:1:2)"} {
+		p.Line([]byte(l))
+	}
+	if pr := p.Progress(); pr.RateLimited || pr.ProviderError != "" {
+		t.Errorf("lines that are no provider trouble: %+v", pr)
+	}
+}

@@ -84,6 +84,7 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 				d.notifyUnhealthy(fault)
 			}
 			d.notifyProvidersDown(time.Now())
+			d.releaseStuck(time.Now())
 			select {
 			case <-ctx.Done():
 				return

@@ -106,12 +106,20 @@ type Gates struct {
 }
 
 // liveSeen is what a running session's stream told a provider already, so
-// that each piece of trouble is reported once.
+// that each piece of trouble is reported once, and whether the provider has
+// answered it since its trouble (its tokens grew).
 type liveSeen struct {
 	session string
 	until   time.Time
 	err     string
+	// tokens are the session's tokens as last reported; errTokens what
+	// they were when it first showed an error.
+	tokens, errTokens int64
+	released          bool // Stuck returned it
 }
+
+// answered: the provider has answered the session since its error.
+func (s liveSeen) answered() bool { return s.tokens > s.errTokens }
 
 func New(cfg *config.Config, j Journal, log *zap.Logger) *Gates {
 	return &Gates{log: log, journal: j, byKey: map[string]*Gate{}, byAgent: map[string]*Gate{},
@@ -193,36 +201,63 @@ func (g *Gates) SetBackoff(cfg *config.Config) {
 
 // Progress passes a running session's trouble with its provider on at
 // once, so that the other agents hold while the CLI is still retrying; and
-// the first answer a probe session gets (tokens in its stream), so that
-// the breaker closes and the others start then, not at the probe's end.
+// the first answer a probe session gets (tokens in its stream, after its
+// CLI's own retries too), so that the breaker closes and the others start
+// then, not at the probe's end.
 func (g *Gates) Progress(rec runner.ProgressRecord) {
 	p := rec.Progress
-	if !p.RateLimitedUntil.After(time.Now()) && p.ProviderError == "" {
-		if p.Usage.Tokens() > 0 {
-			g.probeAnswered(rec.Agent)
-		}
-		return
-	}
 	g.mu.Lock()
 	pg := g.byAgent[rec.Agent]
 	seen := g.last[rec.Agent]
 	if seen.session != rec.SessionID {
 		seen = liveSeen{session: rec.SessionID}
 	}
+	seen.tokens = p.Usage.Tokens()
 	var r provider.Report
 	switch {
-	case p.RateLimitedUntil.After(seen.until):
+	case p.RateLimitedUntil.After(time.Now()) && p.RateLimitedUntil.After(seen.until):
 		seen.until = p.RateLimitedUntil
 		r = provider.Report{Outcome: provider.RateLimit, Reset: p.RateLimitedUntil, Cause: "rate limited (429)", Agent: rec.Agent}
 	case p.ProviderError != "" && seen.err == "":
-		seen.err = p.ProviderError
+		seen.err, seen.errTokens = p.ProviderError, seen.tokens
 		r = provider.Report{Outcome: provider.Failure, Cause: p.ProviderError, Agent: rec.Agent}
 	}
 	g.last[rec.Agent] = seen
+	limited := p.RateLimitedUntil.After(time.Now())
 	g.mu.Unlock()
-	if pg != nil && r.Outcome != provider.Neutral {
+	switch {
+	case pg == nil:
+	case r.Outcome != provider.Neutral:
 		pg.report(r)
+	case !limited && seen.tokens > 0 && (seen.err == "" || seen.answered()):
+		g.probeAnswered(rec.Agent)
 	}
+}
+
+// Stuck returns, once per session, the agents whose running session keeps
+// retrying against a provider whose breaker has been open (down, or
+// probed by another agent) for at least after by now: the session showed
+// a provider error and has had no answer since. Ending such a session
+// loses nothing the provider would give it, and leaves one probe at a time
+// to find the provider back: the others then start at once, instead of
+// whenever their CLI's own backoff (up to half a minute) retries next.
+func (g *Gates) Stuck(now time.Time, after time.Duration) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for agent, pg := range g.byAgent {
+		seen := g.last[agent]
+		st := pg.h.State()
+		if seen.err == "" || seen.released || seen.answered() || pg.outSince.IsZero() || now.Sub(pg.outSince) < after ||
+			(st != provider.Down && st != provider.Probing) || pg.h.Prober() == agent {
+			continue
+		}
+		seen.released = true
+		g.last[agent] = seen
+		out = append(out, agent)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // probeAnswered closes agent's provider's breaker when agent runs its probe
@@ -361,6 +396,11 @@ type Ticket struct {
 func (t *Ticket) Probe() bool { return t.probe }
 
 func (t *Ticket) Done(res backend.Result, ran bool) {
+	// What the session's stream showed is of no use once it has ended
+	// (Stuck looks at running sessions only).
+	t.pg.g.mu.Lock()
+	delete(t.pg.g.last, t.agent)
+	t.pg.g.mu.Unlock()
 	r := outcome(res, ran)
 	r.Agent, r.Probe = t.agent, t.probe
 	if r.Outcome == provider.Neutral && !t.probe {

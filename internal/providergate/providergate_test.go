@@ -205,3 +205,64 @@ func testGates(t *testing.T, cfg *config.Config) *Gates {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestProbeAnsweredAfterItsOwnRetries: a probe whose CLI retried on its own
+// (its stream showed a server error first) closes the breaker when the
+// provider then answers it (its tokens grow), not at its end.
+func TestProbeAnsweredAfterItsOwnRetries(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Millisecond, MaxBackoff: time.Millisecond}}
+	g := testGates(t, cfg)
+	alice := g.ForAgent("alice", "codex/abc").(*Gate)
+	alice.report(provider.Report{Outcome: provider.Failure, Cause: "API error 500", Agent: "alice"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ticket, err := alice.Acquire(ctx, "alice", func(string) {})
+	if err != nil || !ticket.(*Ticket).probe {
+		t.Fatalf("alice's ticket: %v", err)
+	}
+	retrying := backend.Progress{ProviderError: "API error 500"}
+	g.Progress(runner.ProgressRecord{Agent: "alice", SessionID: "alice-2", Progress: retrying})
+	if st := alice.h.State(); st == provider.Healthy {
+		t.Fatal("healthy while the probe's CLI still retries")
+	}
+	retrying.Usage = backend.Usage{InputTokens: 10, OutputTokens: 2}
+	g.Progress(runner.ProgressRecord{Agent: "alice", SessionID: "alice-2", Progress: retrying})
+	if st := alice.h.State(); st != provider.Healthy {
+		t.Fatalf("after the probe's answer that followed its retries: %v, want healthy", st)
+	}
+	ticket.Done(backend.Result{Outcome: backend.OutcomeSuccess}, true)
+}
+
+// TestStuckSessionsOfADownProvider: once the breaker has been open for the
+// given time, the sessions still retrying against it are named, each once;
+// not one the provider answered since its error, not one that ended,
+// nothing while the provider is up.
+func TestStuckSessionsOfADownProvider(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Hour, MaxBackoff: time.Hour}}
+	trouble := backend.Progress{ProviderError: "API error 529"}
+	g := testGates(t, cfg)
+	if got := g.Stuck(time.Now().Add(time.Hour), 15*time.Second); len(got) != 0 {
+		t.Fatalf("stuck with the provider up: %v", got)
+	}
+	for _, a := range []string{"alice", "bob", "carol", "dave"} {
+		g.ForAgent(a, "claude/abc")
+	}
+	start := time.Now()
+	for _, a := range []string{"alice", "bob", "carol"} {
+		g.Progress(runner.ProgressRecord{Agent: a, SessionID: a + "-1", Progress: trouble})
+	}
+	if got := g.Stuck(start.Add(10*time.Second), 15*time.Second); len(got) != 0 {
+		t.Fatalf("stuck 10 s into the outage: %v", got)
+	}
+	// bob's provider answered him since; carol's session ended.
+	answered := trouble
+	answered.Usage = backend.Usage{InputTokens: 5}
+	g.Progress(runner.ProgressRecord{Agent: "bob", SessionID: "bob-1", Progress: answered})
+	(&Ticket{pg: g.byAgent["carol"], agent: "carol"}).Done(backend.Result{Outcome: backend.OutcomeError, ProviderError: "API error 529"}, true)
+	if got := g.Stuck(start.Add(20*time.Second), 15*time.Second); strings.Join(got, ",") != "alice" {
+		t.Fatalf("stuck 20 s into the outage: %v, want [alice]", got)
+	}
+	if got := g.Stuck(start.Add(30*time.Second), 15*time.Second); len(got) != 0 {
+		t.Fatalf("alice named twice: %v", got)
+	}
+}
