@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // operateMain holds what the operator commands share: the config that names
 // the state dir (and so the socket and the logs).
 type operateMain struct {
-	s          streams
+	s          Streams
 	configPath string
 }
 
@@ -50,7 +50,7 @@ func controlErr(err error) error {
 	return err
 }
 
-func newOperateCommands(s streams) []*cobra.Command {
+func NewOperateCommands(s Streams) []*cobra.Command {
 	o := &operateMain{s: s}
 	var jsonOut bool
 	status := &cobra.Command{
@@ -78,17 +78,17 @@ agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI
 			if err != nil {
 				return err
 			}
-			rows := statusRows(cmd.Context(), cfg, as, s.err)
+			rows := statusRows(cmd.Context(), cfg, as, s.Err)
 			if jsonOut {
-				enc := json.NewEncoder(s.out)
+				enc := json.NewEncoder(s.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}
-			if err := writeStatus(s.out, rows, time.Now()); err != nil {
+			if err := writeStatus(s.Out, rows, time.Now()); err != nil {
 				return err
 			}
 			if info, err := c.Daemon(cmd.Context()); err == nil && info.Isolation != "" {
-				fmt.Fprintln(s.out, info.Isolation)
+				fmt.Fprintln(s.Out, info.Isolation)
 			}
 			return nil
 		},
@@ -107,7 +107,7 @@ agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI
 			if err := c.Stop(cmd.Context(), args[0]); err != nil {
 				return controlErr(err)
 			}
-			fmt.Fprintf(s.out, "stopping %s\n", args[0])
+			fmt.Fprintf(s.Out, "stopping %s\n", args[0])
 			return nil
 		},
 	}
@@ -123,7 +123,7 @@ agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI
 			if err := c.Start(cmd.Context(), args[0]); err != nil {
 				return controlErr(err)
 			}
-			fmt.Fprintf(s.out, "starting %s\n", args[0])
+			fmt.Fprintf(s.Out, "starting %s\n", args[0])
 			return nil
 		},
 	}
@@ -136,12 +136,12 @@ agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI
 }
 
 // writeStatus renders the status table.
-func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
+func writeStatus(w io.Writer, as []StatusRow, now time.Time) error {
 	if len(as) > 0 && as[0].DaemonFault != "" {
 		fmt.Fprintf(w, "DAEMON UNHEALTHY: %s\n", as[0].DaemonFault)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	swarm := slices.ContainsFunc(as, func(r statusRow) bool { return r.Daemon != "" })
+	swarm := slices.ContainsFunc(as, func(r StatusRow) bool { return r.Daemon != "" })
 	if swarm {
 		fmt.Fprint(tw, "DAEMON\t")
 	}
@@ -154,7 +154,7 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		case a.Paused:
 			why = daemon.JoinReason("paused by "+a.PausedBy, a.PauseReason)
 		}
-		var sp spendJSON
+		var sp SpendJSON
 		if a.Spend != nil {
 			sp = *a.Spend
 		}
@@ -174,18 +174,18 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 	return tw.Flush()
 }
 
-// statusRow is one agent of `swarmd status`: the daemon's view and what
+// StatusRow is one agent of `swarmd status`: the daemon's view and what
 // swarm.db has recorded of its sessions.
-type statusRow struct {
+type StatusRow struct {
 	control.AgentStatus
-	Spend *spendJSON `json:"spend,omitempty"` // nil: no session recorded, or swarm.db unreadable
+	Spend *SpendJSON `json:"spend,omitempty"` // nil: no session recorded, or swarm.db unreadable
 	// Daemon runs the agent (its host and state dir), on a shared store;
 	// rows of other daemons' agents carry their recorded state only.
 	Daemon string `json:"daemon,omitempty"`
 }
 
-// spendJSON is an agent's spend summed over its recorded sessions.
-type spendJSON struct {
+// SpendJSON is an agent's spend summed over its recorded sessions.
+type SpendJSON struct {
 	Sessions  int     `json:"sessions"`
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
@@ -201,8 +201,8 @@ const noCommitSessions = 5
 // successful sessions committed nothing: sessions that succeed but never
 // commit are otherwise silent. A database that cannot be read leaves both
 // out, with a warning: the daemon's view still shows.
-func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatus, warn io.Writer) []statusRow {
-	rows := make([]statusRow, len(as))
+func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatus, warn io.Writer) []StatusRow {
+	rows := make([]StatusRow, len(as))
 	for i, a := range as {
 		rows[i].AgentStatus = a
 	}
@@ -227,7 +227,7 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 	}
 	for i := range rows {
 		if sp, ok := spend[rows[i].Name]; ok {
-			rows[i].Spend = &spendJSON{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
+			rows[i].Spend = &SpendJSON{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
 		}
 		if dry[rows[i].Name] && rows[i].Health == "" {
 			rows[i].Health = "no commits"
@@ -238,7 +238,7 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 
 // swarmRows names the daemon of each agent on a shared store and adds the
 // other daemons' agents, with the state they last recorded.
-func swarmRows(ctx context.Context, db *store.DB, rows []statusRow) ([]statusRow, error) {
+func swarmRows(ctx context.Context, db *store.DB, rows []StatusRow) ([]StatusRow, error) {
 	leases, err := db.Leases(ctx)
 	if err != nil {
 		return rows, err
@@ -257,7 +257,7 @@ func swarmRows(ctx context.Context, db *store.DB, rows []statusRow) ([]statusRow
 			continue
 		}
 		rec := recs[l.Agent]
-		rows = append(rows, statusRow{AgentStatus: control.AgentStatus{Name: l.Agent, State: dash(rec.State), Seq: rec.Seq,
+		rows = append(rows, StatusRow{AgentStatus: control.AgentStatus{Name: l.Agent, State: dash(rec.State), Seq: rec.Seq,
 			Reason: rec.StopReason, TotalErrors: rec.TotalErrors, ConsecutiveErrors: rec.ConsecutiveErrors}, Daemon: l.Daemon})
 	}
 	return rows, nil

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
-// newWorktreeCommand is `swarmd worktree list|prune`.
-func newWorktreeCommand(s streams) *cobra.Command {
+// NewWorktreeCommand is `swarmd worktree list|prune`.
+func NewWorktreeCommand(s Streams) *cobra.Command {
 	o := &operateMain{s: s}
 	cmd := &cobra.Command{Use: "worktree", Short: "Inspect and prune the agents' worktrees and branches"}
 	var jsonOut bool
@@ -42,11 +42,11 @@ func newWorktreeCommand(s streams) *cobra.Command {
 				return err
 			}
 			if jsonOut {
-				enc := json.NewEncoder(s.out)
+				enc := json.NewEncoder(s.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(sts)
 			}
-			tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "AGENT\tBRANCH\tHEAD\tAHEAD\tBEHIND\tDIRTY\tWORKTREE")
 			for _, st := range sts {
 				head := st.Head
@@ -113,7 +113,7 @@ task); their work is on the merge target.`,
 				}
 				return err
 			}
-			fmt.Fprintf(s.out, "removed worktree and branch of %s\n", name)
+			fmt.Fprintf(s.Out, "removed worktree and branch of %s\n", name)
 			return nil
 		},
 	}
@@ -126,7 +126,7 @@ task); their work is on the merge target.`,
 }
 
 // pruneTaskLines removes the line branches of CLOSED tasks.
-func pruneTaskLines(ctx context.Context, s streams, configPath string, cfg *config.Config) error {
+func pruneTaskLines(ctx context.Context, s Streams, configPath string, cfg *config.Config) error {
 	m, err := worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: zap.NewNop()})
 	if err != nil {
 		return usage(err)
@@ -147,11 +147,11 @@ func pruneTaskLines(ctx context.Context, s streams, configPath string, cfg *conf
 	}
 	removed, err := m.PruneLines(ctx, func(id int64) bool { return done[id] })
 	for _, b := range removed {
-		fmt.Fprintf(s.out, "removed %s\n", b)
+		fmt.Fprintf(s.Out, "removed %s\n", b)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(s.out, "removed %d task branches\n", len(removed))
+	fmt.Fprintf(s.Out, "removed %d task branches\n", len(removed))
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-// needItem is one thing that needs a person, with the one command that
+// NeedItem is one thing that needs a person, with the one command that
 // deals with it.
-type needItem struct {
+type NeedItem struct {
 	Kind  string `json:"kind"`
 	Agent string `json:"agent,omitempty"`
 	Task  int64  `json:"task,omitempty"`
@@ -39,24 +39,24 @@ type needState struct {
 
 // needs lists what needs a person, in a fixed order: the swarm, agents,
 // tasks, mail.
-func needs(st needState) []needItem {
-	var out []needItem
+func needs(st needState) []NeedItem {
+	var out []NeedItem
 	if !st.running {
-		out = append(out, needItem{Kind: "not_running", What: "no swarmd runs on this state dir: nothing happens", Fix: "swarmd run"})
+		out = append(out, NeedItem{Kind: "not_running", What: "no swarmd runs on this state dir: nothing happens", Fix: "swarmd run"})
 	}
 	for _, name := range st.names {
 		a, ok := st.agents[name]
 		if ok && a.StopKind == store.StopFatal {
-			out = append(out, needItem{Kind: "agent_stopped", Agent: name,
+			out = append(out, NeedItem{Kind: "agent_stopped", Agent: name,
 				What: fmt.Sprintf("agent %s stopped for good: %s", name, a.StopReason), Fix: "swarmd start " + name})
 		}
 		if p, ok := st.pauses[name]; ok && strings.HasPrefix(p.Reason, "budget_exhausted") {
-			out = append(out, needItem{Kind: "budget_exhausted", Agent: name,
+			out = append(out, NeedItem{Kind: "budget_exhausted", Agent: name,
 				What: fmt.Sprintf("agent %s is paused: its budget is spent", name), Fix: "swarmd budget set " + name + " USD"})
 		}
 	}
 	for _, t := range st.tasks {
-		it := needItem{Task: t.ID}
+		it := NeedItem{Task: t.ID}
 		switch t.StateName {
 		case task.Failed.String():
 			it.Kind, it.What, it.Fix = "task_failed", fmt.Sprintf("task #%d failed: %s", t.ID, oneLineCut(t.Result, 100)), fmt.Sprintf("swarmd task retry %d", t.ID)
@@ -70,7 +70,7 @@ func needs(st needState) []needItem {
 		out = append(out, it)
 	}
 	if st.mail > 0 {
-		out = append(out, needItem{Kind: "mail", What: fmt.Sprintf("%d unread messages to the operator", st.mail), Fix: "swarmd mail inbox"})
+		out = append(out, NeedItem{Kind: "mail", What: fmt.Sprintf("%d unread messages to the operator", st.mail), Fix: "swarmd mail inbox"})
 	}
 	return out
 }
@@ -86,7 +86,7 @@ func oneLineCut(s string, n int) string {
 	return s
 }
 
-func newInboxCommand(s streams) *cobra.Command {
+func NewInboxCommand(s Streams) *cobra.Command {
 	var configPath string
 	var jsonOut bool
 	cmd := &cobra.Command{
@@ -105,17 +105,17 @@ daemon runs or not. Exit 0 either way; an empty list says "nothing needs you".`,
 			}
 			if jsonOut {
 				if items == nil {
-					items = []needItem{}
+					items = []NeedItem{}
 				}
-				enc := json.NewEncoder(s.out)
+				enc := json.NewEncoder(s.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(items)
 			}
 			if len(items) == 0 {
-				_, err := fmt.Fprintln(s.out, "nothing needs you")
+				_, err := fmt.Fprintln(s.Out, "nothing needs you")
 				return err
 			}
-			w := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+			w := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "WHAT\tFIX")
 			for _, it := range items {
 				fmt.Fprintf(w, "%s\t%s\n", it.What, it.Fix)
@@ -128,7 +128,7 @@ daemon runs or not. Exit 0 either way; an empty list says "nothing needs you".`,
 	return cmd
 }
 
-func readNeeds(ctx context.Context, s streams, configPath string) ([]needItem, error) {
+func readNeeds(ctx context.Context, s Streams, configPath string) ([]NeedItem, error) {
 	db, err := openSwarmDB(ctx, s, configPath, "inbox")
 	if err != nil {
 		return nil, err

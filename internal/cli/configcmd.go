@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
-func newConfigCommand(s streams) *cobra.Command {
+func NewConfigCommand(s Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Work with swarmd.yaml",
@@ -31,20 +31,20 @@ a listen address open to other machines) are printed the same way but do not fai
 Every key, its default and its rule: docs/configuration.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(path)
+			cfg, err := LoadConfig(path)
 			if err != nil {
 				return usage(err)
 			}
 			for _, w := range cfg.Warnings {
-				fmt.Fprintln(s.err, w.Error())
+				fmt.Fprintln(s.Err, w.Error())
 			}
 			if problems := runnable(cmd.Context(), cfg); len(problems) > 0 {
 				for _, p := range problems {
-					fmt.Fprintln(s.err, p)
+					fmt.Fprintln(s.Err, p)
 				}
 				return usagef("%s: %d problem(s) that stop swarmd run", cfg.Path, len(problems))
 			}
-			_, err = fmt.Fprintf(s.out, "%s: ok (%d agents, state dir %s)\n", cfg.Path, len(cfg.Agents), cfg.StateDir)
+			_, err = fmt.Fprintf(s.Out, "%s: ok (%d agents, state dir %s)\n", cfg.Path, len(cfg.Agents), cfg.StateDir)
 			return err
 		},
 	}
@@ -65,7 +65,7 @@ The schema checks keys, types and patterns; 'swarmd config validate' checks the 
 			if err != nil {
 				return err
 			}
-			_, err = s.out.Write(data)
+			_, err = s.Out.Write(data)
 			return err
 		},
 	}
@@ -73,9 +73,9 @@ The schema checks keys, types and patterns; 'swarmd config validate' checks the 
 	return cmd
 }
 
-// loadConfig loads the config for validate, run and reload: the file, and
+// LoadConfig loads the config for validate, run and reload: the file, and
 // that every backend's program can be started.
-func loadConfig(path string) (*config.Config, error) {
+func LoadConfig(path string) (*config.Config, error) {
 	return config.LoadWith(path, config.Options{LookPath: lookPathAsSessions})
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -20,9 +20,9 @@ const eventsPoll = 250 * time.Millisecond
 // eventTimeLayout is how the event log shows times.
 const eventTimeLayout = "2006-01-02 15:04:05.000"
 
-// newEventsCommand is `swarmd events`: the lifecycle event log, read from
+// NewEventsCommand is `swarmd events`: the lifecycle event log, read from
 // swarm.db directly so it works whether or not the daemon runs.
-func newEventsCommand(s streams) *cobra.Command {
+func NewEventsCommand(s Streams) *cobra.Command {
 	o := &operateMain{s: s}
 	var agentName, taskArg string
 	var follow, jsonOut bool
@@ -74,8 +74,8 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
 
 // printEvents prints the events q selects, and with follow the new ones
 // until ctx ends.
-func printEvents(ctx context.Context, s streams, db *store.DB, q store.EventQuery, follow, jsonOut bool) error {
-	enc := json.NewEncoder(s.out)
+func printEvents(ctx context.Context, s Streams, db *store.DB, q store.EventQuery, follow, jsonOut bool) error {
+	enc := json.NewEncoder(s.Out)
 	for {
 		evs, err := db.Events(context.WithoutCancel(ctx), q)
 		if err != nil {
@@ -89,7 +89,7 @@ func printEvents(ctx context.Context, s streams, db *store.DB, q store.EventQuer
 				}
 				continue
 			}
-			fmt.Fprintln(s.out, eventLine(e))
+			fmt.Fprintln(s.Out, eventLine(e))
 		}
 		if !follow {
 			return nil

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"io"
@@ -41,7 +41,7 @@ the file as written; --pretty renders also when the output is not a terminal (a 
 			if err != nil {
 				return err
 			}
-			out := o.s.out
+			out := o.s.Out
 			var r *backend.Renderer
 			if pretty || !raw && onTerminal(out) && daemon.StructuredBackend(cfg, args[0]) {
 				r = backend.NewRenderer(out)
@@ -101,5 +101,5 @@ func copyLog(cmd *cobra.Command, st *logs.Store, agent string, seq uint32, follo
 // onTerminal reports whether w is a terminal.
 func onTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && isTerminal(f)
+	return ok && IsTerminal(f)
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -15,8 +15,8 @@ import (
 	"github.com/swarmd/swarmd/internal/daemon"
 )
 
-// newBudgetCommand is `swarmd budget` and `swarmd budget set`.
-func newBudgetCommand(s streams) *cobra.Command {
+// NewBudgetCommand is `swarmd budget` and `swarmd budget set`.
+func NewBudgetCommand(s Streams) *cobra.Command {
 	o := &operateMain{s: s}
 	var jsonOut bool
 	cmd := &cobra.Command{
@@ -39,11 +39,11 @@ A cost is what the backend reported, else its tokens times the configured prices
 				return controlErr(err)
 			}
 			if jsonOut {
-				enc := json.NewEncoder(s.out)
+				enc := json.NewEncoder(s.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(bs)
 			}
-			return writeBudgets(s.out, bs)
+			return writeBudgets(s.Out, bs)
 		},
 	}
 	cmd.PersistentFlags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
@@ -73,7 +73,7 @@ Only the operator may set budgets: a request from inside an agent's session is r
 			}
 			for _, b := range bs {
 				if b.Scope == req.Scope {
-					return writeBudgets(s.out, []control.BudgetStatus{b})
+					return writeBudgets(s.Out, []control.BudgetStatus{b})
 				}
 			}
 			return nil

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -25,7 +25,7 @@ const topLogTail = 64 << 10
 // onceEvents is how many events a printed frame shows.
 const onceEvents = 20
 
-func newTopCommand(s streams) *cobra.Command {
+func NewTopCommand(s Streams) *cobra.Command {
 	o := &operateMain{s: s}
 	var once bool
 	cmd := &cobra.Command{
@@ -54,9 +54,9 @@ When the output is not a terminal, or TERM is dumb, it prints one frame of plain
 			if err != nil {
 				return topErr(err, path)
 			}
-			out, isFile := s.out.(*os.File)
-			dumb := s.getenv("TERM") == "dumb"
-			if once || dumb || !isFile || !isTerminal(out) {
+			out, isFile := s.Out.(*os.File)
+			dumb := s.Getenv("TERM") == "dumb"
+			if once || dumb || !isFile || !IsTerminal(out) {
 				return printFrame(cmd.Context(), s, control.NewClient(path), snap, dumb)
 			}
 			return runTop(cmd.Context(), cl, s)
@@ -77,9 +77,9 @@ func topErr(err error, path string) error {
 
 // printFrame prints the dashboard once, as plain text sized to show every
 // agent, with the latest events.
-func printFrame(ctx context.Context, s streams, cc *control.Client, snap view.Snapshot, ascii bool) error {
+func printFrame(ctx context.Context, s Streams, cc *control.Client, snap view.Snapshot, ascii bool) error {
 	width := 100
-	if c, err := strconv.Atoi(s.getenv("COLUMNS")); err == nil && c >= 40 {
+	if c, err := strconv.Atoi(s.Getenv("COLUMNS")); err == nil && c >= 40 {
 		width = c
 	}
 	m := tui.New(tui.Options{ASCII: ascii})
@@ -93,17 +93,17 @@ func printFrame(ctx context.Context, s streams, cc *control.Client, snap view.Sn
 	if err != nil {
 		return fmt.Errorf("top: events: %w", err)
 	}
-	_, err = fmt.Fprintln(s.out, next.(tui.Model).Render())
+	_, err = fmt.Fprintln(s.Out, next.(tui.Model).Render())
 	return err
 }
 
 // runTop runs the full-screen dashboard until q.
-func runTop(ctx context.Context, cl *view.Client, s streams) error {
+func runTop(ctx context.Context, cl *view.Client, s Streams) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	be := &topBackend{ctx: ctx, cl: cl}
 	p := tea.NewProgram(tui.New(tui.Options{Backend: be, Color: true, Tick: time.Second}),
-		tea.WithContext(ctx), tea.WithInput(s.in), tea.WithOutput(s.out))
+		tea.WithContext(ctx), tea.WithInput(s.In), tea.WithOutput(s.Out))
 	be.p = p
 	var wg sync.WaitGroup
 	wg.Go(func() { be.stream(ctx) })

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// newPauseCommands are `swarmd pause` and `swarmd resume`.
-func newPauseCommands(s streams) []*cobra.Command {
+// NewPauseCommands are `swarmd pause` and `swarmd resume`.
+func NewPauseCommands(s Streams) []*cobra.Command {
 	o := &operateMain{s: s}
 	var all, now bool
 	var reason string
@@ -39,7 +39,7 @@ ends with the daemon, and the agent stays paused). 'swarmd status' shows it, as 
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(s.out, pauseLine(res))
+				fmt.Fprintln(s.Out, pauseLine(res))
 				return nil
 			})
 		},
@@ -66,7 +66,7 @@ ends with the daemon, and the agent stays paused). 'swarmd status' shows it, as 
 				if res.Thawed {
 					line += "; its session was thawed"
 				}
-				fmt.Fprintln(s.out, line+")")
+				fmt.Fprintln(s.Out, line+")")
 				return nil
 			})
 		},
@@ -124,8 +124,8 @@ func pauseLine(r control.PauseResult) string {
 // auditPoll is how often `swarmd audit -f` looks for new tool calls.
 const auditPoll = 250 * time.Millisecond
 
-// auditJSON is one line of `swarmd audit --json`.
-type auditJSON struct {
+// AuditJSON is one line of `swarmd audit --json`.
+type AuditJSON struct {
 	ID         int64     `json:"id"`
 	Agent      string    `json:"agent"`
 	Seq        uint32    `json:"seq"`
@@ -138,9 +138,9 @@ type auditJSON struct {
 	Status     string    `json:"status"`
 }
 
-// newAuditCommand is `swarmd audit`: every tool call the agents made, read
+// NewAuditCommand is `swarmd audit`: every tool call the agents made, read
 // from swarm.db, so it works whether or not the daemon runs.
-func newAuditCommand(s streams) *cobra.Command {
+func NewAuditCommand(s Streams) *cobra.Command {
 	o := &operateMain{s: s}
 	var q store.ToolCallQuery
 	var follow, jsonOut bool
@@ -167,7 +167,7 @@ shell command's non-zero exit; unfinished: the session ended during it) and a su
 				return err
 			}
 			defer db.Close()
-			w := auditWriter{w: s.out, json: jsonOut}
+			w := auditWriter{w: s.Out, json: jsonOut}
 			return followAudit(ctx, db, q, follow, w)
 		},
 	}
@@ -233,7 +233,7 @@ func (a auditWriter) call(c store.ToolCallRecord) error {
 			ms := c.Duration.Milliseconds()
 			dur = &ms
 		}
-		return json.NewEncoder(a.w).Encode(auditJSON{ID: c.ID, Agent: c.Agent, Seq: c.Seq, SessionID: c.SessionID,
+		return json.NewEncoder(a.w).Encode(AuditJSON{ID: c.ID, Agent: c.Agent, Seq: c.Seq, SessionID: c.SessionID,
 			CallID: c.CallID, Tool: c.Tool, Input: c.Input, Started: c.Started, DurationMS: dur, Status: c.Status})
 	}
 	dur := "-"

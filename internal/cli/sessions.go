@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -28,8 +28,8 @@ func openStateDB(ctx context.Context, cfg *config.Config, what string) (*store.D
 	return db, nil
 }
 
-// sessionJSON is one line of `swarmd sessions --json`.
-type sessionJSON struct {
+// SessionJSON is one line of `swarmd sessions --json`.
+type SessionJSON struct {
 	Agent       string     `json:"agent"`
 	Seq         uint32     `json:"seq"`
 	SessionID   string     `json:"session_id"`
@@ -50,9 +50,9 @@ type sessionJSON struct {
 	LogPath     string     `json:"log_path,omitempty"`
 }
 
-// newSessionsCommand is `swarmd sessions [AGENT]`: the recent sessions as the
+// NewSessionsCommand is `swarmd sessions [AGENT]`: the recent sessions as the
 // daemon recorded them in swarm.db.
-func newSessionsCommand(s streams) *cobra.Command {
+func NewSessionsCommand(s Streams) *cobra.Command {
 	o := &operateMain{s: s}
 	var limit int
 	var jsonOut bool
@@ -88,9 +88,9 @@ daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not
 			}
 			slices.Reverse(ss) // oldest first, the latest next to the prompt
 			if jsonOut {
-				return writeSessionsJSON(s.out, ss)
+				return writeSessionsJSON(s.Out, ss)
 			}
-			return writeSessions(s.out, ss, time.Now())
+			return writeSessions(s.Out, ss, time.Now())
 		},
 	}
 	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
@@ -102,7 +102,7 @@ daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not
 func writeSessionsJSON(w io.Writer, ss []store.SessionRecord) error {
 	enc := json.NewEncoder(w)
 	for _, r := range ss {
-		if err := enc.Encode(sessionJSON{
+		if err := enc.Encode(SessionJSON{
 			Agent: r.Agent, Seq: r.Seq, SessionID: r.SessionID, Started: r.Started, Ended: r.Ended,
 			DurationMS: r.Duration.Milliseconds(), Outcome: r.Outcome, AbortReason: r.AbortReason,
 			ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason, TokensIn: r.TokensIn, TokensOut: r.TokensOut,
