@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -85,4 +86,15 @@ func TestReadStdinKeepsOneBytePastTheLimit(t *testing.T) {
 	if got != "abcd" {
 		t.Errorf("readStdin = %q, want %q: one byte past the limit, for its owner to refuse", got, "abcd")
 	}
+}
+
+// inSession is s.as(who, stdin) run inside a session of agent who: the
+// process-tree marker swarmd gives a session's processes proves it.
+func (s *swarm) inSession(who, stdin string) (o *dbOptions, out *bytes.Buffer) {
+	o, out = s.as(who, stdin)
+	id := who + "-1-0123456789ab" // runner's session id form
+	env := map[string]string{"SWARM_DB_PATH": s.path, "SWARM_AGENTS": "alice,bob", "SWARM_AGENT_ID": who,
+		"SWARM_SESSION_ID": id, proc.MarkerEnv: "swarmd\x1ftest\x1f" + id}
+	o.IO.Getenv = func(k string) string { return env[k] }
+	return o, out
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -86,9 +85,19 @@ func oneLineCut(s string, n int) string {
 	return s
 }
 
-func NewInboxCommand(s Streams) *cobra.Command {
-	var configPath string
-	var jsonOut bool
+// inboxOptions are `swarmd inbox`'s.
+type inboxOptions struct {
+	IO         Streams
+	ConfigPath string
+	JSON       bool
+}
+
+// NewInboxCommand is `swarmd inbox`.
+func NewInboxCommand(s Streams) *cobra.Command { return newInboxCmd(s, nil) }
+
+// newInboxCmd is `swarmd inbox`; runF (nil: inboxRun) runs it.
+func newInboxCmd(s Streams, runF func(context.Context, *inboxOptions) error) *cobra.Command {
+	opts := &inboxOptions{IO: s}
 	cmd := &cobra.Command{
 		Use:   "inbox",
 		Short: "What needs a person now, each with the command that deals with it",
@@ -98,34 +107,34 @@ FAILED (swarmd task retry), tasks waiting for approval (swarmd task approve) or 
 to the operator, and a swarm whose daemon is not running. Read from swarm.db: it works whether the
 daemon runs or not. Exit 0 either way; an empty list says "nothing needs you".`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			items, err := readNeeds(cmd.Context(), s, configPath)
-			if err != nil {
-				return err
-			}
-			if jsonOut {
-				if items == nil {
-					items = []NeedItem{}
-				}
-				enc := json.NewEncoder(s.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(items)
-			}
-			if len(items) == 0 {
-				_, err := fmt.Fprintln(s.Out, "nothing needs you")
-				return err
-			}
-			w := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "WHAT\tFIX")
-			for _, it := range items {
-				fmt.Fprintf(w, "%s\t%s\n", it.What, it.Fix)
-			}
-			return w.Flush()
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, inboxRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().StringVarP(&configPath, "config", "c", configName, "config file (names the state dir)")
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "a JSON array of {kind, agent, task, what, fix}")
+	cmd.Flags().StringVarP(&opts.ConfigPath, "config", "c", configName, "config file (names the state dir)")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "a JSON array of {kind, agent, task, what, fix}")
 	return cmd
+}
+
+func inboxRun(ctx context.Context, opts *inboxOptions) error {
+	items, err := readNeeds(ctx, opts.IO, opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		if items == nil {
+			items = []NeedItem{}
+		}
+		return printJSON(opts.IO.Out, items)
+	}
+	if len(items) == 0 {
+		_, err := fmt.Fprintln(opts.IO.Out, "nothing needs you")
+		return err
+	}
+	w := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "WHAT\tFIX")
+	for _, it := range items {
+		fmt.Fprintf(w, "%s\t%s\n", it.What, it.Fix)
+	}
+	return w.Flush()
 }
 
 func readNeeds(ctx context.Context, s Streams, configPath string) ([]NeedItem, error) {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/swarmd/swarmd/internal/proc"
 )
 
 // TestMailSendInboxRead: the operator's message reaches alice's inbox
@@ -100,6 +102,19 @@ func TestMailReplyAndBroadcast(t *testing.T) {
 	if m.Body != "almost done\n" || m.ReplyTo != 1 || m.ThreadID != 1 || m.From != "alice" {
 		t.Errorf("the reply: %+v", m)
 	}
+
+	// Inside its session, bob may not read alice's mail, whatever it claims.
+	o, _ = s.inSession("bob", "")
+	wantUsage(t, mailReadRun(ctx, &mailReadOptions{dbOptions: o, ID: "2"}), "mail read: message #2 is operator's mail, not bob's")
+	o, _ = s.inSession("bob", "")
+	o.IO.Getenv = func(k string) string {
+		if k == "SWARM_AGENT_ID" {
+			return "alice"
+		}
+		return map[string]string{"SWARM_DB_PATH": s.path, proc.MarkerEnv: "swarmd\x1ftest\x1fbob-1-0123456789ab"}[k]
+	}
+	wantUsage(t, mailReadRun(ctx, &mailReadOptions{dbOptions: o, ID: "2"}),
+		"mail: SWARM_AGENT_ID=alice, but this runs in a session of agent bob: mail from a session acts as its own agent")
 
 	o, out = s.as("alice", "")
 	if err := mailSendRun(ctx, &mailSendOptions{dbOptions: o, All: true, Body: "rebased main"}); err != nil {

@@ -182,6 +182,9 @@ func TestTaskSessionLifecycle(t *testing.T) {
 	o, _ = s.as("zed", "")
 	wantUsage(t, taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "1"}),
 		`task cancel: SWARM_AGENT_ID: no agent "zed" (agents: alice, bob)`)
+	o, _ = s.inSession("alice", "")
+	wantUsage(t, taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "1"}),
+		"task cancel: an operator command; agent alice's session may not run it")
 	o, out = s.as("operator", "")
 	if err := taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "1"}); err != nil {
 		t.Fatal(err)

@@ -25,9 +25,18 @@ const topLogTail = 64 << 10
 // onceEvents is how many events a printed frame shows.
 const onceEvents = 20
 
-func NewTopCommand(s Streams) *cobra.Command {
-	o := &operateMain{s: s}
-	var once bool
+// topOptions are `swarmd top`'s.
+type topOptions struct {
+	*operateOptions
+	Once bool // one frame of plain text
+}
+
+// NewTopCommand is `swarmd top`.
+func NewTopCommand(s Streams) *cobra.Command { return newTopCmd(&operateOptions{IO: s}, nil) }
+
+// newTopCmd is `swarmd top`; runF (nil: topRun) runs it.
+func newTopCmd(o *operateOptions, runF func(context.Context, *topOptions) error) *cobra.Command {
+	opts := &topOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live terminal dashboard: agents, tasks, merge queue, events",
@@ -43,28 +52,31 @@ back), s/S stop/start it, p/r pause/resume it, m sends it mail, / filters, ? hel
 When the output is not a terminal, or TERM is dumb, it prints one frame of plain text and exits
 (--once does so anywhere).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			path := cfg.SocketPath()
-			cl := &view.Client{HTTP: control.NewClient(path).HTTP()}
-			snap, err := cl.Snapshot(cmd.Context())
-			if err != nil {
-				return topErr(err, path)
-			}
-			out, isFile := s.Out.(*os.File)
-			dumb := s.Getenv("TERM") == "dumb"
-			if once || dumb || !isFile || !IsTerminal(out) {
-				return printFrame(cmd.Context(), s, control.NewClient(path), snap, dumb)
-			}
-			return runTop(cmd.Context(), cl, s)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, topRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().BoolVar(&once, "once", false, "print one frame of plain text and exit")
-	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.Flags().BoolVar(&opts.Once, "once", false, "print one frame of plain text and exit")
+	cmd.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
 	return cmd
+}
+
+func topRun(ctx context.Context, opts *topOptions) error {
+	s := opts.IO
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	path := cfg.SocketPath()
+	cl := &view.Client{HTTP: control.NewClient(path).HTTP()}
+	snap, err := cl.Snapshot(ctx)
+	if err != nil {
+		return topErr(err, path)
+	}
+	out, isFile := s.Out.(*os.File)
+	dumb := s.Getenv("TERM") == "dumb"
+	if opts.Once || dumb || !isFile || !IsTerminal(out) {
+		return printFrame(ctx, s, control.NewClient(path), snap, dumb)
+	}
+	return runTop(ctx, cl, s)
 }
 
 // topErr turns "nothing listens on the socket" into the usual usage error.
