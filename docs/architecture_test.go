@@ -212,7 +212,8 @@ var tiers = [][]string{
 	{"mailbox", "taskboard", "merge", "runner"},
 	{"config", "prompt", "settle", "registry", "router", "metrics", "view"},
 	{"web", "tui", "spend", "providergate"},
-	{"daemon"}, // imported by cmd/swarmd alone
+	{"daemon"}, // imported by the commands alone
+	{"cli"},    // the commands, wired by cmd/swarmd
 }
 
 // TestImportLayers: the import graph runs one way, from cmd/swarmd down

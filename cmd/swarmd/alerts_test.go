@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/cli"
 )
 
 // failingSwarm is one agent whose backend always fails, so it stops for
@@ -103,7 +105,7 @@ func TestInboxListsWhatNeedsAPerson(t *testing.T) {
 		t.Fatalf("task add --plan: %s", stderr)
 	}
 	out, stderr, code = runCLI(t, nil, "", "inbox", "--json", "-c", cfg)
-	var items []needItem
+	var items []cli.NeedItem
 	if code != 0 || json.Unmarshal([]byte(out), &items) != nil {
 		t.Fatalf("inbox --json: exit %d\n%s%s", code, out, stderr)
 	}

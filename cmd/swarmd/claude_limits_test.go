@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/mockllm"
 )
@@ -36,16 +37,16 @@ func claudeBackend(t *testing.T, bin string, mock *mockllm.Server, extra string,
 }
 
 // sessionsOf reads `swarmd sessions AGENT --json`, oldest first.
-func sessionsOf(t *testing.T, cfg, agent string) []sessionJSON {
+func sessionsOf(t *testing.T, cfg, agent string) []cli.SessionJSON {
 	t.Helper()
 	out, stderr, code := runCLI(t, nil, "", "sessions", agent, "--json", "-n", "0", "-c", cfg)
 	if code != 0 {
 		t.Fatalf("sessions %s: %d %s", agent, code, stderr)
 	}
-	var ss []sessionJSON
+	var ss []cli.SessionJSON
 	dec := json.NewDecoder(strings.NewReader(out))
 	for dec.More() {
-		var s sessionJSON
+		var s cli.SessionJSON
 		if err := dec.Decode(&s); err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +251,7 @@ func waitStatus(t *testing.T, cfg, agent string, cond func(control.AgentStatus) 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, _, code := runCLI(t, nil, "", "status", "--json", "-c", cfg)
-		var rows []statusRow
+		var rows []cli.StatusRow
 		if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
 			for _, r := range rows {
 				if r.Name == agent && cond(r.AgentStatus) {
@@ -380,7 +381,7 @@ agents:
 	carolDuring := len(sessionsOf(t, cfg, "carol"))
 	stopDaemon(t, d, repo)
 
-	var claude []sessionJSON // those that started during the outage
+	var claude []cli.SessionJSON // those that started during the outage
 	for _, a := range []string{"alice", "bob"} {
 		for _, s := range sessionsOf(t, cfg, a) {
 			if s.Started.Before(recovered) {
@@ -407,7 +408,7 @@ agents:
 	}
 	// Of the sessions started after the first failure, no two overlap: one
 	// probe at a time.
-	slices.SortFunc(claude, func(a, b sessionJSON) int { return a.Started.Compare(b.Started) })
+	slices.SortFunc(claude, func(a, b cli.SessionJSON) int { return a.Started.Compare(b.Started) })
 	firstEnd := *claude[0].Ended
 	for i := 1; i < len(claude); i++ {
 		prev, cur := claude[i-1], claude[i]

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/mockllm"
 )
 
@@ -101,7 +102,7 @@ agents:
 	// bob's first session is recorded as interrupted by urgent mail, not as
 	// an error.
 	out, stderr, code := runCLI(t, nil, "", "sessions", "bob", "--json", "-n", "0", "-c", cfg)
-	var first sessionJSON
+	var first cli.SessionJSON
 	if err := json.NewDecoder(strings.NewReader(out)).Decode(&first); code != 0 || err != nil {
 		t.Fatalf("sessions bob --json: %d %v %s\n%s", code, err, stderr, out)
 	}
@@ -127,7 +128,7 @@ func waitAliceSpend(t *testing.T, cfg string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		out, _, code := runCLI(t, nil, "", "status", "--json", "-c", cfg)
-		var rows []statusRow
+		var rows []cli.StatusRow
 		if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
 			for _, r := range rows {
 				if r.Name == "alice" && r.Spend != nil && r.Spend.CostUSD > 0 && r.Spend.TokensIn > 0 {
@@ -185,7 +186,7 @@ agents:
 	}
 
 	out, stderr, code := runCLI(t, nil, "", "sessions", "alice", "--json", "-c", cfg)
-	var s sessionJSON
+	var s cli.SessionJSON
 	if err := json.NewDecoder(strings.NewReader(out)).Decode(&s); code != 0 || err != nil {
 		t.Fatalf("sessions: %d %v %s", code, err, stderr)
 	}
@@ -201,10 +202,10 @@ agents:
 	if code != 0 {
 		t.Fatalf("audit: %d %s", code, stderr)
 	}
-	var calls []auditJSON
+	var calls []cli.AuditJSON
 	dec := json.NewDecoder(strings.NewReader(out))
 	for dec.More() {
-		var c auditJSON
+		var c cli.AuditJSON
 		if err := dec.Decode(&c); err != nil {
 			t.Fatal(err)
 		}

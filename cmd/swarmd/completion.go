@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"github.com/swarmd/swarmd/internal/cli"
 )
 
 // completionShells are the shells `swarmd completion` writes scripts for.
@@ -32,9 +33,9 @@ Start a new shell afterwards.`,
 		DisableFlagsInUseLine: true,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usagef("completion: name one shell: bash, zsh or fish")
+				return cli.Usagef("completion: name one shell: bash, zsh or fish")
 			}
-			return usage(cobra.OnlyValidArgs(cmd, args))
+			return cli.Usage(cobra.OnlyValidArgs(cmd, args))
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			root, out := cmd.Root(), cmd.OutOrStdout()

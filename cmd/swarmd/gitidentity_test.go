@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/cli"
 )
 
 // TestSessionsCommitWithTheirOwnIdentity: a session whose git sees no
@@ -62,7 +64,7 @@ agents:
 	deadline := time.Now().Add(10 * time.Second)
 	for health["carol"] != "no commits" && time.Now().Before(deadline) {
 		out, stderr, code := runCLI(t, nil, "", "status", "--json", "-c", cfg)
-		var rows []statusRow
+		var rows []cli.StatusRow
 		if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil {
 			t.Fatalf("status --json: exit %d, %v\n%s%s", code, err, out, stderr)
 		}

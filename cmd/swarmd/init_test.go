@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/config"
 )
 
@@ -29,7 +30,7 @@ func cliRoot(s streams) *cobra.Command {
 		have[c.Name()] = true
 	}
 	if !have["init"] {
-		root.AddCommand(newInitCommand(s))
+		root.AddCommand(cli.NewInitCommand(s.cli()))
 	}
 	if !have["completion"] {
 		root.AddCommand(newCompletionCommand())
@@ -38,7 +39,7 @@ func cliRoot(s streams) *cobra.Command {
 }
 
 // runInProcess runs one command line through the command tree and returns
-// its standard output and error; Main would exit 2 for a usageError.
+// its standard output and error; Main would exit 2 for a cli.UsageError.
 func runInProcess(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -53,7 +54,7 @@ func runInProcess(t *testing.T, args ...string) (string, error) {
 }
 
 func isUsage(err error) bool {
-	var ue usageError
+	var ue cli.UsageError
 	return errors.As(err, &ue)
 }
 
@@ -316,7 +317,7 @@ func TestCompletionScripts(t *testing.T) {
 	}{
 		{[]string{""}, []string{"init", "completion", "run", "status"}},
 		{[]string{"completion", ""}, completionShells},
-		{[]string{"init", "--backend", ""}, initBackends},
+		{[]string{"init", "--backend", ""}, []string{config.TypeClaude, config.TypeCodex, config.TypeGemini, config.TypeCommand}},
 		{[]string{"init", "--"}, []string{"--agents", "--backend", "--dir", "--force"}},
 	} {
 		got := complete(c.args...)

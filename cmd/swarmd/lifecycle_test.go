@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/cli"
 )
 
 const restoreBase = `
@@ -124,7 +126,7 @@ agents:
 	var seqs []uint32
 	dec := json.NewDecoder(strings.NewReader(out))
 	for dec.More() {
-		var s sessionJSON
+		var s cli.SessionJSON
 		if err := dec.Decode(&s); err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +165,7 @@ agents:
 		return m["msg"] == "session ended" && m["session"] == running["session"]
 	})
 	out, _, _ := runCLI(t, nil, "", "status", "--json", "-c", cfg)
-	var rows []statusRow
+	var rows []cli.StatusRow
 	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}

@@ -5,9 +5,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
 )
 
 // newLogger builds the daemon logger: JSON for journald and files, a console
@@ -19,7 +19,7 @@ func newLogger(w io.Writer, format, level string) (*zap.Logger, error) {
 	}
 	if format == "auto" {
 		format = "json"
-		if f, ok := w.(*os.File); ok && isTerminal(f) {
+		if f, ok := w.(*os.File); ok && cli.IsTerminal(f) {
 			format = "console"
 		}
 	}
@@ -36,9 +36,4 @@ func newLogger(w io.Writer, format, level string) (*zap.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want json, console or auto", format)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }

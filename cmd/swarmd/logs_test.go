@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/store"
@@ -320,10 +321,10 @@ func TestSessionsCommand(t *testing.T) {
 	if _, err := runWith(t, &out, "sessions", "alice", "--json", "-n", "0", "-c", cfg); err != nil {
 		t.Fatal(err)
 	}
-	var got []sessionJSON
+	var got []cli.SessionJSON
 	dec := json.NewDecoder(&out)
 	for dec.More() {
-		var s sessionJSON
+		var s cli.SessionJSON
 		if err := dec.Decode(&s); err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +388,7 @@ func TestStatusShowsSpend(t *testing.T) {
 	if _, err := runWith(t, &out, "status", "--json", "-c", cfg); err != nil {
 		t.Fatal(err)
 	}
-	var got []statusRow
+	var got []cli.StatusRow
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 3 {
 		t.Fatalf("status --json: %v\n%s", err, out.String())
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/fence"
@@ -34,24 +35,8 @@ const (
 	exitUsage   = 2
 )
 
-// usageError marks errors that are the user's input (bad flags, bad config,
-// a state dir in use): exit code 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usage(err error) error {
-	if err == nil {
-		return nil
-	}
-	return usageError{err}
-}
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
 // streams are the process's standard streams and environment, injectable
-// for tests.
+// for tests (the commands in internal/cli take them as cli.Streams).
 type streams struct {
 	in       io.Reader
 	out, err io.Writer
@@ -59,6 +44,10 @@ type streams struct {
 	// store, when set, is the daemon's open store, which mail and task use
 	// for SWARM_DB_PATH: the daemon runs a session's command (runSessionCLI).
 	store *store.DB
+}
+
+func (s streams) cli() cli.Streams {
+	return cli.Streams{In: s.in, Out: s.out, Err: s.err, Getenv: s.getenv, Store: s.store}
 }
 
 func main() {
@@ -96,8 +85,8 @@ func Main(ctx context.Context, args []string, s streams) int {
 		}
 		return exitUsage
 	}
-	fmt.Fprintln(s.err, "swarmd: "+oneLine(err.Error()))
-	var ue usageError
+	fmt.Fprintln(s.err, "swarmd: "+cli.OneLine(err.Error()))
+	var ue cli.UsageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
 		return exitUsage
 	}
@@ -111,20 +100,14 @@ func configProblems(err error) (config.Errors, bool) {
 		switch e := err.(type) {
 		case config.Errors:
 			return e, len(e) > 0
-		case usageError:
-			err = e.err
+		case cli.UsageError:
+			err = e.Err
 		case *daemon.SetupError:
 			err = e.Err
 		default:
 			return nil, false
 		}
 	}
-}
-
-// oneLine keeps an error on one line even when it quotes input
-// that holds line breaks.
-func oneLine(s string) string {
-	return strings.NewReplacer("\r\n", `\n`, "\n", `\n`, "\r", `\r`).Replace(strings.TrimRight(s, "\n"))
 }
 
 // usageArgs makes every command's argument-count errors usage errors
@@ -137,7 +120,7 @@ func usageArgs(c *cobra.Command) {
 		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	}
 	if orig := c.Args; orig != nil {
-		c.Args = func(cmd *cobra.Command, args []string) error { return usage(orig(cmd, args)) }
+		c.Args = func(cmd *cobra.Command, args []string) error { return cli.Usage(orig(cmd, args)) }
 	}
 	for _, sub := range c.Commands() {
 		usageArgs(sub)
@@ -158,21 +141,22 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		// Errors are one line; "did you mean" would add more.
 		DisableSuggestions: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return findConfig(cmd, s.getenv) }
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return cli.FindConfig(cmd, s.getenv) }
+	c := s.cli()
 	root.AddCommand(
 		newRunCommand(s),
-		newConfigCommand(s),
+		cli.NewConfigCommand(c),
 		newVersionCommand(s),
-		newMailCommand(s),
-		newTaskCommand(s),
-		newMergeCommand(s),
+		cli.NewMailCommand(c),
+		cli.NewTaskCommand(c),
+		cli.NewMergeCommand(c),
 	)
-	root.AddCommand(newOperateCommands(s)...)
-	root.AddCommand(newPauseCommands(s)...)
-	root.AddCommand(newAuditCommand(s), newBudgetCommand(s))
-	root.AddCommand(newEventsCommand(s), newSessionsCommand(s), newWorktreeCommand(s), newInitCommand(s), newCompletionCommand())
-	root.AddCommand(newTopCommand(s), newInboxCommand(s))
+	root.AddCommand(cli.NewOperateCommands(c)...)
+	root.AddCommand(cli.NewPauseCommands(c)...)
+	root.AddCommand(cli.NewAuditCommand(c), cli.NewBudgetCommand(c))
+	root.AddCommand(cli.NewEventsCommand(c), cli.NewSessionsCommand(c), cli.NewWorktreeCommand(c), cli.NewInitCommand(c), newCompletionCommand())
+	root.AddCommand(cli.NewTopCommand(c), cli.NewInboxCommand(c))
 	usageArgs(root)
 	return root
 }

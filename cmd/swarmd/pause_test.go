@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/cli"
 )
 
 // counterScript is a session that saves its prompt, records its pid,
@@ -87,10 +89,10 @@ func frozenCgroup(pid string) bool {
 	return false
 }
 
-func statusOf(t *testing.T, cfg, name string) statusRow {
+func statusOf(t *testing.T, cfg, name string) cli.StatusRow {
 	t.Helper()
 	out, stderr, code := runCLI(t, nil, "", "status", "--json", "-c", cfg)
-	var rows []statusRow
+	var rows []cli.StatusRow
 	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil {
 		t.Fatalf("status: %d %s %s", code, out, stderr)
 	}
@@ -100,7 +102,7 @@ func statusOf(t *testing.T, cfg, name string) statusRow {
 		}
 	}
 	t.Fatalf("status has no %s: %s", name, out)
-	return statusRow{}
+	return cli.StatusRow{}
 }
 
 // TestPauseNowFreezesAndSurvivesKill9: `pause --now` stops every process of

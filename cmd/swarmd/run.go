@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/daemon"
 )
 
@@ -45,19 +46,19 @@ not usable, or a state dir already in use by another swarmd (the error names its
 }
 
 func (m *runMain) Run(ctx context.Context) error {
-	cfg, err := loadConfig(m.configPath)
+	cfg, err := cli.LoadConfig(m.configPath)
 	if err != nil {
-		return usage(err)
+		return cli.Usage(err)
 	}
 	log, err := newLogger(m.s.err, m.logFormat, m.logLevel)
 	if err != nil {
-		return usage(err)
+		return cli.Usage(err)
 	}
 	defer func() { _ = log.Sync() }()
 	daemon.LogConfigWarnings(log, cfg)
 	stopPprof, err := servePprof(log)
 	if err != nil {
-		return usagef("run: %v", err)
+		return cli.Usagef("run: %v", err)
 	}
 	defer stopPprof()
 
@@ -67,12 +68,12 @@ func (m *runMain) Run(ctx context.Context) error {
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
 
-	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: loadConfig,
+	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: cli.LoadConfig,
 		SessionCLI: runSessionCLI})
 	if err != nil {
 		var se *daemon.SetupError
 		if errors.As(err, &se) {
-			return usage(err)
+			return cli.Usage(err)
 		}
 		return fmt.Errorf("start: %w", err)
 	}

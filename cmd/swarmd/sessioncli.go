@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/proc"
@@ -38,14 +39,14 @@ func forwardSessionCLI(ctx context.Context, args []string, s streams) (code int,
 		// input with its clear error instead of it being cut here.
 		b, err := io.ReadAll(io.LimitReader(s.in, control.MaxSessionCLIStdin+1))
 		if err != nil {
-			fmt.Fprintf(s.err, "swarmd: %s: read standard input: %s\n", args[0], oneLine(err.Error()))
+			fmt.Fprintf(s.err, "swarmd: %s: read standard input: %s\n", args[0], cli.OneLine(err.Error()))
 			return exitRuntime, true
 		}
 		req.Stdin = string(b)
 	}
 	res, err := control.NewClient(filepath.Join(c.Owner, "swarmd.sock")).SessionCLI(ctx, req)
 	if err != nil {
-		fmt.Fprintf(s.err, "swarmd: %s: through the daemon (this session has no SWARM_DB_PATH): %s\n", args[0], oneLine(err.Error()))
+		fmt.Fprintf(s.err, "swarmd: %s: through the daemon (this session has no SWARM_DB_PATH): %s\n", args[0], cli.OneLine(err.Error()))
 		return exitRuntime, true
 	}
 	_, _ = io.WriteString(s.out, res.Stdout)

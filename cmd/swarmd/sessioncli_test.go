@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
@@ -89,7 +90,7 @@ agents:
 
 	// The store holds them, from alice.
 	stdout, stderr, code := runCLI(t, []string{"SWARM_AGENT_ID=bob"}, "", "mail", "inbox", "--all", "--json", "-c", cfg)
-	var inbox []jsonMessage
+	var inbox []cli.MessageJSON
 	if code != 0 || json.Unmarshal([]byte(stdout), &inbox) != nil {
 		t.Fatalf("bob's inbox: exit %d %s %s", code, stdout, stderr)
 	}

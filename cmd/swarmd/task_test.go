@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/cli"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
@@ -91,7 +92,7 @@ func mustCLI(t *testing.T, env []string, args ...string) string {
 // running cfg does at start and on reload.
 func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
 	t.Helper()
-	c, err := loadConfig(cfg)
+	c, err := cli.LoadConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -664,7 +665,7 @@ func TestTaskClaimConcurrent(t *testing.T) {
 // does and shows an example; completion offers states and task ids.
 func TestTaskHelpAndCompletion(t *testing.T) {
 	s := streams{in: strings.NewReader(""), out: &bytes.Buffer{}, err: &bytes.Buffer{}, getenv: func(string) string { return "" }}
-	cmds := []*cobra.Command{newTaskCommand(s), newEventsCommand(s)}
+	cmds := []*cobra.Command{cli.NewTaskCommand(s.cli()), cli.NewEventsCommand(s.cli())}
 	cmds = append(cmds, cmds[0].Commands()...)
 	names := map[string]bool{}
 	for _, c := range cmds {

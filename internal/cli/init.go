@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,14 +22,14 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 )
 
-// initMain is `swarmd init`: a commented starter swarmd.yaml and one role
-// prompt per agent.
-type initMain struct {
-	s       streams
-	dir     string
-	agents  []string
-	backend string
-	force   bool
+// initOptions are `swarmd init`'s: it writes a commented starter
+// swarmd.yaml and one role prompt per agent.
+type initOptions struct {
+	IO      Streams
+	Dir     string   // where swarmd.yaml and prompts/ go
+	Agents  []string // as given, checked by checkFlags
+	Backend string   // one of initBackends
+	Force   bool     // overwrite files that exist
 }
 
 // initRepo is what init found in the repository: the merge queue's target
@@ -68,8 +69,12 @@ echo "worked on task #$task"
 echo DONE
 `
 
-func newInitCommand(s streams) *cobra.Command {
-	m := &initMain{s: s}
+// NewInitCommand is `swarmd init`.
+func NewInitCommand(s Streams) *cobra.Command { return newInitCmd(s, nil) }
+
+// newInitCmd is `swarmd init`; runF (nil: initRun) runs it.
+func newInitCmd(s Streams, runF func(context.Context, *initOptions) error) *cobra.Command {
+	m := &initOptions{IO: s}
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Write a commented starter swarmd.yaml and a role prompt per agent",
@@ -92,13 +97,13 @@ work with 'swarmd task add'.`,
   swarmd init --backend command
   swarmd init --dir /etc/swarmd --force`,
 		Args: func(cmd *cobra.Command, args []string) error { return usage(cobra.NoArgs(cmd, args)) },
-		RunE: func(*cobra.Command, []string) error { return m.Run() },
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, initRun)(cmd.Context(), m) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&m.dir, "dir", ".", "directory to write swarmd.yaml and prompts/ into (the repository, usually)")
-	f.StringSliceVar(&m.agents, "agents", []string{"alice", "bob"}, "agent names, comma-separated")
-	f.StringVar(&m.backend, "backend", config.TypeClaude, "backend of every agent: "+strings.Join(initBackends, ", "))
-	f.BoolVar(&m.force, "force", false, "overwrite swarmd.yaml and prompt files that already exist")
+	f.StringVar(&m.Dir, "dir", ".", "directory to write swarmd.yaml and prompts/ into (the repository, usually)")
+	f.StringSliceVar(&m.Agents, "agents", []string{"alice", "bob"}, "agent names, comma-separated")
+	f.StringVar(&m.Backend, "backend", config.TypeClaude, "backend of every agent: "+strings.Join(initBackends, ", "))
+	f.BoolVar(&m.Force, "force", false, "overwrite swarmd.yaml and prompt files that already exist")
 	_ = cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions(initBackends, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
@@ -116,7 +121,7 @@ type initFile struct {
 	data []byte
 }
 
-func (m *initMain) Run() error {
+func initRun(_ context.Context, m *initOptions) error {
 	agents, err := m.checkFlags()
 	if err != nil {
 		return err
@@ -126,20 +131,20 @@ func (m *initMain) Run() error {
 		return fmt.Errorf("init: %w", err)
 	}
 	files := []initFile{
-		{rel: "swarmd.yaml", data: starterConfig(agents, m.backend, m.detect())},
+		{rel: "swarmd.yaml", data: starterConfig(agents, m.Backend, m.detect())},
 		{rel: schemaFile, data: schema},
 	}
-	if m.backend == config.TypeCommand {
+	if m.Backend == config.TypeCommand {
 		files = append(files, initFile{rel: filepath.Join("prompts", "work.sh"), data: []byte(workScript)})
 	}
 	for _, a := range agents {
 		files = append(files, initFile{rel: filepath.Join("prompts", a+".md"), data: rolePrompt(a, agents)})
 	}
-	if !m.force {
+	if !m.Force {
 		var existing []string
 		for _, f := range files {
-			if _, err := os.Lstat(filepath.Join(m.dir, f.rel)); err == nil {
-				existing = append(existing, filepath.Join(m.dir, f.rel))
+			if _, err := os.Lstat(filepath.Join(m.Dir, f.rel)); err == nil {
+				existing = append(existing, filepath.Join(m.Dir, f.rel))
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("init: %w", err)
 			}
@@ -151,11 +156,11 @@ func (m *initMain) Run() error {
 	// Prompts first, the config last: a swarmd.yaml on disk always has its
 	// prompt files.
 	for i := len(files) - 1; i >= 0; i-- {
-		if err := writeFileReplacing(filepath.Join(m.dir, files[i].rel), files[i].data); err != nil {
+		if err := writeFileReplacing(filepath.Join(m.Dir, files[i].rel), files[i].data); err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
 	}
-	cfgPath := filepath.Join(m.dir, "swarmd.yaml")
+	cfgPath := filepath.Join(m.Dir, "swarmd.yaml")
 	if _, err := config.Load(cfgPath); err != nil {
 		return fmt.Errorf("init: the config just written does not load (a bug in swarmd init): %w", err)
 	}
@@ -166,16 +171,16 @@ func (m *initMain) Run() error {
 // the branch checked out, and the project's test command by what the
 // directory holds (a Makefile's test target, go.mod, package.json's test
 // script, pyproject.toml).
-func (m *initMain) detect() initRepo {
-	r := initRepo{dir: m.dir}
-	if abs, err := filepath.Abs(m.dir); err == nil {
+func (m *initOptions) detect() initRepo {
+	r := initRepo{dir: m.Dir}
+	if abs, err := filepath.Abs(m.Dir); err == nil {
 		r.dir = abs
 	}
-	if out, err := exec.Command("git", "-C", m.dir, "symbolic-ref", "--quiet", "--short", "HEAD").Output(); err == nil {
+	if out, err := exec.Command("git", "-C", m.Dir, "symbolic-ref", "--quiet", "--short", "HEAD").Output(); err == nil {
 		r.branch = strings.TrimSpace(string(out))
 	}
 	has := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join(m.dir, name))
+		b, err := os.ReadFile(filepath.Join(m.Dir, name))
 		if err != nil {
 			return nil
 		}
@@ -195,13 +200,13 @@ func (m *initMain) detect() initRepo {
 }
 
 // checkFlags validates the flags and returns the agent names.
-func (m *initMain) checkFlags() ([]string, error) {
-	if !slices.Contains(initBackends, m.backend) {
+func (m *initOptions) checkFlags() ([]string, error) {
+	if !slices.Contains(initBackends, m.Backend) {
 		return nil, usagef("--backend %q: want one of %s (other backends are configured under backends: in swarmd.yaml)",
-			m.backend, strings.Join(initBackends, ", "))
+			m.Backend, strings.Join(initBackends, ", "))
 	}
 	var agents []string
-	for _, a := range m.agents {
+	for _, a := range m.Agents {
 		a = strings.TrimSpace(a)
 		switch {
 		case !agent.ValidName(a):
@@ -216,39 +221,39 @@ func (m *initMain) checkFlags() ([]string, error) {
 	if len(agents) == 0 {
 		return nil, usagef("--agents: name at least one agent")
 	}
-	switch fi, err := os.Stat(m.dir); {
+	switch fi, err := os.Stat(m.Dir); {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, usagef("--dir %s does not exist", m.dir)
+		return nil, usagef("--dir %s does not exist", m.Dir)
 	case err != nil:
 		return nil, usagef("--dir: %w", err)
 	case !fi.IsDir():
-		return nil, usagef("--dir %s is not a directory", m.dir)
+		return nil, usagef("--dir %s is not a directory", m.Dir)
 	}
 	return agents, nil
 }
 
 // report says what was written and what to do next, with notes on what
 // `swarmd run` will need and is missing.
-func (m *initMain) report(files []initFile, cfgPath string) error {
+func (m *initOptions) report(files []initFile, cfgPath string) error {
 	var b strings.Builder
 	for _, f := range files {
-		fmt.Fprintf(&b, "wrote %s\n", filepath.Join(m.dir, f.rel))
+		fmt.Fprintf(&b, "wrote %s\n", filepath.Join(m.Dir, f.rel))
 	}
-	if _, err := git.PlainOpenWithOptions(m.dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true}); err != nil {
-		fmt.Fprintf(&b, "\nnote: %s is not in a git repository; swarmd run needs one (git init, or set repo: in swarmd.yaml)\n", m.dir)
+	if _, err := git.PlainOpenWithOptions(m.Dir, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true}); err != nil {
+		fmt.Fprintf(&b, "\nnote: %s is not in a git repository; swarmd run needs one (git init, or set repo: in swarmd.yaml)\n", m.Dir)
 	}
-	if m.backend == config.TypeCommand {
+	if m.Backend == config.TypeCommand {
 		fmt.Fprintf(&b, `
 Next (the command backend runs %s: no model, no API key):
   swarmd config validate -c %s
   swarmd run -c %s
   swarmd task add -c %s "first task"      (in another terminal)
-`, filepath.Join(m.dir, "prompts", "work.sh"), cfgPath, cfgPath, cfgPath)
-		_, err := fmt.Fprint(m.s.out, b.String())
+`, filepath.Join(m.Dir, "prompts", "work.sh"), cfgPath, cfgPath, cfgPath)
+		_, err := fmt.Fprint(m.IO.Out, b.String())
 		return err
 	}
-	if _, err := exec.LookPath(m.backend); err != nil {
-		fmt.Fprintf(&b, "\nnote: the %s CLI is not in PATH; install it before swarmd run\n", m.backend)
+	if _, err := exec.LookPath(m.Backend); err != nil {
+		fmt.Fprintf(&b, "\nnote: the %s CLI is not in PATH; install it before swarmd run\n", m.Backend)
 	}
 	fmt.Fprintf(&b, `
 Next:
@@ -257,8 +262,8 @@ Next:
   3. swarmd config validate -c %s
   4. swarmd run -c %s
   5. swarmd task add -c %s "first task"      (in another terminal)
-`, apiKeyVar(m.backend), cfgPath, cfgPath, cfgPath)
-	_, err := fmt.Fprint(m.s.out, b.String())
+`, apiKeyVar(m.Backend), cfgPath, cfgPath, cfgPath)
+	_, err := fmt.Fprint(m.IO.Out, b.String())
 	return err
 }
 

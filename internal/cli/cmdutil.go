@@ -1,13 +1,21 @@
-package main
+package cli
+
+// What the commands that act in swarm.db (mail, task) share: their common
+// flags, who calls, finding and opening swarm.db, a body read from standard
+// input, waiting on a busy store, and JSON for scripts.
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
@@ -65,7 +73,7 @@ type swarmDB struct {
 	mail   mailbox.Options // the mail limits and recipients it was found with
 	agents []string        // the known agent names; nil when nothing says
 	cfg    *config.Config  // the config it was found through; nil inside a session
-	// borrowed: DB is the daemon's (streams.store), which Close leaves open.
+	// borrowed: DB is the daemon's (Streams.store), which Close leaves open.
 	borrowed bool
 }
 
@@ -80,19 +88,19 @@ func (db *swarmDB) Close() error {
 // openSwarmDB finds swarm.db for cmd: SWARM_DB_PATH inside a session (the
 // daemon's open store when it runs the command for a session), else the
 // config at configPath, which creates the file if the daemon has not yet.
-func openSwarmDB(ctx context.Context, s streams, configPath, cmd string) (*swarmDB, error) {
+func openSwarmDB(ctx context.Context, s Streams, configPath, cmd string) (*swarmDB, error) {
 	var out swarmDB
 	var opts mailbox.Options
-	getenv := s.getenv
+	getenv := s.Getenv
 	path := getenv("SWARM_DB_PATH")
 	if path != "" {
 		if names := getenv("SWARM_AGENTS"); names != "" {
 			opts.Agents = strings.Split(names, ",")
 		}
-		if s.store != nil {
+		if s.Store != nil {
 			// Not opened again: the daemon dropped the store's password
 			// from its environment once its own store had read it.
-			out.DB, out.mail, out.agents, out.borrowed = s.store, opts, opts.Agents, true
+			out.DB, out.mail, out.agents, out.borrowed = s.Store, opts, opts.Agents, true
 			return &out, nil
 		}
 	} else {
@@ -150,4 +158,105 @@ func knownAgent(agents []string, name, what string) error {
 		return nil
 	}
 	return usagef("%s: no agent %q (agents: %s)", what, name, strings.Join(agents, ", "))
+}
+
+// dbOptions are the flags every command that acts in swarm.db takes (mail,
+// task), and the streams it runs with.
+type dbOptions struct {
+	IO         Streams
+	ConfigPath string // used when SWARM_DB_PATH is not set
+	JSON       bool
+	StoreWait  time.Duration
+}
+
+// addFlags adds the persistent flags of a command group; jsonHelp says
+// what --json prints.
+func (o *dbOptions) addFlags(cmd *cobra.Command, jsonHelp string) {
+	pf := cmd.PersistentFlags()
+	pf.StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
+	pf.BoolVar(&o.JSON, "json", false, jsonHelp)
+	pf.DurationVar(&o.StoreWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable before giving up, saying nothing was recorded (one try may wait up to 10s for SQLite's lock)")
+}
+
+// whoCalls is who runs the command (whoCalls); cmd names it in errors.
+func (o *dbOptions) whoCalls(cmd string) (caller, error) { return whoCalls(o.IO.Getenv, cmd) }
+
+// open finds and opens swarm.db for cmd (openSwarmDB).
+func (o *dbOptions) open(ctx context.Context, cmd string) (*swarmDB, error) {
+	return openSwarmDB(ctx, o.IO, o.ConfigPath, cmd)
+}
+
+// printJSON writes v for scripts on the command's standard output.
+func (o *dbOptions) printJSON(v any) error { return printJSON(o.IO.Out, v) }
+
+// readStdin reads a body from in: one byte past limit, so that its owner
+// refuses an oversize body with its clear error instead of it being cut
+// here. cmd names the command in the error.
+func readStdin(in io.Reader, limit int64, cmd string) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(in, limit+1))
+	if err != nil {
+		return "", fmt.Errorf("%s: read body from stdin: %w", cmd, err)
+	}
+	return string(b), nil
+}
+
+// printJSON writes v indented, for scripts.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// defaultStoreWait is how long `swarmd task` and `swarmd mail` wait for a
+// store that is busy (another client holds its write lock) or away (a
+// PostgreSQL server restarting) before they give up, saying so. A session's
+// report must not be lost to a lock held for a few seconds, and must never
+// be reported done when it was not written.
+const defaultStoreWait = 2 * time.Minute
+
+// waitStore runs f until it succeeds, fails for a reason that does not pass
+// (the request refused, the database gone), or the store has refused it for
+// longer than wait: then the error says that nothing was recorded.
+func waitStore(ctx context.Context, db *store.DB, wait time.Duration, op string, f func(context.Context) error) error {
+	deadline := time.Now().Add(wait)
+	// The deadline also cuts short an attempt waiting in SQLite's busy
+	// handler.
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	delay := 10 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || !db.Transient(err) {
+			return err
+		}
+		if time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: the store stayed busy or unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
+				op, wait, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: the store stayed busy or unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
+				op, wait, err)
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// bodyArg is a BODY argument at args[i]: "-" (standard input) when absent.
+func bodyArg(args []string, i int) string {
+	if len(args) > i {
+		return args[i]
+	}
+	return "-"
+}
+
+// orRun is runF when a test gave one, else the command's own run function.
+func orRun[O any](runF, run func(context.Context, O) error) func(context.Context, O) error {
+	if runF != nil {
+		return runF
+	}
+	return run
 }

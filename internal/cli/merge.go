@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -15,18 +15,21 @@ import (
 	"github.com/swarmd/swarmd/internal/merge"
 )
 
-// mergeMain is `swarmd merge …`: the merge queue read and steered in
-// swarm.db directly, like `swarmd events`, so it works whether or not the
+// The merge commands (`swarmd merge …`) read and steer the merge queue in
+// swarm.db directly, like `swarmd events`, so they work whether or not the
 // daemon runs. A running daemon sees a pause at its next candidate and a
 // retry or resume when it next looks at the queue.
-type mergeMain struct {
-	s          streams
-	configPath string
-	jsonOut    bool
+
+// mergeOptions are the flags of every merge command.
+type mergeOptions struct {
+	IO         Streams
+	ConfigPath string
+	JSON       bool
 }
 
-func newMergeCommand(s streams) *cobra.Command {
-	m := &mergeMain{s: s}
+// NewMergeCommand is `swarmd merge`.
+func NewMergeCommand(s Streams) *cobra.Command {
+	o := &mergeOptions{IO: s}
 	cmd := &cobra.Command{
 		Use:   "merge",
 		Short: "The merge queue: what waits to go into merge.into, what is under test, the last results",
@@ -37,22 +40,23 @@ A gate run's log is read with swarmd logs merge --session N.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVarP(&m.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
-	pf.BoolVar(&m.jsonOut, "json", false, "print JSON")
-	cmd.AddCommand(m.statusCommand(), m.listCommand(), m.retryCommand(), m.switchCommand("pause"), m.switchCommand("resume"))
+	pf.StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	pf.BoolVar(&o.JSON, "json", false, "print JSON")
+	cmd.AddCommand(newMergeStatusCmd(o, nil), newMergeListCmd(o, nil), newMergeRetryCmd(o, nil),
+		newMergeSwitchCmd(o, "pause", nil), newMergeSwitchCmd(o, "resume", nil))
 	return cmd
 }
 
-// open opens the queue's store; operator verbs refuse a session.
-func (m *mergeMain) open(ctx context.Context, verb string, operator bool) (*merge.Store, *config.Config, func(), error) {
-	who, err := whoCalls(m.s.getenv, "merge")
+// openQueue opens the queue's store; operator verbs refuse a session.
+func openQueue(ctx context.Context, o *mergeOptions, verb string, operator bool) (*merge.Store, *config.Config, func(), error) {
+	who, err := whoCalls(o.IO.Getenv, "merge")
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if operator && who.inSession {
 		return nil, nil, nil, usagef("merge %s: an operator command; agent %s's session may not run it", verb, who.name)
 	}
-	db, err := openSwarmDB(ctx, m.s, m.configPath, "merge")
+	db, err := openSwarmDB(ctx, o.IO, o.ConfigPath, "merge")
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -63,91 +67,126 @@ func (m *mergeMain) open(ctx context.Context, verb string, operator bool) (*merg
 	return merge.NewStore(db.DB, nil), db.cfg, func() { db.Close() }, nil
 }
 
-func (m *mergeMain) statusCommand() *cobra.Command {
+// newMergeStatusCmd is `swarmd merge status`; runF (nil: mergeStatusRun)
+// runs it.
+func newMergeStatusCmd(o *mergeOptions, runF func(context.Context, *mergeOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "The queue: paused or waiting and why, the candidate under test, what is queued, the last results",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, cfg, done, err := m.open(cmd.Context(), "status", false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			s, err := st.Status(cmd.Context(), 10)
-			if err != nil {
-				return err
-			}
-			if m.jsonOut {
-				return printJSON(m.s.out, s)
-			}
-			return printMergeStatus(m.s.out, cfg, s)
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return orRun(runF, mergeStatusRun)(cmd.Context(), o) },
 	}
 }
 
-func (m *mergeMain) listCommand() *cobra.Command {
-	var limit int
+func mergeStatusRun(ctx context.Context, o *mergeOptions) error {
+	st, cfg, done, err := openQueue(ctx, o, "status", false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	s, err := st.Status(ctx, 10)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return printJSON(o.IO.Out, s)
+	}
+	return printMergeStatus(o.IO.Out, cfg, s)
+}
+
+// mergeListOptions are `swarmd merge list`'s.
+type mergeListOptions struct {
+	*mergeOptions
+	Limit int // the last N entries; 0: all
+}
+
+// newMergeListCmd is `swarmd merge list`; runF (nil: mergeListRun) runs it.
+func newMergeListCmd(o *mergeOptions, runF func(context.Context, *mergeListOptions) error) *cobra.Command {
+	opts := &mergeListOptions{mergeOptions: o}
 	cmd := &cobra.Command{
 		Use:   "list [--limit N] [--json]",
 		Short: "Queue entries, oldest first: task, agent, branch and head, state, result",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 0 {
-				return usagef("merge list: --limit %d: want 0 (all) or more", limit)
-			}
-			st, _, done, err := m.open(cmd.Context(), "list", false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			es, err := st.List(cmd.Context(), limit)
-			if err != nil {
-				return err
-			}
-			if m.jsonOut {
-				if es == nil {
-					es = []merge.Entry{}
-				}
-				return printJSON(m.s.out, es)
-			}
-			return printEntries(m.s.out, es)
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return orRun(runF, mergeListRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().IntVar(&limit, "limit", 50, "the last N entries (0: all)")
+	cmd.Flags().IntVar(&opts.Limit, "limit", 50, "the last N entries (0: all)")
 	return cmd
 }
 
-func (m *mergeMain) retryCommand() *cobra.Command {
+func mergeListRun(ctx context.Context, opts *mergeListOptions) error {
+	if opts.Limit < 0 {
+		return usagef("merge list: --limit %d: want 0 (all) or more", opts.Limit)
+	}
+	st, _, done, err := openQueue(ctx, opts.mergeOptions, "list", false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	es, err := st.List(ctx, opts.Limit)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		if es == nil {
+			es = []merge.Entry{}
+		}
+		return printJSON(opts.IO.Out, es)
+	}
+	return printEntries(opts.IO.Out, es)
+}
+
+// mergeRetryOptions are `swarmd merge retry`'s.
+type mergeRetryOptions struct {
+	*mergeOptions
+	Task string // a task id as given
+}
+
+// newMergeRetryCmd is `swarmd merge retry`; runF (nil: mergeRetryRun) runs
+// it.
+func newMergeRetryCmd(o *mergeOptions, runF func(context.Context, *mergeRetryOptions) error) *cobra.Command {
+	opts := &mergeRetryOptions{mergeOptions: o}
 	return &cobra.Command{
 		Use:   "retry TASK",
 		Short: "Queue a rejected task's commit again, at the end of the queue (after a flaky gate, say)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseTaskID("merge retry", args[0])
-			if err != nil {
-				return err
-			}
-			st, _, done, err := m.open(cmd.Context(), "retry", true)
-			if err != nil {
-				return err
-			}
-			defer done()
-			e, err := st.Retry(cmd.Context(), id, "operator")
-			if err != nil {
-				return mergeErr("retry", err)
-			}
-			if m.jsonOut {
-				return printJSON(m.s.out, e)
-			}
-			_, err = fmt.Fprintf(m.s.out, "task %d queued again: %s at %s\n", e.Task, e.Branch, shortHash(e.Head))
-			return err
+			opts.Task = args[0]
+			return orRun(runF, mergeRetryRun)(cmd.Context(), opts)
 		},
 	}
 }
 
-// switchCommand is pause or resume.
-func (m *mergeMain) switchCommand(verb string) *cobra.Command {
+func mergeRetryRun(ctx context.Context, opts *mergeRetryOptions) error {
+	id, err := parseTaskID("merge retry", opts.Task)
+	if err != nil {
+		return err
+	}
+	st, _, done, err := openQueue(ctx, opts.mergeOptions, "retry", true)
+	if err != nil {
+		return err
+	}
+	defer done()
+	e, err := st.Retry(ctx, id, "operator")
+	if err != nil {
+		return mergeErr("retry", err)
+	}
+	if opts.JSON {
+		return printJSON(opts.IO.Out, e)
+	}
+	_, err = fmt.Fprintf(opts.IO.Out, "task %d queued again: %s at %s\n", e.Task, e.Branch, shortHash(e.Head))
+	return err
+}
+
+// mergeSwitchOptions are `swarmd merge pause`'s and `resume`'s.
+type mergeSwitchOptions struct {
+	*mergeOptions
+	Verb string // pause or resume
+}
+
+// newMergeSwitchCmd is `swarmd merge pause` or `resume`; runF (nil:
+// mergeSwitchRun) runs it.
+func newMergeSwitchCmd(o *mergeOptions, verb string, runF func(context.Context, *mergeSwitchOptions) error) *cobra.Command {
+	opts := &mergeSwitchOptions{mergeOptions: o, Verb: verb}
 	short := "Stop the queue before its next candidate (the one under test finishes); kept across restarts"
 	if verb == "resume" {
 		short = "Let a paused queue go on"
@@ -156,24 +195,26 @@ func (m *mergeMain) switchCommand(verb string) *cobra.Command {
 		Use:   verb,
 		Short: short,
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, _, done, err := m.open(cmd.Context(), verb, true)
-			if err != nil {
-				return err
-			}
-			defer done()
-			if verb == "pause" {
-				err = st.Pause(cmd.Context(), "operator")
-			} else {
-				err = st.Resume(cmd.Context(), "operator")
-			}
-			if err != nil {
-				return mergeErr(verb, err)
-			}
-			_, err = fmt.Fprintf(m.s.out, "merge queue %sd\n", verb)
-			return err
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return orRun(runF, mergeSwitchRun)(cmd.Context(), opts) },
 	}
+}
+
+func mergeSwitchRun(ctx context.Context, opts *mergeSwitchOptions) error {
+	st, _, done, err := openQueue(ctx, opts.mergeOptions, opts.Verb, true)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if opts.Verb == "pause" {
+		err = st.Pause(ctx, "operator")
+	} else {
+		err = st.Resume(ctx, "operator")
+	}
+	if err != nil {
+		return mergeErr(opts.Verb, err)
+	}
+	_, err = fmt.Fprintf(opts.IO.Out, "merge queue %sd\n", opts.Verb)
+	return err
 }
 
 func mergeErr(verb string, err error) error {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -20,12 +20,22 @@ const eventsPoll = 250 * time.Millisecond
 // eventTimeLayout is how the event log shows times.
 const eventTimeLayout = "2006-01-02 15:04:05.000"
 
-// newEventsCommand is `swarmd events`: the lifecycle event log, read from
+// eventsOptions are `swarmd events`'s.
+type eventsOptions struct {
+	*operateOptions
+	Agent  string // only this agent's events
+	Task   string // only this task's, its id as given
+	Follow bool
+	JSON   bool
+}
+
+// NewEventsCommand is `swarmd events`: the lifecycle event log, read from
 // swarm.db directly so it works whether or not the daemon runs.
-func newEventsCommand(s streams) *cobra.Command {
-	o := &operateMain{s: s}
-	var agentName, taskArg string
-	var follow, jsonOut bool
+func NewEventsCommand(s Streams) *cobra.Command { return newEventsCmd(&operateOptions{IO: s}, nil) }
+
+// newEventsCmd is `swarmd events`; runF (nil: eventsRun) runs it.
+func newEventsCmd(o *operateOptions, runF func(context.Context, *eventsOptions) error) *cobra.Command {
+	opts := &eventsOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the lifecycle event log: every transition, who caused it and why",
@@ -36,46 +46,48 @@ task's reads "TIME task ID: FROM --TRANSITION_REASON--> TO by ACTOR: REASON", wi
   swarmd events --task 7
   swarmd events -f --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := store.EventQuery{Agent: agentName}
-			if taskArg != "" {
-				id, err := parseTaskID("events: --task", taskArg)
-				if err != nil {
-					return err
-				}
-				q.TaskID = id
-			}
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer cancel()
-			db, err := store.Open(ctx, cfg.StoreTarget(), store.Options{NoCreate: true})
-			if err != nil {
-				return usagef("events: %w (has swarmd run in this repo yet?)", err)
-			}
-			defer db.Close()
-			if q.TaskID != 0 {
-				if _, err := daemon.OpenTaskBoard(db, nil).Get(ctx, q.TaskID); err != nil {
-					return fmt.Errorf("events: %w", err)
-				}
-			}
-			return printEvents(ctx, s, db, q, follow, jsonOut)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, eventsRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
-	cmd.Flags().StringVar(&agentName, "agent", "", "only this agent's events")
-	cmd.Flags().StringVar(&taskArg, "task", "", "only this task's transitions")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON lines")
+	cmd.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.Flags().StringVar(&opts.Agent, "agent", "", "only this agent's events")
+	cmd.Flags().StringVar(&opts.Task, "task", "", "only this task's transitions")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing new events")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON lines")
 	return cmd
+}
+
+func eventsRun(ctx context.Context, opts *eventsOptions) error {
+	q := store.EventQuery{Agent: opts.Agent}
+	if opts.Task != "" {
+		id, err := parseTaskID("events: --task", opts.Task)
+		if err != nil {
+			return err
+		}
+		q.TaskID = id
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	db, err := store.Open(ctx, cfg.StoreTarget(), store.Options{NoCreate: true})
+	if err != nil {
+		return usagef("events: %w (has swarmd run in this repo yet?)", err)
+	}
+	defer db.Close()
+	if q.TaskID != 0 {
+		if _, err := daemon.OpenTaskBoard(db, nil).Get(ctx, q.TaskID); err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+	}
+	return printEvents(ctx, opts.IO, db, q, opts.Follow, opts.JSON)
 }
 
 // printEvents prints the events q selects, and with follow the new ones
 // until ctx ends.
-func printEvents(ctx context.Context, s streams, db *store.DB, q store.EventQuery, follow, jsonOut bool) error {
-	enc := json.NewEncoder(s.out)
+func printEvents(ctx context.Context, s Streams, db *store.DB, q store.EventQuery, follow, jsonOut bool) error {
+	enc := json.NewEncoder(s.Out)
 	for {
 		evs, err := db.Events(context.WithoutCancel(ctx), q)
 		if err != nil {
@@ -89,7 +101,7 @@ func printEvents(ctx context.Context, s streams, db *store.DB, q store.EventQuer
 				}
 				continue
 			}
-			fmt.Fprintln(s.out, eventLine(e))
+			fmt.Fprintln(s.Out, eventLine(e))
 		}
 		if !follow {
 			return nil

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -17,12 +17,29 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// newPauseCommands are `swarmd pause` and `swarmd resume`.
-func newPauseCommands(s streams) []*cobra.Command {
-	o := &operateMain{s: s}
-	var all, now bool
-	var reason string
-	pause := &cobra.Command{
+// NewPauseCommands are `swarmd pause` and `swarmd resume`.
+func NewPauseCommands(s Streams) []*cobra.Command {
+	o := &operateOptions{IO: s}
+	cmds := []*cobra.Command{newPauseCmd(o, nil), newResumeCmd(o, nil)}
+	for _, c := range cmds {
+		c.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	}
+	return cmds
+}
+
+// pauseOptions are `swarmd pause`'s and `resume`'s.
+type pauseOptions struct {
+	*operateOptions
+	Agents []string // AGENT when given (cobra allows one), or All
+	All    bool
+	Now    bool   // pause: freeze the running session
+	Reason string // pause: why
+}
+
+// newPauseCmd is `swarmd pause`; runF (nil: pauseRun) runs it.
+func newPauseCmd(o *operateOptions, runF func(context.Context, *pauseOptions) error) *cobra.Command {
+	opts := &pauseOptions{operateOptions: o}
+	cmd := &cobra.Command{
 		Use:   "pause AGENT|--all",
 		Short: "Hold an agent: its session finishes (or, with --now, freezes) and no new one starts",
 		Long: `Hold an agent until 'swarmd resume'. Without --now the running session finishes and no new
@@ -33,61 +50,72 @@ A pause is stored in swarm.db: it survives a restart of the daemon (a frozen ses
 ends with the daemon, and the agent stays paused). 'swarmd status' shows it, as does the event log.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := control.PauseRequest{Now: now, Reason: reason}
-			return o.eachAgent(cmd.Context(), "pause", args, all, func(c *control.Client, name string) error {
-				res, err := c.Pause(cmd.Context(), name, req)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(s.out, pauseLine(res))
-				return nil
-			})
+			opts.Agents = args
+			return orRun(runF, pauseRun)(cmd.Context(), opts)
 		},
 	}
-	pause.Flags().BoolVar(&all, "all", false, "every agent")
-	pause.Flags().BoolVar(&now, "now", false, "freeze the running session at once (SIGSTOP to its whole process tree)")
-	pause.Flags().StringVar(&reason, "reason", "", "why, for the event log and status")
+	cmd.Flags().BoolVar(&opts.All, "all", false, "every agent")
+	cmd.Flags().BoolVar(&opts.Now, "now", false, "freeze the running session at once (SIGSTOP to its whole process tree)")
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why, for the event log and status")
+	return cmd
+}
 
-	var resumeAll bool
-	resume := &cobra.Command{
+func pauseRun(ctx context.Context, opts *pauseOptions) error {
+	req := control.PauseRequest{Now: opts.Now, Reason: opts.Reason}
+	return opts.eachAgent(ctx, "pause", opts.Agents, opts.All, func(c *control.Client, name string) error {
+		res, err := c.Pause(ctx, name, req)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(opts.IO.Out, pauseLine(res))
+		return nil
+	})
+}
+
+// newResumeCmd is `swarmd resume`; runF (nil: resumeRun) runs it.
+func newResumeCmd(o *operateOptions, runF func(context.Context, *pauseOptions) error) *cobra.Command {
+	opts := &pauseOptions{operateOptions: o}
+	cmd := &cobra.Command{
 		Use:   "resume AGENT|--all",
 		Short: "Lift a pause: a frozen session goes on, a held agent starts its next session",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.eachAgent(cmd.Context(), "resume", args, resumeAll, func(c *control.Client, name string) error {
-				res, err := c.Resume(cmd.Context(), name)
-				if resumeAll && errors.Is(err, control.ErrConflict) {
-					return nil // --all: an agent that is not paused has nothing to resume
-				}
-				if err != nil {
-					return err
-				}
-				line := "resumed " + res.Agent + " (" + res.State
-				if res.Thawed {
-					line += "; its session was thawed"
-				}
-				fmt.Fprintln(s.out, line+")")
-				return nil
-			})
+			opts.Agents = args
+			return orRun(runF, resumeRun)(cmd.Context(), opts)
 		},
 	}
-	resume.Flags().BoolVar(&resumeAll, "all", false, "every paused agent")
-	for _, c := range []*cobra.Command{pause, resume} {
-		c.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
-	}
-	return []*cobra.Command{pause, resume}
+	cmd.Flags().BoolVar(&opts.All, "all", false, "every paused agent")
+	return cmd
+}
+
+func resumeRun(ctx context.Context, opts *pauseOptions) error {
+	return opts.eachAgent(ctx, "resume", opts.Agents, opts.All, func(c *control.Client, name string) error {
+		res, err := c.Resume(ctx, name)
+		if opts.All && errors.Is(err, control.ErrConflict) {
+			return nil // --all: an agent that is not paused has nothing to resume
+		}
+		if err != nil {
+			return err
+		}
+		line := "resumed " + res.Agent + " (" + res.State
+		if res.Thawed {
+			line += "; its session was thawed"
+		}
+		fmt.Fprintln(opts.IO.Out, line+")")
+		return nil
+	})
 }
 
 // eachAgent runs f for AGENT, or for every agent of the daemon with --all.
-func (o *operateMain) eachAgent(ctx context.Context, verb string, args []string, all bool, f func(*control.Client, string) error) error {
-	if all == (len(args) == 1) {
+func (o *operateOptions) eachAgent(ctx context.Context, verb string, agents []string, all bool, f func(*control.Client, string) error) error {
+	if all == (len(agents) == 1) {
 		return usagef("%s: name one agent or give --all", verb)
 	}
 	c, err := o.client()
 	if err != nil {
 		return err
 	}
-	names := args
+	names := agents
 	if all {
 		as, err := c.Agents(ctx)
 		if err != nil {
@@ -124,8 +152,8 @@ func pauseLine(r control.PauseResult) string {
 // auditPoll is how often `swarmd audit -f` looks for new tool calls.
 const auditPoll = 250 * time.Millisecond
 
-// auditJSON is one line of `swarmd audit --json`.
-type auditJSON struct {
+// AuditJSON is one line of `swarmd audit --json`.
+type AuditJSON struct {
 	ID         int64     `json:"id"`
 	Agent      string    `json:"agent"`
 	Seq        uint32    `json:"seq"`
@@ -138,12 +166,21 @@ type auditJSON struct {
 	Status     string    `json:"status"`
 }
 
-// newAuditCommand is `swarmd audit`: every tool call the agents made, read
+// auditOptions are `swarmd audit`'s.
+type auditOptions struct {
+	*operateOptions
+	Query  store.ToolCallQuery
+	Follow bool
+	JSON   bool
+}
+
+// NewAuditCommand is `swarmd audit`: every tool call the agents made, read
 // from swarm.db, so it works whether or not the daemon runs.
-func newAuditCommand(s streams) *cobra.Command {
-	o := &operateMain{s: s}
-	var q store.ToolCallQuery
-	var follow, jsonOut bool
+func NewAuditCommand(s Streams) *cobra.Command { return newAuditCmd(&operateOptions{IO: s}, nil) }
+
+// newAuditCmd is `swarmd audit`; runF (nil: auditRun) runs it.
+func newAuditCmd(o *operateOptions, runF func(context.Context, *auditOptions) error) *cobra.Command {
+	opts := &auditOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "List every tool call the agents made: tool, input, start, duration, ok or error",
@@ -152,33 +189,35 @@ session seq, the tool, how long it took, whether it went ok (error: the tool rep
 shell command's non-zero exit; unfinished: the session ended during it) and a summary of its input
 (the shell command, the file; at most 1 KiB). A call is recorded when it ends.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if q.Last < 0 {
-				return usagef("audit: --limit %d: want 0 (all) or more", q.Last)
-			}
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer cancel()
-			db, err := openStateDB(ctx, cfg, "audit")
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			w := auditWriter{w: s.out, json: jsonOut}
-			return followAudit(ctx, db, q, follow, w)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, auditRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	q := &opts.Query
+	cmd.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
 	cmd.Flags().StringVar(&q.Agent, "agent", "", "only this agent's calls")
 	cmd.Flags().StringVar(&q.SessionID, "session", "", "only this session's calls (its id, as swarmd sessions --json shows it)")
 	cmd.Flags().StringVar(&q.Tool, "tool", "", "only calls of this tool (Bash, command_execution, run_shell_command, ...)")
 	cmd.Flags().IntVarP(&q.Last, "limit", "n", 100, "how many calls, the most recent (0: all)")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new calls")
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON lines")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing new calls")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON lines")
 	return cmd
+}
+
+func auditRun(ctx context.Context, opts *auditOptions) error {
+	if opts.Query.Last < 0 {
+		return usagef("audit: --limit %d: want 0 (all) or more", opts.Query.Last)
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	db, err := openStateDB(ctx, cfg, "audit")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return followAudit(ctx, db, opts.Query, opts.Follow, auditWriter{w: opts.IO.Out, json: opts.JSON})
 }
 
 // followAudit prints the calls q selects, then with follow the new ones as
@@ -233,7 +272,7 @@ func (a auditWriter) call(c store.ToolCallRecord) error {
 			ms := c.Duration.Milliseconds()
 			dur = &ms
 		}
-		return json.NewEncoder(a.w).Encode(auditJSON{ID: c.ID, Agent: c.Agent, Seq: c.Seq, SessionID: c.SessionID,
+		return json.NewEncoder(a.w).Encode(AuditJSON{ID: c.ID, Agent: c.Agent, Seq: c.Seq, SessionID: c.SessionID,
 			CallID: c.CallID, Tool: c.Tool, Input: c.Input, Started: c.Started, DurationMS: dur, Status: c.Status})
 	}
 	dur := "-"

@@ -1,7 +1,7 @@
-package main
+package cli
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -15,10 +15,24 @@ import (
 	"github.com/swarmd/swarmd/internal/daemon"
 )
 
-// newBudgetCommand is `swarmd budget` and `swarmd budget set`.
-func newBudgetCommand(s streams) *cobra.Command {
-	o := &operateMain{s: s}
-	var jsonOut bool
+// NewBudgetCommand is `swarmd budget` and `swarmd budget set`.
+func NewBudgetCommand(s Streams) *cobra.Command {
+	o := &operateOptions{IO: s}
+	cmd := newBudgetCmd(o, nil)
+	cmd.PersistentFlags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.AddCommand(newBudgetSetCmd(o, nil))
+	return cmd
+}
+
+// budgetOptions are `swarmd budget`'s.
+type budgetOptions struct {
+	*operateOptions
+	JSON bool
+}
+
+// newBudgetCmd is `swarmd budget`; runF (nil: budgetRun) runs it.
+func newBudgetCmd(o *operateOptions, runF func(context.Context, *budgetOptions) error) *cobra.Command {
+	opts := &budgetOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "budget",
 		Short: "Show spend and limits per agent and for the swarm, in the current windows",
@@ -29,28 +43,39 @@ BudgetWarning and the agent's prompt says what is left; at 100% its session is c
 paused (STATUS paused) until the window ends (ENDS, UTC) or 'swarmd budget set' raises the limit.
 A cost is what the backend reported, else its tokens times the configured prices.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			bs, err := c.Budget(cmd.Context())
-			if err != nil {
-				return controlErr(err)
-			}
-			if jsonOut {
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(bs)
-			}
-			return writeBudgets(s.out, bs)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, budgetRun)(cmd.Context(), opts) },
 	}
-	cmd.PersistentFlags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
+	return cmd
+}
 
-	var swarm, clear bool
-	set := &cobra.Command{
+func budgetRun(ctx context.Context, opts *budgetOptions) error {
+	c, err := opts.client()
+	if err != nil {
+		return err
+	}
+	bs, err := c.Budget(ctx)
+	if err != nil {
+		return controlErr(err)
+	}
+	if opts.JSON {
+		return printJSON(opts.IO.Out, bs)
+	}
+	return writeBudgets(opts.IO.Out, bs)
+}
+
+// budgetSetOptions are `swarmd budget set`'s.
+type budgetSetOptions struct {
+	*operateOptions
+	Args  []string // AGENT USD, USD (--swarm) or AGENT (--clear)
+	Swarm bool
+	Clear bool
+}
+
+// newBudgetSetCmd is `swarmd budget set`; runF (nil: budgetSetRun) runs it.
+func newBudgetSetCmd(o *operateOptions, runF func(context.Context, *budgetSetOptions) error) *cobra.Command {
+	opts := &budgetSetOptions{operateOptions: o}
+	cmd := &cobra.Command{
 		Use:   "set AGENT USD | --swarm USD | AGENT --clear",
 		Short: "Set an agent's (or the swarm's) USD limit per window; it survives restarts",
 		Long: `Set the USD limit of an agent's budget, or with --swarm of the swarm's, in place of the config
@@ -59,30 +84,34 @@ the file's. An agent paused because its budget ran out goes on at once if the ne
 Only the operator may set budgets: a request from inside an agent's session is refused.`,
 		Args: cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req, err := budgetRequest(args, swarm, clear)
-			if err != nil {
-				return err
-			}
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			bs, err := c.SetBudget(cmd.Context(), req)
-			if err != nil {
-				return controlErr(fmt.Errorf("budget set %s: %w", req.Scope, err))
-			}
-			for _, b := range bs {
-				if b.Scope == req.Scope {
-					return writeBudgets(s.out, []control.BudgetStatus{b})
-				}
-			}
-			return nil
+			opts.Args = args
+			return orRun(runF, budgetSetRun)(cmd.Context(), opts)
 		},
 	}
-	set.Flags().BoolVar(&swarm, "swarm", false, "the swarm's budget (all agents together)")
-	set.Flags().BoolVar(&clear, "clear", false, "drop the limit set here: the config file's applies again")
-	cmd.AddCommand(set)
+	cmd.Flags().BoolVar(&opts.Swarm, "swarm", false, "the swarm's budget (all agents together)")
+	cmd.Flags().BoolVar(&opts.Clear, "clear", false, "drop the limit set here: the config file's applies again")
 	return cmd
+}
+
+func budgetSetRun(ctx context.Context, opts *budgetSetOptions) error {
+	req, err := budgetRequest(opts.Args, opts.Swarm, opts.Clear)
+	if err != nil {
+		return err
+	}
+	c, err := opts.client()
+	if err != nil {
+		return err
+	}
+	bs, err := c.SetBudget(ctx, req)
+	if err != nil {
+		return controlErr(fmt.Errorf("budget set %s: %w", req.Scope, err))
+	}
+	for _, b := range bs {
+		if b.Scope == req.Scope {
+			return writeBudgets(opts.IO.Out, []control.BudgetStatus{b})
+		}
+	}
+	return nil
 }
 
 // budgetRequest reads `budget set`'s arguments.

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -28,8 +28,8 @@ func openStateDB(ctx context.Context, cfg *config.Config, what string) (*store.D
 	return db, nil
 }
 
-// sessionJSON is one line of `swarmd sessions --json`.
-type sessionJSON struct {
+// SessionJSON is one line of `swarmd sessions --json`.
+type SessionJSON struct {
 	Agent       string     `json:"agent"`
 	Seq         uint32     `json:"seq"`
 	SessionID   string     `json:"session_id"`
@@ -50,12 +50,21 @@ type sessionJSON struct {
 	LogPath     string     `json:"log_path,omitempty"`
 }
 
-// newSessionsCommand is `swarmd sessions [AGENT]`: the recent sessions as the
+// sessionsOptions are `swarmd sessions`'s.
+type sessionsOptions struct {
+	*operateOptions
+	Agent string // "": every agent
+	Limit int    // the most recent; 0: all
+	JSON  bool
+}
+
+// NewSessionsCommand is `swarmd sessions [AGENT]`: the recent sessions as the
 // daemon recorded them in swarm.db.
-func newSessionsCommand(s streams) *cobra.Command {
-	o := &operateMain{s: s}
-	var limit int
-	var jsonOut bool
+func NewSessionsCommand(s Streams) *cobra.Command { return newSessionsCmd(&operateOptions{IO: s}, nil) }
+
+// newSessionsCmd is `swarmd sessions`; runF (nil: sessionsRun) runs it.
+func newSessionsCmd(o *operateOptions, runF func(context.Context, *sessionsOptions) error) *cobra.Command {
+	opts := &sessionsOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "sessions [AGENT]",
 		Short: "List recent sessions: outcome, duration, tokens, cost, commits, result",
@@ -66,43 +75,47 @@ daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not
 (swarmd died while it ran), and running.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 0 {
-				return usagef("sessions: --limit %d: want 0 (all) or more", limit)
-			}
-			agentName := ""
+			opts.Agent = ""
 			if len(args) == 1 {
-				agentName = args[0]
+				opts.Agent = args[0]
 			}
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			db, err := openStateDB(cmd.Context(), cfg, "sessions")
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ss, err := db.Sessions(cmd.Context(), agentName, limit)
-			if err != nil {
-				return err
-			}
-			slices.Reverse(ss) // oldest first, the latest next to the prompt
-			if jsonOut {
-				return writeSessionsJSON(s.out, ss)
-			}
-			return writeSessions(s.out, ss, time.Now())
+			return orRun(runF, sessionsRun)(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
-	cmd.Flags().IntVarP(&limit, "limit", "n", 20, "how many sessions, the most recent (0: all)")
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON lines")
+	cmd.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.Flags().IntVarP(&opts.Limit, "limit", "n", 20, "how many sessions, the most recent (0: all)")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON lines")
 	return cmd
+}
+
+func sessionsRun(ctx context.Context, opts *sessionsOptions) error {
+	if opts.Limit < 0 {
+		return usagef("sessions: --limit %d: want 0 (all) or more", opts.Limit)
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	db, err := openStateDB(ctx, cfg, "sessions")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ss, err := db.Sessions(ctx, opts.Agent, opts.Limit)
+	if err != nil {
+		return err
+	}
+	slices.Reverse(ss) // oldest first, the latest next to the prompt
+	if opts.JSON {
+		return writeSessionsJSON(opts.IO.Out, ss)
+	}
+	return writeSessions(opts.IO.Out, ss, time.Now())
 }
 
 func writeSessionsJSON(w io.Writer, ss []store.SessionRecord) error {
 	enc := json.NewEncoder(w)
 	for _, r := range ss {
-		if err := enc.Encode(sessionJSON{
+		if err := enc.Encode(SessionJSON{
 			Agent: r.Agent, Seq: r.Seq, SessionID: r.SessionID, Started: r.Started, Ended: r.Ended,
 			DurationMS: r.Duration.Milliseconds(), Outcome: r.Outcome, AbortReason: r.AbortReason,
 			ExitCode: r.ExitCode, Signal: r.Signal, Reason: r.Reason, TokensIn: r.TokensIn, TokensOut: r.TokensOut,

@@ -1,8 +1,7 @@
-package main
+package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,9 +16,9 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-// needItem is one thing that needs a person, with the one command that
+// NeedItem is one thing that needs a person, with the one command that
 // deals with it.
-type needItem struct {
+type NeedItem struct {
 	Kind  string `json:"kind"`
 	Agent string `json:"agent,omitempty"`
 	Task  int64  `json:"task,omitempty"`
@@ -39,24 +38,24 @@ type needState struct {
 
 // needs lists what needs a person, in a fixed order: the swarm, agents,
 // tasks, mail.
-func needs(st needState) []needItem {
-	var out []needItem
+func needs(st needState) []NeedItem {
+	var out []NeedItem
 	if !st.running {
-		out = append(out, needItem{Kind: "not_running", What: "no swarmd runs on this state dir: nothing happens", Fix: "swarmd run"})
+		out = append(out, NeedItem{Kind: "not_running", What: "no swarmd runs on this state dir: nothing happens", Fix: "swarmd run"})
 	}
 	for _, name := range st.names {
 		a, ok := st.agents[name]
 		if ok && a.StopKind == store.StopFatal {
-			out = append(out, needItem{Kind: "agent_stopped", Agent: name,
+			out = append(out, NeedItem{Kind: "agent_stopped", Agent: name,
 				What: fmt.Sprintf("agent %s stopped for good: %s", name, a.StopReason), Fix: "swarmd start " + name})
 		}
 		if p, ok := st.pauses[name]; ok && strings.HasPrefix(p.Reason, "budget_exhausted") {
-			out = append(out, needItem{Kind: "budget_exhausted", Agent: name,
+			out = append(out, NeedItem{Kind: "budget_exhausted", Agent: name,
 				What: fmt.Sprintf("agent %s is paused: its budget is spent", name), Fix: "swarmd budget set " + name + " USD"})
 		}
 	}
 	for _, t := range st.tasks {
-		it := needItem{Task: t.ID}
+		it := NeedItem{Task: t.ID}
 		switch t.StateName {
 		case task.Failed.String():
 			it.Kind, it.What, it.Fix = "task_failed", fmt.Sprintf("task #%d failed: %s", t.ID, oneLineCut(t.Result, 100)), fmt.Sprintf("swarmd task retry %d", t.ID)
@@ -70,7 +69,7 @@ func needs(st needState) []needItem {
 		out = append(out, it)
 	}
 	if st.mail > 0 {
-		out = append(out, needItem{Kind: "mail", What: fmt.Sprintf("%d unread messages to the operator", st.mail), Fix: "swarmd mail inbox"})
+		out = append(out, NeedItem{Kind: "mail", What: fmt.Sprintf("%d unread messages to the operator", st.mail), Fix: "swarmd mail inbox"})
 	}
 	return out
 }
@@ -86,9 +85,19 @@ func oneLineCut(s string, n int) string {
 	return s
 }
 
-func newInboxCommand(s streams) *cobra.Command {
-	var configPath string
-	var jsonOut bool
+// inboxOptions are `swarmd inbox`'s.
+type inboxOptions struct {
+	IO         Streams
+	ConfigPath string
+	JSON       bool
+}
+
+// NewInboxCommand is `swarmd inbox`.
+func NewInboxCommand(s Streams) *cobra.Command { return newInboxCmd(s, nil) }
+
+// newInboxCmd is `swarmd inbox`; runF (nil: inboxRun) runs it.
+func newInboxCmd(s Streams, runF func(context.Context, *inboxOptions) error) *cobra.Command {
+	opts := &inboxOptions{IO: s}
 	cmd := &cobra.Command{
 		Use:   "inbox",
 		Short: "What needs a person now, each with the command that deals with it",
@@ -98,37 +107,37 @@ FAILED (swarmd task retry), tasks waiting for approval (swarmd task approve) or 
 to the operator, and a swarm whose daemon is not running. Read from swarm.db: it works whether the
 daemon runs or not. Exit 0 either way; an empty list says "nothing needs you".`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			items, err := readNeeds(cmd.Context(), s, configPath)
-			if err != nil {
-				return err
-			}
-			if jsonOut {
-				if items == nil {
-					items = []needItem{}
-				}
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(items)
-			}
-			if len(items) == 0 {
-				_, err := fmt.Fprintln(s.out, "nothing needs you")
-				return err
-			}
-			w := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "WHAT\tFIX")
-			for _, it := range items {
-				fmt.Fprintf(w, "%s\t%s\n", it.What, it.Fix)
-			}
-			return w.Flush()
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, inboxRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().StringVarP(&configPath, "config", "c", configName, "config file (names the state dir)")
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "a JSON array of {kind, agent, task, what, fix}")
+	cmd.Flags().StringVarP(&opts.ConfigPath, "config", "c", configName, "config file (names the state dir)")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "a JSON array of {kind, agent, task, what, fix}")
 	return cmd
 }
 
-func readNeeds(ctx context.Context, s streams, configPath string) ([]needItem, error) {
+func inboxRun(ctx context.Context, opts *inboxOptions) error {
+	items, err := readNeeds(ctx, opts.IO, opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		if items == nil {
+			items = []NeedItem{}
+		}
+		return printJSON(opts.IO.Out, items)
+	}
+	if len(items) == 0 {
+		_, err := fmt.Fprintln(opts.IO.Out, "nothing needs you")
+		return err
+	}
+	w := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "WHAT\tFIX")
+	for _, it := range items {
+		fmt.Fprintf(w, "%s\t%s\n", it.What, it.Fix)
+	}
+	return w.Flush()
+}
+
+func readNeeds(ctx context.Context, s Streams, configPath string) ([]NeedItem, error) {
 	db, err := openSwarmDB(ctx, s, configPath, "inbox")
 	if err != nil {
 		return nil, err

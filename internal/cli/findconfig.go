@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -16,12 +16,12 @@ const configName = "swarmd.yaml"
 // configEnv names a config file for every command that takes --config.
 const configEnv = "SWARMD_CONFIG"
 
-// findConfig fills in a command's --config when it was not given, the way
+// FindConfig fills in a command's --config when it was not given, the way
 // git finds .git: $SWARMD_CONFIG, else swarmd.yaml in the working directory
 // or the nearest parent that has one. Found nowhere, it says where it
 // looked; a command run where the store is given another way
 // (SWARM_DB_PATH) goes on without it.
-func findConfig(cmd *cobra.Command, getenv func(string) string) error {
+func FindConfig(cmd *cobra.Command, getenv func(string) string) error {
 	f := cmd.Flags().Lookup("config")
 	if f == nil || f.Changed {
 		return nil

@@ -1,8 +1,7 @@
-package main
+package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,22 +18,22 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// operateMain holds what the operator commands share: the config that names
-// the state dir (and so the socket and the logs).
-type operateMain struct {
-	s          streams
-	configPath string
+// operateOptions are what the operator commands share: the config that
+// names the state dir (and so the socket and the logs).
+type operateOptions struct {
+	IO         Streams
+	ConfigPath string
 }
 
-func (o *operateMain) config() (*config.Config, error) {
-	cfg, err := config.Load(o.configPath)
+func (o *operateOptions) config() (*config.Config, error) {
+	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
 		return nil, usage(err)
 	}
 	return cfg, nil
 }
 
-func (o *operateMain) client() (*control.Client, error) {
+func (o *operateOptions) client() (*control.Client, error) {
 	cfg, err := o.config()
 	if err != nil {
 		return nil, err
@@ -50,10 +49,26 @@ func controlErr(err error) error {
 	return err
 }
 
-func newOperateCommands(s streams) []*cobra.Command {
-	o := &operateMain{s: s}
-	var jsonOut bool
-	status := &cobra.Command{
+// NewOperateCommands are `swarmd status`, `stop`, `start` and `logs`.
+func NewOperateCommands(s Streams) []*cobra.Command {
+	o := &operateOptions{IO: s}
+	cmds := []*cobra.Command{newStatusCmd(o, nil), newAgentVerbCmd(o, "stop", nil), newAgentVerbCmd(o, "start", nil), newLogsCommand(o)}
+	for _, c := range cmds {
+		c.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	}
+	return cmds
+}
+
+// statusOptions are `swarmd status`'s.
+type statusOptions struct {
+	*operateOptions
+	JSON bool
+}
+
+// newStatusCmd is `swarmd status`; runF (nil: statusRun) runs it.
+func newStatusCmd(o *operateOptions, runF func(context.Context, *statusOptions) error) *cobra.Command {
+	opts := &statusOptions{operateOptions: o}
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "One row per agent: state, session, errors, spend, health",
 		Long: `Show every agent of the running daemon: state, session seq, current session age, time since the
@@ -65,83 +80,87 @@ commit, or an agent that only talks).
 TOKENS (input and output) and COST are the sums over every session swarm.db has recorded for the
 agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			as, err := c.Agents(cmd.Context())
-			if err != nil {
-				return controlErr(err)
-			}
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			rows := statusRows(cmd.Context(), cfg, as, s.err)
-			if jsonOut {
-				enc := json.NewEncoder(s.out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			}
-			if err := writeStatus(s.out, rows, time.Now()); err != nil {
-				return err
-			}
-			if info, err := c.Daemon(cmd.Context()); err == nil && info.Isolation != "" {
-				fmt.Fprintln(s.out, info.Isolation)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, statusRun)(cmd.Context(), opts) },
 	}
-	status.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
+	return cmd
+}
 
-	stop := &cobra.Command{
-		Use:   "stop AGENT",
-		Short: "OperatorStop one agent (its session is cancelled with its grace period)",
+func statusRun(ctx context.Context, opts *statusOptions) error {
+	c, err := opts.client()
+	if err != nil {
+		return err
+	}
+	as, err := c.Agents(ctx)
+	if err != nil {
+		return controlErr(err)
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	rows := statusRows(ctx, cfg, as, opts.IO.Err)
+	if opts.JSON {
+		return printJSON(opts.IO.Out, rows)
+	}
+	if err := writeStatus(opts.IO.Out, rows, time.Now()); err != nil {
+		return err
+	}
+	if info, err := c.Daemon(ctx); err == nil && info.Isolation != "" {
+		fmt.Fprintln(opts.IO.Out, info.Isolation)
+	}
+	return nil
+}
+
+// agentVerbOptions are `swarmd stop`'s and `start`'s.
+type agentVerbOptions struct {
+	*operateOptions
+	Verb  string // stop or start
+	Agent string
+}
+
+// newAgentVerbCmd is `swarmd stop AGENT` or `start AGENT`; runF (nil:
+// agentVerbRun) runs it.
+func newAgentVerbCmd(o *operateOptions, verb string, runF func(context.Context, *agentVerbOptions) error) *cobra.Command {
+	opts := &agentVerbOptions{operateOptions: o, Verb: verb}
+	short := "OperatorStop one agent (its session is cancelled with its grace period)"
+	if verb == "start" {
+		short = "Start a Stopped agent again, with its error counters reset"
+	}
+	return &cobra.Command{
+		Use:   verb + " AGENT",
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			if err := c.Stop(cmd.Context(), args[0]); err != nil {
-				return controlErr(err)
-			}
-			fmt.Fprintf(s.out, "stopping %s\n", args[0])
-			return nil
+			opts.Agent = args[0]
+			return orRun(runF, agentVerbRun)(cmd.Context(), opts)
 		},
 	}
-	start := &cobra.Command{
-		Use:   "start AGENT",
-		Short: "Start a Stopped agent again, with its error counters reset",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			if err := c.Start(cmd.Context(), args[0]); err != nil {
-				return controlErr(err)
-			}
-			fmt.Fprintf(s.out, "starting %s\n", args[0])
-			return nil
-		},
-	}
+}
 
-	cmds := []*cobra.Command{status, stop, start, newLogsCommand(o)}
-	for _, c := range cmds {
-		c.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+func agentVerbRun(ctx context.Context, opts *agentVerbOptions) error {
+	c, err := opts.client()
+	if err != nil {
+		return err
 	}
-	return cmds
+	do, doing := c.Stop, "stopping"
+	if opts.Verb == "start" {
+		do, doing = c.Start, "starting"
+	}
+	if err := do(ctx, opts.Agent); err != nil {
+		return controlErr(err)
+	}
+	fmt.Fprintf(opts.IO.Out, "%s %s\n", doing, opts.Agent)
+	return nil
 }
 
 // writeStatus renders the status table.
-func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
+func writeStatus(w io.Writer, as []StatusRow, now time.Time) error {
 	if len(as) > 0 && as[0].DaemonFault != "" {
 		fmt.Fprintf(w, "DAEMON UNHEALTHY: %s\n", as[0].DaemonFault)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	swarm := slices.ContainsFunc(as, func(r statusRow) bool { return r.Daemon != "" })
+	swarm := slices.ContainsFunc(as, func(r StatusRow) bool { return r.Daemon != "" })
 	if swarm {
 		fmt.Fprint(tw, "DAEMON\t")
 	}
@@ -154,7 +173,7 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 		case a.Paused:
 			why = daemon.JoinReason("paused by "+a.PausedBy, a.PauseReason)
 		}
-		var sp spendJSON
+		var sp SpendJSON
 		if a.Spend != nil {
 			sp = *a.Spend
 		}
@@ -174,18 +193,18 @@ func writeStatus(w io.Writer, as []statusRow, now time.Time) error {
 	return tw.Flush()
 }
 
-// statusRow is one agent of `swarmd status`: the daemon's view and what
+// StatusRow is one agent of `swarmd status`: the daemon's view and what
 // swarm.db has recorded of its sessions.
-type statusRow struct {
+type StatusRow struct {
 	control.AgentStatus
-	Spend *spendJSON `json:"spend,omitempty"` // nil: no session recorded, or swarm.db unreadable
+	Spend *SpendJSON `json:"spend,omitempty"` // nil: no session recorded, or swarm.db unreadable
 	// Daemon runs the agent (its host and state dir), on a shared store;
 	// rows of other daemons' agents carry their recorded state only.
 	Daemon string `json:"daemon,omitempty"`
 }
 
-// spendJSON is an agent's spend summed over its recorded sessions.
-type spendJSON struct {
+// SpendJSON is an agent's spend summed over its recorded sessions.
+type SpendJSON struct {
 	Sessions  int     `json:"sessions"`
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
@@ -201,8 +220,8 @@ const noCommitSessions = 5
 // successful sessions committed nothing: sessions that succeed but never
 // commit are otherwise silent. A database that cannot be read leaves both
 // out, with a warning: the daemon's view still shows.
-func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatus, warn io.Writer) []statusRow {
-	rows := make([]statusRow, len(as))
+func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatus, warn io.Writer) []StatusRow {
+	rows := make([]StatusRow, len(as))
 	for i, a := range as {
 		rows[i].AgentStatus = a
 	}
@@ -227,7 +246,7 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 	}
 	for i := range rows {
 		if sp, ok := spend[rows[i].Name]; ok {
-			rows[i].Spend = &spendJSON{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
+			rows[i].Spend = &SpendJSON{Sessions: sp.Sessions, TokensIn: sp.TokensIn, TokensOut: sp.TokensOut, CostUSD: sp.CostUSD}
 		}
 		if dry[rows[i].Name] && rows[i].Health == "" {
 			rows[i].Health = "no commits"
@@ -238,7 +257,7 @@ func statusRows(ctx context.Context, cfg *config.Config, as []control.AgentStatu
 
 // swarmRows names the daemon of each agent on a shared store and adds the
 // other daemons' agents, with the state they last recorded.
-func swarmRows(ctx context.Context, db *store.DB, rows []statusRow) ([]statusRow, error) {
+func swarmRows(ctx context.Context, db *store.DB, rows []StatusRow) ([]StatusRow, error) {
 	leases, err := db.Leases(ctx)
 	if err != nil {
 		return rows, err
@@ -257,7 +276,7 @@ func swarmRows(ctx context.Context, db *store.DB, rows []statusRow) ([]statusRow
 			continue
 		}
 		rec := recs[l.Agent]
-		rows = append(rows, statusRow{AgentStatus: control.AgentStatus{Name: l.Agent, State: dash(rec.State), Seq: rec.Seq,
+		rows = append(rows, StatusRow{AgentStatus: control.AgentStatus{Name: l.Agent, State: dash(rec.State), Seq: rec.Seq,
 			Reason: rec.StopReason, TotalErrors: rec.TotalErrors, ConsecutiveErrors: rec.ConsecutiveErrors}, Daemon: l.Daemon})
 	}
 	return rows, nil

@@ -1,6 +1,7 @@
-package main
+package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -12,13 +13,27 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 )
 
-func newConfigCommand(s streams) *cobra.Command {
+// NewConfigCommand is `swarmd config validate|schema`.
+func NewConfigCommand(s Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Work with swarmd.yaml",
 	}
-	var path string
-	validate := &cobra.Command{
+	cmd.AddCommand(newConfigValidateCmd(s, nil), newConfigSchemaCmd(s))
+	return cmd
+}
+
+// configValidateOptions are `swarmd config validate`'s.
+type configValidateOptions struct {
+	IO         Streams
+	ConfigPath string
+}
+
+// newConfigValidateCmd is `swarmd config validate`; runF (nil:
+// configValidateRun) runs it.
+func newConfigValidateCmd(s Streams, runF func(context.Context, *configValidateOptions) error) *cobra.Command {
+	opts := &configValidateOptions{IO: s}
+	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Load and validate a config; every problem is printed as FILE:LINE: KEY: what is wrong (what to do)",
 		Long: `Load and validate a config as 'swarmd run' would: every key and value, role files, that the
@@ -30,26 +45,33 @@ a listen address open to other machines) are printed the same way but do not fai
 
 Every key, its default and its rule: docs/configuration.md.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(path)
-			if err != nil {
-				return usage(err)
-			}
-			for _, w := range cfg.Warnings {
-				fmt.Fprintln(s.err, w.Error())
-			}
-			if problems := runnable(cmd.Context(), cfg); len(problems) > 0 {
-				for _, p := range problems {
-					fmt.Fprintln(s.err, p)
-				}
-				return usagef("%s: %d problem(s) that stop swarmd run", cfg.Path, len(problems))
-			}
-			_, err = fmt.Fprintf(s.out, "%s: ok (%d agents, state dir %s)\n", cfg.Path, len(cfg.Agents), cfg.StateDir)
-			return err
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, configValidateRun)(cmd.Context(), opts) },
 	}
-	validate.Flags().StringVarP(&path, "config", "c", "swarmd.yaml", "config file")
-	schema := &cobra.Command{
+	cmd.Flags().StringVarP(&opts.ConfigPath, "config", "c", "swarmd.yaml", "config file")
+	return cmd
+}
+
+func configValidateRun(ctx context.Context, opts *configValidateOptions) error {
+	cfg, err := LoadConfig(opts.ConfigPath)
+	if err != nil {
+		return usage(err)
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(opts.IO.Err, w.Error())
+	}
+	if problems := runnable(ctx, cfg); len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(opts.IO.Err, p)
+		}
+		return usagef("%s: %d problem(s) that stop swarmd run", cfg.Path, len(problems))
+	}
+	_, err = fmt.Fprintf(opts.IO.Out, "%s: ok (%d agents, state dir %s)\n", cfg.Path, len(cfg.Agents), cfg.StateDir)
+	return err
+}
+
+// newConfigSchemaCmd is `swarmd config schema`: it takes no options.
+func newConfigSchemaCmd(s Streams) *cobra.Command {
+	return &cobra.Command{
 		Use:   "schema",
 		Short: "Print the JSON Schema of swarmd.yaml, for editors",
 		Long: `Print the JSON Schema (draft 2020-12) of swarmd.yaml. Editors with a YAML language server complete and
@@ -65,17 +87,15 @@ The schema checks keys, types and patterns; 'swarmd config validate' checks the 
 			if err != nil {
 				return err
 			}
-			_, err = s.out.Write(data)
+			_, err = s.Out.Write(data)
 			return err
 		},
 	}
-	cmd.AddCommand(validate, schema)
-	return cmd
 }
 
-// loadConfig loads the config for validate, run and reload: the file, and
+// LoadConfig loads the config for validate, run and reload: the file, and
 // that every backend's program can be started.
-func loadConfig(path string) (*config.Config, error) {
+func LoadConfig(path string) (*config.Config, error) {
 	return config.LoadWith(path, config.Options{LookPath: lookPathAsSessions})
 }
 

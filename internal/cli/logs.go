@@ -1,6 +1,7 @@
-package main
+package cli
 
 import (
+	"context"
 	"io"
 	"os"
 	"os/signal"
@@ -13,11 +14,23 @@ import (
 	"github.com/swarmd/swarmd/internal/logs"
 )
 
+// logsOptions are `swarmd logs`'s.
+type logsOptions struct {
+	*operateOptions
+	Agent   string
+	Session uint32 // 0: the latest
+	Follow  bool
+	Raw     bool // as written, also on a terminal
+	Pretty  bool // rendered, also when not on a terminal
+}
+
 // newLogsCommand is `swarmd logs AGENT`: one session's log, live or
 // archived, rendered for reading or as written.
-func newLogsCommand(o *operateMain) *cobra.Command {
-	var session uint32
-	var follow, raw, pretty bool
+func newLogsCommand(o *operateOptions) *cobra.Command { return newLogsCmd(o, nil) }
+
+// newLogsCmd is `swarmd logs`; runF (nil: logsRun) runs it.
+func newLogsCmd(o *operateOptions, runF func(context.Context, *logsOptions) error) *cobra.Command {
+	opts := &logsOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "logs AGENT",
 		Short: "Print a session's log, live or archived (-f follows a live one)",
@@ -29,38 +42,43 @@ the file as written; --pretty renders also when the output is not a terminal (a 
 -f keeps printing a live session as it grows, rendered or raw.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if raw && pretty {
-				return usagef("logs: --raw and --pretty exclude each other")
-			}
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			st := logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, nil)
-			seq, err := latestSession(st, args[0], session)
-			if err != nil {
-				return err
-			}
-			out := o.s.out
-			var r *backend.Renderer
-			if pretty || !raw && onTerminal(out) && daemon.StructuredBackend(cfg, args[0]) {
-				r = backend.NewRenderer(out)
-				out = r
-			}
-			if err := copyLog(cmd, st, args[0], seq, follow, out); err != nil {
-				return err
-			}
-			if r != nil {
-				return r.Close()
-			}
-			return nil
+			opts.Agent = args[0]
+			return orRun(runF, logsRun)(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().Uint32Var(&session, "session", 0, "session seq (default: the latest)")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow a live log")
-	cmd.Flags().BoolVar(&raw, "raw", false, "print the log as written, also on a terminal")
-	cmd.Flags().BoolVar(&pretty, "pretty", false, "render the log for reading, also when not on a terminal")
+	cmd.Flags().Uint32Var(&opts.Session, "session", 0, "session seq (default: the latest)")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "follow a live log")
+	cmd.Flags().BoolVar(&opts.Raw, "raw", false, "print the log as written, also on a terminal")
+	cmd.Flags().BoolVar(&opts.Pretty, "pretty", false, "render the log for reading, also when not on a terminal")
 	return cmd
+}
+
+func logsRun(ctx context.Context, opts *logsOptions) error {
+	if opts.Raw && opts.Pretty {
+		return usagef("logs: --raw and --pretty exclude each other")
+	}
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	st := logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, nil)
+	seq, err := latestSession(st, opts.Agent, opts.Session)
+	if err != nil {
+		return err
+	}
+	out := opts.IO.Out
+	var r *backend.Renderer
+	if opts.Pretty || !opts.Raw && onTerminal(out) && daemon.StructuredBackend(cfg, opts.Agent) {
+		r = backend.NewRenderer(out)
+		out = r
+	}
+	if err := copyLog(ctx, st, opts.Agent, seq, opts.Follow, out); err != nil {
+		return err
+	}
+	if r != nil {
+		return r.Close()
+	}
+	return nil
 }
 
 // latestSession is seq, or when it is 0 the agent's latest session.
@@ -80,9 +98,9 @@ func latestSession(st *logs.Store, agent string, seq uint32) (uint32, error) {
 
 // copyLog copies a session's log to w, following it until SIGINT or SIGTERM
 // (or its archiving) when follow is set.
-func copyLog(cmd *cobra.Command, st *logs.Store, agent string, seq uint32, follow bool, w io.Writer) error {
+func copyLog(ctx context.Context, st *logs.Store, agent string, seq uint32, follow bool, w io.Writer) error {
 	if follow {
-		ctx, cancel := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, cancel := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 		defer cancel()
 		if err := st.Follow(ctx, agent, seq, w); err != nil {
 			return usage(err)
@@ -101,5 +119,5 @@ func copyLog(cmd *cobra.Command, st *logs.Store, agent string, seq uint32, follo
 // onTerminal reports whether w is a terminal.
 func onTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && isTerminal(f)
+	return ok && IsTerminal(f)
 }

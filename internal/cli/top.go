@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -25,9 +25,18 @@ const topLogTail = 64 << 10
 // onceEvents is how many events a printed frame shows.
 const onceEvents = 20
 
-func newTopCommand(s streams) *cobra.Command {
-	o := &operateMain{s: s}
-	var once bool
+// topOptions are `swarmd top`'s.
+type topOptions struct {
+	*operateOptions
+	Once bool // one frame of plain text
+}
+
+// NewTopCommand is `swarmd top`.
+func NewTopCommand(s Streams) *cobra.Command { return newTopCmd(&operateOptions{IO: s}, nil) }
+
+// newTopCmd is `swarmd top`; runF (nil: topRun) runs it.
+func newTopCmd(o *operateOptions, runF func(context.Context, *topOptions) error) *cobra.Command {
+	opts := &topOptions{operateOptions: o}
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live terminal dashboard: agents, tasks, merge queue, events",
@@ -43,28 +52,31 @@ back), s/S stop/start it, p/r pause/resume it, m sends it mail, / filters, ? hel
 When the output is not a terminal, or TERM is dumb, it prints one frame of plain text and exits
 (--once does so anywhere).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			path := cfg.SocketPath()
-			cl := &view.Client{HTTP: control.NewClient(path).HTTP()}
-			snap, err := cl.Snapshot(cmd.Context())
-			if err != nil {
-				return topErr(err, path)
-			}
-			out, isFile := s.out.(*os.File)
-			dumb := s.getenv("TERM") == "dumb"
-			if once || dumb || !isFile || !isTerminal(out) {
-				return printFrame(cmd.Context(), s, control.NewClient(path), snap, dumb)
-			}
-			return runTop(cmd.Context(), cl, s)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, topRun)(cmd.Context(), opts) },
 	}
-	cmd.Flags().BoolVar(&once, "once", false, "print one frame of plain text and exit")
-	cmd.Flags().StringVarP(&o.configPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
+	cmd.Flags().BoolVar(&opts.Once, "once", false, "print one frame of plain text and exit")
+	cmd.Flags().StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (names the state dir)")
 	return cmd
+}
+
+func topRun(ctx context.Context, opts *topOptions) error {
+	s := opts.IO
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	path := cfg.SocketPath()
+	cl := &view.Client{HTTP: control.NewClient(path).HTTP()}
+	snap, err := cl.Snapshot(ctx)
+	if err != nil {
+		return topErr(err, path)
+	}
+	out, isFile := s.Out.(*os.File)
+	dumb := s.Getenv("TERM") == "dumb"
+	if opts.Once || dumb || !isFile || !IsTerminal(out) {
+		return printFrame(ctx, s, control.NewClient(path), snap, dumb)
+	}
+	return runTop(ctx, cl, s)
 }
 
 // topErr turns "nothing listens on the socket" into the usual usage error.
@@ -77,9 +89,9 @@ func topErr(err error, path string) error {
 
 // printFrame prints the dashboard once, as plain text sized to show every
 // agent, with the latest events.
-func printFrame(ctx context.Context, s streams, cc *control.Client, snap view.Snapshot, ascii bool) error {
+func printFrame(ctx context.Context, s Streams, cc *control.Client, snap view.Snapshot, ascii bool) error {
 	width := 100
-	if c, err := strconv.Atoi(s.getenv("COLUMNS")); err == nil && c >= 40 {
+	if c, err := strconv.Atoi(s.Getenv("COLUMNS")); err == nil && c >= 40 {
 		width = c
 	}
 	m := tui.New(tui.Options{ASCII: ascii})
@@ -93,17 +105,17 @@ func printFrame(ctx context.Context, s streams, cc *control.Client, snap view.Sn
 	if err != nil {
 		return fmt.Errorf("top: events: %w", err)
 	}
-	_, err = fmt.Fprintln(s.out, next.(tui.Model).Render())
+	_, err = fmt.Fprintln(s.Out, next.(tui.Model).Render())
 	return err
 }
 
 // runTop runs the full-screen dashboard until q.
-func runTop(ctx context.Context, cl *view.Client, s streams) error {
+func runTop(ctx context.Context, cl *view.Client, s Streams) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	be := &topBackend{ctx: ctx, cl: cl}
 	p := tea.NewProgram(tui.New(tui.Options{Backend: be, Color: true, Tick: time.Second}),
-		tea.WithContext(ctx), tea.WithInput(s.in), tea.WithOutput(s.out))
+		tea.WithContext(ctx), tea.WithInput(s.In), tea.WithOutput(s.Out))
 	be.p = p
 	var wg sync.WaitGroup
 	wg.Go(func() { be.stream(ctx) })

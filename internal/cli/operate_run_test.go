@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// TestOperatorVerbsWithNoDaemon: status, stop and start on a config whose
+// daemon is not running say so as usage errors (exit 2), naming no daemon.
+func TestOperatorVerbsWithNoDaemon(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	iopts, _ := initOpts(dir, "alice")
+	if err := initRun(ctx, iopts); err != nil {
+		t.Fatal(err)
+	}
+	o := &operateOptions{IO: iopts.IO, ConfigPath: filepath.Join(dir, "swarmd.yaml")}
+	for name, err := range map[string]error{
+		"status": statusRun(ctx, &statusOptions{operateOptions: o}),
+		"stop":   agentVerbRun(ctx, &agentVerbOptions{operateOptions: o, Verb: "stop", Agent: "alice"}),
+		"start":  agentVerbRun(ctx, &agentVerbOptions{operateOptions: o, Verb: "start", Agent: "alice"}),
+	} {
+		var ue UsageError
+		if !errors.Is(err, control.ErrNoDaemon) || !errors.As(err, &ue) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s with no daemon: %v, want a one-line usage error wrapping ErrNoDaemon", name, err)
+		}
+	}
+	wantUsage(t, pauseRun(ctx, &pauseOptions{operateOptions: o}), "pause: name one agent or give --all")
+	wantUsage(t, resumeRun(ctx, &pauseOptions{operateOptions: o, Agents: []string{"alice"}, All: true}), "resume: name one agent or give --all")
+	wantUsage(t, auditRun(ctx, &auditOptions{operateOptions: o, Query: store.ToolCallQuery{Last: -1}}), "audit: --limit -1: want 0 (all) or more")
+	wantUsage(t, sessionsRun(ctx, &sessionsOptions{operateOptions: o, Limit: -2}), "sessions: --limit -2: want 0 (all) or more")
+	wantUsage(t, eventsRun(ctx, &eventsOptions{operateOptions: o, Task: "x"}), `events: --task "x": want a task id, a positive number such as 7`)
+	wantUsage(t, logsRun(ctx, &logsOptions{operateOptions: o, Agent: "alice", Raw: true, Pretty: true}), "logs: --raw and --pretty exclude each other")
+
+	o.ConfigPath = filepath.Join(dir, "missing.yaml")
+	if err := statusRun(ctx, &statusOptions{operateOptions: o}); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("status with a missing config: %v, want an error naming it", err)
+	}
+}

@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// TestTaskAddThenList: a task the operator adds is printed by its id alone,
+// and list shows it with its fields, one row under the header.
+func TestTaskAddThenList(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	o, out := s.as("operator", "")
+	err := taskAddRun(ctx, &taskAddOptions{dbOptions: o, New: taskboard.NewTask{Title: "Fix the parser", Assignee: "alice", Priority: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "1\n"; got != want {
+		t.Errorf("task add printed %q, want %q", got, want)
+	}
+
+	o, out = s.as("operator", "")
+	if err := taskListRun(ctx, &taskListOptions{dbOptions: o}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("task list:\n%s\nwant a header and one row", out)
+	}
+	if got, want := strings.Fields(lines[1]), []string{"1", "OPEN", "5", "alice", "-", "Fix", "the", "parser"}; !slices.Equal(got, want) {
+		t.Errorf("task list row %q, want %q", got, want)
+	}
+
+	// Filtered by a state in any case, as the flag allows; none in progress.
+	o, out = s.as("operator", "")
+	if err := taskListRun(ctx, &taskListOptions{dbOptions: o, State: "in_progress"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "no tasks\n"; got != want {
+		t.Errorf("task list --state in_progress printed %q, want %q", got, want)
+	}
+}
+
+// TestTaskAddRefusesBadInput: each mistake is a usage error (exit 2) of one
+// line that names the flag and the value, and nothing is added.
+func TestTaskAddRefusesBadInput(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	for _, c := range []struct {
+		name string
+		opts taskAddOptions
+		want string
+	}{
+		{"an --after that is no id", taskAddOptions{New: taskboard.NewTask{Title: "x"}, After: []string{"7", "seven"}},
+			`task add: --after "seven": want a task id, a positive number such as 7`},
+		{"a --parent of zero", taskAddOptions{New: taskboard.NewTask{Title: "x"}, Parent: "0"},
+			`task add: --parent "0": want a task id, a positive number such as 7`},
+		{"an unknown --to", taskAddOptions{New: taskboard.NewTask{Title: "x", Assignee: "zed"}},
+			`task add: --to: no agent "zed" (agents: alice, bob)`},
+		{"a reviewer of its own work", taskAddOptions{New: taskboard.NewTask{Title: "x", Assignee: "bob", Reviewer: "bob"}},
+			`task add: --reviewer bob is also --to: an agent cannot review its own work`},
+		{"--max-iterations alone", taskAddOptions{New: taskboard.NewTask{Title: "x", MaxIterations: 2}},
+			`task add: --max-iterations needs --reviewer`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, out := s.as("operator", "")
+			c.opts.dbOptions = o
+			wantUsage(t, taskAddRun(ctx, &c.opts), c.want)
+			if out.Len() != 0 {
+				t.Errorf("printed %q on a refused add", out)
+			}
+		})
+	}
+	t.Run("an empty title", func(t *testing.T) {
+		o, _ := s.as("operator", "")
+		err := taskAddRun(ctx, &taskAddOptions{dbOptions: o, New: taskboard.NewTask{Title: "  "}})
+		if err == nil || !strings.HasPrefix(err.Error(), "task add: ") {
+			t.Fatalf("error %v, want a task add error", err)
+		}
+		wantUsage(t, err, err.Error()) // the board's words, as a usage error
+	})
+	o, out := s.as("operator", "")
+	if err := taskListRun(ctx, &taskListOptions{dbOptions: o}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "no tasks\n"; got != want {
+		t.Errorf("after the refused adds, task list printed %q, want %q", got, want)
+	}
+}
+
+// TestTaskAddBodyFromStdin: --body - reads the body from standard input,
+// and show prints it after the fields.
+func TestTaskAddBodyFromStdin(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	o, _ := s.as("operator", "the parser drops\nthe last line\n")
+	if err := taskAddRun(ctx, &taskAddOptions{dbOptions: o, New: taskboard.NewTask{Title: "Fix it", Body: "-"}}); err != nil {
+		t.Fatal(err)
+	}
+	o, out := s.as("operator", "")
+	o.JSON = true
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "#1"}); err != nil {
+		t.Fatal(err)
+	}
+	var got taskWithHistory
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("task show --json: %v\n%s", err, out)
+	}
+	if want := "the parser drops\nthe last line\n"; got.Body != want {
+		t.Errorf("body %q, want %q", got.Body, want)
+	}
+	if got.CreatedBy != "operator" || len(got.History) == 0 {
+		t.Errorf("created by %q with %d history events; want operator and its creation", got.CreatedBy, len(got.History))
+	}
+}
+
+// TestTaskSessionLifecycle: an agent claims the best task, starts it and
+// reports it done; the operator's verbs are refused to it, and its verbs
+// to the operator.
+func TestTaskSessionLifecycle(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	for _, title := range []string{"Low", "High"} {
+		o, _ := s.as("operator", "")
+		prio := 0
+		if title == "High" {
+			prio = 9
+		}
+		if err := taskAddRun(ctx, &taskAddOptions{dbOptions: o, New: taskboard.NewTask{Title: title, Priority: prio}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	o, _ := s.as("operator", "")
+	wantUsage(t, taskClaimRun(ctx, &taskClaimOptions{dbOptions: o}),
+		"task claim: for an agent inside its session (SWARM_AGENT_ID is not set); the operator uses task cancel, retry or requeue")
+
+	o, out := s.as("alice", "")
+	if err := taskClaimRun(ctx, &taskClaimOptions{dbOptions: o}); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(out.String(), "\n"); first != "task 2: High" {
+		t.Errorf("claim printed %q first, want the highest priority task, task 2: High", first)
+	}
+	o, _ = s.as("alice", "")
+	err := taskClaimRun(ctx, &taskClaimOptions{dbOptions: o})
+	if err == nil || err.Error() != "task claim: alice already holds task 2 (CLAIMED): finish, fail or block it first" {
+		t.Errorf("a second claim: %v", err)
+	}
+
+	for _, c := range []struct{ verb, want string }{
+		{"start", "task 2 is IN_PROGRESS\n"},
+		{"done", "task 2 is CLOSED\n"},
+	} {
+		o, out := s.as("alice", "")
+		if err := taskReportRun(ctx, &taskReportOptions{dbOptions: o, Verb: c.verb, Summary: "fixed"}); err != nil {
+			t.Fatalf("task %s: %v", c.verb, err)
+		}
+		if got := out.String(); got != c.want {
+			t.Errorf("task %s printed %q, want %q", c.verb, got, c.want)
+		}
+	}
+	o, _ = s.as("alice", "")
+	err = taskReportRun(ctx, &taskReportOptions{dbOptions: o, Verb: "start"})
+	if err == nil || err.Error() != "task start: alice holds no task (CLAIMED or IN_PROGRESS): claim one with 'swarmd task claim'" {
+		t.Errorf("start with nothing held: %v", err)
+	}
+	o, _ = s.as("alice", "")
+	wantUsage(t, taskReportRun(ctx, &taskReportOptions{dbOptions: o, Verb: "fail", Reason: " "}),
+		"task fail: --reason TEXT is required: say why it failed")
+	o, _ = s.as("alice", "")
+	wantUsage(t, taskReportRun(ctx, &taskReportOptions{dbOptions: o, Verb: "block", On: "3", Reason: "and why"}),
+		"task block: give exactly one of --on ID or --reason TEXT")
+
+	// An agent named by SWARM_AGENT_ID outside a session (no tree marker)
+	// must be one the swarm knows, whatever the verb.
+	o, _ = s.as("zed", "")
+	wantUsage(t, taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "1"}),
+		`task cancel: SWARM_AGENT_ID: no agent "zed" (agents: alice, bob)`)
+	o, _ = s.inSession("alice", "")
+	wantUsage(t, taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "1"}),
+		"task cancel: an operator command; agent alice's session may not run it")
+	o, out = s.as("operator", "")
+	if err := taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "task 1 is CANCELLED\n"; got != want {
+		t.Errorf("task cancel printed %q, want %q", got, want)
+	}
+	o, _ = s.as("operator", "")
+	if err := taskSteerRun(ctx, &taskSteerOptions{dbOptions: o, Verb: steerVerbs()[1], ID: "9"}); err == nil || !strings.Contains(err.Error(), "9") {
+		t.Errorf("cancel of an unknown task: %v, want an error naming it", err)
+	}
+}
+
+// TestTaskCommandsFillTheirOptions: the cobra commands put their flags and
+// arguments where the run functions read them (runF stands in for them).
+func TestTaskCommandsFillTheirOptions(t *testing.T) {
+	s := newSwarm(t)
+	o, _ := s.as("operator", "")
+	var got *taskAddOptions
+	cmd := newTaskAddCmd(o, func(_ context.Context, opts *taskAddOptions) error { got = opts; return nil })
+	cmd.SetArgs([]string{"Write docs", "--to", "bob", "--priority", "3", "--after", "4,5", "--after", "6", "--parent", "#2", "--plan", "--body", "-"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	want := taskboard.NewTask{Title: "Write docs", Assignee: "bob", Priority: 3, Plan: true, Body: "-"}
+	if got.New.Title != want.Title || got.New.Assignee != want.Assignee || got.New.Priority != want.Priority ||
+		got.New.Plan != want.Plan || got.New.Body != want.Body {
+		t.Errorf("options %+v, want %+v", got.New, want)
+	}
+	if !slices.Equal(got.After, []string{"4", "5", "6"}) || got.Parent != "#2" {
+		t.Errorf("--after %q --parent %q, want [4 5 6] and #2", got.After, got.Parent)
+	}
+
+	var split *taskReportOptions
+	cmd = newTaskReportCmd(o, "split", func(_ context.Context, opts *taskReportOptions) error { split = opts; return nil })
+	cmd.SetArgs([]string{"one", "two"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if split.Verb != "split" || !slices.Equal(split.Titles, []string{"one", "two"}) {
+		t.Errorf("split options %q %q", split.Verb, split.Titles)
+	}
+}
