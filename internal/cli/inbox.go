@@ -3,87 +3,18 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/mailbox"
-	"github.com/swarmd/swarmd/internal/store"
-	"github.com/swarmd/swarmd/internal/task"
-	"github.com/swarmd/swarmd/internal/taskboard"
+	"github.com/swarmd/swarmd/internal/view"
 )
 
 // NeedItem is one thing that needs a person, with the one command that
-// deals with it.
-type NeedItem struct {
-	Kind  string `json:"kind"`
-	Agent string `json:"agent,omitempty"`
-	Task  int64  `json:"task,omitempty"`
-	What  string `json:"what"`
-	Fix   string `json:"fix"`
-}
-
-// needState is what the inbox is made of, read from the store.
-type needState struct {
-	running bool // a daemon holds the state dir (SQLite; always true on a shared store)
-	agents  map[string]store.AgentRecord
-	names   []string // the config's agents
-	pauses  map[string]store.PauseRecord
-	tasks   []taskboard.Task // PLANNED, FAILED and BLOCKED ones
-	mail    int              // unread messages to the operator
-}
-
-// needs lists what needs a person, in a fixed order: the swarm, agents,
-// tasks, mail.
-func needs(st needState) []NeedItem {
-	var out []NeedItem
-	if !st.running {
-		out = append(out, NeedItem{Kind: "not_running", What: "no swarmd runs on this state dir: nothing happens", Fix: "swarmd run"})
-	}
-	for _, name := range st.names {
-		a, ok := st.agents[name]
-		if ok && a.StopKind == store.StopFatal {
-			out = append(out, NeedItem{Kind: "agent_stopped", Agent: name,
-				What: fmt.Sprintf("agent %s stopped for good: %s", name, a.StopReason), Fix: "swarmd start " + name})
-		}
-		if p, ok := st.pauses[name]; ok && strings.HasPrefix(p.Reason, "budget_exhausted") {
-			out = append(out, NeedItem{Kind: "budget_exhausted", Agent: name,
-				What: fmt.Sprintf("agent %s is paused: its budget is spent", name), Fix: "swarmd budget set " + name + " USD"})
-		}
-	}
-	for _, t := range st.tasks {
-		it := NeedItem{Task: t.ID}
-		switch t.StateName {
-		case task.Failed.String():
-			it.Kind, it.What, it.Fix = "task_failed", fmt.Sprintf("task #%d failed: %s", t.ID, oneLineCut(t.Result, 100)), fmt.Sprintf("swarmd task retry %d", t.ID)
-		case task.Planned.String():
-			it.Kind, it.What, it.Fix = "task_planned", fmt.Sprintf("task #%d waits for approval: %s", t.ID, oneLineCut(t.Title, 100)), fmt.Sprintf("swarmd task approve %d", t.ID)
-		case task.Blocked.String():
-			it.Kind, it.What, it.Fix = "task_blocked", fmt.Sprintf("task #%d is blocked: %s", t.ID, oneLineCut(t.BlockedReason, 100)), fmt.Sprintf("swarmd task show %d", t.ID)
-		default:
-			continue
-		}
-		out = append(out, it)
-	}
-	if st.mail > 0 {
-		out = append(out, NeedItem{Kind: "mail", What: fmt.Sprintf("%d unread messages to the operator", st.mail), Fix: "swarmd mail inbox"})
-	}
-	return out
-}
-
-func oneLineCut(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if s == "" {
-		return "(no reason given)"
-	}
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
+// deals with it: view.Needs decides them, for the dashboards too.
+type NeedItem = view.Need
 
 // inboxOptions are `swarmd inbox`'s.
 type inboxOptions struct {
@@ -143,44 +74,24 @@ func readNeeds(ctx context.Context, s Streams, configPath string) ([]NeedItem, e
 		return nil, err
 	}
 	defer db.Close()
-	st := needState{running: true}
+	running := true
+	var names []string // nil: every agent recorded
 	if db.cfg != nil {
-		st.names = db.cfg.AgentNames()
+		names = db.cfg.AgentNames()
 		if !db.cfg.SharedStore() {
-			if st.running, err = daemon.StateDirInUse(db.cfg.StateDir); err != nil {
+			if running, err = daemon.StateDirInUse(db.cfg.StateDir); err != nil {
 				return nil, err
 			}
 		}
 	}
-	if st.agents, err = db.Agents(ctx); err != nil {
-		return nil, err
-	}
-	if st.names == nil {
-		for n := range st.agents {
-			st.names = append(st.names, n)
-		}
-		sort.Strings(st.names)
-	}
-	if st.pauses, err = db.Pauses(ctx); err != nil {
-		return nil, err
-	}
-	board := daemon.OpenTaskBoard(db.DB, nil)
-	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked} {
-		ts, err := board.List(ctx, taskboard.Filter{State: &state})
-		if err != nil {
-			return nil, err
-		}
-		st.tasks = append(st.tasks, ts...)
-	}
-	sort.Slice(st.tasks, func(i, j int) bool { return st.tasks[i].ID < st.tasks[j].ID })
 	mb, err := mailbox.New(ctx, db.DB, db.mail)
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := mb.Inbox(ctx, mailbox.Operator, false)
+	st, err := daemon.ReadNeeds(ctx, db.DB, daemon.OpenTaskBoard(db.DB, nil), mb, names)
 	if err != nil {
 		return nil, err
 	}
-	st.mail = len(msgs)
-	return needs(st), nil
+	st.Running = running
+	return view.Needs(st), nil
 }
