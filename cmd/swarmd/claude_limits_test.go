@@ -269,7 +269,7 @@ func waitStatus(t *testing.T, cfg, agent string, cond func(control.AgentStatus) 
 // TestClaudeRateLimitHoldsTheProvidersAgents: alice's Claude session gets
 // a 429 with retry-after 4 s (which the CLI honours, retrying); bob, on the
 // same provider and key, finishes a session meanwhile and waits for the
-// reset before his next one, shown as waiting for provider; one event for
+// reset before his next one, shown as rate limited until then; one event for
 // the provider; both go on after the reset.
 func TestClaudeRateLimitHoldsTheProvidersAgents(t *testing.T) {
 	bin := realCLI(t, "claude")
@@ -290,7 +290,7 @@ agents:
 `)
 	d := startDaemon(t, cfg)
 	held := waitStatus(t, cfg, "bob", func(a control.AgentStatus) bool {
-		return strings.HasPrefix(a.Health, "waiting for provider: rate limited until")
+		return strings.HasPrefix(a.Health, "rate limited until")
 	})
 	d.waitLine("bob Stopped after his second session", transitionTo("bob", "Stopped"))
 	d.waitLine("alice Stopped", transitionTo("alice", "Stopped"))

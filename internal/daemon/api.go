@@ -66,6 +66,8 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	} else if s.StoreWait != "" {
 		// The agent holds where it is until the store takes the write.
 		st.Health = s.StoreWait + " (for " + now.Sub(s.StoreWaitSince).Round(time.Second).String() + ")"
+	} else if c := a.d.gates.providers.Condition(s.Agent); c != "" && s.State.Kind != agent.Stopped {
+		st.Health = c
 	} else if s.Waiting != "" {
 		st.Health = "waiting for provider: " + s.Waiting
 	}

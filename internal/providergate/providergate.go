@@ -161,6 +161,35 @@ func (g *Gates) States() []metrics.ProviderState {
 	return out
 }
 
+// Condition is what agent's provider's state means for it, for status:
+// "provider down since 12:00:05Z (API error 529)", "rate limited until
+// 12:01:00Z (rate limited (429))"; "" while the provider takes sessions.
+// Every agent of the provider shows it, the ones whose session still runs
+// too.
+func (g *Gates) Condition(agent string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	pg := g.byAgent[agent]
+	if pg == nil {
+		return ""
+	}
+	switch pg.h.State() {
+	case provider.RateLimited:
+		return "rate limited until " + clock(pg.h.Until()) + " (" + pg.cause + ")"
+	case provider.Down, provider.Probing:
+		s := "provider down since " + clock(pg.outSince) + " (" + pg.cause + ")"
+		if p := pg.h.Prober(); p != "" {
+			s += "; " + p + "'s session probes it"
+		} else if u := pg.h.Until(); !u.IsZero() {
+			s += "; next probe at " + clock(u)
+		}
+		return s
+	}
+	return ""
+}
+
+func clock(t time.Time) string { return t.UTC().Format("15:04:05Z") }
+
 // Outage is a provider that has taken no session for a while.
 type Outage struct {
 	Key, Cause string

@@ -266,3 +266,32 @@ func TestStuckSessionsOfADownProvider(t *testing.T) {
 		t.Fatalf("alice named twice: %v", got)
 	}
 }
+
+// TestConditionSaysWhatTheProviderIs: every agent of a provider that is
+// down or rate limited is told so, with since when or until when; agents
+// of a healthy provider, and those without one, are told nothing.
+func TestConditionSaysWhatTheProviderIs(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Hour, MaxBackoff: time.Hour}}
+	g := testGates(t, cfg)
+	pg := g.ForAgent("alice", "claude/abc").(*Gate)
+	g.ForAgent("bob", "claude/abc")
+	g.ForAgent("carol", "codex/def")
+	if c := g.Condition("alice"); c != "" {
+		t.Fatalf("healthy: %q", c)
+	}
+	pg.report(provider.Report{Outcome: provider.Failure, Cause: "API error 529", Agent: "alice"})
+	for _, a := range []string{"alice", "bob"} {
+		if c := g.Condition(a); !strings.HasPrefix(c, "provider down since ") || !strings.Contains(c, "(API error 529); next probe at ") {
+			t.Errorf("%s, provider down: %q", a, c)
+		}
+	}
+	if c := g.Condition("carol") + g.Condition("dave"); c != "" {
+		t.Errorf("other provider, no provider: %q", c)
+	}
+	cpg := g.byAgent["carol"]
+	reset := time.Now().Add(time.Minute)
+	cpg.report(provider.Report{Outcome: provider.RateLimit, Reset: reset, Cause: "rate limited (429)", Agent: "carol"})
+	if c, want := g.Condition("carol"), "rate limited until "+reset.UTC().Format("15:04:05Z")+" (rate limited (429))"; c != want {
+		t.Errorf("rate limited: %q, want %q", c, want)
+	}
+}
