@@ -188,7 +188,7 @@ func writeStatus(w io.Writer, as []StatusRow, now time.Time) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.Name, state, a.Seq,
 			age(now, a.SessionStarted), age(now, a.LastOutput), a.ConsecutiveErrors, a.TotalErrors,
-			daemon.FormatTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD), a.Branch, dash(health), dash(truncate(why, 72)))
+			daemon.FormatTokens(sp.TokensIn+sp.TokensOut), fmtCost(sp.CostUSD, sp.TokensIn+sp.TokensOut), a.Branch, dash(health), dash(truncate(why, 72)))
 	}
 	return tw.Flush()
 }

@@ -31,3 +31,17 @@ func TestStatusShowsIdleAgentsIdle(t *testing.T) {
 		t.Errorf("carol, building a prompt, shows as %q", lines[2])
 	}
 }
+
+// TestCostSaysUnpriced: tokens with no cost are unpriced (no price for
+// the model), not free; no use at all is "-".
+func TestCostSaysUnpriced(t *testing.T) {
+	for _, c := range []struct {
+		usd    float64
+		tokens int64
+		want   string
+	}{{0, 0, "-"}, {0, 1200, "unpriced"}, {0.25, 1200, "$0.2500"}, {12.5, 0, "$12.50"}} {
+		if got := fmtCost(c.usd, c.tokens); got != c.want {
+			t.Errorf("fmtCost(%v, %d) = %q, want %q", c.usd, c.tokens, got, c.want)
+		}
+	}
+}

@@ -142,14 +142,19 @@ func writeSessions(w io.Writer, ss []store.SessionRecord, now time.Time) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Agent, r.Seq,
 			r.Started.Local().Format("01-02 15:04:05"), dur, outcome, dash(r.AbortReason),
-			daemon.FormatTokens(r.TokensIn+r.TokensOut), fmtCost(r.CostUSD), r.Commits, dash(truncate(printable(strings.Join(strings.Fields(result), " "), false), 60)))
+			daemon.FormatTokens(r.TokensIn+r.TokensOut), fmtCost(r.CostUSD, r.TokensIn+r.TokensOut), r.Commits, dash(truncate(printable(strings.Join(strings.Fields(result), " "), false), 60)))
 	}
 	return tw.Flush()
 }
 
 // fmtCost is "$0.0033" under a dollar, "$12.34" above; "-" for none.
-func fmtCost(usd float64) string {
+// fmtCost is a cost for people: "-" for no use, "unpriced" for tokens
+// with no cost (a backend that reports none, and no price for its model
+// under prices:), not "$0".
+func fmtCost(usd float64, tokens int64) string {
 	switch {
+	case !(usd > 0) && tokens > 0:
+		return "unpriced"
 	case !(usd > 0):
 		return "-"
 	case usd < 1:

@@ -403,7 +403,7 @@ func spendText(sp taskboard.Spend) string {
 	if sp.Sessions == 1 {
 		n = "session"
 	}
-	return fmt.Sprintf("%d %s: %d tokens in, %d out, cost %s", sp.Sessions, n, sp.TokensIn, sp.TokensOut, fmtCost(sp.CostUSD))
+	return fmt.Sprintf("%d %s: %d tokens in, %d out, cost %s", sp.Sessions, n, sp.TokensIn, sp.TokensOut, fmtCost(sp.CostUSD, sp.TokensIn+sp.TokensOut))
 }
 
 // printTask writes a task for people: title, fields, body.

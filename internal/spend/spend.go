@@ -225,8 +225,8 @@ func ourPause(actor, reason string) bool { return actor == actorSwarmd && reason
 
 // Price is runner.Config.Price, and the cost of a running session's usage
 // so far: the backend's own record (u.CostUSD) where it reports one, else
-// tokens times the configured price of the model ($0, warned once per
-// model, without one). A price named for the model itself counts when it
+// tokens times the configured price of the model ($0 without one: the
+// session shows as unpriced, and the model is logged once). A price named for the model itself counts when it
 // is higher than the record: the operator says what that model costs them,
 // and a budget must not count less than either figure (a running Claude
 // Code session reports its cost only at its end, so the price is what
@@ -245,28 +245,14 @@ func (k *Keeper) Price(backendName, model string, u backend.Usage) float64 {
 	}
 	key := backendName + "/" + model
 	k.mu.Lock()
-	warn := !k.unpriced[key] && u.Tokens() > 0 && k.anyUSDLocked(cfg)
+	warn := !k.unpriced[key] && u.Tokens() > 0
 	k.unpriced[key] = true
 	k.mu.Unlock()
 	if warn {
-		k.o.Log.Warn("no price for this model: its sessions cost $0 against USD budgets (add it under prices:)",
+		k.o.Log.Warn("no price for this model: its sessions show as unpriced and count $0 against USD budgets (add it under prices:)",
 			zap.String("backend", backendName), zap.String("model", model))
 	}
 	return 0
-}
-
-// anyUSDLocked reports whether any budget has a USD limit: only then is a
-// missing price worth a warning. k.mu must be held.
-func (k *Keeper) anyUSDLocked(cfg *config.Config) bool {
-	if cfg.SwarmBudget.USD > 0 || len(k.overrides) > 0 {
-		return true
-	}
-	for _, a := range cfg.Agents {
-		if a.Budget.USD > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // cost is what a usage costs (price), and its tokens.

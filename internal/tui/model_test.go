@@ -553,3 +553,14 @@ func TestInboxPanel(t *testing.T) {
 		t.Errorf("four needs, three lines:\n%s", r)
 	}
 }
+
+// TestUnpricedCost: an agent with tokens and no cost reads unpriced.
+func TestUnpricedCost(t *testing.T) {
+	d := newDriver(t, Options{}, 120, 30)
+	bob := swarm().Agents[2]
+	bob.Spend = &view.Spend{Sessions: 2, TokensIn: 9000, TokensOut: 300}
+	d.send(UpdateMsg{view.Update{Kind: view.KindAgent, Agent: &bob}})
+	if r := d.m.Render(); !regexp.MustCompile(`bob +stalled .* 9\.3k +unpriced `).MatchString(r) {
+		t.Fatalf("bob's tokens without a price:\n%s", r)
+	}
+}

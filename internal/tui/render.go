@@ -242,15 +242,15 @@ func (m Model) columns() columns {
 		c.name = max(c.name, min(16, len(a.Name)))
 	}
 	// indicator, name, state, seq 4, sess 4, out 4, errors 5, tokens 6,
-	// cost 6, with a space after each.
-	fixed := 3 + c.name + 1 + c.state + 1 + 5 + 5 + 5 + 6 + 7 + 7
+	// cost 8 ("unpriced"), with a space after each.
+	fixed := 3 + c.name + 1 + c.state + 1 + 5 + 5 + 5 + 6 + 7 + 9
 	c.task = max(0, m.width-fixed)
 	return c
 }
 
 func (c columns) row(ind, name, state, seq, sess, out, errs, tokens, cost, task string) string {
 	s := pad(ind, 2) + " " + pad(name, c.name) + " " + pad(state, c.state) + " " + lpad(seq, 4) + " " + lpad(sess, 4) + " " +
-		lpad(out, 4) + " " + lpad(errs, 5) + " " + lpad(tokens, 6) + " " + lpad(cost, 6) + " "
+		lpad(out, 4) + " " + lpad(errs, 5) + " " + lpad(tokens, 6) + " " + lpad(cost, 8) + " "
 	if c.task > 0 {
 		s += fit(task, c.task)
 	}
@@ -265,8 +265,11 @@ func (m Model) agentLine(st styles, cols columns, a view.Agent, selected bool) s
 	tokens, cost := "-", "-"
 	if a.Spend != nil {
 		tokens = fmtTokens(a.Spend.TokensIn + a.Spend.TokensOut)
-		if a.Spend.CostUSD > 0 {
+		switch {
+		case a.Spend.CostUSD > 0:
 			cost = fmt.Sprintf("$%.2f", a.Spend.CostUSD)
+		case a.Spend.TokensIn+a.Spend.TokensOut > 0:
+			cost = "unpriced" // tokens, and no price for them: not free
 		}
 	}
 	task := ""

@@ -54,7 +54,11 @@ function tokens(sp) {
   return String(n);
 }
 
-function cost(sp) { return sp && sp.cost_usd ? '$' + sp.cost_usd.toFixed(2) : '-'; }
+// cost: tokens with no cost are "unpriced" (no price for the model), not $0.
+function cost(sp) {
+  if (sp && sp.cost_usd) return '$' + sp.cost_usd.toFixed(2);
+  return sp && sp.tokens_in + sp.tokens_out > 0 ? 'unpriced' : '-';
+}
 
 function toast(msg) {
   const t = $('toast');
