@@ -325,7 +325,10 @@ func TestDashboardSSEResume(t *testing.T) {
 	if _, _, code := runCLI(t, nil, "", "stop", "alice", "-c", cfg); code != 0 {
 		t.Fatal("stop alice")
 	}
-	for {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("no Stopped event of alice on the resumed stream within 30s")
+		}
 		m := again.next(t, "event")
 		var e view.Event
 		strictJSON(t, "event", []byte(m.data), &e)
@@ -347,7 +350,7 @@ func TestTopOnce(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"swarmd top  2 agents", "● alice", "Running", "merge queue: not configured", "alice Spawning→Running"} {
+	for _, want := range []string{"swarmd top  2 agents", "● alice", "Running", "merge queue: not configured", "alice #1: Running"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("frame lacks %q:\n%s", want, out)
 		}

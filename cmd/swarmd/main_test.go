@@ -127,11 +127,39 @@ func startDaemon(t *testing.T, config string, extra ...string) *daemonProc {
 		select {
 		case <-d.done:
 		default:
+			// The test left it running (it failed, or needed no clean
+			// stop): killed, a daemon leaves its sessions to the next
+			// start's recovery, which a test never runs; they go too.
 			_ = cmd.Process.Kill()
 			<-d.done
+			if dir := d.stateDir(); dir != "" {
+				killTreeProcesses(dir)
+			}
 		}
 	})
 	return d
+}
+
+// stateDir is the state dir the daemon said it runs on ("" before it said).
+func (d *daemonProc) stateDir() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, m := range d.lines {
+		if dir, ok := m["state_dir"].(string); ok && m["msg"] == "swarmd running" {
+			return dir
+		}
+	}
+	return ""
+}
+
+// killTreeProcesses kills every process of stateDir's sessions.
+func killTreeProcesses(stateDir string) {
+	for _, p := range treeProcesses(stateDir) {
+		pid, _, _ := strings.Cut(p, ":")
+		if n, err := strconv.Atoi(pid); err == nil {
+			_ = syscall.Kill(n, syscall.SIGKILL)
+		}
+	}
 }
 
 // waitLine waits until a log line satisfies match.

@@ -610,7 +610,9 @@ func TestTaskClaimConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			// No claimant can claim more tasks than there are: a claim
+			// that succeeds without taking one ends the loop all the same.
+			for range tasks + 1 {
 				out, stderr, code := runCLI(t, env, "", "task", "claim", "--json")
 				if code == 1 && strings.Contains(stderr, "no OPEN task") {
 					return
@@ -628,6 +630,7 @@ func TestTaskClaimConcurrent(t *testing.T) {
 					return
 				}
 			}
+			failures <- fmt.Sprintf("%s: claimed more than the %d tasks there are", agent, tasks)
 		}()
 	}
 	wg.Wait()
