@@ -44,9 +44,12 @@ type AgentStatus struct {
 	DaemonFault string `json:"daemon_fault,omitempty"`
 	// Paused: swarmd pause holds the agent (by whom, why, since when);
 	// Frozen: its running session's processes are stopped (--now).
-	Paused      bool      `json:"paused,omitempty"`
-	PausedBy    string    `json:"paused_by,omitempty"`
-	PauseReason string    `json:"pause_reason,omitempty"`
+	Paused      bool   `json:"paused,omitempty"`
+	PausedBy    string `json:"paused_by,omitempty"`
+	PauseReason string `json:"pause_reason,omitempty"`
+	// Waiting says why the agent is held before its next session (its
+	// provider, a free slot); "" when it is not.
+	Waiting     string    `json:"waiting,omitempty"`
 	PausedSince time.Time `json:"paused_since,omitzero"`
 	Frozen      bool      `json:"frozen,omitempty"`
 }

@@ -51,6 +51,7 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 		SessionStarted: s.SessionStarted, ConsecutiveErrors: s.ConsecutiveErrors, TotalErrors: s.TotalErrors,
 		Branch: a.d.trees.Branch(s.Agent), Reason: s.Reason, Since: s.Since,
 		Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason, PausedSince: s.PausedSince, Frozen: s.Frozen,
+		Waiting: s.Waiting,
 	}
 	if s.State.Kind == agent.Running || s.State.Kind == agent.Interrupting {
 		st.LastOutput = r.LastOutput()

@@ -152,7 +152,9 @@ func (s viewSource) Agents() []view.AgentState {
 		}
 		out = append(out, view.AgentState{
 			Condition: view.Condition{State: kind, Since: st.Since, SessionStarted: st.SessionStarted,
-				LastOutput: st.LastOutput, Idle: st.Health == "idle", Paused: st.Paused},
+				// Held for its provider or a slot, it waits: idle, as a
+				// backoff is, not spawning.
+				LastOutput: st.LastOutput, Idle: st.Health == "idle" || st.Waiting != "", Paused: st.Paused},
 			Name: st.Name, Health: st.Health, Seq: st.Seq, SessionID: st.SessionID,
 			ConsecutiveErrors: st.ConsecutiveErrors, TotalErrors: st.TotalErrors, Branch: st.Branch, Reason: st.Reason,
 			PausedBy: st.PausedBy, PauseReason: st.PauseReason, Frozen: st.Frozen,

@@ -564,3 +564,18 @@ func TestUnpricedCost(t *testing.T) {
 		t.Fatalf("bob's tokens without a price:\n%s", r)
 	}
 }
+
+// TestProviderHoldIsShownWhole: an agent held by its provider reads
+// "provider down" in the state column, and since when and why where its
+// task would be, not cut to the state column's width.
+func TestProviderHoldIsShownWhole(t *testing.T) {
+	d := newDriver(t, Options{}, 160, 30)
+	carol := swarm().Agents[3]
+	carol.State, carol.Visual, carol.Indicator = "BuildingPrompt", view.Idle, view.Idle.Indicator()
+	carol.Health = "provider down since 02:11:03Z (API error 529); next probe at 02:11:20Z"
+	d.send(UpdateMsg{view.Update{Kind: view.KindAgent, Agent: &carol}})
+	r := d.m.Render()
+	if !regexp.MustCompile(`□ carol +provider down +3 .*provider down since 02:11:03Z \(API error 529\); next probe at 02:11:20Z`).MatchString(r) {
+		t.Fatalf("carol held by her provider:\n%s", r)
+	}
+}

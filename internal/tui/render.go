@@ -275,6 +275,8 @@ func (m Model) agentLine(st styles, cols columns, a view.Agent, selected bool) s
 	task := ""
 	if a.Task != nil {
 		task = "#" + strconv.FormatInt(a.Task.ID, 10) + " " + a.Task.Title
+	} else if providerHeld(a.Health) {
+		task = a.Health // the state column has room for "provider down" only
 	}
 	line := cols.row("", a.Name, stateText(a), strconv.FormatUint(uint64(a.Seq), 10), sess, out,
 		strconv.FormatUint(uint64(a.ConsecutiveErrors), 10)+"/"+strconv.FormatUint(uint64(a.TotalErrors), 10),
@@ -298,10 +300,19 @@ func stateText(a view.Agent) string {
 		return "paused"
 	case a.Health == "spawning-timeout":
 		return "spawn timeout"
+	case strings.HasPrefix(a.Health, "provider down"):
+		return "provider down" // since when and why: in the task column
+	case strings.HasPrefix(a.Health, "rate limited"):
+		return "rate limited"
 	case a.Health != "":
 		return a.Health
 	}
 	return a.State
+}
+
+// providerHeld: the agent's health is its provider's (down, rate limited).
+func providerHeld(h string) bool {
+	return strings.HasPrefix(h, "provider down") || strings.HasPrefix(h, "rate limited")
 }
 
 func (m Model) age(t time.Time) string {
