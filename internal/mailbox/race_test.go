@@ -3,50 +3,14 @@ package mailbox
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 )
-
-// raceEngines runs race on each engine the store has: a SQLite file, and a
-// real PostgreSQL server started for it; fresh makes a new database.
-func raceEngines(t *testing.T, race func(t *testing.T, fresh func(t *testing.T) string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		race(t, func(t *testing.T) string { return filepath.Join(t.TempDir(), "swarm.db") })
-	})
-	t.Run("postgres", func(t *testing.T) {
-		srv := pgtest.Require(t)
-		n := 0
-		race(t, func(t *testing.T) string {
-			n++
-			name := fmt.Sprintf("mailrace%d", n)
-			if err := srv.CreateDB(name); err != nil {
-				t.Fatal(err)
-			}
-			return srv.URL(name)
-		})
-	})
-}
-
-func openTarget(t testing.TB, target string) *store.DB {
-	t.Helper()
-	db, err := store.Open(context.Background(), target, store.Options{})
-	if err != nil {
-		t.Fatalf("open %s: %v", target, err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return db
-}
 
 // raceProcs is how many processes race on the mail.
 const raceProcs = 20
@@ -59,12 +23,12 @@ var raceRecipients = []string{"r0", "r1", "r2", "r3"}
 // acknowledging it when done; every message is delivered (acknowledged)
 // exactly once: 0 lost, 0 doubled. On both engines.
 func TestMailExactlyOnceAcrossProcesses(t *testing.T) {
-	raceEngines(t, func(t *testing.T, fresh func(t *testing.T) string) {
+	storetest.Engines(t, "mailrace", func(t *testing.T, fresh func(t *testing.T) string) {
 		ctx := context.Background()
 		target := fresh(t)
 		const each = 15
 		storetest.Race(t, "TestMailRaceChild", target, "mail", raceProcs, each)
-		db := openTarget(t, target)
+		db := storetest.OpenTarget(t, target)
 		mb, err := New(ctx, db, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +69,7 @@ func TestMailRaceChild(t *testing.T) {
 		t.Skip("run by TestMailExactlyOnceAcrossProcesses")
 	}
 	ctx := context.Background()
-	db := openTarget(t, target)
+	db := storetest.OpenTarget(t, target)
 	mb, err := New(ctx, db, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -3,59 +3,23 @@ package taskboard
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 )
-
-// raceEngines runs race on each engine the store has: a SQLite file, and a
-// real PostgreSQL server started for it; fresh makes a new database.
-func raceEngines(t *testing.T, race func(t *testing.T, fresh func(t *testing.T) string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		race(t, func(t *testing.T) string { return filepath.Join(t.TempDir(), "swarm.db") })
-	})
-	t.Run("postgres", func(t *testing.T) {
-		srv := pgtest.Require(t)
-		n := 0
-		race(t, func(t *testing.T) string {
-			n++
-			name := fmt.Sprintf("claimrace%d", n)
-			if err := srv.CreateDB(name); err != nil {
-				t.Fatal(err)
-			}
-			return srv.URL(name)
-		})
-	})
-}
-
-func openTarget(t testing.TB, target string) *store.DB {
-	t.Helper()
-	db, err := store.Open(context.Background(), target, store.Options{})
-	if err != nil {
-		t.Fatalf("open %s: %v", target, err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return db
-}
 
 // TestClaimsAtomicAcrossProcesses: 20 processes claim from one board at
 // once; every task is claimed, worked and closed exactly once. On both
 // engines.
 func TestClaimsAtomicAcrossProcesses(t *testing.T) {
-	raceEngines(t, func(t *testing.T, fresh func(t *testing.T) string) {
+	storetest.Engines(t, "claimrace", func(t *testing.T, fresh func(t *testing.T) string) {
 		ctx := context.Background()
 		target := fresh(t)
 		const tasks, procs = 60, 20
-		db := openTarget(t, target)
+		db := storetest.OpenTarget(t, target)
 		board := New(db, Options{AutoClose: true})
 		for i := range tasks {
 			if _, err := board.Add(ctx, NewTask{Title: fmt.Sprint("task ", i), CreatedBy: "operator"}); err != nil {
@@ -110,7 +74,7 @@ func TestClaimRaceChild(t *testing.T) {
 		t.Skip("run by TestClaimsAtomicAcrossProcesses")
 	}
 	ctx := context.Background()
-	board := New(openTarget(t, target), Options{AutoClose: true})
+	board := New(storetest.OpenTarget(t, target), Options{AutoClose: true})
 	var got []string
 	for k := 0; ; k++ {
 		if k > tasks { // a claim that does not take its task must not loop

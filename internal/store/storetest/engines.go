@@ -1,0 +1,49 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// Engines runs race on each engine the store has: a SQLite file, and a
+// real PostgreSQL server started for it (pgtest.Require); fresh makes a new
+// database, named prefix and a number on PostgreSQL. The packages with
+// tables run their process races through it, on both engines alike.
+func Engines(t *testing.T, prefix string, race func(t *testing.T, fresh func(t *testing.T) string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		race(t, func(t *testing.T) string { return filepath.Join(t.TempDir(), "swarm.db") })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		srv := pgtest.Require(t)
+		n := 0
+		race(t, func(t *testing.T) string {
+			n++
+			name := fmt.Sprintf("%s%d", prefix, n)
+			if err := srv.CreateDB(name); err != nil {
+				t.Fatal(err)
+			}
+			return srv.URL(name)
+		})
+	})
+}
+
+// OpenTarget opens target (a path or a postgres:// URL), closed when the
+// test ends.
+func OpenTarget(t testing.TB, target string) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), target, store.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", target, err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return db
+}
