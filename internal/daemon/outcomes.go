@@ -19,8 +19,12 @@ func (d *Daemon) settlerFor(a config.Agent) *settle.Settler {
 		DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle"),
 		Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail},
 		Observe: func(_ string, latency, waited time.Duration) { d.metrics.ObserveSettle(latency, waited) },
-		GaveUp: func(task int64, reviewer, feedback string) {
-			d.notifyTaskFailed(task, reviewer, "max_iterations: the review failed it past its iterations; the reviewer said: "+feedback)
+		GaveUp: func(task int64, reviewer, failure, feedback string) {
+			why := "its review record could not be read: the review loop resumed as failed"
+			if failure != "" {
+				why = failure + ": the review failed it past its iterations; the reviewer said: " + feedback
+			}
+			d.notifyTaskFailed(task, reviewer, why)
 		},
 	}
 }

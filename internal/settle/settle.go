@@ -73,9 +73,11 @@ type Settler struct {
 	// waiting for the store (retries after a refusal). It must be quick.
 	Observe func(agent string, latency, waited time.Duration)
 	// GaveUp, if set, is told of a task that a settled review verdict left
-	// FAILED at its max_iterations, once the outcome is committed: nobody
-	// works on it any more until a person retries it.
-	GaveUp func(task int64, reviewer, feedback string)
+	// FAILED for good, once the outcome is committed: nobody works on it
+	// any more until a person retries it. failure is the loop's reason
+	// (max_iterations); "" when its record could not be read and the loop
+	// resumed as failed.
+	GaveUp func(task int64, reviewer, failure, feedback string)
 
 	g group // outcomes committed together
 }
@@ -112,9 +114,11 @@ type Result struct {
 	// Batch is how many outcomes were committed in the transaction that
 	// committed this one (1: alone).
 	Batch int
-	// GaveUp is the task the review verdict left FAILED at its
-	// max_iterations (0: none).
-	GaveUp int64
+	// GaveUp is the task the review verdict left FAILED for good (0:
+	// none), GaveUpWhy the review loop's reason (max_iterations; "" for a
+	// loop whose record could not be read).
+	GaveUp    int64
+	GaveUpWhy string
 }
 
 // RecordOf is the outbox record of a runner's settlement.
@@ -176,7 +180,7 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 		s.Observe(rec.Session.Agent, s.now().Sub(*rec.Session.Ended), waited)
 	}
 	if res.GaveUp != 0 && !res.Already && s.GaveUp != nil {
-		s.GaveUp(res.GaveUp, rec.Session.Agent, rec.Text)
+		s.GaveUp(res.GaveUp, rec.Session.Agent, res.GaveUpWhy, rec.Text)
 	}
 	return runner.SettleResult{Signalled: res.Signalled}, nil
 }
@@ -294,7 +298,7 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		case err == nil:
 			res.Reported = fmt.Sprintf("review of task %d: %s", rec.Review, sig)
 			if t.StateName == task.Failed.String() {
-				res.GaveUp = rec.Review
+				res.GaveUp, res.GaveUpWhy = rec.Review, t.ReviewFailure
 			}
 		case refused(err):
 			s.logger().Info("review verdict not applied", zap.String("session", id), zap.Error(err))

@@ -419,9 +419,9 @@ func TestReviewFailedPastItsIterationsIsTold(t *testing.T) {
 	e := sqliteEnv(t)
 	ctx := context.Background()
 	var told []int64
-	e.s.GaveUp = func(task int64, reviewer, _ string) {
-		if reviewer != "bob" {
-			t.Errorf("reviewer %q", reviewer)
+	e.s.GaveUp = func(task int64, reviewer, failure, _ string) {
+		if reviewer != "bob" || failure != "max_iterations" {
+			t.Errorf("reviewer %q, failure %q", reviewer, failure)
 		}
 		told = append(told, task)
 	}
