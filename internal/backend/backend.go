@@ -401,6 +401,9 @@ type agentCLI struct {
 	// (Spec.Probe): arguments before the last one (the prompt's "-" where
 	// there is one), and variables over the backend's env.
 	probeArgs, probeEnv []string
+	// probeArgsFor, if set, gives probeArgs from the session's environment
+	// (KEY=VALUE, later entries winning), for a CLI whose cap depends on it.
+	probeArgsFor func(env []string) []string
 }
 
 // insertBeforeStdin puts more before args' last element when that is "-"
@@ -435,8 +438,12 @@ func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
 	}
 	env := a.env
 	if spec.Probe {
-		if len(a.probeArgs) > 0 {
-			args = insertBeforeStdin(args, a.probeArgs)
+		more := a.probeArgs
+		if a.probeArgsFor != nil {
+			more = a.probeArgsFor(slices.Concat(os.Environ(), spec.Defaults, a.env, spec.Env))
+		}
+		if len(more) > 0 {
+			args = insertBeforeStdin(args, more)
 		}
 		env = append(slices.Clip(env), a.probeEnv...)
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/swarmd/swarmd/internal/proc"
@@ -44,12 +47,9 @@ func NewCodex(sup *proc.Supervisor, cfg AgentCLIConfig) (*Codex, error) {
 	if cfg.Model != "" {
 		args = append(args, "--model", cfg.Model)
 	}
-	// No cap on Codex's own retries in a probe (Spec.Probe): they are
-	// settings of a model provider (model_providers.ID.request_max_retries),
-	// which the command line may not set for the built-in one, and Codex
-	// ignores them at the top level.
 	cli.args = append(append(args, cfg.Args...), "-")
 	cli.env = append([]string(nil), cfg.Env...)
+	cli.probeArgsFor = codexProbeArgs(cli.args)
 	now := cfg.Now
 	cli.parser = func() Reporter { return newCodexParser(now) }
 	return &Codex{cli: cli}, nil
@@ -65,4 +65,77 @@ func (c *Codex) Start(ctx context.Context, spec Spec) (Session, error) {
 		return nil, fmt.Errorf("backend %s: %w", c.cli.name, err)
 	}
 	return s, nil
+}
+
+// codexProbeArgs caps Codex's own retries in a probe session (Spec.Probe):
+// they are settings of the model provider in use
+// (model_providers.ID.request_max_retries, stream_max_retries), which a
+// -c on the command line sets over the provider's table in config.toml.
+// The provider is the one args name (-c model_provider=ID), else the one
+// CODEX_HOME/config.toml names (the session's environment says where
+// CODEX_HOME is: env is it, later entries winning). The built-in provider
+// (openai) cannot be changed that way: its probes keep Codex's retries.
+func codexProbeArgs(args []string) func(env []string) []string {
+	return func(env []string) []string {
+		id := codexProviderArg(args)
+		if id == "" {
+			home := ""
+			for _, kv := range env {
+				if v, ok := strings.CutPrefix(kv, "CODEX_HOME="); ok {
+					home = v
+				}
+			}
+			if home == "" {
+				for _, kv := range env {
+					if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+						home = filepath.Join(v, ".codex")
+					}
+				}
+			}
+			if home != "" {
+				id = codexProviderInConfig(filepath.Join(home, "config.toml"))
+			}
+		}
+		if id == "" || id == "openai" {
+			return nil
+		}
+		return []string{"-c", "model_providers." + id + ".request_max_retries=0", "-c", "model_providers." + id + ".stream_max_retries=0"}
+	}
+}
+
+// codexProviderArg is the provider a -c (--config) model_provider=ID in
+// args names, the last one winning; "" when none does.
+func codexProviderArg(args []string) string {
+	id := ""
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--config=")
+		if !ok && (a == "-c" || a == "--config") && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if k, val, found := strings.Cut(v, "="); ok && found && strings.TrimSpace(k) == "model_provider" {
+			id = strings.Trim(strings.TrimSpace(val), `"'`)
+		}
+	}
+	return id
+}
+
+// codexProviderInConfig is the top-level model_provider of a Codex
+// config.toml ("" when it names none, or cannot be read): the lines
+// before the first [table].
+func codexProviderInConfig(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			return ""
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "model_provider" {
+			v, _, _ = strings.Cut(v, "#")
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
 }

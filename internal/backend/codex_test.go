@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -51,5 +53,58 @@ func TestInsertBeforeStdin(t *testing.T) {
 	}
 	if got := insertBeforeStdin([]string{"-p"}, []string{"-c", "x"}); !slices.Equal(got, []string{"-p", "-c", "x"}) {
 		t.Errorf("no -: %q", got)
+	}
+}
+
+// TestCodexProbeCapsItsRetries: a probe session runs Codex with its
+// provider's own retries off, the provider found where Codex finds it (a
+// -c model_provider=ID in the args, else CODEX_HOME's config.toml); any
+// other session, and a probe of the built-in provider, as configured.
+func TestCodexProbeCapsItsRetries(t *testing.T) {
+	dir := t.TempDir()
+	cli := filepath.Join(dir, "codex")
+	if err := os.WriteFile(cli, []byte("#!/bin/sh\ncat >/dev/null\necho \"$*\" >> \"$ARGS_OUT\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "codex-home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte("model = \"m\"\nmodel_provider = \"corp\" # ours\n\n[model_providers.corp]\nname = \"corp\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	capped := func(id string) string {
+		return "-c model_providers." + id + ".request_max_retries=0 -c model_providers." + id + ".stream_max_retries=0 -"
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  []string
+		want string // the end of the probe's command line
+	}{
+		{"config.toml", nil, []string{"CODEX_HOME=" + home}, capped("corp")},
+		{"args win", []string{"-c", "model_provider=azure"}, []string{"CODEX_HOME=" + home}, capped("azure")},
+		{"built-in", nil, []string{"CODEX_HOME=" + filepath.Join(dir, "none")}, "allow_login_shell=false -"},
+		{"built-in named", []string{"--config=model_provider=openai"}, nil, "model_provider=openai -"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "args")
+			x, err := NewCodex(newSupervisor(t), AgentCLIConfig{Command: cli, Args: c.args, Env: append([]string{"ARGS_OUT=" + out}, c.env...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sp := spec(t)
+			sp.Probe = true
+			run(t, x, sp)
+			run(t, x, spec(t))
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			if len(lines) != 2 || !strings.HasSuffix(lines[0], c.want) || strings.Contains(lines[1], "max_retries") {
+				t.Fatalf("the probe's and the next session's args:\n%s\nwant the probe's to end in %q", b, c.want)
+			}
+		})
 	}
 }
