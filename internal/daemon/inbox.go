@@ -48,11 +48,11 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 		}
 	}
 	sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })
-	msgs, err := mb.Inbox(ctx, mailbox.Operator, false)
+	pending, err := mb.PendingCounts(ctx)
 	if err != nil {
 		return st, err
 	}
-	st.OperatorMail = len(msgs)
+	st.OperatorMail = pending[mailbox.Operator]
 	return st, nil
 }
 

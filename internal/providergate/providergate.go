@@ -235,6 +235,7 @@ func (g *Gates) SetBackoff(cfg *config.Config) {
 // then, not at the probe's end.
 func (g *Gates) Progress(rec runner.ProgressRecord) {
 	p := rec.Progress
+	limited := p.RateLimitedUntil.After(time.Now())
 	g.mu.Lock()
 	pg := g.byAgent[rec.Agent]
 	seen := g.last[rec.Agent]
@@ -244,15 +245,18 @@ func (g *Gates) Progress(rec runner.ProgressRecord) {
 	seen.tokens = p.Usage.Tokens()
 	var r provider.Report
 	switch {
-	case p.RateLimitedUntil.After(time.Now()) && p.RateLimitedUntil.After(seen.until):
+	case limited && p.RateLimitedUntil.After(seen.until):
 		seen.until = p.RateLimitedUntil
 		r = provider.Report{Outcome: provider.RateLimit, Reset: p.RateLimitedUntil, Cause: "rate limited (429)", Agent: rec.Agent}
 	case p.ProviderError != "" && seen.err == "":
 		seen.err, seen.errTokens = p.ProviderError, seen.tokens
 		r = provider.Report{Outcome: provider.Failure, Cause: p.ProviderError, Agent: rec.Agent}
 	}
-	g.last[rec.Agent] = seen
-	limited := p.RateLimitedUntil.After(time.Now())
+	// A session that showed no trouble is not kept: nothing is stuck, and
+	// a running session's every record would otherwise write the map.
+	if seen.err != "" || !seen.until.IsZero() {
+		g.last[rec.Agent] = seen
+	}
 	g.mu.Unlock()
 	switch {
 	case pg == nil:

@@ -1,13 +1,11 @@
 package store_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
-	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 )
 
@@ -18,19 +16,8 @@ var sqliteHarness = storetest.Harness{
 	ChildTest: "TestContractChild",
 }
 
-func openStore(t testing.TB, path string) *store.DB {
-	t.Helper()
-	db, err := store.Open(context.Background(), path, store.Options{})
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return db
-}
+// openStore opens a target for the contract, closed when the test ends.
+var openStore = storetest.OpenTarget
 
 func TestContract(t *testing.T) { storetest.Run(t, sqliteHarness) }
 

@@ -462,26 +462,7 @@ func (m Model) eventLines(n int) []string {
 }
 
 func eventText(e view.Event) string {
-	at := e.At.Local().Format("15:04:05")
-	if e.TaskID != 0 {
-		s := at + " task #" + strconv.FormatInt(e.TaskID, 10) + " " + arrow(e.From, e.To)
-		if e.Agent != "" {
-			s += " " + e.Agent
-		}
-		return s
-	}
-	s := at + " " + e.Agent + " " + arrow(e.From, e.To)
-	if e.Event != "" {
-		s += " (" + e.Event + ")"
-	}
-	return s
-}
-
-func arrow(from, to string) string {
-	if from == "" || from == to {
-		return to
-	}
-	return from + "→" + to
+	return e.At.Local().Format("15:04:05") + " " + view.EventLine(e)
 }
 
 func (m Model) logRows() int { return max(1, m.height-3) }

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 	"time"
@@ -88,7 +89,7 @@ func sessionSeq(e Event) uint32 {
 // reason), where the agent went after it, and how long it ran.
 func feedText(l FeedLine) string {
 	if l.Session == "" {
-		return eventLine(l.Events[0])
+		return EventLine(l.Events[0])
 	}
 	var (
 		state, ended string
@@ -102,7 +103,7 @@ func feedText(l FeedLine) string {
 		case "SessionStarted":
 			started = e.At
 		case "SessionExited":
-			ended = firstOf(e.Reason, e.Event)
+			ended = cmp.Or(e.Reason, e.Event)
 			if !started.IsZero() {
 				dur = e.At.Sub(started)
 			}
@@ -127,34 +128,28 @@ func feedText(l FeedLine) string {
 	return s
 }
 
-// eventLine is one event that is a line of its own.
-func eventLine(e Event) string {
+// EventLine is one event as a line of text, without its time:
+// "task #4 CLAIMED→IN_PROGRESS alice", "alice Spawning→Running (SessionStarted)".
+func EventLine(e Event) string {
 	if e.TaskID != 0 {
-		s := "task #" + strconv.FormatInt(e.TaskID, 10) + " " + transition(e.From, e.To)
+		s := "task #" + strconv.FormatInt(e.TaskID, 10) + " " + Transition(e.From, e.To)
 		if e.Agent != "" {
 			s += " " + e.Agent
 		}
 		return s
 	}
-	s := e.Agent + " " + transition(e.From, e.To)
+	s := e.Agent + " " + Transition(e.From, e.To)
 	if e.Event != "" {
 		s += " (" + e.Event + ")"
 	}
 	return s
 }
 
-func transition(from, to string) string {
+// Transition is a move from one state to another, "FROM→TO", or the state
+// alone when there is no move.
+func Transition(from, to string) string {
 	if from == "" || from == to {
 		return to
 	}
 	return from + "→" + to
-}
-
-func firstOf(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
