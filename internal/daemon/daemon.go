@@ -256,11 +256,12 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		Timeout: cfg.Hooks.Timeout,
 		Sandbox: d.hookSandbox(),
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
-	watch, wake := cfg.DBPath(), (<-chan struct{})(nil) // the WAL file's changes wake the router
+	ropts := router.Options{DBPath: cfg.DBPath()} // the WAL file's changes wake the router
 	if cfg.SharedStore() {
-		watch, wake = "", d.db.Changes() // no file to watch: the store's notifications
+		w := d.db.Changes() // no file to watch: the store's notifications, which say what changed
+		ropts = router.Options{Wake: w.C, Changed: w.Take}
 	}
-	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: watch, Wake: wake,
+	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: ropts.DBPath, Wake: ropts.Wake, Changed: ropts.Changed,
 		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange,
 		ReviewOnly: d.reviewOnly})
 	if cfg.Listen != "" {
@@ -750,16 +751,24 @@ func (d *Daemon) updatePending(ctx context.Context) {
 	d.metrics.SetPending(pending)
 }
 
-// noteChange is the router's OnChange: it wakes mailStats and the
-// dashboards, never blocking.
-func (d *Daemon) noteChange() {
-	for _, c := range []chan struct{}{d.mailChanged, d.merge.changed} { // mail metrics, the merge feeder
-		select {
-		case c <- struct{}{}:
-		default:
-		}
+// noteChange is the router's OnChange: it wakes mailStats for mail, the
+// merge feeder for tasks, and the dashboards for anything, never blocking.
+func (d *Daemon) noteChange(what store.Change) {
+	if what.Has(store.ChangedMail) {
+		signal(d.mailChanged)
 	}
-	d.serve.dash.notify() // and the dashboards: a task moved, mail came
+	if what.Has(store.ChangedTasks) {
+		signal(d.merge.changed)
+	}
+	d.serve.dash.notify() // a task moved, mail came, an agent changed state
+}
+
+// signal sends on c unless a signal is pending already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // Mail is what the router reads. *mailbox.DB satisfies it.
@@ -66,6 +67,12 @@ type Options struct {
 	// Wake, if set (and DBPath is not), wakes the router as the WAL watch
 	// would: a shared store's change notifications.
 	Wake <-chan struct{}
+	// Changed, if set with Wake, says what the commits behind a wake-up
+	// touched (store.Watch.Take): the router then reads only what changed,
+	// and a commit it reads nothing of (a session's row, an event, a lease)
+	// costs it no query. Without it every wake-up may have changed
+	// anything, and the data version tells.
+	Changed func() store.Change
 	// Tasks and Idle, if both are set, let new mail and new tasks wake idle
 	// agents through the same watch as urgent mail.
 	Tasks Tasks
@@ -74,9 +81,10 @@ type Options struct {
 	// they are not woken for one.
 	ReviewOnly func(agent string) bool
 	// OnChange, if set, is called after each poll that found a commit by
-	// another connection (mail sent, a task added...): the daemon's mail
-	// metrics follow it instead of a timer. It must not block.
-	OnChange func()
+	// another connection (mail sent, a task added...), with what it
+	// touched: the daemon's mail metrics follow it instead of a timer. It
+	// must not block.
+	OnChange func(store.Change)
 }
 
 // Router watches the mailbox for urgent mail.
@@ -87,10 +95,11 @@ type Router struct {
 	interval   time.Duration
 	dbPath     string
 	wakeSrc    <-chan struct{}
+	changed    func() store.Change
 	tasks      Tasks
 	idle       Idle
 	reviewOnly func(agent string) bool
-	onChange   func()
+	onChange   func(store.Change)
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -112,7 +121,7 @@ func New(mail Mail, to Interrupter, opts Options) *Router {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, wakeSrc: opts.Wake, lastVersion: -1,
+	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, wakeSrc: opts.Wake, changed: opts.Changed, lastVersion: -1,
 		tasks: opts.Tasks, idle: opts.Idle, reviewOnly: opts.ReviewOnly, onChange: opts.OnChange}
 }
 
@@ -153,8 +162,11 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			wake = w.wake
 		}
 	}
+	// notified: the wake-ups are the store's notifications, which say what
+	// changed (not the WAL watch, which only says that something did).
+	notified := false
 	if wake == nil {
-		wake = r.wakeSrc
+		wake, notified = r.wakeSrc, r.wakeSrc != nil && r.changed != nil
 	}
 	interval := r.interval
 	if wake != nil && interval < WatchedInterval {
@@ -171,10 +183,21 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 	again := time.NewTimer(time.Hour)
 	again.Stop()
 	defer again.Stop()
+	// what a notification said changed; zero for the first look, the
+	// safety net's and the WAL watch's, which compare the data version.
+	var what store.Change
 	for {
-		if err := r.Poll(pollCtx); err != nil {
+		var err error
+		if what == 0 {
+			err = r.Poll(pollCtx)
+		} else {
+			err = r.read(pollCtx, what)
+		}
+		if err != nil {
 			r.log.Warn("router poll", zap.Error(err))
 		}
+		what = 0
+	wait:
 		select {
 		case <-ctx.Done():
 			return
@@ -182,6 +205,16 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			if !ok {
 				wake = nil // the watch failed: poll at the unwatched pace
 				t.Reset(r.interval)
+				continue
+			}
+			if notified {
+				// The notification is the news, and follows its commit: no
+				// version to compare, no second look. Nothing taken means
+				// the last read covered it already.
+				if what = r.changed(); what == 0 {
+					goto wait
+				}
+				continue
 			}
 			again.Reset(recheck)
 		case <-again.C:
@@ -203,15 +236,27 @@ func (r *Router) Poll(ctx context.Context) error {
 	if v == r.lastVersion {
 		return nil
 	}
-	ms, err := r.mail.PendingUrgent(ctx, r.lastID)
-	if err != nil {
+	if err := r.read(ctx, store.ChangedAll); err != nil {
 		return err
 	}
 	r.lastVersion = v
-	if r.onChange != nil {
-		r.onChange()
+	return nil
+}
+
+// read routes new urgent mail and wakes idle agents, reading only what
+// changed.
+func (r *Router) read(ctx context.Context, what store.Change) error {
+	var ms []mailbox.Message
+	if what.Has(store.ChangedMail) {
+		var err error
+		if ms, err = r.mail.PendingUrgent(ctx, r.lastID); err != nil {
+			return err
+		}
 	}
-	if err := r.wakeIdle(ctx); err != nil {
+	if r.onChange != nil {
+		r.onChange(what)
+	}
+	if err := r.wakeIdle(ctx, what); err != nil {
 		return err
 	}
 	for _, m := range ms {
@@ -233,8 +278,8 @@ func (r *Router) Poll(ctx context.Context) error {
 // every idle agent for one task: the losers of that race would only cost).
 // Each commit brings a new look, so work a woken agent lost to another is
 // offered again.
-func (r *Router) wakeIdle(ctx context.Context) error {
-	if r.tasks == nil || r.idle == nil {
+func (r *Router) wakeIdle(ctx context.Context, what store.Change) error {
+	if r.tasks == nil || r.idle == nil || !what.Has(store.ChangedMail|store.ChangedTasks) {
 		return nil
 	}
 	idle := r.idle.IdleAgents()
@@ -243,17 +288,25 @@ func (r *Router) wakeIdle(ctx context.Context) error {
 		// lag, so the first look once an agent idles errs towards waking.
 		return nil
 	}
-	to, maxID, err := r.mail.RecipientsSince(ctx, r.lastMailID)
-	if err != nil {
-		return err
+	var to []string
+	if what.Has(store.ChangedMail) {
+		var maxID int64
+		var err error
+		if to, maxID, err = r.mail.RecipientsSince(ctx, r.lastMailID); err != nil {
+			return err
+		}
+		r.lastMailID = maxID
 	}
-	r.lastMailID = maxID
-	tv, err := r.tasks.OpenVersion(ctx)
-	if err != nil {
-		return err
+	tasksChanged := false
+	if what.Has(store.ChangedTasks) {
+		tv, err := r.tasks.OpenVersion(ctx)
+		if err != nil {
+			return err
+		}
+		tasksChanged = tv != r.lastTasks
+		r.lastTasks = tv
 	}
-	tasksChanged := tv != r.lastTasks
-	r.lastTasks = tv
+	var err error
 	var anyone int
 	var mine map[string]int
 	if tasksChanged {

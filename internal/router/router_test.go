@@ -3,9 +3,11 @@ package router
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,7 +223,7 @@ func TestOnChangeHearsOtherConnectionsCommits(t *testing.T) {
 	daemonDB := openDB(t, path)
 	sender := openDB(t, path)
 	changes := 0
-	r := New(daemonDB, &recorder{seen: make(chan struct{}, 1)}, Options{OnChange: func() { changes++ }})
+	r := New(daemonDB, &recorder{seen: make(chan struct{}, 1)}, Options{OnChange: func(store.Change) { changes++ }})
 	poll := func() {
 		t.Helper()
 		if err := r.Poll(ctx); err != nil {
@@ -265,7 +267,8 @@ func TestRoutesOnPostgresNotifications(t *testing.T) {
 	}
 	daemonDB, sender := open(), open()
 	rec := &recorder{seen: make(chan struct{}, 1)}
-	r := New(daemonDB, rec, Options{Interval: time.Hour, Wake: daemonDB.Store().Changes()})
+	w := daemonDB.Store().Changes()
+	r := New(daemonDB, rec, Options{Interval: time.Hour, Wake: w.C, Changed: w.Take})
 	r.Start(ctx)
 	defer r.Stop()
 	// The listener connects in the background: send until one is routed.
@@ -283,5 +286,134 @@ func TestRoutesOnPostgresNotifications(t *testing.T) {
 		case <-deadline:
 			t.Fatal("urgent mail not routed on a notification")
 		}
+	}
+}
+
+// counting counts the router's reads.
+type counting struct {
+	Mail
+	Tasks
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counting) count(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[what]++
+}
+
+func (c *counting) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+func (c *counting) DataVersion(ctx context.Context) (int64, error) {
+	c.count("version")
+	return c.Mail.DataVersion(ctx)
+}
+
+func (c *counting) PendingUrgent(ctx context.Context, after int64) ([]mailbox.Message, error) {
+	c.count("urgent")
+	return c.Mail.PendingUrgent(ctx, after)
+}
+
+func (c *counting) RecipientsSince(ctx context.Context, after int64) ([]string, int64, error) {
+	c.count("recipients")
+	return c.Mail.RecipientsSince(ctx, after)
+}
+
+func (c *counting) OpenVersion(ctx context.Context) (string, error) {
+	c.count("tasks")
+	return c.Tasks.OpenVersion(ctx)
+}
+
+// TestNotifiedReadsOnlyWhatChanged: woken by notifications that say what
+// changed (a shared store's), the router reads only that: a commit of
+// neither mail nor tasks costs it no query, mail no task query, tasks no
+// mail query, and none of them the data version (the notification is the
+// news).
+func TestNotifiedReadsOnlyWhatChanged(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openDB(t, path)
+	c := &counting{Mail: db, Tasks: taskboard.New(db.Store(), taskboard.Options{}), n: map[string]int{}}
+	idle := &idleSet{idle: []string{"alice", "bob", "carol"}}
+	wake := make(chan struct{}, 1)
+	var next atomic.Uint32
+	changes := make(chan store.Change, 1)
+	rec := &recorder{seen: make(chan struct{}, 1)}
+	r := New(c, rec, Options{Interval: time.Hour, Wake: wake, Changed: func() store.Change { return store.Change(next.Swap(0)) },
+		Tasks: c, Idle: idle, OnChange: func(what store.Change) {
+			select {
+			case changes <- what:
+			default:
+			}
+		}})
+	r.Start(ctx)
+	defer r.Stop()
+	notify := func(what store.Change) {
+		t.Helper()
+		next.Store(uint32(what))
+		wake <- struct{}{}
+		select {
+		case got := <-changes:
+			if got != what {
+				t.Fatalf("OnChange(%b), want %b", got, what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no read after a notification of %b", what)
+		}
+	}
+	select { // the first look reads everything
+	case first := <-changes:
+		if first != store.ChangedAll {
+			t.Fatalf("first look: OnChange(%b), want everything", first)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first look")
+	}
+	sender := openDB(t, path)
+
+	before := c.counts()
+	notify(store.ChangedOther)
+	if got := c.counts(); !maps.Equal(got, before) {
+		t.Errorf("a commit of neither mail nor tasks: reads %v -> %v, want none", before, got)
+	}
+
+	if _, err := sender.Send(ctx, mailbox.Draft{From: "operator", To: "bob", Body: "stop", Urgent: true}); err != nil {
+		t.Fatal(err)
+	}
+	before = c.counts()
+	notify(store.ChangedMail)
+	select {
+	case <-rec.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("urgent mail not routed")
+	}
+	got := c.counts()
+	if got["urgent"] != before["urgent"]+1 || got["tasks"] != before["tasks"] || got["version"] != before["version"] {
+		t.Errorf("mail: reads %v -> %v, want the urgent mail's alone", before, got)
+	}
+
+	if _, err := taskboard.New(sender.Store(), taskboard.Options{}).Add(ctx, taskboard.NewTask{Title: "carol's", Assignee: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	idle.take()
+	before = c.counts()
+	notify(store.ChangedTasks)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if slices.Contains(idle.take(), "carol") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("carol's task did not wake carol")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got = c.counts()
+	if got["tasks"] != before["tasks"]+1 || got["urgent"] != before["urgent"] || got["recipients"] != before["recipients"] || got["version"] != before["version"] {
+		t.Errorf("tasks: reads %v -> %v, want the tasks' alone", before, got)
 	}
 }

@@ -129,7 +129,7 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 	}
 	p.cfg = cfg.Copy() // the listener connects with it, not by reading the environment again
 	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}
-	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache})
+	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache, kinds: &changeCache{}})
 	write.SetMaxOpenConns(1) // as SQLite's: in-process writers queue on the pool
 	write.SetMaxIdleConns(1)
 	read = sql.OpenDB(&pgConnector{base: base, rebinds: cache})
@@ -201,32 +201,27 @@ func (p *pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 
 func (p *pgDriver) closeExtra(*DB) {}
 
-// changesChannel is the channel every write transaction notifies.
+// changesChannel is the channel every write transaction notifies; the
+// payload is the transaction's Change as a decimal digit.
 const changesChannel = "swarmd_changes"
 
-// changes listens on its own connection (LISTEN needs one that stays
-// open) and signals each notification; it reconnects, after a pause, when
-// the connection fails, signalling once then (a notification may have been
-// missed). It returns when ctx ends.
 // maintain: PostgreSQL keeps itself (autovacuum, its own checkpoints).
 func (*pgDriver) maintain(context.Context, *DB) {}
 
-func (p *pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
-	signal := func() {
-		select {
-		case out <- struct{}{}:
-		default:
-		}
-	}
+// changes listens on its own connection (LISTEN needs one that stays
+// open) and notes each notification's Change on w; it reconnects, after a
+// pause, when the connection fails, noting everything then (a notification
+// may have been missed). It returns when ctx ends.
+func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, p.cfg.Copy())
 		if err == nil {
 			_, err = conn.Exec(ctx, "LISTEN "+changesChannel)
 		}
 		for err == nil {
-			_, err = conn.WaitForNotification(ctx)
-			if err == nil {
-				signal()
+			var n *pgconn.Notification
+			if n, err = conn.WaitForNotification(ctx); err == nil {
+				w.note(payloadChange(n.Payload))
 			}
 		}
 		if conn != nil {
@@ -235,7 +230,7 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		signal()
+		w.note(ChangedAll)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -243,12 +238,23 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, out chan<- struct{}) {
 	}
 }
 
+// payloadChange reads a notification's payload: a digit written by
+// commitWrite; anything else (an older daemon's empty payload, a NOTIFY by
+// hand) may have changed anything.
+func payloadChange(s string) Change {
+	if len(s) == 1 && s[0] >= '1' && s[0] <= '0'+byte(ChangedAll) {
+		return Change(s[0] - '0')
+	}
+	return ChangedAll
+}
+
 // pgConnector makes the connections of one pool. The write pool's take the
 // writer lock in every transaction (see writerLock).
 type pgConnector struct {
 	base    sqldriver.Connector
 	write   bool
-	rebinds *sync.Map // rebind's work, shared by the pools: the store runs a small fixed set of queries
+	rebinds *sync.Map    // rebind's work, shared by the pools: the store runs a small fixed set of queries
+	kinds   *changeCache // what each query of a write transaction touches, for its notification
 }
 
 func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
@@ -256,7 +262,7 @@ func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, rebinds: c.rebinds}, nil
+	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, rebinds: c.rebinds, kinds: c.kinds}, nil
 }
 
 func (c *pgConnector) Driver() sqldriver.Driver { return c.base.Driver() }
@@ -269,6 +275,8 @@ type pgConn struct {
 	write   bool
 	inTx    bool
 	rebinds *sync.Map
+	kinds   *changeCache
+	touched Change // by the write transaction in progress: its notification's payload
 }
 
 func (c *pgConn) Prepare(query string) (sqldriver.Stmt, error) {
@@ -304,22 +312,38 @@ func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriv
 		}
 		return nil, err
 	}
-	c.inTx = true
+	c.inTx, c.touched = true, 0
 	return &pgTx{c: c}, nil
 }
 
-var (
-	beginWrite  = `BEGIN; SELECT pg_advisory_xact_lock(` + strconv.Itoa(writerLock) + `)`
-	commitWrite = `SELECT pg_notify('` + changesChannel + `', ''); COMMIT`
-)
+var beginWrite = `BEGIN; SELECT pg_advisory_xact_lock(` + strconv.Itoa(writerLock) + `)`
+
+// commitWrite is the end of a write transaction that touched c: a
+// notification saying what, with the COMMIT in one round trip; a
+// transaction that wrote nothing tells no one.
+func commitWrite(c Change) string {
+	if c == 0 {
+		return "COMMIT"
+	}
+	return commitWrites[c]
+}
+
+var commitWrites = func() (s [ChangedAll + 1]string) {
+	for c := range s {
+		s[c] = `SELECT pg_notify('` + changesChannel + `', '` + strconv.Itoa(c) + `'); COMMIT`
+	}
+	return s
+}()
 
 func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	orig := query
 	query = c.rebind(query, len(args))
 	if !c.write || c.inTx {
+		c.touch(orig)
 		return c.Conn.ExecContext(ctx, query, args)
 	}
 	var res sqldriver.Result
-	err := c.locked(ctx, func() (err error) {
+	err := c.locked(ctx, orig, func() (err error) {
 		res, err = c.Conn.ExecContext(ctx, query, args)
 		return err
 	})
@@ -327,15 +351,17 @@ func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver
 }
 
 func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	orig := query
 	query = c.rebind(query, len(args))
 	if !c.write || c.inTx {
+		c.touch(orig)
 		return c.Conn.QueryContext(ctx, query, args)
 	}
 	// A query on the write pool outside a transaction is a write with
 	// RETURNING, or a read that may as well wait its turn: it runs in a
 	// transaction of its own, its rows read before the commit.
 	var rows sqldriver.Rows
-	err := c.locked(ctx, func() error {
+	err := c.locked(ctx, orig, func() error {
 		r, err := c.Conn.QueryContext(ctx, query, args)
 		if err != nil {
 			return err
@@ -346,12 +372,22 @@ func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldrive
 	return rows, err
 }
 
-// locked runs f in a transaction holding the writer lock.
-func (c *pgConn) locked(ctx context.Context, f func() error) error {
+// touch adds what query writes to the notification of the write
+// transaction in progress.
+func (c *pgConn) touch(query string) {
+	if c.write && c.inTx {
+		c.touched |= c.kinds.of(query)
+	}
+}
+
+// locked runs f, the statement query, in a transaction holding the writer
+// lock.
+func (c *pgConn) locked(ctx context.Context, query string, f func() error) error {
 	tx, err := c.BeginTx(ctx, sqldriver.TxOptions{})
 	if err != nil {
 		return err
 	}
+	c.touched = c.kinds.of(query)
 	if err := f(); err != nil {
 		tx.Rollback()
 		return err
@@ -373,7 +409,7 @@ func (t *pgTx) Commit() error {
 	if t.tx != nil {
 		return t.tx.Commit()
 	}
-	if _, err := t.c.Conn.ExecContext(context.Background(), commitWrite, nil); err != nil {
+	if _, err := t.c.Conn.ExecContext(context.Background(), commitWrite(t.c.touched), nil); err != nil {
 		if t.c.Conn.Conn().PgConn().TxStatus() != 'I' {
 			_, _ = t.c.Conn.ExecContext(context.Background(), "ROLLBACK", nil)
 		}

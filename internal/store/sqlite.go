@@ -95,7 +95,7 @@ func (sqliteDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 
 // changes: SQLite has no notifications (the router watches the WAL file
 // instead); nothing is ever signalled.
-func (sqliteDriver) changes(ctx context.Context, _ *DB, _ chan<- struct{}) { <-ctx.Done() }
+func (sqliteDriver) changes(ctx context.Context, _ *DB, _ *Watch) { <-ctx.Done() }
 
 // checkpointEvery is how often maintain looks at the WAL.
 const checkpointEvery = 250 * time.Millisecond

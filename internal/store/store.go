@@ -116,7 +116,7 @@ type driver interface {
 	closeExtra(db *DB)
 	// changes signals out (never blocking) after commits by any client of
 	// the database, until ctx ends.
-	changes(ctx context.Context, db *DB, out chan<- struct{})
+	changes(ctx context.Context, db *DB, w *Watch)
 	// maintain does the engine's upkeep in the background until ctx ends
 	// (SQLite: checkpoints); it may return at once.
 	maintain(ctx context.Context, db *DB)
@@ -342,20 +342,20 @@ func (db *DB) DataVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-// Changes returns a channel that receives (coalesced, never blocking the
-// writer) after commits by any client of the database, this process's
-// included, for as long as the DB is open: a PostgreSQL store's
-// notifications. For SQLite nothing is sent (watch the WAL file: see
-// package router).
-func (db *DB) Changes() <-chan struct{} {
-	out := make(chan struct{}, 1)
+// Changes returns a Watch whose channel receives (coalesced, never
+// blocking the writer) after commits by any client of the database, this
+// process's included, for as long as the DB is open, and which says what
+// they touched: a PostgreSQL store's notifications. For SQLite nothing is
+// sent (watch the WAL file: see package router).
+func (db *DB) Changes() *Watch {
+	w := newWatch()
 	db.listenMu.Lock()
 	defer db.listenMu.Unlock()
 	if db.stopCtx.Err() != nil {
-		return out
+		return w
 	}
-	db.listeners.Go(func() { db.drv.changes(db.stopCtx, db, out) })
-	return out
+	db.listeners.Go(func() { db.drv.changes(db.stopCtx, db, w) })
+	return w
 }
 
 // Close closes the database. It is idempotent.

@@ -311,7 +311,8 @@ func testLeases(t *testing.T, h Harness) {
 	}
 }
 
-// testChanges: a commit by another client reaches Changes' channel.
+// testChanges: a commit by another client reaches Changes' channel, and
+// says what it touched: a listener is not woken for what it does not read.
 func testChanges(t *testing.T, h Harness) {
 	if !h.Notifies {
 		t.Skip("the driver has no notifications")
@@ -319,7 +320,7 @@ func testChanges(t *testing.T, h Harness) {
 	ctx := context.Background()
 	target := h.Fresh(t)
 	watcher, writer := h.Open(t, target), h.Open(t, target)
-	ch := watcher.Changes()
+	w := watcher.Changes()
 	// The listener connects in the background: write until one arrives.
 	deadline := time.After(20 * time.Second)
 	for i := 0; ; i++ {
@@ -327,12 +328,62 @@ func testChanges(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		select {
-		case <-ch:
-			return
+		case <-w.C:
 		case <-time.After(50 * time.Millisecond):
+			continue
 		case <-deadline:
 			t.Fatal("no change signalled after commits by another client")
 		}
+		break
+	}
+	// A reconnect notes everything; otherwise a setting is "other".
+	if got := w.Take(); got != store.ChangedOther && got != store.ChangedAll {
+		t.Fatalf("a setting's commit: %b, want other", got)
+	}
+	for _, c := range []struct {
+		query string
+		want  store.Change
+	}{
+		{`UPDATE tasks SET priority = priority WHERE id = -1`, store.ChangedTasks},
+		{`UPDATE messages SET urgency = urgency WHERE id = -1`, store.ChangedMail},
+		{`DELETE FROM sessions WHERE agent = 'nobody'`, store.ChangedOther},
+	} {
+		if err := writer.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM tasks LIMIT 1`); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, c.query)
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		select {
+		case <-w.C:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change signalled", c.query)
+		}
+		if got := w.Take(); got != c.want {
+			t.Errorf("%s: change %b, want %b", c.query, got, c.want)
+		}
+	}
+	// A transaction that only read tells no one: the next signal is the
+	// write after it.
+	if err := writer.InTx(ctx, "test", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `SELECT 1 FROM tasks LIMIT 1`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.SetSetting(ctx, "k", "last"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.C:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a setting after a read: no change signalled")
+	}
+	if got := w.Take(); got != store.ChangedOther {
+		t.Errorf("a read, then a setting: change %b, want other alone", got)
 	}
 }
 

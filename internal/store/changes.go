@@ -1,0 +1,134 @@
+package store
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Change says what committed transactions touched, as far as a listener of
+// the store's notifications cares: on a shared store every daemon hears
+// every other daemon's commits, and most of them (session rows, events,
+// lease renewals) are nothing its router reads. A listener that knows what
+// changed skips the reads the rest would cost it, on every daemon, for
+// every commit of the swarm.
+type Change uint8
+
+const (
+	// ChangedMail: the messages table.
+	ChangedMail Change = 1 << iota
+	// ChangedTasks: tasks, their dependencies, review rounds, the merge queue.
+	ChangedTasks
+	// ChangedOther: anything else (sessions, events, agents, leases, ...).
+	ChangedOther
+
+	// ChangedAll is what a listener assumes when it cannot know: a commit
+	// without a payload, a notification missed while reconnecting.
+	ChangedAll = ChangedMail | ChangedTasks | ChangedOther
+)
+
+// Has reports whether c includes any of what.
+func (c Change) Has(what Change) bool { return c&what != 0 }
+
+// changeOf is what one statement of a write transaction touches: nothing
+// for a read, the bit of the table a write names, everything for what it
+// cannot tell (a CTE, DDL, several statements). Erring wide costs a
+// listener a read; erring narrow would cost it a commit, so only the plain
+// INSERT/UPDATE/DELETE shapes the store's queries use are narrowed.
+func changeOf(query string) Change {
+	q := strings.TrimSpace(query)
+	word, rest := cutWord(q)
+	var table string
+	switch strings.ToUpper(word) {
+	case "SELECT", "VALUES", "SHOW":
+		return 0
+	case "INSERT", "REPLACE":
+		// INSERT [OR IGNORE|OR REPLACE] INTO table
+		for {
+			w, r := cutWord(rest)
+			rest = r
+			if w == "" {
+				return ChangedAll
+			}
+			if strings.EqualFold(w, "INTO") {
+				table, _ = cutWord(rest)
+				break
+			}
+		}
+	case "UPDATE":
+		table, _ = cutWord(rest)
+	case "DELETE":
+		if w, r := cutWord(rest); strings.EqualFold(w, "FROM") {
+			table, _ = cutWord(r)
+		}
+	default:
+		return ChangedAll
+	}
+	if strings.Contains(strings.TrimRight(q, "; \t\n"), ";") {
+		return ChangedAll
+	}
+	table, _, _ = strings.Cut(table, "(")
+	switch strings.ToLower(strings.Trim(table, `"`)) {
+	case "":
+		return ChangedAll
+	case "messages":
+		return ChangedMail
+	case "tasks", "task_deps", "review_rounds", "merge_queue", "merge_control":
+		return ChangedTasks
+	default:
+		return ChangedOther
+	}
+}
+
+// cutWord splits s at its first run of spaces.
+func cutWord(s string) (word, rest string) {
+	s = strings.TrimLeft(s, " \t\r\n")
+	i := strings.IndexAny(s, " \t\r\n")
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], s[i:]
+}
+
+// changeCache remembers changeOf per query text: the store runs a small
+// fixed set of queries, each many times.
+type changeCache struct{ m sync.Map }
+
+func (c *changeCache) of(query string) Change {
+	if v, ok := c.m.Load(query); ok {
+		return v.(Change)
+	}
+	ch := changeOf(query)
+	c.m.Store(query, ch)
+	return ch
+}
+
+// Watch is one listener of the store's change notifications (DB.Changes).
+type Watch struct {
+	// C receives, coalesced, after commits by any client of the database;
+	// Take then says what they touched.
+	C       <-chan struct{}
+	c       chan struct{}
+	pending atomic.Uint32
+}
+
+func newWatch() *Watch {
+	c := make(chan struct{}, 1)
+	return &Watch{C: c, c: c}
+}
+
+// Take returns what the commits signalled since the last Take touched, and
+// forgets it.
+func (w *Watch) Take() Change { return Change(w.pending.Swap(0)) }
+
+// note records a commit's change and signals C, never blocking.
+func (w *Watch) note(c Change) {
+	if c == 0 {
+		return
+	}
+	w.pending.Or(uint32(c))
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
