@@ -13,6 +13,12 @@
 // 8 + log2(8) = 11 runs, the other 39 merged.
 //
 //	go run ./bench/mergebatch -tasks 40 -gate-sleep 2s -batch 8 -bad 20
+//
+// With -engines sqlite,postgres every run is made on both stores (the
+// PostgreSQL server durable, started here), one after the other, and the
+// merge rates compared: issue 28 asks the PostgreSQL merge leader for at
+// least half a SQLite daemon's merges per second with a `true` gate
+// (-gate-sleep 0).
 package main
 
 import (
@@ -37,6 +43,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -47,8 +54,9 @@ type config struct {
 	batch int
 	bad   int
 	goal  int
-	one   bool
-	dir   string
+	one     bool
+	dir     string
+	engines []string
 }
 
 func main() {
@@ -60,7 +68,9 @@ func main() {
 	flag.IntVar(&cfg.goal, "goal", 8, "the most gate runs of the batched run when all pass (plus log2(batch) with a failing task)")
 	flag.BoolVar(&cfg.one, "baseline", true, "also run merge.batch 1, for comparison")
 	flag.StringVar(&cfg.dir, "dir", "", "parent directory for the repositories (default: the temp dir)")
+	engines := flag.String("engines", "sqlite", "the stores to run on, comma-separated: sqlite, postgres (a durable server started here)")
 	flag.Parse()
+	cfg.engines = strings.Split(*engines, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, os.Stdout); err != nil {
@@ -71,6 +81,7 @@ func main() {
 
 // result is one run's figures.
 type result struct {
+	engine           string
 	scenario         string
 	batch            int
 	gates            int
@@ -101,8 +112,35 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	defer sup.Close()
 
-	fmt.Fprintf(out, "%d ready tasks, a gate that sleeps %s, merge.batch 1 vs %d; failing task %d in the second scenario\n",
-		cfg.tasks, cfg.sleep, cfg.batch, cfg.bad)
+	opens := map[string]func(ctx context.Context, dir string) (*store.DB, error){}
+	for _, e := range cfg.engines {
+		switch e {
+		case "sqlite":
+			opens[e] = func(ctx context.Context, dir string) (*store.DB, error) {
+				return store.Open(ctx, filepath.Join(dir, "swarm.db"), store.Options{})
+			}
+		case "postgres":
+			srv, err := pgtest.StartDurable()
+			if err != nil {
+				return fmt.Errorf("start PostgreSQL: %w", err)
+			}
+			defer srv.Close()
+			n := 0
+			opens[e] = func(ctx context.Context, _ string) (*store.DB, error) {
+				n++
+				name := fmt.Sprint("mergebatch", n)
+				if err := srv.CreateDB(name); err != nil {
+					return nil, err
+				}
+				return store.Open(ctx, srv.URL(name), store.Options{})
+			}
+		default:
+			return fmt.Errorf("-engines: unknown store %q (want sqlite or postgres)", e)
+		}
+	}
+
+	fmt.Fprintf(out, "%d ready tasks, a gate that sleeps %s, merge.batch 1 vs %d; failing task %d in the second scenario; stores %s\n",
+		cfg.tasks, cfg.sleep, cfg.batch, cfg.bad, strings.Join(cfg.engines, ", "))
 	var results []result
 	for _, sc := range []struct {
 		name string
@@ -113,19 +151,21 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			batches = batches[1:]
 		}
 		for _, batch := range batches {
-			dir := filepath.Join(root, fmt.Sprintf("run%d", len(results)))
-			r, err := runOnce(ctx, cfg, sup, dir, batch, sc.bad)
-			if err != nil {
-				return fmt.Errorf("%s, batch %d: %w", sc.name, batch, err)
+			for _, engine := range cfg.engines {
+				dir := filepath.Join(root, fmt.Sprintf("run%d", len(results)))
+				r, err := runOnce(ctx, cfg, sup, opens[engine], dir, batch, sc.bad)
+				if err != nil {
+					return fmt.Errorf("%s, %s, batch %d: %w", engine, sc.name, batch, err)
+				}
+				r.engine, r.scenario = engine, sc.name
+				results = append(results, r)
+				fmt.Fprintf(out, "  %s, %s, batch %d: %d gate runs, %s\n", engine, sc.name, batch, r.gates, r.wall.Round(10*time.Millisecond))
 			}
-			r.scenario = sc.name
-			results = append(results, r)
-			fmt.Fprintf(out, "  %s, batch %d: %d gate runs, %s\n", sc.name, batch, r.gates, r.wall.Round(10*time.Millisecond))
 		}
 	}
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nscenario\tmerge.batch\tgate runs\twall\tmerged\trejected\thistory\tgoal")
+	fmt.Fprintln(tw, "\nstore\tscenario\tmerge.batch\tgate runs\twall\tmerges/s\tmerged\trejected\thistory\tgoal")
 	failed := false
 	log2 := bits.Len(uint(cfg.batch)) - 1
 	for _, r := range results {
@@ -149,16 +189,29 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			hist = r.historyOK
 			failed = true
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%v\t%s\t%s\n", r.scenario, r.batch, r.gates, r.wall.Round(10*time.Millisecond),
-			len(r.merged), r.rejected, hist, goal)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.1f\t%d\t%v\t%s\t%s\n", r.engine, r.scenario, r.batch, r.gates, r.wall.Round(10*time.Millisecond),
+			r.rate(), len(r.merged), r.rejected, hist, goal)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for i := 0; cfg.one && i+1 < len(results); i += 2 {
-		one, many := results[i], results[i+1]
-		fmt.Fprintf(out, "%s: batch %d takes %.1f%% of the gate runs and %.1f%% of the wall time of batch 1\n", one.scenario, many.batch,
-			100*float64(many.gates)/float64(one.gates), 100*float64(many.wall)/float64(one.wall))
+	find := func(engine, scenario string, batch int) (result, bool) {
+		for _, r := range results {
+			if r.engine == engine && r.scenario == scenario && r.batch == batch {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	for _, r := range results {
+		if one, ok := find(r.engine, r.scenario, 1); ok && r.batch != 1 {
+			fmt.Fprintf(out, "%s, %s: batch %d takes %.1f%% of the gate runs and %.1f%% of the wall time of batch 1\n", r.engine, r.scenario, r.batch,
+				100*float64(r.gates)/float64(one.gates), 100*float64(r.wall)/float64(one.wall))
+		}
+		if lite, ok := find("sqlite", r.scenario, r.batch); ok && r.engine == "postgres" {
+			fmt.Fprintf(out, "%s, batch %d: PostgreSQL merges %.2f× SQLite's per second (%.1f against %.1f)\n", r.scenario, r.batch,
+				r.rate()/lite.rate(), r.rate(), lite.rate())
+		}
 	}
 	if failed {
 		return fmt.Errorf("a goal was not met")
@@ -169,7 +222,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 // runOnce builds a repository with cfg.tasks task branches (task bad, if
 // any, adding the file the gate refuses), queues them, and steps the queue
 // until it is idle.
-func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, dir string, batch, bad int) (result, error) {
+func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, open func(context.Context, string) (*store.DB, error), dir string, batch, bad int) (result, error) {
 	repo, stateDir := filepath.Join(dir, "repo"), filepath.Join(dir, "state")
 	heads, err := buildRepo(ctx, repo, cfg.tasks, bad)
 	if err != nil {
@@ -179,7 +232,7 @@ func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, dir string, 
 	if err != nil {
 		return result{}, err
 	}
-	db, err := store.Open(ctx, filepath.Join(dir, "swarm.db"), store.Options{})
+	db, err := open(ctx, dir)
 	if err != nil {
 		return result{}, err
 	}
@@ -212,6 +265,9 @@ func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, dir string, 
 	r.historyOK, err = checkHistory(ctx, repo, base, r.merged, heads)
 	return r, err
 }
+
+// rate is the run's tasks merged per second.
+func (r result) rate() float64 { return float64(len(r.merged)) / r.wall.Seconds() }
 
 // checkHistory says what is wrong with main's first-parent line since
 // base, "" when it is one merge commit per merged task, in order, with the

@@ -110,6 +110,11 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 // Start initialises a cluster in a new temporary directory and starts it.
 func Start() (*Server, error) { return start(false) }
 
+// StartDurable is Start with a server that loses no acknowledged commit
+// (fsync and synchronous commits on), as production runs it: for
+// benchmarks whose figures must be a production server's.
+func StartDurable() (*Server, error) { return start(true) }
+
 func start(durable bool) (*Server, error) {
 	bin, err := FindBin()
 	if err != nil {
