@@ -49,11 +49,11 @@ import (
 )
 
 type config struct {
-	tasks int
-	sleep time.Duration
-	batch int
-	bad   int
-	goal  int
+	tasks   int
+	sleep   time.Duration
+	batch   int
+	bad     int
+	goal    int
 	one     bool
 	dir     string
 	engines []string
