@@ -249,14 +249,17 @@ var claimNextSQL = `UPDATE tasks SET state = '` + task.Claimed.String() + `', cl
 // written), where the read cost every claim a quarter of its CPU.
 func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, ok bool, err error) {
 	err = b.write(ctx, "claim", func(tx *sql.Tx) error {
-		if err := b.db.FenceTx(ctx, tx, agent); err != nil {
-			return err
-		}
 		at := b.opts.Now()
 		now := store.FormatTime(at)
 		args := append([]any{agent, session, now}, b.claimArgs(agent)...)
 		ts, err := queryTasks(ctx, tx, claimNextSQL, args...)
 		if err != nil || len(ts) == 0 {
+			return err
+		}
+		// Checked in the same transaction (writers take turns on either
+		// engine), so a fenced claim is rolled back; after the UPDATE, so
+		// that nothing to claim is still no error.
+		if err := b.db.FenceTx(ctx, tx, agent); err != nil {
 			return err
 		}
 		t, ok = ts[0], true
