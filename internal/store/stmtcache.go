@@ -57,8 +57,6 @@ func isA[T any](v any) bool { _, ok := v.(T); return ok }
 type cachingConn struct {
 	sqldriver.Conn
 	stmts map[string]*connStmt
-	// handlerOff: busy_timeout is 0, as BEGIN sets it (busywait.go).
-	handlerOff bool
 }
 
 // connStmt is a kept statement; busy while rows read from it are open (a
@@ -115,11 +113,7 @@ func (c *cachingConn) PrepareContext(ctx context.Context, query string) (sqldriv
 }
 
 func (c *cachingConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
-	tx, err := c.beginWait(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return connTx{Tx: tx, c: c}, nil
+	return c.Conn.(sqldriver.ConnBeginTx).BeginTx(ctx, opts)
 }
 
 func (c *cachingConn) ResetSession(ctx context.Context) error {
