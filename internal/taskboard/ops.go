@@ -239,7 +239,7 @@ const claimable = `state = 'OPEN' AND (assignee = ? OR (assignee = '' AND ? = 1)
 // waits for the lock. Its parameters: the claimant, the session, the time,
 // then claimArgs. The move is still the task machine's to decide
 // (ClaimNext): the WHERE fixes the state it is made from, OPEN.
-var claimNextSQL = `UPDATE tasks SET state = '` + task.Claimed.String() + `', claimant = ?, claim_session = ?, updated_at = ?
+const claimNextSQL = `UPDATE tasks SET state = 'CLAIMED', claimant = ?, claim_session = ?, updated_at = ?
 	WHERE id = (SELECT id FROM tasks WHERE ` + claimable + ` ORDER BY priority DESC, id LIMIT 1) RETURNING ` + taskCols
 
 // ClaimNext claims agent's best OPEN task for session, if there is one. ok
