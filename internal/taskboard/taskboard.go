@@ -29,7 +29,6 @@ import (
 type DB interface {
 	Begin(ctx context.Context) (*store.Tx, error) // a write transaction, in the writer's turn
 	ReadSQL() *store.Pool                         // the read pool, its statements prepared once
-	Check() error                                 // the file is still the one opened
 	// WrapFor names the operation and classifies a storage failure (the
 	// file gone, the disk full).
 	WrapFor(pkg, op string, err error) error
@@ -215,11 +214,9 @@ func deps(ctx context.Context, q querier, id int64) ([]int64, error) {
 	return out, rows.Err()
 }
 
-// write runs f in one IMMEDIATE transaction on the file the board opened.
+// write runs f in one IMMEDIATE transaction on the file the board opened
+// (Begin refuses once the path leads elsewhere).
 func (b *Board) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
-	if err := b.db.Check(); err != nil {
-		return fmt.Errorf("taskboard: %s: %w", op, err)
-	}
 	tx, err := b.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("taskboard: %s: %w", op, err)
@@ -262,29 +259,47 @@ func newLine(more ...string) []string {
 }
 
 func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
-	machine, err := task.Restore(strconv.FormatInt(t.ID, 10), t.State, uint32(t.Retries), uint32(t.MaxRetries))
+	at := b.opts.Now()
+	machine, ev, err := b.decide(t, m, at)
 	if err != nil {
-		return fmt.Errorf("taskboard: task %d: %w", t.ID, err)
+		return err
 	}
-	ev, err := machine.Transition(m.to, m.reason, m.actor, m.why, b.opts.Now())
-	if err != nil {
-		var ill *task.IllegalTransitionError
-		if errors.As(err, &ill) {
-			return fmt.Errorf("task %d is %s: it cannot go to %s: %w", t.ID, t.State, m.to, ErrState)
-		}
-		return fmt.Errorf("task %d: %w", t.ID, err)
-	}
-	if m.abort != "" && !m.abort.Valid() {
-		return fmt.Errorf("task %d: abort reason %q: %w", t.ID, string(m.abort), task.ErrUnknownReason)
-	}
-	ev.AbortReason = m.abort
-	now := b.now()
+	now := store.FormatTime(at)
 	set := append([]string{"state = ?", "retries = ?", "updated_at = ?"}, m.set...)
 	args := append([]any{m.to.String(), int64(machine.Retries()), now}, m.args...)
 	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+strings.Join(set, ", ")+` WHERE id = ?`,
 		append(args, t.ID)...); err != nil {
 		return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
 	}
+	return b.applied(ctx, tx, t, m, machine, ev, now)
+}
+
+// decide has the task machine check m from t's state: it returns the
+// machine after the move and the event to record, or why the move is
+// refused.
+func (b *Board) decide(t *Task, m move, at time.Time) (task.Task, task.LifecycleEvent, error) {
+	machine, err := task.Restore(strconv.FormatInt(t.ID, 10), t.State, uint32(t.Retries), uint32(t.MaxRetries))
+	if err != nil {
+		return task.Task{}, task.LifecycleEvent{}, fmt.Errorf("taskboard: task %d: %w", t.ID, err)
+	}
+	ev, err := machine.Transition(m.to, m.reason, m.actor, m.why, at)
+	if err != nil {
+		var ill *task.IllegalTransitionError
+		if errors.As(err, &ill) {
+			return task.Task{}, task.LifecycleEvent{}, fmt.Errorf("task %d is %s: it cannot go to %s: %w", t.ID, t.State, m.to, ErrState)
+		}
+		return task.Task{}, task.LifecycleEvent{}, fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	if m.abort != "" && !m.abort.Valid() {
+		return task.Task{}, task.LifecycleEvent{}, fmt.Errorf("task %d: abort reason %q: %w", t.ID, string(m.abort), task.ErrUnknownReason)
+	}
+	ev.AbortReason = m.abort
+	return machine, ev, nil
+}
+
+// applied records the move the task's row has been written with: its
+// event row, t brought up to date, and what the new state sets off.
+func (b *Board) applied(ctx context.Context, tx *sql.Tx, t *Task, m move, machine task.Task, ev task.LifecycleEvent, now string) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 		abort_reason, session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, ?, 0, ?)`,
 		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,

@@ -1,0 +1,67 @@
+package taskboard
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/store/storetest"
+)
+
+// A claim is fenced by the agent's lease on a shared store: a daemon that
+// does not hold it (any more) claims nothing, and the refused claim leaves
+// the task OPEN with no event; with nothing to claim, ClaimNext says so
+// rather than refusing; at the lease's epoch the claim goes through, with
+// its event row. On both engines.
+func TestClaimNextFencedByLease(t *testing.T) {
+	storetest.Engines(t, "claimfence", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		db := storetest.OpenTarget(t, fresh(t))
+		b := New(db, Options{})
+		db.Fence("d1")
+
+		if _, ok, err := b.ClaimNext(ctx, "alice", "s0"); err != nil || ok {
+			t.Fatalf("ClaimNext on an empty board, fenced = %v, %v; want nothing, no error", ok, err)
+		}
+		tk, err := b.Add(ctx, NewTask{Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok, err := b.ClaimNext(ctx, "alice", "s1")
+		if !errors.Is(err, store.ErrFenced) || ok {
+			t.Fatalf("ClaimNext without the lease = %v, %v; want ErrFenced", ok, err)
+		}
+		got, err := b.Get(ctx, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.StateName != "OPEN" || got.Claimant != "" {
+			t.Fatalf("after the fenced claim: %s, claimant %q; want OPEN, nobody", got.StateName, got.Claimant)
+		}
+		if h, err := b.History(ctx, tk.ID); err != nil || len(h) != 1 {
+			t.Fatalf("events after the fenced claim: %d, %v; want only the task's creation", len(h), err)
+		}
+
+		now := time.Now()
+		held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "d1", Host: "h", PID: 1}, []string{"alice"}, now, time.Minute)
+		if err != nil || len(held) != 1 {
+			t.Fatalf("AcquireLeases = %v, %v", held, err)
+		}
+		db.SetFence("alice", held[0].Epoch)
+		claimed, ok, err := b.ClaimNext(ctx, "alice", "s2")
+		if err != nil || !ok || claimed.ID != tk.ID || claimed.Claimant != "alice" || claimed.ClaimSession != "s2" {
+			t.Fatalf("ClaimNext at the lease's epoch = %+v, %v, %v; want task %d for alice, s2", claimed, ok, err, tk.ID)
+		}
+		// The claim's event row, written with it.
+		h, err := b.History(ctx, tk.ID)
+		if err != nil || len(h) != 2 {
+			t.Fatalf("events after the claim: %d, %v; want 2", len(h), err)
+		}
+		e := h[1]
+		if e.From != "OPEN" || e.To != "CLAIMED" || e.Actor != "agent:alice" || e.Reason != "claimed" || e.Session != "s2" {
+			t.Fatalf("the claim's event = %+v; want OPEN -> CLAIMED by agent:alice, claimed, session s2", e)
+		}
+	})
+}
