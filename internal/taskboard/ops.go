@@ -243,11 +243,14 @@ const claimNextSQL = `UPDATE tasks SET state = 'CLAIMED', claimant = ?, claim_se
 	WHERE id = (SELECT id FROM tasks WHERE ` + claimable + ` ORDER BY priority DESC, id LIMIT 1) RETURNING ` + taskCols
 
 // ClaimNext claims agent's best OPEN task for session, if there is one. ok
-// is false when there is none. It does not ask HasClaimable first: its
-// UPDATE answers the same question under the lock, and when there is
-// nothing to claim it writes nothing (an empty transaction, no page
-// written), where the read cost every claim a quarter of its CPU.
+// is false when there is none. HasClaimable answers that first, on a read
+// connection: an agent with nothing to claim (woken for its mail, say)
+// then never takes the writer's turn, which on a shared store is the
+// swarm's; a claim pays for it with about a quarter of its CPU.
 func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, ok bool, err error) {
+	if has, err := b.HasClaimable(ctx, agent); err != nil || !has {
+		return Task{}, false, err
+	}
 	err = b.write(ctx, "claim", func(tx *sql.Tx) error {
 		at := b.opts.Now()
 		now := store.FormatTime(at)
