@@ -58,7 +58,16 @@ run_one() {
   # The ramp's CPU, user and system: on ext4 without a journal the kernel's
   # inode allocation shows here (see BENCHMARKS.md, "Ramp and the disk").
   read -r rampu ramps < <(awk '{print $14, $15}' "/proc/$pid/stat")
-  sleep 2 # let startup garbage settle
+  # Let the start settle: the daemon's work once no agent has changed state
+  # for a second (archive directories, returning the start's memory) and
+  # the start's garbage. Settled is a second under 1 ms of CPU, or 30 s.
+  cpu0=$(cpu_ns "$pid")
+  for _ in $(seq 1 30); do
+    sleep 1
+    cpu1=$(cpu_ns "$pid")
+    [ $((cpu1 - cpu0)) -lt 1000000 ] && break
+    cpu0=$cpu1
+  done
   cpu0=$(cpu_ns "$pid")
   t0=$(date +%s.%N)
   sleep "$window"
