@@ -186,10 +186,11 @@ agents:
 	if err := sqldb.QueryRow(`SELECT COUNT(*) FROM messages`).Scan(&count); err != nil || count != total {
 		t.Fatalf("stored %d messages (%v), want %d", count, err, total)
 	}
-	// Every body appears in exactly one stored prompt (archived at stop).
+	// Every body appears in exactly one stored prompt (live after the
+	// daemon's stop, or archived by an agent's stop).
 	seen := make(map[string]int)
 	for _, a := range []string{"alice", "bob"} {
-		for name, b := range archivedFiles(t, filepath.Join(repo, ".swarm", "archive", a)) {
+		for name, b := range sessionFiles(t, filepath.Join(repo, ".swarm"), a) {
 			if !strings.HasSuffix(name, ".prompt.md") {
 				continue
 			}
@@ -293,13 +294,22 @@ func FuzzMailArgs(f *testing.F) {
 	})
 }
 
-// archivedFiles reads every file of every archive in dir.
-func archivedFiles(t *testing.T, dir string) map[string][]byte {
+// sessionFiles reads every session file of agent under stateDir: those in
+// its log directory and those in its archives.
+func sessionFiles(t *testing.T, stateDir, agent string) map[string][]byte {
 	t.Helper()
 	out := make(map[string][]byte)
-	archives, _ := filepath.Glob(filepath.Join(dir, "*.tar.gz"))
-	if len(archives) == 0 {
-		t.Fatalf("no archive in %s", dir)
+	live, _ := filepath.Glob(filepath.Join(stateDir, "logs", agent, "*"))
+	for _, p := range live {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["live/"+filepath.Base(p)] = b
+	}
+	archives, _ := filepath.Glob(filepath.Join(stateDir, "archive", agent, "*.tar.gz"))
+	if len(archives)+len(live) == 0 {
+		t.Fatalf("no session file of %s, live or archived", agent)
 	}
 	for _, a := range archives {
 		f, err := os.Open(a)

@@ -76,7 +76,9 @@ func (d *Daemon) checkHealth(ctx context.Context) string {
 // interval, and tells the operator of a new fault and of providers down.
 func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 	return service.Loop(func(ctx context.Context) {
-		t := time.NewTicker(interval)
+		// At the wall clock's multiples of interval, as the router's and the
+		// reaper's safety checks: an idle daemon wakes once for the three.
+		t := time.NewTimer(untilAligned(interval))
 		defer t.Stop()
 		for {
 			// A check under way finishes: Stop waits for it.
@@ -89,9 +91,16 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				t.Reset(untilAligned(interval))
 			}
 		}
 	})
+}
+
+// untilAligned is how long until the wall clock's next multiple of d.
+func untilAligned(d time.Duration) time.Duration {
+	now := time.Now()
+	return now.Truncate(d).Add(d).Sub(now)
 }
 
 // readiness is /readyz and what feeds the systemd watchdog: the daemon can

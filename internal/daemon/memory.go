@@ -37,9 +37,9 @@ func (w *settleWatch) OnIdle(string, bool, time.Time)    {}
 // a prompt and a spawn per agent, the dependencies' package init) leaves a
 // heap the garbage collector keeps for reuse and executable pages that
 // nothing runs again, which an idle swarm would hold for as long as it
-// sleeps. trim is d.trimMemory but in tests. It is a service whose
-// goroutine ends after the trim.
-func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) service.Service {
+// sleeps. trim is d.settled but in tests; its ctx ends when the daemon
+// stops. It is a service whose goroutine ends after the trim.
+func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func(context.Context)) service.Service {
 	return service.Loop(func(ctx context.Context) {
 		d.run.ramp.last.Store(time.Now().UnixNano()) // the quiet counts from the start
 		t := time.NewTimer(quiet)
@@ -54,24 +54,61 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func()) service.Servi
 				t.Reset(wait)
 				continue
 			}
-			trim()
+			trim(ctx)
 			return
 		}
 	})
 }
 
 // settled is what the daemon does once its start has settled: make every
-// agent's log archive directory, so that a stop (which archives every
-// agent at once) finds them made, off both the ramp (where 200 directory
-// creations in one directory queue on its lock) and the stop; then return
-// the start's memory (trimMemory).
-func (d *Daemon) settled() {
+// agent's log archive directory, so that an agent's stop finds it made,
+// off the ramp (where 200 directory creations in one directory queue on
+// its lock); archive the logs the run before left (archivePrevious); then
+// return the start's memory (trimMemory).
+func (d *Daemon) settled(ctx context.Context) {
 	for _, name := range d.reg.Names() {
 		if err := d.kit.logs.PrepareArchive(name); err != nil {
 			d.log.Warn("prepare the log archive", zap.String("agent", name), zap.Error(err))
 		}
 	}
+	d.archivePrevious(ctx)
 	d.trimMemory()
+}
+
+// archivePrevious archives the logs of the sessions before this run. A
+// daemon's stop leaves its agents' logs where they are: archiving them all
+// (a tar.gz, a file and a directory fsync each) was most of what a stop of
+// 200 agents waited for, and a restart would wait for it again. swarmd logs
+// reads them there meanwhile; a stop before this has run leaves them for
+// the next start. Only the sessions before each agent's first of this run
+// are taken (logs.Store.ArchiveBefore): no file of a session of this run,
+// running or not, is touched. An agent the config no longer has is taken
+// up to its last recorded session: a reload that adds it back starts after
+// that.
+func (d *Daemon) archivePrevious(ctx context.Context) {
+	agents, err := d.kit.logs.LogAgents()
+	if err != nil {
+		d.log.Warn("archive the logs of the run before", zap.Error(err))
+		return
+	}
+	for _, name := range agents {
+		if ctx.Err() != nil {
+			return // the originals stay for the next start
+		}
+		rc, ok := d.run.recovered[name]
+		first := rc.seq
+		if !ok {
+			last, err := d.db.MaxSeq(ctx, name)
+			if err != nil {
+				d.log.Warn("archive the logs of the run before", zap.String("agent", name), zap.Error(err))
+				continue
+			}
+			first = last + 1
+		}
+		if _, err := d.kit.logs.ArchiveBefore(ctx, name, first, time.Now()); err != nil && ctx.Err() == nil {
+			d.log.Warn("archive the logs of the run before", zap.String("agent", name), zap.Error(err))
+		}
+	}
 }
 
 // trimMemory collects the garbage and returns the free heap to the kernel

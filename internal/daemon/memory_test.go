@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,7 +19,7 @@ func TestTrimWhenSettled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &Daemon{}
 		var trims atomic.Int32 // the race detector does not count synctest.Wait as an edge
-		s := d.trimWhenSettled(time.Second, func() { trims.Add(1) })
+		s := d.trimWhenSettled(time.Second, func(context.Context) { trims.Add(1) })
 		if err := s.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +50,7 @@ func TestTrimWhenSettled(t *testing.T) {
 func TestTrimWhenSettledStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &Daemon{}
-		s := d.trimWhenSettled(time.Second, func() { t.Error("trimmed after stop") })
+		s := d.trimWhenSettled(time.Second, func(context.Context) { t.Error("trimmed after stop") })
 		if err := s.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -138,5 +139,39 @@ func TestArchiveDirsPreparedOnceSettled(t *testing.T) {
 			fi, err := os.Stat(r.kit.logs.ArchiveDir(name))
 			return err == nil && fi.IsDir()
 		})
+	}
+}
+
+// TestNextStartArchivesPreviousRunsLogs: a daemon's stop leaves its agents'
+// logs live (swarmd logs reads them there); the next start archives them
+// once it has settled, and leaves the session it runs now alone.
+func TestNextStartArchivesPreviousRunsLogs(t *testing.T) {
+	cfg := repo(t, agentsYAML("alice"))
+	r := start(t, cfg)
+	r.waitRunning(t, "alice")
+	store := r.kit.logs
+	r.stop(t)
+	if archives, _ := filepath.Glob(filepath.Join(store.ArchiveDir("alice"), "*.tar.gz")); len(archives) != 0 {
+		t.Fatalf("archives after the stop: %v, want none", archives)
+	}
+	if refs, err := store.Sessions("alice"); err != nil || len(refs) != 1 || !refs[0].Live {
+		t.Fatalf("sessions after the stop = %+v, %v; want session 1, live", refs, err)
+	}
+
+	r = start(t, cfg)
+	r.waitRunning(t, "alice")
+	waitFor(t, "session 1 archived", func() bool {
+		refs, err := r.kit.logs.Sessions("alice")
+		return err == nil && len(refs) == 2 && !refs[0].Live && refs[0].Seq == 1
+	})
+	refs, _ := r.kit.logs.Sessions("alice")
+	if !refs[1].Live || refs[1].Seq != 2 {
+		t.Errorf("session %d live %v, want the running session 2 left live", refs[1].Seq, refs[1].Live)
+	}
+	if _, err := os.Stat(r.kit.logs.PromptPath("alice", 2)); err != nil {
+		t.Errorf("the running session's prompt: %v", err)
+	}
+	if _, err := os.Stat(r.kit.logs.PromptPath("alice", 1)); !os.IsNotExist(err) {
+		t.Errorf("session 1's prompt not archived: %v", err)
 	}
 }

@@ -48,14 +48,32 @@ type archiveFile struct {
 // the originals or pruning failed. ctx cancels an archive in progress, leaving
 // the originals as they were.
 func (s *Store) Archive(ctx context.Context, agent string, now time.Time) (string, error) {
+	return s.archive(ctx, "archive", agent, now, nil)
+}
+
+// ArchiveBefore is Archive of the sessions before seq only: their logs and
+// prompts ("<n>.log", "<n>.prompt.md" with n < seq). A daemon's stop leaves
+// its agents' logs where they are, and the next start archives them with
+// it, in the background: the sessions it starts have seq or later, so
+// their files are never taken while in use. Other files stay for the
+// agent's next Archive.
+func (s *Store) ArchiveBefore(ctx context.Context, agent string, seq uint32, now time.Time) (string, error) {
+	return s.archive(ctx, "archive earlier sessions", agent, now, func(name string) bool {
+		n, ok := fileSeq(name)
+		return ok && n < seq
+	})
+}
+
+// archive is Archive of the files take accepts (nil: all).
+func (s *Store) archive(ctx context.Context, op, agent string, now time.Time, take func(name string) bool) (string, error) {
 	if err := checkAgent(agent); err != nil {
-		return "", opErr("archive", agent, err)
+		return "", opErr(op, agent, err)
 	}
 	defer s.lock(agent)()
 
-	path, packed, err := s.pack(ctx, agent, now)
+	path, packed, err := s.pack(ctx, agent, now, take)
 	if err != nil {
-		return "", opErr("archive", agent, err)
+		return "", opErr(op, agent, err)
 	}
 	var errs []error
 	if path != "" {
@@ -67,9 +85,28 @@ func (s *Store) Archive(ctx context.Context, agent string, now time.Time) (strin
 		errs = append(errs, err)
 	}
 	if err := joinErrs(errs...); err != nil {
-		return path, opErr("archive", agent, err)
+		return path, opErr(op, agent, err)
 	}
 	return path, nil
+}
+
+// LogAgents are the agents with a log directory: those whose logs a start
+// may find left by the run before.
+func (s *Store) LogAgents() ([]string, error) {
+	entries, err := os.ReadDir(s.logsRoot)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, opErr("list log directories", "", err)
+	}
+	var agents []string
+	for _, e := range entries {
+		if e.IsDir() && checkAgent(e.Name()) == nil {
+			agents = append(agents, e.Name())
+		}
+	}
+	return agents, nil
 }
 
 // PrepareArchive creates the agent's archive directory, durably, ahead of
@@ -94,12 +131,16 @@ func (s *Store) PrepareArchive(agent string) error {
 	return nil
 }
 
-// pack writes the regular files of logs/<agent>/ into a new, durable archive
+// pack writes the regular files of logs/<agent>/ that take accepts (nil:
+// all) into a new, durable archive
 // and returns its path and what it holds. It never touches the originals; on
 // any failure the temp file is removed.
-func (s *Store) pack(ctx context.Context, agent string, now time.Time) (string, []packedFile, error) {
+func (s *Store) pack(ctx context.Context, agent string, now time.Time, take func(name string) bool) (string, []packedFile, error) {
 	src := s.LogDir(agent)
 	names, err := s.logFiles(agent, src)
+	if take != nil {
+		names = slices.DeleteFunc(names, func(n string) bool { return !take(n) })
+	}
 	if err != nil || len(names) == 0 {
 		return "", nil, err
 	}

@@ -99,7 +99,7 @@ func TestArchiveCrashBeforeRemoval(t *testing.T) {
 	s, _ := newStore(t, 0, 0)
 	orig := writeLogs(t, s, "alice", sampleLogs())
 
-	first, packed, err := s.pack(ctx, "alice", t0) // the crash: no removeOriginals
+	first, packed, err := s.pack(ctx, "alice", t0, nil) // the crash: no removeOriginals
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,4 +516,43 @@ func dirtyKB(t *testing.T) int {
 	}
 	t.Skip("no Dirty in /proc/meminfo")
 	return 0
+}
+
+// ArchiveBefore takes the sessions before seq, logs and prompts, and leaves
+// the rest (a session of this run, a file that is not a session's) where it
+// is; every session still reads back, archived or live.
+func TestArchiveBefore(t *testing.T) {
+	s, _ := newStore(t, 0, 0)
+	files := sampleLogs()
+	files["notes.txt"] = "not a session's\n"
+	want := writeLogs(t, s, "alice", files)
+	if agents, err := s.LogAgents(); err != nil || !slices.Equal(agents, []string{"alice"}) {
+		t.Fatalf("LogAgents = %v, %v; want [alice]", agents, err)
+	}
+	path, err := s.ArchiveBefore(context.Background(), "alice", 2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readArchive(t, path)
+	if !slices.Equal(slices.Sorted(maps.Keys(got)), []string{"1.log", "1.prompt.md"}) {
+		t.Fatalf("archive holds %v, want session 1's log and prompt", slices.Sorted(maps.Keys(got)))
+	}
+	if left := dirNames(t, s.LogDir("alice")); !slices.Equal(left, []string{"2.log", "2.prompt.md", "3.log", "notes.txt"}) {
+		t.Fatalf("left in logs/alice: %v", left)
+	}
+	for seq := uint32(1); seq <= 3; seq++ {
+		rc, _, err := s.Open("alice", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if name := strconv.Itoa(int(seq)) + ".log"; string(b) != want[name] {
+			t.Errorf("session %d reads %d bytes, want %d", seq, len(b), len(want[name]))
+		}
+	}
+	// Nothing before seq 1: no archive.
+	if path, err := s.ArchiveBefore(context.Background(), "alice", 1, time.Now()); err != nil || path != "" {
+		t.Fatalf("ArchiveBefore(1) = %q, %v; want nothing", path, err)
+	}
 }

@@ -153,6 +153,15 @@ func parseSeq(name string) (uint32, bool) {
 	return uint32(n), true
 }
 
+// fileSeq reads the seq of a session's log or prompt ("<seq>.log",
+// "<seq>.prompt.md").
+func fileSeq(name string) (uint32, bool) {
+	if digits, ok := strings.CutSuffix(name, promptExt); ok {
+		return parseSeq(digits + logExt)
+	}
+	return parseSeq(name)
+}
+
 // syncDir makes a rename or create in dir durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -13,7 +13,9 @@ import (
 // and on a slow tick.
 func (s *Supervisor) reaper() {
 	defer s.wg.Done()
-	tick := time.NewTicker(reapInterval)
+	// At the wall clock's multiples of reapInterval, as the router's and
+	// the daemon's health check: an idle daemon wakes once for the three.
+	tick := time.NewTimer(untilAligned(reapInterval))
 	defer tick.Stop()
 	for {
 		select {
@@ -24,6 +26,7 @@ func (s *Supervisor) reaper() {
 			s.scanLocked(nil, nil, false)
 			s.mu.Unlock()
 		case <-tick.C:
+			tick.Reset(untilAligned(reapInterval))
 			// Every thread's children, in case a kernel reparents orphans
 			// to another thread than the main one.
 			s.mu.Lock()
@@ -31,6 +34,12 @@ func (s *Supervisor) reaper() {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// untilAligned is how long until the wall clock's next multiple of d.
+func untilAligned(d time.Duration) time.Duration {
+	now := time.Now()
+	return now.Truncate(d).Add(d).Sub(now)
 }
 
 // execGrace is how long an empty environment is taken for an execve in

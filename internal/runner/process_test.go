@@ -397,3 +397,30 @@ func (c *countingBackend) Start(ctx context.Context, spec backend.Spec) (backend
 func newBenchSupervisor(b *testing.B) (*proc.Supervisor, error) {
 	return proc.NewSupervisor(b.TempDir(), zap.NewNop())
 }
+
+// A daemon's stop leaves the logs where they are, for its next start to
+// archive (the daemon's archivePrevious); they read back meanwhile.
+func TestRealDaemonStopLeavesLogsLive(t *testing.T) {
+	sup := newSupervisor(t)
+	h := realHarness(t, scripted(t, sup, backend.ScriptStep{Print: []string{"hello"}}), nil)
+	h.start()
+	h.waitReal("seq 2", func(s Snapshot) bool { return s.Seq >= 2 })
+	h.r.Stop("daemon")
+	if err := <-h.err; err != nil {
+		t.Fatal(err)
+	}
+	<-h.r.Done()
+	store := h.r.cfg.Logs.(*logs.Store)
+	if archives, _ := filepath.Glob(filepath.Join(store.ArchiveDir("alice"), "*.tar.gz")); len(archives) != 0 {
+		t.Errorf("archives = %v, want none (the next start's)", archives)
+	}
+	rc, ref, err := store.Open("alice", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if !ref.Live || !bytes.Contains(b, []byte("hello")) {
+		t.Errorf("session 1: live %v, log %q; want it live, with its output", ref.Live, b)
+	}
+}

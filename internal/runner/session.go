@@ -363,10 +363,16 @@ func (r *Runner) cleanup() {
 	if actor := r.stop.by(); actor != "daemon" {
 		r.stopped()
 	}
-	// Archive and the agent_stopped hook run even while the daemon stops:
-	// only a force stop cuts them short.
-	if _, err := r.cfg.Logs.Archive(r.stop.forceCtx, r.cfg.Name, time.Now()); err != nil {
-		r.log.Error("archive session logs", zap.Error(err))
+	// An agent stopped on its own (the operator, a reload, a fatal error)
+	// has its logs archived now. A daemon's stop leaves them where they are
+	// for its next start to archive, off the stop's path (the daemon's
+	// archivePrevious): 200 archives and their fsyncs were most of what a
+	// stop waited for. The agent_stopped hook runs either way; only a force
+	// stop cuts them short.
+	if r.stop.by() != "daemon" {
+		if _, err := r.cfg.Logs.Archive(r.stop.forceCtx, r.cfg.Name, time.Now()); err != nil {
+			r.log.Error("archive session logs", zap.Error(err))
+		}
 	}
 	_ = r.hook(hooks.Payload{Event: hooks.AgentStopped, State: agent.Stopped.String(), StopReason: r.snapReason()})
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -233,5 +234,34 @@ func TestWALCheckpointedInTheBackground(t *testing.T) {
 			t.Fatalf("database file still %d bytes 10 s after a 1 MiB commit (was %d): no checkpoint", size(), before)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The upkeep is told of writes: a commit is checkpointed, and an idle store
+// checkpoints no more (it looked at the WAL four times a second).
+func TestIdleStoreDoesNotCheckpoint(t *testing.T) {
+	db := openTest(t, "", Options{})
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	waitMore := func(n int64, what string) {
+		t.Helper()
+		for db.checkpoints.Load() <= n {
+			if time.Now().After(deadline) {
+				t.Fatalf("no checkpoint after %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitMore(0, "the migrations") // written before the watch began
+	for i := range 2 {
+		n := db.checkpoints.Load()
+		time.Sleep(4 * checkpointEvery)
+		if got := db.checkpoints.Load(); got != n {
+			t.Fatalf("%d checkpoints over %s with no write, want 0", got-n, 4*checkpointEvery)
+		}
+		if err := db.SetSetting(ctx, "test.idle", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		waitMore(n, "a commit")
 	}
 }

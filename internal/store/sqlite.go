@@ -97,7 +97,8 @@ func (sqliteDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 // instead); nothing is ever signalled.
 func (sqliteDriver) changes(ctx context.Context, _ *DB, _ *Watch) { <-ctx.Done() }
 
-// checkpointEvery is how often maintain looks at the WAL.
+// checkpointEvery paces maintain's checkpoints: the commits of the
+// checkpointEvery after a write are checkpointed together.
 const checkpointEvery = 250 * time.Millisecond
 
 // maintain checkpoints the WAL into the database file. SQLite's own
@@ -107,33 +108,77 @@ const checkpointEvery = 250 * time.Millisecond
 // copy and its fsyncs: tens of milliseconds on a busy disk. The write
 // connection does none (wal_autocheckpoint 0); this goroutine runs a
 // PASSIVE checkpoint, which never blocks a writer or a reader, on a read
-// connection whenever the WAL has changed. A process that is not the daemon
-// (a CLI command) checkpoints when it closes the database, as SQLite's last
-// connection always does.
+// connection checkpointEvery after the WAL is written. It learns of writes
+// from inotify (walWatch), so an idle daemon's store wakes no one; without
+// inotify it looks at the WAL every checkpointEvery. A process that is not
+// the daemon (a CLI command) checkpoints when it closes the database, as
+// SQLite's last connection always does.
 func (sqliteDriver) maintain(ctx context.Context, db *DB) {
 	wal := db.path + "-wal"
-	var last time.Time
-	t := time.NewTicker(checkpointEvery)
-	defer t.Stop()
+	var written <-chan struct{}
+	if db.wal != nil {
+		defer db.wal.Close()
+		written = db.wal.C
+	}
+	var poll <-chan time.Time
+	pollEvery := func() {
+		t := time.NewTicker(checkpointEvery)
+		context.AfterFunc(ctx, t.Stop)
+		poll = t.C
+	}
+	if written == nil {
+		pollEvery()
+	}
+	pace := time.NewTimer(checkpointEvery)
+	pace.Stop()
+	defer pace.Stop()
+	var last time.Time // the WAL's mtime at the last checkpoint, for polling
 	for {
+		var fi os.FileInfo
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case _, ok := <-written:
+			if !ok { // the watch failed
+				written = nil
+				pollEvery()
+				continue
+			}
+			pace.Reset(checkpointEvery)
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace.C:
+			}
+			// The checkpoint below covers what was written meanwhile.
+			select {
+			case <-written:
+			default:
+			}
+		case <-poll:
+			var err error
+			// A write within the file system's timestamp granularity of the
+			// last checkpoint is missed here until the next write; the
+			// watch has no such gap.
+			if fi, err = os.Stat(wal); err != nil || fi.ModTime().Equal(last) {
+				continue
+			}
 		}
-		fi, err := os.Stat(wal)
-		if err != nil || fi.ModTime().Equal(last) {
-			continue
-		}
+		db.checkpoints.Add(1)
 		var busy, frames, done int
 		if err := db.read.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done); err != nil {
-			continue // the database is closing, or busy: the next tick tries again
+			continue // the database is closing: nothing to do
 		}
-		last = fi.ModTime()
+		if fi != nil {
+			last = fi.ModTime()
+		}
 	}
 }
 
 func (sqliteDriver) closeExtra(db *DB) {
+	if db.wal != nil {
+		db.wal.Close()
+	}
 	db.dvMu.Lock()
 	defer db.dvMu.Unlock()
 	if db.dvStmt != nil {
@@ -176,6 +221,12 @@ func (sqliteDriver) prepare(ctx context.Context, db *DB) error {
 			return db.Wrap("open", err)
 		}
 		if strings.EqualFold(mode, "wal") {
+			// Watched from here, before Open returns, so that no write
+			// of the caller's goes unseen (the migrations' are signalled
+			// already).
+			if w, err := watchWAL(db.path + "-wal"); err == nil {
+				db.wal = w
+			}
 			return nil
 		}
 		if _, err := db.write.ExecContext(ctx, "PRAGMA journal_mode = WAL"); err != nil {

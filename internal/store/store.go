@@ -84,6 +84,12 @@ type DB struct {
 	// agent (fence.go).
 	fence fences
 
+	// wal watches the WAL for maintain (SQLite; nil without inotify).
+	wal *walWatch
+	// checkpoints counts maintain's checkpoints (SQLite): tests check that
+	// an idle store runs none.
+	checkpoints atomic.Int64
+
 	closeOnce sync.Once
 	closeErr  error
 }
