@@ -78,7 +78,7 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 	return service.Loop(func(ctx context.Context) {
 		// At the wall clock's multiples of interval, as the router's and the
 		// reaper's safety checks: an idle daemon wakes once for the three.
-		t := time.NewTimer(untilAligned(interval))
+		t := time.NewTimer(service.UntilAligned(interval))
 		defer t.Stop()
 		for {
 			// A check under way finishes: Stop waits for it.
@@ -91,16 +91,10 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				t.Reset(untilAligned(interval))
+				t.Reset(service.UntilAligned(interval))
 			}
 		}
 	})
-}
-
-// untilAligned is how long until the wall clock's next multiple of d.
-func untilAligned(d time.Duration) time.Duration {
-	now := time.Now()
-	return now.Truncate(d).Add(d).Sub(now)
 }
 
 // readiness is /readyz and what feeds the systemd watchdog: the daemon can

@@ -7,6 +7,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/swarmd/swarmd/internal/service"
 )
 
 // reaper reaps zombie orphans and kills leftovers of ended trees, on SIGCHLD
@@ -15,7 +17,7 @@ func (s *Supervisor) reaper() {
 	defer s.wg.Done()
 	// At the wall clock's multiples of reapInterval, as the router's and
 	// the daemon's health check: an idle daemon wakes once for the three.
-	tick := time.NewTimer(untilAligned(reapInterval))
+	tick := time.NewTimer(service.UntilAligned(reapInterval))
 	defer tick.Stop()
 	for {
 		select {
@@ -26,7 +28,7 @@ func (s *Supervisor) reaper() {
 			s.scanLocked(nil, nil, false)
 			s.mu.Unlock()
 		case <-tick.C:
-			tick.Reset(untilAligned(reapInterval))
+			tick.Reset(service.UntilAligned(reapInterval))
 			// Every thread's children, in case a kernel reparents orphans
 			// to another thread than the main one.
 			s.mu.Lock()
@@ -34,12 +36,6 @@ func (s *Supervisor) reaper() {
 			s.mu.Unlock()
 		}
 	}
-}
-
-// untilAligned is how long until the wall clock's next multiple of d.
-func untilAligned(d time.Duration) time.Duration {
-	now := time.Now()
-	return now.Truncate(d).Add(d).Sub(now)
 }
 
 // execGrace is how long an empty environment is taken for an execve in

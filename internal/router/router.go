@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -172,7 +173,7 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 	if wake != nil && interval < WatchedInterval {
 		interval = WatchedInterval
 	}
-	t := time.NewTimer(untilAligned(interval))
+	t := time.NewTimer(service.UntilAligned(interval))
 	defer t.Stop()
 	// Polls run without cancellation: they take microseconds, and a
 	// cancellable context costs the SQLite driver a goroutine per query.
@@ -205,7 +206,7 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			if !ok {
 				wake = nil // the watch failed: poll at the unwatched pace
 				interval = r.interval
-				t.Reset(untilAligned(interval))
+				t.Reset(service.UntilAligned(interval))
 				continue
 			}
 			if notified {
@@ -220,18 +221,9 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 			again.Reset(recheck)
 		case <-again.C:
 		case <-t.C:
-			t.Reset(untilAligned(interval))
+			t.Reset(service.UntilAligned(interval))
 		}
 	}
-}
-
-// untilAligned is how long until the wall clock's next multiple of d. The
-// router's safety poll, the daemon's health check and the process reaper's
-// safety scan all run at those instants, so that an idle daemon wakes once
-// per period for the three, not three times.
-func untilAligned(d time.Duration) time.Duration {
-	now := time.Now()
-	return now.Truncate(d).Add(d).Sub(now)
 }
 
 // recheck is the second look after a wake-up.
