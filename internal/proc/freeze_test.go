@@ -130,7 +130,9 @@ func TestFreezeStopsWholeTree(t *testing.T) {
 // of it, including those forked while the walk ran, is left running.
 func TestFreezeCatchesForks(t *testing.T) {
 	s := newSupervisor(t)
-	tr := startSh(t, s, "forks", `while :; do sh -c 'sleep 0.05' & sleep 0.005; done`, nil)
+	// Children live long enough (0.3 s) that a scan of /proc on a loaded
+	// machine still finds several at once; a new one is forked every 10 ms.
+	tr := startSh(t, s, "forks", `while :; do sh -c 'sleep 0.3' & sleep 0.01; done`, nil)
 	waitFor(t, "several processes", func() bool { return len(markedProcs(t, "forks")) >= 4 })
 	for range 5 {
 		if _, err := tr.Freeze(); err != nil {
