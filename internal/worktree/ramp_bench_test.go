@@ -3,6 +3,7 @@ package worktree
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -85,4 +86,55 @@ func benchGitLoop(b *testing.B, files, n int) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*n), "ms/agent")
+}
+
+// BenchmarkEnsureManyExisting is a start over existing branches with a
+// deleted state dir (issue 31): N agents' runners call Ensure at once, each
+// agent's branch and registration exist, its worktree directory is gone.
+// One op is the wall time until all N are ready; ms/agent must stay flat
+// as N grows, and regs/agent (registrations looked at per agent) stay a
+// small constant, not N.
+//
+//	go test -run '^$' -bench EnsureManyExisting -benchtime 3x ./internal/worktree/
+func BenchmarkEnsureManyExisting(b *testing.B) {
+	for _, n := range []int{250, 500, 1000} {
+		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			repo := newRepo(b)
+			_, agents := restartOverBranches(b, repo, n)
+			looked := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if err := os.RemoveAll(filepath.Join(repo, ".swarm")); err != nil {
+					b.Fatal(err)
+				}
+				m, err := Open(ctx, Options{Repo: repo, StateDir: filepath.Join(repo, ".swarm")})
+				if err != nil {
+					b.Fatal(err)
+				}
+				errs := make(chan error, n)
+				var wg sync.WaitGroup
+				b.StartTimer()
+				for _, a := range agents {
+					wg.Go(func() {
+						_, err := m.Ensure(ctx, a)
+						errs <- err
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				close(errs)
+				for err := range errs {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				looked += m.regIndex.looked
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*n), "ms/agent")
+			b.ReportMetric(float64(looked)/float64(b.N*n), "regs/agent")
+		})
+	}
 }

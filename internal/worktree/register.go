@@ -88,44 +88,110 @@ type regScan struct {
 	leftovers  []string // admin dirs registered for the agent's path, which has no .git: a creation cut short
 }
 
-// scanRegistrations reads every registration for what would stop the
-// agent's branch being checked out at its path: git refuses a branch
-// checked out in another worktree, and so does this.
-func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, error) {
-	var s regScan
-	want := "ref: " + branchRef(agent).String()
-	if head, err := os.ReadFile(filepath.Join(m.commonDir, "HEAD")); err == nil && strings.TrimSpace(string(head)) == want {
-		s.checkedOut = m.repo
-	}
+// regIndex is one reading of every registration, shared by the agents
+// that ask after it began: which registrations hold which branch, and
+// which are of which path. An agent whose branch exists looks for what
+// would stop it being checked out at its path, as git does; each reading
+// its own made a start of n agents over existing branches (a state dir
+// deleted, or a new machine) read n registrations n times, under the
+// repository lock. The index only narrows where to look: every
+// registration it names is read again, so one removed or switched since
+// is not counted. What it cannot show is a registration made or switched
+// after its reading began, so it answers only an agent that saw its branch
+// existing before that (see scanRegistrations). It is used under the
+// repository lock.
+type regIndex struct {
+	taken  time.Time           // when the reading began; zero: none, or not to be trusted
+	byHead map[string][]string // a registration's HEAD ("ref: refs/heads/…") -> admin dirs
+	byBase map[string][]string // the base name of the worktree directory in gitdir -> admin dirs
+	looked int                 // registrations looked at, readings and agents' (tests count them)
+}
+
+// read reads every registration; a newer reading replaces an older.
+func (x *regIndex) read(m *Manager) error {
+	taken := time.Now()
+	x.taken = time.Time{}
+	x.byHead, x.byBase = map[string][]string{}, map[string][]string{}
 	root := filepath.Join(m.commonDir, "worktrees")
 	entries, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
-		return s, nil
+		x.taken = taken
+		return nil
 	}
 	if err != nil {
-		return s, fmt.Errorf("list worktree registrations: %w", err)
+		return fmt.Errorf("list worktree registrations: %w", err)
 	}
-	ours := filepath.Join(m.Path(agent), ".git")
 	var buf [smallFile]byte
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
+		x.looked++
 		dir := filepath.Join(root, e.Name())
-		if slices.Contains(exclude, dir) {
-			continue
+		if head, ok := m.regHeads.read(filepath.Join(dir, "HEAD")); ok {
+			x.byHead[head] = append(x.byHead[head], dir)
 		}
-		// One look per registration, a read only where it can matter:
-		// git (and claim) name a registration after its directory, so one
-		// of the agent's path is named after the agent.
+		// A registration being written by a git (or claim) may have no
+		// gitdir yet: indexed by HEAD alone, it is read again when it
+		// can matter.
+		if gitdir, err := readSmall(filepath.Join(dir, "gitdir"), &buf); err == nil {
+			base := filepath.Base(filepath.Dir(strings.TrimSpace(string(gitdir))))
+			x.byBase[base] = append(x.byBase[base], dir)
+		}
+	}
+	x.taken = taken
+	return nil
+}
+
+// forget makes the next scan read every registration again: after a
+// "git worktree prune".
+func (x *regIndex) forget() { x.taken = time.Time{} }
+
+// scanRegistrations looks through the registrations for what would stop
+// the agent's branch being checked out at its path: git refuses a branch
+// checked out in another worktree, and so does this. since is when the
+// caller saw the branch existing: a registration of another Manager
+// holding the branch was made before the branch was created (createNew),
+// so a reading of the registrations begun after since shows it, and so
+// does it show every change made before the caller's Ensure. Agents that
+// queue for the repository lock at a start share one reading. The
+// registrations in exclude (the caller's own claim) are passed over.
+// The caller holds the repository lock.
+func (m *Manager) scanRegistrations(agent string, since time.Time, exclude ...string) (regScan, error) {
+	var s regScan
+	want := "ref: " + branchRef(agent).String()
+	if head, err := os.ReadFile(filepath.Join(m.commonDir, "HEAD")); err == nil && strings.TrimSpace(string(head)) == want {
+		s.checkedOut = m.repo
+	}
+	x := &m.regIndex
+	if x.taken.IsZero() || x.taken.Before(since) {
+		if err := x.read(m); err != nil {
+			return s, err
+		}
+	}
+	// The candidates: registrations that held the branch, and those of a
+	// directory named after the agent (its path, or another's of that
+	// name), each once.
+	var dirs []string
+	for _, dir := range append(slices.Clip(x.byHead[want]), x.byBase[agent]...) {
+		if !slices.Contains(dirs, dir) && !slices.Contains(exclude, dir) {
+			dirs = append(dirs, dir)
+		}
+	}
+	ours := filepath.Join(m.Path(agent), ".git")
+	var buf [smallFile]byte
+	for _, dir := range dirs {
+		x.looked++
 		head, ok := m.regHeads.read(filepath.Join(dir, "HEAD"))
 		holds := ok && head == want
-		if !holds && !strings.HasPrefix(e.Name(), agent) {
+		// git (and claim) name a registration after its directory, so
+		// one of the agent's path is named after the agent.
+		if !holds && !strings.HasPrefix(filepath.Base(dir), agent) {
 			continue
 		}
 		gitdir, err := readSmall(filepath.Join(dir, "gitdir"), &buf)
 		if err != nil {
-			continue // being written by a git, or broken: not ours to judge
+			continue // gone since, being written by a git, or broken: not ours to judge
 		}
 		dotGit := strings.TrimSpace(string(gitdir))
 		if filepath.Base(filepath.Dir(dotGit)) == agent && samePath(dotGit, ours) {
@@ -147,11 +213,10 @@ func (m *Manager) scanRegistrations(agent string, exclude ...string) (regScan, e
 }
 
 // regHeadCache remembers what registrations' HEAD files say, by their
-// stat data: an agent whose branch exists scans every registration (as
-// git does before checking a branch out), so a start of n agents over
-// existing branches looked at n² files. git replaces HEAD by renaming a
-// new file into place, which changes the stat data; a HEAD that changed
-// too recently for it to show a later change is not remembered.
+// stat data, so that a reading of every registration (regIndex) costs an
+// lstat where nothing changed. git replaces HEAD by renaming a new file
+// into place, which changes the stat data; a HEAD that changed too
+// recently for it to show a later change is not remembered.
 type regHeadCache struct {
 	mu    sync.Mutex
 	heads map[string]regHead // by path
@@ -204,63 +269,71 @@ func (c *regHeadCache) read(path string) (string, bool) {
 // (under the lock) sees that claim. A loser of the race for the branch
 // does the same. It returns a nil creation, and no error, when the agent
 // has a branch or its path holds something: ensureLocked deals with that.
-func (m *Manager) createNew(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
+//
+// seen is when the agent's branch was found existing, zero when it was not
+// looked at: ensureLocked's scan of the registrations may then use a
+// reading begun after it (scanRegistrations).
+func (m *Manager) createNew(ctx context.Context, agent string, verify bool) (_ Worktree, _ *creation, seen time.Time, _ error) {
 	if verify {
-		return Worktree{}, nil, nil
+		return Worktree{}, nil, seen, nil
 	}
 	in, err := m.inspect(agent)
 	if err != nil {
-		return Worktree{}, nil, err
+		return Worktree{}, nil, seen, err
 	}
 	switch in.state {
 	case wtMissing, wtEmpty:
 	case wtIncomplete:
 		if err := m.removeIncomplete(agent, in); err != nil {
-			return Worktree{}, nil, err
+			return Worktree{}, nil, seen, err
 		}
 	default:
-		return Worktree{}, nil, nil
+		return Worktree{}, nil, seen, nil
 	}
 	if _, has, err := m.branchTip(agent); err != nil || has {
-		return Worktree{}, nil, err
+		if has {
+			seen = time.Now()
+		}
+		return Worktree{}, nil, seen, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, seen, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
 	}
 	// Each file operation blocks a thread: a bound on how many run at
 	// once keeps a ramp of 1000 agents from costing hundreds of them.
 	done, err := m.acquireBusy(ctx)
 	if err != nil {
-		return Worktree{}, nil, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, seen, fmt.Errorf("ensure worktree for agent %s: %w", agent, err)
 	}
 	defer done()
 	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent), Head: m.base.String()}
 	c := &creation{newBranch: true}
 	if c.adminDir, err = m.claim(wt); err != nil {
-		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, seen, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
 	err = m.createBranchRef(agent, m.base)
 	if errors.Is(err, errRefExists) {
 		c.newBranch = false
-		wt.Head, err = m.claimExisting(ctx, agent, c.adminDir)
+		wt.Head, err = m.claimExisting(ctx, agent, c.adminDir, time.Now())
 	}
 	if err != nil {
 		os.RemoveAll(c.adminDir)
-		return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
+		return Worktree{}, nil, seen, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
-	return wt, c, nil
+	return wt, c, seen, nil
 }
 
 // claimExisting keeps a claim on a branch that another git created first,
 // if the branch is checked out nowhere else (as ensureLocked checks an
-// existing branch, under the repository lock), and returns its tip.
-func (m *Manager) claimExisting(ctx context.Context, agent, adminDir string) (string, error) {
+// existing branch, under the repository lock), and returns its tip. seen
+// is when the branch was found existing.
+func (m *Manager) claimExisting(ctx context.Context, agent, adminDir string, seen time.Time) (string, error) {
 	unlock, err := m.lock(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	s, err := m.scanRegistrations(agent, adminDir)
+	s, err := m.scanRegistrations(agent, seen, adminDir)
 	if err != nil {
 		return "", err
 	}

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -77,6 +78,7 @@ type Manager struct {
 	counts      countMemo    // rev-list counts by commit pair
 	inspections inspectCache // worktrees found fine, by agent
 	regHeads    regHeadCache // registrations' HEADs, for scanRegistrations
+	regIndex    regIndex     // the registrations by branch and path; under the repository lock
 	statuses    statusCache  // the last git status answer per worktree
 }
 
@@ -334,7 +336,7 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 	if wt, ok := m.ready(agent); ok {
 		return wt, nil
 	}
-	wt, created, err := m.createNew(ctx, agent, verify)
+	wt, created, seen, err := m.createNew(ctx, agent, verify)
 	if err != nil {
 		return Worktree{}, err
 	}
@@ -343,7 +345,7 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 		if err != nil {
 			return Worktree{}, fmt.Errorf("%s worktree for agent %s: %w", op, agent, err)
 		}
-		wt, created, err = m.ensureLocked(ctx, agent, verify)
+		wt, created, err = m.ensureLocked(ctx, agent, verify, seen)
 		unlock()
 		if err != nil || created == nil {
 			return wt, err
@@ -395,7 +397,9 @@ type creation struct {
 	adminDir  string
 }
 
-func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (Worktree, *creation, error) {
+// ensureLocked is ensure under the repository lock. seen is when createNew
+// found the agent's branch existing (zero: it did not look).
+func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool, seen time.Time) (Worktree, *creation, error) {
 	wt := Worktree{Agent: agent, Path: m.Path(agent), Branch: m.Branch(agent)}
 	in, err := m.inspect(agent)
 	if err != nil {
@@ -429,6 +433,7 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (
 	}
 	c := &creation{}
 	if !hasBranch {
+		seen = time.Time{} // gone since createNew saw it, or not looked at
 		switch err := m.createBranchRef(agent, m.base); {
 		case err == nil:
 			c.newBranch, tip = true, m.base
@@ -444,7 +449,10 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (
 	// Manager takes to register a worktree, is checked out nowhere: the
 	// ramp of a new swarm reads no registrations.
 	if !c.newBranch {
-		if err := m.clearWay(ctx, agent); err != nil {
+		if seen.IsZero() { // the branch was seen existing only now
+			seen = time.Now()
+		}
+		if err := m.clearWay(ctx, agent, seen); err != nil {
 			return Worktree{}, nil, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 		}
 	}
@@ -459,8 +467,9 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool) (
 // out at its path (which holds no worktree): leftovers of a creation cut
 // short, and a stale registration holding the branch (pruned as git's gc
 // would). A branch checked out in a live worktree is an error, as with git.
-func (m *Manager) clearWay(ctx context.Context, agent string) error {
-	s, err := m.scanRegistrations(agent)
+// seen is when the branch was found existing (see scanRegistrations).
+func (m *Manager) clearWay(ctx context.Context, agent string, seen time.Time) error {
+	s, err := m.scanRegistrations(agent, seen)
 	if err != nil {
 		return err
 	}
@@ -474,7 +483,8 @@ func (m *Manager) clearWay(ctx context.Context, agent string) error {
 			return fmt.Errorf("prune stale worktrees: %w", err)
 		}
 		m.log.Info("pruned stale worktree registrations", zap.String("agent", agent))
-		if s, err = m.scanRegistrations(agent); err != nil {
+		m.regIndex.forget()
+		if s, err = m.scanRegistrations(agent, seen); err != nil {
 			return err
 		}
 	}
