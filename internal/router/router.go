@@ -32,9 +32,9 @@ type Mail interface {
 // satisfies it.
 type Tasks interface {
 	OpenVersion(ctx context.Context) (string, error)
-	// Claimable counts OPEN tasks for any agent, and per agent its own
-	// OPEN tasks and the reviews waiting for it.
-	Claimable(ctx context.Context) (anyone int, mine map[string]int, err error)
+	// Claimable counts OPEN tasks for any agent (up to atMost), and per
+	// agent its own OPEN tasks and the reviews waiting for it.
+	Claimable(ctx context.Context, atMost int) (anyone int, mine map[string]int, err error)
 }
 
 // Idle lists the agents that wait, idle, for mail or a task, and wakes one.
@@ -313,7 +313,8 @@ func (r *Router) wakeIdle(ctx context.Context, what store.Change) error {
 	var anyone int
 	var mine map[string]int
 	if tasksChanged {
-		if anyone, mine, err = r.tasks.Claimable(ctx); err != nil {
+		// More tasks than idle agents wake no more of them.
+		if anyone, mine, err = r.tasks.Claimable(ctx, len(idle)); err != nil {
 			return err
 		}
 	}

@@ -65,3 +65,48 @@ func TestClaimNextFencedByLease(t *testing.T) {
 		}
 	})
 }
+
+// Claimable counts anyone's tasks up to atMost, every agent's own, and
+// none whose dependency is open, nor a task whose dependency closed counts
+// until it is OPEN; claims then take the best claimable task by priority,
+// skipping one whose dependency is open. On both engines.
+func TestClaimableCountsUpToAtMost(t *testing.T) {
+	storetest.Engines(t, "claimable", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		db := storetest.OpenTarget(t, fresh(t))
+		b := New(db, Options{})
+		gate, err := b.Add(ctx, NewTask{Title: "gate", Assignee: "nobody"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if _, err := b.Add(ctx, NewTask{Title: "open", Priority: i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The best by priority, OPEN but waiting on the gate.
+		waiting, err := b.Add(ctx, NewTask{Title: "waiting", Priority: 9, After: []int64{gate.ID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Requeue(ctx, waiting.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Add(ctx, NewTask{Title: "bob's", Assignee: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct{ atMost, want int }{{3, 3}, {5, 5}, {50, 5}, {0, 0}} {
+			anyone, mine, err := b.Claimable(ctx, c.atMost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if anyone != c.want || mine["bob"] != 1 || mine["nobody"] != 1 || len(mine) != 2 {
+				t.Errorf("Claimable(%d) = %d, %v; want %d, bob and nobody 1 each", c.atMost, anyone, mine, c.want)
+			}
+		}
+		tk, ok, err := b.ClaimNext(ctx, "alice", "alice-1")
+		if err != nil || !ok || tk.Title != "open" || tk.Priority != 4 {
+			t.Fatalf("ClaimNext = %+v, %v, %v; want the open task of priority 4, not the waiting one", tk, ok, err)
+		}
+	})
+}

@@ -506,7 +506,7 @@ func TestDependentTaskWaitsForItsDependency(t *testing.T) {
 	if has, err := b.HasClaimable(ctx, "bob"); err != nil || has {
 		t.Fatalf("HasClaimable(bob) = %v, %v; want false", has, err)
 	}
-	if anyone, _, err := b.Claimable(ctx); err != nil || anyone != 0 {
+	if anyone, _, err := b.Claimable(ctx, 10); err != nil || anyone != 0 {
 		t.Fatalf("Claimable: anyone = %d, %v; want 0", anyone, err)
 	}
 	h := Holder{Agent: "alice", Session: "alice-1-000000000001"}
