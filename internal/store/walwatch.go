@@ -20,7 +20,6 @@ type walWatch struct {
 	f    *os.File
 	name []byte // the WAL file's base name
 	C    chan struct{}
-	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 }
@@ -48,7 +47,6 @@ func watchWAL(wal string) (*walWatch, error) {
 		f:    os.NewFile(uintptr(fd), "inotify"),
 		name: []byte(base),
 		C:    make(chan struct{}, 1),
-		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
 	w.C <- struct{}{} // what was written before the watch
@@ -56,12 +54,9 @@ func watchWAL(wal string) (*walWatch, error) {
 	return w, nil
 }
 
-// loop signals C for each read that names the WAL. C is closed if the
-// watch fails, so that the reader falls back to polling. While a signal is
-// pending it reads no more: the kernel folds the repeated events of the
-// writes meanwhile into one, so a busy WAL wakes this loop about once per
-// checkpoint, not once per write (every handle of the database, in every
-// process, has a watch of its own).
+// loop signals C (at most one signal pending) for each read that names the
+// WAL. C is closed if the watch fails, so that the reader falls back to
+// polling.
 func (w *walWatch) loop() {
 	defer close(w.done)
 	buf := make([]byte, 16*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
@@ -76,8 +71,7 @@ func (w *walWatch) loop() {
 		if w.relevant(buf[:n]) {
 			select {
 			case w.C <- struct{}{}:
-			case <-w.stop:
-				return
+			default:
 			}
 		}
 	}
@@ -106,7 +100,6 @@ func (w *walWatch) relevant(b []byte) bool {
 // Close stops the watch and waits for its goroutine.
 func (w *walWatch) Close() {
 	w.once.Do(func() {
-		close(w.stop)
 		w.f.Close()
 		<-w.done
 	})
