@@ -155,12 +155,12 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	var wake <-chan struct{}
 	if r.dbPath != "" {
-		w, err := newWALWatcher(r.dbPath)
+		w, err := store.WatchDatabase(r.dbPath)
 		if err != nil {
 			r.log.Warn("no inotify on the database, polling only", zap.Error(err))
 		} else {
 			defer w.Close()
-			wake = w.wake
+			wake = w.C
 		}
 	}
 	// notified: the wake-ups are the store's notifications, which say what

@@ -109,7 +109,7 @@ const checkpointEvery = 250 * time.Millisecond
 // connection does none (wal_autocheckpoint 0); this goroutine runs a
 // PASSIVE checkpoint, which never blocks a writer or a reader, on a read
 // connection checkpointEvery after the WAL is written. It learns of writes
-// from inotify (walWatch), so an idle daemon's store wakes no one; without
+// from inotify (a FileWatch on the WAL), so an idle daemon's store wakes no one; without
 // inotify it looks at the WAL every checkpointEvery. A process that is not
 // the daemon (a CLI command) checkpoints when it closes the database, as
 // SQLite's last connection always does.
@@ -224,7 +224,10 @@ func (sqliteDriver) prepare(ctx context.Context, db *DB) error {
 			// Watched from here, before Open returns, so that no write
 			// of the caller's goes unseen (the migrations' are signalled
 			// already).
-			if w, err := watchWAL(db.path + "-wal"); err == nil {
+			// The WAL alone: a checkpoint's own write of the database
+			// file is no reason for another.
+			dir, base := filepath.Split(db.path)
+			if w, err := WatchFiles(dir, base+"-wal"); err == nil {
 				db.wal = w
 			}
 			return nil

@@ -85,7 +85,7 @@ type DB struct {
 	fence fences
 
 	// wal watches the WAL for maintain (SQLite; nil without inotify).
-	wal *walWatch
+	wal *FileWatch
 	// checkpoints counts maintain's checkpoints (SQLite): tests check that
 	// an idle store runs none.
 	checkpoints atomic.Int64
