@@ -277,7 +277,7 @@ func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, o
 		// The row as it was: the machine decides the move from it, and
 		// anything it or the review loop refuses rolls the UPDATE back.
 		t.State, t.StateName = task.Open, task.Open.String()
-		m := move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session}
+		m := claimMove(agent, session) // claimant and session are written already
 		if err := b.reviewOnClaim(ctx, tx, &t, agent, &m); err != nil {
 			return err
 		}
@@ -344,13 +344,17 @@ func (b *Board) claim(ctx context.Context, tx *sql.Tx, t *Task, agent, session s
 		return err
 	}
 	t.Claimant, t.ClaimSession = agent, session
-	m := move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session,
-		set:  []string{"claimant = ?", "claim_session = ?"},
-		args: []any{agent, session}}
+	m := claimMove(agent, session)
+	m.set, m.args = []string{"claimant = ?", "claim_session = ?"}, []any{agent, session}
 	if err := b.reviewOnClaim(ctx, tx, t, agent, &m); err != nil {
 		return err
 	}
 	return b.apply(ctx, tx, t, m)
+}
+
+// claimMove is agent's claim of a task for session (Claim, ClaimNext).
+func claimMove(agent, session string) move {
+	return move{to: task.Claimed, actor: "agent:" + agent, why: "claimed", session: session}
 }
 
 // Holder names who asks to act on a held task: the agent and its session.
