@@ -256,14 +256,14 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		Timeout: cfg.Hooks.Timeout,
 		Sandbox: d.hookSandbox(),
 	}, log.Named("hooks"), func(ev hooks.Event, r hooks.Result) { d.metrics.HookRun(string(ev), r.Outcome) })
-	ropts := router.Options{DBPath: cfg.DBPath()} // the WAL file's changes wake the router
+	ropts := router.Options{Log: log.Named("router"), Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange, ReviewOnly: d.reviewOnly}
 	if cfg.SharedStore() {
 		w := d.db.Changes() // no file to watch: the store's notifications, which say what changed
-		ropts = router.Options{Wake: w.C, Changed: w.Take}
+		ropts.Wake, ropts.Changed = w.C, w.Take
+	} else {
+		ropts.DBPath = cfg.DBPath() // the WAL file's changes wake the router
 	}
-	d.router = router.New(d.mail, d.reg, router.Options{Log: log.Named("router"), DBPath: ropts.DBPath, Wake: ropts.Wake, Changed: ropts.Changed,
-		Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange,
-		ReviewOnly: d.reviewOnly})
+	d.router = router.New(d.mail, d.reg, ropts)
 	if cfg.Listen != "" {
 		if d.serve.http, err = startHTTP(cfg.Listen, d.metrics.Handler(), d.readiness, d.host.iso.String, d.serve.dash.web.Handler(), log); err != nil {
 			return nil, setupError(err)
