@@ -187,18 +187,19 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 	// what a notification said changed; zero for the first look, the
 	// safety net's and the WAL watch's, which compare the data version.
 	var what store.Change
-	for {
-		var err error
-		if what == 0 {
-			err = r.Poll(pollCtx)
-		} else {
-			err = r.read(pollCtx, what)
+	for poll := true; ; {
+		if poll {
+			var err error
+			if what == 0 {
+				err = r.Poll(pollCtx)
+			} else {
+				err = r.read(pollCtx, what)
+			}
+			if err != nil {
+				r.log.Warn("router poll", zap.Error(err))
+			}
 		}
-		if err != nil {
-			r.log.Warn("router poll", zap.Error(err))
-		}
-		what = 0
-	wait:
+		poll, what = true, 0
 		select {
 		case <-ctx.Done():
 			return
@@ -213,9 +214,8 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 				// The notification is the news, and follows its commit: no
 				// version to compare, no second look. Nothing taken means
 				// the last read covered it already.
-				if what = r.changed(); what == 0 {
-					goto wait
-				}
+				what = r.changed()
+				poll = what != 0
 				continue
 			}
 			again.Reset(recheck)
