@@ -35,6 +35,7 @@ import (
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/service"
+	"github.com/swarmd/swarmd/internal/settle"
 	"github.com/swarmd/swarmd/internal/spend"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
@@ -56,6 +57,9 @@ type Daemon struct {
 	mail    *mailbox.Mailbox
 	tasks   *taskboard.Board
 	merge   mergeWire // the merge queue (nil: none configured)
+	// settles is where every agent's outcomes wait for the store together,
+	// to be committed together (settlerFor).
+	settles settle.Group
 
 	trees    *worktree.Manager
 	kit      runnerKit // what every runner is built with

@@ -17,7 +17,8 @@ import (
 // sessions end together, their outcomes cost a few commits instead of 200:
 // a commit (its WAL frames, one write each) is most of a settlement's cost.
 // Nothing waits for a group to fill: a lone outcome is committed at once.
-type group struct {
+// Its zero value is ready; one group serves the Settlers of every agent.
+type Group struct {
 	mu      sync.Mutex
 	pending []*call
 	leading bool
@@ -25,6 +26,7 @@ type group struct {
 
 // call is one outcome in the group.
 type call struct {
+	s    *Settler // the agent's, which applies rec
 	rec  Record
 	res  Result
 	err  error
@@ -37,9 +39,9 @@ type call struct {
 var errAgain = errors.New("settle: the batch's leader left; queue again")
 
 // apply applies rec in the next batch and returns what it did.
-func (g *group) apply(ctx context.Context, s *Settler, rec Record) (Result, error) {
+func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, error) {
 	for {
-		c := &call{rec: rec, done: make(chan struct{}), lead: make(chan struct{})}
+		c := &call{s: s, rec: rec, done: make(chan struct{}), lead: make(chan struct{})}
 		g.mu.Lock()
 		g.pending = append(g.pending, c)
 		if !g.leading {
@@ -61,7 +63,7 @@ func (g *group) apply(ctx context.Context, s *Settler, rec Record) (Result, erro
 // wait waits for c's batch, leading it when its turn comes. A call whose
 // context ends while it is still queued leaves the line; one already in a
 // batch waits for the batch (it is short) so that it reports what happened.
-func (g *group) wait(ctx context.Context, s *Settler, c *call) (Result, error) {
+func (g *Group) wait(ctx context.Context, s *Settler, c *call) (Result, error) {
 	for {
 		select {
 		case <-c.done:
@@ -93,7 +95,7 @@ func (g *group) wait(ctx context.Context, s *Settler, c *call) (Result, error) {
 // run leads one batch: it takes the writer's turn, then every call queued
 // by then, applies them in one transaction, and hands the lead to the
 // first call queued after.
-func (g *group) run(ctx context.Context, s *Settler) {
+func (g *Group) run(ctx context.Context, s *Settler) {
 	var batch []*call
 	take := func() []*call {
 		g.mu.Lock()
@@ -109,14 +111,14 @@ func (g *group) run(ctx context.Context, s *Settler) {
 		batch = take()
 		if len(batch) == 1 {
 			c := batch[0]
-			c.res, c.err = s.applyTx(ctx, tx, c.rec)
+			c.res, c.err = c.s.applyTx(ctx, tx, c.rec)
 			return c.err
 		}
 		for _, c := range batch {
 			if err := savepoint(ctx, tx, "SAVEPOINT settle"); err != nil {
 				return err
 			}
-			c.res, c.err = s.applyTx(ctx, tx, c.rec)
+			c.res, c.err = c.s.applyTx(ctx, tx, c.rec)
 			if c.err != nil && s.DB.Transient(c.err) {
 				return c.err // the store refused the transaction: all retry
 			}
@@ -154,7 +156,7 @@ func (g *group) run(ctx context.Context, s *Settler) {
 }
 
 // handOff passes the lead to the first call queued, if any; g.mu is held.
-func (g *group) handOff() {
+func (g *Group) handOff() {
 	if len(g.pending) > 0 {
 		close(g.pending[0].lead)
 		return

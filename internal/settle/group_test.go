@@ -41,14 +41,14 @@ type applied struct {
 	err error
 }
 
-// waitQueued polls until n outcomes wait in s's group.
-func waitQueued(t *testing.T, s *Settler, n int) {
+// waitQueued polls until n outcomes wait in g.
+func waitQueued(t *testing.T, g *Group, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s.g.mu.Lock()
-		got := len(s.g.pending)
-		s.g.mu.Unlock()
+		g.mu.Lock()
+		got := len(g.pending)
+		g.mu.Unlock()
 		if got == n {
 			return
 		}
@@ -73,23 +73,27 @@ func unsettled(t *testing.T, db *store.DB) []string {
 }
 
 // Outcomes that wait for the store together are committed in one
-// transaction; one that fails is rolled back alone and told why.
+// transaction, whichever agent's Settler they come through (the daemon
+// makes one per agent, sharing a Group); one that fails is rolled back
+// alone and told why.
 func TestOutcomesWaitingTogetherCommitTogether(t *testing.T) {
-	db, s, recs := groupEnv(t, 5)
+	db, _, recs := groupEnv(t, 5)
 	recs[2].Signal = "bogus" // cannot be applied
 	ctx := context.Background()
 	hold, err := db.Begin(ctx) // another writer of this process has the turn
 	if err != nil {
 		t.Fatal(err)
 	}
+	var g Group
 	out := make(chan applied, len(recs))
 	for i, rec := range recs {
+		s := &Settler{DB: db, Group: &g}
 		go func() {
 			res, err := s.Apply(ctx, rec)
 			out <- applied{i, res, err}
 		}()
 	}
-	waitQueued(t, s, len(recs))
+	waitQueued(t, &g, len(recs))
 	_ = hold.Rollback()
 	for range recs {
 		a := <-out
@@ -126,19 +130,19 @@ func TestOutcomesOutliveTheirLeader(t *testing.T) {
 		res, err := s.Apply(lctx, recs[0])
 		out <- applied{0, res, err}
 	}()
-	waitQueued(t, s, 1)
+	waitQueued(t, &s.own, 1)
 	for i, rec := range recs[1:] {
 		go func() {
 			res, err := s.Apply(ctx, rec)
 			out <- applied{i + 1, res, err}
 		}()
 	}
-	waitQueued(t, s, len(recs))
+	waitQueued(t, &s.own, len(recs))
 	cancel()
 	if a := <-out; a.i != 0 || !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("first back: outcome %d, err %v; want the leader's, canceled", a.i, a.err)
 	}
-	waitQueued(t, s, len(recs)-1) // the rest queued again
+	waitQueued(t, &s.own, len(recs)-1) // the rest queued again
 	_ = hold.Rollback()
 	for range recs[1:] {
 		if a := <-out; a.err != nil {

@@ -78,8 +78,12 @@ type Settler struct {
 	// (max_iterations); "" when its record could not be read and the loop
 	// resumed as failed.
 	GaveUp func(task int64, reviewer, failure, feedback string)
+	// Group, if set, is shared by every Settler of the process (one per
+	// agent): outcomes waiting for the store at once are committed together
+	// only if they wait in one group. nil is a group of this Settler's own.
+	Group *Group
 
-	g group // outcomes committed together
+	own Group
 }
 
 // Record is an outcome as the outbox keeps it: everything Apply needs,
@@ -230,7 +234,11 @@ func (s *Settler) retry(ctx context.Context, op string, wait func(error), waited
 // verdict recorded by the signal it carried, each only if this session
 // holds them. A session settled before is left alone (Result.Already).
 func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
-	return s.g.apply(ctx, s, rec)
+	g := s.Group
+	if g == nil {
+		g = &s.own
+	}
+	return g.apply(ctx, s, rec)
 }
 
 // applyTx is Apply's work in tx.
