@@ -29,6 +29,9 @@ type Limits struct {
 	MaxRunning         int            // sessions of all agents at once
 	PerProvider        map[string]int // sessions of one provider at once, by backend type
 	MinAvailableMemory int            // bytes of available memory a session needs to start
+	// SessionNice is how many nice values below the daemon the process
+	// trees it starts run (sessions, hooks, merge gates); 0: at its own.
+	SessionNice int
 }
 
 // limitsFields are the keys of limits.
@@ -38,6 +41,8 @@ func (d *decoder) limitsFields(l *Limits) []field {
 		{"per_provider", "Sessions of one provider running at once, by backend type (claude, codex, gemini, command, scripted): {claude: 4}.", d.providerLimitsTo(&l.PerProvider)},
 		{"min_available_memory", "Bytes of available memory (MemAvailable) the host must have for a session to start; below it sessions wait. 0: no minimum.",
 			d.intTo(&l.MinAvailableMemory, 0, maxInt)},
+		{"session_nice", "How many nice values below the daemon's priority sessions, hooks and merge gates run (0 to 19), so that the daemon's bookkeeping never waits for a CPU behind them. 0: at the daemon's priority.",
+			d.intTo(&l.SessionNice, 0, 19)},
 	}
 }
 

@@ -81,6 +81,8 @@ func TestLimitsErrors(t *testing.T) {
 		{"prices: {m1: {input: 1}}", "prices.m1.output", "is required"},
 		{"prices: {m1: 3}", "prices.m1", "want a mapping with input and output"},
 		{"providers: {backoff: 10s, max_backoff: 5s}", "providers.max_backoff", "is shorter than providers.backoff"},
+		{"limits: {session_nice: 20}", "limits.session_nice", "must be between 0 and 19, got 20"},
+		{"limits: {session_nice: -1}", "limits.session_nice", "must be between 0 and 19, got -1"},
 	} {
 		_, err := parseLimits(t, c.yaml+"\nagents: [{name: alice, role: r}]\n")
 		var errs Errors

@@ -74,3 +74,37 @@ agents:
 		t.Fatalf("at most %d sessions ran at once; want exactly 2 (the limit, reached)", most)
 	}
 }
+
+// Sessions run limits.session_nice nice values below the daemon.
+func TestSessionsRunNicer(t *testing.T) {
+	dir := t.TempDir()
+	cfg := repo(t, fmt.Sprintf(`
+listen: ""
+limits: {session_nice: 5}
+sandbox: {writable: [%[1]q]}
+defaults:
+  backend: worker
+  min_session_interval: 0s
+  env: {D: %[1]q}
+backends:
+  worker: {type: command, command: sh, args: [-c, 'cut -d" " -f19 /proc/self/stat > "$D/nice.tmp"; mv "$D/nice.tmp" "$D/nice"; sleep 60']}
+agents:
+  - {name: a1, role: works}
+`, dir))
+	r := start(t, cfg)
+	var got []byte
+	waitFor(t, "the session to say its nice value", func() bool {
+		var err error
+		got, err = os.ReadFile(filepath.Join(dir, "nice"))
+		return err == nil
+	})
+	r.stop(t)
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := strconv.Atoi(strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))[16])
+	if want := strconv.Itoa(min(own+5, 19)); strings.TrimSpace(string(got)) != want {
+		t.Fatalf("the session ran at nice %q, want %s", strings.TrimSpace(string(got)), want)
+	}
+}

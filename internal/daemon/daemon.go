@@ -298,6 +298,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if d.host.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
 		return err
 	}
+	d.host.sup.SetNice(cfg.Limits.SessionNice)
 	if err := d.openIsolation(cfg); err != nil {
 		return err
 	}

@@ -43,6 +43,7 @@ func (d *Daemon) Reload(path string) error {
 	d.live.mu.Unlock()
 	d.gates.providers.SetBackoff(cfg)
 	d.gates.admission.SetLimits(admissionLimits(cfg))
+	d.host.sup.SetNice(cfg.Limits.SessionNice)
 	defer d.budget.Reload(context.Background(), cfg) // after the runners of added agents exist
 
 	var added, updated, removed []string

@@ -106,8 +106,28 @@ type Supervisor struct {
 
 	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
 	cg *cgroup.Hierarchy
+	// nice is added to the nice value of every tree started (SetNice).
+	nice atomic.Int32
 
 	closeOnce sync.Once
+}
+
+// renice lowers the priority of the process group the leader pid just
+// started (ForkExec returns once it has exec'd): whatever it forked by now
+// is in the group, and whatever it forks later inherits the value.
+func (s *Supervisor) renice(pid int) {
+	n := int(s.nice.Load())
+	if n == 0 {
+		return
+	}
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err == nil {
+		// The raw syscall returns 20 - nice.
+		n += 20 - prio
+	}
+	if err := unix.Setpriority(unix.PRIO_PGRP, pid, min(n, 19)); err != nil && !errors.Is(err, unix.ESRCH) {
+		s.log.Warn("lower the priority of a tree", zap.Int("pid", pid), zap.Error(err))
+	}
 }
 
 // UseCgroups gives every tree started from now on a cgroup v2 of its own
@@ -118,6 +138,14 @@ func (s *Supervisor) UseCgroups(h *cgroup.Hierarchy) {
 	defer s.mu.Unlock()
 	s.cg = h
 }
+
+// SetNice makes every tree started from now on run n (1 to 19) nice
+// values below this process's priority; 0 leaves them at its own. The
+// daemon's own work (recording what sessions did, claims, mail) then never
+// waits for a CPU behind the processes of the trees it supervises: with
+// the kernel's autogroups (one per session, as most distributions enable)
+// the trees compete with the daemon alone, not with the rest of the host.
+func (s *Supervisor) SetNice(n int) { s.nice.Store(int32(min(max(n, 0), 19))) }
 
 // Cgroups is the hierarchy UseCgroups set, nil when none.
 func (s *Supervisor) Cgroups() *cgroup.Hierarchy {
@@ -334,6 +362,7 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	s.trees[spec.ID] = t
 	s.wg.Add(1) // before Close can see the tree and wait
 	s.mu.Unlock()
+	s.renice(pid)
 
 	if inW >= 0 {
 		if stdinNow(inW, spec.Stdin) {

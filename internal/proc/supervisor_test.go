@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -483,4 +484,48 @@ func TestReaperKillsLeftoversOfEndedTrees(t *testing.T) {
 		})
 	}
 	waitFor(t, "the leftover to be killed and reaped", p.gone)
+}
+
+// A tree started after SetNice runs at that much lower a priority than the
+// daemon, and so does what it starts; SetNice(0) leaves trees at the
+// daemon's own.
+func TestTreesRunNicer(t *testing.T) {
+	s := newSupervisor(t)
+	own := niceOf(t, os.Getpid())
+	for _, tc := range []struct {
+		set, want int
+	}{{7, min(own+7, 19)}, {0, own}} {
+		s.SetNice(tc.set)
+		out := newLineSink()
+		tr := startSh(t, s, "nice"+strconv.Itoa(tc.set), `sleep 30 & echo $$ $!; wait`, out)
+		pids := strings.Fields(out.next(t))
+		for _, p := range pids {
+			pid, err := strconv.Atoi(p)
+			if err != nil {
+				t.Fatalf("pid %q: %v", p, err)
+			}
+			if got := niceOf(t, pid); got != tc.want {
+				t.Errorf("SetNice(%d): process %d runs at nice %d, want %d", tc.set, pid, got, tc.want)
+			}
+		}
+		if err := tr.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-tr.Done()
+	}
+}
+
+// niceOf is process pid's nice value (field 19 of /proc/PID/stat).
+func niceOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	n, err := strconv.Atoi(f[16]) // fields 3.. after the command
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -53,6 +53,9 @@ type Options struct {
 	// while the daemon runs (a server restart, an outage).
 	StoreRestarts int
 	RestartStore  func() error
+	// SessionNice, if set, is the config's limits.session_nice (nil: its
+	// default).
+	SessionNice *int
 }
 
 // Report is what the run found.
@@ -116,6 +119,9 @@ backends:
 `, seen, strconv.FormatFloat(cmp.Or(o.Work, 200*time.Millisecond).Seconds(), 'f', 3, 64), script)
 	if o.Store != "" {
 		head += fmt.Sprintf("store: %q\n", o.Store)
+	}
+	if o.SessionNice != nil {
+		head += fmt.Sprintf("limits: {session_nice: %d}\n", *o.SessionNice)
 	}
 	config, names, err := harness.Swarm(work, head, o.Agents)
 	if err != nil {
