@@ -26,7 +26,7 @@ func main() {
 	flag.IntVar(&o.Kills, "kills", 3, "SIGKILL and restart cycles")
 	flag.DurationVar(&o.Work, "work", 200*time.Millisecond, "how long each session works before it says DONE")
 	flag.DurationVar(&o.Timeout, "timeout", 20*time.Minute, "the whole run")
-	nice := flag.Int("session-nice", -1, "limits.session_nice (-1: the config's default)")
+	nice := flag.Int("session-nice", 19, "limits.session_nice: 19 as on a host given to the swarm (-1: the config's default, 0)")
 	flag.Parse()
 	if *nice >= 0 {
 		o.SessionNice = nice

@@ -242,7 +242,6 @@ const (
 	DefaultMaxIterations        = int(review.DefaultMaxIterations) // 3, the review loop's (and the tasks table's column default)
 	DefaultMaxSilentSessions    = 3
 	DefaultMaxSessionBytes      = 64 << 20
-	DefaultSessionNice          = 19
 )
 
 // Sandbox is config key sandbox: host paths every session's sandbox sees
@@ -270,7 +269,6 @@ func defaultConfig() *Config {
 		Isolation:    IsolationAuto,
 		Sandbox:      Sandbox{Bwrap: "bwrap"},
 		Notify:       Notify{Format: NotifyJSON},
-		Limits:       Limits{SessionNice: DefaultSessionNice},
 		Defaults: AgentSettings{
 			Backend:              DefaultBackend,
 			SessionTimeout:       DefaultSessionTimeout,

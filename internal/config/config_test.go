@@ -71,7 +71,6 @@ func TestDefaults(t *testing.T) {
 		Isolation:    "auto",
 		Sandbox:      Sandbox{Bwrap: "bwrap"},
 		Notify:       Notify{Format: NotifyJSON},
-		Limits:       Limits{SessionNice: 19},
 		Backends:     builtins(),
 
 		GitEmailDomain: "swarmd.invalid",

@@ -41,7 +41,7 @@ func (d *decoder) limitsFields(l *Limits) []field {
 		{"per_provider", "Sessions of one provider running at once, by backend type (claude, codex, gemini, command, scripted): {claude: 4}.", d.providerLimitsTo(&l.PerProvider)},
 		{"min_available_memory", "Bytes of available memory (MemAvailable) the host must have for a session to start; below it sessions wait. 0: no minimum.",
 			d.intTo(&l.MinAvailableMemory, 0, maxInt)},
-		{"session_nice", "How many nice values below the daemon's priority sessions, hooks and merge gates run (0 to 19), so that the daemon's bookkeeping never waits for a CPU behind them. 0: at the daemon's priority.",
+		{"session_nice", "How many nice values below the daemon's priority sessions, hooks and merge gates run (0 to 19), so that the daemon's bookkeeping never waits for a CPU behind them; 19 on a host given to the swarm. 0: at the daemon's priority.",
 			d.intTo(&l.SessionNice, 0, 19)},
 	}
 }
