@@ -106,33 +106,22 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 	}
 	s.DB.PrepareSettle(ctx)
 	// An outcome goes ahead of this process's other writes (claims, session
-	// starts, the event log): the agent waits on it.
-	err := s.DB.InTx(store.WithPriority(ctx, store.Outcome), "settle sessions", func(tx *sql.Tx) error {
-		batch = take()
-		if len(batch) == 1 {
-			c := batch[0]
-			c.res, c.err = c.s.applyTx(ctx, tx, c.rec)
-			return c.err
+	// starts, the event log): the agent waits on it. A batch is applied
+	// without savepoints first; if one outcome fails (rare), the transaction
+	// is rolled back and the batch applied again with a savepoint each, so
+	// that only that one is left out.
+	var err error
+	for _, each := range []bool{false, true} {
+		err = s.DB.InTx(store.WithPriority(ctx, store.Outcome), "settle sessions", func(tx *sql.Tx) error {
+			if batch == nil {
+				batch = take()
+			}
+			return applyBatch(ctx, s, tx, batch, each)
+		})
+		if !errors.Is(err, errOneFailed) {
+			break
 		}
-		for _, c := range batch {
-			if err := savepoint(ctx, tx, "SAVEPOINT settle"); err != nil {
-				return err
-			}
-			c.res, c.err = c.s.applyTx(ctx, tx, c.rec)
-			if c.err != nil && s.DB.Transient(c.err) {
-				return c.err // the store refused the transaction: all retry
-			}
-			if c.err != nil {
-				if err := savepoint(ctx, tx, "ROLLBACK TO settle"); err != nil {
-					return err
-				}
-			}
-			if err := savepoint(ctx, tx, "RELEASE settle"); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
 	if batch == nil { // the transaction never began
 		batch = take()
 	}
@@ -153,6 +142,48 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 	g.mu.Lock()
 	g.handOff()
 	g.mu.Unlock()
+}
+
+// errOneFailed rolls back a batch applied without savepoints in which an
+// outcome failed.
+var errOneFailed = errors.New("settle: an outcome of the batch failed")
+
+// applyBatch applies batch in tx; with savepoints, each outcome under one
+// of its own, so that one that fails is rolled back alone. Statements run
+// without ctx's cancellation (the transaction still ends with ctx): the
+// driver watches a cancellable context with a goroutine per statement.
+func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, savepoints bool) error {
+	sctx := context.WithoutCancel(ctx)
+	if len(batch) == 1 {
+		c := batch[0]
+		c.res, c.err = c.s.applyTx(sctx, tx, c.rec)
+		return c.err
+	}
+	for _, c := range batch {
+		if savepoints {
+			if err := savepoint(sctx, tx, "SAVEPOINT settle"); err != nil {
+				return err
+			}
+		}
+		c.res, c.err = c.s.applyTx(sctx, tx, c.rec)
+		switch {
+		case c.err == nil:
+		case s.DB.Transient(c.err):
+			return c.err // the store refused the transaction: all retry
+		case !savepoints:
+			return errOneFailed
+		default:
+			if err := savepoint(sctx, tx, "ROLLBACK TO settle"); err != nil {
+				return err
+			}
+		}
+		if savepoints {
+			if err := savepoint(sctx, tx, "RELEASE settle"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // handOff passes the lead to the first call queued, if any; g.mu is held.
