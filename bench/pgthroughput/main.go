@@ -79,6 +79,7 @@ type options struct {
 	parent       string
 	pgStats      bool   // load pg_stat_statements and print where the server's time went
 	only         string // "postgres" or "sqlite": run that setup alone
+	sessionNice  int    // limits.session_nice of every daemon
 }
 
 func main() {
@@ -93,6 +94,7 @@ func main() {
 	flag.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements into the server and print the statements that took its time (a diagnosis: it costs a little)")
 	flag.StringVar(&o.only, "only", "", "postgres or sqlite: run that setup alone (a diagnosis, no comparison)")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "each setup's run")
+	flag.IntVar(&o.sessionNice, "session-nice", 0, "limits.session_nice of every daemon (0 to 19)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
 	if o.sqliteAgents == 0 {
@@ -305,7 +307,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		case sp.url != "" && (i > 0 || sp.daemons == 1):
 			mySleepers = []string{fmt.Sprintf("d%d-s1", i+1)}
 		}
-		cfg, err := writeConfig(repo, sp.url, mine, mySleepers)
+		cfg, err := writeConfig(repo, sp.url, o.sessionNice, mine, mySleepers)
 		if err != nil {
 			return res, err
 		}
@@ -474,9 +476,12 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 
 // writeConfig writes repo/swarmd.yaml: workers say DONE at once, sleepers
 // sleep and claim no task.
-func writeConfig(repo, url string, workers, sleepers []string) (string, error) {
+func writeConfig(repo, url string, nice int, workers, sleepers []string) (string, error) {
 	var b strings.Builder
 	b.WriteString("listen: \"\"\n")
+	if nice > 0 {
+		fmt.Fprintf(&b, "limits: {session_nice: %d}\n", nice)
+	}
 	if url != "" {
 		fmt.Fprintf(&b, "store: %q\n", url)
 	}
