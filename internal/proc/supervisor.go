@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -106,7 +107,8 @@ type Supervisor struct {
 
 	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
 	cg *cgroup.Hierarchy
-	// nice is added to the nice value of every tree started (SetNice).
+	// nice is the nice value every tree started gets (SetNice); noNice:
+	// this process's own, inherited.
 	nice atomic.Int32
 
 	closeOnce sync.Once
@@ -116,16 +118,11 @@ type Supervisor struct {
 // started (ForkExec returns once it has exec'd): whatever it forked by now
 // is in the group, and whatever it forks later inherits the value.
 func (s *Supervisor) renice(pid int) {
-	n := int(s.nice.Load())
-	if n == 0 {
+	n := s.nice.Load()
+	if n == noNice {
 		return
 	}
-	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
-	if err == nil {
-		// The raw syscall returns 20 - nice.
-		n += 20 - prio
-	}
-	if err := unix.Setpriority(unix.PRIO_PGRP, pid, min(n, 19)); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := unix.Setpriority(unix.PRIO_PGRP, pid, int(n)); err != nil && !errors.Is(err, unix.ESRCH) {
 		s.log.Warn("lower the priority of a tree", zap.Int("pid", pid), zap.Error(err))
 	}
 }
@@ -145,7 +142,21 @@ func (s *Supervisor) UseCgroups(h *cgroup.Hierarchy) {
 // waits for a CPU behind the processes of the trees it supervises: with
 // the kernel's autogroups (one per session, as most distributions enable)
 // the trees compete with the daemon alone, not with the rest of the host.
-func (s *Supervisor) SetNice(n int) { s.nice.Store(int32(min(max(n, 0), 19))) }
+func (s *Supervisor) SetNice(n int) {
+	if n <= 0 {
+		s.nice.Store(noNice)
+		return
+	}
+	// The raw syscall answers 20 - nice; this process's nice does not change.
+	own := 0
+	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
+		own = 20 - prio
+	}
+	s.nice.Store(int32(min(own+n, 19)))
+}
+
+// noNice: trees keep the nice value they inherit from this process.
+const noNice = math.MinInt32
 
 // Cgroups is the hierarchy UseCgroups set, nil when none.
 func (s *Supervisor) Cgroups() *cgroup.Hierarchy {
@@ -196,6 +207,7 @@ func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
 		leftovers: make(map[int]uint64),
 		kill:      unix.Kill,
 	}
+	s.nice.Store(noNice)
 	signal.Notify(s.sigch, unix.SIGCHLD)
 	s.wg.Add(1)
 	go s.reaper()
