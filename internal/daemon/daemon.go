@@ -57,9 +57,6 @@ type Daemon struct {
 	mail    *mailbox.Mailbox
 	tasks   *taskboard.Board
 	merge   mergeWire // the merge queue (nil: none configured)
-	// settles is where every agent's outcomes wait for the store together,
-	// to be committed together (settlerFor).
-	settles settle.Group
 
 	trees    *worktree.Manager
 	kit      runnerKit // what every runner is built with
@@ -111,6 +108,9 @@ type runnerKit struct {
 	logs     *logs.Store
 	hooks    *hooks.Runner
 	observer runner.Observer
+	// settles is where every agent's outcomes wait for the store together,
+	// to be committed together (settlerFor).
+	settles settle.Group
 }
 
 // agentRun is the agents' run: their context, where recovery found them,

@@ -16,7 +16,7 @@ import (
 // the config that built it (a reload's apply from the agent's next session).
 func (d *Daemon) settlerFor(a config.Agent) *settle.Settler {
 	return &settle.Settler{
-		DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle"), Group: &d.settles,
+		DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle"), Group: &d.kit.settles,
 		Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail},
 		Observe: func(_ string, latency, waited time.Duration) { d.metrics.ObserveSettle(latency, waited) },
 		GaveUp: func(task int64, reviewer, failure, feedback string) {
