@@ -196,3 +196,46 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Empty turns true once every process of the cgroup has exited, before
+// their parent reaps them: a tree's end waits for its processes to die, not
+// for the reaper.
+func TestEmptyOnceDeadNotReaped(t *testing.T) {
+	h := open(t)
+	g, err := h.New("tree-empty", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
+	}()
+	if empty, err := g.Empty(); err != nil || empty {
+		t.Fatalf("Empty with a live sleep = %v, %v; want false", empty, err)
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sleep to be a zombie", func() bool { return procState(pid) == "Z" })
+	waitFor(t, "Empty while the zombie is unreaped", func() bool {
+		empty, err := g.Empty()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return empty
+	})
+	if st := procState(pid); st != "Z" {
+		t.Fatalf("the sleep is %q, not a zombie: it was reaped, so the test proved nothing", st)
+	}
+}

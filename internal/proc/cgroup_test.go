@@ -80,7 +80,14 @@ func TestCgroupTreeNothingEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, tr)
-	waitFor(t, "the escaper to die", func() bool { return unix.Kill(pid, 0) != nil || stateOf(pid) == "Z" })
+	// Done means all of the tree is dead, the escaper outside its group,
+	// session and marker included: not dying, dead.
+	if st := stateOf(pid); st != "" && st != "Z" {
+		t.Fatalf("the escaper is %q when its tree is done", st)
+	}
+	if n := s.walks.Load(); n != 0 {
+		t.Errorf("the tree's end walked the children %d times: its cgroup says when it is dead", n)
+	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the tree's cgroup is left: %v", err)
 	}

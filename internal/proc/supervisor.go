@@ -105,6 +105,9 @@ type Supervisor struct {
 	// test's stand-in that keeps the process alive across scans.
 	kill func(pid int, sig unix.Signal) error
 
+	// walks counts the scans of our children that trees' ends made.
+	walks atomic.Int64
+
 	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
 	cg *cgroup.Hierarchy
 	// nice is the nice value every tree started gets (SetNice); noNice:
