@@ -1,12 +1,17 @@
 package proc
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/swarmd/swarmd/internal/cgroup"
 )
 
 // BenchmarkTreeTurnover is one tree per op: start /bin/true with stdin and
@@ -41,5 +46,56 @@ func BenchmarkExecTurnover(b *testing.B) {
 		if err := cmd.Run(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkRampCgroups is a swarm's ramp: 200 trees started at once, each
+// with a cgroup of its own, from 200 goroutines; one op is all 200 started
+// (the time to the last Start's return), then killed.
+func BenchmarkRampCgroups(b *testing.B) {
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	h, err := cgroup.Open("swarmd-proc-bench-" + hex.EncodeToString(id[:]))
+	if err != nil {
+		b.Skipf("cgroup v2 not writable here: %v", err)
+	}
+	defer h.Close()
+	s, err := NewSupervisor(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	s.UseCgroups(h)
+	env := os.Environ()
+	const n = 200
+	for i := 0; b.Loop(); i++ {
+		trees := make([]*Tree, n)
+		var wg sync.WaitGroup
+		for j := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tr, err := s.Start(Spec{Path: "/bin/sleep", Args: []string{"60"}, Env: env,
+					ID: "r" + strconv.Itoa(i) + "-" + strconv.Itoa(j)})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				trees[j] = tr
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		for _, tr := range trees {
+			if tr != nil {
+				_ = tr.Kill()
+			}
+		}
+		for _, tr := range trees {
+			if tr != nil {
+				<-tr.Done()
+			}
+		}
+		b.StartTimer()
 	}
 }

@@ -529,3 +529,59 @@ func niceOf(t *testing.T, pid int) int {
 	}
 	return n
 }
+
+// Starts run outside the supervisor's lock: while many start at once,
+// leaders that exit at once are never reaped as orphans before their
+// Start registers them (each tree keeps its own exit code), and the
+// zombies the reaper left alone meanwhile (setsid children reparented to
+// us, each the leader of its own group) are reaped once the starts end.
+func TestConcurrentStartsKeepTheirLeaders(t *testing.T) {
+	for _, cg := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no cgroup", true: "cgroup"}[cg], func(t *testing.T) {
+			var s *Supervisor
+			if cg {
+				s, _ = cgroupSupervisor(t)
+			} else {
+				s = newSupervisor(t)
+			}
+			const n = 40
+			trees := make([]*Tree, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tr, err := s.Start(Spec{Path: "/bin/sh", ID: "quick-" + strconv.Itoa(i),
+						Args: []string{"-c", "setsid sh -c 'exit 0' & exit " + strconv.Itoa(i%7+1)}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					trees[i] = tr
+				}()
+			}
+			wg.Wait()
+			for i, tr := range trees {
+				if tr == nil {
+					continue
+				}
+				waitDone(t, tr)
+				if got, want := tr.Exit().Code, i%7+1; got != want {
+					t.Errorf("tree %d exited %d, want %d: its leader was reaped by another", i, got, want)
+				}
+			}
+			waitFor(t, "no zombie child left", func() bool {
+				pids, _, err := listChildren(nil, nil, os.Getpid(), true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, pid := range pids {
+					if st, _, err := readStat(pid, nil); err == nil && st.dead() {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
