@@ -10,28 +10,29 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// Outcomes that wait for the store at once are committed together: the
-// first to arrive leads, and when it gets the writer's turn it applies
-// every outcome queued by then in one transaction, each under a savepoint
-// of its own (one that fails is rolled back alone and told why). When 200
-// sessions end together, their outcomes cost a few commits instead of 200:
-// a commit (its WAL frames, one write each) is most of a settlement's cost.
-// Nothing waits for a group to fill: a lone outcome is committed at once.
-// Its zero value is ready; one group serves the Settlers of every agent.
+// Outcomes (and sessions' starts) that wait for the store at once are
+// committed together: the first to arrive leads, and when it gets the
+// writer's turn it applies every write queued by then in one transaction
+// (one that fails is rolled back alone and told why). When 200 sessions
+// end, or start, together, they cost a few commits instead of 200: a
+// commit (its WAL frames, one write each) is most of a settlement's cost,
+// and every transaction is one more turn for the writer, which a busy
+// process's scheduler hands out late. Nothing waits for a group to fill: a
+// lone write is committed at once. Its zero value is ready; one group
+// serves the Settlers of every agent.
 type Group struct {
 	mu      sync.Mutex
 	pending []*call
 	leading bool
 }
 
-// call is one outcome in the group.
+// call is one write in the group: an outcome, or a session's start.
 type call struct {
-	s    *Settler // the agent's, which applies rec
-	rec  Record
-	res  Result
-	err  error
-	done chan struct{} // closed once res and err are set
-	lead chan struct{} // closed when this call is to lead the next batch
+	do    func(ctx context.Context, tx *sql.Tx) error // applies the write in tx; may run again after a rollback
+	batch int                                         // how many calls the committed batch held
+	err   error
+	done  chan struct{} // closed once batch and err are set
+	lead  chan struct{} // closed when this call is to lead the next batch
 }
 
 // errAgain tells a call that its batch failed for a reason of the
@@ -40,8 +41,37 @@ var errAgain = errors.New("settle: the batch's leader left; queue again")
 
 // apply applies rec in the next batch and returns what it did.
 func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, error) {
+	var res Result
+	n, err := g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		res, err = s.applyTx(ctx, tx, rec)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	res.Batch = n
+	return res, nil
+}
+
+// begin records a session's start in the next batch: the sessions of a
+// swarm start together as often as they end together (200 at a daemon's
+// start), and one transaction each queued them behind each other's turn
+// for the writer. inserted is false when the row was there already or its
+// seq is another session's (store.DB.SessionBegun tells which).
+func (g *Group) begin(ctx context.Context, s *Settler, rec store.SessionRecord) (inserted bool, err error) {
+	_, err = g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		inserted, err = s.DB.BeginSessionTx(ctx, tx, rec)
+		return err
+	})
+	return inserted, err
+}
+
+// write runs do in the next batch and returns the batch's size.
+func (g *Group) write(ctx context.Context, s *Settler, do func(context.Context, *sql.Tx) error) (int, error) {
 	for {
-		c := &call{s: s, rec: rec, done: make(chan struct{}), lead: make(chan struct{})}
+		c := &call{do: do, done: make(chan struct{}), lead: make(chan struct{})}
 		g.mu.Lock()
 		g.pending = append(g.pending, c)
 		if !g.leading {
@@ -49,25 +79,25 @@ func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, erro
 			close(c.lead)
 		}
 		g.mu.Unlock()
-		res, err := g.wait(ctx, s, c)
+		n, err := g.wait(ctx, s, c)
 		if errors.Is(err, errAgain) {
 			if ctx.Err() != nil {
-				return Result{}, ctx.Err()
+				return 0, ctx.Err()
 			}
 			continue
 		}
-		return res, err
+		return n, err
 	}
 }
 
 // wait waits for c's batch, leading it when its turn comes. A call whose
 // context ends while it is still queued leaves the line; one already in a
 // batch waits for the batch (it is short) so that it reports what happened.
-func (g *Group) wait(ctx context.Context, s *Settler, c *call) (Result, error) {
+func (g *Group) wait(ctx context.Context, s *Settler, c *call) (int, error) {
 	for {
 		select {
 		case <-c.done:
-			return c.res, c.err
+			return c.batch, c.err
 		case <-c.lead:
 			g.run(ctx, s)
 			c.lead = nil // led once: its batch held c (it was queued)
@@ -84,10 +114,10 @@ func (g *Group) wait(ctx context.Context, s *Settler, c *call) (Result, error) {
 			}
 			g.mu.Unlock()
 			if i >= 0 {
-				return Result{}, ctx.Err()
+				return 0, ctx.Err()
 			}
 			<-c.done
-			return c.res, c.err
+			return c.batch, c.err
 		}
 	}
 }
@@ -128,14 +158,11 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 	for _, c := range batch {
 		switch {
 		case err == nil:
-			c.res.Batch = len(batch)
+			c.batch = len(batch)
 		case ctx.Err() != nil:
 			c.err = errAgain // the leader's context ended, not (yet) c's
 		case c.err == nil:
 			c.err = err // the transaction's error: every call's
-		}
-		if err != nil {
-			c.res = Result{}
 		}
 		close(c.done)
 	}
@@ -156,7 +183,7 @@ func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, save
 	sctx := context.WithoutCancel(ctx)
 	if len(batch) == 1 {
 		c := batch[0]
-		c.res, c.err = c.s.applyTx(sctx, tx, c.rec)
+		c.err = c.do(sctx, tx)
 		return c.err
 	}
 	for _, c := range batch {
@@ -165,7 +192,7 @@ func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, save
 				return err
 			}
 		}
-		c.res, c.err = c.s.applyTx(sctx, tx, c.rec)
+		c.err = c.do(sctx, tx)
 		switch {
 		case c.err == nil:
 		case s.DB.Transient(c.err):

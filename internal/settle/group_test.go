@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -151,5 +152,74 @@ func TestOutcomesOutliveTheirLeader(t *testing.T) {
 	}
 	if got := unsettled(t, db); len(got) != 1 || got[0] != "alice-1" {
 		t.Fatalf("unsettled: %v, want only alice-1 (its leader left)", got)
+	}
+}
+
+// Sessions' starts ride in the same batches as outcomes: starts and
+// outcomes that wait for the store together are committed in one
+// transaction, and a start whose seq another session has is told so
+// (with the next free seq) without failing the rest.
+func TestStartsAndOutcomesCommitTogether(t *testing.T) {
+	db, _, recs := groupEnv(t, 2) // alice-1 and alice-2 begun, unsettled
+	ctx := context.Background()
+	hold, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Group
+	type begun struct {
+		agent string
+		next  uint32
+		err   error
+	}
+	starts := make(chan begun, 3)
+	for _, b := range []runner.SessionBegin{
+		{Agent: "bob", SessionID: "bob-1", Seq: 1},
+		{Agent: "carol", SessionID: "carol-1", Seq: 1},
+		{Agent: "alice", SessionID: "alice-x", Seq: 2}, // alice-2 has seq 2
+	} {
+		s := &Settler{DB: db, Group: &g}
+		b.Started = time.Now()
+		go func() {
+			next, err := s.Begin(ctx, b, nil)
+			starts <- begun{b.Agent, next, err}
+		}()
+	}
+	out := make(chan applied, len(recs))
+	for i, rec := range recs {
+		s := &Settler{DB: db, Group: &g}
+		go func() {
+			res, err := s.Apply(ctx, rec)
+			out <- applied{i, res, err}
+		}()
+	}
+	waitQueued(t, &g, 5)
+	_ = hold.Rollback()
+	for range recs {
+		a := <-out
+		if a.err != nil {
+			t.Fatalf("outcome %d: %v", a.i, a.err)
+		}
+		if got, want := a.res.Batch, 5; got != want {
+			t.Errorf("outcome %d committed in a batch of %d, want %d (three starts, two outcomes)", a.i, got, want)
+		}
+	}
+	for range 3 {
+		b := <-starts
+		switch b.agent {
+		case "alice":
+			if !errors.Is(b.err, runner.ErrSeqTaken) || b.next != 3 {
+				t.Errorf("alice's start on a taken seq: next %d, err %v; want 3, ErrSeqTaken", b.next, b.err)
+			}
+		default:
+			if b.err != nil {
+				t.Errorf("%s's start: %v", b.agent, b.err)
+			}
+		}
+	}
+	for _, agent := range []string{"bob", "carol"} {
+		if seq, err := db.MaxSeq(ctx, agent); err != nil || seq != 1 {
+			t.Errorf("%s's last seq = %d, %v; want its start's row, 1", agent, seq, err)
+		}
 	}
 }

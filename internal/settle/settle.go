@@ -341,8 +341,16 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(error)) (uint32, error) {
 	rec := store.SessionRecord{SessionID: b.SessionID, Agent: b.Agent, Seq: b.Seq, Started: b.Started,
 		HeadBefore: b.HeadBefore, LogPath: b.LogPath}
+	g := s.Group
+	if g == nil {
+		g = &s.own
+	}
 	_, err := retry(ctx, s, "record the start of session "+b.SessionID, wait, nil, func() (struct{}, error) {
-		return struct{}{}, s.DB.BeginSession(store.WithPriority(ctx, store.SessionStart), rec)
+		inserted, err := g.begin(ctx, s, rec)
+		if err == nil && !inserted {
+			err = s.DB.SessionBegun(ctx, rec)
+		}
+		return struct{}{}, err
 	})
 	if errors.Is(err, store.ErrSeqTaken) {
 		last, merr := s.DB.MaxSeq(ctx, b.Agent)

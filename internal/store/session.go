@@ -34,35 +34,68 @@ ON CONFLICT (session_id) DO NOTHING`
 // row for the same session id is left as it is; another session of the
 // agent with the same seq is ErrSeqTaken.
 func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
-	if s.SessionID == "" || s.Agent == "" || s.Seq == 0 {
-		return fmt.Errorf("store: begin session: %w", Invalid("session", ErrInvalidName, "a session needs an id, an agent and a seq"))
+	if err := validBegin(s); err != nil {
+		return err
 	}
 	op := "begin session " + s.SessionID
-	args := []any{s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath, s.Agent, int64(s.Seq)}
-	var n int
+	var inserted bool
 	var err error
 	if db.fenced() {
-		// A session starts only while this daemon holds its agent's lease.
 		err = db.InTx(ctx, op, func(tx *sql.Tx) error {
-			if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
-				return err
-			}
-			res, err := tx.ExecContext(ctx, beginSQL, args...)
-			if err != nil {
-				return err
-			}
-			m, err := res.RowsAffected()
-			n = int(m)
+			inserted, err = db.BeginSessionTx(ctx, tx, s)
 			return err
 		})
 	} else {
-		n, err = db.ExecCount(ctx, op, beginSQL, args...)
+		var n int
+		n, err = db.ExecCount(ctx, op, beginSQL, beginArgs(s)...)
+		inserted = n == 1
 	}
-	if err != nil || n == 1 {
+	if err != nil || inserted {
 		return err
 	}
-	// Nothing inserted: this session's row is there already (an earlier
-	// attempt committed), or the seq is another session's.
+	return db.SessionBegun(ctx, s)
+}
+
+// BeginSessionTx is BeginSession's write in tx, with the writes of other
+// sessions (package settle commits the starts that wait for the store at
+// once together). inserted is false when nothing was: once tx has
+// committed, SessionBegun says whether the row is s's or its seq another
+// session's.
+func (db *DB) BeginSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord) (inserted bool, err error) {
+	if err := validBegin(s); err != nil {
+		return false, err
+	}
+	// A session starts only while this daemon holds its agent's lease.
+	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, beginSQL, beginArgs(s)...)
+	if err != nil {
+		return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
+	}
+	return n == 1, nil
+}
+
+func validBegin(s SessionRecord) error {
+	if s.SessionID == "" || s.Agent == "" || s.Seq == 0 {
+		return fmt.Errorf("store: begin session: %w", Invalid("session", ErrInvalidName, "a session needs an id, an agent and a seq"))
+	}
+	return nil
+}
+
+func beginArgs(s SessionRecord) []any {
+	return []any{s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath, s.Agent, int64(s.Seq)}
+}
+
+// SessionBegun tells, after a begin that inserted nothing, a row that is
+// s's (an earlier attempt committed it: nil) from a seq that is another
+// session's (ErrSeqTaken).
+func (db *DB) SessionBegun(ctx context.Context, s SessionRecord) error {
+	op := "begin session " + s.SessionID
 	var other string
 	if err := db.reads.QueryRowContext(ctx, `SELECT session_id FROM sessions WHERE agent = ? AND seq = ? LIMIT 1`,
 		s.Agent, int64(s.Seq)).Scan(&other); err != nil {
