@@ -100,13 +100,6 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 			continue // gone, or an os/exec child: not ours to wait for
 		}
 		if st.dead() {
-			if st.pgid == pid && len(s.starting) > 0 {
-				// Perhaps a leader whose Start has not registered it yet:
-				// reaping it would free its pid, and its group's id, for
-				// reuse before the Start knows it exited.
-				s.deferred = true
-				continue
-			}
 			s.reapLocked(pid)
 			if t != nil {
 				// Its children were reparented to us as it died, possibly
@@ -140,9 +133,6 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 			s.killLocked(pid, st, ownSid, k)
 			live++
 			continue
-		}
-		if _, starting := s.starting[string(id)]; starting {
-			continue // a leader whose Start has not registered it yet
 		}
 		if other := s.trees[string(id)]; other == nil || other.exited.Load() {
 			s.killLeftoverLocked(pid, st.start, string(id))
@@ -229,9 +219,8 @@ func (s *Supervisor) SweepOrphans() (int, error) {
 		}
 		s.mu.Lock()
 		t := s.trees[string(id)]
-		_, starting := s.starting[string(id)]
 		s.mu.Unlock()
-		return !starting && (t == nil || t.exited.Load())
+		return t == nil || t.exited.Load()
 	})
 	if err != nil {
 		return n, fmt.Errorf("proc: sweep orphans: %w", err)

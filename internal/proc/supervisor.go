@@ -97,15 +97,6 @@ type Supervisor struct {
 	trees   map[string]*Tree // running or ending, by id
 	pids    []int            // scratch for scans
 	buf     []byte           // scratch for /proc reads
-	// starting are the trees whose leader is being made (the id reserved,
-	// the cgroup and the fork outside the lock), starts counts them for
-	// Close. While any is, a scan leaves a zombie that leads its own
-	// process group alone (it may be a leader that exited before its Start
-	// registered it) and sets deferred, and the last start to end has the
-	// reaper scan again.
-	starting map[string]struct{}
-	starts   sync.WaitGroup
-	deferred bool
 	// leftovers are the processes of ended trees already killed (pid ->
 	// start time), so that the scans that see one again until it is dead
 	// and reaped do not log it again.
@@ -213,7 +204,6 @@ func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
 		sigch:    make(chan os.Signal, 1),
 		stop:     make(chan struct{}),
 		leaders:  make(map[int]*Tree),
-		starting: make(map[string]struct{}),
 		trees:    make(map[string]*Tree),
 		buf:      make([]byte, 0, 4096),
 
@@ -233,9 +223,6 @@ func (s *Supervisor) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
-		s.mu.Unlock()
-		s.starts.Wait() // no start begins once closed; those under way register their tree
-		s.mu.Lock()
 		live := make([]*Tree, 0, len(s.trees))
 		for _, t := range s.trees {
 			live = append(live, t)
@@ -334,26 +321,17 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	argv = append(argv, spec.Args...)
 	env := withMarker(spec.Env, marker{owner: s.owner, instance: s.instance, id: spec.ID})
 
-	// The id is reserved and the start counted under the lock; the cgroup
-	// and the fork happen outside it, so that a swarm's starts do not queue
-	// behind each other's mkdir and exec, nor behind the reaper's scans.
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		t.closePipes()
 		return nil, fmt.Errorf("proc: start %s: %w", spec.ID, ErrClosed)
 	}
-	_, dup := s.trees[spec.ID]
-	if _, starting := s.starting[spec.ID]; dup || starting {
+	if _, dup := s.trees[spec.ID]; dup {
 		s.mu.Unlock()
 		t.closePipes()
 		return nil, fmt.Errorf("proc: start %s: %w", spec.ID, ErrDuplicateID)
 	}
-	s.starting[spec.ID] = struct{}{}
-	s.starts.Add(1) // Close waits for the start to register its tree, then kills it
-	s.mu.Unlock()
-	defer s.starts.Done()
-
 	in, out := s.devnull.Fd(), s.devnull.Fd()
 	if inR >= 0 {
 		in = uintptr(inR)
@@ -365,7 +343,7 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	if s.cg != nil {
 		g, err := s.cg.New(spec.ID, cgroup.Limits{MemoryMax: spec.MemoryMax})
 		if err != nil {
-			s.endStart(spec.ID)
+			s.mu.Unlock()
 			t.closePipes()
 			return nil, fmt.Errorf("proc: start %s: %w", spec.ID, err)
 		}
@@ -374,6 +352,8 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		t.cg, sys.UseCgroupFD, sys.CgroupFD = g, true, g.FD()
 	}
 	t.started = time.Now()
+	// Registered under the same lock the reaper scans under: a leader that
+	// exits at once is never taken for an orphan and reaped.
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   env,
@@ -384,7 +364,7 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		t.cg.CloseFD() // the leader is in; the directory is all the rest needs
 	}
 	if err != nil {
-		s.endStart(spec.ID)
+		s.mu.Unlock()
 		t.closePipes()
 		if t.cg != nil {
 			_ = t.cg.Remove()
@@ -392,16 +372,11 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 		return nil, startError(spec, path, err)
 	}
 
-	s.mu.Lock()
 	t.pid = pid
 	s.leaders[pid] = t
 	s.trees[spec.ID] = t
 	s.wg.Add(1) // before Close can see the tree and wait
-	rescan := s.endStartLocked(spec.ID)
 	s.mu.Unlock()
-	if rescan {
-		s.pokeReaper()
-	}
 	s.renice(pid)
 
 	if inW >= 0 {
@@ -421,35 +396,6 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	go t.run()
 	s.log.Debug("tree started", zap.String("tree", t.id), zap.Int("pid", pid), zap.String("path", path))
 	return t, nil
-}
-
-// endStart forgets a start that failed.
-func (s *Supervisor) endStart(id string) {
-	s.mu.Lock()
-	rescan := s.endStartLocked(id)
-	s.mu.Unlock()
-	if rescan {
-		s.pokeReaper()
-	}
-}
-
-// endStartLocked forgets the start of tree id and reports whether the
-// reaper left a zombie alone meanwhile that it may now reap.
-func (s *Supervisor) endStartLocked(id string) (rescan bool) {
-	delete(s.starting, id)
-	if len(s.starting) == 0 && s.deferred {
-		s.deferred = false
-		return true
-	}
-	return false
-}
-
-// pokeReaper makes the reaper scan, as a SIGCHLD would.
-func (s *Supervisor) pokeReaper() {
-	select {
-	case s.sigch <- unix.SIGCHLD:
-	default: // a scan is pending already
-	}
 }
 
 // pipe makes a pipe whose end for us is non-blocking (on the runtime

@@ -530,11 +530,10 @@ func niceOf(t *testing.T, pid int) int {
 	return n
 }
 
-// Starts run outside the supervisor's lock: while many start at once,
-// leaders that exit at once are never reaped as orphans before their
-// Start registers them (each tree keeps its own exit code), and the
-// zombies the reaper left alone meanwhile (setsid children reparented to
-// us, each the leader of its own group) are reaped once the starts end.
+// While many trees start at once, leaders that exit at once are never
+// reaped as orphans before their Start registers them (each tree keeps its
+// own exit code), and the zombies of their setsid children, reparented to
+// us and each the leader of its own group, are all reaped.
 func TestConcurrentStartsKeepTheirLeaders(t *testing.T) {
 	for _, cg := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no cgroup", true: "cgroup"}[cg], func(t *testing.T) {
