@@ -26,6 +26,7 @@ func main() {
 	flag.IntVar(&o.Kills, "kills", 3, "SIGKILL and restart cycles")
 	flag.DurationVar(&o.Work, "work", 200*time.Millisecond, "how long each session works before it says DONE")
 	flag.DurationVar(&o.Timeout, "timeout", 20*time.Minute, "the whole run")
+	flag.BoolVar(&o.Keep, "keep", false, "leave the run's repository, state dir and daemon.log in place")
 	nice := flag.Int("session-nice", 19, "limits.session_nice: 19 as on a host given to the swarm (-1: the config's default, 0)")
 	flag.Parse()
 	if *nice >= 0 {

@@ -56,6 +56,9 @@ type Options struct {
 	// SessionNice, if set, is the config's limits.session_nice (nil: its
 	// default).
 	SessionNice *int
+	// Keep leaves the repository, its state dir and daemon.log in place
+	// for a look afterwards (Log says where).
+	Keep bool
 }
 
 // Report is what the run found.
@@ -99,7 +102,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	defer os.RemoveAll(work)
+	if o.Keep {
+		logf("outcomes: the run is kept in %s", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	seen := filepath.Join(work, "seen")
 	if err := os.Mkdir(seen, 0o755); err != nil {
 		return rep, err
