@@ -69,7 +69,12 @@ func (db *DB) BeginSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord) (
 	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
 		return false, err
 	}
-	res, err := tx.ExecContext(ctx, beginSQL, beginArgs(s)...)
+	var res sql.Result
+	if st := db.writes.cachedStmt(beginSQL); st != nil {
+		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, beginArgs(s)...)
+	} else {
+		res, err = tx.ExecContext(ctx, beginSQL, beginArgs(s)...)
+	}
 	if err != nil {
 		return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
 	}
@@ -116,9 +121,13 @@ const settleSQL = `UPDATE sessions SET ended_at = ?, outcome = ?, exit_code = ?,
 	result_text = ?, commits = ?, cpu_ms = ?, task_id = ?, settled_at = ?
 WHERE session_id = ? AND settled_at IS NULL`
 
-// PrepareSettle prepares the statements of SettleSessionTx; call it outside
-// a transaction (the write pool's one connection is the transaction's).
-func (db *DB) PrepareSettle(ctx context.Context) { db.writes.stmt(ctx, settleSQL) }
+// PrepareSettle prepares the statements of SettleSessionTx and
+// BeginSessionTx; call it outside a transaction (the write pool's one
+// connection is the transaction's).
+func (db *DB) PrepareSettle(ctx context.Context) {
+	db.writes.stmt(ctx, settleSQL)
+	db.writes.stmt(ctx, beginSQL)
+}
 
 // SettleSessionTx records s's end in tx and marks the session settled at
 // at. already reports that the session was settled before (by an earlier
