@@ -207,8 +207,7 @@ func (g *Group) Freeze(on bool) error {
 // waiting for its parent to reap it does not, so a tree's end need not wait
 // for reaping to know that all of it is dead.
 func (g *Group) Empty() (bool, error) {
-	var buf [128]byte
-	b, err := readSmall(filepath.Join(g.dir, "cgroup.events"), buf[:])
+	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.events"))
 	if err != nil {
 		return false, fmt.Errorf("cgroup: %w", err)
 	}
@@ -217,31 +216,6 @@ func (g *Group) Empty() (bool, error) {
 		return false, fmt.Errorf("cgroup: %s/cgroup.events has no populated key", g.dir)
 	}
 	return i+len("populated ") < len(b) && b[i+len("populated ")] == '0', nil
-}
-
-// readSmall reads a small file into buf without the allocations of
-// os.ReadFile: Empty is polled while a tree dies.
-func readSmall(path string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return buf[:n], nil
 }
 
 // Procs counts the processes in the cgroup.
