@@ -135,11 +135,11 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 		return b
 	}
 	s.DB.PrepareSettle(ctx)
-	// An outcome goes ahead of this process's other writes (claims, session
-	// starts, the event log): the agent waits on it. A batch is applied
-	// without savepoints first; if one outcome fails (rare), the transaction
-	// is rolled back and the batch applied again with a savepoint each, so
-	// that only that one is left out.
+	// A batch goes ahead of this process's other writes (claims, the event
+	// log): its agents wait on it. It is applied without savepoints first;
+	// if one write fails (rare), the transaction is rolled back and the
+	// batch applied again with a savepoint each, so that only that one is
+	// left out.
 	var err error
 	for _, each := range []bool{false, true} {
 		err = s.DB.InTx(store.WithPriority(ctx, store.Outcome), "settle sessions", func(tx *sql.Tx) error {
@@ -171,12 +171,12 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 	g.mu.Unlock()
 }
 
-// errOneFailed rolls back a batch applied without savepoints in which an
-// outcome failed.
-var errOneFailed = errors.New("settle: an outcome of the batch failed")
+// errOneFailed rolls back a batch applied without savepoints in which a
+// write failed.
+var errOneFailed = errors.New("settle: a write of the batch failed")
 
-// applyBatch applies batch in tx; with savepoints, each outcome under one
-// of its own, so that one that fails is rolled back alone. Statements run
+// applyBatch applies batch in tx; with savepoints, each write under one of
+// its own, so that one that fails is rolled back alone. Statements run
 // without ctx's cancellation (the transaction still ends with ctx): the
 // driver watches a cancellable context with a goroutine per statement.
 func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, savepoints bool) error {

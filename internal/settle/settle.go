@@ -234,11 +234,15 @@ func (s *Settler) retry(ctx context.Context, op string, wait func(error), waited
 // verdict recorded by the signal it carried, each only if this session
 // holds them. A session settled before is left alone (Result.Already).
 func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
-	g := s.Group
-	if g == nil {
-		g = &s.own
+	return s.group().apply(ctx, s, rec)
+}
+
+// group is where s's writes wait for the store: the shared Group, or s's own.
+func (s *Settler) group() *Group {
+	if s.Group != nil {
+		return s.Group
 	}
-	return g.apply(ctx, s, rec)
+	return &s.own
 }
 
 // applyTx is Apply's work in tx.
@@ -341,12 +345,8 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(error)) (uint32, error) {
 	rec := store.SessionRecord{SessionID: b.SessionID, Agent: b.Agent, Seq: b.Seq, Started: b.Started,
 		HeadBefore: b.HeadBefore, LogPath: b.LogPath}
-	g := s.Group
-	if g == nil {
-		g = &s.own
-	}
 	_, err := retry(ctx, s, "record the start of session "+b.SessionID, wait, nil, func() (struct{}, error) {
-		inserted, err := g.begin(ctx, s, rec)
+		inserted, err := s.group().begin(ctx, s, rec)
 		if err == nil && !inserted {
 			err = s.DB.SessionBegun(ctx, rec)
 		}

@@ -32,24 +32,18 @@ ON CONFLICT (session_id) DO NOTHING`
 // BeginSession records that session s (SessionID, Agent, Seq, Started,
 // HeadBefore, LogPath) is about to start, committed before it returns. A
 // row for the same session id is left as it is; another session of the
-// agent with the same seq is ErrSeqTaken.
+// agent with the same seq is ErrSeqTaken. The daemon's runners begin
+// theirs in package settle's batches (BeginSessionTx).
 func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 	if err := validBegin(s); err != nil {
 		return err
 	}
-	op := "begin session " + s.SessionID
 	var inserted bool
-	var err error
-	if db.fenced() {
-		err = db.InTx(ctx, op, func(tx *sql.Tx) error {
-			inserted, err = db.BeginSessionTx(ctx, tx, s)
-			return err
-		})
-	} else {
-		var n int
-		n, err = db.ExecCount(ctx, op, beginSQL, beginArgs(s)...)
-		inserted = n == 1
-	}
+	err := db.InTx(ctx, "begin session "+s.SessionID, func(tx *sql.Tx) error {
+		var err error
+		inserted, err = db.BeginSessionTx(ctx, tx, s)
+		return err
+	})
 	if err != nil || inserted {
 		return err
 	}
