@@ -111,6 +111,7 @@ type Router struct {
 	lastVersion int64
 	lastMailID  int64  // the newest message any idle check saw
 	lastTasks   string // the open tasks' version at the last idle check
+	openMissed  bool   // the open set moved while no agent was idle
 	turn        int    // where the next wake-up for anyone's task starts
 }
 
@@ -282,13 +283,14 @@ func (r *Router) read(ctx context.Context, what store.Change) error {
 // Each commit brings a new look, so work a woken agent lost to another is
 // offered again.
 func (r *Router) wakeIdle(ctx context.Context, what store.Change) error {
-	if r.tasks == nil || r.idle == nil || !what.Has(store.ChangedMail|store.ChangedTasks) {
+	if r.tasks == nil || r.idle == nil || !what.Has(store.ChangedMail|store.ChangedTasks|store.ChangedOpen) {
 		return nil
 	}
 	idle := r.idle.IdleAgents()
 	if len(idle) == 0 {
 		// Nothing to wake: no query on the urgent path. The watermarks
 		// lag, so the first look once an agent idles errs towards waking.
+		r.openMissed = r.openMissed || what.Has(store.ChangedOpen)
 		return nil
 	}
 	var to []string
@@ -300,8 +302,12 @@ func (r *Router) wakeIdle(ctx context.Context, what store.Change) error {
 		}
 		r.lastMailID = maxID
 	}
-	tasksChanged := false
-	if what.Has(store.ChangedTasks) {
+	// Notifications that say what changed say whether the open set moved
+	// (on PostgreSQL, the tasks' trigger): no read to find out. Otherwise
+	// the board's version tells.
+	tasksChanged := what.Precise() && (what.Has(store.ChangedOpen) || r.openMissed)
+	r.openMissed = false
+	if !what.Precise() {
 		tv, err := r.tasks.OpenVersion(ctx)
 		if err != nil {
 			return err

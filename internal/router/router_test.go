@@ -329,6 +329,11 @@ func (c *counting) OpenVersion(ctx context.Context) (string, error) {
 	return c.Tasks.OpenVersion(ctx)
 }
 
+func (c *counting) Claimable(ctx context.Context, atMost int) (int, map[string]int, error) {
+	c.count("claimable")
+	return c.Tasks.Claimable(ctx, atMost)
+}
+
 // TestNotifiedReadsOnlyWhatChanged: woken by notifications that say what
 // changed (a shared store's), the router reads only that: a commit of
 // neither mail nor tasks costs it no query, mail no task query, tasks no
@@ -397,23 +402,59 @@ func TestNotifiedReadsOnlyWhatChanged(t *testing.T) {
 		t.Errorf("mail: reads %v -> %v, want the urgent mail's alone", before, got)
 	}
 
+	// A task write that left the open set alone (a start, a report):
+	// nothing to read.
+	before = c.counts()
+	notify(store.ChangedTasks)
+	if got := c.counts(); !maps.Equal(got, before) {
+		t.Errorf("tasks outside the open set: reads %v -> %v, want none", before, got)
+	}
+
 	if _, err := taskboard.New(sender.Store(), taskboard.Options{}).Add(ctx, taskboard.NewTask{Title: "carol's", Assignee: "carol"}); err != nil {
 		t.Fatal(err)
 	}
 	idle.take()
 	before = c.counts()
+	notify(store.ChangedTasks | store.ChangedOpen)
+	waitWoken(t, idle, "carol")
+	got = c.counts()
+	if got["claimable"] != before["claimable"]+1 || got["tasks"] != before["tasks"] || got["urgent"] != before["urgent"] ||
+		got["recipients"] != before["recipients"] || got["version"] != before["version"] {
+		t.Errorf("the open set moved: reads %v -> %v, want the claimable count alone", before, got)
+	}
+
+	// The open set moved while nobody was idle: the next look, once
+	// someone is, counts the claimable tasks even if its own commit left
+	// the set alone.
+	idle.mu.Lock()
+	idle.idle = nil
+	idle.mu.Unlock()
+	before = c.counts()
+	notify(store.ChangedTasks | store.ChangedOpen)
+	if got := c.counts(); !maps.Equal(got, before) {
+		t.Errorf("nobody idle: reads %v -> %v, want none", before, got)
+	}
+	idle.mu.Lock()
+	idle.idle = []string{"carol"}
+	idle.mu.Unlock()
+	idle.take()
 	notify(store.ChangedTasks)
+	waitWoken(t, idle, "carol")
+	if got := c.counts(); got["claimable"] != before["claimable"]+1 || got["tasks"] != before["tasks"] {
+		t.Errorf("after a missed move: reads %v -> %v, want one claimable count", before, got)
+	}
+}
+
+// waitWoken waits until the router has woken agent.
+func waitWoken(t *testing.T, idle *idleSet, agent string) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if slices.Contains(idle.take(), "carol") {
-			break
+		if slices.Contains(idle.take(), agent) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("carol's task did not wake carol")
+			t.Fatalf("%s not woken", agent)
 		}
 		time.Sleep(time.Millisecond)
-	}
-	got = c.counts()
-	if got["tasks"] != before["tasks"]+1 || got["urgent"] != before["urgent"] || got["recipients"] != before["recipients"] || got["version"] != before["version"] {
-		t.Errorf("tasks: reads %v -> %v, want the tasks' alone", before, got)
 	}
 }

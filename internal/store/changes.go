@@ -21,11 +21,21 @@ const (
 	ChangedTasks
 	// ChangedOther: anything else (sessions, events, agents, leases, ...).
 	ChangedOther
+	// ChangedOpen: a task entered, changed in or left the set idle agents
+	// are woken for (OPEN, or DONE awaiting its review). The tasks'
+	// triggers say it on PostgreSQL, with the row in hand (migration
+	// 0020): a statement's text cannot tell a claim from a requeue. It
+	// comes with ChangedTasks.
+	ChangedOpen
 
 	// ChangedAll is what a listener assumes when it cannot know: a commit
 	// without a payload, a notification missed while reconnecting.
-	ChangedAll = ChangedMail | ChangedTasks | ChangedOther
+	ChangedAll = ChangedMail | ChangedTasks | ChangedOther | ChangedOpen
 )
+
+// Precise reports whether c came from notifications that say what changed,
+// ChangedOpen included, rather than from a listener that cannot know.
+func (c Change) Precise() bool { return c != ChangedAll }
 
 // Has reports whether c includes any of what.
 func (c Change) Has(what Change) bool { return c&what != 0 }

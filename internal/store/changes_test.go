@@ -1,6 +1,9 @@
 package store
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestChangeOf(t *testing.T) {
 	for _, c := range []struct {
@@ -34,15 +37,17 @@ func TestChangeOf(t *testing.T) {
 
 func TestPayloadChange(t *testing.T) {
 	for payload, want := range map[string]Change{
-		"1": ChangedMail, "2": ChangedTasks, "4": ChangedOther, "7": ChangedAll, "3": ChangedMail | ChangedTasks,
-		"": ChangedAll, "0": ChangedAll, "8": ChangedAll, "12": ChangedAll, "x": ChangedAll,
+		"1": ChangedMail, "2": ChangedTasks, "4": ChangedOther, "7": ChangedMail | ChangedTasks | ChangedOther, "3": ChangedMail | ChangedTasks,
+		"8": ChangedOpen, "10": ChangedTasks | ChangedOpen, "15": ChangedAll,
+		"": ChangedAll, "0": ChangedAll, "16": ChangedAll, "010": ChangedAll, "+8": ChangedAll, "x": ChangedAll,
 	} {
 		if got := payloadChange(payload); got != want {
 			t.Errorf("payloadChange(%q) = %b, want %b", payload, got, want)
 		}
 	}
 	for c := Change(1); c <= ChangedAll; c++ {
-		if got := payloadChange(commitWrites[c][len(`SELECT pg_notify('`+changesChannel+`', '`):][:1]); got != c {
+		payload, _, _ := strings.Cut(commitWrites[c][len(`SELECT pg_notify('`+changesChannel+`', '`):], "'")
+		if got := payloadChange(payload); got != c {
 			t.Errorf("commitWrite(%b)'s payload reads back as %b", c, got)
 		}
 	}

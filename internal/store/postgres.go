@@ -238,12 +238,16 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 	}
 }
 
-// payloadChange reads a notification's payload: a digit written by
-// commitWrite; anything else (an older daemon's empty payload, a NOTIFY by
-// hand) may have changed anything.
+// payloadChange reads a notification's payload: a number written by
+// commitWrite or by the tasks' trigger (ChangedOpen); anything else (an
+// older daemon's empty payload, a NOTIFY by hand) may have changed
+// anything.
 func payloadChange(s string) Change {
-	if len(s) == 1 && s[0] >= '1' && s[0] <= '0'+byte(ChangedAll) {
-		return Change(s[0] - '0')
+	if s == "" || len(s) > 2 || s[0] == '0' || strings.Trim(s, "0123456789") != "" {
+		return ChangedAll
+	}
+	if n, _ := strconv.Atoi(s); n <= int(ChangedAll) {
+		return Change(n)
 	}
 	return ChangedAll
 }

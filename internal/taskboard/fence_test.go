@@ -8,6 +8,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
+	"github.com/swarmd/swarmd/internal/task"
 )
 
 // A claim is fenced by the agent's lease on a shared store: a daemon that
@@ -107,6 +108,73 @@ func TestClaimableCountsUpToAtMost(t *testing.T) {
 		tk, ok, err := b.ClaimNext(ctx, "alice", "alice-1")
 		if err != nil || !ok || tk.Title != "open" || tk.Priority != 4 {
 			t.Fatalf("ClaimNext = %+v, %v, %v; want the open task of priority 4, not the waiting one", tk, ok, err)
+		}
+	})
+}
+
+// OpenVersion moves with every write that puts a task into the set idle
+// agents are woken for (OPEN, or DONE awaiting review), changes one there,
+// or takes one out, and stays put for writes to tasks outside it: the
+// router runs its claimable count only when it moved. On both engines.
+func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
+	storetest.Engines(t, "openversion", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		db := storetest.OpenTarget(t, fresh(t))
+		b := New(db, Options{AutoClose: true, ReviewerOf: func(agent string) (string, int) {
+			if agent == "alice" {
+				return "rita", 2
+			}
+			return "", 0
+		}})
+		last, err := b.OpenVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := func(what string, moved bool, f func() error) {
+			t.Helper()
+			if err := f(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			v, err := b.OpenVersion(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (v != last) != moved {
+				t.Errorf("%s: version %q -> %q; want moved = %v", what, last, v, moved)
+			}
+			last = v
+		}
+		var reviewed, solo Task
+		step("add an OPEN task", true, func() (err error) {
+			reviewed, err = b.Add(ctx, NewTask{Title: "reviewed"})
+			return err
+		})
+		step("add a task behind it (BLOCKED)", false, func() (err error) {
+			solo, err = b.Add(ctx, NewTask{Title: "solo", After: []int64{reviewed.ID}})
+			return err
+		})
+		step("claim it (it leaves OPEN)", true, func() error {
+			_, err := b.Claim(ctx, reviewed.ID, "alice", "a-1")
+			return err
+		})
+		step("DONE, waiting for rita's review", true, func() error {
+			_, err := b.Done(ctx, reviewed.ID, Holder{Agent: "alice"}, "done")
+			return err
+		})
+		step("PASS closes it, and opens the task behind it", true, func() error {
+			_, err := b.Verdict(ctx, reviewed.ID, "rita", true, "good")
+			return err
+		})
+		step("claim the second", true, func() error {
+			_, err := b.Claim(ctx, solo.ID, "bob", "b-1")
+			return err
+		})
+		step("start the claimed task", false, func() error {
+			_, err := b.Start(ctx, solo.ID, Holder{Agent: "bob"})
+			return err
+		})
+		if got := wantState(t, b, solo.ID, task.InProgress); got.Claimant != "bob" {
+			t.Fatalf("solo = %+v", got)
 		}
 	})
 }
