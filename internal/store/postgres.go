@@ -497,7 +497,7 @@ func (b *bufferedRows) Next(dest []sqldriver.Value) error {
 // IGNORE is INSERT … ON CONFLICT DO NOTHING. Statements without arguments
 // (migrations, pragmas of the dialect) are left alone.
 func (c *pgConn) rebind(query string, nargs int) string {
-	if nargs == 0 && !strings.Contains(query, "IFNULL") && !strings.Contains(query, "INSERT OR IGNORE") {
+	if nargs == 0 && !strings.Contains(query, "IFNULL") && !strings.Contains(query, "INSERT OR IGNORE") && !strings.Contains(query, "group_concat(") {
 		return query
 	}
 	if v, ok := c.rebinds.Load(query); ok {
@@ -528,6 +528,8 @@ func rebind(query string) string {
 		b.WriteByte(ch)
 	}
 	out := strings.ReplaceAll(b.String(), "IFNULL(", "COALESCE(")
+	// group_concat(text, sep) is SQLite's string_agg.
+	out = strings.ReplaceAll(out, "group_concat(", "string_agg(")
 	if rest, ok := strings.CutPrefix(strings.TrimSpace(out), "INSERT OR IGNORE INTO"); ok {
 		out = "INSERT INTO" + rest + " ON CONFLICT DO NOTHING"
 	}

@@ -3,6 +3,7 @@ package taskboard
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -175,6 +176,35 @@ func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 		})
 		if got := wantState(t, b, solo.ID, task.InProgress); got.Claimant != "bob" {
 			t.Fatalf("solo = %+v", got)
+		}
+	})
+}
+
+// A task's dependencies come with its row, sorted, from Get and List. On
+// both engines (group_concat is string_agg on PostgreSQL).
+func TestDepsComeWithTheTask(t *testing.T) {
+	storetest.Engines(t, "deps", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		b := New(storetest.OpenTarget(t, fresh(t)), Options{})
+		var ids []int64
+		for range 3 {
+			d, err := b.Add(ctx, NewTask{Title: "dep"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, d.ID)
+		}
+		tk, err := b.Add(ctx, NewTask{Title: "after", After: []int64{ids[2], ids[0], ids[1]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Get(ctx, tk.ID)
+		if err != nil || !slices.Equal(got.Deps, ids) {
+			t.Fatalf("Get: deps %v, %v; want %v", got.Deps, err, ids)
+		}
+		all, err := b.List(ctx, Filter{})
+		if err != nil || len(all) != 4 || !slices.Equal(all[3].Deps, ids) || all[0].Deps != nil {
+			t.Fatalf("List = %+v, %v; want the last with deps %v, the first with none", all, err, ids)
 		}
 	})
 }

@@ -139,18 +139,13 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 		where = append(where, "(assignee = ? OR claimant = ?)")
 		args = append(args, f.Agent, f.Agent)
 	}
-	q := `SELECT ` + taskCols + ` FROM tasks`
+	q := `SELECT ` + taskDepsCols + ` FROM tasks`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	ts, err := queryTasks(ctx, b.db.ReadSQL(), q+` ORDER BY id`, args...)
+	ts, err := queryTasksDeps(ctx, b.db.ReadSQL(), q+` ORDER BY id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: list: %w", err)
-	}
-	for i := range ts {
-		if ts[i].Deps, err = deps(ctx, b.db.ReadSQL(), ts[i].ID); err != nil {
-			return nil, fmt.Errorf("taskboard: list: %w", err)
-		}
 	}
 	return ts, nil
 }

@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,32 +187,67 @@ func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]Ta
 }
 
 func getTask(ctx context.Context, q querier, id int64) (Task, error) {
-	t, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Task{}, fmt.Errorf("task %d: %w", id, ErrNotFound)
-	}
+	ts, err := queryTasksDeps(ctx, q, `SELECT `+taskDepsCols+` FROM tasks WHERE id = ?`, id)
 	if err != nil {
 		return Task{}, err
 	}
-	t.Deps, err = deps(ctx, q, id)
-	return t, err
+	if len(ts) == 0 {
+		return Task{}, fmt.Errorf("task %d: %w", id, ErrNotFound)
+	}
+	return ts[0], nil
 }
 
-func deps(ctx context.Context, q querier, id int64) ([]int64, error) {
-	rows, err := q.QueryContext(ctx, `SELECT dep_id FROM task_deps WHERE task_id = ? ORDER BY dep_id`, id)
+// taskDepsCols is taskCols and the task's dependencies, in its own row: a
+// query of their own was a round trip more, four times a task under the
+// writers' turn, and one per task listed.
+const taskDepsCols = taskCols + `,
+	(SELECT group_concat(CAST(dep_id AS TEXT), ',') FROM task_deps WHERE task_id = tasks.id)`
+
+// queryTasksDeps is queryTasks for a query of taskDepsCols.
+func queryTasksDeps(ctx context.Context, q querier, query string, args ...any) ([]Task, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []int64
+	var out []Task
 	for rows.Next() {
-		var d int64
-		if err := rows.Scan(&d); err != nil {
+		var ds sql.NullString
+		t, err := scanTask(withExtra{rows, &ds})
+		if err != nil {
+			return nil, err
+		}
+		if t.Deps, err = parseDeps(ds.String); err != nil {
+			return nil, fmt.Errorf("task %d: dependencies %q: %w", t.ID, ds.String, err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// withExtra scans a row of taskCols and one column more, into extra.
+type withExtra struct {
+	s     scanner
+	extra any
+}
+
+func (w withExtra) Scan(dst ...any) error { return w.s.Scan(append(dst, w.extra)...) }
+
+// parseDeps reads group_concat's list of ids, in no set order, sorted.
+func parseDeps(list string) ([]int64, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []int64
+	for f := range strings.SplitSeq(list, ",") {
+		d, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, d)
 	}
-	return out, rows.Err()
+	slices.Sort(out)
+	return out, nil
 }
 
 // write runs f in one IMMEDIATE transaction on the file the board opened
