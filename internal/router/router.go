@@ -257,12 +257,8 @@ func (r *Router) read(ctx context.Context, what store.Change) error {
 			return err
 		}
 	}
-	if r.onChange != nil {
-		r.onChange(what)
-	}
-	if err := r.wakeIdle(ctx, what); err != nil {
-		return err
-	}
+	// The interrupts first: the idle agents' reads below are round trips
+	// to the store, which urgent mail need not wait for.
 	for _, m := range ms {
 		r.lastID = max(r.lastID, m.ID)
 		if err := r.to.Interrupt(m.To, m.ID, m.CreatedAt); err != nil {
@@ -273,7 +269,10 @@ func (r *Router) read(ctx context.Context, what store.Change) error {
 		}
 		r.log.Debug("urgent mail routed", zap.Int64("id", m.ID), zap.String("to", m.To))
 	}
-	return nil
+	if r.onChange != nil {
+		r.onChange(what)
+	}
+	return r.wakeIdle(ctx, what)
 }
 
 // wakeIdle wakes the idle agents that something new may be for: the
