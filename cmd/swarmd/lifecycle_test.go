@@ -137,6 +137,68 @@ agents:
 	}
 }
 
+// TestLostLogPipeEndsNothing: a daemon whose log pipe closes (a terminal's
+// tee, a log collector going away) goes on running its agents, every
+// session logged into the closed pipe, and still stops cleanly when asked:
+// a write to the broken pipe fails, where SIGPIPE used to kill the daemon
+// with its sessions running.
+func TestLostLogPipeEndsNothing(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+defaults:
+  backend: quick
+  min_session_interval: 0s
+  max_sessions: 2
+backends:
+  quick:
+    type: command
+    command: "true"
+agents:
+  - {name: alice, role: works}
+`)
+	d := startDaemon(t, cfg)
+	d.waitNext("alice's first two sessions", func(m map[string]any) bool {
+		return transitionTo("alice", "Stopped")(m) && strings.HasPrefix(fmt.Sprint(m["reason"]), "max_sessions")
+	})
+	_ = d.stderr.Close()
+	if _, stderr, code := runCLI(t, nil, "", "start", "alice", "-c", cfg); code != 0 {
+		t.Fatalf("start alice: %s", stderr)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		select {
+		case <-d.done:
+			t.Fatalf("the daemon ended once its log pipe closed: %v", d.err)
+		default:
+		}
+		out, stderr, code := runCLI(t, nil, "", "sessions", "alice", "--json", "-n", "0", "-c", cfg)
+		if code != 0 {
+			t.Fatalf("sessions: %s", stderr)
+		}
+		ended := 0
+		for dec := json.NewDecoder(strings.NewReader(out)); dec.More(); {
+			var s cli.SessionJSON
+			if err := dec.Decode(&s); err != nil {
+				t.Fatal(err)
+			}
+			if s.Outcome != "" {
+				ended++
+			}
+		}
+		if ended == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions ended after the pipe closed, want 4 in all:\n%s", ended, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
 // TestOperatorCommandsTellItStraight: a Stopped agent shows no session age
 // once its session has ended; stopping an unknown agent says so once,
 // naming it; and status against a daemon that takes the connection but

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,10 +81,11 @@ func writeConfig(t *testing.T, repo, body string) string {
 // daemonProc is a running `swarmd run` whose JSON log lines are parsed as
 // they arrive.
 type daemonProc struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	t      *testing.T
+	cmd    *exec.Cmd
+	stderr io.ReadCloser // the log's pipe
+	done   chan struct{}
+	err    error
 
 	mu    sync.Mutex
 	lines []map[string]any
@@ -100,7 +102,7 @@ func startDaemon(t *testing.T, config string, extra ...string) *daemonProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, cmd: cmd, done: make(chan struct{}), cond: make(chan struct{})}
+	d := &daemonProc{t: t, cmd: cmd, stderr: stderr, done: make(chan struct{}), cond: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,14 @@ func (m *runMain) Run(ctx context.Context) error {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer signal.Stop(hups)
+	// A log pipe that closes (a terminal's tee, a log collector going
+	// away) must not end the daemon with its sessions running: SIGPIPE
+	// caught, a write to it fails with EPIPE instead. Caught, not ignored:
+	// the sessions' programs get SIGPIPE's default back at exec, where an
+	// ignored signal would stay ignored.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 
 	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: cli.LoadConfig,
 		SessionCLI: runSessionCLI})
