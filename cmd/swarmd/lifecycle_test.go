@@ -84,9 +84,8 @@ func TestSIGHUPRestoresAnAgentStillStopping(t *testing.T) {
 // TestSessionSeqContinuesWithoutGaps: neither `swarmd start` nor a daemon
 // restart skips a seq: the next session continues from the last one that
 // existed, whatever the runner's counter said when it stopped.
-func TestSessionSeqContinuesWithoutGaps(t *testing.T) {
-	repo := gitRepo(t)
-	cfg := writeConfig(t, repo, `
+// twoQuickSessions: alice runs two sessions of `true`, then stops.
+const twoQuickSessions = `
 listen: ""
 defaults:
   backend: quick
@@ -98,10 +97,19 @@ backends:
     command: "true"
 agents:
   - {name: alice, role: works}
-`)
-	stopped := func(m map[string]any) bool {
-		return transitionTo("alice", "Stopped")(m) && strings.HasPrefix(fmt.Sprint(m["reason"]), "max_sessions")
+`
+
+// stoppedAtMaxSessions matches agent's move to Stopped at max_sessions.
+func stoppedAtMaxSessions(agent string) func(map[string]any) bool {
+	return func(m map[string]any) bool {
+		return transitionTo(agent, "Stopped")(m) && strings.HasPrefix(fmt.Sprint(m["reason"]), "max_sessions")
 	}
+}
+
+func TestSessionSeqContinuesWithoutGaps(t *testing.T) {
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, twoQuickSessions)
+	stopped := stoppedAtMaxSessions("alice")
 	d := startDaemon(t, cfg)
 	d.waitNext("alice's first two sessions", stopped)
 	if _, stderr, code := runCLI(t, nil, "", "start", "alice", "-c", cfg); code != 0 {
@@ -144,23 +152,9 @@ agents:
 // with its sessions running.
 func TestLostLogPipeEndsNothing(t *testing.T) {
 	repo := gitRepo(t)
-	cfg := writeConfig(t, repo, `
-listen: ""
-defaults:
-  backend: quick
-  min_session_interval: 0s
-  max_sessions: 2
-backends:
-  quick:
-    type: command
-    command: "true"
-agents:
-  - {name: alice, role: works}
-`)
+	cfg := writeConfig(t, repo, twoQuickSessions)
 	d := startDaemon(t, cfg)
-	d.waitNext("alice's first two sessions", func(m map[string]any) bool {
-		return transitionTo("alice", "Stopped")(m) && strings.HasPrefix(fmt.Sprint(m["reason"]), "max_sessions")
-	})
+	d.waitNext("alice's first two sessions", stoppedAtMaxSessions("alice"))
 	_ = d.stderr.Close()
 	if _, stderr, code := runCLI(t, nil, "", "start", "alice", "-c", cfg); code != 0 {
 		t.Fatalf("start alice: %s", stderr)
