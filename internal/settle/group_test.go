@@ -11,6 +11,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // groupEnv is a store with n sessions of alice's begun, and a Settler with
@@ -220,6 +222,61 @@ func TestStartsAndOutcomesCommitTogether(t *testing.T) {
 	for _, agent := range []string{"bob", "carol"} {
 		if seq, err := db.MaxSeq(ctx, agent); err != nil || seq != 1 {
 			t.Errorf("%s's last seq = %d, %v; want its start's row, 1", agent, seq, err)
+		}
+	}
+}
+
+// A started session's task moves to IN_PROGRESS in the outcomes' next
+// batch, not in a transaction of its own; a task its agent started already
+// is no error, and leaves the batch's other writes alone.
+func TestTaskStartsShareTheOutcomesBatch(t *testing.T) {
+	db, _, recs := groupEnv(t, 1) // alice-1 begun, unsettled
+	ctx := context.Background()
+	board := taskboard.New(db, taskboard.Options{})
+	var ids []int64
+	for _, agent := range []string{"bob", "carol", "dave"} {
+		tk, err := board.Add(ctx, taskboard.NewTask{Title: agent + "'s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Claim(ctx, tk.ID, agent, agent+"-1"); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tk.ID)
+	}
+	// dave started his himself.
+	if _, err := board.Start(ctx, ids[2], taskboard.Holder{Agent: "dave", Session: "dave-1"}); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Group
+	started := make(chan error, 3)
+	for i, agent := range []string{"bob", "carol", "dave"} {
+		s := &Settler{DB: db, Tasks: board, Group: &g}
+		go func() { started <- s.Started(ctx, agent, agent+"-1", ids[i], nil) }()
+	}
+	out := make(chan applied, 1)
+	go func() {
+		res, err := (&Settler{DB: db, Group: &g}).Apply(ctx, recs[0])
+		out <- applied{0, res, err}
+	}()
+	waitQueued(t, &g, 4)
+	_ = hold.Rollback()
+	if a := <-out; a.err != nil || a.res.Batch != 4 {
+		t.Fatalf("outcome: batch %d, %v; want committed with the three starts, a batch of 4", a.res.Batch, a.err)
+	}
+	for range 3 {
+		if err := <-started; err != nil {
+			t.Errorf("Started: %v", err)
+		}
+	}
+	for i, agent := range []string{"bob", "carol", "dave"} {
+		tk, err := board.Get(ctx, ids[i])
+		if err != nil || tk.State != task.InProgress || tk.ClaimSession != agent+"-1" {
+			t.Errorf("%s's task: %s held by session %q, %v; want IN_PROGRESS, %s-1", agent, tk.StateName, tk.ClaimSession, err, agent)
 		}
 	}
 }

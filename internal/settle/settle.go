@@ -47,7 +47,7 @@ type Tasks interface {
 	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
 	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
-	Start(ctx context.Context, id int64, h taskboard.Holder) (taskboard.Task, error)
+	StartTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (taskboard.Task, error)
 	Unclaim(ctx context.Context, session string) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 }
@@ -389,11 +389,21 @@ func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int
 	if s.Tasks == nil || task == 0 {
 		return nil
 	}
+	h := taskboard.Holder{Agent: agent, Session: sessionID}
 	_, err := retry(ctx, s, fmt.Sprintf("start task %d", task), wait, nil, func() (struct{}, error) {
-		// First in line: the runner waits on it while its session runs, and
-		// would not see the session end meanwhile.
-		_, err := s.Tasks.Start(store.WithPriority(ctx, store.SessionStart), task, taskboard.Holder{Agent: agent, Session: sessionID})
-		if err != nil && !errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
+		// In the outcomes' next batch, first in line: the runner waits on
+		// it while its session runs, and would not see the session end
+		// meanwhile. A transaction of its own was one of the three or four
+		// a task cost, each a turn of the writer's and, on a shared store,
+		// two more round trips.
+		_, err := s.group().write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := s.Tasks.StartTx(ctx, tx, task, h)
+			if errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			return struct{}{}, fmt.Errorf("start task %d: %w", task, err)
 		}
 		return struct{}{}, nil

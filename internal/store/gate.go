@@ -11,23 +11,21 @@ import (
 // connection to a random waiter: under load (hundreds of agents' claims,
 // reports and the journal's batches) a write could wait for seconds, and
 // its neighbour for nothing. The gate serves this process's writers in
-// order of arrival instead, within three ranks: what a session did (its
+// order of arrival instead, within two ranks: what a session did (its
 // outcome, in package settle's batches with the rows of sessions about to
-// start; and the lease that lets this process write at all) ahead of a
-// session's task start, and both ahead of the rest, so that an agent's
-// outcome is recorded in a transaction's time however many claims and
-// starts are queued behind it.
+// start and the tasks their sessions started; and the lease that lets this
+// process write at all) ahead of the rest, so that an agent's outcome is
+// recorded in a transaction's time however many claims are queued behind
+// it.
 
 // Priority is a write's rank in this process's line for the store.
 type Priority int
 
 const (
-	// Outcome: a finished session's outcome (and the rows of the sessions
-	// starting with it, package settle), the lease. First of all.
+	// Outcome: a finished session's outcome (and, in package settle's
+	// batches with it, the rows of sessions starting and their tasks
+	// moving to IN_PROGRESS), the lease. First of all.
 	Outcome Priority = iota
-	// SessionStart: a started session's task moving to IN_PROGRESS, which
-	// its runner waits on while the session runs.
-	SessionStart
 	// Normal: everything else (claims, mail, the event log).
 	Normal
 	nPriorities

@@ -8,8 +8,8 @@ import (
 	"testing/synctest"
 )
 
-// The gate serves writers in order of arrival within their rank,
-// outcomes before session starts before the rest, and a writer whose context ends leaves the line without
+// The gate serves writers in order of arrival within their rank, outcomes
+// before the rest, and a writer whose context ends leaves the line without
 // taking or losing a turn.
 func TestWriteGateOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -35,18 +35,17 @@ func TestWriteGateOrder(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		enter("claim-1", ctx)
 		enter("gone", cctx)
-		enter("start-1", WithPriority(ctx, SessionStart))
 		enter("claim-2", WithPriority(ctx, Normal))
 		enter("outcome-1", WithPriority(ctx, Outcome))
-		enter("start-2", WithPriority(ctx, SessionStart))
+		enter("claim-3", ctx)
 		enter("outcome-2", WithPriority(ctx, Outcome))
 		cancel()
 		synctest.Wait()
 		g.release()
-		for range 7 {
+		for range 6 {
 			<-done
 		}
-		want := []string{"outcome-1", "outcome-2", "start-1", "start-2", "claim-1", "claim-2"}
+		want := []string{"outcome-1", "outcome-2", "claim-1", "claim-2", "claim-3"}
 		if len(got) != len(want) {
 			t.Fatalf("served %v, want %v", got, want)
 		}
@@ -89,7 +88,7 @@ func TestTxGivesTheTurnBackOnce(t *testing.T) {
 		}
 		_ = tx.Rollback()
 	}
-	if db.gate.busy || len(db.gate.queues[Outcome])+len(db.gate.queues[SessionStart])+len(db.gate.queues[Normal]) != 0 {
+	if db.gate.busy || len(db.gate.queues[Outcome])+len(db.gate.queues[Normal]) != 0 {
 		t.Fatalf("gate after every turn given back: busy %v", db.gate.busy)
 	}
 }

@@ -432,9 +432,20 @@ func (b *Board) updateTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, f 
 // Start is CLAIMED -> IN_PROGRESS: the holder's session works on it. It also
 // moves the claim to that session.
 func (b *Board) Start(ctx context.Context, id int64, h Holder) (Task, error) {
-	return b.update(ctx, "start", id, Holder{Agent: h.Agent}, func(t *Task) (move, error) {
-		return move{to: task.InProgress, why: "started", set: []string{"claim_session = ?"}, args: []any{h.Session}}, nil
-	})
+	return b.update(ctx, "start", id, Holder{Agent: h.Agent}, start(h.Session))
+}
+
+// StartTx is Start in the caller's transaction (a session's start, in
+// package settle's batches).
+func (b *Board) StartTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) (Task, error) {
+	return b.updateTx(ctx, tx, id, Holder{Agent: h.Agent}, start(h.Session))
+}
+
+// start moves a task to IN_PROGRESS, held by session.
+func start(session string) func(t *Task) (move, error) {
+	return func(t *Task) (move, error) {
+		return move{to: task.InProgress, why: "started", set: []string{"claim_session = ?"}, args: []any{session}}, nil
+	}
 }
 
 // Continue moves a held IN_PROGRESS task's claim to the agent's new session:
