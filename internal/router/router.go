@@ -111,7 +111,7 @@ type Router struct {
 	lastVersion int64
 	lastMailID  int64  // the newest message any idle check saw
 	lastTasks   string // the open tasks' version at the last idle check
-	openMissed  bool   // the open set moved while no agent was idle
+	openMissed  bool   // work may have come while no agent was idle
 	turn        int    // where the next wake-up for anyone's task starts
 }
 
@@ -269,10 +269,13 @@ func (r *Router) read(ctx context.Context, what store.Change) error {
 		}
 		r.log.Debug("urgent mail routed", zap.Int64("id", m.ID), zap.String("to", m.To))
 	}
+	err := r.wakeIdle(ctx, what)
+	// Told once every read is done (its tests wait on it), and even when
+	// one failed: the dashboards follow every change.
 	if r.onChange != nil {
 		r.onChange(what)
 	}
-	return r.wakeIdle(ctx, what)
+	return err
 }
 
 // wakeIdle wakes the idle agents that something new may be for: the
@@ -301,9 +304,9 @@ func (r *Router) wakeIdle(ctx context.Context, what store.Change) error {
 		}
 		r.lastMailID = maxID
 	}
-	// Notifications that say what changed say whether the open set moved
-	// (on PostgreSQL, the tasks' trigger): no read to find out. Otherwise
-	// the board's version tells.
+	// Notifications that say what changed say whether a write may have
+	// given an idle agent work (on PostgreSQL, the tasks' trigger): no
+	// read to find out. Otherwise the board's version tells.
 	tasksChanged := what.Precise() && (what.Has(store.ChangedOpen) || r.openMissed)
 	r.openMissed = false
 	if !what.Precise() {

@@ -21,11 +21,12 @@ const (
 	ChangedTasks
 	// ChangedOther: anything else (sessions, events, agents, leases, ...).
 	ChangedOther
-	// ChangedOpen: a task entered, changed in or left the set idle agents
-	// are woken for (OPEN, or DONE awaiting its review). The tasks'
-	// triggers say it on PostgreSQL, with the row in hand (migration
-	// 0020): a statement's text cannot tell a claim from a requeue. It
-	// comes with ChangedTasks.
+	// ChangedOpen: a write that can give an idle agent work: a task put
+	// into or changed in the set idle agents are woken for (OPEN, or DONE
+	// awaiting its review), or one CLOSED that others depend on. The
+	// tasks' triggers say it on PostgreSQL, with the row in hand
+	// (migration 0020): a statement's text cannot tell a claim from a
+	// requeue. It comes with ChangedTasks.
 	ChangedOpen
 
 	// ChangedAll is what a listener assumes when it cannot know: a commit

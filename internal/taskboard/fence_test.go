@@ -113,10 +113,12 @@ func TestClaimableCountsUpToAtMost(t *testing.T) {
 	})
 }
 
-// OpenVersion moves with every write that puts a task into the set idle
-// agents are woken for (OPEN, or DONE awaiting review), changes one there,
-// or takes one out, and stays put for writes to tasks outside it: the
-// router runs its claimable count only when it moved. On both engines.
+// OpenVersion moves with every write that can give an idle agent work: a
+// task put into or changed in the set idle agents are woken for (OPEN, or
+// DONE awaiting review), a task CLOSED that another depends on. It stays
+// put for a claim, for writes to tasks outside the set, and for a close
+// nobody waits for: the router runs its claimable count only when it
+// moved. On both engines.
 func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 	storetest.Engines(t, "openversion", func(t *testing.T, fresh func(t *testing.T) string) {
 		ctx := context.Background()
@@ -154,7 +156,7 @@ func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 			solo, err = b.Add(ctx, NewTask{Title: "solo", After: []int64{reviewed.ID}})
 			return err
 		})
-		step("claim it (it leaves OPEN)", true, func() error {
+		step("claim it (it leaves OPEN: no work for anyone)", false, func() error {
 			_, err := b.Claim(ctx, reviewed.ID, "alice", "a-1")
 			return err
 		})
@@ -162,11 +164,11 @@ func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 			_, err := b.Done(ctx, reviewed.ID, Holder{Agent: "alice"}, "done")
 			return err
 		})
-		step("PASS closes it, and opens the task behind it", true, func() error {
+		step("PASS closes it, which the task behind it waited for", true, func() error {
 			_, err := b.Verdict(ctx, reviewed.ID, "rita", true, "good")
 			return err
 		})
-		step("claim the second", true, func() error {
+		step("claim the second", false, func() error {
 			_, err := b.Claim(ctx, solo.ID, "bob", "b-1")
 			return err
 		})
@@ -177,6 +179,37 @@ func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 		if got := wantState(t, b, solo.ID, task.InProgress); got.Claimant != "bob" {
 			t.Fatalf("solo = %+v", got)
 		}
+		step("done and closed, nobody waiting for it", false, func() error {
+			_, err := b.Done(ctx, solo.ID, Holder{Agent: "bob"}, "done")
+			return err
+		})
+		wantState(t, b, solo.ID, task.Closed)
+
+		// A task OPEN while its dependency is not CLOSED (requeued, or
+		// approved from PLANNED) becomes claimable by its dependency's
+		// close alone, its own row untouched.
+		var gate, waiting Task
+		step("add a gate", true, func() (err error) {
+			gate, err = b.Add(ctx, NewTask{Title: "gate", Assignee: "bob"})
+			return err
+		})
+		step("add a task behind the gate", false, func() (err error) {
+			waiting, err = b.Add(ctx, NewTask{Title: "waiting", After: []int64{gate.ID}})
+			return err
+		})
+		step("requeue it: OPEN, its dependency open", true, func() error {
+			_, err := b.Requeue(ctx, waiting.ID)
+			return err
+		})
+		step("claim the gate", false, func() error {
+			_, err := b.Claim(ctx, gate.ID, "bob", "b-2")
+			return err
+		})
+		step("close the gate, which the OPEN task waits for", true, func() error {
+			_, err := b.Done(ctx, gate.ID, Holder{Agent: "bob"}, "open")
+			return err
+		})
+		wantState(t, b, gate.ID, task.Closed)
 	})
 }
 

@@ -762,10 +762,11 @@ func oneLine(prefix, text string) string {
 	return prefix + ": " + text
 }
 
-// OpenVersion changes whenever the set of OPEN tasks (or of reviews
-// waiting) may have changed: the router compares it to wake idle agents.
-// It is the board_version row, which the tasks' triggers move in every
-// write that touches that set.
+// OpenVersion changes whenever a write may have given an idle agent work:
+// a task put into or changed in the set of OPEN tasks (or of reviews
+// waiting), a task CLOSED that others depend on. The router compares it to
+// wake idle agents. It is the board_version row, which the tasks' triggers
+// move (migration 0020); a claim does not.
 func (b *Board) OpenVersion(ctx context.Context) (string, error) {
 	var n int64
 	if err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT n FROM board_version WHERE id = 1`).Scan(&n); err != nil {
