@@ -439,14 +439,14 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		n, _ := strconv.Atoi(sp.pg.queryDB(sp.dbName, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
 		res.commits = n - commits
 		if o.pgStats {
-			res.statements = sp.pg.queryDB(sp.dbName, `SELECT calls, round(total_exec_time::numeric, 0), left(regexp_replace(query, '\s+', ' ', 'g'), 140)
-				FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-				ORDER BY total_exec_time DESC LIMIT 20`)
+			top := func(order string, n int) string {
+				return sp.pg.queryDB(sp.dbName, `SELECT calls, round(total_exec_time::numeric, 0), left(regexp_replace(query, '\s+', ' ', 'g'), 140)
+					FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+					ORDER BY `+order+` DESC LIMIT `+strconv.Itoa(n))
+			}
 			// Each call is a round trip for a daemon and work for a
 			// backend however short it runs: the most called, too.
-			res.statements += "\n" + strings.Repeat(" ", 15) + "statements by calls:\n" + sp.pg.queryDB(sp.dbName, `SELECT calls, round(total_exec_time::numeric, 0), left(regexp_replace(query, '\s+', ' ', 'g'), 140)
-				FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-				ORDER BY calls DESC LIMIT 25`)
+			res.statements = top("total_exec_time", 20) + "\n" + strings.Repeat(" ", 15) + "statements by calls:\n" + top("calls", 25)
 		}
 	}
 	res.messages = next

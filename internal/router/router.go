@@ -282,8 +282,8 @@ func (r *Router) read(ctx context.Context, what store.Change) error {
 // recipients of new mail, and, when the tasks changed, the agents with work
 // of their own plus as many others as there are tasks for anyone (not
 // every idle agent for one task: the losers of that race would only cost).
-// Each commit brings a new look, so work a woken agent lost to another is
-// offered again.
+// A woken agent claims whatever is claimable for it, so one that lost a
+// task to another found nothing else: a claim calls for no new look.
 func (r *Router) wakeIdle(ctx context.Context, what store.Change) error {
 	if r.tasks == nil || r.idle == nil || !what.Has(store.ChangedMail|store.ChangedTasks|store.ChangedOpen) {
 		return nil

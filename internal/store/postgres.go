@@ -243,13 +243,11 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 // older daemon's empty payload, a NOTIFY by hand) may have changed
 // anything.
 func payloadChange(s string) Change {
-	if s == "" || len(s) > 2 || s[0] == '0' || strings.Trim(s, "0123456789") != "" {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > int(ChangedAll) || strconv.Itoa(n) != s {
 		return ChangedAll
 	}
-	if n, _ := strconv.Atoi(s); n <= int(ChangedAll) {
-		return Change(n)
-	}
-	return ChangedAll
+	return Change(n)
 }
 
 // pgConnector makes the connections of one pool. The write pool's take the
