@@ -217,8 +217,12 @@ func (b *Board) HasWork(ctx context.Context, agent string) (bool, error) {
 	return ok, nil
 }
 
-// holding is a task the agent (the one parameter) holds.
-const holding = `claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`
+// holding is a task the agent (the one parameter) holds. The claimant is
+// also said to be non-empty so that PostgreSQL's generic plan of a prepared
+// statement, which cannot know the parameter, still uses the partial index
+// of claimed tasks: without it HasWork read the whole board (1.2 ms with
+// 1,500 tasks, the database's busiest statement after the claims).
+const holding = `claimant = ? AND claimant <> '' AND state IN ('CLAIMED', 'IN_PROGRESS')`
 
 // claimable is an OPEN task the agent may claim (claimArgs: the agent;
 // 1 when it claims unassigned tasks, 0 when it only reviews; the agent)
@@ -331,8 +335,7 @@ func (b *Board) Claim(ctx context.Context, id int64, agent, session string) (Tas
 }
 
 func heldTx(ctx context.Context, q querier, agent string) (Task, bool, error) {
-	ts, err := queryTasks(ctx, q, `SELECT `+taskCols+` FROM tasks
-		WHERE claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS') LIMIT 1`, agent)
+	ts, err := queryTasks(ctx, q, `SELECT `+taskCols+` FROM tasks WHERE `+holding+` LIMIT 1`, agent)
 	if err != nil || len(ts) == 0 {
 		return Task{}, false, err
 	}
@@ -681,7 +684,7 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 		q := `SELECT ` + taskCols + ` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS')`
 		var args []any
 		if agent != "" {
-			q += ` AND claimant = ?`
+			q += ` AND claimant = ? AND claimant <> ''` // the index of claimed tasks, as in holding
 			args = append(args, agent)
 		}
 		ts, err := queryTasks(ctx, tx, q, args...)
