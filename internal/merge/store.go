@@ -213,7 +213,7 @@ func (s *Store) logEvent(ctx context.Context, tx *sql.Tx, ev event) error {
 	if ev.actor == "" {
 		ev.actor = Actor
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+	_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 		session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'merge', ?, ?, ?, ?, ?)`,
 		s.stamp(), LogName, ev.from, ev.name, ev.to, ev.actor, oneLine(ev.reason), session, int64(ev.seq), task)
 	if err != nil {

@@ -148,7 +148,10 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 			}
 			return applyBatch(ctx, s, tx, batch, each)
 		})
-		if !errors.Is(err, errOneFailed) {
+		// A write the store held back (store.Deferred) fails at the
+		// commit, when no later statement carried it: whose it was is
+		// found with savepoints too.
+		if !errors.Is(err, errOneFailed) && (each || err == nil || len(batch) < 2 || s.DB.Transient(err) || ctx.Err() != nil) {
 			break
 		}
 	}
@@ -193,6 +196,13 @@ func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, save
 			}
 		}
 		c.err = c.do(sctx, tx)
+		if savepoints && c.err == nil {
+			// The RELEASE sends what c's writes left for the store to send
+			// with the next statement (store.Deferred): their failure is c's.
+			if c.err = savepoint(sctx, tx, "RELEASE settle"); c.err == nil {
+				continue
+			}
+		}
 		switch {
 		case c.err == nil:
 		case s.DB.Transient(c.err):
@@ -203,8 +213,6 @@ func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, save
 			if err := savepoint(sctx, tx, "ROLLBACK TO settle"); err != nil {
 				return err
 			}
-		}
-		if savepoints {
 			if err := savepoint(sctx, tx, "RELEASE settle"); err != nil {
 				return err
 			}

@@ -2,13 +2,16 @@ package settle
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
@@ -278,5 +281,77 @@ func TestTaskStartsShareTheOutcomesBatch(t *testing.T) {
 		if err != nil || tk.State != task.InProgress || tk.ClaimSession != agent+"-1" {
 			t.Errorf("%s's task: %s held by session %q, %v; want IN_PROGRESS, %s-1", agent, tk.StateName, tk.ClaimSession, err, agent)
 		}
+	}
+}
+
+// On PostgreSQL a write whose result no one reads (an event) is held back
+// and sent with the next statement or the COMMIT (store.Deferred): one
+// that fails at a batch's commit is found, with savepoints, to be its
+// call's alone, and the others commit.
+func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("heldback"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	db, err := store.Open(ctx, srv.URL("heldback"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	s := &Settler{DB: db}
+	var g Group
+	event := func(agent any) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
+				store.FormatTime(time.Now()), agent)
+			return err
+		}
+	}
+	hold, err := db.Begin(ctx) // another writer of this process has the turn
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := []any{"ann", "bob", nil, "dan"} // nil: agent is NOT NULL
+	type result struct {
+		i, n int
+		err  error
+	}
+	out := make(chan result, len(agents))
+	for i, a := range agents {
+		go func() {
+			n, err := g.write(ctx, s, event(a))
+			out <- result{i, n, err}
+		}()
+	}
+	waitQueued(t, &g, len(agents))
+	_ = hold.Rollback()
+	for range agents {
+		r := <-out
+		switch {
+		case r.i == 2 && (r.err == nil || !strings.Contains(r.err.Error(), "agent")):
+			t.Errorf("the failing write: err = %v, want the not-null violation", r.err)
+		case r.i != 2 && r.err != nil:
+			t.Errorf("write %d: %v, want committed (the failure was another's)", r.i, r.err)
+		case r.i != 2 && r.n != len(agents):
+			t.Errorf("write %d committed in a batch of %d, want %d", r.i, r.n, len(agents))
+		}
+	}
+	var got []string
+	rows, err := db.ReadSQL().QueryContext(ctx, `SELECT agent FROM events ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, a)
+	}
+	slices.Sort(got) // the calls queued in any order
+	if strings.Join(got, ",") != "ann,bob,dan" {
+		t.Errorf("events committed = %v, want ann, bob, dan", got)
 	}
 }

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -46,12 +45,15 @@ func TestPayloadChange(t *testing.T) {
 		}
 	}
 	for c := Change(1); c <= ChangedAll; c++ {
-		payload, _, _ := strings.Cut(commitWrites[c][len(`SELECT pg_notify('`+changesChannel+`', '`):], "'")
-		if got := payloadChange(payload); got != c {
+		end := commitWrite(c)
+		if len(end) != 2 || end[1].sql != "COMMIT" || end[0].args[0] != changesChannel {
+			t.Fatalf("commitWrite(%b) = %+v, want a notification on %s, then COMMIT", c, end, changesChannel)
+		}
+		if got := payloadChange(end[0].args[1].(string)); got != c {
 			t.Errorf("commitWrite(%b)'s payload reads back as %b", c, got)
 		}
 	}
-	if got := commitWrite(0); got != "COMMIT" {
-		t.Errorf("commitWrite(0) = %q, want a COMMIT that tells no one", got)
+	if got := commitWrite(0); len(got) != 1 || got[0].sql != "COMMIT" {
+		t.Errorf("commitWrite(0) = %+v, want a COMMIT that tells no one", got)
 	}
 }

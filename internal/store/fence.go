@@ -73,9 +73,11 @@ func (db *DB) fenced() bool {
 }
 
 // FenceTx checks, in tx, that this daemon holds agent's lease at the epoch
-// it was given, and holds that row (FOR SHARE on PostgreSQL) until tx ends,
-// so that no daemon can take the lease between the check and the commit.
-// It does nothing unless Fence was called.
+// it was given, and holds that row until tx ends (FOR SHARE on PostgreSQL;
+// SQLite's one writer excludes every other), so that no daemon can take
+// the lease between the check and the commit. It does nothing unless Fence
+// was called. On PostgreSQL the check goes to the server with the next
+// statement of tx, or its commit, and fails that, with the *FencedError.
 func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
 	db.fence.mu.Lock()
 	on, daemon, epoch := db.fence.on, db.fence.daemon, db.fence.epochs[agent]
@@ -86,9 +88,16 @@ func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
 	if epoch == 0 {
 		return &FencedError{Agent: agent}
 	}
+	if db.drv.name() == "postgres" {
+		// Sent with the writes it fences (pipeline.go): its failure is
+		// theirs, or the commit's, as a *FencedError.
+		fctx := context.WithValue(ctx, deferredKey{}, &FencedError{Agent: agent, Epoch: epoch})
+		_, err := tx.ExecContext(fctx, fenceSQL, agent, daemon, epoch)
+		return err
+	}
 	var n int
-	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM agent_leases WHERE agent = ? AND daemon = ? AND epoch = ?`+
-		db.forShare()+`) held`, agent, daemon, epoch).Scan(&n)
+	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM agent_leases WHERE agent = ? AND daemon = ? AND epoch = ?`,
+		agent, daemon, epoch).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("check the lease of agent %s: %w", agent, err)
 	}
@@ -98,19 +107,12 @@ func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
 	return nil
 }
 
-// forUpdate and forShare lock the rows a SELECT reads until the end of the
+// forUpdate locks the rows a SELECT reads until the end of the
 // transaction on PostgreSQL; SQLite has one writer, whose transaction
 // excludes every other already.
 func (db *DB) forUpdate() string {
 	if db.drv.name() == "postgres" {
 		return " FOR UPDATE"
-	}
-	return ""
-}
-
-func (db *DB) forShare() string {
-	if db.drv.name() == "postgres" {
-		return " FOR SHARE"
 	}
 	return ""
 }

@@ -516,15 +516,18 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 		return wrap(err)
 	}
 	defer tx.Rollback()
+	// No result of these writes is read: on PostgreSQL they go to the
+	// server with the COMMIT, in one round trip (Deferred).
+	later := Deferred(ctx)
 	if len(sss) > 0 {
 		start := tx.StmtContext(ctx, j.stmts[stmtSessionStart])
 		end := tx.StmtContext(ctx, j.stmts[stmtSessionEnd])
 		for _, op := range sss {
 			s := op.rec
 			if !op.ended {
-				_, err = start.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath)
+				_, err = start.ExecContext(later, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), s.HeadBefore, s.LogPath)
 			} else {
-				_, err = end.ExecContext(ctx, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), endedAt(s),
+				_, err = end.ExecContext(later, s.SessionID, s.Agent, int64(s.Seq), FormatTime(s.Started), endedAt(s),
 					s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 					s.HeadBefore, s.HeadAfter, s.LogPath,
 					nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits)
@@ -537,7 +540,7 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 	if len(ags) > 0 {
 		st := tx.StmtContext(ctx, j.stmts[stmtAgent])
 		for _, a := range ags {
-			if _, err := st.ExecContext(ctx, a.Name, a.State, int64(a.Seq), int64(a.ConsecutiveErrors),
+			if _, err := st.ExecContext(later, a.Name, a.State, int64(a.Seq), int64(a.ConsecutiveErrors),
 				int64(a.TotalErrors), a.StopKind, a.StopReason, FormatTime(a.UpdatedAt)); err != nil {
 				return wrap(err)
 			}
@@ -551,19 +554,19 @@ func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentR
 			for i := range evs[:eventsPerInsert] {
 				args = appendEventArgs(args, &evs[i])
 			}
-			if _, err := many.ExecContext(ctx, args...); err != nil {
+			if _, err := many.ExecContext(later, args...); err != nil {
 				return wrap(err)
 			}
 			evs = evs[eventsPerInsert:]
 		}
 		one := tx.StmtContext(ctx, j.stmts[stmtEvent])
 		for i := range evs {
-			if _, err := one.ExecContext(ctx, appendEventArgs(args[:0], &evs[i])...); err != nil {
+			if _, err := one.ExecContext(later, appendEventArgs(args[:0], &evs[i])...); err != nil {
 				return wrap(err)
 			}
 		}
 	}
-	if err := j.insertToolCalls(ctx, tx.Tx, tcs); err != nil {
+	if err := j.insertToolCalls(later, tx.Tx, tcs); err != nil {
 		return wrap(err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,7 +47,8 @@ func IsPostgres(target string) bool {
 
 // pgDriver is the PostgreSQL engine (pgx through database/sql), one per DB.
 type pgDriver struct {
-	cfg *pgx.ConnConfig // as parsed at open, password included
+	cfg   *pgx.ConnConfig // as parsed at open, password included
+	trips atomic.Int64    // the write pool's round trips (pipeline.go), for tests
 }
 
 func (p *pgDriver) name() string { return "postgres" }
@@ -129,10 +131,10 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 	}
 	p.cfg = cfg.Copy() // the listener connects with it, not by reading the environment again
 	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}
-	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache, kinds: &changeCache{}})
+	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache, kinds: &changeCache{}, trips: &p.trips})
 	write.SetMaxOpenConns(1) // as SQLite's: in-process writers queue on the pool
 	write.SetMaxIdleConns(1)
-	read = sql.OpenDB(&pgConnector{base: base, rebinds: cache})
+	read = sql.OpenDB(&pgConnector{base: base, rebinds: cache, trips: &atomic.Int64{}})
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
 	if err := write.PingContext(ctx); err != nil {
@@ -255,8 +257,9 @@ func payloadChange(s string) Change {
 type pgConnector struct {
 	base    sqldriver.Connector
 	write   bool
-	rebinds *sync.Map    // rebind's work, shared by the pools: the store runs a small fixed set of queries
-	kinds   *changeCache // what each query of a write transaction touches, for its notification
+	rebinds *sync.Map     // rebind's work, shared by the pools: the store runs a small fixed set of queries
+	kinds   *changeCache  // what each query of a write transaction touches, for its notification
+	trips   *atomic.Int64 // round trips of the write pool's transactions
 }
 
 func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
@@ -264,7 +267,7 @@ func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, rebinds: c.rebinds, kinds: c.kinds}, nil
+	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, rebinds: c.rebinds, kinds: c.kinds, trips: c.trips}, nil
 }
 
 func (c *pgConnector) Driver() sqldriver.Driver { return c.base.Driver() }
@@ -278,7 +281,9 @@ type pgConn struct {
 	inTx    bool
 	rebinds *sync.Map
 	kinds   *changeCache
-	touched Change // by the write transaction in progress: its notification's payload
+	touched Change     // by the write transaction in progress: its notification's payload
+	held    []heldBack // statements of the write transaction not yet sent (pipeline.go)
+	trips   *atomic.Int64
 }
 
 func (c *pgConn) Prepare(query string) (sqldriver.Stmt, error) {
@@ -295,138 +300,11 @@ func (c *pgConn) Begin() (sqldriver.Tx, error) {
 	return c.BeginTx(context.Background(), sqldriver.TxOptions{})
 }
 
-func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
-	if !c.write {
-		tx, err := c.Conn.BeginTx(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		c.inTx = true
-		return &pgTx{tx: tx, c: c}, nil
-	}
-	// One round trip for BEGIN and the lock (a statement without arguments
-	// goes by the simple protocol, which takes several), and one at the end
-	// for the notification and COMMIT: writers wait on each other for the
-	// whole transaction, so every round trip inside it counts swarm-wide.
-	if _, err := c.Conn.ExecContext(ctx, beginWrite, nil); err != nil {
-		if c.Conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = c.Conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
-		}
-		return nil, err
-	}
-	c.inTx, c.touched = true, 0
-	return &pgTx{c: c}, nil
-}
-
-var beginWrite = `BEGIN; SELECT pg_advisory_xact_lock(` + strconv.Itoa(writerLock) + `)`
-
-// commitWrite is the end of a write transaction that touched c: a
-// notification saying what, with the COMMIT in one round trip; a
-// transaction that wrote nothing tells no one.
-func commitWrite(c Change) string {
-	if c == 0 {
-		return "COMMIT"
-	}
-	return commitWrites[c]
-}
-
-var commitWrites = func() (s [ChangedAll + 1]string) {
-	for c := range s {
-		s[c] = `SELECT pg_notify('` + changesChannel + `', '` + strconv.Itoa(c) + `'); COMMIT`
-	}
-	return s
-}()
-
-func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
-	orig := query
-	query = c.rebind(query, len(args))
-	if !c.write || c.inTx {
-		c.touch(orig)
-		return c.Conn.ExecContext(ctx, query, args)
-	}
-	var res sqldriver.Result
-	err := c.locked(ctx, orig, func() (err error) {
-		res, err = c.Conn.ExecContext(ctx, query, args)
-		return err
-	})
-	return res, err
-}
-
-func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
-	orig := query
-	query = c.rebind(query, len(args))
-	if !c.write || c.inTx {
-		c.touch(orig)
-		return c.Conn.QueryContext(ctx, query, args)
-	}
-	// A query on the write pool outside a transaction is a write with
-	// RETURNING, or a read that may as well wait its turn: it runs in a
-	// transaction of its own, its rows read before the commit.
-	var rows sqldriver.Rows
-	err := c.locked(ctx, orig, func() error {
-		r, err := c.Conn.QueryContext(ctx, query, args)
-		if err != nil {
-			return err
-		}
-		rows, err = bufferRows(r)
-		return err
-	})
-	return rows, err
-}
-
-// touch adds what query writes to the notification of the write
-// transaction in progress.
-func (c *pgConn) touch(query string) {
-	if c.write && c.inTx {
-		c.touched |= c.kinds.of(query)
-	}
-}
-
-// locked runs f, the statement query, in a transaction holding the writer
-// lock.
-func (c *pgConn) locked(ctx context.Context, query string, f func() error) error {
-	tx, err := c.BeginTx(ctx, sqldriver.TxOptions{})
-	if err != nil {
-		return err
-	}
-	c.touched = c.kinds.of(query)
-	if err := f(); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
 // pgTx is a transaction of a pgConn: the read pool's is pgx's own (tx);
 // the write pool's was begun by hand (tx nil).
 type pgTx struct {
 	tx sqldriver.Tx
 	c  *pgConn
-}
-
-// Commit tells the listeners (see Changes) as it commits: a notification
-// is delivered when, and only if, its transaction commits.
-func (t *pgTx) Commit() error {
-	t.c.inTx = false
-	if t.tx != nil {
-		return t.tx.Commit()
-	}
-	if _, err := t.c.Conn.ExecContext(context.Background(), commitWrite(t.c.touched), nil); err != nil {
-		if t.c.Conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = t.c.Conn.ExecContext(context.Background(), "ROLLBACK", nil)
-		}
-		return err
-	}
-	return nil
-}
-
-func (t *pgTx) Rollback() error {
-	t.c.inTx = false
-	if t.tx != nil {
-		return t.tx.Rollback()
-	}
-	_, err := t.c.Conn.ExecContext(context.Background(), "ROLLBACK", nil)
-	return err
 }
 
 type pgStmt struct {

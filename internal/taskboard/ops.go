@@ -104,7 +104,7 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 				return fmt.Errorf("taskboard: add: %w", err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+		if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 			session_id, seq, task_id) VALUES (?, ?, '', '', ?, 'task', ?, ?, '', 0, ?)`,
 			now, agentOf(n.CreatedBy), state.String(), n.CreatedBy, "added: "+n.Title, id); err != nil {
 			return fmt.Errorf("taskboard: add: %w", err)
@@ -596,7 +596,7 @@ func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) 
 				title, t.Priority, id, t.MaxRetries, h.actor(), now, now).Scan(&kid); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+			if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 				session_id, seq, task_id) VALUES (?, ?, '', '', 'OPEN', 'task', ?, ?, ?, 0, ?)`,
 				now, h.Agent, h.actor(), fmt.Sprintf("added: subtask of %d: %s", id, title), h.Session, kid); err != nil {
 				return err

@@ -336,7 +336,7 @@ func (b *Board) decide(t *Task, m move, at time.Time) (task.Task, task.Lifecycle
 // applied records the move the task's row has been written with: its
 // event row, t brought up to date, and what the new state sets off.
 func (b *Board) applied(ctx context.Context, tx *sql.Tx, t *Task, m move, machine task.Task, ev task.LifecycleEvent, now string) error {
-	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+	if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 		abort_reason, session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, ?, ?, 0, ?)`,
 		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,
 		string(ev.AbortReason), m.session, t.ID); err != nil {

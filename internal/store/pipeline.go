@@ -1,0 +1,387 @@
+package store
+
+import (
+	"context"
+	sqldriver "database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// On PostgreSQL every statement of a write transaction is a round trip to
+// the server, made while the swarm's writer lock is held: a task's
+// lifecycle cost about 36 of them, each CPU on the daemon and the server
+// and time every other writer waits. Many return nothing their caller
+// reads before its next statement: the BEGIN and the lock, a lease's
+// check, an appended event. The write connection holds those back and
+// sends them in one pipeline with the next statement whose answer is
+// awaited, or with the COMMIT; a transaction that ends without either
+// never sends them. A held-back statement's failure is the error of the
+// statement it went with, or of the commit.
+
+// Deferred marks ctx's statement as a write whose result its caller does
+// not read, its error aside: on PostgreSQL a write transaction sends it
+// with its next statement or its commit, and its failure is reported
+// there. Reads later in the transaction still see it (they follow it in
+// the same pipeline). Outside a write transaction, without arguments, and
+// on SQLite, it changes nothing.
+func Deferred(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferredKey{}, noFence)
+}
+
+// deferredKey's value is the *FencedError a deferred lease check's failure
+// stands for (FenceTx), or noFence.
+type deferredKey struct{}
+
+var noFence *FencedError
+
+func deferral(ctx context.Context) (fence *FencedError, ok bool) {
+	fence, ok = ctx.Value(deferredKey{}).(*FencedError)
+	return fence, ok
+}
+
+// heldBack is a statement a write connection has not sent yet: its
+// rebound SQL and arguments, and for a lease's check the error its
+// failure means.
+type heldBack struct {
+	sql   string
+	args  []any
+	fence *FencedError
+}
+
+var (
+	heldBegin  = heldBack{sql: "BEGIN"}
+	heldLock   = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(writerLock) + ")"}
+	heldCommit = heldBack{sql: "COMMIT"}
+	commitOnly = []heldBack{heldCommit}
+)
+
+// fenceSQL checks an agent's lease and holds its row until the transaction
+// ends, failing (fenceFailed) when this daemon does not hold it at the
+// epoch given: a check whose answer need not be read before the writes it
+// fences, so it travels with them (swarmd_fence, migration 0022).
+const fenceSQL = `SELECT swarmd_fence($1, $2, $3)`
+
+// fenceFailed is swarmd_fence's SQLSTATE for a lease not held.
+const fenceFailed = "SWFEN"
+
+// commitWrite ends a write transaction that touched c: a notification
+// saying what, then COMMIT; a transaction that wrote nothing tells no one.
+func commitWrite(c Change) []heldBack {
+	if c == 0 {
+		return commitOnly
+	}
+	return []heldBack{{sql: `SELECT pg_notify($1, $2)`, args: []any{changesChannel, strconv.Itoa(int(c))}}, heldCommit}
+}
+
+func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
+	if !c.write {
+		tx, err := c.Conn.BeginTx(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		c.inTx = true
+		return &pgTx{tx: tx, c: c}, nil
+	}
+	if c.Conn.Conn().IsClosed() {
+		return nil, sqldriver.ErrBadConn
+	}
+	c.inTx, c.touched = true, 0
+	c.held = append(c.held[:0], heldBegin, heldLock)
+	return &pgTx{c: c}, nil
+}
+
+func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	orig := query
+	query = c.rebind(query, len(args))
+	switch {
+	case !c.write:
+		return c.Conn.ExecContext(ctx, query, args)
+	case c.inTx:
+		c.touched |= c.kinds.of(orig)
+		return c.execInTx(ctx, orig, query, args)
+	}
+	tag, _, err := c.locked(ctx, orig, heldBack{sql: query, args: namedArgs(args)}, false)
+	if err != nil {
+		return nil, err
+	}
+	return sqldriver.RowsAffected(tag.RowsAffected()), nil
+}
+
+// execInTx runs a statement of the write transaction in progress: held
+// back if its caller reads no result (Deferred), else sent with what is
+// held back. A statement without arguments goes by the simple protocol,
+// which takes several statements (a migration) but is no pipeline: what
+// is held back goes ahead of it, alone.
+func (c *pgConn) execInTx(ctx context.Context, orig, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
+	fence, later := deferral(ctx)
+	switch {
+	case len(args) > 0 && later:
+		c.held = append(c.held, heldBack{sql: query, args: namedArgs(args), fence: fence})
+		return heldResult{}, nil
+	case rollbackTo(orig) && c.began():
+		// What is held back was issued after the newest savepoint (a
+		// SAVEPOINT is sent, with what was held, when issued): this
+		// undoes it, so it is never sent.
+		c.held = c.held[:0]
+	case len(c.held) > 0 && len(args) == 0:
+		if _, _, err := c.sendHeld(ctx, nil, false, nil); err != nil {
+			return nil, err
+		}
+	case len(c.held) > 0:
+		tag, _, err := c.sendHeld(ctx, &heldBack{sql: query, args: namedArgs(args)}, false, nil)
+		if err != nil {
+			return nil, err
+		}
+		return sqldriver.RowsAffected(tag.RowsAffected()), nil
+	}
+	c.trips.Add(1)
+	return c.Conn.ExecContext(ctx, query, args)
+}
+
+func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
+	orig := query
+	query = c.rebind(query, len(args))
+	switch {
+	case !c.write:
+		return c.Conn.QueryContext(ctx, query, args)
+	case c.inTx:
+		c.touched |= c.kinds.of(orig)
+		if len(c.held) == 0 {
+			c.trips.Add(1)
+			return c.Conn.QueryContext(ctx, query, args)
+		}
+		_, rows, err := c.sendHeld(ctx, &heldBack{sql: query, args: namedArgs(args)}, true, nil)
+		return rows, err
+	}
+	// A query on the write pool outside a transaction is a write with
+	// RETURNING, or a read that may as well wait its turn: it runs in a
+	// transaction of its own, its rows read before the commit.
+	_, rows, err := c.locked(ctx, orig, heldBack{sql: query, args: namedArgs(args)}, true)
+	return rows, err
+}
+
+// began reports whether the write transaction in progress has sent its
+// BEGIN.
+func (c *pgConn) began() bool {
+	return len(c.held) == 0 || c.held[0].sql != heldBegin.sql
+}
+
+// locked runs q, a statement issued outside any transaction, in a write
+// transaction of its own: the BEGIN, the lock, q, the notification and the
+// COMMIT in one round trip. Without arguments, q goes by the simple
+// protocol (it may be several statements), alone.
+func (c *pgConn) locked(ctx context.Context, orig string, q heldBack, rows bool) (pgconn.CommandTag, sqldriver.Rows, error) {
+	touched := c.kinds.of(orig)
+	c.held = append(c.held[:0], heldBegin, heldLock)
+	if len(q.args) > 0 || rows {
+		tag, r, err := c.sendHeld(ctx, &q, rows, commitWrite(touched))
+		if err != nil {
+			c.rollback()
+		}
+		return tag, r, err
+	}
+	if _, _, err := c.sendHeld(ctx, nil, false, nil); err != nil {
+		c.rollback()
+		return pgconn.CommandTag{}, nil, err
+	}
+	c.trips.Add(1)
+	tag, err := c.Conn.Conn().PgConn().Exec(ctx, q.sql).ReadAll()
+	if err == nil {
+		_, _, err = c.sendHeld(context.Background(), nil, false, commitWrite(touched))
+	}
+	if err != nil {
+		c.rollback()
+		return pgconn.CommandTag{}, nil, err
+	}
+	return tag[len(tag)-1].CommandTag, nil, nil
+}
+
+// sendHeld sends what is held back, then q (if any), then after, in one
+// pipeline, and returns q's result: its command tag, or its rows read to
+// the end when rows is set. The first failure is returned, a held-back
+// statement's as the error it stands for (a lease check's *FencedError);
+// what follows a failure in the pipeline is not run.
+func (c *pgConn) sendHeld(ctx context.Context, q *heldBack, rows bool, after []heldBack) (pgconn.CommandTag, sqldriver.Rows, error) {
+	held := c.held
+	c.held = c.held[:0]
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(held)+1+len(after))}
+	for _, h := range held {
+		b.Queue(h.sql, h.args...)
+	}
+	if q != nil {
+		b.Queue(q.sql, q.args...)
+	}
+	for _, h := range after {
+		b.Queue(h.sql, h.args...)
+	}
+	c.trips.Add(1)
+	br := c.Conn.Conn().SendBatch(ctx, b)
+	var (
+		tag pgconn.CommandTag
+		out sqldriver.Rows
+		err error
+	)
+	for i := range held {
+		if _, err = br.Exec(); err != nil {
+			err = heldErr(&held[i], err)
+			break
+		}
+	}
+	if err == nil && q != nil {
+		if rows {
+			out, err = readRows(br, c.Conn.Conn().TypeMap())
+		} else {
+			tag, err = br.Exec()
+		}
+	}
+	for i := 0; err == nil && i < len(after); i++ {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return pgconn.CommandTag{}, nil, err
+	}
+	return tag, out, nil
+}
+
+// rollback ends a failed write transaction the server still holds open,
+// and drops what is held back.
+func (c *pgConn) rollback() {
+	c.held = c.held[:0]
+	if c.Conn.Conn().PgConn().TxStatus() != 'I' {
+		c.trips.Add(1)
+		_, _ = c.Conn.ExecContext(context.Background(), "ROLLBACK", nil)
+	}
+}
+
+// Commit tells the listeners as it commits (see Changes): a notification
+// is delivered when, and only if, its transaction commits. What is held
+// back goes with it; a transaction that sent nothing and holds back no
+// write never began on the server, and ends without a round trip.
+func (t *pgTx) Commit() error {
+	c := t.c
+	c.inTx = false
+	if t.tx != nil {
+		return t.tx.Commit()
+	}
+	if !c.began() && len(c.held) == 2 {
+		c.held = c.held[:0]
+		return nil
+	}
+	if _, _, err := c.sendHeld(context.Background(), nil, false, commitWrite(c.touched)); err != nil {
+		c.rollback()
+		return err
+	}
+	return nil
+}
+
+func (t *pgTx) Rollback() error {
+	t.c.inTx = false
+	if t.tx != nil {
+		return t.tx.Rollback()
+	}
+	t.c.rollback()
+	return nil
+}
+
+// heldErr is the error a held-back statement's failure stands for.
+func heldErr(h *heldBack, err error) error {
+	var pe *pgconn.PgError
+	if h.fence != nil && errors.As(err, &pe) && pe.Code == fenceFailed {
+		return h.fence
+	}
+	return err
+}
+
+// heldResult is the result of a statement held back, which its caller
+// said it does not read.
+type heldResult struct{}
+
+var errHeldResult = errors.New("store: a deferred write's result is not known (store.Deferred)")
+
+func (heldResult) LastInsertId() (int64, error) { return 0, errHeldResult }
+func (heldResult) RowsAffected() (int64, error) { return 0, errHeldResult }
+
+// rollbackTo reports whether query is a ROLLBACK TO (a savepoint).
+func rollbackTo(query string) bool {
+	q := strings.TrimSpace(query)
+	return len(q) > len("ROLLBACK TO") && strings.EqualFold(q[:len("ROLLBACK TO")], "ROLLBACK TO")
+}
+
+func namedArgs(args []sqldriver.NamedValue) []any {
+	if len(args) == 0 {
+		return nil
+	}
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a.Value
+	}
+	return out
+}
+
+// readRows reads a pipelined query's rows to the end, as the values pgx's
+// own database/sql driver gives (every integer an int64, every float a
+// float64); the store's schema has no column types but those, text and
+// booleans.
+func readRows(br pgx.BatchResults, m *pgtype.Map) (sqldriver.Rows, error) {
+	rs, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	fds := rs.FieldDescriptions()
+	b := &bufferedRows{cols: make([]string, len(fds))}
+	for i, fd := range fds {
+		b.cols[i] = fd.Name
+	}
+	for rs.Next() {
+		raw := rs.RawValues()
+		row := make([]sqldriver.Value, len(raw))
+		for i, v := range raw {
+			if v == nil {
+				continue
+			}
+			if row[i], err = decodeValue(m, fds[i], v); err != nil {
+				return nil, fmt.Errorf("read column %s: %w", fds[i].Name, err)
+			}
+		}
+		b.rows = append(b.rows, row)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func decodeValue(m *pgtype.Map, fd pgconn.FieldDescription, src []byte) (sqldriver.Value, error) {
+	switch fd.DataTypeOID {
+	case pgtype.BoolOID:
+		var d bool
+		err := m.Scan(fd.DataTypeOID, fd.Format, src, &d)
+		return d, err
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
+		var d int64
+		err := m.Scan(fd.DataTypeOID, fd.Format, src, &d)
+		return d, err
+	case pgtype.Float4OID, pgtype.Float8OID:
+		var d float64
+		err := m.Scan(fd.DataTypeOID, fd.Format, src, &d)
+		return d, err
+	case pgtype.ByteaOID:
+		var d []byte
+		err := m.Scan(fd.DataTypeOID, fd.Format, src, &d)
+		return d, err
+	default:
+		var d string
+		err := m.Scan(fd.DataTypeOID, fd.Format, src, &d)
+		return d, err
+	}
+}

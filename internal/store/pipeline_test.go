@@ -1,0 +1,222 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+)
+
+// TestHeldBackWrites runs write transactions on a real PostgreSQL server
+// and counts their round trips: what needs no answer (the BEGIN, the lock,
+// a deferred write, a lease check) goes with the next statement that does,
+// or with the COMMIT, and fails that statement when it fails.
+func TestHeldBackWrites(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := context.Background()
+	n := 0
+	open := func(t *testing.T) *DB {
+		n++
+		name := fmt.Sprintf("held%d", n)
+		if err := srv.CreateDB(name); err != nil {
+			t.Fatal(err)
+		}
+		return openTest(t, srv.URL(name), Options{})
+	}
+	trips := func(db *DB) int64 { return db.drv.(*pgDriver).trips.Load() }
+	event := func(tx *sql.Tx, agent string) error {
+		_, err := tx.ExecContext(Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
+			FormatTime(fakeClock()()), agent)
+		return err
+	}
+	count := func(t *testing.T, db *DB, agent string) int {
+		t.Helper()
+		var n int
+		if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE agent = ?`, agent).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	t.Run("writes go with the next read, read back in order", func(t *testing.T) {
+		db := open(t)
+		before := trips(db)
+		var got int
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			for range 3 {
+				if err := event(tx, "ann"); err != nil {
+					return err
+				}
+			}
+			return tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE agent = ?`, "ann").Scan(&got)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != 3 {
+			t.Errorf("the transaction read %d of its 3 held-back events, want 3", got)
+		}
+		// BEGIN, lock, 3 inserts and the read; then the notification and COMMIT.
+		if d := trips(db) - before; d != 2 {
+			t.Errorf("round trips = %d, want 2", d)
+		}
+		if n := count(t, db, "ann"); n != 3 {
+			t.Errorf("committed events = %d, want 3", n)
+		}
+	})
+
+	t.Run("writes alone go with the commit", func(t *testing.T) {
+		db := open(t)
+		before := trips(db)
+		if err := db.InTx(ctx, "test", func(tx *sql.Tx) error { return errors.Join(event(tx, "bob"), event(tx, "bob")) }); err != nil {
+			t.Fatal(err)
+		}
+		if d := trips(db) - before; d != 1 {
+			t.Errorf("round trips = %d, want 1", d)
+		}
+		if n := count(t, db, "bob"); n != 2 {
+			t.Errorf("committed events = %d, want 2", n)
+		}
+	})
+
+	t.Run("a transaction that wrote nothing costs nothing", func(t *testing.T) {
+		db := open(t)
+		before := trips(db)
+		if err := db.InTx(ctx, "test", func(*sql.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if err := event(tx, "cal"); err != nil {
+				return err
+			}
+			return errors.New("changed my mind")
+		})
+		if err == nil || !strings.Contains(err.Error(), "changed my mind") {
+			t.Fatalf("rolled back transaction = %v", err)
+		}
+		if d := trips(db) - before; d != 0 {
+			t.Errorf("round trips = %d, want 0", d)
+		}
+		if n := count(t, db, "cal"); n != 0 {
+			t.Errorf("events of a rolled back transaction = %d, want 0", n)
+		}
+	})
+
+	t.Run("a held-back write's failure is the next statement's", func(t *testing.T) {
+		db := open(t)
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			// agent is NOT NULL: the held-back insert fails on the server.
+			if _, err := tx.ExecContext(Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, NULL, 'a', 'e', 'b')`,
+				FormatTime(fakeClock()())); err != nil {
+				return fmt.Errorf("held back, yet failed at once: %w", err)
+			}
+			if err := event(tx, "dan"); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `UPDATE events SET reason = 'x' WHERE agent = ?`, "dan")
+			if err == nil || !strings.Contains(err.Error(), "agent") {
+				t.Errorf("the statement after a failed held-back write = %v, want the not-null violation", err)
+			}
+			return err
+		})
+		if err == nil {
+			t.Fatal("transaction committed")
+		}
+		if n := count(t, db, "dan"); n != 0 {
+			t.Errorf("events = %d, want none", n)
+		}
+		// The connection is fine afterwards.
+		if err := db.InTx(ctx, "test", func(tx *sql.Tx) error { return event(tx, "dan") }); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a held-back write's failure is the commit's", func(t *testing.T) {
+		db := open(t)
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if err := event(tx, "eve"); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, NULL, 'a', 'e', 'b')`,
+				FormatTime(fakeClock()()))
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "agent") {
+			t.Fatalf("commit = %v, want the not-null violation", err)
+		}
+		if n := count(t, db, "eve"); n != 0 {
+			t.Errorf("events = %d, want none: the transaction failed", n)
+		}
+	})
+
+	t.Run("rolled back to a savepoint, held-back writes are never sent", func(t *testing.T) {
+		db := open(t)
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if err := event(tx, "fay"); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT s"); err != nil {
+				return err
+			}
+			// Would fail if sent: the ROLLBACK TO drops it.
+			if _, err := tx.ExecContext(Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, NULL, 'a', 'e', 'b')`,
+				FormatTime(fakeClock()())); err != nil {
+				return err
+			}
+			if err := event(tx, "fay"); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO s"); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "RELEASE s"); err != nil {
+				return err
+			}
+			return event(tx, "fay")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, db, "fay"); n != 2 {
+			t.Errorf("events = %d, want 2 (the one before the savepoint, the one after the rollback)", n)
+		}
+	})
+
+	t.Run("a lease check fails the writes it fences", func(t *testing.T) {
+		db := open(t)
+		db.Fence("host1:/a")
+		if _, _, err := db.AcquireLeases(ctx, Lease{Daemon: "host1:/a", Host: "host1", PID: 1}, []string{"gil"}, fakeClock()(), 1<<40); err != nil {
+			t.Fatal(err)
+		}
+		db.SetFence("gil", 7) // not the epoch held (1)
+		before := trips(db)
+		var fenced *FencedError
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if err := db.FenceTx(ctx, tx, "gil"); err != nil {
+				return fmt.Errorf("lease check answered before the write it fences: %w", err)
+			}
+			_, err := tx.ExecContext(ctx, `UPDATE events SET reason = 'x' WHERE agent = ?`, "gil")
+			if !errors.As(err, &fenced) || fenced.Agent != "gil" || fenced.Epoch != 7 {
+				t.Errorf("the fenced write = %v, want a *FencedError for gil at epoch 7", err)
+			}
+			return err
+		})
+		if !errors.Is(err, ErrFenced) {
+			t.Fatalf("transaction = %v, want ErrFenced", err)
+		}
+		// BEGIN, lock, check and write in one; the ROLLBACK.
+		if d := trips(db) - before; d != 2 {
+			t.Errorf("round trips = %d, want 2", d)
+		}
+		db.SetFence("gil", 1)
+		if err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			return errors.Join(db.FenceTx(ctx, tx, "gil"), event(tx, "gil"))
+		}); err != nil {
+			t.Fatalf("a write under the lease held: %v", err)
+		}
+	})
+}
