@@ -303,7 +303,10 @@ func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 	now := store.FormatTime(at)
 	set := append([]string{"state = ?", "retries = ?", "updated_at = ?"}, m.set...)
 	args := append([]any{m.to.String(), int64(machine.Retries()), now}, m.args...)
-	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+strings.Join(set, ", ")+` WHERE id = ?`,
+	// The row was read in tx and the move checked against it: the UPDATE
+	// changes it, so nothing of its result is read, and on PostgreSQL it
+	// goes with the transaction's next statement (store.Deferred).
+	if _, err := tx.ExecContext(store.Deferred(ctx), `UPDATE tasks SET `+strings.Join(set, ", ")+` WHERE id = ?`,
 		append(args, t.ID)...); err != nil {
 		return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
 	}
