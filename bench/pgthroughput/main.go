@@ -44,6 +44,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -80,6 +81,7 @@ type options struct {
 	pgStats      bool   // load pg_stat_statements and print where the server's time went
 	only         string // "postgres" or "sqlite": run that setup alone
 	sessionNice  int    // limits.session_nice of every daemon
+	profile      string // a directory for each daemon's CPU profile of the load
 }
 
 func main() {
@@ -95,6 +97,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "postgres or sqlite: run that setup alone (a diagnosis, no comparison)")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "each setup's run")
 	flag.IntVar(&o.sessionNice, "session-nice", 0, "limits.session_nice of every daemon (0 to 19)")
+	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as SETUP-daemonN.pprof (a diagnosis: go tool pprof reads it)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
 	if o.sqliteAgents == 0 {
@@ -311,7 +314,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		if err != nil {
 			return res, err
 		}
-		d, err := startDaemon(o.bin, cfg, repo, i, w)
+		d, err := startDaemon(o.bin, cfg, repo, i, w, pprofAddr(o.profile, i))
 		if err != nil {
 			return res, err
 		}
@@ -381,6 +384,25 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 	}
 	t0 := time.Now()
 	res.gate = t0.Sub(g0).Round(time.Millisecond).String()
+	profiled := make(chan error, 1)
+	if o.profile != "" {
+		go func() {
+			select {
+			case <-ctx.Done():
+				profiled <- ctx.Err()
+				return
+			case <-time.After(5 * time.Second):
+			}
+			profiled <- profileLoad(ctx, o.profile, sp.name, ds, 15)
+		}()
+	} else {
+		profiled <- nil
+	}
+	defer func() {
+		if perr := <-profiled; perr != nil && err == nil {
+			err = perr
+		}
+	}()
 
 	// While tasks remain: poll the count of closed tasks, and send urgent
 	// message k once k/(urgent+1) of the tasks are closed, the previous
@@ -694,11 +716,57 @@ func (w *watch) waitSettled(ctx context.Context, workers, sleepers []string, dea
 type daemon struct {
 	cmd     *exec.Cmd
 	logPath string
+	pprof   string // where it serves its profiles, "" nowhere
 	exited  chan struct{}
 	once    sync.Once
 }
 
-func startDaemon(bin, config, repo string, i int, w *watch) (*daemon, error) {
+// pprofAddr is the address daemon i serves its profiles on when the run
+// takes profiles, "" otherwise.
+func pprofAddr(dir string, i int) string {
+	if dir == "" {
+		return ""
+	}
+	return fmt.Sprintf("127.0.0.1:%d", 16061+i)
+}
+
+// profileLoad saves a CPU profile of secs seconds of each daemon into
+// dir, named by setup, once the load has run for a few seconds.
+func profileLoad(ctx context.Context, dir, setup string, ds []*daemon, secs int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	errs := make(chan error, len(ds))
+	for i, d := range ds {
+		go func() {
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", d.pprof, secs)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- fmt.Errorf("profile daemon %d: %w", i+1, err)
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-daemon%d.pprof", setup, i+1)))
+			if err == nil {
+				_, err = io.Copy(f, resp.Body)
+				err = errors.Join(err, f.Close())
+			}
+			errs <- err
+		}()
+	}
+	var err error
+	for range ds {
+		err = errors.Join(err, <-errs)
+	}
+	return err
+}
+
+func startDaemon(bin, config, repo string, i int, w *watch, pprof string) (*daemon, error) {
 	logPath := filepath.Join(filepath.Dir(repo), fmt.Sprintf("daemon%d.log", i+1))
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -706,6 +774,9 @@ func startDaemon(bin, config, repo string, i int, w *watch) (*daemon, error) {
 	}
 	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
 	cmd.Dir = repo
+	if pprof != "" {
+		cmd.Env = append(os.Environ(), "SWARMD_PPROF_ADDR="+pprof)
+	}
 	cmd.Stdout = f
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -716,7 +787,7 @@ func startDaemon(bin, config, repo string, i int, w *watch) (*daemon, error) {
 		f.Close()
 		return nil, fmt.Errorf("start daemon %d: %w", i+1, err)
 	}
-	d := &daemon{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	d := &daemon{cmd: cmd, logPath: logPath, exited: make(chan struct{}), pprof: pprof}
 	go func() {
 		defer close(d.exited)
 		sc := bufio.NewScanner(io.TeeReader(pipe, f))
