@@ -81,7 +81,7 @@ func New(ctx context.Context, db *store.DB, opts Options) (*Mailbox, error) {
 	if mb.maxBody <= 0 {
 		mb.maxBody = DefaultMaxBodyBytes
 	}
-	if mb.insertStmt, err = db.SQL().PrepareContext(ctx, insertSQL); err != nil {
+	if mb.insertStmt, err = db.MailSQL().PrepareContext(ctx, insertSQL); err != nil {
 		return nil, mb.wrap("open", err)
 	}
 	return mb, nil

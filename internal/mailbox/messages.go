@@ -53,9 +53,10 @@ const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urge
 	shown_note, acked_by`
 
 // insertSQL assigns the id itself so that a new thread's thread_id can be
-// the same id in one statement. An INSERT takes the write lock before it
-// reads, so MAX(id)+1 is race-free across processes, and ids become visible
-// in id order (the router's watermark relies on that).
+// the same id in one statement. An INSERT takes the senders' turn before it
+// reads (SQLite's write lock; on PostgreSQL the mail lock, store.MailSQL and
+// LockMailTx), so MAX(id)+1 is race-free across processes, and ids become
+// visible in id order (the router's watermark relies on that).
 const insertSQL = `INSERT INTO messages (id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at)
 VALUES ((SELECT IFNULL(MAX(id), 0) + 1 FROM messages),
         IFNULL(?, (SELECT IFNULL(MAX(id), 0) + 1 FROM messages)),
@@ -72,12 +73,18 @@ func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, 
 	if m.ReplyTo != 0 {
 		replyTo = sql.NullInt64{Int64: m.ReplyTo, Valid: true}
 	}
-	stmt := mb.insertStmt
+	args := []any{thread, replyTo, m.From, m.To, m.Subject, m.Body, urgency(m.Urgent), m.CreatedAt.Format(store.TimeLayout)}
+	row := func() *sql.Row { return mb.insertStmt.QueryRowContext(ctx, args...) }
 	if tx != nil {
-		stmt = tx.StmtContext(ctx, stmt) // the same connection, so the same prepared statement
+		// In a write transaction of its own (a reply, a broadcast), which
+		// takes the senders' turn too; the statement was prepared on the
+		// mail pool, which may not be tx's.
+		if err := mb.db.LockMailTx(ctx, tx); err != nil {
+			return Message{}, err
+		}
+		row = func() *sql.Row { return tx.QueryRowContext(ctx, insertSQL, args...) }
 	}
-	if err := stmt.QueryRowContext(ctx, thread, replyTo, m.From, m.To, m.Subject, m.Body,
-		urgency(m.Urgent), m.CreatedAt.Format(store.TimeLayout)).Scan(&m.ID); err != nil {
+	if err := row().Scan(&m.ID); err != nil {
 		return Message{}, err
 	}
 	if m.ThreadID == 0 {

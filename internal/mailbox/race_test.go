@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 )
@@ -101,4 +102,145 @@ func raceSession(ctx context.Context, mb *Mailbox, agent, id string) (int, error
 	}
 	now := time.Now()
 	return mb.Ack(ctx, store.SessionRecord{SessionID: id, Agent: agent, Seq: 1, Started: now, Ended: &now})
+}
+
+// TestMailIdsVisibleInOrder: senders on several handles of one store (each
+// its own process's pools on PostgreSQL), some sending alone and some
+// replying inside write transactions (another lock path there), while a
+// follower reads urgent mail by watermark as the router does (id > the
+// largest seen): it must see every message, which it can only if ids
+// become visible in increasing order. On both engines.
+func TestMailIdsVisibleInOrder(t *testing.T) {
+	storetest.Engines(t, "mailorder", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		const senders, each = 4, 40
+		follower, err := New(ctx, storetest.OpenTarget(t, target), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer follower.Close()
+		seed, err := follower.Send(ctx, Draft{From: "s0", To: "r0", Subject: "seed", Body: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, senders)
+		for i := range senders {
+			mb, err := New(ctx, storetest.OpenTarget(t, target), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mb.Close()
+			go func() {
+				var err error
+				for k := 0; k < each && err == nil; k++ {
+					if (i+k)%3 == 0 {
+						_, err = mb.Reply(ctx, "r0", seed.ID, "urgent reply", true) // to s0, in a write transaction
+					} else {
+						_, err = mb.Send(ctx, Draft{From: fmt.Sprint("s", i), To: "r1", Subject: "u", Body: "urgent", Urgent: true})
+					}
+				}
+				errs <- err
+			}()
+		}
+		seen := map[int64]bool{}
+		var last int64
+		look := func() {
+			ms, err := follower.PendingUrgent(ctx, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range ms {
+				seen[m.ID] = true
+				last = max(last, m.ID)
+			}
+		}
+		for done := 0; done < senders; {
+			select {
+			case err := <-errs:
+				if err != nil {
+					t.Fatal(err)
+				}
+				done++
+			default:
+				look()
+			}
+		}
+		look()
+		if len(seen) != senders*each {
+			t.Fatalf("the follower saw %d of %d urgent messages: ids became visible out of order", len(seen), senders*each)
+		}
+	})
+}
+
+// TestSendTakesTurnsWithMailInWriteTransactions (PostgreSQL): a message
+// added inside a write transaction (a reply) and one sent on the mail
+// pool take the same turn: the send waits until the transaction commits,
+// then gets the next id. Without that turn both would read the same
+// largest id, and the send would fail on the duplicate (or, with ids from
+// elsewhere, commit out of order behind the router's watermark).
+func TestSendTakesTurnsWithMailInWriteTransactions(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("mailturn"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	db := storetest.OpenTarget(t, srv.URL("mailturn"))
+	mb, err := New(ctx, db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	other, err := New(ctx, storetest.OpenTarget(t, srv.URL("mailturn")), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	first, err := mb.insert(ctx, tx.Tx, mb.draftMessage(Draft{From: "a", To: "b", Subject: "in a transaction", Body: "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sent struct {
+		m   Message
+		err error
+	}
+	done := make(chan sent, 1)
+	go func() {
+		m, err := other.Send(ctx, Draft{From: "c", To: "d", Subject: "alone", Body: "y", Urgent: true})
+		done <- sent{m, err}
+	}()
+	// The send is waiting on a lock (the senders' turn) before the
+	// transaction commits.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := srv.Query("mailturn", `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = 'mailturn' AND wait_event_type = 'Lock'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(out) != "0" {
+			break
+		}
+		select {
+		case s := <-done:
+			t.Fatalf("the send finished (%+v, %v) while a message was being added in a write transaction", s.m.ID, s.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the send never waited")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	s := <-done
+	if s.err != nil || s.m.ID != first.ID+1 {
+		t.Fatalf("send after the transaction = id %d, %v; want id %d", s.m.ID, s.err, first.ID+1)
+	}
 }

@@ -55,10 +55,11 @@ type heldBack struct {
 }
 
 var (
-	heldBegin  = heldBack{sql: "BEGIN"}
-	heldLock   = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(writerLock) + ")"}
-	heldCommit = heldBack{sql: "COMMIT"}
-	commitOnly = []heldBack{heldCommit}
+	heldBegin    = heldBack{sql: "BEGIN"}
+	heldLock     = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(writerLock) + ")"}
+	heldMailLock = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(mailLock) + ")"}
+	heldCommit   = heldBack{sql: "COMMIT"}
+	commitOnly   = []heldBack{heldCommit}
 )
 
 // fenceSQL checks an agent's lease and holds its row until the transaction
@@ -92,7 +93,7 @@ func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriv
 		return nil, sqldriver.ErrBadConn
 	}
 	c.inTx, c.touched = true, 0
-	c.held = append(c.held[:0], heldBegin, heldLock)
+	c.held = append(c.held[:0], heldBegin, c.lock)
 	return &pgTx{c: c}, nil
 }
 
@@ -178,7 +179,7 @@ func (c *pgConn) began() bool {
 // protocol (it may be several statements), alone.
 func (c *pgConn) locked(ctx context.Context, orig string, q heldBack, rows bool) (pgconn.CommandTag, sqldriver.Rows, error) {
 	touched := c.kinds.of(orig)
-	c.held = append(c.held[:0], heldBegin, heldLock)
+	c.held = append(c.held[:0], heldBegin, c.lock)
 	if len(q.args) > 0 || rows {
 		tag, r, err := c.sendHeld(ctx, &q, rows, commitWrite(touched))
 		if err != nil {

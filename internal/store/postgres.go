@@ -39,6 +39,12 @@ var pgMigrationFS embed.FS
 // query as a serializable retry loop.
 const writerLock = 0x5377_6172_6d64 // "Swarmd"
 
+// mailLock is the key of the advisory lock of the senders of new mail
+// (DB.MailSQL, DB.LockMailTx): the mail pool's transactions take it
+// instead of writerLock; a write transaction that adds a message takes it
+// too, after writerLock (never the other way round: no deadlock).
+const mailLock = 0x4d61_696c // "Mail"
+
 // IsPostgres reports whether target names a PostgreSQL database (a
 // postgres:// or postgresql:// URL) rather than a SQLite file.
 func IsPostgres(target string) bool {
@@ -47,8 +53,9 @@ func IsPostgres(target string) bool {
 
 // pgDriver is the PostgreSQL engine (pgx through database/sql), one per DB.
 type pgDriver struct {
-	cfg   *pgx.ConnConfig // as parsed at open, password included
-	trips atomic.Int64    // the write pool's round trips (pipeline.go), for tests
+	cfg      *pgx.ConnConfig // as parsed at open, password included
+	trips    atomic.Int64    // the write pools' round trips (pipeline.go), for tests
+	mailPool *sql.DB         // new mail's own connection (DB.MailSQL)
 }
 
 func (p *pgDriver) name() string { return "postgres" }
@@ -131,15 +138,20 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 	}
 	p.cfg = cfg.Copy() // the listener connects with it, not by reading the environment again
 	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}
-	write = sql.OpenDB(&pgConnector{base: base, write: true, rebinds: cache, kinds: &changeCache{}, trips: &p.trips})
+	kinds := &changeCache{}
+	write = sql.OpenDB(&pgConnector{base: base, write: true, lock: heldLock, rebinds: cache, kinds: kinds, trips: &p.trips})
 	write.SetMaxOpenConns(1) // as SQLite's: in-process writers queue on the pool
 	write.SetMaxIdleConns(1)
+	p.mailPool = sql.OpenDB(&pgConnector{base: base, write: true, lock: heldMailLock, rebinds: cache, kinds: kinds, trips: &p.trips})
+	p.mailPool.SetMaxOpenConns(1) // senders take turns anyway (mailLock)
+	p.mailPool.SetMaxIdleConns(1)
 	read = sql.OpenDB(&pgConnector{base: base, rebinds: cache, trips: &atomic.Int64{}})
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
 		read.Close()
+		p.mailPool.Close()
 		return nil, nil, "", err
 	}
 	return write, read, Redact(target), nil
@@ -201,7 +213,18 @@ func (p *pgDriver) dataVersion(ctx context.Context, db *DB) (int64, error) {
 	return v, err
 }
 
-func (p *pgDriver) closeExtra(*DB) {}
+func (p *pgDriver) closeExtra(*DB) {
+	if p.mailPool != nil {
+		p.mailPool.Close()
+	}
+}
+
+func (p *pgDriver) mail() *sql.DB { return p.mailPool }
+
+func (p *pgDriver) lockMailTx(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(Deferred(ctx), `SELECT pg_advisory_xact_lock(?)`, int64(mailLock))
+	return err
+}
 
 // changesChannel is the channel every write transaction notifies; the
 // payload is the transaction's Change as a decimal digit.
@@ -259,7 +282,8 @@ type pgConnector struct {
 	write   bool
 	rebinds *sync.Map     // rebind's work, shared by the pools: the store runs a small fixed set of queries
 	kinds   *changeCache  // what each query of a write transaction touches, for its notification
-	trips   *atomic.Int64 // round trips of the write pool's transactions
+	trips   *atomic.Int64 // round trips of the write pools' transactions
+	lock    heldBack      // a write pool's: the advisory lock its transactions take
 }
 
 func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
@@ -267,7 +291,7 @@ func (c *pgConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, rebinds: c.rebinds, kinds: c.kinds, trips: c.trips}, nil
+	return &pgConn{Conn: conn.(*stdlib.Conn), write: c.write, lock: c.lock, rebinds: c.rebinds, kinds: c.kinds, trips: c.trips}, nil
 }
 
 func (c *pgConnector) Driver() sqldriver.Driver { return c.base.Driver() }
@@ -284,6 +308,7 @@ type pgConn struct {
 	touched Change     // by the write transaction in progress: its notification's payload
 	held    []heldBack // statements of the write transaction not yet sent (pipeline.go)
 	trips   *atomic.Int64
+	lock    heldBack // the advisory lock the write transactions take
 }
 
 func (c *pgConn) Prepare(query string) (sqldriver.Stmt, error) {

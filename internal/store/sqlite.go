@@ -199,6 +199,10 @@ func (sqliteDriver) maintain(ctx context.Context, db *DB) {
 	}
 }
 
+func (sqliteDriver) mail() *sql.DB { return nil }
+
+func (sqliteDriver) lockMailTx(context.Context, *sql.Tx) error { return nil }
+
 func (sqliteDriver) closeExtra(db *DB) {
 	if db.wal != nil {
 		db.wal.Close()

@@ -120,6 +120,12 @@ type driver interface {
 	dataVersion(ctx context.Context, db *DB) (int64, error)
 	// closeExtra releases what the driver keeps on db.
 	closeExtra(db *DB)
+	// mail is the pool new mail is sent on when the engine gives it one of
+	// its own, nil for the write pool (see DB.MailSQL).
+	mail() *sql.DB
+	// lockMailTx makes tx, a write transaction, wait its turn among the
+	// senders of new mail before it adds a message (see DB.LockMailTx).
+	lockMailTx(ctx context.Context, tx *sql.Tx) error
 	// changes signals out (never blocking) after commits by any client of
 	// the database, until ctx ends.
 	changes(ctx context.Context, db *DB, w *Watch)
@@ -332,6 +338,26 @@ func (db *DB) Now() time.Time { return db.now() }
 // which take the writer's turn in order (gate.go); SQL itself is for
 // preparing statements.
 func (db *DB) SQL() *sql.DB { return db.write }
+
+// MailSQL is the pool new mail is sent on: SQL on SQLite; on PostgreSQL
+// a connection of its own, whose transactions take only the senders' turn
+// (LockMailTx), not the swarm's writers' lock. A message is one INSERT
+// that reads nothing but the messages' largest id, so it needs no turn
+// among the swarm's other writes; waiting for one, urgent mail waited for
+// every claim, session and event of every daemon ahead of it.
+func (db *DB) MailSQL() *sql.DB {
+	if m := db.drv.mail(); m != nil {
+		return m
+	}
+	return db.write
+}
+
+// LockMailTx takes, in tx, the turn of the senders of new mail: every
+// transaction that adds a message takes it first, so that message ids
+// still become visible in increasing order (the router follows mail by
+// id) when mail is sent outside the writers' lock. Nothing on SQLite,
+// whose one writer excludes every other.
+func (db *DB) LockMailTx(ctx context.Context, tx *sql.Tx) error { return db.drv.lockMailTx(ctx, tx) }
 
 // ReadSQL is the read pool (query_only): reads never wait for writers.
 // Its statements are prepared once per query text (see Pool).
