@@ -213,6 +213,7 @@ type result struct {
 	daemonCPU, dbCPU, childCPU  time.Duration
 	perDaemon                   []int // tasks each daemon's agents closed
 	latencies                   []time.Duration
+	sends                       []time.Duration // each urgent message's Send, commit included
 	messages                    int
 	loadBefore, loadAfter, gate string
 	added                       string // how long adding the tasks took, one transaction each
@@ -237,8 +238,9 @@ func (r result) String() string {
 		r.name, r.tasks, r.wall.Seconds(), r.rate(), r.cpuPerTask(r.daemonCPU), r.cpuPerTask(r.dbCPU),
 		r.cpuPerTask(r.daemonCPU+r.dbCPU), r.cpuPerTask(r.childCPU), r.perDaemon)
 	if r.messages > 0 {
-		fmt.Fprintf(&b, "\n%-14s urgent messages=%d interrupts=%d commit->cancel p50=%v p99=%v max=%v",
-			"", r.messages, len(r.latencies), r.p(0.5), r.p(0.99), r.p(1))
+		fmt.Fprintf(&b, "\n%-14s urgent messages=%d interrupts=%d commit->cancel p50=%v p99=%v max=%v (of which the send: p50=%v p99=%v)",
+			"", r.messages, len(r.latencies), r.p(0.5), r.p(0.99), r.p(1),
+			harness.Percentile(slices.Clone(r.sends), 0.5).Round(10*time.Microsecond), harness.Percentile(slices.Clone(r.sends), 0.99).Round(10*time.Microsecond))
 	}
 	if r.pg {
 		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task", "", r.commits, float64(r.commits)/float64(r.tasks))
@@ -446,7 +448,10 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 				// Expected before the send: the daemon may log the
 				// interrupt before Send returns.
 				w.expect(to)
-				if _, err := mb.Send(ctx, mailbox.Draft{From: "operator", To: to, Subject: "stop", Body: "urgent " + strconv.Itoa(next), Urgent: true}); err != nil {
+				s0 := time.Now()
+				_, err := mb.Send(ctx, mailbox.Draft{From: "operator", To: to, Subject: "stop", Body: "urgent " + strconv.Itoa(next), Urgent: true})
+				res.sends = append(res.sends, time.Since(s0))
+				if err != nil {
 					return res, fmt.Errorf("send urgent message %d: %w", next, err)
 				}
 				inflight, sentAt = true, time.Now()
