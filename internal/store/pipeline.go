@@ -5,6 +5,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -92,7 +93,7 @@ func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriv
 	if c.Conn.Conn().IsClosed() {
 		return nil, sqldriver.ErrBadConn
 	}
-	c.inTx, c.touched = true, 0
+	c.inTx, c.touched, c.fenced = true, 0, c.fenced[:0]
 	c.held = append(c.held[:0], heldBegin, c.lock)
 	return &pgTx{c: c}, nil
 }
@@ -122,14 +123,23 @@ func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver
 func (c *pgConn) execInTx(ctx context.Context, orig, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
 	fence, later := deferral(ctx)
 	switch {
+	case fence != nil && slices.Contains(c.fenced, *fence):
+		// The lease's row is held since the first check in this
+		// transaction, until its end: the agent's next write needs none.
+		return heldResult{}, nil
 	case len(args) > 0 && later:
 		c.held = append(c.held, heldBack{sql: query, args: namedArgs(args), fence: fence})
+		if fence != nil {
+			c.fenced = append(c.fenced, *fence)
+		}
 		return heldResult{}, nil
 	case rollbackTo(orig) && c.began():
 		// What is held back was issued after the newest savepoint (a
 		// SAVEPOINT is sent, with what was held, when issued): this
-		// undoes it, so it is never sent.
-		c.held = c.held[:0]
+		// undoes it, so it is never sent. The leases checked since are
+		// let go with it (PostgreSQL releases a row lock taken after the
+		// savepoint): each is checked again at its next write.
+		c.held, c.fenced = c.held[:0], c.fenced[:0]
 	case len(c.held) > 0 && len(args) == 0:
 		if _, _, err := c.sendHeld(ctx, nil, false, nil); err != nil {
 			return nil, err

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
@@ -219,4 +221,27 @@ func TestHeldBackWrites(t *testing.T) {
 			t.Fatalf("a write under the lease held: %v", err)
 		}
 	})
+}
+
+// A lease checked once in a write transaction holds its row until the end:
+// the agent's later writes in it send no second check; another agent's do.
+func TestOneLeaseCheckPerAgentAndTransaction(t *testing.T) {
+	c := &pgConn{write: true, inTx: true, kinds: &changeCache{}, trips: new(atomic.Int64)}
+	check := func(agent string, epoch int64) {
+		t.Helper()
+		ctx := context.WithValue(context.Background(), deferredKey{}, &FencedError{Agent: agent, Epoch: epoch})
+		if _, err := c.execInTx(ctx, fenceSQL, fenceSQL, []sqldriver.NamedValue{{Ordinal: 1, Value: agent}, {Ordinal: 2, Value: "d"}, {Ordinal: 3, Value: epoch}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("ann", 1)
+	check("ann", 1)
+	check("bob", 1)
+	check("ann", 1)
+	if got := len(c.held); got != 2 {
+		t.Fatalf("checks held back = %d, want 2 (ann's once, bob's)", got)
+	}
+	if c.trips.Load() != 0 {
+		t.Errorf("round trips = %d, want none", c.trips.Load())
+	}
 }

@@ -305,8 +305,9 @@ type pgConn struct {
 	inTx    bool
 	rebinds *sync.Map
 	kinds   *changeCache
-	touched Change     // by the write transaction in progress: its notification's payload
-	held    []heldBack // statements of the write transaction not yet sent (pipeline.go)
+	touched Change        // by the write transaction in progress: its notification's payload
+	held    []heldBack    // statements of the write transaction not yet sent (pipeline.go)
+	fenced  []FencedError // the leases the write transaction has checked: agent and epoch
 	trips   *atomic.Int64
 	lock    heldBack // the advisory lock the write transactions take
 }
