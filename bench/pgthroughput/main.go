@@ -214,6 +214,7 @@ type result struct {
 	perDaemon                   []int // tasks each daemon's agents closed
 	latencies                   []time.Duration
 	sends                       []time.Duration // each urgent message's Send, commit included
+	roundTrips                  int64           // the daemons' write round trips over their lives
 	messages                    int
 	loadBefore, loadAfter, gate string
 	added                       string // how long adding the tasks took, one transaction each
@@ -243,7 +244,8 @@ func (r result) String() string {
 			harness.Percentile(slices.Clone(r.sends), 0.5).Round(10*time.Microsecond), harness.Percentile(slices.Clone(r.sends), 0.99).Round(10*time.Microsecond))
 	}
 	if r.pg {
-		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task", "", r.commits, float64(r.commits)/float64(r.tasks))
+		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task; the daemons' write transactions made %d round trips over their lives, %.1f per task",
+			"", r.commits, float64(r.commits)/float64(r.tasks), r.roundTrips, float64(r.roundTrips)/float64(r.tasks))
 	}
 	if r.statements != "" {
 		fmt.Fprintf(&b, "\n%-14s statements by server time (calls | ms | query):\n%s", "", r.statements)
@@ -500,6 +502,9 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 			res.violations = append(res.violations, fmt.Sprintf("daemon %d: %v (log: %s)", i+1, err, d.logPath))
 		}
 	}
+	w.mu.Lock()
+	res.roundTrips = w.roundTrips
+	w.mu.Unlock()
 	if n := harness.Survivors(root); n > 0 {
 		res.violations = append(res.violations, fmt.Sprintf("%d processes of the swarm left running", n))
 	}
@@ -642,6 +647,9 @@ type watch struct {
 	expected map[string]bool
 	moved    time.Time // the last idle or Running change
 	latency  chan time.Duration
+	// roundTrips sums the daemons' write transactions' round trips over
+	// their lives, from their last log line (PostgreSQL only).
+	roundTrips int64
 }
 
 func newWatch() *watch {
@@ -652,12 +660,15 @@ func newWatch() *watch {
 type logLine struct {
 	Msg, Agent, To, Event string
 	Latency               float64 `json:"interrupt_latency"`
+	RoundTrips            int64   `json:"write_round_trips"` // on "store closed"
 }
 
 func (w *watch) line(l logLine) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
+	case l.Msg == "store closed":
+		w.roundTrips += l.RoundTrips
 	case strings.HasPrefix(l.Msg, "idle:"):
 		w.idle[l.Agent], w.moved = true, time.Now()
 	case strings.HasPrefix(l.Msg, "awake:"):

@@ -796,6 +796,9 @@ func (d *Daemon) Close() error {
 		errs = append(errs, d.mail.Close())
 	}
 	if d.db != nil {
+		if n := d.db.WriteRoundTrips(); n > 0 {
+			d.log.Info("store closed", zap.Int64("write_round_trips", n))
+		}
 		errs = append(errs, d.db.Close())
 	}
 	if d.host.sup != nil {

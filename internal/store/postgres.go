@@ -221,6 +221,16 @@ func (p *pgDriver) closeExtra(*DB) {
 
 func (p *pgDriver) mail() *sql.DB { return p.mailPool }
 
+// WriteRoundTrips is how many round trips to the server the write
+// transactions of this handle have made (pipeline.go); 0 on SQLite, whose
+// statements are function calls.
+func (db *DB) WriteRoundTrips() int64 {
+	if p, ok := db.drv.(*pgDriver); ok {
+		return p.trips.Load()
+	}
+	return 0
+}
+
 func (p *pgDriver) lockMailTx(ctx context.Context, tx *sql.Tx) error {
 	_, err := tx.ExecContext(Deferred(ctx), `SELECT pg_advisory_xact_lock(?)`, int64(mailLock))
 	return err
