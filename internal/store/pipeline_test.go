@@ -29,7 +29,6 @@ func TestHeldBackWrites(t *testing.T) {
 		}
 		return openTest(t, srv.URL(name), Options{})
 	}
-	trips := func(db *DB) int64 { return db.drv.(*pgDriver).trips.Load() }
 	event := func(tx *sql.Tx, agent string) error {
 		_, err := tx.ExecContext(Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
 			FormatTime(fakeClock()()), agent)
@@ -43,10 +42,20 @@ func TestHeldBackWrites(t *testing.T) {
 		}
 		return n
 	}
+	// cost checks the round trips made since before and agent's events.
+	cost := func(t *testing.T, db *DB, before, trips int64, agent string, events int) {
+		t.Helper()
+		if d := db.WriteRoundTrips() - before; d != trips {
+			t.Errorf("round trips = %d, want %d", d, trips)
+		}
+		if n := count(t, db, agent); n != events {
+			t.Errorf("committed events of %s = %d, want %d", agent, n, events)
+		}
+	}
 
 	t.Run("writes go with the next read, read back in order", func(t *testing.T) {
 		db := open(t)
-		before := trips(db)
+		before := db.WriteRoundTrips()
 		var got int
 		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
 			for range 3 {
@@ -63,31 +72,21 @@ func TestHeldBackWrites(t *testing.T) {
 			t.Errorf("the transaction read %d of its 3 held-back events, want 3", got)
 		}
 		// BEGIN, lock, 3 inserts and the read; then the notification and COMMIT.
-		if d := trips(db) - before; d != 2 {
-			t.Errorf("round trips = %d, want 2", d)
-		}
-		if n := count(t, db, "ann"); n != 3 {
-			t.Errorf("committed events = %d, want 3", n)
-		}
+		cost(t, db, before, 2, "ann", 3)
 	})
 
 	t.Run("writes alone go with the commit", func(t *testing.T) {
 		db := open(t)
-		before := trips(db)
+		before := db.WriteRoundTrips()
 		if err := db.InTx(ctx, "test", func(tx *sql.Tx) error { return errors.Join(event(tx, "bob"), event(tx, "bob")) }); err != nil {
 			t.Fatal(err)
 		}
-		if d := trips(db) - before; d != 1 {
-			t.Errorf("round trips = %d, want 1", d)
-		}
-		if n := count(t, db, "bob"); n != 2 {
-			t.Errorf("committed events = %d, want 2", n)
-		}
+		cost(t, db, before, 1, "bob", 2)
 	})
 
 	t.Run("a transaction that wrote nothing costs nothing", func(t *testing.T) {
 		db := open(t)
-		before := trips(db)
+		before := db.WriteRoundTrips()
 		if err := db.InTx(ctx, "test", func(*sql.Tx) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
@@ -100,12 +99,7 @@ func TestHeldBackWrites(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "changed my mind") {
 			t.Fatalf("rolled back transaction = %v", err)
 		}
-		if d := trips(db) - before; d != 0 {
-			t.Errorf("round trips = %d, want 0", d)
-		}
-		if n := count(t, db, "cal"); n != 0 {
-			t.Errorf("events of a rolled back transaction = %d, want 0", n)
-		}
+		cost(t, db, before, 0, "cal", 0)
 	})
 
 	t.Run("a held-back write's failure is the next statement's", func(t *testing.T) {
@@ -195,7 +189,7 @@ func TestHeldBackWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.SetFence("gil", 7) // not the epoch held (1)
-		before := trips(db)
+		before := db.WriteRoundTrips()
 		var fenced *FencedError
 		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
 			if err := db.FenceTx(ctx, tx, "gil"); err != nil {
@@ -211,7 +205,7 @@ func TestHeldBackWrites(t *testing.T) {
 			t.Fatalf("transaction = %v, want ErrFenced", err)
 		}
 		// BEGIN, lock, check and write in one; the ROLLBACK.
-		if d := trips(db) - before; d != 2 {
+		if d := db.WriteRoundTrips() - before; d != 2 {
 			t.Errorf("round trips = %d, want 2", d)
 		}
 		db.SetFence("gil", 1)
