@@ -97,7 +97,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "postgres or sqlite: run that setup alone (a diagnosis, no comparison)")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "each setup's run")
 	flag.IntVar(&o.sessionNice, "session-nice", 0, "limits.session_nice of every daemon (0 to 19)")
-	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as SETUP-daemonN.pprof (a diagnosis: go tool pprof reads it)")
+	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as postgres-daemonN.pprof or sqlite-daemon1.pprof (a diagnosis: go tool pprof reads it)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
 	if o.sqliteAgents == 0 {
@@ -397,7 +397,11 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 				return
 			case <-time.After(5 * time.Second):
 			}
-			profiled <- profileLoad(ctx, o.profile, sp.name, ds, 15)
+			kind := "sqlite"
+			if sp.url != "" {
+				kind = "postgres"
+			}
+			profiled <- profileLoad(ctx, o.profile, kind, ds, 15)
 		}()
 	} else {
 		profiled <- nil
@@ -747,7 +751,7 @@ func pprofAddr(dir string, i int) string {
 }
 
 // profileLoad saves a CPU profile of secs seconds of each daemon into
-// dir, named by setup, once the load has run for a few seconds.
+// dir, as KIND-daemonN.pprof.
 func profileLoad(ctx context.Context, dir, setup string, ds []*daemon, secs int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
