@@ -151,7 +151,7 @@ func (g *Group) run(ctx context.Context, s *Settler) {
 		// A write the store held back (store.Deferred) fails at the
 		// commit, when no later statement carried it: whose it was is
 		// found with savepoints too.
-		if !errors.Is(err, errOneFailed) && (each || err == nil || len(batch) < 2 || s.DB.Transient(err) || ctx.Err() != nil) {
+		if !errors.Is(err, errOneFailed) && (each || err == nil || len(batch) < 2 || !ownFailure(s.DB, err) || ctx.Err() != nil) {
 			break
 		}
 	}
@@ -205,7 +205,7 @@ func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, save
 		}
 		switch {
 		case c.err == nil:
-		case s.DB.Transient(c.err):
+		case !ownFailure(s.DB, c.err):
 			return c.err // the store refused the transaction: all retry
 		case !savepoints:
 			return errOneFailed
@@ -219,6 +219,14 @@ func applyBatch(ctx context.Context, s *Settler, tx *sql.Tx, batch []*call, save
 		}
 	}
 	return nil
+}
+
+// ownFailure reports whether err is a failure of one call's write, to be
+// left out of its batch alone, rather than the store refusing the whole
+// transaction (busy, away: all retry). A write fenced by its agent's lost
+// lease is its own: the others' agents still hold theirs.
+func ownFailure(db *store.DB, err error) bool {
+	return !db.Transient(err) || errors.Is(err, store.ErrFenced)
 }
 
 // handOff passes the lead to the first call queued, if any; g.mu is held.

@@ -14,6 +14,7 @@ import (
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/store/storetest"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -353,5 +354,74 @@ func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
 	slices.Sort(got) // the calls queued in any order
 	if strings.Join(got, ",") != "ann,bob,dan" {
 		t.Errorf("events committed = %v, want ann, bob, dan", got)
+	}
+}
+
+// A write refused because its agent's lease was lost (store.ErrFenced)
+// is its own call's failure: it waits for the lease, and the other agents'
+// writes in its batch commit without it, rather than all of them waiting
+// with it (a fenced agent retrying could otherwise hold back every batch
+// it joined).
+// On both engines: on PostgreSQL the lease check travels with the next
+// statement, or the commit, of whichever call comes next.
+func TestAFencedWriteFailsAlone(t *testing.T) {
+	storetest.Engines(t, "fencedalone", func(t *testing.T, fresh func(t *testing.T) string) {
+		fencedWriteFailsAlone(t, storetest.OpenTarget(t, fresh(t)))
+	})
+}
+
+func fencedWriteFailsAlone(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	const daemon = "host1:/srv"
+	held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "host1", PID: 1}, []string{"ann", "bob", "cal"}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Fence(daemon)
+	for _, l := range held {
+		db.SetFence(l.Agent, l.Epoch)
+	}
+	db.SetFence("bob", held[1].Epoch+1) // bob's lease is another epoch's now
+	s := &Settler{DB: db}
+	var g Group
+	write := func(agent string) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			if err := db.FenceTx(ctx, tx, agent); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
+				store.FormatTime(time.Now()), agent)
+			return err
+		}
+	}
+	hold, err := db.Begin(ctx) // another writer of this process has the turn
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := []string{"ann", "bob", "cal"}
+	type result struct {
+		agent string
+		n     int
+		err   error
+	}
+	out := make(chan result, len(agents))
+	for _, a := range agents {
+		go func() {
+			n, err := g.write(ctx, s, write(a))
+			out <- result{a, n, err}
+		}()
+	}
+	waitQueued(t, &g, len(agents))
+	_ = hold.Rollback()
+	for range agents {
+		r := <-out
+		switch {
+		case r.agent == "bob" && !errors.Is(r.err, store.ErrFenced):
+			t.Errorf("bob's write: %v, want ErrFenced", r.err)
+		case r.agent != "bob" && r.err != nil:
+			t.Errorf("%s's write: %v, want committed (bob's lease is bob's)", r.agent, r.err)
+		case r.agent != "bob" && r.n != len(agents):
+			t.Errorf("%s's write committed in a batch of %d, want %d", r.agent, r.n, len(agents))
+		}
 	}
 }
