@@ -74,17 +74,19 @@ func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, 
 		replyTo = sql.NullInt64{Int64: m.ReplyTo, Valid: true}
 	}
 	args := []any{thread, replyTo, m.From, m.To, m.Subject, m.Body, urgency(m.Urgent), m.CreatedAt.Format(store.TimeLayout)}
-	row := func() *sql.Row { return mb.insertStmt.QueryRowContext(ctx, args...) }
-	if tx != nil {
+	var row *sql.Row
+	if tx == nil {
+		row = mb.insertStmt.QueryRowContext(ctx, args...)
+	} else {
 		// In a write transaction of its own (a reply, a broadcast), which
 		// takes the senders' turn too; the statement was prepared on the
 		// mail pool, which may not be tx's.
 		if err := mb.db.LockMailTx(ctx, tx); err != nil {
 			return Message{}, err
 		}
-		row = func() *sql.Row { return tx.QueryRowContext(ctx, insertSQL, args...) }
+		row = tx.QueryRowContext(ctx, insertSQL, args...)
 	}
-	if err := row().Scan(&m.ID); err != nil {
+	if err := row.Scan(&m.ID); err != nil {
 		return Message{}, err
 	}
 	if m.ThreadID == 0 {
