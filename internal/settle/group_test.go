@@ -285,6 +285,50 @@ func TestTaskStartsShareTheOutcomesBatch(t *testing.T) {
 	}
 }
 
+// batchOf queues one write for each key in g while another writer of
+// this process holds the store's turn, so that they are applied as one
+// batch, and returns each key's batch size and error.
+func batchOf[K comparable](t *testing.T, db *store.DB, s *Settler, keys []K, do func(K) func(context.Context, *sql.Tx) error) map[K]batched {
+	t.Helper()
+	hold, err := db.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g Group
+	type result struct {
+		k K
+		batched
+	}
+	out := make(chan result, len(keys))
+	for _, k := range keys {
+		go func() {
+			n, err := g.write(context.Background(), s, do(k))
+			out <- result{k, batched{n, err}}
+		}()
+	}
+	waitQueued(t, &g, len(keys))
+	_ = hold.Rollback()
+	got := make(map[K]batched, len(keys))
+	for range keys {
+		r := <-out
+		got[r.k] = r.batched
+	}
+	return got
+}
+
+type batched struct {
+	n   int
+	err error
+}
+
+// insertEvent appends an event for agent, a write whose result no one
+// reads (store.Deferred).
+func insertEvent(ctx context.Context, tx *sql.Tx, agent any) error {
+	_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
+		store.FormatTime(time.Now()), agent)
+	return err
+}
+
 // On PostgreSQL a write whose result no one reads (an event) is held back
 // and sent with the next statement or the COMMIT (store.Deferred): one
 // that fails at a batch's commit is found, with savepoints, to be its
@@ -300,45 +344,22 @@ func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	s := &Settler{DB: db}
-	var g Group
-	event := func(agent any) func(context.Context, *sql.Tx) error {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
-				store.FormatTime(time.Now()), agent)
-			return err
-		}
-	}
-	hold, err := db.Begin(ctx) // another writer of this process has the turn
-	if err != nil {
-		t.Fatal(err)
-	}
 	agents := []any{"ann", "bob", nil, "dan"} // nil: agent is NOT NULL
-	type result struct {
-		i, n int
-		err  error
-	}
-	out := make(chan result, len(agents))
-	for i, a := range agents {
-		go func() {
-			n, err := g.write(ctx, s, event(a))
-			out <- result{i, n, err}
-		}()
-	}
-	waitQueued(t, &g, len(agents))
-	_ = hold.Rollback()
-	for range agents {
-		r := <-out
+	got := batchOf(t, db, &Settler{DB: db}, agents, func(agent any) func(context.Context, *sql.Tx) error {
+		return func(ctx context.Context, tx *sql.Tx) error { return insertEvent(ctx, tx, agent) }
+	})
+	for _, a := range agents {
+		r := got[a]
 		switch {
-		case r.i == 2 && (r.err == nil || !strings.Contains(r.err.Error(), "agent")):
+		case a == nil && (r.err == nil || !strings.Contains(r.err.Error(), "agent")):
 			t.Errorf("the failing write: err = %v, want the not-null violation", r.err)
-		case r.i != 2 && r.err != nil:
-			t.Errorf("write %d: %v, want committed (the failure was another's)", r.i, r.err)
-		case r.i != 2 && r.n != len(agents):
-			t.Errorf("write %d committed in a batch of %d, want %d", r.i, r.n, len(agents))
+		case a != nil && r.err != nil:
+			t.Errorf("%v's write: %v, want committed (the failure was another's)", a, r.err)
+		case a != nil && r.n != len(agents):
+			t.Errorf("%v's write committed in a batch of %d, want %d", a, r.n, len(agents))
 		}
 	}
-	var got []string
+	var events []string
 	rows, err := db.ReadSQL().QueryContext(ctx, `SELECT agent FROM events ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
@@ -349,11 +370,11 @@ func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
 		if err := rows.Scan(&a); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, a)
+		events = append(events, a)
 	}
-	slices.Sort(got) // the calls queued in any order
-	if strings.Join(got, ",") != "ann,bob,dan" {
-		t.Errorf("events committed = %v, want ann, bob, dan", got)
+	slices.Sort(events) // the calls queued in any order
+	if strings.Join(events, ",") != "ann,bob,dan" {
+		t.Errorf("events committed = %v, want ann, bob, dan", events)
 	}
 }
 
@@ -361,67 +382,41 @@ func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
 // is its own call's failure: it waits for the lease, and the other agents'
 // writes in its batch commit without it, rather than all of them waiting
 // with it (a fenced agent retrying could otherwise hold back every batch
-// it joined).
-// On both engines: on PostgreSQL the lease check travels with the next
-// statement, or the commit, of whichever call comes next.
+// it joined). On both engines: on PostgreSQL the lease check travels with
+// the next statement, or the commit, of whichever call comes next.
 func TestAFencedWriteFailsAlone(t *testing.T) {
 	storetest.Engines(t, "fencedalone", func(t *testing.T, fresh func(t *testing.T) string) {
-		fencedWriteFailsAlone(t, storetest.OpenTarget(t, fresh(t)))
-	})
-}
-
-func fencedWriteFailsAlone(t *testing.T, db *store.DB) {
-	ctx := context.Background()
-	const daemon = "host1:/srv"
-	held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "host1", PID: 1}, []string{"ann", "bob", "cal"}, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Fence(daemon)
-	for _, l := range held {
-		db.SetFence(l.Agent, l.Epoch)
-	}
-	db.SetFence("bob", held[1].Epoch+1) // bob's lease is another epoch's now
-	s := &Settler{DB: db}
-	var g Group
-	write := func(agent string) func(context.Context, *sql.Tx) error {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			if err := db.FenceTx(ctx, tx, agent); err != nil {
-				return err
+		db := storetest.OpenTarget(t, fresh(t))
+		ctx := context.Background()
+		const daemon = "host1:/srv"
+		agents := []string{"ann", "bob", "cal"}
+		held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "host1", PID: 1}, agents, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Fence(daemon)
+		for _, l := range held {
+			db.SetFence(l.Agent, l.Epoch)
+		}
+		db.SetFence("bob", held[1].Epoch+1) // bob's lease is another epoch's now
+		got := batchOf(t, db, &Settler{DB: db}, agents, func(agent string) func(context.Context, *sql.Tx) error {
+			return func(ctx context.Context, tx *sql.Tx) error {
+				if err := db.FenceTx(ctx, tx, agent); err != nil {
+					return err
+				}
+				return insertEvent(ctx, tx, agent)
 			}
-			_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
-				store.FormatTime(time.Now()), agent)
-			return err
+		})
+		for _, a := range agents {
+			r := got[a]
+			switch {
+			case a == "bob" && !errors.Is(r.err, store.ErrFenced):
+				t.Errorf("bob's write: %v, want ErrFenced", r.err)
+			case a != "bob" && r.err != nil:
+				t.Errorf("%s's write: %v, want committed (bob's lease is bob's)", a, r.err)
+			case a != "bob" && r.n != len(agents):
+				t.Errorf("%s's write committed in a batch of %d, want %d", a, r.n, len(agents))
+			}
 		}
-	}
-	hold, err := db.Begin(ctx) // another writer of this process has the turn
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents := []string{"ann", "bob", "cal"}
-	type result struct {
-		agent string
-		n     int
-		err   error
-	}
-	out := make(chan result, len(agents))
-	for _, a := range agents {
-		go func() {
-			n, err := g.write(ctx, s, write(a))
-			out <- result{a, n, err}
-		}()
-	}
-	waitQueued(t, &g, len(agents))
-	_ = hold.Rollback()
-	for range agents {
-		r := <-out
-		switch {
-		case r.agent == "bob" && !errors.Is(r.err, store.ErrFenced):
-			t.Errorf("bob's write: %v, want ErrFenced", r.err)
-		case r.agent != "bob" && r.err != nil:
-			t.Errorf("%s's write: %v, want committed (bob's lease is bob's)", r.agent, r.err)
-		case r.agent != "bob" && r.n != len(agents):
-			t.Errorf("%s's write committed in a batch of %d, want %d", r.agent, r.n, len(agents))
-		}
-	}
+	})
 }
