@@ -265,16 +265,21 @@ func (db *DB) Begin(ctx context.Context) (*Tx, error) {
 // InTx runs f in a write transaction and commits it; any error is wrapped
 // with op (see Wrap).
 func (db *DB) InTx(ctx context.Context, op string, f func(*sql.Tx) error) error {
+	return db.inTxFor(ctx, "store", op, f)
+}
+
+// inTxFor is InTx with errors that read "<pkg>: <op>: …".
+func (db *DB) inTxFor(ctx context.Context, pkg, op string, f func(*sql.Tx) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return db.Wrap(op, err)
+		return db.WrapFor(pkg, op, err)
 	}
 	defer tx.Rollback()
 	if err := f(tx.Tx); err != nil {
-		return db.Wrap(op, err)
+		return db.WrapFor(pkg, op, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return db.Wrap(op, err)
+		return db.WrapFor(pkg, op, err)
 	}
 	return nil
 }
