@@ -34,7 +34,7 @@ clis:
 		echo "******************************************************************************" >&2; \
 	fi
 
-BENCHPKGS ?= ./internal/agent ./internal/task ./internal/review ./internal/backend ./internal/runner ./internal/mailbox ./internal/store ./internal/metrics ./internal/web ./internal/merge ./internal/daemon ./cmd/swarmd
+BENCHPKGS ?= ./internal/agent ./internal/task ./internal/review ./internal/backend ./internal/runner ./internal/mailbox ./internal/taskboard ./internal/store ./internal/metrics ./internal/web ./internal/merge ./internal/daemon ./cmd/swarmd
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(BENCHPKGS)

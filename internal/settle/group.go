@@ -54,5 +54,5 @@ func (g *Group) write(ctx context.Context, s *Settler, do func(context.Context, 
 		g.w.Op = "settle sessions"
 		g.w.Prepare = func(ctx context.Context, db *store.DB) { db.PrepareSettle(ctx) }
 	})
-	return g.w.Write(store.WithPriority(ctx, store.Outcome), s.DB, do)
+	return s.DB.Grouped(store.WithPriority(ctx, store.Outcome), &g.w, do)
 }

@@ -18,11 +18,11 @@ import (
 // the writer, which a busy process's scheduler hands out late. Nothing
 // waits for a group to fill: a lone write is committed at once.
 //
-// Pkg and Op name the group's transactions in errors ("<Pkg>: <Op>: …"),
+// Pkg and Op name the group's transactions in errors ("<Pkg>: <Op>: …");
 // Prepare, if set, runs before each batch takes the writer's turn (to
 // prepare its statements outside the turn). Set them before the first
-// Write; the zero value is otherwise ready. The priority of a batch is its
-// leader's context's (WithPriority): one group should hold writes of one
+// write (DB.Grouped); the zero value is otherwise ready. A batch has its
+// leader's priority (WithPriority): one group should hold writes of one
 // rank.
 type Group struct {
 	Pkg, Op string
@@ -50,14 +50,14 @@ var errAgain = errors.New("store: the batch's leader left; queue again")
 // write failed.
 var errOneFailed = errors.New("store: a write of the batch failed")
 
-// Write applies do in db in the group's next batch and returns how many
-// writes the committed batch held. do may run more than once (a batch in
+// Grouped applies do in db in g's next batch and returns how many writes
+// the committed batch held. do may run more than once (a batch in
 // which another write failed is rolled back and applied again without it),
 // so it must set its results afresh each time; its statements run without
 // the context's cancellation (the driver would watch each with a
 // goroutine), the transaction still ends with it. The error is do's own,
 // or the transaction's (wrapped with Pkg and Op).
-func (g *Group) Write(ctx context.Context, db *DB, do func(context.Context, *sql.Tx) error) (int, error) {
+func (db *DB) Grouped(ctx context.Context, g *Group, do func(context.Context, *sql.Tx) error) (int, error) {
 	for {
 		c := &groupCall{do: do, done: make(chan struct{}), lead: make(chan struct{})}
 		g.mu.Lock()

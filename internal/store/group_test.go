@@ -31,7 +31,7 @@ func batchOf[K comparable](t *testing.T, db *store.DB, keys []K, do func(K) func
 	out := make(chan result, len(keys))
 	for _, k := range keys {
 		go func() {
-			n, err := g.Write(context.Background(), db, do(k))
+			n, err := db.Grouped(context.Background(), &g, do(k))
 			out <- result{k, batched{n, err}}
 		}()
 	}

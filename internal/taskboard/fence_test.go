@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,6 +239,97 @@ func TestDepsComeWithTheTask(t *testing.T) {
 		all, err := b.List(ctx, Filter{})
 		if err != nil || len(all) != 4 || !slices.Equal(all[3].Deps, ids) || all[0].Deps != nil {
 			t.Fatalf("List = %+v, %v; want the last with deps %v, the first with none", all, err, ids)
+		}
+	})
+}
+
+// Claims that wait for the writer's turn together commit in one
+// transaction: each takes its own task (each sees the claims before it;
+// on PostgreSQL the claimed rows say one transaction wrote them, xmin),
+// and one whose agent lost its lease is refused alone, its task left for
+// the others. On both engines.
+func TestClaimsWaitingTogetherCommitTogether(t *testing.T) {
+	storetest.Engines(t, "claimgroup", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		db := storetest.OpenTarget(t, target)
+		b := New(db, Options{})
+		agents := []string{"ann", "bob", "cal", "dan", "eve", "fay", "gus"}
+		for _, a := range agents {
+			if _, err := b.Add(ctx, NewTask{Title: "for anyone, " + a}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const daemon = "host1:/srv"
+		held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "host1", PID: 1}, agents, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Fence(daemon)
+		for _, l := range held {
+			db.SetFence(l.Agent, l.Epoch)
+		}
+		tasks := map[int64]string{}
+		claim := func(agents []string, fenced string) {
+			t.Helper()
+			hold, err := db.Begin(ctx) // another writer's turn: the claims queue behind it
+			if err != nil {
+				t.Fatal(err)
+			}
+			type claimed struct {
+				agent string
+				tk    Task
+				ok    bool
+				err   error
+			}
+			out := make(chan claimed, len(agents))
+			for _, a := range agents {
+				go func() {
+					tk, ok, err := b.ClaimNext(ctx, a, a+"-1")
+					out <- claimed{a, tk, ok, err}
+				}()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for b.claims.Queued() < len(agents) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d claims queued after 10 s, want %d", b.claims.Queued(), len(agents))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			_ = hold.Rollback()
+			for range agents {
+				c := <-out
+				switch {
+				case c.agent == fenced && (!errors.Is(c.err, store.ErrFenced) || c.ok):
+					t.Errorf("%s's claim = %v, %v; want ErrFenced (its lease is lost)", c.agent, c.ok, c.err)
+				case c.agent != fenced && (c.err != nil || !c.ok):
+					t.Errorf("%s's claim = %v, %v; want a task", c.agent, c.ok, c.err)
+				case c.agent != fenced:
+					if other, dup := tasks[c.tk.ID]; dup {
+						t.Errorf("task %d claimed by %s and %s", c.tk.ID, other, c.agent)
+					}
+					tasks[c.tk.ID] = c.agent
+				}
+			}
+		}
+
+		claim(agents[:4], "")
+		if strings.HasPrefix(target, "postgres") {
+			var txs int
+			if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(DISTINCT xmin::text) FROM tasks WHERE state = 'CLAIMED'`).Scan(&txs); err != nil {
+				t.Fatal(err)
+			}
+			if txs != 1 {
+				t.Errorf("the 4 claims were written by %d transactions, want 1", txs)
+			}
+		}
+
+		db.SetFence("gus", held[6].Epoch+1) // gus's lease is another epoch's now
+		claim(agents[4:], "gus")
+		openState := task.Open
+		open, err := b.List(ctx, Filter{State: &openState})
+		if err != nil || len(open) != 1 || len(tasks) != 6 {
+			t.Fatalf("after the claims: %d OPEN (%v), %d claimed; want 1 (gus's) and 6", len(open), err, len(tasks))
 		}
 	})
 }

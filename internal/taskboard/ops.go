@@ -263,7 +263,12 @@ func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, o
 	if has, err := b.HasClaimable(ctx, agent); err != nil || !has {
 		return Task{}, false, err
 	}
-	err = b.write(ctx, "claim", func(tx *sql.Tx) error {
+	// With the claims of other agents waiting at the same time, in one
+	// transaction: each sees the ones before it, so no task is claimed
+	// twice, and one refused (its lease lost, the machine) is left out
+	// alone.
+	_, err = b.db.Grouped(ctx, &b.claims, func(ctx context.Context, tx *sql.Tx) error {
+		t, ok = Task{}, false // a batch may be applied again without another's write
 		at := b.opts.Now()
 		now := store.FormatTime(at)
 		args := append([]any{agent, session, now}, b.claimArgs(agent)...)

@@ -36,6 +36,9 @@ type DB interface {
 	// FenceTx refuses, in tx, a write for an agent whose lease this daemon
 	// no longer holds (a shared store; a no-op otherwise).
 	FenceTx(ctx context.Context, tx *sql.Tx, agent string) error
+	// Grouped applies a write in the next transaction of g, with the
+	// writes of this process that wait for the writer's turn with it.
+	Grouped(ctx context.Context, g *store.Group, do func(context.Context, *sql.Tx) error) (int, error)
 }
 
 // Sentinels; errors wrap them with the task and what to do.
@@ -124,6 +127,11 @@ type Options struct {
 type Board struct {
 	db   DB
 	opts Options
+	// claims commits the claims of this process's agents that wait for
+	// the writer's turn together: a swarm's agents claim at once (a
+	// daemon's start, a batch of tasks added), and a commit is most of a
+	// claim's cost.
+	claims store.Group
 }
 
 // New returns the board stored in db.
@@ -131,7 +139,7 @@ func New(db DB, opts Options) *Board {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Board{db: db, opts: opts}
+	return &Board{db: db, opts: opts, claims: store.Group{Pkg: "taskboard", Op: "claim"}}
 }
 
 func (b *Board) now() string { return store.FormatTime(b.opts.Now()) }
