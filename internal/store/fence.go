@@ -73,7 +73,7 @@ func (db *DB) fenced() bool {
 }
 
 // FenceTx checks, in tx, that this daemon holds agent's lease at the epoch
-// it was given, and holds that row until tx ends (FOR SHARE on PostgreSQL;
+// it was given, and holds that row until tx ends (FOR KEY SHARE on PostgreSQL;
 // SQLite's one writer excludes every other), so that no daemon can take
 // the lease between the check and the commit. It does nothing unless Fence
 // was called. On PostgreSQL the check goes to the server with the next

@@ -64,14 +64,19 @@ var (
 )
 
 // fenceSQL checks an agent's lease and holds its row until the transaction
-// ends (FOR SHARE), failing when this daemon does not hold it at the epoch
-// given: a check whose answer need not be read before the writes it
-// fences, so it travels with them. It fails by dividing by the count of
-// rows held, zero (SQLSTATE fenceFailed, which the daemon turns back into
-// the *FencedError): a statement of its own, planned like any other. As a
-// PL/pgSQL function that raised an error of its own it cost the server 0.23
+// ends, failing when this daemon does not hold it at the epoch given: a
+// check whose answer need not be read before the writes it fences, so it
+// travels with them. FOR KEY SHARE holds off what takes a lease away (a
+// takeover's SELECT … FOR UPDATE, a release's or a reap's DELETE) and not
+// the holder's own renewal, an UPDATE of expires_at alone: with FOR SHARE
+// the renewal waited for every write transaction that checked one of its
+// leases, and deadlocked with one that checked two (each holding a row the
+// other wanted) until the server broke the cycle after deadlock_timeout.
+// It fails by dividing by the count of rows held, zero (SQLSTATE
+// fenceFailed, which the daemon turns back into the *FencedError): a
+// statement of its own, planned like any other. As a PL/pgSQL function that raised an error of its own it cost the server 0.23
 // ms a call under load, against 0.034 for this.
-const fenceSQL = `SELECT 1 / COUNT(*) FROM (SELECT 1 FROM agent_leases WHERE agent = $1 AND daemon = $2 AND epoch = $3 FOR SHARE) held`
+const fenceSQL = `SELECT 1 / COUNT(*) FROM (SELECT 1 FROM agent_leases WHERE agent = $1 AND daemon = $2 AND epoch = $3 FOR KEY SHARE) held`
 
 // fenceFailed is division_by_zero, fenceSQL's failure when the lease is
 // not held; it means that only for a lease check.
