@@ -34,9 +34,9 @@ type Git interface {
 // Tasks is what the builder needs of the task board. *taskboard.Board
 // satisfies it.
 type Tasks interface {
-	HasWork(ctx context.Context, agent string) (bool, error)
+	Work(ctx context.Context, agent string) (taskboard.Work, error)
 	Held(ctx context.Context, agent string) (taskboard.Task, bool, error)
-	ClaimNext(ctx context.Context, agent, session string) (taskboard.Task, bool, error)
+	ClaimSeen(ctx context.Context, agent, session string) (taskboard.Task, bool, error)
 	Continue(ctx context.Context, id int64, agent, session string) error
 	Unclaim(ctx context.Context, session string) error
 	ReviewFor(ctx context.Context, reviewer string) (taskboard.Task, bool, error)
@@ -151,25 +151,27 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 // whether there is nothing to do (Idle, when the request allows it).
 func (b *Builder) work(ctx context.Context, req runner.PromptRequest, d *Data) (runner.Prompt, error) {
 	p := runner.Prompt{}
-	work := b.Tasks != nil
-	if work {
-		// One read answers the usual "nothing for you" before the three
-		// below (each of which still decides for itself).
+	var work taskboard.Work
+	if b.Tasks != nil {
+		// One read answers the usual "nothing for you", and says which of
+		// the reads below have something (each still decides for itself).
 		var err error
-		if work, err = b.Tasks.HasWork(ctx, req.Agent); err != nil {
+		if work, err = b.Tasks.Work(ctx, req.Agent); err != nil {
 			return p, err
 		}
 	}
-	if work {
+	if work.Any() {
 		// A review waiting for this agent comes first: a worker is blocked
 		// on it, while the agent's own task can continue in the next session.
 		var err error
-		if d.Review, err = b.review(ctx, req.Agent); err != nil {
-			return p, err
+		if work.Review {
+			if d.Review, err = b.review(ctx, req.Agent); err != nil {
+				return p, err
+			}
 		}
 		if d.Review != nil {
 			p.Review = d.Review.Task.ID
-		} else if t, isNew, err := b.task(ctx, req); err != nil {
+		} else if t, isNew, err := b.task(ctx, req, work); err != nil {
 			return p, err
 		} else if t != nil {
 			d.Task, p.Task, p.NewTask = t, t.ID, isNew
@@ -227,11 +229,15 @@ func (b *Builder) gitState(ctx context.Context, agent string, d *Data) (string, 
 }
 
 // task is the task the prompt carries: the one the agent holds (continued),
-// or the best one it can claim now (isNew).
-func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, isNew bool, err error) {
-	held, ok, err := b.Tasks.Held(ctx, req.Agent)
-	if err != nil {
-		return nil, false, fmt.Errorf("held task: %w", err)
+// or the best one it can claim now (isNew), where work, read just before,
+// saw one.
+func (b *Builder) task(ctx context.Context, req runner.PromptRequest, work taskboard.Work) (_ *Task, isNew bool, err error) {
+	var held taskboard.Task
+	ok := false
+	if work.Held { // only the agent's own prompts and sessions claim for it
+		if held, ok, err = b.Tasks.Held(ctx, req.Agent); err != nil {
+			return nil, false, fmt.Errorf("held task: %w", err)
+		}
 	}
 	if ok {
 		if err := b.Tasks.Continue(ctx, held.ID, req.Agent, req.SessionID); err != nil {
@@ -241,7 +247,10 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest) (_ *Task, 
 		claimed := held.State == task.Claimed
 		return taskOf(held, !claimed), claimed, nil
 	}
-	t, ok, err := b.Tasks.ClaimNext(ctx, req.Agent, req.SessionID)
+	if !work.Claimable {
+		return nil, false, nil
+	}
+	t, ok, err := b.Tasks.ClaimSeen(ctx, req.Agent, req.SessionID)
 	if err != nil || !ok {
 		return nil, false, err
 	}

@@ -2,6 +2,8 @@ package prompt
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,6 +215,64 @@ func TestBuilderReviewBeforeOwnTask(t *testing.T) {
 	p, err = b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
 	if err != nil || p.Task != own.ID || p.Review != 0 {
 		t.Fatalf("after the review: task %d review %d (%v); want his own task %d", p.Task, p.Review, err, own.ID)
+	}
+}
+
+// countingTasks counts the board reads a prompt makes, of a real board.
+type countingTasks struct {
+	*taskboard.Board
+	reads map[string]int
+}
+
+func (c *countingTasks) ReviewFor(ctx context.Context, reviewer string) (taskboard.Task, bool, error) {
+	c.reads["ReviewFor"]++
+	return c.Board.ReviewFor(ctx, reviewer)
+}
+
+func (c *countingTasks) Held(ctx context.Context, agent string) (taskboard.Task, bool, error) {
+	c.reads["Held"]++
+	return c.Board.Held(ctx, agent)
+}
+
+func (c *countingTasks) ClaimSeen(ctx context.Context, agent, session string) (taskboard.Task, bool, error) {
+	c.reads["ClaimSeen"]++
+	return c.Board.ClaimSeen(ctx, agent, session)
+}
+
+// TestBuilderReadsOnlyWhatWorkSaw: the prompt's first read of the board
+// says what it has for the agent, and the prompt makes only the reads that
+// have something: a task to claim costs no review or held-task read, a held
+// task no review read and no claim, nothing at all none of them.
+func TestBuilderReadsOnlyWhatWorkSaw(t *testing.T) {
+	ctx := context.Background()
+	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	board := &countingTasks{Board: taskboard.New(db.Store(), taskboard.Options{AutoClose: true})}
+	b := &Builder{Tasks: board}
+	build := func(seq uint32) runner.Prompt {
+		t.Helper()
+		board.reads = map[string]int{}
+		p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: fmt.Sprintf("bob-%d-aaaa", seq), Seq: seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := build(1); p.Task != 0 || len(board.reads) != 0 {
+		t.Fatalf("empty board: task %d, reads %v; want none", p.Task, board.reads)
+	}
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "for anyone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := build(2); p.Task != tk.ID || !maps.Equal(board.reads, map[string]int{"ClaimSeen": 1}) {
+		t.Fatalf("a task to claim: task %d, reads %v; want task %d, one claim and nothing else", p.Task, board.reads, tk.ID)
+	}
+	if p := build(3); p.Task != tk.ID || !maps.Equal(board.reads, map[string]int{"Held": 1}) {
+		t.Fatalf("a held task: task %d, reads %v; want task %d, one held-task read", p.Task, board.reads, tk.ID)
 	}
 }
 

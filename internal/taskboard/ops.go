@@ -202,26 +202,35 @@ func (b *Board) reviewOnly(agent string) bool {
 	return b.opts.ReviewOnly != nil && b.opts.ReviewOnly(agent)
 }
 
-// HasWork reports whether the board has anything for agent's next prompt:
-// a review waiting for its verdict (ReviewFor), a task it holds (Held) or
-// one it could claim (HasClaimable). It only reads, once: a prompt asks it
-// before those, which the board usually answers with nothing.
-func (b *Board) HasWork(ctx context.Context, agent string) (bool, error) {
-	var ok bool
-	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+reviewing+`)
-		OR EXISTS (SELECT 1 FROM tasks WHERE `+holding+`)
-		OR EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, append([]any{agent, agent}, b.claimArgs(agent)...)...).Scan(&ok)
+// Work is what the board has for an agent's next prompt, as one read saw
+// it: a review waiting for its verdict (ReviewFor), a task it holds (Held),
+// one it could claim (HasClaimable).
+type Work struct{ Review, Held, Claimable bool }
+
+// Any reports whether there is anything.
+func (w Work) Any() bool { return w.Review || w.Held || w.Claimable }
+
+// Work reads, once, what the board has for agent's next prompt: a prompt
+// asks it before ReviewFor, Held and a claim, which the board usually
+// answers with nothing, and then makes only the reads it says have
+// something.
+func (b *Board) Work(ctx context.Context, agent string) (Work, error) {
+	var w Work
+	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE `+reviewing+`),
+		EXISTS (SELECT 1 FROM tasks WHERE `+holding+`),
+		EXISTS (SELECT 1 FROM tasks WHERE `+claimable+`)`, append([]any{agent, agent}, b.claimArgs(agent)...)...).Scan(&w.Review, &w.Held, &w.Claimable)
 	if err != nil {
-		return false, b.db.WrapFor("taskboard", "has work", err)
+		return Work{}, b.db.WrapFor("taskboard", "work", err)
 	}
-	return ok, nil
+	return w, nil
 }
 
 // holding is a task the agent (the one parameter) holds. The claimant is
 // also said to be non-empty so that PostgreSQL's generic plan of a prepared
 // statement, which cannot know the parameter, still uses the partial index
-// of claimed tasks: without it HasWork read the whole board (1.2 ms with
-// 1,500 tasks, the database's busiest statement after the claims).
+// of claimed tasks: without it the prompt's first read (Work) read the
+// whole board (1.2 ms with 1,500 tasks, the database's busiest statement
+// after the claims).
 const holding = `claimant = ? AND claimant <> '' AND state IN ('CLAIMED', 'IN_PROGRESS')`
 
 // claimable is an OPEN task the agent may claim (claimArgs: the agent;
@@ -263,6 +272,13 @@ func (b *Board) ClaimNext(ctx context.Context, agent, session string) (t Task, o
 	if has, err := b.HasClaimable(ctx, agent); err != nil || !has {
 		return Task{}, false, err
 	}
+	return b.ClaimSeen(ctx, agent, session)
+}
+
+// ClaimSeen is ClaimNext for a caller that has just seen a task agent may
+// claim (Work): it takes the writer's turn without reading first. With
+// nothing left to claim by then it claims nothing, without error.
+func (b *Board) ClaimSeen(ctx context.Context, agent, session string) (t Task, ok bool, err error) {
 	// With the claims of other agents waiting at the same time, in one
 	// transaction: each sees the ones before it, so no task is claimed
 	// twice, and one refused (its lease lost, the machine) is left out

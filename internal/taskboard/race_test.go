@@ -26,12 +26,12 @@ func TestClaimsAtomicAcrossProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if has, err := board.HasWork(ctx, "p0"); err != nil || !has {
-			t.Fatalf("before the race: has work %v, %v; want true", has, err)
+		if w, err := board.Work(ctx, "p0"); err != nil || !w.Claimable {
+			t.Fatalf("before the race: work %+v, %v; want claimable", w, err)
 		}
 		storetest.Race(t, "TestClaimRaceChild", target, "claims", procs, tasks)
-		if has, err := board.HasWork(ctx, "p0"); err != nil || has {
-			t.Errorf("after the race: has work %v, %v; want false (all closed)", has, err)
+		if w, err := board.Work(ctx, "p0"); err != nil || w.Any() {
+			t.Errorf("after the race: work %+v, %v; want none (all closed)", w, err)
 		}
 		seen := map[int64]string{}
 		for i := range procs {

@@ -22,8 +22,8 @@ func TestReviewersReviewAndNobodyReviewsTheirOwnWork(t *testing.T) {
 	if _, err := b.Claim(ctx, open.ID, "rita", "rita-1-a"); !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("Claim of an unassigned task by a reviewer = %v, want ErrNotHolder", err)
 	}
-	if ok, err := b.HasWork(ctx, "rita"); err != nil || ok {
-		t.Fatalf("HasWork(rita) = %v, %v; want false", ok, err)
+	if w, err := b.Work(ctx, "rita"); err != nil || w.Any() {
+		t.Fatalf("Work(rita) = %+v, %v; want none", w, err)
 	}
 	mine := add(t, b, NewTask{Title: "for rita", Assignee: "rita"})
 	if tk, ok, err := b.ClaimNext(ctx, "rita", "rita-2-b"); err != nil || !ok || tk.ID != mine.ID {

@@ -437,10 +437,10 @@ func TestMergeRejectionsBounded(t *testing.T) {
 	}
 }
 
-// TestHasWorkAgreesWithTheReads: HasWork is true exactly when ReviewFor,
-// Held or HasClaimable has something, as a board moves through reviews,
-// claims, assignments and dependencies.
-func TestHasWorkAgreesWithTheReads(t *testing.T) {
+// TestWorkAgreesWithTheReads: each of Work's answers is what ReviewFor,
+// Held and HasClaimable say, as a board moves through reviews, claims,
+// assignments and dependencies.
+func TestWorkAgreesWithTheReads(t *testing.T) {
 	ctx := context.Background()
 	b, _ := openBoard(t, "", Options{AutoClose: true,
 		ReviewerOf: func(agent string) (string, int) {
@@ -453,7 +453,7 @@ func TestHasWorkAgreesWithTheReads(t *testing.T) {
 	check := func(when string, want map[string]bool) {
 		t.Helper()
 		for _, a := range agents {
-			has, err := b.HasWork(ctx, a)
+			w, err := b.Work(ctx, a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -463,9 +463,9 @@ func TestHasWorkAgreesWithTheReads(t *testing.T) {
 			if err := errors.Join(err1, err2, err3); err != nil {
 				t.Fatal(err)
 			}
-			if has != (review || held || claim) || has != want[a] {
-				t.Errorf("%s: HasWork(%s) = %v; review %v, held %v, claimable %v; want %v",
-					when, a, has, review, held, claim, want[a])
+			if w != (Work{Review: review, Held: held, Claimable: claim}) || w.Any() != want[a] {
+				t.Errorf("%s: Work(%s) = %+v; review %v, held %v, claimable %v; want anything: %v",
+					when, a, w, review, held, claim, want[a])
 			}
 		}
 	}
