@@ -239,3 +239,65 @@ func TestEmptyOnceDeadNotReaped(t *testing.T) {
 		t.Fatalf("the sleep is %q, not a zombie: it was reaped, so the test proved nothing", st)
 	}
 }
+
+// WaitEmpty returns once the cgroup's last process has died (told by the
+// kernel, not found by polling), at once for an empty cgroup, and false
+// at its deadline while a process lives.
+func TestWaitEmptyFollowsTheKernelsEvent(t *testing.T) {
+	h := open(t)
+	g, err := h.New("tree-wait", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if empty, err := g.WaitEmpty(time.Now().Add(time.Minute)); err != nil || !empty {
+		t.Fatalf("WaitEmpty of an empty cgroup = %v, %v; want true at once", empty, err)
+	}
+	start := func(secs string) int {
+		t.Helper()
+		pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", secs}, &syscall.ProcAttr{
+			Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, 0, nil)
+		})
+		return pid
+	}
+
+	// A process that ends by itself a moment after the wait began: only
+	// the kernel's event ends the wait before its deadline. (Before any
+	// Kill: a process cloned into a cgroup that was killed may be killed
+	// too, by kernels that compare the cgroup's kill count with its
+	// parent's.)
+	start("0.3")
+	began := time.Now()
+	if empty, err := g.WaitEmpty(began.Add(30 * time.Second)); err != nil || !empty {
+		t.Fatalf("WaitEmpty for a sleep of 0.3 s = %v, %v; want true", empty, err)
+	}
+	if waited := time.Since(began); waited > 10*time.Second || waited < 200*time.Millisecond {
+		t.Fatalf("WaitEmpty saw a sleep of 0.3 s gone after %v: want its end, well before the deadline", waited)
+	}
+
+	start("300")
+	began = time.Now()
+	if empty, err := g.WaitEmpty(began.Add(50 * time.Millisecond)); err != nil || empty {
+		t.Fatalf("WaitEmpty with a live sleep = %v, %v; want false at the deadline", empty, err)
+	}
+	if waited := time.Since(began); waited < 50*time.Millisecond {
+		t.Fatalf("WaitEmpty with a live sleep returned after %v, before its deadline", waited)
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if empty, err := g.WaitEmpty(time.Now().Add(30 * time.Second)); err != nil || !empty {
+		t.Fatalf("WaitEmpty after Kill = %v, %v; want true", empty, err)
+	}
+}

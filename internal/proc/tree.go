@@ -340,23 +340,32 @@ func (s *Supervisor) killTree(t *Tree) {
 // tree if it kept its marker.
 func (s *Supervisor) waitEmpty(t *Tree) bool {
 	deadline := time.Now().Add(2 * killTimeout)
+	// The kernel says when the cgroup empties; polled only where it cannot.
+	empty, err := t.cg.WaitEmpty(deadline)
+	if errors.Is(err, cgroup.ErrNoWatch) {
+		empty, err = pollEmpty(t.cg, deadline)
+	}
+	if err != nil {
+		s.log.Warn("read the tree's cgroup; walking its processes instead", zap.String("tree", t.id), zap.Error(err))
+		return false
+	}
+	if !empty {
+		// Uninterruptible (a sandbox still making its mounts, a hung file
+		// system): nothing more can be done to it from here.
+		n, _ := t.cg.Procs()
+		s.log.Error("tree processes survive SIGKILL", zap.String("tree", t.id), zap.Int("count", n),
+			zap.Duration("waited", 2*killTimeout))
+	}
+	return true
+}
+
+// pollEmpty reads the cgroup's state until it is empty or deadline passes.
+func pollEmpty(g *cgroup.Group, deadline time.Time) (bool, error) {
 	b := newBackoff()
 	for {
-		empty, err := t.cg.Empty()
-		if err != nil {
-			s.log.Warn("read the tree's cgroup; walking its processes instead", zap.String("tree", t.id), zap.Error(err))
-			return false
-		}
-		if empty {
-			return true
-		}
-		if time.Now().After(deadline) {
-			// Uninterruptible (a sandbox still making its mounts, a hung
-			// file system): nothing more can be done to it from here.
-			n, _ := t.cg.Procs()
-			s.log.Error("tree processes survive SIGKILL", zap.String("tree", t.id), zap.Int("count", n),
-				zap.Duration("waited", 2*killTimeout))
-			return true
+		empty, err := g.Empty()
+		if err != nil || empty || time.Now().After(deadline) {
+			return empty, err
 		}
 		b.wait()
 	}
