@@ -122,17 +122,8 @@ func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
 func TestAFencedWriteFailsAlone(t *testing.T) {
 	storetest.Engines(t, "fencedalone", func(t *testing.T, fresh func(t *testing.T) string) {
 		db := storetest.OpenTarget(t, fresh(t))
-		ctx := context.Background()
-		const daemon = "host1:/srv"
 		agents := []string{"ann", "bob", "cal"}
-		held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "host1", PID: 1}, agents, time.Now(), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.Fence(daemon)
-		for _, l := range held {
-			db.SetFence(l.Agent, l.Epoch)
-		}
+		held := storetest.HoldLeases(t, db, "host1:/srv", agents...)
 		db.SetFence("bob", held[1].Epoch+1) // bob's lease is another epoch's now
 		got := batchOf(t, db, agents, func(agent string) func(context.Context, *sql.Tx) error {
 			return func(ctx context.Context, tx *sql.Tx) error {

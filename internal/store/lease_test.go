@@ -7,6 +7,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/store/storetest"
 )
 
 // On PostgreSQL a write transaction that checked an agent's lease holds
@@ -37,14 +38,7 @@ func TestRenewalDoesNotWaitForFencedWrites(t *testing.T) {
 	db, db2 := open(), open() // opening takes the writer lock to migrate
 	const self, other = "host1:/srv", "host2:/srv"
 	now := time.Now()
-	held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: self, Host: "host1", PID: 1}, []string{"ann", "bob"}, now, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Fence(self)
-	for _, l := range held {
-		db.SetFence(l.Agent, l.Epoch)
-	}
+	held := storetest.HoldLeases(t, db, self, "ann", "bob")
 
 	tx, err := db.Begin(ctx)
 	if err != nil {

@@ -260,15 +260,7 @@ func TestClaimsWaitingTogetherCommitTogether(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		const daemon = "host1:/srv"
-		held, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "host1", PID: 1}, agents, time.Now(), time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.Fence(daemon)
-		for _, l := range held {
-			db.SetFence(l.Agent, l.Epoch)
-		}
+		held := storetest.HoldLeases(t, db, "host1:/srv", agents...)
 		tasks := map[int64]string{}
 		claim := func(agents []string, fenced string) {
 			t.Helper()

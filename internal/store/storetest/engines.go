@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
@@ -46,4 +47,20 @@ func OpenTarget(t testing.TB, target string) *store.DB {
 		}
 	})
 	return db
+}
+
+// HoldLeases makes db the daemon that holds agents: it takes their leases
+// for an hour from now and fences db's writes with the epochs taken, as a
+// daemon's start does. It returns the leases, in agents' order.
+func HoldLeases(t testing.TB, db *store.DB, daemon string, agents ...string) []store.Lease {
+	t.Helper()
+	held, _, err := db.AcquireLeases(context.Background(), store.Lease{Daemon: daemon, Host: "host1", PID: 1}, agents, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatalf("take the leases of %v: %v", agents, err)
+	}
+	db.Fence(daemon)
+	for _, l := range held {
+		db.SetFence(l.Agent, l.Epoch)
+	}
+	return held
 }
