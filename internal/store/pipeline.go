@@ -74,8 +74,9 @@ var (
 // other wanted) until the server broke the cycle after deadlock_timeout.
 // It fails by dividing by the count of rows held, zero (SQLSTATE
 // fenceFailed, which the daemon turns back into the *FencedError): a
-// statement of its own, planned like any other. As a PL/pgSQL function that raised an error of its own it cost the server 0.23
-// ms a call under load, against 0.034 for this.
+// statement of its own, planned like any other. As a PL/pgSQL function
+// that raised an error of its own it cost the server 0.23 ms a call under
+// load, against 0.034 for this.
 const fenceSQL = `SELECT 1 / COUNT(*) FROM (SELECT 1 FROM agent_leases WHERE agent = $1 AND daemon = $2 AND epoch = $3 FOR KEY SHARE) held`
 
 // fenceFailed is division_by_zero, fenceSQL's failure when the lease is
