@@ -36,7 +36,15 @@ type Hierarchy struct {
 	mount       string   // where cgroup v2 is mounted
 	dir         string   // the parent of every tree's cgroup
 	controllers []string // enabled for the trees (memory, cpu, pids where delegated)
+	// watches bounds the trees' ends waiting on inotify at once
+	// (Group.WaitEmpty): each holds an inotify instance, of which a user
+	// has 128 by default, shared with every other program of the user.
+	watches chan struct{}
 }
+
+// maxWatches is how many trees' ends wait on inotify at once; the others
+// poll, as where there is no inotify.
+const maxWatches = 16
 
 // Open finds the cgroup v2 hierarchy and this process's cgroup in it, and
 // makes the directory name under it for the trees' cgroups (a directory
@@ -54,7 +62,7 @@ func Open(name string) (*Hierarchy, error) {
 		return nil, err
 	}
 	base := filepath.Join(mount, own)
-	h := &Hierarchy{mount: mount, dir: filepath.Join(base, name)}
+	h := &Hierarchy{mount: mount, dir: filepath.Join(base, name), watches: make(chan struct{}, maxWatches)}
 	if err := os.Mkdir(h.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("%w: make %s: %v", ErrUnavailable, h.dir, err)
 	}
@@ -124,7 +132,7 @@ func (h *Hierarchy) New(id string, l Limits) (*Group, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("cgroup: new %s: %w", id, err)
 	}
-	g := &Group{dir: dir, fd: -1}
+	g := &Group{dir: dir, fd: -1, watches: h.watches}
 	if l.MemoryMax > 0 && h.Has("memory") {
 		if err := g.write("memory.max", strconv.FormatInt(l.MemoryMax, 10)); err != nil {
 			_ = g.Remove()
@@ -144,8 +152,9 @@ func (h *Hierarchy) New(id string, l Limits) (*Group, error) {
 
 // Group is one tree's cgroup.
 type Group struct {
-	dir string
-	fd  int // the directory, open for CLONE_INTO_CGROUP; -1 once closed
+	dir     string
+	fd      int           // the directory, open for CLONE_INTO_CGROUP; -1 once closed
+	watches chan struct{} // its hierarchy's bound on inotify waits; nil, none
 }
 
 // Dir is the cgroup's directory.

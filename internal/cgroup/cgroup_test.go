@@ -301,3 +301,43 @@ func TestWaitEmptyFollowsTheKernelsEvent(t *testing.T) {
 		t.Fatalf("WaitEmpty after Kill = %v, %v; want true", empty, err)
 	}
 }
+
+// Only maxWatches trees' ends wait on inotify at once (each holds one of
+// the user's inotify instances, 128 by default for every program of the
+// user): past that, WaitEmpty says ErrNoWatch and the caller polls.
+func TestWaitEmptyBoundsItsWatches(t *testing.T) {
+	h := open(t)
+	g, err := h.New("tree-bound", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = g.Kill()
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, 0, nil)
+	}()
+	for range maxWatches {
+		h.watches <- struct{}{} // as many waits as may be
+	}
+	if _, err := g.WaitEmpty(time.Now().Add(time.Minute)); !errors.Is(err, ErrNoWatch) {
+		t.Fatalf("WaitEmpty with every watch taken = %v; want ErrNoWatch at once", err)
+	}
+	<-h.watches
+	if empty, err := g.WaitEmpty(time.Now().Add(20 * time.Millisecond)); err != nil || empty {
+		t.Fatalf("WaitEmpty with a watch free = %v, %v; want false at its deadline", empty, err)
+	}
+	if got := len(h.watches); got != maxWatches-1 {
+		t.Fatalf("%d watches taken after the wait, want %d: it did not give its own back", got, maxWatches-1)
+	}
+}

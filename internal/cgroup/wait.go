@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNoWatch: the kernel would not watch the cgroup's events file; the
-// caller polls Empty instead.
+// ErrNoWatch: the kernel would not watch the cgroup's events file, or as
+// many trees' ends as may wait on inotify at once already do; the caller
+// polls Empty instead.
 var ErrNoWatch = errors.New("cgroup: cannot watch cgroup.events")
 
 // WaitEmpty waits until no process is left in the cgroup (Empty), or until
@@ -20,10 +21,20 @@ var ErrNoWatch = errors.New("cgroup: cannot watch cgroup.events")
 // inotify watch read through the runtime's poller: no thread held, and no
 // read of the file every few hundred microseconds while a killed tree's
 // processes die (which cost a daemon a tenth of its CPU with 90 sandboxed
-// agents). ErrNoWatch means no inotify here.
+// agents). ErrNoWatch means no inotify here, or that the hierarchy's
+// bound on such waits (maxWatches: each holds one of the user's inotify
+// instances) is reached.
 func (g *Group) WaitEmpty(deadline time.Time) (bool, error) {
 	if empty, err := g.Empty(); err != nil || empty {
 		return empty, err
+	}
+	if g.watches != nil {
+		select {
+		case g.watches <- struct{}{}:
+			defer func() { <-g.watches }()
+		default:
+			return false, fmt.Errorf("%w: %d trees' ends wait on inotify already", ErrNoWatch, cap(g.watches))
+		}
 	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
