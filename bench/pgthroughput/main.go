@@ -761,8 +761,8 @@ func pprofAddr(dir string, i int) string {
 }
 
 // profileLoad saves a CPU profile of secs seconds of each daemon into
-// dir, as KIND-daemonN.pprof.
-func profileLoad(ctx context.Context, dir, setup string, ds []*daemon, secs int) error {
+// dir, as KIND-daemonN.pprof (kind: postgres or sqlite).
+func profileLoad(ctx context.Context, dir, kind string, ds []*daemon, secs int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -781,7 +781,7 @@ func profileLoad(ctx context.Context, dir, setup string, ds []*daemon, secs int)
 				return
 			}
 			defer resp.Body.Close()
-			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-daemon%d.pprof", setup, i+1)))
+			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-daemon%d.pprof", kind, i+1)))
 			if err == nil {
 				_, err = io.Copy(f, resp.Body)
 				err = errors.Join(err, f.Close())
