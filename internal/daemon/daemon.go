@@ -263,7 +263,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	ropts := router.Options{Log: log.Named("router"), Tasks: d.tasks, Idle: d.reg, OnChange: d.noteChange, ReviewOnly: d.reviewOnly}
 	if cfg.SharedStore() {
 		w := d.db.Changes() // no file to watch: the store's notifications, which say what changed
-		ropts.Wake, ropts.Changed = w.C, w.Take
+		ropts.Wake, ropts.Changed, ropts.Urgent = w.C, w.Take, w.TakeUrgent
 	} else {
 		ropts.DBPath = cfg.DBPath() // the WAL file's changes wake the router
 	}

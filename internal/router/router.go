@@ -74,6 +74,12 @@ type Options struct {
 	// costs it no query. Without it every wake-up may have changed
 	// anything, and the data version tells.
 	Changed func() store.Change
+	// Urgent, if set with Changed, takes the urgent messages the
+	// notifications announced (store.Watch.TakeUrgent), which then must
+	// announce every one: after notifications that say precisely what
+	// changed, the router interrupts on the announcements alone, with no
+	// read of the mailbox on urgent mail's path.
+	Urgent func(dst []store.Urgent) []store.Urgent
 	// Tasks and Idle, if both are set, let new mail and new tasks wake idle
 	// agents through the same watch as urgent mail.
 	Tasks Tasks
@@ -97,6 +103,7 @@ type Router struct {
 	dbPath     string
 	wakeSrc    <-chan struct{}
 	changed    func() store.Change
+	urgent     func([]store.Urgent) []store.Urgent
 	tasks      Tasks
 	idle       Idle
 	reviewOnly func(agent string) bool
@@ -123,7 +130,7 @@ func New(mail Mail, to Interrupter, opts Options) *Router {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
-	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, wakeSrc: opts.Wake, changed: opts.Changed, lastVersion: -1,
+	return &Router{mail: mail, to: to, log: opts.Log, interval: opts.Interval, dbPath: opts.DBPath, wakeSrc: opts.Wake, changed: opts.Changed, urgent: opts.Urgent, lastVersion: -1,
 		tasks: opts.Tasks, idle: opts.Idle, reviewOnly: opts.ReviewOnly, onChange: opts.OnChange}
 }
 
@@ -187,20 +194,22 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 	defer again.Stop()
 	// what a notification said changed; zero for the first look, the
 	// safety net's and the WAL watch's, which compare the data version.
+	// announced: the urgent mail the notifications named.
 	var what store.Change
+	var announced []store.Urgent
 	for poll := true; ; {
 		if poll {
 			var err error
 			if what == 0 {
 				err = r.Poll(pollCtx)
 			} else {
-				err = r.read(pollCtx, what)
+				err = r.read(pollCtx, what, announced)
 			}
 			if err != nil {
 				r.log.Warn("router poll", zap.Error(err))
 			}
 		}
-		poll, what = true, 0
+		poll, what, announced = true, 0, announced[:0]
 		select {
 		case <-ctx.Done():
 			return
@@ -216,7 +225,10 @@ func (r *Router) loop(ctx context.Context, done chan struct{}) {
 				// version to compare, no second look. Nothing taken means
 				// the last read covered it already.
 				what = r.changed()
-				poll = what != 0
+				if r.urgent != nil {
+					announced = r.urgent(announced)
+				}
+				poll = what != 0 || len(announced) > 0
 				continue
 			}
 			again.Reset(recheck)
@@ -240,7 +252,7 @@ func (r *Router) Poll(ctx context.Context) error {
 	if v == r.lastVersion {
 		return nil
 	}
-	if err := r.read(ctx, store.ChangedAll); err != nil {
+	if err := r.read(ctx, store.ChangedAll, nil); err != nil {
 		return err
 	}
 	r.lastVersion = v
@@ -248,19 +260,31 @@ func (r *Router) Poll(ctx context.Context) error {
 }
 
 // read routes new urgent mail and wakes idle agents, reading only what
-// changed.
-func (r *Router) read(ctx context.Context, what store.Change) error {
-	var ms []mailbox.Message
-	if what.Has(store.ChangedMail) {
-		var err error
-		if ms, err = r.mail.PendingUrgent(ctx, r.lastID); err != nil {
+// changed. announced is the urgent mail the notifications named.
+func (r *Router) read(ctx context.Context, what store.Change, announced []store.Urgent) error {
+	ms := announced
+	if what.Has(store.ChangedMail) && (r.urgent == nil || !what.Precise()) {
+		// Notifications that may have missed some (or none that name
+		// urgent mail): the mailbox tells. Everything announced was
+		// committed before its announcement, so the read has it too.
+		found, err := r.mail.PendingUrgent(ctx, r.lastID)
+		if err != nil {
 			return err
+		}
+		ms = make([]store.Urgent, 0, len(found))
+		for _, m := range found {
+			ms = append(ms, store.Urgent{ID: m.ID, To: m.To, CreatedAt: m.CreatedAt})
 		}
 	}
 	// The interrupts first: the idle agents' reads below are round trips
-	// to the store, which urgent mail need not wait for.
+	// to the store, which urgent mail need not wait for. Ids become
+	// visible in increasing order, and announcements come in commit
+	// order, so one watermark dedups both.
 	for _, m := range ms {
-		r.lastID = max(r.lastID, m.ID)
+		if m.ID <= r.lastID {
+			continue
+		}
+		r.lastID = m.ID
 		if err := r.to.Interrupt(m.To, m.ID, m.CreatedAt); err != nil {
 			// Mail to the operator, or to an agent removed by a reload: it
 			// waits in the mailbox.

@@ -266,9 +266,10 @@ func TestRoutesOnPostgresNotifications(t *testing.T) {
 		return db
 	}
 	daemonDB, sender := open(), open()
+	c := &counting{Mail: daemonDB, n: map[string]int{}}
 	rec := &recorder{seen: make(chan struct{}, 1)}
 	w := daemonDB.Store().Changes()
-	r := New(daemonDB, rec, Options{Interval: time.Hour, Wake: w.C, Changed: w.Take})
+	r := New(c, rec, Options{Interval: time.Hour, Wake: w.C, Changed: w.Take, Urgent: w.TakeUrgent})
 	r.Start(ctx)
 	defer r.Stop()
 	// The listener connects in the background: send until one is routed.
@@ -281,11 +282,106 @@ func TestRoutesOnPostgresNotifications(t *testing.T) {
 		select {
 		case <-rec.seen:
 			t.Logf("send → interrupt in %v", time.Since(start))
-			return
 		case <-time.After(200 * time.Millisecond):
+			continue
 		case <-deadline:
 			t.Fatal("urgent mail not routed on a notification")
 		}
+		break
+	}
+	// Listening now: the next message is routed on its announcement, with
+	// no read of the mailbox.
+	before := c.counts()
+	m, err := sender.Send(ctx, mailbox.Draft{From: "alice", To: "bob", Body: "stop again", Urgent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rec.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second urgent message not routed")
+	}
+	if calls := rec.snapshot(); calls[len(calls)-1] != (call{"bob", m.ID}) {
+		t.Errorf("last interrupt %+v, want bob's message %d", calls[len(calls)-1], m.ID)
+	}
+	if got := c.counts(); got["urgent"] != before["urgent"] {
+		t.Errorf("urgent mail read %d times to route an announced message, want none", got["urgent"]-before["urgent"])
+	}
+}
+
+// TestAnnouncedUrgentMail: notifications that name urgent mail route it
+// without a read, each message once; notifications that may have missed
+// some (ChangedAll) read the mailbox, which has the announced ones too.
+func TestAnnouncedUrgentMail(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db := openDB(t, path)
+	c := &counting{Mail: db, n: map[string]int{}}
+	wake := make(chan struct{}, 1)
+	var next atomic.Uint32
+	var mu sync.Mutex
+	var pending []store.Urgent
+	changes := make(chan store.Change, 1)
+	rec := &recorder{seen: make(chan struct{}, 1)}
+	r := New(c, rec, Options{Interval: time.Hour, Wake: wake, Changed: func() store.Change { return store.Change(next.Swap(0)) },
+		Urgent: func(dst []store.Urgent) []store.Urgent {
+			mu.Lock()
+			defer mu.Unlock()
+			dst = append(dst, pending...)
+			pending = nil
+			return dst
+		},
+		OnChange: func(what store.Change) { changes <- what }})
+	r.Start(ctx)
+	defer r.Stop()
+	<-changes // the first look
+	notify := func(what store.Change, announced ...store.Urgent) {
+		t.Helper()
+		mu.Lock()
+		pending = append(pending, announced...)
+		mu.Unlock()
+		next.Store(uint32(what))
+		wake <- struct{}{}
+		select {
+		case <-changes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no read after a notification of %b", what)
+		}
+	}
+	send := func(to string) store.Urgent {
+		t.Helper()
+		m, err := db.Send(ctx, mailbox.Draft{From: "operator", To: to, Body: "stop", Urgent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store.Urgent{ID: m.ID, To: m.To, CreatedAt: m.CreatedAt}
+	}
+
+	a, b := send("alice"), send("bob")
+	before := c.counts()
+	notify(store.ChangedMail, a, b)
+	if got, want := rec.snapshot(), []call{{"alice", a.ID}, {"bob", b.ID}}; !slices.Equal(got, want) {
+		t.Fatalf("interrupts %v, want %v", got, want)
+	}
+	if got := c.counts(); got["urgent"] != before["urgent"] {
+		t.Errorf("announced mail: %d reads of urgent mail, want none", got["urgent"]-before["urgent"])
+	}
+	// Announced again (a duplicate notification): not routed twice.
+	notify(store.ChangedMail, b)
+	if got := rec.snapshot(); len(got) != 2 {
+		t.Errorf("an announcement seen twice: interrupts %v, want two", got)
+	}
+
+	// A reconnect: carol's message went by unannounced, alice's second
+	// was announced after it. Both are routed, in order, once.
+	missed, later := send("carol"), send("alice")
+	before = c.counts()
+	notify(store.ChangedAll, later)
+	if got, want := rec.snapshot()[2:], []call{{"carol", missed.ID}, {"alice", later.ID}}; !slices.Equal(got, want) {
+		t.Fatalf("after a reconnect: interrupts %v, want %v", got, want)
+	}
+	if got := c.counts(); got["urgent"] != before["urgent"]+1 {
+		t.Errorf("after a reconnect: %d reads of urgent mail, want one", got["urgent"]-before["urgent"])
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Change says what committed transactions touched, as far as a listener of
@@ -114,6 +115,19 @@ func (c *changeCache) of(query string) Change {
 	return ch
 }
 
+// Urgent is an urgent message as its notification announced it, on
+// PostgreSQL (migration 0022): what its recipient's router needs to
+// interrupt a session, with no read of the mailbox.
+type Urgent struct {
+	ID        int64
+	To        string
+	CreatedAt time.Time
+}
+
+// maxUrgent bounds the announced urgent messages a Watch keeps untaken;
+// past it a listener is told to read (ChangedAll) instead.
+const maxUrgent = 1024
+
 // Watch is one listener of the store's change notifications (DB.Changes).
 type Watch struct {
 	// C receives, coalesced, after commits by any client of the database;
@@ -121,6 +135,9 @@ type Watch struct {
 	C       <-chan struct{}
 	c       chan struct{}
 	pending atomic.Uint32
+
+	mu     sync.Mutex
+	urgent []Urgent // announced, not yet taken; guarded by mu
 }
 
 func newWatch() *Watch {
@@ -131,6 +148,46 @@ func newWatch() *Watch {
 // Take returns what the commits signalled since the last Take touched, and
 // forgets it.
 func (w *Watch) Take() Change { return Change(w.pending.Swap(0)) }
+
+// TakeUrgent appends to dst the urgent messages announced since the last
+// call, in the order their commits were, and forgets them. On PostgreSQL
+// every urgent message is announced (migration 0022), so a listener whose
+// Take says the notifications were precise needs no read to find them;
+// one that says ChangedAll (a reconnect, too many untaken) may have
+// missed some.
+func (w *Watch) TakeUrgent(dst []Urgent) []Urgent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	dst = append(dst, w.urgent...)
+	w.urgent = w.urgent[:0]
+	return dst
+}
+
+// noteUrgent records an announced urgent message, then its change: a
+// Take that sees the change is followed by a TakeUrgent that sees the
+// message.
+func (w *Watch) noteUrgent(u Urgent) {
+	w.mu.Lock()
+	full := len(w.urgent) >= maxUrgent
+	if !full {
+		w.urgent = append(w.urgent, u)
+	}
+	w.mu.Unlock()
+	if full {
+		w.note(ChangedAll)
+		return
+	}
+	w.note(ChangedMail)
+}
+
+// notified records one notification's payload.
+func (w *Watch) notified(payload string) {
+	if u, ok := payloadUrgent(payload); ok {
+		w.noteUrgent(u)
+		return
+	}
+	w.note(payloadChange(payload))
+}
 
 // note records a commit's change and signals C, never blocking.
 func (w *Watch) note(c Change) {

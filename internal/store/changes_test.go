@@ -1,7 +1,9 @@
 package store
 
 import (
+	"strconv"
 	"testing"
+	"time"
 )
 
 func TestChangeOf(t *testing.T) {
@@ -56,4 +58,70 @@ func TestPayloadChange(t *testing.T) {
 	if got := commitWrite(0); len(got) != 1 || got[0].sql != "COMMIT" {
 		t.Errorf("commitWrite(0) = %+v, want a COMMIT that tells no one", got)
 	}
+}
+
+func TestPayloadUrgent(t *testing.T) {
+	at := time.Date(2026, 11, 29, 7, 14, 23, 123456000, time.UTC)
+	u, ok := payloadUrgent("u42 2026-11-29T07:14:23.123456Z bob")
+	if want := (Urgent{ID: 42, To: "bob", CreatedAt: at}); !ok || u != want {
+		t.Errorf("payloadUrgent = %+v, %v; want %+v", u, ok, want)
+	}
+	// A recipient is the rest of the payload, spaces and all.
+	if u, ok := payloadUrgent("u7 2026-11-29T07:14:23.123456Z the operator"); !ok || u.To != "the operator" {
+		t.Errorf("a recipient with a space: %+v, %v", u, ok)
+	}
+	for _, bad := range []string{"", "u", "1", "8", "u42", "u42 2026-11-29T07:14:23.123456Z", "u42 2026-11-29T07:14:23.123456Z ",
+		"u0 2026-11-29T07:14:23.123456Z bob", "u-1 2026-11-29T07:14:23.123456Z bob", "ux 2026-11-29T07:14:23.123456Z bob",
+		"u42 yesterday bob", "U42 2026-11-29T07:14:23.123456Z bob"} {
+		if u, ok := payloadUrgent(bad); ok {
+			t.Errorf("payloadUrgent(%q) = %+v, want no urgent message", bad, u)
+		}
+	}
+}
+
+// TestWatchKeepsAnnouncementsItCanHold: past maxUrgent untaken, a
+// listener is told everything may have changed, so that it reads.
+func TestWatchKeepsAnnouncementsItCanHold(t *testing.T) {
+	w := newWatch()
+	for i := range maxUrgent + 1 {
+		w.notified("u" + strconv.Itoa(i+1) + " 2026-11-29T07:14:23.123456Z bob")
+	}
+	if got := w.Take(); got != ChangedAll {
+		t.Errorf("after %d announcements: Take = %b, want everything", maxUrgent+1, got)
+	}
+	got := w.TakeUrgent(nil)
+	if len(got) != maxUrgent || got[0].ID != 1 || got[maxUrgent-1].ID != maxUrgent {
+		t.Fatalf("TakeUrgent: %d messages, want the first %d in order", len(got), maxUrgent)
+	}
+	if again := w.TakeUrgent(nil); len(again) != 0 {
+		t.Errorf("a second TakeUrgent: %d messages, want none", len(again))
+	}
+	w.notified("u9 2026-11-29T07:14:23.123456Z bob")
+	if got := w.Take(); got != ChangedMail {
+		t.Errorf("one announcement: Take = %b, want mail", got)
+	}
+}
+
+// FuzzNotification: a notification's payload, whatever a client of the
+// server sent, is an urgent message that reads back the same or a Change
+// a listener can act on; nothing panics.
+func FuzzNotification(f *testing.F) {
+	for _, s := range []string{"1", "8", "15", "", "u42 2026-11-29T07:14:23.123456Z bob", "u1 x y", "u9223372036854775807 2026-11-29T07:14:23.123456Z a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, payload string) {
+		if u, ok := payloadUrgent(payload); ok {
+			if u.ID < 1 || u.To == "" {
+				t.Fatalf("payloadUrgent(%q) = %+v", payload, u)
+			}
+			again := "u" + strconv.FormatInt(u.ID, 10) + " " + u.CreatedAt.Format(TimeLayout) + " " + u.To
+			if back, ok := payloadUrgent(again); !ok || back != u {
+				t.Fatalf("payloadUrgent(%q) = %+v; its payload %q reads back as %+v, %v", payload, u, again, back, ok)
+			}
+			return
+		}
+		if c := payloadChange(payload); c == 0 || c > ChangedAll {
+			t.Fatalf("payloadChange(%q) = %b", payload, c)
+		}
+	})
 }

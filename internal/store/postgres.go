@@ -256,7 +256,7 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 		for err == nil {
 			var n *pgconn.Notification
 			if n, err = conn.WaitForNotification(ctx); err == nil {
-				w.note(payloadChange(n.Payload))
+				w.notified(n.Payload)
 			}
 		}
 		if conn != nil {
@@ -273,16 +273,39 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 	}
 }
 
-// payloadChange reads a notification's payload: a number written by
-// commitWrite or by the tasks' trigger (ChangedOpen); anything else (an
-// older daemon's empty payload, a NOTIFY by hand) may have changed
-// anything.
+// payloadChange reads a notification's payload that is not an urgent
+// message's (payloadUrgent): a number written by commitWrite or by the
+// tasks' trigger (ChangedOpen); anything else (an older daemon's empty
+// payload, a NOTIFY by hand) may have changed anything.
 func payloadChange(s string) Change {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > int(ChangedAll) || strconv.Itoa(n) != s {
 		return ChangedAll
 	}
 	return Change(n)
+}
+
+// payloadUrgent reads an urgent message's notification, 'u' ID ' '
+// CREATED_AT ' ' RECIPIENT; ok is false for any other payload.
+func payloadUrgent(s string) (u Urgent, ok bool) {
+	rest, ok := strings.CutPrefix(s, "u")
+	if !ok {
+		return Urgent{}, false
+	}
+	id, rest, ok1 := strings.Cut(rest, " ")
+	at, to, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || to == "" {
+		return Urgent{}, false
+	}
+	var err error
+	if u.ID, err = strconv.ParseInt(id, 10, 64); err != nil || u.ID < 1 {
+		return Urgent{}, false
+	}
+	if u.CreatedAt, err = time.Parse(TimeLayout, at); err != nil {
+		return Urgent{}, false
+	}
+	u.To = to
+	return u, true
 }
 
 // pgConnector makes the connections of one pool. The write pool's take the

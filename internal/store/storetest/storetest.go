@@ -378,6 +378,31 @@ func testChanges(t *testing.T, h Harness) {
 			}
 		}
 	}
+	// Urgent mail is announced with its recipient (store.Urgent); other
+	// mail is not.
+	if err := writer.InTx(ctx, "test", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO messages (id, thread_id, sender, recipient, body, urgency, created_at) VALUES
+			(900, 900, 'alice', 'bob', 'later', 'normal', '2026-11-29T07:14:23.123456Z'),
+			(901, 901, 'alice', 'bob', 'stop', 'urgent', '2026-11-29T07:14:23.123456Z')`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var announced []store.Urgent
+	for deadline := time.After(10 * time.Second); len(announced) == 0; {
+		select {
+		case <-w.C:
+		case <-deadline:
+			t.Fatal("urgent mail: no announcement")
+		}
+		if got := w.Take(); got != store.ChangedMail {
+			t.Fatalf("urgent mail: change %b, want mail", got)
+		}
+		announced = w.TakeUrgent(announced)
+	}
+	if want := (store.Urgent{ID: 901, To: "bob", CreatedAt: time.Date(2026, 11, 29, 7, 14, 23, 123456000, time.UTC)}); len(announced) != 1 || announced[0] != want {
+		t.Errorf("announced %+v, want %+v alone", announced, want)
+	}
 	// A transaction that only read tells no one: the next signal is the
 	// write after it.
 	if err := writer.InTx(ctx, "test", func(tx *sql.Tx) error {
