@@ -245,13 +245,17 @@ func (*pgDriver) maintain(context.Context, *DB) {}
 
 // changes listens on its own connection (LISTEN needs one that stays
 // open) and notes each notification's Change on w; it reconnects, after a
-// pause, when the connection fails, noting everything then (a notification
-// may have been missed). It returns when ctx ends.
+// pause, when the connection fails. It notes everything once it listens,
+// the first time too: a commit before then told no one this listener
+// heard (one while it was down, or before its first LISTEN, which may
+// follow the router's first look). It returns when ctx ends.
 func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, p.cfg.Copy())
 		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+changesChannel)
+			if _, err = conn.Exec(ctx, "LISTEN "+changesChannel); err == nil {
+				w.note(ChangedAll)
+			}
 		}
 		for err == nil {
 			var n *pgconn.Notification
@@ -265,7 +269,6 @@ func (p *pgDriver) changes(ctx context.Context, db *DB, w *Watch) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.note(ChangedAll)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
