@@ -197,30 +197,45 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 }
 
-// Empty turns true once every process of the cgroup has exited, before
-// their parent reaps them: a tree's end waits for its processes to die, not
-// for the reaper.
-func TestEmptyOnceDeadNotReaped(t *testing.T) {
-	h := open(t)
-	g, err := h.New("tree-empty", Limits{})
+// newGroup makes cgroup name under h, removed when the test ends.
+func newGroup(t *testing.T, h *Hierarchy, name string) *Group {
+	t.Helper()
+	g, err := h.New(name, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := g.Remove(); err != nil {
 			t.Error(err)
 		}
-	}()
-	pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{
+	})
+	return g
+}
+
+// sleepIn starts `sleep secs` born in g and returns its pid; when the test
+// ends g is killed and the sleep reaped (before newGroup's Remove).
+func sleepIn(t *testing.T, g *Group, secs string) int {
+	t.Helper()
+	pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", secs}, &syscall.ProcAttr{
 		Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
+		_ = g.Kill()
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(pid, &ws, 0, nil)
-	}()
+	})
+	return pid
+}
+
+// Empty turns true once every process of the cgroup has exited, before
+// their parent reaps them: a tree's end waits for its processes to die, not
+// for the reaper.
+func TestEmptyOnceDeadNotReaped(t *testing.T) {
+	g := newGroup(t, open(t), "tree-empty")
+	pid := sleepIn(t, g, "300")
 	if empty, err := g.Empty(); err != nil || empty {
 		t.Fatalf("Empty with a live sleep = %v, %v; want false", empty, err)
 	}
@@ -244,32 +259,9 @@ func TestEmptyOnceDeadNotReaped(t *testing.T) {
 // kernel, not found by polling), at once for an empty cgroup, and false
 // at its deadline while a process lives.
 func TestWaitEmptyFollowsTheKernelsEvent(t *testing.T) {
-	h := open(t)
-	g, err := h.New("tree-wait", Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := g.Remove(); err != nil {
-			t.Error(err)
-		}
-	}()
+	g := newGroup(t, open(t), "tree-wait")
 	if empty, err := g.WaitEmpty(time.Now().Add(time.Minute)); err != nil || !empty {
 		t.Fatalf("WaitEmpty of an empty cgroup = %v, %v; want true at once", empty, err)
-	}
-	start := func(secs string) int {
-		t.Helper()
-		pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", secs}, &syscall.ProcAttr{
-			Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, 0, nil)
-		})
-		return pid
 	}
 
 	// A process that ends by itself a moment after the wait began: only
@@ -277,7 +269,7 @@ func TestWaitEmptyFollowsTheKernelsEvent(t *testing.T) {
 	// Kill: a process cloned into a cgroup that was killed may be killed
 	// too, by kernels that compare the cgroup's kill count with its
 	// parent's.)
-	start("0.3")
+	sleepIn(t, g, "0.3")
 	began := time.Now()
 	if empty, err := g.WaitEmpty(began.Add(30 * time.Second)); err != nil || !empty {
 		t.Fatalf("WaitEmpty for a sleep of 0.3 s = %v, %v; want true", empty, err)
@@ -286,7 +278,7 @@ func TestWaitEmptyFollowsTheKernelsEvent(t *testing.T) {
 		t.Fatalf("WaitEmpty saw a sleep of 0.3 s gone after %v: want its end, well before the deadline", waited)
 	}
 
-	start("300")
+	sleepIn(t, g, "300")
 	began = time.Now()
 	if empty, err := g.WaitEmpty(began.Add(50 * time.Millisecond)); err != nil || empty {
 		t.Fatalf("WaitEmpty with a live sleep = %v, %v; want false at the deadline", empty, err)
@@ -307,26 +299,8 @@ func TestWaitEmptyFollowsTheKernelsEvent(t *testing.T) {
 // user): past that, WaitEmpty says ErrNoWatch and the caller polls.
 func TestWaitEmptyBoundsItsWatches(t *testing.T) {
 	h := open(t)
-	g, err := h.New("tree-bound", Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := g.Remove(); err != nil {
-			t.Error(err)
-		}
-	}()
-	pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, &syscall.ProcAttr{
-		Sys: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: true, CgroupFD: g.FD()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = g.Kill()
-		var ws unix.WaitStatus
-		_, _ = unix.Wait4(pid, &ws, 0, nil)
-	}()
+	g := newGroup(t, h, "tree-bound")
+	sleepIn(t, g, "300")
 	for range maxWatches {
 		h.watches <- struct{}{} // as many waits as may be
 	}
