@@ -123,11 +123,7 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 // mail and no task gets no prompt (Idle) until a task arrives.
 func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 	ctx := context.Background()
-	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{Agents: []string{"alice"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openMail(t, mailbox.Options{Agents: []string{"alice"}})
 	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
 	b := &Builder{Mail: db, Tasks: board, Agents: []string{"alice"}, Swarmd: "/opt/swarmd/bin/swarmd"}
 	tk, err := board.Add(ctx, taskboard.NewTask{Title: "write the parser", Body: "in parse.go"})
@@ -186,11 +182,7 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 // review waiting gets the review first (a worker waits on it), then its task.
 func TestBuilderReviewBeforeOwnTask(t *testing.T) {
 	ctx := context.Background()
-	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openMail(t, mailbox.Options{})
 	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
 	b := &Builder{Tasks: board}
 	own, _ := board.Add(ctx, taskboard.NewTask{Title: "bob's own", Assignee: "bob"})
@@ -245,11 +237,7 @@ func (c *countingTasks) ClaimSeen(ctx context.Context, agent, session string) (t
 // task no review read and no claim, nothing at all none of them.
 func TestBuilderReadsOnlyWhatWorkSaw(t *testing.T) {
 	ctx := context.Background()
-	db, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openMail(t, mailbox.Options{})
 	board := &countingTasks{Board: taskboard.New(db.Store(), taskboard.Options{AutoClose: true})}
 	b := &Builder{Tasks: board}
 	build := func(seq uint32) runner.Prompt {
@@ -351,4 +339,15 @@ func settleIt(t *testing.T, db *mailbox.Mailbox, b *Builder, st runner.Settlemen
 func ended(name, id string, seq uint32, now time.Time) runner.SessionRecord {
 	return runner.SessionRecord{Agent: name, SessionID: id, Seq: seq, Outcome: agent.ExitOutcome{Kind: agent.Success},
 		Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now, Ended: now}}
+}
+
+// openMail opens a mailbox on a fresh swarm.db, closed when the test ends.
+func openMail(t *testing.T, opts mailbox.Options) *mailbox.Mailbox {
+	t.Helper()
+	db, err := mailbox.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
