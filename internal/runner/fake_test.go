@@ -197,12 +197,17 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 
 func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error) {
 	if p.hold != nil {
-		// A store that refuses until the test lets it take the write.
-		wait(errStoreBusy)
+		// A store that refuses until the test lets it take the write, and
+		// takes every write at once after that.
 		select {
 		case <-p.hold:
-		case <-ctx.Done():
-			return SettleResult{}, ctx.Err()
+		default:
+			wait(errStoreBusy)
+			select {
+			case <-p.hold:
+			case <-ctx.Done():
+				return SettleResult{}, ctx.Err()
+			}
 		}
 	}
 	p.mu.Lock()
