@@ -98,6 +98,8 @@ func Drop() Turn { return Turn{Drop: true} }
 
 // Request is one recorded request.
 type Request struct {
+	// Time is when the request was answered: for a scripted one, when its
+	// script turn was chosen.
 	Time   time.Time
 	Format Format // "" for a path the server does not know
 	Method string
@@ -253,6 +255,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	// A scripted request's time is when its script was chosen, so that it
+	// orders with Script: one answered by a script set at T has a Time
+	// after T, however late a loaded machine ran this handler.
+	rec.Time = time.Now()
 	sc := s.scriptLocked(rec)
 	idx := sc.turn(pos)
 	rec.Position, rec.Turn, rec.Script = pos, idx, sc.match
