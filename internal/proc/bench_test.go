@@ -17,11 +17,18 @@ import (
 // BenchmarkTreeTurnover is one tree per op: start /bin/true with stdin and
 // output pipes, wait until the tree is done.
 func BenchmarkTreeTurnover(b *testing.B) {
+	b.Run("nice=0", func(b *testing.B) { benchTreeTurnover(b, 0) })
+	// Each tree's fork on a reniced thread of its own, discarded after.
+	b.Run("nice=10", func(b *testing.B) { benchTreeTurnover(b, 10) })
+}
+
+func benchTreeTurnover(b *testing.B, nice int) {
 	s, err := NewSupervisor(b.TempDir(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
+	s.SetNice(nice)
 	env := os.Environ()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

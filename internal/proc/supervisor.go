@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -104,6 +103,9 @@ type Supervisor struct {
 	// kill sends a signal to a leftover of an ended tree: unix.Kill, or a
 	// test's stand-in that keeps the process alive across scans.
 	kill func(pid int, sig unix.Signal) error
+	// forked, if set (tests), sees each leader the moment its fork and
+	// exec returned, before Start does anything more with it.
+	forked func(pid int)
 
 	// walks counts the scans of our children that trees' ends made.
 	walks atomic.Int64
@@ -111,23 +113,12 @@ type Supervisor struct {
 	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
 	cg *cgroup.Hierarchy
 	// nice is the nice value every tree started gets (SetNice); noNice:
-	// this process's own, inherited.
-	nice atomic.Int32
+	// this process's own, inherited. Guarded by mu.
+	nice int
+	// forker forks the trees' leaders at nice, when one is set (nice.go).
+	forker *forker
 
 	closeOnce sync.Once
-}
-
-// renice lowers the priority of the process group the leader pid just
-// started (ForkExec returns once it has exec'd): whatever it forked by now
-// is in the group, and whatever it forks later inherits the value.
-func (s *Supervisor) renice(pid int) {
-	n := s.nice.Load()
-	if n == noNice {
-		return
-	}
-	if err := unix.Setpriority(unix.PRIO_PGRP, pid, int(n)); err != nil && !errors.Is(err, unix.ESRCH) {
-		s.log.Warn("lower the priority of a tree", zap.Int("pid", pid), zap.Error(err))
-	}
 }
 
 // UseCgroups gives every tree started from now on a cgroup v2 of its own
@@ -138,28 +129,6 @@ func (s *Supervisor) UseCgroups(h *cgroup.Hierarchy) {
 	defer s.mu.Unlock()
 	s.cg = h
 }
-
-// SetNice makes every tree started from now on run n (1 to 19) nice
-// values below this process's priority; 0 leaves them at its own. The
-// daemon's own work (recording what sessions did, claims, mail) then never
-// waits for a CPU behind the processes of the trees it supervises: with
-// the kernel's autogroups (one per session, as most distributions enable)
-// the trees compete with the daemon alone, not with the rest of the host.
-func (s *Supervisor) SetNice(n int) {
-	if n <= 0 {
-		s.nice.Store(noNice)
-		return
-	}
-	// The raw syscall answers 20 - nice; this process's nice does not change.
-	own := 0
-	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
-		own = 20 - prio
-	}
-	s.nice.Store(int32(min(own+n, 19)))
-}
-
-// noNice: trees keep the nice value they inherit from this process.
-const noNice = math.MinInt32
 
 // Cgroups is the hierarchy UseCgroups set, nil when none.
 func (s *Supervisor) Cgroups() *cgroup.Hierarchy {
@@ -210,7 +179,7 @@ func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
 		leftovers: make(map[int]uint64),
 		kill:      unix.Kill,
 	}
-	s.nice.Store(noNice)
+	s.nice = noNice
 	signal.Notify(s.sigch, unix.SIGCHLD)
 	s.wg.Add(1)
 	go s.reaper()
@@ -234,6 +203,9 @@ func (s *Supervisor) Close() error {
 		for _, t := range live {
 			<-t.Done()
 		}
+		s.mu.Lock()
+		s.stopForker()
+		s.mu.Unlock()
 		signal.Stop(s.sigch)
 		close(s.stop)
 		s.wg.Wait()
@@ -354,7 +326,7 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	t.started = time.Now()
 	// Registered under the same lock the reaper scans under: a leader that
 	// exits at once is never taken for an orphan and reaped.
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+	pid, err := s.forkExec(path, argv, &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   env,
 		Files: []uintptr{in, out, out},
@@ -362,6 +334,9 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	})
 	if t.cg != nil {
 		t.cg.CloseFD() // the leader is in; the directory is all the rest needs
+	}
+	if err == nil && s.forked != nil {
+		s.forked(pid)
 	}
 	if err != nil {
 		s.mu.Unlock()
@@ -377,7 +352,6 @@ func (s *Supervisor) Start(spec Spec) (*Tree, error) {
 	s.trees[spec.ID] = t
 	s.wg.Add(1) // before Close can see the tree and wait
 	s.mu.Unlock()
-	s.renice(pid)
 
 	if inW >= 0 {
 		if stdinNow(inW, spec.Stdin) {

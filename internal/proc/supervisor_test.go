@@ -488,30 +488,51 @@ func TestReaperKillsLeftoversOfEndedTrees(t *testing.T) {
 
 // A tree started after SetNice runs at that much lower a priority than the
 // daemon, and so does what it starts; SetNice(0) leaves trees at the
-// daemon's own.
+// daemon's own; a new value holds for the trees started after it. The
+// leader runs at the value from its first instruction:
+// a renice of its group after its exec would race with what it forks then.
 func TestTreesRunNicer(t *testing.T) {
 	s := newSupervisor(t)
 	own := niceOf(t, os.Getpid())
+	var atExec []int // each leader's nice value as its fork and exec returned
+	s.forked = func(pid int) { atExec = append(atExec, niceOf(t, pid)) }
 	for _, tc := range []struct {
 		set, want int
-	}{{7, min(own+7, 19)}, {0, own}} {
+	}{{7, min(own+7, 19)}, {3, min(own+3, 19)}, {0, own}} {
 		s.SetNice(tc.set)
-		out := newLineSink()
-		tr := startSh(t, s, "nice"+strconv.Itoa(tc.set), `sleep 30 & echo $$ $!; wait`, out)
-		pids := strings.Fields(out.next(t))
-		for _, p := range pids {
-			pid, err := strconv.Atoi(p)
-			if err != nil {
-				t.Fatalf("pid %q: %v", p, err)
+		for i := range 5 {
+			out := newLineSink()
+			// Field 19 of /proc/self/stat, read by the shell itself: the 17th after the command.
+			tr := startSh(t, s, "nice"+strconv.Itoa(tc.set)+"-"+strconv.Itoa(i),
+				`sleep 30 & read -r st </proc/self/stat; set -- ${st##*) }; echo ${17} $$ $!; wait`, out)
+			f := strings.Fields(out.next(t))
+			if len(f) != 3 {
+				t.Fatalf("leader printed %q, want its nice value and two pids", f)
 			}
-			if got := niceOf(t, pid); got != tc.want {
-				t.Errorf("SetNice(%d): process %d runs at nice %d, want %d", tc.set, pid, got, tc.want)
+			if got, want := f[0], strconv.Itoa(tc.want); got != want {
+				t.Errorf("SetNice(%d): the leader saw nice %s as it started, want %s", tc.set, got, want)
 			}
+			if got := atExec[len(atExec)-1]; got != tc.want {
+				t.Errorf("SetNice(%d): the leader ran at nice %d once exec'd, want %d", tc.set, got, tc.want)
+			}
+			for _, p := range f[1:] {
+				pid, err := strconv.Atoi(p)
+				if err != nil {
+					t.Fatalf("pid %q: %v", p, err)
+				}
+				if got := niceOf(t, pid); got != tc.want {
+					t.Errorf("SetNice(%d): process %d runs at nice %d, want %d", tc.set, pid, got, tc.want)
+				}
+			}
+			if err := tr.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-tr.Done()
 		}
-		if err := tr.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		<-tr.Done()
+	}
+	// The forking threads were the ones reniced, never the daemon's.
+	if got := niceOf(t, os.Getpid()); got != own {
+		t.Errorf("the supervisor's process runs at nice %d after the trees, want %d", got, own)
 	}
 }
 

@@ -1,0 +1,125 @@
+package proc
+
+import (
+	"math"
+	"runtime"
+	"syscall"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// noNice: trees keep the nice value they inherit from this process.
+const noNice = math.MinInt32
+
+// SetNice makes every tree started from now on run n (1 to 19) nice
+// values below this process's priority; 0 leaves them at its own. The
+// daemon's own work (recording what sessions did, claims, mail) then never
+// waits for a CPU behind the processes of the trees it supervises: with
+// the kernel's autogroups (one per session, as most distributions enable)
+// the trees compete with the daemon alone, not with the rest of the host.
+func (s *Supervisor) SetNice(n int) {
+	nice := noNice
+	if n > 0 {
+		// The raw syscall answers 20 - nice; this process's nice does not change.
+		own := 0
+		if prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
+			own = 20 - prio
+		}
+		nice = min(own+n, 19)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if nice != s.nice {
+		s.stopForker() // its thread runs at the old value
+		s.nice = nice
+	}
+}
+
+// A leader gets its nice value before it exists, not from a renice of its
+// process group once it has exec'd: a child the leader forks while such a
+// renice walks the group copies the old value and is missed by the walk.
+// Linux's nice is per thread and a fork copies the forking thread's, so
+// the leaders are forked from a thread of their own, reniced once: the
+// forker. Lowering a priority needs no privilege; raising it back would, so
+// the forker's thread is never given back to the runtime: it ends with the
+// forker's goroutine.
+type forker struct {
+	req  chan forkReq
+	res  chan forked
+	done chan struct{} // closed as its goroutine, and with it its thread, ends
+}
+
+type forkReq struct {
+	path string
+	argv []string
+	attr *syscall.ProcAttr
+}
+
+type forked struct {
+	pid int
+	err error
+}
+
+// forkExec forks and execs a tree's leader at s.nice. Called with mu held,
+// so that one request at a time reaches the forker.
+func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if s.nice == noNice {
+		return syscall.ForkExec(path, argv, attr)
+	}
+	if s.forker == nil {
+		s.forker = s.startForker(s.nice)
+	}
+	f := s.forker.fork(forkReq{path, argv, attr})
+	return f.pid, f.err
+}
+
+func (s *Supervisor) startForker(nice int) *forker {
+	f := &forker{req: make(chan forkReq), res: make(chan forked), done: make(chan struct{})}
+	go s.runForker(f, nice, nil)
+	return f
+}
+
+func (f *forker) fork(r forkReq) forked {
+	f.req <- r
+	return <-f.res
+}
+
+// runForker serves f's requests from a thread of its own at nice. The
+// runtime starts no thread from a locked one (it asks its template thread
+// to), so nothing else of the daemon inherits the value.
+func (s *Supervisor) runForker(f *forker, nice int, locked chan<- struct{}) {
+	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+	if locked != nil {
+		close(locked)
+	} else if unix.Gettid() == s.pid {
+		// The main thread does not end with its goroutine (Go parks it for
+		// good), and its nice value is the one ps shows for the daemon.
+		// Serve from another: while this goroutine holds the main thread,
+		// the runtime cannot start the next one on it.
+		locked := make(chan struct{})
+		go s.runForker(f, nice, locked)
+		<-locked
+		runtime.UnlockOSThread()
+		return
+	}
+	defer close(f.done)
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice); err != nil {
+		s.log.Warn("lower the priority of trees", zap.Int("nice", nice), zap.Error(err))
+	}
+	for r := range f.req {
+		pid, err := syscall.ForkExec(r.path, r.argv, r.attr)
+		f.res <- forked{pid, err}
+	}
+}
+
+// stopForker ends the forker, if any, and waits until its thread is gone.
+// Called with mu held.
+func (s *Supervisor) stopForker() {
+	if s.forker == nil {
+		return
+	}
+	close(s.forker.req)
+	<-s.forker.done
+	s.forker = nil
+}
