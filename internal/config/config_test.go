@@ -141,7 +141,7 @@ func TestOverrides(t *testing.T) {
 		Sandbox:    Sandbox{Bwrap: "bwrap"},
 		Notify:     Notify{Format: NotifyJSON},
 		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30, SessionNice: 10},
-		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4, Batch: 4},
+		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4, Batch: 4, Parallel: 1},
 		Backends:   backends,
 
 		GitEmailDomain: "agents.example.com",

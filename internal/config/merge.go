@@ -28,6 +28,9 @@ const (
 	// to the gate's results (docs/merge-queue.md, Batches).
 	DefaultMergeBatch = mergequeue.DefaultBatch
 	MaxMergeBatch     = mergequeue.MaxBatch
+	// MaxMergeParallel: the front batch's gate run and one ahead of it
+	// (docs/merge-queue.md, Runs ahead).
+	MaxMergeParallel = mergequeue.MaxParallel
 )
 
 // Merge configures the merge queue. Config.Merge is nil when swarmd.yaml has
@@ -43,6 +46,9 @@ type Merge struct {
 	// Batch is the most tasks one gate run tests together; 1 is one at a
 	// time.
 	Batch int
+	// Parallel is how many gate runs go at once: 2 runs the next batch's
+	// gate on the front batch's candidate meanwhile; 1, one at a time.
+	Parallel int
 }
 
 // mergeValues is the merge section as walked, finished by finishMerge.
@@ -52,7 +58,7 @@ type mergeValues struct {
 }
 
 func (d *decoder) mergeFields(m *Merge) []field {
-	m.Timeout, m.Strategy, m.MaxRejections, m.Batch = DefaultMergeTimeout, DefaultMergeStrategy, DefaultMaxMergeRejections, DefaultMergeBatch
+	m.Timeout, m.Strategy, m.MaxRejections, m.Batch, m.Parallel = DefaultMergeTimeout, DefaultMergeStrategy, DefaultMaxMergeRejections, DefaultMergeBatch, 1
 	return []field{
 		{"into", "The branch the merge queue advances (such as main); required.", d.strTo(&m.Into, true)},
 		{"gate", "Shell commands run in order on each candidate in the integration worktree; all must exit 0.", d.strListTo(&m.Gate, true)},
@@ -63,6 +69,8 @@ func (d *decoder) mergeFields(m *Merge) []field {
 			d.intTo(&m.MaxRejections, 1, maxInt)},
 		{"batch", "The most tasks one gate run tests together (each still its own merge commit), the size adapting to red and green gates; a red batch is bisected to the task that fails it. 1: one at a time.",
 			d.intTo(&m.Batch, 1, MaxMergeBatch)},
+		{"parallel", "Gate runs at once. 2: while the gate tests a batch, the next batch, built on that batch's candidate, is tested beside it in a second worktree; its result counts if the first batch goes in. 1: one at a time.",
+			d.intTo(&m.Parallel, 1, MaxMergeParallel)},
 	}
 }
 

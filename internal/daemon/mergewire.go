@@ -26,7 +26,8 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	opts := merge.Options{
 		Repo: cfg.Repo, StateDir: cfg.StateDir, Into: cfg.Merge.Into, Gate: cfg.Merge.Gate,
 		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy, Batch: cfg.Merge.Batch,
-		DB: d.db, Procs: d.host.sup, Logs: d.kit.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
+		Parallel: cfg.Merge.Parallel,
+		DB:       d.db, Procs: d.host.sup, Logs: d.kit.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
 		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
 	}
 	if cfg.SharedStore() {

@@ -127,12 +127,13 @@ func (b *batchState) found(e *Entry) {
 }
 
 // passedGate is the line whose gate passed while the target could not be
-// advanced yet (a dirty checkout): once the checkout is clean, the same
-// candidates go in without a second gate run, if the front of the queue
-// and the target are as they were.
+// advanced yet (a dirty checkout), or a run ahead's that passed on what is
+// now the target: the same candidates go in without a second gate run, if
+// the front of the queue and the target are as they were.
 type passedGate struct {
 	target string
 	line   []link
+	seq    uint32 // the gate run that passed
 }
 
 func (p passedGate) matches(es []*Entry, target string) bool {

@@ -281,7 +281,7 @@ const helperEnv = "MERGE_TEST_HELPER"
 type helperOptions struct {
 	Repo, StateDir, DB string
 	Gate               []string
-	Batch              int
+	Batch, Parallel    int
 	Env                []string
 }
 
@@ -306,7 +306,7 @@ func runHelper(spec string) int {
 		return 2
 	}
 	q, err := Open(ctx, Options{Repo: o.Repo, StateDir: o.StateDir, Into: "main", Gate: o.Gate, Batch: o.Batch,
-		DB: db, Procs: sup, Logs: logs.New(o.StateDir, 0, 0, nil), Env: o.Env})
+		Parallel: o.Parallel, DB: db, Procs: sup, Logs: logs.New(o.StateDir, 0, 0, nil), Env: o.Env})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -19,8 +19,14 @@ type candidate struct {
 // --write-tree merges in the object store and commit-tree records the
 // result. rebase replays the branch in the integration worktree.
 func (q *Queue) build(ctx context.Context, e *Entry, target, targetTree string) (candidate, error) {
+	return q.buildIn(ctx, q.wt, e, target, targetTree)
+}
+
+// buildIn is build with the integration worktree dir for rebase: a run
+// ahead builds in its own while the gate runs in the first.
+func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targetTree string) (candidate, error) {
 	if q.opts.Strategy == StrategyRebase {
-		return q.buildRebase(ctx, e, target, targetTree)
+		return q.buildRebase(ctx, dir, e, target, targetTree)
 	}
 	tree, conflicts, err := q.repo.mergeTree(ctx, target, e.Head)
 	switch {
@@ -70,10 +76,10 @@ func (q *Queue) squash(ctx context.Context, e *Entry, target, tree string) (cand
 	return candidate{commit: commit, tree: tree}, nil
 }
 
-// buildRebase replays the branch onto target in the integration worktree.
-// Its commits keep their authors; the queue is their committer.
-func (q *Queue) buildRebase(ctx context.Context, e *Entry, target, targetTree string) (candidate, error) {
-	commit, conflicts, err := q.repo.rebase(ctx, q.wt, target, e.Head)
+// buildRebase replays the branch onto target in the integration worktree
+// dir. Its commits keep their authors; the queue is their committer.
+func (q *Queue) buildRebase(ctx context.Context, dir string, e *Entry, target, targetTree string) (candidate, error) {
+	commit, conflicts, err := q.repo.rebase(ctx, dir, target, e.Head)
 	switch {
 	case err != nil:
 		return candidate{}, err

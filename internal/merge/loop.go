@@ -37,6 +37,7 @@ func (o Outcome) String() string {
 // enqueue, a resume, Wake) or, while waiting, until the recheck.
 func (q *Queue) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	defer q.dropAhead()
 	for {
 		out, err := q.Step(ctx)
 		if ctx.Err() != nil {
@@ -88,6 +89,13 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	}
 	if paused {
 		return OutcomePaused, nil
+	}
+	if q.ahead != nil {
+		target, _, err := q.repo.tip(ctx, q.opts.Into)
+		if err != nil {
+			return OutcomeIdle, fmt.Errorf("merge queue: read %s: %w", q.opts.Into, err)
+		}
+		q.settleAhead(target) // before the front is read: it may start a bisection
 	}
 	front, err := q.store.front(ctx, q.batch.want())
 	if err != nil || len(front) == 0 {
@@ -302,7 +310,7 @@ func (q *Queue) test(ctx context.Context, line []link, target string) (out Outco
 	}
 	tip := line[len(line)-1]
 	if len(q.opts.Gate) == 0 || q.passed.line != nil {
-		return 0, true, q.store.beginBatch(ctx, es, cands, target, 0) // no new gate run
+		return 0, true, q.store.beginBatch(ctx, es, cands, target, q.passed.seq) // no new gate run
 	}
 	if err := q.repo.ensureWorktree(ctx, q.wt, tip.commit); err != nil {
 		out, err := q.wait(ctx, es[0], "", "cannot prepare the integration worktree: "+err.Error(), err)
@@ -317,18 +325,21 @@ func (q *Queue) test(ctx context.Context, line []link, target string) (out Outco
 	}
 	q.log.Info("merge gate started", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)), zap.String("candidate", tip.commit),
 		zap.String("target", target), zap.Uint32("gate_seq", seq))
+	q.ahead = q.startAhead(ctx, line, q.batch.size)
 	run, err := q.runGate(ctx, es, q.wt, seq)
 	if err != nil {
 		// Stopped (or the gate could not start): the batch stays first.
+		q.dropAhead()
 		rerr := q.store.requeueBatch(context.WithoutCancel(ctx), es, "gate not finished: "+err.Error())
 		return OutcomeIdle, false, errors.Join(err, rerr)
 	}
 	q.opts.Metrics.GateDuration(run.duration)
 	if run.passed() {
 		q.batch.green(es)
-		q.passed = passedGate{target: target, line: line}
-		return 0, true, nil
+		q.passed = passedGate{target: target, line: line, seq: seq}
+		return 0, true, nil // a run ahead goes on: the next step settles it
 	}
+	q.dropAhead() // built on a candidate that will not go in
 	kind, detail := KindGateFailed, run.tail
 	if run.timedOut {
 		kind, detail = KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, run.tail)

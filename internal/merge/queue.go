@@ -111,6 +111,10 @@ type Options struct {
 	// Batch is merge.batch, the most entries one gate run tests together
 	// (batch.go); 0 means 1, one at a time.
 	Batch int
+	// Parallel is merge.parallel: 2 runs the gate on the next batch, built
+	// on the front batch's candidate, while the front batch's runs
+	// (ahead.go); 0 means 1, one gate run at a time.
+	Parallel int
 
 	DB        DB
 	Procs     Starter
@@ -157,6 +161,7 @@ type Queue struct {
 	// loop's goroutine touches it, and batch (batch.go).
 	passed passedGate
 	batch  batchState
+	ahead  *ahead // a gate run ahead of the front batch (ahead.go), or nil
 
 	owned owned // the tips the queue set the target to (owned.go)
 
@@ -206,9 +211,14 @@ func checkOptions(o *Options) error {
 		return fmt.Errorf("merge queue: %w: DB, Procs and Logs are required", ErrInvalid)
 	case o.Batch < 0 || o.Batch > MaxBatch:
 		return fmt.Errorf("merge queue: %w: batch %d (want 1 to %d)", ErrInvalid, o.Batch, MaxBatch)
+	case o.Parallel < 0 || o.Parallel > MaxParallel:
+		return fmt.Errorf("merge queue: %w: parallel %d (want 1 to %d)", ErrInvalid, o.Parallel, MaxParallel)
 	}
 	if o.Batch == 0 {
 		o.Batch = 1
+	}
+	if o.Parallel == 0 {
+		o.Parallel = 1
 	}
 	if o.Strategy == "" {
 		o.Strategy = StrategyMerge
@@ -341,6 +351,7 @@ func (q *Queue) Stop() {
 	q.cancel, q.done = nil, nil
 	q.mu.Unlock()
 	if done == nil {
+		q.dropAhead() // Step called directly may have left a run ahead
 		return
 	}
 	cancel()

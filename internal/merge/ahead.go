@@ -1,0 +1,166 @@
+package merge
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// Runs ahead (merge.parallel: 2), Zuul's way. While the gate tests the
+// batch at the front, the queue builds the next batch's line on top of the
+// front batch's last candidate, as if the front batch had passed, and runs
+// the gate on it at the same time in a second integration worktree. The
+// next step settles it before it looks at the queue:
+//
+//   - The front batch went in, so the target is now the commit the run ahead
+//     was built on: that step would build the very same line. A green run
+//     lets it advance the target with no gate run of its own (passedGate); a
+//     red one starts the bisection with no run (the failed tree is red, and
+//     the line rebuilt on the target has that tree).
+//   - Anything else (the front batch failed, the target could not move to
+//     its candidate, or moved elsewhere): the run tested a base that is not
+//     the target. It is killed if still running, and forgotten.
+//
+// Nothing of it is stored: the entries ahead stay queued, and only the
+// batch at the front moves the target, as without it. A daemon killed
+// during a run ahead tests those entries again; the target is before or
+// after the front batch, never half of it.
+
+// MaxParallel bounds merge.parallel: the batch at the front and one ahead.
+const MaxParallel = 2
+
+// aheadDir is the second integration worktree, beside the first.
+func (q *Queue) aheadDir() string { return q.wt + "-ahead" }
+
+// ahead is one gate run ahead of the front batch.
+type ahead struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// Written by the run's goroutine before done is closed.
+	base string // the front batch's last candidate: the line's base
+	line []link // the entries ahead, their candidates built on base
+	run  gateRun
+	seq  uint32
+	ran  bool // the gate ran to its end on the line
+}
+
+// startAhead starts a run ahead of the front batch, whose line is front,
+// over up to size entries queued behind it; nil if none is started.
+func (q *Queue) startAhead(ctx context.Context, front []link, size int) *ahead {
+	if q.opts.Parallel < 2 || len(q.opts.Gate) == 0 || len(q.batch.suspects) > 0 {
+		return nil // no gate, or bisecting: the halves are tested one by one
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &ahead{cancel: cancel, done: make(chan struct{}), base: front[len(front)-1].commit}
+	go func() {
+		defer close(a.done)
+		if err := q.runAhead(ctx, a, front, size); err != nil && ctx.Err() == nil {
+			q.log.Warn("merge gate ahead of the batch not run", zap.Error(err))
+		}
+	}()
+	return a
+}
+
+// runAhead builds the line of up to size entries behind front on front's
+// last candidate and runs the gate on it. It runs beside the loop's
+// goroutine: it reads no state of the loop's but what it was given.
+func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) error {
+	queued, err := q.store.front(ctx, len(front)+size)
+	if err != nil {
+		return err
+	}
+	for i, l := range front {
+		if i >= len(queued) || queued[i].ID != l.e.ID {
+			return nil // the queue is not as the front batch saw it
+		}
+	}
+	base, baseTree := a.base, front[len(front)-1].tree
+	for i := len(front); i < len(queued); i++ {
+		e := &queued[i]
+		if q.opts.Prepare != nil {
+			if err := q.opts.Prepare(ctx, *e); err != nil {
+				break // the step that reaches it says why
+			}
+		}
+		cand, err := q.buildIn(ctx, q.aheadDir(), e, base, baseTree)
+		if err != nil || len(cand.conflicts) > 0 || cand.noop {
+			break // rejected or merged without a gate when its step comes
+		}
+		e.Target, e.Candidate = base, cand.commit // for the gate's log and environment
+		a.line = append(a.line, link{e: e, commit: cand.commit, tree: cand.tree})
+		base, baseTree = cand.commit, cand.tree
+	}
+	if len(a.line) == 0 {
+		return nil
+	}
+	tip := a.line[len(a.line)-1]
+	if err := q.repo.ensureWorktree(ctx, q.aheadDir(), tip.commit); err != nil {
+		return fmt.Errorf("prepare the second integration worktree: %w", err)
+	}
+	if a.seq, err = q.store.nextGateSeq(ctx); err != nil {
+		return err
+	}
+	es := make([]*Entry, len(a.line))
+	for i, l := range a.line {
+		es[i] = l.e
+	}
+	q.log.Info("merge gate started ahead", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)),
+		zap.String("candidate", tip.commit), zap.String("on", a.base), zap.Uint32("gate_seq", a.seq))
+	if a.run, err = q.runGate(ctx, es, q.aheadDir(), a.seq); err != nil {
+		return err
+	}
+	a.ran = true
+	return nil
+}
+
+// settleAhead takes in the run ahead, if any, once it has ended: the
+// target is target now.
+func (q *Queue) settleAhead(target string) {
+	a := q.ahead
+	if a == nil {
+		return
+	}
+	q.ahead = nil
+	if a.base != target {
+		a.cancel() // built on a base that did not go in
+	}
+	<-a.done
+	a.cancel()
+	if !a.ran {
+		return
+	}
+	q.opts.Metrics.GateDuration(a.run.duration)
+	if a.base != target {
+		return
+	}
+	es := make([]*Entry, len(a.line))
+	for i, l := range a.line {
+		es[i] = l.e
+	}
+	tip := a.line[len(a.line)-1]
+	if a.run.passed() {
+		q.batch.green(es)
+		q.passed = passedGate{target: target, line: a.line, seq: a.seq}
+		q.log.Info("merge gate ahead passed", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)), zap.Uint32("gate_seq", a.seq))
+		return
+	}
+	kind, detail := KindGateFailed, a.run.tail
+	if a.run.timedOut {
+		kind, detail = KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, a.run.tail)
+	}
+	// As a red gate at the front: the next step's line has this tree and is
+	// split without a run, down to the entry that fails.
+	q.batch.split(es, tip.tree, redGate{kind: kind, tail: detail, seq: a.seq})
+	q.log.Info("merge gate ahead failed; bisecting", zap.Int("batch", len(es)), zap.Uint32("gate_seq", a.seq))
+}
+
+// dropAhead kills the run ahead, if any, and waits for it.
+func (q *Queue) dropAhead() {
+	if a := q.ahead; a != nil {
+		q.ahead = nil
+		a.cancel()
+		<-a.done
+	}
+}

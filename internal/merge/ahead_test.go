@@ -1,0 +1,235 @@
+package merge
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// aheadGate is a gate for runs ahead: it appends the tasks it tests to
+// flags/runs, and, while asked to (flags/pair), waits until a second run
+// has started beside it, up to 20 s, then says whether one had (flags/
+// overlap-TASK). It then fails a candidate with a bad-* file, as badGate.
+func aheadGate(flags string) []string {
+	return []string{
+		`echo "$SWARM_MERGE_TASKS" >> ` + flags + `/runs; : > ` + flags + `/started-$SWARM_MERGE_TASK
+if [ -e ` + flags + `/pair ]; then
+  i=0
+  while [ "$(ls ` + flags + ` | grep -c '^started-')" -lt 2 ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done
+  ls ` + flags + ` | grep -c '^started-' > ` + flags + `/overlap-$SWARM_MERGE_TASK
+fi`,
+		badGate,
+	}
+}
+
+// runs are the task lists the gate tested, one per run, in order.
+func runs(t *testing.T, flags string) []string {
+	t.Helper()
+	return strings.Split(strings.TrimSpace(readFile(t, filepath.Join(flags, "runs"))), "\n")
+}
+
+// With merge.parallel 2 and every run green, the next batch is gated on the
+// front batch's candidate at the same time, and goes in with no run of its
+// own: 16 tasks in batches of 8, two gate runs that overlap, and each task
+// one merge commit of its own, in order, the second batch's entries naming
+// the run ahead.
+func TestAheadTwoBatchesPerRun(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	writeFile(t, filepath.Join(flags, "pair"), "")
+	opts := e.options(aheadGate(flags)...)
+	opts.Batch, opts.Parallel = 8, 2
+	q := e.open(opts)
+	base := e.main()
+	ts := e.queueTasks(q, 16)
+
+	step(t, q, OutcomeMerged) // the first 8; the next 8 tested beside them
+	step(t, q, OutcomeMerged) // the next 8, on the run ahead's result
+	step(t, q, OutcomeIdle)
+	if _, results, gates := e.metrics.snapshot(); gates != 2 || results[ResultMerged] != 16 {
+		t.Fatalf("gate runs %d, results %v; want 2 runs and 16 merged", gates, results)
+	}
+	if got, want := runs(t, flags), []string{"1 2 3 4 5 6 7 8", "9 10 11 12 13 14 15 16"}; !slices.Equal(got, want) {
+		t.Fatalf("gate runs tested %q, want %q", got, want)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(flags, "overlap-8"))); got != "2" {
+		t.Errorf("the front batch's gate saw %s runs started, want 2: the run ahead did not run beside it", got)
+	}
+	e.checkHistory(base, ts)
+	es, err := q.List(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(es, func(a, b Entry) int { return int(a.Task - b.Task) })
+	for _, en := range es {
+		want := es[0].GateSeq
+		if en.Task > 8 {
+			want = es[8].GateSeq
+		}
+		if en.GateSeq != want || en.Attempts != 1 {
+			t.Errorf("entry of task %d: gate_seq %d, attempts %d; want gate run %d, 1 attempt", en.Task, en.GateSeq, en.Attempts, want)
+		}
+	}
+	if es[0].GateSeq == es[8].GateSeq {
+		t.Errorf("both batches name gate run %d, want the run ahead's own", es[0].GateSeq)
+	}
+	if log := readFile(t, e.logs.LogPath(LogName, es[8].GateSeq)); !strings.Contains(log, "a batch of 8") || !strings.Contains(log, "task 16") {
+		t.Errorf("the run ahead's log does not show its batch:\n%s", log)
+	}
+}
+
+// A red batch at the front: the run ahead, built on a candidate that will
+// not go in, counts for nothing; the bad task is found and rejected, and
+// every other task merges once, in order.
+func TestAheadDroppedWhenTheFrontBatchFails(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	opts := e.options(aheadGate(flags)...)
+	opts.Batch, opts.Parallel = 8, 2
+	q := e.open(opts)
+	base := e.main()
+	ts := e.queueTasks(q, 16, 3)
+
+	outs := drain(t, q)
+	_, results, gates := e.metrics.snapshot()
+	if results[ResultMerged] != 15 || results[string(KindGateFailed)] != 1 {
+		t.Fatalf("results %v (steps %v), want 15 merged, 1 gate_failed", results, outs)
+	}
+	good := slices.DeleteFunc(slices.Clone(ts), func(bt batchTask) bool { return bt.id == 3 })
+	e.checkHistory(base, good)
+	rs := runs(t, flags)
+	// The red batch is bisected as without runs ahead: the run ahead of it
+	// (killed, perhaps before its gate logged) is no step of the bisection.
+	if i := slices.Index(rs, "1 2 3 4"); i < 1 || i > 2 || (i == 2 && rs[1] != "9 10 11 12 13 14 15 16") {
+		t.Errorf("gate runs %q: want the red batch, perhaps the run ahead of it, then its first half", rs)
+	}
+	t.Logf("%d gate runs: %q", gates, rs)
+	for _, c := range e.cb.all() {
+		if !c.merged && c.task != 3 {
+			t.Errorf("task %d rejected: %+v", c.task, c)
+		}
+	}
+}
+
+// A red run ahead: once the front batch goes in, the bisection of the batch
+// ahead starts with no new run on the whole batch (its line rebuilt on the
+// target has the tree that failed), and the bad task is rejected with the
+// output of a run that failed on it.
+func TestAheadRedRunBisectsWithoutRerun(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	writeFile(t, filepath.Join(flags, "pair"), "") // the two first runs together
+	opts := e.options(aheadGate(flags)...)
+	opts.Batch, opts.Parallel = 8, 2
+	q := e.open(opts)
+	base := e.main()
+	ts := e.queueTasks(q, 16, 12)
+
+	step(t, q, OutcomeMerged) // 1-8; 9-16 red ahead
+	if err := os.Remove(filepath.Join(flags, "pair")); err != nil {
+		t.Fatal(err)
+	}
+	outs := drain(t, q)
+	_, results, gates := e.metrics.snapshot()
+	if results[ResultMerged] != 15 || results[string(KindGateFailed)] != 1 {
+		t.Fatalf("results %v (steps %v), want 15 merged, 1 gate_failed", results, outs)
+	}
+	rs := runs(t, flags)
+	if n := slices.Index(rs, "9 10 11 12 13 14 15 16"); n < 0 || strings.Count(strings.Join(rs, "\n"), "9 10 11 12 13 14 15 16") != 1 {
+		t.Errorf("batch 9-16 tested %q, want once (ahead)", rs)
+	}
+	// As a red batch of 8 at the front bisects: at most 2·log2(8) more runs.
+	if gates > 2+6 {
+		t.Errorf("%d gate runs (%q), want at most 8", gates, rs)
+	}
+	good := slices.DeleteFunc(slices.Clone(ts), func(bt batchTask) bool { return bt.id == 12 })
+	e.checkHistory(base, good)
+	last, err := q.Store().Latest(context.Background(), 12)
+	if err != nil || last.Result != string(KindGateFailed) {
+		t.Fatalf("task 12's entry %+v (%v), want gate_failed", last, err)
+	}
+	if log := readFile(t, e.logs.LogPath(LogName, last.GateSeq)); !strings.Contains(log, "bad task: bad-12") {
+		t.Errorf("gate run %d named by task 12 does not show its failure:\n%s", last.GateSeq, log)
+	}
+}
+
+// A daemon killed with SIGKILL while the front batch's gate and the run
+// ahead both run: the target stays before the front batch, whose entries
+// are under test; the entries ahead are still queued (nothing of a run
+// ahead is stored). The next queue merges all 16, each once.
+func TestAheadSurvivesSIGKILL(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	fifo := filepath.Join(flags, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := e.options(badGate)
+	opts.Batch, opts.Parallel = 8, 2
+	q := e.open(opts)
+	base := e.main()
+	ts := e.queueTasks(q, 16)
+
+	spec, err := json.Marshal(helperOptions{Repo: e.repo, StateDir: e.stateDir, DB: e.db.Path(), Batch: 8, Parallel: 2,
+		Gate: []string{badGate, "touch " + flags + "/started-$SWARM_MERGE_TASK; cat " + fifo}, Env: opts.Env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitForFile(t, filepath.Join(flags, "started-8"))
+	waitForFile(t, filepath.Join(flags, "started-16"))
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("helper: %v, want killed\n%s", err, stderr.String())
+	}
+	killMarked(e.mark) // its orphaned gates, as a restarted daemon's supervisor would
+
+	if e.main() != base {
+		t.Fatalf("main moved to %s during the killed gates", short(e.main()))
+	}
+	es, err := q.List(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range es {
+		want := Queued
+		if en.Task <= 8 {
+			want = Testing
+		}
+		if en.State != want {
+			t.Errorf("entry of task %d: %s, want %s", en.Task, en.State, want)
+		}
+	}
+
+	drain(t, q)
+	e.checkHistory(base, ts)
+	if calls := e.cb.all(); len(calls) != 16 {
+		t.Errorf("callbacks %+v, want 16 merged", calls)
+	}
+}
+
+// merge.parallel outside 1..2 is refused by name.
+func TestParallelOption(t *testing.T) {
+	e := newEnv(t)
+	for _, n := range []int{-1, 3} {
+		opts := e.options()
+		opts.Parallel = n
+		if _, err := Open(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "parallel") {
+			t.Errorf("Parallel %d: Open = %v, want an error naming parallel", n, err)
+		}
+	}
+}
