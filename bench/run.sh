@@ -22,8 +22,8 @@ go run ./bench/sessioncpu -bin "$bin"
 if [ -d /dev/shm ]; then go run ./bench/sessioncpu -bin "$bin" -dir /dev/shm; fi
 echo "== outcomes recorded exactly (bench/outcomes): 200 agents, 2,000 tasks, mail 5/s (10% urgent), 3 kill -9 and restarts"
 go run ./bench/outcomes -bin "$bin"
-echo "== merge queue batches (bench/mergebatch): 40 ready tasks, a 2 s gate, merge.batch 1 vs 8, all green and one failing"
-go run ./bench/mergebatch -tasks 40 -gate-sleep 2s -batch 8 -bad 20
+echo "== merge queue batches (bench/mergebatch): 40 ready tasks, a 2 s gate, merge.batch 1 vs 8 vs 8 with merge.parallel 2, all green and one failing"
+go run ./bench/mergebatch -tasks 40 -gate-sleep 2s -batch 8 -bad 20 -parallel 2
 echo "== swarmd mail send, process start to exit (bench/mailcli)"
 go run ./bench/mailcli -bin "$bin" -n 200
 if [ -d bench/worktree ]; then

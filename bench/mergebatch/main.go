@@ -14,6 +14,13 @@
 //
 //	go run ./bench/mergebatch -tasks 40 -gate-sleep 2s -batch 8 -bad 20
 //
+// With -parallel 2 the batched runs are made a second time with
+// merge.parallel 2 (the next batch gated beside the front one), in the same
+// run: gate runs started (a killed run ahead counts) and wall time against
+// the batched runs one gate at a time.
+//
+//	go run ./bench/mergebatch -tasks 40 -gate-sleep 2s -batch 8 -bad 20 -parallel 2
+//
 // With -engines sqlite,postgres every run is made on both stores (the
 // PostgreSQL server durable, started here), one after the other, and the
 // merge rates compared: issue 28 asks the PostgreSQL merge leader for at
@@ -49,14 +56,15 @@ import (
 )
 
 type config struct {
-	tasks   int
-	sleep   time.Duration
-	batch   int
-	bad     int
-	goal    int
-	one     bool
-	dir     string
-	engines []string
+	tasks    int
+	sleep    time.Duration
+	batch    int
+	bad      int
+	goal     int
+	one      bool
+	parallel int
+	dir      string
+	engines  []string
 }
 
 func main() {
@@ -67,6 +75,7 @@ func main() {
 	flag.IntVar(&cfg.bad, "bad", 20, "the failing task of the second scenario (1 to -tasks)")
 	flag.IntVar(&cfg.goal, "goal", 8, "the most gate runs of the batched run when all pass (plus log2(batch) with a failing task)")
 	flag.BoolVar(&cfg.one, "baseline", true, "also run merge.batch 1, for comparison")
+	flag.IntVar(&cfg.parallel, "parallel", 1, "2: also run the batched runs with merge.parallel 2")
 	flag.StringVar(&cfg.dir, "dir", "", "parent directory for the repositories (default: the temp dir)")
 	engines := flag.String("engines", "sqlite", "the stores to run on, comma-separated: sqlite, postgres (a durable server started here)")
 	flag.Parse()
@@ -83,8 +92,9 @@ func main() {
 type result struct {
 	engine           string
 	scenario         string
-	batch            int
-	gates            int
+	batch, parallel  int
+	gates            int // gate runs that ran to their end
+	started          int // gate runs started, killed runs ahead included
 	wall             time.Duration
 	merged, rejected []int64
 	historyOK        string // "" when every merged task is one commit of its own, in order, with its trailer
@@ -93,6 +103,9 @@ type result struct {
 func run(ctx context.Context, cfg config, out io.Writer) error {
 	if cfg.tasks < 1 || cfg.bad < 1 || cfg.bad > cfg.tasks {
 		return fmt.Errorf("want -tasks ≥ 1 and -bad between 1 and -tasks")
+	}
+	if cfg.parallel < 1 || cfg.parallel > merge.MaxParallel {
+		return fmt.Errorf("want -parallel between 1 and %d", merge.MaxParallel)
 	}
 	// The commits made here must not depend on the machine's git config.
 	for k, v := range map[string]string{"GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1",
@@ -146,26 +159,31 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		name string
 		bad  int
 	}{{"all green", 0}, {fmt.Sprintf("task %d fails", cfg.bad), cfg.bad}} {
-		batches := []int{1, cfg.batch}
+		type shape struct{ batch, parallel int }
+		shapes := []shape{{1, 1}, {cfg.batch, 1}}
 		if !cfg.one {
-			batches = batches[1:]
+			shapes = shapes[1:]
 		}
-		for _, batch := range batches {
+		if cfg.parallel > 1 {
+			shapes = append(shapes, shape{cfg.batch, cfg.parallel})
+		}
+		for _, sh := range shapes {
 			for _, engine := range cfg.engines {
 				dir := filepath.Join(root, fmt.Sprintf("run%d", len(results)))
-				r, err := runOnce(ctx, cfg, sup, opens[engine], dir, batch, sc.bad)
+				r, err := runOnce(ctx, cfg, sup, opens[engine], dir, sh.batch, sh.parallel, sc.bad)
 				if err != nil {
-					return fmt.Errorf("%s, %s, batch %d: %w", engine, sc.name, batch, err)
+					return fmt.Errorf("%s, %s, batch %d, parallel %d: %w", engine, sc.name, sh.batch, sh.parallel, err)
 				}
 				r.engine, r.scenario = engine, sc.name
 				results = append(results, r)
-				fmt.Fprintf(out, "  %s, %s, batch %d: %d gate runs, %s\n", engine, sc.name, batch, r.gates, r.wall.Round(10*time.Millisecond))
+				fmt.Fprintf(out, "  %s, %s, batch %d, parallel %d: %d gate runs (%d started), %s\n", engine, sc.name, sh.batch, sh.parallel,
+					r.gates, r.started, r.wall.Round(10*time.Millisecond))
 			}
 		}
 	}
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nstore\tscenario\tmerge.batch\tgate runs\twall\tmerges/s\tmerged\trejected\thistory\tgoal")
+	fmt.Fprintln(tw, "\nstore\tscenario\tmerge.batch\tmerge.parallel\tgate runs (started)\twall\tmerges/s\tmerged\trejected\thistory\tgoal")
 	failed := false
 	log2 := bits.Len(uint(cfg.batch)) - 1
 	for _, r := range results {
@@ -189,26 +207,31 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			hist = r.historyOK
 			failed = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.1f\t%d\t%v\t%s\t%s\n", r.engine, r.scenario, r.batch, r.gates, r.wall.Round(10*time.Millisecond),
-			r.rate(), len(r.merged), r.rejected, hist, goal)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d (%d)\t%s\t%.1f\t%d\t%v\t%s\t%s\n", r.engine, r.scenario, r.batch, r.parallel, r.gates, r.started,
+			r.wall.Round(10*time.Millisecond), r.rate(), len(r.merged), r.rejected, hist, goal)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	find := func(engine, scenario string, batch int) (result, bool) {
+	find := func(engine, scenario string, batch, parallel int) (result, bool) {
 		for _, r := range results {
-			if r.engine == engine && r.scenario == scenario && r.batch == batch {
+			if r.engine == engine && r.scenario == scenario && r.batch == batch && r.parallel == parallel {
 				return r, true
 			}
 		}
 		return result{}, false
 	}
 	for _, r := range results {
-		if one, ok := find(r.engine, r.scenario, 1); ok && r.batch != 1 {
+		if seq, ok := find(r.engine, r.scenario, r.batch, 1); ok && r.parallel > 1 {
+			fmt.Fprintf(out, "%s, %s: batch %d with parallel %d takes %.1f%% of the wall time of parallel 1, with %d gate runs started against %d\n",
+				r.engine, r.scenario, r.batch, r.parallel, 100*float64(r.wall)/float64(seq.wall), r.started, seq.started)
+			continue
+		}
+		if one, ok := find(r.engine, r.scenario, 1, 1); ok && r.batch != 1 {
 			fmt.Fprintf(out, "%s, %s: batch %d takes %.1f%% of the gate runs and %.1f%% of the wall time of batch 1\n", r.engine, r.scenario, r.batch,
 				100*float64(r.gates)/float64(one.gates), 100*float64(r.wall)/float64(one.wall))
 		}
-		if lite, ok := find("sqlite", r.scenario, r.batch); ok && r.engine == "postgres" {
+		if lite, ok := find("sqlite", r.scenario, r.batch, r.parallel); ok && r.engine == "postgres" {
 			fmt.Fprintf(out, "%s, batch %d: PostgreSQL merges %.2f× SQLite's per second (%.1f against %.1f)\n", r.scenario, r.batch,
 				r.rate()/lite.rate(), r.rate(), lite.rate())
 		}
@@ -222,7 +245,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 // runOnce builds a repository with cfg.tasks task branches (task bad, if
 // any, adding the file the gate refuses), queues them, and steps the queue
 // until it is idle.
-func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, open func(context.Context, string) (*store.DB, error), dir string, batch, bad int) (result, error) {
+func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, open func(context.Context, string) (*store.DB, error), dir string, batch, parallel, bad int) (result, error) {
 	repo, stateDir := filepath.Join(dir, "repo"), filepath.Join(dir, "state")
 	heads, err := buildRepo(ctx, repo, cfg.tasks, bad)
 	if err != nil {
@@ -240,7 +263,7 @@ func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, open func(co
 	rec := &recorder{}
 	gate := fmt.Sprintf(`sleep %g; for f in bad-*; do test ! -e "$f" || { echo "refused: $f"; exit 1; }; done`, cfg.sleep.Seconds())
 	q, err := merge.Open(ctx, merge.Options{Repo: repo, StateDir: stateDir, Into: "main", Gate: []string{gate}, Batch: batch,
-		DB: db, Procs: sup, Logs: logs.New(stateDir, 0, 0, nil), Callbacks: rec, Metrics: rec})
+		Parallel: parallel, DB: db, Procs: sup, Logs: logs.New(stateDir, 0, 0, nil), Callbacks: rec, Metrics: rec})
 	if err != nil {
 		return result{}, err
 	}
@@ -261,7 +284,13 @@ func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, open func(co
 			break
 		}
 	}
-	r := result{batch: batch, wall: time.Since(start), gates: rec.gates, merged: rec.merged, rejected: rec.rejected}
+	wall := time.Since(start)
+	q.Stop() // a run ahead Step left, if any
+	gateLogs, err := filepath.Glob(filepath.Join(logs.New(stateDir, 0, 0, nil).LogDir(merge.LogName), "*.log"))
+	if err != nil {
+		return result{}, err
+	}
+	r := result{batch: batch, parallel: parallel, wall: wall, gates: rec.gates, started: len(gateLogs), merged: rec.merged, rejected: rec.rejected}
 	r.historyOK, err = checkHistory(ctx, repo, base, r.merged, heads)
 	return r, err
 }

@@ -79,14 +79,13 @@ func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) 
 	base, baseTree := a.base, front[len(front)-1].tree
 	for i := len(front); i < len(queued); i++ {
 		e := &queued[i]
-		if q.opts.Prepare != nil {
-			if err := q.opts.Prepare(ctx, *e); err != nil {
-				break // the step that reaches it says why
-			}
-		}
+		// No Prepare: it is the loop's alone (the daemon's fetches and
+		// fast-forwards the target). A head not here yet fails to build,
+		// and the line ends before it, as at any error, conflict or entry
+		// with nothing to add: its own step deals with it.
 		cand, err := q.buildIn(ctx, q.aheadDir(), e, base, baseTree)
 		if err != nil || len(cand.conflicts) > 0 || cand.noop {
-			break // rejected or merged without a gate when its step comes
+			break
 		}
 		e.Target, e.Candidate = base, cand.commit // for the gate's log and environment
 		a.line = append(a.line, link{e: e, commit: cand.commit, tree: cand.tree})

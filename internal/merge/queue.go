@@ -140,6 +140,8 @@ type Options struct {
 	// Prepare, when set, runs before an entry is integrated: an error makes
 	// the entry wait, with the error as the reason, until the next recheck.
 	// A daemon of a swarm fetches there the head another machine pushed.
+	// It is called from the loop's goroutine only: a run ahead does not
+	// call it, and an entry whose head is not here yet is not run ahead.
 	Prepare func(ctx context.Context, e Entry) error
 }
 
