@@ -402,6 +402,7 @@ func TestErrors(t *testing.T) {
 		{"merge_zero_timeout", 3, "merge.timeout", "must be positive, got 0s"},
 		{"merge_empty_gate", 3, "merge.gate[0]", "must not be empty (remove the empty item)"},
 		{"merge_zero_batch", 3, "merge.batch", "must be between 1 and 64, got 0"},
+		{"merge_parallel_three", 3, "merge.parallel", "must be between 1 and 2, got 3"},
 		{"missing_name", 2, "agents[0].name", "is required (add name: with a lowercase name)"},
 		{"missing_role", 2, "agents[0].role", "is required: a prompt file path or inline text"},
 		{"empty_role", 3, "agents[0].role", "is empty: give a prompt file path or inline text"},
