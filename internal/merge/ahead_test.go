@@ -2,9 +2,7 @@ package merge
 
 import (
 	"context"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -176,27 +174,8 @@ func TestAheadSurvivesSIGKILL(t *testing.T) {
 	base := e.main()
 	ts := e.queueTasks(q, 16)
 
-	spec, err := json.Marshal(helperOptions{Repo: e.repo, StateDir: e.stateDir, DB: e.db.Path(), Batch: 8, Parallel: 2,
-		Gate: []string{badGate, "touch " + flags + "/started-$SWARM_MERGE_TASK; cat " + fifo}, Env: opts.Env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(spec))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitForFile(t, filepath.Join(flags, "started-8"))
-	waitForFile(t, filepath.Join(flags, "started-16"))
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Fatalf("helper: %v, want killed\n%s", err, stderr.String())
-	}
-	killMarked(e.mark) // its orphaned gates, as a restarted daemon's supervisor would
+	e.killHelperDuringGate(helperOptions{Batch: 8, Parallel: 2, Gate: []string{badGate, "touch " + flags + "/started-$SWARM_MERGE_TASK; cat " + fifo},
+		Env: opts.Env}, filepath.Join(flags, "started-8"), filepath.Join(flags, "started-16"))
 
 	if e.main() != base {
 		t.Fatalf("main moved to %s during the killed gates", short(e.main()))

@@ -316,6 +316,37 @@ func runHelper(spec string) int {
 	return 1 // the test kills it before
 }
 
+// killHelperDuringGate runs the helper process (runHelper) on this env's
+// repository, state dir and swarm.db with o's gate, batch and parallel,
+// kills it with SIGKILL once every file in started exists (written by its
+// gates), and then kills its orphaned gates, as a restarted daemon's
+// supervisor would.
+func (e *env) killHelperDuringGate(o helperOptions, started ...string) {
+	e.t.Helper()
+	o.Repo, o.StateDir, o.DB = e.repo, e.stateDir, e.db.Path()
+	spec, err := json.Marshal(o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, f := range started {
+		waitForFile(e.t, f)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		e.t.Fatalf("helper: %v, want killed\n%s", err, stderr.String())
+	}
+	killMarked(e.mark)
+}
+
 // A daemon killed with SIGKILL during a batch's gate leaves the target
 // before the batch and every entry of it under test; the next one tests
 // them again and merges them all, each once.
@@ -332,26 +363,8 @@ func TestBatchSurvivesSIGKILLMidGate(t *testing.T) {
 	base := e.main()
 	ts := e.queueTasks(q, 8)
 
-	spec, err := json.Marshal(helperOptions{Repo: e.repo, StateDir: e.stateDir, DB: e.db.Path(), Batch: 8,
-		Gate: []string{badGate, "touch " + flags + "/started; cat " + fifo}, Env: opts.Env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(spec))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitForFile(t, filepath.Join(flags, "started"))
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Fatalf("helper: %v, want killed\n%s", err, stderr.String())
-	}
-	killMarked(e.mark) // its orphaned gate, as a restarted daemon's supervisor would
+	e.killHelperDuringGate(helperOptions{Batch: 8, Gate: []string{badGate, "touch " + flags + "/started; cat " + fifo}, Env: opts.Env},
+		filepath.Join(flags, "started"))
 
 	if e.main() != base {
 		t.Fatalf("main moved to %s during the killed batch's gate", short(e.main()))
