@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,6 +210,71 @@ func TestParallelOption(t *testing.T) {
 		opts.Parallel = n
 		if _, err := Open(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "parallel") {
 			t.Errorf("Parallel %d: Open = %v, want an error naming parallel", n, err)
+		}
+	}
+}
+
+// The target moves under the front batch's gate (someone pushes): the
+// front batch is rebuilt on the new target and gated again, and the run
+// ahead, built on a candidate that never became the target, counts for
+// nothing. Every task merges once, after the push.
+func TestAheadDroppedWhenTheTargetMoves(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	push := `if [ ! -e ` + flags + `/pushed ]; then : > ` + flags + `/pushed
+  c=$(git -C ` + e.repo + ` commit-tree -p main -m 'pushed by hand' 'main^{tree}') && git -C ` + e.repo + ` update-ref refs/heads/main "$c"
+fi`
+	opts := e.options(append([]string{push}, aheadGate(flags)...)...)
+	opts.Batch, opts.Parallel = 8, 2
+	q := e.open(opts)
+	base := e.main()
+	e.queueTasks(q, 16)
+
+	outs := drain(t, q)
+	if _, results, _ := e.metrics.snapshot(); results[ResultMerged] != 16 {
+		t.Fatalf("results %v (steps %v), want 16 merged", results, outs)
+	}
+	if !slices.Contains(outs, OutcomeRebuild) {
+		t.Errorf("steps %v: want the front batch rebuilt on the pushed target", outs)
+	}
+	subjects := strings.Split(gitT(t, e.repo, "log", "--first-parent", "--reverse", "--format=%s", base+"..main"), "\n")
+	if len(subjects) != 17 || subjects[0] != "pushed by hand" {
+		t.Fatalf("main since the start: %q, want the push then one merge per task", subjects)
+	}
+	for i, s := range subjects[1:] {
+		if want := "Merge task " + strconv.Itoa(i+1) + " "; !strings.HasPrefix(s, want) {
+			t.Errorf("commit %d after the push: %q, want %q...", i+1, s, want)
+		}
+	}
+}
+
+// With the rebase strategy the run ahead replays its branches in its own
+// worktree while the front batch's gate runs in the first: both batches go
+// in on two overlapping runs, every task's commit replayed once.
+func TestAheadRebase(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	writeFile(t, filepath.Join(flags, "pair"), "")
+	opts := e.options(aheadGate(flags)...)
+	opts.Batch, opts.Parallel, opts.Strategy = 8, 2, StrategyRebase
+	q := e.open(opts)
+	base := e.main()
+	e.queueTasks(q, 16)
+
+	outs := drain(t, q)
+	if _, results, gates := e.metrics.snapshot(); gates != 2 || results[ResultMerged] != 16 {
+		t.Fatalf("gate runs %d, results %v (steps %v); want 2 runs, 16 merged", gates, results, outs)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(flags, "overlap-8"))); got != "2" {
+		t.Errorf("the front batch's gate saw %s runs started, want 2", got)
+	}
+	subjects := strings.Split(gitT(t, e.repo, "log", "--reverse", "--format=%s", base+"..main"), "\n")
+	if len(subjects) != 16 {
+		t.Fatalf("main since the start: %q, want the 16 tasks' commits", subjects)
+	}
+	for i, s := range subjects {
+		if want := "task " + strconv.Itoa(i+1); s != want {
+			t.Errorf("commit %d: %q, want %q", i+1, s, want)
 		}
 	}
 }
