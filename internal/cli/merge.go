@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -247,6 +248,18 @@ func printMergeStatus(w io.Writer, cfg *config.Config, s merge.Status) error {
 			fmt.Fprintf(w, ", gate run %d (swarmd logs merge --session %d)", c.GateSeq, c.GateSeq)
 		}
 		fmt.Fprintln(w)
+	}
+	if a := s.Ahead; a != nil {
+		ids := make([]string, len(a.Tasks))
+		for i, t := range a.Tasks {
+			ids[i] = strconv.FormatInt(t, 10)
+		}
+		word := "task"
+		if len(ids) > 1 {
+			word = "tasks"
+		}
+		fmt.Fprintf(w, "ahead:   %s %s, on the candidate under test, since %s, gate run %d (swarmd logs merge --session %d)\n",
+			word, strings.Join(ids, ", "), clock(a.Since), a.GateSeq, a.GateSeq)
 	}
 	fmt.Fprintf(w, "queued:  %d\n", len(s.Queued))
 	for _, e := range s.Queued {

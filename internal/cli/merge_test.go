@@ -2,7 +2,11 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/merge"
 )
 
 // TestMergeRefusesBadInput: a negative --limit, a task id that is none, and
@@ -20,4 +24,23 @@ func TestMergeRefusesBadInput(t *testing.T) {
 	// Found through SWARM_DB_PATH, with no config: no merge section.
 	wantUsage(t, mergeSwitchRun(ctx, &mergeSwitchOptions{mergeOptions: m, Verb: "pause"}),
 		"merge pause: swarmd.yaml has no merge section, so there is no merge queue")
+}
+
+// TestMergeStatusShowsTheRunAhead: merge status names the gate run ahead of
+// the batch under test, its tasks and the command for its log.
+func TestMergeStatusShowsTheRunAhead(t *testing.T) {
+	since := time.Date(2026, 11, 29, 10, 4, 5, 0, time.Local)
+	var b strings.Builder
+	err := printMergeStatus(&b, nil, merge.Status{
+		Current: &merge.Entry{Task: 1, Agent: "w1", Branch: "swarm/task/1", Head: "0123456789abcdef", GateSeq: 6},
+		Queued:  []merge.Entry{{Task: 2}, {Task: 3}},
+		Ahead:   &merge.AheadRun{GateSeq: 7, Tasks: []int64{2, 3}, Since: since},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ahead:   tasks 2, 3, on the candidate under test, since " + clock(since) + ", gate run 7 (swarmd logs merge --session 7)\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("merge status:\n%s\nwant the line %q", b.String(), want)
+	}
 }

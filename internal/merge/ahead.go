@@ -3,6 +3,7 @@ package merge
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -44,6 +45,9 @@ type ahead struct {
 	run  gateRun
 	seq  uint32
 	ran  bool // the gate ran to its end on the line
+	// recorded: merge_control names the run (Status.Ahead), to be cleared
+	// by the loop once the goroutine is done.
+	recorded bool
 }
 
 // startAhead starts a run ahead of the front batch, whose line is front,
@@ -102,9 +106,15 @@ func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) 
 		return err
 	}
 	es := make([]*Entry, len(a.line))
+	tasks := make([]int64, len(a.line))
 	for i, l := range a.line {
-		es[i] = l.e
+		es[i], tasks[i] = l.e, l.e.Task
 	}
+	// For swarmd merge status; the loop clears it once the run is done with.
+	if err := q.store.setAhead(ctx, a.seq, tasks); err != nil {
+		return err
+	}
+	a.recorded = true
 	q.log.Info("merge gate started ahead", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)),
 		zap.String("candidate", tip.commit), zap.String("on", a.base), zap.Uint32("gate_seq", a.seq))
 	if a.run, err = q.runGate(ctx, es, q.aheadDir(), a.seq); err != nil {
@@ -116,7 +126,7 @@ func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) 
 
 // settleAhead takes in the run ahead, if any, once it has ended: the
 // target is target now.
-func (q *Queue) settleAhead(target string) {
+func (q *Queue) settleAhead(ctx context.Context, target string) {
 	a := q.ahead
 	if a == nil {
 		return
@@ -127,6 +137,7 @@ func (q *Queue) settleAhead(target string) {
 	}
 	<-a.done
 	a.cancel()
+	q.unrecord(ctx, a)
 	if !a.ran {
 		return
 	}
@@ -157,9 +168,44 @@ func (q *Queue) settleAhead(target string) {
 
 // dropAhead kills the run ahead, if any, and waits for it.
 func (q *Queue) dropAhead() {
-	if a := q.ahead; a != nil {
-		q.ahead = nil
-		a.cancel()
-		<-a.done
+	a := q.ahead
+	if a == nil {
+		return
 	}
+	q.ahead = nil
+	a.cancel()
+	<-a.done
+	// The loop's context may be over (a stop): the record is still cleared.
+	ctx, cancel := context.WithTimeout(context.Background(), unrecordTimeout)
+	defer cancel()
+	q.unrecord(ctx, a)
+}
+
+// unrecordTimeout bounds clearing a dropped run's record at a stop.
+const unrecordTimeout = 5 * time.Second
+
+// unrecord clears a's record, if it made one; one it cannot clear now is
+// cleared by the next step (clearStaleAhead), as a killed daemon's is.
+func (q *Queue) unrecord(ctx context.Context, a *ahead) {
+	if !a.recorded {
+		return
+	}
+	if err := q.store.setAhead(ctx, 0, nil); err != nil {
+		q.log.Warn("merge queue: clear the run ahead's record", zap.Error(err))
+		q.staleChecked = false
+	}
+}
+
+// clearStaleAhead clears, once per queue, the record of a run ahead that a
+// daemon killed during it left: no run of this queue's is ahead yet.
+func (q *Queue) clearStaleAhead(ctx context.Context) error {
+	if q.staleChecked {
+		return nil
+	}
+	a, err := q.store.ahead(ctx)
+	if err == nil && a != nil {
+		err = q.store.setAhead(ctx, 0, nil)
+	}
+	q.staleChecked = err == nil
+	return err
 }

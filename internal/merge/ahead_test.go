@@ -49,8 +49,20 @@ func TestAheadTwoBatchesPerRun(t *testing.T) {
 	ts := e.queueTasks(q, 16)
 
 	step(t, q, OutcomeMerged) // the first 8; the next 8 tested beside them
+	ctx := context.Background()
+	st, err := q.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := st.Ahead; a == nil || !slices.Equal(a.Tasks, []int64{9, 10, 11, 12, 13, 14, 15, 16}) || a.GateSeq == 0 || a.Since.IsZero() {
+		t.Fatalf("status while the run ahead is unsettled: ahead %+v, want tasks 9-16 with their gate run", st.Ahead)
+	}
+	aheadSeq := st.Ahead.GateSeq
 	step(t, q, OutcomeMerged) // the next 8, on the run ahead's result
 	step(t, q, OutcomeIdle)
+	if st, err := q.Status(ctx); err != nil || st.Ahead != nil {
+		t.Fatalf("status once settled: ahead %+v (%v), want none", st.Ahead, err)
+	}
 	if _, results, gates := e.metrics.snapshot(); gates != 2 || results[ResultMerged] != 16 {
 		t.Fatalf("gate runs %d, results %v; want 2 runs and 16 merged", gates, results)
 	}
@@ -61,11 +73,14 @@ func TestAheadTwoBatchesPerRun(t *testing.T) {
 		t.Errorf("the front batch's gate saw %s runs started, want 2: the run ahead did not run beside it", got)
 	}
 	e.checkHistory(base, ts)
-	es, err := q.List(context.Background(), 0)
+	es, err := q.List(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(es, func(a, b Entry) int { return int(a.Task - b.Task) })
+	if es[8].GateSeq != aheadSeq {
+		t.Errorf("the second batch names gate run %d, status said the run ahead was %d", es[8].GateSeq, aheadSeq)
+	}
 	for _, en := range es {
 		want := es[0].GateSeq
 		if en.Task > 8 {
@@ -195,7 +210,13 @@ func TestAheadSurvivesSIGKILL(t *testing.T) {
 		}
 	}
 
+	if st, err := q.Status(context.Background()); err != nil || st.Ahead == nil {
+		t.Fatalf("status after the kill: ahead %+v (%v), want the killed daemon's run ahead still named", st.Ahead, err)
+	}
 	drain(t, q)
+	if st, err := q.Status(context.Background()); err != nil || st.Ahead != nil {
+		t.Errorf("status after the next queue's steps: ahead %+v (%v), want the stale record cleared", st.Ahead, err)
+	}
 	e.checkHistory(base, ts)
 	if calls := e.cb.all(); len(calls) != 16 {
 		t.Errorf("callbacks %+v, want 16 merged", calls)

@@ -90,12 +90,15 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	if paused {
 		return OutcomePaused, nil
 	}
+	if err := q.clearStaleAhead(ctx); err != nil {
+		return OutcomeIdle, err
+	}
 	if q.ahead != nil {
 		target, _, err := q.repo.tip(ctx, q.opts.Into)
 		if err != nil {
 			return OutcomeIdle, fmt.Errorf("merge queue: read %s: %w", q.opts.Into, err)
 		}
-		q.settleAhead(target) // before the front is read: it may start a bisection
+		q.settleAhead(ctx, target) // before the front is read: it may start a bisection
 	}
 	front, err := q.store.front(ctx, q.batch.want())
 	if err != nil || len(front) == 0 {

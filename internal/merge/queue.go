@@ -164,6 +164,9 @@ type Queue struct {
 	passed passedGate
 	batch  batchState
 	ahead  *ahead // a gate run ahead of the front batch (ahead.go), or nil
+	// staleChecked: a record of a run ahead left by a killed daemon was
+	// looked for (clearStaleAhead).
+	staleChecked bool
 
 	owned owned // the tips the queue set the target to (owned.go)
 

@@ -97,6 +97,17 @@ type Status struct {
 	Current  *Entry  `json:"current,omitempty"` // the entry under test
 	Queued   []Entry `json:"queued"`            // waiting their turn, in order
 	Recent   []Entry `json:"recent"`            // the last results, newest first
+	// Ahead is the gate run ahead of the batch under test (merge.parallel:
+	// 2), nil when none runs; its tasks are among Queued.
+	Ahead *AheadRun `json:"ahead,omitempty"`
+}
+
+// AheadRun is a gate run ahead of the batch under test: its tasks' line is
+// built on that batch's last candidate.
+type AheadRun struct {
+	GateSeq uint32    `json:"gate_seq"`
+	Tasks   []int64   `json:"tasks"` // in line order
+	Since   time.Time `json:"since"`
 }
 
 // Depth is how many tasks are in the queue, the one under test included.
@@ -341,6 +352,9 @@ func (s *Store) Status(ctx context.Context, recent int) (Status, error) {
 		return Status{}, fmt.Errorf("merge queue: status: %w", err)
 	}
 	st.Paused = paused != 0
+	if st.Ahead, err = s.ahead(ctx); err != nil {
+		return Status{}, fmt.Errorf("merge queue: status: %w", err)
+	}
 	active, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE state IN ('queued', 'testing') ORDER BY id`)
 	if err != nil {
 		return Status{}, fmt.Errorf("merge queue: status: %w", err)
@@ -468,6 +482,41 @@ func (s *Store) setWaiting(ctx context.Context, why string, task int64) error {
 		}
 		return s.logEvent(ctx, tx, ev)
 	})
+}
+
+// setAhead records the gate run ahead, seq on tasks (seq 0: none).
+func (s *Store) setAhead(ctx context.Context, seq uint32, tasks []int64) error {
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = strconv.FormatInt(t, 10)
+	}
+	since := ""
+	if seq != 0 {
+		since = s.stamp()
+	}
+	return s.write(ctx, "record the run ahead", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE merge_control SET ahead_seq = ?, ahead_tasks = ?, ahead_since = ? WHERE id = 1`,
+			int64(seq), strings.Join(ids, " "), since)
+		return err
+	})
+}
+
+// ahead is the gate run ahead as recorded, nil when none.
+func (s *Store) ahead(ctx context.Context) (*AheadRun, error) {
+	var seq int64
+	var tasks, since string
+	err := s.db.ReadSQL().QueryRowContext(ctx, `SELECT ahead_seq, ahead_tasks, ahead_since FROM merge_control WHERE id = 1`).
+		Scan(&seq, &tasks, &since)
+	if err != nil || seq == 0 {
+		return nil, err
+	}
+	a := &AheadRun{GateSeq: uint32(seq), Tasks: []int64{}, Since: parseTime(since)}
+	for _, f := range strings.Fields(tasks) {
+		if id, err := strconv.ParseInt(f, 10, 64); err == nil {
+			a.Tasks = append(a.Tasks, id)
+		}
+	}
+	return a, nil
 }
 
 // front is the first n entries of the queue, oldest first: those under
