@@ -244,7 +244,18 @@ func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
 		add(*c, "testing", c.StartedAt)
 		out.GateRunning, out.GateSeq = c.GateSeq != 0, c.GateSeq
 	}
+	ahead := map[int64]bool{}
+	if a := st.Ahead; a != nil {
+		out.AheadSeq = a.GateSeq
+		for _, id := range a.Tasks {
+			ahead[id] = true
+		}
+	}
 	for _, e := range st.Queued {
+		if ahead[e.Task] {
+			add(e, "ahead", st.Ahead.Since)
+			continue
+		}
 		add(e, "queued", e.EnqueuedAt)
 	}
 	for _, e := range st.Recent {

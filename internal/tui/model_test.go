@@ -442,15 +442,17 @@ func TestTaskView(t *testing.T) {
 }
 
 // TestMergeQueuePanel: the queue's depth, its candidate under test and its
-// running gate, and the last results show under the task board.
+// running gate, the run ahead, and the last results show under the task
+// board.
 func TestMergeQueuePanel(t *testing.T) {
 	d := newDriver(t, Options{}, 240, 30)
-	q := view.MergeQueue{Configured: true, Depth: 2, GateRunning: true, GateSeq: 7,
-		Items:  []view.MergeItem{{TaskID: 4, Agent: "alice", State: "testing"}, {TaskID: 6, Agent: "bob", State: "queued"}},
+	q := view.MergeQueue{Configured: true, Depth: 2, GateRunning: true, GateSeq: 7, AheadSeq: 8,
+		Items:  []view.MergeItem{{TaskID: 4, Agent: "alice", State: "testing"}, {TaskID: 6, Agent: "bob", State: "ahead"}},
 		Recent: []view.MergeResult{{TaskID: 3, Result: "merged", Commit: "abcdef1234"}, {TaskID: 2, Result: "gate_failed"}}}
 	d.send(UpdateMsg{view.Update{Kind: view.KindMerge, Merge: &q}})
 	r := d.m.Render()
-	for _, want := range []string{"merge queue: depth 2 · #4 testing (alice), gate running (run 7)", "last: #3 merged abcdef1 · #2 gate_failed"} {
+	for _, want := range []string{"merge queue: depth 2 · #4 testing (alice), gate running (run 7) · a run ahead (run 8)",
+		"last: #3 merged abcdef1 · #2 gate_failed"} {
 		if !strings.Contains(r, want) {
 			t.Errorf("the frame lacks %q:\n%s", want, r)
 		}

@@ -418,6 +418,9 @@ func mergeText(q view.MergeQueue) string {
 			s += ", gate running (run " + strconv.FormatUint(uint64(q.GateSeq), 10) + ")"
 		}
 	}
+	if q.AheadSeq != 0 {
+		s += " · a run ahead (run " + strconv.FormatUint(uint64(q.AheadSeq), 10) + ")"
+	}
 	if q.Note != "" {
 		s += " · " + q.Note
 	}

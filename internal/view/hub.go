@@ -568,7 +568,8 @@ func equalBoards(a, b TaskBoard) bool {
 
 func equalMerge(a, b MergeQueue) bool {
 	if a.Configured != b.Configured || a.Note != b.Note || a.Paused != b.Paused || len(a.Items) != len(b.Items) ||
-		a.Depth != b.Depth || a.GateRunning != b.GateRunning || a.GateSeq != b.GateSeq || !slices.Equal(a.Recent, b.Recent) {
+		a.Depth != b.Depth || a.GateRunning != b.GateRunning || a.GateSeq != b.GateSeq || a.AheadSeq != b.AheadSeq ||
+		!slices.Equal(a.Recent, b.Recent) {
 		return false
 	}
 	for i := range a.Items {

@@ -124,6 +124,9 @@ type MergeQueue struct {
 	// its gate run GateSeq (`swarmd logs merge --session N`).
 	GateRunning bool   `json:"gate_running"`
 	GateSeq     uint32 `json:"gate_seq,omitempty"`
+	// AheadSeq, if not 0, is the gate run ahead of the candidate under
+	// test (merge.parallel: 2): its items have state "ahead".
+	AheadSeq uint32 `json:"ahead_seq,omitempty"`
 	// Recent are the last results, newest first.
 	Recent []MergeResult `json:"recent"`
 }

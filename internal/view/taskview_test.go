@@ -52,6 +52,7 @@ func TestEqualMergeSeesEveryField(t *testing.T) {
 		"depth":   func(q *MergeQueue) { q.Depth = 1 },
 		"gate":    func(q *MergeQueue) { q.GateRunning = true },
 		"seq":     func(q *MergeQueue) { q.GateSeq = 2 },
+		"ahead":   func(q *MergeQueue) { q.AheadSeq = 3 },
 		"result":  func(q *MergeQueue) { q.Recent = []MergeResult{{TaskID: 1, Result: "conflict"}} },
 		"results": func(q *MergeQueue) { q.Recent = nil },
 	} {

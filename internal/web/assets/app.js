@@ -332,6 +332,7 @@ function renderMerge(m) {
   }
   let head = 'depth ' + (m.depth || 0);
   if (m.gate_running) head += ' · gate running (run ' + m.gate_seq + ')';
+  if (m.ahead_seq) head += ' · a run ahead (run ' + m.ahead_seq + ')';
   if (m.paused) head += ' · paused';
   box.appendChild(el('div', 'depth', head));
   if (m.note) box.appendChild(el('div', 'health', m.note));
