@@ -68,41 +68,45 @@ func (db *DB) migrate(ctx context.Context, fsys fs.FS) error {
 	if cur > latest {
 		return db.tooNew(cur, latest)
 	}
-	for _, m := range ms[cur:] {
-		if err := db.apply(ctx, m, latest); err != nil {
+	for cur < latest {
+		if cur, err = db.apply(ctx, ms[cur], latest); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (db *DB) apply(ctx context.Context, m migration, latest int) error {
+// apply applies m unless the schema is at m's version or past it already
+// (another opener got there first), and returns the version it is at now:
+// an opener that lost the race to a fresh file takes the write lock once,
+// not once per step, while the winner's processes are already writing.
+func (db *DB) apply(ctx context.Context, m migration, latest int) (int, error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
-		return db.Wrap("migrate", err)
+		return 0, db.Wrap("migrate", err)
 	}
 	defer tx.Rollback()
 	// Re-read under the write lock: another process may have got here first.
 	cur, err := db.drv.userVersion(ctx, tx)
 	if err != nil {
-		return db.Wrap("migrate", err)
+		return 0, db.Wrap("migrate", err)
 	}
 	switch {
 	case cur > latest:
-		return db.tooNew(cur, latest)
+		return 0, db.tooNew(cur, latest)
 	case cur >= m.version:
-		return nil
+		return cur, nil
 	}
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return db.Wrap("migrate "+m.name, err)
+		return 0, db.Wrap("migrate "+m.name, err)
 	}
 	if err := db.drv.setUserVersion(ctx, tx, m.version); err != nil {
-		return db.Wrap("migrate "+m.name, err)
+		return 0, db.Wrap("migrate "+m.name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return db.Wrap("migrate "+m.name, err)
+		return 0, db.Wrap("migrate "+m.name, err)
 	}
-	return nil
+	return m.version, nil
 }
 
 func (db *DB) tooNew(cur, latest int) error {

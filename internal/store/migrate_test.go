@@ -265,3 +265,22 @@ func TestIdleStoreDoesNotCheckpoint(t *testing.T) {
 		waitMore(n, "a commit")
 	}
 }
+
+// TestMigrateSkipsWhatAnotherOpenerApplied: an opener that read an old
+// version before another process migrated the file skips to the version
+// it finds under the write lock, instead of taking the lock once per step
+// it thought was missing (20 `swarmd mail` processes on a fresh file
+// starved one of them past its busy timeout that way).
+func TestMigrateSkipsWhatAnotherOpenerApplied(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	ms, err := loadMigrations(migrationFS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := len(ms)
+	got, err := db.apply(ctx, ms[0], latest) // as if it had read version 0
+	if err != nil || got != latest {
+		t.Fatalf("apply of migration 1 on a file at %d = %d, %v; want %d", latest, got, err, latest)
+	}
+}
