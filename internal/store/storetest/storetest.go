@@ -547,6 +547,17 @@ func race(t *testing.T, h Harness, target, role string, procs, each int) {
 // `swarmd mail` and `swarmd task` meet the daemon.
 func Race(t *testing.T, childTest, target, role string, procs, each int) {
 	t.Helper()
+	// They race on the work, not on making the schema of a fresh file:
+	// store.TestOpenConcurrentFresh races that on its own. Twenty processes
+	// migrating one new file while the first already write can starve one
+	// past SQLite's busy timeout on a loaded machine.
+	db, err := store.Open(context.Background(), target, store.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", target, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	cmds := make([]*exec.Cmd, procs)
 	for i := range cmds {
 		cmd := exec.Command(os.Args[0], "-test.run=^"+childTest+"$", "-test.count=1")
