@@ -93,8 +93,9 @@ type result struct {
 	engine           string
 	scenario         string
 	batch, parallel  int
-	gates            int // gate runs that ran to their end
-	started          int // gate runs started, killed runs ahead included
+	gates            int            // gate runs that ran to their end
+	started          int            // gate runs started, killed runs ahead included
+	ahead            map[string]int // runs ahead by what came of them
 	wall             time.Duration
 	merged, rejected []int64
 	historyOK        string // "" when every merged task is one commit of its own, in order, with its trailer
@@ -176,8 +177,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				}
 				r.engine, r.scenario = engine, sc.name
 				results = append(results, r)
-				fmt.Fprintf(out, "  %s, %s, batch %d, parallel %d: %d gate runs (%d started), %s\n", engine, sc.name, sh.batch, sh.parallel,
+				fmt.Fprintf(out, "  %s, %s, batch %d, parallel %d: %d gate runs (%d started), %s", engine, sc.name, sh.batch, sh.parallel,
 					r.gates, r.started, r.wall.Round(10*time.Millisecond))
+				if sh.parallel > 1 {
+					fmt.Fprintf(out, "; runs ahead: %d passed, %d failed, %d dropped", r.ahead["passed"], r.ahead["failed"], r.ahead["dropped"])
+				}
+				fmt.Fprintln(out)
 			}
 		}
 	}
@@ -290,7 +295,8 @@ func runOnce(ctx context.Context, cfg config, sup *proc.Supervisor, open func(co
 	if err != nil {
 		return result{}, err
 	}
-	r := result{batch: batch, parallel: parallel, wall: wall, gates: rec.gates, started: len(gateLogs), merged: rec.merged, rejected: rec.rejected}
+	r := result{batch: batch, parallel: parallel, wall: wall, gates: rec.gates, started: len(gateLogs), ahead: rec.ahead,
+		merged: rec.merged, rejected: rec.rejected}
 	r.historyOK, err = checkHistory(ctx, repo, base, r.merged, heads)
 	return r, err
 }
@@ -381,6 +387,7 @@ type recorder struct {
 	mu               sync.Mutex
 	merged, rejected []int64
 	gates            int
+	ahead            map[string]int // runs ahead by result
 }
 
 func (r *recorder) OnMerged(_ context.Context, e merge.Entry, _ string) error {
@@ -395,6 +402,15 @@ func (r *recorder) OnRejected(_ context.Context, e merge.Entry, _ merge.Kind, _ 
 	defer r.mu.Unlock()
 	r.rejected = append(r.rejected, e.Task)
 	return nil
+}
+
+func (r *recorder) RunAhead(result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ahead == nil {
+		r.ahead = map[string]int{}
+	}
+	r.ahead[result]++
 }
 
 func (r *recorder) MergeQueueDepth(int) {}

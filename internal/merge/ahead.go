@@ -138,11 +138,14 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 	<-a.done
 	a.cancel()
 	q.unrecord(ctx, a)
-	if !a.ran {
-		return
+	if a.seq == 0 {
+		return // no gate run was started: nothing to build ahead, or it failed first
 	}
-	q.opts.Metrics.GateDuration(a.run.duration)
-	if a.base != target {
+	if a.ran {
+		q.opts.Metrics.GateDuration(a.run.duration)
+	}
+	if !a.ran || a.base != target {
+		q.opts.Metrics.RunAhead("dropped")
 		return
 	}
 	es := make([]*Entry, len(a.line))
@@ -151,6 +154,7 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 	}
 	tip := a.line[len(a.line)-1]
 	if a.run.passed() {
+		q.opts.Metrics.RunAhead("passed")
 		q.batch.green(es)
 		q.passed = passedGate{target: target, line: a.line, seq: a.seq}
 		q.log.Info("merge gate ahead passed", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)), zap.Uint32("gate_seq", a.seq))
@@ -160,6 +164,7 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 	if a.run.timedOut {
 		kind, detail = KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, a.run.tail)
 	}
+	q.opts.Metrics.RunAhead("failed")
 	// As a red gate at the front: the next step's line has this tree and is
 	// split without a run, down to the entry that fails.
 	q.batch.split(es, tip.tree, redGate{kind: kind, tail: detail, seq: a.seq})
@@ -175,6 +180,12 @@ func (q *Queue) dropAhead() {
 	q.ahead = nil
 	a.cancel()
 	<-a.done
+	if a.seq != 0 {
+		if a.ran {
+			q.opts.Metrics.GateDuration(a.run.duration)
+		}
+		q.opts.Metrics.RunAhead("dropped")
+	}
 	// The loop's context may be over (a stop): the record is still cleared.
 	ctx, cancel := context.WithTimeout(context.Background(), unrecordTimeout)
 	defer cancel()

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,9 @@ func TestAheadTwoBatchesPerRun(t *testing.T) {
 	if _, results, gates := e.metrics.snapshot(); gates != 2 || results[ResultMerged] != 16 {
 		t.Fatalf("gate runs %d, results %v; want 2 runs and 16 merged", gates, results)
 	}
+	if got := e.metrics.runsAhead(); !maps.Equal(got, map[string]int{"passed": 1}) {
+		t.Errorf("runs ahead by result %v, want one passed", got)
+	}
 	if got, want := runs(t, flags), []string{"1 2 3 4 5 6 7 8", "9 10 11 12 13 14 15 16"}; !slices.Equal(got, want) {
 		t.Fatalf("gate runs tested %q, want %q", got, want)
 	}
@@ -123,7 +127,10 @@ func TestAheadDroppedWhenTheFrontBatchFails(t *testing.T) {
 	if i := slices.Index(rs, "1 2 3 4"); i < 1 || i > 2 || (i == 2 && rs[1] != "9 10 11 12 13 14 15 16") {
 		t.Errorf("gate runs %q: want the red batch, perhaps the run ahead of it, then its first half", rs)
 	}
-	t.Logf("%d gate runs: %q", gates, rs)
+	t.Logf("%d gate runs: %q; runs ahead %v", gates, rs, e.metrics.runsAhead())
+	if n := e.metrics.runsAhead()["failed"]; n != 0 {
+		t.Errorf("%d runs ahead failed, want none: the bad task was at the front", n)
+	}
 	for _, c := range e.cb.all() {
 		if !c.merged && c.task != 3 {
 			t.Errorf("task %d rejected: %+v", c.task, c)
@@ -157,6 +164,9 @@ func TestAheadRedRunBisectsWithoutRerun(t *testing.T) {
 	rs := runs(t, flags)
 	if n := slices.Index(rs, "9 10 11 12 13 14 15 16"); n < 0 || strings.Count(strings.Join(rs, "\n"), "9 10 11 12 13 14 15 16") != 1 {
 		t.Errorf("batch 9-16 tested %q, want once (ahead)", rs)
+	}
+	if n := e.metrics.runsAhead()["failed"]; n != 1 {
+		t.Errorf("%d runs ahead failed, want the one on tasks 9-16", n)
 	}
 	// As a red batch of 8 at the front bisects: at most 2·log2(8) more runs.
 	if gates > 2+6 {

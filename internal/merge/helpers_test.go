@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -251,6 +252,7 @@ type metricsRecorder struct {
 	depth   int
 	results map[string]int
 	gates   int
+	ahead   map[string]int
 }
 
 func (m *metricsRecorder) MergeQueueDepth(n int) { m.mu.Lock(); m.depth = n; m.mu.Unlock() }
@@ -263,6 +265,21 @@ func (m *metricsRecorder) MergeResult(r string) {
 	m.results[r]++
 }
 func (m *metricsRecorder) GateDuration(time.Duration) { m.mu.Lock(); m.gates++; m.mu.Unlock() }
+func (m *metricsRecorder) RunAhead(result string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ahead == nil {
+		m.ahead = map[string]int{}
+	}
+	m.ahead[result]++
+}
+
+// runsAhead is how many runs ahead came to each result.
+func (m *metricsRecorder) runsAhead() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.ahead)
+}
 
 func (m *metricsRecorder) snapshot() (depth int, results map[string]int, gates int) {
 	m.mu.Lock()

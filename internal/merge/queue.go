@@ -97,6 +97,7 @@ type Metrics interface {
 	MergeQueueDepth(n int)        // swarmd_merge_queue_depth
 	MergeResult(result string)    // swarmd_merges_total{result}: merged, conflict, gate_failed, timeout
 	GateDuration(d time.Duration) // swarmd_gate_duration_seconds
+	RunAhead(result string)       // swarmd_merge_runs_ahead_total{result}: passed, failed, dropped
 }
 
 // Options configure a Queue. Into, Repo, StateDir, DB, Procs and Logs are
@@ -260,6 +261,7 @@ type nopMetrics struct{}
 func (nopMetrics) MergeQueueDepth(int)        {}
 func (nopMetrics) MergeResult(string)         {}
 func (nopMetrics) GateDuration(time.Duration) {}
+func (nopMetrics) RunAhead(string)            {}
 
 // Store is the queue's state, for callers that read or change it without
 // running it.

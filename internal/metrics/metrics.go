@@ -41,6 +41,10 @@ var sessionBuckets = [...]float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 36
 // merge's results and rejection kinds); each series exists from the start.
 var mergeResults = [...]string{"merged", "conflict", "gate_failed", "timeout"}
 
+// aheadResults are the result label values of swarmd_merge_runs_ahead_total
+// (package merge's runs ahead); each series exists from the start.
+var aheadResults = [...]string{"passed", "failed", "dropped"}
+
 // Gates run a project's tests: seconds to the merge timeout (30m default).
 var gateBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600}
 
@@ -73,6 +77,7 @@ type Metrics struct {
 	targetMoves      *prometheus.CounterVec
 	mergeDepth       prometheus.Gauge
 	merges           *prometheus.CounterVec
+	runsAhead        *prometheus.CounterVec
 	gateDuration     prometheus.Histogram
 	pushes           *prometheus.CounterVec
 	budgetLeft       *prometheus.GaugeVec
@@ -140,6 +145,10 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_merges_total",
 			Help: "Merge queue results: merged, conflict, gate_failed, timeout.",
 		}, []string{"result"}),
+		runsAhead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_merge_runs_ahead_total",
+			Help: "Gate runs ahead of the batch under test (merge.parallel: 2), by what came of them: passed (the next batch went in on it), failed (its bisection began on it), dropped (its base never became the target: killed or ignored).",
+		}, []string{"result"}),
 		gateDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swarmd_gate_duration_seconds",
 			Help:    "Wall-clock duration of merge gate runs.",
@@ -169,6 +178,9 @@ func New(build BuildInfo) *Metrics {
 	for _, r := range mergeResults {
 		m.merges.WithLabelValues(r)
 	}
+	for _, r := range aheadResults {
+		m.runsAhead.WithLabelValues(r)
+	}
 	for _, r := range []string{"ok", "failed"} {
 		m.pushes.WithLabelValues(r)
 	}
@@ -186,7 +198,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.mergeDepth, m.merges, m.gateDuration, m.pushes, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.pushes, m.budgetLeft,
 		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -445,6 +457,10 @@ func (m *Metrics) MergeQueueDepth(n int) { m.mergeDepth.Set(float64(max(n, 0))) 
 // MergeResult counts one merge queue result (merged, conflict, gate_failed
 // or timeout) in swarmd_merges_total.
 func (m *Metrics) MergeResult(result string) { m.merges.WithLabelValues(result).Inc() }
+
+// RunAhead counts what came of one gate run ahead (passed, failed or
+// dropped) in swarmd_merge_runs_ahead_total.
+func (m *Metrics) RunAhead(result string) { m.runsAhead.WithLabelValues(result).Inc() }
 
 // GateDuration records one gate run in swarmd_gate_duration_seconds.
 func (m *Metrics) GateDuration(d time.Duration) { m.gateDuration.Observe(max(d, 0).Seconds()) }
