@@ -232,7 +232,14 @@ func printMergeStatus(w io.Writer, cfg *config.Config, s merge.Status) error {
 		fmt.Fprintln(w, "no merge queue: swarmd.yaml has no merge section")
 	default:
 		mc := cfg.Merge
-		fmt.Fprintf(w, "merge queue into %s: strategy %s, %s, timeout %s\n", mc.Into, mc.Strategy, gateWords(mc.Gate), config.FormatDuration(mc.Timeout))
+		fmt.Fprintf(w, "merge queue into %s: strategy %s, %s, timeout %s", mc.Into, mc.Strategy, gateWords(mc.Gate), config.FormatDuration(mc.Timeout))
+		if mc.Batch > 1 {
+			fmt.Fprintf(w, ", batches of up to %d", mc.Batch)
+		}
+		if mc.Parallel > 1 {
+			fmt.Fprintf(w, ", %d gate runs at once", mc.Parallel)
+		}
+		fmt.Fprintln(w)
 	}
 	switch {
 	case s.Paused:
