@@ -105,10 +105,10 @@ func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) 
 	if a.seq, err = q.store.nextGateSeq(ctx); err != nil {
 		return err
 	}
-	es := make([]*Entry, len(a.line))
-	tasks := make([]int64, len(a.line))
-	for i, l := range a.line {
-		es[i], tasks[i] = l.e, l.e.Task
+	es := lineEntries(a.line)
+	tasks := make([]int64, len(es))
+	for i, e := range es {
+		tasks[i] = e.Task
 	}
 	// For swarmd merge status; the loop clears it once the run is done with.
 	if err := q.store.setAhead(ctx, a.seq, tasks); err != nil {
@@ -125,7 +125,7 @@ func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) 
 }
 
 // settleAhead takes in the run ahead, if any, once it has ended: the
-// target is target now.
+// target is target now ("": none, and the run is dropped).
 func (q *Queue) settleAhead(ctx context.Context, target string) {
 	a := q.ahead
 	if a == nil {
@@ -148,10 +148,7 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 		q.opts.Metrics.RunAhead("dropped")
 		return
 	}
-	es := make([]*Entry, len(a.line))
-	for i, l := range a.line {
-		es[i] = l.e
-	}
+	es := lineEntries(a.line)
 	tip := a.line[len(a.line)-1]
 	if a.run.passed() {
 		q.opts.Metrics.RunAhead("passed")
@@ -160,10 +157,7 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 		q.log.Info("merge gate ahead passed", zap.Int64("task", tip.e.Task), zap.Int("batch", len(es)), zap.Uint32("gate_seq", a.seq))
 		return
 	}
-	kind, detail := KindGateFailed, a.run.tail
-	if a.run.timedOut {
-		kind, detail = KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, a.run.tail)
-	}
+	kind, detail := q.rejection(a.run)
 	q.opts.Metrics.RunAhead("failed")
 	// As a red gate at the front: the next step's line has this tree and is
 	// split without a run, down to the entry that fails.
@@ -173,23 +167,13 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 
 // dropAhead kills the run ahead, if any, and waits for it.
 func (q *Queue) dropAhead() {
-	a := q.ahead
-	if a == nil {
+	if q.ahead == nil {
 		return
-	}
-	q.ahead = nil
-	a.cancel()
-	<-a.done
-	if a.seq != 0 {
-		if a.ran {
-			q.opts.Metrics.GateDuration(a.run.duration)
-		}
-		q.opts.Metrics.RunAhead("dropped")
 	}
 	// The loop's context may be over (a stop): the record is still cleared.
 	ctx, cancel := context.WithTimeout(context.Background(), unrecordTimeout)
 	defer cancel()
-	q.unrecord(ctx, a)
+	q.settleAhead(ctx, "") // no base is ""
 }
 
 // unrecordTimeout bounds clearing a dropped run's record at a stop.

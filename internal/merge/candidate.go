@@ -94,3 +94,12 @@ func (q *Queue) buildRebase(ctx context.Context, dir string, e *Entry, target, t
 	}
 	return candidate{commit: commit, tree: tree}, nil
 }
+
+// lineEntries are the entries of a line, in its order.
+func lineEntries(line []link) []*Entry {
+	es := make([]*Entry, len(line))
+	for i, l := range line {
+		es[i] = l.e
+	}
+	return es
+}

@@ -46,6 +46,14 @@ type gateRun struct {
 
 func (g gateRun) passed() bool { return !g.timedOut && g.exit.Signal == 0 && g.exit.Code == 0 }
 
+// rejection is what a failed run tells the worker: its kind and detail.
+func (q *Queue) rejection(run gateRun) (Kind, string) {
+	if run.timedOut {
+		return KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, run.tail)
+	}
+	return KindGateFailed, run.tail
+}
+
 // runGate runs the gate in dir as gate run seq on the candidate of a batch,
 // es (one entry unless batched, in line: the last one's candidate is the
 // whole batch's), logging to logs/merge/<seq>.log like a session. When ctx

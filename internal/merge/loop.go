@@ -343,10 +343,7 @@ func (q *Queue) test(ctx context.Context, line []link, target string) (out Outco
 		return 0, true, nil // a run ahead goes on: the next step settles it
 	}
 	q.dropAhead() // built on a candidate that will not go in
-	kind, detail := KindGateFailed, run.tail
-	if run.timedOut {
-		kind, detail = KindTimeout, fmt.Sprintf("the gate ran longer than %s and was killed\n%s", q.opts.Timeout, run.tail)
-	}
+	kind, detail := q.rejection(run)
 	if len(es) == 1 {
 		var res outcomes
 		res.rejected(es[0], kind, detail)
@@ -364,10 +361,7 @@ func (q *Queue) test(ctx context.Context, line []link, target string) (out Outco
 // compare-and-swap of the ref, or a fast-forward of the clean working tree
 // that has it checked out: the whole batch goes in, or none of it.
 func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, error) {
-	es := make([]*Entry, len(line))
-	for i, l := range line {
-		es[i] = l.e
-	}
+	es := lineEntries(line)
 	cand := line[len(line)-1].commit
 	msg := fmt.Sprintf("swarmd merge queue: task %d from %s", es[0].Task, es[0].Branch)
 	if len(es) > 1 {
