@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -189,18 +188,14 @@ func TestAheadRedRunBisectsWithoutRerun(t *testing.T) {
 // ahead is stored). The next queue merges all 16, each once.
 func TestAheadSurvivesSIGKILL(t *testing.T) {
 	e := newEnv(t)
-	flags := t.TempDir()
-	fifo := filepath.Join(flags, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	block, flags := blockingGate(t, "started-$SWARM_MERGE_TASK")
 	opts := e.options(badGate)
 	opts.Batch, opts.Parallel = 8, 2
 	q := e.open(opts)
 	base := e.main()
 	ts := e.queueTasks(q, 16)
 
-	e.killHelperDuringGate(helperOptions{Batch: 8, Parallel: 2, Gate: []string{badGate, "touch " + flags + "/started-$SWARM_MERGE_TASK; cat " + fifo},
+	e.killHelperDuringGate(helperOptions{Batch: 8, Parallel: 2, Gate: []string{badGate, block},
 		Env: opts.Env}, filepath.Join(flags, "started-8"), filepath.Join(flags, "started-16"))
 
 	if e.main() != base {

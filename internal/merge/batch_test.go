@@ -316,6 +316,19 @@ func runHelper(spec string) int {
 	return 1 // the test kills it before
 }
 
+// blockingGate is a gate command that touches flags/started (a name the
+// shell expands) once it runs and then blocks until killed, reading a fifo
+// in flags that nothing writes.
+func blockingGate(t *testing.T, started string) (cmd, flags string) {
+	t.Helper()
+	flags = t.TempDir()
+	fifo := filepath.Join(flags, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "touch " + flags + "/" + started + "; cat " + fifo, flags
+}
+
 // killHelperDuringGate runs the helper process (runHelper) on this env's
 // repository, state dir and swarm.db with o's gate, batch and parallel,
 // kills it with SIGKILL once every file in started exists (written by its
@@ -352,18 +365,14 @@ func (e *env) killHelperDuringGate(o helperOptions, started ...string) {
 // them again and merges them all, each once.
 func TestBatchSurvivesSIGKILLMidGate(t *testing.T) {
 	e := newEnv(t)
-	flags := t.TempDir()
-	fifo := filepath.Join(flags, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	block, flags := blockingGate(t, "started")
 	opts := e.options(badGate)
 	opts.Batch = 8
 	q := e.open(opts)
 	base := e.main()
 	ts := e.queueTasks(q, 8)
 
-	e.killHelperDuringGate(helperOptions{Batch: 8, Gate: []string{badGate, "touch " + flags + "/started; cat " + fifo}, Env: opts.Env},
+	e.killHelperDuringGate(helperOptions{Batch: 8, Gate: []string{badGate, block}, Env: opts.Env},
 		filepath.Join(flags, "started"))
 
 	if e.main() != base {
