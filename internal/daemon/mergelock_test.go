@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -95,6 +96,14 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	if err != nil || !mq.Configured || len(mq.Items) != 1 || mq.Items[0].TaskID != tk.ID || mq.Items[0].Title != "bob's work" ||
 		mq.Items[0].State != "queued" || !src.Features().Merge {
 		t.Fatalf("the dashboards' merge queue = %+v, %v (features %+v); want bob's task queued", mq, err, src.Features())
+	}
+	// The leader's run ahead, as it records it, shows on the dashboards.
+	if _, err := db.ExecCount(ctx, "a run ahead", `UPDATE merge_control SET ahead_seq = 9, ahead_tasks = ? WHERE id = 1`,
+		strconv.FormatInt(tk.ID, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if mq, err = src.Merge(ctx); err != nil || mq.AheadSeq != 9 || len(mq.Items) != 1 || mq.Items[0].State != "ahead" {
+		t.Fatalf("the dashboards' merge queue with a run ahead = %+v, %v; want bob's task ahead in gate run 9", mq, err)
 	}
 
 	if err := other.Release(); err != nil { // the other daemon stops
