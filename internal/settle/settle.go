@@ -43,11 +43,11 @@ type Mail interface {
 // Tasks is what settling needs of the task board. *taskboard.Board
 // satisfies it.
 type Tasks interface {
-	DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary, head string) (taskboard.Task, error)
+	DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary, head string) error
 	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
-	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) (taskboard.Task, error)
+	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) error
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
-	StartTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (taskboard.Task, error)
+	StartTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) error
 	Unclaim(ctx context.Context, session string) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 }
@@ -323,9 +323,9 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		var err error
 		if sig == review.Done {
 			// Frozen here: the review and the merge take exactly this commit.
-			_, err = s.Tasks.DoneTx(ctx, tx, rec.Task, h, rec.Text, rec.Session.HeadAfter)
+			err = s.Tasks.DoneTx(ctx, tx, rec.Task, h, rec.Text, rec.Session.HeadAfter)
 		} else {
-			_, err = s.Tasks.FailTx(ctx, tx, rec.Task, h, cmp.Or(strings.TrimSpace(rec.Text), "FAIL"))
+			err = s.Tasks.FailTx(ctx, tx, rec.Task, h, cmp.Or(strings.TrimSpace(rec.Text), "FAIL"))
 		}
 		switch {
 		case err == nil:
@@ -397,7 +397,7 @@ func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int
 		// a task cost, each a turn of the writer's and, on a shared store,
 		// two more round trips.
 		_, err := s.group().write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
-			_, err := s.Tasks.StartTx(ctx, tx, task, h)
+			err := s.Tasks.StartTx(ctx, tx, task, h)
 			if errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
 				return nil
 			}

@@ -2,6 +2,7 @@ package taskboard
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"strings"
@@ -322,6 +323,55 @@ func TestClaimsWaitingTogetherCommitTogether(t *testing.T) {
 		open, err := b.List(ctx, Filter{State: &openState})
 		if err != nil || len(open) != 1 || len(tasks) != 6 {
 			t.Fatalf("after the claims: %d OPEN (%v), %d claimed; want 1 (gus's) and 6", len(open), err, len(tasks))
+		}
+	})
+}
+
+// A move in the caller's transaction (a session's start, its settlement)
+// reads the task's row once and does not read it back: on PostgreSQL that
+// read is the transaction's one round trip before its commit, in the
+// writers' turn. The row as stored says what the move set. On both engines.
+func TestTxMovesReadTheRowOnce(t *testing.T) {
+	storetest.Engines(t, "txmoves", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		db := storetest.OpenTarget(t, target)
+		b := New(db, Options{})
+		tk, err := b.Add(ctx, NewTask{Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Claim(ctx, tk.ID, "alice", "s1"); err != nil {
+			t.Fatal(err)
+		}
+		h := Holder{Agent: "alice", Session: "s1"}
+		moves := []struct {
+			name string
+			move func(tx *sql.Tx) error
+			want task.State
+		}{
+			{"start", func(tx *sql.Tx) error { return b.StartTx(ctx, tx, tk.ID, h) }, task.InProgress},
+			{"done", func(tx *sql.Tx) error { return b.DoneTx(ctx, tx, tk.ID, h, "did it", "abc123") }, task.Done},
+		}
+		for _, m := range moves {
+			before := db.WriteRoundTrips()
+			if err := db.InTx(ctx, m.name, m.move); err != nil {
+				t.Fatalf("%s: %v", m.name, err)
+			}
+			if store.IsPostgres(target) {
+				// BEGIN, the lock and the row's read; then the update, its
+				// event, the notification and COMMIT.
+				if got, want := db.WriteRoundTrips()-before, int64(2); got != want {
+					t.Errorf("%s: round trips = %d, want %d", m.name, got, want)
+				}
+			}
+			got := wantState(t, b, tk.ID, m.want)
+			if got.ClaimSession != "s1" {
+				t.Errorf("%s: claim session = %q, want s1", m.name, got.ClaimSession)
+			}
+		}
+		if got, err := b.Get(ctx, tk.ID); err != nil || got.Result != "did it" || got.Head != "abc123" {
+			t.Errorf("after done: result %q, head %q, %v; want did it, abc123", got.Result, got.Head, err)
 		}
 	})
 }

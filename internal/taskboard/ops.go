@@ -412,18 +412,24 @@ func (h Holder) check(t Task) error {
 }
 
 // update loads task id, checks the holder and applies f's move in one
-// transaction.
+// transaction, and returns the row as stored, with what the move set.
 func (b *Board) update(ctx context.Context, op string, id int64, h Holder, f func(t *Task) (move, error)) (Task, error) {
 	var t Task
 	err := b.write(ctx, op, func(tx *sql.Tx) error {
 		var err error
-		t, err = b.updateTx(ctx, tx, id, h, f)
+		if t, err = b.updateTx(ctx, tx, id, h, f); err != nil {
+			return err
+		}
+		t, err = getTask(ctx, tx, id)
 		return err
 	})
 	return t, err
 }
 
-// updateTx is update in the caller's transaction.
+// updateTx is update in the caller's transaction. It returns the row as it
+// read it, with the move's state: not read back, since the batches that
+// call it need nothing more, and on PostgreSQL a read back is a round trip
+// in the writers' turn.
 func (b *Board) updateTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, f func(t *Task) (move, error)) (Task, error) {
 	t, err := getTask(ctx, tx, id)
 	if err != nil {
@@ -447,10 +453,8 @@ func (b *Board) updateTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, f 
 	if m.session == "" {
 		m.session = h.Session
 	}
-	if err := b.apply(ctx, tx, &t, m); err != nil {
-		return t, err
-	}
-	return getTask(ctx, tx, id) // as stored, with what the moves set
+	err = b.apply(ctx, tx, &t, m)
+	return t, err
 }
 
 // Start is CLAIMED -> IN_PROGRESS: the holder's session works on it. It also
@@ -461,8 +465,9 @@ func (b *Board) Start(ctx context.Context, id int64, h Holder) (Task, error) {
 
 // StartTx is Start in the caller's transaction (a session's start, in
 // package settle's batches).
-func (b *Board) StartTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) (Task, error) {
-	return b.updateTx(ctx, tx, id, Holder{Agent: h.Agent}, start(h.Session))
+func (b *Board) StartTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) error {
+	_, err := b.updateTx(ctx, tx, id, Holder{Agent: h.Agent}, start(h.Session))
+	return err
 }
 
 // start moves a task to IN_PROGRESS, held by session.
@@ -494,8 +499,9 @@ func (b *Board) DoneAt(ctx context.Context, id int64, h Holder, summary, head st
 }
 
 // DoneTx is DoneAt in the caller's transaction (a session's settlement).
-func (b *Board) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, summary, head string) (Task, error) {
-	return b.updateTx(ctx, tx, id, h, b.done(summary, head))
+func (b *Board) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, summary, head string) error {
+	_, err := b.updateTx(ctx, tx, id, h, b.done(summary, head))
+	return err
 }
 
 func (b *Board) done(summary, head string) func(t *Task) (move, error) {
@@ -537,11 +543,12 @@ func (b *Board) Fail(ctx context.Context, id int64, h Holder, reason string) (Ta
 }
 
 // FailTx is Fail in the caller's transaction (a session's settlement).
-func (b *Board) FailTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, reason string) (Task, error) {
+func (b *Board) FailTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, reason string) error {
 	if strings.TrimSpace(reason) == "" {
-		return Task{}, invalidf("a failure needs a reason")
+		return invalidf("a failure needs a reason")
 	}
-	return b.updateTx(ctx, tx, id, h, failMove(reason))
+	_, err := b.updateTx(ctx, tx, id, h, failMove(reason))
+	return err
 }
 
 func failMove(reason string) func(t *Task) (move, error) {
