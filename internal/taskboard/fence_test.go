@@ -328,15 +328,17 @@ func TestClaimsWaitingTogetherCommitTogether(t *testing.T) {
 }
 
 // A move in the caller's transaction (a session's start, its settlement)
-// reads the task's row once and does not read it back: on PostgreSQL that
-// read is the transaction's one round trip before its commit, in the
-// writers' turn. The row as stored says what the move set. On both engines.
+// reads the task's row once and does not read it back, and a task that
+// nothing depends on closes without looking for dependents to unblock: on
+// PostgreSQL the row's read is the transaction's one round trip before its
+// commit, in the writers' turn. The row as stored says what the moves set,
+// and a task that waited for the closed one opens. On both engines.
 func TestTxMovesReadTheRowOnce(t *testing.T) {
 	storetest.Engines(t, "txmoves", func(t *testing.T, fresh func(t *testing.T) string) {
 		ctx := context.Background()
 		target := fresh(t)
 		db := storetest.OpenTarget(t, target)
-		b := New(db, Options{})
+		b := New(db, Options{AutoClose: true})
 		tk, err := b.Add(ctx, NewTask{Title: "t"})
 		if err != nil {
 			t.Fatal(err)
@@ -351,7 +353,8 @@ func TestTxMovesReadTheRowOnce(t *testing.T) {
 			want task.State
 		}{
 			{"start", func(tx *sql.Tx) error { return b.StartTx(ctx, tx, tk.ID, h) }, task.InProgress},
-			{"done", func(tx *sql.Tx) error { return b.DoneTx(ctx, tx, tk.ID, h, "did it", "abc123") }, task.Done},
+			// DONE, then CLOSED (AutoClose), in one transaction.
+			{"done", func(tx *sql.Tx) error { return b.DoneTx(ctx, tx, tk.ID, h, "did it", "abc123") }, task.Closed},
 		}
 		for _, m := range moves {
 			before := db.WriteRoundTrips()
@@ -373,5 +376,30 @@ func TestTxMovesReadTheRowOnce(t *testing.T) {
 		if got, err := b.Get(ctx, tk.ID); err != nil || got.Result != "did it" || got.Head != "abc123" {
 			t.Errorf("after done: result %q, head %q, %v; want did it, abc123", got.Result, got.Head, err)
 		}
+
+		// A task that waits for another: the other's close opens it.
+		first, err := b.Add(ctx, NewTask{Title: "first"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		then, err := b.Add(ctx, NewTask{Title: "then", After: []int64{first.ID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, then.ID, task.Blocked)
+		if _, err := b.Claim(ctx, first.ID, "alice", "s2"); err != nil {
+			t.Fatal(err)
+		}
+		h = Holder{Agent: "alice", Session: "s2"}
+		for _, move := range []func(tx *sql.Tx) error{
+			func(tx *sql.Tx) error { return b.StartTx(ctx, tx, first.ID, h) },
+			func(tx *sql.Tx) error { return b.DoneTx(ctx, tx, first.ID, h, "did it", "") },
+		} {
+			if err := db.InTx(ctx, "test", move); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantState(t, b, first.ID, task.Closed)
+		wantState(t, b, then.ID, task.Open)
 	})
 }

@@ -143,7 +143,7 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	ts, err := queryTasksDeps(ctx, b.db.ReadSQL(), q+` ORDER BY id`, args...)
+	ts, err := queryTasksDeps(ctx, b.db.ReadSQL(), q+` ORDER BY id`, nil, args...)
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: list: %w", err)
 	}

@@ -91,6 +91,11 @@ type Task struct {
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// undepended: the read of this row in a write transaction saw no task
+	// depend on it, so its close has none to unblock, and asks no more
+	// (false: not known, and a close looks).
+	undepended bool
 }
 
 // Event is one transition of a task, as the event log holds it.
@@ -195,13 +200,18 @@ func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]Ta
 }
 
 func getTask(ctx context.Context, q querier, id int64) (Task, error) {
-	ts, err := queryTasksDeps(ctx, q, `SELECT `+taskDepsCols+` FROM tasks WHERE id = ?`, id)
+	var depended bool
+	ts, err := queryTasksDeps(ctx, q, `SELECT `+taskDepsCols+`,
+		EXISTS (SELECT 1 FROM task_deps WHERE dep_id = tasks.id) FROM tasks WHERE id = ?`, []any{&depended}, id)
 	if err != nil {
 		return Task{}, err
 	}
 	if len(ts) == 0 {
 		return Task{}, fmt.Errorf("task %d: %w", id, ErrNotFound)
 	}
+	// Whether anything depends on it, in the same row: a close asked in a
+	// query of its own, a round trip in the writers' turn for every task.
+	ts[0].undepended = !depended
 	return ts[0], nil
 }
 
@@ -211,8 +221,9 @@ func getTask(ctx context.Context, q querier, id int64) (Task, error) {
 const taskDepsCols = taskCols + `,
 	(SELECT group_concat(CAST(dep_id AS TEXT), ',') FROM task_deps WHERE task_id = tasks.id)`
 
-// queryTasksDeps is queryTasks for a query of taskDepsCols.
-func queryTasksDeps(ctx context.Context, q querier, query string, args ...any) ([]Task, error) {
+// queryTasksDeps is queryTasks for a query of taskDepsCols, and of the
+// columns more that extra scans (the last row's), if any.
+func queryTasksDeps(ctx context.Context, q querier, query string, extra []any, args ...any) ([]Task, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -221,7 +232,7 @@ func queryTasksDeps(ctx context.Context, q querier, query string, args ...any) (
 	var out []Task
 	for rows.Next() {
 		var ds sql.NullString
-		t, err := scanTask(withExtra{rows, &ds})
+		t, err := scanTask(withExtra{rows, append([]any{&ds}, extra...)})
 		if err != nil {
 			return nil, err
 		}
@@ -233,13 +244,13 @@ func queryTasksDeps(ctx context.Context, q querier, query string, args ...any) (
 	return out, rows.Err()
 }
 
-// withExtra scans a row of taskCols and one column more, into extra.
+// withExtra scans a row of taskCols and the columns more, into extra.
 type withExtra struct {
 	s     scanner
-	extra any
+	extra []any
 }
 
-func (w withExtra) Scan(dst ...any) error { return w.s.Scan(append(dst, w.extra)...) }
+func (w withExtra) Scan(dst ...any) error { return w.s.Scan(append(dst, w.extra...)...) }
 
 // parseDeps reads group_concat's list of ids, in no set order, sorted.
 func parseDeps(list string) ([]int64, error) {
@@ -382,6 +393,9 @@ func (b *Board) cascade(ctx context.Context, tx *sql.Tx, t *Task) error {
 	case task.Closed:
 		if err := b.parentCheck(ctx, tx, t.Parent); err != nil {
 			return err
+		}
+		if t.undepended {
+			return nil
 		}
 		return b.unblockDependents(ctx, tx, t.ID)
 	}
