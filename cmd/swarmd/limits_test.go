@@ -54,3 +54,72 @@ func waitFileText(t *testing.T, path string) string {
 	t.Helper()
 	return waitForFile(t, path, "")
 }
+
+// TestDaemonCPUs: limits.daemon_cpus is how many threads run the daemon's
+// Go code, as the Go runtime's own metric reports it; a reload applies a
+// new value; a GOMAXPROCS in the daemon's environment wins over the config;
+// and sessions do not inherit the daemon's value.
+func TestDaemonCPUs(t *testing.T) {
+	out := t.TempDir()
+	base := `
+sandbox: {writable: [` + out + `]}
+defaults: {backend: env, grace_period: 1s}
+backends:
+  env: {type: command, command: /bin/sh, args: [-c, 'echo "[$GOMAXPROCS]" > "$OUT/procs.tmp"; mv "$OUT/procs.tmp" "$OUT/procs"; sleep 3600']}
+agents:
+  - {name: alice, role: r, env: {OUT: ` + out + `}}
+`
+	procs := func(t *testing.T, addr, want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := ""
+			for _, l := range strings.Split(scrape(t, "http://"+addr+"/metrics"), "\n") {
+				if v, ok := strings.CutPrefix(l, "go_sched_gomaxprocs_threads "); ok {
+					got = v
+				}
+			}
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("go_sched_gomaxprocs_threads = %q, want %s", got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	stop := func(t *testing.T, d *daemonProc) {
+		t.Helper()
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		if code := d.wait(20 * time.Second); code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	}
+
+	t.Run("config, then a reload", func(t *testing.T) {
+		repo := gitRepo(t)
+		addr := freePort(t)
+		cfg := writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: 1}"+base)
+		d := startDaemonEnv(t, []string{"GOMAXPROCS="}, cfg)
+		d.waitLine("alice Running", transitionTo("alice", "Running"))
+		procs(t, addr, "1")
+		writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: 3}"+base)
+		_ = d.cmd.Process.Signal(syscall.SIGHUP)
+		d.waitLine("reloaded", func(m map[string]any) bool { return m["msg"] == "config reloaded" })
+		procs(t, addr, "3")
+		if got := strings.TrimSpace(waitFileText(t, filepath.Join(out, "procs"))); got != "[]" {
+			t.Errorf("the session's GOMAXPROCS = %s, want [] (unset)", got)
+		}
+		stop(t, d)
+	})
+
+	t.Run("GOMAXPROCS wins", func(t *testing.T) {
+		repo := gitRepo(t)
+		addr := freePort(t)
+		cfg := writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: 1}"+base)
+		d := startDaemonEnv(t, []string{"GOMAXPROCS=2"}, cfg)
+		d.waitLine("alice Running", transitionTo("alice", "Running"))
+		procs(t, addr, "2")
+		stop(t, d)
+	})
+}

@@ -97,7 +97,16 @@ type daemonProc struct {
 
 func startDaemon(t *testing.T, config string, extra ...string) *daemonProc {
 	t.Helper()
+	return startDaemonEnv(t, nil, config, extra...)
+}
+
+// startDaemonEnv is startDaemon with env added to the daemon's environment.
+func startDaemonEnv(t *testing.T, env []string, config string, extra ...string) *daemonProc {
+	t.Helper()
 	cmd := exec.Command(swarmdBin, append([]string{"run", "--config", config, "--log-format", "json", "--log-level", "debug"}, extra...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -45,6 +46,21 @@ not usable, or a state dir already in use by another swarmd (the error names its
 	return cmd
 }
 
+// setDaemonCPUs applies limits.daemon_cpus: how many threads run the
+// daemon's Go code at once. Set through the runtime, not the environment,
+// so that sessions keep theirs. A GOMAXPROCS in the environment is the
+// operator's own choice, already applied by the runtime, and wins.
+func setDaemonCPUs(n int) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if n == 0 {
+		runtime.SetDefaultGOMAXPROCS()
+		return
+	}
+	runtime.GOMAXPROCS(n)
+}
+
 func (m *runMain) Run(ctx context.Context) error {
 	cfg, err := cli.LoadConfig(m.configPath)
 	if err != nil {
@@ -77,7 +93,7 @@ func (m *runMain) Run(ctx context.Context) error {
 	defer signal.Stop(pipes)
 
 	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: cli.LoadConfig,
-		SessionCLI: runSessionCLI})
+		SessionCLI: runSessionCLI, SetCPUs: setDaemonCPUs})
 	if err != nil {
 		var se *daemon.SetupError
 		if errors.As(err, &se) {

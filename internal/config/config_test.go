@@ -140,7 +140,7 @@ func TestOverrides(t *testing.T) {
 		Isolation:  "strict",
 		Sandbox:    Sandbox{Bwrap: "bwrap"},
 		Notify:     Notify{Format: NotifyJSON},
-		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30, SessionNice: 10},
+		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30, SessionNice: 10, DaemonCPUs: 1},
 		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4, Batch: 4, Parallel: 1},
 		Backends:   backends,
 

@@ -32,7 +32,13 @@ type Limits struct {
 	// SessionNice is how many nice values below the daemon the process
 	// trees it starts run (sessions, hooks, merge gates); 0: at its own.
 	SessionNice int
+	// DaemonCPUs is how many threads run the daemon's own Go code at once
+	// (GOMAXPROCS, which its sessions do not inherit); 0: Go's default.
+	DaemonCPUs int
 }
+
+// maxDaemonCPUs is the Go runtime's own ceiling on GOMAXPROCS.
+const maxDaemonCPUs = 1024
 
 // limitsFields are the keys of limits.
 func (d *decoder) limitsFields(l *Limits) []field {
@@ -43,6 +49,8 @@ func (d *decoder) limitsFields(l *Limits) []field {
 			d.intTo(&l.MinAvailableMemory, 0, maxInt)},
 		{"session_nice", "How many nice values below the daemon's priority sessions, hooks and merge gates run (0 to 19), so that the daemon's bookkeeping never waits for a CPU behind them; 19 on a host given to the swarm. 0: at the daemon's priority.",
 			d.intTo(&l.SessionNice, 0, 19)},
+		{"daemon_cpus", "How many CPUs the daemon's own Go code runs on at once (its GOMAXPROCS, which sessions, hooks and gates do not inherit; a GOMAXPROCS in the daemon's environment wins). 1 spends less of the daemon's CPU on a host the sessions keep busy, and delays urgent mail. 0: every CPU the host or the daemon's cgroup gives it.",
+			d.intTo(&l.DaemonCPUs, 0, maxDaemonCPUs)},
 	}
 }
 

@@ -83,6 +83,8 @@ func TestLimitsErrors(t *testing.T) {
 		{"providers: {backoff: 10s, max_backoff: 5s}", "providers.max_backoff", "is shorter than providers.backoff"},
 		{"limits: {session_nice: 20}", "limits.session_nice", "must be between 0 and 19, got 20"},
 		{"limits: {session_nice: -1}", "limits.session_nice", "must be between 0 and 19, got -1"},
+		{"limits: {daemon_cpus: -1}", "limits.daemon_cpus", "must be between 0 and 1024, got -1"},
+		{"limits: {daemon_cpus: 2000}", "limits.daemon_cpus", "must be between 0 and 1024, got 2000"},
 	} {
 		_, err := parseLimits(t, c.yaml+"\nagents: [{name: alice, role: r}]\n")
 		var errs Errors

@@ -168,6 +168,10 @@ type Options struct {
 	// line in the daemon's process (the control socket's session-cli); nil:
 	// the daemon runs none.
 	SessionCLI func(ctx context.Context, req CLIRequest) (stdout, stderr string, code int)
+	// SetCPUs applies limits.daemon_cpus to the process's Go runtime, at
+	// Open and at each reload; nil leaves the runtime alone (a daemon in a
+	// test's process must not change the test's).
+	SetCPUs func(n int)
 }
 
 func (o *Options) setDefaults() {
@@ -179,6 +183,13 @@ func (o *Options) setDefaults() {
 	}
 	if o.Version == "" {
 		o.Version = "dev"
+	}
+}
+
+// setCPUs applies cfg's limits.daemon_cpus, where Options says how.
+func (d *Daemon) setCPUs(cfg *config.Config) {
+	if d.opts.SetCPUs != nil {
+		d.opts.SetCPUs(cfg.Limits.DaemonCPUs)
 	}
 }
 
@@ -299,6 +310,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		return err
 	}
 	d.host.sup.SetNice(cfg.Limits.SessionNice)
+	d.setCPUs(cfg)
 	if err := d.openIsolation(cfg); err != nil {
 		return err
 	}

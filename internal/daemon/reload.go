@@ -44,6 +44,7 @@ func (d *Daemon) Reload(path string) error {
 	d.gates.providers.SetBackoff(cfg)
 	d.gates.admission.SetLimits(admissionLimits(cfg))
 	d.host.sup.SetNice(cfg.Limits.SessionNice)
+	d.setCPUs(cfg)
 	defer d.budget.Reload(context.Background(), cfg) // after the runners of added agents exist
 
 	var added, updated, removed []string
