@@ -96,12 +96,18 @@ agents:
 		}
 	}
 
-	t.Run("config, then a reload", func(t *testing.T) {
-		repo := gitRepo(t)
-		addr := freePort(t)
-		cfg := writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: 1}"+base)
-		d := startDaemonEnv(t, []string{"GOMAXPROCS="}, cfg)
+	// start runs a daemon with limits.daemon_cpus n and env, its agent
+	// Running; it returns the daemon, its listener and its repository.
+	start := func(t *testing.T, env []string, n string) (*daemonProc, string, string) {
+		t.Helper()
+		repo, addr := gitRepo(t), freePort(t)
+		d := startDaemonEnv(t, env, writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: "+n+"}"+base))
 		d.waitLine("alice Running", transitionTo("alice", "Running"))
+		return d, addr, repo
+	}
+
+	t.Run("config, then a reload", func(t *testing.T) {
+		d, addr, repo := start(t, []string{"GOMAXPROCS="}, "1")
 		procs(t, addr, "1")
 		writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: 3}"+base)
 		_ = d.cmd.Process.Signal(syscall.SIGHUP)
@@ -114,11 +120,7 @@ agents:
 	})
 
 	t.Run("GOMAXPROCS wins", func(t *testing.T) {
-		repo := gitRepo(t)
-		addr := freePort(t)
-		cfg := writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: 1}"+base)
-		d := startDaemonEnv(t, []string{"GOMAXPROCS=2"}, cfg)
-		d.waitLine("alice Running", transitionTo("alice", "Running"))
+		d, addr, _ := start(t, []string{"GOMAXPROCS=2"}, "1")
 		procs(t, addr, "2")
 		stop(t, d)
 	})
