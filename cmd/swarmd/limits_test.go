@@ -119,6 +119,27 @@ agents:
 		stop(t, d)
 	})
 
+	t.Run("0 gives Go's default back", func(t *testing.T) {
+		d, addr, repo := start(t, []string{"GOMAXPROCS="}, "0")
+		def := ""
+		for _, l := range strings.Split(scrape(t, "http://"+addr+"/metrics"), "\n") {
+			if v, ok := strings.CutPrefix(l, "go_sched_gomaxprocs_threads "); ok {
+				def = v
+			}
+		}
+		if def == "" || def == "3" {
+			t.Skipf("Go's default here is %q: it cannot tell a reload to 3 from none", def)
+		}
+		for _, n := range []string{"3", "0"} {
+			writeConfig(t, repo, "listen: "+addr+"\nlimits: {daemon_cpus: "+n+"}"+base)
+			_ = d.cmd.Process.Signal(syscall.SIGHUP)
+			d.waitNext("reloaded", func(m map[string]any) bool { return m["msg"] == "config reloaded" })
+			want := map[string]string{"3": "3", "0": def}[n]
+			procs(t, addr, want)
+		}
+		stop(t, d)
+	})
+
 	t.Run("GOMAXPROCS wins", func(t *testing.T) {
 		d, addr, _ := start(t, []string{"GOMAXPROCS=2"}, "1")
 		procs(t, addr, "2")
