@@ -84,10 +84,11 @@ type options struct {
 	rounds       int
 	timeout      time.Duration
 	parent       string
-	pgStats      bool   // load pg_stat_statements and print where the server's time went
-	only         string // "postgres" or "sqlite": run that setup alone
-	sessionNice  int    // limits.session_nice of every daemon
-	profile      string // a directory for each daemon's CPU profile of the load
+	pgStats      bool          // load pg_stat_statements and print where the server's time went
+	only         string        // "postgres" or "sqlite": run that setup alone
+	sessionNice  int           // limits.session_nice of every daemon
+	profile      string        // a directory for each daemon's CPU profile of the load
+	idle         time.Duration // a window before the gate opens whose CPU is reported
 }
 
 func main() {
@@ -104,6 +105,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "each setup's run")
 	flag.IntVar(&o.sessionNice, "session-nice", 0, "limits.session_nice of every daemon (0 to 19)")
 	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as postgres-daemonN.pprof or sqlite-daemon1.pprof (a diagnosis: go tool pprof reads it)")
+	flag.DurationVar(&o.idle, "idle", 0, "a window of the swarm at rest, every worker idle, before the gate opens: its CPU is reported per second (a diagnosis: what the load's figures carry that is not the tasks')")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
 	if o.sqliteAgents == 0 {
@@ -217,7 +219,8 @@ type result struct {
 	tasks                       int
 	wall                        time.Duration
 	daemonCPU, dbCPU, childCPU  time.Duration
-	perDaemon                   []int // tasks each daemon's agents closed
+	guardCPU                    time.Duration // the lease guards', counted in daemonCPU
+	perDaemon                   []int         // tasks each daemon's agents closed
 	latencies                   []time.Duration
 	sends                       []time.Duration // each urgent message's Send, commit included
 	afterSend                   []time.Duration // each interrupt's latency less its message's Send
@@ -225,6 +228,8 @@ type result struct {
 	messages, asked             int
 	loadBefore, loadAfter, gate string
 	added                       string // how long adding the tasks took, one transaction each
+	idle                        cpu    // -idle: the CPU of the window at rest
+	idleFor                     time.Duration
 	commits                     int    // transactions committed in the database during the run
 	statements                  string // -pgstats: the top statements, calls|ms|query
 	violations                  []string
@@ -261,12 +266,21 @@ func (r result) String() string {
 		// more, at other moments, and the p99s are not of the same thing.
 		fmt.Fprintf(&b, "\n%-14s only %d of %d urgent messages were sent before the tasks ran out: compare p99s of equal counts (-urgent)", "", r.messages, r.asked)
 	}
+	if r.guardCPU > 0 {
+		fmt.Fprintf(&b, "\n%-14s of the daemons' CPU, their lease guards' processes: %.2f ms/task", "", r.cpuPerTask(r.guardCPU))
+	}
 	if r.pg {
 		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task; the daemons' write transactions made %d round trips over their lives, %.1f per task",
 			"", r.commits, float64(r.commits)/float64(r.tasks), r.roundTrips, float64(r.roundTrips)/float64(r.tasks))
 	}
 	if r.statements != "" {
 		fmt.Fprintf(&b, "\n%-14s statements by server time (calls | ms | query):\n%s", "", r.statements)
+	}
+	if r.idleFor > 0 {
+		per := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / r.idleFor.Seconds() }
+		fmt.Fprintf(&b, "\n%-14s at rest before the gate (%v): CPU ms/s: daemons=%.2f database=%.2f sessions=%.2f; over the load's wall time that is %.2f ms/task of the daemons and %.2f of the database",
+			"", r.idleFor, per(r.idle.daemons), per(r.idle.db), per(r.idle.children),
+			per(r.idle.daemons)*r.wall.Seconds()/float64(r.tasks), per(r.idle.db)*r.wall.Seconds()/float64(r.tasks))
 	}
 	fmt.Fprintf(&b, "\n%-14s load average before: %s; after: %s; tasks added in %s; gate opened in %s", "", r.loadBefore, r.loadAfter, r.added, r.gate)
 	return b.String()
@@ -380,6 +394,17 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		return res, err
 	}
 
+	if o.idle > 0 {
+		c0 := cpuOf(ds, sp.pg)
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(o.idle):
+		}
+		c1 := cpuOf(ds, sp.pg)
+		res.idle = cpu{daemons: c1.daemons - c0.daemons, children: c1.children - c0.children, db: c1.db - c0.db}
+		res.idleFor = o.idle
+	}
 	var commits int
 	if sp.pg != nil {
 		if o.pgStats {
@@ -512,6 +537,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		}
 	}
 	res.daemonCPU, res.dbCPU, res.childCPU = after.daemons-before.daemons, after.db-before.db, after.children-before.children
+	res.guardCPU = after.guards - before.guards
 
 	last, perDaemon, bad, err := checkTasks(ctx, db, ids, sp.daemons)
 	if err != nil {
@@ -885,6 +911,7 @@ func (d *daemon) kill() {
 // cpu is a snapshot of the CPU time used so far.
 type cpu struct {
 	daemons  time.Duration // the daemons and their lease guards
+	guards   time.Duration // the lease guards alone
 	children time.Duration // the daemons' reaped children: sessions
 	db       time.Duration // the postmaster and its children, live and exited
 }
@@ -903,6 +930,7 @@ func cpuOf(ds []*daemon, pg *postgres) cpu {
 			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", k)); strings.Contains(string(cmd), "lease-guard") {
 				if g, ok := readStat(k); ok {
 					c.daemons += g.self
+					c.guards += g.self
 				}
 			}
 		}
