@@ -2,36 +2,12 @@ package store
 
 import (
 	"context"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"testing"
-	"testing/fstest"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 )
-
-// migrationsBefore is fsys's migrations numbered below n, as loadMigrations
-// reads them.
-func migrationsBefore(t *testing.T, fsys fs.FS, n string) fs.FS {
-	t.Helper()
-	m := fstest.MapFS{}
-	entries, err := fs.ReadDir(fsys, "migrations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.IsDir() || e.Name() >= n {
-			continue
-		}
-		b, err := fs.ReadFile(fsys, "migrations/"+e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		m["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
-	}
-	return m
-}
 
 // Migration 0024 counts each task's dependents on the rows already there,
 // and task_deps' triggers keep the count from then on: a close of a task
@@ -53,7 +29,7 @@ func TestDependentsCounted(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			ctx := context.Background()
 			target, drv := targets[engine]()
-			old, err := open(ctx, target, Options{}, drv, migrationsBefore(t, drv.migrations(), "0024"))
+			old, err := open(ctx, target, Options{}, drv, copyMigrations(t, drv.migrations(), func(name string) bool { return name < "0024" }))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -92,20 +92,31 @@ func TestNewerSchemaRefused(t *testing.T) {
 // withMigrations returns the embedded migrations plus extra ones.
 func withMigrations(t *testing.T, extra map[string]string) fs.FS {
 	t.Helper()
+	m := copyMigrations(t, migrationFS, func(string) bool { return true })
+	for name, sql := range extra {
+		m["migrations/"+name] = &fstest.MapFile{Data: []byte(sql)}
+	}
+	return m
+}
+
+// copyMigrations is fsys's migrations whose file names keep says, in a
+// tree loadMigrations reads.
+func copyMigrations(t *testing.T, fsys fs.FS, keep func(name string) bool) fstest.MapFS {
+	t.Helper()
 	m := fstest.MapFS{}
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	entries, err := fs.ReadDir(fsys, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		b, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
+		if e.IsDir() || !keep(e.Name()) {
+			continue
+		}
+		b, err := fs.ReadFile(fsys, "migrations/"+e.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
 		m["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
-	}
-	for name, sql := range extra {
-		m["migrations/"+name] = &fstest.MapFile{Data: []byte(sql)}
 	}
 	return m
 }
