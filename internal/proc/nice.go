@@ -61,22 +61,38 @@ type forked struct {
 	err error
 }
 
-// forkExec forks and execs a tree's leader at s.nice. Called with mu held,
-// so that one request at a time reaches the forker.
+// SetTimerSlack makes every tree started from now on run with a timer
+// slack of ns nanoseconds (how late the kernel may end its timed sleeps);
+// 0 leaves them the one this process's threads have. The daemon raises its
+// own (cmd/swarmd), and gives its trees back the one it was started with:
+// an agent's test suite that sleeps a millisecond at a time must not sleep
+// two. Timer slack, like nice, is a thread's, and a fork copies the
+// forking thread's: the forker's thread carries it.
+func (s *Supervisor) SetTimerSlack(ns int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ns != s.slack {
+		s.stopForker() // its thread runs at the old value
+		s.slack = ns
+	}
+}
+
+// forkExec forks and execs a tree's leader at s.nice and s.slack. Called
+// with mu held, so that one request at a time reaches the forker.
 func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
-	if s.nice == noNice {
+	if s.nice == noNice && s.slack == 0 {
 		return syscall.ForkExec(path, argv, attr)
 	}
 	if s.forker == nil {
-		s.forker = s.startForker(s.nice)
+		s.forker = s.startForker(s.nice, s.slack)
 	}
 	f := s.forker.fork(forkReq{path, argv, attr})
 	return f.pid, f.err
 }
 
-func (s *Supervisor) startForker(nice int) *forker {
+func (s *Supervisor) startForker(nice, slack int) *forker {
 	f := &forker{req: make(chan forkReq), res: make(chan forked), done: make(chan struct{})}
-	go s.runForker(f, nice, nil)
+	go s.runForker(f, nice, slack, nil)
 	return f
 }
 
@@ -85,10 +101,11 @@ func (f *forker) fork(r forkReq) forked {
 	return <-f.res
 }
 
-// runForker serves f's requests from a thread of its own at nice. The
-// runtime starts no thread from a locked one (it asks its template thread
-// to), so nothing else of the daemon inherits the value.
-func (s *Supervisor) runForker(f *forker, nice int, locked chan<- struct{}) {
+// runForker serves f's requests from a thread of its own at nice (unless
+// noNice) and slack (unless 0). The runtime starts no thread from a locked
+// one (it asks its template thread to), so nothing else of the daemon
+// inherits the values.
+func (s *Supervisor) runForker(f *forker, nice, slack int, locked chan<- struct{}) {
 	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 	if locked != nil {
 		close(locked)
@@ -98,14 +115,21 @@ func (s *Supervisor) runForker(f *forker, nice int, locked chan<- struct{}) {
 		// Serve from another: while this goroutine holds the main thread,
 		// the runtime cannot start the next one on it.
 		locked := make(chan struct{})
-		go s.runForker(f, nice, locked)
+		go s.runForker(f, nice, slack, locked)
 		<-locked
 		runtime.UnlockOSThread()
 		return
 	}
 	defer close(f.done)
-	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice); err != nil {
-		s.log.Warn("lower the priority of trees", zap.Int("nice", nice), zap.Error(err))
+	if nice != noNice {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice); err != nil {
+			s.log.Warn("lower the priority of trees", zap.Int("nice", nice), zap.Error(err))
+		}
+	}
+	if slack > 0 {
+		if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0); err != nil {
+			s.log.Warn("set the timer slack of trees", zap.Int("ns", slack), zap.Error(err))
+		}
 	}
 	for r := range f.req {
 		pid, err := syscall.ForkExec(r.path, r.argv, r.attr)

@@ -115,7 +115,11 @@ type Supervisor struct {
 	// nice is the nice value every tree started gets (SetNice); noNice:
 	// this process's own, inherited. Guarded by mu.
 	nice int
-	// forker forks the trees' leaders at nice, when one is set (nice.go).
+	// slack is the timer slack, in nanoseconds, every tree started gets
+	// (SetTimerSlack); 0: this process's, inherited. Guarded by mu.
+	slack int
+	// forker forks the trees' leaders at nice and slack, when either is
+	// set (nice.go).
 	forker *forker
 
 	closeOnce sync.Once

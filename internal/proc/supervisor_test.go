@@ -536,6 +536,56 @@ func TestTreesRunNicer(t *testing.T) {
 	}
 }
 
+// A tree started after SetTimerSlack runs with that timer slack from its
+// first instruction, and so does what it starts; the supervisor's own
+// threads keep theirs, and SetTimerSlack(0) gives trees this process's
+// again. Alone and with SetNice: one forker thread carries both.
+func TestTreesGetTheTimerSlack(t *testing.T) {
+	s := newSupervisor(t)
+	own := slackOf(t, "self")
+	for _, tc := range []struct {
+		nice, slack, want int
+	}{{0, 1_234_567, 1_234_567}, {5, 2_345_678, 2_345_678}, {0, 0, own}} {
+		s.SetNice(tc.nice)
+		s.SetTimerSlack(tc.slack)
+		out := newLineSink()
+		tr := startSh(t, s, "slack"+strconv.Itoa(tc.slack),
+			`sleep 30 & read -r mine </proc/self/timerslack_ns; echo $mine $!; wait`, out)
+		f := strings.Fields(out.next(t))
+		if len(f) != 2 {
+			t.Fatalf("leader printed %q, want its timer slack and a pid", f)
+		}
+		if got, want := f[0], strconv.Itoa(tc.want); got != want {
+			t.Errorf("SetTimerSlack(%d), SetNice(%d): the leader's timer slack is %s, want %s", tc.slack, tc.nice, got, want)
+		}
+		if got := slackOf(t, f[1]); got != tc.want {
+			t.Errorf("SetTimerSlack(%d): its child's timer slack is %d, want %d", tc.slack, got, tc.want)
+		}
+		if err := tr.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-tr.Done()
+	}
+	if got := slackOf(t, "self"); got != own {
+		t.Errorf("the supervisor's thread has timer slack %d after the trees, want %d", got, own)
+	}
+}
+
+// slackOf is the timer slack of process pid ("self": this thread's
+// process's main thread).
+func slackOf(t *testing.T, pid string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + pid + "/timerslack_ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // niceOf is process pid's nice value (field 19 of /proc/PID/stat).
 func niceOf(t *testing.T, pid int) int {
 	t.Helper()
