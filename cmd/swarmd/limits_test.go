@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,4 +148,78 @@ agents:
 		procs(t, addr, "2")
 		stop(t, d)
 	})
+}
+
+// limits.daemon_timer_slack: every thread of the daemon runs with it (the
+// daemon executed itself again with it, so the runtime's first threads
+// have it too), while a session keeps the slack the daemon was started
+// with and never sees how it was carried across. 0s leaves the daemon's
+// threads with the slack it was started with, without executing again.
+func TestDaemonTimerSlack(t *testing.T) {
+	own := readInt(t, "/proc/self/timerslack_ns")
+	out := t.TempDir()
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"3ms", 3_000_000}, {"0s", own}} {
+		t.Run(tc.key, func(t *testing.T) {
+			file := filepath.Join(out, "slack-"+tc.key)
+			repo := gitRepo(t)
+			d := startDaemon(t, writeConfig(t, repo, `
+limits: {daemon_timer_slack: `+tc.key+`}
+sandbox: {writable: [`+out+`]}
+defaults: {backend: slack, grace_period: 1s}
+backends:
+  slack: {type: command, command: /bin/sh, args: [-c, 'read -r s </proc/self/timerslack_ns; echo "$s ${`+envStartSlack+`-unset}" > "$OUT.tmp"; mv "$OUT.tmp" "$OUT"; sleep 3600']}
+agents:
+  - {name: alice, role: r, env: {OUT: `+file+`}}
+`))
+			d.waitLine("alice Running", transitionTo("alice", "Running"))
+			pid := d.cmd.Process.Pid
+			tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// With a slack raised, one thread, the trees' forker, keeps the
+			// sessions' own.
+			at := map[int]int{}
+			for _, e := range tids {
+				if b, err := os.ReadFile("/proc/" + e.Name() + "/timerslack_ns"); err == nil { // else the thread ended
+					n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+					at[n]++
+				}
+			}
+			threads := 0
+			for _, n := range at {
+				threads += n
+			}
+			want := map[int]int{tc.want: threads - 1, own: 1}
+			if tc.want == own {
+				want = map[int]int{own: threads}
+			}
+			if !maps.Equal(at, want) {
+				t.Errorf("the daemon's threads by timer slack: %v, want %v", at, want)
+			}
+			if got, want := strings.TrimSpace(waitFileText(t, file)), fmt.Sprintf("%d unset", own); got != want {
+				t.Errorf("the session saw %q (its slack, and %s), want %q", got, envStartSlack, want)
+			}
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			if code := d.wait(20 * time.Second); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+		})
+	}
+}
+
+func readInt(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return n
 }

@@ -66,11 +66,17 @@ func (m *runMain) Run(ctx context.Context) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
+	// First, before anything has side effects: it may execute the binary
+	// again.
+	treeSlack, slackErr := raiseTimerSlack(cfg.Limits.DaemonTimerSlack)
 	log, err := newLogger(m.s.err, m.logFormat, m.logLevel)
 	if err != nil {
 		return cli.Usage(err)
 	}
 	defer func() { _ = log.Sync() }()
+	if slackErr != nil {
+		log.Warn("limits.daemon_timer_slack not applied; the daemon keeps the timer slack it was started with", zap.Error(slackErr))
+	}
 	daemon.LogConfigWarnings(log, cfg)
 	stopPprof, err := servePprof(log)
 	if err != nil {
@@ -93,7 +99,7 @@ func (m *runMain) Run(ctx context.Context) error {
 	defer signal.Stop(pipes)
 
 	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: cli.LoadConfig,
-		SessionCLI: runSessionCLI, SetCPUs: setDaemonCPUs})
+		SessionCLI: runSessionCLI, SetCPUs: setDaemonCPUs, TreeTimerSlack: treeSlack})
 	if err != nil {
 		var se *daemon.SetupError
 		if errors.As(err, &se) {

@@ -291,6 +291,7 @@ func defaultConfig() *Config {
 		SwarmBudget: Budget{Window: DefaultBudgetWindow},
 		Prices:      map[string]Price{},
 		Providers:   Providers{Backoff: DefaultProviderBackoff, MaxBackoff: DefaultProviderMaxBackoff},
+		Limits:      Limits{DaemonTimerSlack: DefaultDaemonTimerSlack},
 	}
 	for _, t := range []string{TypeClaude, TypeCodex, TypeGemini} {
 		c.Backends[t] = builtinBackend(t)

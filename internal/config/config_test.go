@@ -68,6 +68,7 @@ func TestDefaults(t *testing.T) {
 		Hooks:        Hooks{Timeout: 30 * time.Second},
 		Mailbox:      Mailbox{MaxBody: 65536},
 		StallAfter:   5 * time.Minute,
+		Limits:       Limits{DaemonTimerSlack: time.Millisecond},
 		Isolation:    "auto",
 		Sandbox:      Sandbox{Bwrap: "bwrap"},
 		Notify:       Notify{Format: NotifyJSON},
@@ -140,7 +141,7 @@ func TestOverrides(t *testing.T) {
 		Isolation:  "strict",
 		Sandbox:    Sandbox{Bwrap: "bwrap"},
 		Notify:     Notify{Format: NotifyJSON},
-		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30, SessionNice: 10, DaemonCPUs: 1},
+		Limits:     Limits{MaxRunning: 6, PerProvider: map[string]int{"claude": 4}, MinAvailableMemory: 2 << 30, SessionNice: 10, DaemonCPUs: 1, DaemonTimerSlack: 2500 * time.Microsecond},
 		Merge:      &Merge{Into: "release/v2", Gate: []string{"make test", "./scripts/e2e.sh"}, Timeout: 45 * time.Minute, Strategy: "squash", MaxRejections: 4, Batch: 4, Parallel: 1},
 		Backends:   backends,
 

@@ -85,6 +85,9 @@ func TestLimitsErrors(t *testing.T) {
 		{"limits: {session_nice: -1}", "limits.session_nice", "must be between 0 and 19, got -1"},
 		{"limits: {daemon_cpus: -1}", "limits.daemon_cpus", "must be between 0 and 1024, got -1"},
 		{"limits: {daemon_cpus: 2000}", "limits.daemon_cpus", "must be between 0 and 1024, got 2000"},
+		{"limits: {daemon_timer_slack: 11ms}", "limits.daemon_timer_slack", "at most 10ms, got 11ms"},
+		{"limits: {daemon_timer_slack: -1ms}", "limits.daemon_timer_slack", "must not be negative"},
+		{"limits: {daemon_timer_slack: 1}", "limits.daemon_timer_slack", "is not a duration"},
 	} {
 		_, err := parseLimits(t, c.yaml+"\nagents: [{name: alice, role: r}]\n")
 		var errs Errors

@@ -172,6 +172,10 @@ type Options struct {
 	// Open and at each reload; nil leaves the runtime alone (a daemon in a
 	// test's process must not change the test's).
 	SetCPUs func(n int)
+	// TreeTimerSlack is the timer slack, in nanoseconds, of every session,
+	// hook and gate: the one the daemon was started with, when it raised
+	// its own (limits.daemon_timer_slack); 0: the daemon's.
+	TreeTimerSlack int
 }
 
 func (o *Options) setDefaults() {
@@ -310,6 +314,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		return err
 	}
 	d.host.sup.SetNice(cfg.Limits.SessionNice)
+	d.host.sup.SetTimerSlack(d.opts.TreeTimerSlack)
 	d.setCPUs(cfg)
 	if err := d.openIsolation(cfg); err != nil {
 		return err

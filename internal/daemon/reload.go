@@ -134,7 +134,8 @@ func (d *Daemon) warnRestartKeys(old, cfg *config.Config) {
 	for key, changed := range map[string]bool{
 		"repo": cfg.Repo != old.Repo, "state_dir": cfg.StateDir != old.StateDir, "base_ref": cfg.BaseRef != old.BaseRef,
 		"listen": cfg.Listen != old.Listen, "logs": cfg.Logs != old.Logs, "mailbox": cfg.Mailbox != old.Mailbox,
-		"hooks": fmt.Sprint(cfg.Hooks) != fmt.Sprint(old.Hooks),
+		"hooks":                     fmt.Sprint(cfg.Hooks) != fmt.Sprint(old.Hooks),
+		"limits.daemon_timer_slack": cfg.Limits.DaemonTimerSlack != old.Limits.DaemonTimerSlack,
 	} {
 		if changed {
 			d.log.Warn("config reload: this key takes effect at the next restart", zap.String("key", key))
