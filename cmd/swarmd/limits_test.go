@@ -91,13 +91,6 @@ agents:
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	stop := func(t *testing.T, d *daemonProc) {
-		t.Helper()
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		if code := d.wait(20 * time.Second); code != 0 {
-			t.Fatalf("exit %d", code)
-		}
-	}
 
 	// start runs a daemon with limits.daemon_cpus n and env, its agent
 	// Running; it returns the daemon, its listener and its repository.
@@ -119,7 +112,7 @@ agents:
 		if got := strings.TrimSpace(waitFileText(t, filepath.Join(out, "procs"))); got != "[]" {
 			t.Errorf("the session's GOMAXPROCS = %s, want [] (unset)", got)
 		}
-		stop(t, d)
+		stopClean(t, d)
 	})
 
 	t.Run("0 gives Go's default back", func(t *testing.T) {
@@ -140,13 +133,13 @@ agents:
 			want := map[string]string{"3": "3", "0": def}[n]
 			procs(t, addr, want)
 		}
-		stop(t, d)
+		stopClean(t, d)
 	})
 
 	t.Run("GOMAXPROCS wins", func(t *testing.T) {
 		d, addr, _ := start(t, []string{"GOMAXPROCS=2"}, "1")
 		procs(t, addr, "2")
-		stop(t, d)
+		stopClean(t, d)
 	})
 }
 
@@ -203,23 +196,25 @@ agents:
 			if got, want := strings.TrimSpace(waitFileText(t, file)), fmt.Sprintf("%d unset", own); got != want {
 				t.Errorf("the session saw %q (its slack, and %s), want %q", got, envStartSlack, want)
 			}
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			if code := d.wait(20 * time.Second); code != 0 {
-				t.Fatalf("exit %d", code)
-			}
+			stopClean(t, d)
 		})
 	}
 }
 
 func readInt(t *testing.T, path string) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	n, err := strconv.Atoi(strings.TrimSpace(mustRead(t, path)))
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return n
+}
+
+// stopClean stops d with SIGTERM and wants exit 0.
+func stopClean(t *testing.T, d *daemonProc) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
 }
