@@ -20,6 +20,8 @@ fi
 echo "== daemon and children CPU per session, agent exits at once (bench/sessioncpu): floor, peer-shaped baseline, swarmd; disk, then tmpfs"
 go run ./bench/sessioncpu -bin "$bin"
 if [ -d /dev/shm ]; then go run ./bench/sessioncpu -bin "$bin" -dir /dev/shm; fi
+echo "== one agent's session turnover, isolation off (bench/lone.sh): daemon CPU and context switches per session"
+bash bench/lone.sh "$bin" off 5 2
 echo "== outcomes recorded exactly (bench/outcomes): 200 agents, 2,000 tasks, mail 5/s (10% urgent), 3 kill -9 and restarts"
 go run ./bench/outcomes -bin "$bin"
 echo "== merge queue batches (bench/mergebatch): 40 ready tasks, a 2 s gate, merge.batch 1 vs 8 vs 8 with merge.parallel 2, all green and one failing"

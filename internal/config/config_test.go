@@ -68,7 +68,7 @@ func TestDefaults(t *testing.T) {
 		Hooks:        Hooks{Timeout: 30 * time.Second},
 		Mailbox:      Mailbox{MaxBody: 65536},
 		StallAfter:   5 * time.Minute,
-		Limits:       Limits{DaemonTimerSlack: time.Millisecond},
+		Limits:       Limits{DaemonTimerSlack: 5 * time.Millisecond},
 		Isolation:    "auto",
 		Sandbox:      Sandbox{Bwrap: "bwrap"},
 		Notify:       Notify{Format: NotifyJSON},
