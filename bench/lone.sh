@@ -40,7 +40,9 @@ one() {
 	log=$work/daemon.log
 	"$bin" run --config "$work/repo/swarmd.yaml" --log-format json 2>"$log" &
 	pid=$!
-	# Warm-up: until sessions have been ending for a second.
+	# Warm-up: until sessions have been ending for six seconds, past the
+	# reaper's first 5 s interval (it stops watching SIGCHLD after a quiet
+	# one): the steady state of a daemon that runs for hours.
 	local deadline=$((SECONDS + 30))
 	until [ "$(ended "$log")" -gt 0 ]; do
 		if [ $SECONDS -ge $deadline ] || ! kill -0 "$pid" 2>/dev/null; then
@@ -53,7 +55,7 @@ one() {
 		fi
 		sleep 0.2
 	done
-	sleep 1
+	sleep 6
 	local n1 c1 s1 n2 c2 s2
 	n1=$(ended "$log") c1=$(cpu_ticks "$pid") s1=$(switches "$pid")
 	sleep "$window"

@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"os/signal"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,7 +18,8 @@ func (s *Supervisor) reaper() {
 	defer s.wg.Done()
 	// At the wall clock's multiples of reapInterval, as the router's and
 	// the daemon's health check: an idle daemon wakes once for the three.
-	tick := time.NewTimer(service.UntilAligned(reapInterval))
+	every := s.reapEvery // set before the reaper starts
+	tick := time.NewTimer(service.UntilAligned(every))
 	defer tick.Stop()
 	for {
 		select {
@@ -28,13 +30,36 @@ func (s *Supervisor) reaper() {
 			s.scanLocked(nil, nil, false)
 			s.mu.Unlock()
 		case <-tick.C:
-			tick.Reset(service.UntilAligned(reapInterval))
+			tick.Reset(service.UntilAligned(every))
 			// Every thread's children, in case a kernel reparents orphans
 			// to another thread than the main one.
 			s.mu.Lock()
 			s.scanLocked(nil, nil, true)
+			if !s.orphansSeen {
+				s.watchLocked(false)
+			}
+			s.orphansSeen = false
 			s.mu.Unlock()
 		}
+	}
+}
+
+// watchLocked turns the delivery of SIGCHLD to the reaper on or off (see
+// Supervisor.watching). Turned on, it also queues a scan: an orphan that
+// died before the delivery began sent its signal to nobody.
+func (s *Supervisor) watchLocked(on bool) {
+	if on == s.watching || s.closed {
+		return
+	}
+	s.watching = on
+	if !on {
+		signal.Stop(s.sigch)
+		return
+	}
+	signal.Notify(s.sigch, unix.SIGCHLD)
+	select {
+	case s.sigch <- unix.SIGCHLD:
+	default: // a scan is queued already
 	}
 }
 
@@ -90,6 +115,15 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 	if err != nil {
 		s.log.Error("list children", zap.Error(err))
 	}
+	orphans := false
+	defer func() {
+		// Whatever this scan did with them, orphans are ours now: reap
+		// the next ones as they die.
+		if orphans {
+			s.orphansSeen = true
+			s.watchLocked(true)
+		}
+	}()
 	for _, pid := range s.pids {
 		if _, ok := s.leaders[pid]; ok {
 			continue
@@ -99,6 +133,7 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 		if err != nil || st.pgid == ownPgid {
 			continue // gone, or an os/exec child: not ours to wait for
 		}
+		orphans = true
 		if st.dead() {
 			s.reapLocked(pid)
 			if t != nil {

@@ -63,9 +63,9 @@ const (
 	drainTimeout = 150 * time.Millisecond
 	// killTimeout bounds one round of waiting for killed processes to die.
 	killTimeout = 3 * time.Second
-	// reapInterval is the safety net when a SIGCHLD was coalesced or missed:
-	// slow, since SIGCHLD does the work and the scan reads every thread's
-	// children.
+	// reapInterval is the safety net when a SIGCHLD was coalesced, missed
+	// or not asked for (Supervisor.watching): slow, since the scan reads
+	// every thread's children.
 	reapInterval = 5 * time.Second
 )
 
@@ -110,6 +110,18 @@ type Supervisor struct {
 	// walks counts the scans of our children that trees' ends made.
 	walks atomic.Int64
 
+	// watching: SIGCHLD is delivered to sigch, so that a scan reaps the
+	// orphans reparented to us as they die. It is on while scans find
+	// orphans, and off once a whole reapInterval found none: a leader's
+	// exit is seen on its pidfd, so a swarm whose sessions leave nothing
+	// behind would pay for every session's SIGCHLD (the signal's thread,
+	// a channel, a scan) for nothing: a third of a lone agent's context
+	// switches. Guarded by mu, as are orphansSeen (a scan found one since
+	// the last tick) and reapEvery (reapInterval; tests shorten it).
+	watching    bool
+	orphansSeen bool
+	reapEvery   time.Duration
+
 	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
 	cg *cgroup.Hierarchy
 	// nice is the nice value every tree started gets (SetNice); noNice:
@@ -147,6 +159,11 @@ func (s *Supervisor) Cgroups() *cgroup.Hierarchy {
 // state directory) so that a later daemon with the same owner finds the
 // leftovers of this one.
 func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
+	return startSupervisor(owner, log, reapInterval)
+}
+
+// startSupervisor is NewSupervisor with the reaper's safety-net interval.
+func startSupervisor(owner string, log *zap.Logger, reapEvery time.Duration) (*Supervisor, error) {
 	if !validTag(owner) {
 		return nil, fmt.Errorf("proc: new supervisor: owner %q: %w", owner, ErrInvalidTag)
 	}
@@ -184,6 +201,8 @@ func NewSupervisor(owner string, log *zap.Logger) (*Supervisor, error) {
 		kill:      unix.Kill,
 	}
 	s.nice = noNice
+	s.reapEvery = reapEvery
+	s.watching = true
 	signal.Notify(s.sigch, unix.SIGCHLD)
 	s.wg.Add(1)
 	go s.reaper()

@@ -292,6 +292,14 @@ func (t *Tree) waitExitBlocking() error {
 // process killed so far is dead and reaped.
 func (s *Supervisor) killTree(t *Tree) {
 	if t.cg != nil && s.waitEmpty(t) {
+		s.mu.Lock()
+		if !s.watching {
+			// The tree's processes that were reparented to us are
+			// zombies now, and no SIGCHLD brings the reaper: reap them
+			// (and watch again if there were any).
+			s.scanLocked(nil, nil, false)
+		}
+		s.mu.Unlock()
 		return
 	}
 	k := newKillState()
