@@ -115,12 +115,14 @@ type Supervisor struct {
 	// orphans, and off once a whole reapInterval found none: a leader's
 	// exit is seen on its pidfd, so a swarm whose sessions leave nothing
 	// behind would pay for every session's SIGCHLD (the signal's thread,
-	// a channel, a scan) for nothing: a third of a lone agent's context
-	// switches. Guarded by mu, as are orphansSeen (a scan found one since
-	// the last tick) and reapEvery (reapInterval; tests shorten it).
+	// a channel, a scan) for nothing: over a quarter of a lone agent's
+	// context switches. Guarded by mu, as is orphansSeen (a scan found one
+	// since the last tick).
 	watching    bool
 	orphansSeen bool
-	reapEvery   time.Duration
+	// reapEvery is the reaper's interval (reapInterval; tests shorten it),
+	// set before the reaper starts.
+	reapEvery time.Duration
 
 	// cg, if set (UseCgroups), gives every tree a cgroup of its own.
 	cg *cgroup.Hierarchy
