@@ -202,3 +202,33 @@ func (g gate) open(t *testing.T) {
 }
 
 func (g gate) wait() string { return `read _ <'` + string(g) + `'` }
+
+// deadChildren lists this process's children that are zombies.
+func deadChildren(t *testing.T) []int {
+	t.Helper()
+	pids, _, err := listChildren(nil, nil, os.Getpid(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead []int
+	for _, pid := range pids {
+		if st, _, err := readStat(pid, nil); err == nil && st.dead() {
+			dead = append(dead, pid)
+		}
+	}
+	return dead
+}
+
+// escapedTree runs a tree whose one child escapes it (no environment, so
+// no marker; a session of its own) and waits for the tree's end, which the
+// escaped process outlives: the supervisor cannot tell it is the tree's.
+func escapedTree(t *testing.T, s *Supervisor, id string) (*Tree, process) {
+	t.Helper()
+	out := newLineSink()
+	g := newGate(t)
+	tr := startSh(t, s, id, `env -i /usr/bin/setsid /usr/bin/sleep 3600 & echo $!; `+g.wait(), out)
+	p := newSession(t, out.next(t))
+	g.open(t)
+	waitDone(t, tr)
+	return tr, p
+}

@@ -178,12 +178,7 @@ func TestOutputHolderDoesNotDelayDone(t *testing.T) {
 	})
 
 	t.Run("escaped holder", func(t *testing.T) {
-		out := newLineSink()
-		g := newGate(t)
-		tr := startSh(t, s, "escaped", `env -i /usr/bin/setsid /usr/bin/sleep 3600 & echo $!; `+g.wait(), out)
-		p := newSession(t, out.next(t))
-		g.open(t)
-		waitDone(t, tr)
+		tr, p := escapedTree(t, s, "escaped")
 		took := time.Since(tr.Exit().Exited)
 		if !tr.OutputCutOff() {
 			t.Fatal("output not cut off, but an escaped process held it")
@@ -668,18 +663,7 @@ func TestConcurrentStartsKeepTheirLeaders(t *testing.T) {
 					t.Errorf("tree %d exited %d, want %d: its leader was reaped by another", i, got, want)
 				}
 			}
-			waitFor(t, "no zombie child left", func() bool {
-				pids, _, err := listChildren(nil, nil, os.Getpid(), true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, pid := range pids {
-					if st, _, err := readStat(pid, nil); err == nil && st.dead() {
-						return false
-					}
-				}
-				return true
-			})
+			waitFor(t, "no zombie child left", func() bool { return len(deadChildren(t)) == 0 })
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -14,22 +13,6 @@ func watchingNow(s *Supervisor) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.watching
-}
-
-// deadChildren lists this process's children that are zombies.
-func deadChildren(t *testing.T) []int {
-	t.Helper()
-	pids, _, err := listChildren(nil, nil, os.Getpid(), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dead []int
-	for _, pid := range pids {
-		if st, _, err := readStat(pid, nil); err == nil && st.dead() {
-			dead = append(dead, pid)
-		}
-	}
-	return dead
 }
 
 // The reaper stops asking for SIGCHLD once a whole interval found no
@@ -53,12 +36,7 @@ func TestReaperWatchesSIGCHLDWhileThereAreOrphans(t *testing.T) {
 
 	// An escaped, unmarked process outlives its tree: the end's walk finds
 	// it among our children.
-	out := newLineSink()
-	g := newGate(t)
-	tr := startSh(t, s, "escapes", `env -i /usr/bin/setsid /usr/bin/sleep 3600 & echo $!; `+g.wait(), out)
-	p := newSession(t, out.next(t))
-	g.open(t)
-	waitDone(t, tr)
+	_, p := escapedTree(t, s, "escapes")
 	if !watchingNow(s) {
 		t.Fatal("an orphan is ours, and the reaper does not watch SIGCHLD")
 	}
