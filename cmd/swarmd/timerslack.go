@@ -26,7 +26,8 @@ const selfExe = "/proc/self/exe"
 // off only after a millisecond without work for it, and every time the
 // daemon goes idle and wakes (each session's start and end) it starts over.
 // That was 11-20% of the daemon's CPU (BENCHMARKS.md). With a slack of a
-// millisecond its short sleeps last about that long.
+// few milliseconds its short sleeps, and the runtime's other short waits,
+// last about that long.
 //
 // A thread's slack is copied by the threads it creates, and the monitor
 // thread is the runtime's first, made before main runs: only a process

@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"fmt"
 	"math"
 	"runtime"
 	"syscall"
@@ -86,7 +85,7 @@ func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr
 	case s.nice == noNice && s.slack == 0:
 		return syscall.ForkExec(path, argv, attr)
 	case s.nice == noNice:
-		return forkExecSlack(s.slack, path, argv, attr)
+		return s.forkExecSlack(path, argv, attr)
 	}
 	if s.forker == nil {
 		s.forker = s.startForker(s.nice, s.slack)
@@ -101,16 +100,19 @@ func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr
 // tree that needs only its slack costs no hand-off to the forker's thread:
 // waking that thread was two of a lone agent's fifteen context switches
 // per session. The thread is locked meanwhile: no other goroutine runs on
-// it at the trees' slack, and the runtime starts no thread from it.
-func forkExecSlack(slack int, path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+// it at the trees' slack, and the runtime starts no thread from it. A slack
+// that cannot be set is warned of and the tree started at the daemon's, as
+// the forker does. Called with mu held.
+func (s *Supervisor) forkExecSlack(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	own, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
-	if err != nil {
-		return 0, fmt.Errorf("read the timer slack: %w", err)
+	if err == nil {
+		err = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(s.slack), 0, 0, 0)
 	}
-	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0); err != nil {
-		return 0, fmt.Errorf("set the timer slack of trees: %w", err)
+	if err != nil {
+		s.log.Warn("set the timer slack of trees", zap.Int("ns", s.slack), zap.Error(err))
+		return syscall.ForkExec(path, argv, attr)
 	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if rerr := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(own), 0, 0, 0); rerr != nil {
