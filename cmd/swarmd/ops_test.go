@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,6 +197,16 @@ agents:
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, grepLines(body, "swarmd_"))
+		}
+	}
+	// The sessions' rows were written through the daemon's one writer,
+	// and its counters say so.
+	for _, name := range []string{"swarmd_store_writes_total", "swarmd_store_writer_busy_seconds_total"} {
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			t.Errorf("metrics lack %s:\n%s", name, grepLines(body, "swarmd_store"))
+		} else if v, err := strconv.ParseFloat(m[1], 64); err != nil || v <= 0 {
+			t.Errorf("%s = %s, want > 0", name, m[1])
 		}
 	}
 	// Mail sent by another process is counted where it lands.

@@ -243,6 +243,10 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	d.metrics = metrics.New(metrics.BuildInfo{Version: d.opts.Version, Commit: d.opts.Commit, GoVersion: runtime.Version()})
 	d.metrics.Admission(d.gates.admission.Running, d.gates.admission.Waiting)
 	d.metrics.StoreWaiting(d.agentsStoreWaiting)
+	d.metrics.StoreWriter(func() (int64, time.Duration, time.Duration) {
+		w := d.db.WriterStats()
+		return w.Turns, w.Busy, w.Waited
+	})
 	if err := d.openMerge(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -813,9 +817,12 @@ func (d *Daemon) Close() error {
 		errs = append(errs, d.mail.Close())
 	}
 	if d.db != nil {
+		w := d.db.WriterStats()
+		fields := []zap.Field{zap.Int64("writes", w.Turns), zap.Duration("writer_busy", w.Busy), zap.Duration("writer_waited", w.Waited)}
 		if n := d.db.WriteRoundTrips(); n > 0 {
-			d.log.Info("store closed", zap.Int64("write_round_trips", n))
+			fields = append(fields, zap.Int64("write_round_trips", n))
 		}
+		d.log.Info("store closed", fields...)
 		errs = append(errs, d.db.Close())
 	}
 	if d.host.sup != nil {

@@ -251,6 +251,28 @@ func (m *Metrics) StoreWaiting(waiting func() int) {
 	}, func() float64 { return float64(waiting()) }))
 }
 
+// StoreWriter exports, read at each scrape, what this daemon's writes
+// cost its one write connection (store.DB.WriterStats): how many held it,
+// for how long, and how long they waited in line. The busy counter's rate
+// is the share of time the daemon's writes used the connection; near 1,
+// the store's write path bounds the daemon. Call it once.
+func (m *Metrics) StoreWriter(stats func() (turns int64, busy, waited time.Duration)) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "swarmd_store_writes_total",
+			Help: "Writes (transactions, and single statements outside one) that held this daemon's store write connection.",
+		}, func() float64 { n, _, _ := stats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "swarmd_store_writer_busy_seconds_total",
+			Help: "Seconds this daemon's store write connection was held by a write (on PostgreSQL, the wait for the swarm's writers' lock included). Its rate near 1: the daemon's writes queue.",
+		}, func() float64 { _, b, _ := stats(); return b.Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "swarmd_store_writer_wait_seconds_total",
+			Help: "Seconds writes waited in this daemon's line for its store write connection, summed over the writes.",
+		}, func() float64 { _, _, w := stats(); return w.Seconds() }),
+	)
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -597,6 +598,24 @@ func TestIdleGauge(t *testing.T) {
 	scrape(t, url).want(t, 1, "swarmd_agent_idle", "agent", "alice")
 	m.OnIdle("alice", false, t0)
 	scrape(t, url).want(t, 0, "swarmd_agent_idle", "agent", "alice")
+}
+
+// The store's writer counters are read at each scrape, in seconds.
+func TestStoreWriter(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	var turns atomic.Int64
+	m.StoreWriter(func() (int64, time.Duration, time.Duration) {
+		n := turns.Load()
+		return n, time.Duration(n) * 250 * time.Millisecond, time.Duration(n) * 2 * time.Second
+	})
+	turns.Store(4)
+	f := scrape(t, url)
+	f.want(t, 4, "swarmd_store_writes_total")
+	f.want(t, 1, "swarmd_store_writer_busy_seconds_total")
+	f.want(t, 8, "swarmd_store_writer_wait_seconds_total")
+	turns.Store(6)
+	scrape(t, url).want(t, 1.5, "swarmd_store_writer_busy_seconds_total")
 }
 
 func TestPausedGauge(t *testing.T) {

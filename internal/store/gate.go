@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 	"sync"
+	"time"
 )
 
 // The write pool has one connection, and database/sql hands a freed
@@ -45,11 +46,22 @@ func priorityOf(ctx context.Context) Priority {
 	return Normal
 }
 
-// writeGate is a mutex with a FIFO queue per priority.
+// writeGate is a mutex with a FIFO queue per priority. It also keeps how
+// long its turns were held and waited for (WriterStats): the share of time
+// a process's one writer is busy is what tells an operator whether the
+// store's write path bounds the swarm.
 type writeGate struct {
 	mu     sync.Mutex
 	busy   bool
-	queues [nPriorities][]chan struct{}
+	queues [nPriorities][]waiter
+	since  time.Time // when the turn in progress was granted
+	stats  WriterStats
+}
+
+// waiter is a writer in line: closing ch grants it the turn.
+type waiter struct {
+	ch chan struct{}
+	at time.Time
 }
 
 // acquire takes the writer's turn, waiting in line; the caller must call
@@ -57,21 +69,24 @@ type writeGate struct {
 func (g *writeGate) acquire(ctx context.Context) error {
 	q := priorityOf(ctx)
 	g.mu.Lock()
+	now := time.Now()
 	if !g.busy {
-		g.busy = true
+		g.busy, g.since = true, now
+		g.stats.Turns++
 		g.mu.Unlock()
 		return nil
 	}
 	ch := make(chan struct{})
-	g.queues[q] = append(g.queues[q], ch)
+	g.queues[q] = append(g.queues[q], waiter{ch: ch, at: now})
 	g.mu.Unlock()
 	select {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
 		g.mu.Lock()
-		i := slices.Index(g.queues[q], ch)
+		i := slices.IndexFunc(g.queues[q], func(w waiter) bool { return w.ch == ch })
 		if i >= 0 {
+			g.stats.Waited += time.Since(g.queues[q][i].at)
 			g.queues[q] = slices.Delete(g.queues[q], i, i+1)
 		}
 		g.mu.Unlock()
@@ -86,16 +101,53 @@ func (g *writeGate) acquire(ctx context.Context) error {
 func (g *writeGate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := time.Now()
+	g.stats.Busy += now.Sub(g.since)
 	for i := range g.queues {
 		if len(g.queues[i]) > 0 {
-			ch := g.queues[i][0]
-			g.queues[i][0] = nil
+			w := g.queues[i][0]
+			g.queues[i][0] = waiter{}
 			g.queues[i] = g.queues[i][1:]
-			close(ch)
+			g.stats.Waited += now.Sub(w.at)
+			g.stats.Turns++
+			g.since = now
+			close(w.ch)
 			return
 		}
 	}
 	g.busy = false
+}
+
+// WriterStats is what a process's writes cost its one write connection,
+// since the store was opened.
+type WriterStats struct {
+	// Turns counts the writes that held the connection: transactions,
+	// and single statements outside one.
+	Turns int64
+	// Busy is how long the connection was held, the turn in progress
+	// included: on PostgreSQL a transaction's wait for the swarm's
+	// writers' lock is part of it.
+	Busy time.Duration
+	// Waited sums, over the writes, their time in line for the turn.
+	Waited time.Duration
+}
+
+// WriterStats reports the write connection's turns so far.
+func (db *DB) WriterStats() WriterStats {
+	g := &db.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.stats
+	now := time.Now()
+	if g.busy {
+		s.Busy += now.Sub(g.since)
+	}
+	for _, q := range g.queues {
+		for _, w := range q {
+			s.Waited += now.Sub(w.at)
+		}
+	}
+	return s
 }
 
 // Tx is a write transaction that holds this process's writer turn: Commit

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // The gate serves writers in order of arrival within their rank, outcomes
@@ -91,4 +92,50 @@ func TestTxGivesTheTurnBackOnce(t *testing.T) {
 	if db.gate.busy || len(db.gate.queues[Outcome])+len(db.gate.queues[Normal]) != 0 {
 		t.Fatalf("gate after every turn given back: busy %v", db.gate.busy)
 	}
+}
+
+// The gate counts its turns, how long they were held and how long writers
+// waited in line, the turn in progress and the writers still in line
+// included, so that the figures only grow.
+func TestWriterStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := &DB{}
+		ctx := context.Background()
+		if err := db.gate.acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if got, want := db.WriterStats(), (WriterStats{Turns: 1, Busy: 10 * time.Millisecond}); got != want {
+			t.Fatalf("one turn held 10ms: %+v, want %+v", got, want)
+		}
+		granted := make(chan struct{})
+		go func() {
+			if err := db.gate.acquire(ctx); err != nil {
+				t.Error(err)
+			}
+			close(granted)
+		}()
+		cctx, cancel := context.WithCancel(ctx)
+		gaveUp := make(chan error)
+		go func() { gaveUp <- db.gate.acquire(cctx) }()
+		time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		// Two in line for 5ms, the holder at 15ms.
+		if got, want := db.WriterStats(), (WriterStats{Turns: 1, Busy: 15 * time.Millisecond, Waited: 10 * time.Millisecond}); got != want {
+			t.Fatalf("two in line: %+v, want %+v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+		cancel() // the second leaves the line after 10ms
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Fatalf("acquire after cancel = %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		db.gate.release() // held 25ms; the first in line waited 15ms
+		<-granted
+		time.Sleep(3 * time.Millisecond)
+		db.gate.release()
+		if got, want := db.WriterStats(), (WriterStats{Turns: 2, Busy: 28 * time.Millisecond, Waited: 25 * time.Millisecond}); got != want {
+			t.Fatalf("after both turns: %+v, want %+v", got, want)
+		}
+	})
 }
