@@ -50,6 +50,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -89,6 +90,7 @@ type options struct {
 	sessionNice  int           // limits.session_nice of every daemon
 	profile      string        // a directory for each daemon's CPU profile of the load
 	idle         time.Duration // a window before the gate opens whose CPU is reported
+	lockStats    bool          // sample the swarm's writers' lock in pg_locks during the load
 }
 
 func main() {
@@ -106,6 +108,7 @@ func main() {
 	flag.IntVar(&o.sessionNice, "session-nice", 0, "limits.session_nice of every daemon (0 to 19)")
 	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as postgres-daemonN.pprof or sqlite-daemon1.pprof (a diagnosis: go tool pprof reads it)")
 	flag.DurationVar(&o.idle, "idle", 0, "a window of the swarm at rest, every worker idle, before the gate opens: its CPU is reported per second (a diagnosis: what the load's figures carry that is not the tasks')")
+	flag.BoolVar(&o.lockStats, "lockstats", false, "sample pg_locks every 10 ms during the load and report how often the swarm's writers' lock was held and how many writers waited for it (a diagnosis: the samples cost the server a little)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
 	if o.sqliteAgents == 0 {
@@ -230,8 +233,10 @@ type result struct {
 	added                       string // how long adding the tasks took, one transaction each
 	idle                        cpu    // -idle: the CPU of the window at rest
 	idleFor                     time.Duration
-	commits                     int    // transactions committed in the database during the run
-	statements                  string // -pgstats: the top statements, calls|ms|query
+	commits                     int          // transactions committed in the database during the run
+	writers                     []writerLoad // each daemon's store writer over the load, from its metrics
+	lock                        lockLoad     // -lockstats: the swarm's writers' lock over the load
+	statements                  string       // -pgstats: the top statements, calls|ms|query
 	violations                  []string
 }
 
@@ -272,6 +277,25 @@ func (r result) String() string {
 	if r.pg {
 		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task; the daemons' write transactions made %d round trips over their lives, %.1f per task",
 			"", r.commits, float64(r.commits)/float64(r.tasks), r.roundTrips, float64(r.roundTrips)/float64(r.tasks))
+	}
+	if len(r.writers) > 0 {
+		var busy []string
+		var writes, waited float64
+		for _, w := range r.writers {
+			busy = append(busy, fmt.Sprintf("%.0f%%", 100*w.busy/w.over.Seconds()))
+			writes += w.writes
+			waited += w.waited
+		}
+		mean := 0.0
+		if writes > 0 {
+			mean = 1000 * waited / writes
+		}
+		fmt.Fprintf(&b, "\n%-14s store writers over the load (metrics): busy %s of the time; %.1f writes a task, waiting %.2f ms each on average",
+			"", strings.Join(busy, " "), writes/float64(r.tasks), mean)
+	}
+	if r.lock.samples > 0 {
+		fmt.Fprintf(&b, "\n%-14s the swarm's writers' lock (pg_locks, %d samples over the load): held in %.0f%% of them, %.2f writers waiting for it on average",
+			"", r.lock.samples, 100*float64(r.lock.held)/float64(r.lock.samples), float64(r.lock.waiting)/float64(r.lock.samples))
 	}
 	if r.statements != "" {
 		fmt.Fprintf(&b, "\n%-14s statements by server time (calls | ms | query):\n%s", "", r.statements)
@@ -346,7 +370,11 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		case sp.url != "" && (i > 0 || sp.daemons == 1):
 			mySleepers = []string{fmt.Sprintf("d%d-s1", i+1)}
 		}
-		cfg, err := writeConfig(repo, sp.url, o.sessionNice, mine, mySleepers)
+		listen, err := freeAddr()
+		if err != nil {
+			return res, err
+		}
+		cfg, err := writeConfig(repo, sp.url, listen, o.sessionNice, mine, mySleepers)
 		if err != nil {
 			return res, err
 		}
@@ -354,6 +382,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		if err != nil {
 			return res, err
 		}
+		d.metrics = listen
 		ds = append(ds, d)
 		workers, sleepers = append(workers, mine...), append(sleepers, mySleepers...)
 	}
@@ -420,6 +449,10 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		commits, _ = strconv.Atoi(sp.pg.queryDB(sp.dbName, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
 	}
 	res.loadBefore = loadavg()
+	writers0, err := writersOf(ctx, ds)
+	if err != nil {
+		return res, err
+	}
 	before := cpuOf(ds, sp.pg)
 	// The gate: claimed, started and done by its assignee; AutoClose
 	// closes it, which opens every task in the same transaction.
@@ -436,6 +469,13 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 	}
 	t0 := time.Now()
 	res.gate = t0.Sub(g0).Round(time.Millisecond).String()
+	sampled := make(chan lockLoad, 1)
+	stopSampling := make(chan struct{})
+	if o.lockStats && sp.pg != nil {
+		go func() { sampled <- sampleLock(ctx, db, stopSampling) }()
+	} else {
+		sampled <- lockLoad{}
+	}
 	profiled := make(chan error, 1)
 	if o.profile != "" {
 		go func() {
@@ -515,6 +555,15 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		}
 	}
 	after := cpuOf(ds, sp.pg)
+	close(stopSampling)
+	res.lock = <-sampled
+	writers1, err := writersOf(ctx, ds)
+	if err != nil {
+		return res, err
+	}
+	for i := range writers1 {
+		res.writers = append(res.writers, writers1[i].minus(writers0[i]))
+	}
 	res.loadAfter = loadavg()
 	if sp.pg != nil {
 		// Read after the snapshot: psql's own backend is not counted.
@@ -568,9 +617,9 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 
 // writeConfig writes repo/swarmd.yaml: workers say DONE at once, sleepers
 // sleep and claim no task.
-func writeConfig(repo, url string, nice int, workers, sleepers []string) (string, error) {
+func writeConfig(repo, url, listen string, nice int, workers, sleepers []string) (string, error) {
 	var b strings.Builder
-	b.WriteString("listen: \"\"\n")
+	fmt.Fprintf(&b, "listen: %q\n", listen)
 	if nice > 0 {
 		fmt.Fprintf(&b, "limits: {session_nice: %d}\n", nice)
 	}
@@ -786,6 +835,7 @@ func (w *watch) waitSettled(ctx context.Context, workers, sleepers []string, dea
 // watch.
 type daemon struct {
 	cmd     *exec.Cmd
+	metrics string // its listen address
 	logPath string
 	pprof   string // where it serves its profiles, "" nowhere
 	exited  chan struct{}
@@ -1136,4 +1186,104 @@ func (p *postgres) close() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// freeAddr is a loopback address with a port free a moment ago: a
+// daemon's listener, for its metrics.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// writerLoad is a daemon's store writer counters (docs/operations.md), or
+// their increase over a window.
+type writerLoad struct {
+	at                   time.Time
+	over                 time.Duration // the window, for an increase
+	writes, busy, waited float64
+}
+
+func (w writerLoad) minus(o writerLoad) writerLoad {
+	return writerLoad{over: w.at.Sub(o.at), writes: w.writes - o.writes, busy: w.busy - o.busy, waited: w.waited - o.waited}
+}
+
+// writersOf scrapes each daemon's store writer counters.
+func writersOf(ctx context.Context, ds []*daemon) ([]writerLoad, error) {
+	out := make([]writerLoad, len(ds))
+	for i, d := range ds {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metrics+"/metrics", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("daemon %d's metrics: %w", i+1, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("daemon %d's metrics: %w", i+1, err)
+		}
+		w := writerLoad{at: time.Now()}
+		fields := map[string]*float64{
+			"swarmd_store_writes_total":              &w.writes,
+			"swarmd_store_writer_busy_seconds_total": &w.busy,
+			"swarmd_store_writer_wait_seconds_total": &w.waited,
+		}
+		seen := 0
+		for line := range strings.Lines(string(body)) {
+			name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+			if p := fields[name]; ok && p != nil {
+				if *p, err = strconv.ParseFloat(value, 64); err != nil {
+					return nil, fmt.Errorf("daemon %d's metrics: %s: %w", i+1, name, err)
+				}
+				seen++
+			}
+		}
+		if seen != len(fields) {
+			return nil, fmt.Errorf("daemon %d's metrics: %d of the %d store writer counters", i+1, seen, len(fields))
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+// lockLoad is what the samples of the swarm's writers' lock saw.
+type lockLoad struct {
+	samples, held, waiting int
+}
+
+// writersLockSQL counts the holders and waiters of the advisory lock every
+// write transaction takes (internal/store: writerLock, 0x53776172 6d64 as
+// a bigint key: classid its high half, objid its low).
+const writersLockSQL = `SELECT COUNT(*) FILTER (WHERE granted), COUNT(*) FILTER (WHERE NOT granted)
+	FROM pg_locks WHERE locktype = 'advisory' AND classid = 21367 AND objid = 1634889060 AND objsubid = 1`
+
+// sampleLock samples the writers' lock every 10 ms until stop.
+func sampleLock(ctx context.Context, db *store.DB, stop <-chan struct{}) lockLoad {
+	var l lockLoad
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return l
+		case <-stop:
+			return l
+		case <-tick.C:
+		}
+		var held, waiting int
+		if err := db.ReadSQL().QueryRowContext(ctx, writersLockSQL).Scan(&held, &waiting); err != nil {
+			continue
+		}
+		l.samples++
+		if held > 0 {
+			l.held++
+		}
+		l.waiting += waiting
+	}
 }
