@@ -38,13 +38,19 @@ func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, erro
 // start), and one transaction each queued them behind each other's turn
 // for the writer. inserted is false when the row was there already or its
 // seq is another session's (store.DB.SessionBegun tells which).
-func (g *Group) begin(ctx context.Context, s *Settler, rec store.SessionRecord) (inserted bool, err error) {
-	_, err = g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
+func (g *Group) begin(ctx context.Context, s *Settler, rec store.SessionRecord) (bool, error) {
+	var inserted func() (bool, error)
+	_, err := g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		inserted, err = s.DB.BeginSessionTx(ctx, tx, rec)
 		return err
 	})
-	return inserted, err
+	if err != nil {
+		return false, err
+	}
+	// Read after the commit: the insert went with the batch's next
+	// statement or its commit, not in a round trip of its own.
+	return inserted()
 }
 
 // write runs do in the next batch, ahead of the process's other writes,

@@ -25,12 +25,14 @@ import (
 // never sends them. A held-back statement's failure is the error of the
 // statement it went with, or of the commit.
 
-// Deferred marks ctx's statement as a write whose result its caller does
-// not read, its error aside: on PostgreSQL a write transaction sends it
-// with its next statement or its commit, and its failure is reported
-// there. Reads later in the transaction still see it (they follow it in
-// the same pipeline). Outside a write transaction, without arguments, and
-// on SQLite, it changes nothing.
+// Deferred marks ctx's statement as a write whose result its caller need
+// not read at once: on PostgreSQL a write transaction sends it with its
+// next statement or its commit, and its failure is reported there. Reads
+// later in the transaction still see it (they follow it in the same
+// pipeline). Its result's RowsAffected, read after the statement went (at
+// the latest, after the commit), costs nothing; read before, it sends
+// what is held back, in a round trip of its own. Outside a write
+// transaction, without arguments, and on SQLite, it changes nothing.
 func Deferred(ctx context.Context) context.Context {
 	return context.WithValue(ctx, deferredKey{}, noFence)
 }
@@ -53,6 +55,7 @@ type heldBack struct {
 	sql   string
 	args  []any
 	fence *FencedError
+	res   *heldResult // a Deferred statement's result, filled when it is sent
 }
 
 var (
@@ -137,13 +140,14 @@ func (c *pgConn) execInTx(ctx context.Context, orig, query string, args []sqldri
 	case fence != nil && slices.Contains(c.fenced, *fence):
 		// The lease's row is held since the first check in this
 		// transaction, until its end: the agent's next write needs none.
-		return heldResult{}, nil
+		return unsent{}, nil
 	case len(args) > 0 && later:
-		c.held = append(c.held, heldBack{sql: query, args: namedArgs(args), fence: fence})
+		r := &heldResult{c: c}
+		c.held = append(c.held, heldBack{sql: query, args: namedArgs(args), fence: fence, res: r})
 		if fence != nil {
 			c.fenced = append(c.fenced, *fence)
 		}
-		return heldResult{}, nil
+		return r, nil
 	case rollbackTo(orig) && c.began():
 		// What is held back was issued after the newest savepoint (a
 		// SAVEPOINT is sent, with what was held, when issued): this
@@ -253,8 +257,15 @@ func (c *pgConn) sendHeld(ctx context.Context, q *heldBack, rows bool, after []h
 		err error
 	)
 	for i := range held {
-		if _, err = br.Exec(); err != nil {
+		var htag pgconn.CommandTag
+		htag, err = br.Exec()
+		if err != nil {
 			err = heldErr(&held[i], err)
+		}
+		if r := held[i].res; r != nil {
+			r.tag, r.err, r.sent = htag, err, true
+		}
+		if err != nil {
 			break
 		}
 	}
@@ -333,14 +344,45 @@ func heldErr(h *heldBack, err error) error {
 	return err
 }
 
-// heldResult is the result of a statement held back, which its caller
-// said it does not read.
-type heldResult struct{}
+// heldResult is the result of a statement held back (Deferred), filled in
+// when its pipeline runs. database/sql reads it under the connection's
+// lock, so a read before then can send what is held.
+type heldResult struct {
+	c    *pgConn
+	sent bool // its pipeline ran (err says how it went)
+	tag  pgconn.CommandTag
+	err  error
+}
 
-var errHeldResult = errors.New("store: a deferred write's result is not known (store.Deferred)")
+var (
+	errHeldResult = errors.New("store: a deferred write has no insert id (store.Deferred)")
+	errUnsent     = errors.New("store: a deferred write was not sent: its transaction or savepoint was rolled back, or an earlier statement of its pipeline failed")
+)
 
-func (heldResult) LastInsertId() (int64, error) { return 0, errHeldResult }
-func (heldResult) RowsAffected() (int64, error) { return 0, errHeldResult }
+func (*heldResult) LastInsertId() (int64, error) { return 0, errHeldResult }
+
+func (r *heldResult) RowsAffected() (int64, error) {
+	if !r.sent && slices.ContainsFunc(r.c.held, func(h heldBack) bool { return h.res == r }) {
+		// Still held: it goes now, with what was held before it.
+		if _, _, err := r.c.sendHeld(context.Background(), nil, false, nil); err != nil && !r.sent {
+			return 0, err
+		}
+	}
+	switch {
+	case !r.sent:
+		return 0, errUnsent
+	case r.err != nil:
+		return 0, r.err
+	}
+	return r.tag.RowsAffected(), nil
+}
+
+// unsent is the result of a lease check left out: the lease's row is
+// held already.
+type unsent struct{}
+
+func (unsent) LastInsertId() (int64, error) { return 0, errHeldResult }
+func (unsent) RowsAffected() (int64, error) { return 0, errUnsent }
 
 // rollbackTo reports whether query is a ROLLBACK TO (a savepoint).
 func rollbackTo(query string) bool {

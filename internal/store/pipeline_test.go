@@ -182,6 +182,87 @@ func TestHeldBackWrites(t *testing.T) {
 		}
 	})
 
+	t.Run("a deferred write's count read after the commit costs no round trip", func(t *testing.T) {
+		db := open(t)
+		if err := db.InTx(ctx, "test", func(tx *sql.Tx) error { return errors.Join(event(tx, "hal"), event(tx, "hal")) }); err != nil {
+			t.Fatal(err)
+		}
+		before := db.WriteRoundTrips()
+		var res sql.Result
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			var err error
+			res, err = tx.ExecContext(Deferred(ctx), `UPDATE events SET reason = 'x' WHERE agent = ?`, "hal")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := res.RowsAffected(); n != 2 || err != nil {
+			t.Errorf("RowsAffected after the commit = %d, %v, want 2", n, err)
+		}
+		// BEGIN, lock, the update, the notification and COMMIT in one.
+		cost(t, db, before, 1, "hal", 2)
+	})
+
+	t.Run("a deferred write's count read before the commit sends it", func(t *testing.T) {
+		db := open(t)
+		before := db.WriteRoundTrips()
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if err := event(tx, "ida"); err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(Deferred(ctx), `UPDATE events SET reason = 'x' WHERE agent = ?`, "ida")
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); n != 1 || err != nil {
+				t.Errorf("RowsAffected in the transaction = %d, %v, want 1: it sees the event held back before it", n, err)
+			}
+			if n, err := res.RowsAffected(); n != 1 || err != nil {
+				t.Errorf("RowsAffected again = %d, %v, want 1 and no second trip", n, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What was held went when the count was read; then the COMMIT.
+		cost(t, db, before, 2, "ida", 1)
+	})
+
+	t.Run("a deferred write never sent has no count", func(t *testing.T) {
+		db := open(t)
+		var dropped, failed sql.Result
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT s"); err != nil {
+				return err
+			}
+			var err error
+			if dropped, err = tx.ExecContext(Deferred(ctx), `UPDATE events SET reason = 'x' WHERE agent = ?`, "jo"); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO s"); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, NULL, 'a', 'e', 'b')`,
+				FormatTime(fakeClock()())); err != nil {
+				return err
+			}
+			// After the failing insert in the same pipeline: never run.
+			failed, err = tx.ExecContext(Deferred(ctx), `UPDATE events SET reason = 'y' WHERE agent = ?`, "jo")
+			return err
+		})
+		if err == nil {
+			t.Fatal("transaction committed")
+		}
+		if _, err := dropped.RowsAffected(); !errors.Is(err, errUnsent) {
+			t.Errorf("a write rolled back to its savepoint: RowsAffected error %v, want errUnsent", err)
+		}
+		if _, err := failed.RowsAffected(); !errors.Is(err, errUnsent) {
+			t.Errorf("a write after a failed one: RowsAffected error %v, want errUnsent", err)
+		}
+	})
+
 	t.Run("a lease check fails the writes it fences", func(t *testing.T) {
 		db := open(t)
 		db.Fence("host1:/a")

@@ -38,13 +38,16 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 	if err := validBegin(s); err != nil {
 		return err
 	}
-	var inserted bool
+	var inserted func() (bool, error)
 	err := db.InTx(ctx, "begin session "+s.SessionID, func(tx *sql.Tx) error {
 		var err error
 		inserted, err = db.BeginSessionTx(ctx, tx, s)
 		return err
 	})
-	if err != nil || inserted {
+	if err != nil {
+		return err
+	}
+	if ok, err := inserted(); err != nil || ok {
 		return err
 	}
 	return db.SessionBegun(ctx, s)
@@ -52,31 +55,37 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 
 // BeginSessionTx is BeginSession's write in tx, with the writes of other
 // sessions (package settle commits the starts that wait for the store at
-// once together). inserted is false when nothing was: once tx has
-// committed, SessionBegun says whether the row is s's or its seq another
+// once together). The insert is held back (Deferred): on PostgreSQL it
+// travels with the transaction's next statement or its commit, so that a
+// batch of starts is one round trip under the swarm's lock, not one each.
+// inserted, called once tx has committed, reports at no cost whether the
+// row was inserted (called before, it sends what is held); when it was
+// not, SessionBegun says whether the row is s's or its seq another
 // session's.
-func (db *DB) BeginSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord) (inserted bool, err error) {
+func (db *DB) BeginSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord) (inserted func() (bool, error), err error) {
 	if err := validBegin(s); err != nil {
-		return false, err
+		return nil, err
 	}
 	// A session starts only while this daemon holds its agent's lease.
 	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
-		return false, err
+		return nil, err
 	}
 	var res sql.Result
 	if st := db.writes.cachedStmt(beginSQL); st != nil {
-		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, beginArgs(s)...)
+		res, err = tx.StmtContext(ctx, st).ExecContext(Deferred(ctx), beginArgs(s)...)
 	} else {
-		res, err = tx.ExecContext(ctx, beginSQL, beginArgs(s)...)
+		res, err = tx.ExecContext(Deferred(ctx), beginSQL, beginArgs(s)...)
 	}
 	if err != nil {
-		return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
+		return nil, fmt.Errorf("begin session %s: %w", s.SessionID, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
-	}
-	return n == 1, nil
+	return func() (bool, error) {
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
+		}
+		return n == 1, nil
+	}, nil
 }
 
 func validBegin(s SessionRecord) error {
