@@ -455,9 +455,26 @@ func (j *Journal) write(ctx context.Context) error {
 
 // writeLocked commits everything queued, in batches of at most maxBatch. On
 // failure the records not committed go back to the front of the queue.
+//
+// The writer's turn comes first, the records after: those that arrive
+// while the journal waits for its turn (behind this process's outcomes
+// and claims, and on a shared store the swarm's other writers) go in this
+// transaction, not in one more. Under load the batches grow with the wait
+// instead of queueing behind each other, each one more commit under the
+// writers' lock; an idle writer costs nothing more.
 func (j *Journal) writeLocked(ctx context.Context) error {
+	if j.Backlog() == 0 {
+		return nil // nothing to wait for the turn for
+	}
+	if err := j.prepare(ctx); err != nil {
+		return err
+	}
+	tx, err := j.db.Begin(ctx)
+	if err != nil {
+		return j.db.Wrap("journal: write", err)
+	}
 	evs, ags, sss, tcs := j.take()
-	err := j.commit(ctx, evs, latestAgents(ags), sss, tcs)
+	err = j.commit(ctx, tx, evs, latestAgents(ags), sss, tcs)
 	j.recycle(evs, ags, sss, tcs)
 	return err
 }
@@ -481,7 +498,15 @@ func (j *Journal) recycle(evs []EventRecord, ags []AgentRecord, sss []sessionOp,
 	j.spareTools = reuse(tcs, j.maxBatch)
 }
 
-func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentRecord, sss []sessionOp, tcs []ToolCallRecord) error {
+// commit writes the records, the first batch in tx (begun already; rolled
+// back when there is nothing to write), the rest in transactions of their
+// own.
+func (j *Journal) commit(ctx context.Context, tx *Tx, evs []EventRecord, ags []AgentRecord, sss []sessionOp, tcs []ToolCallRecord) error {
+	defer func() {
+		if tx != nil {
+			_ = tx.Rollback()
+		}
+	}()
 	for len(evs)+len(ags)+len(sss)+len(tcs) > 0 {
 		room := j.maxBatch
 		ns := min(len(sss), room)
@@ -491,7 +516,9 @@ func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentReco
 		ne := min(len(evs), room)
 		room -= ne
 		nt := min(len(tcs), room)
-		if err := j.commitBatch(ctx, sss[:ns], ags[:na], evs[:ne], tcs[:nt]); err != nil {
+		err := j.commitBatch(ctx, tx, sss[:ns], ags[:na], evs[:ne], tcs[:nt])
+		tx = nil // ended by commitBatch
+		if err != nil {
 			j.requeue(evs, ags, sss, tcs)
 			return err
 		}
@@ -503,19 +530,21 @@ func (j *Journal) commit(ctx context.Context, evs []EventRecord, ags []AgentReco
 	return nil
 }
 
-func (j *Journal) commitBatch(ctx context.Context, sss []sessionOp, ags []AgentRecord, evs []EventRecord, tcs []ToolCallRecord) error {
+// commitBatch writes one batch in tx, or in a transaction of its own when
+// tx is nil, and ends the transaction.
+func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags []AgentRecord, evs []EventRecord, tcs []ToolCallRecord) error {
 	total := len(sss) + len(ags) + len(evs) + len(tcs)
 	wrap := func(err error) error {
 		return j.db.Wrap(fmt.Sprintf("journal: write %d records", total), err)
 	}
-	if err := j.prepare(ctx); err != nil {
-		return err
-	}
-	tx, err := j.db.Begin(ctx)
-	if err != nil {
-		return wrap(err)
+	if tx == nil {
+		var err error
+		if tx, err = j.db.Begin(ctx); err != nil {
+			return wrap(err)
+		}
 	}
 	defer tx.Rollback()
+	var err error
 	// No result of these writes is read: on PostgreSQL they go to the
 	// server with the COMMIT, in one round trip (Deferred).
 	later := Deferred(ctx)

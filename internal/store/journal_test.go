@@ -729,6 +729,53 @@ func TestJournalOnCommit(t *testing.T) {
 	}
 }
 
+// Records enqueued while the journal waits for the writer's turn go in
+// the transaction it is waiting to begin, not in one more after it.
+func TestJournalTakesWhatArrivesWhileItWaits(t *testing.T) {
+	db := openTest(t, "", Options{})
+	var commits int
+	j := startJournal(t, db, JournalOptions{FlushInterval: never, OnCommit: func() { commits++ }})
+	ctx := context.Background()
+	// Its statements prepared first: a first flush prepares them on the
+	// write connection, which the holder below keeps.
+	if err := j.prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := db.Begin(ctx) // another writer of this process has the turn
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback() // a failed wait below still lets the journal close
+	j.Event(ev("alice", 1, "X"))
+	flushed := make(chan error, 1)
+	go func() { flushed <- j.Flush(ctx) }()
+	waitFor(t, "the flush to wait for the writer's turn", func() bool {
+		db.gate.mu.Lock()
+		defer db.gate.mu.Unlock()
+		return len(db.gate.queues[Normal]) == 1
+	})
+	j.Event(ev("alice", 2, "X"))
+	j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 2, UpdatedAt: t0})
+	if err := hold.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if got := countTable(t, db, "events"); got != 2 {
+		t.Errorf("events after the flush = %d, want 2: the one enqueued while it waited too", got)
+	}
+	if got := countTable(t, db, "agents"); got != 1 {
+		t.Errorf("agent rows after the flush = %d, want 1", got)
+	}
+	if commits != 1 {
+		t.Errorf("commits = %d, want 1", commits)
+	}
+	if got := j.Backlog(); got != 0 {
+		t.Errorf("backlog after the flush = %d, want 0", got)
+	}
+}
+
 func TestLastEventID(t *testing.T) {
 	db := openTest(t, "", Options{})
 	ctx := context.Background()
