@@ -17,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,7 +55,7 @@ func run(bin, chromium string, n, dashboards, requests, cycles int, window time.
 		return err
 	}
 	defer os.RemoveAll(work)
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -143,15 +142,6 @@ func writeConfig(work, addr string, n int) (string, error) {
 	}
 	config := filepath.Join(work, "swarmd.yaml")
 	return config, os.WriteFile(config, []byte(cfg.String()), 0o644)
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // waitRunning polls /api/agents until n agents are Running.

@@ -50,7 +50,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -370,7 +369,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		case sp.url != "" && (i > 0 || sp.daemons == 1):
 			mySleepers = []string{fmt.Sprintf("d%d-s1", i+1)}
 		}
-		listen, err := freeAddr()
+		listen, err := harness.FreeAddr()
 		if err != nil {
 			return res, err
 		}
@@ -1186,17 +1185,6 @@ func (p *postgres) close() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
-}
-
-// freeAddr is a loopback address with a port free a moment ago: a
-// daemon's listener, for its metrics.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // writerLoad is a daemon's store writer counters (docs/operations.md), or

@@ -1,10 +1,11 @@
 // Package harness is what the bench/ commands share: a throwaway git
-// repository with a swarmd.yaml, and percentiles.
+// repository with a swarmd.yaml, percentiles, a free port.
 package harness
 
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,4 +75,15 @@ func Survivors(work string) int {
 		}
 	}
 	return n
+}
+
+// FreeAddr is a loopback address whose port was free a moment ago: for a
+// daemon's listener.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -111,7 +110,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := os.Mkdir(seen, 0o755); err != nil {
 		return rep, err
 	}
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return rep, err
 	}
@@ -468,15 +467,6 @@ func waitDB(path string, deadline time.Time) (*store.DB, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // daemon is one running swarmd.
