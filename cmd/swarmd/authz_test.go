@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,8 +161,14 @@ agents:
 				t.Fatalf("bob is %s after a hook asked to stop it", st.State)
 			}
 			// status says what contains the trees (here, a hook that ran in one).
-			if out, _, code := runCLI(t, nil, "", "status", "-c", cfg); code != 0 || !strings.Contains(out, "\nisolation "+c.isolation+": ") {
+			out, _, code := runCLI(t, nil, "", "status", "-c", cfg)
+			if code != 0 || !strings.Contains(out, "\nisolation "+c.isolation+": ") {
 				t.Errorf("status does not say what isolation is in force:\n%s", out)
+			}
+			// and how busy the store's writer was (the health loop's first
+			// sample is taken at start).
+			if !regexp.MustCompile(`\nstore: the write connection busy \d+% of the last \d+s, [1-9]\d* writes`).MatchString(out) {
+				t.Errorf("status does not say how busy the store's writer was:\n%s", out)
 			}
 			if _, stderr, code := runCLI(t, nil, "", "stop", "bob", "-c", cfg); code != 0 {
 				t.Fatalf("the operator stopping bob: exit %d %q", code, stderr)

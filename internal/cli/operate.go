@@ -78,7 +78,9 @@ that has printed nothing for stall_after (default 5m), "spawning-timeout" for Sp
 "no commits" when the agent's last 5 successful sessions committed nothing (a git that cannot
 commit, or an agent that only talks).
 TOKENS (input and output) and COST are the sums over every session swarm.db has recorded for the
-agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).`,
+agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).
+Below the table: which isolation is in force, and how busy the store's one write connection was
+over about the last minute (near 100%, writes queue: the store bounds the daemon).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, statusRun)(cmd.Context(), opts) },
 	}
@@ -106,8 +108,12 @@ func statusRun(ctx context.Context, opts *statusOptions) error {
 	if err := writeStatus(opts.IO.Out, rows, time.Now()); err != nil {
 		return err
 	}
-	if info, err := c.Daemon(ctx); err == nil && info.Isolation != "" {
-		fmt.Fprintln(opts.IO.Out, info.Isolation)
+	if info, err := c.Daemon(ctx); err == nil {
+		for _, line := range []string{info.Isolation, info.Store} {
+			if line != "" {
+				fmt.Fprintln(opts.IO.Out, line)
+			}
+		}
 	}
 	return nil
 }

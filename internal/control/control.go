@@ -312,6 +312,9 @@ type DaemonInfo struct {
 	// Isolation says which parts of config key isolation are in force
 	// and why the others are not.
 	Isolation string `json:"isolation"`
+	// Store says how busy the store's write connection was over about
+	// the last minute: whether the store bounds the daemon.
+	Store string `json:"store,omitempty"`
 }
 
 // Informer is an API that says what it is (GET /v1/daemon).

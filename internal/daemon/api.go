@@ -26,6 +26,12 @@ type controlAPI struct{ d *Daemon }
 
 var _ control.API = controlAPI{}
 
+// Info is the control API's GET /v1/daemon: what contains the trees, and
+// how busy the store's write connection was lately.
+func (a controlAPI) Info() control.DaemonInfo {
+	return control.DaemonInfo{Isolation: a.d.host.iso.String(), Store: a.d.load.describe(time.Now(), a.d.db.WriterStats())}
+}
+
 func (a controlAPI) Agents() []control.AgentStatus {
 	rs := a.d.reg.Runners()
 	out := make([]control.AgentStatus, 0, len(rs))

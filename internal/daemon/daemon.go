@@ -68,6 +68,7 @@ type Daemon struct {
 	serve    operatorSurfaces // the control socket, HTTP, the dashboards
 	pusher   *pusher          // pushes branches to cfg.Remote, a service of Run
 	health   healthMonitor
+	load     storeLoad        // the store's write connection lately, for swarmd status
 	notifier *notify.Notifier // tells the operator what needs a person (alerts.go)
 	gates    sessionGates     // what a session waits for before it starts
 	budget   *spend.Keeper    // budgets: spend, marks, pauses

@@ -87,6 +87,7 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 			}
 			d.notifyProvidersDown(time.Now())
 			d.releaseStuck(time.Now())
+			d.load.note(time.Now(), d.db.WriterStats())
 			select {
 			case <-ctx.Done():
 				return

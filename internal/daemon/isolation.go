@@ -13,7 +13,6 @@ import (
 
 	"github.com/swarmd/swarmd/internal/cgroup"
 	"github.com/swarmd/swarmd/internal/config"
-	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/sandbox"
 )
@@ -107,11 +106,6 @@ func (d *Daemon) closeIsolation() {
 			d.log.Warn("remove the cgroup of the process trees", zap.Error(err))
 		}
 	}
-}
-
-// Info is the control API's GET /v1/daemon: what contains the trees.
-func (a controlAPI) Info() control.DaemonInfo {
-	return control.DaemonInfo{Isolation: a.d.host.iso.String()}
 }
 
 // container is what the runners get as their Container: nil while no
