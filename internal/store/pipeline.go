@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
@@ -40,6 +41,50 @@ func Deferred(ctx context.Context) context.Context {
 // deferredKey's value is the *FencedError a deferred lease check's failure
 // stands for (FenceTx), or noFence.
 type deferredKey struct{}
+
+// HeldCount keeps a Deferred write's count (its rows affected) for its
+// caller to read once the transaction has committed. database/sql's
+// Result would do, but reading it waits for the write connection, which
+// by then is another writer's, waiting for the swarm's lock.
+type HeldCount struct {
+	r *heldResult // the held statement's result; nil if it ran at once
+	// A statement that ran at once (SQLite): its count, read by Ran.
+	ran    bool
+	n      int64
+	ranErr error
+}
+
+type heldCountKey struct{}
+
+// Defer is Deferred(ctx), with the statement's count kept in h.
+func (h *HeldCount) Defer(ctx context.Context) context.Context {
+	return context.WithValue(Deferred(ctx), heldCountKey{}, h)
+}
+
+// Ran takes the statement's result (ExecContext's, with Defer's ctx).
+// Where the statement ran at once (SQLite, or outside a transaction), its
+// count is read now, while the connection is still the caller's.
+func (h *HeldCount) Ran(res sql.Result) {
+	if h.r == nil {
+		h.n, h.ranErr = res.RowsAffected()
+		h.ran = true
+	}
+}
+
+// RowsAffected is the write's count: a held statement's once its
+// transaction committed (before that, or for one never sent, an error),
+// one that ran at once's from its result.
+func (h *HeldCount) RowsAffected() (int64, error) {
+	switch {
+	case h.ran:
+		return h.n, h.ranErr
+	case h.r == nil || !h.r.sent:
+		return 0, errUnsent
+	case h.r.err != nil:
+		return 0, h.r.err
+	}
+	return h.r.tag.RowsAffected(), nil
+}
 
 var noFence *FencedError
 
@@ -143,6 +188,9 @@ func (c *pgConn) execInTx(ctx context.Context, orig, query string, args []sqldri
 		return unsent{}, nil
 	case len(args) > 0 && later:
 		r := &heldResult{c: c}
+		if h, ok := ctx.Value(heldCountKey{}).(*HeldCount); ok {
+			h.r = r
+		}
 		c.held = append(c.held, heldBack{sql: query, args: namedArgs(args), fence: fence, res: r})
 		if fence != nil {
 			c.fenced = append(c.fenced, *fence)

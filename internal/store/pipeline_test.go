@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 )
@@ -260,6 +261,59 @@ func TestHeldBackWrites(t *testing.T) {
 		}
 		if _, err := failed.RowsAffected(); !errors.Is(err, errUnsent) {
 			t.Errorf("a write after a failed one: RowsAffected error %v, want errUnsent", err)
+		}
+	})
+
+	t.Run("a held count is read after the commit without waiting for the connection", func(t *testing.T) {
+		db := open(t)
+		var held HeldCount
+		err := db.InTx(ctx, "test", func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(held.Defer(ctx), `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, ?, 'a', 'e', 'b')`,
+				FormatTime(fakeClock()()), "kim")
+			if err != nil {
+				return err
+			}
+			held.Ran(res)
+			if _, err := held.RowsAffected(); !errors.Is(err, errUnsent) {
+				t.Errorf("a held count before the commit: %v, want errUnsent", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another writer has the connection now, in a statement that lasts:
+		// database/sql's Result would wait for it.
+		busy := make(chan error, 1)
+		go func() {
+			busy <- db.InTx(ctx, "test", func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, `SELECT pg_sleep(3)`)
+				return err
+			})
+		}()
+		sleeping := func() bool {
+			var n int
+			if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(3)' AND state = 'active'`).Scan(&n); err != nil {
+				t.Error(err)
+			}
+			return n == 1
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !sleeping() {
+			if time.Now().After(deadline) {
+				t.Error("the other writer's statement never ran")
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n, err := held.RowsAffected(); n != 1 || err != nil {
+			t.Errorf("held count after the commit = %d, %v, want 1", n, err)
+		}
+		if !sleeping() {
+			t.Error("the held count was read only once the other writer's statement ended")
+		}
+		if err := <-busy; err != nil {
+			t.Fatal(err)
 		}
 	})
 

@@ -58,10 +58,10 @@ func (db *DB) BeginSession(ctx context.Context, s SessionRecord) error {
 // once together). The insert is held back (Deferred): on PostgreSQL it
 // travels with the transaction's next statement or its commit, so that a
 // batch of starts is one round trip under the swarm's lock, not one each.
-// inserted, called once tx has committed, reports at no cost whether the
-// row was inserted (called before, it sends what is held); when it was
-// not, SessionBegun says whether the row is s's or its seq another
-// session's.
+// inserted, called once tx has committed (before, it fails), reports at
+// no cost whether the row was inserted, without waiting for the write
+// connection (HeldCount); when it was not, SessionBegun says whether the
+// row is s's or its seq another session's.
 func (db *DB) BeginSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord) (inserted func() (bool, error), err error) {
 	if err := validBegin(s); err != nil {
 		return nil, err
@@ -70,17 +70,21 @@ func (db *DB) BeginSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord) (
 	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
 		return nil, err
 	}
-	var res sql.Result
+	var (
+		res  sql.Result
+		held HeldCount
+	)
 	if st := db.writes.cachedStmt(beginSQL); st != nil {
-		res, err = tx.StmtContext(ctx, st).ExecContext(Deferred(ctx), beginArgs(s)...)
+		res, err = tx.StmtContext(ctx, st).ExecContext(held.Defer(ctx), beginArgs(s)...)
 	} else {
-		res, err = tx.ExecContext(Deferred(ctx), beginSQL, beginArgs(s)...)
+		res, err = tx.ExecContext(held.Defer(ctx), beginSQL, beginArgs(s)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("begin session %s: %w", s.SessionID, err)
 	}
+	held.Ran(res)
 	return func() (bool, error) {
-		n, err := res.RowsAffected()
+		n, err := held.RowsAffected()
 		if err != nil {
 			return false, fmt.Errorf("begin session %s: %w", s.SessionID, err)
 		}
