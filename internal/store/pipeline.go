@@ -30,9 +30,10 @@ import (
 // not read at once: on PostgreSQL a write transaction sends it with its
 // next statement or its commit, and its failure is reported there. Reads
 // later in the transaction still see it (they follow it in the same
-// pipeline). Its result's RowsAffected, read after the statement went (at
-// the latest, after the commit), costs nothing; read before, it sends
-// what is held back, in a round trip of its own. Outside a write
+// pipeline). Its result's RowsAffected, read after the statement went,
+// costs no round trip; read before, it sends what is held back, in a round
+// trip of its own. (After the commit, read the count from a HeldCount:
+// database/sql's Result waits for the connection.) Outside a write
 // transaction, without arguments, and on SQLite, it changes nothing.
 func Deferred(ctx context.Context) context.Context {
 	return context.WithValue(ctx, deferredKey{}, noFence)
