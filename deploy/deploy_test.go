@@ -225,6 +225,7 @@ func scrapeExported(t *testing.T) exported {
 	m.AddTokens("alice", "input", 10)
 	m.AddCost("alice", "claude", 0.01)
 	m.AddToolCalls("alice", 1)
+	m.StoreWriter(func() (int64, time.Duration, time.Duration) { return 1, time.Millisecond, 0 })
 	m.Providers(func() []metrics.ProviderState {
 		return []metrics.ProviderState{{Name: "claude/ab12cd34", Up: false, RetryAfter: time.Minute}}
 	})
