@@ -61,7 +61,7 @@ func (l *storeLoad) describe(now time.Time, cur store.WriterStats) string {
 	}
 	busy := float64(cur.Busy-from.s.Busy) / float64(span)
 	writes := cur.Turns - from.s.Turns
-	out := fmt.Sprintf("store: the write connection busy %.0f%% of the last %s, %d writes", 100*busy, span.Round(time.Second), writes)
+	out := fmt.Sprintf("store: the write connection busy %.0f%% of the last %.0fs, %d writes", 100*busy, span.Seconds(), writes)
 	if writes > 0 {
 		wait := (cur.Waited - from.s.Waited) / time.Duration(writes)
 		out += fmt.Sprintf(" waiting %s each on average", wait.Round(time.Microsecond))

@@ -29,7 +29,7 @@ func TestStoreLoad(t *testing.T) {
 	}
 	// From the newest sample a minute old (at 60 s) to 122 s.
 	got := l.describe(at(122), stats(122))
-	want := "store: the write connection busy 50% of the last 1m2s, 6200 writes waiting 500µs each on average"
+	want := "store: the write connection busy 50% of the last 62s, 6200 writes waiting 500µs each on average"
 	if got != want {
 		t.Errorf("describe = %q\n want %q", got, want)
 	}
