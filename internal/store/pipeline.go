@@ -79,12 +79,10 @@ func (h *HeldCount) RowsAffected() (int64, error) {
 	switch {
 	case h.ran:
 		return h.n, h.ranErr
-	case h.r == nil || !h.r.sent:
+	case h.r == nil:
 		return 0, errUnsent
-	case h.r.err != nil:
-		return 0, h.r.err
 	}
-	return h.r.tag.RowsAffected(), nil
+	return h.r.count()
 }
 
 var noFence *FencedError
@@ -417,6 +415,12 @@ func (r *heldResult) RowsAffected() (int64, error) {
 			return 0, err
 		}
 	}
+	return r.count()
+}
+
+// count is the statement's rows affected as its pipeline left them,
+// without sending anything.
+func (r *heldResult) count() (int64, error) {
 	switch {
 	case !r.sent:
 		return 0, errUnsent
