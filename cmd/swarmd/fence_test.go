@@ -110,9 +110,19 @@ agents:
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	a.waitLine("A sees its lease lost", func(m map[string]any) bool {
+	a.waitNext("A sees its lease lost", func(m map[string]any) bool {
 		return strings.HasPrefix(fmt.Sprint(m["msg"]), "agent leases lost")
 	})
+	// Two renewals later the loss is still told once, as an error; the
+	// renewals between say so at debug level.
+	for range 2 {
+		a.waitNext("a renewal of A that finds the lease still lost", func(m map[string]any) bool {
+			return m["msg"] == "agent leases still lost"
+		})
+	}
+	if n := strings.Count(a.log(), `"msg":"agent leases lost`); n != 1 {
+		t.Errorf("A logged its lease lost %d times, want once", n)
+	}
 	// Long enough for A to try: a session start and its settlement.
 	a.waitLine("A waits on the lease", func(m map[string]any) bool {
 		return strings.Contains(fmt.Sprint(m["error"]), "no longer holds its lease")
@@ -122,6 +132,18 @@ agents:
 	}
 	if !running(cfgB) {
 		t.Fatal("B's session of x is gone")
+	}
+
+	// x's row in the agents table is its holder's, B's: a session running.
+	// A's runner holds x's settlement until the lease is its again, and
+	// moves x nowhere meanwhile (a row written then would be what a
+	// restart of B recovers x from).
+	ags, err := db.Agents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ags["x"].State, "Running"; got != want {
+		t.Errorf("x's agent row says %s (seq %d, updated %s), want %s: B's, the lease holder's", got, ags["x"].Seq, ags["x"].UpdatedAt, want)
 	}
 
 	// The sessions table: x's sessions never overlap.

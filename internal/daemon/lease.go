@@ -86,6 +86,9 @@ type leaseKeeper struct {
 	holder store.Lease
 	mu     sync.Mutex
 	guard  *fence.Guard // nil until started, and after it fired until the next renewal
+	// lost: the agents whose leases the last renewal found another
+	// daemon's, already reported. Only renew touches it.
+	lost []string
 }
 
 // keepLeases renews this daemon's leases (a shared store only) at once and
@@ -183,6 +186,7 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		}
 	}
 	if len(lost) == 0 {
+		k.lost = k.lost[:0]
 		return nil
 	}
 	for _, a := range lost {
@@ -203,13 +207,29 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		}
 		d.log.Warn("agent lease taken back", zap.String("agent", a), zap.Int64("epoch", got[0].Epoch))
 	}
-	if len(still) > 0 {
-		slices.Sort(still)
+	slices.Sort(still)
+	if news := k.lostNews(still); len(news) > 0 {
 		d.log.Error("agent leases lost: another daemon runs these agents now (this daemon was paused or cut off from the store past lease_timeout); "+
 			"their writes are refused here until the lease is free again",
-			zap.Strings("agents", still))
+			zap.Strings("agents", news))
+	} else if len(still) > 0 {
+		d.log.Debug("agent leases still lost", zap.Strings("agents", still))
 	}
 	return nil
+}
+
+// lostNews records still (sorted) as the agents whose leases are lost now
+// and returns those of them that were not at the last renewal: a loss is
+// reported once, not at every renewal while it lasts (a third of
+// lease_timeout), and again if the lease is lost anew after being held.
+func (k *leaseKeeper) lostNews(still []string) (news []string) {
+	for _, a := range still {
+		if _, seen := slices.BinarySearch(k.lost, a); !seen {
+			news = append(news, a)
+		}
+	}
+	k.lost = append(k.lost[:0], still...)
+	return news
 }
 
 // extend gives the guard its next deadline, starting a guard if none runs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,29 @@ func TestLeasesOnASharedStore(t *testing.T) {
 	d1.stop(t)
 	if ls, err := db.Leases(ctx); err != nil || len(ls) != 1 || ls[0].Agent != "bob" {
 		t.Fatalf("leases after a clean stop = %+v, %v; want bob's alone", ls, err)
+	}
+}
+
+// TestLeaseLossReportedOnce: an agent whose lease another daemon holds is
+// news at the first renewal that finds it so, not at the ones after while
+// it lasts; lost anew after being held, it is news again.
+func TestLeaseLossReportedOnce(t *testing.T) {
+	var k leaseKeeper
+	for i, step := range []struct {
+		still, want []string
+	}{
+		{still: nil, want: nil},
+		{still: []string{"bob"}, want: []string{"bob"}},
+		{still: []string{"bob"}, want: nil},
+		{still: []string{"alice", "bob"}, want: []string{"alice"}},
+		{still: []string{"alice", "bob"}, want: nil},
+		{still: []string{"alice"}, want: nil}, // bob's taken back
+		{still: []string{"alice", "bob"}, want: []string{"bob"}},
+		{still: nil, want: nil},
+		{still: []string{"alice"}, want: []string{"alice"}},
+	} {
+		if got := k.lostNews(step.still); !slices.Equal(got, step.want) {
+			t.Errorf("renewal %d, lost %v: news %v, want %v", i, step.still, got, step.want)
+		}
 	}
 }
