@@ -51,6 +51,8 @@ func main() {
 	child := flag.String("child", "", "internal: run as a racing process of this role")
 	target := flag.String("target", "", "internal: the child's store")
 	agent := flag.String("agent", "", "internal: the child's agent name")
+	delay := flag.Duration("delay", 0, "added to every PostgreSQL connection of the racing processes each way, by a proxy in this program, as a network between the daemons and the server would (a round trip takes twice it more)")
+	engines := flag.String("engines", "sqlite,postgres", "the engines raced, comma-separated")
 	flag.Parse()
 	// An interrupt ends the run through its cleanup: children killed, the
 	// PostgreSQL server stopped.
@@ -60,7 +62,7 @@ func main() {
 	if *child != "" {
 		err = runChild(ctx, *child, *target, *agent, *each)
 	} else {
-		err = run(ctx, *procs, *reps, *each, *tasks)
+		err = run(ctx, options{procs: *procs, reps: *reps, each: *each, tasks: *tasks, delay: *delay, engines: strings.Split(*engines, ",")})
 	}
 	stop()
 	if err != nil {
@@ -77,7 +79,20 @@ type result struct {
 
 func (r result) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
 
-func run(ctx context.Context, procs, reps, each, tasks int) (err error) {
+// options are the parent's flags.
+type options struct {
+	procs, reps, each, tasks int
+	delay                    time.Duration
+	engines                  []string
+}
+
+func run(ctx context.Context, o options) (err error) {
+	procs, reps, each, tasks := o.procs, o.reps, o.each, o.tasks
+	for _, e := range o.engines {
+		if e != "sqlite" && e != "postgres" {
+			return fmt.Errorf("-engines: unknown engine %q (sqlite, postgres)", e)
+		}
+	}
 	srv, err := pgtest.Start()
 	if err != nil {
 		return fmt.Errorf("start PostgreSQL: %w", err)
@@ -93,6 +108,36 @@ func run(ctx context.Context, procs, reps, each, tasks int) (err error) {
 	}
 	defer os.RemoveAll(dir)
 
+	// The racers reach PostgreSQL through a delaying proxy with -delay;
+	// the setup and the checks go straight to it.
+	racer := func(target string) (string, error) { return target, nil }
+	if o.delay > 0 {
+		p, err := startDelayProxy(srv.URL("postgres"), o.delay)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		racer = func(target string) (string, error) {
+			if !store.IsPostgres(target) {
+				return target, nil
+			}
+			return p.via(target)
+		}
+		through, err := p.via(srv.URL("postgres"))
+		if err != nil {
+			return err
+		}
+		direct, err := roundTrip(ctx, srv.URL("postgres"), 200)
+		if err != nil {
+			return err
+		}
+		delayed, err := roundTrip(ctx, through, 200)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("PostgreSQL round trip (SELECT 1, median of 200): %v on the socket, %v through the proxy (-delay %v each way)\n",
+			direct.Round(time.Microsecond), delayed.Round(time.Microsecond), o.delay)
+	}
 	fresh := map[string]func(name string) (string, error){
 		"sqlite": func(name string) (string, error) { return filepath.Join(dir, name+".db"), nil },
 		"postgres": func(name string) (string, error) {
@@ -107,7 +152,7 @@ func run(ctx context.Context, procs, reps, each, tasks int) (err error) {
 	fmt.Printf("%d processes; mail: %d messages each (%d); claims: %d tasks; %d repetitions\n",
 		procs, each, procs*each, tasks, reps)
 	for rep := range reps {
-		order := []string{"sqlite", "postgres"}
+		order := slices.Clone(o.engines)
 		if rep%2 == 1 {
 			slices.Reverse(order)
 		}
@@ -117,14 +162,14 @@ func run(ctx context.Context, procs, reps, each, tasks int) (err error) {
 			if err != nil {
 				return fmt.Errorf("%s: fresh store: %w", engine, err)
 			}
-			m, err := mailRace(ctx, target, procs, each)
+			m, err := mailRace(ctx, target, racer, procs, each)
 			if err != nil {
 				return fmt.Errorf("%s mail race %d: %w", engine, rep+1, err)
 			}
 			if target, err = fresh[engine](name + "_claims"); err != nil {
 				return fmt.Errorf("%s: fresh store: %w", engine, err)
 			}
-			c, err := claimRace(ctx, target, procs, tasks)
+			c, err := claimRace(ctx, target, racer, procs, tasks)
 			if err != nil {
 				return fmt.Errorf("%s claim race %d: %w", engine, rep+1, err)
 			}
@@ -142,14 +187,27 @@ func run(ctx context.Context, procs, reps, each, tasks int) (err error) {
 // report prints each engine's rates and the PostgreSQL/SQLite ratio of each
 // repetition (both measured in it) with their medians.
 func report(what, unit string, rs map[string][]result) {
-	var sq, pg, ratio []float64
-	for i := range rs["sqlite"] {
-		sq = append(sq, rs["sqlite"][i].rate())
-		pg = append(pg, rs["postgres"][i].rate())
-		ratio = append(ratio, pg[i]/sq[i])
+	rates := func(engine string) []float64 {
+		var vs []float64
+		for _, r := range rs[engine] {
+			vs = append(vs, r.rate())
+		}
+		return vs
 	}
-	fmt.Printf("%s: sqlite %s %s (median %.0f); postgres %s (median %.0f); PG/SQLite %s (median %.2fx)\n",
-		what, list(sq, "%.0f"), unit, median(sq), list(pg, "%.0f"), median(pg), list(ratio, "%.2fx"), median(ratio))
+	sq, pg := rates("sqlite"), rates("postgres")
+	switch {
+	case len(sq) == 0:
+		fmt.Printf("%s: postgres %s %s (median %.0f)\n", what, list(pg, "%.0f"), unit, median(pg))
+	case len(pg) == 0:
+		fmt.Printf("%s: sqlite %s %s (median %.0f)\n", what, list(sq, "%.0f"), unit, median(sq))
+	default:
+		ratio := make([]float64, len(sq))
+		for i := range sq {
+			ratio[i] = pg[i] / sq[i]
+		}
+		fmt.Printf("%s: sqlite %s %s (median %.0f); postgres %s (median %.0f); PG/SQLite %s (median %.2fx)\n",
+			what, list(sq, "%.0f"), unit, median(sq), list(pg, "%.0f"), median(pg), list(ratio, "%.2fx"), median(ratio))
+	}
 }
 
 func list(vs []float64, format string) string {
@@ -173,7 +231,7 @@ func median(vs []float64) float64 {
 // Timed from the go signal to the last process done; then whatever arrived
 // after its recipient's last session is drained (untimed) and every message
 // must have been acknowledged exactly once.
-func mailRace(ctx context.Context, target string, procs, each int) (result, error) {
+func mailRace(ctx context.Context, target string, racer func(string) (string, error), procs, each int) (result, error) {
 	// Open first, so the schema exists before the children race.
 	db, err := store.Open(ctx, target, store.Options{})
 	if err != nil {
@@ -185,7 +243,7 @@ func mailRace(ctx context.Context, target string, procs, each int) (result, erro
 		return result{}, fmt.Errorf("open mailbox: %w", err)
 	}
 	defer mb.Close()
-	outs, elapsed, err := race(ctx, target, roleMail, procs, each)
+	outs, elapsed, err := race(ctx, target, racer, roleMail, procs, each)
 	if err != nil {
 		return result{}, err
 	}
@@ -218,7 +276,7 @@ func mailRace(ctx context.Context, target string, procs, each int) (result, erro
 // claimRace: tasks on the board (added untimed), procs processes claim,
 // start and finish them until none is left. Every task must have been
 // claimed by exactly one process and be CLOSED.
-func claimRace(ctx context.Context, target string, procs, tasks int) (result, error) {
+func claimRace(ctx context.Context, target string, racer func(string) (string, error), procs, tasks int) (result, error) {
 	db, err := store.Open(ctx, target, store.Options{})
 	if err != nil {
 		return result{}, fmt.Errorf("open store: %w", err)
@@ -230,7 +288,7 @@ func claimRace(ctx context.Context, target string, procs, tasks int) (result, er
 			return result{}, fmt.Errorf("add task: %w", err)
 		}
 	}
-	outs, elapsed, err := race(ctx, target, roleClaims, procs, 0)
+	outs, elapsed, err := race(ctx, target, racer, roleClaims, procs, 0)
 	if err != nil {
 		return result{}, err
 	}
@@ -273,7 +331,10 @@ type child struct {
 // store open ("ready"), releases them at once ("go") and times until the
 // last has reported ("done ..."). It returns each child's report. Children
 // are killed on any failure, and die with this process.
-func race(ctx context.Context, target, role string, procs, each int) (outs []string, elapsed time.Duration, err error) {
+func race(ctx context.Context, target string, racer func(string) (string, error), role string, procs, each int) (outs []string, elapsed time.Duration, err error) {
+	if target, err = racer(target); err != nil {
+		return nil, 0, err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, 0, fmt.Errorf("find own binary: %w", err)
