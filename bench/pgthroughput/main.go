@@ -90,6 +90,7 @@ type options struct {
 	profile      string        // a directory for each daemon's CPU profile of the load
 	idle         time.Duration // a window before the gate opens whose CPU is reported
 	lockStats    bool          // sample the swarm's writers' lock in pg_locks during the load
+	delay        time.Duration // added each way between the daemons and the server (harness.DelayProxy)
 }
 
 func main() {
@@ -107,6 +108,7 @@ func main() {
 	flag.IntVar(&o.sessionNice, "session-nice", 0, "limits.session_nice of every daemon (0 to 19)")
 	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as postgres-daemonN.pprof or sqlite-daemon1.pprof (a diagnosis: go tool pprof reads it)")
 	flag.DurationVar(&o.idle, "idle", 0, "a window of the swarm at rest, every worker idle, before the gate opens: its CPU is reported per second (a diagnosis: what the load's figures carry that is not the tasks')")
+	flag.DurationVar(&o.delay, "delay", 0, "added to every connection of the PostgreSQL daemons each way, by a proxy in the harness, as a network between them and the server would (a round trip takes twice it more; the proxy's CPU is the harness's, not counted)")
 	flag.BoolVar(&o.lockStats, "lockstats", false, "sample pg_locks every 10 ms during the load and report how often the swarm's writers' lock was held and how many writers waited for it (a diagnosis: the samples cost the server a little)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
@@ -143,6 +145,31 @@ func run(ctx context.Context, o options) (err error) {
 			pg.query("SHOW server_version"), pg.query("SHOW fsync"), pg.query("SHOW synchronous_commit"),
 			pg.query("SHOW full_page_writes"), pg.data)
 	}
+	// The daemons reach the server through a delaying proxy with -delay;
+	// the harness's own connection goes straight to it.
+	through := func(url string) (string, error) { return url, nil }
+	if o.delay > 0 && pg != nil {
+		p, err := harness.StartDelayProxy(pg.url("postgres"), o.delay)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		through = p.Via
+		via, err := p.Via(pg.url("postgres"))
+		if err != nil {
+			return err
+		}
+		direct, err := harness.RoundTrip(ctx, pg.url("postgres"), 200)
+		if err != nil {
+			return err
+		}
+		delayed, err := harness.RoundTrip(ctx, via, 200)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("the daemons' round trip to PostgreSQL (SELECT 1, median of 200): %v through the proxy (-delay %v each way), %v on the socket\n",
+			delayed.Round(time.Microsecond), o.delay, direct.Round(time.Microsecond))
+	}
 	var results []result
 	failed := false
 	for r := range o.rounds {
@@ -165,7 +192,11 @@ func run(ctx context.Context, o options) (err error) {
 						return err
 					}
 				}
-				sp = setup{name: fmt.Sprintf("postgres %d×%d", o.daemons, o.agents), url: pg.url(db), dbName: db, daemons: o.daemons, agents: o.agents, pg: pg}
+				daemonURL, err := through(pg.url(db))
+				if err != nil {
+					return err
+				}
+				sp = setup{name: fmt.Sprintf("postgres %d×%d", o.daemons, o.agents), url: pg.url(db), daemonURL: daemonURL, dbName: db, daemons: o.daemons, agents: o.agents, pg: pg}
 			} else {
 				sp = setup{name: fmt.Sprintf("sqlite 1×%d", o.sqliteAgents), daemons: 1, agents: o.sqliteAgents}
 			}
@@ -207,12 +238,15 @@ func run(ctx context.Context, o options) (err error) {
 
 // setup is one side of the comparison.
 type setup struct {
-	name    string
-	url     string // "" : each daemon's own SQLite file (then daemons is 1)
-	dbName  string
-	daemons int
-	agents  int // workers per daemon
-	pg      *postgres
+	name string
+	url  string // "" : each daemon's own SQLite file (then daemons is 1)
+	// daemonURL is url as the daemons reach it: through the proxy with
+	// -delay.
+	daemonURL string
+	dbName    string
+	daemons   int
+	agents    int // workers per daemon
+	pg        *postgres
 }
 
 type result struct {
@@ -373,7 +407,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		if err != nil {
 			return res, err
 		}
-		cfg, err := writeConfig(repo, sp.url, listen, o.sessionNice, mine, mySleepers)
+		cfg, err := writeConfig(repo, sp.daemonURL, listen, o.sessionNice, mine, mySleepers)
 		if err != nil {
 			return res, err
 		}

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/swarmd/swarmd/bench/internal/harness"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
@@ -112,7 +113,7 @@ func run(ctx context.Context, o options) (err error) {
 	// the setup and the checks go straight to it.
 	racer := func(target string) (string, error) { return target, nil }
 	if o.delay > 0 {
-		p, err := startDelayProxy(srv.URL("postgres"), o.delay)
+		p, err := harness.StartDelayProxy(srv.URL("postgres"), o.delay)
 		if err != nil {
 			return err
 		}
@@ -121,17 +122,17 @@ func run(ctx context.Context, o options) (err error) {
 			if !store.IsPostgres(target) {
 				return target, nil
 			}
-			return p.via(target)
+			return p.Via(target)
 		}
-		through, err := p.via(srv.URL("postgres"))
+		through, err := p.Via(srv.URL("postgres"))
 		if err != nil {
 			return err
 		}
-		direct, err := roundTrip(ctx, srv.URL("postgres"), 200)
+		direct, err := harness.RoundTrip(ctx, srv.URL("postgres"), 200)
 		if err != nil {
 			return err
 		}
-		delayed, err := roundTrip(ctx, through, 200)
+		delayed, err := harness.RoundTrip(ctx, through, 200)
 		if err != nil {
 			return err
 		}

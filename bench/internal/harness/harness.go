@@ -1,5 +1,6 @@
 // Package harness is what the bench/ commands share: a throwaway git
-// repository with a swarmd.yaml, percentiles, a free port.
+// repository with a swarmd.yaml, percentiles, a free port, a network's
+// delay in front of a PostgreSQL server.
 package harness
 
 import (

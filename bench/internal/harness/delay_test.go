@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bytes"
@@ -29,12 +29,12 @@ func TestDelayProxy(t *testing.T) {
 		}
 	}()
 	const delay = 20 * time.Millisecond
-	p, err := startDelayProxy("postgres://u@/db?host="+url.QueryEscape(dir), delay)
+	p, err := StartDelayProxy("postgres://u@/db?host="+url.QueryEscape(dir), delay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	target, err := p.via("postgres://u@/db?host=" + url.QueryEscape(dir) + "&sslmode=disable")
+	target, err := p.Via("postgres://u@/db?host=" + url.QueryEscape(dir) + "&sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
 	}

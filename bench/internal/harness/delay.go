@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, for measuring the round trip
 )
 
-// delayProxy stands between the racing processes and the PostgreSQL server
+// DelayProxy stands between the racing processes and the PostgreSQL server
 // as a network would: every chunk either side sends is delivered delay
 // later, in order, so each round trip takes 2 × delay more. The server
 // listens on a Unix socket only; the proxy takes TCP on 127.0.0.1.
-type delayProxy struct {
-	ln     net.Listener
+type DelayProxy struct {
+	ln     net.Listener // the proxy's TCP address
 	socket string
 	delay  time.Duration
 	wg     sync.WaitGroup
@@ -27,9 +27,9 @@ type delayProxy struct {
 	conns  map[net.Conn]struct{}
 }
 
-// startDelayProxy proxies to the server whose socket directory the pgtest
+// StartDelayProxy proxies to the server whose socket directory the pgtest
 // URL u names (its host parameter).
-func startDelayProxy(u string, delay time.Duration) (*delayProxy, error) {
+func StartDelayProxy(u string, delay time.Duration) (*DelayProxy, error) {
 	pu, err := url.Parse(u)
 	if err != nil {
 		return nil, fmt.Errorf("delay proxy: parse %s: %w", u, err)
@@ -42,14 +42,14 @@ func startDelayProxy(u string, delay time.Duration) (*delayProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delay proxy: listen: %w", err)
 	}
-	p := &delayProxy{ln: ln, socket: filepath.Join(dir, ".s.PGSQL.5432"), delay: delay, conns: map[net.Conn]struct{}{}}
+	p := &DelayProxy{ln: ln, socket: filepath.Join(dir, ".s.PGSQL.5432"), delay: delay, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
 
-// via is u (a pgtest URL) reached through the proxy.
-func (p *delayProxy) via(u string) (string, error) {
+// Via is u (a pgtest URL) reached through the proxy.
+func (p *DelayProxy) Via(u string) (string, error) {
 	pu, err := url.Parse(u)
 	if err != nil {
 		return "", fmt.Errorf("delay proxy: parse %s: %w", u, err)
@@ -61,7 +61,7 @@ func (p *delayProxy) via(u string) (string, error) {
 	return pu.String(), nil
 }
 
-func (p *delayProxy) accept() {
+func (p *DelayProxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -91,7 +91,7 @@ type chunk struct {
 // pipe copies from src to dst, each chunk delay after it was read. The
 // reader never waits for the writer (a window of 1,024 chunks), so what
 // the delay holds back is only the delay.
-func (p *delayProxy) pipe(src, dst net.Conn) {
+func (p *DelayProxy) pipe(src, dst net.Conn) {
 	defer p.wg.Done()
 	q := make(chan chunk, 1024)
 	done := make(chan struct{})
@@ -129,7 +129,7 @@ func (p *delayProxy) pipe(src, dst net.Conn) {
 }
 
 // Close stops the proxy and ends every connection through it.
-func (p *delayProxy) Close() error {
+func (p *DelayProxy) Close() error {
 	err := p.ln.Close()
 	p.mu.Lock()
 	for c := range p.conns {
@@ -140,9 +140,9 @@ func (p *delayProxy) Close() error {
 	return err
 }
 
-// roundTrip is the median of n `SELECT 1` round trips to target: what the
+// RoundTrip is the median of n `SELECT 1` round trips to target: what the
 // proxy's delay makes of one.
-func roundTrip(ctx context.Context, target string, n int) (time.Duration, error) {
+func RoundTrip(ctx context.Context, target string, n int) (time.Duration, error) {
 	db, err := sql.Open("pgx", target)
 	if err != nil {
 		return 0, fmt.Errorf("round trip: %w", err)
