@@ -44,6 +44,8 @@ type Mail interface {
 // satisfies it.
 type Tasks interface {
 	DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary, head string) error
+	ReadTx(ctx context.Context, tx *sql.Tx, id int64) (taskboard.Task, error)
+	DoneReadTx(ctx context.Context, tx *sql.Tx, t taskboard.Task, h taskboard.Holder, summary, head string) error
 	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
 	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) error
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
@@ -258,12 +260,28 @@ func (s *Settler) applyTx(ctx context.Context, tx *sql.Tx, rec Record) (Result, 
 		}
 	}
 	res.Signalled = rec.Completed && sig != review.NoSignal
-	already, err := s.DB.SettleSessionTx(ctx, tx, rec.Session, s.now())
+	settled, err := s.DB.SettleSessionHeld(ctx, tx, rec.Session, s.now())
+	if err != nil {
+		return res, err
+	}
+	// A worker's DONE moves its task, which the report reads first: read
+	// now, it carries the settlement's write to the server (held back on
+	// PostgreSQL), one round trip for both under the swarm's lock. A
+	// failure of the write (its lease's check among them) is the read's.
+	var read *taskRead
+	if s.Tasks != nil && rec.Completed && sig == review.Done && rec.Task != 0 && rec.Review == 0 {
+		t, err := s.Tasks.ReadTx(ctx, tx, rec.Task)
+		if err != nil && !errors.Is(err, taskboard.ErrNotFound) {
+			return res, s.DB.Wrap("settle session "+id, err)
+		}
+		read = &taskRead{t: t, err: err}
+	}
+	already, err := settled()
 	if err != nil || already {
 		res.Already = already
 		return res, err
 	}
-	if err := s.report(ctx, tx, rec, sig, &res); err != nil {
+	if err := s.report(ctx, tx, rec, sig, &res, read); err != nil {
 		return fail(err)
 	}
 	if s.Mail == nil || rec.Mail == 0 {
@@ -284,7 +302,7 @@ func (s *Settler) applyTx(ctx context.Context, tx *sql.Tx, rec Record) (Result, 
 // board refuses because the state moved on (the session reported it itself
 // with `swarmd task done`, or the operator cancelled the task) or because
 // this session no longer holds it is not an error: the fence did its job.
-func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review.Signal, res *Result) error {
+func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review.Signal, res *Result, read *taskRead) error {
 	if s.Tasks == nil {
 		return nil
 	}
@@ -321,10 +339,15 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 	if rec.Task != 0 && (sig == review.Done || sig == review.Fail) {
 		h := taskboard.Holder{Agent: agent, Session: id}
 		var err error
-		if sig == review.Done {
+		switch {
+		case sig == review.Done && read != nil && read.err != nil:
+			err = read.err
+		case sig == review.Done && read != nil:
 			// Frozen here: the review and the merge take exactly this commit.
+			err = s.Tasks.DoneReadTx(ctx, tx, read.t, h, rec.Text, rec.Session.HeadAfter)
+		case sig == review.Done:
 			err = s.Tasks.DoneTx(ctx, tx, rec.Task, h, rec.Text, rec.Session.HeadAfter)
-		} else {
+		default:
 			err = s.Tasks.FailTx(ctx, tx, rec.Task, h, cmp.Or(strings.TrimSpace(rec.Text), "FAIL"))
 		}
 		switch {
@@ -490,3 +513,10 @@ var (
 	_ Tasks          = (*taskboard.Board)(nil)
 	_ runner.Settler = (*Settler)(nil)
 )
+
+// taskRead is a session's task as read with its settlement's write (Tasks'
+// ReadTx), or why it could not be.
+type taskRead struct {
+	t   taskboard.Task
+	err error
+}

@@ -458,3 +458,108 @@ func TestReviewFailedPastItsIterationsIsTold(t *testing.T) {
 		t.Fatalf("a second settlement: %v, told %v", err, told)
 	}
 }
+
+// A DONE session's settlement reads its task with the settlement's own
+// write: on PostgreSQL the session's UPDATE (and its lease's check) go to
+// the server with that read, one round trip for both under the swarm's
+// lock, then the task's move with the COMMIT. The same outcome settled
+// again is told it was, on either engine, and moves nothing twice.
+func TestDoneReadsItsTaskWithItsSettlement(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		env    func(testing.TB) *env
+		trips  int64
+	}{
+		{"sqlite", sqliteEnv, 0},
+		{"postgres", postgresEnv, 2},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			e := tc.env(t)
+			ctx := context.Background()
+			tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1 := e.begin(t, 1)
+			if s1.task != tk.ID {
+				t.Fatalf("alice's session holds task %d, want %d", s1.task, tk.ID)
+			}
+			before := e.db.WriteRoundTrips()
+			rec := e.s.RecordOf(s1.ended("DONE"))
+			r, err := e.s.Apply(ctx, rec)
+			if err != nil || r.Already || r.Reported != fmt.Sprintf("task %d: done", tk.ID) {
+				t.Fatalf("Settle = %+v, %v; want task %d reported DONE", r, err, tk.ID)
+			}
+			if got := e.db.WriteRoundTrips() - before; got != tc.trips {
+				t.Errorf("the settlement took %d write round trips, want %d", got, tc.trips)
+			}
+			if got := e.task(t, tk.ID); got.StateName != "CLOSED" || got.Result != "DONE" {
+				t.Fatalf("task after its DONE: %s, result %q; want CLOSED with the session's result", got.StateName, got.Result)
+			}
+			evs, err := e.db.Events(ctx, store.EventQuery{TaskID: tk.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err = e.s.Apply(ctx, rec)
+			if err != nil || !r.Already || r.Reported != "" {
+				t.Fatalf("Settle again = %+v, %v; want it told the session was settled, nothing reported", r, err)
+			}
+			again, err := e.db.Events(ctx, store.EventQuery{TaskID: tk.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(again) != len(evs) {
+				t.Errorf("the task's events went from %d to %d when its outcome was settled again", len(evs), len(again))
+			}
+		})
+	}
+}
+
+// A DONE settlement whose agent's lease another daemon took is refused by
+// the lease's check, which travels with the task's read on PostgreSQL: the
+// error is ErrFenced, as when it came with the settlement's own write, and
+// nothing of it lands.
+func TestFencedDoneMovesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		env    func(testing.TB) *env
+	}{
+		{"sqlite", sqliteEnv},
+		{"postgres", postgresEnv},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			e := tc.env(t)
+			ctx := context.Background()
+			mine := store.Lease{Daemon: "d1", Host: "h1", PID: 1}
+			held, _, err := e.db.AcquireLeases(ctx, mine, []string{"alice"}, time.Now(), time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.db.Fence(mine.Daemon)
+			e.db.SetFence("alice", held[0].Epoch)
+			tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s1 := e.begin(t, 1)
+			// Another daemon takes alice: this one's epoch is stale.
+			if err := e.db.ReleaseLeases(ctx, mine.Daemon, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := e.db.AcquireLeases(ctx, store.Lease{Daemon: "d2", Host: "h2", PID: 2}, []string{"alice"}, time.Now(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			r, err := e.s.Apply(ctx, e.s.RecordOf(s1.ended("DONE")))
+			if !errors.Is(err, store.ErrFenced) {
+				t.Fatalf("Apply with the lease gone = %+v, %v; want ErrFenced", r, err)
+			}
+			if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" || got.ClaimSession != s1.id {
+				t.Errorf("task after the fenced DONE: %s held by %q; want IN_PROGRESS, %s's", got.StateName, got.ClaimSession, s1.id)
+			}
+			ss, err := e.db.Sessions(ctx, "alice", 0)
+			if err != nil || len(ss) != 1 || ss[0].Ended != nil {
+				t.Errorf("alice's sessions after the fenced DONE = %+v, %v; want %s's, not ended", ss, err, s1.id)
+			}
+		})
+	}
+}

@@ -141,30 +141,60 @@ func (db *DB) PrepareSettle(ctx context.Context) {
 // attempt whose commit the caller did not see, or by restart recovery):
 // nothing is written then, and the caller must apply nothing else.
 func (db *DB) SettleSessionTx(ctx context.Context, tx *sql.Tx, s SessionRecord, at time.Time) (already bool, err error) {
+	settled, err := db.SettleSessionHeld(ctx, tx, s, at)
+	if err != nil {
+		return false, err
+	}
+	return settled()
+}
+
+// SettleSessionHeld is SettleSessionTx with its write held back: on
+// PostgreSQL it goes to the server with tx's next statement, so that a read
+// the caller makes next (the session's task) shares its round trip, under
+// the swarm's lock. already, called before anything else is written in tx,
+// answers as SettleSessionTx does; with nothing sent since, it sends the
+// write itself.
+func (db *DB) SettleSessionHeld(ctx context.Context, tx *sql.Tx, s SessionRecord, at time.Time) (already func() (bool, error), err error) {
 	op := "settle session " + s.SessionID
 	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
-		return false, db.Wrap(op, err)
+		return nil, db.Wrap(op, err)
 	}
 	args := []any{endedAt(s), s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
 		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
 		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
 		nullZero(s.CPU.Milliseconds()), nullZero(s.Task), FormatTime(at), s.SessionID}
-	var res sql.Result
+	var (
+		res  sql.Result
+		held HeldCount
+	)
 	if st := db.writes.cachedStmt(settleSQL); st != nil {
-		res, err = tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		res, err = tx.StmtContext(ctx, st).ExecContext(held.Defer(ctx), args...)
 	} else {
-		res, err = tx.ExecContext(ctx, settleSQL, args...)
+		res, err = tx.ExecContext(held.Defer(ctx), settleSQL, args...)
 	}
 	if err != nil {
-		return false, db.Wrap(op, err)
+		return nil, db.Wrap(op, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n == 1 {
-		return false, db.wrapNil(op, err)
-	}
-	// No unsettled row: settled already, or never begun (a row the start
-	// could not write).
+	held.Ran(res)
+	return func() (bool, error) {
+		n, err := held.RowsAffected()
+		if errors.Is(err, errUnsent) {
+			n, err = res.RowsAffected() // still held back: it goes now
+		}
+		if err != nil || n == 1 {
+			return false, db.wrapNil(op, err)
+		}
+		return db.settledBefore(ctx, tx, s, at)
+	}, nil
+}
+
+// settledBefore is SettleSessionTx's answer when its UPDATE found no
+// unsettled row: settled already, or never begun (a row the start could
+// not write, inserted now).
+func (db *DB) settledBefore(ctx context.Context, tx *sql.Tx, s SessionRecord, at time.Time) (bool, error) {
+	op := "settle session " + s.SessionID
 	var settled sql.NullString
-	err = tx.QueryRowContext(ctx, `SELECT settled_at FROM sessions WHERE session_id = ?`, s.SessionID).Scan(&settled)
+	err := tx.QueryRowContext(ctx, `SELECT settled_at FROM sessions WHERE session_id = ?`, s.SessionID).Scan(&settled)
 	switch {
 	case err == nil:
 		return settled.Valid, nil

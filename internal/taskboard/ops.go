@@ -435,6 +435,11 @@ func (b *Board) updateTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, f 
 	if err != nil {
 		return t, err
 	}
+	return b.updateReadTx(ctx, tx, t, h, f)
+}
+
+// updateReadTx is updateTx on t, the task's row as read in tx.
+func (b *Board) updateReadTx(ctx context.Context, tx *sql.Tx, t Task, h Holder, f func(t *Task) (move, error)) (Task, error) {
 	if err := h.check(t); err != nil {
 		return t, err
 	}
@@ -501,6 +506,20 @@ func (b *Board) DoneAt(ctx context.Context, id int64, h Holder, summary, head st
 // DoneTx is DoneAt in the caller's transaction (a session's settlement).
 func (b *Board) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, summary, head string) error {
 	_, err := b.updateTx(ctx, tx, id, h, b.done(summary, head))
+	return err
+}
+
+// ReadTx reads task id in the caller's transaction, for DoneReadTx: a
+// settlement's write held back (store.Deferred) goes to the server with
+// this read, in one round trip.
+func (b *Board) ReadTx(ctx context.Context, tx *sql.Tx, id int64) (Task, error) {
+	return getTask(ctx, tx, id)
+}
+
+// DoneReadTx is DoneTx on t, the task as ReadTx read it in tx, with nothing
+// written to it in tx since.
+func (b *Board) DoneReadTx(ctx context.Context, tx *sql.Tx, t Task, h Holder, summary, head string) error {
+	_, err := b.updateReadTx(ctx, tx, t, h, b.done(summary, head))
 	return err
 }
 
