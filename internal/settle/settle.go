@@ -49,7 +49,7 @@ type Tasks interface {
 	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
 	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) error
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
-	StartTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) error
+	StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (func(context.Context) error, error)
 	Unclaim(ctx context.Context, session string) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 }
@@ -419,13 +419,20 @@ func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int
 		// meanwhile. A transaction of its own was one of the three or four
 		// a task cost, each a turn of the writer's and, on a shared store,
 		// two more round trips.
+		// Held back with the batch's commit (no answer awaited under the
+		// swarm's lock), and told after it whether the task moved.
+		var started func(context.Context) error
 		_, err := s.group().write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
-			err := s.Tasks.StartTx(ctx, tx, task, h)
-			if errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
-				return nil
-			}
+			var err error
+			started, err = s.Tasks.StartHeldTx(ctx, tx, task, h)
 			return err
 		})
+		if err == nil {
+			err = started(ctx)
+		}
+		if errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
+			err = nil
+		}
 		if err != nil {
 			return struct{}{}, fmt.Errorf("start task %d: %w", task, err)
 		}

@@ -563,3 +563,76 @@ func TestFencedDoneMovesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A session's task start is written without reading the task first, its
+// event under the same condition as its move: on PostgreSQL the lease's
+// check, the event and the move go with the batch's commit, one round
+// trip. A task another agent holds is refused after the commit, with
+// nothing of the start written; one the agent started itself is no error
+// and keeps its one start event.
+func TestTaskStartHeldBack(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		env    func(testing.TB) *env
+		trips  int64
+	}{
+		{"sqlite", sqliteEnv, 0},
+		{"postgres", postgresEnv, 1},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			e := tc.env(t)
+			ctx := context.Background()
+			add := func(title, agent, session string) int64 {
+				tk, err := e.board.Add(ctx, taskboard.NewTask{Title: title})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.board.Claim(ctx, tk.ID, agent, session); err != nil {
+					t.Fatal(err)
+				}
+				return tk.ID
+			}
+			starts := func(id int64) int {
+				evs, err := e.db.Events(ctx, store.EventQuery{TaskID: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, ev := range evs {
+					if ev.From == "CLAIMED" && ev.To == "IN_PROGRESS" {
+						n++
+					}
+				}
+				return n
+			}
+
+			mine := add("alice's", "alice", "alice-1")
+			before := e.db.WriteRoundTrips()
+			if err := e.s.Started(ctx, "alice", "alice-1", mine, nil); err != nil {
+				t.Fatalf("Started: %v", err)
+			}
+			if got := e.db.WriteRoundTrips() - before; got != tc.trips {
+				t.Errorf("the start took %d write round trips, want %d", got, tc.trips)
+			}
+			if tk := e.task(t, mine); tk.StateName != "IN_PROGRESS" || tk.ClaimSession != "alice-1" || starts(mine) != 1 {
+				t.Errorf("alice's task after Started: %s, session %q, %d start events; want IN_PROGRESS, alice-1, 1", tk.StateName, tk.ClaimSession, starts(mine))
+			}
+			// Started again (the agent started it itself): no error, no event.
+			if err := e.s.Started(ctx, "alice", "alice-1", mine, nil); err != nil {
+				t.Errorf("Started on a task already started: %v, want none", err)
+			}
+			if n := starts(mine); n != 1 {
+				t.Errorf("%d start events after a second start, want 1", n)
+			}
+
+			bobs := add("bob's", "bob", "bob-1")
+			err := e.s.Started(ctx, "alice", "alice-2", bobs, nil)
+			if !errors.Is(err, taskboard.ErrNotHolder) {
+				t.Fatalf("alice starting bob's task = %v, want ErrNotHolder", err)
+			}
+			if tk := e.task(t, bobs); tk.StateName != "CLAIMED" || tk.ClaimSession != "bob-1" || starts(bobs) != 0 {
+				t.Errorf("bob's task after alice's refused start: %s, session %q, %d start events; want CLAIMED, bob-1, none", tk.StateName, tk.ClaimSession, starts(bobs))
+			}
+		})
+	}
+}

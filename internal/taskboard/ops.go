@@ -475,6 +475,69 @@ func (b *Board) StartTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) err
 	return err
 }
 
+// StartHeldTx is StartTx for a caller that commits tx before it needs to
+// know whether the task moved (package settle's batches): the move is
+// written for the row as it must be (CLAIMED, held by h's agent) without
+// reading it first, its event inserted under the same condition ahead of
+// it, so both or neither apply, and on PostgreSQL both travel with tx's
+// next statement or its commit instead of waiting for an answer under the
+// swarm's lock. The task machine decides the move from CLAIMED, the state
+// the condition fixes. started, called once tx has committed, says
+// whether it moved; if it did not, it reads the task and says why as
+// StartTx would have (ErrState, ErrNotHolder, ErrNotFound).
+func (b *Board) StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) (started func(context.Context) error, err error) {
+	var ev task.LifecycleEvent
+	if h.Agent == "" {
+		return nil, invalidf("a task's start needs its agent")
+	}
+	holder := Holder{Agent: h.Agent}
+	if err := b.db.FenceTx(ctx, tx, h.Agent); err != nil {
+		return nil, err
+	}
+	at := b.opts.Now()
+	claimed := &Task{ID: id, State: task.Claimed}
+	m, err := start(h.Session)(claimed)
+	if err != nil {
+		return nil, err
+	}
+	m.actor = holder.actor()
+	if _, ev, err = b.decide(claimed, m, at); err != nil {
+		return nil, err
+	}
+	now := store.FormatTime(at)
+	if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+		abort_reason, session_id, seq, task_id) SELECT ?, ?, ?, ?, ?, 'task', ?, ?, '', '', 0, id FROM tasks
+		WHERE id = ? AND claimant = ? AND state = 'CLAIMED'`,
+		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,
+		id, h.Agent); err != nil {
+		return nil, fmt.Errorf("taskboard: task %d event: %w", id, err)
+	}
+	var held store.HeldCount
+	res, err := tx.ExecContext(held.Defer(ctx), `UPDATE tasks SET state = 'IN_PROGRESS', updated_at = ?, claim_session = ?
+		WHERE id = ? AND claimant = ? AND state = 'CLAIMED'`, now, h.Session, id, h.Agent)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: task %d to %s: %w", id, task.InProgress, err)
+	}
+	held.Ran(res)
+	return func(ctx context.Context) error {
+		n, err := held.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("taskboard: start task %d: %w", id, err)
+		}
+		if n == 1 {
+			return nil
+		}
+		t, err := b.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := holder.check(t); err != nil {
+			return err
+		}
+		return fmt.Errorf("task %d is %s: it cannot go to %s: %w", id, t.StateName, task.InProgress, ErrState)
+	}, nil
+}
+
 // start moves a task to IN_PROGRESS, held by session.
 func start(session string) func(t *Task) (move, error) {
 	return func(t *Task) (move, error) {
