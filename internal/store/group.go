@@ -35,8 +35,10 @@ type Group struct {
 
 // groupCall is one write in a group.
 type groupCall struct {
-	do    func(ctx context.Context, tx *sql.Tx) error // applies the write in tx; may run again after a rollback
-	batch int                                         // how many calls the committed batch held
+	// do applies the write in tx, or its first step, then the rest (see
+	// GroupedThen); it may run again after a rollback.
+	do    func(ctx context.Context, tx *sql.Tx) (then func() error, err error)
+	batch int // how many calls the committed batch held
 	err   error
 	done  chan struct{} // closed once batch and err are set
 	lead  chan struct{} // closed when this call is to lead the next batch
@@ -58,6 +60,20 @@ var errOneFailed = errors.New("store: a write of the batch failed")
 // goroutine), the transaction still ends with it. The error is do's own,
 // or the transaction's (wrapped with Pkg and Op).
 func (db *DB) Grouped(ctx context.Context, g *Group, do func(context.Context, *sql.Tx) error) (int, error) {
+	return db.GroupedThen(ctx, g, func(ctx context.Context, tx *sql.Tx) (func() error, error) { return nil, do(ctx, tx) })
+}
+
+// GroupedThen is Grouped for a write in two steps: do asks what the write
+// needs answered, as Deferred statements (on PostgreSQL held back, a
+// query's rows read when first asked for), and returns then, which reads
+// the answers and writes the rest. In a batch on PostgreSQL every call's
+// do runs before any then, so the batch's questions go to the server
+// together, one round trip for all; elsewhere, and with savepoints, each
+// call's then follows its do. then is always called once its do
+// succeeded, even after another call's failure (to read, and so close,
+// what do asked), and must read its answers before anything else fails
+// it. A nil then is a write done in do.
+func (db *DB) GroupedThen(ctx context.Context, g *Group, do func(context.Context, *sql.Tx) (then func() error, err error)) (int, error) {
 	for {
 		c := &groupCall{do: do, done: make(chan struct{}), lead: make(chan struct{})}
 		g.mu.Lock()
@@ -183,8 +199,11 @@ func applyBatch(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall, sav
 	sctx := context.WithoutCancel(ctx)
 	if len(batch) == 1 {
 		c := batch[0]
-		c.err = c.do(sctx, tx)
+		c.err = both(sctx, tx, c)
 		return c.err
+	}
+	if !savepoints && db.drv.name() == "postgres" {
+		return applyInSteps(sctx, db, tx, batch)
 	}
 	for _, c := range batch {
 		if savepoints {
@@ -192,7 +211,7 @@ func applyBatch(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall, sav
 				return err
 			}
 		}
-		c.err = c.do(sctx, tx)
+		c.err = both(sctx, tx, c)
 		if savepoints && c.err == nil {
 			// The RELEASE sends what c's writes left for the store to send
 			// with the next statement (Deferred): their failure is c's.
@@ -216,6 +235,56 @@ func applyBatch(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall, sav
 		}
 	}
 	return nil
+}
+
+// both runs c's write, its then right after its do.
+func both(ctx context.Context, tx *sql.Tx, c *groupCall) error {
+	then, err := c.do(ctx, tx)
+	if err == nil && then != nil {
+		err = then()
+	}
+	return err
+}
+
+// applyInSteps applies batch without savepoints, every call's do before
+// any then, so that what the dos held back goes to the server together.
+// Every then whose do succeeded runs, even after a failure (it closes what
+// its do asked); the first failure decides, as in applyBatch.
+func applyInSteps(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall) error {
+	thens := make([]func() error, len(batch))
+	var first error
+	fail := func(c *groupCall, err error) {
+		c.err = err
+		if first == nil {
+			first = err
+		}
+	}
+	for i, c := range batch {
+		if first != nil {
+			break
+		}
+		then, err := c.do(ctx, tx)
+		if err != nil {
+			fail(c, err)
+			continue
+		}
+		thens[i] = then
+	}
+	for i, then := range thens {
+		if then == nil {
+			continue
+		}
+		if err := then(); err != nil {
+			fail(batch[i], err)
+		}
+	}
+	switch {
+	case first == nil:
+		return nil
+	case !ownFailure(db, first):
+		return first // the store refused the transaction: all retry
+	}
+	return errOneFailed
 }
 
 // ownFailure reports whether err is a failure of one call's write, to be

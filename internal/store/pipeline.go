@@ -33,7 +33,9 @@ import (
 // pipeline). Its result's RowsAffected, read after the statement went,
 // costs no round trip; read before, it sends what is held back, in a round
 // trip of its own. (After the commit, read the count from a HeldCount:
-// database/sql's Result waits for the connection.) Outside a write
+// database/sql's Result waits for the connection.) A query (a write with
+// RETURNING) is held back the same way, its rows read when first asked
+// for; read them before the transaction ends. Outside a write
 // transaction, without arguments, and on SQLite, it changes nothing.
 func Deferred(ctx context.Context) context.Context {
 	return context.WithValue(ctx, deferredKey{}, noFence)
@@ -100,6 +102,7 @@ type heldBack struct {
 	args  []any
 	fence *FencedError
 	res   *heldResult // a Deferred statement's result, filled when it is sent
+	rows  *heldRows   // a Deferred query's rows, read when it is sent
 }
 
 var (
@@ -225,6 +228,13 @@ func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldrive
 		return c.Conn.QueryContext(ctx, query, args)
 	case c.inTx:
 		c.touched |= c.kinds.of(orig)
+		if _, later := deferral(ctx); later && len(args) > 0 {
+			// Its rows are read when first asked for: what is held back
+			// goes then, this with it, or sooner with another statement.
+			r := &heldRows{c: c}
+			c.held = append(c.held, heldBack{sql: query, args: namedArgs(args), rows: r})
+			return r, nil
+		}
 		if len(c.held) == 0 {
 			c.trips.Add(1)
 			return c.Conn.QueryContext(ctx, query, args)
@@ -305,9 +315,17 @@ func (c *pgConn) sendHeld(ctx context.Context, q *heldBack, rows bool, after []h
 	)
 	for i := range held {
 		var htag pgconn.CommandTag
-		htag, err = br.Exec()
-		if err != nil {
-			err = heldErr(&held[i], err)
+		if r := held[i].rows; r != nil {
+			r.rows, err = readRows(br, c.Conn.Conn().TypeMap())
+			if err != nil {
+				err = heldErr(&held[i], err)
+			}
+			r.err, r.sent = err, true
+		} else {
+			htag, err = br.Exec()
+			if err != nil {
+				err = heldErr(&held[i], err)
+			}
 		}
 		if r := held[i].res; r != nil {
 			r.tag, r.err, r.sent = htag, err, true
@@ -429,6 +447,47 @@ func (r *heldResult) count() (int64, error) {
 	}
 	return r.tag.RowsAffected(), nil
 }
+
+// heldRows are the rows of a query held back (Deferred), read when its
+// pipeline runs; asked for before then, they send what is held.
+type heldRows struct {
+	c    *pgConn
+	sent bool // its pipeline ran (err says how it went)
+	rows sqldriver.Rows
+	err  error
+}
+
+// ready sends what is held if the query is still among it.
+func (r *heldRows) ready() error {
+	if !r.sent && slices.ContainsFunc(r.c.held, func(h heldBack) bool { return h.rows == r }) {
+		if _, _, err := r.c.sendHeld(context.Background(), nil, false, nil); err != nil && !r.sent {
+			return err
+		}
+	}
+	switch {
+	case !r.sent:
+		return errUnsent
+	case r.err != nil:
+		return r.err
+	}
+	return nil
+}
+
+func (r *heldRows) Columns() []string {
+	if r.ready() != nil {
+		return nil // Next says why
+	}
+	return r.rows.Columns()
+}
+
+func (r *heldRows) Next(dest []sqldriver.Value) error {
+	if err := r.ready(); err != nil {
+		return err
+	}
+	return r.rows.Next(dest)
+}
+
+func (r *heldRows) Close() error { return nil }
 
 // unsent is the result of a lease check left out: the lease's row is
 // held already.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
@@ -283,49 +284,65 @@ func (b *Board) ClaimSeen(ctx context.Context, agent, session string) (t Task, o
 	// transaction: each sees the ones before it, so no task is claimed
 	// twice, and one refused (its lease lost, the machine) is left out
 	// alone.
-	_, err = b.db.Grouped(ctx, &b.claims, func(ctx context.Context, tx *sql.Tx) error {
+	//
+	// The claim's UPDATE is asked first (held back on PostgreSQL) and its
+	// row read after: the batch's claims go to the server together, each
+	// seeing the ones before it, one round trip under the swarm's lock
+	// for all of them (store.GroupedThen).
+	_, err = b.db.GroupedThen(ctx, &b.claims, func(ctx context.Context, tx *sql.Tx) (func() error, error) {
 		t, ok = Task{}, false // a batch may be applied again without another's write
 		at := b.opts.Now()
 		now := store.FormatTime(at)
 		args := append([]any{agent, session, now}, b.claimArgs(agent)...)
-		ts, err := queryTasks(ctx, tx, claimNextSQL, args...)
-		if err != nil || len(ts) == 0 {
-			return err
-		}
-		// Checked in the same transaction (writers take turns on either
-		// engine), so a fenced claim is rolled back; after the UPDATE, so
-		// that nothing to claim is still no error.
-		if err := b.db.FenceTx(ctx, tx, agent); err != nil {
-			return err
-		}
-		t, ok = ts[0], true
-		// The row as it was: the machine decides the move from it, and
-		// anything it or the review loop refuses rolls the UPDATE back.
-		t.State, t.StateName = task.Open, task.Open.String()
-		m := claimMove(agent, session) // claimant and session are written already
-		if err := b.reviewOnClaim(ctx, tx, &t, agent, &m); err != nil {
-			return err
-		}
-		machine, ev, err := b.decide(&t, m, at)
+		rows, err := tx.QueryContext(store.Deferred(ctx), claimNextSQL, args...)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if r := int(machine.Retries()); r != t.Retries {
-			m.set, m.args = append(m.set, "retries = ?"), append(m.args, r)
-		}
-		if len(m.set) > 0 {
-			// The review loop's start (or a new worker), in the same transaction.
-			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+strings.Join(m.set, ", ")+` WHERE id = ?`,
-				append(m.args, t.ID)...); err != nil {
-				return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
-			}
-		}
-		return b.applied(ctx, tx, &t, m, machine, ev, now)
+		return func() error { return b.claimed(ctx, tx, rows, agent, session, at, now, &t, &ok) }, nil
 	})
 	if err != nil {
 		return Task{}, false, err
 	}
 	return t, ok, nil
+}
+
+// claimed is the rest of ClaimSeen's claim once its UPDATE's rows come:
+// the row claimed, if any, checked and moved by the machine, and recorded.
+func (b *Board) claimed(ctx context.Context, tx *sql.Tx, rows *sql.Rows, agent, session string, at time.Time, now string, out *Task, claimed *bool) error {
+	ts, err := scanTasks(rows)
+	if err != nil || len(ts) == 0 {
+		return err
+	}
+	// Checked in the same transaction (writers take turns on either
+	// engine), so a fenced claim is rolled back; after the UPDATE, so
+	// that nothing to claim is still no error.
+	if err := b.db.FenceTx(ctx, tx, agent); err != nil {
+		return err
+	}
+	*out, *claimed = ts[0], true
+	t := out
+	// The row as it was: the machine decides the move from it, and
+	// anything it or the review loop refuses rolls the UPDATE back.
+	t.State, t.StateName = task.Open, task.Open.String()
+	m := claimMove(agent, session) // claimant and session are written already
+	if err := b.reviewOnClaim(ctx, tx, t, agent, &m); err != nil {
+		return err
+	}
+	machine, ev, err := b.decide(t, m, at)
+	if err != nil {
+		return err
+	}
+	if r := int(machine.Retries()); r != t.Retries {
+		m.set, m.args = append(m.set, "retries = ?"), append(m.args, r)
+	}
+	if len(m.set) > 0 {
+		// The review loop's start (or a new worker), in the same transaction.
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+strings.Join(m.set, ", ")+` WHERE id = ?`,
+			append(m.args, t.ID)...); err != nil {
+			return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
+		}
+	}
+	return b.applied(ctx, tx, t, m, machine, ev, now)
 }
 
 // Claim claims task id for agent and session.

@@ -39,6 +39,9 @@ type DB interface {
 	// Grouped applies a write in the next transaction of g, with the
 	// writes of this process that wait for the writer's turn with it.
 	Grouped(ctx context.Context, g *store.Group, do func(context.Context, *sql.Tx) error) (int, error)
+	// GroupedThen is Grouped for a write whose questions go to the store
+	// with the rest of its batch's, and whose answers then reads.
+	GroupedThen(ctx context.Context, g *store.Group, do func(context.Context, *sql.Tx) (func() error, error)) (int, error)
 }
 
 // Sentinels; errors wrap them with the task and what to do.
@@ -187,6 +190,11 @@ func queryTasks(ctx context.Context, q querier, query string, args ...any) ([]Ta
 	if err != nil {
 		return nil, err
 	}
+	return scanTasks(rows)
+}
+
+// scanTasks reads rows of taskCols to the end, and closes them.
+func scanTasks(rows *sql.Rows) ([]Task, error) {
 	defer rows.Close()
 	var out []Task
 	for rows.Next() {
