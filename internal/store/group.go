@@ -69,10 +69,10 @@ func (db *DB) Grouped(ctx context.Context, g *Group, do func(context.Context, *s
 // the answers and writes the rest. In a batch on PostgreSQL every call's
 // do runs before any then, so the batch's questions go to the server
 // together, one round trip for all; elsewhere, and with savepoints, each
-// call's then follows its do. then is always called once its do
-// succeeded, even after another call's failure (to read, and so close,
-// what do asked), and must read its answers before anything else fails
-// it. A nil then is a write done in do.
+// call's then follows its do. After a failure no other then runs: what
+// their dos asked is left unread (database/sql closes a transaction's
+// open rows when it ends) and the batch is applied again without the
+// failed call, or not at all. A nil then is a write done in do.
 func (db *DB) GroupedThen(ctx context.Context, g *Group, do func(context.Context, *sql.Tx) (then func() error, err error)) (int, error) {
 	for {
 		c := &groupCall{do: do, done: make(chan struct{}), lead: make(chan struct{})}
@@ -248,25 +248,20 @@ func both(ctx context.Context, tx *sql.Tx, c *groupCall) error {
 
 // applyInSteps applies batch without savepoints, every call's do before
 // any then, so that what the dos held back goes to the server together.
-// Every then whose do succeeded runs, even after a failure (it closes what
-// its do asked); the first failure decides, as in applyBatch.
+// The first failure ends it, as in applyBatch.
 func applyInSteps(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall) error {
 	thens := make([]func() error, len(batch))
-	var first error
-	fail := func(c *groupCall, err error) {
+	failed := func(c *groupCall, err error) error {
 		c.err = err
-		if first == nil {
-			first = err
+		if !ownFailure(db, err) {
+			return err // the store refused the transaction: all retry
 		}
+		return errOneFailed
 	}
 	for i, c := range batch {
-		if first != nil {
-			break
-		}
 		then, err := c.do(ctx, tx)
 		if err != nil {
-			fail(c, err)
-			continue
+			return failed(c, err)
 		}
 		thens[i] = then
 	}
@@ -275,16 +270,10 @@ func applyInSteps(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall) e
 			continue
 		}
 		if err := then(); err != nil {
-			fail(batch[i], err)
+			return failed(batch[i], err)
 		}
 	}
-	switch {
-	case first == nil:
-		return nil
-	case !ownFailure(db, first):
-		return first // the store refused the transaction: all retry
-	}
-	return errOneFailed
+	return nil
 }
 
 // ownFailure reports whether err is a failure of one call's write, to be

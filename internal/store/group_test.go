@@ -146,3 +146,105 @@ func TestAFencedWriteFailsAlone(t *testing.T) {
 		}
 	})
 }
+
+// GroupedThen: every call of a batch asks (its do) before any reads its
+// answer (its then), so on PostgreSQL a batch's questions go to the server
+// together, in one round trip; each then reads its own answer. A then
+// that fails has the batch applied again with a savepoint each, and the
+// others commit without it. On both engines.
+func TestGroupedThenAsksTogether(t *testing.T) {
+	storetest.Engines(t, "groupedthen", func(t *testing.T, fresh func(t *testing.T) string) {
+		target := fresh(t)
+		db := storetest.OpenTarget(t, target)
+		ctx := context.Background()
+		run := func(agents []string, refuse string) map[string]batched {
+			t.Helper()
+			hold, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var g store.Group
+			type result struct {
+				agent string
+				batched
+			}
+			out := make(chan result, len(agents))
+			for _, a := range agents {
+				go func() {
+					n, err := db.GroupedThen(ctx, &g, func(ctx context.Context, tx *sql.Tx) (func() error, error) {
+						rows, err := tx.QueryContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state)
+VALUES (?, ?, 'a', 'e', 'b') RETURNING agent`, store.FormatTime(time.Now()), a)
+						if err != nil {
+							return nil, err
+						}
+						return func() error {
+							defer rows.Close()
+							var got string
+							if !rows.Next() {
+								return errors.Join(errors.New("no row returned"), rows.Err())
+							}
+							if err := rows.Scan(&got); err != nil {
+								return err
+							}
+							if got != a {
+								return errors.New("read " + got + "'s answer")
+							}
+							if a == refuse {
+								return errors.New(a + " refuses")
+							}
+							return nil
+						}, nil
+					})
+					out <- result{a, batched{n, err}}
+				}()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for g.Queued() < len(agents) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d writes queued after 10 s, want %d", g.Queued(), len(agents))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			before := db.WriteRoundTrips()
+			_ = hold.Rollback()
+			got := map[string]batched{}
+			for range agents {
+				r := <-out
+				got[r.agent] = r.batched
+			}
+			if trips := db.WriteRoundTrips() - before; refuse == "" && strings.HasPrefix(target, "postgres") && trips != 2 {
+				t.Errorf("a batch of %d took %d write round trips, want 2 (the questions together, then the commit)", len(agents), trips)
+			}
+			return got
+		}
+		for a, r := range run([]string{"ann", "bob", "cal", "dan"}, "") {
+			if r.err != nil || r.n != 4 {
+				t.Errorf("%s: batch %d, %v; want committed in a batch of 4", a, r.n, r.err)
+			}
+		}
+		for a, r := range run([]string{"eve", "fay", "gus"}, "fay") {
+			switch {
+			case a == "fay" && (r.err == nil || !strings.Contains(r.err.Error(), "fay refuses")):
+				t.Errorf("fay's write: %v, want her refusal", r.err)
+			case a != "fay" && r.err != nil:
+				t.Errorf("%s's write: %v, want committed without fay's", a, r.err)
+			}
+		}
+		var agents []string
+		rows, err := db.ReadSQL().QueryContext(ctx, `SELECT agent FROM events ORDER BY agent`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var a string
+			if err := rows.Scan(&a); err != nil {
+				t.Fatal(err)
+			}
+			agents = append(agents, a)
+		}
+		if got, want := strings.Join(agents, ","), "ann,bob,cal,dan,eve,gus"; got != want {
+			t.Errorf("events committed: %s, want %s", got, want)
+		}
+	})
+}
