@@ -149,26 +149,13 @@ func run(ctx context.Context, o options) (err error) {
 	// the harness's own connection goes straight to it.
 	through := func(url string) (string, error) { return url, nil }
 	if o.delay > 0 && pg != nil {
-		p, err := harness.StartDelayProxy(pg.url("postgres"), o.delay)
+		via, report, stop, err := harness.Delayed(ctx, pg.url("postgres"), o.delay)
 		if err != nil {
 			return err
 		}
-		defer p.Close()
-		through = p.Via
-		via, err := p.Via(pg.url("postgres"))
-		if err != nil {
-			return err
-		}
-		direct, err := harness.RoundTrip(ctx, pg.url("postgres"), 200)
-		if err != nil {
-			return err
-		}
-		delayed, err := harness.RoundTrip(ctx, via, 200)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("the daemons' round trip to PostgreSQL (SELECT 1, median of 200): %v through the proxy (-delay %v each way), %v on the socket\n",
-			delayed.Round(time.Microsecond), o.delay, direct.Round(time.Microsecond))
+		defer stop()
+		through = via
+		fmt.Println("the daemons' " + report)
 	}
 	var results []result
 	failed := false

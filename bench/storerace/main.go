@@ -113,31 +113,18 @@ func run(ctx context.Context, o options) (err error) {
 	// the setup and the checks go straight to it.
 	racer := func(target string) (string, error) { return target, nil }
 	if o.delay > 0 {
-		p, err := harness.StartDelayProxy(srv.URL("postgres"), o.delay)
+		via, report, stop, err := harness.Delayed(ctx, srv.URL("postgres"), o.delay)
 		if err != nil {
 			return err
 		}
-		defer p.Close()
+		defer stop()
 		racer = func(target string) (string, error) {
 			if !store.IsPostgres(target) {
 				return target, nil
 			}
-			return p.Via(target)
+			return via(target)
 		}
-		through, err := p.Via(srv.URL("postgres"))
-		if err != nil {
-			return err
-		}
-		direct, err := harness.RoundTrip(ctx, srv.URL("postgres"), 200)
-		if err != nil {
-			return err
-		}
-		delayed, err := harness.RoundTrip(ctx, through, 200)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("PostgreSQL round trip (SELECT 1, median of 200): %v on the socket, %v through the proxy (-delay %v each way)\n",
-			direct.Round(time.Microsecond), delayed.Round(time.Microsecond), o.delay)
+		fmt.Println("PostgreSQL " + report)
 	}
 	fresh := map[string]func(name string) (string, error){
 		"sqlite": func(name string) (string, error) { return filepath.Join(dir, name+".db"), nil },

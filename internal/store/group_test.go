@@ -19,6 +19,14 @@ import (
 // batch, and returns each key's batch size and error.
 func batchOf[K comparable](t *testing.T, db *store.DB, keys []K, do func(K) func(context.Context, *sql.Tx) error) map[K]batched {
 	t.Helper()
+	return batchThen(t, db, keys, func(k K) func(context.Context, *sql.Tx) (func() error, error) {
+		return func(ctx context.Context, tx *sql.Tx) (func() error, error) { return nil, do(k)(ctx, tx) }
+	})
+}
+
+// batchThen is batchOf for writes in two steps (DB.GroupedThen).
+func batchThen[K comparable](t *testing.T, db *store.DB, keys []K, do func(K) func(context.Context, *sql.Tx) (func() error, error)) map[K]batched {
+	t.Helper()
 	hold, err := db.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +39,7 @@ func batchOf[K comparable](t *testing.T, db *store.DB, keys []K, do func(K) func
 	out := make(chan result, len(keys))
 	for _, k := range keys {
 		go func() {
-			n, err := db.Grouped(context.Background(), &g, do(k))
+			n, err := db.GroupedThen(context.Background(), &g, do(k))
 			out <- result{k, batched{n, err}}
 		}()
 	}
@@ -94,20 +102,7 @@ func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
 			t.Errorf("%v's write committed in a batch of %d, want %d", a, r.n, len(agents))
 		}
 	}
-	var events []string
-	rows, err := db.ReadSQL().QueryContext(ctx, `SELECT agent FROM events ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var a string
-		if err := rows.Scan(&a); err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, a)
-	}
-	slices.Sort(events) // the calls queued in any order
+	events := eventAgents(t, db) // the calls queued in any order
 	if strings.Join(events, ",") != "ann,bob,dan" {
 		t.Errorf("events committed = %v, want ann, bob, dan", events)
 	}
@@ -156,62 +151,35 @@ func TestGroupedThenAsksTogether(t *testing.T) {
 	storetest.Engines(t, "groupedthen", func(t *testing.T, fresh func(t *testing.T) string) {
 		target := fresh(t)
 		db := storetest.OpenTarget(t, target)
-		ctx := context.Background()
 		run := func(agents []string, refuse string) map[string]batched {
 			t.Helper()
-			hold, err := db.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var g store.Group
-			type result struct {
-				agent string
-				batched
-			}
-			out := make(chan result, len(agents))
-			for _, a := range agents {
-				go func() {
-					n, err := db.GroupedThen(ctx, &g, func(ctx context.Context, tx *sql.Tx) (func() error, error) {
-						rows, err := tx.QueryContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state)
-VALUES (?, ?, 'a', 'e', 'b') RETURNING agent`, store.FormatTime(time.Now()), a)
-						if err != nil {
-							return nil, err
-						}
-						return func() error {
-							defer rows.Close()
-							var got string
-							if !rows.Next() {
-								return errors.Join(errors.New("no row returned"), rows.Err())
-							}
-							if err := rows.Scan(&got); err != nil {
-								return err
-							}
-							if got != a {
-								return errors.New("read " + got + "'s answer")
-							}
-							if a == refuse {
-								return errors.New(a + " refuses")
-							}
-							return nil
-						}, nil
-					})
-					out <- result{a, batched{n, err}}
-				}()
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for g.Queued() < len(agents) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d writes queued after 10 s, want %d", g.Queued(), len(agents))
-				}
-				time.Sleep(time.Millisecond)
-			}
 			before := db.WriteRoundTrips()
-			_ = hold.Rollback()
-			got := map[string]batched{}
-			for range agents {
-				r := <-out
-				got[r.agent] = r.batched
-			}
+			got := batchThen(t, db, agents, func(a string) func(context.Context, *sql.Tx) (func() error, error) {
+				return func(ctx context.Context, tx *sql.Tx) (func() error, error) {
+					rows, err := tx.QueryContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state)
+VALUES (?, ?, 'a', 'e', 'b') RETURNING agent`, store.FormatTime(time.Now()), a)
+					if err != nil {
+						return nil, err
+					}
+					return func() error {
+						defer rows.Close()
+						var got string
+						if !rows.Next() {
+							return errors.Join(errors.New("no row returned"), rows.Err())
+						}
+						if err := rows.Scan(&got); err != nil {
+							return err
+						}
+						if got != a {
+							return errors.New("read " + got + "'s answer")
+						}
+						if a == refuse {
+							return errors.New(a + " refuses")
+						}
+						return nil
+					}, nil
+				}
+			})
 			if trips := db.WriteRoundTrips() - before; refuse == "" && strings.HasPrefix(target, "postgres") && trips != 2 {
 				t.Errorf("a batch of %d took %d write round trips, want 2 (the questions together, then the commit)", len(agents), trips)
 			}
@@ -230,21 +198,31 @@ VALUES (?, ?, 'a', 'e', 'b') RETURNING agent`, store.FormatTime(time.Now()), a)
 				t.Errorf("%s's write: %v, want committed without fay's", a, r.err)
 			}
 		}
-		var agents []string
-		rows, err := db.ReadSQL().QueryContext(ctx, `SELECT agent FROM events ORDER BY agent`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var a string
-			if err := rows.Scan(&a); err != nil {
-				t.Fatal(err)
-			}
-			agents = append(agents, a)
-		}
-		if got, want := strings.Join(agents, ","), "ann,bob,cal,dan,eve,gus"; got != want {
+		if got, want := strings.Join(eventAgents(t, db), ","), "ann,bob,cal,dan,eve,gus"; got != want {
 			t.Errorf("events committed: %s, want %s", got, want)
 		}
 	})
+}
+
+// eventAgents is the agent of every event in the store, sorted.
+func eventAgents(t *testing.T, db *store.DB) []string {
+	t.Helper()
+	rows, err := db.ReadSQL().QueryContext(context.Background(), `SELECT agent FROM events`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var agents []string
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, a)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(agents)
+	return agents
 }

@@ -165,3 +165,28 @@ func RoundTrip(ctx context.Context, target string, n int) (time.Duration, error)
 	slices.Sort(ds)
 	return ds[len(ds)/2], nil
 }
+
+// Delayed starts a DelayProxy in front of the pgtest-style server that
+// serverURL (any of its databases) names, and returns Via, a line saying
+// the round trip measured through it against the socket's, and its Close.
+func Delayed(ctx context.Context, serverURL string, delay time.Duration) (via func(string) (string, error), report string, stop func() error, err error) {
+	p, err := StartDelayProxy(serverURL, delay)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	through, err := p.Via(serverURL)
+	if err == nil {
+		var direct, delayed time.Duration
+		if direct, err = RoundTrip(ctx, serverURL, 200); err == nil {
+			if delayed, err = RoundTrip(ctx, through, 200); err == nil {
+				report = fmt.Sprintf("round trip to PostgreSQL (SELECT 1, median of 200): %v through the proxy (-delay %v each way), %v on the socket",
+					delayed.Round(time.Microsecond), delay, direct.Round(time.Microsecond))
+			}
+		}
+	}
+	if err != nil {
+		_ = p.Close()
+		return nil, "", nil, err
+	}
+	return p.Via, report, p.Close, nil
+}
