@@ -427,9 +427,8 @@ var (
 func (*heldResult) LastInsertId() (int64, error) { return 0, errHeldResult }
 
 func (r *heldResult) RowsAffected() (int64, error) {
-	if !r.sent && slices.ContainsFunc(r.c.held, func(h heldBack) bool { return h.res == r }) {
-		// Still held: it goes now, with what was held before it.
-		if _, _, err := r.c.sendHeld(context.Background(), nil, false, nil); err != nil && !r.sent {
+	if !r.sent {
+		if err := r.c.sendIfHeld(func(h heldBack) bool { return h.res == r }); err != nil && !r.sent {
 			return 0, err
 		}
 	}
@@ -439,13 +438,28 @@ func (r *heldResult) RowsAffected() (int64, error) {
 // count is the statement's rows affected as its pipeline left them,
 // without sending anything.
 func (r *heldResult) count() (int64, error) {
-	switch {
-	case !r.sent:
-		return 0, errUnsent
-	case r.err != nil:
-		return 0, r.err
+	if err := sentErr(r.sent, r.err); err != nil {
+		return 0, err
 	}
 	return r.tag.RowsAffected(), nil
+}
+
+// sendIfHeld sends what is held back, in a round trip of its own, if the
+// statement mine picks is still among it: its answer is asked for now.
+func (c *pgConn) sendIfHeld(mine func(heldBack) bool) error {
+	if !slices.ContainsFunc(c.held, mine) {
+		return nil
+	}
+	_, _, err := c.sendHeld(context.Background(), nil, false, nil)
+	return err
+}
+
+// sentErr is why a held statement has no answer: never sent, or failed.
+func sentErr(sent bool, err error) error {
+	if !sent {
+		return errUnsent
+	}
+	return err
 }
 
 // heldRows are the rows of a query held back (Deferred), read when its
@@ -459,18 +473,12 @@ type heldRows struct {
 
 // ready sends what is held if the query is still among it.
 func (r *heldRows) ready() error {
-	if !r.sent && slices.ContainsFunc(r.c.held, func(h heldBack) bool { return h.rows == r }) {
-		if _, _, err := r.c.sendHeld(context.Background(), nil, false, nil); err != nil && !r.sent {
+	if !r.sent {
+		if err := r.c.sendIfHeld(func(h heldBack) bool { return h.rows == r }); err != nil && !r.sent {
 			return err
 		}
 	}
-	switch {
-	case !r.sent:
-		return errUnsent
-	case r.err != nil:
-		return r.err
-	}
-	return nil
+	return sentErr(r.sent, r.err)
 }
 
 func (r *heldRows) Columns() []string {

@@ -163,24 +163,19 @@ func (db *DB) SettleSessionHeld(ctx context.Context, tx *sql.Tx, s SessionRecord
 		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
 		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
 		nullZero(s.CPU.Milliseconds()), nullZero(s.Task), FormatTime(at), s.SessionID}
-	var (
-		res  sql.Result
-		held HeldCount
-	)
+	var res sql.Result
 	if st := db.writes.cachedStmt(settleSQL); st != nil {
-		res, err = tx.StmtContext(ctx, st).ExecContext(held.Defer(ctx), args...)
+		res, err = tx.StmtContext(ctx, st).ExecContext(Deferred(ctx), args...)
 	} else {
-		res, err = tx.ExecContext(held.Defer(ctx), settleSQL, args...)
+		res, err = tx.ExecContext(Deferred(ctx), settleSQL, args...)
 	}
 	if err != nil {
 		return nil, db.Wrap(op, err)
 	}
-	held.Ran(res)
 	return func() (bool, error) {
-		n, err := held.RowsAffected()
-		if errors.Is(err, errUnsent) {
-			n, err = res.RowsAffected() // still held back: it goes now
-		}
+		// Still in tx, whose connection this is: the Result's count costs
+		// nothing once the write went, and sends it if it has not.
+		n, err := res.RowsAffected()
 		if err != nil || n == 1 {
 			return false, db.wrapNil(op, err)
 		}

@@ -298,7 +298,10 @@ func (b *Board) ClaimSeen(ctx context.Context, agent, session string) (t Task, o
 		if err != nil {
 			return nil, err
 		}
-		return func() error { return b.claimed(ctx, tx, rows, agent, session, at, now, &t, &ok) }, nil
+		return func() (err error) {
+			t, ok, err = b.claimed(ctx, tx, rows, agent, session, at, now)
+			return err
+		}, nil
 	})
 	if err != nil {
 		return Task{}, false, err
@@ -308,29 +311,28 @@ func (b *Board) ClaimSeen(ctx context.Context, agent, session string) (t Task, o
 
 // claimed is the rest of ClaimSeen's claim once its UPDATE's rows come:
 // the row claimed, if any, checked and moved by the machine, and recorded.
-func (b *Board) claimed(ctx context.Context, tx *sql.Tx, rows *sql.Rows, agent, session string, at time.Time, now string, out *Task, claimed *bool) error {
+func (b *Board) claimed(ctx context.Context, tx *sql.Tx, rows *sql.Rows, agent, session string, at time.Time, now string) (Task, bool, error) {
 	ts, err := scanTasks(rows)
 	if err != nil || len(ts) == 0 {
-		return err
+		return Task{}, false, err
 	}
 	// Checked in the same transaction (writers take turns on either
 	// engine), so a fenced claim is rolled back; after the UPDATE, so
 	// that nothing to claim is still no error.
 	if err := b.db.FenceTx(ctx, tx, agent); err != nil {
-		return err
+		return Task{}, false, err
 	}
-	*out, *claimed = ts[0], true
-	t := out
+	t := ts[0]
 	// The row as it was: the machine decides the move from it, and
 	// anything it or the review loop refuses rolls the UPDATE back.
 	t.State, t.StateName = task.Open, task.Open.String()
 	m := claimMove(agent, session) // claimant and session are written already
-	if err := b.reviewOnClaim(ctx, tx, t, agent, &m); err != nil {
-		return err
+	if err := b.reviewOnClaim(ctx, tx, &t, agent, &m); err != nil {
+		return Task{}, false, err
 	}
-	machine, ev, err := b.decide(t, m, at)
+	machine, ev, err := b.decide(&t, m, at)
 	if err != nil {
-		return err
+		return Task{}, false, err
 	}
 	if r := int(machine.Retries()); r != t.Retries {
 		m.set, m.args = append(m.set, "retries = ?"), append(m.args, r)
@@ -339,10 +341,13 @@ func (b *Board) claimed(ctx context.Context, tx *sql.Tx, rows *sql.Rows, agent, 
 		// The review loop's start (or a new worker), in the same transaction.
 		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+strings.Join(m.set, ", ")+` WHERE id = ?`,
 			append(m.args, t.ID)...); err != nil {
-			return fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
+			return Task{}, false, fmt.Errorf("taskboard: task %d to %s: %w", t.ID, m.to, err)
 		}
 	}
-	return b.applied(ctx, tx, t, m, machine, ev, now)
+	if err := b.applied(ctx, tx, &t, m, machine, ev, now); err != nil {
+		return Task{}, false, err
+	}
+	return t, true, nil
 }
 
 // Claim claims task id for agent and session.
@@ -503,7 +508,6 @@ func (b *Board) StartTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) err
 // whether it moved; if it did not, it reads the task and says why as
 // StartTx would have (ErrState, ErrNotHolder, ErrNotFound).
 func (b *Board) StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) (started func(context.Context) error, err error) {
-	var ev task.LifecycleEvent
 	if h.Agent == "" {
 		return nil, invalidf("a task's start needs its agent")
 	}
@@ -518,7 +522,8 @@ func (b *Board) StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h Holder)
 		return nil, err
 	}
 	m.actor = holder.actor()
-	if _, ev, err = b.decide(claimed, m, at); err != nil {
+	_, ev, err := b.decide(claimed, m, at)
+	if err != nil {
 		return nil, err
 	}
 	now := store.FormatTime(at)
