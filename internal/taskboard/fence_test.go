@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -411,4 +413,101 @@ func TestTxMovesReadTheRowOnce(t *testing.T) {
 		wantState(t, b, first.ID, task.Closed)
 		wantState(t, b, then.ID, task.Open)
 	})
+}
+
+// What an agent holds is found through the index of held tasks, on both
+// engines and in PostgreSQL's generic plan of a prepared statement too,
+// without reading the tasks it did before: every prompt and every claim
+// asks it, and the index of every task ever claimed made that read an
+// agent's whole history.
+func TestHeldReadUsesTheHeldIndex(t *testing.T) {
+	storetest.Engines(t, "held", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		db := storetest.OpenTarget(t, target)
+		b := New(db, Options{AutoClose: true})
+		for i := range 5 {
+			add(t, b, NewTask{Title: "done before"})
+			h := Holder{Agent: "alice", Session: "s" + strconv.Itoa(i)}
+			tk, ok, err := b.ClaimNext(ctx, h.Agent, h.Session)
+			if err != nil || !ok {
+				t.Fatalf("claim %d = %v, %v", i, ok, err)
+			}
+			if _, err := b.Start(ctx, tk.ID, h); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Done(ctx, tk.ID, h, "did it"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held := add(t, b, NewTask{Title: "held"})
+		if _, err := b.Claim(ctx, held.ID, "alice", "s9"); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := b.Held(ctx, "alice"); err != nil || !ok || got.ID != held.ID {
+			t.Fatalf("Held(alice) = %d, %v, %v; want %d", got.ID, ok, err, held.ID)
+		}
+
+		query := `SELECT id FROM tasks WHERE ` + holding
+		var plan []string
+		if store.IsPostgres(target) {
+			conn, err := db.SQL().Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			for _, s := range []string{`SET plan_cache_mode = force_generic_plan`,
+				`PREPARE held (text) AS ` + strings.Replace(query, "?", "$1", 1)} {
+				if _, err := conn.ExecContext(ctx, s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			plan = explain(t, conn, `EXPLAIN ANALYZE EXECUTE held ('alice')`)
+			// Read, the held task alone: none of alice's five done tasks.
+			if p := strings.Join(plan, "\n"); strings.Contains(p, "Removed by") {
+				t.Errorf("the held task's read reads tasks it does not want:\n%s", p)
+			}
+		} else {
+			conn, err := db.SQL().Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			plan = explain(t, conn, `EXPLAIN QUERY PLAN `+query, "alice")
+		}
+		if !strings.Contains(strings.Join(plan, "\n"), "tasks_held") {
+			t.Errorf("the held task's read is planned without tasks_held:\n%s", strings.Join(plan, "\n"))
+		}
+	})
+}
+
+// explain returns the last column of each row of an EXPLAIN: PostgreSQL's
+// plan lines, SQLite's query plan details.
+func explain(t *testing.T, conn *sql.Conn, query string, args ...any) []string {
+	t.Helper()
+	rows, err := conn.QueryContext(context.Background(), query, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, fmt.Sprint(vals[len(vals)-1]))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
 }

@@ -226,13 +226,11 @@ func (b *Board) Work(ctx context.Context, agent string) (Work, error) {
 	return w, nil
 }
 
-// holding is a task the agent (the one parameter) holds. The claimant is
-// also said to be non-empty so that PostgreSQL's generic plan of a prepared
-// statement, which cannot know the parameter, still uses the partial index
-// of claimed tasks: without it the prompt's first read (Work) read the
-// whole board (1.2 ms with 1,500 tasks, the database's busiest statement
-// after the claims).
-const holding = `claimant = ? AND claimant <> '' AND state IN ('CLAIMED', 'IN_PROGRESS')`
+// holding is a task the agent (the one parameter) holds, found through
+// the index of held tasks (tasks_held), whose condition this repeats, so
+// that both engines' plans use it, PostgreSQL's generic plan of a prepared
+// statement included: it reads the few tasks held, not the agent's history.
+const holding = `claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`
 
 // claimable is an OPEN task the agent may claim (claimArgs: the agent;
 // 1 when it claims unassigned tasks, 0 when it only reviews; the agent)
@@ -816,7 +814,7 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 		q := `SELECT ` + taskCols + ` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS')`
 		var args []any
 		if agent != "" {
-			q += ` AND claimant = ? AND claimant <> ''` // the index of claimed tasks, as in holding
+			q += ` AND claimant = ?` // the index of held tasks, as in holding
 			args = append(args, agent)
 		}
 		ts, err := queryTasks(ctx, tx, q, args...)
