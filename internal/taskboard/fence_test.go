@@ -217,6 +217,70 @@ func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 	})
 }
 
+// A close that opens many tasks moves OpenVersion, and on PostgreSQL by
+// one: its triggers move the version once a transaction, where a bump per
+// task opened made every update of the one row walk the versions the
+// transaction had left of it. A rolled-back savepoint takes its bump with
+// it, and the next open in the transaction bumps again. On both engines.
+func TestOpenVersionMovesOnceATransaction(t *testing.T) {
+	storetest.Engines(t, "versiononce", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		db := storetest.OpenTarget(t, target)
+		b := New(db, Options{AutoClose: true})
+		gate := add(t, b, NewTask{Title: "gate"})
+		const n = 30
+		for range n {
+			add(t, b, NewTask{Title: "behind the gate", After: []int64{gate.ID}})
+		}
+		if _, err := b.Claim(ctx, gate.ID, "bob", "b-1"); err != nil {
+			t.Fatal(err)
+		}
+		version := func() int64 {
+			t.Helper()
+			v, err := b.OpenVersion(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := version()
+		if _, err := b.Done(ctx, gate.ID, Holder{Agent: "bob"}, "open them"); err != nil {
+			t.Fatal(err)
+		}
+		openState := task.Open
+		open, err := b.List(ctx, Filter{State: &openState})
+		if err != nil || len(open) != n {
+			t.Fatalf("OPEN after the gate closed: %d tasks, %v; want %d", len(open), err, n)
+		}
+		moved := version() - before
+		if moved < 1 || (store.IsPostgres(target) && moved != 1) {
+			t.Errorf("the close that opened %d tasks moved the version by %d; want 1 on PostgreSQL, at least 1 on SQLite", n, moved)
+		}
+
+		before = version()
+		err = db.InTx(ctx, "savepoint", func(tx *sql.Tx) error {
+			insert := `INSERT INTO tasks (title, state, created_by, created_at, updated_at) VALUES ('t', 'OPEN', 'test', 'x', 'x')`
+			for _, s := range []string{`SAVEPOINT one`, insert, `ROLLBACK TO SAVEPOINT one`, insert} {
+				if _, err := tx.ExecContext(ctx, s); err != nil {
+					return fmt.Errorf("%s: %w", s, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if moved := version() - before; moved != 1 {
+			t.Errorf("an open after a rolled-back one moved the version by %d, want 1", moved)
+		}
+	})
+}
+
 // A task's dependencies come with its row, sorted, from Get and List. On
 // both engines (group_concat is string_agg on PostgreSQL).
 func TestDepsComeWithTheTask(t *testing.T) {
