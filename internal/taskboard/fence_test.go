@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 	"github.com/swarmd/swarmd/internal/task"
@@ -479,13 +480,15 @@ func TestTxMovesReadTheRowOnce(t *testing.T) {
 	})
 }
 
-// What an agent holds is found through the index of held tasks, on both
+// The board's reads that run for every prompt, claim and change of the
+// database find their rows through an index of those rows alone, on both
 // engines and in PostgreSQL's generic plan of a prepared statement too,
-// without reading the tasks it did before: every prompt and every claim
-// asks it, and the index of every task ever claimed made that read an
-// agent's whole history.
-func TestHeldReadUsesTheHeldIndex(t *testing.T) {
-	storetest.Engines(t, "held", func(t *testing.T, fresh func(t *testing.T) string) {
+// without reading the tasks done before: what an agent holds (every prompt
+// and claim asks it), and the DONE tasks ready to merge (the merge feeder
+// asks after every change). Indexes over every task ever claimed, or none,
+// made those reads the board's whole history.
+func TestBoardReadsUseTheirIndexes(t *testing.T) {
+	storetest.Engines(t, "indexes", func(t *testing.T, fresh func(t *testing.T) string) {
 		ctx := context.Background()
 		target := fresh(t)
 		db := storetest.OpenTarget(t, target)
@@ -511,36 +514,37 @@ func TestHeldReadUsesTheHeldIndex(t *testing.T) {
 		if got, ok, err := b.Held(ctx, "alice"); err != nil || !ok || got.ID != held.ID {
 			t.Fatalf("Held(alice) = %d, %v, %v; want %d", got.ID, ok, err, held.ID)
 		}
-
-		query := `SELECT id FROM tasks WHERE ` + holding
-		var plan []string
-		if store.IsPostgres(target) {
-			conn, err := db.SQL().Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			for _, s := range []string{`SET plan_cache_mode = force_generic_plan`,
-				`PREPARE held (text) AS ` + strings.Replace(query, "?", "$1", 1)} {
-				if _, err := conn.ExecContext(ctx, s); err != nil {
-					t.Fatalf("%s: %v", s, err)
-				}
-			}
-			plan = explain(t, conn, `EXPLAIN ANALYZE EXECUTE held ('alice')`)
-			// Read, the held task alone: none of alice's five done tasks.
-			if p := strings.Join(plan, "\n"); strings.Contains(p, "Removed by") {
-				t.Errorf("the held task's read reads tasks it does not want:\n%s", p)
-			}
-		} else {
-			conn, err := db.SQL().Conn(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			plan = explain(t, conn, `EXPLAIN QUERY PLAN `+query, "alice")
+		conn, err := db.SQL().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(strings.Join(plan, "\n"), "tasks_held") {
-			t.Errorf("the held task's read is planned without tasks_held:\n%s", strings.Join(plan, "\n"))
+		defer conn.Close()
+		if store.IsPostgres(target) {
+			if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, c := range []struct{ name, query, arg, index string }{
+			{"held", `SELECT id FROM tasks WHERE ` + holding, "alice", "tasks_held"},
+			{"ready to merge", readyToMergeSQL, review.Complete.String(), "tasks_done"},
+		} {
+			var plan []string
+			if store.IsPostgres(target) {
+				name := "q" + strconv.Itoa(i)
+				if _, err := conn.ExecContext(ctx, `PREPARE `+name+` (text) AS `+strings.Replace(c.query, "?", "$1", 1)); err != nil {
+					t.Fatalf("%s: prepare: %v", c.name, err)
+				}
+				plan = explain(t, conn, `EXPLAIN ANALYZE EXECUTE `+name+` ('`+c.arg+`')`)
+				// Read: the rows wanted alone, none of alice's five done tasks.
+				if p := strings.Join(plan, "\n"); strings.Contains(p, "Removed by") {
+					t.Errorf("%s: the read reads tasks it does not want:\n%s", c.name, p)
+				}
+			} else {
+				plan = explain(t, conn, `EXPLAIN QUERY PLAN `+c.query, c.arg)
+			}
+			if !strings.Contains(strings.Join(plan, "\n"), c.index) {
+				t.Errorf("%s: planned without %s:\n%s", c.name, c.index, strings.Join(plan, "\n"))
+			}
 		}
 	})
 }

@@ -20,11 +20,16 @@ type Ready struct {
 	Head string
 }
 
+// readyToMergeSQL reads the DONE tasks through their own index (tasks_done),
+// in its order: the merge feeder asks it after every change of the
+// database, and the board's CLOSED history is not read for it.
+const readyToMergeSQL = `SELECT id, IIF(worker <> '', worker, claimant), head FROM tasks
+	WHERE state = 'DONE' AND review_state IN ('', ?) ORDER BY updated_at, id`
+
 // ReadyToMerge lists DONE tasks that passed review (or need none) and that
 // skip does not exclude (those already queued), oldest first.
 func (b *Board) ReadyToMerge(ctx context.Context, skip func(id int64) bool) ([]Ready, error) {
-	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, IIF(worker <> '', worker, claimant), head FROM tasks
-		WHERE state = 'DONE' AND review_state IN ('', ?) ORDER BY updated_at, id`, review.Complete.String())
+	rows, err := b.db.ReadSQL().QueryContext(ctx, readyToMergeSQL, review.Complete.String())
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: ready to merge: %w", err)
 	}
