@@ -104,14 +104,24 @@ func TestInboxListsWhatNeedsAPerson(t *testing.T) {
 	if _, stderr, code := runCLI(t, nil, "", "task", "add", "--plan", "a plan to approve", "-c", cfg); code != 0 {
 		t.Fatalf("task add --plan: %s", stderr)
 	}
-	out, stderr, code = runCLI(t, nil, "", "inbox", "--json", "-c", cfg)
+	// The inbox reads the agents' rows, which the daemon's journal writes
+	// up to its flush interval after the transition it logged.
 	var items []cli.NeedItem
-	if code != 0 || json.Unmarshal([]byte(out), &items) != nil {
-		t.Fatalf("inbox --json: exit %d\n%s%s", code, out, stderr)
-	}
 	fixes := map[string]string{}
-	for _, it := range items {
-		fixes[it.Kind] = it.Fix
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, stderr, code = runCLI(t, nil, "", "inbox", "--json", "-c", cfg)
+		items = nil
+		if code != 0 || json.Unmarshal([]byte(out), &items) != nil {
+			t.Fatalf("inbox --json: exit %d\n%s%s", code, out, stderr)
+		}
+		clear(fixes)
+		for _, it := range items {
+			fixes[it.Kind] = it.Fix
+		}
+		if fixes["agent_stopped"] != "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if fixes["agent_stopped"] != "swarmd start carol" || fixes["task_planned"] != "swarmd task approve 1" || fixes["not_running"] != "" {
 		t.Errorf("inbox with the daemon running: %+v", items)
