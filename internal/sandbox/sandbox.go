@@ -130,6 +130,18 @@ func (s *Sandbox) Command(spec Spec, argv []string) []string {
 	for _, p := range spec.Hidden {
 		add("--tmpfs", "", p)
 	}
+	// A mount asked for twice (the spec's paths come from several places:
+	// the repository, the configured ones, the binaries' directories and
+	// PATH) is made once, where it came last: each is a mount call, and
+	// bwrap reads the mount table again for each read-only one.
+	seen := make(map[mount]bool, len(ms))
+	for i := len(ms) - 1; i >= 0; i-- {
+		if seen[ms[i]] {
+			ms = slices.Delete(ms, i, i+1)
+			continue
+		}
+		seen[ms[i]] = true
+	}
 	rank := map[string]int{"--bind": 0, "--ro-bind": 1, "--tmpfs": 2}
 	slices.SortStableFunc(ms, func(a, b mount) int {
 		if d := depth(a.dest) - depth(b.dest); d != 0 {

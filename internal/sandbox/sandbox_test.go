@@ -112,3 +112,20 @@ func TestCommandOrdersShallowToDeep(t *testing.T) {
 		t.Errorf("no pid namespace: %s", line)
 	}
 }
+
+// A path asked for twice the same way is mounted once; asked for two ways,
+// both stay, in their order.
+func TestCommandMountsAPathOnce(t *testing.T) {
+	s := &Sandbox{bwrap: "/usr/bin/bwrap", root: true}
+	line := strings.Join(s.Command(Spec{
+		ReadOnly: []string{"/repo", "/repo/", "/ro"},
+		Writable: []string{"/ro"},
+	}, []string{"cmd"}), " ")
+	if n := strings.Count(line, "--ro-bind /repo /repo"); n != 1 {
+		t.Errorf("/repo mounted %d times, want 1:\n%s", n, line)
+	}
+	w, r := strings.Index(line, "--bind /ro /ro"), strings.Index(line, "--ro-bind /ro /ro")
+	if w < 0 || r < 0 || w > r {
+		t.Errorf("/ro asked for writable and read-only: want both, the read-only last:\n%s", line)
+	}
+}
