@@ -8,24 +8,27 @@
 -- the number moved, so once is enough. The mark is a setting local to the
 -- transaction: it is gone when the transaction ends, and with a
 -- subtransaction rolled back, the bump it made (a savepoint's).
-CREATE OR REPLACE FUNCTION board_version_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION board_version_move() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('swarmd.board_moved', true) IS DISTINCT FROM 'y' THEN
         UPDATE board_version SET n = n + 1 WHERE id = 1;
         PERFORM set_config('swarmd.board_moved', 'y', true);
         PERFORM pg_notify('swarmd_changes', '8');
     END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION board_version_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM board_version_move();
     RETURN NULL;
 END
 $$;
 
 CREATE OR REPLACE FUNCTION board_version_bump_depended() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('swarmd.board_moved', true) IS DISTINCT FROM 'y'
-        AND EXISTS (SELECT 1 FROM task_deps WHERE dep_id = NEW.id) THEN
-        UPDATE board_version SET n = n + 1 WHERE id = 1;
-        PERFORM set_config('swarmd.board_moved', 'y', true);
-        PERFORM pg_notify('swarmd_changes', '8');
+    IF EXISTS (SELECT 1 FROM task_deps WHERE dep_id = NEW.id) THEN
+        PERFORM board_version_move();
     END IF;
     RETURN NULL;
 END
