@@ -136,6 +136,15 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 	if _, set := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
 		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(idleTxTimeout.Milliseconds()))
 	}
+	// The server's JIT compiles a plan whose estimated cost passes
+	// jit_above_cost on every execution of a prepared statement: once the
+	// statistics saw a backlog of 20,000 open tasks, a claim's and a
+	// prompt's reads of the board cost 5-47 ms of compilation to run for
+	// 0.1 ms, the claim under the swarm's writers' lock. swarmd's
+	// statements are short; a URL that sets jit keeps it.
+	if _, set := cfg.RuntimeParams["jit"]; !set {
+		cfg.RuntimeParams["jit"] = "off"
+	}
 	p.cfg = cfg.Copy() // the listener connects with it, not by reading the environment again
 	base, cache := stdlib.GetConnector(*cfg), &sync.Map{}
 	kinds := &changeCache{}
