@@ -91,6 +91,7 @@ type options struct {
 	idle         time.Duration // a window before the gate opens whose CPU is reported
 	lockStats    bool          // sample the swarm's writers' lock in pg_locks during the load
 	delay        time.Duration // added each way between the daemons and the server (harness.DelayProxy)
+	analyze      bool          // ANALYZE the database once the gate opened, as autoanalyze would later
 }
 
 func main() {
@@ -109,6 +110,7 @@ func main() {
 	flag.StringVar(&o.profile, "profile", "", "a directory: each daemon's CPU profile of 15 s of the load goes there as postgres-daemonN.pprof or sqlite-daemon1.pprof (a diagnosis: go tool pprof reads it)")
 	flag.DurationVar(&o.idle, "idle", 0, "a window of the swarm at rest, every worker idle, before the gate opens: its CPU is reported per second (a diagnosis: what the load's figures carry that is not the tasks')")
 	flag.DurationVar(&o.delay, "delay", 0, "added to every connection of the PostgreSQL daemons each way, by a proxy in the harness, as a network between them and the server would (a round trip takes twice it more; the proxy's CPU is the harness's, not counted)")
+	flag.BoolVar(&o.analyze, "analyze", false, "ANALYZE the PostgreSQL database right after the gate opens, as the server's autoanalyze does within a minute or two on a swarm that runs longer than this benchmark: the daemons' plans are then made from statistics that saw the backlog (the ANALYZE's CPU is counted as the database's)")
 	flag.BoolVar(&o.lockStats, "lockstats", false, "sample pg_locks every 10 ms during the load and report how often the swarm's writers' lock was held and how many writers waited for it (a diagnosis: the samples cost the server a little)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
@@ -489,6 +491,11 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 	}
 	t0 := time.Now()
 	res.gate = t0.Sub(g0).Round(time.Millisecond).String()
+	if o.analyze && sp.pg != nil {
+		if err := sp.pg.exec(sp.dbName, "ANALYZE"); err != nil {
+			return res, err
+		}
+	}
 	sampled := make(chan lockLoad, 1)
 	stopSampling := make(chan struct{})
 	if o.lockStats && sp.pg != nil {
