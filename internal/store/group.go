@@ -221,10 +221,8 @@ func applyBatch(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall, sav
 		}
 		switch {
 		case c.err == nil:
-		case !ownFailure(db, c.err):
-			return c.err // the store refused the transaction: all retry
-		case !savepoints:
-			return errOneFailed
+		case !savepoints || !ownFailure(db, c.err):
+			return batchFailure(db, c.err)
 		default:
 			if err := exec(sctx, tx, "ROLLBACK TO grouped"); err != nil {
 				return err
@@ -251,29 +249,32 @@ func both(ctx context.Context, tx *sql.Tx, c *groupCall) error {
 // The first failure ends it, as in applyBatch.
 func applyInSteps(ctx context.Context, db *DB, tx *sql.Tx, batch []*groupCall) error {
 	thens := make([]func() error, len(batch))
-	failed := func(c *groupCall, err error) error {
-		c.err = err
-		if !ownFailure(db, err) {
-			return err // the store refused the transaction: all retry
-		}
-		return errOneFailed
-	}
 	for i, c := range batch {
-		then, err := c.do(ctx, tx)
-		if err != nil {
-			return failed(c, err)
+		if thens[i], c.err = c.do(ctx, tx); c.err != nil {
+			return batchFailure(db, c.err)
 		}
-		thens[i] = then
 	}
 	for i, then := range thens {
 		if then == nil {
 			continue
 		}
-		if err := then(); err != nil {
-			return failed(batch[i], err)
+		c := batch[i]
+		if c.err = then(); c.err != nil {
+			return batchFailure(db, c.err)
 		}
 	}
 	return nil
+}
+
+// batchFailure is what a batch applied without savepoints returns when
+// one call failed with err: errOneFailed when the failure is that call's
+// own (it is left out and the rest applied again), err itself when the
+// store refused the transaction (every call retries).
+func batchFailure(db *DB, err error) error {
+	if !ownFailure(db, err) {
+		return err
+	}
+	return errOneFailed
 }
 
 // ownFailure reports whether err is a failure of one call's write, to be
