@@ -121,11 +121,23 @@ func run(o options) error {
 		}},
 		subject{"swarmd", func(o options) (figure, error) { return measureSwarmd(o, bin, "") }})
 
-	where := o.dir
-	if where == "" {
-		where = os.TempDir()
+	// Every subject's files stay until the run is over. On ext4 without a
+	// journal, an inode freed in the last 5 minutes (300 s while its table
+	// block is dirty) is skipped when a file is created: a round that
+	// deleted the last one's thousands of logs made every creation of the
+	// next scan them, and that cost swamped a session's own.
+	top, err := os.MkdirTemp(o.dir, "sessioncpu-")
+	if err != nil {
+		return err
 	}
-	fmt.Printf("program %s, files under %s, %v window after %v warm-up, %d rounds\n", o.cmd, where, o.window, o.warmup, o.rounds)
+	defer os.RemoveAll(top)
+	o.dir = top
+	probe, err := createCost(top)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("program %s, files under %s, %v window after %v warm-up, %d rounds\n", o.cmd, top, o.window, o.warmup, o.rounds)
+	fmt.Printf("creating a file costs %v here now (on ext4 without a journal, files deleted in the last 5 minutes raise it)\n", probe)
 	figs := make(map[string][]figure)
 	for i := range o.rounds {
 		for _, s := range subjects {
@@ -170,7 +182,29 @@ func run(o options) error {
 				median(rs, func(f figure) float64 { return f.daemon }), median(rs, func(f figure) float64 { return f.children }))
 		}
 	}
+	if probe, err = createCost(top); err == nil {
+		fmt.Printf("\ncreating a file costs %v at the end\n", probe)
+	}
 	return nil
+}
+
+// createCost is the mean time to create (and write a byte to) a file in a
+// new directory under dir: the file system's part of a session's two file
+// creations, shown so that a run on a file system busy with recent
+// deletions is recognised as such.
+func createCost(dir string) (time.Duration, error) {
+	d, err := os.MkdirTemp(dir, "probe-")
+	if err != nil {
+		return 0, err
+	}
+	const n = 200
+	t := time.Now()
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(d, strconv.Itoa(i)), []byte{'x'}, 0o640); err != nil {
+			return 0, fmt.Errorf("probe file creation: %w", err)
+		}
+	}
+	return time.Since(t) / n, nil
 }
 
 func median(fs []figure, get func(figure) float64) float64 {
@@ -257,11 +291,10 @@ func cpu(pid int) (ticks, error) {
 
 // measureLoop runs this binary in a hidden mode and measures it.
 func measureLoop(o options, self, mode string) (figure, error) {
-	dir, err := os.MkdirTemp(o.dir, "sessioncpu-"+mode)
+	dir, err := os.MkdirTemp(o.dir, mode+"-")
 	if err != nil {
 		return figure{}, err
 	}
-	defer os.RemoveAll(dir)
 	counter := filepath.Join(dir, "counter")
 	if err := os.WriteFile(counter, make([]byte, 8), 0o644); err != nil {
 		return figure{}, err
@@ -288,11 +321,10 @@ func measureLoop(o options, self, mode string) (figure, error) {
 // measureSwarmd runs `swarmd run` with one agent and counts the sessions
 // its log says ended; isolation, if set, is the config's top-level lines.
 func measureSwarmd(o options, bin, isolation string) (figure, error) {
-	work, err := harness.RepoIn(o.dir, "sessioncpu-swarmd")
+	work, err := harness.RepoIn(o.dir, "swarmd-")
 	if err != nil {
 		return figure{}, err
 	}
-	defer os.RemoveAll(work)
 	head := fmt.Sprintf("defaults: {backend: t, session_timeout: 1h, min_session_interval: 0s}\nbackends: {t: {type: command, command: %q}}\n", o.cmd)
 	if isolation != "" {
 		head = isolation + "\n" + head
