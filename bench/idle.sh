@@ -49,7 +49,7 @@ run_one() {
   start=$(date +%s.%N)
   "$bin" run --config "$work/swarmd.yaml" --log-format json 2> "$work/log" &
   pid=$!
-  trap 'kill -9 $pid 2>/dev/null || true' EXIT
+  trap 'kill -9 $pid 2>/dev/null || true; cleanup' EXIT
   while [ "$(grep -c '"to":"Running"' "$work/log" || true)" -lt "$n" ]; do
     kill -0 "$pid" || { echo "swarmd died"; tail "$work/log"; exit 1; }
     sleep 0.05
@@ -85,14 +85,20 @@ run_one() {
   s0=$(date +%s.%N)
   wait "$pid" || true
   s1=$(date +%s.%N)
-  trap - EXIT
-  rm -rf "$work"
+  trap cleanup EXIT
+  # Removed at the end, not now: on ext4 without a journal the next run's
+  # worktrees would be created over the inodes this one freed (see
+  # BENCHMARKS.md, "Files freed before a run").
+  echo "$work" >> "$works"
   awk -v bin="$bin" -v n="$n" -v start="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
       -v clk="$clk" -v rss="$rss" -v anon="$anon" -v file="$file" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" -v ru="$rampu" -v rs="$ramps" 'BEGIN {
     printf "%s agents=%d  start->all Running=%.2fs (CPU user %.2fs sys %.2fs)  idle RSS=%.1f MB (anon %.1f, file %.1f)  idle CPU=%.4f%% of one core (%.1f ms over %.0fs)  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.3fs\n",
       bin, n, rd-start, ru/clk, rs/clk, rss/1024, anon/1024, file/1024, 100*(c1-c0)/1e9/(t1-t0), (c1-c0)/1e6, t1-t0, th, st, s1-s0 }'
 }
 
+works=$(mktemp)
+cleanup() { xargs -r rm -rf < "$works"; rm -f "$works"; }
+trap cleanup EXIT
 echo "# $(date -u +%FT%TZ) load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$rounds"); do
   for b in "${bins[@]}"; do run_one "$b"; done

@@ -84,6 +84,7 @@ type options struct {
 	rounds       int
 	timeout      time.Duration
 	parent       string
+	setups       string        // under parent: every setup's files, removed at the end
 	pgStats      bool          // load pg_stat_statements and print where the server's time went
 	only         string        // "postgres" or "sqlite": run that setup alone
 	sessionNice  int           // limits.session_nice of every daemon
@@ -159,8 +160,19 @@ func run(ctx context.Context, o options) (err error) {
 		through = via
 		fmt.Println("the daemons' " + report)
 	}
+	// Every setup's files stay until the run ends: a setup that removed its
+	// tens of thousands of logs made every file the next one created cost
+	// several times its usual figure (harness.CreateCost).
+	if o.setups, err = os.MkdirTemp(o.parent, "swarmd-pgthroughput-setups-"); err != nil {
+		return err
+	}
 	var results []result
 	failed := false
+	defer func() {
+		if !failed && err == nil {
+			os.RemoveAll(o.setups)
+		}
+	}()
 	for r := range o.rounds {
 		setups := []string{"postgres", "sqlite"}
 		if r%2 == 1 {
@@ -245,6 +257,7 @@ type result struct {
 	wall                        time.Duration
 	daemonCPU, dbCPU, childCPU  time.Duration
 	guardCPU                    time.Duration // the lease guards', counted in daemonCPU
+	createCost                  time.Duration // a file's creation just before the setup (harness.CreateCost)
 	perDaemon                   []int         // tasks each daemon's agents closed
 	latencies                   []time.Duration
 	sends                       []time.Duration // each urgent message's Send, commit included
@@ -277,6 +290,7 @@ func (r result) String() string {
 	fmt.Fprintf(&b, "%-14s tasks=%d wall=%.2fs tasks/s=%.1f  CPU ms/task: daemons=%.2f database=%.2f total=%.2f  (sessions %.2f, not counted)  closed by daemon %v",
 		r.name, r.tasks, r.wall.Seconds(), r.rate(), r.cpuPerTask(r.daemonCPU), r.cpuPerTask(r.dbCPU),
 		r.cpuPerTask(r.daemonCPU+r.dbCPU), r.cpuPerTask(r.childCPU), r.perDaemon)
+	fmt.Fprintf(&b, "\n%-14s creating a file cost %v just before", "", r.createCost)
 	if r.messages > 0 {
 		pct := func(ds []time.Duration, q float64) time.Duration {
 			return harness.Percentile(slices.Clone(ds), q).Round(10 * time.Microsecond)
@@ -342,17 +356,18 @@ const (
 
 func runSetup(ctx context.Context, o options, sp setup) (res result, err error) {
 	res.name, res.pg, res.tasks = sp.name, sp.url != "", o.tasks
-	root, err := os.MkdirTemp(o.parent, "swarmd-pgthroughput-")
+	root, err := os.MkdirTemp(o.setups, "setup-")
 	if err != nil {
 		return res, err
 	}
 	defer func() {
-		if err == nil && len(res.violations) == 0 {
-			os.RemoveAll(root)
-		} else {
+		if err != nil || len(res.violations) > 0 {
 			fmt.Fprintf(os.Stderr, "pgthroughput: %s: kept the daemons' logs and state in %s\n", sp.name, root)
 		}
 	}()
+	if res.createCost, err = harness.CreateCost(root); err != nil {
+		return res, err
+	}
 	first, err := harness.RepoIn(root, "repo")
 	if err != nil {
 		return res, err

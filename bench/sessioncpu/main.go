@@ -132,7 +132,7 @@ func run(o options) error {
 	}
 	defer os.RemoveAll(top)
 	o.dir = top
-	probe, err := createCost(top)
+	probe, err := harness.CreateCost(top)
 	if err != nil {
 		return err
 	}
@@ -182,29 +182,10 @@ func run(o options) error {
 				median(rs, func(f figure) float64 { return f.daemon }), median(rs, func(f figure) float64 { return f.children }))
 		}
 	}
-	if probe, err = createCost(top); err == nil {
+	if probe, err = harness.CreateCost(top); err == nil {
 		fmt.Printf("\ncreating a file costs %v at the end\n", probe)
 	}
 	return nil
-}
-
-// createCost is the mean time to create (and write a byte to) a file in a
-// new directory under dir: the file system's part of a session's two file
-// creations, shown so that a run on a file system busy with recent
-// deletions is recognised as such.
-func createCost(dir string) (time.Duration, error) {
-	d, err := os.MkdirTemp(dir, "probe-")
-	if err != nil {
-		return 0, err
-	}
-	const n = 200
-	t := time.Now()
-	for i := range n {
-		if err := os.WriteFile(filepath.Join(d, strconv.Itoa(i)), []byte{'x'}, 0o640); err != nil {
-			return 0, fmt.Errorf("probe file creation: %w", err)
-		}
-	}
-	return time.Since(t) / n, nil
 }
 
 func median(fs []figure, get func(figure) float64) float64 {
