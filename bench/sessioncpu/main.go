@@ -86,6 +86,10 @@ type options struct {
 type figure struct {
 	daemon, children float64
 	rate             float64 // sessions per second
+	// switches is the daemon's voluntary context switches per session: each
+	// is one of its threads going to sleep to be woken again, the hand-offs
+	// a session costs.
+	switches float64
 }
 
 type subject struct {
@@ -146,11 +150,11 @@ func run(o options) error {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 			figs[s.name] = append(figs[s.name], f)
-			fmt.Printf("round %d  %-12s daemon %6.3f ms/session  children %6.3f ms/session  %7.1f sessions/s\n",
-				i+1, s.name, f.daemon, f.children, f.rate)
+			fmt.Printf("round %d  %-12s daemon %6.3f ms/session  children %6.3f ms/session  %7.1f sessions/s  %5.1f switches/session\n",
+				i+1, s.name, f.daemon, f.children, f.rate, f.switches)
 		}
 	}
-	fmt.Printf("\nmedians of %d rounds (ms per session)\n%-12s %8s %9s %11s\n", o.rounds, "subject", "daemon", "children", "sessions/s")
+	fmt.Printf("\nmedians of %d rounds (ms per session)\n%-12s %8s %9s %11s %9s\n", o.rounds, "subject", "daemon", "children", "sessions/s", "switches")
 	med := make(map[string]figure)
 	for _, s := range subjects {
 		fs := figs[s.name]
@@ -158,9 +162,10 @@ func run(o options) error {
 			daemon:   median(fs, func(f figure) float64 { return f.daemon }),
 			children: median(fs, func(f figure) float64 { return f.children }),
 			rate:     median(fs, func(f figure) float64 { return f.rate }),
+			switches: median(fs, func(f figure) float64 { return f.switches }),
 		}
 		med[s.name] = m
-		fmt.Printf("%-12s %8.3f %9.3f %11.1f\n", s.name, m.daemon, m.children, m.rate)
+		fmt.Printf("%-12s %8.3f %9.3f %11.1f %9.1f\n", s.name, m.daemon, m.children, m.rate, m.switches)
 	}
 	// Ratios per round (the subjects of a round shared the machine's load),
 	// then their median.
@@ -197,7 +202,7 @@ func median(fs []figure, get func(figure) float64) float64 {
 	return v[len(v)/2]
 }
 
-// measure takes the CPU and session counts of pid over the window, once the
+// measure takes the CPU, context switch and session counts of pid over the window, once the
 // first session has completed and the warm-up has passed.
 func measure(o options, pid int, sessions func() (int64, error)) (figure, error) {
 	deadline := time.Now().Add(30 * time.Second)
@@ -242,13 +247,14 @@ func measure(o options, pid int, sessions func() (int64, error)) (figure, error)
 		daemon:   float64(c1.self-c0.self) * tick / n,
 		children: float64(c1.children-c0.children) * tick / n,
 		rate:     n / elapsed.Seconds(),
+		switches: float64(c1.switches-c0.switches) / n,
 	}, nil
 }
 
 // tick is one clock tick of /proc/PID/stat in ms (USER_HZ is 100 on Linux).
 const tick = 10.0
 
-type ticks struct{ self, children int64 }
+type ticks struct{ self, children, switches int64 }
 
 // cpu reads utime+stime and cutime+cstime of pid: the children's figure
 // holds every child pid has reaped, and as a subreaper that includes the
@@ -267,7 +273,37 @@ func cpu(pid int) (ticks, error) {
 			return ticks{}, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
 		}
 	}
-	return ticks{self: v[0] + v[1], children: v[2] + v[3]}, nil
+	sw, err := switches(pid)
+	if err != nil {
+		return ticks{}, err
+	}
+	return ticks{self: v[0] + v[1], children: v[2] + v[3], switches: sw}, nil
+}
+
+// switches sums the voluntary context switches of pid's threads (a thread
+// that has exited takes its count with it; the Go runtime keeps its threads).
+func switches(pid int) (int64, error) {
+	tasks, err := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/status")
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("parse %s: %w", t, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n, nil
 }
 
 // measureLoop runs this binary in a hidden mode and measures it.
