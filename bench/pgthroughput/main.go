@@ -171,6 +171,8 @@ func run(ctx context.Context, o options) (err error) {
 	defer func() {
 		if !failed && err == nil {
 			os.RemoveAll(o.setups)
+		} else {
+			fmt.Fprintf(os.Stderr, "pgthroughput: kept every setup's files in %s\n", o.setups)
 		}
 	}()
 	for r := range o.rounds {

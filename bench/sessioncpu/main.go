@@ -202,8 +202,8 @@ func median(fs []figure, get func(figure) float64) float64 {
 	return v[len(v)/2]
 }
 
-// measure takes the CPU, context switch and session counts of pid over the window, once the
-// first session has completed and the warm-up has passed.
+// measure takes the CPU, context switch and session counts of pid over the
+// window, once the first session has completed and the warm-up has passed.
 func measure(o options, pid int, sessions func() (int64, error)) (figure, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {

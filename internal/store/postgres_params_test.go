@@ -31,6 +31,7 @@ func TestPostgresConnectionsRunWithoutJIT(t *testing.T) {
 		if err != nil {
 			t.Fatalf("open %s: %v", url, err)
 		}
+		t.Cleanup(func() { db.Close() }) // a Fatal below leaves it open otherwise
 		for name, q := range map[string]interface {
 			QueryRowContext(context.Context, string, ...any) *sql.Row
 		}{"write": db.SQL(), "read": db.ReadSQL()} {
