@@ -2,6 +2,7 @@ package store
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,16 +47,29 @@ func TestPayloadChange(t *testing.T) {
 			t.Errorf("payloadChange(%q) = %b, want %b", payload, got, want)
 		}
 	}
+	sent := &pgConn{lock: heldLock} // a transaction that has sent its BEGIN
 	for c := Change(1); c <= ChangedAll; c++ {
-		end := commitWrite(c)
+		end := sent.commitWrite(c)
 		if len(end) != 2 || end[1].sql != "COMMIT" || end[0].args[0] != changesChannel {
 			t.Fatalf("commitWrite(%b) = %+v, want a notification on %s, then COMMIT", c, end, changesChannel)
 		}
 		if got := payloadChange(end[0].args[1].(string)); got != c {
 			t.Errorf("commitWrite(%b)'s payload reads back as %b", c, got)
 		}
+		// Nothing sent yet: the notification goes in the lock's statement.
+		held := &pgConn{lock: heldLock, held: []heldBack{heldBegin, heldLock}}
+		if end := held.commitWrite(c); len(end) != 1 || end[0].sql != "COMMIT" {
+			t.Fatalf("commitWrite(%b) before the BEGIN went = %+v, want the COMMIT alone", c, end)
+		}
+		lock := held.held[1]
+		if !strings.HasPrefix(lock.sql, heldLock.sql) || !strings.Contains(lock.sql, "pg_notify($1, $2)") || lock.args[0] != changesChannel {
+			t.Fatalf("the lock's statement = %+v, want the lock and the notification", lock)
+		}
+		if got := payloadChange(lock.args[1].(string)); got != c {
+			t.Errorf("commitWrite(%b)'s payload in the lock's statement reads back as %b", c, got)
+		}
 	}
-	if got := commitWrite(0); len(got) != 1 || got[0].sql != "COMMIT" {
+	if got := sent.commitWrite(0); len(got) != 1 || got[0].sql != "COMMIT" {
 		t.Errorf("commitWrite(0) = %+v, want a COMMIT that tells no one", got)
 	}
 }

@@ -105,40 +105,66 @@ type sessionOp struct {
 }
 
 const (
-	stmtEvent  = iota
-	stmtEvents // eventsPerInsert rows in one statement
-	stmtAgent
-	stmtSessionStart
+	stmtSessionStart = iota
 	stmtSessionEnd
 	stmtToolCall
-	numStmts
+	// stmtEvents+k inserts 1<<k events in one statement, stmtAgents+k
+	// upserts 1<<k agent rows (chunks).
+	stmtEvents
+	stmtAgents = stmtEvents + chunkSizes
+	numStmts   = stmtAgents + chunkSizes
 )
 
 const insertEventSQL = `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// eventsPerInsert rows go into one multi-row INSERT: one statement step
-// instead of 32 halves the writer's CPU per event, which is CPU the runners
-// share on a small machine.
-const eventsPerInsert = 32
+const upsertAgentSQL = `INSERT INTO agents (name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
-var insertEventsSQL = insertEventSQL + strings.Repeat(", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", eventsPerInsert-1)
-
-var stmtSQL = [numStmts]string{
-	stmtEvent:  insertEventSQL,
-	stmtEvents: insertEventsSQL,
-	stmtAgent: `INSERT INTO agents (name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+const upsertAgentConflict = `
 ON CONFLICT (name) DO UPDATE SET state = excluded.state, session_seq = excluded.session_seq,
 	consecutive_errors = excluded.consecutive_errors, total_errors = excluded.total_errors,
-	stop_kind = excluded.stop_kind, stop_reason = excluded.stop_reason, updated_at = excluded.updated_at`,
-	// A start never overwrites what an end already wrote.
-	stmtSessionStart: `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
+	stop_kind = excluded.stop_kind, stop_reason = excluded.stop_reason, updated_at = excluded.updated_at`
+
+// A batch's events (and its agents' rows) go in multi-row statements of
+// 1, 2, 4, … 32 rows, a batch of n in as many statements as n has bits set
+// below 32, plus one per full 32: one statement step instead of one a row.
+// On PostgreSQL each statement is also the server's fixed cost (bind,
+// executor start, its protocol messages), paid under the swarm's writer
+// lock: a task's four or so journal events cost four of them, one now.
+// The rows of one statement take their ids in the order listed, so events
+// still commit in the order they were enqueued.
+const chunkSizes = 6 // 1 << (chunkSizes-1) = 32 rows at most
+
+// chunks splits n rows into statement sizes, largest first: k for 1<<k rows.
+func chunks(n int, yield func(k, rows int)) {
+	for k := chunkSizes - 1; k >= 0; k-- {
+		size := 1 << k
+		for n >= size {
+			yield(k, size)
+			n -= size
+			if k < chunkSizes-1 {
+				break // a smaller size is taken at most once
+			}
+		}
+	}
+}
+
+// rowsSQL is head, whose VALUES list has one row, with rows rows.
+func rowsSQL(head string, rows int) string {
+	row := head[strings.LastIndex(head, "("):]
+	return head + strings.Repeat(", "+row, rows-1)
+}
+
+var stmtSQL = func() [numStmts]string {
+	q := [numStmts]string{
+		// A start never overwrites what an end already wrote.
+		stmtSessionStart: `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
 VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (session_id) DO UPDATE SET agent = excluded.agent, seq = excluded.seq,
 	started_at = excluded.started_at, head_before = excluded.head_before, log_path = excluded.log_path`,
-	// An end keeps the start's head_before and log_path when it has none.
-	stmtSessionEnd: `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal,
+		// An end keeps the start's head_before and log_path when it has none.
+		stmtSessionEnd: `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal,
 	abort_reason, reason, duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls,
 	result_text, commits)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -151,9 +177,17 @@ ON CONFLICT (session_id) DO UPDATE SET ended_at = excluded.ended_at, outcome = e
 	tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out,
 	cost_usd = excluded.cost_usd, tool_calls = excluded.tool_calls, result_text = excluded.result_text,
 	commits = excluded.commits`,
-	stmtToolCall: `INSERT INTO tool_calls (session_id, agent, seq, call_id, tool, input, started_at, duration_ms, status)
+		stmtToolCall: `INSERT INTO tool_calls (session_id, agent, seq, call_id, tool, input, started_at, duration_ms, status)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-}
+	}
+	for k := range chunkSizes {
+		q[stmtEvents+k] = rowsSQL(insertEventSQL, 1<<k)
+		// One statement upserts each agent once: latestAgents leaves one
+		// row an agent, as PostgreSQL requires of ON CONFLICT DO UPDATE.
+		q[stmtAgents+k] = rowsSQL(upsertAgentSQL, 1<<k) + upsertAgentConflict
+	}
+	return q
+}()
 
 // NewJournal returns a Journal writing to db. Records enqueued before Start
 // wait for it (or for Flush or Close). Close the Journal before the DB.
@@ -566,34 +600,31 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags 
 			}
 		}
 	}
-	if len(ags) > 0 {
-		st := tx.StmtContext(ctx, j.stmts[stmtAgent])
-		for _, a := range ags {
-			if _, err := st.ExecContext(later, a.Name, a.State, int64(a.Seq), int64(a.ConsecutiveErrors),
-				int64(a.TotalErrors), a.StopKind, a.StopReason, FormatTime(a.UpdatedAt)); err != nil {
-				return wrap(err)
-			}
+	args := make([]any, 0, 10<<(chunkSizes-1))
+	chunks(len(ags), func(k, rows int) {
+		if err != nil {
+			return
 		}
-	}
-	if len(evs) > 0 {
-		many := tx.StmtContext(ctx, j.stmts[stmtEvents])
-		args := make([]any, 0, 10*eventsPerInsert)
-		for len(evs) >= eventsPerInsert {
-			args = args[:0]
-			for i := range evs[:eventsPerInsert] {
-				args = appendEventArgs(args, &evs[i])
-			}
-			if _, err := many.ExecContext(later, args...); err != nil {
-				return wrap(err)
-			}
-			evs = evs[eventsPerInsert:]
+		args = args[:0]
+		for i := range ags[:rows] {
+			args = appendAgentArgs(args, &ags[i])
 		}
-		one := tx.StmtContext(ctx, j.stmts[stmtEvent])
-		for i := range evs {
-			if _, err := one.ExecContext(later, appendEventArgs(args[:0], &evs[i])...); err != nil {
-				return wrap(err)
-			}
+		ags = ags[rows:]
+		_, err = tx.StmtContext(ctx, j.stmts[stmtAgents+k]).ExecContext(later, args...)
+	})
+	chunks(len(evs), func(k, rows int) {
+		if err != nil {
+			return
 		}
+		args = args[:0]
+		for i := range evs[:rows] {
+			args = appendEventArgs(args, &evs[i])
+		}
+		evs = evs[rows:]
+		_, err = tx.StmtContext(ctx, j.stmts[stmtEvents+k]).ExecContext(later, args...)
+	})
+	if err != nil {
+		return wrap(err)
 	}
 	if err := j.insertToolCalls(later, tx.Tx, tcs); err != nil {
 		return wrap(err)
@@ -624,6 +655,11 @@ func (j *Journal) insertToolCalls(ctx context.Context, tx *sql.Tx, tcs []ToolCal
 
 // prepare prepares the statements once on the write connection. It must
 // run outside a transaction: the pool's one connection would be taken.
+func appendAgentArgs(args []any, a *AgentRecord) []any {
+	return append(args, a.Name, a.State, int64(a.Seq), int64(a.ConsecutiveErrors),
+		int64(a.TotalErrors), a.StopKind, a.StopReason, FormatTime(a.UpdatedAt))
+}
+
 func appendEventArgs(args []any, e *EventRecord) []any {
 	return append(args, FormatTime(e.At), e.Agent, e.From, e.Event, e.To, e.Effect, e.Actor, e.Reason, e.SessionID, int64(e.Seq))
 }

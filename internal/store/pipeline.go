@@ -133,14 +133,25 @@ const fenceSQL = `SELECT 1 / COUNT(*) FROM (SELECT 1 FROM agent_leases WHERE age
 // not held; it means that only for a lease check.
 const fenceFailed = "22012"
 
-// commitWrite ends a write transaction that touched c: a notification
+// commitWrite ends a write transaction that touched ch: a notification
 // saying what, then COMMIT; a transaction that wrote nothing tells no one.
-func commitWrite(c Change) []heldBack {
-	if c == 0 {
+// When nothing of the transaction has gone yet (its writes were all held
+// back, as the journal's and a batch of session starts are), the
+// notification rides in the lock's statement instead, one statement less
+// for the server to bind and run: a notification is delivered at the
+// commit wherever the transaction made it.
+func (c *pgConn) commitWrite(ch Change) []heldBack {
+	switch {
+	case ch == 0:
+		return commitOnly
+	case !c.began() && len(c.held) > 1 && c.held[1].sql == c.lock.sql:
+		c.held[1] = heldBack{sql: c.lock.sql + `, pg_notify($1, $2)`, args: notifyArgs(ch)}
 		return commitOnly
 	}
-	return []heldBack{{sql: `SELECT pg_notify($1, $2)`, args: []any{changesChannel, strconv.Itoa(int(c))}}, heldCommit}
+	return []heldBack{{sql: `SELECT pg_notify($1, $2)`, args: notifyArgs(ch)}, heldCommit}
 }
+
+func notifyArgs(ch Change) []any { return []any{changesChannel, strconv.Itoa(int(ch))} }
 
 func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriver.Tx, error) {
 	if !c.write {
@@ -263,7 +274,7 @@ func (c *pgConn) locked(ctx context.Context, orig string, q heldBack, rows bool)
 	touched := c.kinds.of(orig)
 	c.held = append(c.held[:0], heldBegin, c.lock)
 	if len(q.args) > 0 || rows {
-		tag, r, err := c.sendHeld(ctx, &q, rows, commitWrite(touched))
+		tag, r, err := c.sendHeld(ctx, &q, rows, c.commitWrite(touched))
 		if err != nil {
 			_ = c.rollback() // the statement's error says more
 		}
@@ -276,7 +287,7 @@ func (c *pgConn) locked(ctx context.Context, orig string, q heldBack, rows bool)
 	c.trips.Add(1)
 	tag, err := c.Conn.Conn().PgConn().Exec(ctx, q.sql).ReadAll()
 	if err == nil {
-		_, _, err = c.sendHeld(context.Background(), nil, false, commitWrite(touched))
+		_, _, err = c.sendHeld(context.Background(), nil, false, c.commitWrite(touched))
 	}
 	if err != nil {
 		_ = c.rollback() // the statement's error says more
@@ -385,7 +396,7 @@ func (t *pgTx) Commit() error {
 		c.held = c.held[:0]
 		return nil
 	}
-	if _, _, err := c.sendHeld(context.Background(), nil, false, commitWrite(c.touched)); err != nil {
+	if _, _, err := c.sendHeld(context.Background(), nil, false, c.commitWrite(c.touched)); err != nil {
 		_ = c.rollback() // the statement's error says more
 		return err
 	}

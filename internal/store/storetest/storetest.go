@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"SettingsSharedAcrossHandles", testSettings},
 		{"JournalRoundTrip", testJournalRoundTrip},
+		{"JournalBatchesOfEverySize", testJournalBatchSizes},
 		{"EventQueries", testEventQueries},
 		{"RecoveryClosesOrphans", testRecovery},
 		{"ResetAgent", testResetAgent},
@@ -115,6 +116,54 @@ func testJournalRoundTrip(t *testing.T, h Harness) {
 	sp, err := other.Spend(ctx)
 	if err != nil || sp["alice"].CostUSD != 0.5 {
 		t.Fatalf("Spend = %+v, %v", sp, err)
+	}
+}
+
+// testJournalBatchSizes: a batch of n events goes in multi-row statements
+// of 32, 16, … 1 rows; for every n up to past two full statements, every
+// event is written once, in the order enqueued, and of several rows of one
+// agent the latest wins.
+func testJournalBatchSizes(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.Open(t, h.Fresh(t))
+	j := startJournal(t, db)
+	var seq uint32
+	for n := range 70 {
+		first := seq
+		for range n {
+			j.Event(store.EventRecord{At: t0, Agent: "alice", Event: "E", Seq: seq})
+			seq++
+		}
+		// n agents' rows, each twice: the second must win.
+		for i := range n {
+			for v := range uint32(2) {
+				j.Agent(store.AgentRecord{Name: fmt.Sprint("a", i), State: "Idle", Seq: uint32(n)*2 + v, UpdatedAt: t0})
+			}
+		}
+		if err := j.Flush(ctx); err != nil {
+			t.Fatalf("batch of %d: %v", n, err)
+		}
+		evs, err := db.Events(ctx, store.EventQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != int(seq) {
+			t.Fatalf("after a batch of %d: %d events, want %d", n, len(evs), seq)
+		}
+		for i, e := range evs[first:] {
+			if e.Seq != first+uint32(i) {
+				t.Fatalf("batch of %d: event %d has seq %d, want %d (ids out of the enqueued order)", n, i, e.Seq, first+uint32(i))
+			}
+		}
+		ags, err := db.Agents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if a := ags[fmt.Sprint("a", i)]; a.Seq != uint32(n)*2+1 {
+				t.Fatalf("batch of %d: agent a%d at seq %d, want the latest row (%d)", n, i, a.Seq, n*2+1)
+			}
+		}
 	}
 }
 
