@@ -9,6 +9,8 @@
 # the machine's load; each run prints one line, labelled by its binary.
 # The repository and state are made under $TMPDIR (default /tmp): point it
 # at another file system to compare (the ramp is file creations).
+# IDLE_KEEP_LOG=FILE copies each run's daemon log (JSON) to FILE, the last
+# run's kept: the stop's timeline is in its timestamps.
 set -euo pipefail
 IFS=, read -r -a bins <<< "${1:-bin/swarmd}"
 n=${2:-200}
@@ -90,6 +92,7 @@ run_one() {
   # worktrees would be created over the inodes this one freed (see
   # BENCHMARKS.md, "Files freed before a run").
   echo "$work" >> "$works"
+  [ -n "${IDLE_KEEP_LOG:-}" ] && cp "$work/log" "$IDLE_KEEP_LOG"
   awk -v bin="$bin" -v n="$n" -v start="$start" -v rd="$ready" -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" \
       -v clk="$clk" -v rss="$rss" -v anon="$anon" -v file="$file" -v th="$threads" -v s0="$s0" -v s1="$s1" -v st="$st" -v ru="$rampu" -v rs="$ramps" 'BEGIN {
     printf "%s agents=%d  start->all Running=%.2fs (CPU user %.2fs sys %.2fs)  idle RSS=%.1f MB (anon %.1f, file %.1f)  idle CPU=%.4f%% of one core (%.1f ms over %.0fs)  threads=%d  status p50=%.1f ms  SIGTERM->exit=%.3fs\n",

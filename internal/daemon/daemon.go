@@ -401,6 +401,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer services.Stop()
 	<-ctx.Done()
 	systemd{}.stopping()
+	// The store's upkeep ends now, so that the end of its WAL watch (a
+	// kernel grace period) passes while the agents stop, not after them.
+	d.db.EndUpkeep()
 	agents.Stop() // first, with their grace, while the services they use run on
 	return nil
 }

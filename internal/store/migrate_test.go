@@ -277,6 +277,54 @@ func TestIdleStoreDoesNotCheckpoint(t *testing.T) {
 	}
 }
 
+// TestEndUpkeep: a stopping daemon ends the store's upkeep ahead of Close.
+// Its checkpoints stop, its WAL watch is closed (its goroutine gone), the
+// store still takes writes, and Close checkpoints them: the WAL is gone and
+// the file holds them.
+func TestEndUpkeep(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	db, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for db.checkpoints.Load() == 0 { // the migrations'
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint after the migrations")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	db.EndUpkeep()
+	db.EndUpkeep() // idempotent
+	if db.wal == nil {
+		t.Fatal("no WAL watch on this host: nothing to test")
+	}
+	select {
+	case <-db.wal.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the WAL watch still runs 10 s after EndUpkeep")
+	}
+	n := db.checkpoints.Load()
+	if err := db.SetSetting(ctx, "test.after", "kept"); err != nil {
+		t.Fatalf("a write after EndUpkeep: %v", err)
+	}
+	time.Sleep(4 * checkpointEvery)
+	if got := db.checkpoints.Load(); got != n {
+		t.Fatalf("%d checkpoints after EndUpkeep, want 0", got-n)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + "-wal"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the WAL after Close: %v; want it checkpointed and removed", err)
+	}
+	again := openTest(t, path, Options{})
+	if v, ok, err := again.Setting(ctx, "test.after"); err != nil || !ok || v != "kept" {
+		t.Fatalf("after a reopen the write reads %q, %v, %v; want it kept", v, ok, err)
+	}
+}
+
 // TestMigrateSkipsWhatAnotherOpenerApplied: an opener that read an old
 // version before another process migrated the file skips to the version
 // it finds under the write lock, instead of taking the lock once per step

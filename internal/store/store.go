@@ -71,6 +71,8 @@ type DB struct {
 	listeners sync.WaitGroup
 	stop      context.CancelFunc
 	stopCtx   context.Context
+	// endUpkeep stops the driver's upkeep alone (EndUpkeep).
+	endUpkeep context.CancelFunc
 
 	// locks are the Locks TryLock took and no one released yet: Close
 	// releases them.
@@ -179,7 +181,9 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 			return nil, fmt.Errorf("store: open %s: %w", db.path, err)
 		}
 	}
-	db.listeners.Go(func() { drv.maintain(db.stopCtx, db) })
+	var upkeep context.Context
+	upkeep, db.endUpkeep = context.WithCancel(db.stopCtx)
+	db.listeners.Go(func() { drv.maintain(upkeep, db) })
 	return db, nil
 }
 
@@ -393,6 +397,19 @@ func (db *DB) Changes() *Watch {
 	}
 	db.listeners.Go(func() { db.drv.changes(db.stopCtx, db, w) })
 	return w
+}
+
+// EndUpkeep stops the store's background upkeep ahead of Close: SQLite's
+// paced checkpoints, and the watch of the WAL that paces them. Reads and
+// writes go on; Close checkpoints what was written since, as the last
+// connection always does. A daemon that is stopping calls it first:
+// closing an inotify watch waits for a grace period of the kernel's (up to
+// 14 ms measured here), which then passes while the agents stop instead of
+// after them, in Close. It returns without waiting and is idempotent.
+func (db *DB) EndUpkeep() {
+	if db.endUpkeep != nil {
+		db.endUpkeep()
+	}
 }
 
 // Close closes the database. It is idempotent.
