@@ -9,6 +9,7 @@
 # the machine's load; each run prints one line, labelled by its binary.
 # The repository and state are made under $TMPDIR (default /tmp): point it
 # at another file system to compare (the ramp is file creations).
+# IDLE_ISOLATION=off|auto|strict sets the daemons' isolation (default: auto).
 # IDLE_KEEP_LOG=FILE copies each run's daemon log (JSON) to FILE, the last
 # run's kept: the stop's timeline is in its timestamps.
 set -euo pipefail
@@ -40,6 +41,7 @@ run_one() {
   git -C "$work" -c user.name=b -c user.email=b@b.invalid commit -q --allow-empty -m init
   {
     echo 'listen: ""'
+    [ -n "${IDLE_ISOLATION:-}" ] && echo "isolation: $IDLE_ISOLATION"
     echo 'defaults: {backend: sleeper, session_timeout: 24h}'
     echo 'backends: {sleeper: {type: scripted, steps: [{sleep: 24h}]}}'
     echo 'agents:'
