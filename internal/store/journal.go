@@ -601,29 +601,10 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags 
 		}
 	}
 	args := make([]any, 0, 10<<(chunkSizes-1))
-	chunks(len(ags), func(k, rows int) {
-		if err != nil {
-			return
-		}
-		args = args[:0]
-		for i := range ags[:rows] {
-			args = appendAgentArgs(args, &ags[i])
-		}
-		ags = ags[rows:]
-		_, err = tx.StmtContext(ctx, j.stmts[stmtAgents+k]).ExecContext(later, args...)
-	})
-	chunks(len(evs), func(k, rows int) {
-		if err != nil {
-			return
-		}
-		args = args[:0]
-		for i := range evs[:rows] {
-			args = appendEventArgs(args, &evs[i])
-		}
-		evs = evs[rows:]
-		_, err = tx.StmtContext(ctx, j.stmts[stmtEvents+k]).ExecContext(later, args...)
-	})
-	if err != nil {
+	if args, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtAgents:stmtAgents+chunkSizes], ags, appendAgentArgs, args); err != nil {
+		return wrap(err)
+	}
+	if _, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtEvents:stmtEvents+chunkSizes], evs, appendEventArgs, args); err != nil {
 		return wrap(err)
 	}
 	if err := j.insertToolCalls(later, tx.Tx, tcs); err != nil {
@@ -633,6 +614,24 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags 
 		return wrap(err)
 	}
 	return nil
+}
+
+// execChunks inserts rows in multi-row statements, stmts[k] taking 1<<k
+// rows (chunks); args is a buffer for the arguments, returned for reuse.
+func execChunks[T any](ctx, later context.Context, tx *sql.Tx, stmts []*sql.Stmt, rows []T, add func([]any, *T) []any, args []any) ([]any, error) {
+	var err error
+	chunks(len(rows), func(k, n int) {
+		if err != nil {
+			return
+		}
+		args = args[:0]
+		for i := range rows[:n] {
+			args = add(args, &rows[i])
+		}
+		rows = rows[n:]
+		_, err = tx.StmtContext(ctx, stmts[k]).ExecContext(later, args...)
+	})
+	return args, err
 }
 
 func (j *Journal) insertToolCalls(ctx context.Context, tx *sql.Tx, tcs []ToolCallRecord) error {
