@@ -216,7 +216,7 @@ func (g *Group) Freeze(on bool) error {
 // waiting for its parent to reap it does not, so a tree's end need not wait
 // for reaping to know that all of it is dead.
 func (g *Group) Empty() (bool, error) {
-	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.events"))
+	b, err := readFile(filepath.Join(g.dir, "cgroup.events"))
 	if err != nil {
 		return false, fmt.Errorf("cgroup: %w", err)
 	}
@@ -229,7 +229,7 @@ func (g *Group) Empty() (bool, error) {
 
 // Procs counts the processes in the cgroup.
 func (g *Group) Procs() (int, error) {
-	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	b, err := readFile(filepath.Join(g.dir, "cgroup.procs"))
 	if err != nil {
 		return 0, fmt.Errorf("cgroup: %w", err)
 	}
@@ -238,7 +238,7 @@ func (g *Group) Procs() (int, error) {
 
 // Pids lists the processes in the cgroup.
 func (g *Group) Pids() ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	b, err := readFile(filepath.Join(g.dir, "cgroup.procs"))
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
@@ -293,7 +293,7 @@ func (g *Group) Remove() error {
 }
 
 func (g *Group) write(file, v string) error {
-	if err := os.WriteFile(filepath.Join(g.dir, file), []byte(v), 0); err != nil {
+	if err := writeFile(filepath.Join(g.dir, file), v); err != nil {
 		return fmt.Errorf("cgroup: write %s: %w", file, err)
 	}
 	return nil
@@ -301,7 +301,7 @@ func (g *Group) write(file, v string) error {
 
 // keyed reads a flat keyed file ("key value" lines).
 func (g *Group) keyed(file string) (map[string]int64, error) {
-	b, err := os.ReadFile(filepath.Join(g.dir, file))
+	b, err := readFile(filepath.Join(g.dir, file))
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
