@@ -206,7 +206,8 @@ func TestAgentMachineTable(t *testing.T) {
 // may import only packages of lower tiers. An import that climbs (the store
 // reaching for the mailbox, the runner for the daemon) is the wrong way.
 var tiers = [][]string{
-	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "fence", "notify", "control", "environ", "service", "mockllm", "pgtest"}, // leaves: import nothing of swarmd
+	{"sysfile"}, // the kernel's files, for cgroup and proc
+	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "fence", "notify", "control", "environ", "service", "mockllm", "pgtest"}, // leaves: import nothing of swarmd but sysfile
 	{"proc"},
 	{"backend", "hooks", "worktree", "store", "logs"},
 	{"mailbox", "taskboard", "merge", "runner"},

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/swarmd/swarmd/internal/sysfile"
 )
 
 // ErrUnavailable is wrapped by Open's error when this process cannot give
@@ -216,7 +218,7 @@ func (g *Group) Freeze(on bool) error {
 // waiting for its parent to reap it does not, so a tree's end need not wait
 // for reaping to know that all of it is dead.
 func (g *Group) Empty() (bool, error) {
-	b, err := readFile(filepath.Join(g.dir, "cgroup.events"))
+	b, err := g.read("cgroup.events")
 	if err != nil {
 		return false, fmt.Errorf("cgroup: %w", err)
 	}
@@ -229,7 +231,7 @@ func (g *Group) Empty() (bool, error) {
 
 // Procs counts the processes in the cgroup.
 func (g *Group) Procs() (int, error) {
-	b, err := readFile(filepath.Join(g.dir, "cgroup.procs"))
+	b, err := g.read("cgroup.procs")
 	if err != nil {
 		return 0, fmt.Errorf("cgroup: %w", err)
 	}
@@ -238,7 +240,7 @@ func (g *Group) Procs() (int, error) {
 
 // Pids lists the processes in the cgroup.
 func (g *Group) Pids() ([]int, error) {
-	b, err := readFile(filepath.Join(g.dir, "cgroup.procs"))
+	b, err := g.read("cgroup.procs")
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
@@ -293,15 +295,21 @@ func (g *Group) Remove() error {
 }
 
 func (g *Group) write(file, v string) error {
-	if err := writeFile(filepath.Join(g.dir, file), v); err != nil {
+	if err := sysfile.Write(filepath.Join(g.dir, file), v); err != nil {
 		return fmt.Errorf("cgroup: write %s: %w", file, err)
 	}
 	return nil
 }
 
+// read reads one of the cgroup's files (sysfile: each session's start and
+// end reads several).
+func (g *Group) read(file string) ([]byte, error) {
+	return sysfile.Read(filepath.Join(g.dir, file), make([]byte, 0, 512))
+}
+
 // keyed reads a flat keyed file ("key value" lines).
 func (g *Group) keyed(file string) (map[string]int64, error) {
-	b, err := readFile(filepath.Join(g.dir, file))
+	b, err := g.read(file)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}

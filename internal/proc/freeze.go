@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/swarmd/swarmd/internal/sysfile"
 )
 
 // ErrNotStopped is returned by Freeze when a process of the tree was sent
@@ -270,7 +272,7 @@ func appendThreadChildren(pids []int, buf []byte, pid, threads int) ([]int, []by
 	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
 	if threads == 1 {
 		var err error
-		buf, err = readFile(dir+strconv.Itoa(pid)+"/children", buf)
+		buf, err = sysfile.Read(dir+strconv.Itoa(pid)+"/children", buf)
 		if err == nil {
 			pids = appendPids(pids, buf)
 		}
@@ -286,7 +288,7 @@ func appendThreadChildren(pids []int, buf []byte, pid, threads int) ([]int, []by
 		return pids, buf
 	}
 	for _, tid := range tids {
-		buf, err = readFile(dir+tid+"/children", buf)
+		buf, err = sysfile.Read(dir+tid+"/children", buf)
 		if err == nil {
 			pids = appendPids(pids, buf)
 		}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strconv"
 
-	"golang.org/x/sys/unix"
+	"github.com/swarmd/swarmd/internal/sysfile"
 )
 
 // procStat is the part of /proc/PID/stat that supervision needs.
@@ -22,48 +22,10 @@ type procStat struct {
 
 func (st procStat) dead() bool { return st.state == 'Z' || st.state == 'X' }
 
-// readFile reads a small /proc file into buf (grown as needed) with raw
-// syscalls: os.ReadFile would allocate an *os.File and a buffer per call, and
-// these files are read once per child per scan.
-func readFile(path string, buf []byte) ([]byte, error) {
-	fd, err := openRetry(path)
-	if err != nil {
-		return buf[:0], err
-	}
-	defer unix.Close(fd)
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return buf, err
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
-
-func openRetry(path string) (int, error) {
-	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		return fd, err
-	}
-}
-
 // readStat parses /proc/PID/stat. The command name is in parentheses and may
 // itself contain spaces and parentheses, so fields are counted after the last ')'.
 func readStat(pid int, buf []byte) (procStat, []byte, error) {
-	buf, err := readFile("/proc/"+strconv.Itoa(pid)+"/stat", buf)
+	buf, err := sysfile.Read("/proc/"+strconv.Itoa(pid)+"/stat", buf)
 	if err != nil {
 		return procStat{}, buf, err
 	}
@@ -124,7 +86,7 @@ func parseStat(b []byte) (procStat, error) {
 // for a kernel thread, and for a moment in the middle of an execve. The
 // returned slice aliases buf.
 func readEnvVar(pid int, key string, buf []byte) (val []byte, ok bool, size int, out []byte) {
-	buf, err := readFile("/proc/"+strconv.Itoa(pid)+"/environ", buf)
+	buf, err := sysfile.Read("/proc/"+strconv.Itoa(pid)+"/environ", buf)
 	if err != nil {
 		return nil, false, 0, buf
 	}
@@ -157,7 +119,7 @@ func envLookup(environ []byte, key string) ([]byte, bool) {
 func listChildren(pids []int, buf []byte, self int, allThreads bool) ([]int, []byte, error) {
 	if !allThreads {
 		var err error
-		buf, err = readFile("/proc/self/task/"+strconv.Itoa(self)+"/children", buf)
+		buf, err = sysfile.Read("/proc/self/task/"+strconv.Itoa(self)+"/children", buf)
 		if err != nil {
 			return pids, buf, err
 		}
@@ -173,7 +135,7 @@ func listChildren(pids []int, buf []byte, self int, allThreads bool) ([]int, []b
 		return pids, buf, err
 	}
 	for _, tid := range tids {
-		buf, err = readFile("/proc/self/task/"+tid+"/children", buf)
+		buf, err = sysfile.Read("/proc/self/task/"+tid+"/children", buf)
 		if err != nil {
 			continue // the thread exited: its children moved to another thread
 		}

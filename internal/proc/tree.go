@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swarmd/swarmd/internal/cgroup"
+	"github.com/swarmd/swarmd/internal/sysfile"
 )
 
 // ExitStatus is how a tree's leader ended.
@@ -144,7 +145,7 @@ func (t *Tree) signalInside(sig syscall.Signal) error {
 	// then goes to the leader, whose death ends the tree, as it would have
 	// ended a command that never got to handle it.
 	buf := make([]byte, 0, 64)
-	wrapper, _ := readFile("/proc/"+strconv.Itoa(t.pid)+"/task/"+strconv.Itoa(t.pid)+"/children", buf)
+	wrapper, _ := sysfile.Read("/proc/"+strconv.Itoa(t.pid)+"/task/"+strconv.Itoa(t.pid)+"/children", buf)
 	skip := appendPids([]int{t.pid}, wrapper)
 	sent := 0
 	for _, pid := range pids {
