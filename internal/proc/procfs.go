@@ -3,6 +3,7 @@ package proc
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 
@@ -18,7 +19,13 @@ type procStat struct {
 	// threads is num_threads: a single-threaded process lists its children
 	// in one file.
 	threads int
+	// kthread: a kernel thread (PF_KTHREAD in flags), whose environment
+	// reads empty for good.
+	kthread bool
 }
+
+// pfKthread is the kernel's PF_KTHREAD, a bit of /proc/PID/stat's flags.
+const pfKthread = 0x00200000
 
 func (st procStat) dead() bool { return st.state == 'Z' || st.state == 'X' }
 
@@ -40,7 +47,8 @@ func parseStat(b []byte) (procStat, error) {
 	if i < 0 || i+2 >= len(b) {
 		return procStat{}, errBadStat
 	}
-	// Fields after "comm)": state(3) ppid(4) pgrp(5) session(6) ... starttime(22).
+	// Fields after "comm)": state(3) ppid(4) pgrp(5) session(6) ... flags(9)
+	// ... starttime(22).
 	rest := b[i+2:]
 	var st procStat
 	for field := 3; field <= 22; field++ {
@@ -57,7 +65,7 @@ func parseStat(b []byte) (procStat, error) {
 				return procStat{}, errBadStat
 			}
 			st.state = tok[0]
-		case 5, 6, 20, 22:
+		case 5, 6, 9, 20, 22:
 			n, err := strconv.ParseUint(string(bytes.TrimSpace(tok)), 10, 64)
 			if err != nil {
 				return procStat{}, errBadStat
@@ -67,6 +75,8 @@ func parseStat(b []byte) (procStat, error) {
 				st.pgid = int(n)
 			case 6:
 				st.sid = int(n)
+			case 9:
+				st.kthread = n&pfKthread != 0
 			case 20:
 				st.threads = int(n)
 			case 22:
@@ -82,11 +92,16 @@ func parseStat(b []byte) (procStat, error) {
 
 // readEnvVar returns the value of key in /proc/PID/environ (the environment
 // the process was exec'd with, which is what its children inherit unless it
-// rebuilds it) and the size of that environment: it reads empty for a zombie,
-// for a kernel thread, and for a moment in the middle of an execve. The
-// returned slice aliases buf.
+// rebuilds it) and the size of that environment. It reads empty (or fails,
+// as the kernel's version has it) for a zombie, for a kernel thread, for a
+// process exiting, and for a moment in the middle of an execve: size 0. A
+// process that is not ours to read (another user's, one not dumpable) is
+// size -1. The returned slice aliases buf.
 func readEnvVar(pid int, key string, buf []byte) (val []byte, ok bool, size int, out []byte) {
 	buf, err := sysfile.Read("/proc/"+strconv.Itoa(pid)+"/environ", buf)
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, false, -1, buf
+	}
 	if err != nil {
 		return nil, false, 0, buf
 	}

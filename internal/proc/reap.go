@@ -275,16 +275,21 @@ func (s *Supervisor) killMarked(match func(owner, inst, id []byte) bool) (int, e
 	backoff := newBackoff()
 	confirmed := false
 	for {
-		pids, err := allPids()
+		pids, err := s.fullScan()
 		if err != nil {
 			return len(killed), err
 		}
 		found := 0
+		unsure := false // a process whose environment read empty may be mid-execve
 		for _, pid := range pids {
 			var val []byte
 			var ok bool
-			val, ok, _, buf = readEnvVar(pid, MarkerEnv, buf)
+			var size int
+			val, ok, size, buf = readEnvVar(pid, MarkerEnv, buf)
 			if !ok {
+				if size == 0 && !unsure {
+					unsure = maybeExecing(pid, buf)
+				}
 				continue
 			}
 			owner, inst, id, ok := parseMarker(val)
@@ -314,11 +319,16 @@ func (s *Supervisor) killMarked(match func(owner, inst, id []byte) bool) (int, e
 		}
 		if found == 0 && len(alive) == 0 {
 			// A process in the middle of an execve shows no environment
-			// for a moment: only a second clean scan after that is final.
-			if confirmed {
+			// for a moment: when a scan saw one that may be, only a second
+			// clean scan after that is final. Kernel threads and zombies
+			// read empty for good, and a clean scan without any other is
+			// final at once: a daemon's start, which sweeps, does not wait
+			// out the grace for nothing.
+			if confirmed || !unsure {
 				return len(killed), nil
 			}
 			confirmed = true
+			s.graces.Add(1)
 			time.Sleep(execGrace)
 			continue
 		}
@@ -328,6 +338,22 @@ func (s *Supervisor) killMarked(match func(owner, inst, id []byte) bool) (int, e
 		}
 		backoff.wait()
 	}
+}
+
+// fullScan lists the processes killMarked reads.
+func (s *Supervisor) fullScan() ([]int, error) {
+	if s.listAll != nil {
+		return s.listAll()
+	}
+	return allPids()
+}
+
+// maybeExecing reports whether pid, whose environment read empty, may be a
+// process in the middle of an execve: not a kernel thread, not a zombie,
+// not gone.
+func maybeExecing(pid int, buf []byte) bool {
+	st, _, err := readStat(pid, buf)
+	return err == nil && !st.kthread && !st.dead()
 }
 
 // backoff paces polling for processes to die: they usually take tens of

@@ -107,8 +107,15 @@ type Supervisor struct {
 	// exec returned, before Start does anything more with it.
 	forked func(pid int)
 
+	// listAll lists the processes a full scan (killMarked) reads: every
+	// one in /proc, or a test's own few.
+	listAll func() ([]int, error)
+
 	// walks counts the scans of our children that trees' ends made.
 	walks atomic.Int64
+	// graces counts the execGrace waits of full scans: each one saw a
+	// process that may have been in the middle of an execve.
+	graces atomic.Int64
 
 	// watching: SIGCHLD is delivered to sigch, so that a scan reaps the
 	// orphans reparented to us as they die. It is on while scans find

@@ -339,6 +339,62 @@ func TestSweepOrphans(t *testing.T) {
 	}
 }
 
+// TestSweepWaitsOutTheGraceOnlyWhenUnsure: a clean full scan is final at
+// once unless it read an empty environment from a process that may be in
+// the middle of an execve (not a kernel thread, not a zombie): a daemon's
+// start does not wait execGrace for nothing, and a process that may be
+// execing still gets its second look.
+func TestSweepWaitsOutTheGraceOnlyWhenUnsure(t *testing.T) {
+	s := newSupervisor(t)
+	plain := spawnDetached(t, os.Environ())
+	t.Cleanup(func() { _ = unix.Kill(plain.pid, unix.SIGKILL) })
+	scanned := []int{plain.pid}
+	if k := kernelThread(); k > 0 {
+		scanned = append(scanned, k) // its environment reads empty, or not at all
+	}
+	s.listAll = func() ([]int, error) { return scanned, nil }
+	if n, err := s.SweepOrphans(); err != nil || n != 0 {
+		t.Fatalf("SweepOrphans = %d, %v; want 0", n, err)
+	}
+	if got := s.graces.Load(); got != 0 {
+		t.Fatalf("a scan of plain processes and a kernel thread waited %d graces, want 0", got)
+	}
+
+	// A live process whose environment reads empty, as one mid-execve does.
+	empty := exec.Command("/bin/sleep", "3600")
+	empty.Env = []string{}
+	if err := empty.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = empty.Process.Kill(); _ = empty.Wait() })
+	scanned = append(scanned, empty.Process.Pid)
+	if n, err := s.SweepOrphans(); err != nil || n != 0 {
+		t.Fatalf("SweepOrphans = %d, %v; want 0", n, err)
+	}
+	if got := s.graces.Load(); got != 1 {
+		t.Fatalf("a scan that read an empty environment waited %d graces, want 1", got)
+	}
+	if plain.gone() {
+		t.Fatal("SweepOrphans killed an unmarked process")
+	}
+}
+
+// kernelThread is the pid of a kernel thread this process can see, 0 when
+// it sees none (a pid namespace of its own).
+func kernelThread() int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, _, err := readStat(pid, nil); err == nil && st.kthread {
+			return pid
+		}
+	}
+	return 0
+}
+
 func TestStartErrors(t *testing.T) {
 	s := newSupervisor(t)
 	_, err := s.Start(Spec{Path: "no-such-binary-swarmd", Env: []string{"PATH=/usr/bin:/bin"}, ID: "a"})
@@ -432,6 +488,11 @@ func TestParseStat(t *testing.T) {
 	}
 	if st != (procStat{state: 'S', pgid: 4240, sid: 4239, start: 987654, threads: 1}) {
 		t.Fatalf("got %+v", st)
+	}
+	// kthreadd's flags (PF_KTHREAD among them).
+	kthread := "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 4 0 0\n"
+	if st, err := parseStat([]byte(kthread)); err != nil || !st.kthread {
+		t.Fatalf("kthreadd: %+v, %v; want a kernel thread", st, err)
 	}
 	for _, bad := range []string{"", "1 (x)", "1 (x) S 1 2", "1 (x) SS 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"} {
 		if _, err := parseStat([]byte(bad)); err == nil {
