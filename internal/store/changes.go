@@ -102,18 +102,48 @@ func cutWord(s string) (word, rest string) {
 	return s[:i], s[i:]
 }
 
-// changeCache remembers changeOf per query text: the store runs a small
+// insertsEvents reports whether query adds rows to the events table
+// (INSERT [OR …] INTO events …): such a statement must hold the appenders'
+// turn (appendLock) on PostgreSQL.
+func insertsEvents(query string) bool {
+	word, rest := cutWord(query)
+	if !strings.EqualFold(word, "INSERT") {
+		return false
+	}
+	for {
+		w, r := cutWord(rest)
+		rest = r
+		switch {
+		case w == "":
+			return false
+		case strings.EqualFold(w, "INTO"):
+			table, _ := cutWord(rest)
+			table, _, _ = strings.Cut(table, "(")
+			return strings.EqualFold(strings.Trim(table, `"`), "events")
+		}
+	}
+}
+
+// stmtKind is what the write path needs to know of a statement's text.
+type stmtKind struct {
+	change Change
+	events bool // insertsEvents
+}
+
+// changeCache remembers each query text's kind: the store runs a small
 // fixed set of queries, each many times.
 type changeCache struct{ m sync.Map }
 
-func (c *changeCache) of(query string) Change {
+func (c *changeCache) kind(query string) stmtKind {
 	if v, ok := c.m.Load(query); ok {
-		return v.(Change)
+		return v.(stmtKind)
 	}
-	ch := changeOf(query)
-	c.m.Store(query, ch)
-	return ch
+	k := stmtKind{change: changeOf(query), events: insertsEvents(query)}
+	c.m.Store(query, k)
+	return k
 }
+
+func (c *changeCache) of(query string) Change { return c.kind(query).change }
 
 // Urgent is an urgent message as its notification announced it, on
 // PostgreSQL (migration 0022): what its recipient's router needs to

@@ -491,9 +491,10 @@ func (j *Journal) write(ctx context.Context) error {
 // failure the records not committed go back to the front of the queue.
 //
 // The writer's turn comes first, the records after: those that arrive
-// while the journal waits for its turn (behind this process's outcomes
-// and claims, and on a shared store the swarm's other writers) go in this
-// transaction, not in one more. Under load the batches grow with the wait
+// while the journal waits for its turn (on SQLite behind this process's
+// outcomes and claims; on PostgreSQL the appenders' turn, behind the
+// swarm's other journals and the writers adding events: BeginAppend) go
+// in this transaction, not in one more. Under load the batches grow with the wait
 // instead of queueing behind each other, each one more commit under the
 // writers' lock; an idle writer costs nothing more.
 func (j *Journal) writeLocked(ctx context.Context) error {
@@ -503,7 +504,7 @@ func (j *Journal) writeLocked(ctx context.Context) error {
 	if err := j.prepare(ctx); err != nil {
 		return err
 	}
-	tx, err := j.db.Begin(ctx)
+	tx, err := j.db.BeginAppend(ctx)
 	if err != nil {
 		return j.db.Wrap("journal: write", err)
 	}
@@ -573,7 +574,7 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags 
 	}
 	if tx == nil {
 		var err error
-		if tx, err = j.db.Begin(ctx); err != nil {
+		if tx, err = j.db.BeginAppend(ctx); err != nil {
 			return wrap(err)
 		}
 	}
@@ -668,7 +669,7 @@ func (j *Journal) prepare(ctx context.Context) error {
 		if j.stmts[i] != nil {
 			continue
 		}
-		st, err := j.db.write.PrepareContext(ctx, q)
+		st, err := j.db.appendSQL().PrepareContext(ctx, q)
 		if err != nil {
 			return j.db.Wrap("journal: prepare", err)
 		}

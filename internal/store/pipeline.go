@@ -109,8 +109,12 @@ var (
 	heldBegin    = heldBack{sql: "BEGIN"}
 	heldLock     = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(writerLock) + ")"}
 	heldMailLock = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(mailLock) + ")"}
-	heldCommit   = heldBack{sql: "COMMIT"}
-	commitOnly   = []heldBack{heldCommit}
+	// heldAppendLock is the appenders' turn (appendLock): the journal's
+	// transactions take it first, a write transaction before its first
+	// event (pgConn.note).
+	heldAppendLock = heldBack{sql: "SELECT pg_advisory_xact_lock(" + strconv.Itoa(appendLock) + ")"}
+	heldCommit     = heldBack{sql: "COMMIT"}
+	commitOnly     = []heldBack{heldCommit}
 )
 
 // fenceSQL checks an agent's lease and holds its row until the transaction
@@ -167,7 +171,24 @@ func (c *pgConn) BeginTx(ctx context.Context, opts sqldriver.TxOptions) (sqldriv
 	}
 	c.inTx, c.touched, c.fenced = true, 0, c.fenced[:0]
 	c.held = append(c.held[:0], heldBegin, c.lock)
+	c.appending = c.lock.sql == heldAppendLock.sql
 	return &pgTx{c: c}, nil
+}
+
+// note records what a statement of the write transaction in progress
+// touches, and holds back the appenders' turn ahead of its first event:
+// ids are drawn in the order the turn is taken, and the turn is held until
+// the commit, so events become visible in id order however the writers'
+// and the journal's transactions interleave. Taken late, after rows the
+// transaction has locked, it cannot deadlock: its other holders (the
+// journal, on its own connection) lock no row a writer holds.
+func (c *pgConn) note(orig string) {
+	k := c.kinds.kind(orig)
+	c.touched |= k.change
+	if k.events && !c.appending {
+		c.held = append(c.held, heldAppendLock)
+		c.appending = true
+	}
 }
 
 func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver.NamedValue) (sqldriver.Result, error) {
@@ -177,7 +198,7 @@ func (c *pgConn) ExecContext(ctx context.Context, query string, args []sqldriver
 	case !c.write:
 		return c.Conn.ExecContext(ctx, query, args)
 	case c.inTx:
-		c.touched |= c.kinds.of(orig)
+		c.note(orig)
 		return c.execInTx(ctx, orig, query, args)
 	}
 	tag, _, err := c.locked(ctx, orig, heldBack{sql: query, args: namedArgs(args)}, false)
@@ -214,8 +235,11 @@ func (c *pgConn) execInTx(ctx context.Context, orig, query string, args []sqldri
 		// SAVEPOINT is sent, with what was held, when issued): this
 		// undoes it, so it is never sent. The leases checked since are
 		// let go with it (PostgreSQL releases a row lock taken after the
-		// savepoint): each is checked again at its next write.
+		// savepoint): each is checked again at its next write, as the
+		// appenders' turn is taken again at the next event (taking a
+		// lock the transaction holds is a no-op).
 		c.held, c.fenced = c.held[:0], c.fenced[:0]
+		c.appending = c.lock.sql == heldAppendLock.sql
 	case len(c.held) > 0 && len(args) == 0:
 		if _, _, err := c.sendHeld(ctx, nil, false, nil); err != nil {
 			return nil, err
@@ -238,7 +262,7 @@ func (c *pgConn) QueryContext(ctx context.Context, query string, args []sqldrive
 	case !c.write:
 		return c.Conn.QueryContext(ctx, query, args)
 	case c.inTx:
-		c.touched |= c.kinds.of(orig)
+		c.note(orig)
 		if _, later := deferral(ctx); later && len(args) > 0 {
 			// Its rows are read when first asked for: what is held back
 			// goes then, this with it, or sooner with another statement.
@@ -271,8 +295,12 @@ func (c *pgConn) began() bool {
 // COMMIT in one round trip. Without arguments, q goes by the simple
 // protocol (it may be several statements), alone.
 func (c *pgConn) locked(ctx context.Context, orig string, q heldBack, rows bool) (pgconn.CommandTag, sqldriver.Rows, error) {
-	touched := c.kinds.of(orig)
+	k := c.kinds.kind(orig)
+	touched := k.change
 	c.held = append(c.held[:0], heldBegin, c.lock)
+	if k.events && c.lock.sql != heldAppendLock.sql {
+		c.held = append(c.held, heldAppendLock)
+	}
 	if len(q.args) > 0 || rows {
 		tag, r, err := c.sendHeld(ctx, &q, rows, c.commitWrite(touched))
 		if err != nil {

@@ -45,6 +45,13 @@ const writerLock = 0x5377_6172_6d64 // "Swarmd"
 // too, after writerLock (never the other way round: no deadlock).
 const mailLock = 0x4d61_696c // "Mail"
 
+// appendLock is the key of the advisory lock of the appenders of events
+// (DB.BeginAppend): the journal's transactions take it instead of
+// writerLock; a write transaction takes it too, after writerLock, before
+// its first event (pipeline.go), so that event ids become visible in
+// increasing order, which the events' followers rely on.
+const appendLock = 0x4576_6e74 // "Evnt"
+
 // IsPostgres reports whether target names a PostgreSQL database (a
 // postgres:// or postgresql:// URL) rather than a SQLite file.
 func IsPostgres(target string) bool {
@@ -56,6 +63,7 @@ type pgDriver struct {
 	cfg      *pgx.ConnConfig // as parsed at open, password included
 	trips    atomic.Int64    // the write pools' round trips (pipeline.go), for tests
 	mailPool *sql.DB         // new mail's own connection (DB.MailSQL)
+	appends  *sql.DB         // the journal's own connection (DB.BeginAppend)
 }
 
 func (p *pgDriver) name() string { return "postgres" }
@@ -156,6 +164,9 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 	p.mailPool = sql.OpenDB(&pgConnector{base: base, write: true, lock: heldMailLock, rebinds: cache, kinds: kinds, trips: &p.trips})
 	p.mailPool.SetMaxOpenConns(1) // senders take turns anyway (mailLock)
 	p.mailPool.SetMaxIdleConns(1)
+	p.appends = sql.OpenDB(&pgConnector{base: base, write: true, lock: heldAppendLock, rebinds: cache, kinds: kinds, trips: &p.trips})
+	p.appends.SetMaxOpenConns(1) // one journal a daemon
+	p.appends.SetMaxIdleConns(1)
 	read = sql.OpenDB(&pgConnector{base: base, rebinds: cache, trips: &atomic.Int64{}})
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
@@ -163,6 +174,7 @@ func (p *pgDriver) open(ctx context.Context, target string, _ Options) (write, r
 		write.Close()
 		read.Close()
 		p.mailPool.Close()
+		p.appends.Close()
 		return nil, nil, "", err
 	}
 	return write, read, Redact(target), nil
@@ -228,9 +240,14 @@ func (p *pgDriver) closeExtra(*DB) {
 	if p.mailPool != nil {
 		p.mailPool.Close()
 	}
+	if p.appends != nil {
+		p.appends.Close()
+	}
 }
 
 func (p *pgDriver) mail() *sql.DB { return p.mailPool }
+
+func (p *pgDriver) appender() *sql.DB { return p.appends }
 
 // WriteRoundTrips is how many round trips to the server the write
 // transactions of this handle have made (pipeline.go); 0 on SQLite, whose
@@ -357,6 +374,9 @@ type pgConn struct {
 	fenced  []FencedError // the leases the write transaction has checked: agent and epoch
 	trips   *atomic.Int64
 	lock    heldBack // the advisory lock the write transactions take
+	// appending: the write transaction in progress holds, or has held
+	// back, the appenders' turn (appendLock).
+	appending bool
 }
 
 func (c *pgConn) Prepare(query string) (sqldriver.Stmt, error) {

@@ -201,6 +201,8 @@ func (sqliteDriver) maintain(ctx context.Context, db *DB) {
 
 func (sqliteDriver) mail() *sql.DB { return nil }
 
+func (sqliteDriver) appender() *sql.DB { return nil }
+
 func (sqliteDriver) lockMailTx(context.Context, *sql.Tx) error { return nil }
 
 func (sqliteDriver) closeExtra(db *DB) {

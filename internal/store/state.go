@@ -285,14 +285,20 @@ func (db *DB) ResetAgent(ctx context.Context, name string, now time.Time, actor 
 		if cur.StopKind != "" {
 			reason += fmt.Sprintf("; cleared %s stop: %s", cur.StopKind, cur.StopReason)
 		}
+	}
+	// The event first: on PostgreSQL it takes the appenders' turn, which a
+	// journal holding it may keep while it writes this agent's row. Taken
+	// before the row's lock, the turn is waited for holding nothing the
+	// journal waits for.
+	if _, err := tx.ExecContext(ctx, insertEventSQL, FormatTime(now), name, cur.State, EventOperatorStart,
+		cur.State, "", actor, reason, "", int64(cur.Seq)); err != nil {
+		return db.Wrap("reset agent "+name, err)
+	}
+	if found {
 		if _, err := tx.ExecContext(ctx, `UPDATE agents SET consecutive_errors = 0, total_errors = 0,
 			stop_kind = '', stop_reason = '', updated_at = ? WHERE name = ?`, FormatTime(now), name); err != nil {
 			return db.Wrap("reset agent "+name, err)
 		}
-	}
-	if _, err := tx.ExecContext(ctx, insertEventSQL, FormatTime(now), name, cur.State, EventOperatorStart,
-		cur.State, "", actor, reason, "", int64(cur.Seq)); err != nil {
-		return db.Wrap("reset agent "+name, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return db.Wrap("reset agent "+name, err)

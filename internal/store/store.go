@@ -125,6 +125,9 @@ type driver interface {
 	// mail is the pool new mail is sent on when the engine gives it one of
 	// its own, nil for the write pool (see DB.MailSQL).
 	mail() *sql.DB
+	// appender is the pool the journal writes on when the engine gives it
+	// one of its own, nil for the write pool (see DB.BeginAppend).
+	appender() *sql.DB
 	// lockMailTx makes tx, a write transaction, wait its turn among the
 	// senders of new mail before it adds a message (see DB.LockMailTx).
 	lockMailTx(ctx context.Context, tx *sql.Tx) error
@@ -286,6 +289,38 @@ func (db *DB) inTxFor(ctx context.Context, pkg, op string, f func(*sql.Tx) error
 		return db.WrapFor(pkg, op, err)
 	}
 	return nil
+}
+
+// BeginAppend starts a write transaction for the journal: records of this
+// daemon's own (events, its agents' rows, tool calls) that no other write
+// reads and then writes. On SQLite it is Begin. On PostgreSQL it runs on a
+// connection of its own, whose transactions take the turn of the
+// appenders of events, not the swarm's writers' lock: the journal, about a
+// quarter of a busy swarm's write transactions, no longer holds that lock
+// nor waits for it. What the appenders' turn keeps is the order of event
+// ids: every transaction that adds an event takes it (a write transaction
+// before its first event), so ids become visible in increasing order.
+func (db *DB) BeginAppend(ctx context.Context) (*Tx, error) {
+	a := db.drv.appender()
+	if a == nil {
+		return db.Begin(ctx)
+	}
+	if err := db.Check(); err != nil {
+		return nil, err
+	}
+	tx, err := a.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Tx{Tx: tx}, nil
+}
+
+// appendSQL is the pool the journal prepares its statements on.
+func (db *DB) appendSQL() *sql.DB {
+	if a := db.drv.appender(); a != nil {
+		return a
+	}
+	return db.write
 }
 
 // ExecCount runs one write statement and returns the rows it changed.
