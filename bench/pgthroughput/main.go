@@ -334,6 +334,8 @@ func (r result) String() string {
 	if r.lock.samples > 0 {
 		fmt.Fprintf(&b, "\n%-14s the swarm's writers' lock (pg_locks, %d samples over the load): held in %.0f%% of them, %.2f writers waiting for it on average",
 			"", r.lock.samples, 100*float64(r.lock.held)/float64(r.lock.samples), float64(r.lock.waiting)/float64(r.lock.samples))
+		fmt.Fprintf(&b, "\n%-14s the appenders' turn (events): held in %.0f%% of them, %.2f waiting for it on average",
+			"", 100*float64(r.lock.appendHeld)/float64(r.lock.samples), float64(r.lock.appendWaiting)/float64(r.lock.samples))
 	}
 	if r.statements != "" {
 		fmt.Fprintf(&b, "\n%-14s statements by server time (calls | ms | query):\n%s", "", r.statements)
@@ -1290,13 +1292,20 @@ func writersOf(ctx context.Context, ds []*daemon) ([]writerLoad, error) {
 // lockLoad is what the samples of the swarm's writers' lock saw.
 type lockLoad struct {
 	samples, held, waiting int
+	// appendHeld, appendWaiting: the same of the appenders' turn.
+	appendHeld, appendWaiting int
 }
 
 // writersLockSQL counts the holders and waiters of the advisory lock every
 // write transaction takes (internal/store: writerLock, 0x53776172 6d64 as
-// a bigint key: classid its high half, objid its low).
-const writersLockSQL = `SELECT COUNT(*) FILTER (WHERE granted), COUNT(*) FILTER (WHERE NOT granted)
-	FROM pg_locks WHERE locktype = 'advisory' AND classid = 21367 AND objid = 1634889060 AND objsubid = 1`
+// a bigint key: classid its high half, objid its low), then those of the
+// appenders' turn, which the journal's transactions take instead and a
+// write transaction before its first event (appendLock, 0x45766e74).
+const writersLockSQL = `SELECT
+	COUNT(*) FILTER (WHERE granted AND objid = 1634889060), COUNT(*) FILTER (WHERE NOT granted AND objid = 1634889060),
+	COUNT(*) FILTER (WHERE granted AND objid = 1165389428), COUNT(*) FILTER (WHERE NOT granted AND objid = 1165389428)
+	FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
+	AND ((classid = 21367 AND objid = 1634889060) OR (classid = 0 AND objid = 1165389428))`
 
 // sampleLock samples the writers' lock every 10 ms until stop.
 func sampleLock(ctx context.Context, db *store.DB, stop <-chan struct{}) lockLoad {
@@ -1311,8 +1320,8 @@ func sampleLock(ctx context.Context, db *store.DB, stop <-chan struct{}) lockLoa
 			return l
 		case <-tick.C:
 		}
-		var held, waiting int
-		if err := db.ReadSQL().QueryRowContext(ctx, writersLockSQL).Scan(&held, &waiting); err != nil {
+		var held, waiting, aheld, awaiting int
+		if err := db.ReadSQL().QueryRowContext(ctx, writersLockSQL).Scan(&held, &waiting, &aheld, &awaiting); err != nil {
 			continue
 		}
 		l.samples++
@@ -1320,5 +1329,9 @@ func sampleLock(ctx context.Context, db *store.DB, stop <-chan struct{}) lockLoa
 			l.held++
 		}
 		l.waiting += waiting
+		if aheld > 0 {
+			l.appendHeld++
+		}
+		l.appendWaiting += awaiting
 	}
 }
