@@ -45,13 +45,15 @@ func advisoryLocks(t *testing.T, db *DB, key int64, granted bool) int {
 }
 
 // openWrite begins a write transaction and sends its lock: the read makes
-// the transaction's BEGIN and lock go to the server.
+// the transaction's BEGIN and lock go to the server. The test's end rolls
+// it back unless it was committed.
 func openWrite(t *testing.T, db *DB) *Tx {
 	t.Helper()
 	tx, err := db.Begin(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = tx.Rollback() })
 	var one int
 	if err := tx.QueryRowContext(context.Background(), `SELECT 1`).Scan(&one); err != nil {
 		t.Fatal(err)
@@ -64,8 +66,7 @@ func TestJournalAppendsBesideTheWritersLock(t *testing.T) {
 	ctx := context.Background()
 	db, j := openAppendTest(t, srv, "append_beside")
 
-	tx := openWrite(t, db)
-	defer tx.Rollback()
+	openWrite(t, db)
 	if n := advisoryLocks(t, db, writerLock, true); n != 1 {
 		t.Fatalf("writers' locks held = %d, want 1 (the open transaction's)", n)
 	}
@@ -91,7 +92,6 @@ func TestEventsBecomeVisibleInIDOrder(t *testing.T) {
 
 	// A writer adds an event and has not committed: its id is drawn.
 	tx := openWrite(t, db)
-	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, insertEventSQL, FormatTime(t0), "bob", "Running", "Claim", "Running", "", "runner", "", "", 1); err != nil {
 		t.Fatal(err)
 	}
