@@ -102,13 +102,20 @@ func cutWord(s string) (word, rest string) {
 	return s[:i], s[i:]
 }
 
-// insertsEvents reports whether query adds rows to the events table
-// (INSERT [OR …] INTO events …): such a statement must hold the appenders'
-// turn (appendLock) on PostgreSQL.
+// insertsEvents reports whether query may add rows to the events table:
+// such a statement must hold the appenders' turn (appendLock) on
+// PostgreSQL. Unlike changeOf it errs towards yes for what it cannot read
+// (a CTE, several statements, DDL) when the text names events at all: a
+// needless turn costs a lock statement, a missing one the order of ids.
 func insertsEvents(query string) bool {
-	word, rest := cutWord(query)
-	if !strings.EqualFold(word, "INSERT") {
-		return false
+	q := strings.TrimSpace(query)
+	word, rest := cutWord(q)
+	plain := !strings.Contains(strings.TrimRight(q, "; \t\n"), ";")
+	switch w := strings.ToUpper(word); {
+	case plain && (w == "SELECT" || w == "VALUES" || w == "SHOW" || w == "UPDATE" || w == "DELETE"):
+		return false // draws no id
+	case !plain || w != "INSERT":
+		return strings.Contains(strings.ToLower(q), "events")
 	}
 	for {
 		w, r := cutWord(rest)

@@ -37,6 +37,33 @@ func TestChangeOf(t *testing.T) {
 	}
 }
 
+func TestInsertsEvents(t *testing.T) {
+	for _, c := range []struct {
+		query string
+		want  bool
+	}{
+		{`INSERT INTO events (at, agent) VALUES (?, ?)`, true},
+		{"\n\t\tinsert into \"events\"(at) SELECT at FROM x", true},
+		{`INSERT OR IGNORE INTO events (at) VALUES (?)`, true},
+		{`INSERT INTO messages (body) VALUES ('events')`, false},
+		{`INSERT INTO events_archive (at) VALUES (?)`, false},
+		{`SELECT id FROM events WHERE id > ?`, false},
+		{`UPDATE events SET reason = ''`, false},
+		{`DELETE FROM events WHERE at < ?`, false},
+		// What it cannot read is a yes when it names events.
+		{`WITH x AS (SELECT 1) INSERT INTO events (at) SELECT 1 FROM x`, true},
+		{`UPDATE tasks SET a = 1; INSERT INTO events (at) VALUES (1)`, true},
+		{`CREATE INDEX i ON events (agent)`, true},
+		{`WITH x AS (SELECT 1) UPDATE tasks SET state = 'OPEN'`, false},
+		{`INSERT`, false},
+		{``, false},
+	} {
+		if got := insertsEvents(c.query); got != c.want {
+			t.Errorf("insertsEvents(%q) = %v, want %v", c.query, got, c.want)
+		}
+	}
+}
+
 func TestPayloadChange(t *testing.T) {
 	for payload, want := range map[string]Change{
 		"1": ChangedMail, "2": ChangedTasks, "4": ChangedOther, "7": ChangedMail | ChangedTasks | ChangedOther, "3": ChangedMail | ChangedTasks,
