@@ -220,3 +220,50 @@ func TestEventFollowerMissesNothing(t *testing.T) {
 		t.Fatalf("the follower missed %d events, ids %v: they became visible after higher ones", len(missed), fmt.Sprint(missed))
 	}
 }
+
+// TestResetAgentBesideAJournal: a daemon resets an agent (a writer that
+// writes the agent's row and an event) while another handle's journal
+// writes the same row, over and over. The writer takes the appenders' turn
+// before the row, so the two never wait for each other in a cycle: a
+// deadlock would fail one of them after the server's deadlock_timeout.
+func TestResetAgentBesideAJournal(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := context.Background()
+	a, ja := openAppendTest(t, srv, "append_reset")
+	b := openTest(t, srv.URL("append_reset"), Options{})
+	ja.Agent(AgentRecord{Name: "alice", State: "Running", UpdatedAt: t0})
+	if err := ja.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jb := b.NewJournal(JournalOptions{FlushInterval: time.Hour})
+	jb.Start()
+	defer jb.Close()
+
+	const rounds = 300
+	errs := make(chan error, 2)
+	go func() {
+		for range rounds {
+			if err := a.ResetAgent(ctx, "alice", t0, "ops"); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go func() {
+		for i := range rounds {
+			jb.Agent(AgentRecord{Name: "alice", State: "Running", Seq: uint32(i), UpdatedAt: t0})
+			jb.Event(EventRecord{At: t0, Agent: "alice", From: "a", Event: "e", To: "b", Actor: "runner"})
+			if err := jb.Flush(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
