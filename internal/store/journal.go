@@ -271,7 +271,10 @@ func (j *Journal) Agent(a AgentRecord) {
 // Started, HeadBefore and LogPath, written at once rather than after
 // FlushInterval. The daemon's session rows are package settle's (begun before
 // the process starts, settled with the outcome); the journal keeps these for
-// the store's contract and its tests.
+// the store's contract and its tests. A row settle writes must not be
+// written here too: on PostgreSQL the journal writes beside the writers'
+// lock (BeginAppend), and a writer that holds the row while it waits for
+// the appenders' turn would wait for a journal waiting for the row.
 func (j *Journal) SessionStarted(s SessionRecord) {
 	j.session(s, false)
 	select {
