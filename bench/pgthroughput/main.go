@@ -112,7 +112,7 @@ func main() {
 	flag.DurationVar(&o.idle, "idle", 0, "a window of the swarm at rest, every worker idle, before the gate opens: its CPU is reported per second (a diagnosis: what the load's figures carry that is not the tasks')")
 	flag.DurationVar(&o.delay, "delay", 0, "added to every connection of the PostgreSQL daemons each way, by a proxy in the harness, as a network between them and the server would (a round trip takes twice it more; the proxy's CPU is the harness's, not counted)")
 	flag.BoolVar(&o.analyze, "analyze", false, "ANALYZE the PostgreSQL database right after the gate opens, as the server's autoanalyze does within a minute or two on a swarm that runs longer than this benchmark: the daemons' plans are then made from statistics that saw the backlog (the ANALYZE's CPU is counted as the database's)")
-	flag.BoolVar(&o.lockStats, "lockstats", false, "sample pg_locks every 10 ms during the load and report how often the swarm's writers' lock was held and how many writers waited for it (a diagnosis: the samples cost the server a little)")
+	flag.BoolVar(&o.lockStats, "lockstats", false, "sample pg_locks every 10 ms during the load and report how often the swarm's writers' lock and the appenders' turn (events) were held and how many waited for each (a diagnosis: the samples cost the server a little)")
 	flag.Parse()
 	o.parent = os.Getenv("TMPDIR")
 	if o.sqliteAgents == 0 {

@@ -150,8 +150,6 @@ func (c *changeCache) kind(query string) stmtKind {
 	return k
 }
 
-func (c *changeCache) of(query string) Change { return c.kind(query).change }
-
 // Urgent is an urgent message as its notification announced it, on
 // PostgreSQL (migration 0022): what its recipient's router needs to
 // interrupt a session, with no read of the mailbox.

@@ -493,13 +493,13 @@ func (j *Journal) write(ctx context.Context) error {
 // writeLocked commits everything queued, in batches of at most maxBatch. On
 // failure the records not committed go back to the front of the queue.
 //
-// The writer's turn comes first, the records after: those that arrive
-// while the journal waits for its turn (on SQLite behind this process's
-// outcomes and claims; on PostgreSQL the appenders' turn, behind the
-// swarm's other journals and the writers adding events: BeginAppend) go
-// in this transaction, not in one more. Under load the batches grow with the wait
-// instead of queueing behind each other, each one more commit under the
-// writers' lock; an idle writer costs nothing more.
+// The writer's turn comes first, the records after: on SQLite, those that
+// arrive while the journal waits behind this process's outcomes and claims
+// go in this transaction, not in one more, so under load the batches grow
+// with the wait instead of queueing behind each other; an idle writer
+// costs nothing more. On PostgreSQL BeginAppend waits for nothing here (the
+// journal has a connection of its own, and the appenders' turn is taken
+// with the commit), so the batch is what the flush interval gathered.
 func (j *Journal) writeLocked(ctx context.Context) error {
 	if j.Backlog() == 0 {
 		return nil // nothing to wait for the turn for
