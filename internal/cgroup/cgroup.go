@@ -42,6 +42,8 @@ type Hierarchy struct {
 	// (Group.WaitEmpty): each holds an inotify instance, of which a user
 	// has 128 by default, shared with every other program of the user.
 	watches chan struct{}
+	// sleep spaces WaitEmpty's looks; nil is time.Sleep (a test's hook).
+	sleep func(time.Duration)
 }
 
 // maxWatches is how many trees' ends wait on inotify at once; the others
@@ -134,7 +136,7 @@ func (h *Hierarchy) New(id string, l Limits) (*Group, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("cgroup: new %s: %w", id, err)
 	}
-	g := &Group{dir: dir, fd: -1, watches: h.watches}
+	g := &Group{dir: dir, fd: -1, watches: h.watches, sleep: h.sleep}
 	if l.MemoryMax > 0 && h.Has("memory") {
 		if err := g.write("memory.max", strconv.FormatInt(l.MemoryMax, 10)); err != nil {
 			_ = g.Remove()
@@ -157,6 +159,16 @@ type Group struct {
 	dir     string
 	fd      int           // the directory, open for CLONE_INTO_CGROUP; -1 once closed
 	watches chan struct{} // its hierarchy's bound on inotify waits; nil, none
+	sleep   func(time.Duration)
+}
+
+// look sleeps d between two of WaitEmpty's reads.
+func (g *Group) look(d time.Duration) {
+	if g.sleep != nil {
+		g.sleep(d)
+		return
+	}
+	time.Sleep(d)
 }
 
 // Dir is the cgroup's directory.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"slices"
 	"testing"
 	"time"
 
@@ -313,5 +314,60 @@ func TestWaitEmptyBoundsItsWatches(t *testing.T) {
 	}
 	if got := len(h.watches); got != maxWatches-1 {
 		t.Fatalf("%d watches taken after the wait, want %d: it did not give its own back", got, maxWatches-1)
+	}
+}
+
+// WaitEmpty reads the cgroup a few times, 50µs to 3.2ms apart, before it
+// watches it: a tree that empties a moment after the wait began (a
+// sandbox's init ending after its leader) is seen by a read, without the
+// watch, whose event the kernel may send 10 ms late. Every watch is taken
+// here, so a wait that watched would say ErrNoWatch.
+func TestWaitEmptyLooksBeforeItWatches(t *testing.T) {
+	h := open(t)
+	var looks []time.Duration
+	var g *Group
+	h.sleep = func(d time.Duration) {
+		looks = append(looks, d)
+		if g == nil {
+			return
+		}
+		// The tree ends during the first look.
+		if err := g.Kill(); err != nil {
+			t.Error(err)
+		}
+		waitFor(t, "the killed sleep's cgroup to empty", func() bool {
+			empty, err := g.Empty()
+			return err == nil && empty
+		})
+	}
+	for range maxWatches {
+		h.watches <- struct{}{}
+	}
+	t.Cleanup(func() {
+		for range maxWatches {
+			<-h.watches
+		}
+	})
+
+	g = newGroup(t, h, "tree-look")
+	sleepIn(t, g, "300")
+	if empty, err := g.WaitEmpty(time.Now().Add(time.Minute)); err != nil || !empty {
+		t.Fatalf("WaitEmpty of a tree that ended during a look = %v, %v; want true, without a watch", empty, err)
+	}
+	if want := []time.Duration{firstLook}; !slices.Equal(looks, want) {
+		t.Fatalf("looks = %v, want %v: the tree ended in the first", looks, want)
+	}
+
+	// A tree that lives on: the looks, then the watch (none free here).
+	g, looks = nil, nil
+	live := newGroup(t, h, "tree-look-live")
+	sleepIn(t, live, "300")
+	if _, err := live.WaitEmpty(time.Now().Add(time.Minute)); !errors.Is(err, ErrNoWatch) {
+		t.Fatalf("WaitEmpty of a live tree with every watch taken = %v; want ErrNoWatch after the looks", err)
+	}
+	want := []time.Duration{50 * time.Microsecond, 100 * time.Microsecond, 200 * time.Microsecond,
+		400 * time.Microsecond, 800 * time.Microsecond, 1600 * time.Microsecond, 3200 * time.Microsecond}
+	if !slices.Equal(looks, want) {
+		t.Fatalf("looks = %v, want %v", looks, want)
 	}
 }
