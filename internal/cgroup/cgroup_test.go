@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"slices"
 	"testing"
 	"time"
 
