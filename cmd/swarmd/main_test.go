@@ -20,6 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
+
+	"github.com/swarmd/swarmd/internal/cgroup"
 )
 
 // swarmdBin is the real binary, built once for the tests that run it as a
@@ -147,8 +149,44 @@ func startDaemonEnv(t *testing.T, env []string, config string, extra ...string) 
 				killTreeProcesses(dir)
 			}
 		}
+		// A killed daemon (here, or by its test) leaves its trees'
+		// cgroups, which only a next start on its state dir removes.
+		removeTreesCgroups(t, d.log())
 	})
 	return d
+}
+
+// removeTreesCgroups removes the trees' cgroups a daemon's log names, if
+// any are left.
+func removeTreesCgroups(t *testing.T, log string) {
+	dir, ok := treesCgroupDir(log)
+	if !ok {
+		return
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return
+	}
+	h, err := cgroup.Open(filepath.Base(dir))
+	if err != nil {
+		t.Logf("remove the trees' cgroups %s: %v", dir, err)
+		return
+	}
+	if _, err := h.RemoveLeft(); err != nil {
+		t.Logf("remove the trees' cgroups %s: %v", dir, err)
+	}
+	_ = h.Close()
+}
+
+// treesCgroupDir is the directory of the trees' cgroups the daemon's start
+// log names, if cgroups were in force.
+func treesCgroupDir(log string) (string, bool) {
+	const under = "a cgroup per process tree under "
+	_, rest, ok := strings.Cut(log, under)
+	if !ok {
+		return "", false
+	}
+	dir, _, _ := strings.Cut(rest, " (")
+	return dir, dir != ""
 }
 
 // stateDir is the state dir the daemon said it runs on ("" before it said).

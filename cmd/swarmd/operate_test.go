@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -148,7 +149,12 @@ agents:
 	}
 
 	d2 := startDaemon(t, cfg)
-	d2.waitLine("sweep", func(m map[string]any) bool { return strings.Contains(m["msg"].(string), "left by an earlier daemon") })
+	// Its trees' processes end by their cgroups, where cgroups are in
+	// force, or by their markers.
+	d2.waitLine("sweep", func(m map[string]any) bool {
+		msg := m["msg"].(string)
+		return strings.Contains(msg, "left by an earlier daemon") || strings.Contains(msg, "trees an earlier daemon left")
+	})
 	next := d2.waitLine("alice Running", transitionTo("alice", "Running"))
 	for _, p := range treeProcesses(stateDir) {
 		if strings.Contains(p, oldSession) {
@@ -176,6 +182,16 @@ agents:
 		t.Fatalf("exit %d", code)
 	}
 	waitNoTreeProcesses(t, stateDir, time.Second)
+	// The killed daemon's trees left their cgroups; the restart removed
+	// them, so the clean stop leaves no cgroup of this state dir.
+	if dir, ok := treesCgroupDir(d2.log()); ok {
+		if !strings.Contains(d2.log(), "removed the cgroups of trees an earlier daemon left") {
+			t.Error("the restart did not say it removed the killed daemon's trees' cgroups")
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the trees' cgroup directory %s after a clean stop: %v; want it gone", dir, err)
+		}
+	}
 	// The event log tells what the recovery did.
 	out, _, _ := runCLI(t, nil, "", "events", "--agent", "alice", "-c", cfg)
 	if !strings.Contains(out, "--Recovery--> Initializing by daemon: session "+oldSession+" orphaned") {

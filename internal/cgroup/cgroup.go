@@ -111,6 +111,52 @@ func (h *Hierarchy) Close() error {
 	return nil
 }
 
+// RemoveLeft kills and removes the trees' cgroups an earlier run left in
+// h, and returns how many. A daemon killed before its trees ended leaves
+// one per tree; a tree's name never comes again, so New never replaces
+// them, and the directory would hold them for good. Call it before the
+// first New: every cgroup in h is taken for a leftover (the state
+// directory's lock says no other daemon makes trees here).
+func (h *Hierarchy) RemoveLeft() (int, error) {
+	ents, err := os.ReadDir(h.dir)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup: trees left in %s: %w", h.dir, err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if err := removeAll(filepath.Join(h.dir, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// removeAll removes cgroup dir and the cgroups in it, the deepest first (an
+// unsandboxed tree may have made its own), killing what runs in them.
+func removeAll(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return (&Group{dir: dir, fd: -1}).Remove()
+}
+
 // Limits are a tree's bounds; zero values are none.
 type Limits struct {
 	MemoryMax int64 // bytes; needs the memory controller

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -369,5 +370,38 @@ func TestWaitEmptyLooksBeforeItWatches(t *testing.T) {
 		400 * time.Microsecond, 800 * time.Microsecond, 1600 * time.Microsecond, 3200 * time.Microsecond}
 	if !slices.Equal(looks, want) {
 		t.Fatalf("looks = %v, want %v", looks, want)
+	}
+}
+
+// A daemon killed before its trees ended leaves their cgroups, which no
+// later New replaces (a tree's name never comes again): the next run in
+// the same hierarchy kills what still runs in them and removes them,
+// nested ones included.
+func TestRemoveLeftTakesAnEarlierRunsTrees(t *testing.T) {
+	h := open(t)
+	empty := newGroup(t, h, "a-1-ended")
+	live := newGroup(t, h, "a-2-running")
+	pid := sleepIn(t, live, "300")
+	nested := newGroup(t, h, "a-3-nested")
+	if err := os.Mkdir(filepath.Join(nested.Dir(), "its-own"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	next, err := Open(filepath.Base(h.Dir())) // the next run
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := next.RemoveLeft()
+	if err != nil || n != 3 {
+		t.Fatalf("RemoveLeft = %d, %v; want 3 removed", n, err)
+	}
+	for _, g := range []*Group{empty, live, nested} {
+		if _, err := os.Stat(g.Dir()); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after RemoveLeft: %v; want it gone", g.Dir(), err)
+		}
+	}
+	waitFor(t, "the left tree's sleep to die", func() bool { return procState(pid) == "Z" })
+	if n, err := next.RemoveLeft(); err != nil || n != 0 {
+		t.Fatalf("RemoveLeft again = %d, %v; want nothing left", n, err)
 	}
 }

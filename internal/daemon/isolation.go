@@ -72,6 +72,13 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 	} else {
 		d.host.iso.cgroups = h
 		d.host.sup.UseCgroups(h)
+		// A daemon of this state dir killed before its trees ended left
+		// their cgroups (and maybe processes in them) here.
+		if n, err := h.RemoveLeft(); err != nil {
+			d.log.Warn("remove the cgroups of trees an earlier daemon left", zap.Int("removed", n), zap.Error(err))
+		} else if n > 0 {
+			d.log.Warn("removed the cgroups of trees an earlier daemon left", zap.Int("count", n))
+		}
 	}
 	if sb, err := sandbox.Probe(context.Background(), cfg.Sandbox.Bwrap); err != nil {
 		d.host.iso.missing = append(d.host.iso.missing, "sandbox: "+err.Error()+
