@@ -228,6 +228,8 @@ func openTabs(ctx context.Context, chromium, base string, d int, last string) (c
 	}
 	alloc, cancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.UserDataDir(profile),
+		// Its singleton socket's directory, which a killed Chromium leaves in TMPDIR.
+		chromedp.Env("TMPDIR="+profile),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("disable-background-timer-throttling", true), chromedp.Flag("disable-renderer-backgrounding", true))

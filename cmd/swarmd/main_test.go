@@ -40,21 +40,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build swarmd: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := 0
-	func() {
-		defer os.RemoveAll(dir)
-		goleak.VerifyTestMain(exitRecorder{m, &code})
-	}()
-	os.Exit(code)
+	// VerifyTestMain exits the process itself: the binary's directory
+	// goes in its cleanup, where a deferred removal would never run.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		_ = os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
-
-// exitRecorder lets TestMain clean up after goleak's VerifyTestMain.
-type exitRecorder struct {
-	m    *testing.M
-	code *int
-}
-
-func (e exitRecorder) Run() int { *e.code = e.m.Run(); return *e.code }
 
 // gitRepo makes a repository with one commit.
 func gitRepo(t *testing.T) string {

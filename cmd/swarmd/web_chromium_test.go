@@ -48,7 +48,11 @@ func newBrowser(t *testing.T, width, height int) *browser {
 	t.Helper()
 	path := chromiumPath(t)
 	profile := t.TempDir()
+	// Chromium makes its singleton socket's directory in TMPDIR, and
+	// leaves it when it is killed, as the test's end does.
+	tmp := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
+		chromedp.Env("TMPDIR=" + tmp),
 		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(profile), chromedp.WindowSize(width, height),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
