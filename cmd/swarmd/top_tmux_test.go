@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 // nothing it does touches anyone else's sessions; it is killed at cleanup.
 type tmuxServer struct {
 	t    *testing.T
-	sock string
+	sock string // the server's socket, in the test's temp dir (tmux leaves it)
 }
 
 // needTool skips when a program the test drives is missing, loudly, and
@@ -40,15 +41,15 @@ func needTool(t *testing.T, name, requireVar string) string {
 func newTmux(t *testing.T, width, height int, shellCmd string) *tmuxServer {
 	t.Helper()
 	needTool(t, "tmux", "SWARMD_REQUIRE_TMUX")
-	s := &tmuxServer{t: t, sock: fmt.Sprintf("swarmd-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
-	t.Cleanup(func() { _ = exec.Command("tmux", "-L", s.sock, "kill-server").Run() })
+	s := &tmuxServer{t: t, sock: filepath.Join(t.TempDir(), "tmux")}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", s.sock, "kill-server").Run() })
 	s.run("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", fmt.Sprint(width), "-y", fmt.Sprint(height), shellCmd)
 	return s
 }
 
 func (s *tmuxServer) run(args ...string) string {
 	s.t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-L", s.sock}, args...)...).CombinedOutput()
+	out, err := exec.Command("tmux", append([]string{"-S", s.sock}, args...)...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("tmux %v: %v\n%s", args, err, out)
 	}
