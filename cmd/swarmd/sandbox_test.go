@@ -154,6 +154,65 @@ agents:
 	}
 }
 
+// fakeGemini stands in for Gemini CLI, whose tools policy is a file swarmd
+// writes for the session (in its own /tmp, which a sandbox makes private):
+// it reports whether the --policy file it is given is there, holds the
+// session's rules and cannot be written.
+const fakeGemini = `#!/bin/sh
+p=""
+while [ $# -gt 0 ]; do [ "$1" = --policy ] && p="$2"; shift; done
+r="$REPORT/policy"
+if [ -z "$p" ]; then echo "no --policy" > "$r"
+elif [ ! -f "$p" ]; then echo "missing: $p" > "$r"
+elif ! grep -q read_file "$p"; then echo "without the allow rule: $p" > "$r"
+elif (echo x >> "$p") 2>/dev/null; then echo "writable: $p" > "$r"
+else echo "read-only policy" > "$r"; fi
+`
+
+// TestSandboxShowsTheToolsPolicy: a Gemini CLI session in its sandbox sees
+// the tools policy swarmd wrote for it, read-only. (Before, the file was in
+// the daemon's /tmp and the sandbox's own /tmp hid it.)
+func TestSandboxShowsTheToolsPolicy(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "gemini")
+	if err := os.WriteFile(bin, []byte(fakeGemini), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: strict
+sandbox: {writable: [%q]}
+defaults:
+  min_session_interval: 1h
+  env: {REPORT: %q}
+  tools: {allow: [read_file]}
+backends:
+  g: {type: gemini, command: %q}
+agents:
+  - {name: gm, role: r, backend: g}
+`, report, report, bin))
+	d := startDaemon(t, cfg)
+	path := filepath.Join(report, "policy")
+	deadline := time.Now().Add(60 * time.Second)
+	var got []byte
+	for len(got) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session reported nothing in %s; log:\n%s", path, d.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+		got, _ = os.ReadFile(path)
+	}
+	if g := strings.TrimSpace(string(got)); g != "read-only policy" {
+		t.Errorf("the sandboxed session's tools policy: %s; want it there, with its rule, read-only", g)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
 // waitFileLine polls path until it has a line want, and returns it whole.
 func waitFileLine(t *testing.T, path, want string, limit time.Duration, d *daemonProc) string {
 	t.Helper()

@@ -121,8 +121,10 @@ type Spec struct {
 	Tools ToolPolicy
 	// Sandbox, if set, wraps the session's command line (its binary found
 	// in the session's PATH, by absolute path) in a sandbox: the returned
-	// command line runs instead, as a wrapper (proc.Spec.Wrapped).
-	Sandbox func(argv []string) []string
+	// command line runs instead, as a wrapper (proc.Spec.Wrapped). files
+	// are what the command line names that the backend wrote for the
+	// session (a tools policy), which the sandbox must show, read-only.
+	Sandbox func(argv, files []string) []string
 	// OnProgress, if set, is told what the stream has shown so far (usage,
 	// model, provider trouble) each time that changes. It is called from
 	// the goroutine reading the output, so it must be quick.

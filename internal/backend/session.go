@@ -187,7 +187,11 @@ func startSession(ctx context.Context, sup *proc.Supervisor, spec Spec, l launch
 		if err != nil {
 			return nil, s.startFailed(spec, l, err)
 		}
-		argv := spec.Sandbox(append([]string{path}, l.args...))
+		var files []string
+		if l.removeFile != "" {
+			files = []string{l.removeFile}
+		}
+		argv := spec.Sandbox(append([]string{path}, l.args...), files)
 		ps.Path, ps.Args, ps.Wrapped = argv[0], argv[1:], true
 	}
 	tree, err := sup.Start(ps)

@@ -55,7 +55,7 @@ const controlWait = 30 * time.Second
 // NUL).
 const maxSocketPath = 107
 
-func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) []string, func(), error) {
+func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, files []string) []string, func(), error) {
 	d := c.d
 	select {
 	case <-d.serve.controlUp:
@@ -74,13 +74,15 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func([]string) 
 		return nil, nil, err
 	}
 	sb := d.host.iso.sandbox
-	wrap := func(argv []string) []string {
+	wrap := func(argv, files []string) []string {
 		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0])
 		spec.Writable = slices.Concat(spec.Writable, acc.Writable, stateHomes(cfg, agentName))
 		// The repository's own directory stays read-only even under a HOME
 		// that holds it: the merge target's ref, packed-refs, config and
 		// hooks are the daemon's.
-		spec.ReadOnly = slices.Concat(spec.ReadOnly, []string{acc.Repo, acc.CommonDir}, acc.Pinned)
+		// The files the backend wrote for the session (Gemini CLI's tools
+		// policy, in the daemon's /tmp, which the sandbox makes private).
+		spec.ReadOnly = slices.Concat(spec.ReadOnly, []string{acc.Repo, acc.CommonDir}, acc.Pinned, files)
 		spec.Binds = []sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}}
 		return sb.Command(spec, argv)
 	}

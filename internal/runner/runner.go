@@ -74,7 +74,7 @@ type Container interface {
 	// Contain prepares session sessionID of agent's sandbox: wrap is
 	// backend.Spec.Sandbox, release is called once the session has ended
 	// (every process of it dead).
-	Contain(agent, sessionID string) (wrap func(argv []string) []string, release func(), err error)
+	Contain(agent, sessionID string) (wrap func(argv, files []string) []string, release func(), err error)
 }
 
 // Config is everything one Runner needs. Zero durations take defaults.
