@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -166,12 +167,13 @@ if [ -z "$p" ]; then echo "no --policy" > "$r"
 elif [ ! -f "$p" ]; then echo "missing: $p" > "$r"
 elif ! grep -q read_file "$p"; then echo "without the allow rule: $p" > "$r"
 elif (echo x >> "$p") 2>/dev/null; then echo "writable: $p" > "$r"
-else echo "read-only policy" > "$r"; fi
+else echo "read-only policy: $p" > "$r"; fi
 `
 
 // TestSandboxShowsTheToolsPolicy: a Gemini CLI session in its sandbox sees
 // the tools policy swarmd wrote for it, read-only. (Before, the file was in
-// the daemon's /tmp and the sandbox's own /tmp hid it.)
+// the daemon's /tmp and the sandbox's own /tmp hid it.) The file is in the
+// state directory, where the next start removes what a killed daemon left.
 func TestSandboxShowsTheToolsPolicy(t *testing.T) {
 	requireBwrap(t)
 	repo := gitRepo(t)
@@ -193,6 +195,14 @@ backends:
 agents:
   - {name: gm, role: r, backend: g}
 `, report, report, bin))
+	files := filepath.Join(repo, ".swarm", "f")
+	left := filepath.Join(files, "swarmd-gm-1-000000000000-1.toml")
+	if err := os.MkdirAll(files, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(left, []byte("# a killed daemon's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	d := startDaemon(t, cfg)
 	path := filepath.Join(report, "policy")
 	deadline := time.Now().Add(60 * time.Second)
@@ -204,8 +214,12 @@ agents:
 		time.Sleep(20 * time.Millisecond)
 		got, _ = os.ReadFile(path)
 	}
-	if g := strings.TrimSpace(string(got)); g != "read-only policy" {
-		t.Errorf("the sandboxed session's tools policy: %s; want it there, with its rule, read-only", g)
+	g := strings.TrimSpace(string(got))
+	if f, ok := strings.CutPrefix(g, "read-only policy: "); !ok || filepath.Dir(f) != files {
+		t.Errorf("the sandboxed session's tools policy: %s; want it there, with its rule, read-only, in %s", g, files)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a killed daemon's session file after the start: %v; want it removed", err)
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(30 * time.Second); code != 0 {

@@ -378,6 +378,10 @@ type AgentCLIConfig struct {
 	AllowedTools []string
 	CancelSignal syscall.Signal // default SIGINT for claude and codex, SIGTERM for gemini
 	Env          []string       // KEY=VALUE for every session, over the backend's own, under Spec.Env
+	// FilesDir is where the files written for a session go (Gemini CLI's
+	// tools policy), each removed when its session ends; "" is the
+	// system's temporary directory.
+	FilesDir string
 	// Now is the clock for tool-call times and reset times; nil means time.Now.
 	Now func() time.Time
 }
@@ -391,6 +395,7 @@ type agentCLI struct {
 	args      []string
 	env       []string
 	cancelSig syscall.Signal
+	filesDir  string // AgentCLIConfig.FilesDir
 	parser    func() Reporter
 	// turnsFlag is the CLI's flag for Spec.MaxTurns ("" when it has none:
 	// swarmd counts the turns from the stream).
@@ -398,7 +403,7 @@ type agentCLI struct {
 	// toolArgs maps Spec.Tools to the CLI's own mechanism: the arguments,
 	// and a file to remove when the session ends ("" for none). Nil: the
 	// CLI has none, and swarmd's check of the stream is all there is.
-	toolArgs func(p ToolPolicy, sessionID string) (args []string, file string, err error)
+	toolArgs func(p ToolPolicy, sessionID, dir string) (args []string, file string, err error)
 	// probeArgs and probeEnv cap the CLI's own retries in a probe session
 	// (Spec.Probe): arguments before the last one (the prompt's "-" where
 	// there is one), and variables over the backend's env.
@@ -430,7 +435,7 @@ func newAgentCLI(sup *proc.Supervisor, typ string, cfg AgentCLIConfig, cancel sy
 	if cfg.CancelSignal == 0 {
 		cfg.CancelSignal = cancel
 	}
-	return agentCLI{sup: sup, name: cfg.Name, command: cfg.Command, cancelSig: cfg.CancelSignal}, nil
+	return agentCLI{sup: sup, name: cfg.Name, command: cfg.Command, cancelSig: cfg.CancelSignal, filesDir: cfg.FilesDir}, nil
 }
 
 func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
@@ -451,7 +456,7 @@ func (a *agentCLI) start(ctx context.Context, spec Spec) (Session, error) {
 	}
 	var file string
 	if !spec.Tools.Empty() && a.toolArgs != nil {
-		more, f, err := a.toolArgs(spec.Tools, spec.SessionID)
+		more, f, err := a.toolArgs(spec.Tools, spec.SessionID, a.filesDir)
 		if err != nil {
 			return nil, err
 		}

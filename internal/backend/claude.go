@@ -42,7 +42,7 @@ func NewClaude(sup *proc.Supervisor, cfg AgentCLIConfig) (*Claude, error) {
 	cli.probeEnv = []string{"CLAUDE_CODE_MAX_RETRIES=0"}
 	now := cfg.Now
 	cli.parser = func() Reporter { return newClaudeParser(now) }
-	cli.toolArgs = func(p ToolPolicy, _ string) ([]string, string, error) { return claudeToolArgs(p), "", nil }
+	cli.toolArgs = func(p ToolPolicy, _, _ string) ([]string, string, error) { return claudeToolArgs(p), "", nil }
 	return &Claude{cli: cli}, nil
 }
 

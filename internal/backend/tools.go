@@ -177,11 +177,11 @@ func geminiPolicy(p ToolPolicy) string {
 	return b.String()
 }
 
-// writeGeminiPolicy writes the session's policy file and returns the
-// --policy arguments and the file's path; the caller removes the file when
-// the session ends.
-func writeGeminiPolicy(p ToolPolicy, sessionID string) (args []string, path string, err error) {
-	f, err := os.CreateTemp("", "swarmd-"+sessionID+"-*.toml")
+// writeGeminiPolicy writes the session's policy file in dir ("": the
+// system's temporary directory) and returns the --policy arguments and the
+// file's path; the caller removes the file when the session ends.
+func writeGeminiPolicy(p ToolPolicy, sessionID, dir string) (args []string, path string, err error) {
+	f, err := os.CreateTemp(dir, "swarmd-"+sessionID+"-*.toml")
 	if err != nil {
 		return nil, "", fmt.Errorf("write the gemini tools policy: %w", err)
 	}

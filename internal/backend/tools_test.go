@@ -86,7 +86,7 @@ func TestToolPolicyArgs(t *testing.T) {
 	if strings.Contains(gp, `*.env`) || strings.Count(gp, "[[rule]]") != 5 {
 		t.Errorf("gemini policy:\n%s", gp)
 	}
-	args, path, err := writeGeminiPolicy(ToolPolicy{Deny: []string{"web_fetch"}}, "s-1")
+	args, path, err := writeGeminiPolicy(ToolPolicy{Deny: []string{"web_fetch"}}, "s-1", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/config"
@@ -13,7 +14,7 @@ import (
 func buildBackends(cfg *config.Config, sup *proc.Supervisor) (map[string]runner.Backend, error) {
 	out := make(map[string]runner.Backend, len(cfg.Backends))
 	for name, b := range cfg.Backends {
-		be, err := newBackend(b, sup)
+		be, err := newBackend(b, sup, sessionFilesDir(cfg.StateDir))
 		if err != nil {
 			return nil, fmt.Errorf("backends.%s: %w", name, err)
 		}
@@ -22,7 +23,13 @@ func buildBackends(cfg *config.Config, sup *proc.Supervisor) (map[string]runner.
 	return out, nil
 }
 
-func newBackend(b config.Backend, sup *proc.Supervisor) (runner.Backend, error) {
+// sessionFilesDir is where backends write the files they give a session
+// (Gemini CLI's tools policy): under the state directory, which no sandbox
+// sees (each session's own are bound into its sandbox read-only), and
+// emptied at each start of those a killed daemon left.
+func sessionFilesDir(stateDir string) string { return filepath.Join(stateDir, "f") }
+
+func newBackend(b config.Backend, sup *proc.Supervisor, filesDir string) (runner.Backend, error) {
 	env := envList(b.Env)
 	switch b.Type {
 	case config.TypeScripted:
@@ -32,7 +39,7 @@ func newBackend(b config.Backend, sup *proc.Supervisor) (runner.Backend, error) 
 	case config.TypeClaude, config.TypeCodex, config.TypeGemini:
 		cli := backend.AgentCLIConfig{
 			Name: b.Name, Command: b.Command, Args: b.Args, Model: b.Model, AllowedTools: b.AllowedTools,
-			CancelSignal: b.Signal(), Env: env,
+			CancelSignal: b.Signal(), Env: env, FilesDir: filesDir,
 		}
 		switch b.Type {
 		case config.TypeClaude:

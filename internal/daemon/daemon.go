@@ -315,6 +315,14 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		}
 		return err
 	}
+	// The files backends give sessions: a killed daemon's are left here.
+	files := sessionFilesDir(cfg.StateDir)
+	if err := os.RemoveAll(files); err != nil {
+		return fmt.Errorf("session files %s: %w", files, err)
+	}
+	if err := os.Mkdir(files, 0o700); err != nil {
+		return fmt.Errorf("session files %s: %w", files, err)
+	}
 	if d.host.sup, err = proc.NewSupervisor(cfg.StateDir, log.Named("proc")); err != nil {
 		return err
 	}
