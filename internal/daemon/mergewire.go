@@ -64,6 +64,12 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 		into = cfg.Merge.Into
 	}
 	why := "the merge queue rejected it: " + string(kind)
+	if kind == merge.KindCorrupt {
+		// Not the worker's doing, most likely: something that writes the
+		// shared object store replaced what the change was committed as.
+		h.d.log.Error("merge queue: objects of a change do not match their names (replaced in the object store?); check with `git fsck`",
+			zap.Int64("task", e.Task), zap.String("agent", e.Agent), zap.String("head", e.Head), zap.String("detail", detail))
+	}
 	// What to do and why, once: the task's feedback, which the worker's
 	// next prompt shows; the mail only says that it came back.
 	feedback := rejectionTodo(kind, into)
@@ -111,6 +117,10 @@ func rejectionTodo(kind merge.Kind, into string) string {
 	case merge.KindGateFailed:
 		return fmt.Sprintf("The merge gate failed on it, merged onto %s: fix what the gate reports below (the tail of its "+
 			"output), commit, and end your session with DONE.", into)
+	case merge.KindCorrupt:
+		return fmt.Sprintf("Objects of its commits in the repository's object store no longer match their names (named below): "+
+			"they were replaced after they were committed, so it cannot be merged into %s as it stands. It is for the operator "+
+			"to look into (the daemon logs it as an error): do not build on those commits; end your session with DONE.", into)
 	case merge.KindTimeout:
 		return fmt.Sprintf("The merge gate ran out of time on it, merged onto %s: find what hangs or is too slow, fix it, "+
 			"commit, and end your session with DONE.", into)

@@ -36,6 +36,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 	}{
 		{merge.KindConflict, "parser.go", "merge trunk into your branch (`git merge trunk`), resolve the conflicts"},
 		{merge.KindGateFailed, "FAIL: TestParse", "The merge gate failed on it, merged onto trunk"},
+		{merge.KindCorrupt, "objects of the change do not match their names: 0a1b", "they were replaced after they were committed"},
 	} {
 		tk, err := board.Add(ctx, taskboard.NewTask{Title: string(tc.kind)})
 		if err != nil {
@@ -60,7 +61,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 		}
 	}
 	ms, err := mb.Inbox(ctx, "alice", false)
-	if err != nil || len(ms) != 2 {
+	if err != nil || len(ms) != 3 {
 		t.Fatalf("alice's mail %+v, %v", ms, err)
 	}
 	for _, m := range ms {

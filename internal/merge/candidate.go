@@ -25,6 +25,13 @@ func (q *Queue) build(ctx context.Context, e *Entry, target, targetTree string) 
 // buildIn is build with the integration worktree dir for rebase: a run
 // ahead builds in its own while the gate runs in the first.
 func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targetTree string) (candidate, error) {
+	// What is merged must be what was committed and reviewed: the change's
+	// objects, hashed again (the target's were, in their own builds).
+	if bad, err := q.repo.corruptObjects(ctx, target, e.Head); err != nil {
+		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+	} else if len(bad) > 0 {
+		return candidate{}, &corruptError{objects: bad}
+	}
 	if q.opts.Strategy == StrategyRebase {
 		return q.buildRebase(ctx, dir, e, target, targetTree)
 	}

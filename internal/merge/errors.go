@@ -3,6 +3,7 @@ package merge
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Returned errors wrap them with the task, branch or path
@@ -22,6 +23,17 @@ var (
 	// ErrForeignDir: the integration worktree's path holds something else.
 	ErrForeignDir = errors.New("directory is not the merge queue's worktree")
 )
+
+// corruptError: objects of a change are not what their names say. Every
+// sandbox writes the shared object store (git needs it to commit) and git
+// does not hash an object again when it reads it, so a session can replace
+// an object of another agent's change with other content under the same
+// name; the change is rejected before any gate runs.
+type corruptError struct{ objects []string }
+
+func (e *corruptError) Error() string {
+	return fmt.Sprintf("objects of the change do not match their names (replaced in the object store?): %s", strings.Join(e.objects, ", "))
+}
 
 // unmergeableError is git refusing to merge a candidate for a reason of the
 // candidate's own (unrelated histories, a rebase that fails without a

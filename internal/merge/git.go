@@ -1,14 +1,21 @@
 package merge
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -502,4 +509,94 @@ func short(h string) string {
 		return h[:12]
 	}
 	return h
+}
+
+// corruptObjects hashes again every object reachable from head and not
+// from base, as git stores it, and returns those whose content does not
+// match their name (or that are missing). git trusts an object's name when
+// it reads it; the queue must not, since every session can write the
+// shared object store.
+func (r *repo) corruptObjects(ctx context.Context, base, head string) ([]string, error) {
+	list, err := r.run(ctx, r.commonDir, nil, "rev-list", "--objects", "--no-object-names", base+".."+head)
+	if code := exitCode(err); code > 1 {
+		return nil, &unmergeableError{err: err} // a head or object not there: as merge-tree says it
+	} else if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	cmd := exec.CommandContext(ctx, r.bin, "-C", r.commonDir, "cat-file", "--batch")
+	cmd.Env = r.env
+	cmd.Stdin = strings.NewReader(list)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = gitWaitDelay
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("git cat-file --batch: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("git cat-file --batch: %w", err)
+	}
+	bad, rerr := hashBatch(bufio.NewReader(out))
+	if rerr != nil {
+		_ = cmd.Process.Kill()
+	}
+	werr := cmd.Wait()
+	switch {
+	case rerr != nil:
+		return nil, fmt.Errorf("git cat-file --batch: %w", rerr)
+	case werr != nil:
+		return nil, fmt.Errorf("git cat-file --batch: %w: %s", werr, strings.TrimSpace(stderr.String()))
+	}
+	return bad, nil
+}
+
+// hashBatch reads git cat-file --batch's output ("NAME TYPE SIZE", the
+// content, a newline; "NAME missing") and returns the names that are
+// missing or whose content hashes to another name: SHA-1 for 40 hex
+// digits, SHA-256 for 64.
+func hashBatch(r *bufio.Reader) (bad []string, err error) {
+	for {
+		line, err := r.ReadString('\n')
+		if err == io.EOF && line == "" {
+			return bad, nil
+		}
+		if err != nil {
+			return bad, err
+		}
+		f := strings.Fields(line)
+		if len(f) == 2 && f[1] == "missing" {
+			bad = append(bad, f[0]+" (missing)")
+			continue
+		}
+		if len(f) != 3 {
+			return bad, fmt.Errorf("unexpected line %q", strings.TrimSpace(line))
+		}
+		size, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil || size < 0 {
+			return bad, fmt.Errorf("unexpected line %q", strings.TrimSpace(line))
+		}
+		var h hash.Hash
+		switch len(f[0]) {
+		case 40:
+			h = sha1.New()
+		case 64:
+			h = sha256.New()
+		default:
+			return bad, fmt.Errorf("unexpected object name %q", f[0])
+		}
+		fmt.Fprintf(h, "%s %d\x00", f[1], size)
+		if _, err := io.CopyN(h, r, size); err != nil {
+			return bad, err
+		}
+		if _, err := r.Discard(1); err != nil { // the newline after the content
+			return bad, err
+		}
+		if hex.EncodeToString(h.Sum(nil)) != f[0] {
+			bad = append(bad, f[0])
+		}
+	}
 }

@@ -255,7 +255,10 @@ func (q *Queue) line(ctx context.Context, es []*Entry, target, tree string, res 
 	for _, e := range es {
 		cand, err := q.build(ctx, e, base, baseTree)
 		var unmergeable *unmergeableError
+		var corrupt *corruptError
 		switch {
+		case errors.As(err, &corrupt):
+			res.rejected(e, KindCorrupt, corrupt.Error())
 		case errors.As(err, &unmergeable):
 			res.rejected(e, KindConflict, unmergeable.Error())
 		case err != nil:

@@ -52,6 +52,9 @@ const (
 	KindConflict   Kind = "conflict"    // it does not merge cleanly into the target; Detail lists the paths
 	KindGateFailed Kind = "gate_failed" // a gate command failed; Detail is the tail of the gate's output
 	KindTimeout    Kind = "timeout"     // the gate ran past merge.timeout and was killed
+	// KindCorrupt: objects of the change are not what their names say (an
+	// object file replaced in the shared object store); Detail names them.
+	KindCorrupt Kind = "corrupt"
 )
 
 // Actor names the queue in the event log and on the task board.
@@ -70,7 +73,7 @@ type Entry struct {
 	Branch     string    `json:"branch"`
 	Head       string    `json:"head"` // the commit merged: the branch's tip when queued
 	State      State     `json:"state"`
-	Result     string    `json:"result,omitempty"`    // merged, conflict, gate_failed, timeout
+	Result     string    `json:"result,omitempty"`    // merged, conflict, gate_failed, timeout, corrupt
 	Detail     string    `json:"detail,omitempty"`    // rejected: the conflicting paths or the gate output's tail
 	Target     string    `json:"target,omitempty"`    // the target commit the candidate was built on
 	Candidate  string    `json:"candidate,omitempty"` // the candidate; once merged, the target's new commit

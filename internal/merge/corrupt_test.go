@@ -1,0 +1,86 @@
+package merge
+
+import (
+	"bufio"
+	"bytes"
+	"compress/zlib"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A session can write the shared object store (every sandbox does, to
+// commit): one that replaces an object of another agent's change, same
+// name and other content, would have the queue merge the change as it is
+// now, not as it was committed and reviewed, since git does not hash an
+// object again when it reads it. The queue does, and rejects the change
+// before any gate runs.
+func TestTamperedChangeRejectedBeforeTheGate(t *testing.T) {
+	e := newEnv(t)
+	q := e.open(e.options(`echo the gate ran`))
+	alice := e.worker("alice")
+	commitFile(t, alice, "g.txt", "honest work\n", "alice: work")
+	blob := gitT(t, alice, "rev-parse", "HEAD:g.txt")
+
+	path := filepath.Join(e.repo, ".git", "objects", blob[:2], blob[2:])
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	fmt.Fprintf(zw, "blob %d\x00%s", len("evil work\n"), "evil work\n")
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil { // git makes loose objects read-only; their directory is not
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, z.Bytes(), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitT(t, e.repo, "cat-file", "-p", blob); got != "evil work" {
+		t.Fatalf("git reads the replaced object as %q: the test proves nothing", got)
+	}
+
+	before := e.main()
+	if _, err := q.Enqueue(context.Background(), 7, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
+	}
+	step(t, q, OutcomeRejected)
+	if e.main() != before {
+		t.Fatalf("main moved to a tampered change: %s -> %s", before, e.main())
+	}
+	c := e.cb.waitCalls(t, 1)[0]
+	if c.task != 7 || c.kind != KindCorrupt || !strings.Contains(c.detail, blob) {
+		t.Fatalf("rejection = %+v; want %s naming %s", c, KindCorrupt, blob)
+	}
+	ent, err := q.Store().Latest(context.Background(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ent.Attempts != 0 {
+		t.Errorf("the gate ran %d times on a tampered change; want none", ent.Attempts)
+	}
+}
+
+// hashBatch names the objects whose content does not hash to their name,
+// and the missing ones, in both object formats.
+func TestHashBatch(t *testing.T) {
+	out := "" +
+		"ce013625030ba8dba906f756967f9e9ca394464a blob 6\nhello\n\n" + // sha1("blob 6\0hello\n")
+		"0000000000000000000000000000000000000001 blob 3\nabc\n" +
+		"1111111111111111111111111111111111111111 missing\n" +
+		"2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4 blob 6\nhello\n\n" // sha256 of the same
+	bad, err := hashBatch(bufio.NewReader(strings.NewReader(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0000000000000000000000000000000000000001", "1111111111111111111111111111111111111111 (missing)"}
+	if !slices.Equal(bad, want) {
+		t.Fatalf("hashBatch = %q, want %q", bad, want)
+	}
+	if _, err := hashBatch(bufio.NewReader(strings.NewReader("ce01 blob 6\nhello\n\n"))); err == nil {
+		t.Error("hashBatch took a name of neither length")
+	}
+}
