@@ -69,6 +69,11 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 		// shared object store replaced what the change was committed as.
 		h.d.log.Error("merge queue: objects of a change do not match their names (replaced in the object store?); check with `git fsck`",
 			zap.Int64("task", e.Task), zap.String("agent", e.Agent), zap.String("head", e.Head), zap.String("detail", detail))
+		if _, err := h.d.mail.NoteToOperator(ctx, fmt.Sprintf("task #%d: objects of its change were replaced", e.Task),
+			fmt.Sprintf("The merge queue rejected task #%d (%s's commit %s): %s\n\n`git fsck` lists every such object.",
+				e.Task, e.Agent, e.Head, detail)); err != nil {
+			h.d.log.Warn("mail the operator", zap.Int64("task", e.Task), zap.Error(err))
+		}
 	}
 	// What to do and why, once: the task's feedback, which the worker's
 	// next prompt shows; the mail only says that it came back.
@@ -93,8 +98,7 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 		d.notifyTaskFailed(e.Task, e.Agent, fmt.Sprintf("merge_rejected: the merge queue rejected it %d times (merge.max_rejections), the last time for %s", max+1, kind))
 		body := fmt.Sprintf("Task #%d failed: the merge queue rejected it %d times (merge.max_rejections), the last time for %s.\n\n"+
 			"`swarmd task show %d` has the history; `swarmd task retry %d` gives it back to the board.", e.Task, max+1, kind, e.Task, e.Task)
-		if _, err := h.d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: mailbox.Operator,
-			Subject: fmt.Sprintf("task #%d failed: merge_rejected", e.Task), Body: body}); err != nil {
+		if _, err := h.d.mail.NoteToOperator(ctx, fmt.Sprintf("task #%d failed: merge_rejected", e.Task), body); err != nil {
 			h.d.log.Warn("mail the operator", zap.Int64("task", e.Task), zap.Error(err))
 		}
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -64,10 +65,54 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 	if err != nil || len(ms) != 3 {
 		t.Fatalf("alice's mail %+v, %v", ms, err)
 	}
+	// Replaced objects are the operator's to look into, too.
+	ops, err := mb.Inbox(ctx, "operator", false)
+	if err != nil || len(ops) != 1 || !strings.Contains(ops[0].Body, "0a1b") || !strings.Contains(ops[0].Body, "git fsck") {
+		t.Fatalf("the operator's mail %+v, %v; want one naming the objects", ops, err)
+	}
 	for _, m := range ms {
 		if !strings.Contains(m.Body, "did not merge into trunk") || strings.Contains(m.Body, "swarm/alice/work") ||
 			strings.Contains(m.Body, "parser.go") || strings.Contains(m.Body, "TestParse") {
 			t.Errorf("rejection mail %q: want the target named, and no detail (the prompt has it once)", m.Body)
 		}
+	}
+}
+
+// The rejection that uses up merge.max_rejections fails the task and
+// leaves the operator a note (from the daemon: operator to operator, which
+// plain mail refuses as mail to oneself).
+func TestRejectionGivingUpTellsTheOperator(t *testing.T) {
+	ctx := context.Background()
+	mb, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	board := taskboard.New(mb.Store(), taskboard.Options{})
+	d := &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	d.live.cfg = &config.Config{Merge: &config.Merge{Into: "trunk", MaxRejections: 1}}
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "flaky"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := merge.Entry{Task: tk.ID, Agent: "alice", Branch: "swarm/alice/work"}
+	for i, session := range []string{"alice-1-a", "alice-2-b"} { // max_rejections 1: the second is the last
+		if _, err := board.Claim(ctx, tk.ID, "alice", session); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		if _, err := board.Done(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: session}, "done"); err != nil {
+			t.Fatal(err)
+		}
+		if err := (mergeHooks{d}).OnRejected(ctx, e, merge.KindGateFailed, "FAIL"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := board.Get(ctx, tk.ID)
+	if err != nil || got.State != task.Failed {
+		t.Fatalf("task after its last rejection: %+v, %v; want FAILED", got, err)
+	}
+	ops, err := mb.Inbox(ctx, "operator", false)
+	if err != nil || len(ops) != 1 || !strings.Contains(ops[0].Subject, "merge_rejected") || ops[0].From != mailbox.Operator {
+		t.Fatalf("the operator's mail %+v, %v; want the note that the task failed", ops, err)
 	}
 }

@@ -110,6 +110,24 @@ func (mb *Mailbox) Send(ctx context.Context, d Draft) (Message, error) {
 	return m, nil
 }
 
+// NoteToOperator leaves the operator a message from the daemon itself (a
+// task the merge queue gave up on, a change whose objects were replaced):
+// from operator to operator, which Send refuses as mail to oneself. Only
+// the daemon's own code calls it; no request reaches it.
+func (mb *Mailbox) NoteToOperator(ctx context.Context, subject, body string) (Message, error) {
+	if err := mb.validateContent(subject, body); err != nil {
+		return Message{}, fmt.Errorf("mailbox: note to the operator: %w", err)
+	}
+	if err := mb.db.Check(); err != nil {
+		return Message{}, mb.wrap("note to the operator", err)
+	}
+	m, err := mb.insert(ctx, nil, mb.draftMessage(Draft{From: Operator, To: Operator, Subject: subject, Body: body}))
+	if err != nil {
+		return Message{}, mb.wrap("note to the operator", err)
+	}
+	return m, nil
+}
+
 // Reply answers message replyTo in its thread. It goes to the original
 // sender, or, when from is the original sender (following up on one's own
 // message), to the original recipient. The subject gets one "Re: ".
