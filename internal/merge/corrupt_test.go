@@ -84,3 +84,50 @@ func TestHashBatch(t *testing.T) {
 		t.Error("hashBatch took a name of neither length")
 	}
 }
+
+// An object replaced while the gate runs: the gate passed on the honest
+// files, but the target would take the objects by name. The queue checks
+// them again before it moves the target: nothing moves, and the next step
+// rejects the change as corrupt.
+func TestObjectReplacedDuringTheGateNotMerged(t *testing.T) {
+	e := newEnv(t)
+	alice := e.worker("alice")
+	commitFile(t, alice, "g.txt", "honest work\n", "alice: work")
+	blob := gitT(t, alice, "rev-parse", "HEAD:g.txt")
+	path := filepath.Join(e.repo, ".git", "objects", blob[:2], blob[2:])
+	evil := filepath.Join(t.TempDir(), "evil")
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	fmt.Fprintf(zw, "blob %d\x00%s", len("evil work\n"), "evil work\n")
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(evil, z.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The gate sees the honest file, then replaces the object behind it.
+	q := e.open(e.options(`grep -q "honest work" g.txt`, fmt.Sprintf(`chmod u+w %[1]q && cp %[2]q %[1]q`, path, evil)))
+	before := e.main()
+	if _, err := q.Enqueue(context.Background(), 7, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
+	}
+	step(t, q, OutcomeRebuild)
+	if e.main() != before {
+		t.Fatalf("main moved to a change whose object was replaced during its gate: %s -> %s", before, e.main())
+	}
+	step(t, q, OutcomeRejected)
+	if e.main() != before {
+		t.Fatalf("main moved: %s -> %s", before, e.main())
+	}
+	c := e.cb.waitCalls(t, 1)[0]
+	if c.task != 7 || c.kind != KindCorrupt || !strings.Contains(c.detail, blob) {
+		t.Fatalf("rejection = %+v; want %s naming %s", c, KindCorrupt, blob)
+	}
+	ent, err := q.Store().Latest(context.Background(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ent.Attempts != 1 {
+		t.Errorf("gate runs = %d, want the one that passed before the object was replaced", ent.Attempts)
+	}
+}

@@ -370,6 +370,19 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 	if len(es) > 1 {
 		msg = "swarmd merge queue: " + taskList(es)
 	}
+	// The gate ran on the candidate's files; the target takes its objects
+	// by name. One replaced while the gate ran is seen here: nothing moves,
+	// and the next step builds again, where the check before the gate
+	// finds the change it is in and rejects it.
+	if bad, err := q.repo.corruptObjects(ctx, old, cand); err != nil || len(bad) > 0 {
+		q.passed = passedGate{} // this line is not to be taken again as it is
+		why := "rebuild: objects of the batch were replaced while its gate ran: " + strings.Join(bad, ", ")
+		if err != nil {
+			why = fmt.Sprintf("rebuild: check the batch's objects: %v", err)
+		}
+		q.log.Warn("merge queue: not advancing the target", zap.Int64("task", es[0].Task), zap.Int("batch", len(es)), zap.String("why", why))
+		return OutcomeRebuild, q.store.requeueBatch(ctx, es, why)
+	}
 	// Known before it is there: a watcher that reads the new tip at once
 	// must not take the queue's own move for someone else's.
 	q.owned.advancing(cand)
