@@ -13,6 +13,43 @@ import (
 	"testing"
 )
 
+// aliceWork commits g.txt ("honest work") on alice's branch and returns its
+// blob's name, the path of its loose object, and a loose object file of
+// other content ("evil work") to put there under the same name.
+func aliceWork(t *testing.T, e *env) (blob, path string, evil []byte) {
+	t.Helper()
+	alice := e.worker("alice")
+	commitFile(t, alice, "g.txt", "honest work\n", "alice: work")
+	blob = gitT(t, alice, "rev-parse", "HEAD:g.txt")
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	fmt.Fprintf(zw, "blob %d\x00%s", len("evil work\n"), "evil work\n")
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return blob, filepath.Join(e.repo, ".git", "objects", blob[:2], blob[2:]), z.Bytes()
+}
+
+// wantCorrupt checks that task 7 was rejected as corrupt, naming blob,
+// with main still at before, after gates gate runs.
+func wantCorrupt(t *testing.T, e *env, q *Queue, blob, before string, gates int) {
+	t.Helper()
+	if e.main() != before {
+		t.Fatalf("main moved to a change whose object was replaced: %s -> %s", before, e.main())
+	}
+	c := e.cb.waitCalls(t, 1)[0]
+	if c.task != 7 || c.kind != KindCorrupt || !strings.Contains(c.detail, blob) {
+		t.Fatalf("rejection = %+v; want %s naming %s", c, KindCorrupt, blob)
+	}
+	ent, err := q.Store().Latest(context.Background(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ent.Attempts != gates {
+		t.Errorf("gate runs = %d, want %d", ent.Attempts, gates)
+	}
+}
+
 // A session can write the shared object store (every sandbox does, to
 // commit): one that replaces an object of another agent's change, same
 // name and other content, would have the queue merge the change as it is
@@ -22,21 +59,11 @@ import (
 func TestTamperedChangeRejectedBeforeTheGate(t *testing.T) {
 	e := newEnv(t)
 	q := e.open(e.options(`echo the gate ran`))
-	alice := e.worker("alice")
-	commitFile(t, alice, "g.txt", "honest work\n", "alice: work")
-	blob := gitT(t, alice, "rev-parse", "HEAD:g.txt")
-
-	path := filepath.Join(e.repo, ".git", "objects", blob[:2], blob[2:])
-	var z bytes.Buffer
-	zw := zlib.NewWriter(&z)
-	fmt.Fprintf(zw, "blob %d\x00%s", len("evil work\n"), "evil work\n")
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	blob, path, evil := aliceWork(t, e)
 	if err := os.Chmod(path, 0o644); err != nil { // git makes loose objects read-only; their directory is not
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, z.Bytes(), 0o444); err != nil {
+	if err := os.WriteFile(path, evil, 0o444); err != nil {
 		t.Fatal(err)
 	}
 	if got := gitT(t, e.repo, "cat-file", "-p", blob); got != "evil work" {
@@ -48,20 +75,32 @@ func TestTamperedChangeRejectedBeforeTheGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	step(t, q, OutcomeRejected)
-	if e.main() != before {
-		t.Fatalf("main moved to a tampered change: %s -> %s", before, e.main())
-	}
-	c := e.cb.waitCalls(t, 1)[0]
-	if c.task != 7 || c.kind != KindCorrupt || !strings.Contains(c.detail, blob) {
-		t.Fatalf("rejection = %+v; want %s naming %s", c, KindCorrupt, blob)
-	}
-	ent, err := q.Store().Latest(context.Background(), 7)
-	if err != nil {
+	wantCorrupt(t, e, q, blob, before, 0)
+}
+
+// An object replaced while the gate runs: the gate passed on the honest
+// files, but the target would take the objects by name. The queue checks
+// them again before it moves the target: nothing moves, and the next step
+// rejects the change as corrupt.
+func TestObjectReplacedDuringTheGateNotMerged(t *testing.T) {
+	e := newEnv(t)
+	blob, path, evil := aliceWork(t, e)
+	evilFile := filepath.Join(t.TempDir(), "evil")
+	if err := os.WriteFile(evilFile, evil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if ent.Attempts != 0 {
-		t.Errorf("the gate ran %d times on a tampered change; want none", ent.Attempts)
+	// The gate sees the honest file, then replaces the object behind it.
+	q := e.open(e.options(`grep -q "honest work" g.txt`, fmt.Sprintf(`chmod u+w %[1]q && cp %[2]q %[1]q`, path, evilFile)))
+	before := e.main()
+	if _, err := q.Enqueue(context.Background(), 7, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
 	}
+	step(t, q, OutcomeRebuild)
+	if e.main() != before {
+		t.Fatalf("main moved to a change whose object was replaced during its gate: %s -> %s", before, e.main())
+	}
+	step(t, q, OutcomeRejected)
+	wantCorrupt(t, e, q, blob, before, 1) // the run that passed before the object was replaced
 }
 
 // hashBatch names the objects whose content does not hash to their name,
@@ -82,52 +121,5 @@ func TestHashBatch(t *testing.T) {
 	}
 	if _, err := hashBatch(bufio.NewReader(strings.NewReader("ce01 blob 6\nhello\n\n"))); err == nil {
 		t.Error("hashBatch took a name of neither length")
-	}
-}
-
-// An object replaced while the gate runs: the gate passed on the honest
-// files, but the target would take the objects by name. The queue checks
-// them again before it moves the target: nothing moves, and the next step
-// rejects the change as corrupt.
-func TestObjectReplacedDuringTheGateNotMerged(t *testing.T) {
-	e := newEnv(t)
-	alice := e.worker("alice")
-	commitFile(t, alice, "g.txt", "honest work\n", "alice: work")
-	blob := gitT(t, alice, "rev-parse", "HEAD:g.txt")
-	path := filepath.Join(e.repo, ".git", "objects", blob[:2], blob[2:])
-	evil := filepath.Join(t.TempDir(), "evil")
-	var z bytes.Buffer
-	zw := zlib.NewWriter(&z)
-	fmt.Fprintf(zw, "blob %d\x00%s", len("evil work\n"), "evil work\n")
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(evil, z.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The gate sees the honest file, then replaces the object behind it.
-	q := e.open(e.options(`grep -q "honest work" g.txt`, fmt.Sprintf(`chmod u+w %[1]q && cp %[2]q %[1]q`, path, evil)))
-	before := e.main()
-	if _, err := q.Enqueue(context.Background(), 7, "alice", "swarm/alice/work", ""); err != nil {
-		t.Fatal(err)
-	}
-	step(t, q, OutcomeRebuild)
-	if e.main() != before {
-		t.Fatalf("main moved to a change whose object was replaced during its gate: %s -> %s", before, e.main())
-	}
-	step(t, q, OutcomeRejected)
-	if e.main() != before {
-		t.Fatalf("main moved: %s -> %s", before, e.main())
-	}
-	c := e.cb.waitCalls(t, 1)[0]
-	if c.task != 7 || c.kind != KindCorrupt || !strings.Contains(c.detail, blob) {
-		t.Fatalf("rejection = %+v; want %s naming %s", c, KindCorrupt, blob)
-	}
-	ent, err := q.Store().Latest(context.Background(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ent.Attempts != 1 {
-		t.Errorf("gate runs = %d, want the one that passed before the object was replaced", ent.Attempts)
 	}
 }
