@@ -86,10 +86,18 @@ agents:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Logs of the live session.
-	out, _, code = runCLI(t, nil, "", "logs", "alice", "-c", cfg)
-	if code != 0 || !strings.Contains(out, "busy") {
-		t.Errorf("logs: %d %q", code, out)
+	// Logs of the live session: its output comes a moment after it is
+	// Running (in a sandbox, once bwrap has set it up).
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		out, _, code = runCLI(t, nil, "", "logs", "alice", "-c", cfg)
+		if code == 0 && strings.Contains(out, "busy") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logs: %d %q", code, out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
