@@ -81,7 +81,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 		// that holds it: the merge target's ref, packed-refs, config and
 		// hooks are the daemon's.
 		// The files the backend wrote for the session (Gemini CLI's tools
-		// policy, in the daemon's /tmp, which the sandbox makes private).
+		// policy, in the state directory's f/, which the sandbox hides).
 		spec.ReadOnly = slices.Concat(spec.ReadOnly, []string{acc.Repo, acc.CommonDir}, acc.Pinned, files)
 		spec.Binds = []sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}}
 		return sb.Command(spec, argv)
