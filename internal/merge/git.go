@@ -106,19 +106,9 @@ func (r *repo) mainWorktree(ctx context.Context) (string, error) {
 // *worktree.GitError, as the worktree package reports them. Processes stay
 // in the daemon's process group (no Setpgid): see package proc.
 func (r *repo) run(ctx context.Context, dir string, env []string, args ...string) (string, error) {
-	full := args
-	if dir != "" {
-		full = append([]string{"-C", dir}, args...)
-	}
-	cmd := exec.CommandContext(ctx, r.bin, full...)
-	cmd.Env = r.env
-	if len(env) > 0 {
-		cmd.Env = append(append(make([]string, 0, len(r.env)+len(env)), r.env...), env...)
-	}
+	cmd := r.command(ctx, dir, env, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = gitWaitDelay
 	err := cmd.Run()
 	if err == nil {
 		return stdout.String(), nil
@@ -132,6 +122,23 @@ func (r *repo) run(ctx context.Context, dir string, env []string, args ...string
 		gerr.ExitCode = exit.ExitCode()
 	}
 	return stdout.String(), gerr
+}
+
+// command is git (with -C dir unless dir is empty) with env added to the
+// daemon's, stopped with SIGTERM when ctx ends.
+func (r *repo) command(ctx context.Context, dir string, env []string, args ...string) *exec.Cmd {
+	full := args
+	if dir != "" {
+		full = append([]string{"-C", dir}, args...)
+	}
+	cmd := exec.CommandContext(ctx, r.bin, full...)
+	cmd.Env = r.env
+	if len(env) > 0 {
+		cmd.Env = append(append(make([]string, 0, len(r.env)+len(env)), r.env...), env...)
+	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = gitWaitDelay
+	return cmd
 }
 
 func exitCode(err error) int {
@@ -526,11 +533,8 @@ func (r *repo) corruptObjects(ctx context.Context, base, head string) ([]string,
 	if strings.TrimSpace(list) == "" {
 		return nil, nil
 	}
-	cmd := exec.CommandContext(ctx, r.bin, "-C", r.commonDir, "cat-file", "--batch")
-	cmd.Env = r.env
+	cmd := r.command(ctx, r.commonDir, nil, "cat-file", "--batch")
 	cmd.Stdin = strings.NewReader(list)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = gitWaitDelay
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
