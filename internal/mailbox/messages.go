@@ -100,12 +100,17 @@ func (mb *Mailbox) Send(ctx context.Context, d Draft) (Message, error) {
 	if err := mb.validate(d); err != nil {
 		return Message{}, fmt.Errorf("mailbox: send: %w", err)
 	}
+	return mb.send(ctx, "send", d)
+}
+
+// send stores d, checked already, as a new message; op names it in errors.
+func (mb *Mailbox) send(ctx context.Context, op string, d Draft) (Message, error) {
 	if err := mb.db.Check(); err != nil {
-		return Message{}, mb.wrap("send", err)
+		return Message{}, mb.wrap(op, err)
 	}
 	m, err := mb.insert(ctx, nil, mb.draftMessage(d))
 	if err != nil {
-		return Message{}, mb.wrap("send", err)
+		return Message{}, mb.wrap(op, err)
 	}
 	return m, nil
 }
@@ -118,14 +123,7 @@ func (mb *Mailbox) NoteToOperator(ctx context.Context, subject, body string) (Me
 	if err := mb.validateContent(subject, body); err != nil {
 		return Message{}, fmt.Errorf("mailbox: note to the operator: %w", err)
 	}
-	if err := mb.db.Check(); err != nil {
-		return Message{}, mb.wrap("note to the operator", err)
-	}
-	m, err := mb.insert(ctx, nil, mb.draftMessage(Draft{From: Operator, To: Operator, Subject: subject, Body: body}))
-	if err != nil {
-		return Message{}, mb.wrap("note to the operator", err)
-	}
-	return m, nil
+	return mb.send(ctx, "note to the operator", Draft{From: Operator, To: Operator, Subject: subject, Body: body})
 }
 
 // Reply answers message replyTo in its thread. It goes to the original
