@@ -44,12 +44,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -270,10 +272,12 @@ type result struct {
 	added                       string // how long adding the tasks took, one transaction each
 	idle                        cpu    // -idle: the CPU of the window at rest
 	idleFor                     time.Duration
-	commits                     int          // transactions committed in the database during the run
-	writers                     []writerLoad // each daemon's store writer over the load, from its metrics
-	lock                        lockLoad     // -lockstats: the swarm's writers' lock over the load
-	statements                  string       // -pgstats: the top statements, calls|ms|query
+	commits                     int                      // transactions committed in the database during the run
+	walSyncs                    int                      // the server's WAL flushes to disk during the run (pg_stat_wal)
+	writers                     []writerLoad             // each daemon's store writer over the load, from its metrics
+	lock                        lockLoad                 // -lockstats: the swarm's writers' lock over the load
+	statements                  string                   // -pgstats: the top statements, calls|ms|query
+	dbRoles                     map[string]time.Duration // dbCPU by the server process's role
 	violations                  []string
 }
 
@@ -313,8 +317,19 @@ func (r result) String() string {
 		fmt.Fprintf(&b, "\n%-14s of the daemons' CPU, their lease guards' processes: %.2f ms/task", "", r.cpuPerTask(r.guardCPU))
 	}
 	if r.pg {
-		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task; the daemons' write transactions made %d round trips over their lives, %.1f per task",
-			"", r.commits, float64(r.commits)/float64(r.tasks), r.roundTrips, float64(r.roundTrips)/float64(r.tasks))
+		fmt.Fprintf(&b, "\n%-14s transactions committed in the database: %d, %.1f per task (WAL flushes %.1f per task); the daemons' write transactions made %d round trips over their lives, %.1f per task",
+			"", r.commits, float64(r.commits)/float64(r.tasks), float64(r.walSyncs)/float64(r.tasks), r.roundTrips, float64(r.roundTrips)/float64(r.tasks))
+	}
+	if len(r.dbRoles) > 0 {
+		roles := slices.Collect(maps.Keys(r.dbRoles))
+		slices.SortFunc(roles, func(a, b string) int { return cmp.Compare(r.dbRoles[b], r.dbRoles[a]) })
+		var parts []string
+		for _, k := range roles {
+			if r.dbRoles[k] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", k, r.cpuPerTask(r.dbRoles[k])))
+			}
+		}
+		fmt.Fprintf(&b, "\n%-14s the database's CPU by process, ms/task: %s", "", strings.Join(parts, ", "))
 	}
 	if len(r.writers) > 0 {
 		var busy []string
@@ -480,7 +495,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		res.idle = cpu{daemons: c1.daemons - c0.daemons, children: c1.children - c0.children, db: c1.db - c0.db}
 		res.idleFor = o.idle
 	}
-	var commits int
+	var commits, syncs0 int
 	if sp.pg != nil {
 		if o.pgStats {
 			if err := sp.pg.exec(sp.dbName, "SELECT pg_stat_statements_reset()"); err != nil {
@@ -488,6 +503,7 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 			}
 		}
 		commits, _ = strconv.Atoi(sp.pg.queryDB(sp.dbName, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
+		syncs0, _ = strconv.Atoi(sp.pg.queryDB(sp.dbName, "SELECT wal_sync FROM pg_stat_wal"))
 	}
 	res.loadBefore = loadavg()
 	writers0, err := writersOf(ctx, ds)
@@ -615,6 +631,8 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 		// Read after the snapshot: psql's own backend is not counted.
 		n, _ := strconv.Atoi(sp.pg.queryDB(sp.dbName, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
 		res.commits = n - commits
+		syncs, _ := strconv.Atoi(sp.pg.queryDB(sp.dbName, "SELECT wal_sync FROM pg_stat_wal"))
+		res.walSyncs = syncs - syncs0
 		if o.pgStats {
 			top := func(order string, n int) string {
 				return sp.pg.queryDB(sp.dbName, `SELECT calls, round(total_exec_time::numeric, 0), left(regexp_replace(query, '\s+', ' ', 'g'), 140)
@@ -638,6 +656,10 @@ func runSetup(ctx context.Context, o options, sp setup) (res result, err error) 
 	}
 	res.daemonCPU, res.dbCPU, res.childCPU = after.daemons-before.daemons, after.db-before.db, after.children-before.children
 	res.guardCPU = after.guards - before.guards
+	res.dbRoles = map[string]time.Duration{}
+	for k, v := range after.dbRoles {
+		res.dbRoles[k] = v - before.dbRoles[k]
+	}
 
 	last, perDaemon, bad, err := checkTasks(ctx, db, ids, sp.daemons)
 	if err != nil {
@@ -1013,10 +1035,11 @@ func (d *daemon) kill() {
 
 // cpu is a snapshot of the CPU time used so far.
 type cpu struct {
-	daemons  time.Duration // the daemons and their lease guards
-	guards   time.Duration // the lease guards alone
-	children time.Duration // the daemons' reaped children: sessions
-	db       time.Duration // the postmaster and its children, live and exited
+	daemons  time.Duration            // the daemons and their lease guards
+	guards   time.Duration            // the lease guards alone
+	children time.Duration            // the daemons' reaped children: sessions
+	db       time.Duration            // the postmaster and its children, live and exited
+	dbRoles  map[string]time.Duration // db by the server process's role
 }
 
 // harnessApp is the application_name of the harness's own connections to
@@ -1024,7 +1047,7 @@ type cpu struct {
 const harnessApp = "pgthroughput"
 
 func cpuOf(ds []*daemon, pg *postgres) cpu {
-	var c cpu
+	c := cpu{dbRoles: map[string]time.Duration{}}
 	kids := children()
 	for _, d := range ds {
 		st, ok := readStat(d.cmd.Process.Pid)
@@ -1051,13 +1074,31 @@ func cpuOf(ds []*daemon, pg *postgres) cpu {
 			}
 			if st, ok := readStat(pid); ok {
 				c.db += st.self
+				role := pgRole(pid)
 				if pid == master {
 					c.db += st.reaped
+					c.dbRoles["exited (autovacuum workers, psql)"] += st.reaped
+					role = "postmaster"
 				}
+				c.dbRoles[role] += st.self
 			}
 		}
 	}
 	return c
+}
+
+// pgRole names a server process by its title: a client's backend, or the
+// background process it is ("walwriter", "checkpointer", ...).
+func pgRole(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	t := strings.TrimPrefix(strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")), "postgres: ")
+	switch {
+	case strings.Contains(t, "[local]"):
+		return "backends"
+	case strings.HasPrefix(t, "autovacuum worker"):
+		return "autovacuum worker"
+	}
+	return t
 }
 
 type stat struct {
