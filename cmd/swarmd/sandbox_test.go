@@ -25,6 +25,11 @@ if [ -e "$r" ] || [ ! -e "$REPORT/go" ]; then printf 'idle\nDONE\n'; exit 0; fi
 export S="$(dirname "$(dirname "$SWARM_WORKTREE")")"
 try() { echo "== $1" >> "$REPORT/stderr"; if sh -c "$2" >/dev/null 2>>"$REPORT/stderr"; then echo "$1 yes" >> "$r"; else echo "$1 no" >> "$r"; fi; }
 try commit 'echo m > m.txt && git add m.txt && git commit -q -m mallory'
+# Put its own blob's content under the name of main's README blob, in the
+# object store git writes: every checkout of main would read it.
+try forge-main-object 'o=$(git rev-parse main:README) m=$(git rev-parse HEAD:m.txt) d="$(git rev-parse --git-common-dir)/objects"
+  mkdir -p "$d/${o%${o#??}}" && rm -f "$d/${o%${o#??}}/${o#??}" && cp "$d/${m%${m#??}}/${m#??}" "$d/${o%${o#??}}/${o#??}"'
+try write-shared-objects 'touch "$(head -n1 "$(git rev-parse --git-common-dir)/objects/info/alternates")/x"'
 # The victim commits while this sandbox runs (git renames a new file over
 # its ref): whatever kept the victim's branch read-only here must hold after.
 echo started > "$REPORT/started"
@@ -78,6 +83,11 @@ agents:
   - {name: mallory, role: r, backend: hostile}
   - {name: victim, role: r, backend: victim}
 `, report, report, hostTmp, cfg, hostile, victim))
+	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("honest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, repo, "add", "README")
+	gitOut(t, repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "readme")
 	main0 := gitOut(t, repo, "rev-parse", "main")
 	d := startDaemon(t, cfg)
 	d.waitLine("victim's session running", func(m map[string]any) bool {
@@ -105,8 +115,14 @@ agents:
 		}
 	})
 
+	// Its forgery went into its quarantine, not the repository's store:
+	// refused once its session ended.
+	d.waitLine("mallory's forged object refused", func(m map[string]any) bool {
+		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "do not match their names")
+	})
 	want := map[string]string{
 		"commit": "yes", "mail": "yes", "forged-mail": "yes", // sent, as mallory: checked below
+		"forge-main-object": "yes", "write-shared-objects": "no", // written to its quarantine: checked below
 		"victim-committed": "yes", "move-main": "no", "move-peer": "no", "new-peer-branch": "no", "new-line": "no", "rewrite-link": "no",
 		"read-db": "no", "read-log": "no", "peer-worktree": "no", "peer-process": "no",
 		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no",
@@ -132,6 +148,10 @@ agents:
 	if !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/mallory/work"), "mallory") {
 		t.Errorf("mallory's commit is not on its branch")
 	}
+	if got := strings.TrimSpace(gitOut(t, repo, "cat-file", "blob", "main:README")); got != "honest" {
+		t.Errorf("main's README reads %q: mallory's forged object replaced it", got)
+	}
+	gitOut(t, repo, "fsck", "--no-dangling")
 	_, mb := openBoardAt(t, filepath.Join(repo, ".swarm"))
 	msgs, err := mb.Inbox(context.Background(), "victim", true)
 	if err != nil {
@@ -139,6 +159,13 @@ agents:
 	}
 	if len(msgs) != 2 {
 		t.Fatalf("victim's mail: %d messages, want 2 (honest and forged)", len(msgs))
+	}
+	notes, err := mb.Inbox(context.Background(), "operator", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0].Subject, "mallory: objects its sandbox wrote were refused") {
+		t.Errorf("the operator's mail %+v: want one note of mallory's refused objects", notes)
 	}
 	for _, m := range msgs {
 		if m.From != "mallory" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -40,7 +41,7 @@ case "$title" in
 conflict-a) echo c1 > shared.txt;;
 conflict-b) echo c2 > shared.txt;;
 gate) echo x > broken.txt;;
-slow) if [ ! -e "$MARK" ]; then touch "$MARK"; echo stale > stale.txt; git add -A; git commit -q -m "task $n: stale"; exec sleep 120; fi;;
+slow) if [ ! -e "$MARK" ]; then touch "$MARK"; echo stale > stale.txt; git add -A; git commit -q -m "task $n: stale"; touch "$MARK.committed"; exec sleep 120; fi;;
 esac
 git add -A; git commit -q -m "task $n"; printf 'done\nDONE\n'`
 
@@ -103,16 +104,33 @@ agents:
 		t.Fatal(err)
 	}
 	ids["slow"] = slow.ID
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(gitOut(t, repo, "log", "--format=%s", "swarm/alice/work"), "stale") {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(mark + ".committed"); err == nil {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the slow task's first attempt never committed; log:\n%s", d.log())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	// The commit's objects are in alice's quarantine while her sandbox
+	// runs, and the kill leaves them there; the next start moves them.
+	stale := strings.TrimSpace(gitOut(t, repo, "rev-parse", "swarm/alice/work"))
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)
 	d.wait(10 * time.Second)
+	_, err = os.Stat(filepath.Join(stateDir, "q", "alice"))
+	quarantined := err == nil // sandboxed: bwrap is here
+	if quarantined && gitMay(repo, "cat-file", "-t", stale) != "" {
+		t.Errorf("the running session's commit %s was in the repository before its session ended", stale)
+	}
 	d = startDaemon(t, cfg)
+	if quarantined {
+		d.waitLine("the killed session's objects moved", func(m map[string]any) bool {
+			return m["agent"] == "alice" && m["msg"] == "moved the objects an earlier daemon's session left into the repository"
+		})
+	}
+	if got := strings.TrimSpace(gitMay(repo, "cat-file", "-t", stale)); got != "commit" {
+		t.Fatalf("the killed session's commit %s after the restart: %q; log:\n%s", stale, got, d.log())
+	}
 	waitTaskLong(t, b, slow.ID, task.Closed, d, 60*time.Second)
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(30 * time.Second); code != 0 {

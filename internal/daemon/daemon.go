@@ -31,6 +31,7 @@ import (
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
 	"github.com/swarmd/swarmd/internal/providergate"
+	"github.com/swarmd/swarmd/internal/quarantine"
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/router"
 	"github.com/swarmd/swarmd/internal/runner"
@@ -91,6 +92,9 @@ type host struct {
 	sup       *proc.Supervisor
 	iso       isolation         // what contains the process trees (isolation.go)
 	sandboxes *sessionSandboxes // nil while no sandbox is in force
+	// quarantine holds the objects each agent's sandbox writes until
+	// they are checked (objects.go).
+	quarantine *quarantine.Store
 }
 
 // mergeWire is the merge queue and what feeds it.
@@ -367,6 +371,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if err := d.mail.RecordLimits(ctx); err != nil {
 		return err
 	}
+	d.openQuarantine(ctx, cfg)
 	into := ""
 	if cfg.Merge != nil {
 		into = cfg.Merge.Into

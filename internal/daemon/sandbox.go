@@ -73,6 +73,13 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 	if err != nil {
 		return nil, nil, err
 	}
+	// What a session_end hook committed since the last session: its
+	// branch may name those objects.
+	d.releaseObjects(agentName)
+	objects, err := d.host.quarantine.Prepare(agentName)
+	if err != nil {
+		return nil, nil, err
+	}
 	sb := d.host.iso.sandbox
 	wrap := func(argv, files []string) []string {
 		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0])
@@ -83,7 +90,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 		// The files the backend wrote for the session (Gemini CLI's tools
 		// policy, in the state directory's f/, which the sandbox hides).
 		spec.ReadOnly = slices.Concat(spec.ReadOnly, []string{acc.Repo, acc.CommonDir}, acc.Pinned, files)
-		spec.Binds = []sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}}
+		spec.Binds = append([]sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}}, d.objectBinds(acc, objects)...)
 		return sb.Command(spec, argv)
 	}
 	c.mu.Lock()
@@ -91,10 +98,14 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 	c.mu.Unlock()
 	release := func() {
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		if c.running[agentName] == sessionID {
 			delete(c.running, agentName)
 		}
+		c.mu.Unlock()
+		// The session has ended: what it committed goes into the shared
+		// store before anything reads its branch (its record, a reviewer,
+		// the merge queue).
+		d.releaseObjects(agentName)
 	}
 	return wrap, release, nil
 }
@@ -189,6 +200,11 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
 		if acc, err := d.trees.Access(agentName); err == nil {
 			spec.Writable = append(spec.Writable, acc.Writable...)
 			spec.ReadOnly = append(append(spec.ReadOnly, acc.CommonDir), acc.Pinned...)
+			// Its objects wait in the agent's quarantine for the next
+			// session's start, or the next daemon's.
+			if objects, err := d.host.quarantine.Prepare(agentName); err == nil {
+				spec.Binds = d.objectBinds(acc, objects)
+			}
 		} else if dir != "" {
 			spec.Writable = append(spec.Writable, dir)
 		}

@@ -73,6 +73,12 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 	for _, kv := range agentVars(ag, strings.Join(agents, ",")) {
 		env[kv[0]] = kv[1]
 	}
+	if req.Args[0] == "task" && slices.Contains(req.Args, "done") && d.host.sandboxes != nil {
+		// The commit the report freezes must be in the repository before
+		// the review or the merge queue reads it: its objects are in the
+		// agent's quarantine while its session runs.
+		d.moveObjects(name)
+	}
 	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})
 	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
 		zap.Strings("args", req.Args), zap.Int("code", code))

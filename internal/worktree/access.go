@@ -9,11 +9,12 @@ import (
 
 // Access is what of the repository an agent's sandboxed process must be
 // able to write for git to work in its worktree, and nothing more: its
-// worktree and that worktree's own git directory, the object store, and
-// the agent's own branch directory (refs/heads/swarm/AGENT, with its
-// reflogs). Everything else of the repository (the other agents' branch
-// directories, the task lines, the merge target's ref, packed-refs,
-// config, hooks) is read-only.
+// worktree and that worktree's own git directory, the agent's own branch
+// directory (refs/heads/swarm/AGENT, with its reflogs), and an object
+// directory in the place of Objects (the caller's: package quarantine).
+// Everything else of the repository (the shared object store, the other
+// agents' branch directories, the task lines, the merge target's ref,
+// packed-refs, config, hooks) is read-only.
 //
 // A directory per agent is what makes this hold for good: a read-only
 // mount over a single ref file is dropped by the kernel the next time git
@@ -23,6 +24,9 @@ type Access struct {
 	Repo      string   // the main checkout: readable
 	CommonDir string   // the repository's git directory: readable
 	Writable  []string // directories git writes for this agent
+	// Objects is the repository's object store, which git writes new
+	// objects to: shared by every agent, so not in Writable.
+	Objects string
 	// Pinned are paths inside Writable that must stay read-only: the links
 	// between the worktree and the repository.
 	Pinned []string
@@ -50,7 +54,8 @@ func (m *Manager) Access(agent string) (Access, error) {
 	return Access{
 		Repo:      m.repo,
 		CommonDir: m.commonDir,
-		Writable:  []string{wt, admin, filepath.Join(m.commonDir, "objects"), refs, logs},
+		Writable:  []string{wt, admin, refs, logs},
+		Objects:   filepath.Join(m.commonDir, "objects"),
 		// The worktree's links to the repository: rewritten, they would send
 		// the daemon's own git commands in this worktree elsewhere.
 		Pinned: []string{filepath.Join(admin, "commondir"), filepath.Join(admin, "gitdir")},

@@ -26,8 +26,11 @@ func TestAccessIsTheAgentsOwnBranchDirectory(t *testing.T) {
 	if want := filepath.Join(heads, "swarm", "alice"); !slices.Contains(acc.Writable, want) {
 		t.Errorf("writable %v: want alice's branch directory %s", acc.Writable, want)
 	}
+	if want := filepath.Join(m.commonDir, "objects"); acc.Objects != want {
+		t.Errorf("objects %s, want %s", acc.Objects, want)
+	}
 	for _, w := range acc.Writable {
-		for _, not := range []string{heads, filepath.Join(heads, "swarm"), filepath.Join(heads, "swarm", "bob")} {
+		for _, not := range []string{heads, filepath.Join(heads, "swarm"), filepath.Join(heads, "swarm", "bob"), acc.Objects} {
 			if w == not {
 				t.Errorf("writable holds %s", w)
 			}

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/quarantine"
+	"github.com/swarmd/swarmd/internal/sandbox"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// The git objects a sandbox writes wait in its agent's quarantine (package
+// quarantine, under the state directory's q/) until its session ends,
+// and only those whose content matches their name reach the repository's
+// object store, which every sandbox sees read-only.
+
+// openQuarantine makes the agents' quarantines, once the repository is
+// open, and moves what a killed daemon's sessions left in them: their
+// branches may name those objects. Whatever this start's isolation, an
+// earlier one's sandboxes may have left some.
+func (d *Daemon) openQuarantine(ctx context.Context, cfg *config.Config) {
+	d.host.quarantine = quarantine.New(filepath.Join(cfg.StateDir, "q"), d.trees.CommonDir(),
+		// Inside the state directory, which a sandbox sees as an empty
+		// tmpfs: the bind's mount point is made there, not on the host.
+		filepath.Join(cfg.StateDir, "o"))
+	left, err := d.host.quarantine.ReleaseAll(ctx)
+	if err != nil {
+		d.log.Error("move the objects an earlier daemon's sessions left into the repository", zap.Error(err))
+	}
+	for agent, r := range left {
+		d.log.Info("moved the objects an earlier daemon's session left into the repository",
+			zap.String("agent", agent), zap.Int("objects", r.Moved))
+		d.refusedObjects(ctx, agent, r.Refused)
+	}
+}
+
+// objectBinds are a sandbox's binds for git's objects: its agent's
+// quarantine where git writes them, the shared store read-only as its
+// alternate.
+func (d *Daemon) objectBinds(acc worktree.Access, quarantined string) []sandbox.Bind {
+	return []sandbox.Bind{
+		{Src: quarantined, Dest: acc.Objects, Writable: true},
+		{Src: acc.Objects, Dest: d.host.quarantine.Mount()},
+	}
+}
+
+// releaseObjects moves the checked objects of agent's quarantine into the
+// repository; its sandbox's processes have ended. Not the run's context:
+// a stop's sessions' commits are moved too.
+func (d *Daemon) releaseObjects(agent string) {
+	r, err := d.host.quarantine.Release(context.Background(), agent)
+	if err != nil {
+		d.log.Error("move a session's objects into the repository", zap.String("agent", agent), zap.Error(err))
+	}
+	if r.Moved > 0 {
+		d.log.Debug("moved a session's objects into the repository", zap.String("agent", agent), zap.Int("objects", r.Moved))
+	}
+	d.refusedObjects(context.Background(), agent, r.Refused)
+}
+
+// moveObjects moves the checked objects of agent's quarantine into the
+// repository while its session runs (quarantine.Move); what it refuses is
+// reported at the session's end.
+func (d *Daemon) moveObjects(agent string) {
+	r, err := d.host.quarantine.Move(context.Background(), agent)
+	if err != nil {
+		d.log.Error("move a running session's objects into the repository", zap.String("agent", agent), zap.Error(err))
+	}
+	d.log.Debug("moved a running session's objects into the repository", zap.String("agent", agent), zap.Int("objects", r.Moved))
+}
+
+// refusedObjects tells the operator of objects an agent's sandbox wrote
+// that are not what their names say: a forgery, or a session cut short in
+// a way git's own writes never are. They were not moved; a commit that
+// names one is incomplete, and the merge queue refuses it.
+func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []string) {
+	if len(refused) == 0 {
+		return
+	}
+	d.log.Error("objects an agent's sandbox wrote do not match their names: not moved into the repository",
+		zap.String("agent", agent), zap.Strings("objects", refused))
+	if d.mail == nil {
+		return
+	}
+	if _, err := d.mail.NoteToOperator(ctx, fmt.Sprintf("%s: objects its sandbox wrote were refused", agent),
+		fmt.Sprintf("%d git objects that %s's sandbox wrote do not match their names and were not moved into the repository:\n\n%s\n\n"+
+			"Git writes no such object: look at the agent's last session.", len(refused), agent, strings.Join(refused, "\n"))); err != nil {
+		d.log.Warn("mail the operator", zap.String("agent", agent), zap.Error(err))
+	}
+}

@@ -1,0 +1,407 @@
+// Package quarantine keeps the git objects a sandboxed session writes out of
+// the repository's shared object store until they are checked.
+//
+// git never hashes an object again when it reads it, so a process that can
+// write the shared store can put other content under any object's name: a
+// blob of the merge target's, a peer's commit. A sandbox therefore sees the
+// shared store read-only, at Mount, and in its place (the repository's
+// objects directory, where git writes) an object directory of its agent's
+// own whose alternate is Mount: git reads every object as before and writes
+// the new ones here. Once the session has ended, Release hashes each object
+// again and moves those whose content matches their name into the shared
+// store; anything else is dropped, and reported.
+package quarantine
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Store is the quarantines of a daemon's agents, one directory each under
+// Dir.
+type Store struct {
+	dir    string // one directory an agent
+	shared string // the repository's object store, on the host
+	git    string // the repository's git directory, for unpack-objects
+	mount  string // where a sandbox sees shared: each quarantine's alternate
+}
+
+// New is the quarantines under dir of the repository whose git directory
+// is gitDir (its objects directory is the shared store), as sandboxes see
+// that store at mount.
+func New(dir, gitDir, mount string) *Store {
+	return &Store{dir: dir, shared: filepath.Join(gitDir, "objects"), git: gitDir, mount: mount}
+}
+
+// Shared is the repository's object store, which a sandbox sees at Mount.
+func (s *Store) Shared() string { return s.shared }
+
+// Mount is where a sandbox sees the shared store, read-only.
+func (s *Store) Mount() string { return s.mount }
+
+// Dir is agent's quarantine on the host; a sandbox sees it in place of the
+// shared store.
+func (s *Store) Dir(agent string) string { return filepath.Join(s.dir, agent) }
+
+// Prepare makes agent's quarantine ready for a sandbox: the directory, its
+// pack directory and its alternate, the shared store at Mount.
+func (s *Store) Prepare(agent string) (string, error) {
+	dir := s.Dir(agent)
+	alt := filepath.Join(dir, "info", "alternates")
+	want := s.mount + "\n"
+	if b, err := os.ReadFile(alt); err == nil && string(b) == want {
+		return dir, nil
+	}
+	for _, d := range []string{filepath.Join(dir, "info"), filepath.Join(dir, "pack")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", fmt.Errorf("quarantine of %s: %w", agent, err)
+		}
+	}
+	if err := os.WriteFile(alt, []byte(want), 0o644); err != nil {
+		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
+	}
+	return dir, nil
+}
+
+// Released is what a Release or a Move did.
+type Released struct {
+	Moved   int      // objects checked and in the shared store now (some were already)
+	Refused []string // objects not moved, each "NAME: why"
+}
+
+// Release checks every object in agent's quarantine and moves into the
+// shared store those whose content hashes to their name: loose objects
+// (SHA-1 names of 40 hex digits, SHA-256 of 64) one by one, packs through
+// git unpack-objects, which names each object by its content. Everything
+// else is removed: the quarantine is empty after, but for its alternate.
+// Call it when no process of the agent's sandbox runs.
+func (s *Store) Release(ctx context.Context, agent string) (Released, error) {
+	return s.release(ctx, agent, true)
+}
+
+// Move is Release while the agent's sandbox runs (its session reports its
+// task done: the commit it froze must be readable by the reviewer and the
+// merge queue at once). It checks and moves what is there now and removes
+// nothing, so that no write of the running git is cut short; the Release
+// at the session's end checks everything again and clears the quarantine.
+func (s *Store) Move(ctx context.Context, agent string) (Released, error) {
+	return s.release(ctx, agent, false)
+}
+
+func (s *Store) release(ctx context.Context, agent string, clear bool) (Released, error) {
+	var out Released
+	dir := s.Dir(agent)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("release the quarantine of %s: %w", agent, err)
+	}
+	for _, e := range ents {
+		path := filepath.Join(dir, e.Name())
+		var err error
+		switch {
+		case e.Name() == "pack":
+			err = s.releasePacks(ctx, path, &out)
+		case len(e.Name()) == 2 && isHex(e.Name()) && e.IsDir():
+			err = s.releaseLoose(path, e.Name(), &out)
+		}
+		if err == nil && clear {
+			switch e.Name() {
+			case "info":
+				// The alternate stays; what git keeps beside it (a
+				// commit-graph, the list of packs) was of the objects gone.
+				err = removeAllBut(path, "alternates")
+			case "pack":
+				err = removeAllBut(path, "")
+			default:
+				err = os.RemoveAll(path)
+			}
+		}
+		if err != nil {
+			return out, fmt.Errorf("release the quarantine of %s: %w", agent, err)
+		}
+	}
+	return out, nil
+}
+
+// ReleaseAll releases every agent's quarantine: at a start, what the
+// sessions of a daemon that was killed left there.
+func (s *Store) ReleaseAll(ctx context.Context) (map[string]Released, error) {
+	ents, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("release the quarantines: %w", err)
+	}
+	out := map[string]Released{}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		r, err := s.Release(ctx, e.Name())
+		if err != nil {
+			return out, err
+		}
+		if r.Moved > 0 || len(r.Refused) > 0 {
+			out[e.Name()] = r
+		}
+	}
+	return out, nil
+}
+
+// releaseLoose moves the checked loose objects of the fan-out directory
+// dir (named by the first two hex digits) into the shared store.
+func (s *Store) releaseLoose(dir, fan string, out *Released) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := fan + e.Name()
+		if !e.Type().IsRegular() || !isHex(e.Name()) || (len(name) != 40 && len(name) != 64) {
+			continue // git's temporary files of a session cut short
+		}
+		var why string
+		if _, err := os.Lstat(filepath.Join(s.shared, fan, e.Name())); err == nil {
+			// The store has it (git writes an object again where it cannot
+			// touch the store's copy): nothing to move, but a forgery of
+			// it says what the session was at.
+			why, err = checkFile(filepath.Join(dir, e.Name()), name)
+		} else {
+			why, err = s.moveLoose(filepath.Join(dir, e.Name()), fan, e.Name())
+		}
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			out.Refused = append(out.Refused, name+": "+why)
+			continue
+		}
+		out.Moved++
+	}
+	return nil
+}
+
+// moveLoose copies the loose object src into the shared store, checks the
+// copy (no sandbox can write it) and gives it its name there; why says what
+// was wrong with an object left out.
+func (s *Store) moveLoose(src, fan, rest string) (why string, err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	dst := filepath.Join(s.shared, fan)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dst, "tmp_obj_")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	why = checkLoose(tmp, fan+rest)
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if why != "" {
+		return why, nil
+	}
+	if err := os.Chmod(tmp.Name(), 0o444); err != nil {
+		return "", err
+	}
+	if err := os.Link(tmp.Name(), filepath.Join(dst, rest)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	return "", nil
+}
+
+// checkFile is checkLoose of the file at path.
+func checkFile(path, name string) (why string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return checkLoose(f, name), nil
+}
+
+// checkLoose reads a loose object (zlib of "TYPE SIZE\0CONTENT") and says
+// what is wrong with it under name, "" if nothing.
+func checkLoose(r io.Reader, name string) string {
+	h := newHash(name)
+	if h == nil {
+		return "not an object name"
+	}
+	z, err := zlib.NewReader(r)
+	if err != nil {
+		return "not a loose object: " + err.Error()
+	}
+	defer z.Close()
+	// The header, "commit 1234\0", and what came with it of the content.
+	var head [32]byte
+	n, nul := 0, -1
+	for nul < 0 && n < len(head) {
+		m, err := z.Read(head[n:])
+		n += m
+		nul = bytes.IndexByte(head[:n], 0)
+		if err != nil && nul < 0 {
+			return "not a loose object: no header"
+		}
+	}
+	if nul < 0 {
+		return "not a loose object: no header"
+	}
+	kind, sizeText, ok := strings.Cut(string(head[:nul]), " ")
+	size, err := strconv.ParseInt(sizeText, 10, 64)
+	if !ok || err != nil || size < 0 || !validType(kind) {
+		return fmt.Sprintf("not a loose object: header %q", head[:nul])
+	}
+	h.Write(head[:n])
+	rest, err := io.Copy(h, z)
+	if err != nil {
+		return "not a loose object: " + err.Error()
+	}
+	if got := int64(n-nul-1) + rest; got != size {
+		return fmt.Sprintf("%d bytes of content, its header says %d", got, size)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != name {
+		return "its content is object " + sum
+	}
+	return ""
+}
+
+func validType(kind string) bool {
+	switch kind {
+	case "blob", "tree", "commit", "tag":
+		return true
+	}
+	return false
+}
+
+// newHash is the hash of an object named name: SHA-1 for 40 hex digits,
+// SHA-256 for 64; nil for anything else.
+func newHash(name string) hash.Hash {
+	switch len(name) {
+	case 40:
+		return sha1.New()
+	case 64:
+		return sha256.New()
+	}
+	return nil
+}
+
+// releasePacks unpacks each pack of the quarantine's pack directory into
+// the shared store (git unpack-objects names every object by its content,
+// and skips those the store has). A pack git cannot read is refused whole.
+func (s *Store) releasePacks(ctx context.Context, dir string, out *Released) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".pack") && e.Type().IsRegular() {
+			why, n, err := s.unpack(ctx, filepath.Join(dir, e.Name()))
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				out.Refused = append(out.Refused, "pack "+e.Name()+": "+why)
+			}
+			out.Moved += n
+		}
+	}
+	return nil
+}
+
+// unpack runs git unpack-objects on pack into the shared store: why says
+// why git refused it, n how many objects it held.
+func (s *Store) unpack(ctx context.Context, pack string) (why string, n int, err error) {
+	f, err := os.Open(pack)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	cmd := exec.CommandContext(ctx, "git", "--git-dir", s.git, "unpack-objects", "-q")
+	cmd.Stdin = f
+	// The shared store alone, whatever the daemon's environment names.
+	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", 0, ctx.Err()
+		}
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			return "", 0, fmt.Errorf("git unpack-objects: %w", err)
+		}
+		return "git cannot read it: " + firstLine(strings.TrimSpace(stderr.String())), 0, nil
+	}
+	// A pack's header counts its objects: bytes 8-11, big-endian.
+	if _, err := f.Seek(8, io.SeekStart); err == nil {
+		var b [4]byte
+		if _, err := io.ReadFull(f, b[:]); err == nil {
+			n = int(b[0])<<24 | int(b[1])<<16 | int(b[2])<<8 | int(b[3])
+		}
+	}
+	return "", n, nil
+}
+
+// removeAllBut removes everything in dir but keep.
+func removeAllBut(dir, keep string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Name() != keep {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,273 @@
+package quarantine
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// repo is a repository with one commit on main holding README (its content
+// "honest\n"), and a linked worktree for alice.
+type repo struct {
+	t        *testing.T
+	dir, git string
+	wt       string
+	q        *Store
+}
+
+func newRepo(t *testing.T, format string) *repo {
+	t.Helper()
+	root := t.TempDir()
+	r := &repo{t: t, dir: filepath.Join(root, "repo"), wt: filepath.Join(root, "alice")}
+	r.run("", nil, "init", "-q", "-b", "main", "--object-format="+format, r.dir)
+	if err := os.WriteFile(filepath.Join(r.dir, "README"), []byte("honest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.run(r.dir, nil, "add", "README")
+	r.run(r.dir, nil, "commit", "-q", "-m", "init")
+	r.run(r.dir, nil, "worktree", "add", "-q", "-b", "swarm/alice/work", r.wt)
+	r.git = filepath.Join(r.dir, ".git")
+	// Git in the test sees the quarantine by its environment; a sandbox
+	// sees it by a bind over the objects directory, the same to git.
+	r.q = New(filepath.Join(root, "q"), r.git, filepath.Join(r.git, "objects"))
+	return r
+}
+
+// run runs git in dir with env added and returns its output.
+func (r *repo) run(dir string, env []string, args ...string) string {
+	r.t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "gc.auto=0"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// has reports whether the shared store has object name.
+func (r *repo) has(name string) bool {
+	return exec.Command("git", "--git-dir", r.git, "cat-file", "-e", name).Run() == nil
+}
+
+// commitInQuarantine commits file in alice's worktree with the quarantine
+// as git's object directory, as a sandboxed session does; it returns the
+// commit and the new blob.
+func (r *repo) commitInQuarantine(file, content string) (commit, blob string) {
+	r.t.Helper()
+	dir, err := r.q.Prepare("alice")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	env := []string{"GIT_OBJECT_DIRECTORY=" + dir}
+	if err := os.WriteFile(filepath.Join(r.wt, file), []byte(content), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	r.run(r.wt, env, "add", file)
+	r.run(r.wt, env, "commit", "-q", "-m", "work")
+	return r.run(r.wt, env, "rev-parse", "HEAD"), r.run(r.wt, env, "rev-parse", "HEAD:"+file)
+}
+
+// left is what the quarantine holds after a release, its alternate aside.
+func (r *repo) left() []string {
+	var out []string
+	dir := r.q.Dir("alice")
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && p != filepath.Join(dir, "info", "alternates") {
+			out = append(out, strings.TrimPrefix(p, dir+"/"))
+		}
+		return nil
+	})
+	return out
+}
+
+func TestReleaseMovesASessionsObjects(t *testing.T) {
+	for _, format := range []string{"sha1", "sha256"} {
+		t.Run(format, func(t *testing.T) {
+			r := newRepo(t, format)
+			commit, blob := r.commitInQuarantine("work.txt", "the session's work\n")
+			if r.has(commit) || r.has(blob) {
+				t.Fatal("the session's objects are in the shared store before the release")
+			}
+			got, err := r.q.Release(context.Background(), "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Moved != 3 || len(got.Refused) != 0 { // the commit, its tree, the blob
+				t.Errorf("released %+v, want 3 moved and none refused", got)
+			}
+			if !r.has(commit) || !r.has(blob) {
+				t.Fatal("the session's objects are not in the shared store after the release")
+			}
+			r.run(r.dir, nil, "fsck", "--full", "--no-dangling")
+			if left := r.left(); len(left) != 0 {
+				t.Errorf("the quarantine holds %v after the release", left)
+			}
+			// Ready for the next session: its alternate stays.
+			if _, err := os.Stat(filepath.Join(r.q.Dir("alice"), "info", "alternates")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// A session that puts other content under the name of an object the
+// target has (README's blob) changes nothing outside its quarantine, and
+// its forgery is refused; so is a file that is not an object at all.
+func TestReleaseRefusesForgedObjects(t *testing.T) {
+	r := newRepo(t, "sha1")
+	_, blob := r.commitInQuarantine("work.txt", "mallory's content\n")
+	readme := r.run(r.dir, nil, "rev-parse", "main:README")
+	dir := r.q.Dir("alice")
+	forged := filepath.Join(dir, readme[:2], readme[2:])
+	if err := os.MkdirAll(filepath.Dir(forged), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, blob[:2], blob[2:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(forged, b, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	junk := strings.Repeat("ab", 20)
+	for name, content := range map[string]string{
+		filepath.Join(junk[:2], junk[2:]):         "not zlib",
+		filepath.Join(junk[:2], "tmp_obj_x1y2z3"): "git's temporary file",
+		"stray":                                  "a file of nobody's",
+		filepath.Join("pack", "tmp_pack_aXbYcZ"): "a pack cut short",
+		filepath.Join("info", "commit-graph"):    "git's, of objects gone",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	got, err := r.q.Release(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got.Refused)
+	want := []string{junk + ": not a loose object: zlib: invalid header", readme + ": its content is object " + blob}
+	slices.Sort(want)
+	if !slices.Equal(got.Refused, want) || got.Moved != 3 {
+		t.Errorf("released %+v, want 3 moved and refused %q", got, want)
+	}
+	if show := r.run(r.dir, nil, "cat-file", "blob", "main:README"); show != "honest" {
+		t.Errorf("main's README reads %q after the release", show)
+	}
+	r.run(r.dir, nil, "fsck", "--full", "--no-dangling")
+	if left := r.left(); len(left) != 0 {
+		t.Errorf("the quarantine holds %v after the release", left)
+	}
+}
+
+// A session's git may pack its objects (gc --auto); the pack's objects are
+// unpacked into the shared store, each named by its content, and a pack
+// git cannot read is refused whole.
+func TestReleaseUnpacksPacks(t *testing.T) {
+	r := newRepo(t, "sha1")
+	commit, blob := r.commitInQuarantine("work.txt", "packed work\n")
+	dir := r.q.Dir("alice")
+	env := []string{"GIT_OBJECT_DIRECTORY=" + dir, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + r.q.Shared()}
+	r.run(r.wt, env, "repack", "-a", "-d", "-l", "-q")
+	packs, _ := filepath.Glob(filepath.Join(dir, "pack", "*.pack"))
+	if len(packs) != 1 {
+		t.Fatalf("packs in the quarantine: %v", packs)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pack", "pack-broken.pack"), []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x05junk"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.q.Release(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Moved != 3 || len(got.Refused) != 1 || !strings.HasPrefix(got.Refused[0], "pack pack-broken.pack: git cannot read it") {
+		t.Errorf("released %+v, want 3 moved and the broken pack refused", got)
+	}
+	if !r.has(commit) || !r.has(blob) {
+		t.Fatal("the pack's objects are not in the shared store")
+	}
+	if left := r.left(); len(left) != 0 {
+		t.Errorf("the quarantine holds %v after the release", left)
+	}
+}
+
+// A start releases what the sessions of a killed daemon left, every agent's.
+func TestReleaseAllTakesEveryAgents(t *testing.T) {
+	r := newRepo(t, "sha1")
+	commit, _ := r.commitInQuarantine("work.txt", "left by a killed daemon\n")
+	if _, err := r.q.Prepare("bob"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.q.ReleaseAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got["alice"].Moved != 3 {
+		t.Errorf("released %+v, want alice's 3 objects only", got)
+	}
+	if !r.has(commit) {
+		t.Error("alice's commit is not in the shared store")
+	}
+	if got, err := New(filepath.Join(t.TempDir(), "none"), r.git, "/x").ReleaseAll(context.Background()); err != nil || got != nil {
+		t.Errorf("no quarantines: %v, %v", got, err)
+	}
+}
+
+func FuzzCheckLoose(f *testing.F) {
+	f.Add([]byte("x\x9c\x4b\xca\xc9\x4f\x52\x30\x62\x00\x00\x0b\x2c\x02\x0f"))
+	f.Add([]byte("not zlib"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		name := strings.Repeat("0", 40)
+		if why := checkLoose(strings.NewReader(string(b)), name); why == "" {
+			t.Fatalf("%x accepted as object %s", b, name)
+		}
+	})
+}
+
+// A session reporting its task done while it runs: what it committed is
+// moved at once, and nothing of its quarantine is taken from under its git
+// (a temporary file it is writing included); its end's Release clears it.
+func TestMoveLeavesTheQuarantineAlone(t *testing.T) {
+	r := newRepo(t, "sha1")
+	commit, _ := r.commitInQuarantine("work.txt", "reported done\n")
+	tmp := filepath.Join(r.q.Dir("alice"), commit[:2], "tmp_obj_writing")
+	if err := os.WriteFile(tmp, []byte("half an object"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := r.left()
+	got, err := r.q.Move(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Moved != 3 || len(got.Refused) != 0 || !r.has(commit) {
+		t.Fatalf("moved %+v, and the commit in the store: %v; want its 3 objects", got, r.has(commit))
+	}
+	if after := r.left(); !slices.Equal(after, before) {
+		t.Errorf("the quarantine held %v, and %v after the move", before, after)
+	}
+	next, _ := r.commitInQuarantine("more.txt", "after the report\n")
+	if got, err = r.q.Release(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if got.Moved != 6 || len(got.Refused) != 0 || !r.has(next) {
+		t.Errorf("released %+v, and the second commit in the store: %v; want 6 objects, 3 of them moved before", got, r.has(next))
+	}
+	if left := r.left(); len(left) != 0 {
+		t.Errorf("the quarantine holds %v after the release", left)
+	}
+}
