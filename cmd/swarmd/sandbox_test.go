@@ -182,6 +182,49 @@ agents:
 	}
 }
 
+// TestHookCommitsReachTheRepository: a hook runs in its agent's sandbox, so
+// what it commits waits in the agent's quarantine like a session's; once
+// the hook has ended it is checked and moved into the repository, before
+// the agent's next prompt reads its branch (which failed on the commit's
+// missing objects when the move waited for the next session's start).
+func TestHookCommitsReachTheRepository(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	cfg := writeConfig(t, repo, `
+listen: ""
+isolation: strict
+defaults:
+  min_session_interval: 0s
+hooks:
+  session_end: ["git -c user.name=h -c user.email=h@example.invalid commit -q --allow-empty -m \"hook after $SWARM_SESSION_ID\""]
+backends:
+  idler: {type: command, command: sh, args: [-c, 'cat >/dev/null; printf "idle\nDONE\n"']}
+agents:
+  - {name: alice, role: r, backend: idler}
+`)
+	d := startDaemon(t, cfg)
+	for seq := 1; seq <= 2; seq++ {
+		d.waitNext(fmt.Sprintf("alice idle after session %d", seq), idleLine("alice"))
+		head := strings.TrimSpace(gitOut(t, repo, "rev-parse", "swarm/alice/work"))
+		want := fmt.Sprintf("hook after alice-%d-", seq)
+		if got := strings.TrimSpace(gitMay(repo, "log", "-1", "--format=%s", head)); !strings.HasPrefix(got, want) {
+			t.Fatalf("alice's branch at %s after session %d's hook: %q, want its commit %q in the repository; log:\n%s", head, seq, got, want, d.log())
+		}
+		if seq == 1 {
+			if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "alice", "-c", cfg, "wake up"); code != 0 {
+				t.Fatalf("mail to alice: %s", stderr)
+			}
+		}
+	}
+	if st := statusOf(t, cfg, "alice"); st.State == "Stopped" {
+		t.Fatalf("alice stopped: %+v", st)
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
 // fakeGemini stands in for Gemini CLI, whose tools policy is a file swarmd
 // writes for the session (in its own /tmp, which a sandbox makes private):
 // it reports whether the --policy file it is given is there, holds the

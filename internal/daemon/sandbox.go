@@ -73,9 +73,6 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 	if err != nil {
 		return nil, nil, err
 	}
-	// What a session_end hook committed since the last session: its
-	// branch may name those objects.
-	d.releaseObjects(agentName)
 	objects, err := d.host.quarantine.Prepare(agentName)
 	if err != nil {
 		return nil, nil, err
@@ -189,27 +186,29 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 // Sandbox), nil while no sandbox is in force: a hook may run a script from
 // the agent's branch, so it sees what the agent's sessions see, and gets no
 // control socket (no authority over the swarm; not even the mailbox).
-func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) []string {
+func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string, func()) {
 	sb := d.host.iso.sandbox
 	if sb == nil {
 		return nil
 	}
-	return func(agentName, dir string, argv []string) []string {
+	return func(agentName, dir string, argv []string) ([]string, func()) {
 		cfg, _ := d.current()
 		spec := baseSpec(cfg, dir, argv[0])
+		var ended func()
 		if acc, err := d.trees.Access(agentName); err == nil {
 			spec.Writable = append(spec.Writable, acc.Writable...)
 			spec.ReadOnly = append(append(spec.ReadOnly, acc.CommonDir), acc.Pinned...)
-			// Its objects wait in the agent's quarantine for the next
-			// session's start, or the next daemon's.
+			// What it commits waits in the agent's quarantine until it has
+			// ended; the agent's next prompt reads its branch.
 			if objects, err := d.host.quarantine.Prepare(agentName); err == nil {
 				spec.Binds = d.objectBinds(acc, objects)
+				ended = func() { d.releaseObjects(agentName) }
 			}
 		} else if dir != "" {
 			spec.Writable = append(spec.Writable, dir)
 		}
 		spec.Writable = append(spec.Writable, stateHomes(cfg, agentName)...)
-		return sb.Command(spec, argv)
+		return sb.Command(spec, argv), ended
 	}
 }
 

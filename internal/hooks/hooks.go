@@ -84,8 +84,10 @@ type Config struct {
 	// memory nor blocks on a full pipe.
 	MaxOutput int
 	// Sandbox, when set, contains each hook run of agent (run in dir): it
-	// wraps the command line in a sandbox, as proc.Spec.Wrapped.
-	Sandbox func(agent, dir string, argv []string) []string
+	// wraps the command line in a sandbox, as proc.Spec.Wrapped, and
+	// returns what to do once the run's processes have all ended (nil:
+	// nothing), before the hook's result is reported.
+	Sandbox func(agent, dir string, argv []string) (wrapped []string, ended func())
 }
 
 // Payload is the JSON object a hook reads on its standard input.
@@ -211,8 +213,11 @@ func (r *Runner) runOne(ctx context.Context, agent, dir string, env []string, st
 	if r.cfg.Sandbox != nil {
 		// A hook may run a script from the agent's branch: contained like
 		// the agent's sessions.
-		argv := r.cfg.Sandbox(agent, dir, append([]string{spec.Path}, spec.Args...))
+		argv, ended := r.cfg.Sandbox(agent, dir, append([]string{spec.Path}, spec.Args...))
 		spec.Path, spec.Args, spec.Wrapped = argv[0], argv[1:], true
+		if ended != nil {
+			defer ended() // the tree has ended by the time runOne returns
+		}
 	}
 	tree, err := r.sup.Start(spec)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Store is the quarantines of a daemon's agents, one directory each under
@@ -36,7 +37,7 @@ import (
 type Store struct {
 	dir    string // one directory an agent
 	shared string // the repository's object store, on the host
-	git    string // the repository's git directory, for unpack-objects
+	git    string // the repository's git directory, for unpack-objects and index-pack
 	mount  string // where a sandbox sees shared: each quarantine's alternate
 }
 
@@ -57,21 +58,30 @@ func (s *Store) Mount() string { return s.mount }
 // shared store.
 func (s *Store) Dir(agent string) string { return filepath.Join(s.dir, agent) }
 
-// Prepare makes agent's quarantine ready for a sandbox: the directory, its
-// pack directory and its alternate, the shared store at Mount.
+// Prepare makes agent's quarantine ready for a sandbox: the directory and
+// its alternate, the shared store at Mount. (git makes the pack directory
+// when it packs; a session's end with none has one directory less to read.)
 func (s *Store) Prepare(agent string) (string, error) {
 	dir := s.Dir(agent)
-	alt := filepath.Join(dir, "info", "alternates")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
+	}
+	// Through a Root, as Release: nothing a sandbox left there may lead
+	// the write elsewhere.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
+	}
+	defer root.Close()
+	alt := filepath.Join("info", "alternates")
 	want := s.mount + "\n"
-	if b, err := os.ReadFile(alt); err == nil && string(b) == want {
+	if b, err := root.ReadFile(alt); err == nil && string(b) == want {
 		return dir, nil
 	}
-	for _, d := range []string{filepath.Join(dir, "info"), filepath.Join(dir, "pack")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", fmt.Errorf("quarantine of %s: %w", agent, err)
-		}
+	if err := root.MkdirAll("info", 0o755); err != nil {
+		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
 	}
-	if err := os.WriteFile(alt, []byte(want), 0o644); err != nil {
+	if err := root.WriteFile(alt, []byte(want), 0o644); err != nil {
 		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
 	}
 	return dir, nil
@@ -86,8 +96,9 @@ type Released struct {
 // Release checks every object in agent's quarantine and moves into the
 // shared store those whose content hashes to their name: loose objects
 // (SHA-1 names of 40 hex digits, SHA-256 of 64) one by one, packs through
-// git unpack-objects, which names each object by its content. Everything
-// else is removed: the quarantine is empty after, but for its alternate.
+// git unpack-objects or index-pack, which name each object by its content.
+// Everything else is removed: the quarantine is empty after, but for its
+// alternate.
 // Call it when no process of the agent's sandbox runs.
 func (s *Store) Release(ctx context.Context, agent string) (Released, error) {
 	return s.release(ctx, agent, true)
@@ -102,35 +113,39 @@ func (s *Store) Move(ctx context.Context, agent string) (Released, error) {
 	return s.release(ctx, agent, false)
 }
 
+// release reads the quarantine through an os.Root: a sandbox can put a
+// symbolic link anywhere in it (info, pack, a fan-out directory, an
+// object), and the daemon must never follow one out of it, neither to read
+// nor to remove.
 func (s *Store) release(ctx context.Context, agent string, clear bool) (Released, error) {
 	var out Released
-	dir := s.Dir(agent)
-	ents, err := os.ReadDir(dir)
+	root, err := os.OpenRoot(s.Dir(agent))
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
 	}
 	if err != nil {
 		return out, fmt.Errorf("release the quarantine of %s: %w", agent, err)
 	}
+	defer root.Close()
+	ents, err := readDir(root, ".")
+	if err != nil {
+		return out, fmt.Errorf("release the quarantine of %s: %w", agent, err)
+	}
 	for _, e := range ents {
-		path := filepath.Join(dir, e.Name())
 		var err error
 		switch {
-		case e.Name() == "pack":
-			err = s.releasePacks(ctx, path, &out)
+		case e.Name() == "pack" && e.IsDir():
+			err = s.releasePacks(ctx, root, &out)
 		case len(e.Name()) == 2 && isHex(e.Name()) && e.IsDir():
-			err = s.releaseLoose(path, e.Name(), &out)
+			err = s.releaseLoose(root, e.Name(), &out)
 		}
 		if err == nil && clear {
-			switch e.Name() {
-			case "info":
+			if e.Name() == "info" && e.IsDir() {
 				// The alternate stays; what git keeps beside it (a
 				// commit-graph, the list of packs) was of the objects gone.
-				err = removeAllBut(path, "alternates")
-			case "pack":
-				err = removeAllBut(path, "")
-			default:
-				err = os.RemoveAll(path)
+				err = removeAllBut(root, "info", "alternates")
+			} else {
+				err = root.RemoveAll(e.Name())
 			}
 		}
 		if err != nil {
@@ -138,6 +153,16 @@ func (s *Store) release(ctx context.Context, agent string, clear bool) (Released
 		}
 	}
 	return out, nil
+}
+
+// readDir lists dir in root, without following a symbolic link out of it.
+func readDir(root *os.Root, dir string) ([]os.DirEntry, error) {
+	f, err := root.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
 }
 
 // ReleaseAll releases every agent's quarantine: at a start, what the
@@ -167,9 +192,9 @@ func (s *Store) ReleaseAll(ctx context.Context) (map[string]Released, error) {
 }
 
 // releaseLoose moves the checked loose objects of the fan-out directory
-// dir (named by the first two hex digits) into the shared store.
-func (s *Store) releaseLoose(dir, fan string, out *Released) error {
-	ents, err := os.ReadDir(dir)
+// fan (named by the first two hex digits) into the shared store.
+func (s *Store) releaseLoose(root *os.Root, fan string, out *Released) error {
+	ents, err := readDir(root, fan)
 	if err != nil {
 		return err
 	}
@@ -178,15 +203,20 @@ func (s *Store) releaseLoose(dir, fan string, out *Released) error {
 		if !e.Type().IsRegular() || !isHex(e.Name()) || (len(name) != 40 && len(name) != 64) {
 			continue // git's temporary files of a session cut short
 		}
+		in, err := root.OpenFile(filepath.Join(fan, e.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
 		var why string
 		if _, err := os.Lstat(filepath.Join(s.shared, fan, e.Name())); err == nil {
 			// The store has it (git writes an object again where it cannot
 			// touch the store's copy): nothing to move, but a forgery of
 			// it says what the session was at.
-			why, err = checkFile(filepath.Join(dir, e.Name()), name)
+			why = checkLoose(in, name)
 		} else {
-			why, err = s.moveLoose(filepath.Join(dir, e.Name()), fan, e.Name())
+			why, err = s.moveLoose(in, fan, e.Name())
 		}
+		in.Close()
 		if err != nil {
 			return err
 		}
@@ -199,15 +229,10 @@ func (s *Store) releaseLoose(dir, fan string, out *Released) error {
 	return nil
 }
 
-// moveLoose copies the loose object src into the shared store, checks the
+// moveLoose copies the loose object in into the shared store, checks the
 // copy (no sandbox can write it) and gives it its name there; why says what
 // was wrong with an object left out.
-func (s *Store) moveLoose(src, fan, rest string) (why string, err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", err
-	}
-	defer in.Close()
+func (s *Store) moveLoose(in *os.File, fan, rest string) (why string, err error) {
 	dst := filepath.Join(s.shared, fan)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return "", err
@@ -239,16 +264,6 @@ func (s *Store) moveLoose(src, fan, rest string) (why string, err error) {
 		return "", err
 	}
 	return "", nil
-}
-
-// checkFile is checkLoose of the file at path.
-func checkFile(path, name string) (why string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	return checkLoose(f, name), nil
 }
 
 // checkLoose reads a loose object (zlib of "TYPE SIZE\0CONTENT") and says
@@ -317,37 +332,57 @@ func newHash(name string) hash.Hash {
 }
 
 // releasePacks unpacks each pack of the quarantine's pack directory into
-// the shared store (git unpack-objects names every object by its content,
-// and skips those the store has). A pack git cannot read is refused whole.
-func (s *Store) releasePacks(ctx context.Context, dir string, out *Released) error {
-	ents, err := os.ReadDir(dir)
+// the shared store (unpack names every object by its content). A pack git
+// cannot read is refused whole.
+func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) error {
+	ents, err := readDir(root, "pack")
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".pack") && e.Type().IsRegular() {
-			why, n, err := s.unpack(ctx, filepath.Join(dir, e.Name()))
-			if err != nil {
-				return err
-			}
-			if why != "" {
-				out.Refused = append(out.Refused, "pack "+e.Name()+": "+why)
-			}
-			out.Moved += n
+		if !strings.HasSuffix(e.Name(), ".pack") || !e.Type().IsRegular() {
+			continue
 		}
+		f, err := root.OpenFile(filepath.Join("pack", e.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		why, n, err := s.unpack(ctx, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			out.Refused = append(out.Refused, "pack "+e.Name()+": "+why)
+		}
+		out.Moved += n
 	}
 	return nil
 }
 
-// unpack runs git unpack-objects on pack into the shared store: why says
-// why git refused it, n how many objects it held.
-func (s *Store) unpack(ctx context.Context, pack string) (why string, n int, err error) {
-	f, err := os.Open(pack)
-	if err != nil {
+// unpackLimit is git's own transfer.unpackLimit: a pack of fewer objects
+// is unpacked into loose objects, a larger one kept as a pack.
+const unpackLimit = 100
+
+// unpack puts the objects of the pack f into the shared store: git unpack-objects
+// for a small pack, git index-pack --stdin (which indexes each object by
+// its content and writes the pack into the store) for a large one. why
+// says why git refused it, n how many objects it held.
+func (s *Store) unpack(ctx context.Context, f *os.File) (why string, n int, err error) {
+	// A pack's header counts its objects: bytes 8-11, big-endian.
+	var head [12]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil || string(head[:4]) != "PACK" {
+		return "not a pack", 0, nil
+	}
+	n = int(head[8])<<24 | int(head[9])<<16 | int(head[10])<<8 | int(head[11])
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", 0, err
 	}
-	defer f.Close()
-	cmd := exec.CommandContext(ctx, "git", "--git-dir", s.git, "unpack-objects", "-q")
+	args := []string{"--git-dir", s.git, "unpack-objects", "-q"}
+	if n >= unpackLimit {
+		args = []string{"--git-dir", s.git, "index-pack", "--stdin"}
+	}
+	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Stdin = f
 	// The shared store alone, whatever the daemon's environment names.
 	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared)
@@ -359,29 +394,22 @@ func (s *Store) unpack(ctx context.Context, pack string) (why string, n int, err
 		}
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) {
-			return "", 0, fmt.Errorf("git unpack-objects: %w", err)
+			return "", 0, fmt.Errorf("git %s: %w", args[2], err)
 		}
 		return "git cannot read it: " + firstLine(strings.TrimSpace(stderr.String())), 0, nil
-	}
-	// A pack's header counts its objects: bytes 8-11, big-endian.
-	if _, err := f.Seek(8, io.SeekStart); err == nil {
-		var b [4]byte
-		if _, err := io.ReadFull(f, b[:]); err == nil {
-			n = int(b[0])<<24 | int(b[1])<<16 | int(b[2])<<8 | int(b[3])
-		}
 	}
 	return "", n, nil
 }
 
-// removeAllBut removes everything in dir but keep.
-func removeAllBut(dir, keep string) error {
-	ents, err := os.ReadDir(dir)
+// removeAllBut removes everything in dir of root but keep.
+func removeAllBut(root *os.Root, dir, keep string) error {
+	ents, err := readDir(root, dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
 		if e.Name() != keep {
-			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			if err := root.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package quarantine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,13 +18,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // repo is a repository with one commit on main holding README (its content
 // "honest\n"), and a linked worktree for alice.
 type repo struct {
-	t        *testing.T
+	t        testing.TB
 	dir, git string
 	wt       string
 	q        *Store
 }
 
-func newRepo(t *testing.T, format string) *repo {
+func newRepo(t testing.TB, format string) *repo {
 	t.Helper()
 	root := t.TempDir()
 	r := &repo{t: t, dir: filepath.Join(root, "repo"), wt: filepath.Join(root, "alice")}
@@ -206,6 +207,38 @@ func TestReleaseUnpacksPacks(t *testing.T) {
 	}
 }
 
+// A pack of many objects (a session's fetch, say) is indexed into the
+// store as a pack, by git index-pack, rather than unpacked.
+func TestReleaseKeepsALargePackAPack(t *testing.T) {
+	r := newRepo(t, "sha1")
+	dir, err := r.q.Prepare("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"GIT_OBJECT_DIRECTORY=" + dir}
+	for i := range unpackLimit {
+		if err := os.WriteFile(filepath.Join(r.wt, fmt.Sprintf("f%d", i)), []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.run(r.wt, env, "add", "-A")
+	r.run(r.wt, env, "commit", "-q", "-m", "many files")
+	commit := r.run(r.wt, env, "rev-parse", "HEAD")
+	r.run(r.wt, env, "repack", "-a", "-d", "-l", "-q")
+	got, err := r.q.Release(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Moved != unpackLimit+2 || len(got.Refused) != 0 || !r.has(commit) {
+		t.Fatalf("released %+v; want %d objects moved", got, unpackLimit+2)
+	}
+	packs, _ := filepath.Glob(filepath.Join(r.q.Shared(), "pack", "*.pack"))
+	if len(packs) != 1 {
+		t.Errorf("packs in the shared store: %v, want the session's", packs)
+	}
+	r.run(r.dir, nil, "fsck", "--full", "--no-dangling")
+}
+
 // A start releases what the sessions of a killed daemon left, every agent's.
 func TestReleaseAllTakesEveryAgents(t *testing.T) {
 	r := newRepo(t, "sha1")
@@ -269,5 +302,85 @@ func TestMoveLeavesTheQuarantineAlone(t *testing.T) {
 	}
 	if left := r.left(); len(left) != 0 {
 		t.Errorf("the quarantine holds %v after the release", left)
+	}
+}
+
+// A sandbox can leave symbolic links anywhere in its quarantine. The
+// daemon, which may run as root, follows none out of it: it reads no
+// object through one (another repository's, say), and removes the links,
+// not what they point to.
+func TestReleaseFollowsNoLinkOut(t *testing.T) {
+	r := newRepo(t, "sha1")
+	other := newRepo(t, "sha1") // objects the sandbox could not have written
+	if err := os.WriteFile(filepath.Join(other.dir, "secret"), []byte("another repository's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other.run(other.dir, nil, "add", "secret")
+	other.run(other.dir, nil, "commit", "-q", "-m", "secret")
+	other.run(other.dir, nil, "repack", "-a", "-q")
+	blob := other.run(other.dir, nil, "rev-parse", "main:secret")
+	if _, err := r.q.Prepare("alice"); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	keep := filepath.Join(outside, "keep")
+	if err := os.WriteFile(keep, []byte("not the quarantine's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A loose copy of the other repository's blob, outside.
+	loose := filepath.Join(outside, "loose")
+	if err := os.MkdirAll(loose, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "--git-dir", other.git, "cat-file", "blob", blob)
+	content, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := exec.Command("git", "--git-dir", other.git, "hash-object", "-w", "--stdin")
+	w.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+loose)
+	w.Stdin = strings.NewReader(string(content))
+	if out, err := w.CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	dir := r.q.Dir("alice")
+	for link, to := range map[string]string{
+		"info":           outside,                                     // removeAllBut would empty it
+		blob[:2]:         filepath.Join(loose, blob[:2]),              // a fan-out directory
+		"pack":           filepath.Join(other.git, "objects", "pack"), // packs to unpack
+		"cd/" + blob[2:]: filepath.Join(loose, blob[:2], blob[2:]),    // one object
+	} {
+		p := filepath.Join(dir, link)
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(to, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := r.q.Release(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Moved != 0 || len(got.Refused) != 0 || r.has(blob) {
+		t.Errorf("released %+v, the other repository's blob in the store: %v; want nothing read through a link", got, r.has(blob))
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a file the info link pointed to: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(loose, blob[:2], blob[2:])); err != nil {
+		t.Errorf("the object the links pointed to: %v", err)
+	}
+	if left := r.left(); len(left) != 0 {
+		t.Errorf("the quarantine holds %v after the release", left)
+	}
+	if _, err := r.q.Prepare("alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "alternates")); err == nil {
+		t.Error("Prepare wrote its alternate through the info link")
 	}
 }
