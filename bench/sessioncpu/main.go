@@ -461,7 +461,11 @@ func loop(mode, dir, command, counterPath string) error {
 	switch mode {
 	case "floor":
 		for {
-			if err := exec.Command(command).Run(); err != nil {
+			// In the subject's own directory, as the peer's and swarmd's
+			// sessions: not wherever the benchmark was started.
+			cmd := exec.Command(command)
+			cmd.Dir = dir
+			if err := cmd.Run(); err != nil {
 				return fmt.Errorf("run %s: %w", command, err)
 			}
 			atomic.AddInt64(n, 1)
