@@ -60,6 +60,7 @@ func (d *Daemon) releaseObjects(agent string) {
 	if r.Moved > 0 {
 		d.log.Debug("moved a session's objects into the repository", zap.String("agent", agent), zap.Int("objects", r.Moved))
 	}
+	d.metrics.Quarantined(r.Moved, len(r.Refused))
 	d.refusedObjects(context.Background(), agent, r.Refused)
 }
 

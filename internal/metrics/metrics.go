@@ -75,6 +75,7 @@ type Metrics struct {
 	sessionCPU       *prometheus.CounterVec
 	oomKills         *prometheus.CounterVec
 	targetMoves      *prometheus.CounterVec
+	quarantined      *prometheus.CounterVec
 	mergeDepth       prometheus.Gauge
 	merges           *prometheus.CounterVec
 	runsAhead        *prometheus.CounterVec
@@ -137,6 +138,10 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_merge_target_moves_total",
 			Help: "Moves of the merge target that the merge queue did not make, by kind (advanced, rewound, moved). Alert on any.",
 		}, []string{"kind"}),
+		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swarmd_quarantine_objects_total",
+			Help: "Git objects the agents' sandboxes wrote, checked at the end of their sessions and hooks: moved (into the repository) or refused (their content does not match their name: dropped; alert on any).",
+		}, []string{"result"}),
 		mergeDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swarmd_merge_queue_depth",
 			Help: "Tasks in the merge queue, the one under test included.",
@@ -178,6 +183,8 @@ func New(build BuildInfo) *Metrics {
 	for _, r := range mergeResults {
 		m.merges.WithLabelValues(r)
 	}
+	m.quarantined.WithLabelValues("moved")
+	m.quarantined.WithLabelValues("refused")
 	for _, r := range aheadResults {
 		m.runsAhead.WithLabelValues(r)
 	}
@@ -198,7 +205,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.pushes, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.quarantined, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.pushes, m.budgetLeft,
 		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -472,6 +479,13 @@ func (m *Metrics) AddToolCalls(agentName string, n int) {
 
 // TargetMoved counts a move of the merge target the queue did not make.
 func (m *Metrics) TargetMoved(kind string) { m.targetMoves.WithLabelValues(kind).Inc() }
+
+// Quarantined counts the objects an agent's sandbox wrote that were
+// checked: moved into the repository, and refused.
+func (m *Metrics) Quarantined(moved, refused int) {
+	m.quarantined.WithLabelValues("moved").Add(float64(max(moved, 0)))
+	m.quarantined.WithLabelValues("refused").Add(float64(max(refused, 0)))
+}
 
 // MergeQueueDepth sets swarmd_merge_queue_depth: tasks queued or under test.
 func (m *Metrics) MergeQueueDepth(n int) { m.mergeDepth.Set(float64(max(n, 0))) }

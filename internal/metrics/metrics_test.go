@@ -712,3 +712,17 @@ func TestLimitsOutcomesAndBudget(t *testing.T) {
 		t.Errorf("budget gauge left after its budget went: %v", where)
 	}
 }
+
+func TestQuarantined(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	f := scrape(t, url)
+	for _, r := range []string{"moved", "refused"} {
+		f.want(t, 0, "swarmd_quarantine_objects_total", "result", r) // there from the start: alert on any refused
+	}
+	m.Quarantined(3, 0)
+	m.Quarantined(2, 1)
+	f = scrape(t, url)
+	f.want(t, 5, "swarmd_quarantine_objects_total", "result", "moved")
+	f.want(t, 1, "swarmd_quarantine_objects_total", "result", "refused")
+}
