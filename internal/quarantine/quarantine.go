@@ -155,6 +155,27 @@ func (s *Store) release(ctx context.Context, agent string, clear bool) (Released
 	return out, nil
 }
 
+// openRegular opens name in root for reading if it is a regular file (ok
+// false if it is not, or no longer there). A running sandbox may have
+// replaced what its directory listed: with a link (not followed), or with
+// a FIFO, whose open would wait for a writer for good (not waited for:
+// O_NONBLOCK, then the file's own type).
+func openRegular(root *os.Root, name string) (f *os.File, ok bool, err error) {
+	f, err = root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, false, err
+	}
+	return f, true, nil
+}
+
 // readDir lists dir in root, without following a symbolic link out of it.
 func readDir(root *os.Root, dir string) ([]os.DirEntry, error) {
 	f, err := root.Open(dir)
@@ -203,9 +224,12 @@ func (s *Store) releaseLoose(root *os.Root, fan string, out *Released) error {
 		if !e.Type().IsRegular() || !isHex(e.Name()) || (len(name) != 40 && len(name) != 64) {
 			continue // git's temporary files of a session cut short
 		}
-		in, err := root.OpenFile(filepath.Join(fan, e.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		in, ok, err := openRegular(root, filepath.Join(fan, e.Name()))
 		if err != nil {
 			return err
+		}
+		if !ok {
+			continue
 		}
 		var why string
 		if _, err := os.Lstat(filepath.Join(s.shared, fan, e.Name())); err == nil {
@@ -298,11 +322,16 @@ func checkLoose(r io.Reader, name string) string {
 		return fmt.Sprintf("not a loose object: header %q", head[:nul])
 	}
 	h.Write(head[:n])
-	rest, err := io.Copy(h, z)
-	if err != nil {
+	// No further than the header says, and one byte to tell more: a small
+	// file that inflates without end costs no more than its claim.
+	rest, err := io.CopyN(h, z, size-int64(n-nul-1)+1)
+	if err != nil && err != io.EOF {
 		return "not a loose object: " + err.Error()
 	}
-	if got := int64(n-nul-1) + rest; got != size {
+	switch got := int64(n-nul-1) + rest; {
+	case got > size:
+		return fmt.Sprintf("more content than the %d bytes its header says", size)
+	case got < size:
 		return fmt.Sprintf("%d bytes of content, its header says %d", got, size)
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); sum != name {
@@ -343,9 +372,12 @@ func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) 
 		if !strings.HasSuffix(e.Name(), ".pack") || !e.Type().IsRegular() {
 			continue
 		}
-		f, err := root.OpenFile(filepath.Join("pack", e.Name()), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		f, ok, err := openRegular(root, filepath.Join("pack", e.Name()))
 		if err != nil {
 			return err
+		}
+		if !ok {
+			continue
 		}
 		why, n, err := s.unpack(ctx, f)
 		f.Close()

@@ -1,14 +1,19 @@
 package quarantine
 
 import (
+	"bytes"
+	"compress/zlib"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -382,5 +387,68 @@ func TestReleaseFollowsNoLinkOut(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(outside, "alternates")); err == nil {
 		t.Error("Prepare wrote its alternate through the info link")
+	}
+}
+
+// A loose object that inflates far past what its header says is refused
+// once it passes it, not inflated to its end.
+func TestCheckLooseStopsAtTheHeadersSize(t *testing.T) {
+	var b bytes.Buffer
+	z := zlib.NewWriter(&b)
+	z.Write([]byte("blob 3\x00abc"))
+	zeros := make([]byte, 1<<20)
+	for range 64 { // 64 MiB inflated, some 64 kB on disk
+		z.Write(zeros)
+	}
+	z.Close()
+	total := b.Len()
+	r := &countingReader{r: &b}
+	why := checkLoose(r, strings.Repeat("0", 40))
+	if why != "more content than the 3 bytes its header says" {
+		t.Errorf("checkLoose: %q", why)
+	}
+	if r.n > total/4 {
+		t.Errorf("checkLoose read %d of the object's %d bytes: it inflated past the header's size", r.n, total)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// A FIFO named like an object (one a running sandbox put there between
+// the listing and the open) is skipped, not waited on for a writer.
+func TestOpenRegularSkipsAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	done := make(chan bool, 1)
+	go func() {
+		f, ok, err := openRegular(root, "fifo")
+		if f != nil {
+			f.Close()
+		}
+		done <- ok || err != nil
+	}()
+	select {
+	case bad := <-done:
+		if bad {
+			t.Error("a FIFO opened as a regular file, or an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("openRegular waits on a FIFO")
 	}
 }
