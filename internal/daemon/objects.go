@@ -83,14 +83,22 @@ func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []str
 	if len(refused) == 0 {
 		return
 	}
+	// A sandbox decides how many there are: the log and the note name the
+	// first few.
+	const named = 20
+	shown := refused[:min(len(refused), named)]
+	more := ""
+	if len(refused) > named {
+		more = fmt.Sprintf("\n(and %d more)", len(refused)-named)
+	}
 	d.log.Error("objects an agent's sandbox wrote do not match their names: not moved into the repository",
-		zap.String("agent", agent), zap.Strings("objects", refused))
+		zap.String("agent", agent), zap.Int("count", len(refused)), zap.Strings("objects", shown))
 	if d.mail == nil {
 		return
 	}
 	if _, err := d.mail.NoteToOperator(ctx, fmt.Sprintf("%s: objects its sandbox wrote were refused", agent),
-		fmt.Sprintf("%d git objects that %s's sandbox wrote do not match their names and were not moved into the repository:\n\n%s\n\n"+
-			"Git writes no such object: look at the agent's last session.", len(refused), agent, strings.Join(refused, "\n"))); err != nil {
+		fmt.Sprintf("%d git objects that %s's sandbox wrote do not match their names and were not moved into the repository:\n\n%s%s\n\n"+
+			"Git writes no such object: look at the agent's last session.", len(refused), agent, strings.Join(shown, "\n"), more)); err != nil {
 		d.log.Warn("mail the operator", zap.String("agent", agent), zap.Error(err))
 	}
 }

@@ -27,9 +27,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // Store is the quarantines of a daemon's agents, one directory each under
@@ -39,13 +42,50 @@ type Store struct {
 	shared string // the repository's object store, on the host
 	git    string // the repository's git directory, for unpack-objects and index-pack
 	mount  string // where a sandbox sees shared: each quarantine's alternate
+	// nameLen is the length of the repository's object names: 40 (SHA-1)
+	// or 64 (SHA-256); 0 when its config could not say (either then).
+	nameLen int
+
+	mu     sync.Mutex
+	agents map[string]*sync.Mutex // one release of an agent's at a time
 }
 
 // New is the quarantines under dir of the repository whose git directory
 // is gitDir (its objects directory is the shared store), as sandboxes see
 // that store at mount.
 func New(dir, gitDir, mount string) *Store {
-	return &Store{dir: dir, shared: filepath.Join(gitDir, "objects"), git: gitDir, mount: mount}
+	return &Store{dir: dir, shared: filepath.Join(gitDir, "objects"), git: gitDir, mount: mount,
+		nameLen: objectNameLen(gitDir), agents: map[string]*sync.Mutex{}}
+}
+
+// objectNameLen reads the repository's object format from its config
+// (extensions.objectFormat): 64 hex digits for sha256, else 40; 0 if the
+// config cannot be read.
+func objectNameLen(gitDir string) int {
+	b, err := os.ReadFile(filepath.Join(gitDir, "config"))
+	if err != nil {
+		return 0
+	}
+	if objectFormatSHA256.Match(b) {
+		return 64
+	}
+	return 40
+}
+
+var objectFormatSHA256 = regexp.MustCompile(`(?im)^\s*objectformat\s*=\s*"?sha256"?\s*$`)
+
+// lock serializes the releases of agent's quarantine: a session's task
+// done may ask for a Move while another runs.
+func (s *Store) lock(agent string) func() {
+	s.mu.Lock()
+	m, ok := s.agents[agent]
+	if !ok {
+		m = &sync.Mutex{}
+		s.agents[agent] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 // Shared is the repository's object store, which a sandbox sees at Mount.
@@ -73,18 +113,47 @@ func (s *Store) Prepare(agent string) (string, error) {
 		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
 	}
 	defer root.Close()
-	alt := filepath.Join("info", "alternates")
-	want := s.mount + "\n"
-	if b, err := root.ReadFile(alt); err == nil && string(b) == want {
+	want := []byte(s.mount + "\n")
+	if alternateIs(root, want) {
 		return dir, nil
 	}
-	if err := root.MkdirAll("info", 0o755); err != nil {
+	// Whatever the last sandbox made of info: anew.
+	if err := root.RemoveAll("info"); err != nil {
 		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
 	}
-	if err := root.WriteFile(alt, []byte(want), 0o644); err != nil {
+	if err := root.Mkdir("info", 0o755); err != nil {
+		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
+	}
+	f, err := root.OpenFile(filepath.Join("info", "alternates"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
+	}
+	_, err = f.Write(want)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
 	}
 	return dir, nil
+}
+
+// alternateIs reports whether the quarantine's info/alternates is a
+// regular file holding want: read by its size, never past it (a sandbox
+// may have left a FIFO there, or a sparse file of a terabyte).
+func alternateIs(root *os.Root, want []byte) bool {
+	f, ok, err := openRegular(root, filepath.Join("info", "alternates"))
+	if err != nil || !ok {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() != int64(len(want)) {
+		return false
+	}
+	got := make([]byte, len(want))
+	_, err = io.ReadFull(f, got)
+	return err == nil && bytes.Equal(got, want)
 }
 
 // Released is what a Release or a Move did.
@@ -118,6 +187,7 @@ func (s *Store) Move(ctx context.Context, agent string) (Released, error) {
 // object), and the daemon must never follow one out of it, neither to read
 // nor to remove.
 func (s *Store) release(ctx context.Context, agent string, clear bool) (Released, error) {
+	defer s.lock(agent)()
 	var out Released
 	root, err := os.OpenRoot(s.Dir(agent))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -137,7 +207,10 @@ func (s *Store) release(ctx context.Context, agent string, clear bool) (Released
 		case e.Name() == "pack" && e.IsDir():
 			err = s.releasePacks(ctx, root, &out)
 		case len(e.Name()) == 2 && isHex(e.Name()) && e.IsDir():
-			err = s.releaseLoose(root, e.Name(), &out)
+			err = s.releaseLoose(root, e.Name(), clear, &out)
+		}
+		if errors.Is(err, fs.ErrNotExist) && !clear {
+			err = nil // gone since the listing: the running session's git at work
 		}
 		if err == nil && clear {
 			if e.Name() == "info" && e.IsDir() {
@@ -197,24 +270,27 @@ func (s *Store) ReleaseAll(ctx context.Context) (map[string]Released, error) {
 		return nil, fmt.Errorf("release the quarantines: %w", err)
 	}
 	out := map[string]Released{}
+	var errs []error
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
+		// One agent's quarantine that cannot be read or cleared does not
+		// keep the others' objects out.
 		r, err := s.Release(ctx, e.Name())
 		if err != nil {
-			return out, err
+			errs = append(errs, err)
 		}
 		if r.Moved > 0 || len(r.Refused) > 0 {
 			out[e.Name()] = r
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // releaseLoose moves the checked loose objects of the fan-out directory
 // fan (named by the first two hex digits) into the shared store.
-func (s *Store) releaseLoose(root *os.Root, fan string, out *Released) error {
+func (s *Store) releaseLoose(root *os.Root, fan string, final bool, out *Released) error {
 	ents, err := readDir(root, fan)
 	if err != nil {
 		return err
@@ -224,6 +300,14 @@ func (s *Store) releaseLoose(root *os.Root, fan string, out *Released) error {
 		if !e.Type().IsRegular() || !isHex(e.Name()) || (len(name) != 40 && len(name) != 64) {
 			continue // git's temporary files of a session cut short
 		}
+		if s.nameLen != 0 && len(name) != s.nameLen {
+			out.Refused = append(out.Refused, name+": named for another object format than the repository's")
+			continue
+		}
+		_, serr := os.Lstat(filepath.Join(s.shared, fan, e.Name()))
+		if serr == nil && !final {
+			continue // in the store: what a Move needs is there; Release checks it
+		}
 		in, ok, err := openRegular(root, filepath.Join(fan, e.Name()))
 		if err != nil {
 			return err
@@ -232,7 +316,7 @@ func (s *Store) releaseLoose(root *os.Root, fan string, out *Released) error {
 			continue
 		}
 		var why string
-		if _, err := os.Lstat(filepath.Join(s.shared, fan, e.Name())); err == nil {
+		if serr == nil {
 			// The store has it (git writes an object again where it cannot
 			// touch the store's copy): nothing to move, but a forgery of
 			// it says what the session was at.
@@ -318,7 +402,9 @@ func checkLoose(r io.Reader, name string) string {
 	}
 	kind, sizeText, ok := strings.Cut(string(head[:nul]), " ")
 	size, err := strconv.ParseInt(sizeText, 10, 64)
-	if !ok || err != nil || size < 0 || !validType(kind) {
+	// git's own reading: decimal digits, no sign, no leading zero.
+	canonical := sizeText != "" && strings.Trim(sizeText, "0123456789") == "" && (sizeText == "0" || sizeText[0] != '0')
+	if !ok || err != nil || !canonical || !validType(kind) {
 		return fmt.Sprintf("not a loose object: header %q", head[:nul])
 	}
 	h.Write(head[:n])
@@ -362,7 +448,7 @@ func newHash(name string) hash.Hash {
 
 // releasePacks unpacks each pack of the quarantine's pack directory into
 // the shared store (unpack names every object by its content). A pack git
-// cannot read is refused whole.
+// cannot read whole is reported refused.
 func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) error {
 	ents, err := readDir(root, "pack")
 	if err != nil {
@@ -396,6 +482,15 @@ func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) 
 // is unpacked into loose objects, a larger one kept as a pack.
 const unpackLimit = 100
 
+// What git may take to unpack a pack: address space of 512 MiB and a
+// hundred times the pack's size, 8 GiB at most; ten minutes.
+const (
+	unpackMemBase    = 512 << 20
+	unpackMemPerByte = 100
+	unpackMemMax     = 8 << 30
+	unpackTimeout    = 10 * time.Minute
+)
+
 // unpack puts the objects of the pack f into the shared store: git unpack-objects
 // for a small pack, git index-pack --stdin (which indexes each object by
 // its content and writes the pack into the store) for a large one. why
@@ -410,11 +505,25 @@ func (s *Store) unpack(ctx context.Context, f *os.File) (why string, n int, err 
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", 0, err
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	op := "unpack-objects"
 	args := []string{"--git-dir", s.git, "unpack-objects", "-q"}
 	if n >= unpackLimit {
-		args = []string{"--git-dir", s.git, "index-pack", "--stdin"}
+		op = "index-pack"
+		args = []string{"--git-dir", s.git, "-c", "pack.threads=1", "index-pack", "--stdin"}
 	}
-	cmd := exec.CommandContext(ctx, "git", args...)
+	// git runs as the daemon, outside any sandbox's cgroup, on a pack a
+	// sandbox wrote: a delta of a few bytes can ask it to build an object
+	// of gigabytes. Its address space is bounded by the pack's size, far
+	// above any real pack's inflation, and its time too.
+	ctx, cancel := context.WithTimeout(ctx, unpackTimeout)
+	defer cancel()
+	limit := min(unpackMemBase+unpackMemPerByte*fi.Size(), unpackMemMax) >> 10 // KiB, as ulimit counts
+	cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `ulimit -v "$1" && shift && exec "$@"`, "sh",
+		strconv.FormatInt(limit, 10), "git"}, args...)...)
 	cmd.Stdin = f
 	// The shared store alone, whatever the daemon's environment names.
 	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared)
@@ -426,9 +535,11 @@ func (s *Store) unpack(ctx context.Context, f *os.File) (why string, n int, err 
 		}
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) {
-			return "", 0, fmt.Errorf("git %s: %w", args[2], err)
+			return "", 0, fmt.Errorf("git %s: %w", op, err)
 		}
-		return "git cannot read it: " + firstLine(strings.TrimSpace(stderr.String())), 0, nil
+		// What git wrote before it stopped is in the store, each object
+		// under its content's name: harmless, and not counted.
+		return "git " + op + " cannot read it whole: " + firstLine(strings.TrimSpace(stderr.String())), 0, nil
 	}
 	return "", n, nil
 }

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"compress/zlib"
 	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -201,7 +205,7 @@ func TestReleaseUnpacksPacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Moved != 3 || len(got.Refused) != 1 || !strings.HasPrefix(got.Refused[0], "pack pack-broken.pack: git cannot read it") {
+	if got.Moved != 3 || len(got.Refused) != 1 || !strings.HasPrefix(got.Refused[0], "pack pack-broken.pack: git unpack-objects cannot read it whole") {
 		t.Errorf("released %+v, want 3 moved and the broken pack refused", got)
 	}
 	if !r.has(commit) || !r.has(blob) {
@@ -450,5 +454,238 @@ func TestOpenRegularSkipsAFIFO(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("openRegular waits on a FIFO")
+	}
+}
+
+// zlibOf is b compressed as a loose object file is.
+func zlibOf(b []byte) []byte {
+	var buf bytes.Buffer
+	w := zlib.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return buf.Bytes()
+}
+
+// putLoose writes a loose object file (raw: its compressed bytes) named
+// name into agent's quarantine, as a sandbox can.
+func putLoose(t testing.TB, q *Store, agent, name string, raw []byte) string {
+	t.Helper()
+	p := filepath.Join(q.Dir(agent), name[:2], name[2:])
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, raw, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// What a sandbox leaves as info/alternates (a sparse file of a terabyte,
+// which a read of its size would try to allocate; a FIFO, whose open waits
+// for a writer) is replaced by the next Prepare, which neither reads past
+// the size it expects nor waits.
+func TestPrepareReplacesWhatTheSandboxLeftAsItsAlternate(t *testing.T) {
+	for _, leave := range []func(string) error{
+		func(p string) error { return os.Truncate(p, 1<<40) },
+		func(p string) error { os.Remove(p); return syscall.Mkfifo(p, 0o644) },
+		func(p string) error { os.Remove(p); return os.Symlink("/etc/passwd", p) },
+	} {
+		r := newRepo(t, "sha1")
+		dir, err := r.q.Prepare("alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		alt := filepath.Join(dir, "info", "alternates")
+		if err := leave(alt); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.q.Release(context.Background(), "alice"); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := r.q.Prepare("alice"); done <- err }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Prepare waits on what the sandbox left as its alternate")
+		}
+		fi, err := os.Lstat(alt)
+		if b, _ := os.ReadFile(alt); err != nil || !fi.Mode().IsRegular() || string(b) != r.q.Mount()+"\n" {
+			t.Errorf("the alternate after Prepare: %v %v %q", fi, err, b)
+		}
+	}
+}
+
+// Headers git would not read ("blob 05", "blob +5", "blob -0") and names
+// of the other object format are refused: moved, they would be objects
+// that fail git fsck, or junk git never prunes.
+func TestReleaseRefusesWhatGitWouldNotRead(t *testing.T) {
+	r := newRepo(t, "sha1")
+	if _, err := r.q.Prepare("alice"); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, body := range []string{"blob 05\x00hello", "blob +5\x00hello", "blob -0\x00"} {
+		sum := sha1.Sum([]byte(body))
+		names = append(names, hex.EncodeToString(sum[:]))
+		putLoose(t, r.q, "alice", names[len(names)-1], zlibOf([]byte(body)))
+	}
+	sum := sha256.Sum256([]byte("blob 6\x00junk!\n"))
+	names = append(names, hex.EncodeToString(sum[:]))
+	putLoose(t, r.q, "alice", names[len(names)-1], zlibOf([]byte("blob 6\x00junk!\n")))
+	got, err := r.q.Release(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Moved != 0 || len(got.Refused) != len(names) {
+		t.Errorf("released %+v, want all %d refused", got, len(names))
+	}
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(r.q.Shared(), n[:2], n[2:])); err == nil {
+			t.Errorf("%s moved into the store", n)
+		}
+	}
+	r.run(r.dir, nil, "fsck", "--full", "--no-dangling")
+}
+
+// A pack of two objects whose delta asks for a 2 GiB object: git, run on
+// it as the daemon and outside every sandbox's cgroup, stops at its
+// address-space bound instead of taking the host's memory.
+func TestReleaseBoundsAPacksDeltaBomb(t *testing.T) {
+	r := newRepo(t, "sha1")
+	dir, err := r.q.Prepare("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base, copies = 1 << 20, 2048
+	entryHead := func(typ int, size uint64) []byte {
+		b := []byte{byte(typ<<4) | byte(size&15)}
+		for size >>= 4; size > 0; size >>= 7 {
+			b[len(b)-1] |= 0x80
+			b = append(b, byte(size&0x7f))
+		}
+		return b
+	}
+	varint := func(v uint64) (b []byte) {
+		for ; v >= 0x80; v >>= 7 {
+			b = append(b, byte(v)|0x80)
+		}
+		return append(b, byte(v))
+	}
+	var pack bytes.Buffer
+	pack.WriteString("PACK")
+	binary.Write(&pack, binary.BigEndian, uint32(2))
+	binary.Write(&pack, binary.BigEndian, uint32(2))
+	off1 := pack.Len()
+	pack.Write(entryHead(3, base)) // a blob of a megabyte of zeros
+	pack.Write(zlibOf(make([]byte, base)))
+	off2 := pack.Len()
+	delta := append(varint(base), varint(base*copies)...)
+	for range copies {
+		delta = append(delta, 0x80|0x40, 0x10) // copy the whole base again
+	}
+	pack.Write(entryHead(6, uint64(len(delta)))) // OFS_DELTA
+	ofs := uint64(off2 - off1)
+	ob := []byte{byte(ofs & 127)}
+	for ofs >>= 7; ofs > 0; ofs >>= 7 {
+		ofs--
+		ob = append([]byte{byte(128 | ofs&127)}, ob...)
+	}
+	pack.Write(ob)
+	pack.Write(zlibOf(delta))
+	trailer := sha1.Sum(pack.Bytes())
+	pack.Write(trailer[:])
+	if err := os.MkdirAll(filepath.Join(dir, "pack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pack", "pack-bomb.pack"), pack.Bytes(), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.q.Release(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+	if len(got.Refused) != 1 {
+		t.Errorf("released %+v: want the pack refused", got)
+	}
+	if ru.Maxrss>>10 > 1024 { // KiB to MiB
+		t.Errorf("a %d-byte pack made git use %d MiB", pack.Len(), ru.Maxrss>>10)
+	}
+}
+
+// One agent's quarantine that cannot be cleared (a directory nested deeper
+// than the daemon may open files) does not keep another agent's objects,
+// left by a killed daemon, out of the repository.
+func TestReleaseAllGoesPastAQuarantineItCannotClear(t *testing.T) {
+	r := newRepo(t, "sha1")
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = 256
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
+	aliceDir, err := r.q.Prepare("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { exec.Command("rm", "-rf", aliceDir).Run() })
+	fd, err := syscall.Open(aliceDir, syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 400 {
+		if err := syscall.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := syscall.Openat(fd, "d", syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
+		syscall.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	syscall.Close(fd)
+	bobDir, err := r.q.Prepare("bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"GIT_OBJECT_DIRECTORY=" + bobDir}
+	r.run(r.dir, env, "commit", "-q", "--allow-empty", "-m", "bob's")
+	bob := r.run(r.dir, env, "rev-parse", "HEAD")
+	if _, err := r.q.ReleaseAll(context.Background()); err == nil {
+		t.Log("alice's quarantine cleared after all")
+	}
+	if !r.has(bob) {
+		t.Error("bob's commit is not in the store: alice's quarantine stopped ReleaseAll")
+	}
+}
+
+// An object that goes while a Move reads the quarantine (the running
+// session's git gc packs and prunes them) is skipped, not the end of the
+// Move.
+func TestMoveGoesPastAVanishedObject(t *testing.T) {
+	r := newRepo(t, "sha1")
+	commit, blob := r.commitInQuarantine("work.txt", "kept\n")
+	dir := r.q.Dir("alice")
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	// The listing said regular file; the file is gone by the open.
+	if f, ok, err := openRegular(root, filepath.Join(blob[:2], "0000000000000000000000000000000000000000"[:38])); f != nil || ok || err != nil {
+		t.Errorf("openRegular of a vanished object: %v %v %v", f, ok, err)
+	}
+	if _, err := r.q.Move(context.Background(), "alice"); err != nil || !r.has(commit) {
+		t.Errorf("Move: %v; the commit in the store: %v", err, r.has(commit))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // Access is what of the repository an agent's sandboxed process must be
@@ -40,10 +39,22 @@ func (m *Manager) Access(agent string) (Access, error) {
 		return Access{}, err
 	}
 	wt := m.Path(agent)
-	admin, err := adminDirOf(wt)
+	// The admin directory as inspect found it registered for this very
+	// worktree, not as its .git file says: a sandbox writes that file, and
+	// could name a peer's admin directory there for its next sandbox (or
+	// its hooks') to write.
+	in, err := m.inspect(agent)
 	if err != nil {
 		return Access{}, fmt.Errorf("sandbox access for agent %s: %w", agent, err)
 	}
+	if in.state != wtOK && in.state != wtOffBranch {
+		why := in.reason
+		if why == "" {
+			why = "no worktree of its own"
+		}
+		return Access{}, fmt.Errorf("sandbox access for agent %s: its worktree %s is not one to give a sandbox: %s", agent, wt, why)
+	}
+	admin := in.adminDir
 	refs := filepath.Join(m.commonDir, filepath.FromSlash(branchDir(agent)))
 	logs := filepath.Join(m.commonDir, "logs", filepath.FromSlash(branchDir(agent)))
 	for _, d := range []string{refs, logs} {
@@ -60,21 +71,4 @@ func (m *Manager) Access(agent string) (Access, error) {
 		// the daemon's own git commands in this worktree elsewhere.
 		Pinned: []string{filepath.Join(admin, "commondir"), filepath.Join(admin, "gitdir")},
 	}, nil
-}
-
-// adminDirOf reads a linked worktree's .git file: its own git directory.
-func adminDirOf(wt string) (string, error) {
-	var buf [smallFile]byte
-	data, err := readSmall(filepath.Join(wt, ".git"), &buf)
-	if err != nil {
-		return "", err
-	}
-	dir, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "gitdir: ")
-	if !ok {
-		return "", fmt.Errorf("%s/.git is not a gitdir link", wt)
-	}
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(wt, dir)
-	}
-	return filepath.Clean(dir), nil
 }

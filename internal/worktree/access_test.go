@@ -2,6 +2,7 @@ package worktree
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -69,5 +70,29 @@ func TestOpenMovesOldBranchesIntoTheirDirectories(t *testing.T) {
 	w, err := m.Verify(ctx, "alice")
 	if err != nil || w.Head != head {
 		t.Errorf("alice's worktree after the move: %+v, %v", w, err)
+	}
+}
+
+// A session rewrites its worktree's .git (the worktree is writable) to
+// name a peer's admin directory: its next sandbox, or its hooks', must not
+// be given that directory to write.
+func TestAccessIgnoresARewrittenDotGit(t *testing.T) {
+	ctx := context.Background()
+	m := openT(t, newRepo(t))
+	for _, a := range []string{"alice", "bob"} {
+		if _, err := m.Ensure(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bobAdmin := filepath.Join(m.commonDir, "worktrees", "bob")
+	if err := os.WriteFile(filepath.Join(m.Path("alice"), ".git"), []byte("gitdir: "+bobAdmin+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	acc, err := m.Access("alice")
+	if err == nil && slices.Contains(acc.Writable, bobAdmin) {
+		t.Errorf("alice's sandbox may write bob's admin directory: %v", acc.Writable)
+	}
+	if err == nil {
+		t.Errorf("access to alice's worktree with a .git naming bob's: %+v, want an error", acc)
 	}
 }
