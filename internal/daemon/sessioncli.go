@@ -73,13 +73,19 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 	for _, kv := range agentVars(ag, strings.Join(agents, ",")) {
 		env[kv[0]] = kv[1]
 	}
-	if req.Args[0] == "task" && slices.Contains(req.Args, "done") && d.host.sandboxes != nil {
+	done := req.Args[0] == "task" && slices.Contains(req.Args, "done") && d.host.sandboxes != nil
+	if done {
 		// The commit the report freezes must be in the repository before
 		// the review or the merge queue reads it: its objects are in the
 		// agent's quarantine while its session runs.
 		d.moveObjects(name)
 	}
 	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})
+	if done {
+		// And once more: the session may have committed between the move
+		// and the report's reading of its HEAD.
+		d.moveObjects(name)
+	}
 	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
 		zap.Strings("args", req.Args), zap.Int("code", code))
 	return control.SessionCLIResult{Stdout: stdout, Stderr: stderr, Code: code}, nil
