@@ -95,6 +95,7 @@ type host struct {
 	// quarantine holds the objects each agent's sandbox writes until
 	// they are checked (objects.go).
 	quarantine *quarantine.Store
+	unreleased unreleased // agents whose last release of their quarantine failed
 }
 
 // mergeWire is the merge queue and what feeds it.
@@ -708,7 +709,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		// finds swarmd: by this variable, and by the path in its prompt.
 		env = append(env, "SWARMD_BIN="+self)
 	}
-	pb := &prompt.Builder{Mail: d.mail, Git: d.trees, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
+	pb := &prompt.Builder{Mail: d.mail, Git: objectsFirst{Git: d.trees, d: d}, Tasks: d.tasks, Agents: ros.names, Swarmd: self,
 		Compare: d.trees, ReviewBase: reviewBase(cfg, d.trees.BaseCommit()), Budget: d.budget.Note}
 	if cfg.Merge != nil {
 		// A merge queue merges task by task: each task's work is a line of

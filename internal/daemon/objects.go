@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/prompt"
 	"github.com/swarmd/swarmd/internal/quarantine"
 	"github.com/swarmd/swarmd/internal/sandbox"
 	"github.com/swarmd/swarmd/internal/worktree"
@@ -54,8 +56,11 @@ func (d *Daemon) objectBinds(acc worktree.Access, quarantined string) []sandbox.
 // a stop's sessions' commits are moved too.
 func (d *Daemon) releaseObjects(agent string) {
 	r, err := d.host.quarantine.Release(context.Background(), agent)
+	d.host.unreleased.set(agent, err != nil)
 	if err != nil {
-		d.log.Error("move a session's objects into the repository", zap.String("agent", agent), zap.Error(err))
+		// Nothing is lost: the objects stay in the quarantine, and the
+		// agent's next prompt tries again (objectsFirst).
+		d.log.Error("move a session's objects into the repository; its next prompt tries again", zap.String("agent", agent), zap.Error(err))
 	}
 	if r.Moved > 0 {
 		d.log.Debug("moved a session's objects into the repository", zap.String("agent", agent), zap.Int("objects", r.Moved))
@@ -101,4 +106,55 @@ func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []str
 			"Git writes no such object: look at the agent's last session.", len(refused), agent, strings.Join(shown, "\n"), more)); err != nil {
 		d.log.Warn("mail the operator", zap.String("agent", agent), zap.Error(err))
 	}
+}
+
+// unreleased are the agents whose last release failed (a full disk, say):
+// their branches may name objects still in their quarantines.
+type unreleased struct {
+	mu     sync.Mutex
+	agents map[string]bool
+}
+
+func (u *unreleased) set(agent string, failed bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !failed {
+		delete(u.agents, agent)
+		return
+	}
+	if u.agents == nil {
+		u.agents = map[string]bool{}
+	}
+	u.agents[agent] = true
+}
+
+func (u *unreleased) has(agent string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.agents[agent]
+}
+
+// objectsFirst is the prompt builder's view of the worktrees: before it
+// reads an agent's branch, it moves what a failed release left in the
+// agent's quarantine, so that once the disk has room again the agent goes
+// on by itself instead of failing on objects the repository lacks.
+type objectsFirst struct {
+	prompt.Git
+	d *Daemon
+}
+
+func (g objectsFirst) retry(agent string) {
+	if g.d.host.unreleased.has(agent) {
+		g.d.releaseObjects(agent)
+	}
+}
+
+func (g objectsFirst) Status(ctx context.Context, agent string) (worktree.Status, error) {
+	g.retry(agent)
+	return g.Git.Status(ctx, agent)
+}
+
+func (g objectsFirst) RecentCommits(ctx context.Context, agent string, n int) ([]worktree.Commit, error) {
+	g.retry(agent)
+	return g.Git.RecentCommits(ctx, agent, n)
 }
