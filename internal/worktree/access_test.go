@@ -3,8 +3,10 @@ package worktree
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -94,5 +96,33 @@ func TestAccessIgnoresARewrittenDotGit(t *testing.T) {
 	}
 	if err == nil {
 		t.Errorf("access to alice's worktree with a .git naming bob's: %+v, want an error", acc)
+	}
+}
+
+// While a sandboxed session runs, its new commits wait in its agent's
+// quarantine: the branch names a commit the repository does not have yet.
+// The status says so, and a listing of every worktree still works.
+func TestStatusOfABranchAheadOfTheRepository(t *testing.T) {
+	ctx := context.Background()
+	m := openT(t, newRepo(t))
+	for _, a := range []string{"alice", "bob"} {
+		if _, err := m.Ensure(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elsewhere := t.TempDir()
+	cmd := exec.Command("git", "-C", m.Path("alice"), "-c", "user.name=t", "-c", "user.email=t@example.invalid",
+		"commit", "-q", "--allow-empty", "-m", "in the quarantine")
+	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+elsewhere, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+filepath.Join(m.commonDir, "objects"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	st, err := m.Status(ctx, "alice")
+	if err != nil || !strings.Contains(st.Problem, "not in the repository yet") {
+		t.Errorf("status: %+v, %v; want the problem said", st, err)
+	}
+	sts, err := m.List(ctx)
+	if err != nil || len(sts) != 2 {
+		t.Errorf("list: %d worktrees, %v; want both", len(sts), err)
 	}
 }

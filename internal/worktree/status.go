@@ -69,6 +69,13 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 	}
 	st.Head = head.String()
 	if st.Behind, st.Ahead, err = m.leftRight(ctx, m.base, head); err != nil {
+		if _, cerr := m.git.run(ctx, m.repo, "cat-file", "-e", head.String()); cerr != nil {
+			// A running sandboxed session's commits wait in its agent's
+			// quarantine until it ends: the branch names a commit the
+			// repository does not have yet. Not an error of the listing.
+			st.Problem = "its HEAD " + head.String()[:12] + " is not in the repository yet (a sandboxed session's commits are moved there when it ends)"
+			return st, nil
+		}
 		return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 	}
 	if st.Exists {
