@@ -95,7 +95,6 @@ type host struct {
 	// quarantine holds the objects each agent's sandbox writes until
 	// they are checked (objects.go).
 	quarantine *quarantine.Store
-	unreleased unreleased // agents whose last release of their quarantine failed
 }
 
 // mergeWire is the merge queue and what feeds it.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -56,7 +55,6 @@ func (d *Daemon) objectBinds(acc worktree.Access, quarantined string) []sandbox.
 // a stop's sessions' commits are moved too.
 func (d *Daemon) releaseObjects(agent string) {
 	r, err := d.host.quarantine.Release(context.Background(), agent)
-	d.host.unreleased.set(agent, err != nil)
 	if err != nil {
 		// Nothing is lost: the objects stay in the quarantine, and the
 		// agent's next prompt tries again (objectsFirst).
@@ -108,32 +106,6 @@ func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []str
 	}
 }
 
-// unreleased are the agents whose last release failed (a full disk, say):
-// their branches may name objects still in their quarantines.
-type unreleased struct {
-	mu     sync.Mutex
-	agents map[string]bool
-}
-
-func (u *unreleased) set(agent string, failed bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !failed {
-		delete(u.agents, agent)
-		return
-	}
-	if u.agents == nil {
-		u.agents = map[string]bool{}
-	}
-	u.agents[agent] = true
-}
-
-func (u *unreleased) has(agent string) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.agents[agent]
-}
-
 // objectsFirst is the prompt builder's view of the worktrees: before it
 // reads an agent's branch, it moves what a failed release left in the
 // agent's quarantine, so that once the disk has room again the agent goes
@@ -144,7 +116,7 @@ type objectsFirst struct {
 }
 
 func (g objectsFirst) retry(agent string) {
-	if g.d.host.unreleased.has(agent) {
+	if g.d.host.quarantine.Unreleased(agent) {
 		g.d.releaseObjects(agent)
 	}
 }

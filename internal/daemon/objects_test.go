@@ -65,7 +65,7 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	d := &Daemon{log: zap.NewNop(), metrics: metrics.New(metrics.BuildInfo{})}
 	d.host.quarantine = q
 	d.releaseObjects("alice") // the session's end
-	if !d.host.unreleased.has("alice") {
+	if !d.host.quarantine.Unreleased("alice") {
 		t.Fatal("a release that failed is not remembered")
 	}
 	if err := os.Remove(blocker); err != nil { // room again
@@ -79,7 +79,7 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	if !found {
 		t.Error("the next prompt read the branch before the commit was in the repository")
 	}
-	if d.host.unreleased.has("alice") {
+	if d.host.quarantine.Unreleased("alice") {
 		t.Error("the release that succeeded is still remembered as failed")
 	}
 }

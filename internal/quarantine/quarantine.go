@@ -48,6 +48,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	agents map[string]*sync.Mutex // one release of an agent's at a time
+	failed map[string]bool        // agents whose last Release failed: objects may wait
 }
 
 // New is the quarantines under dir of the repository whose git directory
@@ -55,7 +56,7 @@ type Store struct {
 // that store at mount.
 func New(dir, gitDir, mount string) *Store {
 	return &Store{dir: dir, shared: filepath.Join(gitDir, "objects"), git: gitDir, mount: mount,
-		nameLen: objectNameLen(gitDir), agents: map[string]*sync.Mutex{}}
+		nameLen: objectNameLen(gitDir), agents: map[string]*sync.Mutex{}, failed: map[string]bool{}}
 }
 
 // objectNameLen reads the repository's object format from its config
@@ -170,7 +171,24 @@ type Released struct {
 // alternate.
 // Call it when no process of the agent's sandbox runs.
 func (s *Store) Release(ctx context.Context, agent string) (Released, error) {
-	return s.release(ctx, agent, true)
+	r, err := s.release(ctx, agent, true)
+	s.mu.Lock()
+	if err != nil {
+		s.failed[agent] = true
+	} else {
+		delete(s.failed, agent)
+	}
+	s.mu.Unlock()
+	return r, err
+}
+
+// Unreleased reports whether agent's last Release failed (a full disk,
+// say): its branch may name objects that still wait in its quarantine, and
+// a Release is worth trying again before the branch is read.
+func (s *Store) Unreleased(agent string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed[agent]
 }
 
 // Move is Release while the agent's sandbox runs (its session reports its
@@ -186,7 +204,7 @@ func (s *Store) Move(ctx context.Context, agent string) (Released, error) {
 // symbolic link anywhere in it (info, pack, a fan-out directory, an
 // object), and the daemon must never follow one out of it, neither to read
 // nor to remove.
-func (s *Store) release(ctx context.Context, agent string, clear bool) (Released, error) {
+func (s *Store) release(ctx context.Context, agent string, final bool) (Released, error) {
 	defer s.lock(agent)()
 	var out Released
 	root, err := os.OpenRoot(s.Dir(agent))
@@ -207,12 +225,12 @@ func (s *Store) release(ctx context.Context, agent string, clear bool) (Released
 		case e.Name() == "pack" && e.IsDir():
 			err = s.releasePacks(ctx, root, &out)
 		case len(e.Name()) == 2 && isHex(e.Name()) && e.IsDir():
-			err = s.releaseLoose(root, e.Name(), clear, &out)
+			err = s.releaseLoose(root, e.Name(), final, &out)
 		}
-		if errors.Is(err, fs.ErrNotExist) && !clear {
+		if errors.Is(err, fs.ErrNotExist) && !final {
 			err = nil // gone since the listing: the running session's git at work
 		}
-		if err == nil && clear {
+		if err == nil && final {
 			if e.Name() == "info" && e.IsDir() {
 				// The alternate stays; what git keeps beside it (a
 				// commit-graph, the list of packs) was of the objects gone.
