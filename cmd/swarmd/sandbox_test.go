@@ -118,7 +118,7 @@ agents:
 	// Its forgery went into its quarantine, not the repository's store:
 	// refused once its session ended.
 	d.waitLine("mallory's forged object refused", func(m map[string]any) bool {
-		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "do not match their names")
+		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "sandbox wrote were refused")
 	})
 	want := map[string]string{
 		"commit": "yes", "mail": "yes", "forged-mail": "yes", // sent, as mallory: checked below

@@ -95,6 +95,7 @@ type host struct {
 	// quarantine holds the objects each agent's sandbox writes until
 	// they are checked (objects.go).
 	quarantine *quarantine.Store
+	objectRuns atomic.Uint64 // the git runs of its releases, for their trees' ids
 }
 
 // mergeWire is the merge queue and what feeds it.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/prompt"
 	"github.com/swarmd/swarmd/internal/quarantine"
 	"github.com/swarmd/swarmd/internal/sandbox"
@@ -29,6 +31,7 @@ func (d *Daemon) openQuarantine(ctx context.Context, cfg *config.Config) {
 		// Inside the state directory, which a sandbox sees as an empty
 		// tmpfs: the bind's mount point is made there, not on the host.
 		filepath.Join(cfg.StateDir, "o"))
+	d.host.quarantine.Exec = d.objectsGit
 	left, err := d.host.quarantine.ReleaseAll(ctx)
 	if err != nil {
 		d.log.Error("move the objects an earlier daemon's sessions left into the repository", zap.Error(err))
@@ -38,6 +41,52 @@ func (d *Daemon) openQuarantine(ctx context.Context, cfg *config.Config) {
 			zap.String("agent", agent), zap.Int("objects", r.Moved))
 		d.refusedObjects(ctx, agent, r.Refused)
 	}
+}
+
+// objectsGit runs the git of a release (quarantine.Exec) as a process
+// tree of the daemon's, as hooks and gates run: at the sessions' priority
+// (limits.session_nice), in a cgroup of its own where isolation makes
+// them (its memory.max the bound the release gives git, where the memory
+// controller is delegated), killed whole when the release's time runs
+// out, and marked, so that the next start ends it if this daemon is
+// killed. It reads a pack a sandbox wrote: its CPU and memory are spent
+// for that agent, not as the daemon's own.
+func (d *Daemon) objectsGit(ctx context.Context, c quarantine.Command) ([]byte, error) {
+	out := &firstBytes{max: 4 << 10}
+	spec := proc.Spec{
+		Path: c.Argv[0], Args: c.Argv[1:], Env: c.Env, Output: out, MemoryMax: c.Memory,
+		ID: "objects-" + c.Agent + "-" + strconv.FormatUint(d.host.objectRuns.Add(1), 10),
+	}
+	if c.Stdin != nil {
+		spec.Stdin = c.Stdin
+	}
+	tree, err := d.host.sup.Start(spec)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-tree.Done():
+	case <-ctx.Done():
+		_ = tree.Kill() // fails only if the tree has just ended on its own
+		<-tree.Done()
+		return out.b, ctx.Err()
+	}
+	if st := tree.Exit(); st.Code != 0 {
+		return out.b, &quarantine.GitError{Status: st.String()}
+	}
+	return out.b, nil
+}
+
+// firstBytes keeps the first max bytes written to it: why git failed is
+// its first line, and a pack's git writes no more than a line or two.
+type firstBytes struct {
+	b   []byte
+	max int
+}
+
+func (w *firstBytes) Write(p []byte) (int, error) {
+	w.b = append(w.b, p[:min(len(p), w.max-len(w.b))]...)
+	return len(p), nil
 }
 
 // objectBinds are a sandbox's binds for git's objects: its agent's
@@ -79,8 +128,9 @@ func (d *Daemon) moveObjects(agent string) {
 }
 
 // refusedObjects tells the operator of objects an agent's sandbox wrote
-// that are not what their names say: a forgery, or a session cut short in
-// a way git's own writes never are. They were not moved; a commit that
+// that are not what their names say (a forgery, or a session cut short in
+// a way git's own writes never are), or packs git did not finish with in
+// the release's time. They were not moved; a commit that
 // names one is incomplete, and the merge queue refuses it.
 func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []string) {
 	if len(refused) == 0 {
@@ -94,14 +144,15 @@ func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []str
 	if len(refused) > named {
 		more = fmt.Sprintf("\n(and %d more)", len(refused)-named)
 	}
-	d.log.Error("objects an agent's sandbox wrote do not match their names: not moved into the repository",
+	d.log.Error("objects an agent's sandbox wrote were refused: not moved into the repository",
 		zap.String("agent", agent), zap.Int("count", len(refused)), zap.Strings("objects", shown))
 	if d.mail == nil {
 		return
 	}
 	if _, err := d.mail.NoteToOperator(ctx, fmt.Sprintf("%s: objects its sandbox wrote were refused", agent),
-		fmt.Sprintf("%d git objects that %s's sandbox wrote do not match their names and were not moved into the repository:\n\n%s%s\n\n"+
-			"Git writes no such object: look at the agent's last session.", len(refused), agent, strings.Join(shown, "\n"), more)); err != nil {
+		fmt.Sprintf("%d git objects that %s's sandbox wrote were refused and not moved into the repository, each for the reason given:\n\n%s%s\n\n"+
+			"Git writes no object that does not match its name, and no session makes a pack that git cannot finish with in minutes: "+
+			"look at the agent's last session.", len(refused), agent, strings.Join(shown, "\n"), more)); err != nil {
 		d.log.Warn("mail the operator", zap.String("agent", agent), zap.Error(err))
 	}
 }

@@ -2,15 +2,22 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/cgroup"
 	"github.com/swarmd/swarmd/internal/metrics"
+	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/quarantine"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
@@ -31,6 +38,22 @@ func (g statusGit) RecentCommits(context.Context, string, int) ([]worktree.Commi
 	return nil, nil
 }
 
+// sandboxedGit runs git in dir as a sandboxed session's git sees the
+// repository (env: its quarantine as the object directory) and returns
+// its output.
+func sandboxedGit(t *testing.T, dir string, env ...string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+}
+
 // A release that fails (here the store's fan-out directory is a file; a
 // full disk fails the same way) leaves the objects in the quarantine, and
 // the agent's next prompt moves them before it reads the branch: the agent
@@ -43,15 +66,7 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+objects)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := sandboxedGit(t, dir, "GIT_OBJECT_DIRECTORY="+objects)
 	git("commit", "-q", "--allow-empty", "-m", "the session's")
 	commit := git("rev-parse", "HEAD")
 	blocker := filepath.Join(gitDir, "objects", commit[:2])
@@ -81,5 +96,99 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	}
 	if d.host.quarantine.Unreleased("alice") {
 		t.Error("the release that succeeded is still remembered as failed")
+	}
+}
+
+// The git of a release runs as a process tree of the daemon's: fed the
+// pack on its standard input, at the sessions' priority, with the tree's
+// marker, in a cgroup of its own where this machine lets the daemon make
+// them; a git that fails is a *GitError with what it wrote, and one still
+// running when the release's time ends is killed whole. A release through
+// it moves a real pack's objects.
+func TestAReleasesGitRunsAsATreeOfTheDaemons(t *testing.T) {
+	sup, err := proc.NewSupervisor(t.TempDir(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sup.Close() })
+	var cg *cgroup.Hierarchy
+	var name [6]byte
+	_, _ = rand.Read(name[:])
+	if h, err := cgroup.Open("swarmd-daemon-test-" + hex.EncodeToString(name[:])); err == nil {
+		cg = h
+		sup.UseCgroups(h)
+		t.Cleanup(func() { _ = h.Close() }) // after the supervisor's Close: cleanups run last first
+	} else {
+		t.Logf("*** cgroup v2 not writable here (%v): the cgroup is not checked", err)
+	}
+	sup.SetNice(7)
+	d := &Daemon{log: zap.NewNop(), metrics: metrics.New(metrics.BuildInfo{})}
+	d.host.sup = sup
+
+	pack := filepath.Join(t.TempDir(), "pack")
+	writeFile(t, pack, "PACK!")
+	stdin := func() *os.File {
+		f, err := os.Open(pack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	out, err := d.objectsGit(context.Background(), quarantine.Command{Agent: "alice", Stdin: stdin(), Memory: 64 << 20,
+		Argv: []string{"/bin/sh", "-c", `wc -c; cut -d' ' -f19 /proc/self/stat; printenv ` + proc.MarkerEnv + `; grep '^0::' /proc/self/cgroup`}})
+	if err != nil {
+		t.Fatalf("git's stand-in: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 4 || lines[0] != "5" || lines[1] != "7" || !strings.Contains(lines[2], "objects-alice-") {
+		t.Fatalf("it read %q, ran at nice %q with marker %q; want the pack's 5 bytes, nice 7 and the tree's marker", lines[0], lines[1], lines[2])
+	}
+	if cg != nil && !strings.Contains(lines[3], "/"+filepath.Base(cg.Dir())+"/objects-alice-") {
+		t.Errorf("it ran in cgroup %q, not a tree's of %s", lines[3], cg.Dir())
+	}
+
+	out, err = d.objectsGit(context.Background(), quarantine.Command{Agent: "alice", Stdin: stdin(),
+		Argv: []string{"/bin/sh", "-c", "echo fatal: pack has junk at the end; exit 128"}})
+	var gerr *quarantine.GitError
+	if !errors.As(err, &gerr) || gerr.Status != "exit status 128" || strings.TrimSpace(string(out)) != "fatal: pack has junk at the end" {
+		t.Fatalf("a failing git: %v, %q; want a *GitError, exit status 128, and what it wrote", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	out, err = d.objectsGit(ctx, quarantine.Command{Agent: "alice", Stdin: stdin(),
+		Argv: []string{"/bin/sh", "-c", "echo $$; sleep 30 & wait"}})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+		t.Fatalf("a git past its time: %v after %v", err, time.Since(start))
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	if pid == 0 {
+		t.Fatalf("the stand-in's pid: %q", out)
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+		t.Errorf("the git past its time, pid %d, is still there", pid)
+	}
+
+	// A real release through it.
+	dir := filepath.Dir(repo(t, ""))
+	gitDir := filepath.Join(dir, ".git")
+	q := quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(gitDir, "objects"))
+	q.Exec = d.objectsGit
+	objects, err := q.Prepare("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	git := sandboxedGit(t, dir, "GIT_OBJECT_DIRECTORY="+objects, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+q.Shared())
+	git("commit", "-q", "--allow-empty", "-m", "the session's")
+	commit := git("rev-parse", "HEAD")
+	git("repack", "-a", "-d", "-l", "-q")
+	got, err := q.Release(context.Background(), "alice")
+	if err != nil || got.Moved != 1 || len(got.Refused) != 0 {
+		t.Fatalf("released %+v, %v; want the pack's commit moved", got, err)
+	}
+	if err := exec.Command("git", "--git-dir", gitDir, "cat-file", "-e", commit).Run(); err != nil {
+		t.Errorf("the commit is not in the repository: %v", err)
 	}
 }

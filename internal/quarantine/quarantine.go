@@ -46,9 +46,59 @@ type Store struct {
 	// or 64 (SHA-256); 0 when its config could not say (either then).
 	nameLen int
 
+	// Exec runs the git of a release (New: os/exec). The daemon runs it
+	// as a process tree of its own: its sessions' priority, a cgroup,
+	// and a marker the next start sweeps if the daemon is killed.
+	Exec Exec
+	// Timeout is how long the git of a release may take over all its
+	// packs (New: ten minutes); a pack it did not finish is refused.
+	Timeout time.Duration
+
 	mu     sync.Mutex
 	agents map[string]*sync.Mutex // one release of an agent's at a time
 	failed map[string]bool        // agents whose last Release failed: objects may wait
+	// slow are the packs whose git ran out of time in a Move, by agent
+	// and then by name, with their size: the Release at the session's
+	// end refuses them without running git on them again.
+	slow map[string]map[string]int64
+}
+
+// Command is one git command of a release, on a pack a sandbox wrote.
+type Command struct {
+	Agent string   // whose quarantine the pack is in
+	Argv  []string // the whole command line: a shell bounds git's address space to Memory, then execs git
+	Env   []string // the whole environment
+	Stdin *os.File // the pack
+	// Memory is the bytes git may use: the shell's limit on its address
+	// space says so already; a cgroup can bound its memory too.
+	Memory int64
+}
+
+// Exec runs c to its end and returns what it wrote (stdout and stderr).
+// Its error is a *GitError when git ran and failed; any other error means
+// it could not run, or ctx ended first (and c was killed).
+type Exec func(ctx context.Context, c Command) (output []byte, err error)
+
+// GitError is a git that ran and failed: it could not read the pack whole.
+type GitError struct {
+	Status string // "exit status 128", "signal: killed"
+}
+
+func (e *GitError) Error() string { return "git: " + e.Status }
+
+// execGit is Exec through os/exec.
+func execGit(ctx context.Context, c Command) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
+	cmd.Env, cmd.Stdin = c.Env, c.Stdin
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return out, ctx.Err()
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return out, &GitError{Status: exit.ProcessState.String()}
+	}
+	return out, err
 }
 
 // New is the quarantines under dir of the repository whose git directory
@@ -56,7 +106,8 @@ type Store struct {
 // that store at mount.
 func New(dir, gitDir, mount string) *Store {
 	return &Store{dir: dir, shared: filepath.Join(gitDir, "objects"), git: gitDir, mount: mount,
-		nameLen: objectNameLen(gitDir), agents: map[string]*sync.Mutex{}, failed: map[string]bool{}}
+		nameLen: objectNameLen(gitDir), Exec: execGit, Timeout: unpackTimeout,
+		agents: map[string]*sync.Mutex{}, failed: map[string]bool{}, slow: map[string]map[string]int64{}}
 }
 
 // objectNameLen reads the repository's object format from its config
@@ -215,6 +266,9 @@ func (s *Store) release(ctx context.Context, agent string, final bool) (Released
 		return out, fmt.Errorf("release the quarantine of %s: %w", agent, err)
 	}
 	defer root.Close()
+	if final {
+		defer s.forgetSlow(agent)
+	}
 	ents, err := readDir(root, ".")
 	if err != nil {
 		return out, fmt.Errorf("release the quarantine of %s: %w", agent, err)
@@ -223,7 +277,7 @@ func (s *Store) release(ctx context.Context, agent string, final bool) (Released
 		var err error
 		switch {
 		case e.Name() == "pack" && e.IsDir():
-			err = s.releasePacks(ctx, root, &out)
+			err = s.releasePacks(ctx, root, agent, final, &out)
 		case len(e.Name()) == 2 && isHex(e.Name()) && e.IsDir():
 			err = s.releaseLoose(root, e.Name(), final, &out)
 		}
@@ -466,12 +520,16 @@ func newHash(name string) hash.Hash {
 
 // releasePacks unpacks each pack of the quarantine's pack directory into
 // the shared store (unpack names every object by its content). A pack git
-// cannot read whole is reported refused.
-func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) error {
+// cannot read whole is reported refused, and so is one git did not finish
+// in the release's time: the time is the daemon's, spent on the agent's
+// behalf, and a pack that took it once would take it again at every try.
+func (s *Store) releasePacks(ctx context.Context, root *os.Root, agent string, final bool, out *Released) error {
 	ents, err := readDir(root, "pack")
 	if err != nil {
 		return err
 	}
+	packCtx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".pack") || !e.Type().IsRegular() {
 			continue
@@ -483,7 +541,13 @@ func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) 
 		if !ok {
 			continue
 		}
-		why, n, err := s.unpack(ctx, f)
+		why, n, err := s.unpackOnce(packCtx, f, agent, e.Name())
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			why, err = s.outOfTime(), nil
+			if fi, serr := f.Stat(); serr == nil && !final {
+				s.rememberSlow(agent, e.Name(), fi.Size())
+			}
+		}
 		f.Close()
 		if err != nil {
 			return err
@@ -496,12 +560,53 @@ func (s *Store) releasePacks(ctx context.Context, root *os.Root, out *Released) 
 	return nil
 }
 
+// unpackOnce is unpack, but for a pack that ran out of time in a Move of
+// this session: that one is refused at once.
+func (s *Store) unpackOnce(ctx context.Context, f *os.File, agent, name string) (why string, n int, err error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", 0, err
+	}
+	s.mu.Lock()
+	size, slow := s.slow[agent][name]
+	s.mu.Unlock()
+	if slow && size == fi.Size() {
+		return s.outOfTime(), 0, nil
+	}
+	return s.unpack(ctx, f, agent)
+}
+
+// outOfTime is why a pack git did not finish in time is refused.
+func (s *Store) outOfTime() string {
+	return fmt.Sprintf("git did not finish with it within %v", s.Timeout)
+}
+
+// rememberSlow notes that git ran out of time on the pack name, of size
+// bytes, in agent's quarantine.
+func (s *Store) rememberSlow(agent, name string, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.slow[agent] == nil {
+		s.slow[agent] = map[string]int64{}
+	}
+	s.slow[agent][name] = size
+}
+
+// forgetSlow drops what rememberSlow noted of agent: its quarantine has
+// been cleared.
+func (s *Store) forgetSlow(agent string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.slow, agent)
+}
+
 // unpackLimit is git's own transfer.unpackLimit: a pack of fewer objects
 // is unpacked into loose objects, a larger one kept as a pack.
 const unpackLimit = 100
 
 // What git may take to unpack a pack: address space of 512 MiB and a
-// hundred times the pack's size, 8 GiB at most; ten minutes.
+// hundred times the pack's size, 8 GiB at most; ten minutes for all the
+// packs of a release (Store.Timeout).
 const (
 	unpackMemBase    = 512 << 20
 	unpackMemPerByte = 100
@@ -513,7 +618,7 @@ const (
 // for a small pack, git index-pack --stdin (which indexes each object by
 // its content and writes the pack into the store) for a large one. why
 // says why git refused it, n how many objects it held.
-func (s *Store) unpack(ctx context.Context, f *os.File) (why string, n int, err error) {
+func (s *Store) unpack(ctx context.Context, f *os.File, agent string) (why string, n int, err error) {
 	// A pack's header counts its objects: bytes 8-11, big-endian.
 	var head [12]byte
 	if _, err := io.ReadFull(f, head[:]); err != nil || string(head[:4]) != "PACK" {
@@ -533,33 +638,42 @@ func (s *Store) unpack(ctx context.Context, f *os.File) (why string, n int, err 
 		op = "index-pack"
 		args = []string{"--git-dir", s.git, "-c", "pack.threads=1", "index-pack", "--stdin"}
 	}
-	// git runs as the daemon, outside any sandbox's cgroup, on a pack a
-	// sandbox wrote: a delta of a few bytes can ask it to build an object
-	// of gigabytes. Its address space is bounded by the pack's size, far
-	// above any real pack's inflation, and its time too.
-	ctx, cancel := context.WithTimeout(ctx, unpackTimeout)
-	defer cancel()
-	limit := min(unpackMemBase+unpackMemPerByte*fi.Size(), unpackMemMax) >> 10 // KiB, as ulimit counts
-	cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `ulimit -v "$1" && shift && exec "$@"`, "sh",
-		strconv.FormatInt(limit, 10), "git"}, args...)...)
-	cmd.Stdin = f
-	// The shared store alone, whatever the daemon's environment names.
-	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", 0, ctx.Err()
-		}
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) {
-			return "", 0, fmt.Errorf("git %s: %w", op, err)
-		}
+	// git runs for the daemon, on a pack a sandbox wrote: a delta of a
+	// few bytes can ask it to build an object of gigabytes. Its address
+	// space is bounded by the pack's size, far above any real pack's
+	// inflation, and its time by the release's.
+	mem := min(unpackMemBase+unpackMemPerByte*fi.Size(), unpackMemMax)
+	out, err := s.Exec(ctx, Command{
+		Agent: agent,
+		Argv: append([]string{"/bin/sh", "-c", `ulimit -v "$1" && shift && exec "$@"`, "sh",
+			strconv.FormatInt(mem>>10, 10), "git"}, args...), // KiB, as ulimit counts
+		// The shared store alone, whatever the daemon's environment names.
+		Env:    append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared),
+		Stdin:  f,
+		Memory: mem,
+	})
+	var gerr *GitError
+	switch {
+	case ctx.Err() != nil:
+		return "", 0, ctx.Err()
+	case errors.As(err, &gerr):
 		// What git wrote before it stopped is in the store, each object
 		// under its content's name: harmless, and not counted.
-		return "git " + op + " cannot read it whole: " + firstLine(strings.TrimSpace(stderr.String())), 0, nil
+		return "git " + op + " cannot read it whole: " + gitSays(out, gerr), 0, nil
+	case err != nil:
+		return "", 0, fmt.Errorf("git %s: %w", op, err)
 	}
 	return "", n, nil
+}
+
+// gitSays is why git failed: the first line of what it wrote (index-pack
+// writes the pack's name on standard output only once it succeeded), else
+// how it ended.
+func gitSays(out []byte, gerr *GitError) string {
+	if line := firstLine(strings.TrimSpace(string(out))); line != "" {
+		return line
+	}
+	return gerr.Status
 }
 
 // removeAllBut removes everything in dir of root but keep.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -560,48 +562,11 @@ func TestReleaseBoundsAPacksDeltaBomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const base, copies = 1 << 20, 2048
-	entryHead := func(typ int, size uint64) []byte {
-		b := []byte{byte(typ<<4) | byte(size&15)}
-		for size >>= 4; size > 0; size >>= 7 {
-			b[len(b)-1] |= 0x80
-			b = append(b, byte(size&0x7f))
-		}
-		return b
-	}
-	varint := func(v uint64) (b []byte) {
-		for ; v >= 0x80; v >>= 7 {
-			b = append(b, byte(v)|0x80)
-		}
-		return append(b, byte(v))
-	}
-	var pack bytes.Buffer
-	pack.WriteString("PACK")
-	binary.Write(&pack, binary.BigEndian, uint32(2))
-	binary.Write(&pack, binary.BigEndian, uint32(2))
-	off1 := pack.Len()
-	pack.Write(entryHead(3, base)) // a blob of a megabyte of zeros
-	pack.Write(zlibOf(make([]byte, base)))
-	off2 := pack.Len()
-	delta := append(varint(base), varint(base*copies)...)
-	for range copies {
-		delta = append(delta, 0x80|0x40, 0x10) // copy the whole base again
-	}
-	pack.Write(entryHead(6, uint64(len(delta)))) // OFS_DELTA
-	ofs := uint64(off2 - off1)
-	ob := []byte{byte(ofs & 127)}
-	for ofs >>= 7; ofs > 0; ofs >>= 7 {
-		ofs--
-		ob = append([]byte{byte(128 | ofs&127)}, ob...)
-	}
-	pack.Write(ob)
-	pack.Write(zlibOf(delta))
-	trailer := sha1.Sum(pack.Bytes())
-	pack.Write(trailer[:])
+	pack := deltaBomb(1<<20, 2048)
 	if err := os.MkdirAll(filepath.Join(dir, "pack"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pack", "pack-bomb.pack"), pack.Bytes(), 0o444); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "pack", "pack-bomb.pack"), pack, 0o444); err != nil {
 		t.Fatal(err)
 	}
 	got, err := r.q.Release(context.Background(), "alice")
@@ -614,7 +579,7 @@ func TestReleaseBoundsAPacksDeltaBomb(t *testing.T) {
 		t.Errorf("released %+v: want the pack refused", got)
 	}
 	if ru.Maxrss>>10 > 1024 { // KiB to MiB
-		t.Errorf("a %d-byte pack made git use %d MiB", pack.Len(), ru.Maxrss>>10)
+		t.Errorf("a %d-byte pack made git use %d MiB", len(pack), ru.Maxrss>>10)
 	}
 }
 
@@ -687,5 +652,135 @@ func TestMoveGoesPastAVanishedObject(t *testing.T) {
 	}
 	if _, err := r.q.Move(context.Background(), "alice"); err != nil || !r.has(commit) {
 		t.Errorf("Move: %v; the commit in the store: %v", err, r.has(commit))
+	}
+}
+
+// deltaBomb is a pack of two objects: a blob of base zero bytes, and a
+// delta that copies it copies times over.
+func deltaBomb(base, copies uint64) []byte {
+	entryHead := func(typ int, size uint64) []byte {
+		b := []byte{byte(typ<<4) | byte(size&15)}
+		for size >>= 4; size > 0; size >>= 7 {
+			b[len(b)-1] |= 0x80
+			b = append(b, byte(size&0x7f))
+		}
+		return b
+	}
+	varint := func(v uint64) (b []byte) {
+		for ; v >= 0x80; v >>= 7 {
+			b = append(b, byte(v)|0x80)
+		}
+		return append(b, byte(v))
+	}
+	var pack bytes.Buffer
+	pack.WriteString("PACK")
+	binary.Write(&pack, binary.BigEndian, uint32(2))
+	binary.Write(&pack, binary.BigEndian, uint32(2))
+	off1 := pack.Len()
+	pack.Write(entryHead(3, base)) // a blob of zeros
+	pack.Write(zlibOf(make([]byte, base)))
+	off2 := pack.Len()
+	delta := append(varint(base), varint(base*copies)...)
+	for range copies {
+		delta = append(delta, 0x80|0x40, 0x10) // copy the whole base again
+	}
+	pack.Write(entryHead(6, uint64(len(delta)))) // OFS_DELTA
+	ofs := uint64(off2 - off1)
+	ob := []byte{byte(ofs & 127)}
+	for ofs >>= 7; ofs > 0; ofs >>= 7 {
+		ofs--
+		ob = append([]byte{byte(128 | ofs&127)}, ob...)
+	}
+	pack.Write(ob)
+	pack.Write(zlibOf(delta))
+	trailer := sha1.Sum(pack.Bytes())
+	pack.Write(trailer[:])
+	return pack.Bytes()
+}
+
+// writePack puts pack in agent's quarantine as pack/NAME.pack.
+func (r *repo) writePack(name string, pack []byte) {
+	r.t.Helper()
+	dir, err := r.q.Prepare("alice")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "pack"), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pack", name+".pack"), pack, 0o444); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// A pack that keeps git busy past the release's time (here a blob of 256
+// MiB to build and hash, in 50 ms) is refused, like one git cannot read:
+// the time is the daemon's, spent for the agent, and a pack that took it
+// once takes it at every try. A Move does not run git on it again, and
+// the Release at the session's end drops it. The session's other objects
+// reach the repository.
+func TestReleaseRefusesAPackGitDoesNotFinishInTime(t *testing.T) {
+	r := newRepo(t, "sha1")
+	commit, _ := r.commitInQuarantine("work.txt", "loose work\n")
+	r.writePack("pack-slow", deltaBomb(1<<20, 256))
+	r.q.Timeout = 50 * time.Millisecond
+	var runs atomic.Int32
+	r.q.Exec = func(ctx context.Context, c Command) ([]byte, error) {
+		runs.Add(1)
+		return execGit(ctx, c)
+	}
+	refusedForTime := func(got Released) bool {
+		return len(got.Refused) == 1 && strings.HasPrefix(got.Refused[0], "pack pack-slow.pack: git did not finish with it within 50ms")
+	}
+	got, err := r.q.Move(context.Background(), "alice")
+	if err != nil {
+		t.Fatalf("move: %v", err)
+	}
+	if !refusedForTime(got) || !r.has(commit) {
+		t.Fatalf("moved %+v: want the commit moved and the pack refused for its time", got)
+	}
+	if got, err = r.q.Move(context.Background(), "alice"); err != nil || !refusedForTime(got) {
+		t.Fatalf("second move: %+v, %v", got, err)
+	}
+	if got, err = r.q.Release(context.Background(), "alice"); err != nil || !refusedForTime(got) {
+		t.Fatalf("release: %+v, %v", got, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("git ran %d times on the pack, want once", n)
+	}
+	if r.q.Unreleased("alice") {
+		t.Error("the release counts as failed: the next prompt would run git on the pack again")
+	}
+	if left := r.left(); len(left) != 0 {
+		t.Errorf("the quarantine holds %v after the release", left)
+	}
+	// The next session's pack of that name is run again.
+	r.writePack("pack-slow", deltaBomb(1<<20, 256))
+	if got, err = r.q.Release(context.Background(), "alice"); err != nil || !refusedForTime(got) || runs.Load() != 2 {
+		t.Fatalf("the next session's release: %+v, %v, git ran %d times in all", got, err, runs.Load())
+	}
+}
+
+// A release its caller gives up on (the daemon's start, stopped) is not a
+// refusal: the pack stays, and the release counts as failed, to be tried
+// again.
+func TestReleaseKeepsAPackItsCallerStoppedFor(t *testing.T) {
+	r := newRepo(t, "sha1")
+	r.writePack("pack-slow", deltaBomb(1<<20, 256))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.q.Exec = func(ctx context.Context, c Command) ([]byte, error) {
+		cancel()
+		return execGit(ctx, c)
+	}
+	got, err := r.q.Release(ctx, "alice")
+	if !errors.Is(err, context.Canceled) || len(got.Refused) != 0 {
+		t.Fatalf("release: %+v, %v; want context.Canceled and nothing refused", got, err)
+	}
+	if !r.q.Unreleased("alice") {
+		t.Error("the release does not count as failed")
+	}
+	if left := r.left(); len(left) != 1 || left[0] != "pack/pack-slow.pack" {
+		t.Errorf("the quarantine holds %v, want the pack", left)
 	}
 }
