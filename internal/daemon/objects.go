@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -32,8 +33,27 @@ func (d *Daemon) openQuarantine(ctx context.Context, cfg *config.Config) {
 		// tmpfs: the bind's mount point is made there, not on the host.
 		filepath.Join(cfg.StateDir, "o"))
 	d.host.quarantine.Exec = d.objectsGit
-	left, err := d.host.quarantine.ReleaseAll(ctx)
-	if err != nil {
+	d.releaseLeft(ctx, startReleaseTime)
+}
+
+// startReleaseTime is how long a start gives git on the packs a killed
+// daemon's sessions left. One it has not finished by then stays, and its
+// agent's first prompt moves it (objectsFirst), with the release's whole
+// time: one agent's pack (a hostile one takes ten minutes) holds up that
+// agent, not the swarm's start.
+const startReleaseTime = 10 * time.Second
+
+// releaseLeft moves what the quarantines hold at a start, giving git
+// within on their packs.
+func (d *Daemon) releaseLeft(ctx context.Context, within time.Duration) {
+	rctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	left, err := d.host.quarantine.ReleaseAll(rctx)
+	switch {
+	case err != nil && rctx.Err() != nil:
+		d.log.Warn("the objects an earlier daemon's sessions left were not all moved into the repository at the start: "+
+			"each agent's first prompt moves its own", zap.Duration("within", within), zap.Error(err))
+	case err != nil:
 		d.log.Error("move the objects an earlier daemon's sessions left into the repository", zap.Error(err))
 	}
 	for agent, r := range left {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/swarmd/swarmd/internal/cgroup"
 	"github.com/swarmd/swarmd/internal/metrics"
@@ -190,5 +191,55 @@ func TestAReleasesGitRunsAsATreeOfTheDaemons(t *testing.T) {
 	}
 	if err := exec.Command("git", "--git-dir", gitDir, "cat-file", "-e", commit).Run(); err != nil {
 		t.Errorf("the commit is not in the repository: %v", err)
+	}
+}
+
+// A start gives git a bounded time on the packs a killed daemon's sessions
+// left (here none at all): a pack it did not finish waits in its
+// quarantine, and its agent's first prompt moves it, while the others'
+// objects are moved at the start. One agent's pack (a hostile one takes
+// git ten minutes) does not hold up the swarm's start.
+func TestAStartLeavesAPackItHadNoTimeForToItsAgent(t *testing.T) {
+	dir := filepath.Dir(repo(t, ""))
+	gitDir := filepath.Join(dir, ".git")
+	q := quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(gitDir, "objects"))
+	commitIn := func(agent string, pack bool) string {
+		objects, err := q.Prepare(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		git := sandboxedGit(t, dir, "GIT_OBJECT_DIRECTORY="+objects, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+q.Shared())
+		commit := git("commit-tree", "-p", "main", "-m", agent+"'s session", "main^{tree}")
+		if pack {
+			git("update-ref", "refs/heads/swarm/"+agent+"/work", commit) // reachable: packed
+			git("repack", "-a", "-d", "-l", "-q")
+		}
+		return commit
+	}
+	alices, bobs := commitIn("alice", true), commitIn("bob", false)
+	inRepo := func(commit string) bool {
+		return exec.Command("git", "--git-dir", gitDir, "cat-file", "-e", commit).Run() == nil
+	}
+
+	core, logged := observer.New(zap.WarnLevel)
+	d := &Daemon{log: zap.New(core), metrics: metrics.New(metrics.BuildInfo{})}
+	d.host.quarantine = q
+	d.releaseLeft(context.Background(), 0)
+	if inRepo(alices) || !inRepo(bobs) {
+		t.Fatalf("after the start: alice's packed commit in the repository %v, bob's loose one %v; want false, true", inRepo(alices), inRepo(bobs))
+	}
+	if !q.Unreleased("alice") || q.Unreleased("bob") {
+		t.Fatal("alice's quarantine is not left to her prompt")
+	}
+	if got := logged.FilterMessageSnippet("each agent's first prompt moves its own").Len(); got != 1 {
+		t.Errorf("%d warnings that the rest is left to the agents' prompts, want 1: %v", got, logged.All())
+	}
+	var found bool
+	g := objectsFirst{Git: statusGit{gitDir: gitDir, commit: alices, found: &found}, d: d}
+	if _, err := g.Status(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if !found || q.Unreleased("alice") {
+		t.Errorf("alice's first prompt read her branch with her commit in the repository: %v; still left: %v", found, q.Unreleased("alice"))
 	}
 }
