@@ -96,6 +96,10 @@ type host struct {
 	// they are checked (objects.go).
 	quarantine *quarantine.Store
 	objectRuns atomic.Uint64 // the git runs of its releases, for their trees' ids
+	// releases bounds the quarantine's releases: cut stopReleaseTime
+	// after a stop begins, and at once by a force stop (objects.go).
+	releases    context.Context
+	cutReleases context.CancelFunc
 }
 
 // mergeWire is the merge queue and what feeds it.
@@ -415,6 +419,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer services.Stop()
 	<-ctx.Done()
 	systemd{}.stopping()
+	defer d.cutReleasesAfter(stopReleaseTime).Stop()
 	// The store's upkeep ends now, so that the end of its WAL watch (a
 	// kernel grace period) passes while the agents stop, not after them.
 	d.db.EndUpkeep()
@@ -745,6 +750,9 @@ func (d *Daemon) current() (*config.Config, map[string]runner.Backend) {
 
 // ForceStop kills every session at once (the second signal).
 func (d *Daemon) ForceStop() {
+	if d.host.cutReleases != nil {
+		d.host.cutReleases()
+	}
 	if d.reg != nil {
 		d.reg.ForceStop()
 	}
@@ -818,6 +826,9 @@ func signal(c chan struct{}) {
 // Close releases everything openDaemon opened. Safe on a partly opened daemon.
 func (d *Daemon) Close() error {
 	d.run.cancel()
+	if d.host.cutReleases != nil {
+		defer d.host.cutReleases()
+	}
 	d.reload.retirers.Wait() // each ends once its runner has stopped
 	d.serve.dash.close()     // ends the streams the servers' shutdown would wait for
 	d.notifier.Stop()

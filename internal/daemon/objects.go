@@ -33,7 +33,21 @@ func (d *Daemon) openQuarantine(ctx context.Context, cfg *config.Config) {
 		// tmpfs: the bind's mount point is made there, not on the host.
 		filepath.Join(cfg.StateDir, "o"))
 	d.host.quarantine.Exec = d.objectsGit
+	d.host.releases, d.host.cutReleases = context.WithCancel(context.Background())
 	d.releaseLeft(ctx, startReleaseTime)
+}
+
+// stopReleaseTime is how long the releases of a stop's sessions may run
+// once the stop has begun: a release cut short leaves its objects in the
+// quarantine, for the next start (releaseLeft) or the agent's next prompt.
+// A session's pack (a hostile one takes git ten minutes) must not hold up
+// SIGTERM.
+const stopReleaseTime = 10 * time.Second
+
+// cutReleasesAfter cuts every release still running within from now:
+// the stop has begun.
+func (d *Daemon) cutReleasesAfter(within time.Duration) *time.Timer {
+	return time.AfterFunc(within, d.host.cutReleases)
 }
 
 // startReleaseTime is how long a start gives git on the packs a killed
@@ -121,9 +135,10 @@ func (d *Daemon) objectBinds(acc worktree.Access, quarantined string) []sandbox.
 
 // releaseObjects moves the checked objects of agent's quarantine into the
 // repository; its sandbox's processes have ended. Not the run's context:
-// a stop's sessions' commits are moved too.
+// a stop's sessions' commits are moved too, for as long as a stop lets
+// them (stopReleaseTime).
 func (d *Daemon) releaseObjects(agent string) {
-	r, err := d.host.quarantine.Release(context.Background(), agent)
+	r, err := d.host.quarantine.Release(d.host.releases, agent)
 	if err != nil {
 		// Nothing is lost: the objects stay in the quarantine, and the
 		// agent's next prompt tries again (objectsFirst).
@@ -140,7 +155,7 @@ func (d *Daemon) releaseObjects(agent string) {
 // repository while its session runs (quarantine.Move); what it refuses is
 // reported at the session's end.
 func (d *Daemon) moveObjects(agent string) {
-	r, err := d.host.quarantine.Move(context.Background(), agent)
+	r, err := d.host.quarantine.Move(d.host.releases, agent)
 	if err != nil {
 		d.log.Error("move a running session's objects into the repository", zap.String("agent", agent), zap.Error(err))
 	}

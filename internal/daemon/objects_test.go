@@ -39,6 +39,23 @@ func (g statusGit) RecentCommits(context.Context, string, int) ([]worktree.Commi
 	return nil, nil
 }
 
+// newQuarantine is a repository (its work tree dir, its git directory) and
+// the agents' quarantines of it.
+func newQuarantine(t *testing.T) (dir, gitDir string, q *quarantine.Store) {
+	dir = filepath.Dir(repo(t, ""))
+	gitDir = filepath.Join(dir, ".git")
+	return dir, gitDir, quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(gitDir, "objects"))
+}
+
+// objectsDaemon is a daemon with the quarantine q, as Open leaves it.
+func objectsDaemon(t *testing.T, q *quarantine.Store, log *zap.Logger) *Daemon {
+	d := &Daemon{log: log, metrics: metrics.New(metrics.BuildInfo{})}
+	d.host.quarantine = q
+	d.host.releases, d.host.cutReleases = context.WithCancel(context.Background())
+	t.Cleanup(d.host.cutReleases)
+	return d
+}
+
 // sandboxedGit runs git in dir as a sandboxed session's git sees the
 // repository (env: its quarantine as the object directory) and returns
 // its output.
@@ -60,9 +77,7 @@ func sandboxedGit(t *testing.T, dir string, env ...string) func(args ...string) 
 // the agent's next prompt moves them before it reads the branch: the agent
 // goes on by itself once the store can take them.
 func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
-	dir := filepath.Dir(repo(t, ""))
-	gitDir := filepath.Join(dir, ".git")
-	q := quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(gitDir, "objects"))
+	dir, gitDir, q := newQuarantine(t)
 	objects, err := q.Prepare("alice")
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +93,7 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	d := &Daemon{log: zap.NewNop(), metrics: metrics.New(metrics.BuildInfo{})}
-	d.host.quarantine = q
+	d := objectsDaemon(t, q, zap.NewNop())
 	d.releaseObjects("alice") // the session's end
 	if !d.host.quarantine.Unreleased("alice") {
 		t.Fatal("a release that failed is not remembered")
@@ -173,9 +187,7 @@ func TestAReleasesGitRunsAsATreeOfTheDaemons(t *testing.T) {
 	}
 
 	// A real release through it.
-	dir := filepath.Dir(repo(t, ""))
-	gitDir := filepath.Join(dir, ".git")
-	q := quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(gitDir, "objects"))
+	dir, gitDir, q := newQuarantine(t)
 	q.Exec = d.objectsGit
 	objects, err := q.Prepare("alice")
 	if err != nil {
@@ -200,9 +212,7 @@ func TestAReleasesGitRunsAsATreeOfTheDaemons(t *testing.T) {
 // objects are moved at the start. One agent's pack (a hostile one takes
 // git ten minutes) does not hold up the swarm's start.
 func TestAStartLeavesAPackItHadNoTimeForToItsAgent(t *testing.T) {
-	dir := filepath.Dir(repo(t, ""))
-	gitDir := filepath.Join(dir, ".git")
-	q := quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(gitDir, "objects"))
+	dir, gitDir, q := newQuarantine(t)
 	commitIn := func(agent string, pack bool) string {
 		objects, err := q.Prepare(agent)
 		if err != nil {
@@ -222,8 +232,7 @@ func TestAStartLeavesAPackItHadNoTimeForToItsAgent(t *testing.T) {
 	}
 
 	core, logged := observer.New(zap.WarnLevel)
-	d := &Daemon{log: zap.New(core), metrics: metrics.New(metrics.BuildInfo{})}
-	d.host.quarantine = q
+	d := objectsDaemon(t, q, zap.New(core))
 	d.releaseLeft(context.Background(), 0)
 	if inRepo(alices) || !inRepo(bobs) {
 		t.Fatalf("after the start: alice's packed commit in the repository %v, bob's loose one %v; want false, true", inRepo(alices), inRepo(bobs))
@@ -241,5 +250,57 @@ func TestAStartLeavesAPackItHadNoTimeForToItsAgent(t *testing.T) {
 	}
 	if !found || q.Unreleased("alice") {
 		t.Errorf("alice's first prompt read her branch with her commit in the repository: %v; still left: %v", found, q.Unreleased("alice"))
+	}
+}
+
+// A stop lets its sessions' releases run for stopReleaseTime, and a force
+// stop not at all: a release still running then (here a git that sleeps
+// for ten minutes stands in for a pack that takes git that long) is cut
+// short, its pack left in the quarantine for the next start, and SIGTERM
+// is not held up by it.
+func TestAStopCutsTheReleasesShort(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		_, _, q := newQuarantine(t)
+		objects, err := q.Prepare("alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(objects, "pack"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(objects, "pack", "pack-slow.pack"), "PACK\x00\x00\x00\x02\x00\x00\x00\x01")
+		started := make(chan struct{})
+		q.Exec = func(ctx context.Context, c quarantine.Command) ([]byte, error) {
+			close(started)
+			err := exec.CommandContext(ctx, "sleep", "600").Run()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		d := objectsDaemon(t, q, zap.NewNop())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d.releaseObjects("alice") // a session's end, as the stop begins
+		}()
+		<-started
+		begun := time.Now()
+		if force {
+			d.ForceStop()
+		} else {
+			defer d.cutReleasesAfter(50 * time.Millisecond).Stop()
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("force %v: the release is still running %v after the stop began", force, time.Since(begun))
+		}
+		if !q.Unreleased("alice") {
+			t.Errorf("force %v: the release cut short does not count as failed", force)
+		}
+		if _, err := os.Stat(filepath.Join(objects, "pack", "pack-slow.pack")); err != nil {
+			t.Errorf("force %v: the pack is not left for the next start: %v", force, err)
+		}
 	}
 }
