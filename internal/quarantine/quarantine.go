@@ -170,7 +170,7 @@ func (s *Store) Prepare(agent string) (string, error) {
 		return dir, nil
 	}
 	// Whatever the last sandbox made of info: anew.
-	if err := root.RemoveAll("info"); err != nil {
+	if err := removeTree(root, "info"); err != nil {
 		return "", fmt.Errorf("quarantine of %s: %w", agent, err)
 	}
 	if err := root.Mkdir("info", 0o755); err != nil {
@@ -290,7 +290,7 @@ func (s *Store) release(ctx context.Context, agent string, final bool) (Released
 				// commit-graph, the list of packs) was of the objects gone.
 				err = removeAllBut(root, "info", "alternates")
 			} else {
-				err = root.RemoveAll(e.Name())
+				err = removeTree(root, e.Name())
 			}
 		}
 		if err != nil {
@@ -684,12 +684,120 @@ func removeAllBut(root *os.Root, dir, keep string) error {
 	}
 	for _, e := range ents {
 		if e.Name() != keep {
-			if err := root.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			if err := removeTree(root, filepath.Join(dir, e.Name())); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// removeDepth is how many directory levels removeTree descends with a
+// directory open at each; below, it moves what is left up to the top.
+const removeDepth = 32
+
+// removeTree removes name from root and everything below it, with at
+// most removeDepth directories open at once. Root.RemoveAll holds one
+// open for each level it descends: a sandbox can nest directories a
+// million deep, and clearing them would take the daemon's every file
+// descriptor (its logs', its sockets', its database's), for every agent,
+// while it lasted. A directory below removeDepth is moved to the top of
+// root under a new name and removed from there. Call it only while no
+// process writes root.
+func removeTree(root *os.Root, name string) error {
+	r := remover{root: root, pending: []string{name}}
+	for len(r.pending) > 0 {
+		next := r.pending[len(r.pending)-1]
+		r.pending = r.pending[:len(r.pending)-1]
+		if err := r.remove(next, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type remover struct {
+	root    *os.Root
+	pending []string // directories moved up to the top, to remove
+	moved   int      // how many: the next one's name
+}
+
+// remove removes path, depth levels below the top, and what it holds.
+func (r *remover) remove(path string, depth int) error {
+	switch fi, err := r.root.Lstat(path); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return r.root.Remove(path) // a file, or a link: never followed
+	}
+	for pass := 0; ; pass++ {
+		err := r.removeEntries(path, depth)
+		if err == nil {
+			err = r.root.Remove(path)
+		}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case errors.Is(err, syscall.ENOTEMPTY) && pass < 2:
+			continue // an entry the listing did not show as it changed: again
+		}
+		return err
+	}
+}
+
+// removeEntries removes what the directory path holds.
+func (r *remover) removeEntries(path string, depth int) error {
+	f, err := r.root.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		ents, err := f.ReadDir(1024)
+		for _, e := range ents {
+			p := path + "/" + e.Name()
+			var err error
+			switch {
+			case !e.IsDir():
+				err = r.root.Remove(p)
+			case depth < removeDepth:
+				err = r.remove(p, depth+1)
+			default:
+				err = r.moveUp(p)
+			}
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || len(ents) == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// moveUp moves the directory path to the top of the root, under a name
+// nothing there has, to be removed from there.
+func (r *remover) moveUp(path string) error {
+	for {
+		to := ".swarmd-removing-" + strconv.Itoa(r.moved)
+		r.moved++
+		switch _, err := r.root.Lstat(to); {
+		case err == nil:
+			continue // the sandbox left one: removed as the release lists it
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		if err := r.root.Rename(path, to); err != nil {
+			return err
+		}
+		r.pending = append(r.pending, to)
+		return nil
+	}
 }
 
 func isHex(s string) bool {

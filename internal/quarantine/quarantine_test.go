@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -603,22 +604,7 @@ func TestReleaseAllGoesPastAQuarantineItCannotClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { exec.Command("rm", "-rf", aliceDir).Run() })
-	fd, err := syscall.Open(aliceDir, syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 400 {
-		if err := syscall.Mkdirat(fd, "d", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		next, err := syscall.Openat(fd, "d", syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
-		syscall.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	syscall.Close(fd)
+	nest(t, aliceDir, 400, nil)
 	bobDir, err := r.q.Prepare("bob")
 	if err != nil {
 		t.Fatal(err)
@@ -783,4 +769,91 @@ func TestReleaseKeepsAPackItsCallerStoppedFor(t *testing.T) {
 	if left := r.left(); len(left) != 1 || left[0] != "pack/pack-slow.pack" {
 		t.Errorf("the quarantine holds %v, want the pack", left)
 	}
+}
+
+// A directory nested thousands of levels deep (a sandbox can nest them a
+// million deep) is cleared with a few files open: Root.RemoveAll held one
+// open for each level, and ran the daemon out of descriptors, every
+// agent's logs and sockets with it, while it lasted. Here the process may
+// open 48 more files than it has open, and the tree is 3,000 deep, with a
+// wide directory, links and files on the way.
+func TestReleaseClearsADeepTreeWithFewFilesOpen(t *testing.T) {
+	r := newRepo(t, "sha1")
+	commit, _ := r.commitInQuarantine("work.txt", "work\n")
+	dir := r.q.Dir("alice")
+	nest(t, dir, 3000, func(fd, level int) error {
+		if level%500 != 0 {
+			return nil
+		}
+		for j := range 50 {
+			if err := syscall.Mkdirat(fd, fmt.Sprintf("w%d", j), 0o755); err != nil {
+				return err
+			}
+		}
+		if err := unix.Symlinkat("/", fd, "root"); err != nil {
+			return err
+		}
+		return unix.Mknodat(fd, "fifo", unix.S_IFIFO|0o644, 0)
+	})
+	t.Cleanup(func() { exec.Command("rm", "-rf", dir).Run() })
+
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = uint64(len(open) + 48)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.q.Release(context.Background(), "alice")
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	if err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if !r.has(commit) {
+		t.Error("the session's commit is not in the store")
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "info" {
+		t.Errorf("the quarantine holds %v after the release, want info alone", ents)
+	}
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Errorf("the link to / was followed: %v", err)
+	}
+}
+
+// nest makes a chain of directories d/d/d/… depth deep in dir, with a
+// directory open at a time; at, if set, adds to each level (its fd).
+func nest(t *testing.T, dir string, depth int, at func(fd, level int) error) {
+	t.Helper()
+	fd, err := syscall.Open(dir, syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for level := range depth {
+		if at != nil {
+			err = at(fd, level)
+		}
+		if err == nil {
+			err = syscall.Mkdirat(fd, "d", 0o755)
+		}
+		next := -1
+		if err == nil {
+			next, err = syscall.Openat(fd, "d", syscall.O_DIRECTORY|syscall.O_RDONLY, 0)
+		}
+		syscall.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	syscall.Close(fd)
 }
