@@ -170,37 +170,11 @@ func Holder(ctx context.Context) (string, bool) {
 	return h, ok
 }
 
-// heldConn is a connection accepted on a socket made for one holder.
-type heldConn struct {
-	*net.UnixConn
-	holder string
-}
-
-// heldListener tags every connection it accepts with the holder its
-// holder func names for the connecting process, and drops a connection it
-// names none for.
-type heldListener struct {
-	*net.UnixListener
-	holder func(peerPID int) (string, bool)
-}
-
-func (l heldListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			return nil, err
-		}
-		if h, ok := l.holder(peerPID(c)); ok {
-			return heldConn{UnixConn: c, holder: h}, nil
-		}
-		c.Close()
-	}
-}
-
 // connContext is the context of one connection: its holder, if it came
-// through a socket made for one, and the connecting process's pid.
+// through a socket made for one (held.go), and the connecting process's
+// pid.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if hc, ok := c.(heldConn); ok {
+	if hc, ok := c.(*heldConn); ok {
 		ctx = context.WithValue(ctx, holderKey{}, hc.holder)
 		c = hc.UnixConn
 	}
@@ -210,11 +184,16 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // Server serves API on a unix socket.
 type Server struct {
 	path string
+	api  API
 	ln   net.Listener
 	srv  *http.Server
 	log  *zap.Logger
 	done chan struct{}
 	once sync.Once
+
+	mu     sync.Mutex
+	held   map[*Held]struct{} // the sockets Attach made, closed with the server
+	closed bool
 }
 
 // followPoll is how often a followed event stream looks for new events.
@@ -237,7 +216,7 @@ func Listen(path string, api API, log *zap.Logger) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("control: chmod socket: %w", err)
 	}
-	s := &Server{path: path, ln: ln, log: log, done: make(chan struct{})}
+	s := &Server{path: path, api: api, ln: ln, log: log, done: make(chan struct{}), held: map[*Held]struct{}{}}
 	s.srv = &http.Server{Handler: s.routes(api), ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext}
 	go func() {
 		defer close(s.done)
@@ -248,10 +227,21 @@ func Listen(path string, api API, log *zap.Logger) (*Server, error) {
 	return s, nil
 }
 
-// Close stops serving (ending followed streams) and removes the socket.
+// Close stops serving (ending followed streams) and removes the socket,
+// and the sockets Attach made.
 func (s *Server) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		held := make([]*Held, 0, len(s.held))
+		for h := range s.held {
+			held = append(held, h)
+		}
+		s.mu.Unlock()
+		for _, h := range held {
+			h.Close()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		err = s.srv.Shutdown(ctx)
@@ -262,43 +252,6 @@ func (s *Server) Close() error {
 		_ = os.Remove(s.path)
 	})
 	return err
-}
-
-// Attach serves the same API on a new socket at path: each connection is
-// given to the holder that holder names for the connecting process (by its
-// pid, when it connects), and every request through it carries that holder
-// (Holder); a connection holder names none for is closed at once. The
-// socket is 0600; the returned func closes and removes it (connections
-// already open end with the server).
-func (s *Server) Attach(path string, holder func(peerPID int) (string, bool)) (detach func(), err error) {
-	if holder == nil {
-		return nil, errors.New("control: attach: no holder")
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("control: attach %s: remove stale socket: %w", path, err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("control: attach %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control: attach %s: chmod socket: %w", path, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Serve returns when ln is closed (detach) or the server shuts down.
-		_ = s.srv.Serve(heldListener{UnixListener: ln, holder: holder})
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			ln.Close()
-			<-done
-		})
-	}, nil
 }
 
 // Viewer is an API that also serves the dashboards' read model (swarmd
@@ -332,6 +285,20 @@ func (s *Server) routes(api API) http.Handler {
 	if v, ok := api.(Viewer); ok {
 		mux.Handle(ViewPrefix, v.ViewHandler())
 	}
+	routesAgents(mux, api)
+	if b, ok := api.(BudgetAPI); ok {
+		routesBudget(mux, b)
+	}
+	if sc, ok := api.(SessionCLI); ok {
+		routesSessionCLI(mux, sc)
+	}
+	s.routesEvents(mux, api)
+	return mux
+}
+
+// routesAgents are the daemon's and its agents' states, and the agents'
+// controls (each checks the caller's authority).
+func routesAgents(mux *http.ServeMux, api API) {
 	if in, ok := api.(Informer); ok {
 		mux.HandleFunc("GET /v1/daemon", func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, in.Info())
@@ -383,12 +350,10 @@ func (s *Server) routes(api API) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
-	if b, ok := api.(BudgetAPI); ok {
-		routesBudget(mux, b)
-	}
-	if sc, ok := api.(SessionCLI); ok {
-		routesSessionCLI(mux, sc)
-	}
+}
+
+// routesEvents is the event log, followed or not.
+func (s *Server) routesEvents(mux *http.ServeMux, api API) {
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
@@ -425,7 +390,6 @@ func (s *Server) routes(api API) http.Handler {
 			}
 		}
 	})
-	return mux
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

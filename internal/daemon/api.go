@@ -146,15 +146,13 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 // merge gate) runs code an agent can edit (a script in its branch) and has
 // no authority at all. Everyone else is the operator.
 func (d *Daemon) authorize(ctx context.Context, verb, target string) (actor string, err error) {
-	name, ok := d.caller(ctx)
-	if !ok {
-		if tree, own := d.ownTreeCaller(ctx); own {
-			return "", fmt.Errorf("%w: a process of this daemon's tree %s (a hook or the merge gate) may not %s agents: it runs code the agents can change, with no operator's authority",
-				control.ErrForbidden, tree, verb)
-		}
+	name, err := d.requester(ctx, verb+" agents")
+	switch {
+	case err != nil:
+		return "", err
+	case name == "":
 		return "operator", nil
-	}
-	if name == target {
+	case name == target:
 		return "agent:" + name, nil
 	}
 	cfg, _ := d.current()
@@ -162,6 +160,25 @@ func (d *Daemon) authorize(ctx context.Context, verb, target string) (actor stri
 		return "agent:" + name, nil
 	}
 	return "", fmt.Errorf("%w: agent %s may not %s agent %s (allow_control is off for %s)", control.ErrForbidden, name, verb, target, name)
+}
+
+// requester is who made a control request: the agent whose running
+// session asks, or "" for the operator. A process of one of this daemon's
+// other trees (a hook, the merge gate), and a sandbox's connection whose
+// session has ended, are nobody: ErrForbidden, naming what they may not do.
+// Never the operator: both run code an agent can change.
+func (d *Daemon) requester(ctx context.Context, what string) (agent string, err error) {
+	if name, ok := d.caller(ctx); ok {
+		return name, nil
+	}
+	if tree, own := d.ownTreeCaller(ctx); own {
+		if _, held := control.Holder(ctx); held {
+			return "", fmt.Errorf("%w: the session %s has ended: it may not %s", control.ErrForbidden, tree, what)
+		}
+		return "", fmt.Errorf("%w: a process of this daemon's tree %s (a hook or the merge gate) may not %s: it runs code the agents can change, with no operator's authority",
+			control.ErrForbidden, tree, what)
+	}
+	return "", nil
 }
 
 // caller names the agent whose session made a control request; ok is false

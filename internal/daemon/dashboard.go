@@ -305,10 +305,13 @@ func (a viewActions) Resume(ctx context.Context, name string) error {
 	return viewErr(err)
 }
 
-// Mail sends as the caller: the agent whose session asks, else the operator.
+// Mail sends as the caller: the agent whose session asks, else the
+// operator; a hook, the gate or an ended session may not (requester).
 func (a viewActions) Mail(ctx context.Context, m view.MailRequest) ([]int64, error) {
 	from := mailbox.Operator
-	if name, ok := a.d.caller(ctx); ok {
+	if name, err := a.d.requester(ctx, "send mail"); err != nil {
+		return nil, viewErr(err)
+	} else if name != "" {
 		from = name
 	}
 	if m.All == (m.To != "") {
@@ -343,7 +346,9 @@ func (a viewActions) AddTask(ctx context.Context, t view.TaskRequest) (view.Task
 		return view.Task{}, fmt.Errorf("%w: no agent %q in the config", view.ErrInvalid, t.To)
 	}
 	by := mailbox.Operator
-	if name, ok := a.d.caller(ctx); ok {
+	if name, err := a.d.requester(ctx, "add tasks"); err != nil {
+		return view.Task{}, viewErr(err)
+	} else if name != "" {
 		by = "agent:" + name
 	}
 	tk, err := a.d.tasks.Add(ctx, taskboard.NewTask{Title: t.Title, Body: t.Body, Priority: t.Priority, Assignee: t.To,

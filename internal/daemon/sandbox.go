@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/sandbox"
 )
@@ -38,13 +39,19 @@ type sessionSandboxes struct {
 	d *Daemon
 
 	mu      sync.Mutex
-	sockets map[string]string // agent -> its socket's path on the host
-	running map[string]string // agent -> the session in its sandbox now
-	made    int64             // sockets made: the next one's name
+	sockets map[string]agentSocket // by agent
+	running map[string]string      // agent -> the session in its sandbox now
+	made    int64                  // sockets made: the next one's name
+}
+
+// agentSocket is an agent's socket: its path on the host, and the socket.
+type agentSocket struct {
+	path string
+	held *control.Held
 }
 
 func newSessionSandboxes(d *Daemon) *sessionSandboxes {
-	return &sessionSandboxes{d: d, sockets: map[string]string{}, running: map[string]string{}}
+	return &sessionSandboxes{d: d, sockets: map[string]agentSocket{}, running: map[string]string{}}
 }
 
 // controlWait bounds how long a session start waits for the control socket
@@ -98,7 +105,11 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 		if c.running[agentName] == sessionID {
 			delete(c.running, agentName)
 		}
+		held := c.sockets[agentName].held
 		c.mu.Unlock()
+		// Nothing of the session is served from now on, whatever it
+		// left open (see control.Held).
+		held.Drop(sessionID)
 		// The session has ended: what it committed goes into the shared
 		// store before anything reads its branch (its record, a reviewer,
 		// the merge queue).
@@ -112,18 +123,19 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 func (c *sessionSandboxes) socket(stateDir, agentName string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if path, ok := c.sockets[agentName]; ok {
-		return path, nil
+	if s, ok := c.sockets[agentName]; ok {
+		return s.path, nil
 	}
 	c.made++
 	path, err := sessionSocket(stateDir, c.made)
 	if err != nil {
 		return "", err
 	}
-	if _, err := c.d.serve.control.Attach(path, func(pid int) (string, bool) { return c.accept(agentName, pid) }); err != nil {
+	held, err := c.d.serve.control.Attach(path, func(pid int) (string, bool) { return c.accept(agentName, pid) })
+	if err != nil {
 		return "", err
 	}
-	c.sockets[agentName] = path
+	c.sockets[agentName] = agentSocket{path: path, held: held}
 	return path, nil
 }
 
