@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,6 +55,10 @@ type repo struct {
 	commonDir string   // the git directory shared by all worktrees (real path)
 	mainWT    string   // the main working tree
 	ident     []string // GIT_AUTHOR_* and GIT_COMMITTER_* of the commits the queue makes
+	// managed holds the daemon's own worktrees (StateDir/worktrees): the
+	// agents', whose HEAD, index and .git link their sandboxes write, and
+	// the queue's. None of them is a person's checkout of the target.
+	managed []string
 }
 
 func openRepo(ctx context.Context, dir, bin string, ident []string) (*repo, error) {
@@ -335,7 +340,16 @@ func (r *repo) checkoutsOf(branch string) ([]checkout, error) {
 		if err != nil {
 			continue // half created or removed meanwhile
 		}
-		cands = append(cands, checkout{path: filepath.Dir(strings.TrimSpace(string(b))), gitDir: gd})
+		path := filepath.Dir(strings.TrimSpace(string(b)))
+		if slices.ContainsFunc(r.managed, func(dir string) bool { return worktree.Within(path, dir) }) {
+			// An agent's sandbox writes its worktree's HEAD: naming the
+			// target there made the queue run git status (and, were the
+			// main checkout elsewhere, git merge) in a worktree whose .git
+			// link the sandbox also writes: a git directory of its own,
+			// its core.fsmonitor run by the daemon, outside the sandbox.
+			continue
+		}
+		cands = append(cands, checkout{path: path, gitDir: gd})
 	}
 	var out []checkout
 	for _, c := range cands {
@@ -408,12 +422,15 @@ func (r *repo) localChanges(ctx context.Context, dir string) ([]string, error) {
 // files as "git merge --ff-only" does: it never discards a commit, and it
 // refuses rather than overwrite a local change.
 func (r *repo) fastForward(ctx context.Context, dir, commit, msg string) error {
-	_, err := r.run(ctx, dir, []string{"GIT_REFLOG_ACTION=" + msg}, "merge", "--ff-only", "--quiet", "--no-stat", commit)
+	_, err := r.run(ctx, dir, []string{"GIT_REFLOG_ACTION=" + msg}, append(noHooks, "merge", "--ff-only", "--quiet", "--no-stat", commit)...)
 	return err
 }
 
 // noHooks keeps the repository's hooks (meant for people's checkouts) out of
-// the queue's own worktree.
+// the queue's git: its own worktree's, and a person's checkout it
+// fast-forwards, where a hook would run as the daemon, with files the
+// merged work brought (a relative core.hooksPath, as husky's .husky/_,
+// names scripts in the working tree).
 var noHooks = []string{"-c", "core.hooksPath=" + os.DevNull}
 
 // ensureWorktree makes path a detached worktree at commit with no local

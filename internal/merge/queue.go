@@ -189,6 +189,10 @@ func Open(ctx context.Context, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.managed = []string{filepath.Join(opts.StateDir, "worktrees")}
+	if real, err := filepath.EvalSymlinks(r.managed[0]); err == nil && real != r.managed[0] {
+		r.managed = append(r.managed, real) // however the registrations spell it
+	}
 	start, _, err := r.tip(ctx, opts.Into)
 	if err != nil {
 		return nil, fmt.Errorf("merge queue: merge.into %s in %s: %w (create the branch, or fix merge.into)", opts.Into, r.mainWT, err)

@@ -16,7 +16,7 @@ const discardTimeout = 30 * time.Second
 // registered: the same "reset --hard" git's own add runs (without its
 // post-checkout hook). A commit of the empty tree needs nothing: git reads
 // a missing index as an empty one, so the worktree is clean already.
-func (m *Manager) checkout(ctx context.Context, wt Worktree) error {
+func (m *Manager) checkout(ctx context.Context, wt Worktree, adminDir string) error {
 	empty, err := m.emptyTree(plumbing.NewHash(wt.Head))
 	if err != nil {
 		return err
@@ -29,7 +29,7 @@ func (m *Manager) checkout(ctx context.Context, wt Worktree) error {
 		return err
 	}
 	defer done()
-	if _, err := m.git.run(ctx, wt.Path, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
+	if _, err := m.gitIn(ctx, wt.Path, adminDir, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
 		return err
 	}
 	return nil

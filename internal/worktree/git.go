@@ -131,6 +131,28 @@ func (g *gitCLI) run(ctx context.Context, dir string, args ...string) (string, e
 	return stdout.String(), gerr
 }
 
+// gitIn runs git in an agent's worktree at path as git would run there,
+// but for what the worktree says of itself. Its .git link, HEAD and index
+// are its sandbox's to write: a link to a git directory of the sandbox's
+// making (its config naming a core.fsmonitor program, a filter) made the
+// daemon's git status run the sandbox's program, as the daemon, outside
+// the sandbox. So the git directory is the one registered for the
+// worktree (adminDir, checked by inspect: the sandbox cannot change its
+// links to the repository), and hooks and fsmonitor are off: a relative
+// core.hooksPath (husky's .husky/_) names scripts in the worktree itself.
+func (m *Manager) gitIn(ctx context.Context, path, adminDir string, args ...string) (string, error) {
+	if adminDir == "" {
+		return "", fmt.Errorf("git %s in %s: the worktree's registered git directory is not known", strings.Join(args, " "), path)
+	}
+	return m.git.run(ctx, path, append(inWorktree(path, adminDir), args...)...)
+}
+
+// inWorktree are git's options for gitIn.
+func inWorktree(path, adminDir string) []string {
+	return []string{"--git-dir=" + adminDir, "--work-tree=" + path,
+		"-c", "core.hooksPath=" + os.DevNull, "-c", "core.fsmonitor=false"}
+}
+
 // flockDir takes an exclusive flock on dir (the repository's common git
 // directory), so that worktree operations from other Managers and other
 // swarmd processes on the same repository do not interleave. flock on the

@@ -72,17 +72,17 @@ func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head,
 		return want, nil
 	}
 	path := m.Path(agent)
-	dirty, err := m.dirtyFiles(ctx, path)
+	dirty, err := m.dirtyFiles(ctx, path, in.adminDir)
 	if err != nil {
 		return fail(err)
 	}
 	if len(dirty) > 0 {
 		msg := fmt.Sprintf("swarmd: left uncommitted on %s at %.12s, before task %d", m.Branch(agent), in.head, task)
-		if _, err := m.git.run(ctx, path, "stash", "push", "--include-untracked", "--message", msg); err != nil {
+		if _, err := m.gitIn(ctx, path, in.adminDir, "stash", "push", "--include-untracked", "--message", msg); err != nil {
 			return fail(err)
 		}
 	}
-	if _, err := m.git.run(ctx, path, "reset", "--quiet", "--hard", want); err != nil {
+	if _, err := m.gitIn(ctx, path, in.adminDir, "reset", "--quiet", "--hard", want); err != nil {
 		return fail(err)
 	}
 	return want, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -150,7 +152,9 @@ func (m *Manager) FastForward(ctx context.Context, branch, commit string) error 
 			err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
 		}
 		if err == nil {
-			_, err = m.git.run(ctx, dir, "merge", "--ff-only", "--quiet", "--no-stat", commit)
+			// No hooks: they would run as the daemon, with files the
+			// merged work brought (husky's relative core.hooksPath).
+			_, err = m.git.run(ctx, dir, "-c", "core.hooksPath="+os.DevNull, "merge", "--ff-only", "--quiet", "--no-stat", commit)
 		}
 	}
 	if err != nil {
@@ -160,6 +164,9 @@ func (m *Manager) FastForward(ctx context.Context, branch, commit string) error 
 }
 
 // checkoutOf is the working tree that has branch checked out, "" for none.
+// The agents' worktrees are never one: their sandboxes write their HEAD,
+// and their .git links too, which git run there would follow to a git
+// directory of the sandbox's making.
 func (m *Manager) checkoutOf(ctx context.Context, branch string) (string, error) {
 	out, err := m.git.run(ctx, m.repo, "worktree", "list", "--porcelain")
 	if err != nil {
@@ -169,9 +176,31 @@ func (m *Manager) checkoutOf(ctx context.Context, branch string) (string, error)
 	for _, line := range strings.Split(out, "\n") {
 		if p, ok := strings.CutPrefix(line, "worktree "); ok {
 			dir = p
-		} else if line == "branch refs/heads/"+branch {
+		} else if line == "branch refs/heads/"+branch && !m.managed(dir) {
 			return dir, nil
 		}
 	}
 	return "", nil
+}
+
+// managed reports whether path is one of the daemon's worktrees (under
+// StateDir/worktrees), however the path is spelled.
+func (m *Manager) managed(path string) bool {
+	return Within(path, m.wtDir) || Within(path, m.realWtDir())
+}
+
+// Within reports whether path is dir or below it, by their spelling (no
+// link is resolved).
+func Within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// realWtDir is wtDir with its symbolic links resolved (git lists worktrees
+// by their real paths), wtDir itself if that fails.
+func (m *Manager) realWtDir() string {
+	if real, err := filepath.EvalSymlinks(m.wtDir); err == nil {
+		return real
+	}
+	return m.wtDir
 }

@@ -47,18 +47,18 @@ func (e *OffBranchError) Is(target error) bool { return target == ErrOffBranch }
 func (m *Manager) restoreBranch(ctx context.Context, wt Worktree, in inspection) (Worktree, error) {
 	kept := in.branch
 	if kept == "" && !in.head.IsZero() {
-		held, err := m.onSomeBranch(ctx, wt.Path)
+		held, err := m.onSomeBranch(ctx, wt.Path, in.adminDir)
 		if err != nil {
 			return Worktree{}, fmt.Errorf("restore branch of agent %s: %w", wt.Agent, err)
 		}
 		if !held {
 			kept = rescueBranch(wt.Agent, in.head)
-			if _, err := m.git.run(ctx, wt.Path, "branch", kept, in.head.String()); err != nil {
+			if _, err := m.gitIn(ctx, wt.Path, in.adminDir, "branch", kept, in.head.String()); err != nil {
 				return Worktree{}, fmt.Errorf("restore branch of agent %s: %w", wt.Agent, err)
 			}
 		}
 	}
-	if _, err := m.git.run(ctx, wt.Path, "checkout", "--quiet", wt.Branch); err != nil {
+	if _, err := m.gitIn(ctx, wt.Path, in.adminDir, "checkout", "--quiet", wt.Branch); err != nil {
 		if ctx.Err() != nil {
 			return Worktree{}, fmt.Errorf("restore branch of agent %s: %w", wt.Agent, err)
 		}
@@ -76,8 +76,8 @@ func (m *Manager) restoreBranch(ctx context.Context, wt Worktree, in inspection)
 }
 
 // onSomeBranch reports whether the worktree's HEAD commit is on any branch.
-func (m *Manager) onSomeBranch(ctx context.Context, path string) (bool, error) {
-	out, err := m.git.run(ctx, path, "for-each-ref", "--contains", "HEAD", "--count=1", "--format=%(refname)", "refs/heads/")
+func (m *Manager) onSomeBranch(ctx context.Context, path, adminDir string) (bool, error) {
+	out, err := m.gitIn(ctx, path, adminDir, "for-each-ref", "--contains", "HEAD", "--count=1", "--format=%(refname)", "refs/heads/")
 	return strings.TrimSpace(out) != "", err
 }
 
@@ -94,7 +94,7 @@ func (m *Manager) offBranchError(ctx context.Context, wt Worktree, in inspection
 	if errors.As(gitErr, &gerr) && gerr.Stderr != "" {
 		e.Git = oneLine(gerr.Stderr)
 	}
-	dirty, err := m.dirtyFiles(ctx, wt.Path)
+	dirty, err := m.dirtyFiles(ctx, wt.Path, in.adminDir)
 	if err != nil || len(dirty) == 0 {
 		return e
 	}

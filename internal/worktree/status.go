@@ -232,7 +232,7 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 		if in.rebasing {
 			work.Reason = "a rebase is in progress"
 		}
-		dirty, err := m.dirtyFiles(ctx, path)
+		dirty, err := m.dirtyFiles(ctx, path, in.adminDir)
 		if err != nil {
 			return fmt.Errorf("prune agent %s: %w", agent, err)
 		}
@@ -328,8 +328,8 @@ func (m *Manager) leftRight(ctx context.Context, left, right plumbing.Hash) (onl
 // dirtyFiles lists uncommitted changes in a worktree: modified, staged,
 // conflicted and untracked files. The flags pin what repository config could
 // otherwise hide (status.showUntrackedFiles=no would make Prune lose files).
-func (m *Manager) dirtyFiles(ctx context.Context, path string) ([]string, error) {
-	out, err := m.git.run(ctx, path, "status", "--porcelain=v2", "-z",
+func (m *Manager) dirtyFiles(ctx context.Context, path, adminDir string) ([]string, error) {
+	out, err := m.gitIn(ctx, path, adminDir, "status", "--porcelain=v2", "-z",
 		"--untracked-files=normal", "--ignore-submodules=none", "--no-renames")
 	if err != nil {
 		return nil, err

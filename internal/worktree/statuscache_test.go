@@ -35,7 +35,11 @@ func TestStatusCacheNeverStale(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		fresh, err := m.dirtyFiles(ctx, wt.Path)
+		in, err := m.inspect("alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := m.dirtyFiles(ctx, wt.Path, in.adminDir)
 		if err != nil {
 			t.Fatal(err)
 		}

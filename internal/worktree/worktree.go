@@ -358,7 +358,7 @@ func (m *Manager) ensure(ctx context.Context, agent string, verify bool) (Worktr
 		unclaim(wt, created.adminDir)
 		return Worktree{}, fmt.Errorf("create worktree for agent %s: %w", agent, err)
 	}
-	if err := m.checkout(ctx, wt); err != nil {
+	if err := m.checkout(ctx, wt, created.adminDir); err != nil {
 		return Worktree{}, errors.Join(fmt.Errorf("check out worktree for agent %s: %w", agent, err), m.discard(ctx, wt))
 	}
 	if err := unlockRegistration(created.adminDir); err != nil {

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// A sandboxed session writes its worktree's .git link, its HEAD and its
+// files: the daemon's git must never take any of them as a say in what it
+// runs. These sessions were found to get a program of theirs run by the
+// daemon, outside the sandbox (a review from inside one); each test
+// checks, once the daemon has done the git that ran it, that it did not.
+
+// escapist names the merge target in its worktree's HEAD (its admin
+// directory is writable) and points its .git link at a git directory of
+// its making, whose config runs its script as core.fsmonitor. The script
+// writes $PWN, in the state directory, which the sandbox hides.
+const escapist = `cat >/dev/null
+if [ -e "$REPORT/sabotaged" ]; then printf 'idle\nDONE\n'; exit 0; fi
+r="$REPORT/results"
+wt=$(pwd)
+admin=$(sed -n 's/^gitdir: //p' .git)
+if [ -e "$STATE/swarm.db" ]; then echo "inside-sees-db yes" >> "$r"; else echo "inside-sees-db no" >> "$r"; fi
+echo 'ref: refs/heads/main' > "$admin/HEAD"
+git init -q --bare .evil && git --git-dir=.evil config core.bare false
+printf '#!/bin/sh\n{ echo "uid=$(id -u)"; echo "by: $(tr "\\\\0" " " < /proc/$PPID/cmdline)"; } >> "%s"\n' "$PWN" > .evil/fsmonitor
+chmod +x .evil/fsmonitor
+git --git-dir=.evil config core.fsmonitor "$wt/.evil/fsmonitor"
+printf 'gitdir: .evil\n' > .git
+echo end >> "$r"
+touch "$REPORT/sabotaged"
+printf 'done\nDONE\n'`
+
+// honest does its task and commits.
+const honest = `p=$(cat)
+n=$(printf '%s\n' "$p" | sed -n -E 's/^(Your task: #|Continue your task #)([0-9]+): .*/\2/p' | head -1)
+if [ -z "$n" ]; then printf 'nothing\nDONE\n'; exit 0; fi
+echo v1 > "t$n.txt"; git add -A; git commit -q -m "task $n"; printf 'done\nDONE\n'`
+
+// escapeConfig is a strict-isolation swarm of the backends given, with
+// $REPORT, $PWN and $STATE in the sessions' environment.
+func escapeConfig(t *testing.T, repo, report, pwn, extra string, backends, agents map[string]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: \"\"\nisolation: strict\nsandbox: {writable: [%q]}\ndefaults:\n  min_session_interval: 0s\n  env: {REPORT: %q, PWN: %q, STATE: %q}\n%sbackends:\n",
+		report, report, pwn, filepath.Join(repo, ".swarm"), extra)
+	for name, script := range backends {
+		fmt.Fprintf(&b, "  %s: {type: command, command: sh, args: [-c, %q]}\n", name, script)
+	}
+	b.WriteString("agents:\n")
+	for name, backend := range agents {
+		fmt.Fprintf(&b, "  - {name: %s, role: r, backend: %s}\n", name, backend)
+	}
+	return writeConfig(t, repo, b.String())
+}
+
+// The merge queue looks for checkouts of the target before it moves it,
+// and ran git status in each, an agent's worktree included: mallory's
+// fsmonitor ran at the merge of alice's task. The agents' worktrees are
+// no checkout of the target.
+func TestMergeQueueRunsNoGitInAnAgentsWorktree(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	state := filepath.Join(repo, ".swarm")
+	pwn := filepath.Join(state, "PWNED")
+	cfg := escapeConfig(t, repo, report, pwn, "merge:\n  into: main\n",
+		map[string]string{"hostile": escapist, "worker": honest}, map[string]string{"mallory": "hostile", "alice": "worker"})
+	d := startDaemon(t, cfg)
+	results := waitFileLine(t, filepath.Join(report, "results"), "end", 60*time.Second, d)
+	if !strings.Contains(results, "inside-sees-db no") {
+		t.Fatalf("the session sees swarm.db: not sandboxed:\n%s", results)
+	}
+	b, _ := openBoardAt(t, state)
+	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "plain", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTaskLong(t, b, tk.ID, task.Closed, d, 90*time.Second)
+	if out, err := os.ReadFile(pwn); err == nil {
+		t.Errorf("mallory's core.fsmonitor ran outside its sandbox at the merge:\n%s", out)
+	}
+	if got := gitOut(t, repo, "log", "-1", "--format=%s", "main"); !strings.Contains(got, fmt.Sprintf("task %d", tk.ID)) {
+		t.Errorf("main's last commit %q is not the merge of task %d", got, tk.ID)
+	}
+}
+
+// hooker writes a post-checkout hook where the repository's relative
+// core.hooksPath (husky's .husky/_) finds it, in its worktree, and leaves
+// its worktree on a detached HEAD: the daemon switches it back before the
+// agent's next session, with git checkout.
+const hooker = `cat >/dev/null
+if [ -e "$REPORT/planted" ]; then printf 'idle\nDONE\n'; exit 0; fi
+mkdir -p .husky/_ && echo '*' > .husky/_/.gitignore
+printf '#!/bin/sh\n{ echo "uid=$(id -u)"; echo "by: $(tr "\\\\0" " " < /proc/$PPID/cmdline)"; } >> "%s"\n' "$PWN" > .husky/_/post-checkout
+chmod +x .husky/_/post-checkout
+git checkout -q --detach
+touch "$REPORT/planted"
+printf 'done\nDONE\n'`
+
+// The daemon's git in an agent's worktree ran the hooks a relative
+// core.hooksPath finds in that worktree: mallory's post-checkout ran as
+// the daemon switched its worktree back to its branch.
+func TestTheDaemonRunsNoHookOfAnAgentsWorktree(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	gitOut(t, repo, "config", "core.hooksPath", ".husky/_")
+	report := t.TempDir()
+	pwn := filepath.Join(repo, ".swarm", "PWNED")
+	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": hooker}, map[string]string{"mallory": "hostile"})
+	d := startDaemon(t, cfg)
+	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
+		_, err := os.Stat(filepath.Join(report, "planted"))
+		return err == nil && idleLine("mallory")(m)
+	})
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "wake up"); code != 0 {
+		t.Fatalf("mail to mallory: %s", stderr)
+	}
+	d.waitLine("mallory's worktree switched back to its branch", func(m map[string]any) bool {
+		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "switched back")
+	})
+	if out, err := os.ReadFile(pwn); err == nil {
+		t.Errorf("mallory's post-checkout hook ran outside its sandbox:\n%s", out)
+	}
+}
