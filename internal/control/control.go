@@ -290,7 +290,7 @@ func (s *Server) routes(api API) http.Handler {
 		routesBudget(mux, b)
 	}
 	if sc, ok := api.(SessionCLI); ok {
-		routesSessionCLI(mux, sc)
+		routesSessionCLI(mux, sc, nil)
 	}
 	s.routesEvents(mux, api)
 	return mux

@@ -19,10 +19,10 @@ import (
 //     which checks the caller's authority), not the dashboards' read model
 //     (every agent's session logs, which quote their mail, the board, the
 //     mail and task forms), the event log or the budgets;
-//   - with timeouts, and at most maxHeldConns connections at once: a
-//     session that opened thousands, or stalled a request body of tens of
-//     megabytes on each, would take the daemon's descriptors and memory
-//     from every agent;
+//   - with timeouts, at most maxHeldConns connections at once, and one
+//     request body read at a time: a session that opened thousands, or
+//     stalled a request body of tens of megabytes on each, would take the
+//     daemon's descriptors and memory from every agent;
 //   - and a connection is closed once the session it was given to has
 //     ended (Held.Drop): a request pipelined behind a slow one, on a
 //     connection the session kept open by passing it to the daemon itself,
@@ -155,12 +155,14 @@ func (s *Server) Attach(path string, holder func(peerPID int) (string, bool)) (*
 	return h, nil
 }
 
-// routesHeld is what a held socket serves.
+// routesHeld is what a held socket serves. One request at a time reads
+// its body: a session-cli body is in memory while it is read, and a
+// session could stall one on each of its connections.
 func routesHeld(api API) http.Handler {
 	mux := http.NewServeMux()
 	routesAgents(mux, api)
 	if sc, ok := api.(SessionCLI); ok {
-		routesSessionCLI(mux, sc)
+		routesSessionCLI(mux, sc, make(chan struct{}, 1))
 	}
 	return mux
 }

@@ -3,12 +3,17 @@ package control
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -157,4 +162,39 @@ func TestHeldSocketBoundsItsConnections(t *testing.T) {
 			t.Fatal("a connection waiting in the backlog was not served once places were free")
 		}
 	}
+}
+
+// A held socket reads one session-cli body at a time: a request whose
+// body stalls keeps the next from being read (and buffered) until it ends,
+// so a session holds one body in the daemon's memory, not one a
+// connection. The operator's socket has no such bound.
+func TestHeldSocketReadsOneBodyAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api := &cliAPI{fakeAPI: &fakeAPI{}}
+		h := routesHeld(api)
+		stalled, stall := io.Pipe()
+		first := httptest.NewRequest("POST", "/v1/session-cli", stalled)
+		go h.ServeHTTP(httptest.NewRecorder(), first)
+		if _, err := stall.Write([]byte(`{"args":["mail",`)); err != nil {
+			t.Fatal(err)
+		}
+		second := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.ServeHTTP(second, httptest.NewRequest("POST", "/v1/session-cli", strings.NewReader(`{"args":["mail","read"]}`)))
+		}()
+		synctest.Wait()
+		api.mu.Lock()
+		n := len(api.got)
+		api.mu.Unlock()
+		if n != 0 {
+			t.Fatalf("%d commands run while a body stalled, want none", n)
+		}
+		stall.CloseWithError(errors.New("the session went away"))
+		<-done
+		if second.Code != 200 || len(api.got) != 1 || api.got[0].Args[1] != "read" {
+			t.Fatalf("the second request once the first ended: %d, %+v", second.Code, api.got)
+		}
+	})
 }

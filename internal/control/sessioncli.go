@@ -48,25 +48,17 @@ const maxSessionCLIBody = 6*MaxSessionCLIStdin + 1<<20
 // command runs against the store, which may be a busy server.
 const sessionCLITimeout = 2 * time.Minute
 
-func routesSessionCLI(mux *http.ServeMux, api SessionCLI) {
-	mux.HandleFunc("POST /v1/session-cli", func(w http.ResponseWriter, r *http.Request) {
-		var req SessionCLIRequest
-		body := http.MaxBytesReader(w, r.Body, maxSessionCLIBody)
-		if err := json.NewDecoder(body).Decode(&req); err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("session-cli: request body over %d bytes", maxSessionCLIBody)})
-				return
-			}
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "session-cli: bad request body: " + err.Error()})
-			return
-		}
-		if len(req.Stdin) > MaxSessionCLIStdin {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: stdinTooBig(len(req.Stdin)).Error()})
-			return
-		}
-		if len(req.Args) == 0 {
-			writeJSON(w, http.StatusBadRequest, errorBody{Error: "session-cli: no command (want mail or task and its arguments)"})
+// routesSessionCLI serves POST /v1/session-cli. reading, if not nil,
+// bounds how many requests read their body at once (a held socket's: one):
+// a body is up to maxSessionCLIBody in memory while it is read.
+func routesSessionCLI(mux *http.ServeMux, api SessionCLI, reading chan struct{}) {
+	mux.Handle("POST /v1/session-cli", sessionCLIHandler(api, reading))
+}
+
+func sessionCLIHandler(api SessionCLI, reading chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, ok := readSessionCLI(w, r, reading)
+		if !ok {
 			return
 		}
 		res, err := api.SessionCLI(r.Context(), req)
@@ -75,7 +67,40 @@ func routesSessionCLI(mux *http.ServeMux, api SessionCLI) {
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
-	})
+	}
+}
+
+// readSessionCLI reads and checks a session-cli request's body, answering
+// the request itself when it is bad.
+func readSessionCLI(w http.ResponseWriter, r *http.Request, reading chan struct{}) (SessionCLIRequest, bool) {
+	var req SessionCLIRequest
+	if reading != nil {
+		select {
+		case reading <- struct{}{}:
+			defer func() { <-reading }()
+		case <-r.Context().Done():
+			return req, false
+		}
+	}
+	body := http.MaxBytesReader(w, r.Body, maxSessionCLIBody)
+	if err := json.NewDecoder(body).Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("session-cli: request body over %d bytes", maxSessionCLIBody)})
+			return req, false
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "session-cli: bad request body: " + err.Error()})
+		return req, false
+	}
+	if len(req.Stdin) > MaxSessionCLIStdin {
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: stdinTooBig(len(req.Stdin)).Error()})
+		return req, false
+	}
+	if len(req.Args) == 0 {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "session-cli: no command (want mail or task and its arguments)"})
+		return req, false
+	}
+	return req, true
 }
 
 func stdinTooBig(n int) error {
