@@ -438,8 +438,8 @@ var noHooks = []string{"-c", "core.hooksPath=" + os.DevNull}
 // worktree that cannot be reset (a crash left its index locked) is made
 // anew.
 func (r *repo) ensureWorktree(ctx context.Context, path, commit string) error {
-	if r.ownWorktree(path) {
-		err := r.resetWorktree(ctx, path, commit)
+	if admin, ok := r.adminOf(path); ok {
+		err := r.resetWorktree(ctx, path, admin, commit)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -450,23 +450,54 @@ func (r *repo) ensureWorktree(ctx context.Context, path, commit string) error {
 	return r.addWorktree(ctx, path, commit)
 }
 
-func (r *repo) resetWorktree(ctx context.Context, path, commit string) error {
-	if _, err := r.run(ctx, path, nil, append(noHooks, "checkout", "--quiet", "--force", "--detach", commit)...); err != nil {
+func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) error {
+	// The link back, as git wrote it, for the gate's own git: the last
+	// gate may have pointed it elsewhere.
+	link := []byte("gitdir: " + admin + "\n")
+	if b, err := os.ReadFile(filepath.Join(path, ".git")); err != nil || !bytes.Equal(b, link) {
+		if err := os.RemoveAll(filepath.Join(path, ".git")); err != nil {
+			return fmt.Errorf("restore %s/.git: %w", path, err)
+		}
+		if err := os.WriteFile(filepath.Join(path, ".git"), link, 0o644); err != nil {
+			return fmt.Errorf("restore %s/.git: %w", path, err)
+		}
+	}
+	if _, err := r.runIn(ctx, path, admin, nil, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
 		return err
 	}
-	_, err := r.run(ctx, path, nil, "clean", "-ffdq")
+	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdq")
 	return err
 }
 
-// ownWorktree reports whether path is a worktree of this repository: its
-// .git file points into commonDir/worktrees.
-func (r *repo) ownWorktree(path string) bool {
-	b, err := os.ReadFile(filepath.Join(path, ".git"))
+// adminOf is the git directory registered for the worktree at path
+// (commonDir/worktrees/ID, whose gitdir file names path/.git), if any.
+// Not what path/.git says: the gate, which runs code from the branch
+// under test, writes its checkout, that file included. A link it made
+// to another worktree's git directory (an agent's) had the queue's
+// checkout move that worktree's HEAD and index.
+func (r *repo) adminOf(path string) (string, bool) {
+	want := filepath.Join(path, ".git")
+	ents, err := os.ReadDir(filepath.Join(r.commonDir, "worktrees"))
 	if err != nil {
-		return false
+		return "", false
 	}
-	gd, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
-	return ok && filepath.Dir(filepath.Clean(gd)) == filepath.Join(r.commonDir, "worktrees")
+	for _, e := range ents {
+		admin := filepath.Join(r.commonDir, "worktrees", e.Name())
+		b, err := os.ReadFile(filepath.Join(admin, "gitdir"))
+		if err == nil && filepath.Clean(strings.TrimSpace(string(b))) == want {
+			return admin, true
+		}
+	}
+	return "", false
+}
+
+// runIn runs git in the queue's worktree at path, whose registered git
+// directory is admin, by that directory and not by path/.git (adminOf),
+// with no hooks and no fsmonitor: a git directory of the gate's making
+// would have its config run a program as the daemon.
+func (r *repo) runIn(ctx context.Context, path, admin string, env []string, args ...string) (string, error) {
+	return r.run(ctx, path, env, append([]string{"--git-dir=" + admin, "--work-tree=" + path,
+		"-c", "core.hooksPath=" + os.DevNull, "-c", "core.fsmonitor=false"}, args...)...)
 }
 
 func (r *repo) addWorktree(ctx context.Context, path, commit string) error {
@@ -509,10 +540,14 @@ func (r *repo) rebase(ctx context.Context, wt, onto, head string) (commit string
 	if err := r.ensureWorktree(ctx, wt, head); err != nil {
 		return "", nil, err
 	}
-	_, err = r.run(ctx, wt, r.ident, append(noHooks, "rebase", "--quiet", "--no-autosquash", "--no-update-refs", onto)...)
+	admin, ok := r.adminOf(wt)
+	if !ok {
+		return "", nil, fmt.Errorf("rebase in %s: not a registered worktree of %s", wt, r.mainWT)
+	}
+	_, err = r.runIn(ctx, wt, admin, r.ident, "rebase", "--quiet", "--no-autosquash", "--no-update-refs", onto)
 	if err != nil && ctx.Err() == nil && exitCode(err) > 0 {
-		out, derr := r.run(ctx, wt, nil, "diff", "--name-only", "-z", "--diff-filter=U")
-		_, _ = r.run(ctx, wt, nil, "rebase", "--abort")
+		out, derr := r.runIn(ctx, wt, admin, nil, "diff", "--name-only", "-z", "--diff-filter=U")
+		_, _ = r.runIn(ctx, wt, admin, nil, "rebase", "--abort")
 		if derr == nil && out != "" {
 			return "", strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"), nil
 		}
@@ -521,7 +556,7 @@ func (r *repo) rebase(ctx context.Context, wt, onto, head string) (commit string
 	if err != nil {
 		return "", nil, err
 	}
-	out, err := r.run(ctx, wt, nil, "rev-parse", "--verify", "HEAD")
+	out, err := r.runIn(ctx, wt, admin, nil, "rev-parse", "--verify", "HEAD")
 	if err != nil {
 		return "", nil, err
 	}
