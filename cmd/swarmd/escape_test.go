@@ -130,3 +130,87 @@ func TestTheDaemonRunsNoHookOfAnAgentsWorktree(t *testing.T) {
 		t.Errorf("mallory's post-checkout hook ran outside its sandbox:\n%s", out)
 	}
 }
+
+// homePayload is what the branch's check script does when the gate runs
+// it (or a session, itself): it writes the HOME it has, so that the
+// daemon's git, outside any sandbox, would run its program as a filter
+// (its ~/.gitconfig names the driver, an attributes file there selects
+// it for every file). The program writes $HOME/pwned, with the first
+// bytes of swarm.db, which no sandbox sees.
+const homePayload = `R=$(cd ../../.. && pwd)
+echo "HOME=$HOME" >> "$HOME/payload-saw"
+cat > "$HOME/pwn.sh" <<EOS
+#!/bin/sh
+{ echo "filter ran: uid \$(id -u) pwd \$(pwd)"; echo "swarm.db: \$(head -c 15 $R/.swarm/swarm.db)"; } >> "$HOME/pwned"
+cat
+EOS
+chmod +x "$HOME/pwn.sh"
+printf '[filter "pwn"]\n\tsmudge = %s\n\tclean = cat\n[core]\n\tattributesFile = %s\n' "$HOME/pwn.sh" "$HOME/attrs" > "$HOME/.gitconfig"
+echo '* filter=pwn' > "$HOME/attrs"
+exit 0
+`
+
+// gatedWorker commits $REPORT/payload as the branch's check.sh (the gate
+// runs it), or runs it in its session when $IN_SESSION is set.
+const gatedWorker = `p=$(cat)
+if ! echo "$p" | grep -q 'the feature'; then printf 'idle\nDONE\n'; exit 0; fi
+if [ -n "$IN_SESSION" ]; then sh "$REPORT/payload"; echo 'exit 0' > check.sh; else cp "$REPORT/payload" check.sh; fi
+echo feature > feature.txt
+git add check.sh feature.txt && git commit -q -m 'feature with its check'
+printf 'added it\nDONE\n'`
+
+// The gate ran with the daemon's HOME writable, and a session shares it
+// unless its agent has a HOME of its own; the daemon's git read
+// ~/.gitconfig and ran the filter it named, as the daemon, outside every
+// sandbox, at the merge. The gate now has a HOME of its own, and the
+// daemon's git reads no global configuration.
+func TestTheDaemonsGitReadsNothingASandboxWroteInHome(t *testing.T) {
+	requireBwrap(t)
+	for _, inSession := range []bool{false, true} {
+		t.Run(fmt.Sprintf("session=%v", inSession), func(t *testing.T) {
+			repo := gitRepo(t)
+			report := t.TempDir()
+			home := t.TempDir() // the daemon's (the operator's) HOME
+			if err := os.WriteFile(filepath.Join(report, "payload"), []byte(homePayload), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := fmt.Sprintf("{REPORT: %q}", report)
+			if inSession {
+				env = fmt.Sprintf("{REPORT: %q, IN_SESSION: '1'}", report)
+			}
+			cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: strict
+sandbox: {writable: [%q]}
+defaults:
+  min_session_interval: 0s
+  env: %s
+merge:
+  into: main
+  gate: ["sh check.sh"]
+backends:
+  worker: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: alice, role: works, backend: worker}
+`, report, env, gatedWorker))
+			d := startDaemonEnv(t, []string{"HOME=" + home}, cfg)
+			d.waitLine("alice idle", idleLine("alice"))
+			b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+			tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitTaskLong(t, b, tk.ID, task.Closed, d, 60*time.Second)
+			if c, err := os.ReadFile(filepath.Join(home, "pwned")); err == nil {
+				t.Errorf("a program the sandbox chose ran as the daemon, outside the sandbox:\n%s", c)
+			}
+			saw, err := os.ReadFile(filepath.Join(home, "payload-saw"))
+			switch {
+			case inSession && err != nil:
+				t.Errorf("the session did not write the daemon's HOME (its agent has none of its own): %v", err)
+			case !inSession && err == nil:
+				t.Errorf("the gate wrote the daemon's HOME: %s", saw)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/environ"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/service"
@@ -29,6 +31,16 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Parallel: cfg.Merge.Parallel,
 		DB:       d.db, Procs: d.host.sup, Logs: d.kit.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
 		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
+	}
+	if opts.Sandbox != nil {
+		// A HOME of the gate's own (caches kept from run to run), never
+		// the daemon's: code from the branch under test would write the
+		// daemon's ~/.gitconfig, ~/.ssh, shell files.
+		home, err := gateHome(cfg)
+		if err != nil {
+			return err
+		}
+		opts.Env = environ.Build("", os.Environ(), []string{"HOME=" + home})
 	}
 	if cfg.SharedStore() {
 		opts.Prepare = d.fetchHead // heads of other machines' agents

@@ -184,14 +184,24 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 		cfg, _ := d.current()
 		spec := baseSpec(cfg, dir, argv[0])
 		spec.Writable = append(spec.Writable, dir)
-		if home := os.Getenv("HOME"); usableDir(home) {
-			spec.Writable = append(spec.Writable, filepath.Clean(home))
+		if home, err := gateHome(cfg); err == nil {
+			spec.Writable = append(spec.Writable, home) // the gate's HOME (openMerge)
 		}
 		if d.trees != nil {
 			spec.ReadOnly = append(spec.ReadOnly, d.trees.CommonDir())
 		}
 		return sb.Command(spec, argv)
 	}
+}
+
+// gateHome is the merge gate's HOME, under the state directory (hidden
+// from every sandbox but the gate's, which writes it), made if need be.
+func gateHome(cfg *config.Config) (string, error) {
+	home := filepath.Join(cfg.StateDir, "home", ".gate")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", fmt.Errorf("the merge gate's HOME: %w", err)
+	}
+	return home, nil
 }
 
 // hookSandbox contains an agent's hooks like its sessions (hooks.Config

@@ -130,12 +130,16 @@ func (r *repo) run(ctx context.Context, dir string, env []string, args ...string
 }
 
 // command is git (with -C dir unless dir is empty) with env added to the
-// daemon's, stopped with SIGTERM when ctx ends.
+// daemon's, with worktree.GitOptions (no hooks: its own worktree's, and a
+// person's checkout it fast-forwards, where a hook would run as the
+// daemon, with files the merged work brought), stopped with SIGTERM when
+// ctx ends.
 func (r *repo) command(ctx context.Context, dir string, env []string, args ...string) *exec.Cmd {
-	full := args
+	full := append([]string{}, worktree.GitOptions...)
 	if dir != "" {
-		full = append([]string{"-C", dir}, args...)
+		full = append(full, "-C", dir)
 	}
+	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, r.bin, full...)
 	cmd.Env = r.env
 	if len(env) > 0 {
@@ -422,16 +426,9 @@ func (r *repo) localChanges(ctx context.Context, dir string) ([]string, error) {
 // files as "git merge --ff-only" does: it never discards a commit, and it
 // refuses rather than overwrite a local change.
 func (r *repo) fastForward(ctx context.Context, dir, commit, msg string) error {
-	_, err := r.run(ctx, dir, []string{"GIT_REFLOG_ACTION=" + msg}, append(noHooks, "merge", "--ff-only", "--quiet", "--no-stat", commit)...)
+	_, err := r.run(ctx, dir, []string{"GIT_REFLOG_ACTION=" + msg}, "merge", "--ff-only", "--quiet", "--no-stat", commit)
 	return err
 }
-
-// noHooks keeps the repository's hooks (meant for people's checkouts) out of
-// the queue's git: its own worktree's, and a person's checkout it
-// fast-forwards, where a hook would run as the daemon, with files the
-// merged work brought (a relative core.hooksPath, as husky's .husky/_,
-// names scripts in the working tree).
-var noHooks = []string{"-c", "core.hooksPath=" + os.DevNull}
 
 // ensureWorktree makes path a detached worktree at commit with no local
 // changes and no untracked files (ignored files, build caches, are kept). A
@@ -496,8 +493,7 @@ func (r *repo) adminOf(path string) (string, bool) {
 // with no hooks and no fsmonitor: a git directory of the gate's making
 // would have its config run a program as the daemon.
 func (r *repo) runIn(ctx context.Context, path, admin string, env []string, args ...string) (string, error) {
-	return r.run(ctx, path, env, append([]string{"--git-dir=" + admin, "--work-tree=" + path,
-		"-c", "core.hooksPath=" + os.DevNull, "-c", "core.fsmonitor=false"}, args...)...)
+	return r.run(ctx, path, env, append([]string{"--git-dir=" + admin, "--work-tree=" + path, "-c", "core.fsmonitor=false"}, args...)...)
 }
 
 func (r *repo) addWorktree(ctx context.Context, path, commit string) error {
@@ -515,7 +511,7 @@ func (r *repo) addWorktree(ctx context.Context, path, commit string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create integration worktree: %w", err)
 	}
-	_, err = r.run(ctx, r.commonDir, nil, append(noHooks, "worktree", "add", "--quiet", "--detach", path, commit)...)
+	_, err = r.run(ctx, r.commonDir, nil, "worktree", "add", "--quiet", "--detach", path, commit)
 	if err != nil {
 		return fmt.Errorf("create integration worktree: %w", err)
 	}

@@ -647,8 +647,10 @@ func (s *Store) unpack(ctx context.Context, f *os.File, agent string) (why strin
 		Agent: agent,
 		Argv: append([]string{"/bin/sh", "-c", `ulimit -v "$1" && shift && exec "$@"`, "sh",
 			strconv.FormatInt(mem>>10, 10), "git"}, args...), // KiB, as ulimit counts
-		// The shared store alone, whatever the daemon's environment names.
-		Env:    append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared),
+		// The shared store alone, whatever the daemon's environment
+		// names; no global configuration (it is in HOME, which sessions
+		// write).
+		Env:    append(os.Environ(), "GIT_OBJECT_DIRECTORY="+s.shared, "GIT_CONFIG_GLOBAL="+os.DevNull),
 		Stdin:  f,
 		Memory: mem,
 	})

@@ -63,16 +63,22 @@ func newGitCLI(ctx context.Context, name string) (*gitCLI, string, error) {
 // "git -C dir": without the variables that would make git act on another
 // repository (set, for example, when the daemon is started from a git
 // hook), with LC_ALL=C (messages we parse and show are stable), no
-// terminal prompts, and GIT_OPTIONAL_LOCKS=0 (status checks must not take
-// index.lock under a running agent). It returns a new slice.
+// terminal prompts, GIT_OPTIONAL_LOCKS=0 (status checks must not take
+// index.lock under a running agent), and no global configuration
+// (GIT_CONFIG_GLOBAL=/dev/null, git 2.32 and later): ~/.gitconfig and
+// ~/.config/git are in HOME, which sessions write unless each agent has a
+// HOME of its own, and a filter or fsmonitor set there would be run by
+// the daemon's git. What the daemon's pushes need (a credential helper, a
+// URL rewrite) goes in the repository's configuration or /etc/gitconfig.
+// It returns a new slice.
 func GitEnv(environ []string) []string {
 	drop := []string{
 		"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR",
 		"GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
 		"GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX",
-		"LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS",
+		"LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS", "GIT_CONFIG_GLOBAL",
 	}
-	env := make([]string, 0, len(environ)+3)
+	env := make([]string, 0, len(environ)+4)
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		if slices.Contains(drop, k) {
@@ -80,7 +86,7 @@ func GitEnv(environ []string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+	return append(env, "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0", "GIT_CONFIG_GLOBAL="+os.DevNull)
 }
 
 // ParseGitVersion reads the output of "git version" ("git version 2.39.5")
@@ -101,14 +107,37 @@ func parseGitVersion(v string) (major, minor int, ok bool) {
 	return major, minor, err1 == nil && err2 == nil
 }
 
-// run runs git (with -C dir unless dir is empty) and returns its standard
-// output. On cancellation git gets SIGTERM first, so that "worktree add" can
+// GitOptions are the options of every git the daemon runs. It runs no
+// hook: hooks are for people's git, and run by the daemon they would run
+// as the daemon, outside every sandbox, with what the agents wrote (a
+// relative core.hooksPath, as husky's .husky/_, names scripts in the
+// working tree git runs in, or in the main checkout the merge queue
+// fast-forwards with their merged work); the one it runs on purpose, a
+// new worktree's post-checkout, it runs itself. It reads no attributes
+// file of the user's (core.attributesFile defaults to one in HOME, which
+// sessions write: its filter=… would name a driver to run), and, with no
+// global configuration read (GitEnv), it trusts the repository it was
+// given whoever owns it, as safe.directory in the user's configuration
+// said before.
+var GitOptions = []string{"-c", "core.hooksPath=" + os.DevNull, "-c", "core.attributesFile=" + os.DevNull,
+	"-c", "safe.directory=*"}
+
+// run runs git (with -C dir unless dir is empty) with GitOptions, and
+// returns its standard output. On cancellation git gets SIGTERM first, so that "worktree add" can
 // remove what it half created, then SIGKILL after gitWaitDelay.
 func (g *gitCLI) run(ctx context.Context, dir string, args ...string) (string, error) {
-	full := args
+	return g.runWith(ctx, dir, GitOptions, args...)
+}
+
+// runWith is run with opts before the command instead of GitOptions: the
+// look for the repository's own post-checkout hook must see its
+// core.hooksPath.
+func (g *gitCLI) runWith(ctx context.Context, dir string, opts []string, args ...string) (string, error) {
+	full := append([]string{}, opts...)
 	if dir != "" {
-		full = append([]string{"-C", dir}, args...)
+		full = append(full, "-C", dir)
 	}
+	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, g.bin, full...)
 	cmd.Env = g.env
 	var stdout, stderr bytes.Buffer
@@ -138,8 +167,8 @@ func (g *gitCLI) run(ctx context.Context, dir string, args ...string) (string, e
 // daemon's git status run the sandbox's program, as the daemon, outside
 // the sandbox. So the git directory is the one registered for the
 // worktree (adminDir, checked by inspect: the sandbox cannot change its
-// links to the repository), and hooks and fsmonitor are off: a relative
-// core.hooksPath (husky's .husky/_) names scripts in the worktree itself.
+// links to the repository), and fsmonitor is off, as hooks are for all
+// of the daemon's git (GitOptions).
 func (m *Manager) gitIn(ctx context.Context, path, adminDir string, args ...string) (string, error) {
 	if adminDir == "" {
 		return "", fmt.Errorf("git %s in %s: the worktree's registered git directory is not known", strings.Join(args, " "), path)
@@ -149,8 +178,7 @@ func (m *Manager) gitIn(ctx context.Context, path, adminDir string, args ...stri
 
 // inWorktree are git's options for gitIn.
 func inWorktree(path, adminDir string) []string {
-	return []string{"--git-dir=" + adminDir, "--work-tree=" + path,
-		"-c", "core.hooksPath=" + os.DevNull, "-c", "core.fsmonitor=false"}
+	return []string{"--git-dir=" + adminDir, "--work-tree=" + path, "-c", "core.fsmonitor=false"}
 }
 
 // flockDir takes an exclusive flock on dir (the repository's common git

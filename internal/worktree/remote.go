@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -152,9 +151,7 @@ func (m *Manager) FastForward(ctx context.Context, branch, commit string) error 
 			err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
 		}
 		if err == nil {
-			// No hooks: they would run as the daemon, with files the
-			// merged work brought (husky's relative core.hooksPath).
-			_, err = m.git.run(ctx, dir, "-c", "core.hooksPath="+os.DevNull, "merge", "--ff-only", "--quiet", "--no-stat", commit)
+			_, err = m.git.run(ctx, dir, "merge", "--ff-only", "--quiet", "--no-stat", commit)
 		}
 	}
 	if err != nil {

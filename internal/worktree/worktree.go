@@ -153,8 +153,8 @@ func locateRepo(ctx context.Context, g *gitCLI, path string) (top, commonDir, ho
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
 		return "", "", "", fmt.Errorf("%s is %w: no such directory", path, ErrNotRepo)
 	}
-	// --git-path follows core.hooksPath.
-	out, err := g.run(ctx, path, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir",
+	// --git-path follows core.hooksPath (the repository's own: not GitOptions).
+	out, err := g.runWith(ctx, path, []string{"-c", "safe.directory=*"}, "rev-parse", "--is-bare-repository", "--is-inside-work-tree", "--git-common-dir",
 		"--git-path", "hooks/post-checkout")
 	if err != nil {
 		var gerr *GitError
