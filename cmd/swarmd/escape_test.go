@@ -214,3 +214,62 @@ agents:
 		})
 	}
 }
+
+// headlessWorker makes its worktree's HEAD unreadable for the instant of
+// its `task done` (a symbolic ref to a branch that does not exist): with
+// no frozen head the queue would take whatever its branch points at when
+// the review passes, and the sandbox moves its branch at will.
+const headlessWorker = `p=$(cat)
+if ! echo "$p" | grep -q 'the feature'; then printf 'idle\nDONE\n'; exit 0; fi
+if [ -e "$REPORT/tried" ]; then printf 'waiting\n'; exit 0; fi
+touch "$REPORT/tried"
+echo feature > feature.txt; git add feature.txt; git commit -q -m 'benign feature'
+gd=$(git rev-parse --git-dir)
+cp "$gd/HEAD" "$REPORT/head.orig"
+echo 'ref: refs/heads/swarm/alice/nothing' > "$gd/HEAD"
+swarmd task done --summary 'benign feature' > "$REPORT/done.tmp" 2>&1; echo "exit $?" >> "$REPORT/done.tmp"; echo end >> "$REPORT/done.tmp"
+cp "$REPORT/head.orig" "$gd/HEAD"
+mv "$REPORT/done.tmp" "$REPORT/done.out"
+printf 'waiting\n'`
+
+// With a merge queue, an agent's DONE freezes the commit its worktree is
+// at, read by the daemon through the worktree's registration: one that
+// freezes none is refused, and the task stays the agent's.
+func TestADoneThatFreezesNoCommitIsRefused(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: strict
+sandbox: {writable: [%q]}
+defaults:
+  min_session_interval: 0s
+  env: {REPORT: %q}
+merge:
+  into: main
+  gate: ["true"]
+backends:
+  worker: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: alice, role: works, backend: worker}
+`, report, report, headlessWorker))
+	d := startDaemon(t, cfg)
+	d.waitLine("alice idle", idleLine("alice"))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := waitFileLine(t, filepath.Join(report, "done.out"), "end", 60*time.Second, d)
+	if !strings.Contains(out, "no commit to freeze") || strings.Contains(out, "exit 0") {
+		t.Errorf("task done with the worktree's HEAD unreadable: %q, want refused", out)
+	}
+	got, err := b.Get(context.Background(), tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State == task.Done || got.State == task.Closed {
+		t.Errorf("the task is %s with head %q: a DONE that froze no commit was taken", got.State, got.Head)
+	}
+}

@@ -654,7 +654,7 @@ func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 		f = func(ctx context.Context, c *taskCtx, id int64) error {
 			// The work is frozen here: the review and the merge take the
 			// commit the session's worktree is at now.
-			_, err := c.board.DoneAt(ctx, id, c.holder(), opts.Summary, worktreeHead(ctx, opts.IO.Getenv("SWARM_WORKTREE")))
+			_, err := c.board.DoneAt(ctx, id, c.holder(), opts.Summary, doneHead(ctx, opts.IO.Getenv))
 			return err
 		}
 	case "fail":
@@ -699,6 +699,19 @@ func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 		return fmt.Errorf("task %s: not a report verb", opts.Verb)
 	}
 	return heldVerb(ctx, opts.dbOptions, opts.Verb, true, f)
+}
+
+// doneHead is the commit a task done freezes: the daemon's reading
+// (daemon.TaskHeadEnv), else the session's worktree's.
+func doneHead(ctx context.Context, getenv func(string) string) string {
+	switch h := getenv(daemon.TaskHeadEnv); h {
+	case "":
+		return worktreeHead(ctx, getenv("SWARM_WORKTREE"))
+	case "-":
+		return ""
+	default:
+		return h
+	}
 }
 
 // worktreeHead is the commit checked out in the session's worktree (dir;

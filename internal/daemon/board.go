@@ -80,7 +80,7 @@ func RecordedReviewPolicy(ctx context.Context, db *store.DB) (*ReviewPolicy, err
 // p may be nil (a process that claims for no configured agent).
 func OpenTaskBoard(db *store.DB, p *ReviewPolicy) *taskboard.Board {
 	into, _, _ := db.Setting(context.Background(), settingMergeInto)
-	opts := taskboard.Options{AutoClose: into == ""}
+	opts := taskboard.Options{AutoClose: into == "", FrozenHead: into != ""}
 	if p != nil {
 		opts.ReviewerOf, opts.ReviewOnly = p.ReviewerOf, p.ReviewOnly
 	}

@@ -33,6 +33,13 @@ var _ control.SessionCLI = controlAPI{}
 // in the store, which with a shared store only the daemon can open.
 func isSessionCommand(s string) bool { return s == "mail" || s == "task" }
 
+// TaskHeadEnv names, in the environment of a session command the daemon
+// runs (SessionCLI), the commit the session's worktree is at, as the
+// daemon read it through the worktree's registered git directory ("-":
+// none could be read): the session writes its worktree's .git link and
+// HEAD, which git run there follows. `swarmd task done` freezes it.
+const TaskHeadEnv = "SWARMD_TASK_HEAD"
+
 // SessionCLI runs a session's mail or task command in the daemon's process,
 // with the daemon's store and the session's identity: the caller is known
 // by its peer pid and process-tree marker, never by what it sent.
@@ -79,6 +86,16 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		// the review or the merge queue reads it: its objects are in the
 		// agent's quarantine while its session runs.
 		d.moveObjects(name)
+	}
+	if req.Args[0] == "task" && slices.Contains(req.Args, "done") {
+		// The commit it freezes, read by the worktree's registration, not
+		// by the .git link and HEAD its session writes (git rev-parse
+		// there followed them to whatever the session made).
+		head, err := d.trees.Head(ctx, name)
+		if err != nil || head == "" {
+			head = "-"
+		}
+		env[TaskHeadEnv] = head
 	}
 	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})
 	if done {

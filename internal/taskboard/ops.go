@@ -608,6 +608,9 @@ func (b *Board) DoneReadTx(ctx context.Context, tx *sql.Tx, t Task, h Holder, su
 
 func (b *Board) done(summary, head string) func(t *Task) (move, error) {
 	return func(t *Task) (move, error) {
+		if head == "" && b.opts.FrozenHead && t.Claimant != "" {
+			return move{}, fmt.Errorf("%w: task %d: done: no commit to freeze (the worktree's HEAD could not be read): commit the work on your branch, then report it done", ErrInvalid, t.ID)
+		}
 		m := move{to: task.Done, reason: task.ReasonCompleted, why: oneLine("done", summary),
 			set: []string{"result = ?", "head = ?"}, args: []any{summary, head}}
 		if head != "" {

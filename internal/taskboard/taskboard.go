@@ -122,6 +122,11 @@ type Options struct {
 	// when no reviewer has it: nothing merges it. Dependencies wait for
 	// CLOSED.
 	AutoClose bool
+	// FrozenHead refuses an agent's DONE that freezes no commit (a merge
+	// queue takes the task's frozen head; without one it would take
+	// whatever the branch points at when the review passes, which the
+	// agent's sandbox can move after the reviewer was shown it).
+	FrozenHead bool
 	// ReviewerOf is the reviewer and max_iterations an agent's config gives
 	// the tasks it claims that name none; nil or "" for none.
 	ReviewerOf func(agent string) (reviewer string, maxIterations int)
