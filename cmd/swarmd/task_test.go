@@ -768,6 +768,20 @@ func TestTaskAddReviewer(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and one line", args, code, stderr)
 		}
 	}
+	// Who reviews is the operator's: a session that adds a task for itself
+	// naming a lenient reviewer would pass review.
+	for _, args := range [][]string{
+		{"task", "add", "mine", "--to", "alice", "--reviewer", "carol"},
+		{"task", "add", "mine", "--max-iterations", "9"},
+	} {
+		_, stderr, code := runCLI(t, sessionEnv(db, "alice", 1), "", args...)
+		if code != 2 || !strings.Contains(stderr, "are the operator's") {
+			t.Errorf("%v from alice's session: exit %d, stderr %q; want refused", args, code, stderr)
+		}
+	}
+	if ts, err := b.List(context.Background(), taskboard.Filter{}); err != nil || len(ts) != 1 {
+		t.Errorf("tasks: %d, %v; want the operator's one", len(ts), err)
+	}
 }
 
 // TestTaskReportWaitsForABusyStore: `swarmd task fail` run inside a session

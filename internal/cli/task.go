@@ -224,6 +224,12 @@ func taskAddRun(ctx context.Context, opts *taskAddOptions) error {
 		n.Body = b
 	}
 	return withBoard(ctx, opts.dbOptions, "add", anyone, func(c *taskCtx) error {
+		if c.who.inSession && (n.Reviewer != "" || n.MaxIterations != 0) {
+			// Who reviews an agent's work is the operator's (its config,
+			// or this flag from outside a session): a task a session adds
+			// for itself naming a lenient reviewer would pass review.
+			return usagef("task add: --reviewer and --max-iterations are the operator's; agent %s's session may not set them (a task an agent adds gets the reviewer of the agent that claims it)", c.who.name)
+		}
 		if n.Assignee != "" {
 			if err := knownAgent(c.agents, n.Assignee, "task add: --to"); err != nil {
 				return err
