@@ -49,6 +49,7 @@ try mail 'swarmd mail send --to victim --subject honest hello'
 try forged-mail 'SWARMD_TREE="$(printf "%s\037x\037victim-1-000000000000" "$S")" SWARM_AGENT_ID=victim swarmd mail send --to victim --subject forged hello'
 try stop-peer 'SWARMD_TREE="$(printf "%s\037x\037victim-1-000000000000" "$S")" swarmd stop victim --config "$CFG"'
 try operator-socket 'swarmd budget set victim 5000 --config "$CFG"'
+try read-config '[ "$(wc -c < "$CFG")" -gt 0 ]'
 echo end >> "$r"
 printf 'tried\nDONE\n'`
 
@@ -125,7 +126,7 @@ agents:
 		"forge-main-object": "yes", "write-shared-objects": "no", // written to its quarantine: checked below
 		"victim-committed": "yes", "move-main": "no", "move-peer": "no", "new-peer-branch": "no", "new-line": "no", "rewrite-link": "no",
 		"read-db": "no", "read-log": "no", "peer-worktree": "no", "peer-process": "no",
-		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no",
+		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no", "read-config": "no",
 	}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(results), "\n") {

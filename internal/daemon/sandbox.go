@@ -94,7 +94,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 		// The files the backend wrote for the session (Gemini CLI's tools
 		// policy, in the state directory's f/, which the sandbox hides).
 		spec.ReadOnly = slices.Concat(spec.ReadOnly, []string{acc.Repo, acc.CommonDir}, acc.Pinned, files)
-		spec.Binds = append([]sandbox.Bind{{Src: sock, Dest: cfg.SocketPath()}}, d.objectBinds(acc, objects)...)
+		spec.Binds = append(append(spec.Binds, sandbox.Bind{Src: sock, Dest: cfg.SocketPath()}), d.objectBinds(acc, objects)...)
 		return sb.Command(spec, argv)
 	}
 	c.mu.Lock()
@@ -223,7 +223,7 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 			// What it commits waits in the agent's quarantine until it has
 			// ended; the agent's next prompt reads its branch.
 			if objects, err := d.host.quarantine.Prepare(agentName); err == nil {
-				spec.Binds = d.objectBinds(acc, objects)
+				spec.Binds = append(spec.Binds, d.objectBinds(acc, objects)...)
 				ended = func() { d.releaseObjects(agentName) }
 			}
 		} else if dir != "" {
@@ -238,7 +238,7 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 // binary bin: the configured paths, the repository and what bin needs of
 // /tmp read-only, the hidden paths, no variable naming what is hidden.
 func baseSpec(cfg *config.Config, dir, bin string) sandbox.Spec {
-	return sandbox.Spec{
+	spec := sandbox.Spec{
 		Writable: slices.Clone(cfg.Sandbox.Writable),
 		ReadOnly: slices.Concat([]string{cfg.Repo}, cfg.Sandbox.ReadOnly, tmpNeeds(bin)),
 		Hidden:   hiddenPaths(cfg),
@@ -247,6 +247,13 @@ func baseSpec(cfg *config.Config, dir, bin string) sandbox.Spec {
 		// task` go through its socket.
 		Unsetenv: []string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"},
 	}
+	if fi, err := os.Stat(cfg.Path); err == nil && fi.Mode().IsRegular() {
+		// The daemon's config reads as empty: its web.token unlocks the
+		// dashboard's actions (stop, mail and tasks as the operator), which
+		// a session reaches on the host's loopback.
+		spec.Binds = append(spec.Binds, sandbox.Bind{Src: os.DevNull, Dest: cfg.Path})
+	}
+	return spec
 }
 
 // usableDir reports whether p is an existing absolute directory other
