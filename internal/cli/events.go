@@ -126,7 +126,7 @@ func eventLine(e store.EventRecord) string {
 	}
 	line += " by " + e.Actor
 	if e.Reason != "" {
-		line += ": " + e.Reason
+		line += ": " + printable(e.Reason, false) // may quote what a session printed
 	}
 	return line
 }

@@ -63,7 +63,7 @@ func inboxRun(ctx context.Context, opts *inboxOptions) error {
 	w := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "WHAT\tFIX")
 	for _, it := range items {
-		fmt.Fprintf(w, "%s\t%s\n", it.What, it.Fix)
+		fmt.Fprintf(w, "%s\t%s\n", printable(it.What, false), printable(it.Fix, false))
 	}
 	return w.Flush()
 }

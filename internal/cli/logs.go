@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -67,8 +68,14 @@ func logsRun(ctx context.Context, opts *logsOptions) error {
 		return err
 	}
 	out := opts.IO.Out
+	if !opts.Raw && onTerminal(out) {
+		// What a session printed reaches the operator's terminal: its
+		// escape sequences (a clipboard write, a title, the cursor moved
+		// to forge or hide lines) are not passed on. --raw passes them.
+		out = &terminalSafe{w: out}
+	}
 	var r *backend.Renderer
-	if opts.Pretty || !opts.Raw && onTerminal(out) && daemon.StructuredBackend(cfg, opts.Agent) {
+	if opts.Pretty || !opts.Raw && onTerminal(opts.IO.Out) && daemon.StructuredBackend(cfg, opts.Agent) {
 		r = backend.NewRenderer(out)
 		out = r
 	}
@@ -120,4 +127,39 @@ func copyLog(ctx context.Context, st *logs.Store, agent string, seq uint32, foll
 func onTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && IsTerminal(f)
+}
+
+// terminalSafe passes what is written to w without what a terminal acts
+// on (terminalControl): C0 controls but newline and tab (ESC, BEL, the
+// carriage return that overwrites a line), DEL, C1 controls and the
+// bidirectional overrides. A character split across writes is kept until
+// it is whole; bytes that are not UTF-8 pass as they are (a terminal shows
+// them as replacement characters).
+type terminalSafe struct {
+	w     io.Writer
+	carry []byte // the start of a character the last write cut
+	buf   []byte
+}
+
+func (t *terminalSafe) Write(p []byte) (int, error) {
+	in := append(t.carry, p...)
+	t.carry, t.buf = nil, t.buf[:0]
+	for len(in) > 0 {
+		if !utf8.FullRune(in) {
+			t.carry = append([]byte(nil), in...)
+			break
+		}
+		r, n := utf8.DecodeRune(in)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			t.buf = append(t.buf, in[0])
+		case r == '\n' || r == '\t' || !terminalControl(r):
+			t.buf = append(t.buf, in[:n]...)
+		}
+		in = in[n:]
+	}
+	if _, err := t.w.Write(t.buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -366,9 +366,17 @@ func printable(s string, multiline bool) string {
 				return r
 			}
 			return ' '
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		case terminalControl(r):
 			return -1
 		}
 		return r
 	}, s)
+}
+
+// terminalControl reports whether a terminal acts on r rather than show
+// it: the C0 and C1 controls and DEL, and the bidirectional overrides,
+// which show text in another order than it reads.
+func terminalControl(r rune) bool {
+	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }

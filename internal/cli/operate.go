@@ -175,9 +175,9 @@ func writeStatus(w io.Writer, as []StatusRow, now time.Time) error {
 		why := ""
 		switch {
 		case a.State == "Stopped" || a.State == "CoolingDown":
-			why = a.Reason // why it stopped, or the error it is backing off from
+			why = printable(a.Reason, false) // why it stopped, or the error it is backing off from (what a session printed, maybe)
 		case a.Paused:
-			why = daemon.JoinReason("paused by "+a.PausedBy, a.PauseReason)
+			why = printable(daemon.JoinReason("paused by "+a.PausedBy, a.PauseReason), false)
 		}
 		var sp SpendJSON
 		if a.Spend != nil {
