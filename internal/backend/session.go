@@ -469,6 +469,9 @@ func (s *session) classify() Result {
 // end records the result, writes the footer and closes the log.
 func (s *session) end(r Result) {
 	r.Started, r.Ended = s.started, time.Now()
+	if s.out != nil {
+		s.out.flushHeld()
+	}
 	if s.out != nil && s.out.dropped > 0 {
 		r.LogDropped = s.out.dropped
 		nl := ""
@@ -480,8 +483,10 @@ func (s *session) end(r Result) {
 	if IsDiskFull(s.logErr) {
 		diskFull(&r, s.logErr)
 	}
+	// One line: the reason may quote the session's output, and a line
+	// break in it would start a line of the session's choosing.
 	footer := fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome %s: %s", s.id, s.seq,
-		r.Ended.Format(time.RFC3339), r.Outcome, r.Reason)
+		r.Ended.Format(time.RFC3339), r.Outcome, strings.NewReplacer("\n", " ", "\r", " ").Replace(r.Reason))
 	if r.AbortReason != "" {
 		footer += " (abort reason " + r.AbortReason + ")"
 	}
@@ -505,6 +510,57 @@ type sessionOutput struct {
 	written     int64         // output bytes written to the log
 	dropped     int64         // output bytes over Spec.MaxLogBytes, not written
 	atLineStart bool          // the last byte written was a newline (or none was)
+	// held is the start of a line of the session's that may be the start
+	// of swarmd's own framing (logFraming), not written yet.
+	held []byte
+	esc  []byte // scratch for logOut
+}
+
+// logFraming starts every line swarmd writes into a session's log (its
+// header, footer and outcome record, which a restart reads back); a line
+// of the session's output that starts so is written with a space before
+// it, so that what the session prints is never taken for swarmd's.
+const logFraming = "=== swarmd "
+
+// logOut writes p, output of the session's, to its log, framing escaped.
+func (o *sessionOutput) logOut(p []byte) {
+	data := p
+	if len(o.held) > 0 {
+		data = append(o.held, p...)
+		o.held = nil
+	}
+	buf := o.esc[:0]
+	atStart := o.atLineStart || len(data) > len(p) // held bytes began a line
+	for len(data) > 0 {
+		if atStart {
+			switch {
+			case len(data) < len(logFraming) && strings.HasPrefix(logFraming, string(data)):
+				o.held = append(o.held[:0], data...) // the framing, maybe, cut short
+				data = nil
+				continue
+			case strings.HasPrefix(string(data[:min(len(data), len(logFraming))]), logFraming):
+				buf = append(buf, ' ')
+			}
+		}
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			buf, data, atStart = append(buf, data...), nil, false
+			break
+		}
+		buf, data, atStart = append(buf, data[:i+1]...), data[i+1:], true
+	}
+	o.esc = buf
+	if len(buf) > 0 {
+		o.s.writeLog(buf)
+	}
+}
+
+// flushHeld writes what logOut held back: the session has ended.
+func (o *sessionOutput) flushHeld() {
+	if len(o.held) > 0 {
+		o.s.writeLog(o.held)
+		o.held = nil
+	}
 }
 
 func (o *sessionOutput) Write(p []byte) (int, error) {
@@ -515,7 +571,7 @@ func (o *sessionOutput) Write(p []byte) (int, error) {
 		o.dropped += int64(len(p) - len(keep))
 	}
 	if len(keep) > 0 {
-		o.s.writeLog(keep)
+		o.logOut(keep)
 		o.written += int64(len(keep))
 		o.atLineStart = keep[len(keep)-1] == '\n'
 	}
