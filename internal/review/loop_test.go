@@ -259,3 +259,39 @@ func TestNames(t *testing.T) {
 		t.Error("invalid failure reasons accepted")
 	}
 }
+
+// Reopen sends passed work back to its worker at the next iteration, its
+// rounds kept, and the rework is reviewed again; only a complete loop is
+// reopened, and a reopened loop's record resumes as it was.
+func TestReopenReviewsTheReworkAgain(t *testing.T) {
+	l := New(3)
+	now := time.Unix(1700000000, 0)
+	for _, step := range []func() error{l.Start, func() error { return l.WorkerResult(Done) },
+		func() error { return l.ReviewResult(Pass, "fine", now) }} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	if l.State() != Working || l.Iteration() != 2 || len(l.History()) != 1 {
+		t.Fatalf("reopened: %v at %d with %d rounds, want working at 2 with 1", l.State(), l.Iteration(), len(l.History()))
+	}
+	r, err := Resume(l.Snapshot())
+	if err != nil {
+		t.Fatalf("resume a reopened loop: %v", err)
+	}
+	if err := r.WorkerResult(Done); err != nil || r.State() != Reviewing {
+		t.Fatalf("the rework's DONE: %v, %v; want reviewing", r.State(), err)
+	}
+	if err := r.Reopen(); err == nil {
+		t.Error("a loop under review was reopened")
+	}
+	if err := r.ReviewResult(Pass, "still fine", now); err != nil || r.State() != Complete || len(r.History()) != 2 {
+		t.Fatalf("the rework's PASS: %v with %d rounds, %v", r.State(), len(r.History()), err)
+	}
+	if _, err := Resume(r.Snapshot()); err != nil {
+		t.Fatalf("resume the rework's completed loop: %v", err)
+	}
+}

@@ -75,8 +75,10 @@ func (s Snapshot) validate() error {
 			return fmt.Errorf("history[%d]: iteration %d in state %v at iteration %d", i, r.Iteration, s.State, s.Iteration)
 		case r.Verdict != Pass && r.Verdict != Fail:
 			return fmt.Errorf("history[%d]: verdict %v, want pass or fail", i, r.Verdict)
-		case r.Verdict == Pass && (s.State != Complete || i != len(s.History)-1):
-			return fmt.Errorf("history[%d]: pass verdict in state %v, want only as the last round of complete", i, s.State)
+		case r.Verdict == Pass && i == len(s.History)-1 && s.State != Complete && s.Iteration == r.Iteration:
+			// After a PASS the loop is complete, or reopened (Reopen):
+			// then at a later iteration.
+			return fmt.Errorf("history[%d]: pass verdict in state %v at its own iteration, want complete", i, s.State)
 		}
 		prev = r.Iteration
 	}

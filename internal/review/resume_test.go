@@ -115,8 +115,8 @@ func TestResumeRejects(t *testing.T) {
 		{Snapshot{State: Working, Iteration: 2, History: []Round{fail(1), fail(2)}}, "history[1]: iteration 2 in state working at iteration 2"},
 		{Snapshot{State: Failed, Iteration: 2, History: []Round{fail(3)}}, "history[0]: iteration 3 in state failed at iteration 2"},
 		{Snapshot{State: Complete, Iteration: 2, History: []Round{{Iteration: 1, Verdict: Done}}}, "history[0]: verdict done, want pass or fail"},
-		{Snapshot{State: Complete, Iteration: 2, History: []Round{pass(1), pass(2)}}, "history[0]: pass verdict in state complete, want only as the last round of complete"},
-		{Snapshot{State: Working, Iteration: 2, History: []Round{pass(1)}}, "history[0]: pass verdict in state working"},
+		{Snapshot{State: Failed, Iteration: 2, History: []Round{pass(1), pass(2)}}, "history[1]: pass verdict in state failed at its own iteration"},
+		{Snapshot{State: Reviewing, Iteration: 1, History: []Round{pass(1)}}, "history[0]: iteration 1 in state reviewing at iteration 1"},
 	}
 	for _, tt := range tests {
 		l, err := Resume(tt.snap)

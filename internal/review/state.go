@@ -57,8 +57,10 @@ func ParseState(s string) (State, error) {
 	return 0, fmt.Errorf("review: parse state %q: %w", s, ErrUnknownState)
 }
 
-// CanTransition reports whether seed 002's table allows from → to. These
-// eight rows are the only transitions a Loop ever takes.
+// CanTransition reports whether seed 002's table allows from → to, with
+// one row of swarmd's: complete → working, the reviewed work sent back by
+// the merge queue (Reopen). These nine rows are the only transitions a
+// Loop ever takes.
 func CanTransition(from, to State) bool {
 	switch from {
 	case Init:
@@ -67,6 +69,8 @@ func CanTransition(from, to State) bool {
 		return to == Reviewing || to == Complete || to == Failed
 	case Reviewing:
 		return to == Working || to == Complete || to == Failed
+	case Complete:
+		return to == Working
 	}
 	return false
 }

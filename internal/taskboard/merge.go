@@ -3,6 +3,7 @@ package taskboard
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/swarmd/swarmd/internal/review"
@@ -86,10 +87,16 @@ func (b *Board) Rejected(ctx context.Context, id int64, why, detail string, max 
 		if err := b.apply(ctx, tx, &t, move{to: task.Failed, actor: "merge-queue", why: oneLine(why, detail)}); err != nil {
 			return err
 		}
-		// A review that passed stays passed: the rework of a merge is not
-		// reviewed again (docs/task-lifecycle.md).
 		set := released("assignee = ?", "result = ?")
 		args := []any{worker, why + "\n\n" + detail}
+		// The rework is reviewed again: the worker's branch decides what
+		// the gate runs, so merging a rework on the old PASS would merge
+		// work no reviewer saw (review.Loop.Reopen).
+		if st, it, ok, err := reopenReview(ctx, tx, t); err != nil {
+			return err
+		} else if ok {
+			set, args = append(set, "review_state = ?", "iteration = ?"), append(args, st, it)
+		}
 		if err := b.apply(ctx, tx, &t, move{to: task.Open, actor: "merge-queue", why: "back to " + worker, set: set, args: args}); err != nil {
 			return err
 		}
@@ -100,6 +107,23 @@ func (b *Board) Rejected(ctx context.Context, id int64, why, detail string, max 
 		t, err = getTask(ctx, b.db.ReadSQL(), id)
 	}
 	return t, gaveUp, err
+}
+
+// reopenReview is t's review loop reopened (review.Loop.Reopen) when it
+// was complete: its new state and iteration; ok is false when t has no
+// passed review to reopen.
+func reopenReview(ctx context.Context, tx *sql.Tx, t Task) (state string, iteration int, ok bool, err error) {
+	if t.Reviewer == "" || t.ReviewState != review.Complete.String() {
+		return "", 0, false, nil
+	}
+	l, unreadable, err := loopOf(ctx, tx, t)
+	if err != nil || unreadable != nil {
+		return "", 0, false, errors.Join(err, unreadable)
+	}
+	if err := l.Reopen(); err != nil {
+		return "", 0, false, fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	return l.State().String(), int(l.Iteration()), true, nil
 }
 
 func short(h string) string {

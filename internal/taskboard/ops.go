@@ -765,13 +765,29 @@ func (b *Board) Cancel(ctx context.Context, id int64) (Task, error) {
 
 // Retry sends a FAILED task back to OPEN, counting a retry.
 func (b *Board) Retry(ctx context.Context, id int64) (Task, error) {
-	return b.update(ctx, "retry", id, Holder{}, func(t *Task) (move, error) {
-		if t.State != task.Failed {
-			return move{}, fmt.Errorf("task %d is %s, not FAILED: only a failed task is retried: %w", t.ID, t.State, ErrState)
+	var t Task
+	err := b.write(ctx, "retry", func(tx *sql.Tx) error {
+		_, err := b.updateTx(ctx, tx, id, Holder{}, func(t *Task) (move, error) {
+			if t.State != task.Failed {
+				return move{}, fmt.Errorf("task %d is %s, not FAILED: only a failed task is retried: %w", t.ID, t.State, ErrState)
+			}
+			m := move{to: task.Open, reason: task.ReasonRetry, why: "retried", set: released("result = ''")}
+			// A task the merge queue gave up on had passed its review:
+			// what its worker does now is reviewed again.
+			if st, it, ok, err := reopenReview(ctx, tx, *t); err != nil {
+				return move{}, err
+			} else if ok {
+				m.set, m.args = append(m.set, "review_state = ?", "iteration = ?"), append(m.args, st, it)
+			}
+			return m, nil
+		})
+		if err != nil {
+			return err
 		}
-		return move{to: task.Open, reason: task.ReasonRetry, why: "retried",
-			set: released("result = ''")}, nil
+		t, err = getTask(ctx, tx, id)
+		return err
 	})
+	return t, err
 }
 
 // Requeue takes the task from whoever holds it (or out of BLOCKED) and

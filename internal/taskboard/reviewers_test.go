@@ -70,3 +70,42 @@ func TestVerdictsAreInTheHistory(t *testing.T) {
 		t.Fatalf("last history line after a PASS = %+v", last)
 	}
 }
+
+// Passed work sent back by the merge queue is reviewed again: the loop is
+// reopened at the next iteration, by a rejection and by the operator's
+// retry of a task the queue gave up on.
+func TestPassedWorkSentBackIsReviewedAgain(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{}) // no AutoClose: a merge queue closes tasks
+	tk := add(t, b, NewTask{Title: "reviewed", Reviewer: "rita"})
+	alice := Holder{Agent: "alice", Session: "alice-1-a"}
+	passed := func(session string, iteration int) {
+		t.Helper()
+		alice.Session = session
+		if _, err := b.Claim(ctx, tk.ID, "alice", session); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.DoneAt(ctx, tk.ID, alice, "did it", "0123456789abcdef0123456789abcdef01234567")
+		if err != nil || got.ReviewState != "reviewing" || got.Iteration != iteration {
+			t.Fatalf("the DONE of iteration %d: %s at %d, %v; want reviewing", iteration, got.ReviewState, got.Iteration, err)
+		}
+		if got, err := b.Verdict(ctx, tk.ID, "rita", true, "PASS"); err != nil || got.ReviewState != "complete" {
+			t.Fatalf("PASS: %+v, %v", got, err)
+		}
+	}
+	passed("alice-1-a", 1)
+	got, gaveUp, err := b.Rejected(ctx, tk.ID, "gate_failed", "red", 2)
+	if err != nil || gaveUp || got.ReviewState != "working" || got.Iteration != 2 {
+		t.Fatalf("rejected: %s at %d, gave up %v, %v; want working at 2", got.ReviewState, got.Iteration, gaveUp, err)
+	}
+	passed("alice-2-a", 2)
+	if got, gaveUp, err = b.Rejected(ctx, tk.ID, "gate_failed", "red again", 1); err != nil || !gaveUp || got.State.String() != "FAILED" {
+		t.Fatalf("the last rejection: %+v, %v, %v", got, gaveUp, err)
+	}
+	if got, err = b.Retry(ctx, tk.ID); err != nil || got.ReviewState != "working" || got.Iteration != 3 {
+		t.Fatalf("retried: %s at %d, %v; want working at 3", got.ReviewState, got.Iteration, err)
+	}
+	if rounds, err := b.Rounds(ctx, tk.ID); err != nil || len(rounds) != 2 {
+		t.Errorf("rounds: %d, %v; want both PASSes kept", len(rounds), err)
+	}
+}
