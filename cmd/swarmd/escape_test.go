@@ -45,9 +45,11 @@ n=$(printf '%s\n' "$p" | sed -n -E 's/^(Your task: #|Continue your task #)([0-9]
 if [ -z "$n" ]; then printf 'nothing\nDONE\n'; exit 0; fi
 echo v1 > "t$n.txt"; git add -A; git commit -q -m "task $n"; printf 'done\nDONE\n'`
 
-// escapeConfig is a strict-isolation swarm of the backends given, with
-// $REPORT, $PWN and $STATE in the sessions' environment.
-func escapeConfig(t *testing.T, repo, report, pwn, extra string, backends, agents map[string]string) string {
+// escapeConfig is a strict-isolation swarm of the backends given (name:
+// its shell script), with $REPORT, $PWN and $STATE in the sessions'
+// environment and env's entries ("KEY: value") besides; extra is more of
+// the config (a merge: block), agents its agents' lines.
+func escapeConfig(t *testing.T, repo, report, pwn, extra string, backends map[string]string, agents ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"\"\nisolation: strict\nsandbox: {writable: [%q]}\ndefaults:\n  min_session_interval: 0s\n  env: {REPORT: %q, PWN: %q, STATE: %q}\n%sbackends:\n",
 		report, report, pwn, filepath.Join(repo, ".swarm"), extra)
@@ -55,11 +57,27 @@ func escapeConfig(t *testing.T, repo, report, pwn, extra string, backends, agent
 		fmt.Fprintf(&b, "  %s: {type: command, command: sh, args: [-c, %q]}\n", name, script)
 	}
 	b.WriteString("agents:\n")
-	for name, backend := range agents {
-		fmt.Fprintf(&b, "  - {name: %s, role: r, backend: %s}\n", name, backend)
+	for _, a := range agents {
+		fmt.Fprintf(&b, "  - {%s}\n", a)
 	}
 	return writeConfig(t, repo, b.String())
 }
+
+// theFeature adds the task "the feature" for alice once idle is idle,
+// and returns the board and the task.
+func theFeature(t *testing.T, d *daemonProc, repo, idle string) (*taskboard.Board, taskboard.Task) {
+	t.Helper()
+	d.waitLine(idle+" idle", idleLine(idle))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, tk
+}
+
+// gated is the merge: block of a queue into main with gate.
+func gated(gate string) string { return fmt.Sprintf("merge:\n  into: main\n  gate: [%q]\n", gate) }
 
 // The merge queue looks for checkouts of the target before it moves it,
 // and ran git status in each, an agent's worktree included: mallory's
@@ -72,7 +90,7 @@ func TestMergeQueueRunsNoGitInAnAgentsWorktree(t *testing.T) {
 	state := filepath.Join(repo, ".swarm")
 	pwn := filepath.Join(state, "PWNED")
 	cfg := escapeConfig(t, repo, report, pwn, "merge:\n  into: main\n",
-		map[string]string{"hostile": escapist, "worker": honest}, map[string]string{"mallory": "hostile", "alice": "worker"})
+		map[string]string{"hostile": escapist, "worker": honest}, "name: mallory, role: r, backend: hostile", "name: alice, role: r, backend: worker")
 	d := startDaemon(t, cfg)
 	results := waitFileLine(t, filepath.Join(report, "results"), "end", 60*time.Second, d)
 	if !strings.Contains(results, "inside-sees-db no") {
@@ -114,7 +132,7 @@ func TestTheDaemonRunsNoHookOfAnAgentsWorktree(t *testing.T) {
 	gitOut(t, repo, "config", "core.hooksPath", ".husky/_")
 	report := t.TempDir()
 	pwn := filepath.Join(repo, ".swarm", "PWNED")
-	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": hooker}, map[string]string{"mallory": "hostile"})
+	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": hooker}, "name: mallory, role: r, backend: hostile")
 	d := startDaemon(t, cfg)
 	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
 		_, err := os.Stat(filepath.Join(report, "planted"))
@@ -194,12 +212,7 @@ agents:
   - {name: alice, role: works, backend: worker}
 `, report, env, gatedWorker))
 			d := startDaemonEnv(t, []string{"HOME=" + home}, cfg)
-			d.waitLine("alice idle", idleLine("alice"))
-			b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
-			tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			b, tk := theFeature(t, d, repo, "alice")
 			waitTaskLong(t, b, tk.ID, task.Closed, d, 60*time.Second)
 			if c, err := os.ReadFile(filepath.Join(home, "pwned")); err == nil {
 				t.Errorf("a program the sandbox chose ran as the daemon, outside the sandbox:\n%s", c)
@@ -239,28 +252,9 @@ func TestADoneThatFreezesNoCommitIsRefused(t *testing.T) {
 	requireBwrap(t)
 	repo := gitRepo(t)
 	report := t.TempDir()
-	cfg := writeConfig(t, repo, fmt.Sprintf(`
-listen: ""
-isolation: strict
-sandbox: {writable: [%q]}
-defaults:
-  min_session_interval: 0s
-  env: {REPORT: %q}
-merge:
-  into: main
-  gate: ["true"]
-backends:
-  worker: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: alice, role: works, backend: worker}
-`, report, report, headlessWorker))
+	cfg := escapeConfig(t, repo, report, "", gated("true"), map[string]string{"worker": headlessWorker}, "name: alice, role: works, backend: worker")
 	d := startDaemon(t, cfg)
-	d.waitLine("alice idle", idleLine("alice"))
-	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
-	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tk := theFeature(t, d, repo, "alice")
 	out := waitFileLine(t, filepath.Join(report, "done.out"), "end", 60*time.Second, d)
 	if !strings.Contains(out, "no commit to freeze") || strings.Contains(out, "exit 0") {
 		t.Errorf("task done with the worktree's HEAD unreadable: %q, want refused", out)
@@ -308,30 +302,10 @@ func TestTheReworkOfARejectedMergeIsReviewedAgain(t *testing.T) {
 	requireBwrap(t)
 	repo := gitRepo(t)
 	report := t.TempDir()
-	cfg := writeConfig(t, repo, fmt.Sprintf(`
-listen: ""
-isolation: strict
-sandbox: {writable: [%q]}
-defaults:
-  min_session_interval: 0s
-  env: {REPORT: %q}
-merge:
-  into: main
-  gate: ["sh check.sh"]
-backends:
-  worker: {type: command, command: sh, args: [-c, %q]}
-  reviewer: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: alice, role: works, backend: worker, reviewer: rita}
-  - {name: rita, role: reviews, backend: reviewer}
-`, report, report, reworkWorker, recordingReviewer))
+	cfg := escapeConfig(t, repo, report, "", gated("sh check.sh"), map[string]string{"worker": reworkWorker, "reviewer": recordingReviewer},
+		"name: alice, role: works, backend: worker, reviewer: rita", "name: rita, role: reviews, backend: reviewer")
 	d := startDaemon(t, cfg)
-	d.waitLine("rita idle", idleLine("rita"))
-	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
-	tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "the feature", Assignee: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, tk := theFeature(t, d, repo, "rita")
 	waitTaskLong(t, b, tk.ID, task.Closed, d, 90*time.Second)
 	rework, err := os.ReadFile(filepath.Join(report, "rework"))
 	if err != nil {
