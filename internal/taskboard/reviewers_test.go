@@ -109,3 +109,64 @@ func TestPassedWorkSentBackIsReviewedAgain(t *testing.T) {
 		t.Errorf("rounds: %d, %v; want both PASSes kept", len(rounds), err)
 	}
 }
+
+// A worker with a reviewer splits its task and reports the subtask done:
+// the subtask waits for its reviewer, and so does the parent, which is
+// not closed (its dependent not opened) on a DONE nobody reviewed. Once
+// the subtask passes, the parent's DONE goes to its reviewer.
+func TestASplitParentIsReviewed(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{AutoClose: true,
+		ReviewerOf: func(a string) (string, int) {
+			if a == "alice" {
+				return "rita", 3
+			}
+			return "", 0
+		},
+		ReviewOnly: func(a string) bool { return a == "rita" }})
+	parent := add(t, b, NewTask{Title: "the feature", Assignee: "alice"})
+	after := add(t, b, NewTask{Title: "ship it", After: []int64{parent.ID}})
+	h := Holder{Agent: "alice", Session: "alice-1-a"}
+	if _, err := b.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := b.Split(ctx, parent.ID, h, []string{"part"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Claim(ctx, kids[0].ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, kids[0].ID, h, "done"); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id int64) (string, string) {
+		t.Helper()
+		tk, err := b.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk.StateName, tk.ReviewState
+	}
+	if st, rs := state(parent.ID); st != "WAITING_FOR_SUBTASKS" {
+		t.Fatalf("the parent is %s (review %q) while its subtask waits for review", st, rs)
+	}
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "PASS"); err != nil {
+		t.Fatal(err)
+	}
+	if st, rs := state(parent.ID); st != "DONE" || rs != "reviewing" {
+		t.Fatalf("the parent once its subtask passed: %s, review %q; want DONE and reviewing", st, rs)
+	}
+	if st, _ := state(after.ID); st == "OPEN" {
+		t.Error("the parent's dependent opened before the parent's review")
+	}
+	if _, err := b.Verdict(ctx, parent.ID, "rita", true, "PASS"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := state(parent.ID); st != "CLOSED" {
+		t.Errorf("the parent after its PASS: %s, want CLOSED", st)
+	}
+	if st, _ := state(after.ID); st != "OPEN" {
+		t.Errorf("the parent's dependent after its PASS: %s, want OPEN", st)
+	}
+}

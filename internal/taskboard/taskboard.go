@@ -427,16 +427,25 @@ func (b *Board) parentCheck(ctx context.Context, tx *sql.Tx, parent int64) error
 	if err != nil || p.State != task.WaitingForSubtasks {
 		return err
 	}
+	// A subtask DONE but still under review is not done: its reviewer may
+	// send it back.
 	var open int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE parent_id = ? AND state NOT IN ('DONE', 'CLOSED')`,
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE parent_id = ?
+		AND (state NOT IN ('DONE', 'CLOSED') OR state = 'DONE' AND review_state = 'reviewing')`,
 		parent).Scan(&open); err != nil {
 		return err
 	}
 	if open > 0 {
 		return nil
 	}
-	return b.apply(ctx, tx, &p, move{to: task.Done, reason: task.ReasonCompleted, actor: "swarmd",
-		why: "every subtask is done"})
+	// The parent's DONE goes to its reviewer like any (docs/task-lifecycle.md,
+	// "a fast or indirect DONE"): closed unreviewed, it opened its
+	// dependents on work no reviewer passed.
+	m := move{to: task.Done, reason: task.ReasonCompleted, actor: "swarmd", why: "every subtask is done"}
+	if err := b.reviewOnDone(&p, &m); err != nil {
+		return err
+	}
+	return b.apply(ctx, tx, &p, m)
 }
 
 // unblockDependents opens the tasks that waited only for dependencies, once
