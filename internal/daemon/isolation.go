@@ -83,6 +83,8 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 	if sb, err := sandbox.Probe(context.Background(), cfg.Sandbox.Bwrap); err != nil {
 		d.host.iso.missing = append(d.host.iso.missing, "sandbox: "+err.Error()+
 			": sessions see the whole file system, the state directory included, and are known by their environment")
+	} else if err := makeEmptyFile(cfg); err != nil {
+		return err
 	} else {
 		d.host.iso.sandbox = sb
 		d.host.sandboxes = newSessionSandboxes(d)

@@ -250,10 +250,29 @@ func baseSpec(cfg *config.Config, dir, bin string) sandbox.Spec {
 	if fi, err := os.Stat(cfg.Path); err == nil && fi.Mode().IsRegular() {
 		// The daemon's config reads as empty: its web.token unlocks the
 		// dashboard's actions (stop, mail and tasks as the operator), which
-		// a session reaches on the host's loopback.
-		spec.Binds = append(spec.Binds, sandbox.Bind{Src: os.DevNull, Dest: cfg.Path})
+		// a session reaches on the host's loopback. An empty file, not
+		// /dev/null: a sandbox's mounts are nodev, and opening a device
+		// there fails where reading an empty config says what it should.
+		spec.Binds = append(spec.Binds, sandbox.Bind{Src: emptyFile(cfg), Dest: cfg.Path})
 	}
 	return spec
+}
+
+// emptyFile is an empty file in the state directory, bound over what a
+// sandbox must not read (the daemon's config).
+func emptyFile(cfg *config.Config) string { return filepath.Join(cfg.StateDir, "empty") }
+
+// makeEmptyFile makes emptyFile, empty whatever was there.
+func makeEmptyFile(cfg *config.Config) error {
+	if err := os.WriteFile(emptyFile(cfg), nil, 0o444); err != nil {
+		if rerr := os.Remove(emptyFile(cfg)); rerr != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		if err := os.WriteFile(emptyFile(cfg), nil, 0o444); err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	return nil
 }
 
 // usableDir reports whether p is an existing absolute directory other
