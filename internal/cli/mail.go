@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -102,8 +103,17 @@ func mailSendRun(ctx context.Context, opts *mailSendOptions) error {
 	}
 	for _, s := range sent {
 		fmt.Fprintf(opts.IO.Out, "sent #%d to %s\n", s.ID, s.To)
+		calmed(opts.IO.Err, s)
 	}
 	return nil
+}
+
+// calmed says so when urgent mail was stored as normal mail.
+func calmed(w io.Writer, m mailbox.Message) {
+	if m.Calmed {
+		fmt.Fprintf(w, "swarmd: #%d is not urgent: %s had urgent mail from %s a short while ago (at most one every %v); it reads this at its next session\n",
+			m.ID, m.To, m.From, mailbox.DefaultUrgentEvery)
+	}
 }
 
 // mailInboxOptions are `swarmd mail inbox`'s.
@@ -272,6 +282,7 @@ func mailReplyRun(ctx context.Context, opts *mailReplyOptions) error {
 		return opts.printJSON(toJSON(msg))
 	}
 	fmt.Fprintf(opts.IO.Out, "sent #%d to %s (thread #%d)\n", msg.ID, msg.To, msg.ThreadID)
+	calmed(opts.IO.Err, msg)
 	return nil
 }
 

@@ -368,7 +368,8 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if cfg.SharedStore() {
 		agents = nil // the swarm's other daemons run agents this config does not name
 	}
-	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: agents}); err != nil {
+	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: agents,
+		UrgentEvery: mailbox.DefaultUrgentEvery}); err != nil {
 		return err
 	}
 	// `swarmd mail` in a session reads no config: the limits it enforces

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -17,7 +18,27 @@ const settingMaxBody = "mailbox.max_body"
 // start, and a `swarmd mail` inside a session, which reads no config, is
 // bound by it.
 func (mb *Mailbox) RecordLimits(ctx context.Context) error {
-	return mb.db.SetSetting(ctx, settingMaxBody, strconv.Itoa(mb.maxBody))
+	if err := mb.db.SetSetting(ctx, settingMaxBody, strconv.Itoa(mb.maxBody)); err != nil {
+		return err
+	}
+	return mb.db.SetSetting(ctx, settingUrgentEvery, mb.urgentEvery.String())
+}
+
+// settingUrgentEvery records Options.UrgentEvery for the session commands,
+// which read no config ("0s": no bound).
+const settingUrgentEvery = "mailbox.urgent_every"
+
+// recordedUrgentEvery is the bound RecordLimits wrote, or 0 when none was.
+func recordedUrgentEvery(ctx context.Context, db *store.DB) (time.Duration, error) {
+	v, ok, err := db.Setting(ctx, settingUrgentEvery)
+	if err != nil || !ok {
+		return 0, err
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("mailbox: read limits: %s = %q in %s is not a duration", settingUrgentEvery, v, db.Path())
+	}
+	return d, nil
 }
 
 // recordedMaxBody is the body limit RecordLimits wrote, or 0 when none was.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/store"
@@ -38,7 +39,18 @@ type Options struct {
 	// Agents are the known recipients. Nil disables the recipient check
 	// (and makes Broadcast impossible). Operator is always known.
 	Agents []string
+	// UrgentEvery is how often one agent's urgent mail may interrupt one
+	// recipient: more in that time is stored as normal mail (Message.Calmed),
+	// read at the recipient's next session. Urgent mail ends the
+	// recipient's running session, so an agent (a prompt-injected one)
+	// sending it in a loop would keep a peer from ever finishing one. The
+	// operator's urgent mail is not bounded. Zero means what the daemon
+	// recorded (RecordLimits), else no bound.
+	UrgentEvery time.Duration
 }
+
+// DefaultUrgentEvery is the daemon's UrgentEvery.
+const DefaultUrgentEvery = 10 * time.Minute
 
 // Mailbox is the mail in one swarm.db. It is safe for concurrent use.
 type Mailbox struct {
@@ -49,14 +61,15 @@ type Mailbox struct {
 	// running it.
 	insertStmt *sql.Stmt
 
-	maxBody   int
-	agents    map[string]bool // nil: any well-formed recipient
-	agentList []string        // sorted, for error messages and Broadcast
+	maxBody     int
+	urgentEvery time.Duration   // 0: no bound
+	agents      map[string]bool // nil: any well-formed recipient
+	agentList   []string        // sorted, for error messages and Broadcast
 }
 
 // New is the mailbox of db. Close it before db.
 func New(ctx context.Context, db *store.DB, opts Options) (*Mailbox, error) {
-	mb := &Mailbox{db: db, maxBody: opts.MaxBodyBytes}
+	mb := &Mailbox{db: db, maxBody: opts.MaxBodyBytes, urgentEvery: opts.UrgentEvery}
 	if opts.Agents != nil {
 		mb.agents = make(map[string]bool, len(opts.Agents))
 		for _, a := range opts.Agents {
@@ -80,6 +93,11 @@ func New(ctx context.Context, db *store.DB, opts Options) (*Mailbox, error) {
 	}
 	if mb.maxBody <= 0 {
 		mb.maxBody = DefaultMaxBodyBytes
+	}
+	if mb.urgentEvery <= 0 {
+		if mb.urgentEvery, err = recordedUrgentEvery(ctx, db); err != nil {
+			return nil, err
+		}
 	}
 	if mb.insertStmt, err = db.MailSQL().PrepareContext(ctx, insertSQL); err != nil {
 		return nil, mb.wrap("open", err)

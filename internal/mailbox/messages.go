@@ -27,6 +27,10 @@ type Message struct {
 	// CreatedAt and DeliveredAt are UTC, microsecond precision.
 	CreatedAt   time.Time
 	DeliveredAt *time.Time // nil: pending
+	// Calmed says that the message was asked for as urgent and stored as
+	// normal mail (Options.UrgentEvery); set on what Send, Reply and
+	// Broadcast return only.
+	Calmed bool
 	// ClaimedSession is the session whose prompt carried the message last.
 	ClaimedSession string
 	// ShownNote says why a session whose prompt carried the message did not
@@ -66,6 +70,13 @@ RETURNING id`
 // insert stores m with mb.insertStmt, in tx if not nil. m.ThreadID 0 starts
 // a new thread. It returns m with its ID and ThreadID set.
 func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error) {
+	if m.Urgent && m.From != Operator && mb.urgentEvery > 0 {
+		recent, err := mb.interruptedLately(ctx, tx, m)
+		if err != nil {
+			return Message{}, err
+		}
+		m.Urgent, m.Calmed = !recent, recent
+	}
 	var thread, replyTo sql.NullInt64
 	if m.ThreadID != 0 {
 		thread = sql.NullInt64{Int64: m.ThreadID, Valid: true}
@@ -93,6 +104,21 @@ func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, 
 		m.ThreadID = m.ID
 	}
 	return m, nil
+}
+
+// interruptedLately reports whether m's sender sent its recipient urgent
+// mail less than UrgentEvery before m.
+func (mb *Mailbox) interruptedLately(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
+	const q = `SELECT EXISTS (SELECT 1 FROM messages WHERE sender = ? AND recipient = ? AND urgency = 'urgent' AND created_at > ?)`
+	args := []any{m.From, m.To, m.CreatedAt.Add(-mb.urgentEvery).Format(store.TimeLayout)}
+	var recent bool
+	var err error
+	if tx != nil {
+		err = tx.QueryRowContext(ctx, q, args...).Scan(&recent)
+	} else {
+		err = mb.db.ReadSQL().QueryRowContext(ctx, q, args...).Scan(&recent)
+	}
+	return recent, err
 }
 
 // Send stores one message. It starts a new thread.
