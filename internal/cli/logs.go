@@ -13,6 +13,7 @@ import (
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/view"
 )
 
 // logsOptions are `swarmd logs`'s.
@@ -130,7 +131,7 @@ func onTerminal(w io.Writer) bool {
 }
 
 // terminalSafe passes what is written to w without what a terminal acts
-// on (terminalControl): C0 controls but newline and tab (ESC, BEL, the
+// on (view.TerminalControl): C0 controls but newline and tab (ESC, BEL, the
 // carriage return that overwrites a line), DEL, C1 controls and the
 // bidirectional overrides. A character split across writes is kept until
 // it is whole; bytes that are not UTF-8 pass as they are (a terminal shows
@@ -153,7 +154,7 @@ func (t *terminalSafe) Write(p []byte) (int, error) {
 		switch {
 		case r == utf8.RuneError && n == 1:
 			t.buf = append(t.buf, in[0])
-		case r == '\n' || r == '\t' || !terminalControl(r):
+		case r == '\n' || r == '\t' || !view.TerminalControl(r):
 			t.buf = append(t.buf, in[:n]...)
 		}
 		in = in[n:]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/view"
 )
 
 // The mail commands (`swarmd mail …`) are short-lived processes an agent
@@ -377,17 +378,9 @@ func printable(s string, multiline bool) string {
 				return r
 			}
 			return ' '
-		case terminalControl(r):
+		case view.TerminalControl(r):
 			return -1
 		}
 		return r
 	}, s)
-}
-
-// terminalControl reports whether a terminal acts on r rather than show
-// it: the C0 and C1 controls and DEL, and the bidirectional overrides,
-// which show text in another order than it reads.
-func terminalControl(r rune) bool {
-	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) ||
-		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }

@@ -6,6 +6,7 @@
 package tui
 
 import (
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -202,6 +203,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 
 // apply folds one update of the stream into the model.
 func (m *Model) apply(u view.Update) {
+	scrub(reflect.ValueOf(&u).Elem())
 	switch u.Kind {
 	case view.KindSnapshot:
 		m.snap, m.haveSnap, m.connected, m.connErr = *u.Snapshot, true, true, nil
@@ -336,4 +338,36 @@ func oneLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// scrub removes from every string in v what a terminal acts on rather than
+// shows (view.TerminalControl): task titles, reasons and mail subjects are
+// agents' text, and the renderer keeps a hyperlink (OSC 8) whose text
+// need not say where it points.
+func scrub(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		if v.CanSet() && strings.IndexFunc(v.String(), view.TerminalControl) >= 0 {
+			v.SetString(strings.Map(func(r rune) rune {
+				if view.TerminalControl(r) {
+					return -1
+				}
+				return r
+			}, v.String()))
+		}
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			scrub(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				scrub(v.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			scrub(v.Index(i))
+		}
+	}
 }

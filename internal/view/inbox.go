@@ -95,6 +95,15 @@ func Needs(st NeedState) []Need {
 }
 
 // oneLine is s on one line, cut to n runes.
+// TerminalControl reports whether a terminal acts on r rather than show
+// it: the C0 controls but newline and tab, DEL, the C1 controls, and the
+// bidirectional overrides, which show text in another order than it
+// reads. Agents' text is shown without them (the CLI, swarmd top).
+func TerminalControl(r rune) bool {
+	return r < 0x20 && r != '\n' && r != '\t' || r == 0x7f || (r >= 0x80 && r < 0xa0) ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if s == "" {
