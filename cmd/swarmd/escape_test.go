@@ -319,3 +319,29 @@ func TestTheReworkOfARejectedMergeIsReviewedAgain(t *testing.T) {
 		t.Errorf("%d review rounds, want 2 (the first commit, then the rework)", len(rounds))
 	}
 }
+
+// A new worktree's post-checkout hook (the repository's, run as git
+// worktree add would) runs in a sandbox: with a relative core.hooksPath
+// its scripts are files the merged work changes. It writes the worktree
+// and sees no swarm.db.
+func TestThePostCheckoutHookRunsInASandbox(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	state := filepath.Join(repo, ".swarm")
+	hook := fmt.Sprintf("#!/bin/sh\nif [ -e %q ]; then echo sees-db > %q; else echo hidden > %q; fi\necho made > made-by-hook\n",
+		filepath.Join(state, "swarm.db"), filepath.Join(report, "hook.tmp"), filepath.Join(report, "hook.tmp"))
+	hook += fmt.Sprintf("mv %q %q\n", filepath.Join(report, "hook.tmp"), filepath.Join(report, "hook"))
+	if err := os.WriteFile(filepath.Join(repo, ".git", "hooks", "post-checkout"), []byte(hook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := escapeConfig(t, repo, report, "", "", map[string]string{"idle": "cat >/dev/null; printf 'idle\\nDONE\\n'"}, "name: alice, role: r, backend: idle")
+	d := startDaemon(t, cfg)
+	out := waitFileLine(t, filepath.Join(report, "hook"), "hidden", 60*time.Second, d)
+	if strings.Contains(out, "sees-db") {
+		t.Errorf("the post-checkout hook saw swarm.db: it ran outside the sandbox")
+	}
+	if b, err := os.ReadFile(filepath.Join(state, "worktrees", "alice", "made-by-hook")); err != nil || string(b) != "made\n" {
+		t.Errorf("the hook did not write the new worktree: %q, %v", b, err)
+	}
+}

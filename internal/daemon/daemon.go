@@ -346,7 +346,8 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	} else if n > 0 {
 		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
 	}
-	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree")}); err != nil {
+	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree"),
+		HookSandbox: d.postCheckoutSandbox()}); err != nil {
 		return setupErrorf("repo %s: %w", cfg.Repo, err)
 	}
 	if d.db, err = store.Open(ctx, cfg.StoreTarget(), store.Options{}); err != nil {

@@ -194,6 +194,25 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 	}
 }
 
+// postCheckoutSandbox contains a new worktree's post-checkout hook
+// (worktree.Options.HookSandbox), nil while no sandbox is in force: the
+// hook is the repository's, and with a relative core.hooksPath its
+// scripts are files of the main checkout, which merged work changes. It
+// writes the new worktree and its agent's HOME, and sees what a session
+// sees, no socket included.
+func (d *Daemon) postCheckoutSandbox() func(agent, dir string, argv []string) []string {
+	sb := d.host.iso.sandbox
+	if sb == nil {
+		return nil
+	}
+	return func(agentName, dir string, argv []string) []string {
+		cfg, _ := d.current()
+		spec := baseSpec(cfg, dir, argv[0])
+		spec.Writable = append(append(spec.Writable, dir), stateHomes(cfg, agentName)...)
+		return sb.Command(spec, argv)
+	}
+}
+
 // gateHome is the merge gate's HOME, under the state directory (hidden
 // from every sandbox but the gate's, which writes it), made if need be.
 func gateHome(cfg *config.Config) (string, error) {

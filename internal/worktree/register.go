@@ -456,7 +456,8 @@ func unlockRegistration(adminDir string) error {
 // as "git worktree add" does after its checkout (same arguments, same
 // directory, git's environment), when there is one: most repositories
 // have none, and then no process is started. git ignores a hook that is
-// not executable; so does this.
+// not executable; so does this. It runs in Options.HookSandbox's sandbox
+// when there is one.
 func (m *Manager) postCheckout(ctx context.Context, wt Worktree) error {
 	fi, err := os.Stat(m.hook)
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
@@ -467,7 +468,11 @@ func (m *Manager) postCheckout(ctx context.Context, wt Worktree) error {
 		return err
 	}
 	defer done()
-	cmd := exec.CommandContext(ctx, m.hook, zeroOID, wt.Head, "1")
+	argv := []string{m.hook, zeroOID, wt.Head, "1"}
+	if m.hookWrap != nil {
+		argv = m.hookWrap(wt.Agent, wt.Path, argv)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = wt.Path
 	cmd.Env = m.git.env
 	cmd.WaitDelay = gitWaitDelay

@@ -41,6 +41,12 @@ type Options struct {
 	BaseRef  string      // what new agent branches start from; default "HEAD"
 	Log      *zap.Logger // default: no logging
 	Git      string      // git binary; default "git" from PATH
+	// HookSandbox, when set, wraps the command line of a new worktree's
+	// post-checkout hook (run in dir, the worktree of agent) in a
+	// sandbox: the hook is the repository's, and with a relative
+	// core.hooksPath (husky's) its scripts are files of the main
+	// checkout, which merged work changes.
+	HookSandbox func(agent, dir string, argv []string) []string
 }
 
 // Worktree is an agent's ready worktree.
@@ -56,9 +62,10 @@ type Worktree struct {
 type Manager struct {
 	git       *gitCLI
 	log       *zap.Logger
-	repo      string // top level of the working tree (real path)
-	commonDir string // the git directory shared by all worktrees (real path)
-	hook      string // where the post-checkout hook would be
+	repo      string                                          // top level of the working tree (real path)
+	commonDir string                                          // the git directory shared by all worktrees (real path)
+	hook      string                                          // where the post-checkout hook would be
+	hookWrap  func(agent, dir string, argv []string) []string // Options.HookSandbox
 	stateDir  string
 	wtDir     string // stateDir/worktrees
 	baseRef   string
@@ -116,6 +123,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		repo:      top,
 		commonDir: commonDir,
 		hook:      hook,
+		hookWrap:  opts.HookSandbox,
 		stateDir:  filepath.Clean(opts.StateDir),
 		wtDir:     filepath.Join(filepath.Clean(opts.StateDir), "worktrees"),
 		baseRef:   opts.BaseRef,
