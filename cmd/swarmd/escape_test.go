@@ -345,3 +345,44 @@ func TestThePostCheckoutHookRunsInASandbox(t *testing.T) {
 		t.Errorf("the hook did not write the new worktree: %q, %v", b, err)
 	}
 }
+
+// checkWorker commits, once, $REPORT/$SWARM_AGENT_ID.check as check.sh
+// (the gate runs it) for the task it is given.
+const checkWorker = `p=$(cat)
+if ! echo "$p" | grep -q 'Your task: #'; then printf 'idle\nDONE\n'; exit 0; fi
+if [ -e "$REPORT/$SWARM_AGENT_ID.done" ]; then printf 'waiting\n'; exit 0; fi
+touch "$REPORT/$SWARM_AGENT_ID.done"
+cp "$REPORT/$SWARM_AGENT_ID.check" check.sh; git add check.sh; git commit -q -m "$SWARM_AGENT_ID's check"
+printf 'done\nDONE\n'`
+
+// Every gate run has an empty HOME of its own: a gate run that poisons
+// its HOME (a ~/.gitconfig, a cache) does not change the next run's
+// result. Here alice's gate leaves a file in its HOME and fails; bob's
+// fails if it finds that file.
+func TestEachGateRunHasAHomeOfItsOwn(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	for name, check := range map[string]string{"alice": "touch \"$HOME/poison\"; exit 1\n", "bob": "[ ! -e \"$HOME/poison\" ]\n"} {
+		if err := os.WriteFile(filepath.Join(report, name+".check"), []byte(check), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := escapeConfig(t, repo, report, "", gated("sh check.sh"), map[string]string{"worker": checkWorker},
+		"name: alice, role: r, backend: worker", "name: bob, role: r, backend: worker")
+	d := startDaemon(t, cfg)
+	d.waitLine("bob idle", idleLine("bob"))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	poison, err := b.Add(context.Background(), taskboard.NewTask{Title: "poison", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.waitLine("alice's task rejected by the gate", func(m map[string]any) bool {
+		return strings.Contains(fmt.Sprint(m["msg"]), "reject") && fmt.Sprint(m["task"]) == fmt.Sprint(poison.ID)
+	})
+	clean, err := b.Add(context.Background(), taskboard.NewTask{Title: "clean", Assignee: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTaskLong(t, b, clean.ID, task.Closed, d, 60*time.Second)
+}

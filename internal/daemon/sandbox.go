@@ -185,7 +185,13 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 		spec := baseSpec(cfg, dir, argv[0])
 		spec.Writable = append(spec.Writable, dir)
 		if home, err := gateHome(cfg); err == nil {
-			spec.Writable = append(spec.Writable, home) // the gate's HOME (openMerge)
+			// The gate's HOME (openMerge) is an empty directory of this
+			// run's: one shared between runs (a cache, a ~/.gitconfig)
+			// let the code of one branch change another's result, the
+			// run ahead's the front's included.
+			if run, err := freshGateHome(cfg, dir); err == nil {
+				spec.Binds = append(spec.Binds, sandbox.Bind{Src: run, Dest: home, Writable: true})
+			}
 		}
 		if d.trees != nil {
 			spec.ReadOnly = append(spec.ReadOnly, d.trees.CommonDir())
@@ -213,14 +219,29 @@ func (d *Daemon) postCheckoutSandbox() func(agent, dir string, argv []string) []
 	}
 }
 
-// gateHome is the merge gate's HOME, under the state directory (hidden
-// from every sandbox but the gate's, which writes it), made if need be.
+// gateHome is the merge gate's HOME as its environment names it, under
+// the state directory (hidden from every sandbox), made if need be; each
+// run gets an empty one there (freshGateHome).
 func gateHome(cfg *config.Config) (string, error) {
 	home := filepath.Join(cfg.StateDir, "home", ".gate")
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return "", fmt.Errorf("the merge gate's HOME: %w", err)
 	}
 	return home, nil
+}
+
+// freshGateHome is an empty directory for the HOME of a gate run in the
+// queue's worktree dir: one per worktree (the front batch's and the run
+// ahead's run at once), emptied before each run.
+func freshGateHome(cfg *config.Config, dir string) (string, error) {
+	run := filepath.Join(cfg.StateDir, "home", ".gate-"+filepath.Base(dir))
+	if err := os.RemoveAll(run); err != nil {
+		return "", fmt.Errorf("the merge gate's HOME: %w", err)
+	}
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return "", fmt.Errorf("the merge gate's HOME: %w", err)
+	}
+	return run, nil
 }
 
 // hookSandbox contains an agent's hooks like its sessions (hooks.Config

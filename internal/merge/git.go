@@ -431,7 +431,7 @@ func (r *repo) fastForward(ctx context.Context, dir, commit, msg string) error {
 }
 
 // ensureWorktree makes path a detached worktree at commit with no local
-// changes and no untracked files (ignored files, build caches, are kept). A
+// changes and no untracked or ignored files. A
 // worktree that cannot be reset (a crash left its index locked) is made
 // anew.
 func (r *repo) ensureWorktree(ctx context.Context, path, commit string) error {
@@ -462,7 +462,9 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 	if _, err := r.runIn(ctx, path, admin, nil, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
 		return err
 	}
-	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdq")
+	// Ignored files too (-x): a build cache one branch's gate left there
+	// changed the next branch's result (a stale target its test used).
+	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdxq")
 	return err
 }
 
