@@ -62,3 +62,25 @@ func TestAGateLeavesNothingForTheNext(t *testing.T) {
 		t.Errorf("main's src.txt is %q (%v), want good", out, err)
 	}
 }
+
+// A task is rejected only by a gate run of its own. A gate red once (a
+// flaky test) made the bisection reject the batch's last task on the red
+// batch's verdict, with no run of its own: the task whose candidate had
+// the red batch's tree. Now every task merges.
+func TestBisectionRejectsNoTaskItDidNotRunAlone(t *testing.T) {
+	e := newEnv(t)
+	flag := filepath.Join(t.TempDir(), "ran")
+	opts := e.options(`if [ ! -e ` + flag + ` ]; then : > ` + flag + `; echo flake; exit 1; fi`)
+	opts.Batch = 4
+	q := e.open(opts)
+	e.queueTasks(q, 4)
+	drain(t, q)
+	for _, c := range e.cb.all() {
+		if !c.merged {
+			t.Errorf("task %d rejected (%s) after a flaky red run it was never tested alone for", c.task, c.kind)
+		}
+	}
+	if n := len(e.cb.all()); n != 4 {
+		t.Errorf("%d results, want 4", n)
+	}
+}

@@ -180,20 +180,16 @@ func (q *Queue) integrate(ctx context.Context, es, resumed []*Entry, waiting str
 		return res.outcome(), nil
 	}
 	// A batch whose candidate has the tree of one that failed already (the
-	// half left after a green first half) fails as it did: it is split
-	// without a gate run, down to the one entry that failed.
+	// half left after a green first half) is split without a gate run,
+	// down to one entry, which is then tested alone.
 	for len(line) > 1 && q.batch.isRed(line[len(line)-1].tree) {
 		line = line[:len(line)/2]
 	}
-	if red, ok := q.batch.red[line[0].tree]; ok && len(line) == 1 {
-		l := line[0]
-		if err := q.store.beginBatch(ctx, []*Entry{l.e}, []string{l.commit}, target, red.seq); err != nil {
-			return OutcomeIdle, err
-		}
-		res.rejected(l.e, red.kind, red.tail)
-		q.batch.found(l.e)
-		return res.outcome(), q.finish(ctx, &res)
-	}
+	// A lone entry is rejected only by a gate run of its own, even when
+	// its candidate has the red batch's tree: a gate's result can depend
+	// on more than the tree (a flaky test, a test that fails only beside
+	// another task: SWARM_MERGE_TASKS), and the red batch's verdict would
+	// then blame an entry no gate ever failed.
 	out, ok, err := q.test(ctx, line, target)
 	if !ok {
 		res.or(out)
