@@ -522,6 +522,8 @@ type sessionOutput struct {
 // it, so that what the session prints is never taken for swarmd's.
 const logFraming = "=== swarmd "
 
+var logFramingBytes = []byte(logFraming) // for comparisons on the output's path, with no copy
+
 // logOut writes p, output of the session's, to its log, framing escaped.
 func (o *sessionOutput) logOut(p []byte) {
 	data := p
@@ -534,11 +536,11 @@ func (o *sessionOutput) logOut(p []byte) {
 	for len(data) > 0 {
 		if atStart {
 			switch {
-			case len(data) < len(logFraming) && strings.HasPrefix(logFraming, string(data)):
+			case len(data) < len(logFraming) && bytes.HasPrefix(logFramingBytes, data):
 				o.held = append(o.held[:0], data...) // the framing, maybe, cut short
 				data = nil
 				continue
-			case strings.HasPrefix(string(data[:min(len(data), len(logFraming))]), logFraming):
+			case bytes.HasPrefix(data, logFramingBytes):
 				buf = append(buf, ' ')
 			}
 		}

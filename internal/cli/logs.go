@@ -143,7 +143,10 @@ type terminalSafe struct {
 }
 
 func (t *terminalSafe) Write(p []byte) (int, error) {
-	in := append(t.carry, p...)
+	in := p
+	if len(t.carry) > 0 {
+		in = append(t.carry, p...)
+	}
 	t.carry, t.buf = nil, t.buf[:0]
 	for len(in) > 0 {
 		if !utf8.FullRune(in) {

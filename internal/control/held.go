@@ -40,7 +40,6 @@ const (
 // Held is a socket Attach made for the holders its holder func names.
 type Held struct {
 	s      *Server
-	ln     *net.UnixListener
 	srv    *http.Server
 	done   chan struct{} // closed by Close
 	served chan struct{} // closed once Serve has returned
@@ -128,7 +127,9 @@ func (s *Server) Attach(path string, holder func(peerPID int) (string, bool)) (*
 		ln.Close()
 		return nil, fmt.Errorf("control: attach %s: chmod socket: %w", path, err)
 	}
-	h := &Held{s: s, ln: ln, done: make(chan struct{}), conns: map[*heldConn]struct{}{}}
+	// served is made before the Held is known to s: s.Close may close it
+	// at once.
+	h := &Held{s: s, done: make(chan struct{}), served: make(chan struct{}), conns: map[*heldConn]struct{}{}}
 	h.srv = &http.Server{
 		Handler:           routesHeld(s.api),
 		ConnContext:       connContext,
@@ -145,13 +146,11 @@ func (s *Server) Attach(path string, holder func(peerPID int) (string, bool)) (*
 	}
 	s.held[h] = struct{}{}
 	s.mu.Unlock()
-	served := make(chan struct{})
 	go func() {
-		defer close(served)
+		defer close(h.served)
 		// Serve returns when the held server is closed.
 		_ = h.srv.Serve(heldListener{UnixListener: ln, h: h, holder: holder, places: make(chan struct{}, maxHeldConns)})
 	}()
-	h.served = served
 	return h, nil
 }
 

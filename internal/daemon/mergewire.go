@@ -33,9 +33,9 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
 	}
 	if opts.Sandbox != nil {
-		// A HOME of the gate's own (caches kept from run to run), never
-		// the daemon's: code from the branch under test would write the
-		// daemon's ~/.gitconfig, ~/.ssh, shell files.
+		// A HOME of the gate's own, empty for each run (gateSandbox),
+		// never the daemon's: code from the branch under test would write
+		// the daemon's ~/.gitconfig, ~/.ssh, shell files.
 		home, err := gateHome(cfg)
 		if err != nil {
 			return err

@@ -80,14 +80,15 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 	for _, kv := range agentVars(ag, strings.Join(agents, ",")) {
 		env[kv[0]] = kv[1]
 	}
-	done := req.Args[0] == "task" && slices.Contains(req.Args, "done") && d.host.sandboxes != nil
+	taskDone := req.Args[0] == "task" && slices.Contains(req.Args, "done")
+	done := taskDone && d.host.sandboxes != nil
 	if done {
 		// The commit the report freezes must be in the repository before
 		// the review or the merge queue reads it: its objects are in the
 		// agent's quarantine while its session runs.
 		d.moveObjects(name)
 	}
-	if req.Args[0] == "task" && slices.Contains(req.Args, "done") {
+	if taskDone {
 		// The commit it freezes, read by the worktree's registration, not
 		// by the .git link and HEAD its session writes (git rev-parse
 		// there followed them to whatever the session made).

@@ -495,7 +495,7 @@ func (r *repo) adminOf(path string) (string, bool) {
 // with no hooks and no fsmonitor: a git directory of the gate's making
 // would have its config run a program as the daemon.
 func (r *repo) runIn(ctx context.Context, path, admin string, env []string, args ...string) (string, error) {
-	return r.run(ctx, path, env, append([]string{"--git-dir=" + admin, "--work-tree=" + path, "-c", "core.fsmonitor=false"}, args...)...)
+	return r.run(ctx, path, env, append(worktree.InWorktree(path, admin), args...)...)
 }
 
 func (r *repo) addWorktree(ctx context.Context, path, commit string) error {

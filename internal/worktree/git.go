@@ -173,11 +173,13 @@ func (m *Manager) gitIn(ctx context.Context, path, adminDir string, args ...stri
 	if adminDir == "" {
 		return "", fmt.Errorf("git %s in %s: the worktree's registered git directory is not known", strings.Join(args, " "), path)
 	}
-	return m.git.run(ctx, path, append(inWorktree(path, adminDir), args...)...)
+	return m.git.run(ctx, path, append(InWorktree(path, adminDir), args...)...)
 }
 
-// inWorktree are git's options for gitIn.
-func inWorktree(path, adminDir string) []string {
+// InWorktree are git's options for a command in the worktree at path
+// whose registered git directory is adminDir (gitIn, and the merge
+// queue's own worktrees).
+func InWorktree(path, adminDir string) []string {
 	return []string{"--git-dir=" + adminDir, "--work-tree=" + path, "-c", "core.fsmonitor=false"}
 }
 
