@@ -71,7 +71,7 @@ func TestLeftoverLoggedOnce(t *testing.T) {
 	})
 	for range 3 {
 		s.mu.Lock()
-		s.scanLocked(nil, nil, true)
+		s.scanLocked(nil, true)
 		s.mu.Unlock()
 	}
 	mu.Lock()

@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"time"
 
@@ -27,14 +28,14 @@ func (s *Supervisor) reaper() {
 			return
 		case <-s.sigch:
 			s.mu.Lock()
-			s.scanLocked(nil, nil, false)
+			s.scanLocked(nil, false)
 			s.mu.Unlock()
 		case <-tick.C:
 			tick.Reset(service.UntilAligned(every))
 			// Every thread's children, in case a kernel reparents orphans
 			// to another thread than the main one.
 			s.mu.Lock()
-			s.scanLocked(nil, nil, true)
+			s.scanLocked(nil, true)
 			if !s.orphansSeen {
 				s.watchLocked(false)
 			}
@@ -99,16 +100,72 @@ func (k *killState) execPending(pid int, start uint64) bool {
 	return time.Since(e.since) < execGrace
 }
 
+// walkReq is one tree end's request for a walk of our children (walkFor).
+type walkReq struct {
+	t    *Tree
+	k    *killState
+	slow bool      // walk every thread's children
+	done bool      // a walk served it; guarded by s.mu
+	res  walkAgain // what that walk found; guarded by s.mu
+}
+
+// walkFor walks our children for the end of t, and says why to walk again.
+// Trees that end together (a daemon's stop ends hundreds) share walks:
+// whoever gets s.mu walks for every request made before it did, and the
+// requests it served take their answer without walking. With a walk each,
+// the ends of 200 trees waited for s.mu for most of a daemon's stop.
+func (s *Supervisor) walkFor(t *Tree, k *killState, slow bool) walkAgain {
+	r := &walkReq{t: t, k: k, slow: slow}
+	s.pendMu.Lock()
+	s.pending = append(s.pending, r)
+	s.pendMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !r.done {
+		s.pendMu.Lock()
+		reqs := s.pending
+		s.pending = nil
+		s.pendMu.Unlock()
+		all := false
+		for _, q := range reqs {
+			all = all || q.slow
+		}
+		s.scanLocked(reqs, all)
+		s.walks.Add(1)
+	}
+	return r.res
+}
+
 // scanLocked walks our direct children once. It reaps zombies that are not
-// leaders and not in our process group, kills children that belong to t
-// (nil: none) and kills leftovers of our trees that have ended. For t it
-// returns how many reasons there are to walk again: live processes of t, and
-// processes that died during the walk (their children became ours). s.mu must
-// be held.
-func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live int) {
+// leaders and not in our process group, kills children that belong to the
+// trees of reqs (none for the reaper's walks) and kills leftovers of our
+// trees that have ended. It answers each request (walkReq.res): live
+// processes of its tree (wait for them to die), and processes that died
+// during the walk (their children became ours: walk again at once). s.mu
+// must be held.
+func (s *Supervisor) scanLocked(reqs []*walkReq, allThreads bool) {
 	ownPgid, ownSid := unix.Getpgrp(), 0
 	if sid, err := unix.Getsid(0); err == nil {
 		ownSid = sid
+	}
+	// Whose is a process: by its group (a tree's leader's pid, while it
+	// can be trusted), by a session a killed process of the tree was in,
+	// by its marker.
+	var byGroup map[int]*walkReq
+	var byID map[string]*walkReq
+	var bySession []*walkReq
+	if len(reqs) > 0 {
+		byGroup, byID = make(map[int]*walkReq, len(reqs)), make(map[string]*walkReq, len(reqs))
+		for _, r := range reqs {
+			r.res = walkAgain{}
+			if !r.k.noGroup {
+				byGroup[r.t.pid] = r
+			}
+			byID[r.t.id] = r
+			if len(r.k.sessions) > 0 {
+				bySession = append(bySession, r)
+			}
+		}
 	}
 	var err error
 	s.pids, s.buf, err = listChildren(s.pids[:0], s.buf, s.pid, allThreads)
@@ -136,18 +193,18 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 		orphans = true
 		if st.dead() {
 			s.reapLocked(pid)
-			if t != nil {
-				// Its children were reparented to us as it died, possibly
-				// after the list was read: walk again.
-				live++
+			// Its children were reparented to us as it died, possibly after
+			// the list was read: walk again. Whose it was is gone with it.
+			for _, r := range reqs {
+				r.res.now++
 			}
 			continue
 		}
-		if t != nil && ((st.pgid == t.pid && !k.noGroup) || k.sessions[st.sid]) {
+		if r := ownerOf(st, byGroup, bySession); r != nil {
 			// In the tree's group, or in a session that one of its processes
 			// created (even if it dropped the marker).
-			s.killLocked(pid, st, ownSid, k)
-			live++
+			s.killLocked(pid, st, ownSid, r.k)
+			r.res.dying++
 			continue
 		}
 		var val []byte
@@ -155,8 +212,12 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 		var size int
 		val, ok, size, s.buf = readEnvVar(pid, MarkerEnv, s.buf)
 		if !ok {
-			if t != nil && size == 0 && k.execPending(pid, st.start) {
-				live++ // probably mid-execve: look again
+			if size == 0 {
+				for _, r := range reqs {
+					if r.k.execPending(pid, st.start) {
+						r.res.dying++ // probably mid-execve: look again in a while
+					}
+				}
 			}
 			continue // not from a tree (say, a daemonised `git gc --auto`): reaped once it exits
 		}
@@ -164,37 +225,66 @@ func (s *Supervisor) scanLocked(t *Tree, k *killState, allThreads bool) (live in
 		if !ok || string(owner) != s.owner || string(inst) != s.instance {
 			continue
 		}
-		if t != nil && string(id) == t.id {
-			s.killLocked(pid, st, ownSid, k)
-			live++
+		if r := byID[string(id)]; r != nil {
+			s.killLocked(pid, st, ownSid, r.k)
+			r.res.dying++
 			continue
 		}
 		if other := s.trees[string(id)]; other == nil || other.exited.Load() {
 			s.killLeftoverLocked(pid, st.start, string(id))
 		}
 	}
-	if k == nil {
-		return live
+	for _, r := range reqs {
+		s.checkKilledLocked(r)
+		r.done = true
 	}
-	for pid, start := range k.killed {
+}
+
+// ownerOf is the request whose tree a live child belongs to by its process
+// group or session, nil if none.
+func ownerOf(st procStat, byGroup map[int]*walkReq, bySession []*walkReq) *walkReq {
+	if r := byGroup[st.pgid]; r != nil {
+		return r
+	}
+	for _, r := range bySession {
+		if r.k.sessions[st.sid] {
+			return r
+		}
+	}
+	return nil
+}
+
+// checkKilledLocked looks at the processes r's tree has killed: those dead
+// are reaped and forgotten, and make r walk again at once; those alive make
+// it wait.
+func (s *Supervisor) checkKilledLocked(r *walkReq) {
+	var err error
+	for pid, start := range r.k.killed {
 		var st procStat
 		st, s.buf, err = readStat(pid, s.buf)
 		switch {
 		case err != nil || st.start != start:
 			// Reaped (by the reaper) after the walk above, so its children
 			// may not have been in it: walk again.
-			delete(k.killed, pid)
-			live++
+			delete(r.k.killed, pid)
+			r.res.now++
 		case st.dead():
 			s.reapLocked(pid) // likewise
-			delete(k.killed, pid)
-			live++
+			delete(r.k.killed, pid)
+			r.res.now++
 		default:
-			live++
+			r.res.dying++
 		}
 	}
-	return live
 }
+
+// walkAgain is why a tree's end walks our children again.
+type walkAgain struct {
+	dying int // processes of the tree killed and not dead yet, or mid-execve
+	now   int // processes of the tree that died during the walk: their children became ours
+}
+
+func (w walkAgain) total() int { return w.dying + w.now }
 
 // killLeftoverLocked kills a process of an ended tree. It is logged once:
 // every scan until the process is dead and reaped sees it again.
@@ -364,7 +454,47 @@ func newBackoff() *backoff { return &backoff{d: 50 * time.Microsecond} }
 
 func (b *backoff) wait() {
 	time.Sleep(b.d)
-	b.d = min(b.d*2, 10*time.Millisecond)
+	b.next()
+}
+
+func (b *backoff) next() { b.d = min(b.d*2, 10*time.Millisecond) }
+
+// waitExit waits for one of the killed processes (pid -> start time) to
+// exit, or for the backoff's time. A sleep alone is not enough here: the
+// daemon's timer slack (limits.daemon_timer_slack) lets the kernel wake a
+// 50 µs sleep 5 ms late, and with two hundred trees ending at once (a
+// daemon's stop) those late walks were a third of the stop. The exit is
+// seen on a pidfd through the runtime's poller, which no slack delays. A pid
+// reused between the walk and the open only makes the wait its full time.
+func (b *backoff) waitExit(killed map[int]uint64) {
+	defer b.next()
+	for pid := range killed {
+		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+		if errors.Is(err, unix.ESRCH) {
+			return // gone already: walk again now
+		}
+		if err != nil {
+			break // no pidfds here (before Linux 5.3): sleep
+		}
+		f := os.NewFile(uintptr(fd), "pidfd")
+		defer f.Close()
+		if f.SetReadDeadline(time.Now().Add(b.d)) != nil {
+			break // not pollable
+		}
+		rc, err := f.SyscallConn()
+		if err != nil {
+			break
+		}
+		// Readable once the process has exited; the read callback is
+		// called again while it is not.
+		_ = rc.Read(func(fd uintptr) bool {
+			var pfd = []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(pfd, 0)
+			return err != nil || n > 0
+		})
+		return
+	}
+	time.Sleep(b.d)
 }
 
 // KillInstance kills every process marked by the supervisor of owner and

@@ -111,6 +111,10 @@ type Supervisor struct {
 	// one in /proc, or a test's own few.
 	listAll func() ([]int, error)
 
+	// pending are the trees' ends waiting for a walk (walkFor).
+	pendMu  sync.Mutex
+	pending []*walkReq
+
 	// walks counts the scans of our children that trees' ends made.
 	walks atomic.Int64
 	// graces counts the execGrace waits of full scans: each one saw a
@@ -242,7 +246,7 @@ func (s *Supervisor) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		s.mu.Lock()
-		s.scanLocked(nil, nil, true) // last reap, and last kill of leftovers of our trees
+		s.scanLocked(nil, true) // last reap, and last kill of leftovers of our trees
 		s.mu.Unlock()
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 		s.devnull.Close()

@@ -89,7 +89,7 @@ func TestSignalEndsSetsidDescendants(t *testing.T) {
 	}
 }
 
-// Trees that end together share their scans (scanTree's queue): each
+// Trees that end together share their walks (walkFor): each
 // still ends with all of its setsid descendants, and none waits forever.
 func TestTreesEndingTogetherEndWhole(t *testing.T) {
 	s := newSupervisor(t)
@@ -277,7 +277,7 @@ func TestReaperLeavesExecChildrenAlone(t *testing.T) {
 		})
 	}
 	s.mu.Lock()
-	s.scanLocked(nil, nil, true)
+	s.scanLocked(nil, true)
 	s.mu.Unlock()
 	for _, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {

@@ -298,7 +298,7 @@ func (s *Supervisor) killTree(t *Tree) {
 			// The tree's processes that were reparented to us are
 			// zombies now, and no SIGCHLD brings the reaper: reap them
 			// (and watch again if there were any).
-			s.scanLocked(nil, nil, false)
+			s.scanLocked(nil, false)
 		}
 		s.mu.Unlock()
 		return
@@ -310,17 +310,22 @@ func (s *Supervisor) killTree(t *Tree) {
 	deadline := time.Now().Add(killTimeout)
 	slow := false
 	b := newBackoff()
+	quick := 0
 	for {
-		s.mu.Lock()
-		live := s.scanLocked(t, k, slow)
-		s.mu.Unlock()
-		s.walks.Add(1)
-		if live == 0 {
+		live := s.walkFor(t, k, slow)
+		if live.total() == 0 {
 			return
 		}
+		if live.dying == 0 && quick < maxQuickWalks {
+			// Only processes that died during the walk: their children are
+			// ours now, nothing to wait for.
+			quick++
+			continue
+		}
+		quick = 0
 		if time.Now().After(deadline) {
 			if slow {
-				s.log.Error("tree processes survive SIGKILL", zap.String("tree", t.id), zap.Int("count", live))
+				s.log.Error("tree processes survive SIGKILL", zap.String("tree", t.id), zap.Int("count", live.total()))
 				return
 			}
 			// Not found among our children after a while: look everywhere.
@@ -332,9 +337,14 @@ func (s *Supervisor) killTree(t *Tree) {
 			s.log.Warn("tree processes outlived their walk, killed by a full scan", zap.String("tree", t.id),
 				zap.Int("killed", n), zap.Error(err))
 		}
-		b.wait()
+		b.waitExit(k.killed)
 	}
 }
+
+// maxQuickWalks bounds the walks in a row that a tree's end makes without
+// waiting: each follows processes of the tree that died during the walk
+// before, which a tree has few of.
+const maxQuickWalks = 4
 
 // waitEmpty waits for the killed tree's cgroup to hold no live process,
 // and reports false if the cgroup cannot say (the walk then does the work).
