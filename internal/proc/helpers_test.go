@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(mainThreadExitsEnv) != "" {
+		mainThreadExits()
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// mainThreadExitsEnv makes the test binary a process that leaves its
+// session and then ends its main thread alone while other threads run on:
+// /proc says zombie (with num_threads over 1) and its environ cannot be read
+// there, yet it lives. It prints its pid first.
+const mainThreadExitsEnv = "PROC_TEST_MAIN_THREAD_EXITS"
+
+func init() {
+	if os.Getenv(mainThreadExitsEnv) != "" {
+		runtime.LockOSThread() // main runs on the main thread, which then exits
+	}
+}
+
+func mainThreadExits() {
+	_, _ = unix.Setsid()
+	os.Stdout.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	go func() { select {} }()
+	_, _, _ = unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
+}
 
 const waitLimit = 10 * time.Second // generous: -race on two shared cores
 

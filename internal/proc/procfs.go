@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"syscall"
 
 	"github.com/swarmd/swarmd/internal/sysfile"
 )
@@ -27,7 +28,10 @@ type procStat struct {
 // pfKthread is the kernel's PF_KTHREAD, a bit of /proc/PID/stat's flags.
 const pfKthread = 0x00200000
 
-func (st procStat) dead() bool { return st.state == 'Z' || st.state == 'X' }
+// dead: a zombie, or a process dying. A process whose main thread exited
+// while its other threads run on reads as a zombie too, but it lives (and
+// is not reapable) until they end: num_threads still counts them.
+func (st procStat) dead() bool { return (st.state == 'Z' || st.state == 'X') && st.threads <= 1 }
 
 // readStat parses /proc/PID/stat. The command name is in parentheses and may
 // itself contain spaces and parentheses, so fields are counted after the last ')'.
@@ -99,6 +103,10 @@ func parseStat(b []byte) (procStat, error) {
 // size -1. The returned slice aliases buf.
 func readEnvVar(pid int, key string, buf []byte) (val []byte, ok bool, size int, out []byte) {
 	buf, err := sysfile.Read("/proc/"+strconv.Itoa(pid)+"/environ", buf)
+	if errors.Is(err, syscall.ESRCH) {
+		// The main thread is gone; other threads may run on, and have it.
+		buf, err = readThreadsEnv(pid, buf)
+	}
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, false, -1, buf
 	}
@@ -107,6 +115,35 @@ func readEnvVar(pid int, key string, buf []byte) (val []byte, ok bool, size int,
 	}
 	val, ok = envLookup(buf, key)
 	return val, ok, len(buf), buf
+}
+
+// readThreadsEnv reads the environment of pid through its first live
+// thread other than the main one.
+func readThreadsEnv(pid int, buf []byte) ([]byte, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	d, err := os.Open(dir)
+	if err != nil {
+		return buf[:0], err
+	}
+	tids, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return buf[:0], err
+	}
+	err = syscall.ESRCH
+	for _, tid := range tids {
+		if tid == strconv.Itoa(pid) {
+			continue
+		}
+		var rerr error
+		if buf, rerr = sysfile.Read(dir+tid+"/environ", buf); rerr == nil {
+			return buf, nil
+		}
+		if errors.Is(rerr, fs.ErrPermission) {
+			err = rerr
+		}
+	}
+	return buf[:0], err
 }
 
 // envLookup finds the first KEY= entry in a NUL-separated environment block,

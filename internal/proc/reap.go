@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -153,20 +154,35 @@ func (s *Supervisor) scanLocked(reqs []*walkReq, allThreads bool) {
 	// by its marker.
 	var byGroup map[int]*walkReq
 	var byID map[string]*walkReq
-	var bySession []*walkReq
+	var bySession map[int][]*walkReq // kept up to date as this walk kills
 	if len(reqs) > 0 {
 		byGroup, byID = make(map[int]*walkReq, len(reqs)), make(map[string]*walkReq, len(reqs))
+		bySession = make(map[int][]*walkReq)
 		for _, r := range reqs {
 			r.res = walkAgain{}
 			if !r.k.noGroup {
 				byGroup[r.t.pid] = r
 			}
 			byID[r.t.id] = r
-			if len(r.k.sessions) > 0 {
-				bySession = append(bySession, r)
+			for sid := range r.k.sessions {
+				bySession[sid] = append(bySession[sid], r)
 			}
 		}
 	}
+	// kill kills a child of the trees of owners: each of them waits for it
+	// and learns its session, as a walk for that tree alone would have.
+	kill := func(pid int, st procStat, owners []*walkReq) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		for _, r := range owners {
+			r.k.killed[pid] = st.start
+			if st.sid != ownSid && !r.k.sessions[st.sid] {
+				r.k.sessions[st.sid] = true
+				bySession[st.sid] = append(bySession[st.sid], r)
+			}
+			r.res.dying++
+		}
+	}
+	var owners []*walkReq
 	var err error
 	s.pids, s.buf, err = listChildren(s.pids[:0], s.buf, s.pid, allThreads)
 	if err != nil {
@@ -191,8 +207,7 @@ func (s *Supervisor) scanLocked(reqs []*walkReq, allThreads bool) {
 			continue // gone, or an os/exec child: not ours to wait for
 		}
 		orphans = true
-		if st.dead() {
-			s.reapLocked(pid)
+		if st.dead() && s.reapLocked(pid) {
 			// Its children were reparented to us as it died, possibly after
 			// the list was read: walk again. Whose it was is gone with it.
 			for _, r := range reqs {
@@ -200,17 +215,41 @@ func (s *Supervisor) scanLocked(reqs []*walkReq, allThreads bool) {
 			}
 			continue
 		}
-		if r := ownerOf(st, byGroup, bySession); r != nil {
-			// In the tree's group, or in a session that one of its processes
-			// created (even if it dropped the marker).
-			s.killLocked(pid, st, ownSid, r.k)
-			r.res.dying++
+		// Alive, or a zombie main thread whose process lives on in its
+		// other threads (its marker is unreadable then; its group and
+		// session are not): whose it is decides below.
+		// In a tree's group, or in a session that one of its processes
+		// created (even if it dropped the marker).
+		owners = owners[:0]
+		if r := byGroup[st.pgid]; r != nil {
+			owners = append(owners, r)
+		}
+		for _, r := range bySession[st.sid] {
+			if !slices.Contains(owners, r) {
+				owners = append(owners, r)
+			}
+		}
+		if len(owners) > 0 && len(reqs) == 1 {
+			kill(pid, st, owners)
 			continue
 		}
 		var val []byte
 		var ok bool
 		var size int
 		val, ok, size, s.buf = readEnvVar(pid, MarkerEnv, s.buf)
+		if len(owners) > 0 {
+			// Its marker may name another tree of this walk, which waits
+			// for it too.
+			if ok {
+				if owner, inst, id, mok := parseMarker(val); mok && string(owner) == s.owner && string(inst) == s.instance {
+					if r := byID[string(id)]; r != nil && !slices.Contains(owners, r) {
+						owners = append(owners, r)
+					}
+				}
+			}
+			kill(pid, st, owners)
+			continue
+		}
 		if !ok {
 			if size == 0 {
 				for _, r := range reqs {
@@ -226,11 +265,20 @@ func (s *Supervisor) scanLocked(reqs []*walkReq, allThreads bool) {
 			continue
 		}
 		if r := byID[string(id)]; r != nil {
-			s.killLocked(pid, st, ownSid, r.k)
-			r.res.dying++
+			kill(pid, st, append(owners[:0], r))
 			continue
 		}
 		if other := s.trees[string(id)]; other == nil || other.exited.Load() {
+			if other != nil && other.kill != nil {
+				// Its tree is still ending: its end waits for this process
+				// too, and learns its session, as its own walk would have.
+				_ = unix.Kill(pid, unix.SIGKILL)
+				other.kill.killed[pid] = st.start
+				if st.sid != ownSid {
+					other.kill.sessions[st.sid] = true
+				}
+				continue
+			}
 			s.killLeftoverLocked(pid, st.start, string(id))
 		}
 	}
@@ -238,20 +286,6 @@ func (s *Supervisor) scanLocked(reqs []*walkReq, allThreads bool) {
 		s.checkKilledLocked(r)
 		r.done = true
 	}
-}
-
-// ownerOf is the request whose tree a live child belongs to by its process
-// group or session, nil if none.
-func ownerOf(st procStat, byGroup map[int]*walkReq, bySession []*walkReq) *walkReq {
-	if r := byGroup[st.pgid]; r != nil {
-		return r
-	}
-	for _, r := range bySession {
-		if r.k.sessions[st.sid] {
-			return r
-		}
-	}
-	return nil
 }
 
 // checkKilledLocked looks at the processes r's tree has killed: those dead
@@ -268,12 +302,14 @@ func (s *Supervisor) checkKilledLocked(r *walkReq) {
 			// may not have been in it: walk again.
 			delete(r.k.killed, pid)
 			r.res.now++
-		case st.dead():
-			s.reapLocked(pid) // likewise
+		case st.dead() && s.reapLocked(pid): // likewise
 			delete(r.k.killed, pid)
 			r.res.now++
 		default:
 			r.res.dying++
+			if r.res.wait == 0 {
+				r.res.wait = pid
+			}
 		}
 	}
 }
@@ -282,6 +318,7 @@ func (s *Supervisor) checkKilledLocked(r *walkReq) {
 type walkAgain struct {
 	dying int // processes of the tree killed and not dead yet, or mid-execve
 	now   int // processes of the tree that died during the walk: their children became ours
+	wait  int // a killed process not dead yet (0: none), to wait for
 }
 
 func (w walkAgain) total() int { return w.dying + w.now }
@@ -296,24 +333,23 @@ func (s *Supervisor) killLeftoverLocked(pid int, start uint64, tree string) {
 	_ = s.kill(pid, unix.SIGKILL)
 }
 
-func (s *Supervisor) killLocked(pid int, st procStat, ownSid int, k *killState) {
-	_ = unix.Kill(pid, unix.SIGKILL)
-	k.killed[pid] = st.start
-	if st.sid != ownSid {
-		k.sessions[st.sid] = true
-	}
-}
-
 // reapLocked reaps a zombie child that is not a leader and not in our
-// process group. s.mu must be held (see Supervisor.mu).
-func (s *Supervisor) reapLocked(pid int) {
-	delete(s.leftovers, pid)
+// process group, and reports whether it is gone. It is not when its main
+// thread exited while other threads run: /proc says zombie, but the process
+// lives until they end, and is not reapable before. s.mu must be held (see
+// Supervisor.mu).
+func (s *Supervisor) reapLocked(pid int) bool {
 	var ws unix.WaitStatus
 	for {
-		_, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-		if !errors.Is(err, unix.EINTR) {
-			return
+		wpid, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err == nil && wpid == 0:
+			return false
 		}
+		delete(s.leftovers, pid)
+		return true // reaped, or not ours to wait for (gone)
 	}
 }
 
@@ -459,42 +495,47 @@ func (b *backoff) wait() {
 
 func (b *backoff) next() { b.d = min(b.d*2, 10*time.Millisecond) }
 
-// waitExit waits for one of the killed processes (pid -> start time) to
-// exit, or for the backoff's time. A sleep alone is not enough here: the
+// waitExit waits for the killed process pid (0: none) to exit, or for the
+// backoff's time. A sleep alone is not enough here: the
 // daemon's timer slack (limits.daemon_timer_slack) lets the kernel wake a
 // 50 µs sleep 5 ms late, and with two hundred trees ending at once (a
 // daemon's stop) those late walks were a third of the stop. The exit is
 // seen on a pidfd through the runtime's poller, which no slack delays. A pid
 // reused between the walk and the open only makes the wait its full time.
-func (b *backoff) waitExit(killed map[int]uint64) {
+func (b *backoff) waitExit(pid int) {
 	defer b.next()
-	for pid := range killed {
-		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-		if errors.Is(err, unix.ESRCH) {
-			return // gone already: walk again now
-		}
-		if err != nil {
-			break // no pidfds here (before Linux 5.3): sleep
-		}
-		f := os.NewFile(uintptr(fd), "pidfd")
-		defer f.Close()
-		if f.SetReadDeadline(time.Now().Add(b.d)) != nil {
-			break // not pollable
-		}
-		rc, err := f.SyscallConn()
-		if err != nil {
-			break
-		}
-		// Readable once the process has exited; the read callback is
-		// called again while it is not.
-		_ = rc.Read(func(fd uintptr) bool {
-			var pfd = []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, err := unix.Poll(pfd, 0)
-			return err != nil || n > 0
-		})
-		return
+	if pid == 0 || !waitPidfd(pid, b.d) {
+		time.Sleep(b.d)
 	}
-	time.Sleep(b.d)
+}
+
+// waitPidfd waits up to d for pid to exit, and reports false when it cannot
+// wait that way (no pidfds before Linux 5.3, or not pollable).
+func waitPidfd(pid int, d time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		return true // gone already: walk again now
+	}
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	if f.SetReadDeadline(time.Now().Add(d)) != nil {
+		return false
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// Readable once the process has exited; the read callback is called
+	// again while it is not, until the deadline.
+	_ = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return err != nil || n > 0
+	})
+	return true
 }
 
 // KillInstance kills every process marked by the supervisor of owner and

@@ -55,6 +55,10 @@ type Tree struct {
 	pid     int
 	started time.Time
 	exited  atomic.Bool // the leader has exited: whatever is left of the tree gets killed
+	// kill is what the tree's end has killed so far, set as the leader
+	// exits (before exited); the reaper's scans add what they kill of the
+	// tree meanwhile. Its maps are guarded by the supervisor's mu.
+	kill *killState
 
 	inW     *os.File // our end of the leader's stdin, nil for /dev/null
 	inDone  chan struct{}
@@ -206,6 +210,9 @@ func (t *Tree) run() {
 		t.mu.Unlock()
 	}
 	exited := time.Now()
+	// Ready before the tree reads as exited: from then on the reaper's scans
+	// record in it what they kill of the tree (scanLocked).
+	t.kill = newKillState()
 	t.exited.Store(true)
 	t.mu.Lock()
 	if !t.reaped {
@@ -303,7 +310,7 @@ func (s *Supervisor) killTree(t *Tree) {
 		s.mu.Unlock()
 		return
 	}
-	k := newKillState()
+	k := t.kill
 	t.mu.Lock()
 	k.noGroup = t.reaped
 	t.mu.Unlock()
@@ -337,7 +344,7 @@ func (s *Supervisor) killTree(t *Tree) {
 			s.log.Warn("tree processes outlived their walk, killed by a full scan", zap.String("tree", t.id),
 				zap.Int("killed", n), zap.Error(err))
 		}
-		b.waitExit(k.killed)
+		b.waitExit(live.wait)
 	}
 }
 

@@ -1,9 +1,12 @@
 package proc
 
 import (
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,15 +54,11 @@ func TestWaitForKilledEndsAtItsExit(t *testing.T) {
 		t.Fatalf("start sleep: %v", err)
 	}
 	pid := cmd.Process.Pid
-	st, _, err := readStat(pid, nil)
-	if err != nil {
-		t.Fatalf("read stat of %d: %v", pid, err)
-	}
 	b := &backoff{d: time.Hour}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b.waitExit(map[int]uint64{pid: st.start})
+		b.waitExit(pid)
 	}()
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatalf("kill: %v", err)
@@ -70,5 +69,116 @@ func TestWaitForKilledEndsAtItsExit(t *testing.T) {
 		t.Fatalf("the wait outlived the killed process by %s", waitLimit)
 	}
 	_ = cmd.Wait()
-	b.waitExit(map[int]uint64{pid: st.start}) // reaped: gone, no wait
+}
+
+// A process in one tree's group that carries another tree's marker belongs
+// to both: when the two ends share a walk, each kills it and waits for it,
+// as its own walk would have. Counted for the group's tree alone, the
+// other tree could end while the process (and what it started in a
+// session of its own) lives on.
+func TestSharedWalkGivesAProcessToEveryTreeItBelongsTo(t *testing.T) {
+	s := newSupervisor(t)
+	group := exec.Command("sleep", "3600")
+	group.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := group.Start(); err != nil {
+		t.Fatalf("start the group's leader: %v", err)
+	}
+	t.Cleanup(func() { _ = group.Process.Kill(); _ = group.Wait() })
+	a := &Tree{id: "marked", pid: 1 << 30}
+	b := &Tree{id: "grouped", pid: group.Process.Pid}
+	p := exec.Command("sleep", "3600")
+	p.Env = withMarker(os.Environ(), marker{owner: s.owner, instance: s.instance, id: a.id})
+	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: b.pid}
+	if err := p.Start(); err != nil {
+		t.Fatalf("start the process in b's group with a's marker: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
+	waitFor(t, "its marker to be readable", func() bool { return markerOf(p.Process.Pid) != "" })
+
+	ka, kb := newKillState(), newKillState()
+	s.mu.Lock() // both ends wait for the same walk
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.walkFor(a, ka, true) }() // every thread's children: exec.Command forks from any
+	go func() { defer wg.Done(); s.walkFor(b, kb, true) }()
+	waitFor(t, "both ends to ask for a walk", func() bool {
+		s.pendMu.Lock()
+		defer s.pendMu.Unlock()
+		return len(s.pending) == 2
+	})
+	s.mu.Unlock()
+	wg.Wait()
+	for name, k := range map[string]*killState{"the marker's tree": ka, "the group's tree": kb} {
+		if _, ok := k.killed[p.Process.Pid]; !ok {
+			t.Errorf("%s does not wait for pid %d (killed: %v)", name, p.Process.Pid, k.killed)
+		}
+	}
+}
+
+// A process whose main thread has exited while its other threads run on
+// reads as a zombie, and its environ cannot be read through its main
+// thread; it is alive, and its marker names its tree. The tree's end kills
+// it, though it left the tree's group and session.
+func TestTreeEndKillsAProcessWhoseMainThreadExited(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSupervisor(t)
+	out := newLineSink()
+	tr := startSh(t, s, "mainthread", mainThreadExitsEnv+"=1 "+shellQuote(self)+" & exec sleep 3600", out)
+	pid, err := strconv.Atoi(strings.TrimSpace(out.next(t)))
+	if err != nil {
+		t.Fatalf("its pid: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	waitFor(t, "its main thread to exit with others alive", func() bool {
+		st, _, err := readStat(pid, nil)
+		return err == nil && st.state == 'Z' && st.threads > 1
+	})
+	if m := markerOf(pid); !strings.HasSuffix(m, markerSep+tr.id) {
+		t.Fatalf("marker of pid %d = %q, want one for tree %s (read through its other threads)", pid, m, tr.id)
+	}
+	if err := tr.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	waitDone(t, tr)
+	if st, _, err := readStat(pid, nil); err == nil {
+		t.Errorf("pid %d outlived its tree (state %c, %d threads)", pid, st.state, st.threads)
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// A process of a tree whose end is under way, killed by another walk (the
+// reaper's, on a SIGCHLD), is the ending tree's to wait for: its end learns
+// the process's session, and kills what in it cleared its marker.
+func TestReaperGivesWhatItKillsToTheEndingTree(t *testing.T) {
+	s := newSupervisor(t)
+	tr := &Tree{id: "ending", pid: 1 << 30, kill: newKillState()}
+	tr.exited.Store(true)
+	p := exec.Command("sleep", "3600")
+	p.Env = withMarker(os.Environ(), marker{owner: s.owner, instance: s.instance, id: tr.id})
+	p.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := p.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
+	waitFor(t, "its marker to be readable", func() bool { return markerOf(p.Process.Pid) != "" })
+	s.mu.Lock()
+	s.trees[tr.id] = tr
+	s.scanLocked(nil, true) // the reaper's walk: every thread's children
+	delete(s.trees, tr.id)
+	k := tr.kill
+	s.mu.Unlock()
+	if _, ok := k.killed[p.Process.Pid]; !ok {
+		t.Errorf("the ending tree does not wait for pid %d, which the reaper killed", p.Process.Pid)
+	}
+	if !k.sessions[p.Process.Pid] { // a session leader: its sid is its pid
+		t.Errorf("the ending tree did not learn session %d", p.Process.Pid)
+	}
+	waitFor(t, "the killed process to die", func() bool {
+		st, _, err := readStat(p.Process.Pid, nil)
+		return err != nil || st.dead() // reaped by the reaper, or a zombie for Wait
+	})
 }
