@@ -386,3 +386,28 @@ func TestEachGateRunHasAHomeOfItsOwn(t *testing.T) {
 	}
 	waitTaskLong(t, b, clean.ID, task.Closed, d, 60*time.Second)
 }
+
+// A gate run sees none of what the agents left in sandbox.writable's
+// paths (a shared build cache): each run gets an empty directory of its own
+// there, which it may write and which nobody else sees. Here mallory's
+// session leaves a file that fails the gate; alice's task still passes, and
+// what the gate wrote stays out of the shared path.
+func TestAGateSeesNothingAgentsLeftInASharedPath(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	gate := fmt.Sprintf("[ ! -e %s/poison ] && touch %s/gate-wrote", report, report)
+	poisoner := `cat >/dev/null; touch "$REPORT/poison"; printf 'idle\nDONE\n'`
+	cfg := escapeConfig(t, repo, report, "", gated(gate), map[string]string{"worker": honest, "poisoner": poisoner},
+		"name: alice, role: r, backend: worker", "name: mallory, role: r, backend: poisoner")
+	d := startDaemon(t, cfg)
+	waitUntil(t, "mallory's file in the shared path", func() bool {
+		_, err := os.Stat(filepath.Join(report, "poison"))
+		return err == nil
+	})
+	b, tk := theFeature(t, d, repo, "alice")
+	waitTaskLong(t, b, tk.ID, task.Closed, d, 90*time.Second)
+	if _, err := os.Stat(filepath.Join(report, "gate-wrote")); err == nil {
+		t.Errorf("what the gate wrote in the shared path is there for the agents")
+	}
+}

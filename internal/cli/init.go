@@ -400,8 +400,9 @@ repo: .
 # its HOME and a private /tmp, and never sees swarm.db or the other agents.
 # 'swarmd status' says what is in force. strict: refuse to start without both.
 # isolation: {{.Isolation}}
-# More directories sessions may write (a shared build cache), and what they
-# need under /tmp, which is private to each.
+# More directories sessions may write (a shared build cache; a merge gate run
+# gets an empty one of its own at each), and what they need under /tmp,
+# which is private to each.
 # sandbox: {writable: [], readable: []}
 
 # Every agent inherits these; an agent may override any of them.

@@ -183,14 +183,27 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 	return func(dir string, argv []string) []string {
 		cfg, _ := d.current()
 		spec := baseSpec(cfg, dir, argv[0])
-		spec.Writable = append(spec.Writable, dir)
+		spec.Writable = []string{dir}
 		if home, err := gateHome(cfg); err == nil {
 			// The gate's HOME (openMerge) is an empty directory of this
 			// run's: one shared between runs (a cache, a ~/.gitconfig)
 			// let the code of one branch change another's result, the
 			// run ahead's the front's included.
-			if run, err := freshGateHome(cfg, dir); err == nil {
+			if run, err := freshGateDir(cfg, dir, "home"); err == nil {
 				spec.Binds = append(spec.Binds, sandbox.Bind{Src: run, Dest: home, Writable: true})
+			}
+		}
+		// So is each of sandbox.writable's paths: the agents' sessions
+		// write them (a shared build cache), and what an agent left there
+		// must not change the result of a gate run of any task. A path
+		// whose run directory cannot be made stays hidden.
+		for i, p := range cfg.Sandbox.Writable {
+			// Nor through a read-only path at or under it.
+			spec.ReadOnly = slices.DeleteFunc(spec.ReadOnly, func(ro string) bool { return within(ro, p) })
+			if run, err := freshGateDir(cfg, dir, "writable-"+strconv.Itoa(i)); err == nil {
+				spec.Binds = append(spec.Binds, sandbox.Bind{Src: run, Dest: p, Writable: true})
+			} else {
+				spec.Hidden = append(spec.Hidden, p)
 			}
 		}
 		if d.trees != nil {
@@ -221,7 +234,7 @@ func (d *Daemon) postCheckoutSandbox() func(agent, dir string, argv []string) []
 
 // gateHome is the merge gate's HOME as its environment names it, under
 // the state directory (hidden from every sandbox), made if need be; each
-// run gets an empty one there (freshGateHome).
+// run gets an empty one there (freshGateDir).
 func gateHome(cfg *config.Config) (string, error) {
 	home := filepath.Join(cfg.StateDir, "home", ".gate")
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -230,16 +243,20 @@ func gateHome(cfg *config.Config) (string, error) {
 	return home, nil
 }
 
-// freshGateHome is an empty directory for the HOME of a gate run in the
-// queue's worktree dir: one per worktree (the front batch's and the run
-// ahead's run at once), emptied before each run.
-func freshGateHome(cfg *config.Config, dir string) (string, error) {
+// freshGateDir is an empty directory, named name, for a gate run in the
+// queue's worktree dir (its HOME, a sandbox.writable path): one per
+// worktree (the front batch's and the run ahead's run at once), emptied
+// before each run.
+func freshGateDir(cfg *config.Config, dir, name string) (string, error) {
 	run := filepath.Join(cfg.StateDir, "home", ".gate-"+filepath.Base(dir))
+	if name != "home" {
+		run = filepath.Join(cfg.StateDir, "home", ".gate-"+filepath.Base(dir)+"-"+name)
+	}
 	if err := os.RemoveAll(run); err != nil {
-		return "", fmt.Errorf("the merge gate's HOME: %w", err)
+		return "", fmt.Errorf("the merge gate's %s: %w", name, err)
 	}
 	if err := os.MkdirAll(run, 0o700); err != nil {
-		return "", fmt.Errorf("the merge gate's HOME: %w", err)
+		return "", fmt.Errorf("the merge gate's %s: %w", name, err)
 	}
 	return run, nil
 }
@@ -417,4 +434,10 @@ func containsPath(list []string, p string) bool {
 		}
 	}
 	return false
+}
+
+// within reports whether path is root or under it (both clean and absolute).
+func within(path, root string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
