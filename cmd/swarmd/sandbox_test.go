@@ -81,9 +81,9 @@ backends:
   hostile: {type: command, command: sh, args: [-c, %q]}
   victim: {type: command, command: sh, args: [-c, %q]}
 agents:
-  - {name: mallory, role: r, backend: hostile}
-  - {name: victim, role: r, backend: victim}
-`, report, report, hostTmp, cfg, hostile, victim))
+  - {name: mallory, role: r, backend: hostile, env: {HOME: %q}}
+  - {name: victim, role: r, backend: victim, env: {HOME: %q}}
+`, report, report, hostTmp, cfg, hostile, victim, t.TempDir(), t.TempDir()))
 	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("honest\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ hooks:
 backends:
   idler: {type: command, command: sh, args: [-c, 'cat >/dev/null; printf "idle\nDONE\n"']}
 agents:
-  - {name: alice, role: r, backend: idler}
+  - {name: alice, role: r, backend: idler, env: {HOME: `+fmt.Sprintf("%q", t.TempDir())+`}}
 `)
 	d := startDaemon(t, cfg)
 	for seq := 1; seq <= 2; seq++ {
@@ -264,8 +264,8 @@ defaults:
 backends:
   g: {type: gemini, command: %q}
 agents:
-  - {name: gm, role: r, backend: g}
-`, report, report, bin))
+  - {name: gm, role: r, backend: g, env: {HOME: %q}}
+`, report, report, bin, t.TempDir()))
 	files := filepath.Join(repo, ".swarm", "f")
 	left := filepath.Join(files, "swarmd-gm-1-000000000000-1.toml")
 	if err := os.MkdirAll(files, 0o700); err != nil {
@@ -337,7 +337,7 @@ func TestRealCLIsWorkInTheSandbox(t *testing.T) {
 			mockllm.Text("committed, mailed, done\nDONE"))
 	}
 	repo := gitRepo(t)
-	home := t.TempDir()
+	home := t.TempDir() // gm's; each agent has a HOME of its own (strict refuses a shared one)
 	codexHome := codexConfig(t, mock.URL())
 	geminiSettings(t, home)
 	cfg := writeConfig(t, repo, fmt.Sprintf(`
@@ -345,7 +345,7 @@ listen: ""
 isolation: strict
 defaults:
   grace_period: 5s
-  env: {HOME: %[4]q, DISABLE_TELEMETRY: "1", DISABLE_AUTOUPDATER: "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"}
+  env: {DISABLE_TELEMETRY: "1", DISABLE_AUTOUPDATER: "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"}
 backends:
   claude:
     command: %[1]s
@@ -360,10 +360,10 @@ backends:
     args: [--yolo]
     env: {GEMINI_API_KEY: test-key, GOOGLE_GEMINI_BASE_URL: %[5]q}
 agents:
-  - {name: cl, role: works, backend: claude}
-  - {name: cx, role: works, backend: codex}
-  - {name: gm, role: works, backend: gemini}
-`, claude, codex, gemini, home, mock.URL(), codexHome))
+  - {name: cl, role: works, backend: claude, env: {HOME: %[7]q}}
+  - {name: cx, role: works, backend: codex, env: {HOME: %[8]q}}
+  - {name: gm, role: works, backend: gemini, env: {HOME: %[4]q}}
+`, claude, codex, gemini, home, mock.URL(), codexHome, t.TempDir(), t.TempDir()))
 	stateDir := filepath.Join(repo, ".swarm")
 	db, b, ids := tasksFor(t, stateDir, "cl", "cx", "gm")
 	d := startDaemon(t, cfg)
@@ -423,5 +423,42 @@ func requireBwrap(t *testing.T) {
 			t.Fatal("bwrap is not installed and SWARMD_REQUIRE_BWRAP=1 (Debian: apt-get install bubblewrap)")
 		}
 		t.Skip("SKIPPED LOUDLY: bwrap is not installed (Debian: apt-get install bubblewrap): the sandbox is not tested here")
+	}
+}
+
+// isolation: strict refuses agents that share a writable HOME, theirs or
+// the daemon's: one agent's session could leave a setting there (Claude
+// Code's hooks, git's config, the shell's profile) that another agent's
+// session runs with that agent's authority, a reviewer's included, or that
+// the operator's shell runs. auto runs, and says so where isolation is
+// reported.
+func TestStrictRefusesAgentsSharingAHome(t *testing.T) {
+	requireBwrap(t)
+	home := t.TempDir() // the daemon's
+	for _, level := range []string{"strict", "auto"} {
+		t.Run(level, func(t *testing.T) {
+			repo := gitRepo(t)
+			cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: %s
+backends:
+  idler: {type: command, command: sh, args: [-c, 'cat >/dev/null; printf "idle\nDONE\n"']}
+agents:
+  - {name: alice, role: works, backend: idler}
+  - {name: rita, role: reviews, backend: idler}
+`, level))
+			if level == "strict" {
+				_, stderr, code := runCLI(t, []string{"HOME=" + home}, "", "run", "--config", cfg)
+				if code != 2 || !strings.Contains(stderr, "alice and rita write "+home+" (the daemon's HOME)") {
+					t.Fatalf("strict with a shared HOME: exit %d, stderr %q; want 2 naming both agents and the HOME", code, stderr)
+				}
+				return
+			}
+			d := startDaemonEnv(t, []string{"HOME=" + home}, cfg)
+			d.waitLine("the shared HOME reported", func(m map[string]any) bool {
+				msg, _ := m["msg"].(string)
+				return strings.Contains(msg, "NOT in force: a HOME of each agent's own: alice and rita write "+home)
+			})
+		})
 	}
 }

@@ -398,7 +398,8 @@ repo: .
 # this host allows it, and a bubblewrap sandbox each where bwrap is installed
 # (apt-get install bubblewrap): a session writes only its worktree, its branch,
 # its HOME and a private /tmp, and never sees swarm.db or the other agents.
-# 'swarmd status' says what is in force. strict: refuse to start without both.
+# 'swarmd status' says what is in force. strict: refuse to start without both,
+# or with agents that share a HOME (give each env: {HOME: ...} of its own).
 # isolation: {{.Isolation}}
 # More directories sessions may write (a shared build cache; a merge gate run
 # gets an empty one of its own at each), and what they need under /tmp,

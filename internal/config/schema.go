@@ -117,7 +117,7 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		}, nil)},
 		{"limits", "Admission: how many sessions may run at once, so that the swarm stays within the host; an agent over them waits for a slot (status shows why).",
 			d.section(d.limitsFields(&cfg.Limits), nil)},
-		{"isolation", "How sessions, hooks and merge gates are contained: auto uses what this host offers (a cgroup v2 per process tree; a bubblewrap sandbox per session, where bwrap is installed) and says what is missing; strict refuses to start without both; off uses process groups and markers only.",
+		{"isolation", "How sessions, hooks and merge gates are contained: auto uses what this host offers (a cgroup v2 per process tree; a bubblewrap sandbox per session, where bwrap is installed) and says what is missing; strict refuses to start without both, or with agents that share a writable HOME (theirs or the daemon's); off uses process groups and markers only.",
 			d.enumTo(&cfg.Isolation, isolationLevels)},
 		{"sandbox", "What every session's sandbox sees beyond its worktree, its HOME, a private /tmp and the read-only rest (the state directory is never there).", d.section([]field{
 			{"bwrap", "The bubblewrap binary: a name looked up in PATH, or a path.", d.strTo(&cfg.Sandbox.Bwrap, true)},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -25,6 +26,7 @@ type isolation struct {
 	cgroups *cgroup.Hierarchy // nil: not in force
 	sandbox *sandbox.Sandbox  // nil: not in force
 	missing []string          // what is not in force, and why
+	homes   *sharedHomes      // what the agents share of their HOMEs (homes.go)
 }
 
 // String says which parts are in force and why the others are not: the
@@ -49,8 +51,12 @@ func (i isolation) String() string {
 		}
 		b.WriteString("a bubblewrap sandbox per session (" + i.sandbox.Path() + ")")
 	}
-	if len(i.missing) > 0 {
-		b.WriteString("; NOT in force: " + strings.Join(i.missing, "; "))
+	missing := i.missing
+	if h := i.homes.get(); h != "" {
+		missing = append(slices.Clip(missing), h)
+	}
+	if len(missing) > 0 {
+		b.WriteString("; NOT in force: " + strings.Join(missing, "; "))
 	}
 	return b.String()
 }
@@ -58,7 +64,7 @@ func (i isolation) String() string {
 // openIsolation sets up what cfg.Isolation asks for, after the supervisor
 // is made and before any tree starts. strict refuses to start without it.
 func (d *Daemon) openIsolation(cfg *config.Config) error {
-	d.host.iso = isolation{level: cfg.Isolation}
+	d.host.iso = isolation{level: cfg.Isolation, homes: &sharedHomes{}}
 	if cfg.Isolation == config.IsolationOff {
 		return nil
 	}
@@ -95,13 +101,13 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 	if cfg.Isolation == config.IsolationStrict && len(d.host.iso.missing) > 0 {
 		return setupErrorf("isolation: strict, and %s", strings.Join(d.host.iso.missing, "; "))
 	}
-	return nil
+	return d.checkHomes(cfg)
 }
 
 // logIsolation says at start what contains the trees: a warning when a
 // part is not in force.
 func (d *Daemon) logIsolation() {
-	if len(d.host.iso.missing) > 0 || d.host.iso.level == config.IsolationOff {
+	if len(d.host.iso.missing) > 0 || d.host.iso.homes.get() != "" || d.host.iso.level == config.IsolationOff {
 		d.log.Warn(d.host.iso.String())
 		return
 	}

@@ -36,6 +36,9 @@ func (d *Daemon) Reload(path string) error {
 	if err != nil {
 		return err
 	}
+	if err := d.checkHomes(cfg); err != nil {
+		return err
+	}
 	backends, settings, fresh, running := p.backends, p.settings, p.fresh, p.running
 
 	d.live.mu.Lock()
