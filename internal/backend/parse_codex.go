@@ -124,10 +124,12 @@ func (p *codexParser) Line(line []byte) {
 		p.rep.resultAt = p.rep.now()
 		if u := l.Usage; u != nil {
 			cached := min(u.CachedInputTokens, u.InputTokens)
-			p.rep.usage.InputTokens += u.InputTokens - cached
-			p.rep.usage.CacheReadTokens += cached
-			p.rep.usage.CacheWriteTokens += u.CacheWriteInputTokens
-			p.rep.usage.OutputTokens += u.OutputTokens
+			// A turn adds what it used, never takes away (negative
+			// counts: see report.usageSoFar).
+			p.rep.usage.InputTokens += max(u.InputTokens-cached, 0)
+			p.rep.usage.CacheReadTokens += max(cached, 0)
+			p.rep.usage.CacheWriteTokens += max(u.CacheWriteInputTokens, 0)
+			p.rep.usage.OutputTokens += max(u.OutputTokens, 0)
 		}
 	case "turn.failed":
 		p.failed = true

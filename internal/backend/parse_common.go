@@ -223,13 +223,21 @@ func (r *report) message(id string, u Usage) {
 	r.live.CacheWriteTokens += u.CacheWriteTokens - old.CacheWriteTokens
 }
 
-// usageSoFar is the usage the CLI reported for the session, or, before it
-// reports one, the sum of its responses' usage.
+// usageSoFar is the usage the CLI reported for the session, and never less
+// than the sum of its responses' usage, field by field; never negative.
+// Code in a session can write to the CLI's stream (the CLI runs in the
+// same sandbox): a record that reports less than the responses streamed,
+// or a negative count (which priced into a negative cost and credited the
+// budget), is not believed as far as the stream itself says otherwise.
 func (r *report) usageSoFar() Usage {
-	if r.usage != (Usage{}) {
-		return r.usage
+	u := r.usage
+	return Usage{
+		InputTokens:      max(u.InputTokens, r.live.InputTokens, 0),
+		OutputTokens:     max(u.OutputTokens, r.live.OutputTokens, 0),
+		CacheReadTokens:  max(u.CacheReadTokens, r.live.CacheReadTokens, 0),
+		CacheWriteTokens: max(u.CacheWriteTokens, r.live.CacheWriteTokens, 0),
+		CostUSD:          max(u.CostUSD, 0),
 	}
-	return r.live
 }
 
 func (r *report) progress() Progress {
