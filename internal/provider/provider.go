@@ -172,6 +172,13 @@ func (h *Health) Admit(agent string, now time.Time) (Admission, *Change) {
 // Report takes a piece of evidence at now and returns the change it made,
 // if any.
 func (h *Health) Report(r Report, now time.Time) *Change {
+	if r.Outcome == RateLimit && h.backoff.Max > 0 && r.Reset.After(now.Add(h.backoff.Max)) {
+		// The reset comes from a session's stream, which code in the session
+		// can write: one line held every agent of the provider until the
+		// year 5138. No reset holds them longer than the longest backoff; a
+		// probe then asks the provider, which says again if it still limits.
+		r.Reset = now.Add(h.backoff.Max)
+	}
 	if r.Outcome == RateLimit && !r.Reset.After(now) {
 		if !r.Reset.IsZero() {
 			return nil // a reset already past holds no one

@@ -140,3 +140,19 @@ func TestUnknownResetOpensBreaker(t *testing.T) {
 		t.Fatalf("next %v", h.next)
 	}
 }
+
+// A reset further away than the longest backoff holds the agents until
+// then, not until the reset: a session's stream says when the limit ends,
+// and code in the session can write it (one line held every agent of the
+// provider until the year 5138). A probe then asks the provider.
+func TestAResetFarAwayHoldsNoLongerThanTheLongestBackoff(t *testing.T) {
+	h := New(Backoff{Base: 2 * time.Second, Max: 5 * time.Minute})
+	far := time.Date(5138, 11, 16, 9, 46, 39, 0, time.UTC)
+	mustChange(t, h.Report(Report{Outcome: RateLimit, Reset: far, Cause: "429", Agent: "alice"}, t0), Healthy, RateLimited)
+	if got, want := h.Until(), t0.Add(5*time.Minute); !got.Equal(want) {
+		t.Errorf("held until %v, want %v (the longest backoff)", got, want)
+	}
+	if adm, _ := h.Admit("bob", t0.Add(5*time.Minute)); !adm.OK {
+		t.Errorf("bob still held once the longest backoff passed: %+v", adm)
+	}
+}
