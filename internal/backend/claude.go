@@ -33,6 +33,10 @@ func NewClaude(sup *proc.Supervisor, cfg AgentCLIConfig) (*Claude, error) {
 		return nil, err
 	}
 	cli.args = claudeArgs(cfg)
+	// Claude Code stops at max_turns itself: swarmd's count of the stream
+	// only backs it up, since code in the session can write that stream
+	// (a byte glued to a tool result kept a turn from ever closing).
+	cli.turnsFlag = "--max-turns"
 	cli.env = []string{"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS=1"}
 	if os.Geteuid() == 0 && slices.Contains(cfg.Args, "--dangerously-skip-permissions") {
 		cli.env = append(cli.env, "IS_SANDBOX=1")

@@ -324,3 +324,29 @@ func TestClaudeProbeCapsItsRetries(t *testing.T) {
 		t.Fatalf("two sessions, the first a probe; their env:\n%s", b)
 	}
 }
+
+// Claude Code gets max_turns as --max-turns and stops there itself: a
+// count of the stream alone is no limit, since code in the session can
+// write that stream.
+func TestClaudeGetsMaxTurns(t *testing.T) {
+	args := filepath.Join(t.TempDir(), "args")
+	bin := fakeCLI(t, `printf '%s\n' "$@" > `+args+`
+echo '{"type":"result","is_error":false,"result":"fine","usage":{"input_tokens":5,"output_tokens":7}}'
+`)
+	c, err := NewClaude(newSupervisor(t), AgentCLIConfig{Command: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := spec(t)
+	sp.MaxTurns = 3
+	if r := run(t, c, sp); r.Outcome != OutcomeSuccess {
+		t.Fatalf("result %+v", r)
+	}
+	b, err := os.ReadFile(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "--max-turns\n3\n") {
+		t.Errorf("claude's arguments:\n%s\nwant --max-turns 3", b)
+	}
+}
