@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,4 +83,28 @@ func FuzzCodexParser(f *testing.F) {
 
 func BenchmarkCodexParser(b *testing.B) {
 	benchParser(b, "codex-success.jsonl", func() StreamParser { return newCodexParser(nil) })
+}
+
+// Every start of a call goes to the tools policy's check, a repeated id
+// included: a session's command printed starts for the ids Codex would use
+// next, running `true`, and the model's next call under one of them (a
+// refused command) was never checked.
+func TestCodexParserChecksEveryStartOfACall(t *testing.T) {
+	p := newCodexParser(newFakeClock().now)
+	var told []string
+	p.OnToolStart(func(c ToolCall) { told = append(told, c.Input) })
+	for _, l := range []string{
+		`{"type":"item.started","item":{"id":"item_2","type":"command_execution","command":"true","status":"in_progress"}}`,
+		`{"type":"item.completed","item":{"id":"item_2","type":"command_execution","command":"true","exit_code":0,"status":"completed"}}`,
+		`{"type":"item.started","item":{"id":"item_2","type":"command_execution","command":"echo evil","status":"in_progress"}}`,
+	} {
+		p.Line([]byte(l))
+	}
+	if !slices.ContainsFunc(told, func(in string) bool { return strings.Contains(in, "echo evil") }) {
+		t.Errorf("the policy was told of %q, not of the call under a repeated id", told)
+	}
+	r, _, _ := finish(p, 0)
+	if r.ToolCalls != 1 {
+		t.Errorf("%d tool calls counted, want 1 (an id counts once)", r.ToolCalls)
+	}
 }

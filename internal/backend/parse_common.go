@@ -82,6 +82,13 @@ func (r *report) output() {
 func (r *report) toolStart(id, name, input string, turn bool) {
 	if id != "" {
 		if _, dup := r.seen[id]; dup {
+			// Counted once, but told (the tools policy's check) each time:
+			// code in the session can write the stream, and starts forged
+			// ahead under the ids the CLI would use next hid a refused
+			// call from the check.
+			if r.onStart != nil {
+				r.onStart(ToolCall{ID: id, Name: name, Input: toolInput(input)})
+			}
 			return
 		}
 		r.seen[id] = struct{}{}
