@@ -170,7 +170,10 @@ func TestAReleasesGitRunsAsATreeOfTheDaemons(t *testing.T) {
 		t.Fatalf("a failing git: %v, %q; want a *GitError, exit status 128, and what it wrote", err, out)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// Time enough for the shell to start and print its pid on a loaded
+	// machine (50 ms was not, once, in a clean-clone CI run), far short of
+	// its sleep.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
 	out, err = d.objectsGit(ctx, quarantine.Command{Agent: "alice", Stdin: stdin(),
