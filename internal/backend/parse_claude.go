@@ -83,6 +83,9 @@ type claudeBlock struct {
 // Line is one switch over the stream's event types, in the order the CLI
 // documents them.
 func (p *claudeParser) Line(line []byte) {
+	if !jsonObject(line) {
+		return // before l, which escapes to the heap: a line of anything else allocates nothing
+	}
 	var l claudeLine
 	if !decodeLine(line, &l) {
 		return

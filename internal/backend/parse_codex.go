@@ -92,6 +92,9 @@ func codexTool(typ string) bool {
 }
 
 func (p *codexParser) Line(line []byte) {
+	if !jsonObject(line) {
+		return // see claudeParser.Line
+	}
 	var l codexLine
 	if !decodeLine(line, &l) {
 		return

@@ -314,12 +314,21 @@ func excerpt(s string) string {
 // may change one field's shape without that hiding the others.
 func decodeLine(line []byte, v any) bool {
 	line = bytes.TrimSpace(line)
-	if len(line) < 2 || line[0] != '{' {
+	if !jsonObject(line) {
 		return false
 	}
 	err := json.Unmarshal(line, v)
 	var te *json.UnmarshalTypeError
 	return err == nil || errors.As(err, &te)
+}
+
+// jsonObject reports whether line may hold a JSON object: the parsers look
+// no further at any other. A session that prints lines by the million (its
+// log capped, its stream not) cost the daemon an allocation and a garbage
+// collection's share for each, whatever the line.
+func jsonObject(line []byte) bool {
+	line = bytes.TrimSpace(line)
+	return len(line) >= 2 && line[0] == '{'
 }
 
 // unixTime reads a reset timestamp given in seconds or milliseconds since

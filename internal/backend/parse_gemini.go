@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -51,6 +52,10 @@ type geminiLine struct {
 }
 
 func (p *geminiParser) Line(line []byte) {
+	if !jsonObject(line) {
+		p.retryLine(line)
+		return // see claudeParser.Line
+	}
 	var l geminiLine
 	if !decodeLine(line, &l) {
 		p.retryLine(line)
@@ -131,10 +136,10 @@ func (p *geminiParser) apiError(msg string) {
 // rate limit shows then, not only when the CLI gives up.
 func (p *geminiParser) retryLine(line []byte) {
 	const failed = " failed with status "
-	s := string(line)
-	if !strings.HasPrefix(s, "Attempt ") {
-		return
+	if !bytes.HasPrefix(line, []byte("Attempt ")) {
+		return // before the copy: most lines are not
 	}
+	s := string(line)
 	i := strings.Index(s, failed)
 	if i < 0 {
 		return
