@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A chatty session's log stops at MaxLogBytes and says how much it dropped,
@@ -86,5 +87,31 @@ func TestPathPrependOnEffectivePath(t *testing.T) {
 	env := "\n" + readLog(t, out)
 	if strings.Count(env, "\nPATH=") != 1 || !strings.Contains(env, "\nPATH=/opt/swarmd/bin:/backend/bin:/usr/bin:/bin\n") {
 		t.Errorf("env:%s", env)
+	}
+}
+
+// Past the log's cap a session's output is read at overCapRate: its writes
+// block, so that printing (`yes`, 64 KiB a system call for the session)
+// cannot keep the daemon's CPU busy parsing. The result record still
+// counts.
+func TestOutputPastTheCapIsReadAtItsRate(t *testing.T) {
+	bin := fakeCLI(t, `yes x | head -c 1048576
+echo '{"type":"result","is_error":false,"result":"fine","usage":{"input_tokens":5,"output_tokens":7}}'
+`)
+	c, err := NewClaude(newSupervisor(t), AgentCLIConfig{Command: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := spec(t)
+	sp.MaxLogBytes = 4096
+	start := time.Now()
+	r := run(t, c, sp)
+	took := time.Since(start)
+	if r.Outcome != OutcomeSuccess || r.Text != "fine" {
+		t.Fatalf("result %+v: the record after the flood was not parsed", r)
+	}
+	// 1 MiB past the cap at 1 MiB a second, less what the pipe held.
+	if took < 800*time.Millisecond {
+		t.Errorf("a MiB past the cap was read in %v, want no faster than %d bytes a second", took, overCapRate)
 	}
 }

@@ -513,7 +513,26 @@ type sessionOutput struct {
 	// held is the start of a line of the session's that may be the start
 	// of swarmd's own framing (logFraming), not written yet.
 	held []byte
-	esc  []byte // scratch for logOut
+	esc  []byte        // scratch for logOut
+	owed time.Duration // pacing past the log's cap not slept yet (pace)
+}
+
+// overCapRate is how fast a session's output is read once its log is full
+// (logs.max_session_bytes): parsing goes on past the cap, and it costs the
+// daemon's CPU, outside the session's cgroup, for output that costs the
+// session next to nothing (`yes` writes 64 KiB a system call). Read no
+// faster, the session's writes block, and a session cannot keep the daemon
+// busy by printing.
+const overCapRate = 1 << 20 // bytes a second
+
+// pace sleeps for n bytes read past the cap, at overCapRate, in sleeps of
+// 10 ms or more.
+func (o *sessionOutput) pace(n int) {
+	o.owed += time.Duration(n) * time.Second / overCapRate
+	if o.owed >= 10*time.Millisecond {
+		time.Sleep(o.owed)
+		o.owed = 0
+	}
 }
 
 // logFraming starts every line swarmd writes into a session's log (its
@@ -571,6 +590,7 @@ func (o *sessionOutput) Write(p []byte) (int, error) {
 	if limit := o.s.maxLog; limit > 0 && o.written+int64(len(p)) > limit {
 		keep = p[:max(limit-o.written, 0)]
 		o.dropped += int64(len(p) - len(keep))
+		defer o.pace(len(p) - len(keep)) // after this chunk's parsing
 	}
 	if len(keep) > 0 {
 		o.logOut(keep)
