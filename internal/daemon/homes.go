@@ -41,10 +41,10 @@ func homeSharing(cfg *config.Config, daemonHome string) string {
 	var ws []writer
 	for _, a := range cfg.Agents {
 		for _, dir := range stateHomes(cfg, a.Name) {
-			ws = append(ws, writer{dir, a.Name})
+			ws = append(ws, writer{resolved(dir), a.Name})
 		}
 	}
-	daemonHome = filepath.Clean(daemonHome)
+	daemonHome = resolved(filepath.Clean(daemonHome))
 	ownHome := usableDir(daemonHome)
 	shared := map[string][]string{} // a directory written -> who else writes it or within it
 	var dirs []string
@@ -84,6 +84,15 @@ func homeSharing(cfg *config.Config, daemonHome string) string {
 	}
 	return "a HOME of each agent's own: " + strings.Join(parts, ", ") +
 		"; one agent's session can leave a setting there that another's CLI (or the operator's shell) runs: give each agent env: {HOME: ...} of its own"
+}
+
+// resolved is dir with its symbolic links resolved, as the sandbox binds it:
+// a HOME that is a link to the daemon's is the daemon's.
+func resolved(dir string) string {
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		return r
+	}
+	return dir
 }
 
 func shorter(a, b string) string {

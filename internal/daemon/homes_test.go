@@ -21,6 +21,10 @@ func TestHomeSharing(t *testing.T) {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	link := filepath.Join(t.TempDir(), "home")
+	if err := os.Symlink(own, link); err != nil {
+		t.Fatal(err)
+	}
 	agent := func(name, home string) config.Agent {
 		a := config.Agent{Name: name}
 		if home != "" {
@@ -40,6 +44,8 @@ func TestHomeSharing(t *testing.T) {
 			[]string{"bob writes " + own + " (the daemon's HOME)"}},
 		{"one inside another's", []config.Agent{agent("alice", alice), agent("bob", sub)},
 			[]string{"alice and bob write " + alice}},
+		{"a link to the daemon's", []config.Agent{agent("alice", alice), agent("bob", link)},
+			[]string{"bob writes " + own + " (the daemon's HOME)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := homeSharing(&config.Config{Agents: tc.agents}, own)
