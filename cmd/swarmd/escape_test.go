@@ -387,7 +387,25 @@ func TestEachGateRunHasAHomeOfItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitTaskLong(t, b, clean.ID, task.Closed, d, 60*time.Second)
+	// Closed, and by a gate run that passed the first time: a red one is
+	// bisected and run again, on a worktree cleaned by then.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		logs, _ := filepath.Glob(filepath.Join(repo, ".swarm", "logs", "merge", "*"))
+		for _, l := range logs {
+			body, _ := os.ReadFile(l)
+			if strings.Contains(string(body), fmt.Sprintf("gate of task %d", clean.ID)) && strings.Contains(string(body), "gate command failed") {
+				t.Fatalf("bob's honest task failed its gate after alice's gate run:\n%s", body)
+			}
+		}
+		if tk, err := b.Get(context.Background(), clean.ID); err == nil && tk.State == task.Closed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's task not closed in 60s; log:\n%s", d.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // A gate run sees none of what the agents left in sandbox.writable's
@@ -412,5 +430,59 @@ func TestAGateSeesNothingAgentsLeftInASharedPath(t *testing.T) {
 	waitTaskLong(t, b, tk.ID, task.Closed, d, 90*time.Second)
 	if _, err := os.Stat(filepath.Join(report, "gate-wrote")); err == nil {
 		t.Errorf("what the gate wrote in the shared path is there for the agents")
+	}
+}
+
+// A gate run leaves nothing that changes how the next candidate is checked
+// out: git reads a .gitattributes the index lacks from the working tree as
+// it checks out, so the queue cleans the worktree before the checkout as
+// well as after. Here alice's gate leaves `* text eol=crlf` and fails; bob's
+// honest check.sh, written with CRLF line ends, failed under sh.
+func TestAGateRunsLeftoverAttributesDoNotChangeTheNextCheckout(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	for name, check := range map[string]string{
+		"alice": "printf '* text eol=crlf\\n' > .gitattributes; exit 1\n",
+		"bob":   "set -eu\ntest -f check.sh\n",
+	} {
+		if err := os.WriteFile(filepath.Join(report, name+".check"), []byte(check), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := escapeConfig(t, repo, report, "", gated("sh check.sh"), map[string]string{"worker": checkWorker},
+		"name: alice, role: r, backend: worker", "name: bob, role: r, backend: worker")
+	d := startDaemon(t, cfg)
+	d.waitLine("bob idle", idleLine("bob"))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	poison, err := b.Add(context.Background(), taskboard.NewTask{Title: "poison", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.waitLine("alice's task rejected by the gate", func(m map[string]any) bool {
+		return strings.Contains(fmt.Sprint(m["msg"]), "reject") && fmt.Sprint(m["task"]) == fmt.Sprint(poison.ID)
+	})
+	clean, err := b.Add(context.Background(), taskboard.NewTask{Title: "clean", Assignee: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed, and by a gate run that passed the first time: a red one is
+	// bisected and run again, on a worktree cleaned by then.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		logs, _ := filepath.Glob(filepath.Join(repo, ".swarm", "logs", "merge", "*"))
+		for _, l := range logs {
+			body, _ := os.ReadFile(l)
+			if strings.Contains(string(body), fmt.Sprintf("gate of task %d", clean.ID)) && strings.Contains(string(body), "gate command failed") {
+				t.Fatalf("bob's honest task failed its gate after alice's gate run:\n%s", body)
+			}
+		}
+		if tk, err := b.Get(context.Background(), clean.ID); err == nil && tk.State == task.Closed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's task not closed in 60s; log:\n%s", d.log())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -459,6 +459,13 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 			return fmt.Errorf("restore %s/.git: %w", path, err)
 		}
 	}
+	// Clean before the checkout as well as after: git reads a
+	// .gitattributes the index lacks from the working tree as it checks
+	// out, and one a gate left there (text eol=crlf) rewrote the next
+	// candidate's files, which then failed an honest task's gate.
+	if _, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdxq"); err != nil {
+		return err
+	}
 	if _, err := r.runIn(ctx, path, admin, nil, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
 		return err
 	}
