@@ -37,34 +37,77 @@ func (s *sharedHomes) get() string {
 // included); the daemon's own HOME also holds the operator's (~/.ssh, the
 // shell's files). daemonHome is the daemon's HOME.
 func homeSharing(cfg *config.Config, daemonHome string) string {
-	type writer struct{ dir, agent string }
-	var ws []writer
+	// Each agent's directories as configured (existing yet or not: a
+	// session can make one inside what it writes) and as they resolve:
+	// a link can name one directory and lead to another.
+	type place struct {
+		agent     string
+		forms     []string // the path as named, and as resolved when that differs
+		writes    bool     // bound writable in its sandbox (stateHomes)
+		everyones bool     // sandbox.writable: every agent writes it
+	}
+	forms := func(dir string) []string {
+		dir = filepath.Clean(dir)
+		if r := resolved(dir); r != dir {
+			return []string{dir, r}
+		}
+		return []string{dir}
+	}
+	var ps []place
 	for _, a := range cfg.Agents {
-		for _, dir := range stateHomes(cfg, a.Name) {
-			ws = append(ws, writer{resolved(dir), a.Name})
+		for _, key := range settingsKeys {
+			dir := agentEnv(cfg, a.Name, key)
+			if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
+				continue
+			}
+			ps = append(ps, place{agent: a.Name, forms: forms(dir), writes: slices.Contains(writableKeys, key)})
 		}
 	}
-	daemonHome = resolved(filepath.Clean(daemonHome))
+	for _, w := range cfg.Sandbox.Writable {
+		ps = append(ps, place{forms: forms(w), writes: true, everyones: true})
+	}
+	overlap := func(a, b place) (string, bool) {
+		for _, x := range a.forms {
+			for _, y := range b.forms {
+				if within(x, y) || within(y, x) {
+					return shorter(x, y), true
+				}
+			}
+		}
+		return "", false
+	}
+	daemonHome = filepath.Clean(daemonHome)
 	ownHome := usableDir(daemonHome)
-	shared := map[string][]string{} // a directory written -> who else writes it or within it
+	home := place{forms: forms(daemonHome)}
+	shared := map[string][]string{} // a directory -> the agents that share it
+	everyone := map[string]bool{}   // of those, the ones sandbox.writable gives every agent
+	daemons := map[string]bool{}    // of those, the daemon's HOME or a settings directory of its
 	var dirs []string
 	note := func(dir string, who ...string) {
 		if _, ok := shared[dir]; !ok {
 			dirs = append(dirs, dir)
+			shared[dir] = nil
 		}
 		for _, w := range who {
-			if !slices.Contains(shared[dir], w) {
+			if w != "" && !slices.Contains(shared[dir], w) {
 				shared[dir] = append(shared[dir], w)
 			}
 		}
 	}
-	for i, a := range ws {
-		if ownHome && (within(a.dir, daemonHome) || within(daemonHome, a.dir)) {
-			note(a.dir, a.agent)
+	for i, a := range ps {
+		if a.writes && !a.everyones && ownHome && writesOwnHome(a.forms, home.forms) {
+			note(home.forms[len(home.forms)-1], a.agent)
+			daemons[home.forms[len(home.forms)-1]] = true
 		}
-		for _, b := range ws[i+1:] {
-			if a.agent != b.agent && (within(a.dir, b.dir) || within(b.dir, a.dir)) {
-				note(shorter(a.dir, b.dir), a.agent, b.agent)
+		for _, b := range ps[i+1:] {
+			if a.agent == b.agent || !a.writes && !b.writes {
+				continue
+			}
+			if dir, ok := overlap(a, b); ok {
+				note(dir, a.agent, b.agent)
+				if a.everyones || b.everyones {
+					everyone[dir] = true
+				}
 			}
 		}
 	}
@@ -77,13 +120,57 @@ func homeSharing(cfg *config.Config, daemonHome string) string {
 		who := shared[dir]
 		slices.Sort(who)
 		what := dir
-		if ownHome && (within(dir, daemonHome) || within(daemonHome, dir)) {
+		switch {
+		case daemons[dir]:
 			what += " (the daemon's HOME)"
+		case everyone[dir]:
+			what += " (sandbox.writable: every agent writes it)"
 		}
 		parts = append(parts, fmt.Sprintf("%s write%s %s", listNames(who), plural(len(who)), what))
 	}
 	return "a HOME of each agent's own: " + strings.Join(parts, ", ") +
 		"; one agent's session can leave a setting there that another's CLI (or the operator's shell) runs: give each agent env: {HOME: ...} of its own"
+}
+
+// settingsKeys name the directories an agent's CLIs and tools read their
+// settings from; writableKeys, those its sandbox binds writable
+// (stateHomes).
+var (
+	settingsKeys = []string{"HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "XDG_CONFIG_HOME", "GEMINI_CLI_HOME"}
+	writableKeys = []string{"HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"}
+)
+
+// agentEnv is key in agent's environment: its env's, else its backend's,
+// else the daemon's (as stateHomes reads it).
+func agentEnv(cfg *config.Config, agentName, key string) string {
+	v := os.Getenv(key)
+	if a, ok := cfg.Agent(agentName); ok {
+		if b, ok := cfg.Backends[a.Backend]; ok && b.Env[key] != "" {
+			v = b.Env[key]
+		}
+		if a.Env[key] != "" {
+			v = a.Env[key]
+		}
+	}
+	return v
+}
+
+// writesOwnHome reports whether a directory (in its forms) writes the
+// daemon's HOME (in its): holds it, or is one of its dot-directories or
+// inside one (where the operator's tools keep their settings). A directory
+// of its own under the daemon's HOME (~/agents/alice) does not.
+func writesOwnHome(dir, home []string) bool {
+	for _, d := range dir {
+		for _, h := range home {
+			if within(h, d) {
+				return true
+			}
+			if rel, err := filepath.Rel(h, d); err == nil && within(d, h) && strings.HasPrefix(rel, ".") && rel != "." {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // resolved is dir with its symbolic links resolved, as the sandbox binds it:

@@ -16,6 +16,8 @@ func TestHomeSharing(t *testing.T) {
 	t.Setenv("HOME", own)
 	t.Setenv("CODEX_HOME", "")
 	t.Setenv("CLAUDE_CONFIG_DIR", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("GEMINI_CLI_HOME", "")
 	alice, bob := t.TempDir(), t.TempDir()
 	sub := filepath.Join(alice, "nested")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -25,6 +27,16 @@ func TestHomeSharing(t *testing.T) {
 	if err := os.Symlink(own, link); err != nil {
 		t.Fatal(err)
 	}
+	underOwn := []string{filepath.Join(own, "agents", "alice"), filepath.Join(own, "agents", "rita")}
+	for _, d := range underOwn {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	away := filepath.Join(alice, "away") // in alice's HOME, a link to a directory of bob's
+	if err := os.Symlink(bob, away); err != nil {
+		t.Fatal(err)
+	}
 	agent := func(name, home string) config.Agent {
 		a := config.Agent{Name: name}
 		if home != "" {
@@ -32,6 +44,8 @@ func TestHomeSharing(t *testing.T) {
 		}
 		return a
 	}
+	xdg := agent("bob", bob)
+	xdg.Env["XDG_CONFIG_HOME"] = filepath.Join(alice, ".config")
 	for _, tc := range []struct {
 		name   string
 		agents []config.Agent
@@ -46,6 +60,13 @@ func TestHomeSharing(t *testing.T) {
 			[]string{"alice and bob write " + alice}},
 		{"a link to the daemon's", []config.Agent{agent("alice", alice), agent("bob", link)},
 			[]string{"bob writes " + own + " (the daemon's HOME)"}},
+		{"each its own under the daemon's", []config.Agent{agent("alice", underOwn[0]), agent("rita", underOwn[1])}, nil},
+		{"one not made yet inside another's", []config.Agent{agent("alice", alice), agent("bob", filepath.Join(alice, "later"))},
+			[]string{"alice and bob write " + alice}},
+		{"a link inside another's, leading elsewhere", []config.Agent{agent("alice", alice), agent("bob", away)},
+			[]string{"alice and bob write " + alice}},
+		{"settings read from another's", []config.Agent{agent("alice", alice), xdg},
+			[]string{"alice and bob write " + alice}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := homeSharing(&config.Config{Agents: tc.agents}, own)
@@ -61,5 +82,20 @@ func TestHomeSharing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every agent writes sandbox.writable's paths: a HOME inside one is shared.
+func TestHomeSharingInASharedPath(t *testing.T) {
+	own, shared, bob := t.TempDir(), t.TempDir(), t.TempDir()
+	t.Setenv("HOME", own)
+	a := config.Agent{Name: "alice"}
+	a.Env = map[string]string{"HOME": filepath.Join(shared, "alice")}
+	b := config.Agent{Name: "bob"}
+	b.Env = map[string]string{"HOME": bob}
+	cfg := &config.Config{Agents: []config.Agent{a, b}, Sandbox: config.Sandbox{Writable: []string{shared}}}
+	got := homeSharing(cfg, own)
+	if want := "alice writes " + shared + " (sandbox.writable: every agent writes it)"; !strings.Contains(got, want) {
+		t.Errorf("homeSharing = %q, want it to say %q", got, want)
 	}
 }
