@@ -88,6 +88,7 @@ func (p *claudeParser) Line(line []byte) {
 	}
 	var l claudeLine
 	if !decodeLine(line, &l) {
+		p.rep.tampered(line, `"type":"tool_use"`)
 		return
 	}
 	switch l.Type {

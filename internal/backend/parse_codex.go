@@ -97,6 +97,7 @@ func (p *codexParser) Line(line []byte) {
 	}
 	var l codexLine
 	if !decodeLine(line, &l) {
+		p.rep.tampered(line, `"type":"item.started"`, `"type":"item.completed"`)
 		return
 	}
 	switch l.Type {

@@ -108,3 +108,36 @@ func TestCodexParserChecksEveryStartOfACall(t *testing.T) {
 		t.Errorf("%d tool calls counted, want 1 (an id counts once)", r.ToolCalls)
 	}
 }
+
+// Bytes written into the CLI's stream without a newline begin its next
+// line. A tool call's record is still read from its first brace, so the
+// tools policy hears of it; one that still does not parse (a brace glued
+// on) ends the session as tampered with, instead of going unchecked.
+func TestCodexParserGluedBytesHideNoCall(t *testing.T) {
+	started := `{"type":"item.started","item":{"id":"item_3","type":"command_execution","command":"echo evil","status":"in_progress"}}`
+	for _, tc := range []struct {
+		glue      string
+		told, end bool // the policy told of the call; the session ended as tampered with
+	}{
+		{"xxx", true, false},
+		{"{", false, true},
+		{"{{{{{{{{{{", false, true},
+	} {
+		p := newCodexParser(newFakeClock().now)
+		var told []string
+		p.OnToolStart(func(c ToolCall) { told = append(told, c.Input) })
+		p.Line([]byte(tc.glue + started))
+		gotTold := slices.ContainsFunc(told, func(in string) bool { return strings.Contains(in, "echo evil") })
+		if gotTold != tc.told || (p.Fatal() != "") != tc.end {
+			t.Errorf("glue %q: told %v (want %v), fatal %q (want one: %v)", tc.glue, gotTold, tc.told, p.Fatal(), tc.end)
+		}
+	}
+	// A plain line that names no call, and one cut at the splitter's
+	// bound, end nothing.
+	p := newCodexParser(nil)
+	p.Line([]byte("warning: something { odd"))
+	p.Line(append([]byte(`{"type":"item.started"`), make([]byte, DefaultMaxLine)...))
+	if p.Fatal() != "" {
+		t.Errorf("fatal %q for lines the session did not tamper with", p.Fatal())
+	}
+}

@@ -313,10 +313,15 @@ func excerpt(s string) string {
 // of an unexpected type is left zero and the rest is still decoded: a CLI
 // may change one field's shape without that hiding the others.
 func decodeLine(line []byte, v any) bool {
-	line = bytes.TrimSpace(line)
-	if !jsonObject(line) {
+	i := bytes.IndexByte(line, '{')
+	if i < 0 {
 		return false
 	}
+	// From the first brace: bytes before it are not the CLI's. Code in the
+	// session can write into the CLI's stream without a newline, and what
+	// it wrote then began the CLI's next line, which no longer parsed: a
+	// refused tool call went unchecked.
+	line = bytes.TrimSpace(line[i:])
 	err := json.Unmarshal(line, v)
 	var te *json.UnmarshalTypeError
 	return err == nil || errors.As(err, &te)
@@ -327,8 +332,25 @@ func decodeLine(line []byte, v any) bool {
 // log capped, its stream not) cost the daemon an allocation and a garbage
 // collection's share for each, whatever the line.
 func jsonObject(line []byte) bool {
-	line = bytes.TrimSpace(line)
-	return len(line) >= 2 && line[0] == '{'
+	return bytes.IndexByte(line, '{') >= 0
+}
+
+// tampered notes a line that did not parse though it names a tool call
+// (marker, as the CLI quotes it): a CLI writes whole JSON lines, so one
+// that does not parse was written into from inside the session, which
+// could hide the call from the tools policy's check. The session ends as
+// at a fatal error. A line cut at DefaultMaxLine is the splitter's doing,
+// not the session's.
+func (r *report) tampered(line []byte, markers ...string) {
+	if len(line) >= DefaultMaxLine {
+		return
+	}
+	for _, m := range markers {
+		if bytes.Contains(line, []byte(m)) {
+			r.setFatal("the CLI's output was written to from inside the session: a line naming a tool call did not parse")
+			return
+		}
+	}
 }
 
 // unixTime reads a reset timestamp given in seconds or milliseconds since

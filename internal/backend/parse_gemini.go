@@ -52,13 +52,15 @@ type geminiLine struct {
 }
 
 func (p *geminiParser) Line(line []byte) {
+	if t := bytes.TrimSpace(line); len(t) == 0 || t[0] != '{' {
+		p.retryLine(line) // Gemini CLI's retry messages are plain lines
+	}
 	if !jsonObject(line) {
-		p.retryLine(line)
 		return // see claudeParser.Line
 	}
 	var l geminiLine
 	if !decodeLine(line, &l) {
-		p.retryLine(line)
+		p.rep.tampered(line, `"type":"tool_use"`)
 		return
 	}
 	switch l.Type {
