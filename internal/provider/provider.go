@@ -175,8 +175,9 @@ func (h *Health) Report(r Report, now time.Time) *Change {
 	if r.Outcome == RateLimit && h.backoff.Max > 0 && r.Reset.After(now.Add(h.backoff.Max)) {
 		// The reset comes from a session's stream, which code in the session
 		// can write: one line held every agent of the provider until the
-		// year 5138. No reset holds them longer than the longest backoff; a
-		// probe then asks the provider, which says again if it still limits.
+		// year 5138. No reset holds them longer than the longest backoff;
+		// then they start again (each runner still waits out the reset its
+		// own sessions saw), and a session that meets the limit reports it.
 		r.Reset = now.Add(h.backoff.Max)
 	}
 	if r.Outcome == RateLimit && !r.Reset.After(now) {
