@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/worktree"
 )
 
 // sharedHomes says which writable state directories (HOME, CODEX_HOME,
@@ -69,7 +70,7 @@ func homeSharing(cfg *config.Config, daemonHome string) string {
 	overlap := func(a, b place) (string, bool) {
 		for _, x := range a.forms {
 			for _, y := range b.forms {
-				if within(x, y) || within(y, x) {
+				if worktree.Within(x, y) || worktree.Within(y, x) {
 					return shorter(x, y), true
 				}
 			}
@@ -141,7 +142,7 @@ var (
 )
 
 // agentEnv is key in agent's environment: its env's, else its backend's,
-// else the daemon's (as stateHomes reads it).
+// else the daemon's.
 func agentEnv(cfg *config.Config, agentName, key string) string {
 	v := os.Getenv(key)
 	if a, ok := cfg.Agent(agentName); ok {
@@ -162,10 +163,10 @@ func agentEnv(cfg *config.Config, agentName, key string) string {
 func writesOwnHome(dir, home []string) bool {
 	for _, d := range dir {
 		for _, h := range home {
-			if within(h, d) {
+			if worktree.Within(h, d) {
 				return true
 			}
-			if rel, err := filepath.Rel(h, d); err == nil && within(d, h) && strings.HasPrefix(rel, ".") && rel != "." {
+			if rel, err := filepath.Rel(h, d); err == nil && worktree.Within(d, h) && strings.HasPrefix(rel, ".") && rel != "." {
 				return true
 			}
 		}

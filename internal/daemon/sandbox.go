@@ -15,6 +15,7 @@ import (
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/sandbox"
+	"github.com/swarmd/swarmd/internal/worktree"
 )
 
 // A session's sandbox (isolation: bubblewrap): it sees the file system
@@ -199,7 +200,7 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 		// whose run directory cannot be made stays hidden.
 		for i, p := range cfg.Sandbox.Writable {
 			// Nor through a read-only path at or under it.
-			spec.ReadOnly = slices.DeleteFunc(spec.ReadOnly, func(ro string) bool { return within(ro, p) })
+			spec.ReadOnly = slices.DeleteFunc(spec.ReadOnly, func(ro string) bool { return worktree.Within(ro, p) })
 			if run, err := freshGateDir(cfg, dir, "writable-"+strconv.Itoa(i)); err == nil {
 				spec.Binds = append(spec.Binds, sandbox.Bind{Src: run, Dest: p, Writable: true})
 			} else {
@@ -375,17 +376,8 @@ func sessionSocket(stateDir string, n int64) (string, error) {
 // than "/".
 func stateHomes(cfg *config.Config, agentName string) []string {
 	var out []string
-	for _, key := range []string{"HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR"} {
-		dir := os.Getenv(key)
-		if a, ok := cfg.Agent(agentName); ok {
-			if b, ok := cfg.Backends[a.Backend]; ok && b.Env[key] != "" {
-				dir = b.Env[key]
-			}
-			if a.Env[key] != "" {
-				dir = a.Env[key]
-			}
-		}
-		if usableDir(dir) {
+	for _, key := range writableKeys {
+		if dir := agentEnv(cfg, agentName, key); usableDir(dir) {
 			out = append(out, filepath.Clean(dir))
 		}
 	}
@@ -434,10 +426,4 @@ func containsPath(list []string, p string) bool {
 		}
 	}
 	return false
-}
-
-// within reports whether path is root or under it (both clean and absolute).
-func within(path, root string) bool {
-	rel, err := filepath.Rel(root, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
