@@ -363,10 +363,18 @@ printf 'done\nDONE\n'`
 // result. Here alice's gate leaves a file in its HOME and fails; bob's
 // fails if it finds that file.
 func TestEachGateRunHasAHomeOfItsOwn(t *testing.T) {
+	afterAPoisonedGateRun(t, "touch \"$HOME/poison\"; exit 1\n", "[ ! -e \"$HOME/poison\" ]\n")
+}
+
+// afterAPoisonedGateRun gives alice a task whose gate runs alicesCheck
+// (which fails it), then bob an honest one whose gate runs bobsCheck, and
+// requires bob's task closed by a gate run that passed the first time.
+func afterAPoisonedGateRun(t *testing.T, alicesCheck, bobsCheck string) {
+	t.Helper()
 	requireBwrap(t)
 	repo := gitRepo(t)
 	report := t.TempDir()
-	for name, check := range map[string]string{"alice": "touch \"$HOME/poison\"; exit 1\n", "bob": "[ ! -e \"$HOME/poison\" ]\n"} {
+	for name, check := range map[string]string{"alice": alicesCheck, "bob": bobsCheck} {
 		if err := os.WriteFile(filepath.Join(report, name+".check"), []byte(check), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -439,50 +447,5 @@ func TestAGateSeesNothingAgentsLeftInASharedPath(t *testing.T) {
 // well as after. Here alice's gate leaves `* text eol=crlf` and fails; bob's
 // honest check.sh, written with CRLF line ends, failed under sh.
 func TestAGateRunsLeftoverAttributesDoNotChangeTheNextCheckout(t *testing.T) {
-	requireBwrap(t)
-	repo := gitRepo(t)
-	report := t.TempDir()
-	for name, check := range map[string]string{
-		"alice": "printf '* text eol=crlf\\n' > .gitattributes; exit 1\n",
-		"bob":   "set -eu\ntest -f check.sh\n",
-	} {
-		if err := os.WriteFile(filepath.Join(report, name+".check"), []byte(check), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := escapeConfig(t, repo, report, "", gated("sh check.sh"), map[string]string{"worker": checkWorker},
-		"name: alice, role: r, backend: worker", "name: bob, role: r, backend: worker")
-	d := startDaemon(t, cfg)
-	d.waitLine("bob idle", idleLine("bob"))
-	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
-	poison, err := b.Add(context.Background(), taskboard.NewTask{Title: "poison", Assignee: "alice"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.waitLine("alice's task rejected by the gate", func(m map[string]any) bool {
-		return strings.Contains(fmt.Sprint(m["msg"]), "reject") && fmt.Sprint(m["task"]) == fmt.Sprint(poison.ID)
-	})
-	clean, err := b.Add(context.Background(), taskboard.NewTask{Title: "clean", Assignee: "bob"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Closed, and by a gate run that passed the first time: a red one is
-	// bisected and run again, on a worktree cleaned by then.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		logs, _ := filepath.Glob(filepath.Join(repo, ".swarm", "logs", "merge", "*"))
-		for _, l := range logs {
-			body, _ := os.ReadFile(l)
-			if strings.Contains(string(body), fmt.Sprintf("gate of task %d", clean.ID)) && strings.Contains(string(body), "gate command failed") {
-				t.Fatalf("bob's honest task failed its gate after alice's gate run:\n%s", body)
-			}
-		}
-		if tk, err := b.Get(context.Background(), clean.ID); err == nil && tk.State == task.Closed {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bob's task not closed in 60s; log:\n%s", d.log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	afterAPoisonedGateRun(t, "printf '* text eol=crlf\\n' > .gitattributes; exit 1\n", "set -eu\ntest -f check.sh\n")
 }
