@@ -428,6 +428,17 @@ func (q *Queue) fastForward(ctx context.Context, co checkout, old, cand, msg str
 		}
 		return &blockedError{why: why}
 	}
+	// git merge --ff-only compares nothing: it takes the checkout from
+	// wherever it is now to cand, if it can. A person who rewound the
+	// target in the checkout while the gate ran (git reset --hard HEAD~1)
+	// would see the queue bring back what they dropped. The compare of
+	// the compare-and-swap is done here instead; what is left is the
+	// moment between this read and git's.
+	if cur, _, err := q.repo.tip(ctx, q.opts.Into); err != nil {
+		return err
+	} else if cur != old {
+		return fmt.Errorf("%s is at %s now, not %s: %w", q.opts.Into, short(cur), short(old), errMoved)
+	}
 	err := q.repo.fastForward(ctx, co.path, cand, msg)
 	if err == nil {
 		return nil

@@ -188,6 +188,53 @@ func TestTargetMovedDuringGateIsKept(t *testing.T) {
 	}
 }
 
+// A person who rewinds main in their own checkout while the gate runs
+// (git reset --hard HEAD~1: the last merge was a mistake) moved the target
+// as a push does: the candidate is rebuilt on the rewound main and gated
+// again. The queue's fast-forward of that checkout took it from the
+// rewound commit to the candidate, bringing back what the person dropped.
+func TestRewindInCheckoutDuringGateIsKept(t *testing.T) {
+	e := newEnv(t)
+	gitT(t, e.repo, "checkout", "-q", "main") // the person's own checkout
+	flags := t.TempDir()
+	// Task 2's first run waits for the test's "go"; every run counts itself.
+	gate := `echo run >> ` + flags + `/runs; if [ "$SWARM_MERGE_TASK" = 2 ] && [ ! -f ` + flags + `/go ]; then touch ` + flags +
+		`/started; while [ ! -f ` + flags + `/go ]; do sleep 0.01; done; fi`
+	q := e.open(e.options(gate))
+	e.queueFiles(q, 1, "alice", map[string]string{"alice.txt": "alice\n"})
+	e.queueFiles(q, 2, "bob", map[string]string{"bob.txt": "bob\n"}) // from main before alice's merge
+	step(t, q, OutcomeMerged)
+	dropped := e.main()
+	type result struct {
+		out Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { out, err := q.Step(context.Background()); done <- result{out, err} }()
+	waitForFile(t, filepath.Join(flags, "started"))
+	gitT(t, e.repo, "reset", "-q", "--hard", "HEAD~1")
+	rewound := e.main()
+	writeFile(t, filepath.Join(flags, "go"), "")
+
+	if r := <-done; r.err != nil || r.out != OutcomeRebuild {
+		t.Fatalf("Step after a rewind = %s, %v; want rebuild", r.out, r.err)
+	}
+	if e.main() != rewound {
+		t.Fatalf("main = %s, want the rewound %s untouched", short(e.main()), short(rewound))
+	}
+	step(t, q, OutcomeMerged)
+	final := e.main()
+	if isAncestor(t, e.repo, dropped, final) {
+		t.Errorf("main %s holds %s again, which the person dropped", short(final), short(dropped))
+	}
+	if !isAncestor(t, e.repo, rewound, final) || e.fileAt(final, "bob.txt") != "bob" {
+		t.Errorf("main %s is not bob's work on the rewound %s", short(final), short(rewound))
+	}
+	if runs := strings.Count(readFile(t, filepath.Join(flags, "runs")), "run"); runs != 3 {
+		t.Errorf("gate ran %d times, want 3 (alice, bob, bob again on the rewound main)", runs)
+	}
+}
+
 // While main is checked out with local changes the queue waits, says why,
 // and touches nothing; once the checkout is clean the merge goes in and the
 // checkout's files follow.
