@@ -459,6 +459,15 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 			return fmt.Errorf("restore %s/.git: %w", path, err)
 		}
 	}
+	// An operation left in progress there (a rebase the daemon was stopped
+	// or killed during, one the last gate started) made the next rebase
+	// refuse to start, and that refusal rejected an innocent task as a
+	// conflict. Nothing in the queue's own worktree is worth keeping.
+	for _, f := range leftOperations {
+		if err := os.RemoveAll(filepath.Join(admin, f)); err != nil {
+			return fmt.Errorf("clear %s of the integration worktree: %w", f, err)
+		}
+	}
 	// Clean before the checkout as well as after: git reads a
 	// .gitattributes the index lacks from the working tree as it checks
 	// out, and one a gate left there (text eol=crlf) rewrote the next
@@ -474,6 +483,10 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdxq")
 	return err
 }
+
+// leftOperations are the files in a worktree's git directory that say an
+// operation is in progress there.
+var leftOperations = []string{"rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "sequencer"}
 
 // adminOf is the git directory registered for the worktree at path
 // (commonDir/worktrees/ID, whose gitdir file names path/.git), if any.

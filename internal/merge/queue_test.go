@@ -3,10 +3,13 @@ package merge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -647,4 +650,79 @@ func TestEnqueueOfAnUnreportedResult(t *testing.T) {
 	if err != nil || next.ID == first.ID || next.Head != second || second == head {
 		t.Fatalf("enqueue of a new head after the report = %+v, %v", next, err)
 	}
+}
+
+// A rebase left in progress in the queue's worktree (the daemon stopped
+// while it replayed a branch, or the last gate started one there) is not
+// the next task's doing: git refused to start the next rebase, and the
+// queue rejected that task as a conflict. It is cleared, and the task
+// merges.
+func TestRebaseLeftInProgressRejectsNobody(t *testing.T) {
+	t.Run("stopped during a rebase", func(t *testing.T) {
+		e := newEnv(t)
+		opts := e.options(`true`)
+		opts.Strategy = StrategyRebase
+		q := e.open(opts)
+		// A branch long enough that the stop comes while it is replayed.
+		e.worker("long")
+		var b strings.Builder
+		for i := 1; i <= 150; i++ {
+			fmt.Fprintf(&b, "commit refs/heads/swarm/long/work\ncommitter T <t@example.com> %d +0000\ndata 2\nc\n", 1700000000+i)
+			if i == 1 {
+				b.WriteString("from refs/heads/swarm/long/work^0\n")
+			}
+			fmt.Fprintf(&b, "M 100644 inline long%d.txt\ndata %d\n%d\n\n", i, len(strconv.Itoa(i))+1, i)
+		}
+		imp := exec.Command("git", "-C", e.repo, "fast-import", "--quiet")
+		imp.Stdin = strings.NewReader(b.String())
+		if out, err := imp.CombinedOutput(); err != nil {
+			t.Fatalf("fast-import: %v: %s", err, out)
+		}
+		e.commitMain(map[string]string{"m.txt": "m\n"}) // so that the branch is replayed
+		if _, err := q.Enqueue(context.Background(), 1, "long", "swarm/long/work", ""); err != nil {
+			t.Fatal(err)
+		}
+		q.Start(context.Background())
+		var admin string
+		for deadline := time.Now().Add(waitLimit); ; time.Sleep(time.Millisecond) {
+			if dir, ok := q.repo.adminOf(q.wt); ok {
+				if _, err := os.Stat(filepath.Join(dir, "rebase-merge")); err == nil {
+					admin = dir
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no rebase in the integration worktree within %s", waitLimit)
+			}
+		}
+		q.Stop()
+		if _, err := os.Stat(filepath.Join(admin, "rebase-merge")); err != nil {
+			t.Fatalf("the rebase ended before the stop (%v): the test needs a longer branch", err)
+		}
+
+		q2 := e.open(opts) // the restarted daemon's
+		step(t, q2, OutcomeMerged)
+		if c := e.cb.waitCalls(t, 1)[0]; !c.merged {
+			t.Fatalf("task 1 %s after a stop during its rebase: %s", c.kind, firstLines(c.detail, 2))
+		}
+		if e.fileAt("main", "long150.txt") != "150" {
+			t.Error("main lacks the branch's last file")
+		}
+	})
+	t.Run("left by a gate", func(t *testing.T) {
+		e := newEnv(t)
+		// Task 1's tests leave a rebase stopped at a conflict in their checkout.
+		opts := e.options(`if [ -e rebase-test ]; then git checkout -q -b t HEAD && echo x > f.txt && git commit -qam x && ` +
+			`git checkout -q HEAD~1 && echo y > f.txt && git commit -qam y && git rebase -q t >/dev/null 2>&1; fi; true`)
+		opts.Strategy = StrategyRebase
+		q := e.open(opts)
+		e.queueFiles(q, 1, "alice", map[string]string{"rebase-test": ""})
+		e.queueFiles(q, 2, "bob", map[string]string{"bob.txt": "bob\n"})
+		drain(t, q)
+		for _, c := range e.cb.waitCalls(t, 2) {
+			if !c.merged {
+				t.Errorf("task %d %s after the gate before it left a rebase: %s", c.task, c.kind, firstLines(c.detail, 2))
+			}
+		}
+	})
 }
