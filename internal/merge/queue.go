@@ -279,6 +279,15 @@ func (q *Queue) WorktreePath() string { return q.wt }
 // at now. Whatever the worker commits later is not part of it.
 func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch, head string) (Entry, error) {
 	if head == "" {
+		// The branch is read once, when the task is first queued. The
+		// daemon queues every ready task again at each change of the
+		// database: reading the branch each time made the entry follow
+		// whatever the worker committed next, and the worker's branch
+		// then carries its next task (a split parent has no head of its
+		// own), so that task's unreviewed work merged under this one.
+		if e, ok, err := q.store.unfrozen(ctx, task); err != nil || ok {
+			return e, err
+		}
 		var err error
 		if head, err = q.repo.branchCommit(ctx, branch); err != nil {
 			return Entry{}, fmt.Errorf("merge queue: enqueue task %d: branch %s: %w", task, branch, err)

@@ -580,7 +580,7 @@ func TestEnqueueAndRetryRules(t *testing.T) {
 		t.Fatalf("enqueueing the same head again = %+v, %v; want the same entry", again, err)
 	}
 	second := commitFile(t, alice, "alice.txt", "alice 2\n", "alice again")
-	moved, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
+	moved, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", second)
 	if err != nil || moved.ID != a.ID || moved.Head != second {
 		t.Fatalf("a new head while queued = %+v, %v; want the entry updated in place to %s (was %s)", moved, err, second, first)
 	}
@@ -646,7 +646,7 @@ func TestEnqueueOfAnUnreportedResult(t *testing.T) {
 	}
 	// A new head is a new entry.
 	second := commitFile(t, alice, "alice.txt", "alice 2\n", "alice again")
-	next, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "")
+	next, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", second)
 	if err != nil || next.ID == first.ID || next.Head != second || second == head {
 		t.Fatalf("enqueue of a new head after the report = %+v, %v", next, err)
 	}
@@ -725,4 +725,36 @@ func TestRebaseLeftInProgressRejectsNobody(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A task queued with no head of its own (the operator reported it done;
+// a split parent) is its worker's branch as it stood when it was first
+// queued. The daemon queues every ready task again at each change of the
+// database; the entry followed the branch, so what the worker committed
+// next (on the next task it took, whose line its branch then carries)
+// merged as this task, unreviewed.
+func TestHeadlessTaskIsReadOnce(t *testing.T) {
+	e := newEnv(t)
+	q := e.open(e.options(`true`))
+	alice := e.worker("alice")
+	head := commitFile(t, alice, "parent.txt", "parent\n", "alice: the parent's work")
+	ctx := context.Background()
+	if _, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
+	}
+	later := commitFile(t, alice, "next.txt", "not reviewed\n", "alice: her next task")
+	again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", "") // the feeder, at the commit's change
+	if err != nil || again.Head != head {
+		t.Fatalf("queued again = %+v, %v; want the entry at %s, not the branch's new tip %s", again, err, short(head), short(later))
+	}
+	step(t, q, OutcomeMerged)
+	if isAncestor(t, e.repo, later, e.main()) {
+		t.Fatalf("main holds %s, committed after the task was queued", short(later))
+	}
+	if again, err := q.Enqueue(ctx, 1, "alice", "swarm/alice/work", ""); err != nil || again.State != Merged || again.Head != head {
+		t.Fatalf("queued again once merged = %+v, %v; want the merged entry", again, err)
+	}
+	if es, err := q.List(ctx, 0); err != nil || len(es) != 1 {
+		t.Fatalf("entries %+v, %v; want one", es, err)
+	}
 }

@@ -312,6 +312,22 @@ func finishedEntry(ctx context.Context, q querier, task int64, head string) (Ent
 	return es[0], true, nil
 }
 
+// unfrozen is the entry that stands for task when it is queued with no
+// head of its own (the operator reported it done): its latest, if that is
+// in the queue, merged, or rejected and not reported yet. Only a task sent
+// back (its rejection reported) and done again is queued anew.
+func (s *Store) unfrozen(ctx context.Context, task int64) (Entry, bool, error) {
+	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE id = (SELECT MAX(id) FROM merge_queue WHERE task_id = ?)
+		AND (state <> 'rejected' OR notified = 0)`, task)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("merge queue: enqueue task %d: %w", task, err)
+	}
+	if len(es) == 0 {
+		return Entry{}, false, nil
+	}
+	return es[0], true, nil
+}
+
 func getEntry(ctx context.Context, q querier, id int64) (Entry, error) {
 	e, err := scanEntry(q.QueryRowContext(ctx, `SELECT `+entryCols+` FROM merge_queue WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
