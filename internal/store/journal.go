@@ -2,13 +2,17 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Journal defaults.
@@ -75,6 +79,7 @@ type Journal struct {
 	tools    []ToolCallRecord
 	n        int // queued records of all kinds
 	lost     uint64
+	doubtful int // records of doubt
 	started  bool
 	closed   bool
 
@@ -94,6 +99,15 @@ type Journal struct {
 	spareSessions []sessionOp
 	spareTools    []ToolCallRecord
 	stmts         [numStmts]*sql.Stmt
+	// Guarded by sem: the batch whose commit failed, kept as it was for
+	// its next attempt, and the marks that tell whether it committed
+	// (PostgreSQL: markKey's row in settings holds the token of this
+	// journal's last committed batch, mark).
+	doubt   *journalBatch
+	markKey string
+	mark    string
+	batches int  // batches attempted: the next one's token
+	failed  bool // a batch failed: an attempt the server still runs may need the mark
 
 	closeOnce sync.Once
 	closeErr  error
@@ -103,6 +117,33 @@ type sessionOp struct {
 	rec   SessionRecord
 	ended bool
 }
+
+// journalBatch is the records of one transaction of the journal, and the
+// token its commit leaves in the journal's mark (PostgreSQL).
+type journalBatch struct {
+	sss   []sessionOp
+	ags   []AgentRecord
+	evs   []EventRecord
+	tcs   []ToolCallRecord
+	token string
+}
+
+// markSQL moves the journal's mark (a row of settings) from the token of
+// the last batch it knows committed ($3) to this batch's ($2), failing
+// (division_by_zero) when the mark is elsewhere: the batch, or an attempt
+// at it whose answer was lost, committed already. On PostgreSQL a COMMIT
+// whose connection dies before its answer may have taken: retried, the
+// batch's events and tool calls would be in the log twice. With the mark
+// a batch commits at most once, however many attempts: the first to
+// commit moves the mark, every other fails (a lost attempt's transaction
+// that the server still runs, say waiting for the appenders' turn,
+// included), and the failure says the batch is in.
+const markSQL = `WITH marked AS (INSERT INTO settings (key, value) VALUES (?, ?)
+	ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE settings.value = ? RETURNING 1)
+SELECT 1 / COUNT(*) FROM marked`
+
+// markMoved is markSQL's failure: the mark is not where the batch expects.
+const markMoved = "22012"
 
 const (
 	stmtSessionStart = iota
@@ -213,6 +254,10 @@ func (db *DB) NewJournal(opts JournalOptions) *Journal {
 	}
 	if j.maxQueue <= 0 {
 		j.maxQueue = DefaultMaxQueued
+	}
+	if db.drv.name() == "postgres" {
+		// The journal's own row: only its batches move it.
+		j.markKey = "journal." + rand.Text()
 	}
 	return j
 }
@@ -358,7 +403,7 @@ func (j *Journal) overflow(lost uint64, what string) {
 func (j *Journal) Backlog() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.n
+	return j.n + j.doubtful
 }
 
 // Dropped is how many records were dropped because the queue was full.
@@ -463,6 +508,11 @@ func (j *Journal) Close() error {
 				j.stmts[i] = nil
 			}
 		}
+		if err == nil && j.markKey != "" && j.mark != "" && !j.failed {
+			// Every batch's answer came: no attempt of this journal is left
+			// that its mark has to stop.
+			_, err = j.db.ExecCount(context.Background(), "journal: drop its mark", `DELETE FROM settings WHERE key = ?`, j.markKey)
+		}
 		j.closeErr = err
 	})
 	return j.closeErr
@@ -511,10 +561,35 @@ func (j *Journal) writeLocked(ctx context.Context) error {
 	if err != nil {
 		return j.db.Wrap("journal: write", err)
 	}
+	if b := j.doubt; b != nil {
+		// Ahead of what was enqueued since, as it was: its token stands
+		// for exactly these records.
+		err := j.commitBatch(ctx, tx, b)
+		tx = nil // ended by commitBatch
+		if err != nil {
+			return err
+		}
+		j.setDoubt(nil)
+		if j.onCommit != nil {
+			j.onCommit()
+		}
+	}
 	evs, ags, sss, tcs := j.take()
 	err = j.commit(ctx, tx, evs, latestAgents(ags), sss, tcs)
 	j.recycle(evs, ags, sss, tcs)
 	return err
+}
+
+// setDoubt keeps b (nil: none) for its next attempt. The caller holds sem.
+func (j *Journal) setDoubt(b *journalBatch) {
+	j.doubt = b
+	n := 0
+	if b != nil {
+		n = len(b.sss) + len(b.ags) + len(b.evs) + len(b.tcs)
+	}
+	j.mu.Lock()
+	j.doubtful = n
+	j.mu.Unlock()
 }
 
 // take swaps the queue for the spare buffers. The caller holds sem.
@@ -536,9 +611,10 @@ func (j *Journal) recycle(evs []EventRecord, ags []AgentRecord, sss []sessionOp,
 	j.spareTools = reuse(tcs, j.maxBatch)
 }
 
-// commit writes the records, the first batch in tx (begun already; rolled
-// back when there is nothing to write), the rest in transactions of their
-// own.
+// commit writes the records, the first batch in tx (begun already, or nil;
+// rolled back when there is nothing to write), the rest in transactions
+// of their own. A batch that fails is kept for the next attempt (doubt),
+// the records after it go back to the queue.
 func (j *Journal) commit(ctx context.Context, tx *Tx, evs []EventRecord, ags []AgentRecord, sss []sessionOp, tcs []ToolCallRecord) error {
 	defer func() {
 		if tx != nil {
@@ -554,10 +630,16 @@ func (j *Journal) commit(ctx context.Context, tx *Tx, evs []EventRecord, ags []A
 		ne := min(len(evs), room)
 		room -= ne
 		nt := min(len(tcs), room)
-		err := j.commitBatch(ctx, tx, sss[:ns], ags[:na], evs[:ne], tcs[:nt])
+		j.batches++
+		b := &journalBatch{sss: sss[:ns], ags: ags[:na], evs: evs[:ne], tcs: tcs[:nt], token: strconv.Itoa(j.batches)}
+		err := j.commitBatch(ctx, tx, b)
 		tx = nil // ended by commitBatch
 		if err != nil {
-			j.requeue(evs, ags, sss, tcs)
+			j.failed = true
+			// Copied: the taken buffers are the queue's next spares.
+			j.setDoubt(&journalBatch{sss: slices.Clone(b.sss), ags: slices.Clone(b.ags), evs: slices.Clone(b.evs),
+				tcs: slices.Clone(b.tcs), token: b.token})
+			j.requeue(evs[ne:], ags[na:], sss[ns:], tcs[nt:])
 			return err
 		}
 		sss, ags, evs, tcs = sss[ns:], ags[na:], evs[ne:], tcs[nt:]
@@ -569,8 +651,10 @@ func (j *Journal) commit(ctx context.Context, tx *Tx, evs []EventRecord, ags []A
 }
 
 // commitBatch writes one batch in tx, or in a transaction of its own when
-// tx is nil, and ends the transaction.
-func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags []AgentRecord, evs []EventRecord, tcs []ToolCallRecord) error {
+// tx is nil, and ends the transaction. A batch that an earlier attempt
+// committed (its answer lost) is not written again: that is a success.
+func (j *Journal) commitBatch(ctx context.Context, tx *Tx, b *journalBatch) error {
+	sss, ags, evs, tcs := b.sss, b.ags, b.evs, b.tcs
 	total := len(sss) + len(ags) + len(evs) + len(tcs)
 	wrap := func(err error) error {
 		return j.db.Wrap(fmt.Sprintf("journal: write %d records", total), err)
@@ -614,10 +698,38 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, sss []sessionOp, ags 
 	if err := j.insertToolCalls(later, tx.Tx, tcs); err != nil {
 		return wrap(err)
 	}
-	if err := tx.Commit(); err != nil {
+	if j.markKey != "" {
+		if _, err := tx.ExecContext(later, markSQL, j.markKey, b.token, j.mark); err != nil {
+			return wrap(err)
+		}
+	}
+	err = tx.Commit()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == markMoved {
+		err = j.committedBefore(ctx, b)
+	}
+	if err != nil {
 		return wrap(err)
 	}
+	j.mark = b.token
 	return nil
+}
+
+// committedBefore is the answer to a batch whose mark had moved: an
+// earlier attempt committed it (the mark is its token: nil), or the mark
+// was moved by someone else, which no attempt at the batch can pass (the
+// mark is taken from there, and the batch fails this time).
+func (j *Journal) committedBefore(ctx context.Context, b *journalBatch) error {
+	at, ok, err := j.db.Setting(ctx, j.markKey)
+	switch {
+	case err != nil:
+		return err
+	case ok && at == b.token:
+		return nil
+	}
+	err = fmt.Errorf("the journal's mark %s is at %q, not at %q or this batch's %q: moved by another writer", j.markKey, at, j.mark, b.token)
+	j.mark = at
+	return err
 }
 
 // execChunks inserts rows in multi-row statements, stmts[k] taking 1<<k
