@@ -83,7 +83,9 @@ func mailSendRun(ctx context.Context, opts *mailSendOptions) error {
 	if err != nil {
 		return err
 	}
-	d := mailbox.Draft{From: from.name, To: opts.To, Subject: opts.Subject, Body: body, Urgent: opts.Urgent}
+	// At, once for every attempt: an attempt whose commit's answer was
+	// lost is found by the next, not sent twice.
+	d := mailbox.Draft{From: from.name, To: opts.To, Subject: opts.Subject, Body: body, Urgent: opts.Urgent, At: time.Now()}
 	var sent []mailbox.Message
 	err = waitStore(ctx, db.Store(), opts.StoreWait, "mail send", func(ctx context.Context) error {
 		var err error

@@ -51,6 +51,14 @@ const (
 type Draft struct {
 	From, To, Subject, Body string
 	Urgent                  bool
+	// At is when the message was written; zero is now. A caller that sends
+	// it again when an attempt failed (the store away) sets it once, for
+	// every attempt: an attempt may have committed unseen (on PostgreSQL a
+	// connection can die between the COMMIT and its answer), and a pending
+	// message from the same sender to the same recipient at the same time,
+	// with the same subject and body, is then that attempt's, returned
+	// instead of sent twice.
+	At time.Time
 }
 
 const msgCols = `id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at, delivered_at, claimed_session,
@@ -134,11 +142,40 @@ func (mb *Mailbox) send(ctx context.Context, op string, d Draft) (Message, error
 	if err := mb.db.Check(); err != nil {
 		return Message{}, mb.wrap(op, err)
 	}
+	if !d.At.IsZero() {
+		return mb.sendOnce(ctx, op, mb.draftMessage(d))
+	}
 	m, err := mb.insert(ctx, nil, mb.draftMessage(d))
 	if err != nil {
 		return Message{}, mb.wrap(op, err)
 	}
 	return m, nil
+}
+
+// sendOnce stores m unless an earlier attempt at it did (sentBefore).
+func (mb *Mailbox) sendOnce(ctx context.Context, op string, m Message) (Message, error) {
+	tx, err := mb.db.Begin(ctx)
+	if err != nil {
+		return Message{}, mb.wrap(op, err)
+	}
+	defer tx.Rollback()
+	if got, ok, err := mb.sentBefore(ctx, tx.Tx, m); err != nil || ok {
+		return got, mb.wrapNil(op, err)
+	}
+	if m, err = mb.insert(ctx, tx.Tx, m); err != nil {
+		return Message{}, mb.wrap(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Message{}, mb.wrap(op, err)
+	}
+	return m, nil
+}
+
+func (mb *Mailbox) wrapNil(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return mb.wrap(op, err)
 }
 
 // NoteToOperator leaves the operator a message from the daemon itself (a
@@ -235,6 +272,17 @@ func (mb *Mailbox) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 		if len(out) > 0 {
 			m.ThreadID = out[0].ID
 		}
+		if !d.At.IsZero() {
+			// The copies commit together: one stored before means all were.
+			got, ok, err := mb.sentBefore(ctx, tx.Tx, m)
+			if err != nil {
+				return nil, mb.wrap("broadcast", err)
+			}
+			if ok {
+				out = append(out, got)
+				continue
+			}
+		}
 		if m, err = mb.insert(ctx, tx.Tx, m); err != nil {
 			return nil, mb.wrap("broadcast", err)
 		}
@@ -247,10 +295,30 @@ func (mb *Mailbox) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 }
 
 func (mb *Mailbox) draftMessage(d Draft) Message {
+	at := d.At
+	if at.IsZero() {
+		at = mb.db.Now()
+	}
 	return Message{
 		From: d.From, To: d.To, Subject: d.Subject, Body: d.Body, Urgent: d.Urgent,
-		CreatedAt: mb.db.Now().UTC().Truncate(time.Microsecond),
+		CreatedAt: at.UTC().Truncate(time.Microsecond),
 	}
+}
+
+// sentBefore is the message an earlier attempt at sending m stored (Draft.At),
+// if any: read in tx after the senders' turn is taken, so that an attempt
+// still running on the server has committed or will find this one's.
+func (mb *Mailbox) sentBefore(ctx context.Context, tx *sql.Tx, m Message) (Message, bool, error) {
+	if err := mb.db.LockMailTx(ctx, tx); err != nil {
+		return Message{}, false, err
+	}
+	got, err := scanMessage(tx.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages
+		WHERE recipient = ? AND delivered_at IS NULL AND sender = ? AND created_at = ? AND subject = ? AND body = ?
+		ORDER BY id LIMIT 1`, m.To, m.From, m.CreatedAt.Format(store.TimeLayout), m.Subject, m.Body))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Message{}, false, nil
+	}
+	return got, err == nil, err
 }
 
 // validate checks a draft completely, so that nothing is stored half-way.

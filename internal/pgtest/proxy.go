@@ -25,6 +25,7 @@ type Proxy struct {
 	ln net.Listener
 
 	armed   atomic.Bool  // cut the next connection whose COMMIT completes
+	after   atomic.Value // string: only one that has sent this first
 	cuts    atomic.Int64 // connections cut so far
 	down    atomic.Bool  // refuse new connections
 	cancels atomic.Int64 // cancel requests refused while down
@@ -54,7 +55,14 @@ func (p *Proxy) URL(db string) string {
 // CutNextCommit arms the proxy: the next COMMIT the server completes, on
 // any connection, is committed but its answer never reaches the client,
 // whose connection is closed instead.
-func (p *Proxy) CutNextCommit() { p.armed.Store(true) }
+func (p *Proxy) CutNextCommit() { p.CutNextCommitAfter("") }
+
+// CutNextCommitAfter is CutNextCommit for the first connection that has
+// sent text (a statement's, say) before its COMMIT completes.
+func (p *Proxy) CutNextCommitAfter(text string) {
+	p.after.Store(text)
+	p.armed.Store(true)
+}
 
 // CutAll closes every connection open now, on both sides, as a network
 // that fails would: a server process busy meanwhile (waiting for a lock)
@@ -148,29 +156,51 @@ func (p *Proxy) accept() {
 			}
 			p.mu.Unlock()
 		})
+		var sent atomic.Bool // the client sent the text CutNextCommitAfter waits for
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
 			defer closeBoth()
-			_, _ = io.Copy(server, client)
+			p.clientToServer(client, server, &sent)
 		}()
 		go func() {
 			defer p.wg.Done()
 			defer closeBoth()
-			p.serverToClient(server, client)
+			p.serverToClient(server, client, &sent)
 		}()
+	}
+}
+
+// clientToServer copies the client's messages to the server, noting when
+// the client sent the text CutNextCommitAfter names. (Text split across two
+// reads is missed; a client writes its messages whole.)
+func (p *Proxy) clientToServer(client, server net.Conn, sent *atomic.Bool) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if text, _ := p.after.Load().(string); p.armed.Load() && bytes.Contains(buf[:n], []byte(text)) {
+				sent.Store(true)
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
 // serverToClient copies the server's messages to the client until the
 // connection ends or a completed COMMIT is to be cut. (A tag split across
 // two reads is missed; the server writes its answers whole.)
-func (p *Proxy) serverToClient(server, client net.Conn) {
+func (p *Proxy) serverToClient(server, client net.Conn, sent *atomic.Bool) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := server.Read(buf)
 		if n > 0 {
-			if i := bytes.Index(buf[:n], commitDone); i >= 0 && p.armed.CompareAndSwap(true, false) {
+			if bytes.Contains(buf[:n], commitDone) && sent.Load() && p.armed.CompareAndSwap(true, false) {
 				p.cuts.Add(1)
 				return // the commit is done on the server; its answer is lost
 			}
