@@ -54,7 +54,7 @@ type Draft struct {
 	// At is when the message was written; zero is now. A caller that sends
 	// it again when an attempt failed (the store away) sets it once, for
 	// every attempt: an attempt may have committed unseen (on PostgreSQL a
-	// connection can die between the COMMIT and its answer), and a pending
+	// connection can die between the COMMIT and its answer), and a
 	// message from the same sender to the same recipient at the same time,
 	// with the same subject and body, is then that attempt's, returned
 	// instead of sent twice.
@@ -152,22 +152,47 @@ func (mb *Mailbox) send(ctx context.Context, op string, d Draft) (Message, error
 	return m, nil
 }
 
-// sendOnce stores m unless an earlier attempt at it did (sentBefore).
+// insertOnceSQL is insertSQL for a draft that may have been stored by an
+// earlier attempt whose answer was lost (Draft.At): it stores nothing when
+// that attempt's message is there (same sender, recipient, time, subject
+// and body; delivered or not), and returns no row. Like every send it
+// runs in the senders' turn, not the writers' lock, so urgent mail still
+// does not wait behind the swarm's writes; and since the turn is taken
+// before it looks, an attempt the server still runs has committed, or
+// will find this one's message.
+const insertOnceSQL = `INSERT INTO messages (id, thread_id, reply_to, sender, recipient, subject, body, urgency, created_at)
+SELECT (SELECT IFNULL(MAX(id), 0) + 1 FROM messages),
+       IFNULL(?, (SELECT IFNULL(MAX(id), 0) + 1 FROM messages)),
+       ?, ?, ?, ?, ?, ?, ?
+WHERE NOT EXISTS (SELECT 1 FROM messages WHERE sender = ? AND recipient = ? AND created_at = ? AND subject = ? AND body = ?)
+RETURNING id`
+
+// sendOnce stores m unless an earlier attempt at it did, and returns the
+// message stored, by this attempt or that one.
 func (mb *Mailbox) sendOnce(ctx context.Context, op string, m Message) (Message, error) {
-	tx, err := mb.db.Begin(ctx)
-	if err != nil {
+	if m.Urgent && m.From != Operator && mb.urgentEvery > 0 {
+		recent, err := mb.interruptedLately(ctx, nil, m)
+		if err != nil {
+			return Message{}, mb.wrap(op, err)
+		}
+		m.Urgent, m.Calmed = !recent, recent
+	}
+	at := m.CreatedAt.Format(store.TimeLayout)
+	err := mb.db.MailSQL().QueryRowContext(ctx, insertOnceSQL, nil, nil, m.From, m.To, m.Subject, m.Body, urgency(m.Urgent), at,
+		m.From, m.To, at, m.Subject, m.Body).Scan(&m.ID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		got, err := scanMessage(mb.db.ReadSQL().QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages
+			WHERE sender = ? AND recipient = ? AND created_at = ? AND subject = ? AND body = ? ORDER BY id LIMIT 1`,
+			m.From, m.To, at, m.Subject, m.Body))
+		if err != nil {
+			return Message{}, mb.wrap(op, fmt.Errorf("an earlier attempt's message: %w", err))
+		}
+		return got, nil
+	case err != nil:
 		return Message{}, mb.wrap(op, err)
 	}
-	defer tx.Rollback()
-	if got, ok, err := mb.sentBefore(ctx, tx.Tx, m); err != nil || ok {
-		return got, mb.wrapNil(op, err)
-	}
-	if m, err = mb.insert(ctx, tx.Tx, m); err != nil {
-		return Message{}, mb.wrap(op, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return Message{}, mb.wrap(op, err)
-	}
+	m.ThreadID = m.ID
 	return m, nil
 }
 

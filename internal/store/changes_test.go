@@ -30,6 +30,9 @@ func TestChangeOf(t *testing.T) {
 		{`DELETE tasks`, ChangedAll},
 		{``, ChangedAll},
 		{`UPDATE tasks SET a = 1;`, ChangedTasks},
+		// The journal's mark, in every batch: what it says is every
+		// daemon's reads at every commit of the journal.
+		{markSQL, ChangedOther},
 	} {
 		if got := changeOf(c.query); got != c.want {
 			t.Errorf("changeOf(%q) = %b, want %b", c.query, got, c.want)
