@@ -24,8 +24,11 @@ type Ready struct {
 // readyToMergeSQL reads the DONE tasks through their own index (tasks_done),
 // in its order: the merge feeder asks it after every change of the
 // database, and the board's CLOSED history is not read for it.
+// A task split into subtasks is not ready: it has no change of its own
+// (closeParent closes it once they are merged).
 const readyToMergeSQL = `SELECT id, IIF(worker <> '', worker, claimant), head FROM tasks
-	WHERE state = 'DONE' AND review_state IN ('', ?) ORDER BY updated_at, id`
+	WHERE state = 'DONE' AND review_state IN ('', ?)
+	AND NOT EXISTS (SELECT 1 FROM tasks kid WHERE kid.parent_id = tasks.id) ORDER BY updated_at, id`
 
 // ReadyToMerge lists DONE tasks that passed review (or need none) and that
 // skip does not exclude (those already queued), oldest first.

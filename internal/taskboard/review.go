@@ -201,10 +201,12 @@ func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review
 			if _, err := tx.ExecContext(ctx, `UPDATE tasks SET review_state = ? WHERE id = ?`, t.ReviewState, t.ID); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+			if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 				session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, 'task', ?, ?, '', 0, ?)`,
-				b.now(), reviewer, t.State.String(), eventReviewPass, t.State.String(), actor, why, t.ID)
-			return err
+				b.now(), reviewer, t.State.String(), eventReviewPass, t.State.String(), actor, why, t.ID); err != nil {
+				return err
+			}
+			return b.closeParent(ctx, tx, t) // a split task: nothing of its own to merge
 		}
 		return b.apply(ctx, tx, t, move{to: task.Closed, reason: task.ReasonCompleted, actor: actor,
 			why: why, set: loopCols, args: loopArgs})

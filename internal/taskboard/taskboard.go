@@ -424,8 +424,14 @@ func (b *Board) parentCheck(ctx context.Context, tx *sql.Tx, parent int64) error
 		return nil
 	}
 	p, err := getTask(ctx, tx, parent)
-	if err != nil || p.State != task.WaitingForSubtasks {
+	if err != nil {
 		return err
+	}
+	if p.State == task.Done {
+		return b.closeParent(ctx, tx, &p)
+	}
+	if p.State != task.WaitingForSubtasks {
+		return nil
 	}
 	// A subtask DONE but still under review is not done: its reviewer may
 	// send it back.
@@ -445,7 +451,34 @@ func (b *Board) parentCheck(ctx context.Context, tx *sql.Tx, parent int64) error
 	if err := b.reviewOnDone(&p, &m); err != nil {
 		return err
 	}
-	return b.apply(ctx, tx, &p, m)
+	if err := b.apply(ctx, tx, &p, m); err != nil {
+		return err
+	}
+	return b.closeParent(ctx, tx, &p)
+}
+
+// closeParent closes p, a DONE task that was split into subtasks, once it
+// waits for nothing more: its review passed (or it has none) and every
+// subtask is CLOSED, that is merged. With a merge queue (no AutoClose)
+// nothing else would close it: a split parent has no change of its own
+// (its worker gave it up for its subtasks), so the queue never takes it
+// (readyToMergeSQL), where it would have merged whatever its last
+// worker's branch held by then, that worker's next task included.
+// Without a merge queue cascade closes it at its DONE.
+func (b *Board) closeParent(ctx context.Context, tx *sql.Tx, p *Task) error {
+	if rs := p.ReviewState; b.opts.AutoClose || p.State != task.Done || rs != "" && rs != review.Complete.String() {
+		return nil // a review still to pass, as readyToMergeSQL asks
+	}
+	var kids, open int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN state <> 'CLOSED' THEN 1 ELSE 0 END), 0)
+		FROM tasks WHERE parent_id = ?`, p.ID).Scan(&kids, &open); err != nil {
+		return fmt.Errorf("taskboard: task %d's subtasks: %w", p.ID, err)
+	}
+	if kids == 0 || open > 0 {
+		return nil
+	}
+	return b.apply(ctx, tx, p, move{to: task.Closed, reason: task.ReasonCompleted, actor: "swarmd",
+		why: "every subtask is merged; a split task has no change of its own"})
 }
 
 // unblockDependents opens the tasks that waited only for dependencies, once

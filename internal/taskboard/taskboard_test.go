@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -534,4 +535,100 @@ func TestMaxIterationsDefaultHasOneOwner(t *testing.T) {
 	if want := fmt.Sprint(review.DefaultMaxIterations); dflt != want {
 		t.Fatalf("tasks.max_iterations DEFAULT %s, review.DefaultMaxIterations %s", dflt, want)
 	}
+}
+
+// With a merge queue a split task has no change of its own: it is never
+// ready to merge (the queue would take its worker's branch as it stands
+// then, the worker's next task on it), and it closes once its review
+// passed and every subtask is merged, opening what waited for it.
+func TestSplitParentClosesWhenItsSubtasksMerge(t *testing.T) {
+	for _, reviewed := range []bool{false, true} {
+		t.Run(fmt.Sprint("reviewed=", reviewed), func(t *testing.T) {
+			ctx := context.Background()
+			b, _ := openBoard(t, "", Options{}) // a merge queue closes tasks
+			n := NewTask{Title: "the feature"}
+			if reviewed {
+				n.Reviewer = "rita"
+			}
+			parent := add(t, b, n)
+			after := add(t, b, NewTask{Title: "ship it", After: []int64{parent.ID}})
+			h := Holder{Agent: "alice", Session: "alice-1-a"}
+			if _, err := b.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+				t.Fatal(err)
+			}
+			kids, err := b.Split(ctx, parent.ID, h, []string{"one", "two"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, k := range kids {
+				kh := Holder{Agent: fmt.Sprint("k", i), Session: fmt.Sprintf("k%d-1-s", i)}
+				if _, err := b.Claim(ctx, k.ID, kh.Agent, kh.Session); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.DoneAt(ctx, k.ID, kh, "done", fmt.Sprintf("%040d", i+1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := wantState(t, b, parent.ID, task.Done)
+			if reviewed {
+				if p.ReviewState != review.Reviewing.String() {
+					t.Fatalf("parent's review = %q, want reviewing", p.ReviewState)
+				}
+				if _, err := b.Verdict(ctx, parent.ID, "rita", true, "ok"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ready, err := b.ReadyToMerge(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []int64
+			for _, r := range ready {
+				ids = append(ids, r.ID)
+			}
+			if want := []int64{kids[0].ID, kids[1].ID}; !slices.Equal(ids, want) {
+				t.Fatalf("ready to merge = %v, want the subtasks %v only", ids, want)
+			}
+			if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
+				t.Fatal(err)
+			}
+			wantState(t, b, parent.ID, task.Done) // one subtask is not merged yet
+			wantState(t, b, after.ID, task.Blocked)
+			if _, err := b.Merged(ctx, kids[1].ID, "fedcba9876543210"); err != nil {
+				t.Fatal(err)
+			}
+			wantState(t, b, parent.ID, task.Closed)
+			wantState(t, b, after.ID, task.Open)
+		})
+	}
+}
+
+// A split task's review that passes after its subtasks merged closes it.
+func TestSplitParentClosesAtItsLateVerdict(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{})
+	parent := add(t, b, NewTask{Title: "the feature", Reviewer: "rita"})
+	h := Holder{Agent: "alice", Session: "alice-1-a"}
+	if _, err := b.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := b.Split(ctx, parent.ID, h, []string{"one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kh := Holder{Agent: "bob", Session: "bob-1-s"}
+	if _, err := b.Claim(ctx, kids[0].ID, kh.Agent, kh.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DoneAt(ctx, kids[0].ID, kh, "done", fmt.Sprintf("%040d", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, parent.ID, task.Done) // waiting for rita
+	if _, err := b.Verdict(ctx, parent.ID, "rita", true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, parent.ID, task.Closed)
 }
