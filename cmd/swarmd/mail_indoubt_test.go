@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 )
@@ -44,5 +47,57 @@ func TestMailSendCommitAnswerLost(t *testing.T) {
 	}
 	if got != "first,second" {
 		t.Fatalf("bob's messages: %s, want first,second (each once)", strings.ReplaceAll(got, "\n", " "))
+	}
+}
+
+// TestMailSendWaitsForTheStoreToOpen: `swarmd mail send` from outside a
+// session, started while the PostgreSQL server cannot be reached, waits
+// for it (--store-wait) instead of failing at its first connection.
+func TestMailSendWaitsForTheStoreToOpen(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("mailopen"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := srv.NewProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	env := []string{"SWARM_DB_PATH=" + p.URL("mailopen"), "SWARM_AGENT_ID=alice"}
+	if _, errOut, code := runCLI(t, env, "", "mail", "send", "--to", "bob", "--subject", "s", "first"); code != 0 {
+		t.Fatalf("mail send: exit %d: %s", code, errOut)
+	}
+	p.SetDown(true)
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	cmd := exec.Command(swarmdBin, "mail", "send", "--to", "bob", "--subject", "s", "--store-wait", "30s", "second")
+	cmd.Env = append(os.Environ(), env...)
+	go func() {
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		done <- result{string(out), code}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Refused() < 2 { // its first try, and one more: it is waiting
+		select {
+		case r := <-done:
+			t.Fatalf("mail send ended while the store was away: exit %d: %s", r.code, r.out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("mail send never tried to connect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.SetDown(false)
+	r := <-done
+	if r.code != 0 || r.out != "sent #2 to bob\n" {
+		t.Fatalf("mail send once the store is back: exit %d: %q", r.code, r.out)
 	}
 }

@@ -89,6 +89,13 @@ func (db *swarmDB) Close() error {
 // daemon's open store when it runs the command for a session), else the
 // config at configPath, which creates the file if the daemon has not yet.
 func openSwarmDB(ctx context.Context, s Streams, configPath, cmd string) (*swarmDB, error) {
+	return openSwarmDBWaiting(ctx, s, configPath, cmd, 0)
+}
+
+// openSwarmDBWaiting is openSwarmDB, retrying for up to wait an open that
+// found the store's server away (a PostgreSQL restart), as waitStore
+// retries the writes themselves.
+func openSwarmDBWaiting(ctx context.Context, s Streams, configPath, cmd string, wait time.Duration) (*swarmDB, error) {
 	var out swarmDB
 	var opts mailbox.Options
 	getenv := s.Getenv
@@ -130,7 +137,7 @@ func openSwarmDB(ctx context.Context, s Streams, configPath, cmd string) (*swarm
 			}
 		}
 	}
-	db, err := store.Open(ctx, path, store.Options{NoCreate: noCreate})
+	db, err := openWaiting(ctx, path, store.Options{NoCreate: noCreate}, wait, cmd)
 	if err != nil {
 		if errors.Is(err, store.ErrNoDatabase) {
 			if getenv("SWARM_DB_PATH") != "" {
@@ -175,7 +182,7 @@ func (o *dbOptions) addFlags(cmd *cobra.Command, jsonHelp string) {
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
 	pf.BoolVar(&o.JSON, "json", false, jsonHelp)
-	pf.DurationVar(&o.StoreWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable before giving up, saying nothing was recorded (one try may wait up to 10s for SQLite's lock)")
+	pf.DurationVar(&o.StoreWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying nothing was recorded (one try may wait up to 10s for SQLite's lock)")
 }
 
 // whoCalls is who runs the command (whoCalls); cmd names it in errors.
@@ -183,7 +190,32 @@ func (o *dbOptions) whoCalls(cmd string) (caller, error) { return whoCalls(o.IO.
 
 // open finds and opens swarm.db for cmd (openSwarmDB).
 func (o *dbOptions) open(ctx context.Context, cmd string) (*swarmDB, error) {
-	return openSwarmDB(ctx, o.IO, o.ConfigPath, cmd)
+	return openSwarmDBWaiting(ctx, o.IO, o.ConfigPath, cmd, o.StoreWait)
+}
+
+// openWaiting opens the store at path, trying again while its server is
+// unreachable (store.Unreachable), for up to wait.
+func openWaiting(ctx context.Context, path string, opts store.Options, wait time.Duration, cmd string) (*store.DB, error) {
+	deadline := time.Now().Add(wait)
+	delay := 10 * time.Millisecond
+	for {
+		db, err := store.Open(ctx, path, opts)
+		if err == nil || !store.Unreachable(err) || wait <= 0 {
+			return db, err
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return nil, fmt.Errorf("%s: the store stayed unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
+				cmd, wait, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // printJSON writes v for scripts on the command's standard output.

@@ -29,6 +29,7 @@ type Proxy struct {
 	cuts    atomic.Int64 // connections cut so far
 	down    atomic.Bool  // refuse new connections
 	cancels atomic.Int64 // cancel requests refused while down
+	refused atomic.Int64 // connections refused while down
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -79,6 +80,9 @@ func (p *Proxy) CutAll() {
 // that fails would, or take them again.
 func (p *Proxy) SetDown(down bool) { p.down.Store(down) }
 
+// Refused is how many connections were refused while down.
+func (p *Proxy) Refused() int64 { return p.refused.Load() }
+
 // Cancels is how many cancel requests were refused while down: pgx sends
 // one for the statement running on a connection it lost.
 func (p *Proxy) Cancels() int64 { return p.cancels.Load() }
@@ -89,6 +93,7 @@ var cancelCode = []byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e}
 // refuse closes a connection made while down, counting cancel requests.
 func (p *Proxy) refuse(c net.Conn) {
 	defer c.Close()
+	p.refused.Add(1)
 	head := make([]byte, len(cancelCode))
 	if err := c.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
 		return

@@ -253,6 +253,18 @@ func (db *DB) Transient(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
+	return Unreachable(err)
+}
+
+// Unreachable reports whether err says the store's server could not be
+// reached or is not taking work now (refused or cut connections, a
+// restart, too many clients, timeouts): another try later can succeed.
+// Unlike Transient it needs no open store, so it also judges Open's
+// errors; a wrong address's name, password or schema are not in it.
+func Unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
 	var ne net.Error
 	if errors.As(err, &ne) {
 		return true
