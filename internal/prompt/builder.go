@@ -41,6 +41,7 @@ type Tasks interface {
 	Unclaim(ctx context.Context, session string) error
 	ReviewFor(ctx context.Context, reviewer string) (taskboard.Task, bool, error)
 	Rounds(ctx context.Context, id int64) ([]review.Round, error)
+	Subtasks(ctx context.Context, id int64) ([]taskboard.Task, error)
 }
 
 // Compare shows a worker's branch against the merge target, for a review.
@@ -284,6 +285,20 @@ func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) 
 	}
 	for _, rd := range rounds {
 		r.Earlier = append(r.Earlier, Round{N: int(rd.Iteration), Verdict: strings.ToUpper(rd.Verdict.String()), Feedback: rd.Feedback})
+	}
+	if t.Head == "" {
+		// A split task has no change of its own: its worker's branch
+		// carries that worker's next task by now, not this one's work.
+		kids, err := b.Tasks.Subtasks(ctx, t.ID)
+		if err != nil {
+			return nil, fmt.Errorf("review of task %d: %w", t.ID, err)
+		}
+		for _, k := range kids {
+			r.Subtasks = append(r.Subtasks, Subtask{ID: k.ID, Title: k.Title, State: k.StateName})
+		}
+		if len(kids) > 0 {
+			return r, nil
+		}
 	}
 	if b.Compare != nil {
 		r.Branch, r.Base, r.Head = b.Compare.Branch(t.Worker), b.ReviewBase, t.Head

@@ -351,3 +351,59 @@ func openMail(t *testing.T, opts mailbox.Options) *mailbox.Mailbox {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// The review of a split task shows its subtasks, not its worker's branch:
+// that branch carries the worker's next task by then, which the reviewer
+// would be reviewing under this task's name.
+func TestBuilderReviewOfASplitTask(t *testing.T) {
+	ctx := context.Background()
+	repo := gitRepo(t)
+	state := filepath.Join(repo, ".swarm")
+	trees, err := worktree.Open(ctx, worktree.Options{Repo: repo, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := trees.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openMail(t, mailbox.Options{})
+	board := taskboard.New(db.Store(), taskboard.Options{FrozenHead: true})
+	parent, _ := board.Add(ctx, taskboard.NewTask{Title: "the feature", Reviewer: "bob", Assignee: "alice"})
+	h := taskboard.Holder{Agent: "alice", Session: "alice-1-aaaa"}
+	if _, err := board.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := board.Split(ctx, parent.ID, h, []string{"the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kh := taskboard.Holder{Agent: "carol", Session: "carol-1-cccc"}
+	if _, err := board.Claim(ctx, kids[0].ID, "carol", kh.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.DoneAt(ctx, kids[0].ID, kh, "done", trees.BaseCommit()); err != nil {
+		t.Fatal(err)
+	}
+	// Alice's branch moves on with her next task.
+	for _, args := range [][]string{
+		{"-c", "user.name=a", "-c", "user.email=a@example.invalid", "commit", "-q", "--allow-empty", "-m", "alice's next task, unreviewed"},
+	} {
+		if out, err := exec.Command("git", append([]string{"-C", wt.Path}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	b := &Builder{Tasks: board, Compare: trees, ReviewBase: trees.BaseCommit()}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-1-bbbb", Seq: 1})
+	if err != nil || p.Review != parent.ID {
+		t.Fatalf("bob's prompt = review %d (%v); want the review of %d", p.Review, err, parent.ID)
+	}
+	for _, want := range []string{fmt.Sprintf("- #%d the parser (DONE)", kids[0].ID), "`swarmd task show ID` of each subtask"} {
+		if !strings.Contains(p.Text, want) {
+			t.Errorf("the review lacks %q:\n%s", want, p.Text)
+		}
+	}
+	if strings.Contains(p.Text, "alice's next task") || strings.Contains(p.Text, trees.Branch("alice")) {
+		t.Errorf("the review of a split task shows alice's branch:\n%s", p.Text)
+	}
+}

@@ -61,6 +61,15 @@ type Review struct {
 	DiffStat         string
 	CompareError     string
 	Earlier          []Round
+	// Subtasks: the task was split into them, and has no change of its
+	// own (no branch is shown).
+	Subtasks []Subtask
+}
+
+// Subtask is one of the tasks a reviewed task was split into.
+type Subtask struct {
+	ID           int64
+	Title, State string
 }
 
 // Round is an earlier verdict on the same task.
@@ -283,6 +292,12 @@ func renderReview(b *strings.Builder, r *Review) {
 	if strings.TrimSpace(r.Summary) != "" {
 		b.WriteString("\nThe worker's summary:\n\n" + quote(r.Summary))
 	}
+	if len(r.Subtasks) > 0 {
+		b.WriteString("\nIt was split into subtasks, each its own change (reviewed and merged on its own); it has no change of its own:\n")
+		for _, k := range r.Subtasks {
+			fmt.Fprintf(b, "- #%d %s (%s)\n", k.ID, flat(k.Title), k.State)
+		}
+	}
 	rev := r.Branch // what the reviewer looks at
 	switch {
 	case r.Head != "":
@@ -309,6 +324,11 @@ func renderReview(b *strings.Builder, r *Review) {
 	for _, e := range r.Earlier {
 		fmt.Fprintf(b, "\nRound %d: %s.\n\n%s", e.N, e.Verdict, quote(e.Feedback))
 	}
-	b.WriteString("\nLook at the work (`git log " + short(r.Base) + ".." + rev + "`, `git diff " + short(r.Base) + "..." + rev + "`), then end your final message with a\n")
+	switch {
+	case rev != "":
+		b.WriteString("\nLook at the work (`git log " + short(r.Base) + ".." + rev + "`, `git diff " + short(r.Base) + "..." + rev + "`), then end your final message with a\n")
+	default:
+		b.WriteString("\nLook at the work (`swarmd task show ID` of each subtask), then end your final message with a\n")
+	}
 	b.WriteString("line `PASS` to approve it, or `FAIL` and what must change: the worker gets your final message as feedback.\n")
 }

@@ -128,6 +128,15 @@ type Filter struct {
 	Agent string // assigned to or held by
 }
 
+// Subtasks returns the tasks id was split into, by id.
+func (b *Board) Subtasks(ctx context.Context, id int64) ([]Task, error) {
+	ts, err := queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks WHERE parent_id = ? ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: subtasks of %d: %w", id, err)
+	}
+	return ts, nil
+}
+
 // List returns the tasks that match f, by id.
 func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 	var where []string
