@@ -457,14 +457,24 @@ func (mb *Mailbox) ConsumeForPrompt(ctx context.Context, agent, sessionID string
 		// the prompt's watermark: an urgent one still interrupts.
 		return nil, nil
 	}
-	var ms []Message
-	err := mb.db.Write(ctx, func(w *sql.DB) error {
-		var err error
-		ms, err = queryMessages(ctx, w, `UPDATE messages SET claimed_session = ?
-		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols, sessionID, agent)
-		return err
-	})
+	tx, err := mb.db.Begin(ctx)
 	if err != nil {
+		return nil, mb.wrap("consume", err)
+	}
+	defer tx.Rollback()
+	// Only while this daemon holds the agent's lease: a daemon that lost
+	// it (paused past lease_timeout) would take the mail a session of the
+	// agent's new daemon was shown, which that session's end could then
+	// not acknowledge (shown again).
+	if err := mb.db.FenceTx(ctx, tx.Tx, agent); err != nil {
+		return nil, mb.wrap("consume", err)
+	}
+	ms, err := queryMessages(ctx, tx, `UPDATE messages SET claimed_session = ?
+		WHERE recipient = ? AND delivered_at IS NULL RETURNING `+msgCols, sessionID, agent)
+	if err != nil {
+		return nil, mb.wrap("consume", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return nil, mb.wrap("consume", err)
 	}
 	// RETURNING has no ORDER BY.

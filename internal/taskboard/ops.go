@@ -578,6 +578,12 @@ func start(session string) func(t *Task) (move, error) {
 // the previous one ended without reporting.
 func (b *Board) Continue(ctx context.Context, id int64, agent, session string) error {
 	return b.write(ctx, "continue", func(tx *sql.Tx) error {
+		// Only while this daemon holds the agent's lease: a daemon that
+		// lost it would move the claim away from the session of the
+		// agent's new daemon, whose report would then be refused.
+		if err := b.db.FenceTx(ctx, tx, agent); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, `UPDATE tasks SET claim_session = ? WHERE id = ? AND claimant = ?`, session, id, agent)
 		return err
 	})
