@@ -167,9 +167,13 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := k.extend(now.Add(cfg.LeaseTimeout - guardMargin(cfg.LeaseTimeout))); err != nil {
+	deadline := now.Add(cfg.LeaseTimeout - guardMargin(cfg.LeaseTimeout))
+	if err := k.extend(deadline); err != nil {
 		return err
 	}
+	// The writes for the agents, a session's start among them, go on as
+	// long as the guard is there to kill the sessions: no longer.
+	d.db.SetFenceDeadline(deadline)
 	running := d.reg.Names()
 	if len(running) == 0 {
 		running = cfg.AgentNames() // before the runners register

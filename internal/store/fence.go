@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // ErrFenced: a write for an agent whose lease this daemon no longer holds
@@ -18,9 +19,15 @@ var ErrFenced = errors.New("agent's lease not held")
 type FencedError struct {
 	Agent string
 	Epoch int64
+	// Late: the lease may still be this daemon's, but it was not renewed
+	// before the deadline of SetFenceDeadline.
+	Late bool
 }
 
 func (e *FencedError) Error() string {
+	if e.Late {
+		return fmt.Sprintf("agent %s: this daemon no longer holds its lease (epoch %d) for sure: it was not renewed in time, its sessions were stopped, and another daemon may run it once it expires", e.Agent, e.Epoch)
+	}
 	return fmt.Sprintf("agent %s: this daemon no longer holds its lease (epoch %d): another daemon may run it now", e.Agent, e.Epoch)
 }
 
@@ -34,6 +41,10 @@ type fences struct {
 	on     bool
 	daemon string
 	epochs map[string]int64
+	// until is when the leases' last renewal stops vouching for them (zero
+	// before the first): past it every write is refused, as the lease
+	// guard kills every session, until a renewal moves it.
+	until time.Time
 }
 
 // Fence turns fencing on for daemon's writes: from now on every write made
@@ -65,6 +76,19 @@ func (db *DB) SetFence(agent string, epoch int64) {
 	db.fence.epochs[agent] = epoch
 }
 
+// SetFenceDeadline refuses, from until on, every fenced write with a
+// *FencedError (Late) until it is called again with a later time: the
+// daemon's leases were last renewed in time for until, the deadline its
+// lease guard kills its sessions at. A daemon whose renewals fail or hang
+// while its other connections work must not start a session the guard is
+// no longer there to kill: the lease expires meanwhile, and another
+// daemon takes the agent.
+func (db *DB) SetFenceDeadline(until time.Time) {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	db.fence.until = until
+}
+
 // fenced reports whether this process fences its writes.
 func (db *DB) fenced() bool {
 	db.fence.mu.Lock()
@@ -80,13 +104,16 @@ func (db *DB) fenced() bool {
 // statement of tx, or its commit, and fails that, with the *FencedError.
 func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
 	db.fence.mu.Lock()
-	on, daemon, epoch := db.fence.on, db.fence.daemon, db.fence.epochs[agent]
+	on, daemon, epoch, until := db.fence.on, db.fence.daemon, db.fence.epochs[agent], db.fence.until
 	db.fence.mu.Unlock()
 	if !on {
 		return nil
 	}
 	if epoch == 0 {
 		return &FencedError{Agent: agent}
+	}
+	if !until.IsZero() && !time.Now().Before(until) {
+		return &FencedError{Agent: agent, Epoch: epoch, Late: true}
 	}
 	if db.drv.name() == "postgres" {
 		// Sent with the writes it fences (pipeline.go): its failure is

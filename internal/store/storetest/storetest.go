@@ -321,11 +321,23 @@ func testLeases(t *testing.T, h Harness) {
 	// Fenced writes: host1's pass while it holds the lease at its epoch.
 	d1.Fence(a.Daemon)
 	d1.SetFence("bob", held[1].Epoch)
+	var fenced *store.FencedError
 	fenceWrite := func() error {
 		return d1.InTx(ctx, "fenced write", func(tx *sql.Tx) error { return d1.FenceTx(ctx, tx, "bob") })
 	}
 	if err := fenceWrite(); err != nil {
 		t.Fatalf("a write for bob under host1's lease: %v", err)
+	}
+	// Past the deadline its last renewal gave (its lease guard killed its
+	// sessions then), host1's writes wait for the next renewal, though
+	// the lease is still its own.
+	d1.SetFenceDeadline(time.Now().Add(-time.Millisecond))
+	if err := fenceWrite(); !errors.As(err, &fenced) || !fenced.Late || !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("host1's write for bob past its renewal's deadline = %v, want fenced as late", err)
+	}
+	d1.SetFenceDeadline(time.Now().Add(time.Hour))
+	if err := fenceWrite(); err != nil {
+		t.Fatalf("a write for bob after host1 renewed: %v", err)
 	}
 	// host1 stops renewing (paused): its leases run out, host2 takes bob
 	// at a new epoch and reaps alice; host1's writes for bob are refused.
@@ -334,7 +346,6 @@ func testLeases(t *testing.T, h Harness) {
 	if err != nil || len(exp) != 1 || exp[0].Agent != "bob" || exp[0].Daemon != a.Daemon || took[0].Epoch != 2 {
 		t.Fatalf("taking bob after host1's lease expired = %+v, %+v, %v; want host1's replaced, epoch 2", took, exp, err)
 	}
-	var fenced *store.FencedError
 	if err := fenceWrite(); !errors.As(err, &fenced) || !errors.Is(err, store.ErrFenced) || fenced.Agent != "bob" {
 		t.Fatalf("host1's write for bob after host2 took it = %v, want fenced", err)
 	}
