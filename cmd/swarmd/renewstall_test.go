@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
@@ -257,4 +260,78 @@ agents:
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	a.wait(30 * time.Second)
 	b.wait(30 * time.Second)
+}
+
+// swarmWriterLock is the swarm's writer lock (store's writerLock): every
+// write transaction of every daemon takes it.
+const swarmWriterLock = 0x5377_6172_6d64
+
+// TestRenewalDoesNotWaitForTheWritersLock: another daemon is stopped
+// (SIGSTOP) inside a write transaction, holding the swarm's writer lock
+// until the server ends its transaction (idle_in_transaction, 5 s); here
+// a client plays that transaction. Daemon A's renewals need no writer's
+// lock and must go on meanwhile: its lease guard must not kill its
+// agent's session, live under a lease that never ran out. (A's reap of
+// expired leases, which takes the lock, shared the renewals' loop: a
+// renewal waited for it.)
+func TestRenewalDoesNotWaitForTheWritersLock(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("writerslock"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("writerslock")
+	out := t.TempDir()
+	cfg := writeConfig(t, gitRepo(t), fmt.Sprintf(`
+listen: ""
+isolation: off
+store: %q
+lease_timeout: 3s
+defaults:
+  env: {OUT: %q, WHO: a}
+  grace_period: 1s
+backends:
+  sleeper: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: x, role: works, backend: sleeper}
+`, url, out, sleeperScript))
+	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
+	a := startDaemon(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon A's log:\n%s", a.log())
+		}
+	})
+	waitUntil(t, "x's session on A", running)
+
+	// The stopped daemon's transaction, ended by the server as its would be.
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{`SET idle_in_transaction_session_timeout = '5s'`, `BEGIN`,
+		fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d)`, swarmWriterLock)} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := time.Now()
+	// Until the server ended it, and a renewal after (a third of 3 s).
+	for time.Since(held) < 7*time.Second {
+		if !running() {
+			t.Fatalf("A's session of x was killed %s after another daemon's transaction took the writers' lock", time.Since(held).Round(time.Millisecond))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if conn.PingContext(ctx) == nil {
+		t.Error("the server did not end the idle transaction: it held the writers' lock all along")
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(30 * time.Second)
 }

@@ -138,8 +138,25 @@ func (d *Daemon) startLeases(context.Context) (stop func(), err error) {
 
 func (k *leaseKeeper) loop(ctx context.Context, ttl time.Duration) {
 	renewEvery := ttl / 3
-	reap := time.NewTicker(min(renewEvery, time.Second))
-	defer reap.Stop()
+	// The reaps on a goroutine of their own: a reap is a write, which
+	// waits for this daemon's write queue and for the swarm's writer lock
+	// (held for seconds by a daemon stopped inside a write transaction,
+	// until the server ends it). A renewal waiting behind one let the
+	// lease guard kill the sessions of a daemon whose leases were fine.
+	var reaps sync.WaitGroup
+	reaps.Go(func() {
+		reap := time.NewTicker(min(renewEvery, time.Second))
+		defer reap.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reap.C:
+				k.reap(ctx)
+			}
+		}
+	})
+	defer reaps.Wait()
 	renew := time.NewTicker(renewEvery)
 	defer renew.Stop()
 	for {
@@ -150,8 +167,6 @@ func (k *leaseKeeper) loop(ctx context.Context, ttl time.Duration) {
 			if err := k.renew(ctx); err != nil && ctx.Err() == nil {
 				k.d.log.Error("renew agent leases", zap.Error(err))
 			}
-		case <-reap.C:
-			k.reap(ctx)
 		}
 	}
 }
