@@ -38,6 +38,7 @@ type stallProxy struct {
 
 	mu     sync.Mutex
 	armed  bool
+	once   bool     // disarm after the first stall
 	names  [][]byte // the renewal's prepared statements' names
 	conns  []net.Conn
 	stalls int
@@ -68,6 +69,13 @@ func (p *stallProxy) url(db string) string {
 func (p *stallProxy) arm() {
 	p.mu.Lock()
 	p.armed = true
+	p.mu.Unlock()
+}
+
+// armOnce stalls the next connection that renews, and no other.
+func (p *stallProxy) armOnce() {
+	p.mu.Lock()
+	p.armed, p.once = true, true
 	p.mu.Unlock()
 }
 
@@ -158,6 +166,7 @@ func (p *stallProxy) renews(b []byte) bool {
 	for _, n := range p.names {
 		if bytes.Contains(b, n) {
 			p.stalls++
+			p.armed = !p.once
 			return true
 		}
 	}
@@ -332,6 +341,59 @@ agents:
 	if conn.PingContext(ctx) == nil {
 		t.Error("the server did not end the idle transaction: it held the writers' lock all along")
 	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(30 * time.Second)
+}
+
+// TestStalledRenewalIsRetried: one of daemon A's connections stalls in
+// a lease renewal, as a half-open connection does, which no error ends
+// for many minutes (TCP keepalive, if any). A gives up on that renewal in
+// time and renews on another connection: its lease is renewed, not left
+// to expire with every agent refused.
+func TestStalledRenewalIsRetried(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("stallonce"); err != nil {
+		t.Fatal(err)
+	}
+	proxy := startStallProxy(t, srv)
+	out := t.TempDir()
+	cfg := writeConfig(t, gitRepo(t), fmt.Sprintf(`
+listen: ""
+isolation: off
+store: %q
+lease_timeout: 3s
+defaults:
+  env: {OUT: %q, WHO: a}
+  grace_period: 1s
+backends:
+  sleeper: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: x, role: works, backend: sleeper}
+`, proxy.url("stallonce"), out, sleeperScript))
+	a := startDaemon(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon A's log:\n%s", a.log())
+		}
+	})
+	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
+	waitUntil(t, "x's session on A", running)
+	db, err := store.Open(context.Background(), srv.URL("stallonce"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	expires := func() time.Time {
+		ls, err := db.Leases(context.Background())
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("leases: %+v, %v", ls, err)
+		}
+		return ls[0].Expires
+	}
+	proxy.armOnce()
+	waitUntil(t, "a renewal stalled", func() bool { return proxy.stalled() == 1 })
+	stalledAt := time.Now()
+	waitUntil(t, "a renewal after the stalled one", func() bool { return expires().After(stalledAt.Add(3 * time.Second)) })
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	a.wait(30 * time.Second)
 }

@@ -80,6 +80,10 @@ func (d *Daemon) recoverLease(ctx context.Context, l store.Lease) {
 // and room for the clocks of the daemons comparing expiries.
 func guardMargin(ttl time.Duration) time.Duration { return max(ttl/4, 100*time.Millisecond) }
 
+// renewTimeout bounds one renewal (and a take-back): half the time to the
+// next, which then has time to succeed before the lease guard's deadline.
+func renewTimeout(ttl time.Duration) time.Duration { return ttl / 6 }
+
 // leaseKeeper is the lease heartbeat and the guard it feeds.
 type leaseKeeper struct {
 	d      *Daemon
@@ -178,7 +182,12 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	d := k.d
 	cfg, _ := d.current()
 	now := time.Now()
-	held, err := d.db.RenewLeases(ctx, k.holder.Daemon, now, cfg.LeaseTimeout)
+	// Bounded: a connection stalled in a renewal (half-open, which no
+	// error ends for many minutes) would hold every later renewal; cut
+	// short, the next one, a third of lease_timeout on, takes another.
+	rctx, cancel := context.WithTimeout(ctx, renewTimeout(cfg.LeaseTimeout))
+	held, err := d.db.RenewLeases(rctx, k.holder.Daemon, now, cfg.LeaseTimeout)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -215,7 +224,9 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	// time, since AcquireLeases is all or none.
 	var still []string
 	for _, a := range lost {
-		got, expired, err := d.db.AcquireLeases(ctx, k.holder, []string{a}, time.Now(), cfg.LeaseTimeout)
+		actx, cancel := context.WithTimeout(ctx, renewTimeout(cfg.LeaseTimeout))
+		got, expired, err := d.db.AcquireLeases(actx, k.holder, []string{a}, time.Now(), cfg.LeaseTimeout)
+		cancel()
 		if err != nil {
 			still = append(still, a)
 			continue
