@@ -101,6 +101,13 @@ func startDaemonEnv(t *testing.T, env []string, config string, extra ...string) 
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	return startDaemonCmd(t, cmd)
+}
+
+// startDaemonCmd is startDaemon of cmd, a `swarmd run` with JSON logs
+// (possibly through a command that ends by running it).
+func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

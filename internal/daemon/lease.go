@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/fence"
 	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
@@ -186,7 +187,11 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	// error ends for many minutes) would hold every later renewal; cut
 	// short, the next one, a third of lease_timeout on, takes another.
 	rctx, cancel := context.WithTimeout(ctx, renewTimeout(cfg.LeaseTimeout))
-	held, err := d.db.RenewLeases(rctx, k.holder.Daemon, now, cfg.LeaseTimeout)
+	// Only at the epochs this process took them: a lease under its name at
+	// another was taken by a daemon of the same host name and state dir
+	// (on another machine), and is that daemon's.
+	mine := d.db.FenceEpochs()
+	held, err := d.db.RenewHeld(rctx, k.holder.Daemon, mine, now, cfg.LeaseTimeout)
 	cancel()
 	if err != nil {
 		return err
@@ -202,14 +207,13 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	if len(running) == 0 {
 		running = cfg.AgentNames() // before the runners register
 	}
-	epochs := map[string]int64{}
+	renewed := map[string]bool{}
 	for _, l := range held {
-		epochs[l.Agent] = l.Epoch
-		d.db.SetFence(l.Agent, l.Epoch)
+		renewed[l.Agent] = true
 	}
 	var lost []string
 	for _, a := range running {
-		if _, ok := epochs[a]; !ok {
+		if !renewed[a] {
 			lost = append(lost, a)
 		}
 	}
@@ -218,24 +222,32 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		return nil
 	}
 	for _, a := range lost {
-		d.db.SetFence(a, 0)
+		if mine[a] == 0 {
+			continue // lost before, or not taken yet (a reload's)
+		}
+		d.db.DropFence(a, mine[a])
+		// Its lease was taken while this daemon still renewed it (by a
+		// daemon of the same name): the guard did not stop its session.
+		if r, err := d.reg.Runner(a); err == nil {
+			r.Abort(backend.AbortShutdownSignal, "another daemon took the agent's lease: it runs the agent now")
+		}
 	}
 	// Take back the ones nobody holds now (their taker stopped): one at a
-	// time, since AcquireLeases is all or none.
+	// time, since a take is all or none.
 	var still []string
 	for _, a := range lost {
 		actx, cancel := context.WithTimeout(ctx, renewTimeout(cfg.LeaseTimeout))
-		got, expired, err := d.db.AcquireLeases(actx, k.holder, []string{a}, time.Now(), cfg.LeaseTimeout)
+		got, expired, err := d.db.RetakeLease(actx, k.holder, a, time.Now(), cfg.LeaseTimeout)
 		cancel()
 		if err != nil {
 			still = append(still, a)
 			continue
 		}
-		d.db.SetFence(a, got[0].Epoch)
+		d.db.SetFence(a, got.Epoch)
 		for _, l := range expired {
 			d.recoverLease(ctx, l)
 		}
-		d.log.Warn("agent lease taken back", zap.String("agent", a), zap.Int64("epoch", got[0].Epoch))
+		d.log.Warn("agent lease taken back", zap.String("agent", a), zap.Int64("epoch", got.Epoch))
 	}
 	slices.Sort(still)
 	if news := k.lostNews(still); len(news) > 0 {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 )
@@ -74,6 +75,27 @@ func (db *DB) SetFence(agent string, epoch int64) {
 		return
 	}
 	db.fence.epochs[agent] = epoch
+}
+
+// FenceEpochs are the epochs of the leases this process holds, by agent
+// (nil when it does not fence its writes).
+func (db *DB) FenceEpochs() map[string]int64 {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	if !db.fence.on {
+		return nil
+	}
+	return maps.Clone(db.fence.epochs)
+}
+
+// DropFence is SetFence(agent, 0) if agent's lease is still held at epoch:
+// a lease taken again meanwhile (SetFence with a newer epoch) stays.
+func (db *DB) DropFence(agent string, epoch int64) {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	if db.fence.epochs[agent] == epoch {
+		delete(db.fence.epochs, agent)
+	}
 }
 
 // SetFenceDeadline refuses, from until on, every fenced write with a

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,22 @@ const leaseCols = `agent, daemon, host, pid, acquired_at, expires_at, epoch`
 // that another daemon let expire: that daemon died holding them, and its
 // sessions and tasks are the caller's to recover.
 func (db *DB) AcquireLeases(ctx context.Context, holder Lease, agents []string, now time.Time, ttl time.Duration) (held, expired []Lease, err error) {
+	return db.acquireLeases(ctx, holder, agents, now, ttl, false)
+}
+
+// RetakeLease is AcquireLeases of one agent whose lease this process
+// lost: a lease under holder's own name that has not expired is then
+// another incarnation's (a daemon of the same host name and state dir,
+// elsewhere, took it), refused like any other daemon's.
+func (db *DB) RetakeLease(ctx context.Context, holder Lease, agent string, now time.Time, ttl time.Duration) (held Lease, expired []Lease, err error) {
+	ls, expired, err := db.acquireLeases(ctx, holder, []string{agent}, now, ttl, true)
+	if err != nil {
+		return Lease{}, nil, err
+	}
+	return ls[0], expired, nil
+}
+
+func (db *DB) acquireLeases(ctx context.Context, holder Lease, agents []string, now time.Time, ttl time.Duration, retake bool) (held, expired []Lease, err error) {
 	err = db.InTx(ctx, "acquire leases", func(tx *sql.Tx) error {
 		held, expired = held[:0], expired[:0]
 		for _, a := range agents {
@@ -58,7 +75,7 @@ func (db *DB) AcquireLeases(ctx context.Context, holder Lease, agents []string, 
 			case errors.Is(err, sql.ErrNoRows):
 			case err != nil:
 				return err
-			case cur.Daemon == holder.Daemon:
+			case cur.Daemon == holder.Daemon && !retake:
 			case cur.Expires.After(now):
 				return &LeaseHeldError{Lease: cur}
 			default:
@@ -85,9 +102,31 @@ func (db *DB) AcquireLeases(ctx context.Context, holder Lease, agents []string, 
 // writer lock and this process's write queue: a renewal that waited behind
 // a burst of writes could let the lease run out.
 func (db *DB) RenewLeases(ctx context.Context, daemon string, now time.Time, ttl time.Duration) ([]Lease, error) {
-	const q = `UPDATE agent_leases SET expires_at = ? WHERE daemon = ? RETURNING ` + leaseCols
+	return db.RenewHeld(ctx, daemon, nil, now, ttl)
+}
+
+// RenewHeld is RenewLeases of the leases daemon holds at the epochs given,
+// by agent (every lease under its name when epochs is nil): a lease under
+// the same name at another epoch is another incarnation's (a daemon of the
+// same host name and state dir, elsewhere), which this one must neither
+// keep alive nor count as its own. It returns the leases renewed.
+func (db *DB) RenewHeld(ctx context.Context, daemon string, epochs map[string]int64, now time.Time, ttl time.Duration) ([]Lease, error) {
+	q := `UPDATE agent_leases SET expires_at = ? WHERE daemon = ?`
+	args := []any{FormatTime(now.Add(ttl)), daemon}
+	if epochs != nil {
+		if len(epochs) == 0 {
+			return nil, nil
+		}
+		var held []string
+		for _, a := range slices.Sorted(maps.Keys(epochs)) {
+			held = append(held, `(agent = ? AND epoch = ?)`)
+			args = append(args, a, epochs[a])
+		}
+		q += ` AND (` + strings.Join(held, ` OR `) + `)`
+	}
+	q += ` RETURNING ` + leaseCols
 	if db.drv.name() == "postgres" {
-		ls, err := QueryAll(ctx, db.read, scanLease, q, FormatTime(now.Add(ttl)), daemon)
+		ls, err := QueryAll(ctx, db.read, scanLease, q, args...)
 		if err != nil {
 			return nil, db.Wrap("renew leases", err)
 		}
@@ -96,7 +135,7 @@ func (db *DB) RenewLeases(ctx context.Context, daemon string, now time.Time, ttl
 	var ls []Lease
 	err := db.InTx(ctx, "renew leases", func(tx *sql.Tx) error {
 		var err error
-		ls, err = QueryAll(ctx, tx, scanLease, q, FormatTime(now.Add(ttl)), daemon)
+		ls, err = QueryAll(ctx, tx, scanLease, q, args...)
 		return err
 	})
 	return ls, err

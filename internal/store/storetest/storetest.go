@@ -352,6 +352,22 @@ func testLeases(t *testing.T, h Harness) {
 	if ls, err := d1.RenewLeases(ctx, a.Daemon, later, ttl); err != nil || len(ls) != 1 || ls[0].Agent != "alice" {
 		t.Fatalf("host1's renewal after losing bob = %+v, %v; want alice's alone", ls, err)
 	}
+	// A daemon of host1's name elsewhere takes alice (as a restart would):
+	// host1's renewal at the epoch it holds renews nothing, and it cannot
+	// take alice back from its namesake while that one's lease lasts.
+	same, _, err := d2.AcquireLeases(ctx, a, []string{"alice"}, later, ttl)
+	if err != nil || same[0].Epoch != 2 {
+		t.Fatalf("host1's namesake taking alice = %+v, %v", same, err)
+	}
+	if ls, err := d1.RenewHeld(ctx, a.Daemon, map[string]int64{"alice": held[0].Epoch}, later, ttl); err != nil || len(ls) != 0 {
+		t.Fatalf("host1's renewal of alice at epoch %d after its namesake took it = %+v, %v; want none", held[0].Epoch, ls, err)
+	}
+	if _, _, err := d1.RetakeLease(ctx, a, "alice", later, ttl); !errors.Is(err, store.ErrLeaseHeld) {
+		t.Fatalf("host1 taking alice back from its namesake = %v, want refused", err)
+	}
+	if ls, err := d2.RenewHeld(ctx, a.Daemon, map[string]int64{"alice": 2}, later, ttl); err != nil || len(ls) != 1 {
+		t.Fatalf("the namesake's renewal of alice = %+v, %v", ls, err)
+	}
 	reapAt := later.Add(2 * ttl)
 	if _, err := d2.RenewLeases(ctx, b.Daemon, reapAt, ttl); err != nil {
 		t.Fatal(err)
