@@ -714,7 +714,11 @@ func (b *Board) Block(ctx context.Context, id int64, h Holder, on int64, reason 
 }
 
 // Split decomposes the task into subtasks (OPEN, for any agent): the task
-// waits in WAITING_FOR_SUBTASKS until every one is DONE or CLOSED.
+// waits in WAITING_FOR_SUBTASKS until every one is DONE or CLOSED. Each
+// subtask has the task's reviewer and max_iterations: the subtasks carry
+// the task's work, and each is merged on its own, so a subtask with none
+// took the work around the review (its splitter, with no reviewer of its
+// own, claimed it back, or another agent with none did).
 func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) ([]Task, error) {
 	if len(titles) == 0 {
 		return nil, invalidf("split needs at least one subtask title")
@@ -733,15 +737,22 @@ func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) 
 			return err
 		}
 		now := b.now()
+		reviewState, maxIterations := "", t.MaxIterations
+		if t.Reviewer != "" {
+			reviewState = review.Init.String()
+		}
+		if maxIterations <= 0 {
+			maxIterations = int(review.DefaultMaxIterations)
+		}
 		for _, title := range titles {
 			title = strings.TrimSpace(title)
 			if title == "" || len(title) > MaxTitleBytes || strings.ContainsAny(title, "\r\n") {
 				return invalidf("subtask title %q: one line of 1 to %d bytes", title, MaxTitleBytes)
 			}
 			var kid int64
-			if err := tx.QueryRowContext(ctx, `INSERT INTO tasks (title, priority, state, parent_id, max_retries, created_by,
-				created_at, updated_at) VALUES (?, ?, 'OPEN', ?, ?, ?, ?, ?) RETURNING id`,
-				title, t.Priority, id, t.MaxRetries, h.actor(), now, now).Scan(&kid); err != nil {
+			if err := tx.QueryRowContext(ctx, `INSERT INTO tasks (title, priority, state, parent_id, max_retries, reviewer,
+				max_iterations, review_state, created_by, created_at, updated_at) VALUES (?, ?, 'OPEN', ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+				title, t.Priority, id, t.MaxRetries, t.Reviewer, maxIterations, reviewState, h.actor(), now, now).Scan(&kid); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,

@@ -206,7 +206,12 @@ func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review
 				b.now(), reviewer, t.State.String(), eventReviewPass, t.State.String(), actor, why, t.ID); err != nil {
 				return err
 			}
-			return b.closeParent(ctx, tx, t) // a split task: nothing of its own to merge
+			if err := b.closeParent(ctx, tx, t); err != nil { // a split task: nothing of its own to merge
+				return err
+			}
+			// A subtask passed is done for its parent (parentCheck), as a
+			// subtask's DONE with no review is: its parent may be done now.
+			return b.parentCheck(ctx, tx, t.Parent)
 		}
 		return b.apply(ctx, tx, t, move{to: task.Closed, reason: task.ReasonCompleted, actor: actor,
 			why: why, set: loopCols, args: loopArgs})

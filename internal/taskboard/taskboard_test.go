@@ -568,6 +568,16 @@ func TestSplitParentClosesWhenItsSubtasksMerge(t *testing.T) {
 				if _, err := b.DoneAt(ctx, k.ID, kh, "done", fmt.Sprintf("%040d", i+1)); err != nil {
 					t.Fatal(err)
 				}
+				if !reviewed {
+					continue
+				}
+				// A subtask has its task's reviewer: it carries the task's work.
+				if got := wantState(t, b, k.ID, task.Done); got.Reviewer != "rita" || got.ReviewState != review.Reviewing.String() {
+					t.Fatalf("subtask %d: reviewer %q, review %q; want rita's, reviewing", k.ID, got.Reviewer, got.ReviewState)
+				}
+				if _, err := b.Verdict(ctx, k.ID, "rita", true, "ok"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			p := wantState(t, b, parent.ID, task.Done)
 			if reviewed {
@@ -621,6 +631,9 @@ func TestSplitParentClosesAtItsLateVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := b.DoneAt(ctx, kids[0].ID, kh, "done", fmt.Sprintf("%040d", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "ok"); err != nil { // the subtask's review
 		t.Fatal(err)
 	}
 	if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
