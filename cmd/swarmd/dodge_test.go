@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +88,64 @@ func TestASplitTaskKeepsItsReviewer(t *testing.T) {
 	}
 	if kid.Reviewer != "rita" {
 		t.Errorf("subtask %d's reviewer is %q, want its task's, rita", kid.ID, kid.Reviewer)
+	}
+}
+
+// adopter makes itself a subtask of the task named in $REPORT/target, a
+// peer's, and does it; honest otherwise.
+const adopter = `p=$(cat)
+if echo "$p" | grep -q 'Your task: #[0-9]*: attack'; then
+  swarmd task add --to mallory --parent "$(cat "$REPORT/target")" 'tidy up' > "$REPORT/adopt.out" 2>&1; echo "exit $?" >> "$REPORT/adopt.out"
+  echo end >> "$REPORT/adopt.out"
+fi
+` + honest
+
+// A session may not make a subtask of another agent's task: a task with
+// subtasks has no change of its own, so mallory's subtask of alice's task
+// had alice's work never merged, and the task CLOSED (or DONE for good)
+// all the same.
+func TestASessionAddsNoSubtaskToAPeersTask(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	cfg := escapeConfig(t, repo, report, "", gated("true"), map[string]string{"worker": honest, "hostile": adopter},
+		"name: alice, role: works, backend: worker", "name: mallory, role: works, backend: hostile")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice idle", idleLine("alice"))
+	d.waitLine("mallory idle", idleLine("mallory"))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	ctx := context.Background()
+	feature, err := b.Add(ctx, taskboard.NewTask{Title: "the feature", Assignee: "alice", Plan: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(report, "target"), []byte(strconv.FormatInt(feature.ID, 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Add(ctx, taskboard.NewTask{Title: "attack", Assignee: "mallory"}); err != nil {
+		t.Fatal(err)
+	}
+	adopt := waitFileLine(t, filepath.Join(report, "adopt.out"), "end", 60*time.Second, d)
+	if _, err := b.Approve(ctx, feature.ID); err != nil {
+		t.Fatal(err)
+	}
+	file := fmt.Sprintf("t%d.txt", feature.ID)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tk, err := b.Get(ctx, feature.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onMain := strings.Contains(gitMay(repo, "ls-tree", "--name-only", "main"), file)
+		if tk.State == task.Closed && onMain {
+			break
+		}
+		if tk.State == task.Closed || time.Now().After(deadline) {
+			t.Fatalf("alice's task %d is %s, its work %s on main: %v; mallory's task add --parent: %q", feature.ID, tk.State, file, onMain, adopt)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(adopt, "exit 2") {
+		t.Errorf("mallory's task add --parent %d: %q, want refused (exit 2)", feature.ID, adopt)
 	}
 }

@@ -230,6 +230,13 @@ func taskAddRun(ctx context.Context, opts *taskAddOptions) error {
 			// for itself naming a lenient reviewer would pass review.
 			return usagef("task add: --reviewer and --max-iterations are the operator's; agent %s's session may not set them (a task an agent adds gets the reviewer of the agent that claims it)", c.who.name)
 		}
+		if c.who.inSession && n.Parent != 0 {
+			// A task with subtasks has no change of its own (the merge
+			// queue never takes it; it closes once they are merged): a
+			// subtask a session hung on a peer's task had that task's work
+			// dropped. An agent splits the task it holds with task split.
+			return usagef("task add: --parent is the operator's; agent %s's session may not set it (split the task you hold with 'swarmd task split')", c.who.name)
+		}
 		if n.Assignee != "" {
 			if err := knownAgent(c.agents, n.Assignee, "task add: --to"); err != nil {
 				return err
