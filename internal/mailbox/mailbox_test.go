@@ -150,8 +150,17 @@ func TestReply(t *testing.T) {
 	if _, err := db.Reply(ctx, "bob", q.ID, " \n", false); !errors.Is(err, ErrEmptyBody) {
 		t.Fatalf("empty reply = %v, want ErrEmptyBody", err)
 	}
+	// Nobody else's: carol's answer would go into their thread, and tell
+	// her its subject and sender.
+	if r, err := db.Reply(ctx, "carol", q.ID, "me too", false); !errors.Is(err, ErrNotFound) || strings.Contains(fmt.Sprint(r, err), "review?") {
+		t.Fatalf("carol's reply to alice's mail to bob = %+v, %v; want refused, telling nothing of it", r, err)
+	}
 	if n := countRows(t, db, "1"); n != before {
 		t.Fatalf("failed replies stored rows: %d -> %d", before, n)
+	}
+	// The operator, who reads all mail, answers any.
+	if r, err := db.Reply(ctx, Operator, q.ID, "noted", false); err != nil || r.To != "alice" {
+		t.Fatalf("the operator's reply to alice's mail to bob = %+v, %v; want sent to alice", r, err)
 	}
 }
 

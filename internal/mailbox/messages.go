@@ -216,7 +216,8 @@ func (mb *Mailbox) NoteToOperator(ctx context.Context, subject, body string) (Me
 
 // Reply answers message replyTo in its thread. It goes to the original
 // sender, or, when from is the original sender (following up on one's own
-// message), to the original recipient. The subject gets one "Re: ".
+// message), to the original recipient. The subject gets one "Re: ". An
+// agent answers only a message it sent or received; the operator, any.
 func (mb *Mailbox) Reply(ctx context.Context, from string, replyTo int64, body string, urgent bool) (Message, error) {
 	// Check what needs no lookup before taking the write lock.
 	if err := cmp.Or(validateSender(from), mb.validateContent("", body)); err != nil {
@@ -230,6 +231,13 @@ func (mb *Mailbox) Reply(ctx context.Context, from string, replyTo int64, body s
 	orig, err := get(ctx, tx, replyTo)
 	if err != nil {
 		return Message{}, mb.wrap(fmt.Sprintf("reply to message %d", replyTo), err)
+	}
+	if from != Operator && from != orig.From && from != orig.To {
+		// An agent answers its own mail only: a reply to a peer's message
+		// went into the peer's thread, and what it returns (the subject,
+		// who sent it) read the peer's mail for it. The operator reads all.
+		return Message{}, fmt.Errorf("mailbox: reply: %w", invalid("reply_to", ErrNotFound,
+			"message %d is not %s's mail: an agent answers only messages it sent or received", replyTo, from))
 	}
 	d := Draft{From: from, To: orig.From, Subject: replySubject(orig.Subject), Body: body, Urgent: urgent}
 	if from == orig.From {
