@@ -385,6 +385,10 @@ func TestBuilderReviewOfASplitTask(t *testing.T) {
 	if _, err := board.DoneAt(ctx, kids[0].ID, kh, "done", trees.BaseCommit()); err != nil {
 		t.Fatal(err)
 	}
+	// The subtask has its task's reviewer, who passes it first.
+	if _, err := board.Verdict(ctx, kids[0].ID, "bob", true, "ok"); err != nil {
+		t.Fatal(err)
+	}
 	// Alice's branch moves on with her next task.
 	for _, args := range [][]string{
 		{"-c", "user.name=a", "-c", "user.email=a@example.invalid", "commit", "-q", "--allow-empty", "-m", "alice's next task, unreviewed"},
