@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -657,13 +658,16 @@ Prints each subtask's id and title (--json: the subtasks).`
 
 func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 	var f func(context.Context, *taskCtx, int64) error
+	var to task.State // where the verb moves the task
 	switch opts.Verb {
 	case "start":
+		to = task.InProgress
 		f = func(ctx context.Context, c *taskCtx, id int64) error {
 			_, err := c.board.Start(ctx, id, c.holder())
 			return err
 		}
 	case "done":
+		to = task.Done
 		f = func(ctx context.Context, c *taskCtx, id int64) error {
 			// The work is frozen here: the review and the merge take the
 			// commit the session's worktree is at now.
@@ -674,6 +678,7 @@ func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 		if strings.TrimSpace(opts.Reason) == "" {
 			return usagef("task fail: --reason TEXT is required: say why it failed")
 		}
+		to = task.Failed
 		f = func(ctx context.Context, c *taskCtx, id int64) error {
 			_, err := c.board.Fail(ctx, id, c.holder(), opts.Reason)
 			return err
@@ -689,29 +694,37 @@ func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 				return err
 			}
 		}
+		to = task.Blocked
 		f = func(ctx context.Context, c *taskCtx, id int64) error {
 			_, err := c.board.Block(ctx, id, c.holder(), dep, opts.Reason)
 			return err
 		}
 	case "split":
 		// It prints the subtasks, not the task's state.
-		return heldVerb(ctx, opts.dbOptions, "split", false, func(ctx context.Context, c *taskCtx, id int64) error {
-			kids, err := c.board.Split(ctx, id, c.holder(), opts.Titles)
-			if err != nil {
-				return err
-			}
-			if opts.JSON {
-				return opts.printJSON(kids)
-			}
-			for _, k := range kids {
-				fmt.Fprintf(opts.IO.Out, "%d\t%s\n", k.ID, printable(k.Title, false))
-			}
-			return nil
+		var kids []taskboard.Task
+		err := heldVerb(ctx, opts.dbOptions, "split", task.WaitingForSubtasks, false, func(ctx context.Context, c *taskCtx, id int64) error {
+			var err error
+			kids, err = c.board.Split(ctx, id, c.holder(), opts.Titles)
+			return err
+		}, func(ctx context.Context, c *taskCtx, id int64) error {
+			var err error
+			kids, err = c.board.Subtasks(ctx, id) // an attempt's whose answer was lost
+			return err
 		})
+		if err != nil {
+			return err
+		}
+		if opts.JSON {
+			return opts.printJSON(kids)
+		}
+		for _, k := range kids {
+			fmt.Fprintf(opts.IO.Out, "%d\t%s\n", k.ID, printable(k.Title, false))
+		}
+		return nil
 	default:
 		return fmt.Errorf("task %s: not a report verb", opts.Verb)
 	}
-	return heldVerb(ctx, opts.dbOptions, opts.Verb, true, f)
+	return heldVerb(ctx, opts.dbOptions, opts.Verb, to, true, f, nil)
 }
 
 // doneHead is the commit a task done freezes: the daemon's reading
@@ -740,18 +753,49 @@ func worktreeHead(ctx context.Context, dir string) string {
 }
 
 // heldVerb runs f on the task the caller's agent holds (CLAIMED or
-// IN_PROGRESS), then, when report is set, prints the task's state.
-func heldVerb(ctx context.Context, o *dbOptions, verb string, printState bool, f func(context.Context, *taskCtx, int64) error) error {
+// IN_PROGRESS), which moves it to to, then, when printState is set, prints
+// the task's state. An attempt that failed while the store was away may
+// have committed all the same (on PostgreSQL a connection can die between
+// the server's commit and its answer): when the retry finds the task no
+// longer held, or refuses the move, and the board shows the session's move
+// made since the first attempt, the report is stored and the verb
+// succeeded; stored (nil: nothing) then reads what the verb prints.
+func heldVerb(ctx context.Context, o *dbOptions, verb string, to task.State, printState bool,
+	f, stored func(context.Context, *taskCtx, int64) error) error {
 	return withBoard(ctx, o, verb, sessionVerb, func(c *taskCtx) error {
 		var tk taskboard.Task
 		var ok bool
+		since := time.Now() // the board's clock (taskboard.Options.Now), before any attempt
+		var inDoubt int64   // the task an attempt may have moved unseen
 		// A busy store delays the report; it never drops it (waitStore).
 		err := waitStore(ctx, c.db, o.StoreWait, "task "+verb, func(ctx context.Context) error {
 			var err error
-			if tk, ok, err = c.board.Held(ctx, c.who.name); err != nil || !ok {
+			if tk, ok, err = c.board.Held(ctx, c.who.name); err != nil {
 				return err
 			}
-			return f(ctx, c, tk.ID)
+			if ok {
+				if err = f(ctx, c, tk.ID); err == nil {
+					return nil
+				}
+				if c.db.Transient(err) {
+					inDoubt = tk.ID
+					return err
+				}
+			}
+			if inDoubt == 0 {
+				return err
+			}
+			// Only now, once an attempt failed unseen and the retry found
+			// the task moved on: the usual report costs no read more.
+			took, rerr := c.board.Reported(ctx, inDoubt, c.holder(), to, since)
+			if rerr != nil || !took {
+				return cmp.Or(rerr, err)
+			}
+			tk, ok = taskboard.Task{ID: inDoubt}, true
+			if stored != nil {
+				return stored(ctx, c, inDoubt)
+			}
+			return nil
 		})
 		if err != nil {
 			return taskErr(verb, err)

@@ -181,6 +181,27 @@ func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
 	return out, rows.Err()
 }
 
+// Reported reports whether session h moved task id to state to at since or
+// later: a report whose COMMIT's answer was lost (on PostgreSQL a
+// connection can die between the server's commit and its answer) is
+// stored, and its caller, which retries it and finds the task moved on,
+// must not be told that it failed. Ask it after the retry was refused: the
+// refusal was decided under the writers' lock, which that commit released,
+// so it is visible. since is a time of this process's clock (Options.Now)
+// before the first attempt. (A start's event names the agent, not the
+// session: the runner's start of the session's task and the session's own
+// are one.)
+func (b *Board) Reported(ctx context.Context, id int64, h Holder, to task.State, since time.Time) (bool, error) {
+	var ok bool
+	err := b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM events
+		WHERE task_id = ? AND (session_id = ? OR (session_id = '' AND agent = ?)) AND to_state = ? AND at >= ?)`,
+		id, h.Session, h.Agent, to.String(), store.FormatTime(since)).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("taskboard: reported: %w", err)
+	}
+	return ok, nil
+}
+
 // Held is the task agent holds (CLAIMED or IN_PROGRESS), if any.
 func (b *Board) Held(ctx context.Context, agent string) (Task, bool, error) {
 	ts, err := queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks
