@@ -49,6 +49,7 @@ type Tasks interface {
 	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
 	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) error
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
+	GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (taskboard.Task, bool, error)
 	StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (func(context.Context) error, error)
 	Unclaim(ctx context.Context, session string) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
@@ -176,6 +177,7 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 		}
 	}
 	var waited time.Duration
+	since := time.Now() // the board's clock (taskboard.Options.Now), before any attempt
 	res, err := s.retry(ctx, "settle session "+st.Session.SessionID, wait, &waited, func() (Result, error) {
 		return s.Apply(ctx, rec)
 	})
@@ -185,10 +187,46 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 	if s.Observe != nil && rec.Session.Ended != nil {
 		s.Observe(rec.Session.Agent, s.now().Sub(*rec.Session.Ended), waited)
 	}
-	if res.GaveUp != 0 && !res.Already && s.GaveUp != nil {
+	if res.Already && waited > 0 {
+		// An attempt refused meanwhile committed unseen (on PostgreSQL a
+		// connection can die between the COMMIT and its answer): what it
+		// did is read back, for the one thing told only after the commit.
+		res.GaveUp, res.GaveUpWhy = s.gaveUpUnseen(ctx, rec, since, wait)
+	}
+	if res.GaveUp != 0 && s.GaveUp != nil {
 		s.GaveUp(res.GaveUp, rec.Session.Agent, res.GaveUpWhy, rec.Text)
 	}
 	return runner.SettleResult{Signalled: res.Signalled}, nil
+}
+
+// gaveUpUnseen is the task that rec's verdict left FAILED for good, and
+// why, when an attempt at settling rec at since or later committed unseen;
+// 0 when it left none, or when it is not known before ctx ends (logged).
+// Only a completed review's FAIL can: the read costs nothing to the rest.
+func (s *Settler) gaveUpUnseen(ctx context.Context, rec Record, since time.Time, wait func(error)) (int64, string) {
+	if s.Tasks == nil || rec.Review == 0 || !rec.Completed || rec.Signal != review.Fail.String() {
+		return 0, ""
+	}
+	type gaveUp struct {
+		t  taskboard.Task
+		ok bool
+	}
+	g, err := retry(ctx, s, fmt.Sprintf("read what the verdict on task %d did", rec.Review), wait, nil, func() (gaveUp, error) {
+		t, ok, err := s.Tasks.GaveUpSince(ctx, rec.Review, rec.Session.Agent, since)
+		if err != nil {
+			err = s.DB.Wrap("settle session "+rec.Session.SessionID, err)
+		}
+		return gaveUp{t, ok}, err
+	})
+	if err != nil {
+		s.logger().Warn("a verdict settled unseen: whether it failed its task for good is not known", zap.String("session", rec.Session.SessionID),
+			zap.Int64("task", rec.Review), zap.Error(err))
+		return 0, ""
+	}
+	if !g.ok {
+		return 0, ""
+	}
+	return rec.Review, g.t.ReviewFailure
 }
 
 // retry runs f until it succeeds, fails for good, or ctx ends.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
@@ -180,6 +181,24 @@ func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer st
 		return err
 	}()
 	return t, err
+}
+
+// GaveUpSince is task id as stored when a verdict of reviewer's made at
+// since or later left it FAILED for good, and ok; ok is false when the task
+// is not FAILED, or no verdict of reviewer's since failed it. A settlement
+// whose COMMIT's answer was lost learns from it what its verdict did.
+// since is a time of this process's clock (Options.Now).
+func (b *Board) GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (t Task, ok bool, err error) {
+	if t, err = b.Get(ctx, id); err != nil || t.State != task.Failed {
+		return t, false, err
+	}
+	err = b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM events
+		WHERE task_id = ? AND to_state = ? AND actor = ? AND at >= ?)`,
+		id, task.Failed.String(), "agent:"+reviewer, store.FormatTime(since)).Scan(&ok)
+	if err != nil {
+		return t, false, fmt.Errorf("taskboard: gave up: %w", err)
+	}
+	return t, ok, nil
 }
 
 // eventReviewPass is the event of a PASS that moves no state (the merge

@@ -1,0 +1,88 @@
+package settle_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/taskboard"
+)
+
+// cutEnv is a PostgreSQL env whose store is reached through a proxy that
+// can drop a COMMIT's answer.
+func cutEnv(t *testing.T) (*env, *pgtest.Proxy) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	name := fmt.Sprintf("settle%d", pgN.Add(1))
+	if err := srv.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	p, err := srv.NewProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return openEnv(t, p.URL(name)), p
+}
+
+// TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost: a reviewer's FAIL at
+// max_iterations leaves its task FAILED for good, and the operator is told
+// (Settler.GaveUp). When the answer to that settlement's COMMIT is lost,
+// the retry finds the session settled already: the task is FAILED all the
+// same, and the operator must be told all the same, once.
+func TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost(t *testing.T) {
+	e, p := cutEnv(t)
+	ctx := context.Background()
+	var told []int64
+	e.s.GaveUp = func(task int64, reviewer, failure, feedback string) {
+		if reviewer != "bob" || failure != "max_iterations" || feedback != "FAIL: no tests" {
+			t.Errorf("told: reviewer %q, failure %q, feedback %q", reviewer, failure, feedback)
+		}
+		told = append(told, task)
+	}
+	// alice's DONE on a task reviewed by bob, then bob's FAIL on it, the
+	// answer to its settlement's COMMIT lost; the task as it is after.
+	verdictCut := func(seq uint32, maxIterations int) taskboard.Task {
+		t.Helper()
+		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob", MaxIterations: maxIterations})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := e.begin(t, seq)
+		if _, err := e.s.Settle(ctx, s.ended("DONE"), nil); err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("bob-%d-000000000001", seq)
+		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: seq, Started: time.Now()}, nil); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		verdict := runner.Settlement{
+			Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: seq, Outcome: agent.ExitOutcome{Kind: agent.Success},
+				Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
+			Completed: true, Review: tk.ID, Result: "FAIL: no tests",
+		}
+		cuts := p.Cuts()
+		p.CutNextCommitAfter("review_rounds")
+		waits := 0
+		if _, err := e.s.Settle(ctx, verdict, func(error) { waits++ }); err != nil {
+			t.Fatal(err)
+		}
+		if p.Cuts() != cuts+1 || waits == 0 {
+			t.Fatalf("%d commits cut, %d waits: the settlement's answer was not lost", p.Cuts()-cuts, waits)
+		}
+		return e.task(t, tk.ID)
+	}
+	if got := verdictCut(1, 1); got.StateName != "FAILED" || len(told) != 1 || told[0] != got.ID {
+		t.Fatalf("after the failing verdict at max_iterations 1, its commit's answer lost: %s, told %v; want FAILED, told once", got.StateName, told)
+	}
+	// A FAIL with rounds left sends the task back: nothing to tell.
+	if got := verdictCut(2, 2); got.StateName != "OPEN" || len(told) != 1 {
+		t.Fatalf("after a failing verdict with a round left, its commit's answer lost: %s, told %v; want OPEN, told nothing more", got.StateName, told)
+	}
+}
