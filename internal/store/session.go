@@ -272,11 +272,13 @@ func Unreachable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		// connection_exception, admin/crash shutdown, cannot_connect_now,
-		// too_many_connections, lock and query timeouts
+		// too_many_connections, lock and query timeouts, and the server's
+		// idle timeouts (a client paused inside a transaction, or between
+		// them): the server rolled the transaction back, so it can run again
 		switch {
 		case len(pe.Code) == 5 && pe.Code[:2] == "08",
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300",
-			pe.Code == "55P03", pe.Code == "57014":
+			pe.Code == "55P03", pe.Code == "57014", pe.Code == "25P03", pe.Code == "57P05":
 			return true
 		}
 	}
