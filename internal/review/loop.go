@@ -256,6 +256,22 @@ func (l *Loop) Reopen() error {
 	return l.transition(Working)
 }
 
+// Retry restarts a failed loop for the operator's retry of its task
+// (failed → working, iteration + 1), with as many more rounds as it was
+// allowed (max_iterations grows by its value), its rounds and their
+// verdicts kept. Without it the retried task's next DONE went unreviewed:
+// merged unreviewed, or never (the merge queue takes only a passed
+// review). Not in seed 002, whose loop ends at failed (docs/decisions.md).
+func (l *Loop) Retry() error {
+	if err := l.expect("retry", Failed); err != nil {
+		return err
+	}
+	l.maxIterations += l.iteration
+	l.iteration++
+	l.failure = ""
+	return l.transition(Working)
+}
+
 // ErrInvalidReason is wrapped by the error of Fail for an unknown reason.
 var ErrInvalidReason = errors.New("unknown failure reason")
 

@@ -295,3 +295,47 @@ func TestReopenReviewsTheReworkAgain(t *testing.T) {
 		t.Fatalf("resume the rework's completed loop: %v", err)
 	}
 }
+
+// Retry restarts a failed loop at the next iteration with as many more
+// rounds as it had, its rounds kept; only a failed loop is retried, and
+// a retried loop's record resumes as it is.
+func TestRetryReviewsAgainWithMoreRounds(t *testing.T) {
+	l := New(2)
+	now := time.Unix(1700000000, 0)
+	for _, step := range []func() error{l.Start, func() error { return l.WorkerResult(Done) },
+		func() error { return l.ReviewResult(Fail, "no", now) }, func() error { return l.WorkerResult(Done) },
+		func() error { return l.ReviewResult(Fail, "still no", now) }} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.State() != Failed || l.Failure() != ReasonMaxIterations {
+		t.Fatalf("after two FAILs of two: %v (%s)", l.State(), l.Failure())
+	}
+	if err := l.Retry(); err != nil {
+		t.Fatal(err)
+	}
+	if l.State() != Working || l.Iteration() != 3 || l.MaxIterations() != 4 || l.Failure() != "" || len(l.History()) != 2 {
+		t.Fatalf("retried: %v at %d of %d (%q) with %d rounds, want working at 3 of 4 with 2",
+			l.State(), l.Iteration(), l.MaxIterations(), l.Failure(), len(l.History()))
+	}
+	r, err := Resume(l.Snapshot())
+	if err != nil {
+		t.Fatalf("resume a retried loop: %v", err)
+	}
+	if err := r.Retry(); err == nil {
+		t.Error("a working loop was retried")
+	}
+	if err := r.WorkerResult(Done); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReviewResult(Fail, "no again", now); err != nil || r.State() != Working || r.Iteration() != 4 {
+		t.Fatalf("a FAIL with a round left: %v at %d, %v; want working at 4", r.State(), r.Iteration(), err)
+	}
+	if err := r.WorkerResult(Done); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReviewResult(Fail, "no, last", now); err != nil || r.State() != Failed || r.Failure() != ReasonMaxIterations {
+		t.Fatalf("the last FAIL: %v (%s), %v; want failed, max_iterations", r.State(), r.Failure(), err)
+	}
+}

@@ -58,9 +58,10 @@ func ParseState(s string) (State, error) {
 }
 
 // CanTransition reports whether seed 002's table allows from → to, with
-// one row of swarmd's: complete → working, the reviewed work sent back by
-// the merge queue (Reopen). These nine rows are the only transitions a
-// Loop ever takes.
+// two rows of swarmd's: complete → working, the reviewed work sent back by
+// the merge queue (Reopen), and failed → working, a failed task retried
+// by the operator (Retry). These ten rows are the only transitions a Loop
+// ever takes.
 func CanTransition(from, to State) bool {
 	switch from {
 	case Init:
@@ -69,7 +70,7 @@ func CanTransition(from, to State) bool {
 		return to == Reviewing || to == Complete || to == Failed
 	case Reviewing:
 		return to == Working || to == Complete || to == Failed
-	case Complete:
+	case Complete, Failed:
 		return to == Working
 	}
 	return false

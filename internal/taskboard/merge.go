@@ -129,6 +129,23 @@ func reopenReview(ctx context.Context, tx *sql.Tx, t Task) (state string, iterat
 	return l.State().String(), int(l.Iteration()), true, nil
 }
 
+// retryReview restarts t's failed review loop for the operator's retry
+// (review.Loop.Retry), and ok; ok is false when t has no failed loop. A
+// loop whose record cannot be read stays failed: the retry is refused.
+func retryReview(ctx context.Context, tx *sql.Tx, t Task) (l *review.Loop, ok bool, err error) {
+	if t.Reviewer == "" || t.ReviewState != review.Failed.String() {
+		return nil, false, nil
+	}
+	l, unreadable, err := loopOf(ctx, tx, t)
+	if err != nil || unreadable != nil {
+		return nil, false, errors.Join(err, unreadable)
+	}
+	if err := l.Retry(); err != nil {
+		return nil, false, fmt.Errorf("task %d: %w", t.ID, err)
+	}
+	return l, true, nil
+}
+
 func short(h string) string {
 	if len(h) > 12 {
 		return h[:12]

@@ -826,6 +826,14 @@ func (b *Board) Retry(ctx context.Context, id int64) (Task, error) {
 			} else if ok {
 				m.set, m.args = append(m.set, "review_state = ?", "iteration = ?"), append(m.args, st, it)
 			}
+			// One its review failed (max_iterations, the worker's FAIL):
+			// reviewed again too, with as many more rounds.
+			if l, ok, err := retryReview(ctx, tx, *t); err != nil {
+				return move{}, err
+			} else if ok {
+				m.set = append(m.set, "review_state = ?", "iteration = ?", "max_iterations = ?", "review_failure = ''")
+				m.args = append(m.args, l.State().String(), int(l.Iteration()), int(l.MaxIterations()))
+			}
 			return m, nil
 		})
 		if err != nil {

@@ -645,3 +645,59 @@ func TestSplitParentClosesAtItsLateVerdict(t *testing.T) {
 	}
 	wantState(t, b, parent.ID, task.Closed)
 }
+
+// The operator's retry of a task its review failed (max_iterations)
+// reviews it again, with as many more rounds: its next DONE waits for the
+// reviewer. Before, the loop stayed failed and the DONE went unreviewed:
+// closed at once without a merge queue, and with one never ready to merge
+// (only a passed review is), so what waited for it never opened.
+func TestRetryAfterTheReviewFailedReviewsAgain(t *testing.T) {
+	for _, autoClose := range []bool{true, false} {
+		t.Run(fmt.Sprint("autoclose=", autoClose), func(t *testing.T) {
+			ctx := context.Background()
+			b, _ := openBoard(t, "", Options{AutoClose: autoClose})
+			tk := add(t, b, NewTask{Title: "hard", Reviewer: "rita", MaxIterations: 1})
+			h := Holder{Agent: "bob", Session: "bob-1-s"}
+			if _, err := b.Claim(ctx, tk.ID, "bob", h.Session); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.DoneAt(ctx, tk.ID, h, "done", fmt.Sprintf("%040d", 1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Verdict(ctx, tk.ID, "rita", false, "no"); err != nil {
+				t.Fatal(err)
+			}
+			wantState(t, b, tk.ID, task.Failed)
+			if _, err := b.Retry(ctx, tk.ID); err != nil {
+				t.Fatal(err)
+			}
+			got := wantState(t, b, tk.ID, task.Open)
+			if got.ReviewState != review.Working.String() || got.Iteration != 2 || got.MaxIterations != 2 || got.ReviewFailure != "" {
+				t.Fatalf("retried: review %q round %d of %d (%q); want working, round 2 of 2", got.ReviewState, got.Iteration, got.MaxIterations, got.ReviewFailure)
+			}
+			h = Holder{Agent: "bob", Session: "bob-2-s"}
+			if _, err := b.Claim(ctx, tk.ID, "bob", h.Session); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.DoneAt(ctx, tk.ID, h, "done again", fmt.Sprintf("%040d", 2)); err != nil {
+				t.Fatal(err)
+			}
+			if got := wantState(t, b, tk.ID, task.Done); got.ReviewState != review.Reviewing.String() {
+				t.Fatalf("the retried task's DONE: review %q, want reviewing", got.ReviewState)
+			}
+			if ready, err := b.ReadyToMerge(ctx, nil); err != nil || len(ready) != 0 {
+				t.Fatalf("ready to merge before the review = %+v, %v; want none", ready, err)
+			}
+			if _, err := b.Verdict(ctx, tk.ID, "rita", true, "ok"); err != nil {
+				t.Fatal(err)
+			}
+			if autoClose {
+				wantState(t, b, tk.ID, task.Closed)
+				return
+			}
+			if ready, err := b.ReadyToMerge(ctx, nil); err != nil || len(ready) != 1 || ready[0].ID != tk.ID {
+				t.Fatalf("ready to merge after the PASS = %+v, %v; want the task", ready, err)
+			}
+		})
+	}
+}
