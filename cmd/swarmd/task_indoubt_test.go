@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -58,5 +59,47 @@ func TestTaskReportCommitAnswerLost(t *testing.T) {
 	want := "1:CLAIMED,1:IN_PROGRESS,1:DONE,2:CLAIMED,2:FAILED,3:CLAIMED,3:WAITING_FOR_SUBTASKS,4:OPEN,5:OPEN"
 	if got != want {
 		t.Errorf("the session's moves: %s, want %s (each once)", got, want)
+	}
+}
+
+// TestTaskClaimCommitAnswerLost: a session's `task claim` whose COMMIT's
+// answer is lost retries, finds the claim its lost attempt made, and says
+// it holds the task (exit 0), by id and without; the task is claimed once.
+func TestTaskClaimCommitAnswerLost(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("claimcut"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := srv.NewProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	url := p.URL("claimcut")
+	op := append(opEnv(), "SWARM_DB_PATH="+url)
+	for _, title := range []string{"one", "two"} {
+		mustCLI(t, op, "task", "add", title)
+	}
+	for i, args := range [][]string{{"task", "claim"}, {"task", "claim", "2"}} {
+		alice := sessionEnv(url, "alice", i+1)
+		p.CutNextCommitAfter("UPDATE tasks")
+		cuts := p.Cuts()
+		out, errOut, code := runCLI(t, alice, "", append(args, "--json")...)
+		if p.Cuts() != cuts+1 {
+			t.Fatalf("swarmd %s: %d commits cut, want 1", strings.Join(args, " "), p.Cuts()-cuts)
+		}
+		if want := fmt.Sprintf(`"id": %d`, i+1); code != 0 || !strings.Contains(out, want) || !strings.Contains(out, `"state": "CLAIMED"`) {
+			t.Fatalf("swarmd %s after its commit's answer was lost: exit %d, %s %s; want exit 0 and task %d CLAIMED",
+				strings.Join(args, " "), code, out, errOut, i+1)
+		}
+		mustCLI(t, alice, "task", "fail", "--reason", "let go")
+	}
+	got, err := srv.Query("claimcut", `SELECT string_agg(task_id || ':' || to_state, ',' ORDER BY id) FROM events
+		WHERE agent = 'alice' AND effect = 'task'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "1:CLAIMED,1:FAILED,2:CLAIMED,2:FAILED"; got != want {
+		t.Errorf("the sessions' moves: %s, want %s (each once)", got, want)
 	}
 }

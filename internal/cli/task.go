@@ -550,6 +550,12 @@ are CLOSED. An agent holds one task at a time. Exits 1 when there is nothing to 
 	}
 }
 
+// claimRefused is a claim refused for what the board holds, said as it
+// is (not through taskErr).
+type claimRefused struct{ msg string }
+
+func (e *claimRefused) Error() string { return e.msg }
+
 func taskClaimRun(ctx context.Context, opts *taskClaimOptions) error {
 	var id int64
 	if opts.ID != "" {
@@ -559,32 +565,47 @@ func taskClaimRun(ctx context.Context, opts *taskClaimOptions) error {
 		}
 	}
 	return withBoard(ctx, opts.dbOptions, "claim", sessionVerb, func(c *taskCtx) error {
-		var (
-			tk  taskboard.Task
-			err error
-		)
-		if id != 0 {
-			tk, err = c.board.Claim(ctx, id, c.who.name, c.who.session)
-		} else {
-			// ClaimNext is the runner's, which only claims for an agent
-			// holding nothing; the agent's own session is the only other
-			// claimant for it, so this check does not race.
-			h, held, err := c.board.Held(ctx, c.who.name)
-			if err != nil {
-				return taskErr("claim", err)
+		var tk taskboard.Task
+		inDoubt := false // an attempt failed while the store was away: it may have claimed unseen
+		// A busy or unreachable store delays the claim (waitStore), as it
+		// does a report.
+		err := waitStore(ctx, c.db, opts.StoreWait, "task claim", func(ctx context.Context) error {
+			if inDoubt || id == 0 {
+				h, held, err := c.board.Held(ctx, c.who.name)
+				switch {
+				case err != nil:
+					return err
+				case held && inDoubt && h.ClaimSession == c.who.session && (id == 0 || h.ID == id):
+					// On PostgreSQL a connection can die between the
+					// commit and its answer: that attempt's claim.
+					tk = h
+					return nil
+				case held && id == 0:
+					// ClaimNext is the runner's, which only claims for an
+					// agent holding nothing; the agent's own session is the
+					// only other claimant for it, so this check does not race.
+					return &claimRefused{fmt.Sprintf("task claim: %s already holds task %d (%s): finish, fail or block it first", c.who.name, h.ID, h.StateName)}
+				}
 			}
-			if held {
-				return fmt.Errorf("task claim: %s already holds task %d (%s): finish, fail or block it first", c.who.name, h.ID, h.StateName)
+			var err error
+			if id != 0 {
+				tk, err = c.board.Claim(ctx, id, c.who.name, c.who.session)
+			} else {
+				var ok bool
+				if tk, ok, err = c.board.ClaimNext(ctx, c.who.name, c.who.session); err == nil && !ok {
+					return &claimRefused{fmt.Sprintf("task claim: no OPEN task that %s may claim", c.who.name)}
+				}
 			}
-			var ok bool
-			if tk, ok, err = c.board.ClaimNext(ctx, c.who.name, c.who.session); err == nil && !ok {
-				return fmt.Errorf("task claim: no OPEN task that %s may claim", c.who.name)
+			if err != nil && c.db.Transient(err) {
+				inDoubt = true
 			}
-			if err != nil {
-				return taskErr("claim", err)
-			}
-		}
-		if err != nil {
+			return err
+		})
+		var refused *claimRefused
+		switch {
+		case errors.As(err, &refused):
+			return refused
+		case err != nil:
 			return taskErr("claim", err)
 		}
 		if tk, err = c.board.Get(ctx, tk.ID); err != nil {
