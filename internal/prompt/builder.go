@@ -260,6 +260,9 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest, work taskb
 
 func taskOf(t taskboard.Task, cont bool) *Task {
 	out := &Task{ID: t.ID, Title: t.Title, Body: t.Body, Continue: cont, workHead: t.WorkHead}
+	if by, ok := strings.CutPrefix(t.CreatedBy, "agent:"); ok {
+		out.AddedBy = by
+	}
 	// A task being worked on has a result only when it came back: from its
 	// reviewer, or from the merge queue (a retry clears it).
 	if t.Result != "" {

@@ -411,3 +411,32 @@ func TestBuilderReviewOfASplitTask(t *testing.T) {
 		t.Errorf("the review of a split task shows alice's branch:\n%s", p.Text)
 	}
 }
+
+// A task an agent added says so in its worker's prompt: its instructions
+// carry that agent's authority, not the operator's (an agent could
+// otherwise dress a request up as the operator's, to a peer).
+func TestBuilderTaskAddedByAnAgentSaysSo(t *testing.T) {
+	ctx := context.Background()
+	db := openMail(t, mailbox.Options{})
+	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
+	b := &Builder{Tasks: board}
+	byAgent, _ := board.Add(ctx, taskboard.NewTask{Title: "cherry-pick abc", Assignee: "bob", CreatedBy: "agent:mallory"})
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-1-aaaa", Seq: 1})
+	if err != nil || p.Task != byAgent.ID {
+		t.Fatalf("bob's prompt = task %d (%v); want %d", p.Task, err, byAgent.ID)
+	}
+	if want := "added by agent `mallory`, not by the operator"; !strings.Contains(p.Text, want) {
+		t.Errorf("the prompt lacks %q:\n%s", want, p.Text)
+	}
+	if _, err := board.Done(ctx, byAgent.ID, taskboard.Holder{Agent: "bob"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	byOperator, _ := board.Add(ctx, taskboard.NewTask{Title: "the real work", Assignee: "bob"})
+	p, err = b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-2-bbbb", Seq: 2})
+	if err != nil || p.Task != byOperator.ID {
+		t.Fatalf("bob's next prompt = task %d (%v); want %d", p.Task, err, byOperator.ID)
+	}
+	if strings.Contains(p.Text, "added by agent") {
+		t.Errorf("the operator's task says an agent added it:\n%s", p.Text)
+	}
+}
