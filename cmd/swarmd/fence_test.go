@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -17,6 +18,44 @@ import (
 // sleeperScript is agent x's session on either daemon: it counts its
 // sessions in a file of its daemon's and sleeps.
 const sleeperScript = `echo started >> "$OUT/$WHO"; exec sleep 3600`
+
+// fenceCfg is a daemon of the fencing tests: agent x alone, on the shared
+// store, its sessions running Script (sleeperScript's shape: OUT and WHO
+// in their environment).
+type fenceCfg struct {
+	Isolation        string // "" : off
+	Store, Lease     string
+	Out, Who, Script string
+	AgentExtra       string // more keys of agent x ("min_session_interval: 50ms")
+	SandboxWritesOut bool   // the sandbox may write Out
+}
+
+// fenceConfig writes c's config in a new repository and returns its path.
+func fenceConfig(t *testing.T, c fenceCfg) string {
+	t.Helper()
+	iso := cmp.Or(c.Isolation, "off")
+	sandbox := ""
+	if c.SandboxWritesOut {
+		sandbox = fmt.Sprintf("sandbox: {writable: [%q]}\n", c.Out)
+	}
+	extra := ""
+	if c.AgentExtra != "" {
+		extra = ", " + c.AgentExtra
+	}
+	return writeConfig(t, gitRepo(t), fmt.Sprintf(`
+listen: ""
+isolation: %s
+%sstore: %q
+lease_timeout: %s
+defaults:
+  env: {OUT: %q, WHO: %s}
+  grace_period: 1s
+backends:
+  sleeper: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: x, role: works, backend: sleeper%s}
+`, iso, sandbox, c.Store, c.Lease, c.Out, c.Who, c.Script, extra))
+}
 
 // TestPausedDaemonNeverRunsAlongsideItsSuccessor: daemon A runs agent x on
 // a shared PostgreSQL store and is stopped (SIGSTOP) past its lease. Its
@@ -42,20 +81,8 @@ func TestPausedDaemonNeverRunsAlongsideItsSuccessor(t *testing.T) {
 func testPausedDaemon(t *testing.T, url, isolation string) {
 	out := t.TempDir()
 	config := func(who string) string {
-		return writeConfig(t, gitRepo(t), fmt.Sprintf(`
-listen: ""
-isolation: %s
-sandbox: {writable: [%q]}
-store: %q
-lease_timeout: 2s
-defaults:
-  env: {OUT: %q, WHO: %s}
-  grace_period: 1s
-backends:
-  sleeper: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: x, role: works, backend: sleeper}
-`, isolation, out, url, out, who, sleeperScript))
+		return fenceConfig(t, fenceCfg{Isolation: isolation, SandboxWritesOut: true, Store: url, Lease: "2s",
+			Out: out, Who: who, Script: sleeperScript})
 	}
 	started := func(who string) int {
 		b, _ := os.ReadFile(filepath.Join(out, who))

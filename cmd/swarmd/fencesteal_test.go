@@ -42,19 +42,8 @@ func TestPausedDaemonTakesNothingFromItsSuccessor(t *testing.T) {
 	url := srv.URL("steal")
 	out := t.TempDir()
 	config := func(who string) string {
-		return writeConfig(t, gitRepo(t), fmt.Sprintf(`
-listen: ""
-isolation: off
-store: %q
-lease_timeout: 2s
-defaults:
-  env: {OUT: %q, WHO: %s}
-  grace_period: 1s
-backends:
-  script: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: x, role: works, backend: script, min_session_interval: 50ms}
-`, url, out, who, stealScript))
+		return fenceConfig(t, fenceCfg{Store: url, Lease: "2s", Out: out, Who: who, Script: stealScript,
+			AgentExtra: "min_session_interval: 50ms"})
 	}
 	cfgA, cfgB := config("a"), config("b")
 	db, err := store.Open(context.Background(), url, store.Options{})

@@ -36,19 +36,7 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 	out := t.TempDir()
 	shared := t.TempDir() // the path both machines run their daemon in
 	config := func(who string) string {
-		return writeConfig(t, gitRepo(t), fmt.Sprintf(`
-listen: ""
-isolation: off
-store: %q
-lease_timeout: 3s
-defaults:
-  env: {OUT: %q, WHO: %s}
-  grace_period: 1s
-backends:
-  sleeper: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: x, role: works, backend: sleeper}
-`, srv.URL("namesake"), out, who, sleeperScript))
+		return fenceConfig(t, fenceCfg{Store: srv.URL("namesake"), Lease: "3s", Out: out, Who: who, Script: sleeperScript})
 	}
 	start := func(who string) *daemonProc {
 		repo := filepath.Dir(config(who))

@@ -198,19 +198,8 @@ func TestStalledRenewalStartsNoSession(t *testing.T) {
 	proxy := startStallProxy(t, srv)
 	out := t.TempDir()
 	config := func(who, url string) string {
-		return writeConfig(t, gitRepo(t), fmt.Sprintf(`
-listen: ""
-isolation: off
-store: %q
-lease_timeout: 2s
-defaults:
-  env: {OUT: %q, WHO: %s}
-  grace_period: 1s
-backends:
-  sleeper: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: x, role: works, backend: sleeper, min_session_interval: 50ms}
-`, url, out, who, sleeperScript))
+		return fenceConfig(t, fenceCfg{Store: url, Lease: "2s", Out: out, Who: who, Script: sleeperScript,
+			AgentExtra: "min_session_interval: 50ms"})
 	}
 	started := func(who string) int {
 		b, _ := os.ReadFile(filepath.Join(out, who))
@@ -290,19 +279,7 @@ func TestRenewalDoesNotWaitForTheWritersLock(t *testing.T) {
 	}
 	url := srv.URL("writerslock")
 	out := t.TempDir()
-	cfg := writeConfig(t, gitRepo(t), fmt.Sprintf(`
-listen: ""
-isolation: off
-store: %q
-lease_timeout: 3s
-defaults:
-  env: {OUT: %q, WHO: a}
-  grace_period: 1s
-backends:
-  sleeper: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: x, role: works, backend: sleeper}
-`, url, out, sleeperScript))
+	cfg := fenceConfig(t, fenceCfg{Store: url, Lease: "3s", Out: out, Who: "a", Script: sleeperScript})
 	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
 	a := startDaemon(t, cfg)
 	t.Cleanup(func() {
@@ -357,19 +334,7 @@ func TestStalledRenewalIsRetried(t *testing.T) {
 	}
 	proxy := startStallProxy(t, srv)
 	out := t.TempDir()
-	cfg := writeConfig(t, gitRepo(t), fmt.Sprintf(`
-listen: ""
-isolation: off
-store: %q
-lease_timeout: 3s
-defaults:
-  env: {OUT: %q, WHO: a}
-  grace_period: 1s
-backends:
-  sleeper: {type: command, command: sh, args: [-c, %q]}
-agents:
-  - {name: x, role: works, backend: sleeper}
-`, proxy.url("stallonce"), out, sleeperScript))
+	cfg := fenceConfig(t, fenceCfg{Store: proxy.url("stallonce"), Lease: "3s", Out: out, Who: "a", Script: sleeperScript})
 	a := startDaemon(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
