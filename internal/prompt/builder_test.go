@@ -440,3 +440,70 @@ func TestBuilderTaskAddedByAnAgentSaysSo(t *testing.T) {
 		t.Errorf("the operator's task says an agent added it:\n%s", p.Text)
 	}
 }
+
+// A task whose first attempt failed its review, split on its second, has
+// no change of its own either: its review lists the subtasks, not the
+// commit its first attempt froze (work the reviewer failed already, which
+// passed now would be what the task stands for).
+func TestBuilderReviewOfATaskSplitAfterAFailedReview(t *testing.T) {
+	ctx := context.Background()
+	repo := gitRepo(t)
+	trees, err := worktree.Open(ctx, worktree.Options{Repo: repo, StateDir: filepath.Join(repo, ".swarm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := trees.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", wt.Path, "-c", "user.name=a", "-c", "user.email=a@example.invalid",
+		"commit", "-q", "--allow-empty", "-m", "alice's first attempt").CombinedOutput(); err != nil {
+		t.Fatalf("git commit: %v\n%s", err, out)
+	}
+	first, err := exec.Command("git", "-C", wt.Path, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openMail(t, mailbox.Options{})
+	board := taskboard.New(db.Store(), taskboard.Options{FrozenHead: true})
+	parent, _ := board.Add(ctx, taskboard.NewTask{Title: "the feature", Reviewer: "bob", Assignee: "alice"})
+	h := taskboard.Holder{Agent: "alice", Session: "alice-1-aaaa"}
+	if _, err := board.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.DoneAt(ctx, parent.ID, h, "done", strings.TrimSpace(string(first))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.Verdict(ctx, parent.ID, "bob", false, "too big: split it"); err != nil {
+		t.Fatal(err)
+	}
+	h = taskboard.Holder{Agent: "alice", Session: "alice-2-aaaa"}
+	if _, err := board.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := board.Split(ctx, parent.ID, h, []string{"the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kh := taskboard.Holder{Agent: "carol", Session: "carol-1-cccc"}
+	if _, err := board.Claim(ctx, kids[0].ID, "carol", kh.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.DoneAt(ctx, kids[0].ID, kh, "done", trees.BaseCommit()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.Verdict(ctx, kids[0].ID, "bob", true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	b := &Builder{Tasks: board, Compare: trees, ReviewBase: trees.BaseCommit()}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-1-bbbb", Seq: 1})
+	if err != nil || p.Review != parent.ID {
+		t.Fatalf("bob's prompt = review %d (%v); want the review of %d", p.Review, err, parent.ID)
+	}
+	if want := fmt.Sprintf("- #%d the parser (DONE)", kids[0].ID); !strings.Contains(p.Text, want) {
+		t.Errorf("the review lacks %q:\n%s", want, p.Text)
+	}
+	if strings.Contains(p.Text, "alice's first attempt") {
+		t.Errorf("the review of a split task shows its first attempt's frozen head:\n%s", p.Text)
+	}
+}

@@ -753,8 +753,11 @@ func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) 
 		if err := h.check(t); err != nil {
 			return err
 		}
+		// The head an earlier attempt froze (its review failed, the task
+		// went back to its worker) is no change of the split task's: the
+		// subtasks carry its work, and its review lists them (no head).
 		if err := b.apply(ctx, tx, &t, move{to: task.WaitingForSubtasks, actor: h.actor(), session: h.Session,
-			why: fmt.Sprintf("split into %d subtasks", len(titles)), set: released()}); err != nil {
+			why: fmt.Sprintf("split into %d subtasks", len(titles)), set: released("head = ''")}); err != nil {
 			return err
 		}
 		now := b.now()
