@@ -25,10 +25,14 @@ type Ready struct {
 // in its order: the merge feeder asks it after every change of the
 // database, and the board's CLOSED history is not read for it.
 // A task split into subtasks is not ready: it has no change of its own
-// (closeParent closes it once they are merged).
+// (closeParent closes it once they are merged), unless its worker
+// reported it done at a head after the split (its review failed and sent
+// it back): that change is merged once every subtask is, as it builds on
+// them.
 const readyToMergeSQL = `SELECT id, IIF(worker <> '', worker, claimant), head FROM tasks
 	WHERE state = 'DONE' AND review_state IN ('', ?)
-	AND NOT EXISTS (SELECT 1 FROM tasks kid WHERE kid.parent_id = tasks.id) ORDER BY updated_at, id`
+	AND NOT EXISTS (SELECT 1 FROM tasks kid WHERE kid.parent_id = tasks.id
+		AND (tasks.head = '' OR kid.state <> 'CLOSED')) ORDER BY updated_at, id`
 
 // ReadyToMerge lists DONE tasks that passed review (or need none) and that
 // skip does not exclude (those already queued), oldest first.

@@ -469,6 +469,9 @@ func (b *Board) closeParent(ctx context.Context, tx *sql.Tx, p *Task) error {
 	if rs := p.ReviewState; b.opts.AutoClose || p.State != task.Done || rs != "" && rs != review.Complete.String() {
 		return nil // a review still to pass, as readyToMergeSQL asks
 	}
+	if p.Head != "" {
+		return nil // reported done at a head after the split: the queue merges it
+	}
 	var kids, open int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN state <> 'CLOSED' THEN 1 ELSE 0 END), 0)
 		FROM tasks WHERE parent_id = ?`, p.ID).Scan(&kids, &open); err != nil {

@@ -701,3 +701,72 @@ func TestRetryAfterTheReviewFailedReviewsAgain(t *testing.T) {
 		})
 	}
 }
+
+// A split task whose review FAILs goes back to its worker, who changes it
+// as the reviewer asked and reports it done at a frozen head: that change
+// is its own, and the merge queue merges it (once every subtask is
+// merged) instead of the task closing with it unmerged.
+func TestSplitParentReworkIsMerged(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{FrozenHead: true})
+	parent := add(t, b, NewTask{Title: "the feature", Reviewer: "rita"})
+	after := add(t, b, NewTask{Title: "ship it", After: []int64{parent.ID}})
+	h := Holder{Agent: "alice", Session: "alice-1-a"}
+	if _, err := b.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := b.Split(ctx, parent.ID, h, []string{"one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kh := Holder{Agent: "bob", Session: "bob-1-s"}
+	if _, err := b.Claim(ctx, kids[0].ID, kh.Agent, kh.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DoneAt(ctx, kids[0].ID, kh, "done", fmt.Sprintf("%040d", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, parent.ID, task.Done)
+	if _, err := b.Verdict(ctx, parent.ID, "rita", false, "the parts are not wired together"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, parent.ID, task.Open)
+	h = Holder{Agent: "alice", Session: "alice-2-a"}
+	if _, err := b.Claim(ctx, parent.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	rework := fmt.Sprintf("%040d", 2)
+	if _, err := b.DoneAt(ctx, parent.ID, h, "wired", rework); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Verdict(ctx, parent.ID, "rita", true, "ok now"); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() []Ready {
+		t.Helper()
+		r, err := b.ReadyToMerge(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// The subtask first: the rework builds on it.
+	if r := ready(); len(r) != 1 || r[0].ID != kids[0].ID {
+		t.Fatalf("ready to merge = %+v, want the subtask %d only", r, kids[0].ID)
+	}
+	if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, parent.ID, task.Done) // its rework is not merged yet
+	wantState(t, b, after.ID, task.Blocked)
+	if r := ready(); len(r) != 1 || r[0].ID != parent.ID || r[0].Head != rework {
+		t.Fatalf("ready to merge = %+v, want task %d at %s", r, parent.ID, rework)
+	}
+	if _, err := b.Merged(ctx, parent.ID, "fedcba9876543210"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, after.ID, task.Open)
+}
