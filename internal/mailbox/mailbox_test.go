@@ -703,3 +703,29 @@ func startJournal(t testing.TB, db *Mailbox, opts store.JournalOptions) *store.J
 	t.Cleanup(func() { j.Close() })
 	return j
 }
+
+// A broadcast sent again (Draft.At: the CLI's retry after an attempt whose
+// answer was lost) is stored once, even when a recipient has read its copy
+// in between: that copy was sent, and another would be the same mail twice.
+func TestBroadcastOnceAfterACopyWasRead(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{Agents: testAgents})
+	d := Draft{From: "alice", Subject: "freeze", Body: "main is frozen", At: time.Now()}
+	first, err := db.Broadcast(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Read(ctx, "bob", first[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := db.Broadcast(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != len(first) || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
+		t.Fatalf("the same broadcast again = %+v, want the first's copies %+v", again, first)
+	}
+	if n := countRows(t, db, "1"); n != 2 {
+		t.Fatalf("%d rows, want the first broadcast's 2", n)
+	}
+}

@@ -341,12 +341,14 @@ func (mb *Mailbox) draftMessage(d Draft) Message {
 // sentBefore is the message an earlier attempt at sending m stored (Draft.At),
 // if any: read in tx after the senders' turn is taken, so that an attempt
 // still running on the server has committed or will find this one's.
+// Delivered or not, as insertOnceSQL: a copy its recipient read already
+// was sent, and sent again it would be read twice.
 func (mb *Mailbox) sentBefore(ctx context.Context, tx *sql.Tx, m Message) (Message, bool, error) {
 	if err := mb.db.LockMailTx(ctx, tx); err != nil {
 		return Message{}, false, err
 	}
 	got, err := scanMessage(tx.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages
-		WHERE recipient = ? AND delivered_at IS NULL AND sender = ? AND created_at = ? AND subject = ? AND body = ?
+		WHERE recipient = ? AND sender = ? AND created_at = ? AND subject = ? AND body = ?
 		ORDER BY id LIMIT 1`, m.To, m.From, m.CreatedAt.Format(store.TimeLayout), m.Subject, m.Body))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Message{}, false, nil
