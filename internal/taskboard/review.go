@@ -189,7 +189,10 @@ func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer st
 // whose COMMIT's answer was lost learns from it what its verdict did.
 // since is a time of this process's clock (Options.Now).
 func (b *Board) GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (t Task, ok bool, err error) {
-	if t, err = b.Get(ctx, id); err != nil || t.State != task.Failed {
+	// FAILED with its review loop failed: a FAIL that sent the task back
+	// to its worker moved it to FAILED too (then OPEN), and the worker
+	// may have failed it since, its loop still working.
+	if t, err = b.Get(ctx, id); err != nil || t.State != task.Failed || t.ReviewState != review.Failed.String() {
 		return t, false, err
 	}
 	err = b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM events

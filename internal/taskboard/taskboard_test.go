@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
@@ -769,4 +770,39 @@ func TestSplitParentReworkIsMerged(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantState(t, b, after.ID, task.Open)
+}
+
+// GaveUpSince tells a settlement whose COMMIT's answer was lost whether its
+// verdict failed the task for good. A FAIL that sent the task back to its
+// worker did not, though the task is FAILED when it asks: its worker
+// failed it since.
+func TestGaveUpSinceIsTheVerdictsOwnFailure(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{FrozenHead: true})
+	tk := add(t, b, NewTask{Title: "the feature", Reviewer: "rita", MaxIterations: 3})
+	h := Holder{Agent: "alice", Session: "alice-1-a"}
+	if _, err := b.Claim(ctx, tk.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DoneAt(ctx, tk.ID, h, "done", fmt.Sprintf("%040d", 1)); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	if _, err := b.Verdict(ctx, tk.ID, "rita", false, "not yet"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := b.GaveUpSince(ctx, tk.ID, "rita", since); err != nil || ok {
+		t.Fatalf("gave up after a FAIL that sent the task back = %v, %v; want not", ok, err)
+	}
+	h = Holder{Agent: "alice", Session: "alice-2-a"}
+	if _, err := b.Claim(ctx, tk.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Fail(ctx, tk.ID, h, "cannot be done"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, tk.ID, task.Failed)
+	if _, ok, err := b.GaveUpSince(ctx, tk.ID, "rita", since); err != nil || ok {
+		t.Fatalf("gave up once the worker failed the task = %v, %v; want not: rita's FAIL sent it back", ok, err)
+	}
 }
