@@ -188,8 +188,18 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 	if first.Ended == nil || first.Ended.After(second.Started) {
 		t.Errorf("x's sessions overlap: %s ran %s–%v, %s started %s", first.SessionID, first.Started, first.Ended, second.SessionID, second.Started)
 	}
+
+	// One SIGTERM stops A (an operator's systemctl stop) while B runs x:
+	// the outcome of A's session, refused for good since the lease is B's
+	// (B closed that session as orphaned), is given up, not waited for.
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(10 * time.Second)
+	a.waitLine("A gives up its session's outcome", func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "the session's outcome is not recorded: this daemon lost the agent's lease")
+	})
+	if !running(cfgB) {
+		t.Error("B's session of x is gone after A stopped")
+	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	a.wait(30 * time.Second)
 	b.wait(30 * time.Second)
 }

@@ -67,6 +67,7 @@ func (tinyPrompter) Begin(context.Context, runner.SessionBegin, func(error)) (ui
 	return 0, nil
 }
 func (tinyPrompter) Transient(error) bool { return false }
+func (tinyPrompter) Fenced(error) bool    { return false }
 
 // BenchmarkTransitionsEventLog: transitions per second one runner sustains
 // with every transition, agent row and session going to the event log in

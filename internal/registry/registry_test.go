@@ -56,6 +56,7 @@ func (noPrompter) Begin(context.Context, runner.SessionBegin, func(error)) (uint
 	return 0, nil
 }
 func (noPrompter) Transient(error) bool { return false }
+func (noPrompter) Fenced(error) bool    { return false }
 
 func newRunner(t *testing.T, name string) *runner.Runner {
 	t.Helper()

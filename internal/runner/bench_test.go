@@ -46,6 +46,7 @@ func (staticPrompter) Begin(context.Context, SessionBegin, func(error)) (uint32,
 	return 0, nil
 }
 func (staticPrompter) Transient(error) bool { return false }
+func (staticPrompter) Fenced(error) bool    { return false }
 
 // BenchmarkSessionTurnover: sessions of a backend that exits 0 at once, run
 // one after another through the runner (prompt stored, log written, process

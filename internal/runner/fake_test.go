@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -178,6 +179,7 @@ type fakePrompter struct {
 	block     bool
 	begun     []SessionBegin
 	hold      chan struct{} // if set, Settle waits for it (a busy store)
+	refusal   error         // what the store says while Settle waits for hold; nil: errStoreBusy
 	task      int64         // the task every prompt carries (0: none)
 }
 
@@ -202,7 +204,7 @@ func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error
 		select {
 		case <-p.hold:
 		default:
-			wait(errStoreBusy)
+			wait(cmp.Or(p.refusal, errStoreBusy))
 			select {
 			case <-p.hold:
 			case <-ctx.Done():
@@ -225,10 +227,18 @@ func (p *fakePrompter) Begin(_ context.Context, b SessionBegin, _ func(error)) (
 	return 0, nil
 }
 
-func (p *fakePrompter) Transient(err error) bool { return errors.Is(err, errStoreBusy) }
+func (p *fakePrompter) Transient(err error) bool {
+	return errors.Is(err, errStoreBusy) || errors.Is(err, errFenced)
+}
+
+func (p *fakePrompter) Fenced(err error) bool { return errors.Is(err, errFenced) }
 
 // errStoreBusy is a store refusal that passes (fakePrompter.Transient).
 var errStoreBusy = errors.New("store busy")
+
+// errFenced is a write refused because the daemon lost the agent's lease
+// (fakePrompter.Fenced).
+var errFenced = errors.New("agent's lease not held")
 
 func (p *fakePrompter) Stopped(_ context.Context, agent, _ string, _ func(error)) error {
 	p.mu.Lock()

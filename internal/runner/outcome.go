@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,11 +44,21 @@ type Settler interface {
 	// Transient reports whether err is the store being slow or away (worth
 	// waiting for) rather than a refusal.
 	Transient(err error) bool
+	// Fenced reports whether err is a write refused because this daemon no
+	// longer holds the agent's lease: one of the Transient refusals, which
+	// passes only once the lease is taken back.
+	Fenced(err error) bool
 }
 
 // ErrSeqTaken: another session already has the seq (a second daemon ran
 // this agent).
 var ErrSeqTaken = errors.New("session seq already used")
+
+// errLeaseLost: a write given up at a stop because this daemon lost the
+// agent's lease (Settler.Fenced). It would pass only once the lease is
+// taken back, which a stopping daemon does not wait for: another daemon
+// runs the agent and closes this one's open session as orphaned.
+var errLeaseLost = errors.New("given up at the stop: this daemon lost the agent's lease (another daemon runs the agent now)")
 
 // SessionBegin is a session about to start.
 type SessionBegin struct {
@@ -88,16 +100,38 @@ const (
 	storeMaxBackoff   = time.Second
 )
 
-// waitingOnStore runs f, showing in the snapshot that the agent waits on
-// the store once f has taken storeWaitShown or the store refused once.
-func (r *Runner) waitingOnStore(what string, f func(wait func(error)) error) error {
+// waitingOnStore runs f with ctx, showing in the snapshot that the agent
+// waits on the store once f has taken storeWaitShown or the store refused
+// once. ctx ends with a force stop, and with a stop while the store's last
+// refusal was fenced (Settler.Fenced): f's error is then errLeaseLost's.
+// Without that a daemon that lost the lease would retry until a second
+// signal, and an operator's stop would not stop it.
+func (r *Runner) waitingOnStore(what string, f func(ctx context.Context, wait func(error)) error) error {
 	since := time.Now()
 	t := time.AfterFunc(storeWaitShown, func() { r.setStoreWait("waiting on the store: "+what, since) })
+	ctx, cancel := context.WithCancelCause(r.stop.forceCtx)
+	var fenced atomic.Bool
+	giveUp := func() {
+		if fenced.Load() && r.stop.requested() {
+			cancel(errLeaseLost)
+		}
+	}
+	onStop := context.AfterFunc(r.stop.ctx, giveUp)
 	defer func() {
+		onStop()
+		cancel(nil)
 		t.Stop()
 		r.setStoreWait("", time.Time{})
 	}()
-	return f(func(err error) { r.setStoreWait("waiting on the store: "+what+": "+err.Error(), since) })
+	err := f(ctx, func(err error) {
+		fenced.Store(r.cfg.Settler.Fenced(err))
+		giveUp()
+		r.setStoreWait("waiting on the store: "+what+": "+err.Error(), since)
+	})
+	if err != nil && errors.Is(context.Cause(ctx), errLeaseLost) {
+		return fmt.Errorf("%s: %w: %w", what, errLeaseLost, err)
+	}
+	return err
 }
 
 // setStoreWait publishes why the agent waits on the store ("" when it does
@@ -118,7 +152,8 @@ func (r *Runner) setStoreWait(reason string, since time.Time) {
 func (r *Runner) begin(start time.Time) error {
 	b := SessionBegin{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Started: start,
 		HeadBefore: r.tree.headBefore, LogPath: r.logPath()}
-	return r.waitingOnStore("record the session's start", func(wait func(error)) error {
+	// Cut short by a stop (stop.ctx): the session must not start then.
+	return r.waitingOnStore("record the session's start", func(_ context.Context, wait func(error)) error {
 		next, err := r.cfg.Settler.Begin(r.stop.ctx, b, wait)
 		r.seq.begun(next, err)
 		return err
@@ -134,12 +169,15 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 	st := r.work.settlement(rec, res.Text)
 	st.Completed, st.Note = r.settleNote(rec, res, out, stopping)
 	var sr SettleResult
-	err := r.waitingOnStore("record the session's outcome", func(wait func(error)) error {
+	err := r.waitingOnStore("record the session's outcome", func(ctx context.Context, wait func(error)) error {
 		var err error
-		sr, err = r.cfg.Settler.Settle(r.stop.forceCtx, st, wait)
+		sr, err = r.cfg.Settler.Settle(ctx, st, wait)
 		return err
 	})
-	if err != nil {
+	if errors.Is(err, errLeaseLost) {
+		r.log.Warn("the session's outcome is not recorded: this daemon lost the agent's lease and stops; "+
+			"the daemon that holds it closes the session as orphaned", zap.String("session", rec.SessionID), zap.Error(err))
+	} else if err != nil {
 		// Force-stopped, or the database is gone: the outcome is in the
 		// session's log, and the next start applies it.
 		r.log.Error("record the session's outcome (restart recovery applies it from the session log)",
@@ -206,8 +244,8 @@ func (r *Runner) release() {
 	}
 	// Not stop.ctx: returning the mail must happen even while stopping. What
 	// a force stop leaves claimed, restart recovery returns (no session row).
-	err := r.waitingOnStore("return claimed mail", func(wait func(error)) error {
-		return r.cfg.Settler.Release(r.stop.forceCtx, r.seq.id, wait)
+	err := r.waitingOnStore("return claimed mail", func(ctx context.Context, wait func(error)) error {
+		return r.cfg.Settler.Release(ctx, r.seq.id, wait)
 	})
 	if err != nil {
 		r.log.Error("return claimed mail", zap.String("session", r.seq.id), zap.Error(err))
@@ -219,8 +257,8 @@ func (r *Runner) taskStarted() {
 	if !r.work.startTask() {
 		return
 	}
-	err := r.waitingOnStore("start the session's task", func(wait func(error)) error {
-		return r.cfg.Settler.Started(r.stop.forceCtx, r.cfg.Name, r.seq.id, r.work.task, wait)
+	err := r.waitingOnStore("start the session's task", func(ctx context.Context, wait func(error)) error {
+		return r.cfg.Settler.Started(ctx, r.cfg.Name, r.seq.id, r.work.task, wait)
 	})
 	if err != nil {
 		r.log.Warn("start the session's task", zap.Int64("task", r.work.task), zap.Error(err))
@@ -229,8 +267,8 @@ func (r *Runner) taskStarted() {
 
 // stopped returns the agent's tasks to the board: it stopped for good.
 func (r *Runner) stopped() {
-	err := r.waitingOnStore("requeue the agent's tasks", func(wait func(error)) error {
-		return r.cfg.Settler.Stopped(r.stop.forceCtx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), wait)
+	err := r.waitingOnStore("requeue the agent's tasks", func(ctx context.Context, wait func(error)) error {
+		return r.cfg.Settler.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), wait)
 	})
 	if err != nil {
 		r.log.Error("return the agent's tasks", zap.Error(err))
@@ -292,11 +330,14 @@ func (r *Runner) abandon(start time.Time, cause error) {
 	rec := SessionRecord{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Outcome: agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason},
 		Result: res, LogPath: r.logPath(), Backend: r.cfg.BackendName, HeadBefore: r.tree.headBefore}
 	st := Settlement{Session: rec, Note: "that session never started: " + cause.Error()}
-	err := r.waitingOnStore("record the failed start", func(wait func(error)) error {
-		_, err := r.cfg.Settler.Settle(r.stop.forceCtx, st, wait)
+	err := r.waitingOnStore("record the failed start", func(ctx context.Context, wait func(error)) error {
+		_, err := r.cfg.Settler.Settle(ctx, st, wait)
 		return err
 	})
-	if err != nil {
+	if errors.Is(err, errLeaseLost) {
+		r.log.Warn("the failed start is not recorded: this daemon lost the agent's lease and stops; "+
+			"the daemon that holds it closes the session as orphaned", zap.String("session", r.seq.id), zap.Error(err))
+	} else if err != nil {
 		r.log.Error("record a session that did not start", zap.String("session", r.seq.id), zap.Error(err))
 	}
 }

@@ -79,6 +79,45 @@ func TestOutcomeWaitsForTheStore(t *testing.T) {
 	})
 }
 
+// A stop gives up an outcome the store refuses because the daemon lost
+// the agent's lease (another daemon runs the agent and closes the session
+// as orphaned): the agent stops without a second signal. An outcome the
+// store refuses while it is away is still waited for, up to a force stop.
+func TestStopGivesUpAFencedOutcome(t *testing.T) {
+	for _, refusal := range []error{errFenced, errStoreBusy} {
+		t.Run(refusal.Error(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, nil)
+				h.pr.hold, h.pr.refusal = make(chan struct{}), refusal
+				h.be.plan = func(n int, s *fakeSession) { s.finish(success()) }
+				h.start()
+				h.waitFor("waiting on the store", func(s Snapshot) bool { return s.StoreWait != "" })
+				h.r.Stop("operator")
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				select {
+				case <-h.r.Done():
+					if refusal != errFenced {
+						t.Fatalf("the agent stopped without the outcome while the store was away")
+					}
+				default:
+					if refusal == errFenced {
+						t.Fatalf("the agent still waits an hour after its stop for an outcome its lost lease refuses: %v", h.r.Snapshot().StoreWait)
+					}
+					h.r.ForceStop()
+				}
+				if err := <-h.err; err != nil {
+					t.Fatal(err)
+				}
+				<-h.r.Done()
+				if got := h.pr.settlements(); len(got) != 0 {
+					t.Errorf("settlements %+v, want none", got)
+				}
+			})
+		})
+	}
+}
+
 // An agent whose sessions hold a task and end, successfully, without a
 // signal is held after MaxSilent of them: no further session starts until
 // the hold is lifted. A signalled session, or one with nothing to report

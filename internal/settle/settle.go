@@ -426,6 +426,10 @@ func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(er
 // Transient reports whether err is the store being slow or away.
 func (s *Settler) Transient(err error) bool { return s.DB.Transient(err) }
 
+// Fenced reports whether err is a write refused because this daemon lost
+// the agent's lease (store.ErrFenced).
+func (s *Settler) Fenced(err error) bool { return errors.Is(err, store.ErrFenced) }
+
 // Release returns the mail and the task claimed for a session that never
 // started, retrying while the store refuses.
 func (s *Settler) Release(ctx context.Context, sessionID string, wait func(error)) error {
