@@ -200,6 +200,13 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 	if !running(cfgB) {
 		t.Error("B's session of x is gone after A stopped")
 	}
+	// A's stop moved its runner of x to Stopped: x's row stays B's.
+	if ags, err = db.Agents(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := ags["x"]; got.State != "Running" || got.Seq != second.Seq {
+		t.Errorf("x's agent row says %s (seq %d, stop %q) after A stopped, want B's: Running, seq %d", got.State, got.Seq, got.StopReason, second.Seq)
+	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	b.wait(30 * time.Second)
 }

@@ -250,11 +250,23 @@ func TestStalledRenewalStartsNoSession(t *testing.T) {
 		t.Errorf("x runs on A and on B at once: %v and %v",
 			treeProcesses(filepath.Join(filepath.Dir(cfgA), ".swarm")), treeProcesses(filepath.Join(filepath.Dir(cfgB), ".swarm")))
 	}
+	waitUntil(t, "x's agent row B's", func() bool {
+		ags, err := db.Agents(context.Background())
+		return err == nil && ags["x"].State == "Running" && ags["x"].Seq == 2
+	})
 	// A's write of what became of x's session is refused until a renewal:
 	// one signal stops A all the same (an operator's systemctl stop), which
 	// leaves that session to the daemon that holds x.
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	a.wait(10 * time.Second)
+	// A's stop moved its runner of x to Stopped: x's row stays B's.
+	ags, err := db.Agents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ags["x"]; got.State != "Running" || got.Seq != 2 {
+		t.Errorf("x's agent row says %s (seq %d, stop %q) after A stopped, want B's: Running, seq 2", got.State, got.Seq, got.StopReason)
+	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	b.wait(30 * time.Second)
 }

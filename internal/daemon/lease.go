@@ -200,9 +200,6 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	if err := k.extend(deadline); err != nil {
 		return err
 	}
-	// The writes for the agents, a session's start among them, go on as
-	// long as the guard is there to kill the sessions: no longer.
-	d.db.SetFenceDeadline(deadline)
 	running := d.reg.Names()
 	if len(running) == 0 {
 		running = cfg.AgentNames() // before the runners register
@@ -217,10 +214,6 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 			lost = append(lost, a)
 		}
 	}
-	if len(lost) == 0 {
-		k.lost = k.lost[:0]
-		return nil
-	}
 	for _, a := range lost {
 		if mine[a] == 0 {
 			continue // lost before, or not taken yet (a reload's)
@@ -231,6 +224,16 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		if r, err := d.reg.Runner(a); err == nil {
 			r.Abort(backend.AbortShutdownSignal, "another daemon took the agent's lease: it runs the agent now")
 		}
+	}
+	// The writes for the agents, a session's start among them, go on as
+	// long as the guard is there to kill the sessions: no longer. Moved
+	// once the lost leases are dropped: a daemon that continues after a
+	// pause past its deadline writes nothing for them in between (an
+	// agent's row, Journal.Agent, among them).
+	d.db.SetFenceDeadline(deadline)
+	if len(lost) == 0 {
+		k.lost = k.lost[:0]
+		return nil
 	}
 	// Take back the ones nobody holds now (their taker stopped): one at a
 	// time, since a take is all or none.

@@ -118,6 +118,19 @@ func (db *DB) fenced() bool {
 	return db.fence.on
 }
 
+// holdsFence reports whether this process's fence lets a write for agent
+// through, as far as it knows without asking the store (FenceTx's checks
+// before the store's): fencing off, or agent's lease held at an epoch and
+// renewed in time.
+func (db *DB) holdsFence(agent string) bool {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	if !db.fence.on {
+		return true
+	}
+	return db.fence.epochs[agent] != 0 && (db.fence.until.IsZero() || time.Now().Before(db.fence.until))
+}
+
 // FenceTx checks, in tx, that this daemon holds agent's lease at the epoch
 // it was given, and holds that row until tx ends (FOR KEY SHARE on PostgreSQL;
 // SQLite's one writer excludes every other), so that no daemon can take

@@ -300,7 +300,8 @@ func (j *Journal) Event(e EventRecord) {
 }
 
 // Agent enqueues an upsert of the agent's row. Of several queued for one
-// agent, only the latest is written.
+// agent, only the latest is written, and only while this daemon holds the
+// agent's lease (heldAgents).
 func (j *Journal) Agent(a AgentRecord) {
 	j.mu.Lock()
 	if j.closed {
@@ -692,7 +693,7 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, b *journalBatch) erro
 		}
 	}
 	args := make([]any, 0, 10<<(chunkSizes-1))
-	if args, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtAgents:stmtAgents+chunkSizes], ags, appendAgentArgs, args); err != nil {
+	if args, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtAgents:stmtAgents+chunkSizes], j.heldAgents(ags), appendAgentArgs, args); err != nil {
 		return wrap(err)
 	}
 	if _, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtEvents:stmtEvents+chunkSizes], evs, appendEventArgs, args); err != nil {
@@ -733,6 +734,32 @@ func (j *Journal) committedBefore(ctx context.Context, b *journalBatch) error {
 	err = fmt.Errorf("the journal's mark %s is at %q, not at %q or this batch's %q: moved by another writer", j.markKey, at, j.mark, b.token)
 	j.mark = at
 	return err
+}
+
+// heldAgents is ags without the rows of agents whose lease this daemon's
+// fence does not hold now (DB.Fence: lost, or not renewed in time): such
+// an agent is another daemon's, or may be, and its row is that daemon's
+// to write. A runner that lost its lease still moves (to Stopped at the
+// daemon's stop), and a row queued just before a pause is written after
+// it: either overwrote the row of the daemon running the agent. Checked as
+// the rows are written; a clean stop gives its leases up before its last
+// rows are in, which its fence still holds (the leases were renewed).
+func (j *Journal) heldAgents(ags []AgentRecord) []AgentRecord {
+	var out []AgentRecord // nil while every row is kept
+	for i, a := range ags {
+		switch {
+		case !j.db.holdsFence(a.Name):
+			if out == nil {
+				out = append(make([]AgentRecord, 0, len(ags)), ags[:i]...)
+			}
+		case out != nil:
+			out = append(out, a)
+		}
+	}
+	if out == nil {
+		return ags
+	}
+	return out
 }
 
 // execChunks inserts rows in multi-row statements, stmts[k] taking 1<<k

@@ -797,3 +797,46 @@ func TestLastEventID(t *testing.T) {
 		t.Fatalf("LastEventID %d, %v; newest event %d", id, err, evs[len(evs)-1].ID)
 	}
 }
+
+// A daemon that fences its writes writes the rows of the agents whose
+// leases it holds, and no other: an agent's row after its lease was lost,
+// or while its renewal is late, is the row of the daemon that may run it
+// now, even a row queued while the lease was held (a daemon paused
+// between the two).
+func TestJournalAgentRowsFenced(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	db.Fence("d1")
+	db.SetFence("alice", 3)
+	db.SetFence("bob", 1)
+	j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 7, UpdatedAt: t0})
+	j.Agent(AgentRecord{Name: "bob", State: "Running", Seq: 2, UpdatedAt: t0})
+	j.Agent(AgentRecord{Name: "carol", State: "Running", Seq: 1, UpdatedAt: t0}) // never held
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j.Agent(AgentRecord{Name: "alice", State: "CoolingDown", Seq: 7, UpdatedAt: t0.Add(time.Second)})
+	db.DropFence("alice", 3)
+	j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 7, StopKind: StopOperator, UpdatedAt: t0.Add(time.Second)})
+	db.SetFenceDeadline(time.Now().Add(-time.Second)) // bob's renewal is late
+	j.Agent(AgentRecord{Name: "bob", State: "Stopped", Seq: 2, StopKind: StopOperator, UpdatedAt: t0.Add(time.Second)})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ags, err := db.Agents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ags) != 2 || ags["alice"].State != "Running" || ags["bob"].State != "Running" {
+		t.Fatalf("agents %+v: want alice's and bob's rows, Running, as written while their leases were held", ags)
+	}
+	db.SetFenceDeadline(time.Now().Add(time.Minute)) // renewed
+	j.Agent(AgentRecord{Name: "bob", State: "Idle", Seq: 3, UpdatedAt: t0.Add(2 * time.Second)})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ags, err = db.Agents(ctx); err != nil || ags["bob"].State != "Idle" {
+		t.Fatalf("bob's row after a renewal: %+v, %v", ags["bob"], err)
+	}
+}
