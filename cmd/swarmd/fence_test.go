@@ -210,3 +210,78 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	b.wait(30 * time.Second)
 }
+
+// TestLeaseGuardKillIsRecordedAsSuch: daemon A, alone on a shared store,
+// is stopped (SIGSTOP) until its lease guard kills x's session, and
+// continues before anyone takes x: its renewal succeeds and it records
+// the session. The guard's SIGKILL is not swarmd's force stop, and it is
+// not the OOM killer's either: the session's abort reason is
+// parent_aborted (swarmd ended it: its daemon could not keep the lease),
+// not oom.
+func TestLeaseGuardKillIsRecordedAsSuch(t *testing.T) {
+	srv := pgtest.Require(t)
+	for i, iso := range []string{"auto", "off"} {
+		t.Run("isolation="+iso, func(t *testing.T) {
+			db := fmt.Sprintf("guardkill%d", i)
+			if err := srv.CreateDB(db); err != nil {
+				t.Fatal(err)
+			}
+			testGuardKill(t, srv.URL(db), iso)
+		})
+	}
+}
+
+func testGuardKill(t *testing.T, url, isolation string) {
+	out := t.TempDir()
+	cfg := writeConfig(t, gitRepo(t), fmt.Sprintf(`
+listen: ""
+isolation: %s
+sandbox: {writable: [%q]}
+store: %q
+lease_timeout: 2s
+defaults:
+  env: {OUT: %q, WHO: a}
+  grace_period: 1s
+backends:
+  sleeper: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: x, role: works, backend: sleeper}
+`, isolation, out, url, out, sleeperScript))
+	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
+	a := startDaemon(t, cfg)
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Signal(syscall.SIGCONT)
+		if t.Failed() {
+			t.Logf("daemon A's log:\n%s", a.log())
+		}
+	})
+	waitUntil(t, "x's session on A", running)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "A's session killed by its lease guard", func() bool { return !running() })
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var first store.SessionRecord
+	waitUntil(t, "x's first session recorded", func() bool {
+		ss, err := db.Sessions(context.Background(), "x", 0)
+		for _, s := range ss {
+			if s.Seq == 1 && s.Ended != nil {
+				first = s
+			}
+		}
+		return err == nil && first.Ended != nil
+	})
+	if first.AbortReason != "parent_aborted" || first.Signal != "SIGKILL" {
+		t.Errorf("x's session killed by the lease guard: abort reason %q, signal %q, reason %q; want parent_aborted, SIGKILL",
+			first.AbortReason, first.Signal, first.Reason)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wait(30 * time.Second)
+}

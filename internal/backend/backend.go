@@ -69,6 +69,11 @@ const (
 	// retrying against a provider that stayed down, and swarmd ended it
 	// (its agent waits for the provider's probe like the others).
 	AbortProviderError = "provider_error"
+	// AbortParentAborted is set by the runner: swarmd, the session's
+	// parent, ended it because its daemon could not keep the agent's lease
+	// on a shared store (the lease guard killed it, or another daemon took
+	// the agent).
+	AbortParentAborted = "parent_aborted"
 )
 
 // Spec is one session to start.

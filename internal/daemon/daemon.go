@@ -75,6 +75,7 @@ type Daemon struct {
 	budget   *spend.Keeper    // budgets: spend, marks, pauses
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
 	mailChanged chan struct{}
+	guard       guardDeadlines // when the lease guard killed the sessions (lease.go)
 }
 
 // liveConfig is the config in force and what is built of it.
@@ -637,6 +638,7 @@ func (d *Daemon) newRunnerFor(cfg *config.Config, backends map[string]runner.Bac
 		Tools:              st.Tools,
 		Gate:               st.Gate,
 		OnProgress:         d.onProgress,
+		LeaseGuardKilled:   d.guard.killedSince,
 		Price:              d.budget.Price,
 	})
 }

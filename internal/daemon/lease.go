@@ -222,7 +222,7 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		// Its lease was taken while this daemon still renewed it (by a
 		// daemon of the same name): the guard did not stop its session.
 		if r, err := d.reg.Runner(a); err == nil {
-			r.Abort(backend.AbortShutdownSignal, "another daemon took the agent's lease: it runs the agent now")
+			r.Abort(backend.AbortParentAborted, "another daemon took the agent's lease: it runs the agent now")
 		}
 	}
 	// The writes for the agents, a session's start among them, go on as
@@ -282,6 +282,7 @@ func (k *leaseKeeper) lostNews(still []string) (news []string) {
 func (k *leaseKeeper) extend(deadline time.Time) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.d.guard.extended(deadline, time.Now())
 	if k.guard != nil {
 		select {
 		case <-k.guard.Done():
@@ -302,6 +303,37 @@ func (k *leaseKeeper) extend(deadline time.Time) error {
 	}
 	k.guard = g
 	return nil
+}
+
+// guardDeadlines are the lease guard's deadlines, for the runners to tell
+// its kills (a SIGKILL swarmd did not send) from the OOM killer's. Read
+// from the deadlines, not from the guard's exit: a daemon that continues
+// after a pause sees its sessions end before it sees the guard gone.
+type guardDeadlines struct {
+	mu     sync.Mutex
+	last   time.Time // the guard's deadline now
+	lapsed time.Time // the last deadline that passed before the next renewal: the guard fired then
+}
+
+// extended records the guard's next deadline, given at now.
+func (g *guardDeadlines) extended(deadline, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.last.IsZero() && !now.Before(g.last) {
+		g.lapsed = g.last
+	}
+	g.last = deadline
+}
+
+// killedSince reports whether the guard fired at since or later: a
+// deadline that passed without a renewal.
+func (g *guardDeadlines) killedSince(since time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.last.IsZero() && !time.Now().Before(g.last) && !g.last.Before(since) {
+		return true // passed, not renewed yet
+	}
+	return !g.lapsed.IsZero() && !g.lapsed.Before(since)
 }
 
 // reap deletes, in one statement, the expired leases of other daemons and

@@ -122,3 +122,30 @@ func TestLeaseLossReportedOnce(t *testing.T) {
 		}
 	}
 }
+
+// The lease guard fired at a deadline that passed before the next renewal:
+// a session alive then was its kill, seen before or after that renewal; a
+// session that started after it was not.
+func TestGuardDeadlinesTellTheGuardsKills(t *testing.T) {
+	var g guardDeadlines
+	now := time.Now()
+	if g.killedSince(now.Add(-time.Hour)) {
+		t.Fatal("killed before any deadline")
+	}
+	g.extended(now.Add(time.Hour), now.Add(-time.Minute))
+	if g.killedSince(now.Add(-time.Hour)) {
+		t.Fatal("killed before the deadline")
+	}
+	passed := now.Add(-time.Second)
+	g.extended(passed, now.Add(-2*time.Second)) // renewed in time
+	if !g.killedSince(now.Add(-time.Minute)) {
+		t.Error("the deadline passed with no renewal: not told as the guard's kill")
+	}
+	g.extended(now.Add(time.Hour), now) // the renewal after it
+	if !g.killedSince(now.Add(-time.Minute)) {
+		t.Error("the guard's kill forgotten at the next renewal")
+	}
+	if g.killedSince(passed.Add(time.Millisecond)) {
+		t.Error("a session started after the guard fired told as its kill")
+	}
+}

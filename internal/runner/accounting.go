@@ -37,6 +37,12 @@ func (r *Runner) sessionResult(sess backend.Session) (res backend.Result, out ag
 	if res.Started.IsZero() {
 		res.Started = res.Ended
 	}
+	if res.AbortReason == backend.AbortOOM && r.cfg.LeaseGuardKilled != nil && r.cfg.LeaseGuardKilled(res.Started) {
+		// A SIGKILL swarmd did not send, while the lease guard killed every
+		// session of the daemon: the guard's, not the OOM killer's.
+		res.AbortReason = backend.AbortParentAborted
+		res.Reason = "killed by the lease guard: this daemon's agent leases were not renewed in time (" + res.Reason + ")"
+	}
 	r.price(&res)
 	out = outcome(res, r.cur.timedOut)
 	// Interrupted is what the machine says: from Interrupting, any exit

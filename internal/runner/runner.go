@@ -142,6 +142,11 @@ type Config struct {
 	// OnProgress, if set, is told of every running session's progress
 	// (backend.Spec.OnProgress); it must be quick.
 	OnProgress func(ProgressRecord)
+	// LeaseGuardKilled, if set, reports whether the daemon's lease guard
+	// (package fence) killed its sessions at since or later: a session
+	// that ended then by a SIGKILL swarmd did not send is the guard's kill,
+	// not the OOM killer's.
+	LeaseGuardKilled func(since time.Time) bool
 	// Price, if set, is the cost in USD of a session's usage (whose CostUSD
 	// is the backend's own record, 0 when it reported none) on the model
 	// the stream named ("" when none).
