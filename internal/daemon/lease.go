@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -62,7 +63,7 @@ func (d *Daemon) acquireLeases(ctx context.Context, agents []string) error {
 // (package fence), so they are over. Mail stays pending for the agent,
 // wherever it runs next, marked as shown to a session that was cut off.
 func (d *Daemon) recoverLease(ctx context.Context, l store.Lease) {
-	why := fmt.Sprintf("daemon %s stopped renewing its lease on %s", l.Daemon, l.Agent)
+	why := leaseExpiredWhy(l)
 	closed, err := d.db.CloseOrphanSessions(ctx, time.Now(), []string{l.Agent})
 	if err != nil {
 		d.log.Error("close the sessions of a dead daemon's agent", zap.String("agent", l.Agent), zap.String("daemon", l.Daemon), zap.Error(err))
@@ -72,8 +73,31 @@ func (d *Daemon) recoverLease(ctx context.Context, l store.Lease) {
 		d.log.Error("requeue the tasks of a dead daemon's agent", zap.String("agent", l.Agent), zap.String("daemon", l.Daemon), zap.Error(err))
 		return
 	}
+	d.leaseRecovered(l, len(closed), len(moved))
+}
+
+// recoverLeaseTx is recoverLease in tx, the reap's (store.ReapExpired),
+// adding what it did to n by agent.
+func (d *Daemon) recoverLeaseTx(ctx context.Context, tx *sql.Tx, l store.Lease, n map[string][2]int) error {
+	closed, err := store.CloseOrphanSessionsTx(ctx, tx, time.Now(), []string{l.Agent})
+	if err != nil {
+		return fmt.Errorf("close the sessions: %w", err)
+	}
+	moved, err := d.tasks.OrphanTx(ctx, tx, l.Agent, leaseExpiredWhy(l))
+	if err != nil {
+		return fmt.Errorf("requeue the tasks: %w", err)
+	}
+	n[l.Agent] = [2]int{len(closed), len(moved)}
+	return nil
+}
+
+func leaseExpiredWhy(l store.Lease) string {
+	return fmt.Sprintf("daemon %s stopped renewing its lease on %s", l.Daemon, l.Agent)
+}
+
+func (d *Daemon) leaseRecovered(l store.Lease, sessions, tasks int) {
 	d.log.Warn("a daemon's lease expired: its agent's sessions are closed and its tasks requeued", zap.String("agent", l.Agent),
-		zap.String("daemon", l.Daemon), zap.Int("sessions", len(closed)), zap.Int("tasks", len(moved)))
+		zap.String("daemon", l.Daemon), zap.Int("sessions", sessions), zap.Int("tasks", tasks))
 }
 
 // guardMargin is how long before its lease runs out a daemon that could not
@@ -337,10 +361,18 @@ func (g *guardDeadlines) killedSince(since time.Time) bool {
 }
 
 // reap deletes, in one statement, the expired leases of other daemons and
-// recovers each dead daemon's agents.
+// recovers each dead daemon's agents, in the same transaction: a daemon
+// that takes an agent back meanwhile (the dead one, continuing after a
+// pause) waits for it, and its new session and claims are left alone.
 func (k *leaseKeeper) reap(ctx context.Context) {
 	d := k.d
-	ls, err := d.db.ReapExpired(ctx, k.holder.Daemon, time.Now())
+	var n map[string][2]int
+	ls, err := d.db.ReapExpired(ctx, k.holder.Daemon, time.Now(), func(tx *sql.Tx, l store.Lease) error {
+		if n == nil {
+			n = map[string][2]int{}
+		}
+		return d.recoverLeaseTx(ctx, tx, l, n)
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Error("reap expired agent leases", zap.Error(err))
@@ -348,7 +380,7 @@ func (k *leaseKeeper) reap(ctx context.Context) {
 		return
 	}
 	for _, l := range ls {
-		d.recoverLease(ctx, l)
+		d.leaseRecovered(l, n[l.Agent][0], n[l.Agent][1])
 	}
 }
 

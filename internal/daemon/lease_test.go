@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
 )
 
 // sharedYAML is agentsYAML on the PostgreSQL store at url.
@@ -147,5 +150,139 @@ func TestGuardDeadlinesTellTheGuardsKills(t *testing.T) {
 	}
 	if g.killedSince(passed.Add(time.Millisecond)) {
 		t.Error("a session started after the guard fired told as its kill")
+	}
+}
+
+// TestReapDoesNotUndoARetake: a live daemon reaps the expired lease of a
+// daemon that was paused, and recovers its agent: closes the agent's open
+// sessions and requeues its tasks. If the paused daemon continues and
+// takes the name back before that recovery is done, starting a session
+// that claims a task, the recovery must not close that session or
+// requeue that claim: the lease, and what it holds, is the retaker's. The
+// paused daemon is played by SQL on a connection of its own; a lock on the
+// dead session's row holds the reaper inside its recovery (closing that
+// session) while the retake is tried.
+func TestReapDoesNotUndoARetake(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("retake"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("retake")
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	raw, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	board := taskboard.New(db, taskboard.Options{})
+
+	// The paused daemon ran zed: its session zed-1 claimed a task. Its
+	// lease expires once the lock below is in place.
+	ghost := store.Lease{Daemon: "ghost:/paused", Host: "ghost", PID: 1}
+	if _, _, err := db.AcquireLeases(ctx, ghost, []string{"zed"}, time.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	now := store.FormatTime(time.Now())
+	if _, err := raw.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
+		VALUES ('zed-1', 'zed', 1, $1, '', '')`, now); err != nil {
+		t.Fatal(err)
+	}
+	old, err := board.Add(ctx, taskboard.NewTask{Title: "zed-1's work", CreatedBy: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.Claim(ctx, old.ID, "zed", "zed-1"); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := board.Add(ctx, taskboard.NewTask{Title: "zed-2's work", CreatedBy: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := raw.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback()
+	if _, err := hold.ExecContext(ctx, `SELECT 1 FROM sessions WHERE session_id = 'zed-1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.ExecContext(ctx, `UPDATE agent_leases SET expires_at = $1 WHERE agent = 'zed'`,
+		store.FormatTime(time.Now().Add(-time.Second))); err != nil {
+		t.Fatal(err)
+	}
+
+	// The reaper, a live daemon running alice, reaps zed's lease and stops
+	// at zed-1's row.
+	start(t, repo(t, sharedYAML(url, 600*time.Millisecond, "alice")))
+	waiting := func(query string) bool {
+		var n int
+		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE $1`, query+"%").Scan(&n)
+		return err == nil && n > 0
+	}
+	waitFor(t, "the reaper closing zed-1", func() bool { return waiting("UPDATE sessions SET ended_at") })
+
+	// The paused daemon continues: it takes zed back (the name is free, or
+	// about to be), starts session zed-2 and claims the other task.
+	retaken := make(chan error, 1)
+	go func() {
+		retaken <- func() error {
+			if _, err := raw.ExecContext(ctx, `INSERT INTO agent_leases (agent, daemon, host, pid, acquired_at, expires_at, epoch)
+				VALUES ('zed', 'ghost:/paused', 'ghost', 1, $1, $2, 2)`, store.FormatTime(time.Now()), store.FormatTime(time.Now().Add(time.Hour))); err != nil {
+				return err
+			}
+			if _, err := raw.ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, head_before, log_path)
+				VALUES ('zed-2', 'zed', 2, $1, '', '')`, store.FormatTime(time.Now())); err != nil {
+				return err
+			}
+			_, err := raw.ExecContext(ctx, `UPDATE tasks SET state = 'CLAIMED', claimant = 'zed', claim_session = 'zed-2' WHERE id = $1`, fresh.ID)
+			return err
+		}()
+	}()
+	var retakeErr error
+	done := false
+	waitFor(t, "the retake done, or waiting for the reaper", func() bool {
+		select {
+		case retakeErr = <-retaken:
+			done = true
+			return true
+		default:
+			return waiting("INSERT INTO agent_leases")
+		}
+	})
+	if err := hold.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if !done {
+		retakeErr = <-retaken
+	}
+	if retakeErr != nil {
+		t.Fatal(retakeErr)
+	}
+	waitFor(t, "zed-1's task requeued", func() bool {
+		got, err := board.Get(ctx, old.ID)
+		return err == nil && got.StateName == "OPEN"
+	})
+	got, err := board.Get(ctx, fresh.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StateName != "CLAIMED" || got.ClaimSession != "zed-2" {
+		t.Errorf("the task zed-2 claimed after zed's lease was taken back is %s (claim %q): the reaper's recovery took it away",
+			got.StateName, got.ClaimSession)
+	}
+	ss, err := db.Sessions(ctx, "zed", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if s.SessionID == "zed-2" && s.Ended != nil {
+			t.Errorf("session zed-2, started after zed's lease was taken back, closed by the reaper as %s", s.Outcome)
+		}
 	}
 }

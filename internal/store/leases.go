@@ -170,17 +170,34 @@ func (db *DB) Leases(ctx context.Context) ([]Lease, error) {
 // ReapExpired deletes, in one statement, every lease of a daemon other
 // than self that has expired by now, and returns them: of several daemons
 // reaping at once, each expired lease is returned to exactly one, whose
-// work it is to recover the dead daemon's sessions and tasks.
-func (db *DB) ReapExpired(ctx context.Context, self string, now time.Time) ([]Lease, error) {
+// work it is to recover the dead daemon's sessions and tasks. recover (nil:
+// none) does that work, for each lease, in the same transaction: until it
+// commits no daemon can take the name (its row's deletion is not yet
+// committed), so the recovery cannot close a session or requeue a claim
+// of a daemon that took the agent since (the dead one, continuing after
+// a pause, among them). An error of recover rolls the reap back: the
+// leases stay expired, for the next reap.
+func (db *DB) ReapExpired(ctx context.Context, self string, now time.Time, recover func(tx *sql.Tx, l Lease) error) ([]Lease, error) {
 	var ls []Lease
 	err := db.InTx(ctx, "reap expired leases", func(tx *sql.Tx) error {
 		var err error
 		ls, err = QueryAll(ctx, tx, scanLease, `DELETE FROM agent_leases WHERE daemon <> ? AND expires_at <= ? RETURNING `+leaseCols,
 			self, FormatTime(now))
-		return err
+		if err != nil || recover == nil {
+			return err
+		}
+		for _, l := range ls {
+			if err := recover(tx, l); err != nil {
+				return fmt.Errorf("recover agent %s of daemon %s: %w", l.Agent, l.Daemon, err)
+			}
+		}
+		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	slices.SortFunc(ls, func(a, b Lease) int { return strings.Compare(a.Agent, b.Agent) })
-	return ls, err
+	return ls, nil
 }
 
 func scanLease(s Scanner) (Lease, error) {

@@ -228,26 +228,32 @@ func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 // before any agent runs; the caller logs them and records events. The mail
 // their prompts carried stays pending, noted as cut off by the crash.
 func (db *DB) CloseOrphanSessions(ctx context.Context, now time.Time, agents []string) ([]SessionRecord, error) {
-	tx, err := db.Begin(ctx)
+	var ss []SessionRecord
+	err := db.InTx(ctx, "close orphan sessions", func(tx *sql.Tx) error {
+		var err error
+		ss, err = CloseOrphanSessionsTx(ctx, tx, now, agents)
+		return err
+	})
 	if err != nil {
-		return nil, db.Wrap("close orphan sessions", err)
+		return nil, err
 	}
-	defer tx.Rollback()
+	return ss, nil
+}
+
+// CloseOrphanSessionsTx is CloseOrphanSessions in tx.
+func CloseOrphanSessionsTx(ctx context.Context, tx *sql.Tx, now time.Time, agents []string) ([]SessionRecord, error) {
 	scope, args := AndIn("agent", agents)
 	ss, err := querySessions(ctx, tx, `UPDATE sessions SET ended_at = ?, outcome = ?, reason = ?, settled_at = ?
 		WHERE ended_at IS NULL`+scope+` RETURNING `+sessionCols,
 		append([]any{FormatTime(now), OutcomeOrphaned, "swarmd exited while the session ran", FormatTime(now)}, args...)...)
 	if err != nil {
-		return nil, db.Wrap("close orphan sessions", err)
+		return nil, err
 	}
 	for _, s := range ss {
 		if _, err := tx.ExecContext(ctx, `UPDATE messages SET shown_note = ?
 			WHERE claimed_session = ? AND delivered_at IS NULL`, NoteCrash, s.SessionID); err != nil {
-			return nil, db.Wrap("close orphan sessions", err)
+			return nil, err
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, db.Wrap("close orphan sessions", err)
 	}
 	sortSessions(ss)
 	return ss, nil

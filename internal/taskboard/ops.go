@@ -888,6 +888,17 @@ func (b *Board) Unclaim(ctx context.Context, session string) error {
 func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 	var out []Task
 	err := b.write(ctx, "orphan", func(tx *sql.Tx) error {
+		var err error
+		out, err = b.OrphanTx(ctx, tx, agent, why)
+		return err
+	})
+	return out, err
+}
+
+// OrphanTx is Orphan in tx.
+func (b *Board) OrphanTx(ctx context.Context, tx *sql.Tx, agent, why string) ([]Task, error) {
+	var out []Task
+	err := func() error {
 		q := `SELECT ` + taskCols + ` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS')`
 		var args []any
 		if agent != "" {
@@ -928,7 +939,7 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 			out = append(out, *t)
 		}
 		return nil
-	})
+	}()
 	return out, err
 }
 

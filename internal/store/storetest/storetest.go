@@ -372,11 +372,11 @@ func testLeases(t *testing.T, h Harness) {
 	if _, err := d2.RenewLeases(ctx, b.Daemon, reapAt, ttl); err != nil {
 		t.Fatal(err)
 	}
-	reaped, err := d2.ReapExpired(ctx, b.Daemon, reapAt)
+	reaped, err := d2.ReapExpired(ctx, b.Daemon, reapAt, nil)
 	if err != nil || len(reaped) != 1 || reaped[0].Agent != "alice" {
 		t.Fatalf("reap = %+v, %v; want alice's expired lease", reaped, err)
 	}
-	if again, err := d1.ReapExpired(ctx, a.Daemon, reapAt); err != nil || len(again) != 0 {
+	if again, err := d1.ReapExpired(ctx, a.Daemon, reapAt, nil); err != nil || len(again) != 0 {
 		t.Fatalf("second reap = %+v, %v; want nothing: one recovery", again, err)
 	}
 	if err := d2.ReleaseLeases(ctx, b.Daemon, nil); err != nil {
