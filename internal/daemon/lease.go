@@ -254,6 +254,7 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	// once the lost leases are dropped: a daemon that continues after a
 	// pause past its deadline writes nothing for them in between (an
 	// agent's row, Journal.Agent, among them).
+	d.db.SetFenceExpiry(now.Add(cfg.LeaseTimeout))
 	d.db.SetFenceDeadline(deadline)
 	if len(lost) == 0 {
 		k.lost = k.lost[:0]

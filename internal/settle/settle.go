@@ -427,8 +427,10 @@ func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(er
 func (s *Settler) Transient(err error) bool { return s.DB.Transient(err) }
 
 // Fenced reports whether err is a write refused because this daemon lost
-// the agent's lease (store.ErrFenced).
-func (s *Settler) Fenced(err error) bool { return errors.Is(err, store.ErrFenced) }
+// the agent's lease (store.Lost): not one refused only because a renewal
+// is late while the lease has not run out, which passes with the renewal
+// (a slow store), and which a stop must not give up.
+func (s *Settler) Fenced(err error) bool { return store.Lost(err) }
 
 // Release returns the mail and the task claimed for a session that never
 // started, retrying while the store refuses.

@@ -622,3 +622,52 @@ func pgOnly(pg bool, n int64) int64 {
 	}
 	return 0
 }
+
+// An outcome refused because the daemon's renewal is late, its lease not
+// run out (a slow store), is not one a lost lease refuses (Fenced): a
+// stop must keep waiting for it, and it lands with the next renewal.
+// Past the lease's expiry, or with the lease lost, it is.
+func TestLateRenewalIsNotALostLease(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env, _ bool) {
+		ctx := context.Background()
+		mine := store.Lease{Daemon: "d1", Host: "h1", PID: 1}
+		held, _, err := e.db.AcquireLeases(ctx, mine, []string{"alice"}, time.Now(), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.db.Fence(mine.Daemon)
+		e.db.SetFence("alice", held[0].Epoch)
+		e.db.SetFenceExpiry(time.Now().Add(time.Minute))
+		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s1 := e.begin(t, 1)
+		e.db.SetFenceDeadline(time.Now().Add(-time.Second)) // the renewal is late
+		var refusals []error
+		_, err = e.s.Settle(ctx, s1.ended("DONE"), func(err error) {
+			refusals = append(refusals, err)
+			e.db.SetFenceDeadline(time.Now().Add(time.Minute)) // renewed
+		})
+		if err != nil || len(refusals) == 0 {
+			t.Fatalf("Settle = %v after %d refusals; want it to wait for the renewal, then land", err, len(refusals))
+		}
+		for _, r := range refusals {
+			if !errors.Is(r, store.ErrFenced) || e.s.Fenced(r) {
+				t.Errorf("refusal %v: Fenced %v; want a late renewal's (ErrFenced), not a lost lease's", r, e.s.Fenced(r))
+			}
+		}
+		if got := e.task(t, tk.ID); got.StateName == "IN_PROGRESS" {
+			t.Errorf("task %d still IN_PROGRESS after its DONE outcome landed", tk.ID)
+		}
+		e.db.SetFenceExpiry(time.Now().Add(-time.Millisecond))
+		e.db.SetFenceDeadline(time.Now().Add(-time.Second))
+		if err := e.db.InTx(ctx, "fenced", func(tx *sql.Tx) error { return e.db.FenceTx(ctx, tx, "alice") }); !e.s.Fenced(err) {
+			t.Errorf("a write late past the lease's expiry: %v, Fenced false; want true", err)
+		}
+		e.db.SetFence("alice", 0)
+		if err := e.db.InTx(ctx, "fenced", func(tx *sql.Tx) error { return e.db.FenceTx(ctx, tx, "alice") }); !e.s.Fenced(err) {
+			t.Errorf("a write for a lost lease: %v, Fenced false; want true", err)
+		}
+	})
+}

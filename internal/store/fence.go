@@ -23,6 +23,22 @@ type FencedError struct {
 	// Late: the lease may still be this daemon's, but it was not renewed
 	// before the deadline of SetFenceDeadline.
 	Late bool
+	// Expired: Late, and past the lease's own expiry (SetFenceExpiry):
+	// another daemon may have reaped it or taken the agent. A write only
+	// Late passes once a renewal comes, which a merely slow store delays.
+	Expired bool
+}
+
+// Lost reports whether err is a write refused because this daemon lost
+// the agent's lease, or cannot hold it any more: not held at its epoch, or
+// late past the lease's expiry. A write refused only because a renewal is
+// late (the lease still unexpired) is not: it passes with the renewal.
+func Lost(err error) bool {
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		return !fe.Late || fe.Expired
+	}
+	return errors.Is(err, ErrFenced)
 }
 
 func (e *FencedError) Error() string {
@@ -46,6 +62,9 @@ type fences struct {
 	// before the first): past it every write is refused, as the lease
 	// guard kills every session, until a renewal moves it.
 	until time.Time
+	// expires is when the leases' last renewal runs out (zero: unknown):
+	// past it a late write is one for a lease that may be another's.
+	expires time.Time
 }
 
 // Fence turns fencing on for daemon's writes: from now on every write made
@@ -111,6 +130,16 @@ func (db *DB) SetFenceDeadline(until time.Time) {
 	db.fence.until = until
 }
 
+// SetFenceExpiry records when the leases' last renewal runs out (the
+// deadline of SetFenceDeadline plus the guard's margin): a write refused
+// as late past it is one for a lease this daemon may have lost
+// (FencedError.Expired, Lost).
+func (db *DB) SetFenceExpiry(expires time.Time) {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	db.fence.expires = expires
+}
+
 // fenced reports whether this process fences its writes.
 func (db *DB) fenced() bool {
 	db.fence.mu.Lock()
@@ -139,7 +168,7 @@ func (db *DB) holdsFence(agent string) bool {
 // statement of tx, or its commit, and fails that, with the *FencedError.
 func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
 	db.fence.mu.Lock()
-	on, daemon, epoch, until := db.fence.on, db.fence.daemon, db.fence.epochs[agent], db.fence.until
+	on, daemon, epoch, until, expires := db.fence.on, db.fence.daemon, db.fence.epochs[agent], db.fence.until, db.fence.expires
 	db.fence.mu.Unlock()
 	if !on {
 		return nil
@@ -147,8 +176,8 @@ func (db *DB) FenceTx(ctx context.Context, tx *sql.Tx, agent string) error {
 	if epoch == 0 {
 		return &FencedError{Agent: agent}
 	}
-	if !until.IsZero() && !time.Now().Before(until) {
-		return &FencedError{Agent: agent, Epoch: epoch, Late: true}
+	if now := time.Now(); !until.IsZero() && !now.Before(until) {
+		return &FencedError{Agent: agent, Epoch: epoch, Late: true, Expired: !expires.IsZero() && !now.Before(expires)}
 	}
 	if db.drv.name() == "postgres" {
 		// Sent with the writes it fences (pipeline.go): its failure is
