@@ -160,6 +160,18 @@ func (db *DB) holdsFence(agent string) bool {
 	return db.fence.epochs[agent] != 0 && (db.fence.until.IsZero() || time.Now().Before(db.fence.until))
 }
 
+// lateFence reports whether a write for agent waits for a renewal: its
+// lease held at an epoch, late (past SetFenceDeadline) but not run out
+// (SetFenceExpiry), so that the next renewal either vouches for it again
+// or drops it.
+func (db *DB) lateFence(agent string) bool {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	now := time.Now()
+	return db.fence.on && db.fence.epochs[agent] != 0 && !db.fence.until.IsZero() && !now.Before(db.fence.until) &&
+		!db.fence.expires.IsZero() && now.Before(db.fence.expires)
+}
+
 // FenceTx checks, in tx, that this daemon holds agent's lease at the epoch
 // it was given, and holds that row until tx ends (FOR KEY SHARE on PostgreSQL;
 // SQLite's one writer excludes every other), so that no daemon can take

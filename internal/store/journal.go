@@ -301,7 +301,8 @@ func (j *Journal) Event(e EventRecord) {
 
 // Agent enqueues an upsert of the agent's row. Of several queued for one
 // agent, only the latest is written, and only while this daemon holds the
-// agent's lease (heldAgents).
+// agent's lease (heldAgents); while its renewal is late, once it comes
+// (lateAgents).
 func (j *Journal) Agent(a AgentRecord) {
 	j.mu.Lock()
 	if j.closed {
@@ -467,7 +468,8 @@ func (j *Journal) run() {
 
 // Flush returns once everything enqueued before the call is committed, or
 // with the error that kept it from being (the records stay queued, and the
-// writer retries them).
+// writer retries them); but for the agent rows that wait for a late
+// renewal (lateAgents), which stay queued.
 func (j *Journal) Flush(ctx context.Context) error { return j.write(ctx) }
 
 // ResetAgent is DB.ResetAgent ordered after everything the journal holds:
@@ -579,9 +581,35 @@ func (j *Journal) writeLocked(ctx context.Context) error {
 		}
 	}
 	evs, ags, sss, tcs := j.take()
-	err = j.commit(ctx, tx, evs, latestAgents(ags), sss, tcs)
+	latest, late := j.lateAgents(latestAgents(ags))
+	err = j.commit(ctx, tx, evs, latest, sss, tcs)
 	j.recycle(evs, ags, sss, tcs)
+	if len(late) > 0 {
+		j.requeue(nil, late, nil, nil)
+	}
 	return err
+}
+
+// lateAgents splits off, copied, the rows of ags whose agents' leases wait
+// for a renewal (DB.lateFence): held, not renewed in time, not run out.
+// They stay queued, ahead of any row enqueued since, for the next write:
+// the renewal then vouches for the lease (the row is this daemon's) or
+// drops it (heldAgents leaves the row out). Dropped at once, the last row
+// of an agent whose renewal a slow store delayed (its session killed by
+// the lease guard, its stop) would never be written.
+func (j *Journal) lateAgents(ags []AgentRecord) (now, later []AgentRecord) {
+	if !j.db.fenced() {
+		return ags, nil
+	}
+	now = ags[:0] // in place: ags is the taken buffer, latestAgents' already
+	for _, a := range ags {
+		if j.db.lateFence(a.Name) {
+			later = append(later, a)
+		} else {
+			now = append(now, a)
+		}
+	}
+	return now, later
 }
 
 // setDoubt keeps b (nil: none) for its next attempt. The caller holds sem.

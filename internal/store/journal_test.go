@@ -840,3 +840,61 @@ func TestJournalAgentRowsFenced(t *testing.T) {
 		t.Fatalf("bob's row after a renewal: %+v, %v", ags["bob"], err)
 	}
 }
+
+// An agent's row enqueued while the daemon's renewal is late, its lease
+// not run out (a slow store), waits for the renewal rather than being
+// dropped: renewed, the lease is this daemon's and so is the row (the
+// last one of a session the lease guard killed, or of its stop); lost
+// meanwhile, or past the lease's expiry, the row is left out.
+func TestJournalAgentRowWaitsForALateRenewal(t *testing.T) {
+	ctx := context.Background()
+	db := openTest(t, "", Options{})
+	j := startJournal(t, db, JournalOptions{FlushInterval: never})
+	db.Fence("d1")
+	db.SetFence("alice", 3)
+	db.SetFence("bob", 1)
+	db.SetFenceExpiry(time.Now().Add(time.Minute))
+	db.SetFenceDeadline(time.Now().Add(time.Minute))
+	j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 7, UpdatedAt: t0})
+	j.Agent(AgentRecord{Name: "bob", State: "Running", Seq: 2, UpdatedAt: t0})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.SetFenceDeadline(time.Now().Add(-time.Second)) // the renewal is late
+	j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 7, StopKind: StopOperator, UpdatedAt: t0.Add(time.Second)})
+	j.Agent(AgentRecord{Name: "bob", State: "Stopped", Seq: 2, StopKind: StopOperator, UpdatedAt: t0.Add(time.Second)})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := func(name string) string {
+		t.Helper()
+		ags, err := db.Agents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ags[name].State
+	}
+	if a, b := state("alice"), state("bob"); a != "Running" || b != "Running" {
+		t.Fatalf("rows while the renewal is late: alice %s, bob %s; want both Running (not written yet)", a, b)
+	}
+	// The renewal: alice's lease held, bob's found another daemon's.
+	db.DropFence("bob", 1)
+	db.SetFenceExpiry(time.Now().Add(time.Minute))
+	db.SetFenceDeadline(time.Now().Add(time.Minute))
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := state("alice"), state("bob"); a != "Stopped" || b != "Running" {
+		t.Fatalf("rows after the renewal: alice %s, bob %s; want alice's Stopped written, bob's left out", a, b)
+	}
+	// Late past the lease's expiry: the row is left out, not kept.
+	db.SetFenceExpiry(time.Now().Add(-time.Millisecond))
+	db.SetFenceDeadline(time.Now().Add(-time.Second))
+	j.Agent(AgentRecord{Name: "alice", State: "Idle", Seq: 8, UpdatedAt: t0.Add(2 * time.Second)})
+	if err := j.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := j.Backlog(); n != 0 || state("alice") != "Stopped" {
+		t.Fatalf("a row late past the lease's expiry: backlog %d, alice %s; want left out", n, state("alice"))
+	}
+}
