@@ -160,6 +160,14 @@ func (db *DB) holdsFence(agent string) bool {
 	return db.fence.epochs[agent] != 0 && (db.fence.until.IsZero() || time.Now().Before(db.fence.until))
 }
 
+// fenceOf is this daemon's name and the epoch of agent's lease it holds
+// (0: none).
+func (db *DB) fenceOf(agent string) (daemon string, epoch int64) {
+	db.fence.mu.Lock()
+	defer db.fence.mu.Unlock()
+	return db.fence.daemon, db.fence.epochs[agent]
+}
+
 // lateFence reports whether a write for agent waits for a renewal: its
 // lease held at an epoch, late (past SetFenceDeadline) but not run out
 // (SetFenceExpiry), so that the next renewal either vouches for it again

@@ -721,7 +721,12 @@ func (j *Journal) commitBatch(ctx context.Context, tx *Tx, b *journalBatch) erro
 		}
 	}
 	args := make([]any, 0, 10<<(chunkSizes-1))
-	if args, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtAgents:stmtAgents+chunkSizes], j.heldAgents(ags), appendAgentArgs, args); err != nil {
+	if j.db.fenced() {
+		err = j.upsertHeldAgents(later, tx.Tx, j.heldAgents(ags))
+	} else {
+		args, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtAgents:stmtAgents+chunkSizes], ags, appendAgentArgs, args)
+	}
+	if err != nil {
 		return wrap(err)
 	}
 	if _, err = execChunks(ctx, later, tx.Tx, j.stmts[stmtEvents:stmtEvents+chunkSizes], evs, appendEventArgs, args); err != nil {
@@ -762,6 +767,33 @@ func (j *Journal) committedBefore(ctx context.Context, b *journalBatch) error {
 	err = fmt.Errorf("the journal's mark %s is at %q, not at %q or this batch's %q: moved by another writer", j.markKey, at, j.mark, b.token)
 	j.mark = at
 	return err
+}
+
+// fencedAgentSQL upserts an agent's row only while the lease it names is
+// held, at the epoch given, by the daemon given, checked in the write's
+// own transaction: the check in memory (heldAgents) comes before the
+// commit, and a daemon paused in between (a VM's pause) would otherwise
+// commit the row over the one of the daemon that took the agent since.
+// No row lock: the journal holds the appenders' turn, which a writer
+// holding a lease's row (a reap, a takeover) may wait for; on PostgreSQL
+// the check goes with the COMMIT (Deferred), on SQLite the one writer
+// excludes every other. The casts: PostgreSQL types a SELECT's parameters
+// as text.
+const fencedAgentSQL = `INSERT INTO agents (name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at)
+SELECT ?, ?, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?
+WHERE EXISTS (SELECT 1 FROM agent_leases WHERE agent = ? AND daemon = ? AND epoch = ?)` + upsertAgentConflict
+
+// upsertHeldAgents writes ags, rows of agents whose leases this daemon's
+// fence holds, each under the check of fencedAgentSQL.
+func (j *Journal) upsertHeldAgents(ctx context.Context, tx *sql.Tx, ags []AgentRecord) error {
+	for i := range ags {
+		daemon, epoch := j.db.fenceOf(ags[i].Name)
+		args := appendAgentArgs(make([]any, 0, 11), &ags[i])
+		if _, err := tx.ExecContext(ctx, fencedAgentSQL, append(args, ags[i].Name, daemon, epoch)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // heldAgents is ags without the rows of agents whose lease this daemon's

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
@@ -807,9 +809,7 @@ func TestJournalAgentRowsFenced(t *testing.T) {
 	ctx := context.Background()
 	db := openTest(t, "", Options{})
 	j := startJournal(t, db, JournalOptions{FlushInterval: never})
-	db.Fence("d1")
-	db.SetFence("alice", 3)
-	db.SetFence("bob", 1)
+	epochs := holdLeases(t, db, "alice", "bob")
 	j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 7, UpdatedAt: t0})
 	j.Agent(AgentRecord{Name: "bob", State: "Running", Seq: 2, UpdatedAt: t0})
 	j.Agent(AgentRecord{Name: "carol", State: "Running", Seq: 1, UpdatedAt: t0}) // never held
@@ -817,7 +817,7 @@ func TestJournalAgentRowsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.Agent(AgentRecord{Name: "alice", State: "CoolingDown", Seq: 7, UpdatedAt: t0.Add(time.Second)})
-	db.DropFence("alice", 3)
+	db.DropFence("alice", epochs["alice"])
 	j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 7, StopKind: StopOperator, UpdatedAt: t0.Add(time.Second)})
 	db.SetFenceDeadline(time.Now().Add(-time.Second)) // bob's renewal is late
 	j.Agent(AgentRecord{Name: "bob", State: "Stopped", Seq: 2, StopKind: StopOperator, UpdatedAt: t0.Add(time.Second)})
@@ -850,9 +850,7 @@ func TestJournalAgentRowWaitsForALateRenewal(t *testing.T) {
 	ctx := context.Background()
 	db := openTest(t, "", Options{})
 	j := startJournal(t, db, JournalOptions{FlushInterval: never})
-	db.Fence("d1")
-	db.SetFence("alice", 3)
-	db.SetFence("bob", 1)
+	epochs := holdLeases(t, db, "alice", "bob")
 	db.SetFenceExpiry(time.Now().Add(time.Minute))
 	db.SetFenceDeadline(time.Now().Add(time.Minute))
 	j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 7, UpdatedAt: t0})
@@ -878,7 +876,7 @@ func TestJournalAgentRowWaitsForALateRenewal(t *testing.T) {
 		t.Fatalf("rows while the renewal is late: alice %s, bob %s; want both Running (not written yet)", a, b)
 	}
 	// The renewal: alice's lease held, bob's found another daemon's.
-	db.DropFence("bob", 1)
+	db.DropFence("bob", epochs["bob"])
 	db.SetFenceExpiry(time.Now().Add(time.Minute))
 	db.SetFenceDeadline(time.Now().Add(time.Minute))
 	if err := j.Flush(ctx); err != nil {
@@ -896,5 +894,75 @@ func TestJournalAgentRowWaitsForALateRenewal(t *testing.T) {
 	}
 	if n := j.Backlog(); n != 0 || state("alice") != "Stopped" {
 		t.Fatalf("a row late past the lease's expiry: backlog %d, alice %s; want left out", n, state("alice"))
+	}
+}
+
+// holdLeases has daemon d1 take the leases of agents and fence its writes
+// by them, and returns their epochs.
+func holdLeases(t *testing.T, db *DB, agents ...string) map[string]int64 {
+	t.Helper()
+	ls, _, err := db.AcquireLeases(context.Background(), Lease{Daemon: "d1", Host: "h1", PID: 1}, agents, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Fence("d1")
+	epochs := map[string]int64{}
+	for _, l := range ls {
+		db.SetFence(l.Agent, l.Epoch)
+		epochs[l.Agent] = l.Epoch
+	}
+	return epochs
+}
+
+// An agent's row is written only while the store says the lease is this
+// daemon's, checked in the row's own transaction: a daemon paused between
+// its check in memory and the commit (a VM's pause), whose lease another
+// daemon took meanwhile, must not commit its row over that daemon's.
+func TestJournalAgentRowFencedInItsTransaction(t *testing.T) {
+	for _, engine := range []string{"sqlite", "postgres"} {
+		t.Run(engine, func(t *testing.T) {
+			ctx := context.Background()
+			path := ""
+			if engine == "postgres" {
+				srv := pgtest.Require(t)
+				if err := srv.CreateDB("journalfenced"); err != nil {
+					t.Fatal(err)
+				}
+				path = srv.URL("journalfenced")
+			}
+			db := openTest(t, path, Options{})
+			j := startJournal(t, db, JournalOptions{FlushInterval: never})
+			holdLeases(t, db, "alice")
+			j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 1, UpdatedAt: t0})
+			if err := j.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// d2 takes alice once d1's lease is gone; d1's fence, in memory,
+			// still holds it (paused before it learns).
+			if err := db.ReleaseLeases(ctx, "d1", nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := db.AcquireLeases(ctx, Lease{Daemon: "d2", Host: "h2", PID: 2}, []string{"alice"}, time.Now(), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.ResetAgent(ctx, "alice", t0.Add(time.Second), "d2"); err != nil {
+				t.Fatal(err)
+			}
+			before, err := db.Agents(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 1, StopKind: StopOperator, UpdatedAt: t0.Add(2 * time.Second)})
+			if err := j.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			after, err := db.Agents(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after["alice"] != before["alice"] {
+				t.Fatalf("alice's row after d2 took her lease: %+v, was %+v; want d1's row left out", after["alice"], before["alice"])
+			}
+		})
 	}
 }
