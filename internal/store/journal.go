@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -769,7 +770,8 @@ func (j *Journal) committedBefore(ctx context.Context, b *journalBatch) error {
 	return err
 }
 
-// fencedAgentSQL upserts an agent's row only while the lease it names is
+// fencedAgentSQL upserts n agents' rows (each with the epoch of its lease
+// last, the daemon after them all), each only while the lease it names is
 // held, at the epoch given, by the daemon given, checked in the write's
 // own transaction: the check in memory (heldAgents) comes before the
 // commit, and a daemon paused in between (a VM's pause) would otherwise
@@ -777,21 +779,54 @@ func (j *Journal) committedBefore(ctx context.Context, b *journalBatch) error {
 // No row lock: the journal holds the appenders' turn, which a writer
 // holding a lease's row (a reap, a takeover) may wait for; on PostgreSQL
 // the check goes with the COMMIT (Deferred), on SQLite the one writer
-// excludes every other. The casts: PostgreSQL types a SELECT's parameters
-// as text.
-const fencedAgentSQL = `INSERT INTO agents (name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at)
-SELECT ?, ?, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?
-WHERE EXISTS (SELECT 1 FROM agent_leases WHERE agent = ? AND daemon = ? AND epoch = ?)` + upsertAgentConflict
+// excludes every other. The casts type the numbers' parameters, which
+// PostgreSQL would take as text in VALUES. VALUES' columns are column1,
+// column2, … on both engines.
+func fencedAgentSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO agents (name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at)
+SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8
+FROM (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?, CAST(? AS BIGINT))")
+	}
+	b.WriteString(`) AS v
+WHERE EXISTS (SELECT 1 FROM agent_leases l WHERE l.agent = v.column1 AND l.daemon = ? AND l.epoch = v.column9)`)
+	b.WriteString(upsertAgentConflict)
+	return b.String()
+}
+
+// fencedAgentSQLs are fencedAgentSQL of 1, 2, 4, … 32 rows, as the
+// unfenced upserts go (execChunks): a batch's rows in a few statements.
+var fencedAgentSQLs = func() (out [chunkSizes]string) {
+	for k := range out {
+		out[k] = fencedAgentSQL(1 << k)
+	}
+	return out
+}()
 
 // upsertHeldAgents writes ags, rows of agents whose leases this daemon's
-// fence holds, each under the check of fencedAgentSQL.
+// fence holds, each under the check of fencedAgentSQL, in statements of
+// 32, 16, … 1 rows.
 func (j *Journal) upsertHeldAgents(ctx context.Context, tx *sql.Tx, ags []AgentRecord) error {
-	for i := range ags {
-		daemon, epoch := j.db.fenceOf(ags[i].Name)
-		args := appendAgentArgs(make([]any, 0, 11), &ags[i])
-		if _, err := tx.ExecContext(ctx, fencedAgentSQL, append(args, ags[i].Name, daemon, epoch)...); err != nil {
+	var args []any
+	for len(ags) > 0 {
+		k := min(bits.Len(uint(len(ags)))-1, chunkSizes-1)
+		chunk := ags[:1<<k]
+		args = args[:0]
+		var daemon string
+		for i := range chunk {
+			var epoch int64
+			daemon, epoch = j.db.fenceOf(chunk[i].Name)
+			args = append(appendAgentArgs(args, &chunk[i]), epoch)
+		}
+		if _, err := tx.ExecContext(ctx, fencedAgentSQLs[k], append(args, daemon)...); err != nil {
 			return err
 		}
+		ags = ags[1<<k:]
 	}
 	return nil
 }

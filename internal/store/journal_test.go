@@ -932,14 +932,14 @@ func TestJournalAgentRowFencedInItsTransaction(t *testing.T) {
 			}
 			db := openTest(t, path, Options{})
 			j := startJournal(t, db, JournalOptions{FlushInterval: never})
-			holdLeases(t, db, "alice")
+			holdLeases(t, db, "alice", "bob", "carol")
 			j.Agent(AgentRecord{Name: "alice", State: "Running", Seq: 1, UpdatedAt: t0})
 			if err := j.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
 			// d2 takes alice once d1's lease is gone; d1's fence, in memory,
 			// still holds it (paused before it learns).
-			if err := db.ReleaseLeases(ctx, "d1", nil); err != nil {
+			if err := db.ReleaseLeases(ctx, "d1", []string{"alice"}); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := db.AcquireLeases(ctx, Lease{Daemon: "d2", Host: "h2", PID: 2}, []string{"alice"}, time.Now(), time.Hour); err != nil {
@@ -952,7 +952,11 @@ func TestJournalAgentRowFencedInItsTransaction(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			j.Agent(AgentRecord{Name: "alice", State: "Stopped", Seq: 1, StopKind: StopOperator, UpdatedAt: t0.Add(2 * time.Second)})
+			// Written with the rows of two agents d1 still holds, in one
+			// batch (statements of two rows and of one).
+			for _, a := range []string{"bob", "alice", "carol"} {
+				j.Agent(AgentRecord{Name: a, State: "Stopped", Seq: 1, StopKind: StopOperator, UpdatedAt: t0.Add(2 * time.Second)})
+			}
 			if err := j.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -962,6 +966,11 @@ func TestJournalAgentRowFencedInItsTransaction(t *testing.T) {
 			}
 			if after["alice"] != before["alice"] {
 				t.Fatalf("alice's row after d2 took her lease: %+v, was %+v; want d1's row left out", after["alice"], before["alice"])
+			}
+			for _, a := range []string{"bob", "carol"} {
+				if got := after[a]; got.State != "Stopped" || got.Seq != 1 {
+					t.Errorf("%s's row, whose lease d1 holds: %+v; want d1's Stopped row", a, got)
+				}
 			}
 		})
 	}
