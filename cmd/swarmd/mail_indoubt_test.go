@@ -101,3 +101,40 @@ func TestMailSendWaitsForTheStoreToOpen(t *testing.T) {
 		t.Fatalf("mail send once the store is back: exit %d: %q", r.code, r.out)
 	}
 }
+
+// TestMailSendGivingUpInDoubtSaysSo: `swarmd mail send` whose COMMIT's
+// answer is lost, with the network down from then on, gives up after
+// --store-wait. The message is stored: the command must not say that
+// nothing was recorded and to run it again (the recipient would get it
+// twice), but that it may have been recorded.
+func TestMailSendGivingUpInDoubtSaysSo(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("maildoubt"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := srv.NewProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	env := []string{"SWARM_DB_PATH=" + p.URL("maildoubt"), "SWARM_AGENT_ID=alice"}
+	if _, errOut, code := runCLI(t, env, "", "mail", "send", "--to", "bob", "--subject", "s", "first"); code != 0 {
+		t.Fatalf("mail send: exit %d: %s", code, errOut)
+	}
+	p.CutNextCommitAfterAndGoDown("INSERT INTO messages")
+	_, errOut, code := runCLI(t, env, "", "mail", "send", "--to", "bob", "--subject", "s", "--store-wait", "1s", "second")
+	if p.Cuts() != 1 {
+		t.Fatalf("%d commits cut, want 1", p.Cuts())
+	}
+	if code != 1 || strings.Contains(errOut, "nothing was recorded") || !strings.Contains(errOut, "may have been recorded") {
+		t.Fatalf("mail send that gave up in doubt: exit %d: %s; want exit 1 saying it may have been recorded", code, errOut)
+	}
+	p.SetDown(false)
+	got, err := srv.Query("maildoubt", `SELECT string_agg(body, ',' ORDER BY id) FROM messages WHERE recipient = 'bob'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "first,second" {
+		t.Fatalf("bob's messages: %s, want first,second", got)
+	}
+}

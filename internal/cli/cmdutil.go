@@ -256,21 +256,31 @@ func waitStore(ctx context.Context, db *store.DB, wait time.Duration, op string,
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	delay := 10 * time.Millisecond
+	doubt := false // an attempt may have committed unseen (store.InDoubt)
+	gaveUp := func(err error) error {
+		if doubt {
+			// Saying "nothing was recorded" would be a guess: run again,
+			// the command could do twice what it did once.
+			return fmt.Errorf("%s: the store stayed busy or unreachable for %s (raise --store-wait): an attempt's connection was lost after it was sent, so it may have been recorded: check before running it again: %w",
+				op, wait, err)
+		}
+		return fmt.Errorf("%s: the store stayed busy or unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
+			op, wait, err)
+	}
 	for {
 		err := f(ctx)
 		if err == nil || !db.Transient(err) {
 			return err
 		}
+		doubt = doubt || store.InDoubt(err)
 		if time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s: the store stayed busy or unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
-				op, wait, err)
+			return gaveUp(err)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: the store stayed busy or unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
-				op, wait, err)
+			return gaveUp(err)
 		case <-t.C:
 		}
 		delay = min(2*delay, time.Second)

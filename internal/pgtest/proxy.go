@@ -24,12 +24,14 @@ type Proxy struct {
 	s  *Server
 	ln net.Listener
 
-	armed   atomic.Bool  // cut the next connection whose COMMIT completes
-	after   atomic.Value // string: only one that has sent this first
-	cuts    atomic.Int64 // connections cut so far
-	down    atomic.Bool  // refuse new connections
-	cancels atomic.Int64 // cancel requests refused while down
-	refused atomic.Int64 // connections refused while down
+	armed atomic.Bool // cut the next connection whose COMMIT completes
+	// downAfterCut: the cut also sets down (CutNextCommitAfterAndGoDown).
+	downAfterCut atomic.Bool
+	after        atomic.Value // string: only one that has sent this first
+	cuts         atomic.Int64 // connections cut so far
+	down         atomic.Bool  // refuse new connections
+	cancels      atomic.Int64 // cancel requests refused while down
+	refused      atomic.Int64 // connections refused while down
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -63,6 +65,15 @@ func (p *Proxy) CutNextCommit() { p.CutNextCommitAfter("") }
 func (p *Proxy) CutNextCommitAfter(text string) {
 	p.after.Store(text)
 	p.armed.Store(true)
+}
+
+// CutNextCommitAfterAndGoDown is CutNextCommitAfter, and the proxy
+// refuses every connection from the cut on (SetDown), as a network that
+// fails right after the server committed would: every retry of the
+// client fails until SetDown(false).
+func (p *Proxy) CutNextCommitAfterAndGoDown(text string) {
+	p.downAfterCut.Store(true)
+	p.CutNextCommitAfter(text)
 }
 
 // CutAll closes every connection open now, on both sides, as a network
@@ -206,6 +217,9 @@ func (p *Proxy) serverToClient(server, client net.Conn, sent *atomic.Bool) {
 		n, err := server.Read(buf)
 		if n > 0 {
 			if bytes.Contains(buf[:n], commitDone) && sent.Load() && p.armed.CompareAndSwap(true, false) {
+				if p.downAfterCut.Load() {
+					p.down.Store(true) // before the client can notice, let alone reconnect
+				}
 				p.cuts.Add(1)
 				return // the commit is done on the server; its answer is lost
 			}

@@ -256,6 +256,20 @@ func (db *DB) Transient(err error) bool {
 	return Unreachable(err)
 }
 
+// InDoubt reports whether err, from a write, leaves unknown whether the
+// write committed: its connection to the server was lost once the write
+// may have been sent (a COMMIT the server completed, whose answer never
+// came). A lock the store was busy with, or a connection refused before
+// anything was sent, leaves no doubt: nothing was written.
+func InDoubt(err error) bool {
+	if err == nil || pgconn.SafeToRetry(err) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sqldriver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) || errors.As(err, &ne)
+}
+
 // Unreachable reports whether err says the store's server could not be
 // reached or is not taking work now (refused or cut connections, a
 // restart, too many clients, timeouts): another try later can succeed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"testing"
 
@@ -32,6 +33,26 @@ func TestUnreachable(t *testing.T) {
 	} {
 		if got := Unreachable(c.err); got != c.want {
 			t.Errorf("%s: Unreachable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// What InDoubt takes for a write that may have committed unseen, and what
+// leaves no doubt (nothing was sent, or the store refused it).
+func TestInDoubt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the connection ended mid-answer", fmt.Errorf("commit: %w", io.ErrUnexpectedEOF), true},
+		{"read: connection reset", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, true},
+		{"a statement the server refused", &pgconn.PgError{Code: "23505"}, false},
+		{"a lock timeout", &pgconn.PgError{Code: "55P03"}, false},
+		{"nil", nil, false},
+	} {
+		if got := InDoubt(c.err); got != c.want {
+			t.Errorf("%s: InDoubt = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
