@@ -182,7 +182,7 @@ func (o *dbOptions) addFlags(cmd *cobra.Command, jsonHelp string) {
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
 	pf.BoolVar(&o.JSON, "json", false, jsonHelp)
-	pf.DurationVar(&o.StoreWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying nothing was recorded (one try may wait up to 10s for SQLite's lock)")
+	pf.DurationVar(&o.StoreWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying whether anything may have been recorded (one try may wait up to 10s for SQLite's lock)")
 }
 
 // whoCalls is who runs the command (whoCalls); cmd names it in errors.
@@ -196,26 +196,45 @@ func (o *dbOptions) open(ctx context.Context, cmd string) (*swarmDB, error) {
 // openWaiting opens the store at path, trying again while its server is
 // unreachable (store.Unreachable), for up to wait.
 func openWaiting(ctx context.Context, path string, opts store.Options, wait time.Duration, cmd string) (*store.DB, error) {
-	deadline := time.Now().Add(wait)
-	delay := 10 * time.Millisecond
+	b := newBackoff(wait)
 	for {
 		db, err := store.Open(ctx, path, opts)
 		if err == nil || !store.Unreachable(err) || wait <= 0 {
 			return db, err
 		}
-		if time.Now().Add(delay).After(deadline) {
+		if !b.pause(ctx) {
 			return nil, fmt.Errorf("%s: the store stayed unreachable for %s (raise --store-wait): nothing was recorded, run it again: %w",
 				cmd, wait, err)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		delay = min(2*delay, time.Second)
 	}
+}
+
+// backoff spaces a command's tries at the store, 10 ms doubling to 1 s,
+// until a deadline.
+type backoff struct {
+	deadline time.Time
+	delay    time.Duration
+}
+
+func newBackoff(wait time.Duration) backoff {
+	return backoff{deadline: time.Now().Add(wait), delay: 10 * time.Millisecond}
+}
+
+// pause waits before the next try; false, at once, when that try would
+// come past the deadline, or ctx ended meanwhile.
+func (b *backoff) pause(ctx context.Context) bool {
+	if time.Now().Add(b.delay).After(b.deadline) || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	b.delay = min(2*b.delay, time.Second)
+	return true
 }
 
 // printJSON writes v for scripts on the command's standard output.
@@ -250,12 +269,11 @@ const defaultStoreWait = 2 * time.Minute
 // (the request refused, the database gone), or the store has refused it for
 // longer than wait: then the error says that nothing was recorded.
 func waitStore(ctx context.Context, db *store.DB, wait time.Duration, op string, f func(context.Context) error) error {
-	deadline := time.Now().Add(wait)
+	b := newBackoff(wait)
 	// The deadline also cuts short an attempt waiting in SQLite's busy
 	// handler.
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadline(ctx, b.deadline)
 	defer cancel()
-	delay := 10 * time.Millisecond
 	doubt := false // an attempt may have committed unseen (store.InDoubt)
 	gaveUp := func(err error) error {
 		if doubt {
@@ -273,17 +291,9 @@ func waitStore(ctx context.Context, db *store.DB, wait time.Duration, op string,
 			return err
 		}
 		doubt = doubt || store.InDoubt(err)
-		if time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
+		if !b.pause(ctx) {
 			return gaveUp(err)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return gaveUp(err)
-		case <-t.C:
-		}
-		delay = min(2*delay, time.Second)
 	}
 }
 

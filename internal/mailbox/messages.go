@@ -78,12 +78,8 @@ RETURNING id`
 // insert stores m with mb.insertStmt, in tx if not nil. m.ThreadID 0 starts
 // a new thread. It returns m with its ID and ThreadID set.
 func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, error) {
-	if m.Urgent && m.From != Operator && mb.urgentEvery > 0 {
-		recent, err := mb.interruptedLately(ctx, tx, m)
-		if err != nil {
-			return Message{}, err
-		}
-		m.Urgent, m.Calmed = !recent, recent
+	if err := mb.calm(ctx, tx, &m); err != nil {
+		return Message{}, err
 	}
 	var thread, replyTo sql.NullInt64
 	if m.ThreadID != 0 {
@@ -112,6 +108,21 @@ func (mb *Mailbox) insert(ctx context.Context, tx *sql.Tx, m Message) (Message, 
 		m.ThreadID = m.ID
 	}
 	return m, nil
+}
+
+// calm sends m as normal mail (Calmed) when its sender's urgent mail
+// interrupted its recipient less than UrgentEvery ago; read in tx if not
+// nil.
+func (mb *Mailbox) calm(ctx context.Context, tx *sql.Tx, m *Message) error {
+	if !m.Urgent || m.From == Operator || mb.urgentEvery <= 0 {
+		return nil
+	}
+	recent, err := mb.interruptedLately(ctx, tx, *m)
+	if err != nil {
+		return err
+	}
+	m.Urgent, m.Calmed = !recent, recent
+	return nil
 }
 
 // interruptedLately reports whether m's sender sent its recipient urgent
@@ -170,21 +181,15 @@ RETURNING id`
 // sendOnce stores m unless an earlier attempt at it did, and returns the
 // message stored, by this attempt or that one.
 func (mb *Mailbox) sendOnce(ctx context.Context, op string, m Message) (Message, error) {
-	if m.Urgent && m.From != Operator && mb.urgentEvery > 0 {
-		recent, err := mb.interruptedLately(ctx, nil, m)
-		if err != nil {
-			return Message{}, mb.wrap(op, err)
-		}
-		m.Urgent, m.Calmed = !recent, recent
+	if err := mb.calm(ctx, nil, &m); err != nil {
+		return Message{}, mb.wrap(op, err)
 	}
 	at := m.CreatedAt.Format(store.TimeLayout)
 	err := mb.db.MailSQL().QueryRowContext(ctx, insertOnceSQL, nil, nil, m.From, m.To, m.Subject, m.Body, urgency(m.Urgent), at,
 		m.From, m.To, at, m.Subject, m.Body).Scan(&m.ID)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		got, err := scanMessage(mb.db.ReadSQL().QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages
-			WHERE sender = ? AND recipient = ? AND created_at = ? AND subject = ? AND body = ? ORDER BY id LIMIT 1`,
-			m.From, m.To, at, m.Subject, m.Body))
+		got, err := scanMessage(mb.db.ReadSQL().QueryRowContext(ctx, sentBeforeSQL, m.To, m.From, at, m.Subject, m.Body))
 		if err != nil {
 			return Message{}, mb.wrap(op, fmt.Errorf("an earlier attempt's message: %w", err))
 		}
@@ -194,13 +199,6 @@ func (mb *Mailbox) sendOnce(ctx context.Context, op string, m Message) (Message,
 	}
 	m.ThreadID = m.ID
 	return m, nil
-}
-
-func (mb *Mailbox) wrapNil(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return mb.wrap(op, err)
 }
 
 // NoteToOperator leaves the operator a message from the daemon itself (a
@@ -338,6 +336,11 @@ func (mb *Mailbox) draftMessage(d Draft) Message {
 	}
 }
 
+// sentBeforeSQL reads the message an earlier attempt at a draft stored
+// (Draft.At): by recipient, sender, time, subject and body.
+const sentBeforeSQL = `SELECT ` + msgCols + ` FROM messages
+	WHERE recipient = ? AND sender = ? AND created_at = ? AND subject = ? AND body = ? ORDER BY id LIMIT 1`
+
 // sentBefore is the message an earlier attempt at sending m stored (Draft.At),
 // if any: read in tx after the senders' turn is taken, so that an attempt
 // still running on the server has committed or will find this one's.
@@ -347,9 +350,7 @@ func (mb *Mailbox) sentBefore(ctx context.Context, tx *sql.Tx, m Message) (Messa
 	if err := mb.db.LockMailTx(ctx, tx); err != nil {
 		return Message{}, false, err
 	}
-	got, err := scanMessage(tx.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages
-		WHERE recipient = ? AND sender = ? AND created_at = ? AND subject = ? AND body = ?
-		ORDER BY id LIMIT 1`, m.To, m.From, m.CreatedAt.Format(store.TimeLayout), m.Subject, m.Body))
+	got, err := scanMessage(tx.QueryRowContext(ctx, sentBeforeSQL, m.To, m.From, m.CreatedAt.Format(store.TimeLayout), m.Subject, m.Body))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Message{}, false, nil
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
@@ -60,9 +59,8 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 	if n.MaxIterations < 0 {
 		return Task{}, invalidf("max iterations %d is negative", n.MaxIterations)
 	}
-	if n.MaxIterations == 0 {
-		n.MaxIterations = int(review.DefaultMaxIterations)
-	}
+	reviewState, maxIterations := reviewOf(n.Reviewer, n.MaxIterations)
+	n.MaxIterations = maxIterations
 	var out Task
 	err := b.write(ctx, "add", func(tx *sql.Tx) error {
 		state := task.Open
@@ -87,10 +85,6 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 		var parent any
 		if n.Parent != 0 {
 			parent = n.Parent
-		}
-		reviewState := ""
-		if n.Reviewer != "" {
-			reviewState = review.Init.String()
 		}
 		var id int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO tasks (title, body, priority, state, assignee, parent_id, max_retries,
@@ -761,13 +755,7 @@ func (b *Board) Split(ctx context.Context, id int64, h Holder, titles []string) 
 			return err
 		}
 		now := b.now()
-		reviewState, maxIterations := "", t.MaxIterations
-		if t.Reviewer != "" {
-			reviewState = review.Init.String()
-		}
-		if maxIterations <= 0 {
-			maxIterations = int(review.DefaultMaxIterations)
-		}
+		reviewState, maxIterations := reviewOf(t.Reviewer, t.MaxIterations)
 		for _, title := range titles {
 			title = strings.TrimSpace(title)
 			if title == "" || len(title) > MaxTitleBytes || strings.ContainsAny(title, "\r\n") {

@@ -59,15 +59,26 @@ func (b *Board) Rounds(ctx context.Context, id int64) ([]review.Round, error) {
 	return rounds(ctx, b.db.ReadSQL(), id)
 }
 
+// reviewOf is the review columns of a new task with reviewer (""; none):
+// its loop's state, init when it has one, and its max_iterations, the
+// default for max 0 or less.
+func reviewOf(reviewer string, max int) (state string, maxIterations int) {
+	if reviewer != "" {
+		state = review.Init.String()
+	}
+	if max <= 0 {
+		max = int(review.DefaultMaxIterations)
+	}
+	return state, max
+}
+
 // reviewOnClaim starts the review loop when a worker first claims a task
 // that has (or, by the worker's config, gets) a reviewer.
 func (b *Board) reviewOnClaim(ctx context.Context, tx *sql.Tx, t *Task, agent string, m *move) error {
 	if t.ReviewState == "" && t.Reviewer == "" && b.opts.ReviewerOf != nil {
 		if r, max := b.opts.ReviewerOf(agent); r != "" && r != agent {
-			t.Reviewer, t.MaxIterations, t.ReviewState = r, max, review.Init.String()
-			if t.MaxIterations <= 0 {
-				t.MaxIterations = int(review.DefaultMaxIterations)
-			}
+			t.Reviewer = r
+			t.ReviewState, t.MaxIterations = reviewOf(r, max)
 		}
 	}
 	if t.ReviewState == review.Working.String() && t.Worker != agent {
