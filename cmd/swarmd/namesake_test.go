@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,10 +18,13 @@ import (
 // with the same host name and the same state dir path (a mount namespace
 // each stands for a machine: the one path holds a different repository in
 // each) both name agent x. A daemon's leases are held under host:state
-// dir, so the second takes x from the first as a restart of it would. The
-// first must then stop x's session and leave x to it: it did neither (its
-// renewal, of every lease under its name, took the new epoch as its own),
-// and x ran on both for good.
+// dir, so the second would take x from the first as a restart of it would,
+// and both ran x until the first's next renewal (its start's recovery also
+// closed the first's live session row as orphaned). The second now waits
+// on a lease under its own name whose holder may be alive: the first
+// renews it, and the second refuses to start, having touched nothing.
+// Once the first is paused past its lease, the second takes x; the first,
+// resumed, leaves x to it.
 func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mount namespaces")
@@ -66,16 +70,70 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 		}
 		return n
 	}
+	db, err := sql.Open("pgx", srv.URL("namesake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	openSessions := func() int {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM sessions WHERE agent = 'x' AND ended_at IS NULL`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	a := start("a")
 	waitUntil(t, "x's session on A", func() bool { return running(a) == 1 })
+	waitUntil(t, "x's session row", func() bool { return openSessions() == 1 })
+
+	// B, a namesake of the live A: refused once A renews (a third of 3 s).
 	b := start("b")
+	exited := func() bool {
+		select {
+		case <-b.done:
+			return true
+		default:
+			return false
+		}
+	}
+	waitUntil(t, "B refused, or running x", func() bool { return exited() || running(b) > 0 })
+	if n := running(b); n > 0 {
+		t.Fatalf("namesake B runs x (%d sessions) beside A", n)
+	}
+	if code := b.wait(10 * time.Second); code != 2 {
+		t.Fatalf("namesake B exited %d, want 2 (refused)", code)
+	}
+	if log := b.log(); !strings.Contains(log, "held under this daemon's own name") || !strings.Contains(log, "give each machine a host name of its own") {
+		t.Errorf("B's refusal does not say what is wrong:\n%s", log)
+	}
+	if n := running(a); n != 1 {
+		t.Errorf("x's sessions on A after B's refusal: %d, want 1", n)
+	}
+	if n := openSessions(); n != 1 {
+		t.Errorf("open session rows of x after B's refusal: %d, want A's alone (B closed it as orphaned?)", n)
+	}
+
+	// A paused past its lease: its lease guard (a process of its own) ends
+	// x's session before the lease runs out, and a namesake then takes x.
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// A stop signal ends a start that waits on such leases, at once.
+	b = start("b")
+	b.waitLine("B waiting on the leases under its name", func(m map[string]any) bool {
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "leases held under this daemon's own name")
+	})
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	if code := b.wait(2 * time.Second); code != 0 {
+		t.Errorf("B stopped while waiting exited %d, want 0", code)
+	}
+	b = start("b")
 	waitUntil(t, "x's session on B", func() bool { return running(b) == 1 })
-	bStarted := time.Now()
-	// A's next renewal (a third of 3 s) finds x's lease taken: it stops
-	// x's session (its grace period, 1 s) and leaves x to B.
-	waitUntil(t, "x's session on A gone", func() bool { return running(a) == 0 })
-	if took := time.Since(bStarted); took > 3*time.Second {
-		t.Errorf("x ran on both machines for %s", took)
+	if n := running(a); n != 0 {
+		t.Errorf("x's session on paused A still runs (%d) while B runs x", n)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
 	}
 	// Three renewals of each later, x runs on B alone.
 	a.waitLine("A finds x's lease lost", func(m map[string]any) bool {
@@ -98,4 +156,45 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	a.wait(30 * time.Second)
 	b.wait(30 * time.Second)
+}
+
+// TestRestartAfterKillTakesAgentsAtOnce: a daemon killed (SIGKILL) on a
+// shared store and started again on the same machine finds its agents'
+// leases under its own name, unexpired, held by a pid of this boot that is
+// gone: its dead predecessor's. It takes them back at once, not after the
+// wait a lease a namesake may hold gets.
+func TestRestartAfterKillTakesAgentsAtOnce(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("restartkill"); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cfg := fenceConfig(t, fenceCfg{Store: srv.URL("restartkill"), Lease: "30s", Out: out, Who: "a", Script: sleeperScript})
+	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
+	a := startDaemon(t, cfg)
+	waitUntil(t, "x's session", running)
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(10 * time.Second)
+	// Its lease guard ends the session once the daemon is gone.
+	waitUntil(t, "the killed daemon's session ended", func() bool { return !running() })
+	restarted := time.Now()
+	b := startDaemon(t, cfg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("restarted daemon's log:\n%s", b.log())
+		}
+	})
+	waitUntil(t, "x's session after the restart", running)
+	if took := time.Since(restarted); took > 10*time.Second {
+		t.Errorf("the restart took x back after %s; want at once, not after the 30 s lease", took.Round(time.Millisecond))
+	}
+	if strings.Contains(b.log(), "held under this daemon's own name") {
+		t.Error("the restart waited on its own dead predecessor's leases")
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	if code := b.wait(30 * time.Second); code != 0 {
+		t.Errorf("restarted daemon exited %d", code)
+	}
 }

@@ -98,8 +98,36 @@ func (m *runMain) Run(ctx context.Context) error {
 	signal.Notify(pipes, syscall.SIGPIPE)
 	defer signal.Stop(pipes)
 
-	d, err := daemon.Open(ctx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: cli.LoadConfig,
+	// A start can wait (for leases a namesake may hold): a stop signal
+	// meanwhile ends it, and the daemon then stops before running anything.
+	openCtx, cancelOpen := context.WithCancel(ctx)
+	defer cancelOpen() // not before: what Open started may keep its context
+	early := make(chan os.Signal, 1)
+	opened, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig := <-sigs:
+			early <- sig
+			cancelOpen()
+		case <-opened:
+		}
+	}()
+	d, err := daemon.Open(openCtx, cfg, daemon.Options{Log: log, Version: version, Commit: commit, LoadConfig: cli.LoadConfig,
 		SessionCLI: runSessionCLI, SetCPUs: setDaemonCPUs, TreeTimerSlack: treeSlack})
+	close(opened)
+	<-watched // a signal it took is in early
+	select {
+	case sig := <-early:
+		log.Info("signal received while starting: stopping before any agent runs", zap.Stringer("signal", sig))
+		if err == nil {
+			return d.Close()
+		}
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+	default:
+	}
 	if err != nil {
 		var se *daemon.SetupError
 		if errors.As(err, &se) {

@@ -90,6 +90,7 @@ type liveConfig struct {
 // trees and what contains them.
 type host struct {
 	lock      *stateLock
+	boot      string // this machine's boot id, kept in its leases (namesake.go)
 	sup       *proc.Supervisor
 	iso       isolation         // what contains the process trees (isolation.go)
 	sandboxes *sessionSandboxes // nil while no sandbox is in force
@@ -266,7 +267,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Error("event log write", zap.Error(err))
 	}, OnCommit: d.serve.dash.notify})
 	d.journal.Start()
-	if err := d.acquireLeases(ctx, cfg.AgentNames()); err != nil {
+	if err := d.acquireLeases(ctx, cfg.AgentNames(), true); err != nil {
 		return nil, err
 	}
 	if err := d.recover(ctx); err != nil {
@@ -325,6 +326,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		}
 		return err
 	}
+	d.host.boot = bootID()
 	// The files backends give sessions: a killed daemon's are left here.
 	files := sessionFilesDir(cfg.StateDir)
 	if err := os.RemoveAll(files); err != nil {

@@ -26,20 +26,32 @@ func (d *Daemon) leaseHolder() store.Lease {
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
-	return store.Lease{Daemon: host + ":" + d.live.cfg.StateDir, Host: host, PID: os.Getpid()}
+	return store.Lease{Daemon: host + ":" + d.live.cfg.StateDir, Host: host, PID: os.Getpid(), Boot: d.host.boot}
 }
 
 // acquireLeases takes the leases of agents (a shared store only): every one
 // or none, refusing, as a setup error naming the holder, an agent another
 // live daemon runs. From then on this daemon's writes for those agents are
 // fenced by the leases' epochs (store.FenceTx). The work of a daemon whose
-// expired lease it replaced is recovered.
-func (d *Daemon) acquireLeases(ctx context.Context, agents []string) error {
+// expired lease it replaced is recovered. Leases under this daemon's own
+// name that a live namesake may hold (namesake.go) are waited for at start
+// (wait), and refused at a reload, which must not block.
+func (d *Daemon) acquireLeases(ctx context.Context, agents []string, wait bool) error {
 	cfg, _ := d.current()
 	if !cfg.SharedStore() || len(agents) == 0 {
 		return nil
 	}
 	holder := d.leaseHolder()
+	every := namesakeLook(cfg.LeaseTimeout)
+	if !wait {
+		every = 0
+	}
+	if err := d.awaitNamesakes(ctx, holder, agents, every); err != nil {
+		if errors.Is(err, ErrNamesake) {
+			return setupError(err)
+		}
+		return err
+	}
 	held, expired, err := d.db.AcquireLeases(ctx, holder, agents, time.Now(), cfg.LeaseTimeout)
 	if errors.Is(err, store.ErrLeaseHeld) {
 		return setupError(err)
@@ -99,6 +111,11 @@ func (d *Daemon) leaseRecovered(l store.Lease, sessions, tasks int) {
 	d.log.Warn("a daemon's lease expired: its agent's sessions are closed and its tasks requeued", zap.String("agent", l.Agent),
 		zap.String("daemon", l.Daemon), zap.Int("sessions", sessions), zap.Int("tasks", tasks))
 }
+
+// namesakeLook paces a starting daemon's looks at leases a namesake may
+// hold: several a renewal interval (a third of ttl), so that a renewal is
+// seen well before the lease would have expired.
+func namesakeLook(ttl time.Duration) time.Duration { return max(ttl/12, 50*time.Millisecond) }
 
 // guardMargin is how long before its lease runs out a daemon that could not
 // renew has its sessions killed by the lease guard: the time to kill them,

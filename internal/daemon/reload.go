@@ -122,7 +122,7 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 		}
 		added = append(added, a.Name)
 	}
-	if err := d.acquireLeases(context.Background(), added); err != nil {
+	if err := d.acquireLeases(context.Background(), added, false); err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
 	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {

@@ -13,10 +13,14 @@ import (
 
 // Lease is one daemon's hold on an agent's name in a shared store.
 type Lease struct {
-	Agent    string
-	Daemon   string // the holder: its host and state dir
-	Host     string
-	PID      int
+	Agent  string
+	Daemon string // the holder: its host and state dir
+	Host   string
+	PID    int
+	// Boot is the holder's kernel boot id ("" for a lease written before
+	// it was kept): with PID, it tells a dead predecessor on this machine
+	// from a live daemon elsewhere under the same name.
+	Boot     string
 	Acquired time.Time
 	Expires  time.Time
 	// Epoch is raised each time a daemon takes the name (fence.go): a
@@ -40,7 +44,7 @@ func (e *LeaseHeldError) Error() string {
 
 func (e *LeaseHeldError) Unwrap() error { return ErrLeaseHeld }
 
-const leaseCols = `agent, daemon, host, pid, acquired_at, expires_at, epoch`
+const leaseCols = `agent, daemon, host, pid, acquired_at, expires_at, epoch, boot`
 
 // AcquireLeases takes, for holder (Agent ignored), the leases of agents
 // until now+ttl, all or none: it refuses with a *LeaseHeldError when one is
@@ -81,11 +85,12 @@ func (db *DB) acquireLeases(ctx context.Context, holder Lease, agents []string, 
 			default:
 				expired = append(expired, cur)
 			}
-			l, err := scanLease(tx.QueryRowContext(ctx, `INSERT INTO agent_leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?, 1)
+			l, err := scanLease(tx.QueryRowContext(ctx, `INSERT INTO agent_leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?, 1, ?)
 				ON CONFLICT (agent) DO UPDATE SET daemon = excluded.daemon, host = excluded.host, pid = excluded.pid,
-				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, epoch = agent_leases.epoch + 1
+				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, epoch = agent_leases.epoch + 1,
+				boot = excluded.boot
 				RETURNING `+leaseCols,
-				a, holder.Daemon, holder.Host, holder.PID, FormatTime(now), FormatTime(now.Add(ttl))))
+				a, holder.Daemon, holder.Host, holder.PID, FormatTime(now), FormatTime(now.Add(ttl)), holder.Boot))
 			if err != nil {
 				return err
 			}
@@ -206,7 +211,7 @@ func scanLease(s Scanner) (Lease, error) {
 		pid            int64
 		acquired, exps string
 	)
-	if err := s.Scan(&l.Agent, &l.Daemon, &l.Host, &pid, &acquired, &exps, &l.Epoch); err != nil {
+	if err := s.Scan(&l.Agent, &l.Daemon, &l.Host, &pid, &acquired, &exps, &l.Epoch, &l.Boot); err != nil {
 		return Lease{}, err
 	}
 	l.PID = int(pid)

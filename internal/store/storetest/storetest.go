@@ -300,12 +300,15 @@ func testLeases(t *testing.T, h Harness) {
 	ctx := context.Background()
 	target := h.Fresh(t)
 	d1, d2 := h.Open(t, target), h.Open(t, target)
-	a := store.Lease{Daemon: "host1:/srv/a", Host: "host1", PID: 11}
-	b := store.Lease{Daemon: "host2:/srv/b", Host: "host2", PID: 22}
+	a := store.Lease{Daemon: "host1:/srv/a", Host: "host1", PID: 11, Boot: "boot-1"}
+	b := store.Lease{Daemon: "host2:/srv/b", Host: "host2", PID: 22, Boot: "boot-2"}
 	const ttl = 30 * time.Second
 	held, exp, err := d1.AcquireLeases(ctx, a, []string{"alice", "bob"}, t0, ttl)
 	if err != nil || len(exp) != 0 || len(held) != 2 || held[0].Epoch != 1 || held[1].Epoch != 1 {
 		t.Fatalf("first acquire = %+v, %+v, %v; want alice and bob at epoch 1", held, exp, err)
+	}
+	if held[0].Boot != a.Boot || held[0].PID != a.PID {
+		t.Fatalf("alice's lease = %+v, want host1's pid and boot kept", held[0])
 	}
 	_, _, err = d2.AcquireLeases(ctx, b, []string{"carol", "bob"}, t0.Add(ttl/2), ttl)
 	var heldErr *store.LeaseHeldError
