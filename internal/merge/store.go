@@ -338,10 +338,15 @@ func getEntry(ctx context.Context, q querier, id int64) (Entry, error) {
 
 // List returns the last limit entries (all when limit <= 0), oldest first.
 func (s *Store) List(ctx context.Context, limit int) ([]Entry, error) {
+	var es []Entry
+	var err error
 	if limit <= 0 {
-		limit = -1
+		// No LIMIT at all: SQLite reads LIMIT -1 as none, PostgreSQL
+		// refuses a negative one.
+		es, err = queryEntries(ctx, s.db.ReadSQL(), `ORDER BY id`)
+	} else {
+		es, err = queryEntries(ctx, s.db.ReadSQL(), `WHERE id IN (SELECT id FROM merge_queue ORDER BY id DESC LIMIT ?) ORDER BY id`, limit)
 	}
-	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE id IN (SELECT id FROM merge_queue ORDER BY id DESC LIMIT ?) ORDER BY id`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("merge queue: list: %w", err)
 	}
