@@ -144,7 +144,8 @@ func (q *Queue) settleAhead(ctx context.Context, target string) {
 	if a.ran {
 		q.opts.Metrics.GateDuration(a.run.duration)
 	}
-	if !a.ran || a.base != target {
+	if !a.ran || a.base != target || (!a.run.passed() && q.killedOutside(a.run)) {
+		// A run the daemon's lease guard killed tested nothing either.
 		q.opts.Metrics.RunAhead("dropped")
 		return
 	}

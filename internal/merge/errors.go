@@ -22,6 +22,10 @@ var (
 	ErrNoCommit = errors.New("no such commit")
 	// ErrForeignDir: the integration worktree's path holds something else.
 	ErrForeignDir = errors.New("directory is not the merge queue's worktree")
+	// ErrNotLeader: the queue's loop lost the lead (on a shared store,
+	// another daemon took the merge lock and runs the queue now); its
+	// writes are refused.
+	ErrNotLeader = errors.New("another queue loop runs the merge queue now")
 )
 
 // corruptError: objects of a change are not what their names say. Every

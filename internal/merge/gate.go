@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -41,10 +42,18 @@ type gateRun struct {
 	exit     proc.ExitStatus
 	timedOut bool
 	tail     string // the last lines of the output, for the worker
+	started  time.Time
 	duration time.Duration
 }
 
 func (g gateRun) passed() bool { return !g.timedOut && g.exit.Signal == 0 && g.exit.Code == 0 }
+
+// killedOutside reports whether run was killed by something outside the
+// queue (Options.Killed: the daemon's lease guard) rather than failing on
+// its own: its result says nothing about the candidate.
+func (q *Queue) killedOutside(run gateRun) bool {
+	return !run.timedOut && run.exit.Signal == syscall.SIGKILL && q.opts.Killed != nil && q.opts.Killed(run.started)
+}
 
 // rejection is what a failed run tells the worker: its kind and detail.
 func (q *Queue) rejection(run gateRun) (Kind, string) {
@@ -106,7 +115,7 @@ func (q *Queue) runGate(ctx context.Context, es []*Entry, dir string, seq uint32
 	case !run.passed():
 		outcome = string(KindGateFailed)
 	}
-	run.duration = q.now().Sub(started)
+	run.started, run.duration = started, q.now().Sub(started)
 	run.tail = lastLines(string(out.tail), tailLines)
 	out.end(fmt.Sprintf("=== swarmd session %s seq %d ended %s outcome %s: %s ===\n", id, seq, q.now().Format(time.RFC3339), outcome, run.exit))
 	if out.err != nil {

@@ -38,6 +38,22 @@ func (o Outcome) String() string {
 func (q *Queue) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	defer q.dropAhead()
+	// The lead first: from its commit on, a loop that ran the queue before
+	// (another daemon's, that lost the merge lock without seeing it yet)
+	// has its writes refused, and does not move the target.
+	for {
+		err := q.store.lead(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		q.log.Warn("merge queue: take the lead", zap.Error(err))
+		if !q.sleep(ctx, q.opts.Recheck) {
+			return
+		}
+	}
 	for {
 		out, err := q.Step(ctx)
 		if ctx.Err() != nil {
@@ -336,6 +352,16 @@ func (q *Queue) test(ctx context.Context, line []link, target string) (out Outco
 		return OutcomeIdle, false, errors.Join(err, rerr)
 	}
 	q.opts.Metrics.GateDuration(run.duration)
+	if !run.passed() && q.killedOutside(run) {
+		// The daemon's lease guard killed the gate (the daemon was stopped
+		// or cut off from the store past its lease): the run is not the
+		// batch's, which is tested again, nobody rejected on it.
+		q.dropAhead()
+		q.log.Warn("merge gate killed by the daemon's lease guard; testing the batch again", zap.Int64("task", tip.e.Task),
+			zap.Int("batch", len(es)), zap.Uint32("gate_seq", seq))
+		why := fmt.Sprintf("gate run %d was killed by the daemon's lease guard, not failed: tested again", seq)
+		return OutcomeRebuild, false, q.store.requeueBatch(ctx, es, why)
+	}
 	if run.passed() {
 		q.batch.green(es)
 		q.passed = passedGate{target: target, line: line, seq: seq}
@@ -378,6 +404,13 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 		}
 		q.log.Warn("merge queue: not advancing the target", zap.Int64("task", es[0].Task), zap.Int("batch", len(es)), zap.String("why", why))
 		return OutcomeRebuild, q.store.requeueBatch(ctx, es, why)
+	}
+	// Only the queue's loop that leads moves the target: one that lost the
+	// lead while its gate ran (another daemon took the merge lock, and
+	// runs this batch again) leaves the batch to it.
+	if err := q.store.leading(ctx); err != nil {
+		q.passed = passedGate{}
+		return OutcomeIdle, err
 	}
 	// Known before it is there: a watcher that reads the new tip at once
 	// must not take the queue's own move for someone else's.
@@ -474,6 +507,13 @@ func (q *Queue) wait(ctx context.Context, e *Entry, waiting, why string, err err
 func (q *Queue) report(ctx context.Context) {
 	cb := q.opts.Callbacks
 	if cb == nil {
+		return
+	}
+	if err := q.store.leading(ctx); err != nil {
+		// The results are the leading loop's to report (its daemon pushes
+		// the target it moved).
+		q.log.Warn("merge queue: results not reported", zap.Error(err))
+		q.setPending(true)
 		return
 	}
 	es, err := q.store.unnotified(ctx)

@@ -144,6 +144,12 @@ type Options struct {
 	// It is called from the loop's goroutine only: a run ahead does not
 	// call it, and an entry whose head is not here yet is not run ahead.
 	Prepare func(ctx context.Context, e Entry) error
+	// Killed, when set, reports whether something outside the queue killed
+	// the daemon's process trees at since or later: on a shared store, the
+	// daemon's lease guard, which kills every tree of a daemon stopped or
+	// cut off from the store past its lease, gates included. A gate run
+	// it killed is not the batch's to fail: the batch is tested again.
+	Killed func(since time.Time) bool
 }
 
 // Queue is the merge queue of one repository. Its methods are safe for

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/store"
@@ -127,6 +128,9 @@ func (s Status) Depth() int {
 type Store struct {
 	db  DB
 	now func() time.Time
+	// epoch is the leader epoch the queue's loop took (lead), 0 before: the
+	// loop's writes (loopWrite) check it in their transaction.
+	epoch atomic.Int64
 }
 
 // NewStore returns the queue stored in db; now is the clock (nil: time.Now).
@@ -201,6 +205,57 @@ func (s *Store) write(ctx context.Context, op string, f func(tx *sql.Tx) error) 
 		return fmt.Errorf("merge queue: %s: %w", op, err)
 	}
 	return nil
+}
+
+// lead makes this store's writes the queue loop's, the one that runs the
+// queue from now on: it raises the leader epoch, so that the writes of
+// any loop that ran it before (another daemon's, which lost the merge lock
+// without seeing it yet) are refused from this commit on.
+func (s *Store) lead(ctx context.Context) error {
+	var epoch int64
+	err := s.write(ctx, "take the lead", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `UPDATE merge_control SET leader_epoch = leader_epoch + 1 WHERE id = 1 RETURNING leader_epoch`).
+			Scan(&epoch)
+	})
+	if err == nil {
+		s.epoch.Store(epoch)
+	}
+	return err
+}
+
+// fence fails with ErrNotLeader when the leader epoch in the database is
+// not the one this store's loop took (none taken: no fence).
+func (s *Store) fence(ctx context.Context, q querier, op string) error {
+	mine := s.epoch.Load()
+	if mine == 0 {
+		return nil
+	}
+	var cur int64
+	if err := q.QueryRowContext(ctx, `SELECT leader_epoch FROM merge_control WHERE id = 1`).Scan(&cur); err != nil {
+		return fmt.Errorf("merge queue: %s: read the leader epoch: %w", op, err)
+	}
+	if cur != mine {
+		return fmt.Errorf("merge queue: %s: %w (leader epoch %d, this queue's %d)", op, ErrNotLeader, cur, mine)
+	}
+	return nil
+}
+
+// leading fails with ErrNotLeader when another loop took the lead since
+// this store's did: a read, for what is not a write of the database (the
+// target's move, the callbacks).
+func (s *Store) leading(ctx context.Context) error {
+	return s.fence(ctx, s.db.ReadSQL(), "check the lead")
+}
+
+// loopWrite is write for the queue's loop: fenced by the leader epoch it
+// took, in the same transaction.
+func (s *Store) loopWrite(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
+	return s.write(ctx, op, func(tx *sql.Tx) error {
+		if err := s.fence(ctx, tx, op); err != nil {
+			return err
+		}
+		return f(tx)
+	})
 }
 
 // event is one row of the event log: agent "merge", the entry's state
@@ -489,7 +544,7 @@ func (s *Store) control(ctx context.Context) (paused bool, waiting string, err e
 // setWaiting records why the queue does not advance ("" when it can again),
 // with an event when the reason changes.
 func (s *Store) setWaiting(ctx context.Context, why string, task int64) error {
-	return s.write(ctx, "wait", func(tx *sql.Tx) error {
+	return s.loopWrite(ctx, "wait", func(tx *sql.Tx) error {
 		var cur string
 		if err := tx.QueryRowContext(ctx, `SELECT waiting FROM merge_control WHERE id = 1`).Scan(&cur); err != nil {
 			return fmt.Errorf("merge queue: wait: %w", err)
@@ -518,7 +573,7 @@ func (s *Store) setAhead(ctx context.Context, seq uint32, tasks []int64) error {
 	if seq != 0 {
 		since = s.stamp()
 	}
-	return s.write(ctx, "record the run ahead", func(tx *sql.Tx) error {
+	return s.loopWrite(ctx, "record the run ahead", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE merge_control SET ahead_seq = ?, ahead_tasks = ?, ahead_since = ? WHERE id = 1`,
 			int64(seq), strings.Join(ids, " "), since)
 		return err
@@ -567,7 +622,7 @@ func (s *Store) depth(ctx context.Context) (int, error) {
 // is never appended to by two runs.
 func (s *Store) nextGateSeq(ctx context.Context) (uint32, error) {
 	var seq int64
-	err := s.write(ctx, "number gate run", func(tx *sql.Tx) error {
+	err := s.loopWrite(ctx, "number gate run", func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `UPDATE merge_control SET gate_seq = gate_seq + 1 WHERE id = 1 RETURNING gate_seq`).Scan(&seq)
 	})
 	return uint32(seq), err
@@ -584,7 +639,7 @@ func (s *Store) begin(ctx context.Context, e *Entry, target, candidate string, s
 // seq (0: no gate). A batch is under test as a whole or not at all, so a
 // daemon that dies during its gate leaves every entry of it to resume.
 func (s *Store) beginBatch(ctx context.Context, es []*Entry, candidates []string, target string, seq uint32) error {
-	return s.write(ctx, "begin", func(tx *sql.Tx) error {
+	return s.loopWrite(ctx, "begin", func(tx *sql.Tx) error {
 		now := s.stamp()
 		for i, e := range es {
 			attempts := e.Attempts
@@ -644,7 +699,7 @@ type result struct {
 // finishBatch records the results of several entries in one transaction:
 // the entries of a batch whose target moved are merged together.
 func (s *Store) finishBatch(ctx context.Context, rs []result) error {
-	return s.write(ctx, "finish", func(tx *sql.Tx) error {
+	return s.loopWrite(ctx, "finish", func(tx *sql.Tx) error {
 		now := s.stamp()
 		for _, r := range rs {
 			e := r.e
@@ -684,7 +739,7 @@ func (s *Store) requeue(ctx context.Context, e *Entry, why string) error {
 
 // requeueBatch puts the entries of a batch back to queued together.
 func (s *Store) requeueBatch(ctx context.Context, es []*Entry, why string) error {
-	return s.write(ctx, "requeue", func(tx *sql.Tx) error {
+	return s.loopWrite(ctx, "requeue", func(tx *sql.Tx) error {
 		for _, e := range es {
 			res, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'queued' WHERE id = ? AND state = 'testing'`, e.ID)
 			if err != nil {
@@ -712,7 +767,7 @@ func (s *Store) unnotified(ctx context.Context) ([]Entry, error) {
 }
 
 func (s *Store) markNotified(ctx context.Context, id int64) error {
-	return s.write(ctx, "mark reported", func(tx *sql.Tx) error {
+	return s.loopWrite(ctx, "mark reported", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE merge_queue SET notified = 1 WHERE id = ?`, id)
 		return err
 	})
