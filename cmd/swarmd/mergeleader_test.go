@@ -212,36 +212,10 @@ func TestMergeLeaderCutOffWhilePausedLeavesTheBatchToItsSuccessor(t *testing.T) 
 		t.Fatal(err)
 	}
 	url := srv.URL(dbName)
-	out := t.TempDir()
-	remote := filepath.Join(t.TempDir(), "remote.git")
-	seed := gitRepo(t)
-	gitOutput(t, "init", "-q", "--bare", "-b", "main", remote)
-	gitOutput(t, "-C", seed, "push", "-q", remote, "main")
-	clone := func() string {
-		dir := filepath.Join(t.TempDir(), "clone")
-		gitOutput(t, "clone", "-q", remote, dir)
-		return dir
-	}
-	repoA, repoB := clone(), clone()
-	cfgA := mergeLeaderConfig(t, repoA, url, "30s", out, "alice")
-	cfgB := mergeLeaderConfig(t, repoB, url, "30s", out, "bob")
-	stateA, stateB := filepath.Join(repoA, ".swarm"), filepath.Join(repoB, ".swarm")
-	leads := func(m map[string]any) bool { return m["msg"] == "this daemon runs the swarm's merge queue" }
-
-	a := startDaemon(t, cfgA)
-	logs := map[string]*daemonProc{"A": a}
-	t.Cleanup(func() {
-		for name, d := range logs {
-			_ = d.cmd.Process.Signal(syscall.SIGCONT)
-			if t.Failed() {
-				t.Logf("daemon %s's log:\n%s", name, d.log())
-			}
-		}
-	})
-	a.waitLine("A leads the merge queue", leads)
-	b := startDaemon(t, cfgB)
-	logs["B"] = b
-	b.waitLine("B running", transitionTo("bob", "Running"))
+	p := startMergePair(t, url, "30s")
+	out, remote, repoA, repoB, cfgA, cfgB, stateA, stateB, a, b, logs :=
+		p.out, p.remote, p.repoA, p.repoB, p.cfgA, p.cfgB, p.stateA, p.stateB, p.a, p.b, p.logs
+	leads := leadsMerge
 	db, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -318,6 +292,52 @@ func TestMergeLeaderCutOffWhilePausedLeavesTheBatchToItsSuccessor(t *testing.T) 
 	waitNoTreeProcesses(t, stateB, 10*time.Second)
 }
 
+// mergePair is two daemons, A (agent alice) and B (agent bob), each with
+// its own clone of one bare remote, on one PostgreSQL store: A started and
+// leading the merge queue, B started and running.
+type mergePair struct {
+	out, remote    string
+	repoA, repoB   string
+	cfgA, cfgB     string
+	stateA, stateB string
+	a, b           *daemonProc
+	logs           map[string]*daemonProc // by name, logged if the test fails
+}
+
+var leadsMerge = func(m map[string]any) bool { return m["msg"] == "this daemon runs the swarm's merge queue" }
+
+func startMergePair(t *testing.T, url, lease string) *mergePair {
+	t.Helper()
+	p := &mergePair{out: t.TempDir(), remote: filepath.Join(t.TempDir(), "remote.git")}
+	seed := gitRepo(t)
+	gitOutput(t, "init", "-q", "--bare", "-b", "main", p.remote)
+	gitOutput(t, "-C", seed, "push", "-q", p.remote, "main")
+	clone := func() string {
+		dir := filepath.Join(t.TempDir(), "clone")
+		gitOutput(t, "clone", "-q", p.remote, dir)
+		return dir
+	}
+	p.repoA, p.repoB = clone(), clone()
+	p.cfgA = mergeLeaderConfig(t, p.repoA, url, lease, p.out, "alice")
+	p.cfgB = mergeLeaderConfig(t, p.repoB, url, lease, p.out, "bob")
+	p.stateA, p.stateB = filepath.Join(p.repoA, ".swarm"), filepath.Join(p.repoB, ".swarm")
+	p.a = startDaemon(t, p.cfgA)
+	p.logs = map[string]*daemonProc{"A": p.a}
+	t.Cleanup(func() {
+		for name, d := range p.logs {
+			_ = d.cmd.Process.Signal(syscall.SIGCONT)
+			if t.Failed() {
+				t.Logf("daemon %s's log:\n%s", name, d.log())
+			}
+		}
+	})
+	p.a.waitLine("A leads the merge queue", leadsMerge)
+	p.b = startDaemon(t, p.cfgB)
+	p.logs["B"] = p.b
+	p.b.waitLine("B running", transitionTo("bob", "Running"))
+	return p
+}
+
 // checkMerged: task id has one merged entry, at a commit of the remote's
 // main that is the one merge commit of the task there; no other entry of it
 // is merged or under test.
@@ -357,4 +377,47 @@ func gitDir(t *testing.T, repo string) string {
 		return filepath.Join(repo, ".git")
 	}
 	return repo
+}
+
+// TestPausedMergeLeaderHandsTheQueueOver: the merge leader is stopped
+// (SIGSTOP) and nothing else happens: its connection stays open, and so,
+// before, did its merge lock, so that no other daemon ever ran the queue
+// while it stayed stopped. The server now ends a lock session silent for
+// the lease timeout (and several lock checks): daemon B takes the queue
+// over, gates the task and merges it.
+func TestPausedMergeLeaderHandsTheQueueOver(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("mergepause"); err != nil {
+		t.Fatal(err)
+	}
+	p := startMergePair(t, srv.URL("mergepause"), "3s")
+	out, repoB, cfgB, stateA, stateB, a, b := p.out, p.repoB, p.cfgB, p.stateA, p.stateB, p.a, p.b
+	id := addTask(t, cfgB, "work item 1", "--to", "bob")
+	waitUntil(t, "A gating the task", func() bool { return gateRunsOf(out, id, stateA) == 1 })
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	b.waitLine("B leads the merge queue", leadsMerge)
+	// Silence bound 9 s (three lock checks), and B's next try 3 s later.
+	if took := time.Since(paused); took > 20*time.Second {
+		t.Errorf("B led the queue %s after A was stopped", took.Round(time.Second))
+	}
+	waitUntil(t, "B gating the task", func() bool { return gateRunsOf(out, id, stateB) == 1 })
+	letGo(t, out, id)
+	waitTaskCLI(t, cfgB, id, func(tk taskboard.Task) bool { return tk.StateName == "CLOSED" })
+	if n := taskMerges(t, repoB, "main", id); n != 1 {
+		t.Errorf("B's main has %d merge commits of task %d, want 1", n, id)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	a.waitLine("A sees the merge lock lost", func(m map[string]any) bool {
+		return m["msg"] == "merge queue: the merge lock is lost; stopping the queue"
+	})
+	for _, d := range []*daemonProc{a, b} {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	a.wait(30 * time.Second)
+	b.wait(30 * time.Second)
 }

@@ -20,6 +20,14 @@ const (
 	mergeLockRetry = 3 * time.Second
 )
 
+// mergeLockSilence is how long the merge lock's holder may go silent (its
+// daemon stopped, or cut off) before the server ends its session and
+// frees the lock for another daemon: its lease timeout, as for its agents,
+// and several of its checks (every mergeLockRetry) at least.
+func mergeLockSilence(lease time.Duration) time.Duration {
+	return max(lease, 3*mergeLockRetry)
+}
+
 // leadMerge runs the merge queue while this daemon holds the merge lock,
 // trying to take it every mergeLockRetry, until stop is closed; the queue
 // is stopped and the lock released before it returns.
@@ -43,7 +51,8 @@ func (d *Daemon) leadMerge(ctx context.Context, stop <-chan struct{}) {
 // holdMerge takes the merge lock if it can and runs the queue until the
 // lock is lost (false: until stop or ctx ended).
 func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-chan time.Time) bool {
-	lock, ok, err := d.db.TryLock(ctx, mergeLockName)
+	cfg, _ := d.current()
+	lock, ok, err := d.db.TryLockFor(ctx, mergeLockName, mergeLockSilence(cfg.LeaseTimeout))
 	if err != nil {
 		d.log.Warn("merge queue: take the merge lock", zap.Error(err))
 		return true
@@ -67,7 +76,12 @@ func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-cha
 			return false
 		case <-tick:
 		}
-		if err := lock.Check(ctx); err != nil {
+		// Bounded: a server out of reach without a word (a dead network)
+		// would hold the check, and the queue with it, for hours.
+		cctx, cancel := context.WithTimeout(ctx, mergeLockRetry)
+		err := lock.Check(cctx)
+		cancel()
+		if err != nil {
 			// PostgreSQL freed the lock with the connection: another daemon
 			// may run the queue now. Stop at once, try again later.
 			d.log.Error("merge queue: the merge lock is lost; stopping the queue", zap.Error(err))

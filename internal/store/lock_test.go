@@ -77,21 +77,7 @@ func TestTryLockPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := openStore(t, srv.URL("locks"))
-	var lc *store.Lock
-	deadline := time.Now().Add(10 * time.Second)
-	for lc == nil {
-		l, ok, err := c.TryLock(ctx, "merge")
-		switch {
-		case err != nil:
-			t.Fatal(err)
-		case ok:
-			lc = l
-		case time.Now().After(deadline):
-			t.Fatal("the lock of a terminated connection was not freed")
-		default:
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	lc := takeWithin(t, c, "merge", 10*time.Second, "the lock of a terminated connection")
 	if err := la.Check(ctx); err == nil {
 		t.Error("Check of a lock whose connection was terminated = nil, want an error")
 	}
@@ -100,6 +86,66 @@ func TestTryLockPostgres(t *testing.T) {
 	}
 	if err := lc.Release(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSilentLockHolderLosesTheLock: a holder that goes silent (its daemon
+// stopped with SIGSTOP, or cut off without a word) kept its session-level
+// lock for as long as the server kept its connection: for ever, so no
+// other daemon ever ran the merge queue. Taken with TryLockFor, the lock
+// passes to another handle once its holder has been silent that long,
+// and the old holder's Check then says it is lost; a holder that keeps
+// checking keeps it.
+func TestSilentLockHolderLosesTheLock(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("silent"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, b := openStore(t, srv.URL("silent")), openStore(t, srv.URL("silent"))
+	const silent = time.Second
+	la, ok, err := a.TryLockFor(ctx, "merge", silent)
+	if err != nil || !ok {
+		t.Fatalf("TryLockFor = %v, %v; want it taken", ok, err)
+	}
+	// Checked more often than silent: still held after several times it.
+	for end := time.Now().Add(3 * silent); time.Now().Before(end); time.Sleep(silent / 4) {
+		if err := la.Check(ctx); err != nil {
+			t.Fatalf("Check of a lock its holder keeps using: %v", err)
+		}
+		if _, ok, err := b.TryLock(ctx, "merge"); err != nil || ok {
+			t.Fatalf("TryLock of a lock in use = %v, %v; want refused", ok, err)
+		}
+	}
+	// Silent from now on: another handle takes it within a few times silent.
+	lb := takeWithin(t, b, "merge", 10*silent, "the lock of a silent holder")
+	if err := la.Check(ctx); err == nil {
+		t.Error("Check of a lock lost to silence = nil, want an error")
+	}
+	if err := la.Release(); err != nil {
+		t.Errorf("Release of a lost lock = %v, want nil", err)
+	}
+	if err := lb.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// takeWithin takes lock name on db as soon as it is free, failing the test
+// if it is not within d.
+func takeWithin(t *testing.T, db *store.DB, name string, d time.Duration, what string) *store.Lock {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		l, ok, err := db.TryLock(context.Background(), name)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case ok:
+			return l
+		case time.Now().After(deadline):
+			t.Fatalf("%s was not freed within %s", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
