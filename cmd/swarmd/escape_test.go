@@ -449,3 +449,64 @@ func TestAGateSeesNothingAgentsLeftInASharedPath(t *testing.T) {
 func TestAGateRunsLeftoverAttributesDoNotChangeTheNextCheckout(t *testing.T) {
 	afterAPoisonedGateRun(t, "printf '* text eol=crlf\\n' > .gitattributes; exit 1\n", "set -eu\ntest -f check.sh\n")
 }
+
+// symrefWorker reports its first task done (a commit its reviewer has not
+// passed) and, on its second, makes its branch a symbolic ref to main (its
+// branch directory is its sandbox's to write), and gives that task up.
+const symrefWorker = `p=$(cat)
+if echo "$p" | grep -q '^Your task: #[0-9]*: one'; then
+  echo one > one.txt; git add one.txt; git commit -q -m 'not reviewed'; printf 'did it\nDONE\n'; exit 0
+fi
+if echo "$p" | grep -q '^Your task: #[0-9]*: two'; then
+  printf 'ref: refs/heads/main\n' > "$(git rev-parse --git-common-dir)/refs/heads/swarm/alice/work"
+  printf 'cannot\nFAIL\n'; exit 0
+fi
+printf 'idle\nDONE\n'`
+
+// lateFailingReviewer fails each review once $REPORT/fail-now is there.
+const lateFailingReviewer = `p=$(cat)
+if echo "$p" | grep -q '^## Review request'; then
+  i=0; until [ -e "$REPORT/fail-now" ] || [ $i -gt 600 ]; do i=$((i+1)); sleep 0.1; done
+  printf 'not yet\nFAIL\n'
+else printf 'idle\nDONE\n'; fi`
+
+// A session made its branch a symbolic ref to main; when its task came
+// back from review, the daemon's reset that put the branch back on the
+// task's line, outside the sandbox, moved main to the commit the reviewer
+// had failed. A branch that is not a ref of its own stops its agent.
+func TestTheDaemonMovesNoBranchAnAgentsBranchNames(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	cfg := escapeConfig(t, repo, report, "", gated("true"), map[string]string{"worker": symrefWorker, "reviewer": lateFailingReviewer},
+		"name: alice, role: works, backend: worker, reviewer: rita", "name: rita, role: reviews, backend: reviewer")
+	main0 := gitOut(t, repo, "rev-parse", "main")
+	d := startDaemon(t, cfg)
+	d.waitLine("rita idle", idleLine("rita"))
+	d.waitLine("alice idle", idleLine("alice"))
+	b, _ := openBoardAt(t, filepath.Join(repo, ".swarm"))
+	ctx := context.Background()
+	one, err := b.Add(ctx, taskboard.NewTask{Title: "one", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTaskLong(t, b, one.ID, task.Done, d, 60*time.Second)
+	two, err := b.Add(ctx, taskboard.NewTask{Title: "two", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := func(m map[string]any) bool { return m["agent"] == "alice" && m["msg"] == "agent stopped" }
+	d.waitLine("task two given up, or alice stopped", func(m map[string]any) bool {
+		tk, err := b.Get(ctx, two.ID)
+		return stopped(m) || (err == nil && tk.State == task.Failed)
+	})
+	if err := os.WriteFile(filepath.Join(report, "fail-now"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLine("main moved, or alice stopped", func(m map[string]any) bool {
+		return stopped(m) || strings.Contains(fmt.Sprint(m["msg"]), "MERGE TARGET MOVED")
+	})
+	if got := gitOut(t, repo, "rev-parse", "main"); got != main0 {
+		t.Errorf("main moved to %s (%s), was %s", got, gitOut(t, repo, "log", "-1", "--format=%s", "main"), main0)
+	}
+}

@@ -1,6 +1,7 @@
 package worktree
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,6 +135,13 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	if h, ok := m.onBranch(adminDir, want); ok {
 		return inspection{state: wtOK, head: h, adminDir: adminDir}, nil
 	}
+	// The branch's directory is its sandbox's to write: a branch made a
+	// symbolic ref (or a link git takes for one) is another branch in
+	// git's hands, and the daemon's own git there (a task line's reset)
+	// would move that one, the merge target included.
+	if _, st := m.readRef(want); st == refSymbolic {
+		return foreign("branch %s is a symbolic ref, not a branch of its own", want.Short()), nil
+	}
 	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if err != nil {
 		return foreign("cannot be opened: %v", err), nil
@@ -187,20 +195,32 @@ const (
 	refUnknown refState = iota // not a plain ref here: ask go-git
 	refFound
 	refMissing
+	// refSymbolic is a loose ref that names another ref ("ref: ...") or is
+	// not a file of its own (a symbolic link, which git takes for a
+	// symbolic ref when it points into refs/, or a FIFO): git updates
+	// whatever it leads to.
+	refSymbolic
 )
 
 // readRef reads a branch ref the way git stores it in the files backend: a
-// loose file holding an object name, else a line of packed-refs. Anything
-// else (a symbolic ref, another ref storage) is refUnknown.
+// loose file holding an object name, else a line of packed-refs. A
+// symbolic ref is refSymbolic; anything else (another ref storage) is
+// refUnknown.
 func (m *Manager) readRef(name plumbing.ReferenceName) (plumbing.Hash, refState) {
 	if m.reftable {
 		return plumbing.ZeroHash, refUnknown
 	}
 	var buf [smallFile]byte
-	loose, err := readSmall(filepath.Join(m.commonDir, filepath.FromSlash(name.String())), &buf)
+	loose, err := readSmallFile(filepath.Join(m.commonDir, filepath.FromSlash(name.String())), &buf)
+	if errors.Is(err, errNotAFile) {
+		return plumbing.ZeroHash, refSymbolic
+	}
 	if err == nil {
 		if h, ok := parseHash(strings.TrimSpace(string(loose))); ok {
 			return h, refFound
+		}
+		if bytes.HasPrefix(loose, []byte("ref:")) {
+			return plumbing.ZeroHash, refSymbolic
 		}
 		return plumbing.ZeroHash, refUnknown
 	}

@@ -2,6 +2,7 @@ package worktree
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,4 +107,59 @@ func BenchmarkStartLine(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A sandbox writes its agent's branch directory: it made its branch a
+// symbolic ref to main (or a link git takes for one), and the reset that
+// puts the branch on a task's line, run by the daemon outside the
+// sandbox, moved main to the agent's unreviewed commit. A branch that is
+// not a ref of its own is refused; nothing else moves.
+func TestStartLineMovesNoBranchASymbolicRefNames(t *testing.T) {
+	ctx := context.Background()
+	for name, plant := range map[string]func(t *testing.T, repo, ref string){
+		"text": func(t *testing.T, repo, ref string) {
+			writeFile(t, ref, "ref: refs/heads/main\n")
+		},
+		// git reads a link into refs/ as a symbolic ref; a plain reader
+		// follows it to a file the sandbox wrote beside it.
+		"link": func(t *testing.T, repo, ref string) {
+			decoy := filepath.Join(filepath.Dir(ref), "refs", "heads", "main")
+			if err := os.MkdirAll(filepath.Dir(decoy), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, decoy, gitT(t, repo, "rev-parse", "main")+"\n")
+			if err := os.Remove(ref); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("refs/heads/main", ref); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			repo := newRepo(t)
+			m := openT(t, repo)
+			wt, err := m.Ensure(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(wt.Path, "one.txt"), "one\n")
+			one := commitAll(t, wt.Path, "task 1, unreviewed")
+			main0 := gitT(t, repo, "rev-parse", "main")
+			plant(t, repo, filepath.Join(repo, ".git", "refs", "heads", "swarm", "alice", "work"))
+			if got := gitT(t, repo, "rev-parse", "swarm/alice/work"); got != main0 {
+				t.Fatalf("git reads the planted branch at %s, want main's %s", got, main0)
+			}
+
+			if _, err := m.StartLine(ctx, "alice", 1, one, "main"); err == nil {
+				t.Error("StartLine put a symbolic branch on a line")
+			}
+			if _, err := m.Ensure(ctx, "alice"); err == nil {
+				t.Error("Ensure took a symbolic branch for the agent's")
+			}
+			if got := gitT(t, repo, "rev-parse", "main"); got != main0 {
+				t.Fatalf("main moved to %s (the agent's commit is %s), was %s", got, one, main0)
+			}
+		})
+	}
 }

@@ -120,14 +120,41 @@ const smallFile = 512
 // existing branches reads every registration's HEAD once per agent. A file
 // that fills buf (a very long path) is read again by os.ReadFile.
 func readSmall(path string, buf *[smallFile]byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	return readSmallFlags(path, buf, 0)
+}
+
+// errNotAFile is readSmallFile's error for a path that is not a regular
+// file: a symbolic link, a FIFO, a directory.
+var errNotAFile = errors.New("not a regular file")
+
+// readSmallFile is readSmall of a regular file only, never through a
+// symbolic link, and never blocking on a FIFO: the paths a sandbox writes
+// (its branch).
+func readSmallFile(path string, buf *[smallFile]byte) ([]byte, error) {
+	return readSmallFlags(path, buf, unix.O_NOFOLLOW|unix.O_NONBLOCK)
+}
+
+func readSmallFlags(path string, buf *[smallFile]byte, flags int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
 	for err == unix.EINTR {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
+	}
+	if err == unix.ELOOP && flags&unix.O_NOFOLLOW != 0 {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errNotAFile}
 	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	if flags&unix.O_NOFOLLOW != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: errNotAFile}
+		}
+	}
 	n := 0
 	for n < len(buf) {
 		m, err := unix.Read(fd, buf[n:])
@@ -141,6 +168,9 @@ func readSmall(path string, buf *[smallFile]byte) ([]byte, error) {
 			return buf[:n], nil
 		}
 		n += m
+	}
+	if flags&unix.O_NOFOLLOW != 0 {
+		return buf[:n], nil // no ref is that long: read no further
 	}
 	return os.ReadFile(path)
 }

@@ -537,6 +537,8 @@ func (m *Manager) branchTip(agent string) (plumbing.Hash, bool, error) {
 		return h, true, nil
 	case refMissing:
 		return plumbing.ZeroHash, false, nil
+	case refSymbolic:
+		return plumbing.ZeroHash, false, fmt.Errorf("read branch %s: a symbolic ref, not a branch of its own", m.Branch(agent))
 	}
 	r, err := m.openRepo()
 	if err != nil {
