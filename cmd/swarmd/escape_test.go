@@ -510,3 +510,41 @@ func TestTheDaemonMovesNoBranchAnAgentsBranchNames(t *testing.T) {
 		t.Errorf("main moved to %s (%s), was %s", got, gitOut(t, repo, "log", "-1", "--format=%s", "main"), main0)
 	}
 }
+
+// reflogPlanter leaves its worktree on a branch whose name is a shell
+// command, with its HEAD's reflog a link to $PWN (in the state directory,
+// which its sandbox does not see).
+const reflogPlanter = `cat >/dev/null
+if [ -e "$REPORT/planted" ]; then printf 'idle\nDONE\n'; exit 0; fi
+git checkout -q -b 'swarm/mallory/x;$(touch${IFS}pwned)'
+gd=$(git rev-parse --git-dir)
+rm -f "$gd/logs/HEAD" && ln -s "$PWN" "$gd/logs/HEAD"
+touch "$REPORT/planted"
+printf 'done\nDONE\n'`
+
+// The daemon's git appended its reflog line through a link a session put
+// in place of its worktree's reflog: as the daemon, outside the sandbox,
+// to any file (created if need be), with a branch name of the session's
+// in the line. The daemon's git writes no reflog that is not a file of
+// the worktree's own.
+func TestTheDaemonsGitWritesNoFileThroughAReflogLink(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	pwn := filepath.Join(repo, ".swarm", "PWNED")
+	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": reflogPlanter}, "name: mallory, role: r, backend: hostile")
+	d := startDaemon(t, cfg)
+	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
+		_, err := os.Stat(filepath.Join(report, "planted"))
+		return err == nil && idleLine("mallory")(m)
+	})
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "wake up"); code != 0 {
+		t.Fatalf("mail to mallory: %s", stderr)
+	}
+	d.waitLine("mallory's worktree switched back to its branch", func(m map[string]any) bool {
+		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "switched back")
+	})
+	if out, err := os.ReadFile(pwn); err == nil {
+		t.Errorf("the daemon's git wrote %s through mallory's reflog link:\n%s", pwn, out)
+	}
+}

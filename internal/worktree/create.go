@@ -29,6 +29,10 @@ func (m *Manager) checkout(ctx context.Context, wt Worktree, adminDir string) er
 		return err
 	}
 	defer done()
+	// A new registration, but the branch's reflogs are older.
+	if err := m.plainLogs(wt.Agent, adminDir); err != nil {
+		return err
+	}
 	if _, err := m.gitIn(ctx, wt.Path, adminDir, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
 		return err
 	}

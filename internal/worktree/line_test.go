@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // StartLine puts the agent's branch on a new line at the target's tip, or
@@ -161,5 +163,84 @@ func TestStartLineMovesNoBranchASymbolicRefNames(t *testing.T) {
 				t.Fatalf("main moved to %s (the agent's commit is %s), was %s", got, one, main0)
 			}
 		})
+	}
+}
+
+// A sandbox writes its worktree's reflogs and its branch's: it replaced
+// them with links to a file of the operator's, and the daemon's git, the
+// switch back to the agent's branch and a task line's reset, appended to
+// that file outside the sandbox, a line naming the branch the session
+// left checked out ("$(...)" in it, for a shell that reads the file).
+// The daemon's git writes only reflogs that are the worktree's own files.
+func TestTheDaemonsGitAppendsToNoFileAReflogLinksTo(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wt.Path, "one.txt"), "one\n")
+	one := commitAll(t, wt.Path, "task 1")
+	admin := gitT(t, wt.Path, "rev-parse", "--absolute-git-dir")
+	outside := t.TempDir()
+	plant := func(reflog, name string) string {
+		target := filepath.Join(outside, name)
+		writeFile(t, target, "# the operator's\n")
+		if err := os.Remove(reflog); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, reflog); err != nil {
+			t.Fatal(err)
+		}
+		return target
+	}
+	// Off its branch, on one whose name is a command, its HEAD's reflog a
+	// link; its branch's a link too.
+	gitT(t, wt.Path, "checkout", "-q", "-b", "swarm/alice/x;$(touch${IFS}pwned)")
+	headLog := plant(filepath.Join(admin, "logs", "HEAD"), "bashrc")
+	branchLog := plant(filepath.Join(repo, ".git", "logs", "refs", "heads", "swarm", "alice", "work"), "profile")
+
+	if _, err := m.Ensure(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if b := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); b != "swarm/alice/work" {
+		t.Fatalf("not switched back: on %q", b)
+	}
+	if _, err := m.StartLine(ctx, "alice", 2, "", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.StartLine(ctx, "alice", 1, one, "main"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{headLog, branchLog} {
+		if got := readFile(t, f); got != "# the operator's\n" {
+			t.Errorf("the daemon's git wrote %s through a reflog's link:\n%s", f, got)
+		}
+	}
+}
+
+// A FIFO where git appends a reflog held the daemon's git (and the agent's
+// lock) until it was killed.
+func TestTheDaemonsGitWaitsOnNoReflogFIFO(t *testing.T) {
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wt.Path, "one.txt"), "one\n")
+	one := commitAll(t, wt.Path, "task 1")
+	admin := gitT(t, wt.Path, "rev-parse", "--absolute-git-dir")
+	if err := syscall.Mkfifo(filepath.Join(admin, "logs", "ORIG_HEAD"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := m.StartLine(ctx, "alice", 2, "", "main"); err != nil {
+		t.Fatalf("a new line: %v", err)
+	}
+	if _, err := m.StartLine(ctx, "alice", 1, one, "main"); err != nil {
+		t.Fatalf("back to task 1: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"go.uber.org/zap"
@@ -45,6 +46,9 @@ func (e *OffBranchError) Is(target error) bool { return target == ErrOffBranch }
 // (swarmd-rescue/<agent>/<commit>); uncommitted changes come along, as
 // "git checkout" carries them. The caller holds the lock.
 func (m *Manager) restoreBranch(ctx context.Context, wt Worktree, in inspection) (Worktree, error) {
+	if err := m.plainLogs(wt.Agent, in.adminDir); err != nil {
+		return Worktree{}, err
+	}
 	kept := in.branch
 	if kept == "" && !in.head.IsZero() {
 		held, err := m.onSomeBranch(ctx, wt.Path, in.adminDir)
@@ -207,4 +211,49 @@ func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 		return removed, fmt.Errorf("clear stale git locks of agent %s: %w", agent, err)
 	}
 	return removed, nil
+}
+
+// plainLogs removes from the reflog directories of agent's worktree
+// (adminDir's logs, and its branch directory's) whatever is not a
+// directory or a file of its own: a sandbox writes both, and git appends a
+// reflog line wherever a symbolic link there leads (or blocks on a FIFO),
+// creating the file if need be. The daemon's git in the worktree (a task
+// line's reset, the switch back to the agent's branch) would append, as
+// the daemon and outside the sandbox, to any file the link names: a
+// shell's startup file, with a branch name of the session's making in the
+// line. Called before each git of the daemon's that moves a ref there; the
+// caller holds the agent's lock.
+func (m *Manager) plainLogs(agent, adminDir string) error {
+	for _, dir := range []string{filepath.Join(adminDir, "logs"), filepath.Join(m.commonDir, "logs", filepath.FromSlash(branchDir(agent)))} {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && path == dir {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return nil
+			}
+			if d.Type().IsRegular() {
+				fi, err := d.Info()
+				if err != nil {
+					return err
+				}
+				// A hard link is a file of somebody else's too.
+				if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Nlink == 1 {
+					return nil
+				}
+			}
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			m.log.Warn("removed a reflog that was not a file of the worktree's own", zap.String("agent", agent), zap.String("path", path))
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("check the reflogs of agent %s: %w", agent, err)
+		}
+	}
+	return nil
 }
