@@ -548,3 +548,27 @@ func TestTheDaemonsGitWritesNoFileThroughAReflogLink(t *testing.T) {
 		t.Errorf("the daemon's git wrote %s through mallory's reflog link:\n%s", pwn, out)
 	}
 }
+
+// fifoPlanter puts a FIFO in the place of its worktree's HEAD.
+const fifoPlanter = `cat >/dev/null
+gd=$(git rev-parse --git-dir)
+rm -f "$gd/HEAD" && mkfifo "$gd/HEAD"
+printf 'done\nDONE\n'`
+
+// The daemon read the worktree's HEAD when the session ended, and waited
+// on the FIFO for good: the agent's runner, its stop, and the daemon's own
+// stop. The agent is stopped, naming why, and the daemon stops.
+func TestAFIFOInAWorktreeHoldsNothingUp(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	cfg := escapeConfig(t, repo, report, "", "", map[string]string{"hostile": fifoPlanter}, "name: mallory, role: r, backend: hostile")
+	d := startDaemon(t, cfg)
+	d.waitLine("mallory stopped", func(m map[string]any) bool {
+		return m["agent"] == "mallory" && m["msg"] == "agent stopped" && strings.Contains(fmt.Sprint(m["reason"]), "HEAD")
+	})
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

@@ -30,7 +30,7 @@ func (m *Manager) checkout(ctx context.Context, wt Worktree, adminDir string) er
 	}
 	defer done()
 	// A new registration, but the branch's reflogs are older.
-	if err := m.plainLogs(wt.Agent, adminDir); err != nil {
+	if err := m.plainGitDir(wt.Agent, adminDir); err != nil {
 		return err
 	}
 	if _, err := m.gitIn(ctx, wt.Path, adminDir, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {

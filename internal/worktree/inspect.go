@@ -99,7 +99,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	// The .git file names the worktree's admin directory; it must be in our
 	// repository and registered for this very path (not a copy).
 	var buf [smallFile]byte
-	data, err := readSmall(dotGit, &buf)
+	data, err := readSmallFile(dotGit, &buf)
 	if err != nil {
 		return inspection{}, fmt.Errorf("inspect worktree of agent %s: %w", agent, err)
 	}
@@ -127,7 +127,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	// register keeps a new worktree locked "initializing" until its files
 	// are checked out, as git does; a caller holds the agent's lock, so
 	// that is a creation that a crash cut short, not one going on.
-	if lock, err := readSmall(filepath.Join(adminDir, "locked"), &buf); err == nil && strings.TrimSpace(string(lock)) == initializing {
+	if lock, err := readSmallFile(filepath.Join(adminDir, "locked"), &buf); err == nil && strings.TrimSpace(string(lock)) == initializing {
 		return inspection{state: wtIncomplete, adminDir: adminDir}, nil
 	}
 
@@ -141,6 +141,9 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	// would move that one, the merge target included.
 	if _, st := m.readRef(want); st == refSymbolic {
 		return foreign("branch %s is a symbolic ref, not a branch of its own", want.Short()), nil
+	}
+	if !m.reftable {
+		return m.inspectHead(adminDir, want), nil
 	}
 	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if err != nil {
@@ -156,7 +159,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 		if rebasingBranch(adminDir) == want {
 			return inspection{state: wtOK, head: head.Hash(), rebasing: true, adminDir: adminDir}, nil
 		}
-		return offBranch(r, want, inspection{head: head.Hash(), adminDir: adminDir,
+		return offBranchGit(r, want, inspection{head: head.Hash(), adminDir: adminDir,
 			reason: fmt.Sprintf("detached HEAD at %s, want branch %s", head.Hash().String()[:12], want.Short())}), nil
 	}
 	if head.Target() != want {
@@ -165,13 +168,55 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 		if ref, err := r.Reference(head.Target(), true); err == nil {
 			in.head = ref.Hash()
 		}
-		return offBranch(r, want, in), nil
+		return offBranchGit(r, want, in), nil
 	}
 	ref, err := r.Reference(want, true)
 	if err != nil {
 		return foreign("branch %s cannot be read: %v", want.Short(), err), nil
 	}
 	return inspection{state: wtOK, head: ref.Hash(), adminDir: adminDir}, nil
+}
+
+// inspectHead is the rest of inspectFiles for the files ref storage:
+// what the worktree's HEAD names, read as onBranch and readRef read, never
+// waiting on a file that is not one (go-git's reading of a FIFO the
+// sandbox put in HEAD's place, or its branch's, held the daemon's
+// inspection, and every stop after it, for good).
+func (m *Manager) inspectHead(adminDir string, want plumbing.ReferenceName) inspection {
+	var buf [smallFile]byte
+	data, err := readSmallFile(filepath.Join(adminDir, "HEAD"), &buf)
+	if err != nil {
+		return foreign("cannot read HEAD: %v", err)
+	}
+	head := strings.TrimSpace(string(data))
+	target, symbolic := strings.CutPrefix(head, "ref:")
+	if !symbolic {
+		h, ok := parseHash(head)
+		if !ok {
+			return foreign("cannot read HEAD: %.60q", head)
+		}
+		// A rebase detaches HEAD but keeps the branch checked out here; the
+		// agent's next session can finish it.
+		if rebasingBranch(adminDir) == want {
+			return inspection{state: wtOK, head: h, rebasing: true, adminDir: adminDir}
+		}
+		return m.offBranch(want, inspection{head: h, adminDir: adminDir,
+			reason: fmt.Sprintf("detached HEAD at %s, want branch %s", h.String()[:12], want.Short())})
+	}
+	ref := plumbing.ReferenceName(strings.TrimSpace(target))
+	if ref != want {
+		in := inspection{branch: ref.Short(), adminDir: adminDir,
+			reason: fmt.Sprintf("on branch %s, want %s", ref.Short(), want.Short())}
+		if h, st := m.readRef(ref); st == refFound {
+			in.head = h
+		}
+		return m.offBranch(want, in)
+	}
+	h, st := m.readRef(want)
+	if st != refFound {
+		return foreign("branch %s cannot be read", want.Short())
+	}
+	return inspection{state: wtOK, head: h, adminDir: adminDir}
 }
 
 // onBranch is the common case of inspectFiles read without go-git, whose
@@ -181,7 +226,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 // which the full inspection then classifies.
 func (m *Manager) onBranch(adminDir string, want plumbing.ReferenceName) (plumbing.Hash, bool) {
 	var buf [smallFile]byte
-	head, err := readSmall(filepath.Join(adminDir, "HEAD"), &buf)
+	head, err := readSmallFile(filepath.Join(adminDir, "HEAD"), &buf)
 	if err != nil || strings.TrimSpace(string(head)) != "ref: "+want.String() {
 		return plumbing.ZeroHash, false
 	}
@@ -263,7 +308,16 @@ func parseHash(s string) (plumbing.Hash, bool) {
 // is the agent's worktree that a session switched away (wtOffBranch, which
 // Ensure and Verify switch back); without the branch nothing says the
 // worktree was ever the agent's, so it is left alone.
-func offBranch(r *git.Repository, want plumbing.ReferenceName, in inspection) inspection {
+func (m *Manager) offBranch(want plumbing.ReferenceName, in inspection) inspection {
+	if _, st := m.readRef(want); st != refFound {
+		return foreign("%s", in.reason)
+	}
+	in.state = wtOffBranch
+	return in
+}
+
+// offBranchGit is offBranch with go-git, for the reftable ref storage.
+func offBranchGit(r *git.Repository, want plumbing.ReferenceName, in inspection) inspection {
 	if _, err := r.Reference(want, true); err != nil {
 		return foreign("%s", in.reason)
 	}
@@ -275,7 +329,8 @@ func offBranch(r *git.Repository, want plumbing.ReferenceName, in inspection) in
 // rewriting, or "".
 func rebasingBranch(adminDir string) plumbing.ReferenceName {
 	for _, dir := range []string{"rebase-merge", "rebase-apply"} {
-		if data, err := os.ReadFile(filepath.Join(adminDir, dir, "head-name")); err == nil {
+		var buf [smallFile]byte
+		if data, err := readSmallFile(filepath.Join(adminDir, dir, "head-name"), &buf); err == nil {
 			return plumbing.ReferenceName(strings.TrimSpace(string(data)))
 		}
 	}

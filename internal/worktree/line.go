@@ -71,7 +71,7 @@ func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head,
 	if in.head.String() == want {
 		return want, nil
 	}
-	if err := m.plainLogs(agent, in.adminDir); err != nil {
+	if err := m.plainGitDir(agent, in.adminDir); err != nil {
 		return fail(err)
 	}
 	path := m.Path(agent)

@@ -220,8 +220,8 @@ func TestTheDaemonsGitAppendsToNoFileAReflogLinksTo(t *testing.T) {
 	}
 }
 
-// A FIFO where git appends a reflog held the daemon's git (and the agent's
-// lock) until it was killed.
+// A FIFO where git appends a reflog, or reads the index, held the daemon's
+// git (and the agent's lock) until it was killed.
 func TestTheDaemonsGitWaitsOnNoReflogFIFO(t *testing.T) {
 	repo := newRepo(t)
 	m := openT(t, repo)
@@ -232,8 +232,11 @@ func TestTheDaemonsGitWaitsOnNoReflogFIFO(t *testing.T) {
 	writeFile(t, filepath.Join(wt.Path, "one.txt"), "one\n")
 	one := commitAll(t, wt.Path, "task 1")
 	admin := gitT(t, wt.Path, "rev-parse", "--absolute-git-dir")
-	if err := syscall.Mkfifo(filepath.Join(admin, "logs", "ORIG_HEAD"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{filepath.Join("logs", "ORIG_HEAD"), "index"} {
+		_ = os.Remove(filepath.Join(admin, f))
+		if err := syscall.Mkfifo(filepath.Join(admin, f), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -242,5 +245,49 @@ func TestTheDaemonsGitWaitsOnNoReflogFIFO(t *testing.T) {
 	}
 	if _, err := m.StartLine(ctx, "alice", 1, one, "main"); err != nil {
 		t.Fatalf("back to task 1: %v", err)
+	}
+}
+
+// A FIFO in the place of the worktree's HEAD held the daemon's reading of
+// it for good: the agent's runner, its stop and the daemon's.
+func TestAnInspectionWaitsOnNoFIFO(t *testing.T) {
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := gitT(t, wt.Path, "rev-parse", "--absolute-git-dir")
+	head := filepath.Join(admin, "HEAD")
+	if err := os.Remove(head); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(head, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Head(context.Background(), "alice")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO for HEAD read as a commit")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the inspection waits on the FIFO")
+		// Let it go: a writer opens the FIFO and closes it, as often as
+		// a reader waits there.
+		for {
+			if f, err := os.OpenFile(head, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
 }

@@ -46,7 +46,7 @@ func (e *OffBranchError) Is(target error) bool { return target == ErrOffBranch }
 // (swarmd-rescue/<agent>/<commit>); uncommitted changes come along, as
 // "git checkout" carries them. The caller holds the lock.
 func (m *Manager) restoreBranch(ctx context.Context, wt Worktree, in inspection) (Worktree, error) {
-	if err := m.plainLogs(wt.Agent, in.adminDir); err != nil {
+	if err := m.plainGitDir(wt.Agent, in.adminDir); err != nil {
 		return Worktree{}, err
 	}
 	kept := in.branch
@@ -184,6 +184,9 @@ func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 	if in.state != wtOK && in.state != wtOffBranch {
 		return nil, nil // no worktree of ours: nothing of the agent's to unlock
 	}
+	if err := m.plainGitDir(agent, in.adminDir); err != nil {
+		return nil, err
+	}
 	var removed []string
 	remove := func(path string) error {
 		err := os.Remove(path)
@@ -213,18 +216,20 @@ func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 	return removed, nil
 }
 
-// plainLogs removes from the reflog directories of agent's worktree
-// (adminDir's logs, and its branch directory's) whatever is not a
-// directory or a file of its own: a sandbox writes both, and git appends a
-// reflog line wherever a symbolic link there leads (or blocks on a FIFO),
-// creating the file if need be. The daemon's git in the worktree (a task
-// line's reset, the switch back to the agent's branch) would append, as
-// the daemon and outside the sandbox, to any file the link names: a
-// shell's startup file, with a branch name of the session's making in the
-// line. Called before each git of the daemon's that moves a ref there; the
+// plainGitDir removes from the git directories of agent's worktree that
+// its sandbox writes (adminDir, the worktree's own, and its branch's
+// reflog directory) whatever is not a directory or a file of its own:
+// git makes nothing else there. git appends a reflog line wherever a
+// symbolic link in a reflog's place leads, creating the file, and waits
+// for good on a FIFO in the place of the index or a reflog: the daemon's
+// git in the worktree (a task line's reset, the switch back to the
+// agent's branch) appended, as the daemon and outside the sandbox, to any
+// file a link named (a shell's startup file, with a branch name of the
+// session's making in the line), or never ended. Called after each
+// session and before each git of the daemon's that moves a ref there; the
 // caller holds the agent's lock.
-func (m *Manager) plainLogs(agent, adminDir string) error {
-	for _, dir := range []string{filepath.Join(adminDir, "logs"), filepath.Join(m.commonDir, "logs", filepath.FromSlash(branchDir(agent)))} {
+func (m *Manager) plainGitDir(agent, adminDir string) error {
+	for _, dir := range []string{adminDir, filepath.Join(m.commonDir, "logs", filepath.FromSlash(branchDir(agent)))} {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) && path == dir {
 				return nil
@@ -248,11 +253,11 @@ func (m *Manager) plainLogs(agent, adminDir string) error {
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-			m.log.Warn("removed a reflog that was not a file of the worktree's own", zap.String("agent", agent), zap.String("path", path))
+			m.log.Warn("removed what a session left in its git directory that git makes none of", zap.String("agent", agent), zap.String("path", path))
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("check the reflogs of agent %s: %w", agent, err)
+			return fmt.Errorf("check the git directory of agent %s: %w", agent, err)
 		}
 	}
 	return nil
