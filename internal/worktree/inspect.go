@@ -140,7 +140,7 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 	// git's hands, and the daemon's own git there (a task line's reset)
 	// would move that one, the merge target included.
 	if _, st := m.readRef(want); st == refSymbolic {
-		return foreign("branch %s is a symbolic ref, not a branch of its own", want.Short()), nil
+		return foreign("branch %s is a symbolic ref or not a file, not a branch of its own", want.Short()), nil
 	}
 	if !m.reftable {
 		return m.inspectHead(adminDir, want), nil

@@ -538,7 +538,7 @@ func (m *Manager) branchTip(agent string) (plumbing.Hash, bool, error) {
 	case refMissing:
 		return plumbing.ZeroHash, false, nil
 	case refSymbolic:
-		return plumbing.ZeroHash, false, fmt.Errorf("read branch %s: a symbolic ref, not a branch of its own", m.Branch(agent))
+		return plumbing.ZeroHash, false, fmt.Errorf("read branch %s: a symbolic ref or not a file, not a branch of its own", m.Branch(agent))
 	}
 	r, err := m.openRepo()
 	if err != nil {
