@@ -170,9 +170,34 @@ func readSmallFlags(path string, buf *[smallFile]byte, flags int) ([]byte, error
 		n += m
 	}
 	if flags&unix.O_NOFOLLOW != 0 {
-		return buf[:n], nil // no ref is that long: read no further
+		// A long line (the gitdir of a worktree under a deep path): the
+		// rest from this very file, which is a regular one; reading the
+		// path again could meet what a sandbox put there meanwhile.
+		return readRest(fd, path, append([]byte(nil), buf[:n]...))
 	}
 	return os.ReadFile(path)
+}
+
+// maxLinkFile bounds readRest: no file of a line git keeps is near it.
+const maxLinkFile = 1 << 20
+
+// readRest appends the rest of fd's file to out, up to maxLinkFile.
+func readRest(fd int, path string, out []byte) ([]byte, error) {
+	var chunk [4096]byte
+	for len(out) <= maxLinkFile {
+		m, err := unix.Read(fd, chunk[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			return out, nil
+		}
+		out = append(out, chunk[:m]...)
+	}
+	return nil, &fs.PathError{Op: "read", Path: path, Err: errors.New("longer than any file of a line git keeps")}
 }
 
 func stampOfStat(st *syscall.Stat_t) stamp {

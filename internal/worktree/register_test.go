@@ -234,6 +234,10 @@ func TestReadSmall(t *testing.T) {
 		if got, err := readSmall(path, &buf); err != nil || string(got) != want {
 			t.Errorf("readSmall of %d bytes = %d bytes, %v", n, len(got), err)
 		}
+		// A worktree's gitdir under a deep path is long: read whole too.
+		if got, err := readSmallFile(path, &buf); err != nil || string(got) != want {
+			t.Errorf("readSmallFile of %d bytes = %d bytes, %v", n, len(got), err)
+		}
 	}
 	if _, err := readSmall(filepath.Join(dir, "missing"), &buf); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("readSmall of a missing file: %v, want fs.ErrNotExist", err)
