@@ -159,6 +159,12 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 		d.log.Info("merge queue: target fast-forwarded to the remote's", zap.String("into", into), zap.String("commit", theirs))
 		return nil
 	}
-	return fmt.Errorf("%s on %s is at %s, with commits this repository's %s (at %s) lacks, and it cannot be fast-forwarded (%v): bring them in (git pull %s %s), then the queue goes on",
-		into, remote, theirs, into, ours, err, remote, into)
+	// Diverged. Commits of ours that the remote lacks can be merges this
+	// daemon made after it lost the queue without seeing it (stopped
+	// between its last check and its move of the target): the new leader
+	// merged those tasks again, and a pull would merge them twice.
+	return fmt.Errorf("%s on %s is at %.12s and this repository's %s at %.12s: each has commits the other lacks, so it cannot be fast-forwarded (%v). "+
+		"If this repository's own (git log %.12s..%s) are merges of tasks the remote's %s has merged too (this daemon lost the merge queue while it merged), "+
+		"they are duplicates: reset this repository's %s to %.12s (git branch -f, or git reset --hard in its checkout); otherwise bring the remote's in (git pull %s %s). Then the queue goes on",
+		into, remote, theirs, into, ours, err, theirs, into, into, into, theirs, remote, into)
 }
