@@ -198,3 +198,140 @@ func TestRestartAfterKillTakesAgentsAtOnce(t *testing.T) {
 		t.Errorf("restarted daemon exited %d", code)
 	}
 }
+
+// startInPidNamespace starts `swarmd run` on repo's config at the path
+// shared, in a mount namespace and a pid namespace of its own: a container
+// on this machine (same kernel, same boot id), in which the daemon is pid 1
+// and no process of the host is to be seen.
+func startInPidNamespace(t *testing.T, who, repo, shared string) *daemonProc {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	d := startDaemonCmd(t, exec.Command(unshare, "-m", "-p", "-f", "--mount-proc", "--kill-child", "--propagation", "private", "sh", "-c",
+		`mount --bind "$1" "$2" && exec "$3" run --config "$2/swarmd.yaml" --log-format json --log-level debug`,
+		"sh", repo, shared, swarmdBin))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon %s's log:\n%s", who, d.log())
+		}
+	})
+	return d
+}
+
+// TestNamesakeInAPidNamespaceIsRefused: two containers on one machine with
+// the same host name (host networking, a StatefulSet's pod copied into
+// another namespace and scheduled on the same node) and the same state dir
+// path, each its own volume: the same boot id, a pid namespace each. A
+// runs x; B starts. The pid A's lease names means nothing in B's pid
+// namespace (gone there, or B's own pid: both are pid 1 in their
+// containers), so B took A's lease for its dead predecessor's and ran x
+// beside A. It must wait, and be refused once A renews.
+func TestNamesakeInAPidNamespaceIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for mount and pid namespaces")
+	}
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("namesakepid"); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	shared := t.TempDir()
+	repo := func(who string) string {
+		return filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL("namesakepid"), Lease: "3s", Out: out, Who: who, Script: sleeperScript}))
+	}
+	running := func(d *daemonProc) int {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", d.cmd.Process.Pid))
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for _, p := range treeProcesses(filepath.Join(shared, ".swarm")) {
+			pid, _, _ := strings.Cut(p, ":")
+			if pns, _ := os.Readlink("/proc/" + pid + "/ns/mnt"); pns == ns && strings.Contains(p, "sleep") {
+				n++
+			}
+		}
+		return n
+	}
+	for _, order := range []string{"A in a container, B in another", "A on the host, B in a container"} {
+		t.Run(order, func(t *testing.T) {
+			var a *daemonProc
+			if strings.HasPrefix(order, "A on the host") {
+				unshare, _ := exec.LookPath("unshare")
+				a = startDaemonCmd(t, exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c",
+					`mount --bind "$1" "$2" && exec "$3" run --config "$2/swarmd.yaml" --log-format json --log-level debug`,
+					"sh", repo("a"), shared, swarmdBin))
+			} else {
+				a = startInPidNamespace(t, "a", repo("a"), shared)
+			}
+			waitUntil(t, "x's session on A", func() bool { return running(a) == 1 })
+			b := startInPidNamespace(t, "b", repo("b"), shared)
+			exited := func() bool {
+				select {
+				case <-b.done:
+					return true
+				default:
+					return false
+				}
+			}
+			waitUntil(t, "B refused, or running x", func() bool { return exited() || running(b) > 0 })
+			if n := running(b); n > 0 {
+				_ = b.cmd.Process.Kill()
+				_ = a.cmd.Process.Kill()
+				t.Fatalf("namesake B, in a pid namespace of its own, runs x (%d sessions) beside A", n)
+			}
+			if code := b.wait(10 * time.Second); code != 2 {
+				t.Errorf("namesake B exited %d, want 2 (refused)", code)
+			}
+			if n := running(a); n != 1 {
+				t.Errorf("x's sessions on A after B's refusal: %d, want 1", n)
+			}
+			_ = a.cmd.Process.Signal(syscall.SIGKILL)
+			a.wait(30 * time.Second)
+			// Its lease guard ends its session; the next A, a namesake of
+			// the dead one, takes x once its lease expires (3 s).
+			waitUntil(t, "A's session ended", func() bool { return len(treeProcesses(filepath.Join(shared, ".swarm"))) == 0 })
+		})
+	}
+}
+
+// TestContainerRestartTakesAgentsAtOnce: a daemon in a container (a pid
+// namespace of its own, pid 1 there) killed and started again in a new
+// container on the same state dir finds its agents' leases under its own
+// name, unexpired, held by its dead predecessor: the pid they name was in
+// a pid namespace that is gone, but the state dir's lock it held is this
+// daemon's now. It takes them back at once.
+func TestContainerRestartTakesAgentsAtOnce(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for mount and pid namespaces")
+	}
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("containerrestart"); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	shared := t.TempDir()
+	repo := filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL("containerrestart"), Lease: "30s", Out: out, Who: "a", Script: sleeperScript}))
+	running := func() bool { return len(treeProcesses(filepath.Join(shared, ".swarm"))) > 0 }
+	// A host process in the second container's pid 1's place would make
+	// the pid look alive: the restart must not depend on the pid at all.
+	a := startInPidNamespace(t, "a", repo, shared)
+	waitUntil(t, "x's session", running)
+	_ = a.cmd.Process.Signal(syscall.SIGKILL) // the container is gone, its processes with it
+	a.wait(10 * time.Second)
+	waitUntil(t, "the killed container's session ended", func() bool { return !running() })
+	restarted := time.Now()
+	b := startInPidNamespace(t, "a again", repo, shared)
+	waitUntil(t, "x's session after the restart", running)
+	if took := time.Since(restarted); took > 10*time.Second {
+		t.Errorf("the restarted container took x back after %s; want at once, not after the 30 s lease", took.Round(time.Millisecond))
+	}
+	if strings.Contains(b.log(), "held under this daemon's own name") {
+		t.Error("the restarted container waited on its own dead predecessor's leases")
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGKILL)
+	b.wait(30 * time.Second)
+	waitUntil(t, "the restarted container's session ended", func() bool { return !running() })
+}

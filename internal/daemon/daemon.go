@@ -90,7 +90,7 @@ type liveConfig struct {
 // trees and what contains them.
 type host struct {
 	lock      *stateLock
-	boot      string // this machine's boot id, kept in its leases (namesake.go)
+	boot      string // this boot and pid namespace, kept in its leases (namesake.go)
 	sup       *proc.Supervisor
 	iso       isolation         // what contains the process trees (isolation.go)
 	sandboxes *sessionSandboxes // nil while no sandbox is in force
@@ -320,13 +320,13 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir %s: %w", cfg.StateDir, err)
 	}
-	if d.host.lock, err = acquireLock(cfg.StateDir); err != nil {
+	d.host.boot = bootID()
+	if d.host.lock, err = acquireLock(cfg.StateDir, d.host.boot); err != nil {
 		if errors.Is(err, errLocked) {
 			return setupError(err)
 		}
 		return err
 	}
-	d.host.boot = bootID()
 	// The files backends give sessions: a killed daemon's are left here.
 	files := sessionFilesDir(cfg.StateDir)
 	if err := os.RemoveAll(files); err != nil {

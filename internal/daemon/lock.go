@@ -9,19 +9,27 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // stateLock is the one-daemon-per-state-dir lock: an flock on the state
 // directory itself, which no path operation inside it can replace (deleting
 // swarmd.lock lets nobody in), plus <state_dir>/swarmd.lock holding the
-// owner's pid for the error message. The kernel drops the flock when the
-// process dies, so a kill -9 never leaves a stale lock.
-type stateLock struct{ dir, f *os.File }
+// owner's pid for the error message, and on a second line the boot its
+// leases name (namesake.go). The kernel drops the flock when the process
+// dies, so a kill -9 never leaves a stale lock.
+type stateLock struct {
+	dir, f *os.File
+	// prev is the last holder's pid and boot as its file said: a daemon
+	// that died holding the lock (a clean stop leaves the file empty).
+	prev store.Lease
+}
 
 // errLocked is returned when another live daemon holds the lock.
 var errLocked = errors.New("state dir is in use")
 
-func acquireLock(stateDir string) (*stateLock, error) {
+func acquireLock(stateDir, boot string) (*stateLock, error) {
 	dir, err := os.Open(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("open state dir for locking: %w", err)
@@ -31,17 +39,21 @@ func acquireLock(stateDir string) (*stateLock, error) {
 		dir.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			pid := "unknown"
-			if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-				pid = strings.TrimSpace(string(b))
+			if b, err := os.ReadFile(path); err == nil {
+				if first, _, _ := strings.Cut(string(b), "\n"); strings.TrimSpace(first) != "" {
+					pid = strings.TrimSpace(first)
+				}
 			}
 			return nil, fmt.Errorf("%w: %s is locked by swarmd pid %s (stop that daemon first)", errLocked, stateDir, pid)
 		}
 		return nil, fmt.Errorf("lock %s: %w", stateDir, err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	var prev store.Lease
 	if err == nil {
+		prev = lockHolder(f)
 		if err = f.Truncate(0); err == nil {
-			_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+			_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"+boot+"\n"), 0)
 		}
 		if err != nil {
 			f.Close()
@@ -51,7 +63,29 @@ func acquireLock(stateDir string) (*stateLock, error) {
 		dir.Close()
 		return nil, fmt.Errorf("write lock file %s: %w", path, err)
 	}
-	return &stateLock{dir: dir, f: f}, nil
+	return &stateLock{dir: dir, f: f, prev: prev}, nil
+}
+
+// last is the lock's last holder before this one (zero: none known).
+func (l *stateLock) last() store.Lease {
+	if l == nil {
+		return store.Lease{}
+	}
+	return l.prev
+}
+
+// lockHolder reads the pid and boot a lock file's last holder wrote (zero
+// when it wrote no boot: an older daemon's, or a clean stop's empty file).
+func lockHolder(f *os.File) store.Lease {
+	var buf [512]byte
+	n, _ := f.ReadAt(buf[:], 0)
+	first, rest, _ := strings.Cut(string(buf[:n]), "\n")
+	boot, _, _ := strings.Cut(rest, "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || strings.TrimSpace(boot) == "" {
+		return store.Lease{}
+	}
+	return store.Lease{PID: pid, Boot: strings.TrimSpace(boot)}
 }
 
 // Release unlocks; the file stays so that a waiting reader never sees it vanish.

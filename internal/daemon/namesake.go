@@ -23,6 +23,16 @@ import (
 // pid gone) from a holder that may be alive, and waits on the latter's
 // leases: expired, they are taken; renewed, the holder is alive and the
 // daemon refuses to start.
+//
+// A pid means something only in its pid namespace: two containers on one
+// machine (one boot id) with the same host name (host networking, a pod
+// copied into another namespace on the same node) see none of each
+// other's processes, and each runs its daemon as pid 1. So a lease keeps,
+// as its boot, the boot id and the holder's pid namespace, and only a pid
+// of this very namespace is looked for. A container restarted on its state
+// dir has a new pid namespace: its predecessor is known by the state dir's
+// lock file instead, which the holder writes its pid and boot in, and
+// which only a holder gone lets this daemon take.
 
 // ErrNamesake: a live process elsewhere holds agents under this daemon's
 // own name. The error wrapping it is a *NamesakeError.
@@ -48,14 +58,25 @@ func shortBoot(b string) string {
 	return b
 }
 
-// bootID is this machine's boot id: another machine, or this one after a
-// reboot, has another. "" when the kernel does not say.
+// bootID is this machine's boot id and this process's pid namespace
+// ("BOOT_ID/pid:[INODE]"): another machine, this one after a reboot, or
+// another container has another. "" when the kernel does not say.
 func bootID() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b)) + "/" + ns
+}
+
+// machineBoot is the boot id of a lease's boot, without its pid namespace.
+func machineBoot(boot string) string {
+	b, _, _ := strings.Cut(boot, "/")
+	return b
 }
 
 // pidGone reports whether no process has pid on this machine.
@@ -65,15 +86,18 @@ func pidGone(pid int) bool {
 
 // maybeLive is the leases among ls, unexpired at now, held under self's
 // name by a process that may be alive: not self, not a process of this boot
-// that is gone (self holds the state dir's lock, so a process of this boot
-// under its name is its predecessor), and not written before leases kept
-// their boot (those are taken as before).
-func maybeLive(ls []store.Lease, self store.Lease, agents map[string]bool, now time.Time, gone func(int) bool) []store.Lease {
+// and pid namespace that is gone (self holds the state dir's lock, so a
+// process of this boot under its name is its predecessor), not the last
+// holder of self's state dir's lock on this boot (prev: it let the lock go,
+// so it is gone too, whatever pid namespace it ran in), and not written
+// before leases kept their boot (those are taken as before).
+func maybeLive(ls []store.Lease, self, prev store.Lease, agents map[string]bool, now time.Time, gone func(int) bool) []store.Lease {
 	var out []store.Lease
 	for _, l := range ls {
 		switch {
 		case l.Daemon != self.Daemon || !agents[l.Agent] || !l.Expires.After(now):
 		case l.Boot == "" || self.Boot == "":
+		case prev.Boot != "" && l.Boot == prev.Boot && l.PID == prev.PID && machineBoot(l.Boot) == machineBoot(self.Boot):
 		case l.Boot == self.Boot && (l.PID == self.PID || gone(l.PID)):
 		default:
 			out = append(out, l)
@@ -121,7 +145,7 @@ func (d *Daemon) awaitNamesakes(ctx context.Context, holder store.Lease, agents 
 	if err != nil {
 		return err
 	}
-	live := maybeLive(ls, holder, want, time.Now(), pidGone)
+	live := maybeLive(ls, holder, d.host.lock.last(), want, time.Now(), pidGone)
 	if len(live) == 0 {
 		return nil
 	}

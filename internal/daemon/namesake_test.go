@@ -27,7 +27,7 @@ func TestMaybeLiveNamesakes(t *testing.T) {
 		other, // another daemon's: the store refuses it
 	}
 	agents := map[string]bool{"dead": true, "self": true, "local": true, "remote": true, "legacy": true, "expired": true, "o": true}
-	got := maybeLive(ls, self, agents, now, gone)
+	got := maybeLive(ls, self, store.Lease{}, agents, now, gone)
 	var names []string
 	for _, l := range got {
 		names = append(names, l.Agent)
@@ -37,8 +37,45 @@ func TestMaybeLiveNamesakes(t *testing.T) {
 	}
 	// A daemon that cannot read its own boot id waits on none: it cannot
 	// tell, and does as before.
-	if got := maybeLive(ls, store.Lease{Daemon: "h:/s", PID: 100}, agents, now, gone); len(got) != 0 {
+	if got := maybeLive(ls, store.Lease{Daemon: "h:/s", PID: 100}, store.Lease{}, agents, now, gone); len(got) != 0 {
 		t.Fatalf("maybe live without a boot id = %+v, want none", got)
+	}
+}
+
+// TestMaybeLiveAcrossPidNamespaces: a boot is the machine's boot id and
+// the holder's pid namespace. A pid of another namespace on this machine
+// (another container) says nothing here, even this daemon's own pid (both
+// pid 1); the last holder of this daemon's state dir's lock on this boot
+// is its predecessor, in whatever namespace it ran; on another machine's
+// boot (a clone of the state dir) it is not.
+func TestMaybeLiveAcrossPidNamespaces(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	self := store.Lease{Daemon: "h:/s", PID: 1, Boot: "boot-a/pid:[2]"}
+	gone := func(int) bool { return true }
+	lease := func(agent string, pid int, boot string) store.Lease {
+		return store.Lease{Agent: agent, Daemon: "h:/s", PID: pid, Boot: boot, Expires: now.Add(time.Minute), Epoch: 1}
+	}
+	ls := []store.Lease{
+		lease("same-pid", 1, "boot-a/pid:[3]"), // another container's pid 1
+		lease("gone-pid", 7, "boot-a/pid:[3]"), // a pid not to be seen from here
+		lease("prev", 1, "boot-a/pid:[4]"),     // the state dir's last holder: a container restarted
+		lease("clone", 1, "boot-b/pid:[4]"),    // the last holder's identity, another machine's boot
+	}
+	agents := map[string]bool{"same-pid": true, "gone-pid": true, "prev": true, "clone": true}
+	names := func(ls []store.Lease) []string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, l.Agent)
+		}
+		return out
+	}
+	got := names(maybeLive(ls, self, store.Lease{PID: 1, Boot: "boot-a/pid:[4]"}, agents, now, gone))
+	if len(got) != 3 || got[0] != "same-pid" || got[1] != "gone-pid" || got[2] != "clone" {
+		t.Fatalf("maybe live = %v, want [same-pid gone-pid clone]", got)
+	}
+	clone := store.Lease{PID: 1, Boot: "boot-b/pid:[4]"} // a cloned state dir's lock file
+	if got := names(maybeLive(ls[3:], self, clone, agents, now, gone)); len(got) != 1 {
+		t.Fatalf("maybe live with a clone's lock file = %v, want [clone]", got)
 	}
 }
 
