@@ -124,6 +124,29 @@ func (d *Daemon) fetchHead(ctx context.Context, e merge.Entry) error {
 		e.Branch, cfg.Remote, got, e.Head)
 }
 
+// remoteHolds is the merge queue's Holds on a shared store: whether the
+// remote's target holds commit, which a daemon that held the queue before
+// merged and pushed (the local target is then brought up to it, so that
+// this daemon's report pushes it on). An unreachable remote is an error:
+// the report waits, rather than merge a task again that is merged there.
+func (d *Daemon) remoteHolds(ctx context.Context, commit string) (bool, error) {
+	cfg, _ := d.current()
+	if cfg.Remote == "" || cfg.Merge == nil {
+		return false, nil
+	}
+	theirs, err := d.trees.FetchBranch(ctx, cfg.Merge.Into, cfg.Remote)
+	if err != nil {
+		return false, err
+	}
+	if ok, err := d.trees.HasCommit(ctx, commit); err != nil || !ok {
+		return false, err
+	}
+	if ok, err := d.trees.IsAncestor(ctx, commit, theirs); err != nil || !ok {
+		return false, err
+	}
+	return true, d.checkTarget(ctx, cfg.Merge.Into, cfg.Remote)
+}
+
 // checkTarget fails when the remote's into has commits the local one lacks.
 func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 	theirs, err := d.trees.FetchBranch(ctx, into, remote)

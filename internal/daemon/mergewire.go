@@ -45,6 +45,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 	}
 	if cfg.SharedStore() {
 		opts.Prepare = d.fetchHead // heads of other machines' agents
+		opts.Holds = d.remoteHolds // merges of the daemon that held the queue before
 	}
 	q, err := merge.Open(ctx, opts)
 	if err != nil {

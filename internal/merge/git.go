@@ -280,6 +280,18 @@ func (r *repo) treeOf(ctx context.Context, commit string) (string, error) {
 	return strings.TrimSpace(out), nil
 }
 
+// hasCommit reports whether commit is in this repository.
+func (r *repo) hasCommit(ctx context.Context, commit string) (bool, error) {
+	_, err := r.run(ctx, r.commonDir, nil, "cat-file", "-e", "--end-of-options", commit+"^{commit}")
+	switch {
+	case err == nil:
+		return true, nil
+	case exitCode(err) > 0:
+		return false, nil
+	}
+	return false, err
+}
+
 // ancestry reports whether a is an ancestor of b (or b itself).
 func (r *repo) isAncestor(ctx context.Context, a, b string) (bool, error) {
 	_, err := r.run(ctx, r.commonDir, nil, "merge-base", "--is-ancestor", a, b)

@@ -26,34 +26,8 @@ import (
 // record the task merged at its own commit, or report it; its writes are
 // refused. The store has the one merge, B's, at B's commit.
 func TestLoopThatLostTheLeadMovesNothing(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("leader"); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	openDB := func() *store.DB {
-		db, err := store.Open(ctx, srv.URL("leader"), store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
-	a := newEnv(t)
-	a.db.Close() // newEnv's SQLite file: A's store is PostgreSQL
-	a.db = openDB()
-	// B: another daemon's state dir and store handle (one Supervisor a
-	// process).
-	bState := filepath.Join(t.TempDir(), "state")
-	b := &env{t: t, stateDir: bState, db: openDB(), sup: a.sup, logs: logs.New(bState, 0, 0, nil), cb: newRecorder(),
-		metrics: &metricsRecorder{}, mark: a.mark}
-	// B's repository is a clone of A's, with the worker's branch.
-	w := a.worker("w")
-	head := commitFile(t, w, "w.txt", "w\n", "w's work")
-	b.repo = filepath.Join(t.TempDir(), "b")
-	gitT(t, a.repo, "clone", "-q", a.repo, b.repo)
-	gitT(t, b.repo, "fetch", "-q", a.repo, "swarm/w/work:swarm/w/work")
-	gitT(t, b.repo, "checkout", "-q", "--detach")
+	a, b, head := twoQueues(t, "leader")
 	startA, startB := a.main(), b.main()
 
 	dir := t.TempDir()
@@ -132,4 +106,103 @@ func TestLoopThatLostTheLeadMovesNothing(t *testing.T) {
 		t.Errorf("a write of A's store after it lost the lead: %v, want ErrNotLeader", err)
 	}
 	_ = os.Remove(release)
+}
+
+// twoQueues is two daemons' queue environments on one PostgreSQL store
+// (database name): A's, and B's in a clone of A's repository holding the
+// worker's branch, whose head is returned.
+func twoQueues(t *testing.T, name string) (a, b *env, head string) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	openDB := func() *store.DB {
+		db, err := store.Open(context.Background(), srv.URL(name), store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	a = newEnv(t)
+	a.db.Close() // newEnv's SQLite file: A's store is PostgreSQL
+	a.db = openDB()
+	// B: another daemon's state dir and store handle (one Supervisor a
+	// process).
+	bState := filepath.Join(t.TempDir(), "state")
+	b = &env{t: t, stateDir: bState, db: openDB(), sup: a.sup, logs: logs.New(bState, 0, 0, nil), cb: newRecorder(),
+		metrics: &metricsRecorder{}, mark: a.mark}
+	w := a.worker("w")
+	head = commitFile(t, w, "w.txt", "w\n", "w's work")
+	b.repo = filepath.Join(t.TempDir(), "b")
+	gitT(t, a.repo, "clone", "-q", a.repo, b.repo)
+	gitT(t, b.repo, "fetch", "-q", a.repo, "swarm/w/work:swarm/w/work")
+	gitT(t, b.repo, "checkout", "-q", "--detach")
+	return a, b, head
+}
+
+// pausingMetrics holds the loop in MergeResult, which it calls once its
+// batch is recorded merged and before it reports it: where a daemon
+// stopped (SIGSTOP, a frozen VM) or cut off loses the merge lock.
+type pausingMetrics struct {
+	*metricsRecorder
+	recorded chan struct{}
+	resume   chan struct{}
+}
+
+func (m *pausingMetrics) MergeResult(r string) {
+	m.metricsRecorder.MergeResult(r)
+	close(m.recorded)
+	<-m.resume
+}
+
+// TestMergeALoopThatLostTheLeadNeverPushedIsMergedAgain: A's loop moves
+// its target to C and records task 1 merged at C; it loses the lead before
+// it reports (its daemon stopped there: the report pushes A's target, the
+// only place C is). B's loop takes the lead. B's report of the task would
+// close it merged at C, pushing B's target, which does not hold C: the
+// task's work on no target but A's clone's. B merges it again instead, and
+// reports it merged at a commit of its own target, once.
+func TestMergeALoopThatLostTheLeadNeverPushedIsMergedAgain(t *testing.T) {
+	ctx := context.Background()
+	a, b, head := twoQueues(t, "leaderreport")
+
+	pm := &pausingMetrics{metricsRecorder: a.metrics, recorded: make(chan struct{}), resume: make(chan struct{})}
+	optsA := a.options("true")
+	optsA.Metrics = pm
+	qa, qb := a.open(optsA), b.open(b.options("true"))
+	if _, err := qa.Enqueue(ctx, 1, "w", "swarm/w/work", head); err != nil {
+		t.Fatal(err)
+	}
+	qa.Start(ctx)
+	select {
+	case <-pm.recorded:
+	case <-time.After(waitLimit):
+		t.Fatal("A's loop did not record task 1")
+	}
+	qb.Start(ctx) // B leads now
+	deadline := time.Now().Add(waitLimit)
+	for len(b.cb.all()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(pm.resume)
+	qa.Stop()
+	qb.Stop()
+	if n := len(a.cb.all()); n != 0 {
+		t.Errorf("A, which lost the lead, reported %d results", n)
+	}
+	reported := 0
+	for _, c := range b.cb.all() {
+		if !c.merged || c.task != 1 {
+			continue
+		}
+		reported++
+		if _, err := gitOut(b.repo, "merge-base", "--is-ancestor", c.commit, "main"); err != nil {
+			t.Errorf("B reported task 1 merged at %s, which its own target (the one its report pushes) does not hold", c.commit)
+		}
+	}
+	if reported != 1 {
+		t.Errorf("task 1 reported merged %d times, want once", reported)
+	}
 }

@@ -524,6 +524,28 @@ func (q *Queue) report(ctx context.Context) {
 	}
 	failed := false
 	for _, e := range es {
+		if e.State == Merged {
+			held, err := q.holds(ctx, e.Candidate)
+			if err != nil {
+				q.log.Warn("merge queue: look for a merged task's commit on the target; reported later", zap.Int64("task", e.Task), zap.Error(err))
+				failed = true
+				continue
+			}
+			if !held {
+				// Recorded by a loop that lost the lead before its report
+				// pushed it (its daemon stopped there): the commit is on
+				// that daemon's own target alone. Reporting it would close
+				// the task with its work on no shared target.
+				why := fmt.Sprintf("its merge commit %s is on no target this queue reports (a daemon that lost the merge queue made it, and never pushed it): merged again", short(e.Candidate))
+				q.log.Warn("merge queue: a merged task's commit is not on the target; merging it again", zap.Int64("task", e.Task), zap.String("commit", e.Candidate))
+				if err := q.store.mergeAgain(ctx, e, why); err != nil {
+					q.log.Warn("merge queue: queue a task to merge again", zap.Int64("task", e.Task), zap.Error(err))
+					failed = true
+				}
+				q.Wake()
+				continue
+			}
+		}
 		if err := q.notify(ctx, cb, e); err != nil {
 			q.log.Warn("merge result callback failed; it is called again later", zap.Int64("task", e.Task),
 				zap.String("result", e.Result), zap.Error(err))
@@ -536,6 +558,29 @@ func (q *Queue) report(ctx context.Context) {
 		}
 	}
 	q.setPending(failed)
+}
+
+// holds reports whether the target this queue's report pushes holds
+// commit: this repository's, else what Options.Holds says.
+func (q *Queue) holds(ctx context.Context, commit string) (bool, error) {
+	if commit == "" {
+		return false, nil
+	}
+	if ok, err := q.repo.hasCommit(ctx, commit); err != nil || ok {
+		if err == nil {
+			var target string
+			if target, err = q.Target(ctx); err == nil {
+				ok, err = q.repo.isAncestor(ctx, commit, target)
+			}
+		}
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	if q.opts.Holds == nil {
+		return false, nil
+	}
+	return q.opts.Holds(ctx, commit)
 }
 
 func (q *Queue) notify(ctx context.Context, cb Callbacks, e Entry) error {

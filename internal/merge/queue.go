@@ -150,6 +150,12 @@ type Options struct {
 	// cut off from the store past its lease, gates included. A gate run
 	// it killed is not the batch's to fail: the batch is tested again.
 	Killed func(since time.Time) bool
+	// Holds, when set, reports whether the target a report pushes holds
+	// commit, where this repository's own target does not: on a shared
+	// store, after bringing in the target from where the swarm shares it
+	// (another daemon's merges). An error leaves the report for later. A
+	// merged result whose commit no target holds is merged again (report).
+	Holds func(ctx context.Context, commit string) (bool, error)
 }
 
 // Queue is the merge queue of one repository. Its methods are safe for

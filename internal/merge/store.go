@@ -757,6 +757,23 @@ func (s *Store) requeueBatch(ctx context.Context, es []*Entry, why string) error
 	})
 }
 
+// mergeAgain puts a merged entry whose result was not reported back to
+// queued, first in line (its id): its merge commit is on no target the
+// queue reports (mergeAgain's caller, report).
+func (s *Store) mergeAgain(ctx context.Context, e Entry, why string) error {
+	return s.loopWrite(ctx, "merge again", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'queued', result = '', detail = '', candidate = '',
+			finished_at = '' WHERE id = ? AND state = 'merged' AND notified = 0`, e.ID)
+		if err != nil {
+			return fmt.Errorf("merge queue: merge task %d again: %w", e.Task, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		return s.logEvent(ctx, tx, event{task: e.Task, from: string(Merged), to: string(Queued), name: "requeued", reason: why, seq: e.GateSeq})
+	})
+}
+
 // unnotified lists finished entries whose result the caller has not taken.
 func (s *Store) unnotified(ctx context.Context) ([]Entry, error) {
 	es, err := queryEntries(ctx, s.db.ReadSQL(), `WHERE notified = 0 AND state IN ('merged', 'rejected') ORDER BY id`)
