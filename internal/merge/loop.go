@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -523,8 +524,12 @@ func (q *Queue) report(ctx context.Context) {
 		return
 	}
 	failed := false
+	var line map[string]bool // the target's latest commits, read once
 	for _, e := range es {
-		if e.State == Merged {
+		if e.State == Merged && line == nil {
+			line = q.targetLine(ctx, len(es)+8)
+		}
+		if e.State == Merged && !line[e.Candidate] {
 			held, err := q.holds(ctx, e.Candidate)
 			if err != nil {
 				q.log.Warn("merge queue: look for a merged task's commit on the target; reported later", zap.Int64("task", e.Task), zap.Error(err))
@@ -558,6 +563,22 @@ func (q *Queue) report(ctx context.Context) {
 		}
 	}
 	q.setPending(failed)
+}
+
+// targetLine is the last n commits of the target's first-parent line,
+// where the queue's merges land: one git for a report's results, which
+// holds then asks of the others alone. Empty when it cannot be read.
+func (q *Queue) targetLine(ctx context.Context, n int) map[string]bool {
+	line := map[string]bool{}
+	out, err := q.repo.run(ctx, q.repo.commonDir, nil, "rev-list", "--first-parent", "--max-count="+strconv.Itoa(n),
+		"refs/heads/"+q.opts.Into, "--")
+	if err != nil {
+		return line
+	}
+	for _, c := range strings.Fields(out) {
+		line[c] = true
+	}
+	return line
 }
 
 // holds reports whether the target this queue's report pushes holds
