@@ -527,7 +527,7 @@ func (q *Queue) report(ctx context.Context) {
 	var line map[string]bool // the target's latest commits, read once
 	for _, e := range es {
 		if e.State == Merged && line == nil {
-			line = q.targetLine(ctx, len(es)+8)
+			line = q.targetLine(ctx, merged(es), lastMerged(es))
 		}
 		if e.State == Merged && !line[e.Candidate] {
 			held, err := q.holds(ctx, e.Candidate)
@@ -567,10 +567,19 @@ func (q *Queue) report(ctx context.Context) {
 
 // targetLine is the last n commits of the target's first-parent line,
 // where the queue's merges land: one git for a report's results, which
-// holds then asks of the others alone. Empty when it cannot be read.
-func (q *Queue) targetLine(ctx context.Context, n int) map[string]bool {
+// holds then asks of the others alone; none when the latest is the tip
+// (a batch of one: the tip is a file's read). Empty when it cannot be
+// read.
+func (q *Queue) targetLine(ctx context.Context, n int, latest string) map[string]bool {
 	line := map[string]bool{}
-	out, err := q.repo.run(ctx, q.repo.commonDir, nil, "rev-list", "--first-parent", "--max-count="+strconv.Itoa(n),
+	if tip, err := q.Target(ctx); err == nil && tip == latest {
+		line[tip] = true
+		if n == 1 {
+			return line
+		}
+	}
+	// A rebased task is several commits of the line: room for some.
+	out, err := q.repo.run(ctx, q.repo.commonDir, nil, "rev-list", "--first-parent", "--max-count="+strconv.Itoa(4*n+8),
 		"refs/heads/"+q.opts.Into, "--")
 	if err != nil {
 		return line
@@ -579,6 +588,30 @@ func (q *Queue) targetLine(ctx context.Context, n int) map[string]bool {
 		line[c] = true
 	}
 	return line
+}
+
+// merged counts the merged results of es.
+func merged(es []Entry) int {
+	n := 0
+	for _, e := range es {
+		if e.State == Merged {
+			n++
+		}
+	}
+	return n
+}
+
+// lastMerged is the commit of the latest merged result of es (by id: the
+// last the queue put on the target), "" when none.
+func lastMerged(es []Entry) string {
+	last := ""
+	var id int64
+	for _, e := range es {
+		if e.State == Merged && e.ID > id {
+			last, id = e.Candidate, e.ID
+		}
+	}
+	return last
 }
 
 // holds reports whether the target this queue's report pushes holds
