@@ -131,8 +131,12 @@ func quoteArg(s string) string {
 // of a commit: *.lock in the worktree's own git directory (index.lock,
 // HEAD.lock, ...) and the lock of the agent's branch. While one is there,
 // every git command of the agent's next sessions that writes fails. The
-// caller must know that no process of the agent is alive: a live git's
-// lock is not stale. It returns the files it removed.
+// branch's lock is also removed when the agent has no worktree yet: a
+// daemon killed while it created the branch (createBranchRef) leaves it,
+// and every later Ensure would find the branch "being created" for ever.
+// The caller must know that no process of the agent is alive, nor another
+// Manager creating its worktree: a live git's lock is not stale. It
+// returns the files it removed.
 func (m *Manager) ClearStaleLocks(ctx context.Context, agent string) ([]string, error) {
 	if err := checkName(agent); err != nil {
 		return nil, err
@@ -181,12 +185,6 @@ func (m *Manager) VerifyClean(ctx context.Context, agent string) (Worktree, []st
 // clearLocks is ClearStaleLocks once the worktree is inspected, under the
 // agent's lock.
 func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
-	if in.state != wtOK && in.state != wtOffBranch {
-		return nil, nil // no worktree of ours: nothing of the agent's to unlock
-	}
-	if err := m.plainGitDir(agent, in.adminDir); err != nil {
-		return nil, err
-	}
 	var removed []string
 	remove := func(path string) error {
 		err := os.Remove(path)
@@ -198,15 +196,27 @@ func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 		}
 		return err
 	}
-	err := filepath.WalkDir(in.adminDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	var err error
+	switch in.state {
+	case wtOK, wtOffBranch:
+		if err := m.plainGitDir(agent, in.adminDir); err != nil {
+			return nil, err
 		}
-		if d.Type().IsRegular() && strings.HasSuffix(d.Name(), ".lock") {
-			return remove(path)
-		}
-		return nil
-	})
+		err = filepath.WalkDir(in.adminDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type().IsRegular() && strings.HasSuffix(d.Name(), ".lock") {
+				return remove(path)
+			}
+			return nil
+		})
+	case wtMissing, wtEmpty, wtIncomplete:
+		// No worktree yet, or its creation cut short: only the branch's
+		// lock can be the agent's (its creation cut short too).
+	default:
+		return nil, nil // not a worktree of ours: nothing of the agent's to unlock
+	}
 	if err == nil {
 		err = remove(filepath.Join(m.commonDir, filepath.FromSlash(branchRef(agent).String())+".lock"))
 	}

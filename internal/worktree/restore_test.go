@@ -217,6 +217,38 @@ func TestClearStaleLocksAfterKilledCommit(t *testing.T) {
 	}
 }
 
+// A daemon killed while it created an agent's branch (between
+// createBranchRef's lock and its rename) leaves the branch's lock and no
+// worktree. Ensure alone takes that for another git creating the branch;
+// ClearStaleLocks, which the runner calls before Ensure at the agent's
+// start, removes it, so the next daemon's Ensure creates the worktree
+// instead of stopping the agent for good (found by TestChaosPostgres).
+func TestClearStaleLocksOfABranchCreationCutShort(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	head := gitT(t, repo, "rev-parse", "HEAD")
+	branchLock := filepath.Join(repo, ".git", "refs", "heads", "swarm", "alice", "work.lock")
+	if err := os.MkdirAll(filepath.Dir(branchLock), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, branchLock, head+"\n")
+	if _, err := m.Ensure(ctx, "alice"); err == nil || !strings.Contains(err.Error(), "another git is creating it") {
+		t.Fatalf("Ensure with the branch's lock left = %v, want another git is creating it", err)
+	}
+	removed, err := m.ClearStaleLocks(ctx, "alice")
+	if err != nil || len(removed) != 1 || removed[0] != branchLock {
+		t.Fatalf("ClearStaleLocks without a worktree = %q, %v; want the branch's lock removed", removed, err)
+	}
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatalf("Ensure after ClearStaleLocks: %v", err)
+	}
+	if got := gitT(t, wt.Path, "rev-parse", "--abbrev-ref", "HEAD"); got != "swarm/alice/work" {
+		t.Errorf("alice's worktree is on %q", got)
+	}
+}
+
 // VerifyClean clears the stale locks and verifies in one call: a fine
 // worktree comes back with its locks gone, one switched to another branch
 // is switched back (by Verify) after its locks went.
