@@ -523,8 +523,13 @@ func (s *Store) setPaused(ctx context.Context, paused bool, actor string) error 
 		if paused {
 			by = actor
 		}
+		// An INTEGER column: PostgreSQL's driver encodes no bool into it.
+		flag := 0
+		if paused {
+			flag = 1
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE merge_control SET paused = ?, paused_by = ?, updated_at = ? WHERE id = 1`,
-			paused, by, s.stamp()); err != nil {
+			flag, by, s.stamp()); err != nil {
 			return fmt.Errorf("merge queue: %s: %w", op, err)
 		}
 		return s.logEvent(ctx, tx, event{from: from, to: to, name: op + "d", actor: actor})
