@@ -110,6 +110,10 @@ type mergeWire struct {
 	// changed (capacity 1) wakes the merge feeder after a commit.
 	changed     chan struct{}
 	remoteMoved string // the remote target's tip last reported moved (target.go)
+	// linePushed is when the feeder last asked for the line of each of
+	// this daemon's tasks waiting to merge to be pushed again (shared
+	// store with a remote; the feeder's goroutine only).
+	linePushed map[int64]time.Time
 	// looking serializes lookAtTarget: a session's end and the watch that
 	// look at once must not both report one move.
 	looking sync.Mutex

@@ -7,6 +7,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // lineKeeper keeps every task's line branch (swarm/task/N) where the agent's
@@ -24,6 +26,15 @@ func (o lineKeeper) OnSessionEnd(s runner.SessionRecord) {
 	d := o.d
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if t, err := d.tasks.Get(ctx, s.Task); err == nil && lineTakenFrom(t, s.SessionID) {
+		// The session's attempt was fenced off while it ran (its daemon
+		// lost the agent's lease, and the daemon that reaped it requeued
+		// the task): the line is the next attempt's now, here and on the
+		// remote, where this head would replace the one the queue merges.
+		d.log.Info("the task's line is not kept: the session no longer holds the task",
+			zap.Int64("task", s.Task), zap.String("session", s.SessionID), zap.String("holder", t.ClaimSession))
+		return
+	}
 	if err := d.trees.KeepLine(ctx, s.Task, s.HeadAfter); err != nil {
 		d.log.Warn("keep the task's line", zap.Int64("task", s.Task), zap.String("session", s.SessionID), zap.Error(err))
 		return
@@ -35,6 +46,17 @@ func (o lineKeeper) OnSessionEnd(s runner.SessionRecord) {
 	d.pusher.request(d.trees.LineBranch(task), func(ctx context.Context) error {
 		return d.trees.PushLine(ctx, task, remote)
 	})
+}
+
+// lineTakenFrom reports whether task t, read after the session's end was
+// settled, went from the session to another attempt: another session holds
+// it, or it was released for a new line (requeued or orphaned: no holder,
+// no work kept).
+func lineTakenFrom(t taskboard.Task, session string) bool {
+	if t.ClaimSession != "" {
+		return t.ClaimSession != session
+	}
+	return (t.State == task.Open || t.State == task.Orphaned) && t.WorkHead == "" && t.Head == ""
 }
 
 func (lineKeeper) OnTransition(runner.Transition) {}

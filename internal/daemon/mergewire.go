@@ -181,10 +181,15 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 			if shared {
 				d.merge.queue.Wake() // another daemon may have queued work
 			}
+			var again <-chan time.Time // the lines waiting to merge are pushed again
+			if shared && cfg.Remote != "" {
+				again = time.After(linePushAgain)
+			}
 			select {
 			case <-done:
 				return
 			case <-d.merge.changed:
+			case <-again:
 			}
 			select { // a burst of commits is looked at once
 			case <-done:
@@ -221,6 +226,53 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 		}
 		if _, err := d.merge.queue.Enqueue(ctx, r.ID, r.Worker, branch, r.Head); err != nil && !errors.Is(err, merge.ErrState) {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
+		}
+	}
+	if cfg.SharedStore() && cfg.Remote != "" {
+		d.pushWaitingLines(ready, cfg.AgentNames(), cfg.Remote)
+	}
+}
+
+// linePushAgain is how often a daemon on a shared store pushes again the
+// line of each of its tasks that waits to merge.
+const linePushAgain = 5 * time.Second
+
+// pushWaitingLines asks, every linePushAgain, for the line of each task of
+// agents (this daemon's) that waits to merge at a frozen head to be pushed
+// to remote again. The daemon that merges fetches the line from there and
+// waits until it holds the head, and only this daemon can push it: a push
+// that failed (the remote away) is not retried otherwise, and a daemon
+// that lost the agent's lease and pushed a fenced-off attempt's line last
+// has replaced it there. A push with nothing new costs a round trip.
+func (d *Daemon) pushWaitingLines(ready []taskboard.Ready, agents []string, remote string) {
+	if d.merge.linePushed == nil {
+		d.merge.linePushed = map[int64]time.Time{}
+	}
+	now := time.Now()
+	waiting := make(map[int64]bool, len(ready))
+	for _, r := range ready {
+		if r.Head == "" || !slices.Contains(agents, r.Worker) {
+			continue
+		}
+		waiting[r.ID] = true
+		last, ok := d.merge.linePushed[r.ID]
+		if !ok {
+			// Its session's end asked for the push already.
+			d.merge.linePushed[r.ID] = now
+			continue
+		}
+		if now.Sub(last) < linePushAgain {
+			continue
+		}
+		d.merge.linePushed[r.ID] = now
+		task := r.ID
+		d.pusher.request(d.trees.LineBranch(task), func(ctx context.Context) error {
+			return d.trees.PushLine(ctx, task, remote)
+		})
+	}
+	for id := range d.merge.linePushed {
+		if !waiting[id] {
+			delete(d.merge.linePushed, id) // merged, or sent back
 		}
 	}
 }
