@@ -149,17 +149,13 @@ func (d *Daemon) remoteHolds(ctx context.Context, commit string) (bool, error) {
 
 // checkTarget fails when the remote's into has commits the local one lacks.
 func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
-	theirs, err := d.trees.FetchBranch(ctx, into, remote)
-	if err != nil {
-		// Not on the remote yet (the first merge's push creates it), or the
-		// remote is out of reach: merge on; the push after the merge logs
-		// and counts a remote that stays unreachable.
-		d.log.Debug("merge queue: fetch the target", zap.Error(err))
-		return nil
-	}
+	theirs, ferr := d.trees.FetchBranch(ctx, into, remote)
 	ours, err := d.trees.BranchCommit(ctx, into)
 	if err != nil {
 		return err
+	}
+	if ferr != nil {
+		return d.targetUnseen(ctx, into, remote, ours, ferr)
 	}
 	if ok, err := d.trees.IsAncestor(ctx, theirs, ours); err != nil || ok {
 		return err // the remote's holds nothing ours lacks
@@ -190,4 +186,39 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 		"If this repository's own (git log %.12s..%s) are merges of tasks the remote's %s has merged too (this daemon lost the merge queue while it merged), "+
 		"they are duplicates: reset this repository's %s to %.12s (git branch -f, or git reset --hard in its checkout); otherwise bring the remote's in (git pull %s %s). Then the queue goes on",
 		into, remote, theirs, into, ours, err, theirs, into, into, into, theirs, remote, into)
+}
+
+// targetUnseen decides whether the queue merges on while it cannot fetch
+// the remote's target (fetchErr): not on the remote yet (the first merge's
+// push creates it), the remote out of reach, or a fetch this repository
+// refuses (a sandboxed session's commit on an agent's branch, its objects
+// still in quarantine, fails git fetch's connectivity check until the
+// session ends). It merges on only when this repository's target (ours)
+// holds the swarm's last merge as the store records it, any daemon's:
+// then nothing another daemon merged is missing, and the push after the
+// merge logs and counts a remote that stays unreachable. Otherwise another
+// daemon held the queue since this one merged last: a merge onto the stale
+// target would fork it from the remote's, tasks recorded merged that the
+// remote's target never gets, which only the operator could bring
+// together; the entry waits until the remote's target can be fetched.
+func (d *Daemon) targetUnseen(ctx context.Context, into, remote, ours string, fetchErr error) error {
+	last, err := d.merge.queue.LastMade(ctx)
+	if err != nil {
+		return err
+	}
+	if last != "" {
+		held, err := d.trees.HasCommit(ctx, last)
+		if err == nil && held {
+			held, err = d.trees.IsAncestor(ctx, last, ours)
+		}
+		if err != nil {
+			return err
+		}
+		if !held {
+			return fmt.Errorf("cannot fetch %s from %s (%v), and this repository's %s (at %.12s) lacks the swarm's last merge (%.12s, made by another daemon): waiting for the remote's %s, not merging onto a stale one",
+				into, remote, fetchErr, into, ours, last, into)
+		}
+	}
+	d.log.Debug("merge queue: fetch the target; this repository's holds the swarm's last merge: merging on", zap.Error(fetchErr))
+	return nil
 }

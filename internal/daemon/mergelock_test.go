@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,52 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	})
 	if got := gitOut(t, "-C", dir, "rev-parse", "--verify", "--quiet", "refs/heads/swarm/bob/work"); got != "" {
 		t.Errorf("the fetch created a local branch swarm/bob/work at %s", got)
+	}
+}
+
+// TestUnseenTargetMergesOnlyOntoTheLastMerge: when the merging daemon
+// cannot fetch the remote's target (the remote away, or git's fetch
+// refused while a sandboxed session's commit has its objects in
+// quarantine), it merges on only if its own target holds the swarm's last
+// merge. TestChaosPostgres found a daemon that took the queue over after
+// another had merged, could not fetch, and merged onto its stale target:
+// the remote refused its push, the targets forked, and tasks were recorded
+// merged that the remote's target never got.
+func TestUnseenTargetMergesOnlyOntoTheLastMerge(t *testing.T) {
+	ctx := context.Background()
+	gone := filepath.Join(t.TempDir(), "no-remote.git")
+	cfg := repo(t, agentsYAML("alice")+"remote: "+gone+"\nmerge: {into: main, gate: [\"true\"]}\n")
+	dir := filepath.Dir(cfg)
+	d := open(t, cfg)
+	defer d.Close()
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	merged := func(candidate string) {
+		t.Helper()
+		if _, err := d.db.SQL().ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, detail, candidate,
+			gate_seq, enqueued_at, finished_at) VALUES (?, 'bob', 'swarm/task/1', ?, 'merged', 'merged', '', ?, 1, ?, ?)`,
+			time.Now().UnixNano(), candidate, candidate, store.FormatTime(time.Now()), store.FormatTime(time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No merge yet: the first one's push creates the remote's target.
+	if err := d.checkTarget(ctx, "main", gone); err != nil {
+		t.Fatalf("no merge yet, the remote unseen: %v, want merge on", err)
+	}
+	// This daemon merged last: its target holds the last merge.
+	merged(git("rev-parse", "main"))
+	if err := d.checkTarget(ctx, "main", gone); err != nil {
+		t.Fatalf("the target holds the last merge, the remote unseen: %v, want merge on", err)
+	}
+	// Another daemon merged since, onto a commit this repository lacks.
+	merged(git("commit-tree", "-p", "main", "-m", "another daemon's merge", "main^{tree}"))
+	if err := d.checkTarget(ctx, "main", gone); err == nil || !strings.Contains(err.Error(), "lacks the swarm's last merge") {
+		t.Fatalf("the target lacks another daemon's last merge, the remote unseen: %v, want a wait", err)
 	}
 }

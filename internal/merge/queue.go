@@ -325,6 +325,10 @@ func (q *Queue) Made(ctx context.Context, commit string) (bool, error) {
 	return q.store.Made(ctx, commit)
 }
 
+// LastMade is the target commit of the swarm's last merge (any daemon's,
+// on a shared store), "" before the first.
+func (q *Queue) LastMade(ctx context.Context) (string, error) { return q.store.LastMade(ctx) }
+
 // List returns the last limit entries (all when limit <= 0), oldest first.
 func (q *Queue) List(ctx context.Context, limit int) ([]Entry, error) {
 	return q.store.List(ctx, limit)

@@ -501,6 +501,24 @@ func (s *Store) Made(ctx context.Context, commit string) (bool, error) {
 	return n > 0, nil
 }
 
+// LastMade is the new target commit of the entry merged last (any
+// daemon's, on a shared store), "" when none was merged yet. The entries of
+// one batch finish together; any of them will do for a caller that asks
+// whether a target holds the last merge, since a target moves to a batch's
+// tip at once.
+func (s *Store) LastMade(ctx context.Context) (string, error) {
+	var c string
+	err := s.db.ReadSQL().QueryRowContext(ctx, `SELECT candidate FROM merge_queue WHERE state = 'merged' AND candidate <> ''
+		ORDER BY finished_at DESC, id DESC LIMIT 1`).Scan(&c)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("merge queue: last merge: %w", err)
+	}
+	return c, nil
+}
+
 // Resume undoes Pause.
 func (s *Store) Resume(ctx context.Context, actor string) error {
 	return s.setPaused(ctx, false, actor)
