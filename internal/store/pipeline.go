@@ -331,7 +331,8 @@ func (c *pgConn) locked(ctx context.Context, orig string, q heldBack, rows bool)
 // pipeline, and returns q's result: its command tag, or its rows read to
 // the end when rows is set. The first failure is returned, a held-back
 // statement's as the error it stands for (a lease check's *FencedError);
-// what follows a failure in the pipeline is not run.
+// what follows a failure in the pipeline is not run, and the held-back
+// statements among it are unsent for that failure (errUnsent wrapping it).
 func (c *pgConn) sendHeld(ctx context.Context, q *heldBack, rows bool, after []heldBack) (pgconn.CommandTag, sqldriver.Rows, error) {
 	held := c.held
 	c.held = c.held[:0]
@@ -370,6 +371,22 @@ func (c *pgConn) sendHeld(ctx context.Context, q *heldBack, rows bool, after []h
 			r.tag, r.err, r.sent = htag, err, true
 		}
 		if err != nil {
+			// What follows is not run: its statements are unsent
+			// (errUnsent) because of this failure, which they carry
+			// whenever they are read, so that one that passes (a
+			// connection lost) is waited out as such, not taken for a
+			// refusal. Dropped without it, the failure was lost to a
+			// reader that asks twice (database/sql asks a query's Columns,
+			// which return no error, before its Next).
+			unsentErr := fmt.Errorf("%w: %w", errUnsent, err)
+			for _, h := range held[i+1:] {
+				if h.rows != nil {
+					h.rows.err, h.rows.sent = unsentErr, true
+				}
+				if h.res != nil {
+					h.res.err, h.res.sent = unsentErr, true
+				}
+			}
 			break
 		}
 	}

@@ -374,3 +374,51 @@ func TestOneLeaseCheckPerAgentAndTransaction(t *testing.T) {
 		t.Errorf("round trips = %d, want none", c.trips.Load())
 	}
 }
+
+// TestHeldQueryCutOffSaysWhy: a held-back query whose pipeline is cut off
+// before it ran (the connection lost at the BEGIN ahead of it) fails with
+// that loss (unsent because of it), a transient failure the caller waits
+// out, however its rows are asked for. database/sql asks Columns first,
+// which has no error to return: the loss was dropped there, and Next then
+// said only that the query was never sent (errUnsent), which no retry
+// passes. TestChaosPostgres found
+// an agent stopped for good that way ("build prompt: store: a deferred
+// write was not sent") by a `pg_ctl restart -m immediate`.
+func TestHeldQueryCutOffSaysWhy(t *testing.T) {
+	srv := pgtest.Require(t)
+	p := cutProxy(t, srv, "heldcut")
+	ctx := context.Background()
+	db := openTest(t, p.URL("heldcut"), Options{})
+	if err := db.InTx(ctx, "warm up", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state) VALUES (?, 'warm', 'a', 'e', 'b')`,
+			FormatTime(fakeClock()()))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var first error
+	attempts := 0
+	_ = db.InTx(ctx, "cut off", func(tx *sql.Tx) error {
+		attempts++
+		rows, err := tx.QueryContext(Deferred(ctx), `SELECT agent FROM events WHERE agent = ?`, "warm")
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if attempts == 1 {
+			p.CutAll()
+		}
+		for rows.Next() {
+		}
+		if attempts == 1 {
+			first = rows.Err()
+		}
+		return rows.Err()
+	})
+	switch {
+	case first == nil:
+		t.Fatal("the held query read rows across a cut connection")
+	case !db.Transient(first):
+		t.Fatalf("the held query cut off fails with %v, not transient; want the connection's loss, which is", first)
+	}
+}
