@@ -46,8 +46,12 @@ func (m *Manager) PushLine(ctx context.Context, task int64, remote string) error
 // task starts from everything merged so far, its dependencies included.
 // Uncommitted changes left in the worktree are stashed first (`git stash
 // list` in the worktree shows them, named after the task), so nothing is
-// lost. It returns the commit the branch is at; nothing is done when it is
-// there already.
+// lost. It returns the commit the branch is at. A line continued where the
+// branch is already is left as it is, uncommitted changes included (its
+// last session's); a new line is started clean even then: what is left
+// uncommitted is another task's, or an earlier attempt's of this one
+// (fenced off), whose session was cut off between its git add and its
+// commit, and it would be committed with this task's work.
 func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head, from string) (string, error) {
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("start the line of task %d for %s: %w", task, agent, err)
@@ -68,7 +72,7 @@ func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head,
 			return fail(err)
 		}
 	}
-	if in.head.String() == want {
+	if head != "" && in.head.String() == want {
 		return want, nil
 	}
 	if err := m.plainGitDir(agent, in.adminDir); err != nil {
@@ -78,6 +82,9 @@ func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head,
 	dirty, err := m.dirtyFiles(ctx, path, in.adminDir)
 	if err != nil {
 		return fail(err)
+	}
+	if in.head.String() == want && len(dirty) == 0 {
+		return want, nil // a new line where the branch is, clean
 	}
 	if len(dirty) > 0 {
 		msg := fmt.Sprintf("swarmd: left uncommitted on %s at %.12s, before task %d", m.Branch(agent), in.head, task)

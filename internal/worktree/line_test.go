@@ -71,6 +71,43 @@ func TestStartLine(t *testing.T) {
 	}
 }
 
+// A new line that starts where the agent's branch already is (the target
+// has not moved since its last task began) is still started clean: a
+// change staged by a session cut off between its git add and its commit
+// (an earlier task's, or an earlier attempt's, fenced off) went into the
+// next task's first commit, and that task's merge then conflicted with
+// the change's own task, again at every rework (TestChaosPostgres).
+func TestStartLineNewLineWhereTheBranchIsStartsClean(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := gitT(t, wt.Path, "rev-parse", "HEAD")
+	writeFile(t, filepath.Join(wt.Path, "t1.txt"), "task 1, never committed\n")
+	gitT(t, wt.Path, "add", "t1.txt")
+	got, err := m.StartLine(ctx, "alice", 17, "", "main")
+	if err != nil || got != base {
+		t.Fatalf("task 17's new line = %s, %v; want main's tip %s", got, err, base)
+	}
+	if st := gitT(t, wt.Path, "status", "--porcelain"); st != "" {
+		t.Fatalf("task 17's new line starts with %q left by another task", st)
+	}
+	if s := gitT(t, wt.Path, "stash", "show", "--include-untracked", "--name-only"); !strings.Contains(s, "t1.txt") {
+		t.Fatalf("the stash holds %q, want t1.txt kept", s)
+	}
+	// Continuing task 17 where it stands keeps its own uncommitted work.
+	writeFile(t, filepath.Join(wt.Path, "t17.txt"), "task 17, in progress\n")
+	if got, err = m.StartLine(ctx, "alice", 17, base, "main"); err != nil || got != base {
+		t.Fatalf("continue task 17: %s, %v", got, err)
+	}
+	if st := gitT(t, wt.Path, "status", "--porcelain"); !strings.Contains(st, "t17.txt") {
+		t.Fatalf("continuing task 17 lost its uncommitted work: status %q", st)
+	}
+}
+
 // BenchmarkStartLine is the cost of the per-task branch switch between two
 // sessions on different tasks, in a worktree of 5,000 files: two lines
 // that differ in one file each, switched back and forth (what the prompt
