@@ -42,6 +42,9 @@ const (
 	mergeTreeMajor = 2
 	mergeTreeMinor = 38
 	gitWaitDelay   = 5 * time.Second
+	// ffTimeout bounds a fast-forward of a person's checkout, which the
+	// daemon's stop does not cut off (repo.fastForward).
+	ffTimeout = time.Minute
 )
 
 // errMoved: the target branch no longer points where the candidate was
@@ -437,7 +440,15 @@ func (r *repo) localChanges(ctx context.Context, dir string) ([]string, error) {
 // fastForward moves the branch checked out at dir to commit, updating its
 // files as "git merge --ff-only" does: it never discards a commit, and it
 // refuses rather than overwrite a local change.
+//
+// It is not cut off by ctx's end (the daemon's stop): git stopped midway
+// through a checkout leaves that person's checkout half moved (the new
+// files written, its index and branch not: local changes the queue then
+// waits on for good) or its index.lock behind. It runs to its end, within
+// ffTimeout.
 func (r *repo) fastForward(ctx context.Context, dir, commit, msg string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ffTimeout)
+	defer cancel()
 	_, err := r.run(ctx, dir, []string{"GIT_REFLOG_ACTION=" + msg}, "merge", "--ff-only", "--quiet", "--no-stat", commit)
 	return err
 }
