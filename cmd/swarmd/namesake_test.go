@@ -54,22 +54,7 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 		})
 		return d
 	}
-	// The sessions of x running on machine who: its processes carry the
-	// shared state dir's marker, in the mount namespace of its daemon.
-	running := func(d *daemonProc) int {
-		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", d.cmd.Process.Pid))
-		if err != nil {
-			return 0
-		}
-		n := 0
-		for _, p := range treeProcesses(filepath.Join(shared, ".swarm")) {
-			pid, _, _ := strings.Cut(p, ":")
-			if pns, _ := os.Readlink("/proc/" + pid + "/ns/mnt"); pns == ns && strings.Contains(p, "sleep") {
-				n++
-			}
-		}
-		return n
-	}
+	running := func(d *daemonProc) int { return sleepersOf(d, shared) }
 	db, err := sql.Open("pgx", srv.URL("namesake"))
 	if err != nil {
 		t.Fatal(err)
@@ -241,20 +226,7 @@ func TestNamesakeInAPidNamespaceIsRefused(t *testing.T) {
 	repo := func(who string) string {
 		return filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL("namesakepid"), Lease: "3s", Out: out, Who: who, Script: sleeperScript}))
 	}
-	running := func(d *daemonProc) int {
-		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", d.cmd.Process.Pid))
-		if err != nil {
-			return 0
-		}
-		n := 0
-		for _, p := range treeProcesses(filepath.Join(shared, ".swarm")) {
-			pid, _, _ := strings.Cut(p, ":")
-			if pns, _ := os.Readlink("/proc/" + pid + "/ns/mnt"); pns == ns && strings.Contains(p, "sleep") {
-				n++
-			}
-		}
-		return n
-	}
+	running := func(d *daemonProc) int { return sleepersOf(d, shared) }
 	for _, order := range []string{"A in a container, B in another", "A on the host, B in a container"} {
 		t.Run(order, func(t *testing.T) {
 			var a *daemonProc
@@ -334,4 +306,22 @@ func TestContainerRestartTakesAgentsAtOnce(t *testing.T) {
 	_ = b.cmd.Process.Signal(syscall.SIGKILL)
 	b.wait(30 * time.Second)
 	waitUntil(t, "the restarted container's session ended", func() bool { return !running() })
+}
+
+// sleepersOf counts the sessions of x running on d's machine: processes
+// carrying the marker of the state dir under shared, in the mount
+// namespace of d (a machine each in these tests).
+func sleepersOf(d *daemonProc, shared string) int {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range treeProcesses(filepath.Join(shared, ".swarm")) {
+		pid, _, _ := strings.Cut(p, ":")
+		if pns, _ := os.Readlink("/proc/" + pid + "/ns/mnt"); pns == ns && strings.Contains(p, "sleep") {
+			n++
+		}
+	}
+	return n
 }
