@@ -131,20 +131,7 @@ func TestTheDaemonRunsNoHookOfAnAgentsWorktree(t *testing.T) {
 	requireBwrap(t)
 	repo := gitRepo(t)
 	gitOut(t, repo, "config", "core.hooksPath", ".husky/_")
-	report := t.TempDir()
-	pwn := filepath.Join(repo, ".swarm", "PWNED")
-	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": hooker}, "name: mallory, role: r, backend: hostile")
-	d := startDaemon(t, cfg)
-	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
-		_, err := os.Stat(filepath.Join(report, "planted"))
-		return err == nil && idleLine("mallory")(m)
-	})
-	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "wake up"); code != 0 {
-		t.Fatalf("mail to mallory: %s", stderr)
-	}
-	d.waitLine("mallory's worktree switched back to its branch", func(m map[string]any) bool {
-		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "switched back")
-	})
+	pwn := plantThenSwitchBack(t, repo, hooker)
 	if out, err := os.ReadFile(pwn); err == nil {
 		t.Errorf("mallory's post-checkout hook ran outside its sandbox:\n%s", out)
 	}
@@ -530,20 +517,7 @@ printf 'done\nDONE\n'`
 func TestTheDaemonsGitWritesNoFileThroughAReflogLink(t *testing.T) {
 	requireBwrap(t)
 	repo := gitRepo(t)
-	report := t.TempDir()
-	pwn := filepath.Join(repo, ".swarm", "PWNED")
-	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": reflogPlanter}, "name: mallory, role: r, backend: hostile")
-	d := startDaemon(t, cfg)
-	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
-		_, err := os.Stat(filepath.Join(report, "planted"))
-		return err == nil && idleLine("mallory")(m)
-	})
-	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "wake up"); code != 0 {
-		t.Fatalf("mail to mallory: %s", stderr)
-	}
-	d.waitLine("mallory's worktree switched back to its branch", func(m map[string]any) bool {
-		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "switched back")
-	})
+	pwn := plantThenSwitchBack(t, repo, reflogPlanter)
 	if out, err := os.ReadFile(pwn); err == nil {
 		t.Errorf("the daemon's git wrote %s through mallory's reflog link:\n%s", pwn, out)
 	}
@@ -571,4 +545,28 @@ func TestAFIFOInAWorktreeHoldsNothingUp(t *testing.T) {
 	if code := d.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+}
+
+// plantThenSwitchBack runs mallory, a sandboxed agent whose session runs
+// script (it plants something, reports "planted" and leaves its worktree
+// off its branch), until the daemon has switched its worktree back to its
+// branch after a wake-up, and returns the file the plant would make the
+// daemon write.
+func plantThenSwitchBack(t *testing.T, repo, script string) string {
+	t.Helper()
+	report := t.TempDir()
+	pwn := filepath.Join(repo, ".swarm", "PWNED")
+	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": script}, "name: mallory, role: r, backend: hostile")
+	d := startDaemon(t, cfg)
+	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
+		_, err := os.Stat(filepath.Join(report, "planted"))
+		return err == nil && idleLine("mallory")(m)
+	})
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "wake up"); code != 0 {
+		t.Fatalf("mail to mallory: %s", stderr)
+	}
+	d.waitLine("mallory's worktree switched back to its branch", func(m map[string]any) bool {
+		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "switched back")
+	})
+	return pwn
 }
