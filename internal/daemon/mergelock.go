@@ -144,18 +144,27 @@ func (d *Daemon) remoteHolds(ctx context.Context, commit string) (bool, error) {
 	if ok, err := d.trees.IsAncestor(ctx, commit, theirs); err != nil || !ok {
 		return false, err
 	}
-	return true, d.checkTarget(ctx, cfg.Merge.Into, cfg.Remote)
+	return true, d.takeTarget(ctx, cfg.Merge.Into, cfg.Remote, theirs)
 }
 
 // checkTarget fails when the remote's into has commits the local one lacks.
 func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 	theirs, ferr := d.trees.FetchBranch(ctx, into, remote)
+	if ferr != nil {
+		ours, err := d.trees.BranchCommit(ctx, into)
+		if err != nil {
+			return err
+		}
+		return d.targetUnseen(ctx, into, remote, ours, ferr)
+	}
+	return d.takeTarget(ctx, into, remote, theirs)
+}
+
+// takeTarget is checkTarget once the remote's into is fetched (theirs).
+func (d *Daemon) takeTarget(ctx context.Context, into, remote, theirs string) error {
 	ours, err := d.trees.BranchCommit(ctx, into)
 	if err != nil {
 		return err
-	}
-	if ferr != nil {
-		return d.targetUnseen(ctx, into, remote, ours, ferr)
 	}
 	if ok, err := d.trees.IsAncestor(ctx, theirs, ours); err != nil || ok {
 		return err // the remote's holds nothing ours lacks

@@ -620,14 +620,16 @@ func (q *Queue) holds(ctx context.Context, commit string) (bool, error) {
 	if commit == "" {
 		return false, nil
 	}
-	if ok, err := q.repo.hasCommit(ctx, commit); err != nil || ok {
-		if err == nil {
-			var target string
-			if target, err = q.Target(ctx); err == nil {
-				ok, err = q.repo.isAncestor(ctx, commit, target)
-			}
+	here, err := q.repo.hasCommit(ctx, commit)
+	if err != nil {
+		return false, err
+	}
+	if here {
+		target, err := q.Target(ctx)
+		if err != nil {
+			return false, err
 		}
-		if err != nil || ok {
+		if ok, err := q.IsAncestor(ctx, commit, target); err != nil || ok {
 			return ok, err
 		}
 	}
