@@ -117,6 +117,10 @@ type mergeWire struct {
 	// looking serializes lookAtTarget: a session's end and the watch that
 	// look at once must not both report one move.
 	looking sync.Mutex
+	// below is the target's tip that new lines last started below
+	// (counted.go), logged once per tip.
+	belowMu sync.Mutex
+	below   string
 }
 
 // runnerKit is what every runner is built with, besides its settings.
@@ -729,7 +733,11 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 	if cfg.Merge != nil {
 		// A merge queue merges task by task: each task's work is a line of
 		// its own, started from the target (internal/worktree/line.go).
-		pb.Lines, pb.LineFrom = d.trees, cfg.Merge.Into
+		into := cfg.Merge.Into
+		pb.Lines, pb.LineFrom = d.trees, func(context.Context) (string, error) { return into, nil }
+		if cfg.Remote != "" {
+			pb.LineFrom = d.lineBase(into, cfg.Remote)
+		}
 	}
 	return runner.Settings{
 		Role:               a.Role,

@@ -78,20 +78,7 @@ func TestWaitingLinePushedAgain(t *testing.T) {
 	}
 	ctx := context.Background()
 	bare := filepath.Join(t.TempDir(), "remote.git")
-	cfg := repo(t, fmt.Sprintf("store: %s\nlease_timeout: 3s\nremote: %s\nmerge: {into: main, gate: [\"true\"]}\n", srv.URL("lines"), bare)+`
-listen: ""
-defaults:
-  backend: worker
-  grace_period: 1s
-  min_session_interval: 0s
-backends:
-  worker:
-    type: command
-    command: sh
-    args: [-c, "p=$(cat); case \"$p\" in *'Your task: #'*) echo w >> w.txt; git add w.txt; git -c user.name=t -c user.email=t@example.invalid commit -q -m work;; esac; printf 'did it\nDONE\n'"]
-agents:
-  - {name: alice, role: works}
-`)
+	cfg := repo(t, fmt.Sprintf("store: %s\nlease_timeout: 3s\nremote: %s\nmerge: {into: main, gate: [\"true\"]}\n", srv.URL("lines"), bare)+taskWorker)
 	dir := filepath.Dir(cfg)
 	for _, args := range [][]string{{"init", "-q", "--bare", "-b", "main", bare}, {"-C", dir, "push", "-q", bare, "main"}} {
 		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {

@@ -189,8 +189,17 @@ func (d *Daemon) takeTarget(ctx context.Context, into, remote, theirs string) er
 	}
 	// Diverged. Commits of ours that the remote lacks can be merges this
 	// daemon made after it lost the queue without seeing it (stopped
-	// between its last check and its move of the target): the new leader
-	// merged those tasks again, and a pull would merge them twice.
+	// between its last check and its move of the target, or killed before
+	// it recorded them): the new leader merged those tasks again, and a
+	// pull would merge them twice. Merges nobody recorded are set aside
+	// (counted.go); anything else is the operator's to look at.
+	if set, serr := d.setAsideUncounted(ctx, into, theirs, ours); serr != nil || set {
+		if serr != nil {
+			return fmt.Errorf("%s on %s is at %.12s and this repository's %s at %.12s, with merges nobody recorded; cannot set them aside: %w",
+				into, remote, theirs, into, ours, serr)
+		}
+		return nil
+	}
 	return fmt.Errorf("%s on %s is at %.12s and this repository's %s at %.12s: each has commits the other lacks, so it cannot be fast-forwarded (%v). "+
 		"If this repository's own (git log %.12s..%s) are merges of tasks the remote's %s has merged too (this daemon lost the merge queue while it merged), "+
 		"they are duplicates: reset this repository's %s to %.12s (git branch -f, or git reset --hard in its checkout); otherwise bring the remote's in (git pull %s %s). Then the queue goes on",

@@ -7,6 +7,23 @@ import (
 	"testing"
 )
 
+// taskWorker is a swarm of one agent, alice, whose sessions on a task
+// each commit a line to w.txt, then say DONE.
+const taskWorker = `
+listen: ""
+defaults:
+  backend: worker
+  grace_period: 1s
+  min_session_interval: 0s
+backends:
+  worker:
+    type: command
+    command: sh
+    args: [-c, "p=$(cat); case \"$p\" in *'Your task: #'*) echo w >> w.txt; git add w.txt; git -c user.name=t -c user.email=t@example.invalid commit -q -m work;; esac; printf 'did it\nDONE\n'"]
+agents:
+  - {name: alice, role: works}
+`
+
 // committer is a swarm whose agents' sessions each make one commit, then
 // say DONE (and idle: no mail, no task).
 const committer = `

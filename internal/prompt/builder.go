@@ -76,9 +76,10 @@ type Builder struct {
 	ReviewBase string
 	// Lines, if set (a merge queue merges tasks one by one), puts the
 	// agent's branch on the line of the task its next session works on,
-	// a new line starting at LineFrom (the merge target).
+	// a new line starting where LineFrom says (the merge target, or the
+	// newest commit of it that the swarm counts).
 	Lines    Lines
-	LineFrom string
+	LineFrom func(ctx context.Context) (string, error)
 	// Budget, if set, says what is left of the agent's budget once little
 	// is ("" otherwise): the prompt carries it.
 	Budget func(agent string) string
@@ -130,7 +131,7 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 		return p, err
 	}
 	if d.Task != nil && b.Lines != nil {
-		_, err = b.Lines.StartLine(ctx, req.Agent, d.Task.ID, d.Task.workHead, b.LineFrom)
+		err = b.startLine(ctx, req.Agent, d.Task)
 	}
 	if err == nil {
 		p.Head, err = b.gitState(ctx, req.Agent, &d)
@@ -146,6 +147,20 @@ func (b *Builder) Build(ctx context.Context, req runner.PromptRequest) (runner.P
 	}
 	p.Text = Render(d)
 	return p, nil
+}
+
+// startLine puts agent's branch on t's line; a new line's start is only
+// looked for when one is started.
+func (b *Builder) startLine(ctx context.Context, agent string, t *Task) error {
+	var from string
+	if t.workHead == "" {
+		var err error
+		if from, err = b.LineFrom(ctx); err != nil {
+			return fmt.Errorf("start the line of task %d for %s: %w", t.ID, agent, err)
+		}
+	}
+	_, err := b.Lines.StartLine(ctx, agent, t.ID, t.workHead, from)
+	return err
 }
 
 // work fills in the prompt's task, review request and mail, and says

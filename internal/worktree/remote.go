@@ -201,3 +201,91 @@ func (m *Manager) realWtDir() string {
 	}
 	return m.wtDir
 }
+
+// FirstParent is one commit of a branch's first-parent line: its first
+// parent ("" for a root commit) and the value of the trailer asked for.
+type FirstParent struct{ Commit, Parent, Trailer string }
+
+// FirstParentsBeyond lists branch's first-parent line, newest first, down
+// to the first commit that one of refs reaches (not included), at most max
+// commits, each with the value of its trailer key. A ref that does not
+// exist is left out: with none, the line is listed down to its root, or max.
+func (m *Manager) FirstParentsBeyond(ctx context.Context, branch string, refs []string, key string, max int) ([]FirstParent, error) {
+	args := []string{"log", "-z", "--first-parent", fmt.Sprintf("--max-count=%d", max), "--ignore-missing",
+		"--format=%H%x1f%P%x1f%(trailers:key=" + key + ",valueonly,separator=%x2c)", "refs/heads/" + branch, "--not"}
+	out, err := m.git.run(ctx, m.repo, append(args, refs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("list the commits of %s beyond %s: %w", branch, strings.Join(refs, ", "), err)
+	}
+	var cs []FirstParent
+	for _, rec := range strings.Split(out, "\x00") {
+		f := strings.SplitN(strings.TrimSpace(rec), "\x1f", 3)
+		if len(f) != 3 {
+			continue
+		}
+		c := FirstParent{Commit: f[0], Trailer: strings.TrimSpace(f[2])}
+		if ps := strings.Fields(f[1]); len(ps) > 0 {
+			c.Parent = ps[0]
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// TrailerValues maps each commit of base..head to the value of its trailer
+// key ("" when it has none).
+func (m *Manager) TrailerValues(ctx context.Context, base, head, key string) (map[string]string, error) {
+	out, err := m.git.run(ctx, m.repo, "log", "-z", "--format=%H%x1f%(trailers:key="+key+",valueonly,separator=%x2c)",
+		"--end-of-options", base+".."+head, "--")
+	if err != nil {
+		return nil, fmt.Errorf("read the %s trailers of %s..%s: %w", key, base, head, err)
+	}
+	vs := map[string]string{}
+	for _, rec := range strings.Split(out, "\x00") {
+		c, v, ok := strings.Cut(strings.TrimSpace(rec), "\x1f")
+		if ok {
+			vs[c] = strings.TrimSpace(v)
+		}
+	}
+	return vs, nil
+}
+
+// SetAside moves branch back from old to commit (an ancestor of old's, or
+// any commit) and keeps old under keep (a ref name), so that nothing is
+// lost: a compare-and-swap of the ref where no working tree has the branch
+// checked out, else git reset --keep in the one that has it, only if it has
+// no local changes to tracked files.
+func (m *Manager) SetAside(ctx context.Context, branch, old, commit, keep string) error {
+	fail := func(err error) error { return fmt.Errorf("set %s aside at %s: %w", branch, keep, err) }
+	if _, err := m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: set aside", keep, old, ""); err != nil {
+		return fail(err)
+	}
+	dir, err := m.checkoutOf(ctx, branch)
+	if err != nil {
+		return fail(err)
+	}
+	if dir == "" {
+		_, err = m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: set aside at "+keep, "refs/heads/"+branch, commit, old)
+		if err != nil {
+			return fail(err)
+		}
+		return nil
+	}
+	out, err := m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
+	if err == nil && strings.TrimSpace(out) != "" {
+		err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
+	}
+	if err == nil {
+		var head string
+		if head, err = m.git.run(ctx, dir, "rev-parse", "--verify", "HEAD"); err == nil && strings.TrimSpace(head) != old {
+			err = fmt.Errorf("%s moved to %s meanwhile", branch, strings.TrimSpace(head))
+		}
+	}
+	if err == nil {
+		_, err = m.git.run(ctx, dir, "reset", "--quiet", "--keep", commit)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/worktree"
+)
+
+// With a remote, each daemon has a clone of its own, and a merge on its
+// target (refs/heads/INTO) is the swarm's only once the swarm counts it: the
+// store records it (merge.Queue.Made), or the remote's target holds it as
+// last fetched. A daemon that led the merge queue and was cut off (killed,
+// stopped past its lease) between moving its target and recording the
+// merge leaves a merge on it that nobody counted: the next leader merges
+// that task again, onto the remote's target. A task line started from the
+// uncounted merge carried the task into the target a second time (found by
+// TestChaosPostgres). So a new line starts below the target's uncounted
+// merges (commits with the queue's task trailer), and the leader sets them
+// aside when it takes the remote's target. Anyone's own commits on the
+// target are left alone: they are the operator's to bring in.
+
+// lineBaseWalk bounds how far back a line's start is looked for: that many
+// uncounted merges are not one lost leader's; the line then starts at the
+// target's tip, as without a remote.
+const lineBaseWalk = 32
+
+// setAsidePrefix is where a target's uncounted merges are kept once they
+// are set aside (refs/swarmd/set-aside/INTO/UNIXNANO).
+const setAsidePrefix = "refs/swarmd/set-aside/"
+
+// taskTrailer is the trailer of every merge and squash commit the queue
+// makes (internal/merge/candidate.go).
+const taskTrailer = "Swarmd-Task"
+
+// remoteRefs are the refs that hold what the daemon last saw of the
+// remote's into: FetchBranch's, and the remote-tracking branch of a named
+// remote (a clone's origin/INTO), which a daemon that never merged has.
+func remoteRefs(into, remote string) []string {
+	refs := []string{worktree.FetchedPrefix + into}
+	if remote != "" && !strings.ContainsAny(remote, "/:") {
+		refs = append(refs, "refs/remotes/"+remote+"/"+into)
+	}
+	return refs
+}
+
+// lineBase returns where a new task line starts with a remote: the
+// target, below the merges at its tip that the swarm does not count.
+func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, error) {
+	refs := remoteRefs(into, remote)
+	return func(ctx context.Context) (string, error) {
+		cs, err := d.trees.FirstParentsBeyond(ctx, into, refs, taskTrailer, lineBaseWalk)
+		if err != nil {
+			return "", err
+		}
+		for i, c := range cs {
+			made := c.Trailer == "" // someone's own commit: counted as theirs
+			if !made {
+				if made, err = d.merge.queue.Made(ctx, c.Commit); err != nil {
+					return "", err
+				}
+			}
+			if made {
+				if i > 0 {
+					d.lineBelow(into, cs[:i], c.Commit)
+				}
+				return c.Commit, nil
+			}
+		}
+		// No commit of cs is counted: the line starts below them all, at
+		// a commit the remote holds, when cs ends at one.
+		if len(cs) == 0 || len(cs) == lineBaseWalk || cs[len(cs)-1].Parent == "" {
+			return into, nil
+		}
+		d.lineBelow(into, cs, cs[len(cs)-1].Parent)
+		return cs[len(cs)-1].Parent, nil
+	}
+}
+
+// lineBelow logs, once per tip, that lines start below the uncounted
+// commits cs (newest first) of into.
+func (d *Daemon) lineBelow(into string, cs []worktree.FirstParent, base string) {
+	d.merge.belowMu.Lock()
+	defer d.merge.belowMu.Unlock()
+	if d.merge.below == cs[0].Commit {
+		return
+	}
+	d.merge.below = cs[0].Commit
+	d.log.Warn("new task lines start below merges on the target that the swarm does not count (not recorded, not on the remote)",
+		zap.String("target", into), zap.String("tip", cs[0].Commit), zap.Int("uncounted", len(cs)), zap.String("base", base))
+}
+
+// setAsideUncounted sets aside this repository's into (ours) in favour of
+// the remote's (theirs), when every commit of ours the remote lacks is a
+// merge the queue made (it carries the task trailer) and the store records
+// none of them: the merges of a leader cut off before it recorded them,
+// which the swarm made again since. It reports whether it did.
+func (d *Daemon) setAsideUncounted(ctx context.Context, into, theirs, ours string) (bool, error) {
+	tasks, err := d.trees.TrailerValues(ctx, theirs, ours, taskTrailer)
+	if err != nil || len(tasks) == 0 {
+		return false, err
+	}
+	var ids []string
+	for c, task := range tasks {
+		if task == "" {
+			return false, nil // not a merge: someone's own commit
+		}
+		made, err := d.merge.queue.Made(ctx, c)
+		if err != nil || made {
+			return false, err
+		}
+		ids = append(ids, task)
+	}
+	slices.Sort(ids)
+	keep := fmt.Sprintf("%s%s/%d", setAsidePrefix, into, time.Now().UnixNano())
+	if err := d.trees.SetAside(ctx, into, ours, theirs, keep); err != nil {
+		return false, err
+	}
+	reason := fmt.Sprintf("%s set aside at %.12s (kept as %s): %d merge(s) of task(s) %s that no queue recorded (a leader cut off before it recorded them; the swarm merged them again), in favour of the remote's %.12s",
+		into, ours, keep, len(tasks), strings.Join(ids, ", "), theirs)
+	d.log.Warn("merge queue: "+reason, zap.String("target", into), zap.String("kept", keep), zap.String("to", theirs))
+	d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_set_aside", Actor: "swarmd", Reason: reason})
+	return true, nil
+}
