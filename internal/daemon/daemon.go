@@ -121,6 +121,16 @@ type mergeWire struct {
 	// (counted.go), logged once per tip.
 	belowMu sync.Mutex
 	below   string
+	// leading: this daemon holds the merge lock and runs the queue (a
+	// shared store); follow is the feeder's following of the remote's
+	// target meanwhile (follow.go); taking serializes takeTarget, which
+	// both call.
+	leading atomic.Bool
+	follow  struct {
+		done, warned string // the last merge held; the last one warned of
+		tried        time.Time
+	}
+	taking sync.Mutex
 }
 
 // runnerKit is what every runner is built with, besides its settings.

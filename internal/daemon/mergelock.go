@@ -66,6 +66,8 @@ func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-cha
 		}
 	}()
 	d.log.Info("this daemon runs the swarm's merge queue")
+	d.merge.leading.Store(true)
+	defer d.merge.leading.Store(false)
 	d.merge.queue.Start(ctx)
 	defer d.merge.queue.Stop()
 	for {
@@ -162,6 +164,8 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 
 // takeTarget is checkTarget once the remote's into is fetched (theirs).
 func (d *Daemon) takeTarget(ctx context.Context, into, remote, theirs string) error {
+	d.merge.taking.Lock() // the queue's loop and the feeder's follow
+	defer d.merge.taking.Unlock()
 	ours, err := d.trees.BranchCommit(ctx, into)
 	if err != nil {
 		return err

@@ -230,6 +230,9 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 	}
 	if cfg.SharedStore() && cfg.Remote != "" {
 		d.pushWaitingLines(ready, cfg.AgentNames(), cfg.Remote)
+		if cfg.Merge != nil {
+			d.followTarget(ctx, cfg.Merge.Into, cfg.Remote)
+		}
 	}
 }
 

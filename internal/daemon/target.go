@@ -60,8 +60,7 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 }
 
 // remoteTargetMoved records, once per tip, that the remote's target is at a
-// commit no merge queue made (called from the queue's Prepare, one
-// goroutine).
+// commit no merge queue made (called by takeTarget, under its lock).
 func (d *Daemon) remoteTargetMoved(into, remote, theirs, ours string) {
 	if d.merge.remoteMoved == theirs {
 		return

@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// TestDaemonThatDoesNotLeadFollowsTheTarget: on a shared store with a
+// remote, a daemon that does not run the merge queue brings its own target
+// up to the remote's when the swarm merges (as the store records it): its
+// agents start their lines on the swarm's merges, and a worker told to
+// merge the target into a conflicting line merges the current one. A
+// commit pushed to the remote's target that no queue made is not taken.
+func TestDaemonThatDoesNotLeadFollowsTheTarget(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("follow"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("follow")
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// Another daemon runs the queue: it holds the merge lock throughout.
+	other, ok, err := db.TryLock(ctx, mergeLockName)
+	if err != nil || !ok {
+		t.Fatalf("the other daemon's TryLock = %v, %v", ok, err)
+	}
+	defer other.Release()
+
+	r, cfg := newCountedRepo(t, "remote: origin\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
+	d := start(t, cfg)
+	d.waitRunning(t, "alice")
+	pushed := r.git("rev-parse", "main")
+	record := func(task int, commit string) {
+		t.Helper()
+		now := store.FormatTime(time.Now())
+		if _, err := db.ExecCount(ctx, "a merge", `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, candidate, notified, enqueued_at, finished_at)
+			VALUES (?, 'carol', 'swarm/task/1', ?, 'merged', 'merged', ?, 1, ?, ?)`, task, commit, commit, now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The leader merges task 1 and pushes it.
+	merged := r.mergeOf(pushed, 1, true, "the leader's")
+	gitRun(t, "-C", r.dir, "push", "-q", r.bare, merged+":refs/heads/main")
+	record(1, merged)
+	waitFor(t, "this daemon's main at the leader's merge", func() bool { return r.git("rev-parse", "main") == merged })
+
+	// Someone pushes to the remote's target by hand, and the leader then
+	// records a merge it has not pushed yet: the follow finds a tip no
+	// queue made, reports it and leaves this daemon's target where it is.
+	theirs := r.mergeOf(merged, 2, false, "pushed by hand")
+	gitRun(t, "-C", r.dir, "push", "-q", r.bare, theirs+":refs/heads/main")
+	merged3 := r.mergeOf(theirs, 3, true, "the leader's, on it")
+	record(3, merged3)
+	waitFor(t, "the hand-pushed tip reported", func() bool {
+		var n int
+		return db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE event = 'target_moved'`).Scan(&n) == nil && n > 0
+	})
+	if got := r.git("rev-parse", "main"); got != merged {
+		t.Errorf("main at %.12s with a hand-pushed tip on the remote, want it left at %.12s", got, merged)
+	}
+	// The leader (whose operator brought that commit in) pushes its merge.
+	gitRun(t, "-C", r.dir, "push", "-q", r.bare, merged3+":refs/heads/main")
+	waitFor(t, "this daemon's main at the leader's next merge", func() bool { return r.git("rev-parse", "main") == merged3 })
+}
