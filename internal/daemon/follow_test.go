@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -16,23 +15,8 @@ import (
 // merge the target into a conflicting line merges the current one. A
 // commit pushed to the remote's target that no queue made is not taken.
 func TestDaemonThatDoesNotLeadFollowsTheTarget(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("follow"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("follow")
 	ctx := context.Background()
-	db, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	// Another daemon runs the queue: it holds the merge lock throughout.
-	other, ok, err := db.TryLock(ctx, mergeLockName)
-	if err != nil || !ok {
-		t.Fatalf("the other daemon's TryLock = %v, %v", ok, err)
-	}
-	defer other.Release()
+	url, db, _ := anotherLeads(t, "follow") // throughout
 
 	r, cfg := newCountedRepo(t, "remote: origin\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
 	d := start(t, cfg)

@@ -25,6 +25,29 @@ func gitRun(t *testing.T, args ...string) {
 	}
 }
 
+// anotherLeads is a PostgreSQL database name on the test server, a handle
+// on it, and the merge lock it holds, as another daemon that leads the
+// merge queue would; the test's end releases and closes them.
+func anotherLeads(t *testing.T, name string) (string, *store.DB, *store.Lock) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL(name)
+	db, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	lock, ok, err := db.TryLock(context.Background(), mergeLockName)
+	if err != nil || !ok {
+		t.Fatalf("the other daemon's TryLock = %v, %v", ok, err)
+	}
+	t.Cleanup(func() { lock.Release() })
+	return url, db, lock
+}
+
 // TestMergeOnOneDaemon: on a shared store the merge queue runs on the
 // daemon holding the merge lock only. Here another daemon (played by a
 // store handle) holds it; once it lets go, this daemon takes the queue
@@ -32,22 +55,8 @@ func gitRun(t *testing.T, args ...string) {
 // work), fetches from the remote the head another machine's agent pushed,
 // merges it and pushes the target to the remote.
 func TestMergeOnOneDaemon(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mergelock"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("mergelock")
 	ctx := context.Background()
-	db, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	other, ok, err := db.TryLock(ctx, mergeLockName)
-	if err != nil || !ok {
-		t.Fatalf("the other daemon's TryLock = %v, %v", ok, err)
-	}
-	defer other.Release()
+	url, db, other := anotherLeads(t, "mergelock")
 
 	bare := filepath.Join(t.TempDir(), "remote.git")
 	gitRun(t, "init", "-q", "--bare", bare)
