@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
@@ -35,10 +36,6 @@ const lineBaseWalk = 32
 // are set aside (refs/swarmd/set-aside/INTO/UNIXNANO).
 const setAsidePrefix = "refs/swarmd/set-aside/"
 
-// taskTrailer is the trailer of every merge and squash commit the queue
-// makes (internal/merge/candidate.go).
-const taskTrailer = "Swarmd-Task"
-
 // remoteRefs are the refs that hold what the daemon last saw of the
 // remote's into: FetchBranch's, and the remote-tracking branch of a named
 // remote (a clone's origin/INTO), which a daemon that never merged has.
@@ -55,7 +52,7 @@ func remoteRefs(into, remote string) []string {
 func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, error) {
 	refs := remoteRefs(into, remote)
 	return func(ctx context.Context) (string, error) {
-		cs, err := d.trees.FirstParentsBeyond(ctx, into, refs, taskTrailer, lineBaseWalk)
+		cs, err := d.trees.FirstParentsBeyond(ctx, into, refs, merge.TaskTrailer, lineBaseWalk)
 		if err != nil {
 			return "", err
 		}
@@ -102,7 +99,7 @@ func (d *Daemon) lineBelow(into string, cs []worktree.FirstParent, base string) 
 // none of them: the merges of a leader cut off before it recorded them,
 // which the swarm made again since. It reports whether it did.
 func (d *Daemon) setAsideUncounted(ctx context.Context, into, theirs, ours string) (bool, error) {
-	tasks, err := d.trees.TrailerValues(ctx, theirs, ours, taskTrailer)
+	tasks, err := d.trees.TrailerValues(ctx, theirs, ours, merge.TaskTrailer)
 	if err != nil || len(tasks) == 0 {
 		return false, err
 	}

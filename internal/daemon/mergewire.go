@@ -139,6 +139,11 @@ func rejectionTodo(kind merge.Kind, into string) string {
 		return fmt.Sprintf("Objects of its commits in the repository's object store no longer match their names (named below): "+
 			"they were replaced after they were committed, so it cannot be merged into %s as it stands. It is for the operator "+
 			"to look into (the daemon logs it as an error): do not build on those commits; end your session with DONE.", into)
+	case merge.KindCarried:
+		return fmt.Sprintf("Its commits carry merge commits of other tasks that %[1]s does not hold (named below): merged, they "+
+			"would bring those tasks' work in a second time. Rebase your branch onto %[1]s (`git rebase %[1]s`), which leaves "+
+			"merge commits and work %[1]s has already out, check that what is left is this task's work only, and end your "+
+			"session with DONE.", into)
 	case merge.KindTimeout:
 		return fmt.Sprintf("The merge gate ran out of time on it, merged onto %s: find what hangs or is too slow, fix it, "+
 			"commit, and end your session with DONE.", into)

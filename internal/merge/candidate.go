@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// TaskTrailer is the trailer of every merge and squash commit the queue
+// makes, naming the task: it tells them from anyone's own commits.
+const TaskTrailer = "Swarmd-Task"
+
 // candidate is what one entry becomes on the current target.
 type candidate struct {
 	commit    string   // the commit to test and advance the target to
@@ -32,6 +36,11 @@ func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targe
 	} else if len(bad) > 0 {
 		return candidate{}, &corruptError{objects: bad}
 	}
+	if merges, err := q.repo.carriedMerges(ctx, target, e.Head); err != nil {
+		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+	} else if len(merges) > 0 {
+		return candidate{}, &carriedError{merges: merges}
+	}
 	if q.opts.Strategy == StrategyRebase {
 		return q.buildRebase(ctx, dir, e, target, targetTree)
 	}
@@ -50,8 +59,8 @@ func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targe
 	if q.opts.Strategy == StrategySquash {
 		return q.squash(ctx, e, target, tree)
 	}
-	msg := fmt.Sprintf("Merge task %d from %s\n\n%s at %s, merged into %s by the swarmd merge queue.\n\nSwarmd-Task: %d\n",
-		e.Task, e.Branch, e.Branch, e.Head, q.opts.Into, e.Task)
+	msg := fmt.Sprintf("Merge task %d from %s\n\n%s at %s, merged into %s by the swarmd merge queue.\n\n%s: %d\n",
+		e.Task, e.Branch, e.Branch, e.Head, q.opts.Into, TaskTrailer, e.Task)
 	commit, err := q.repo.commitTree(ctx, tree, msg, nil, target, e.Head)
 	if err != nil {
 		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
@@ -71,7 +80,7 @@ func (q *Queue) squash(ctx context.Context, e *Entry, target, tree string) (cand
 	for _, c := range commits {
 		fmt.Fprintf(&b, "* %s\n", c.subject)
 	}
-	fmt.Fprintf(&b, "\nSquashed from %s at %s by the swarmd merge queue.\n\nSwarmd-Task: %d\n", e.Branch, e.Head, e.Task)
+	fmt.Fprintf(&b, "\nSquashed from %s at %s by the swarmd merge queue.\n\n%s: %d\n", e.Branch, e.Head, TaskTrailer, e.Task)
 	var author []string
 	if len(commits) > 0 {
 		author = commits[0].author

@@ -39,6 +39,17 @@ func (e *corruptError) Error() string {
 	return fmt.Sprintf("objects of the change do not match their names (replaced in the object store?): %s", strings.Join(e.objects, ", "))
 }
 
+// carriedError: the change's commits carry merge commits the queue made
+// (their Swarmd-Task trailer) that the target does not hold: a merge a
+// leader cut off before it recorded it, which the swarm made again, or
+// merges of a target rewound since. Merged, they would bring another
+// task's work in with this one, a second time.
+type carriedError struct{ merges []string }
+
+func (e *carriedError) Error() string {
+	return fmt.Sprintf("it carries merges of the merge queue's that the target does not hold: %s", strings.Join(e.merges, ", "))
+}
+
 // unmergeableError is git refusing to merge a candidate for a reason of the
 // candidate's own (unrelated histories, a rebase that fails without a
 // conflicting path): it is rejected like a conflict, with git's message.

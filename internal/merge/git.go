@@ -651,6 +651,25 @@ func (r *repo) corruptObjects(ctx context.Context, base, head string) ([]string,
 	return bad, nil
 }
 
+// carriedMerges lists the commits of base..head that carry the queue's
+// task trailer ("COMMIT (task N)"): merges the queue made that base does not
+// hold.
+func (r *repo) carriedMerges(ctx context.Context, base, head string) ([]string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "log", "-z", "--format=%H%x1f%(trailers:key="+TaskTrailer+",valueonly,separator=%x2c)",
+		"--end-of-options", base+".."+head, "--")
+	if err != nil {
+		return nil, err
+	}
+	var merges []string
+	for _, rec := range strings.Split(out, "\x00") {
+		c, task, ok := strings.Cut(strings.TrimSpace(rec), "\x1f")
+		if task = strings.TrimSpace(task); ok && task != "" {
+			merges = append(merges, fmt.Sprintf("%s (task %s)", short(c), task))
+		}
+	}
+	return merges, nil
+}
+
 // hashBatch reads git cat-file --batch's output ("NAME TYPE SIZE", the
 // content, a newline; "NAME missing") and returns the names that are
 // missing or whose content hashes to another name: SHA-1 for 40 hex

@@ -269,9 +269,12 @@ func (q *Queue) line(ctx context.Context, es []*Entry, target, tree string, res 
 		cand, err := q.build(ctx, e, base, baseTree)
 		var unmergeable *unmergeableError
 		var corrupt *corruptError
+		var carried *carriedError
 		switch {
 		case errors.As(err, &corrupt):
 			res.rejected(e, KindCorrupt, corrupt.Error())
+		case errors.As(err, &carried):
+			res.rejected(e, KindCarried, carried.Error())
 		case errors.As(err, &unmergeable):
 			res.rejected(e, KindConflict, unmergeable.Error())
 		case err != nil:

@@ -56,6 +56,10 @@ const (
 	// KindCorrupt: objects of the change are not what their names say (an
 	// object file replaced in the shared object store); Detail names them.
 	KindCorrupt Kind = "corrupt"
+	// KindCarried: the change carries merge commits of the queue's that
+	// the target does not hold (another task's work, again); Detail names
+	// them.
+	KindCarried Kind = "carried"
 )
 
 // Actor names the queue in the event log and on the task board.
