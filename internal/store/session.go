@@ -237,12 +237,20 @@ func (db *DB) UnsettledSessions(ctx context.Context, agents []string) ([]Session
 // connection or a server restarting, a full disk, a lease this daemon lost
 // (ErrFenced). Retrying the same write
 // later can succeed; a caller that must not drop it waits and retries.
-func (db *DB) Transient(err error) bool {
+// It needs no open store (each engine's errors are types of its own), so
+// it also judges Open's errors: a server down or starting up, a file
+// another process holds locked while it migrates.
+func Transient(err error) bool {
 	if err == nil || errors.Is(err, ErrDatabaseGone) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	if db.drv.busy(err) || errors.Is(err, ErrDiskFull) || db.drv.classify(err) == ErrDiskFull {
+	if errors.Is(err, ErrDiskFull) {
 		return true
+	}
+	for _, drv := range engines {
+		if drv.busy(err) || drv.classify(err) == ErrDiskFull {
+			return true
+		}
 	}
 	// A write fenced by a lease this daemon lost: it waits (shown) until
 	// the lease is free and taken back, never counted as the agent's error.
@@ -255,6 +263,13 @@ func (db *DB) Transient(err error) bool {
 	}
 	return Unreachable(err)
 }
+
+// engines are the drivers, each of which knows its own engine's errors.
+var engines = []driver{sqliteDriver{}, &pgDriver{}}
+
+// Transient is the package's Transient, for the callers that ask it of
+// the store they write to (settle's and the runner's interfaces).
+func (db *DB) Transient(err error) bool { return Transient(err) }
 
 // InDoubt reports whether err, from a write, leaves unknown whether the
 // write committed: its connection to the server was lost once the write
@@ -273,8 +288,9 @@ func InDoubt(err error) bool {
 // Unreachable reports whether err says the store's server could not be
 // reached or is not taking work now (refused or cut connections, a
 // restart, too many clients, timeouts): another try later can succeed.
-// Unlike Transient it needs no open store, so it also judges Open's
-// errors; a wrong address's name, password or schema are not in it.
+// It is Transient's part about the server (Transient adds locks held, a
+// full disk, a connection lost mid-answer and ErrFenced); a wrong
+// address's name, password or schema are in neither.
 func Unreachable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false

@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -53,6 +55,61 @@ func TestInDoubt(t *testing.T) {
 	} {
 		if got := InDoubt(c.err); got != c.want {
 			t.Errorf("%s: InDoubt = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestTransientNeedsNoStore: the one classification of errors worth
+// waiting for judges them without an open store (a starting daemon's
+// Open), for both engines: a SQLite file another connection holds locked
+// and a server away are, what the store refuses for good is not.
+func TestTransientNeedsNoStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locked.db")
+	raw := func() *sql.DB {
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		db.SetMaxOpenConns(1)
+		return db
+	}
+	holder, other := raw(), raw()
+	if _, err := holder.Exec("CREATE TABLE x (v INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("INSERT INTO x VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	_, busy := other.Exec("INSERT INTO x VALUES (2)")
+	if busy == nil {
+		t.Fatal("a second writer was not refused")
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"SQLite busy", fmt.Errorf("store: open %s: %w", path, busy), true},
+		{"refused", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{"starting up", &pgconn.PgError{Code: "57P03"}, true},
+		{"cut mid-answer", fmt.Errorf("store: leases: %w", io.ErrUnexpectedEOF), true},
+		{"serialization conflict", &pgconn.PgError{Code: "40001"}, true},
+		{"disk full", &pgconn.PgError{Code: "53100"}, true},
+		{"wrong password", &pgconn.PgError{Code: "28P01"}, false},
+		{"no such database", &pgconn.PgError{Code: "3D000"}, false},
+		{"schema too new", fmt.Errorf("store: open: %w", ErrSchemaTooNew), false},
+		{"read-only", fmt.Errorf("store: open: %w", ErrReadOnly), false},
+		{"cancelled", context.Canceled, false},
+		{"nil", nil, false},
+	} {
+		if got := Transient(c.err); got != c.want {
+			t.Errorf("%s: Transient = %v, want %v (%v)", c.name, got, c.want, c.err)
 		}
 	}
 }
