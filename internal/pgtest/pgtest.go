@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -49,6 +50,8 @@ type Server struct {
 	// default, for speed), a crash (Restart "immediate") loses the commits
 	// of its last moments, which a test of crashes must not blame on swarmd.
 	durable bool
+	// stopped: Stop left the server down (Close has nothing to stop).
+	stopped atomic.Bool
 }
 
 // Require starts a server for t and stops it at t's end. Where the server
@@ -189,11 +192,32 @@ func (s *Server) serve() error {
 // "immediate": a crash, every connection cut), keeps it down for down, and
 // starts it again on the same data and socket.
 func (s *Server) Restart(mode string, down time.Duration) error {
+	if err := s.Stop(mode); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	return s.Serve()
+}
+
+// Stop stops the server with pg_ctl's shutdown mode ("fast", "immediate")
+// and leaves it down, its socket gone, until Serve: for a test of clients
+// that start while it is down, or that it goes down under.
+func (s *Server) Stop(mode string) error {
 	if out, err := s.run(60*time.Second, "pg_ctl", "stop", "-w", "-t", "30", "-m", mode, "-D", filepath.Join(s.dir, "data")); err != nil {
 		return fmt.Errorf("pgtest: pg_ctl stop -m %s: %w: %s", mode, err, out)
 	}
-	time.Sleep(down)
-	return s.serve()
+	s.stopped.Store(true)
+	return nil
+}
+
+// Serve starts a server that Stop stopped again, on the same data and
+// socket, and returns once it takes connections.
+func (s *Server) Serve() error {
+	if err := s.serve(); err != nil {
+		return err
+	}
+	s.stopped.Store(false)
+	return nil
 }
 
 // run runs one of the server's binaries, as the server's user.
@@ -244,7 +268,10 @@ func (s *Server) CreateDB(name string) error {
 // that none of its processes is left, and removes its directory.
 func (s *Server) Close() error {
 	data := filepath.Join(s.dir, "data")
-	_, err := s.run(30*time.Second, "pg_ctl", "stop", "-w", "-t", "20", "-m", "fast", "-D", data)
+	var err error
+	if !s.stopped.Load() {
+		_, err = s.run(30*time.Second, "pg_ctl", "stop", "-w", "-t", "20", "-m", "fast", "-D", data)
+	}
 	if err != nil {
 		if out, ierr := s.run(30*time.Second, "pg_ctl", "stop", "-w", "-m", "immediate", "-D", data); ierr != nil {
 			return fmt.Errorf("pgtest: stop the server in %s: %w; immediate: %v: %s", s.dir, err, ierr, out)

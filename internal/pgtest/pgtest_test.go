@@ -66,3 +66,57 @@ func TestRequire(t *testing.T) {
 		t.Fatalf("SELECT 1 + 1 = %q, %v", got, err)
 	}
 }
+
+// TestStopAndServe: a server Stop left down takes no connection (its
+// socket is gone) until Serve, which brings it back on the same data; Close
+// of a server left down stops nothing and leaves nothing.
+func TestStopAndServe(t *testing.T) {
+	s, err := Start()
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" || !errors.Is(err, ErrNoServer) {
+			t.Fatal(err)
+		}
+		t.Skipf("SKIPPING: %v", err)
+	}
+	data := filepath.Join(s.dir, "data")
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+	if err := s.CreateDB("kept"); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(s.SocketDir(), ".s.PGSQL.5432")
+	for _, mode := range []string{"fast", "immediate"} {
+		if err := s.Stop(mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(socket); !os.IsNotExist(err) {
+			t.Fatalf("stopped (%s): the socket is still there (%v)", mode, err)
+		}
+		if _, err := s.Query("kept", "SELECT 1"); err == nil {
+			t.Fatalf("stopped (%s): a query was answered", mode)
+		}
+		if err := s.Serve(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Query("kept", "SELECT 1"); err != nil || got != "1" {
+			t.Fatalf("served again after %s: SELECT 1 = %q, %v", mode, got, err)
+		}
+	}
+	if err := s.Stop("fast"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close of a stopped server = %v", err)
+	}
+	closed = true
+	if pids := Processes(data); len(pids) != 0 {
+		t.Fatalf("processes %v left after Close", pids)
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("%s left after Close: %v", s.dir, err)
+	}
+}
