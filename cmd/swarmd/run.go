@@ -35,6 +35,11 @@ at once. SIGHUP reloads the config: new agents start, removed agents stop, and c
 backends, env and timeouts apply from each agent's next session; an invalid config is refused and
 the running one kept.
 
+A store that is unreachable or busy at start (a PostgreSQL server down or restarting, a SQLite file
+another process keeps locked) is waited for: one log line says so, and the start goes on by itself
+when the store answers; a stop signal ends the wait. A store that refuses (a wrong database name or
+password, a schema of a newer swarmd) ends the start at once.
+
 Exit status: 0 after a clean stop, 1 on a runtime failure, 2 for a bad config, a repository that is
 not usable, or a state dir already in use by another swarmd (the error names its pid).`,
 		Args: cobra.NoArgs,

@@ -80,6 +80,12 @@ func RecordedReviewPolicy(ctx context.Context, db *store.DB) (*ReviewPolicy, err
 // p may be nil (a process that claims for no configured agent).
 func OpenTaskBoard(db *store.DB, p *ReviewPolicy) *taskboard.Board {
 	into, _, _ := db.Setting(context.Background(), settingMergeInto)
+	return newTaskBoard(db, into, p)
+}
+
+// newTaskBoard is the task board in db under merge target into ("": no
+// merge queue).
+func newTaskBoard(db *store.DB, into string, p *ReviewPolicy) *taskboard.Board {
 	opts := taskboard.Options{AutoClose: into == "", FrozenHead: into != ""}
 	if p != nil {
 		opts.ReviewerOf, opts.ReviewOnly = p.ReviewerOf, p.ReviewOnly

@@ -153,6 +153,9 @@ type agentRun struct {
 	recovered map[string]recovered
 	ready     atomic.Bool // every agent registered
 	ramp      settleWatch // the last transition, see trimWhenSettled
+	// storeWait is why the start waits on the store while it does (nil:
+	// it does not), for /readyz (storewait.go).
+	storeWait atomic.Pointer[string]
 	// maxSessionBytes is logs.max_session_bytes as the daemon started with
 	// it: a logs key applies at a restart, not at a reload.
 	maxSessionBytes int64
@@ -251,7 +254,10 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	}
 	review := ConfigReviewPolicy(func() *config.Config { c, _ := d.current(); return c })
 	review.ReviewOnly = d.reviewOnly
-	d.tasks = OpenTaskBoard(d.db, review)
+	// The board as the config says (openState recorded merge.into from
+	// it), not read back: a read the store cut short would be taken for
+	// no merge queue.
+	d.tasks = newTaskBoard(d.db, mergeInto(cfg), review)
 	if d.live.backends, err = buildBackends(cfg, d.host.sup); err != nil {
 		return nil, setupError(err)
 	}
@@ -285,14 +291,25 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Error("event log write", zap.Error(err))
 	}, OnCommit: d.serve.dash.notify})
 	d.journal.Start()
-	if err := d.acquireLeases(ctx, cfg.AgentNames(), true); err != nil {
-		return nil, err
-	}
-	if err := d.recover(ctx); err != nil {
+	// Both again from the start when the store cuts either short: the
+	// leases a try took are this daemon's own to take again, and recovery
+	// finishes what a try of it began.
+	if err := d.waitStore(ctx, "take the agents' leases and recover", func(ctx context.Context) error {
+		if err := d.acquireLeases(ctx, cfg.AgentNames(), true); err != nil {
+			return err
+		}
+		return d.recover(ctx)
+	}); err != nil {
 		return nil, err
 	}
 	if err := d.serve.dash.start(ctx); err != nil {
-		return nil, err
+		if ctx.Err() != nil || !store.Transient(err) {
+			return nil, err
+		}
+		// The hub runs on without its first read, and reads the event
+		// log when the store answers: the dashboards are not worth a
+		// failed start.
+		log.Warn("the dashboards could not read the event log at the start: they read it once the store answers", zap.Error(err))
 	}
 	d.budget = d.newSpendKeeper()
 	d.gates.providers = providergate.New(cfg, d.journal, log.Named("provider"))
@@ -371,7 +388,10 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		HookSandbox: d.postCheckoutSandbox()}); err != nil {
 		return setupErrorf("repo %s: %w", cfg.Repo, err)
 	}
-	if d.db, err = store.Open(ctx, cfg.StoreTarget(), store.Options{}); err != nil {
+	if err := d.waitStore(ctx, "open", func(ctx context.Context) (err error) {
+		d.db, err = store.Open(ctx, cfg.StoreTarget(), store.Options{})
+		return err
+	}); err != nil {
 		return err
 	}
 	if cfg.SharedStore() {
@@ -390,41 +410,53 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if cfg.SharedStore() {
 		agents = nil // the swarm's other daemons run agents this config does not name
 	}
-	if d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: agents,
-		UrgentEvery: mailbox.DefaultUrgentEvery}); err != nil {
+	if err := d.waitStore(ctx, "open the mailbox", func(ctx context.Context) (err error) {
+		d.mail, err = mailbox.New(ctx, d.db, mailbox.Options{MaxBodyBytes: cfg.Mailbox.MaxBody, Agents: agents,
+			UrgentEvery: mailbox.DefaultUrgentEvery})
+		return err
+	}); err != nil {
 		return err
 	}
-	// `swarmd mail` in a session reads no config: the limits it enforces
-	// are the ones recorded here.
-	if err := d.mail.RecordLimits(ctx); err != nil {
+	if err := d.waitStore(ctx, "record the settings", func(ctx context.Context) error {
+		// `swarmd mail` in a session reads no config: the limits it
+		// enforces are the ones recorded here.
+		if err := d.mail.RecordLimits(ctx); err != nil {
+			return err
+		}
+		if err := d.db.SetSetting(ctx, settingMergeInto, mergeInto(cfg)); err != nil {
+			return err
+		}
+		return RecordReviewers(ctx, d.db, cfg)
+	}); err != nil {
 		return err
 	}
 	d.openQuarantine(ctx, cfg)
-	into := ""
-	if cfg.Merge != nil {
-		into = cfg.Merge.Into
-	}
-	if err := d.db.SetSetting(ctx, settingMergeInto, into); err != nil {
-		return err
-	}
-	if err := RecordReviewers(ctx, d.db, cfg); err != nil {
-		return err
-	}
 	return nil
+}
+
+// mergeInto is cfg's merge target, "" without a merge queue.
+func mergeInto(cfg *config.Config) string {
+	if cfg.Merge == nil {
+		return ""
+	}
+	return cfg.Merge.Into
 }
 
 // Run starts every agent and returns when ctx ends and every agent has
 // stopped, or when the stop takes longer than the grace periods allow.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.run.cancel()
-	agents := d.runAgents()
+	agents := d.runAgents(ctx)
 	// In the order they start; they stop in reverse when Run returns (and
 	// those started when one fails to start), each while those before it
-	// still run.
+	// still run. Those that read the store first wait while it is away,
+	// until ctx ends (storewait.go).
 	services := service.NewGroup(
-		d.budget,       // the budgets loaded and their pauses stored before any runner
-		d.pusher,       // stopped late: the pushes the last sessions asked for still go out
-		d.keepLeases(), // the lease guard runs before any session and outlives them all
+		// the budgets loaded and their pauses stored before any runner
+		d.storeWaiting(ctx, "load the budgets", d.budget),
+		d.pusher, // stopped late: the pushes the last sessions asked for still go out
+		// the lease guard runs before any session and outlives them all
+		d.storeWaiting(ctx, "renew the agents' leases", d.keepLeases()),
 		agents,
 		d.routing(),
 		service.Func(d.listenControl),
@@ -437,6 +469,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	)
 	// The services' context is not ctx: they stop in order, at the end.
 	if err := services.Start(context.WithoutCancel(ctx)); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Stopped while the start waited for the store: nothing of
+			// the swarm ran, and nothing failed.
+			return nil
+		}
 		return err
 	}
 	defer services.Stop()
@@ -453,12 +490,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 // runAgents is the service of the runners: Start registers one per agent of
 // the config in force (a failure stops those registered) and pushes their
 // branches; Stop stops them all, with their grace (shutdownAgents). No
-// session outlives it, and it stops before the lease keeper.
-func (d *Daemon) runAgents() service.Service {
+// session outlives it, and it stops before the lease keeper. A runner's
+// making (its stored pause read) waits while the store is away, until ctx
+// ends.
+func (d *Daemon) runAgents(ctx context.Context) service.Service {
 	return service.Func(func(context.Context) (func(), error) {
 		cfg, _ := d.current()
 		for _, a := range cfg.Agents {
-			r, err := d.newRunner(a, d.run.recovered[a.Name])
+			var r *runner.Runner
+			err := d.waitStore(ctx, "read the pause of agent "+a.Name, func(context.Context) (err error) {
+				r, err = d.newRunner(a, d.run.recovered[a.Name])
+				return err
+			})
 			if err == nil {
 				d.metrics.AddAgent(a.Name)
 				err = d.reg.Register(d.run.ctx, r)

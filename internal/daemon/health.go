@@ -102,6 +102,9 @@ func (d *Daemon) healthWatch(interval time.Duration) service.Service {
 // do its job. Every agent registered, the database is the file it opened and
 // answers, the disk has room, and at least one agent is not Stopped.
 func (d *Daemon) readiness() string {
+	if w := d.run.storeWait.Load(); w != nil {
+		return *w // the start waits for the store (storewait.go)
+	}
 	if !d.run.ready.Load() {
 		return "agents not registered yet"
 	}

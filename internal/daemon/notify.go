@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
@@ -15,6 +16,16 @@ type systemd struct{}
 
 func (systemd) ready()    { _, _ = sd.SdNotify(false, sd.SdNotifyReady) }
 func (systemd) stopping() { _, _ = sd.SdNotify(false, sd.SdNotifyStopping) }
+
+// status sets the line `systemctl status` shows ("" clears it).
+func (systemd) status(line string) { _, _ = sd.SdNotify(false, "STATUS="+line) }
+
+// waiting says what the start waits for (status) and that it is alive: a
+// start that says so at least every extend is not ended by the unit's
+// TimeoutStartSec= (EXTEND_TIMEOUT_USEC).
+func (systemd) waiting(line string, extend time.Duration) {
+	_, _ = sd.SdNotify(false, "STATUS="+line+"\nEXTEND_TIMEOUT_USEC="+strconv.FormatInt(extend.Microseconds(), 10))
+}
 
 // watchdog is the service that sends WATCHDOG=1 at half the unit's
 // WatchdogSec for as long as the daemon proves healthy (database answers,
