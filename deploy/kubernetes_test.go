@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -58,6 +59,8 @@ type k8sProbe struct {
 		Path string `yaml:"path"`
 		Port string `yaml:"port"`
 	} `yaml:"httpGet"`
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
 }
 
 type k8sContainer struct {
@@ -68,6 +71,7 @@ type k8sContainer struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
+	StartupProbe   *k8sProbe `yaml:"startupProbe"`
 	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
 	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
 	VolumeMounts   []struct {
@@ -195,5 +199,12 @@ func TestKubernetesManifests(t *testing.T) {
 		if p == nil || p.HTTPGet.Path != name || p.HTTPGet.Port != "http" {
 			t.Errorf("probe for %s: %+v", name, p)
 		}
+	}
+	// The listener is up after the start's recovery: a start waiting for
+	// its store is given as long as systemd's TimeoutStartSec (5 min) at
+	// least before liveness may restart it.
+	if p := c.StartupProbe; p == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != "http" ||
+		time.Duration(p.PeriodSeconds*p.FailureThreshold)*time.Second < 5*time.Minute {
+		t.Errorf("startup probe: %+v, want /healthz for 5 minutes at least", p)
 	}
 }
