@@ -102,7 +102,10 @@ func tasksFor(t *testing.T, stateDir string, agents ...string) (*mailbox.Mailbox
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	b := daemon.OpenTaskBoard(db.Store(), nil)
+	b, err := daemon.OpenTaskBoard(context.Background(), db.Store(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids := map[string]int64{}
 	for _, a := range agents {
 		tk, err := b.Add(context.Background(), taskboard.NewTask{Title: "task for " + a, Assignee: a})

@@ -138,7 +138,11 @@ func taskBoard(t *testing.T, db string) *taskboard.Board {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return daemon.OpenTaskBoard(m.Store(), nil)
+	b, err := daemon.OpenTaskBoard(context.Background(), m.Store(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func wantTask(t *testing.T, b *taskboard.Board, id int64, state string) taskboard.Task {

@@ -31,7 +31,11 @@ func openBoardAt(t *testing.T, stateDir string) (*taskboard.Board, *mailbox.Mail
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return daemon.OpenTaskBoard(db.Store(), nil), db
+	b, err := daemon.OpenTaskBoard(context.Background(), db.Store(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, db
 }
 
 // waitTask polls the board until task id is in state want (20 s at most).

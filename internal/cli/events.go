@@ -77,7 +77,11 @@ func eventsRun(ctx context.Context, opts *eventsOptions) error {
 	}
 	defer db.Close()
 	if q.TaskID != 0 {
-		if _, err := daemon.OpenTaskBoard(db, nil).Get(ctx, q.TaskID); err != nil {
+		board, err := daemon.OpenTaskBoard(ctx, db, nil)
+		if err == nil {
+			_, err = board.Get(ctx, q.TaskID)
+		}
+		if err != nil {
 			return fmt.Errorf("events: %w", err)
 		}
 	}

@@ -88,7 +88,11 @@ func readNeeds(ctx context.Context, s Streams, configPath string) ([]NeedItem, e
 	if err != nil {
 		return nil, err
 	}
-	st, err := daemon.ReadNeeds(ctx, db.DB, daemon.OpenTaskBoard(db.DB, nil), mb, names)
+	board, err := daemon.OpenTaskBoard(ctx, db.DB, nil)
+	if err != nil {
+		return nil, err
+	}
+	st, err := daemon.ReadNeeds(ctx, db.DB, board, mb, names)
 	if err != nil {
 		return nil, err
 	}

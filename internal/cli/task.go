@@ -103,11 +103,19 @@ func withBoard(ctx context.Context, o *dbOptions, verb string, kind verbKind, f 
 			return err
 		}
 	}
-	reviewers, err := reviewerOf(ctx, db)
-	if err != nil {
+	// The board's settings are read as its writes are made: a busy or
+	// unreachable store is waited for (--store-wait).
+	var board *taskboard.Board
+	if err := waitStore(ctx, db.DB, o.StoreWait, "task "+verb, func(ctx context.Context) error {
+		reviewers, err := reviewerOf(ctx, db)
+		if err == nil {
+			board, err = daemon.OpenTaskBoard(ctx, db.DB, reviewers)
+		}
+		return err
+	}); err != nil {
 		return fmt.Errorf("task %s: %w", verb, err)
 	}
-	return f(&taskCtx{board: daemon.OpenTaskBoard(db.DB, reviewers), agents: db.agents, who: who, db: db.DB})
+	return f(&taskCtx{board: board, agents: db.agents, who: who, db: db.DB})
 }
 
 // reviewerOf is who reviews the tasks an agent claims, as the daemon's
@@ -857,13 +865,17 @@ func taskCompletions(ctx context.Context, o *dbOptions, states []task.State) []c
 		return nil
 	}
 	defer db.Close()
+	board, err := daemon.OpenTaskBoard(ctx, db.DB, nil)
+	if err != nil {
+		return nil
+	}
 	var out []cobra.Completion
 	for _, st := range states {
-		ts, _ := daemon.OpenTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{State: &st})
+		ts, _ := board.List(ctx, taskboard.Filter{State: &st})
 		out = appendTaskCompletions(out, ts)
 	}
 	if len(states) == 0 {
-		ts, _ := daemon.OpenTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{})
+		ts, _ := board.List(ctx, taskboard.Filter{})
 		out = appendTaskCompletions(out, ts)
 	}
 	return out

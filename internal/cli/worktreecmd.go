@@ -169,7 +169,11 @@ func pruneTaskLines(ctx context.Context, s Streams, configPath string, cfg *conf
 	}
 	defer db.Close()
 	closed := task.Closed
-	ts, err := daemon.OpenTaskBoard(db.DB, nil).List(ctx, taskboard.Filter{State: &closed})
+	board, err := daemon.OpenTaskBoard(ctx, db.DB, nil)
+	if err != nil {
+		return fmt.Errorf("worktree prune: %w", err)
+	}
+	ts, err := board.List(ctx, taskboard.Filter{State: &closed})
 	if err != nil {
 		return fmt.Errorf("worktree prune: %w", err)
 	}

@@ -162,7 +162,11 @@ func BenchmarkStartupRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := &Daemon{log: zap.NewNop(), db: db.Store(), mail: db, tasks: OpenTaskBoard(db.Store(), nil)}
+		board, err := OpenTaskBoard(ctx, db.Store(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := &Daemon{log: zap.NewNop(), db: db.Store(), mail: db, tasks: board}
 		d.live.cfg = &config.Config{Agents: agents}
 		d.journal = db.Store().NewJournal(store.JournalOptions{})
 		d.journal.Start()

@@ -77,10 +77,16 @@ func RecordedReviewPolicy(ctx context.Context, db *store.DB) (*ReviewPolicy, err
 // OpenTaskBoard is the task board in db, as the daemon and every `swarmd
 // task` process use it. Without a merge queue a DONE task that no reviewer
 // holds is CLOSED at once; with one, the queue closes it once merged.
-// p may be nil (a process that claims for no configured agent).
-func OpenTaskBoard(db *store.DB, p *ReviewPolicy) *taskboard.Board {
-	into, _, _ := db.Setting(context.Background(), settingMergeInto)
-	return newTaskBoard(db, into, p)
+// p may be nil (a process that claims for no configured agent). Which of
+// the two it is, the setting the daemon recorded says: a read of it the
+// store cut short is an error, never taken for no merge queue, which
+// would close a DONE task unmerged.
+func OpenTaskBoard(ctx context.Context, db *store.DB, p *ReviewPolicy) (*taskboard.Board, error) {
+	into, _, err := db.Setting(ctx, settingMergeInto)
+	if err != nil {
+		return nil, fmt.Errorf("read whether a merge queue closes the tasks (setting %s): %w", settingMergeInto, err)
+	}
+	return newTaskBoard(db, into, p), nil
 }
 
 // newTaskBoard is the task board in db under merge target into ("": no
