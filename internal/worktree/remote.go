@@ -254,37 +254,42 @@ func (m *Manager) TrailerValues(ctx context.Context, base, head, key string) (ma
 // any commit) and keeps old under keep (a ref name), so that nothing is
 // lost: a compare-and-swap of the ref where no working tree has the branch
 // checked out, else git reset --keep in the one that has it, only if it has
-// no local changes to tracked files.
+// no local changes to tracked files. A set-aside that fails leaves no ref
+// under keep: the caller tries again, under a new name each time.
 func (m *Manager) SetAside(ctx context.Context, branch, old, commit, keep string) error {
 	fail := func(err error) error { return fmt.Errorf("set %s aside at %s: %w", branch, keep, err) }
-	if _, err := m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: set aside", keep, old, ""); err != nil {
-		return fail(err)
-	}
 	dir, err := m.checkoutOf(ctx, branch)
 	if err != nil {
 		return fail(err)
 	}
-	if dir == "" {
-		_, err = m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: set aside at "+keep, "refs/heads/"+branch, commit, old)
+	if dir != "" {
+		out, err := m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
+		}
+		if err == nil {
+			var head string
+			if head, err = m.git.run(ctx, dir, "rev-parse", "--verify", "HEAD"); err == nil && strings.TrimSpace(head) != old {
+				err = fmt.Errorf("%s moved to %s meanwhile", branch, strings.TrimSpace(head))
+			}
+		}
 		if err != nil {
 			return fail(err)
 		}
-		return nil
 	}
-	out, err := m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
-	if err == nil && strings.TrimSpace(out) != "" {
-		err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
+	if _, err := m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: set aside", keep, old, ""); err != nil {
+		return fail(err)
 	}
-	if err == nil {
-		var head string
-		if head, err = m.git.run(ctx, dir, "rev-parse", "--verify", "HEAD"); err == nil && strings.TrimSpace(head) != old {
-			err = fmt.Errorf("%s moved to %s meanwhile", branch, strings.TrimSpace(head))
-		}
-	}
-	if err == nil {
+	if dir == "" {
+		_, err = m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: set aside at "+keep, "refs/heads/"+branch, commit, old)
+	} else {
 		_, err = m.git.run(ctx, dir, "reset", "--quiet", "--keep", commit)
 	}
 	if err != nil {
+		// Nothing was set aside: no ref says it was.
+		if _, derr := m.git.run(ctx, m.repo, "update-ref", "-d", keep, old); derr != nil {
+			err = errors.Join(err, derr)
+		}
 		return fail(err)
 	}
 	return nil

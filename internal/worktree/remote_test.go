@@ -2,6 +2,7 @@ package worktree
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -111,5 +112,51 @@ func TestFastForward(t *testing.T) {
 	}
 	if err := m.FastForward(ctx, "main", base); err == nil {
 		t.Fatal("moving main back succeeded")
+	}
+}
+
+// TestSetAsideThatFailsKeepsNothing: a set-aside git refuses (the branch
+// checked out with local changes, or moved meanwhile) leaves no ref under
+// keep's name: the daemon tries again every few seconds while it waits,
+// and each try left a ref that names a commit set aside when none was.
+func TestSetAsideThatFailsKeepsNothing(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	base := gitT(t, repo, "rev-parse", "HEAD")
+	writeFile(t, filepath.Join(repo, "lost.txt"), "lost\n")
+	lost := commitAll(t, repo, "uncounted")
+	kept := func() string {
+		return gitT(t, repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/swarmd/set-aside/")
+	}
+
+	writeFile(t, filepath.Join(repo, "README.md"), "changed\n")
+	for i := range 2 {
+		if err := m.SetAside(ctx, "main", lost, base, fmt.Sprintf("refs/swarmd/set-aside/main/%d", i)); err == nil {
+			t.Fatal("set aside over a local change")
+		}
+	}
+	if got := kept(); got != "" {
+		t.Fatalf("set-asides that failed left refs:\n%s", got)
+	}
+	gitT(t, repo, "checkout", "--", "README.md")
+	if err := m.SetAside(ctx, "main", base, base, "refs/swarmd/set-aside/main/2"); err == nil {
+		t.Fatal("set aside from a commit the branch is not at")
+	}
+	gitT(t, repo, "checkout", "-q", "-b", "elsewhere")
+	if err := m.SetAside(ctx, "main", base, base, "refs/swarmd/set-aside/main/3"); err == nil {
+		t.Fatal("set aside from a commit the branch is not at (not checked out)")
+	}
+	if got := kept(); got != "" {
+		t.Fatalf("set-asides that failed left refs:\n%s", got)
+	}
+	if err := m.SetAside(ctx, "main", lost, base, "refs/swarmd/set-aside/main/4"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kept(), "refs/swarmd/set-aside/main/4 "+lost; got != want {
+		t.Fatalf("kept %q, want %q", got, want)
+	}
+	if got := gitT(t, repo, "rev-parse", "main"); got != base {
+		t.Fatalf("main at %s, want %s", got, base)
 	}
 }
