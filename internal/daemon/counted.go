@@ -97,7 +97,10 @@ func (d *Daemon) lineBelow(into string, cs []worktree.FirstParent, base string) 
 // the remote's (theirs), when every commit of ours the remote lacks is a
 // merge the queue made (it carries the task trailer) and the store records
 // none of them: the merges of a leader cut off before it recorded them,
-// which the swarm made again since. It reports whether it did.
+// which the swarm made again since, or will (their tasks are not merged).
+// Only ours' first-parent line counts: a merge's second parent is its
+// task's own head, whose commits the remote lacks until the task is merged
+// again, and which its task's branch keeps. It reports whether it did.
 func (d *Daemon) setAsideUncounted(ctx context.Context, into, theirs, ours string) (bool, error) {
 	tasks, err := d.trees.TrailerValues(ctx, theirs, ours, merge.TaskTrailer)
 	if err != nil || len(tasks) == 0 {
@@ -119,7 +122,7 @@ func (d *Daemon) setAsideUncounted(ctx context.Context, into, theirs, ours strin
 	if err := d.trees.SetAside(ctx, into, ours, theirs, keep); err != nil {
 		return false, err
 	}
-	reason := fmt.Sprintf("%s set aside at %.12s (kept as %s): %d merge(s) of task(s) %s that no queue recorded (a leader cut off before it recorded them; the swarm merged them again), in favour of the remote's %.12s",
+	reason := fmt.Sprintf("%s set aside at %.12s (kept as %s): %d merge(s) of task(s) %s that no queue recorded (a leader cut off before it recorded them; the queue merges those tasks again, if it has not), in favour of the remote's %.12s",
 		into, ours, keep, len(tasks), strings.Join(ids, ", "), theirs)
 	d.log.Warn("merge queue: "+reason, zap.String("target", into), zap.String("kept", keep), zap.String("to", theirs))
 	d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_set_aside", Actor: "swarmd", Reason: reason})

@@ -227,3 +227,39 @@ func TestUncountedMergesSetAside(t *testing.T) {
 		})
 	}
 }
+
+// TestUncountedMergeOfATaskNotMergedAgainSetAside: the uncounted merge is
+// a real merge commit, its second parent the task's own head, and the
+// swarm has not merged that task again (its next run was rejected, or it
+// waits behind others) while the remote's target moved on with other
+// merges. The task's own commits are not the target's: the merge is set
+// aside all the same. Kept, it left this daemon's target diverged for the
+// operator, and the queue, led by this daemon, waiting on the operator
+// before the very task that would have ended it.
+func TestUncountedMergeOfATaskNotMergedAgainSetAside(t *testing.T) {
+	ctx := context.Background()
+	r, cfg := newCountedRepo(t, agentsYAML("alice")+"remote: REMOTE\nmerge: {into: main, gate: [\"true\"]}\n")
+	r.git("checkout", "-q", "-b", "elsewhere")
+	d := open(t, cfg)
+	defer d.Close()
+	pushed := r.git("rev-parse", "main")
+	// The leader after this daemon merged task 8 only, and recorded it.
+	other := r.mergeOf(pushed, 8, true, "the next leader's")
+	gitRun(t, "-C", r.dir, "push", "-q", r.bare, other+":refs/heads/main")
+	recordMerged(t, d, 8, other)
+	// This daemon's merge of task 7's head, as the queue makes it.
+	head := r.mergeOf(pushed, 7, false, "task 7's own work")
+	tree := r.git("rev-parse", head+"^{tree}")
+	lost := r.git("commit-tree", "-p", pushed, "-p", head, "-m", "Merge task 7 from swarm/task/7\n\nSwarmd-Task: 7\n", tree)
+	r.git("update-ref", "refs/heads/main", lost)
+
+	if err := d.checkTarget(ctx, "main", r.bare); err != nil {
+		t.Fatalf("an uncounted merge the remote lacks, with its task's commits: %v, want it set aside", err)
+	}
+	if got := r.git("rev-parse", "main"); got != other {
+		t.Errorf("main at %.12s, want the remote's %.12s", got, other)
+	}
+	if got := r.git("for-each-ref", "--format=%(objectname)", setAsidePrefix+"main/"); got != lost {
+		t.Errorf("kept %q, want %s", got, lost)
+	}
+}

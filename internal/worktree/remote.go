@@ -232,10 +232,12 @@ func (m *Manager) FirstParentsBeyond(ctx context.Context, branch string, refs []
 	return cs, nil
 }
 
-// TrailerValues maps each commit of base..head to the value of its trailer
-// key ("" when it has none).
+// TrailerValues maps each commit of head's first-parent line that base
+// does not reach (base..head, first parents only: where a branch's own
+// commits and the merges onto it are, not the merged branches' commits) to
+// the value of its trailer key ("" when it has none).
 func (m *Manager) TrailerValues(ctx context.Context, base, head, key string) (map[string]string, error) {
-	out, err := m.git.run(ctx, m.repo, "log", "-z", "--format=%H%x1f%(trailers:key="+key+",valueonly,separator=%x2c)",
+	out, err := m.git.run(ctx, m.repo, "log", "-z", "--first-parent", "--format=%H%x1f%(trailers:key="+key+",valueonly,separator=%x2c)",
 		"--end-of-options", base+".."+head, "--")
 	if err != nil {
 		return nil, fmt.Errorf("read the %s trailers of %s..%s: %w", key, base, head, err)
