@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,37 @@ func TestLineCarryingAMergeTheTargetLacksRejected(t *testing.T) {
 	}
 	if _, results, gates := e.metrics.snapshot(); results["carried"] != 1 || gates != 2 {
 		t.Errorf("results %v, gate runs %d; want one carried and no gate run for it", results, gates)
+	}
+}
+
+// TestCarriedMergesNewestFirst: the carried merges are named the newest
+// first, a descendant before its ancestors, whatever the committer dates
+// say (leaders on machines whose clocks differ): the worker is told to
+// replay what the first one named does not hold. Here carol's line started
+// on a merge of task 8 (a clock ahead), and she merged in a target that had
+// task 9's merge on it since.
+func TestCarriedMergesNewestFirst(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	q := e.open(e.options(`true`))
+	carol := e.worker("carol")
+	at := func(date string) { t.Setenv("GIT_COMMITTER_DATE", date) }
+	at("2030-01-01T00:00:00Z")
+	gitT(t, carol, "commit", "-q", "--allow-empty", "-m", "Merge task 8\n\nSwarmd-Task: 8")
+	older := gitT(t, carol, "rev-parse", "HEAD")
+	at("2020-01-01T00:00:00Z")
+	gitT(t, carol, "commit", "-q", "--allow-empty", "-m", "Merge task 9\n\nSwarmd-Task: 9")
+	newer := gitT(t, carol, "rev-parse", "HEAD")
+	gitT(t, carol, "reset", "-q", "--hard", older)
+	at("2025-01-01T00:00:00Z")
+	commitFile(t, carol, "c.txt", "carol\n", "carol: work")
+	at("2020-01-01T00:00:00Z")
+	gitT(t, carol, "merge", "-q", "--no-ff", "-m", "carol: merge the target", newer)
+	got, err := q.repo.carriedMerges(ctx, e.main(), gitT(t, carol, "rev-parse", "HEAD"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{short(newer) + " (task 9)", short(older) + " (task 8)"}; !slices.Equal(got, want) {
+		t.Fatalf("carried %q, want %q", got, want)
 	}
 }

@@ -653,9 +653,11 @@ func (r *repo) corruptObjects(ctx context.Context, base, head string) ([]string,
 
 // carriedMerges lists the commits of base..head that carry the queue's
 // task trailer ("COMMIT (task N)"): merges the queue made that base does not
-// hold.
+// hold, the newest first (no one after a descendant of its: the worker is
+// told to replay what the first does not hold, whatever the clocks of the
+// machines that made them said).
 func (r *repo) carriedMerges(ctx context.Context, base, head string) ([]string, error) {
-	out, err := r.run(ctx, r.commonDir, nil, "log", "-z", "--format=%H%x1f%(trailers:key="+TaskTrailer+",valueonly,separator=%x2c)",
+	out, err := r.run(ctx, r.commonDir, nil, "log", "-z", "--topo-order", "--format=%H%x1f%(trailers:key="+TaskTrailer+",valueonly,separator=%x2c)",
 		"--end-of-options", base+".."+head, "--")
 	if err != nil {
 		return nil, err
