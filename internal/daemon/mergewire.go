@@ -140,10 +140,16 @@ func rejectionTodo(kind merge.Kind, into string) string {
 			"they were replaced after they were committed, so it cannot be merged into %s as it stands. It is for the operator "+
 			"to look into (the daemon logs it as an error): do not build on those commits; end your session with DONE.", into)
 	case merge.KindCarried:
-		return fmt.Sprintf("Its commits carry merge commits of other tasks that %[1]s does not hold (named below): merged, they "+
-			"would bring those tasks' work in a second time. Rebase your branch onto %[1]s (`git rebase %[1]s`), which leaves "+
-			"merge commits and work %[1]s has already out, check that what is left is this task's work only, and end your "+
-			"session with DONE.", into)
+		// Not `git rebase INTO`: it replays a squash commit (no merge
+		// commit), rejected again, and a dropped merge's task commits
+		// that INTO does not hold (a target rewound), which then merge
+		// unflagged. Only the commits the newest carried merge lacks are
+		// this task's.
+		return fmt.Sprintf("Its commits carry merge commits the queue made of other tasks, which %[1]s does not hold (named below, "+
+			"the newest first): merged, they would bring those tasks' work in again. Put only your own commits on %[1]s: "+
+			"`git rebase --onto %[1]s COMMIT`, with COMMIT the first one named below (it replays the commits that COMMIT does "+
+			"not hold; if COMMIT merged this very task, whose commits are yours, run `git rebase %[1]s` instead). Check with "+
+			"`git log %[1]s..HEAD` that what is left is this task's work only, and end your session with DONE.", into)
 	case merge.KindTimeout:
 		return fmt.Sprintf("The merge gate ran out of time on it, merged onto %s: find what hangs or is too slow, fix it, "+
 			"commit, and end your session with DONE.", into)
