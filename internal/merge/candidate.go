@@ -30,16 +30,14 @@ func (q *Queue) build(ctx context.Context, e *Entry, target, targetTree string) 
 // ahead builds in its own while the gate runs in the first.
 func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targetTree string) (candidate, error) {
 	// What is merged must be what was committed and reviewed: the change's
-	// objects, hashed again (the target's were, in their own builds).
-	if bad, err := q.repo.corruptObjects(ctx, target, e.Head); err != nil {
+	// objects, hashed again (the target's were, in their own builds), and
+	// none of the queue's merges that the target lacks among its commits.
+	if check, err := q.repo.checkChange(ctx, target, e.Head); err != nil {
 		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
-	} else if len(bad) > 0 {
-		return candidate{}, &corruptError{objects: bad}
-	}
-	if merges, err := q.repo.carriedMerges(ctx, target, e.Head); err != nil {
-		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
-	} else if len(merges) > 0 {
-		return candidate{}, &carriedError{merges: merges}
+	} else if len(check.bad) > 0 {
+		return candidate{}, &corruptError{objects: check.bad}
+	} else if len(check.carried) > 0 {
+		return candidate{}, &carriedError{merges: check.carried}
 	}
 	if q.opts.Strategy == StrategyRebase {
 		return q.buildRebase(ctx, dir, e, target, targetTree)

@@ -80,10 +80,11 @@ func TestCarriedMergesNewestFirst(t *testing.T) {
 	commitFile(t, carol, "c.txt", "carol\n", "carol: work")
 	at("2020-01-01T00:00:00Z")
 	gitT(t, carol, "merge", "-q", "--no-ff", "-m", "carol: merge the target", newer)
-	got, err := q.repo.carriedMerges(ctx, e.main(), gitT(t, carol, "rev-parse", "HEAD"))
+	check, err := q.repo.checkChange(ctx, e.main(), gitT(t, carol, "rev-parse", "HEAD"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := check.carried
 	if want := []string{short(newer) + " (task 9)", short(older) + " (task 8)"}; !slices.Equal(got, want) {
 		t.Fatalf("carried %q, want %q", got, want)
 	}

@@ -111,15 +111,34 @@ func TestHashBatch(t *testing.T) {
 		"0000000000000000000000000000000000000001 blob 3\nabc\n" +
 		"1111111111111111111111111111111111111111 missing\n" +
 		"2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4 blob 6\nhello\n\n" // sha256 of the same
-	bad, err := hashBatch(bufio.NewReader(strings.NewReader(out)))
+	check, err := hashBatch(bufio.NewReader(strings.NewReader(out)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	bad := check.bad
 	want := []string{"0000000000000000000000000000000000000001", "1111111111111111111111111111111111111111 (missing)"}
 	if !slices.Equal(bad, want) {
 		t.Fatalf("hashBatch = %q, want %q", bad, want)
 	}
 	if _, err := hashBatch(bufio.NewReader(strings.NewReader("ce01 blob 6\nhello\n\n"))); err == nil {
 		t.Error("hashBatch took a name of neither length")
+	}
+}
+
+// taskOf reads the task trailer where the queue writes it and git looks
+// for trailers: the message's last paragraph, not a header nor the body.
+func TestTaskOf(t *testing.T) {
+	head := "tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nauthor a <a@b> 1 +0000\ncommitter a <a@b> 1 +0000\n\n"
+	for _, c := range []struct{ commit, want string }{
+		{head + "Merge task 7 from swarm/task/7\n\nswarm/task/7 at abc.\n\nSwarmd-Task: 7\n", "7"},
+		{head + "Task 8\n\n* one\n\nSquashed.\n\nswarmd-task:  8 \nSigned-off-by: a <a@b>\n", "8"},
+		{head + "Mentions\n\nSwarmd-Task: 9\n\nin the body only.\n", ""},
+		{head + "Swarmd-Task: 10\n", ""}, // the subject is no trailer
+		{head + "Merge\n\nSwarmd-Task:\n", ""},
+		{"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nSwarmd-Task: 11\n", ""}, // no message
+	} {
+		if got := taskOf([]byte(c.commit)); got != c.want {
+			t.Errorf("taskOf(%q) = %q, want %q", c.commit, got, c.want)
+		}
 	}
 }

@@ -611,20 +611,32 @@ func short(h string) string {
 	return h
 }
 
-// corruptObjects hashes again every object reachable from head and not
-// from base, as git stores it, and returns those whose content does not
-// match their name (or that are missing). git trusts an object's name when
+// changeCheck is what reading a change's objects again found.
+type changeCheck struct {
+	// bad are the objects missing or whose content does not hash to
+	// their name.
+	bad []string
+	// carried are the change's commits with the queue's task trailer,
+	// the newest first ("COMMIT (task N)"): merges the queue made that
+	// the base does not hold.
+	carried []string
+}
+
+// checkChange reads again every object reachable from head and not from
+// base, as git stores it, and hashes it: git trusts an object's name when
 // it reads it; the queue must not, since every session can write the
-// shared object store.
-func (r *repo) corruptObjects(ctx context.Context, base, head string) ([]string, error) {
-	list, err := r.run(ctx, r.commonDir, nil, "rev-list", "--objects", "--no-object-names", base+".."+head)
+// shared object store. The same read finds the commits among them that
+// carry the queue's task trailer. Commits come in topological order, a
+// descendant before its ancestors, whatever their dates.
+func (r *repo) checkChange(ctx context.Context, base, head string) (changeCheck, error) {
+	list, err := r.run(ctx, r.commonDir, nil, "rev-list", "--objects", "--no-object-names", "--topo-order", base+".."+head)
 	if code := exitCode(err); code > 1 {
-		return nil, &unmergeableError{err: err} // a head or object not there: as merge-tree says it
+		return changeCheck{}, &unmergeableError{err: err} // a head or object not there: as merge-tree says it
 	} else if err != nil {
-		return nil, err
+		return changeCheck{}, err
 	}
 	if strings.TrimSpace(list) == "" {
-		return nil, nil
+		return changeCheck{}, nil
 	}
 	cmd := r.command(ctx, r.commonDir, nil, "cat-file", "--batch")
 	cmd.Stdin = strings.NewReader(list)
@@ -632,70 +644,54 @@ func (r *repo) corruptObjects(ctx context.Context, base, head string) ([]string,
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("git cat-file --batch: %w", err)
+		return changeCheck{}, fmt.Errorf("git cat-file --batch: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("git cat-file --batch: %w", err)
+		return changeCheck{}, fmt.Errorf("git cat-file --batch: %w", err)
 	}
-	bad, rerr := hashBatch(bufio.NewReader(out))
+	check, rerr := hashBatch(bufio.NewReader(out))
 	if rerr != nil {
 		_ = cmd.Process.Kill()
 	}
 	werr := cmd.Wait()
 	switch {
 	case rerr != nil:
-		return nil, fmt.Errorf("git cat-file --batch: %w", rerr)
+		return changeCheck{}, fmt.Errorf("git cat-file --batch: %w", rerr)
 	case werr != nil:
-		return nil, fmt.Errorf("git cat-file --batch: %w: %s", werr, strings.TrimSpace(stderr.String()))
+		return changeCheck{}, fmt.Errorf("git cat-file --batch: %w: %s", werr, strings.TrimSpace(stderr.String()))
 	}
-	return bad, nil
+	return check, nil
 }
 
-// carriedMerges lists the commits of base..head that carry the queue's
-// task trailer ("COMMIT (task N)"): merges the queue made that base does not
-// hold, the newest first (no one after a descendant of its: the worker is
-// told to replay what the first does not hold, whatever the clocks of the
-// machines that made them said).
-func (r *repo) carriedMerges(ctx context.Context, base, head string) ([]string, error) {
-	out, err := r.run(ctx, r.commonDir, nil, "log", "-z", "--topo-order", "--format=%H%x1f%(trailers:key="+TaskTrailer+",valueonly,separator=%x2c)",
-		"--end-of-options", base+".."+head, "--")
-	if err != nil {
-		return nil, err
-	}
-	var merges []string
-	for _, rec := range strings.Split(out, "\x00") {
-		c, task, ok := strings.Cut(strings.TrimSpace(rec), "\x1f")
-		if task = strings.TrimSpace(task); ok && task != "" {
-			merges = append(merges, fmt.Sprintf("%s (task %s)", short(c), task))
-		}
-	}
-	return merges, nil
-}
+// maxTrailerCommit bounds the commit objects read whole for their trailer:
+// the queue's are a few hundred bytes; a larger one is hashed as it
+// streams, its message not read.
+const maxTrailerCommit = 1 << 20
 
 // hashBatch reads git cat-file --batch's output ("NAME TYPE SIZE", the
 // content, a newline; "NAME missing") and returns the names that are
-// missing or whose content hashes to another name: SHA-1 for 40 hex
-// digits, SHA-256 for 64.
-func hashBatch(r *bufio.Reader) (bad []string, err error) {
+// missing or whose content hashes to another name (SHA-1 for 40 hex
+// digits, SHA-256 for 64), and the commits that carry the task trailer.
+func hashBatch(r *bufio.Reader) (check changeCheck, err error) {
 	for {
 		line, err := r.ReadString('\n')
 		if err == io.EOF && line == "" {
-			return bad, nil
+			return check, nil
 		}
 		if err != nil {
-			return bad, err
+			return check, err
 		}
 		f := strings.Fields(line)
 		if len(f) == 2 && f[1] == "missing" {
-			bad = append(bad, f[0]+" (missing)")
+			check.bad = append(check.bad, f[0]+" (missing)")
 			continue
 		}
 		if len(f) != 3 {
-			return bad, fmt.Errorf("unexpected line %q", strings.TrimSpace(line))
+			return check, fmt.Errorf("unexpected line %q", strings.TrimSpace(line))
 		}
 		size, err := strconv.ParseInt(f[2], 10, 64)
 		if err != nil || size < 0 {
-			return bad, fmt.Errorf("unexpected line %q", strings.TrimSpace(line))
+			return check, fmt.Errorf("unexpected line %q", strings.TrimSpace(line))
 		}
 		var h hash.Hash
 		switch len(f[0]) {
@@ -704,17 +700,52 @@ func hashBatch(r *bufio.Reader) (bad []string, err error) {
 		case 64:
 			h = sha256.New()
 		default:
-			return bad, fmt.Errorf("unexpected object name %q", f[0])
+			return check, fmt.Errorf("unexpected object name %q", f[0])
 		}
 		fmt.Fprintf(h, "%s %d\x00", f[1], size)
-		if _, err := io.CopyN(h, r, size); err != nil {
-			return bad, err
+		if f[1] == "commit" && size <= maxTrailerCommit {
+			body := make([]byte, size)
+			if _, err := io.ReadFull(r, body); err != nil {
+				return check, err
+			}
+			h.Write(body)
+			if task := taskOf(body); task != "" {
+				check.carried = append(check.carried, fmt.Sprintf("%s (task %s)", short(f[0]), task))
+			}
+		} else if _, err := io.CopyN(h, r, size); err != nil {
+			return check, err
 		}
 		if _, err := r.Discard(1); err != nil { // the newline after the content
-			return bad, err
+			return check, err
 		}
 		if hex.EncodeToString(h.Sum(nil)) != f[0] {
-			bad = append(bad, f[0])
+			check.bad = append(check.bad, f[0])
 		}
 	}
+}
+
+// taskOf is the value of the task trailer of a commit object (its
+// headers, a blank line, the message), "" when it has none: a line
+// "Swarmd-Task: N" (the key's case aside) in the message's last paragraph
+// past the subject, where the queue writes it and git looks for trailers.
+func taskOf(commit []byte) string {
+	_, msg, ok := bytes.Cut(commit, []byte("\n\n"))
+	if !ok {
+		return ""
+	}
+	msg = bytes.TrimSpace(msg)
+	i := bytes.LastIndex(msg, []byte("\n\n"))
+	if i < 0 {
+		return "" // the subject alone: git reads no trailer there either
+	}
+	msg = msg[i+2:]
+	for _, line := range strings.Split(string(msg), "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if ok && strings.EqualFold(strings.TrimSpace(key), TaskTrailer) {
+			if v := strings.TrimSpace(value); v != "" {
+				return v
+			}
+		}
+	}
+	return ""
 }

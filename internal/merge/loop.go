@@ -400,9 +400,9 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 	// by name. One replaced while the gate ran is seen here: nothing moves,
 	// and the next step builds again, where the check before the gate
 	// finds the change it is in and rejects it.
-	if bad, err := q.repo.corruptObjects(ctx, old, cand); err != nil || len(bad) > 0 {
+	if check, err := q.repo.checkChange(ctx, old, cand); err != nil || len(check.bad) > 0 {
 		q.passed = passedGate{} // this line is not to be taken again as it is
-		why := "rebuild: objects of the batch were replaced while its gate ran: " + strings.Join(bad, ", ")
+		why := "rebuild: objects of the batch were replaced while its gate ran: " + strings.Join(check.bad, ", ")
 		if err != nil {
 			why = fmt.Sprintf("rebuild: check the batch's objects: %v", err)
 		}
