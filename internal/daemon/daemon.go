@@ -131,6 +131,9 @@ type mergeWire struct {
 		tried        time.Time
 	}
 	taking sync.Mutex
+	// published is the target's tip last pushed by the report on a shared
+	// store (push.go; the queue's loop only).
+	published string
 }
 
 // runnerKit is what every runner is built with, besides its settings.

@@ -68,6 +68,7 @@ func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-cha
 	d.log.Info("this daemon runs the swarm's merge queue")
 	d.merge.leading.Store(true)
 	defer d.merge.leading.Store(false)
+	d.merge.published = "" // the remote's target may have moved since this daemon last led
 	d.merge.queue.Start(ctx)
 	defer d.merge.queue.Stop()
 	for {

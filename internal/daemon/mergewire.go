@@ -59,10 +59,18 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 type mergeHooks struct{ d *Daemon }
 
 // OnMerged closes the task: its work is on the target, which goes to the
-// remote so that every daemon of the swarm sees it.
+// remote so that every daemon of the swarm sees it. On a shared store the
+// remote's target is the swarm's: it holds the merge before the task is
+// closed (publishTarget), or the report waits and is made again.
 func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) error {
 	if cfg, _ := h.d.current(); cfg.Merge != nil {
-		h.d.pushTarget(cfg.Merge.Into)
+		if cfg.SharedStore() && cfg.Remote != "" {
+			if err := h.d.publishTarget(ctx, cfg.Merge.Into, cfg.Remote, commit); err != nil {
+				return err
+			}
+		} else {
+			h.d.pushTarget(cfg.Merge.Into)
+		}
 	}
 	if _, err := h.d.tasks.Merged(ctx, e.Task, commit); err != nil && !errors.Is(err, taskboard.ErrState) {
 		return err

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -150,4 +151,30 @@ func (d *Daemon) pushTarget(branch string) {
 	d.pusher.request(branch, func(ctx context.Context) error {
 		return d.trees.PushBranch(ctx, branch, remote)
 	})
+}
+
+// publishTarget pushes into to remote, never forced, unless the target last
+// pushed from here holds commit already (a batch's results are reported
+// one by one, and one push carries them all). The merge queue's report
+// calls it before it closes a merged task on a shared store: a leader
+// killed between closing the task and a push in the background left the
+// task closed with its work on its own disk alone, while the next leader
+// built on a remote target without it.
+func (d *Daemon) publishTarget(ctx context.Context, into, remote, commit string) error {
+	if last := d.merge.published; last != "" {
+		if ok, err := d.trees.IsAncestor(ctx, commit, last); err == nil && ok {
+			return nil
+		}
+	}
+	tip, err := d.trees.BranchCommit(ctx, into)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", into, err)
+	}
+	if err := d.trees.PushBranch(ctx, into, remote); err != nil {
+		d.metrics.Pushed(false)
+		return fmt.Errorf("publish %s before closing its merged tasks: %w", into, err)
+	}
+	d.metrics.Pushed(true)
+	d.merge.published = tip
+	return nil
 }
