@@ -42,7 +42,7 @@ func (d *Daemon) followTarget(ctx context.Context, into, remote string) {
 	}
 	theirs, err := d.trees.FetchBranch(ctx, into, remote)
 	if err == nil {
-		err = d.takeTarget(ctx, into, remote, theirs)
+		err = d.followTo(ctx, into, remote, theirs)
 	}
 	if err == nil && d.holdsMerge(ctx, into, last) {
 		f.done = last
@@ -53,6 +53,18 @@ func (d *Daemon) followTarget(ctx context.Context, into, remote string) {
 		d.log.Warn("merge target: cannot follow the remote's; new task lines start from this repository's", zap.String("target", into),
 			zap.String("remote", remote), zap.String("last_merge", last), zap.Error(err))
 	}
+}
+
+// followTo takes the remote's target (theirs) unless this daemon leads the
+// queue by now: the lead is taken under the same lock (holdMerge), so a
+// follow never moves the target under the queue's own advance.
+func (d *Daemon) followTo(ctx context.Context, into, remote, theirs string) error {
+	d.merge.taking.Lock()
+	defer d.merge.taking.Unlock()
+	if d.merge.leading.Load() {
+		return nil
+	}
+	return d.takeTargetLocked(ctx, into, remote, theirs)
 }
 
 // holdsMerge reports whether into holds commit.

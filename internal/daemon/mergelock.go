@@ -66,7 +66,11 @@ func (d *Daemon) holdMerge(ctx context.Context, stop <-chan struct{}, tick <-cha
 		}
 	}()
 	d.log.Info("this daemon runs the swarm's merge queue")
+	// Under taking: a follow of the target (follow.go) that began before
+	// is over, and none begins once the queue runs.
+	d.merge.taking.Lock()
 	d.merge.leading.Store(true)
+	d.merge.taking.Unlock()
 	defer d.merge.leading.Store(false)
 	d.merge.published = "" // the remote's target may have moved since this daemon last led
 	d.merge.queue.Start(ctx)
@@ -167,6 +171,11 @@ func (d *Daemon) checkTarget(ctx context.Context, into, remote string) error {
 func (d *Daemon) takeTarget(ctx context.Context, into, remote, theirs string) error {
 	d.merge.taking.Lock() // the queue's loop and the feeder's follow
 	defer d.merge.taking.Unlock()
+	return d.takeTargetLocked(ctx, into, remote, theirs)
+}
+
+// takeTargetLocked is takeTarget with d.merge.taking held.
+func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs string) error {
 	ours, err := d.trees.BranchCommit(ctx, into)
 	if err != nil {
 		return err
