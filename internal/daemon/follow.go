@@ -23,6 +23,9 @@ import (
 // yet, the remote away, the target checked out with local changes).
 const followRetry = 5 * time.Second
 
+// followFetchTimeout bounds a follow's fetch of the remote's target.
+const followFetchTimeout = 15 * time.Second
+
 // followTarget brings into up to the remote's (remote) when the swarm
 // merged since this daemon last looked and it does not lead the queue.
 // The merge feeder calls it, from one goroutine.
@@ -40,7 +43,12 @@ func (d *Daemon) followTarget(ctx context.Context, into, remote string) {
 		f.done = last
 		return
 	}
-	theirs, err := d.trees.FetchBranch(ctx, into, remote)
+	// Bounded well below a push's limit: the merge feeder waits for it,
+	// and a remote that hangs would hold the queueing of this daemon's
+	// finished tasks.
+	fctx, cancel := context.WithTimeout(ctx, followFetchTimeout)
+	theirs, err := d.trees.FetchBranch(fctx, into, remote)
+	cancel()
 	if err == nil {
 		err = d.followTo(ctx, into, remote, theirs)
 	}
