@@ -56,6 +56,19 @@ func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, er
 		if err != nil {
 			return "", err
 		}
+		if len(cs) > 0 && cs[0].Trailer != "" && !d.merge.anyMade.Load() {
+			// A store that has recorded no merge (a new one: a swarm
+			// moved to PostgreSQL) has no uncounted merge either: the
+			// queue's merges on the target are an earlier store's.
+			last, err := d.merge.queue.LastMade(ctx)
+			if err != nil {
+				return "", err
+			}
+			if last == "" {
+				return into, nil
+			}
+			d.merge.anyMade.Store(true)
+		}
 		for i, c := range cs {
 			made := c.Trailer == "" // someone's own commit: counted as theirs
 			if !made {

@@ -70,7 +70,7 @@ func recordMerged(t *testing.T, d *Daemon, task int, candidate string) {
 	t.Helper()
 	now := store.FormatTime(time.Now())
 	if _, err := d.db.SQL().ExecContext(context.Background(), `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, detail, candidate,
-		gate_seq, enqueued_at, finished_at) VALUES (?, 'bob', ?, ?, 'merged', 'merged', '', ?, 1, ?, ?)`,
+		gate_seq, notified, enqueued_at, finished_at) VALUES (?, 'bob', ?, ?, 'merged', 'merged', '', ?, 1, 1, ?, ?)`,
 		task, fmt.Sprintf("swarm/task/%d", task), candidate, candidate, now, now); err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +105,12 @@ func TestNewLineStartsBelowAnUncountedMerge(t *testing.T) {
 	}
 	lost := r.mergeOf(pushed, 7, true, "cut off")
 	r.git("update-ref", "refs/heads/main", lost)
+	// A store that has recorded no merge has none uncounted: the queue's
+	// merges on the target are an earlier store's.
+	if got := at(); got != lost {
+		t.Fatalf("a merge on the target, none recorded in the store: a line starts at %.12s, want the tip %.12s", got, lost)
+	}
+	recordMerged(t, d, 1, pushed) // the store has recorded a merge since
 	if got := at(); got != pushed {
 		t.Fatalf("an uncounted merge on the target: a line starts at %.12s, want %.12s below it", got, pushed)
 	}
@@ -136,6 +142,7 @@ func TestNewLineOfADaemonStartsBelowAnUncountedMerge(t *testing.T) {
 	lost := r.mergeOf(pushed, 7, true, "cut off")
 	r.git("update-ref", "refs/heads/main", lost)
 	d := open(t, cfg)
+	recordMerged(t, d, 1, pushed) // the swarm's last recorded merge
 	if err := d.merge.queue.Pause(ctx); err != nil { // the task waits to merge
 		t.Fatal(err)
 	}

@@ -121,6 +121,7 @@ type mergeWire struct {
 	// (counted.go), logged once per tip.
 	belowMu sync.Mutex
 	below   string
+	anyMade atomic.Bool // the store has recorded a merge (counted.go)
 	// leading: this daemon holds the merge lock and runs the queue (a
 	// shared store); follow is the feeder's following of the remote's
 	// target meanwhile (follow.go); taking serializes takeTarget, which
