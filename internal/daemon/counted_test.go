@@ -142,7 +142,7 @@ func TestNewLineOfADaemonStartsBelowAnUncountedMerge(t *testing.T) {
 	lost := r.mergeOf(pushed, 7, true, "cut off")
 	r.git("update-ref", "refs/heads/main", lost)
 	d := open(t, cfg)
-	recordMerged(t, d, 1, pushed) // the swarm's last recorded merge
+	recordMerged(t, d, 1, pushed)                    // the swarm's last recorded merge
 	if err := d.merge.queue.Pause(ctx); err != nil { // the task waits to merge
 		t.Fatal(err)
 	}
