@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -269,4 +270,62 @@ func TestUncountedMergeOfATaskNotMergedAgainSetAside(t *testing.T) {
 	if got := r.git("for-each-ref", "--format=%(objectname)", setAsidePrefix+"main/"); got != lost {
 		t.Errorf("kept %q, want %s", got, lost)
 	}
+}
+
+// BenchmarkLineBase: where a new task line starts with a remote, in the
+// usual case (the target's tip is the swarm's last recorded merge, the
+// remote behind it by that merge), against reading the target alone
+// (what a line starts from without a remote).
+func BenchmarkLineBase(b *testing.B) {
+	ctx := context.Background()
+	bare := filepath.Join(b.TempDir(), "remote.git")
+	dir := b.TempDir()
+	run := func(args ...string) string {
+		b.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...).CombinedOutput()
+		if err != nil {
+			b.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("init", "-q", "-b", "main")
+	for i := 0; i < 200; i++ {
+		run("commit", "-q", "--allow-empty", "-m", fmt.Sprintf("c%d", i))
+	}
+	writeFile(b, filepath.Join(dir, "swarmd.yaml"), agentsYAML("alice")+"remote: origin\nmerge: {into: main, gate: [\"true\"]}\n")
+	gitRun(b, "init", "-q", "--bare", "-b", "main", bare)
+	run("remote", "add", "origin", bare)
+	run("push", "-q", "origin", "main")
+	merged := run("commit-tree", "-p", "main", "-m", "Merge task 1\n\nSwarmd-Task: 1", "main^{tree}")
+	run("update-ref", "refs/heads/main", merged)
+	cfg, err := config.Load(filepath.Join(dir, "swarmd.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := Open(ctx, cfg, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	now := store.FormatTime(time.Now())
+	if _, err := d.db.SQL().ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, detail, candidate,
+		gate_seq, notified, enqueued_at, finished_at) VALUES (1, 'bob', 'swarm/task/1', ?, 'merged', 'merged', '', ?, 1, 1, ?, ?)`,
+		merged, merged, now, now); err != nil {
+		b.Fatal(err)
+	}
+	base := d.lineBase("main", "origin")
+	b.Run("lineBase", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if got, err := base(ctx); err != nil || got != merged {
+				b.Fatalf("lineBase = %s, %v; want %s", got, err, merged)
+			}
+		}
+	})
+	b.Run("target", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if got, err := d.trees.BranchCommit(ctx, "main"); err != nil || got != merged {
+				b.Fatalf("BranchCommit = %s, %v", got, err)
+			}
+		}
+	})
 }

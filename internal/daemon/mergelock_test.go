@@ -15,7 +15,7 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-func gitRun(t *testing.T, args ...string) {
+func gitRun(t testing.TB, args ...string) {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Env = append(cmd.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
