@@ -570,3 +570,59 @@ func plantThenSwitchBack(t *testing.T, repo, script string) string {
 	})
 	return pwn
 }
+
+// nester commits a repository nested in its worktree (a gitlink, as "git
+// add" of an embedded repository records it), with a .gitmodules entry
+// that says to look into it, and names its program as a filter of every
+// file there in the nested repository's config (its own, in the
+// worktree, the sandbox's to write), then leaves a file there whose stat
+// data the nested index no longer matches and its worktree dirty: a git
+// status of the worktree that looks into the submodule runs a status
+// there, which reads that file through the filter. Its next session
+// reports that it ran ("second").
+const nester = `cat >/dev/null
+if [ -e "$REPORT/planted" ]; then echo second >> "$REPORT/second"; printf 'idle\nDONE\n'; exit 0; fi
+wt=$(pwd)
+printf '#!/bin/sh\n{ echo "uid=$(id -u)"; echo "by: $(tr "\\\\0" " " < /proc/$PPID/cmdline)"; } >> "%s"\ncat\n' "$PWN" > .pwn.sh
+git init -q sub && cd sub
+echo '* filter=x' > .gitattributes && echo s > s.txt && git add -A && git -c user.name=m -c user.email=m@example.com commit -q -m nested
+git config filter.x.clean "sh $wt/.pwn.sh"
+cd "$wt"
+printf '[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n' > .gitmodules
+git add sub .gitmodules .pwn.sh && git -c user.name=m -c user.email=m@example.com commit -q -m 'a nested repository'
+touch -d '2001-01-01 00:00' sub/s.txt
+echo dirty > dirty.txt
+touch "$REPORT/planted"
+printf 'done\nDONE\n'`
+
+// A repository nested in an agent's worktree is a submodule to git once
+// the worktree's index records it as a gitlink, and the daemon's git
+// status there (for the agent's next prompt) ran a git status in it, by
+// its config, which the sandbox wrote: its filter ran as the daemon,
+// outside the sandbox. The daemon's git looks into no submodule.
+func TestTheDaemonsGitRunsNothingOfANestedRepository(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	pwn := filepath.Join(repo, ".swarm", "PWNED")
+	cfg := escapeConfig(t, repo, report, pwn, "", map[string]string{"hostile": nester}, "name: mallory, role: r, backend: hostile")
+	d := startDaemon(t, cfg)
+	d.waitLine("mallory idle after planting", func(m map[string]any) bool {
+		_, err := os.Stat(filepath.Join(report, "planted"))
+		return err == nil && idleLine("mallory")(m)
+	})
+	if _, stderr, code := runCLI(t, nil, "", "mail", "send", "--to", "mallory", "-c", cfg, "wake up"); code != 0 {
+		t.Fatalf("mail to mallory: %s", stderr)
+	}
+	waitFileLine(t, filepath.Join(report, "second"), "second", 60*time.Second, d)
+	if out, err := os.ReadFile(pwn); err == nil {
+		t.Errorf("the nested repository's filter ran outside the sandbox:\n%s", out)
+	}
+	prompt, err := os.ReadFile(filepath.Join(repo, ".swarm", "logs", "mallory", "2.prompt.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(prompt), "dirty.txt") {
+		t.Errorf("the prompt after the plant lists no dirty.txt: the daemon's git status did not run:\n%s", prompt)
+	}
+}

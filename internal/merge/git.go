@@ -587,7 +587,7 @@ func (r *repo) rebase(ctx context.Context, wt, onto, head string) (commit string
 	}
 	_, err = r.runIn(ctx, wt, admin, r.ident, "rebase", "--quiet", "--no-autosquash", "--no-update-refs", onto)
 	if err != nil && ctx.Err() == nil && exitCode(err) > 0 {
-		out, derr := r.runIn(ctx, wt, admin, nil, "diff", "--name-only", "-z", "--diff-filter=U")
+		out, derr := r.runIn(ctx, wt, admin, nil, "diff", "--name-only", "-z", "--diff-filter=U", "--ignore-submodules=all")
 		_, _ = r.runIn(ctx, wt, admin, nil, "rebase", "--abort")
 		if derr == nil && out != "" {
 			return "", strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"), nil

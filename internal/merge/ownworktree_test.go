@@ -3,8 +3,11 @@ package merge
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 )
 
 // The gate runs code from the branch under test in the queue's worktree,
@@ -63,5 +66,69 @@ func TestQueueWorktreeGoesByItsRegistration(t *testing.T) {
 	}
 	if got := gitT(t, wt, "rev-parse", "HEAD"); got != main {
 		t.Errorf("the queue's worktree is at %s, want %s", got, main)
+	}
+}
+
+// A branch can bring a gitlink (an embedded repository, as "git add" of
+// one records it) and a .gitmodules entry that says to look into it; the
+// gate, which runs that branch's code in the queue's worktree, can make
+// the gitlink's directory that repository again (the branch can carry
+// it), with a config that names a filter, and it stays there (git clean
+// leaves a submodule alone). The queue's git diff after a rebase's
+// conflict ran a git status in it: the filter ran as the daemon, outside
+// the gate's sandbox. The queue's git looks into no submodule.
+func TestQueueGitRunsNothingOfANestedRepository(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r, err := openRepo(ctx, e.repo, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := e.worker("alice")
+	sub := filepath.Join(alice, "sub")
+	gitT(t, alice, "init", "-q", sub)
+	writeFile(t, filepath.Join(sub, ".gitattributes"), "* filter=x\n")
+	writeFile(t, filepath.Join(sub, "s.txt"), "s\n")
+	gitT(t, sub, "add", ".")
+	gitT(t, sub, "commit", "-q", "-m", "nested")
+	writeFile(t, filepath.Join(alice, ".gitmodules"), "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n")
+	gitT(t, alice, "add", "sub", ".gitmodules")
+	gitT(t, alice, "commit", "-q", "-m", "a nested repository")
+	base := gitT(t, alice, "rev-parse", "HEAD")
+	head := commitFile(t, alice, "f.txt", "alice\n", "alice's f")
+	gitT(t, alice, "checkout", "-q", "--detach", base)
+	onto := commitFile(t, alice, "f.txt", "the target's\n", "the target's f")
+
+	wt := filepath.Join(e.stateDir, "worktrees", ".merge")
+	if err := r.ensureWorktree(ctx, wt, base); err != nil {
+		t.Fatal(err)
+	}
+	// The gate's doing: the nested repository at the commit the gitlink
+	// names, its config naming the filter, a file whose stat data the
+	// nested index no longer matches (git reads it again, through the
+	// filter, to tell whether it changed).
+	ran := filepath.Join(t.TempDir(), "ran")
+	nested := filepath.Join(wt, "sub")
+	if out, err := exec.Command("cp", "-a", filepath.Join(sub, ".git"), nested).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	gitT(t, nested, "checkout", "-q", "-f")
+	prog := "sh -c 'echo ran >> " + ran + "; cat'"
+	gitT(t, nested, "config", "filter.x.clean", prog)
+	gitT(t, nested, "config", "filter.x.smudge", prog)
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(nested, "s.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+
+	_, conflicts, err := r.rebase(ctx, wt, onto, head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(conflicts, []string{"f.txt"}) {
+		t.Errorf("conflicts %q, want f.txt", conflicts)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Errorf("the queue's git ran the filter of a repository the gate made:\n%s", b)
 	}
 }

@@ -30,8 +30,9 @@ const (
 // gitCLI runs the git binary. Processes stay in the caller's process group
 // (no Setpgid): the daemon's supervisor relies on that.
 type gitCLI struct {
-	bin string
-	env []string
+	bin          string
+	env          []string
+	major, minor int // its version
 }
 
 func newGitCLI(ctx context.Context, name string) (*gitCLI, string, error) {
@@ -56,6 +57,7 @@ func newGitCLI(ctx context.Context, name string) (*gitCLI, string, error) {
 	if major < minGitMajor || (major == minGitMajor && minor < minGitMinor) {
 		return nil, "", fmt.Errorf("%w: found %s at %s, need %d.%d or newer", ErrGitTooOld, version, bin, minGitMajor, minGitMinor)
 	}
+	g.major, g.minor = major, minor
 	return g, version, nil
 }
 
@@ -133,6 +135,16 @@ func (g *gitCLI) run(ctx context.Context, dir string, args ...string) (string, e
 // look for the repository's own post-checkout hook must see its
 // core.hooksPath.
 func (g *gitCLI) runWith(ctx context.Context, dir string, opts []string, args ...string) (string, error) {
+	return g.runEnv(ctx, dir, opts, nil, args...)
+}
+
+// atLeast reports whether this git is major.minor or newer.
+func (g *gitCLI) atLeast(major, minor int) bool {
+	return g.major > major || (g.major == major && g.minor >= minor)
+}
+
+// runEnv is runWith with env added to git's environment.
+func (g *gitCLI) runEnv(ctx context.Context, dir string, opts, env []string, args ...string) (string, error) {
 	full := append([]string{}, opts...)
 	if dir != "" {
 		full = append(full, "-C", dir)
@@ -140,6 +152,9 @@ func (g *gitCLI) runWith(ctx context.Context, dir string, opts []string, args ..
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, g.bin, full...)
 	cmd.Env = g.env
+	if len(env) > 0 {
+		cmd.Env = append(slices.Clip(g.env), env...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr

@@ -4,7 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The daemon's git in an agent's worktree goes by the git directory
@@ -69,5 +72,78 @@ func TestGitInAWorktreeRunsNothingOfTheWorktrees(t *testing.T) {
 	}
 	if got := gitT(t, repo, "stash", "list"); got == "" {
 		t.Errorf("the stash is not in the repository: git wrote another git directory")
+	}
+}
+
+// plantNested makes dir/sub a repository of its own with a committed file
+// and commits it to the worktree at dir as a gitlink (an embedded
+// repository, as "git add" of one records it). The nested repository's
+// config then names a program, which appends to the returned file, as a
+// filter of every file there (its own .gitattributes selects it): git
+// runs it when a status in the nested repository rereads a file whose
+// stat data changed.
+func plantNested(t *testing.T, dir string) (ran string) {
+	t.Helper()
+	ran = filepath.Join(t.TempDir(), "ran")
+	sub := filepath.Join(dir, "sub")
+	gitT(t, dir, "init", "-q", sub)
+	writeFile(t, filepath.Join(sub, ".gitattributes"), "* filter=x\n")
+	writeFile(t, filepath.Join(sub, "s.txt"), "s\n")
+	commitAll(t, sub, "nested")
+	gitT(t, dir, "add", "sub")
+	gitT(t, dir, "commit", "-q", "-m", "an embedded repository")
+	prog := "sh -c 'echo ran >> " + ran + "; cat'"
+	gitT(t, sub, "config", "filter.x.clean", prog)
+	gitT(t, sub, "config", "filter.x.smudge", prog)
+	// The file's stat data no longer what the nested index says: git
+	// must read it again, through the filter, to tell.
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(sub, "s.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	return ran
+}
+
+// A sandbox writes its worktree, a repository nested in it included, and
+// that repository's config. git status recursed into a nested repository
+// the worktree's index records as a gitlink (as "git add" of one does),
+// and ran a status there, by that repository's config: its filter ran as
+// the daemon, at the status of the agent's next prompt, outside the
+// sandbox. The daemon's git looks into no submodule.
+func TestGitInAWorktreeRunsNothingOfANestedRepository(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := plantNested(t, wt.Path)
+	// .gitmodules says to look into it, whatever the default.
+	writeFile(t, filepath.Join(wt.Path, ".gitmodules"), "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n")
+	writeFile(t, filepath.Join(wt.Path, "dirty.txt"), "x\n")
+
+	st, err := m.Status(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.VerifyClean(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, wt.Path, "checkout", "-q", "--detach")
+	if _, err := m.Ensure(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.StartLine(ctx, "alice", 1, "", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Fatalf("the daemon's git ran the nested repository's filter:\n%s", b)
+	}
+	if !slices.Contains(st.DirtyFiles, "dirty.txt") {
+		t.Errorf("dirty files %q: want dirty.txt among them", st.DirtyFiles)
+	}
+	if got := gitT(t, repo, "stash", "list"); !strings.Contains(got, "before task 1") {
+		t.Errorf("stash list %q: the line's start stashed nothing", got)
 	}
 }

@@ -325,12 +325,24 @@ func (m *Manager) leftRight(ctx context.Context, left, right plumbing.Hash) (onl
 	return onlyLeft, onlyRight, nil
 }
 
+// statusArgs are the daemon's git status in an agent's worktree. The
+// flags pin what repository config could otherwise hide
+// (status.showUntrackedFiles=no would make Prune lose files), and what
+// the worktree could make git do: a repository nested in it that its
+// index records as a gitlink (as "git add" of one does) is a submodule
+// to git, which ran a git status in it, by that repository's config,
+// which the sandbox writes: its filter ran as the daemon, outside the
+// sandbox. So no submodule is looked into (all, not the default, which
+// the worktree's .gitmodules overrides). A gitlink's own change is not
+// listed then; Prune loses nothing by it ("git worktree remove" refuses
+// a worktree with submodules), nor does a task line's reset (it leaves
+// submodules alone).
+var statusArgs = []string{"status", "--porcelain=v2", "-z", "--untracked-files=normal", "--ignore-submodules=all", "--no-renames"}
+
 // dirtyFiles lists uncommitted changes in a worktree: modified, staged,
-// conflicted and untracked files. The flags pin what repository config could
-// otherwise hide (status.showUntrackedFiles=no would make Prune lose files).
+// conflicted and untracked files (statusArgs).
 func (m *Manager) dirtyFiles(ctx context.Context, path, adminDir string) ([]string, error) {
-	out, err := m.gitIn(ctx, path, adminDir, "status", "--porcelain=v2", "-z",
-		"--untracked-files=normal", "--ignore-submodules=none", "--no-renames")
+	out, err := m.gitIn(ctx, path, adminDir, statusArgs...)
 	if err != nil {
 		return nil, err
 	}

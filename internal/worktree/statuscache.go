@@ -104,8 +104,7 @@ func (m *Manager) cachedDirtyFiles(ctx context.Context, path, adminDir string, h
 		}
 	}
 
-	out, err := m.gitIn(ctx, path, adminDir, "status", "--porcelain=v2", "-z",
-		"--untracked-files=normal", "--ignore-submodules=none", "--no-renames", "--ignored=matching")
+	out, err := m.gitIn(ctx, path, adminDir, append(slices.Clip(statusArgs), "--ignored=matching")...)
 	if err != nil {
 		return nil, err
 	}
