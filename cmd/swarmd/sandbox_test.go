@@ -39,6 +39,11 @@ try move-peer 'git update-ref refs/heads/swarm/victim/work HEAD'
 try new-peer-branch 'git update-ref refs/heads/swarm/victim/other HEAD'
 try new-line 'git update-ref refs/heads/swarm/task/99 HEAD'
 try rewrite-link 'echo /elsewhere > "$(git rev-parse --git-dir)/commondir"'
+# Settings the daemon's git would read: the repository's config, and the
+# worktree's own (read once extensions.worktreeConfig is set), by a write,
+# a rename over it, or a removal.
+try repo-config 'git config --file "$(git rev-parse --git-common-dir)/config" core.hooksPath /tmp'
+try worktree-config 'f="$(git rev-parse --git-dir)/config.worktree"; printf "[filter \"x\"]\n\tclean = cat\n" >> "$f" || { printf x > "$f.new" && mv -f "$f.new" "$f"; } || rm -f "$f"'
 try read-db 'head -c 16 "$S/swarm.db"'
 try read-log 'ls "$S"/logs/*/* | grep -q .'
 try peer-worktree 'ls "$S/worktrees/victim"'
@@ -125,6 +130,7 @@ agents:
 		"commit": "yes", "mail": "yes", "forged-mail": "yes", // sent, as mallory: checked below
 		"forge-main-object": "yes", "write-shared-objects": "no", // written to its quarantine: checked below
 		"victim-committed": "yes", "move-main": "no", "move-peer": "no", "new-peer-branch": "no", "new-line": "no", "rewrite-link": "no",
+		"repo-config": "no", "worktree-config": "no",
 		"read-db": "no", "read-log": "no", "peer-worktree": "no", "peer-process": "no",
 		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no", "read-config": "no",
 	}

@@ -1,9 +1,14 @@
 package worktree
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
+
+	"go.uber.org/zap"
 )
 
 // Access is what of the repository an agent's sandboxed process must be
@@ -62,13 +67,59 @@ func (m *Manager) Access(agent string) (Access, error) {
 			return Access{}, fmt.Errorf("sandbox access for agent %s: %w", agent, err)
 		}
 	}
+	cfg := filepath.Join(admin, "config.worktree")
+	if err := m.emptyConfig(agent, cfg); err != nil {
+		return Access{}, fmt.Errorf("sandbox access for agent %s: %w", agent, err)
+	}
 	return Access{
 		Repo:      m.repo,
 		CommonDir: m.commonDir,
 		Writable:  []string{wt, admin, refs, logs},
 		Objects:   filepath.Join(m.commonDir, "objects"),
 		// The worktree's links to the repository: rewritten, they would send
-		// the daemon's own git commands in this worktree elsewhere.
-		Pinned: []string{filepath.Join(admin, "commondir"), filepath.Join(admin, "gitdir")},
+		// the daemon's own git commands in this worktree elsewhere. And its
+		// own configuration, which git reads (for the daemon's git there
+		// too) once the repository's config sets extensions.worktreeConfig:
+		// a filter named there ran as the daemon.
+		Pinned: []string{filepath.Join(admin, "commondir"), filepath.Join(admin, "gitdir"), cfg},
 	}, nil
+}
+
+// emptyConfig makes path (a worktree's config.worktree) an empty file of
+// the daemon's own, for the sandbox to see read-only: whatever a session
+// put there before (a setting, a link, a FIFO, a hard link) is replaced,
+// never written through. The sandbox cannot write it, so an empty file
+// of one link is left as it is.
+func (m *Manager) emptyConfig(agent, path string) error {
+	fi, err := os.Lstat(path)
+	if err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 1 {
+			return nil
+		}
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".config.worktree-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if fi != nil {
+		m.log.Warn("emptied the worktree's own git configuration, which a session wrote", zap.String("agent", agent),
+			zap.String("path", path), zap.String("was", fi.Mode().String()), zap.Int64("size", fi.Size()))
+	}
+	return nil
 }

@@ -147,3 +147,80 @@ func TestGitInAWorktreeRunsNothingOfANestedRepository(t *testing.T) {
 		t.Errorf("stash list %q: the line's start stashed nothing", got)
 	}
 }
+
+// With extensions.worktreeConfig in the repository's config (git
+// sparse-checkout sets it), git reads the config.worktree file of each
+// worktree's own git directory, which a sandbox writes: a filter it named
+// there ran as the daemon at the daemon's next git status in its
+// worktree (core.fsmonitor and core.hooksPath the daemon sets itself).
+// The sandbox is given that file read-only (Access: Pinned), an empty
+// file of the daemon's, whatever a session wrote there before.
+func TestAccessPinsAnEmptyWorktreeConfig(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// swarmd opens no repository with an extension (go-git's refusal):
+	// the operator turns it on while the daemon runs.
+	gitT(t, repo, "config", "core.repositoryformatversion", "1")
+	gitT(t, repo, "config", "extensions.worktreeConfig", "true")
+	acc, err := m.Access("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.inspect("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(in.adminDir, "config.worktree")
+	if !slices.Contains(acc.Pinned, cfg) {
+		t.Fatalf("pinned %v: want %s", acc.Pinned, cfg)
+	}
+	if fi, err := os.Lstat(cfg); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		t.Fatalf("%s: %v, %v: want an empty file to pin", cfg, fi, err)
+	}
+
+	// What a session wrote there before it was pinned (or through a link).
+	ran := filepath.Join(t.TempDir(), "ran")
+	writeFile(t, filepath.Join(wt.Path, ".gitattributes"), "* filter=x\n")
+	commitAll(t, wt.Path, "attributes")
+	gitT(t, wt.Path, "config", "--worktree", "filter.x.clean", "sh -c 'echo clean >> "+ran+"; cat'")
+	gitT(t, wt.Path, "config", "--worktree", "filter.x.smudge", "sh -c 'echo smudge >> "+ran+"; cat'")
+	if got := readFile(t, cfg); !strings.Contains(got, "filter") {
+		t.Fatalf("git config --worktree wrote elsewhere: %s holds %q", cfg, got)
+	}
+	outside := filepath.Join(t.TempDir(), "operators")
+	writeFile(t, outside, "[user]\n\tname = the operator\n")
+	for _, plant := range []string{"content", "link"} {
+		if plant == "link" {
+			if err := os.Remove(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := m.Access("alice"); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(cfg); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			t.Errorf("%s after Access (%s planted): %v, %v: want an empty file", cfg, plant, fi, err)
+		}
+	}
+	if got := readFile(t, outside); got != "[user]\n\tname = the operator\n" {
+		t.Errorf("Access wrote through the link: %q", got)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(wt.Path, "README.md"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Status(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Errorf("the daemon's git ran a filter of the worktree's config:\n%s", b)
+	}
+}
