@@ -626,3 +626,52 @@ func TestTheDaemonsGitRunsNothingOfANestedRepository(t *testing.T) {
 		t.Errorf("the prompt after the plant lists no dirty.txt: the daemon's git status did not run:\n%s", prompt)
 	}
 }
+
+// symlinker's git writes HEAD as a symbolic link (core.preferSymlinkRefs,
+// as its HOME's .gitconfig could say) when it goes back to its branch.
+const symlinker = `cat >/dev/null
+if [ -e "$REPORT/planted" ]; then echo second >> "$REPORT/second"; printf 'idle\nDONE\n'; exit 0; fi
+git checkout -q -b swarm/mallory/x && git -c core.preferSymlinkRefs=true checkout -q swarm/mallory/work
+[ -L "$(git rev-parse --git-dir)/HEAD" ] && touch "$REPORT/planted"
+printf 'done\nDONE\n'`
+
+// The daemon reads an agent's HEAD only as a file of its own, never
+// through a link (a link there is what a sandbox plants); git writes HEAD
+// as one under core.preferSymlinkRefs. The agent stops, and the reason,
+// in the log, `swarmd status` and the event log, names the setting and
+// says what to do; done, the agent runs again.
+func TestAHEADThatIsALinkStopsItsAgentNamingWhy(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	cfg := escapeConfig(t, repo, report, "", "", map[string]string{"hostile": symlinker}, "name: mallory, role: r, backend: hostile")
+	d := startDaemon(t, cfg)
+	const why = "its HEAD is a symbolic link (core.preferSymlinkRefs)"
+	stopped := d.waitLine("mallory stopped", func(m map[string]any) bool {
+		return m["agent"] == "mallory" && m["msg"] == "agent stopped"
+	})
+	if _, err := os.Stat(filepath.Join(report, "planted")); err != nil {
+		t.Fatalf("the session left no link in HEAD's place: %v", err)
+	}
+	if r := fmt.Sprint(stopped["reason"]); !strings.Contains(r, why) || !strings.Contains(r, "symbolic-ref HEAD refs/heads/swarm/mallory/work") {
+		t.Errorf("the stop's reason %q does not name the setting and the fix", r)
+	}
+	if out := mustCLI(t, nil, "status", "-c", cfg); !strings.Contains(out, why) {
+		t.Errorf("swarmd status does not say why mallory stopped:\n%s", out)
+	}
+	// The event log is written by the daemon's journal, a moment later.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out := mustCLI(t, nil, "events", "--agent", "mallory", "-c", cfg)
+		if strings.Contains(out, why) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the event log does not say why mallory stopped:\n%s", out)
+		}
+	}
+	// What the reason says to do.
+	wt := filepath.Join(repo, ".swarm", "worktrees", "mallory")
+	gitOut(t, wt, "-c", "core.preferSymlinkRefs=false", "symbolic-ref", "HEAD", "refs/heads/swarm/mallory/work")
+	mustCLI(t, nil, "start", "mallory", "-c", cfg)
+	waitFileLine(t, filepath.Join(report, "second"), "second", 60*time.Second, d)
+}

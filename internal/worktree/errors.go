@@ -55,9 +55,16 @@ type ForeignDirError struct {
 	Agent  string
 	Path   string
 	Reason string
+	// Fix, when set, is what the operator does instead of moving the
+	// directory away: it is the agent's worktree, but holds what the
+	// daemon does not take (a HEAD that is a symbolic link).
+	Fix string
 }
 
 func (e *ForeignDirError) Error() string {
+	if e.Fix != "" {
+		return fmt.Sprintf("%s, in the worktree %s of agent %s: %s", e.Reason, e.Path, e.Agent, e.Fix)
+	}
 	return fmt.Sprintf("%s is not the worktree of agent %s (%s): move it away or choose another state_dir",
 		e.Path, e.Agent, e.Reason)
 }

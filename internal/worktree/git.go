@@ -120,9 +120,12 @@ func parseGitVersion(v string) (major, minor int, ok bool) {
 // sessions write: its filter=… would name a driver to run), and, with no
 // global configuration read (GitEnv), it trusts the repository it was
 // given whoever owns it, as safe.directory in the user's configuration
-// said before.
+// said before. It writes HEAD as a file, never as the symbolic link
+// core.preferSymlinkRefs asks for: the daemon reads an agent's HEAD only
+// as a file of its own (a link there is what a sandbox plants), and its
+// own switch back to the agent's branch made the agent stop.
 var GitOptions = []string{"-c", "core.hooksPath=" + os.DevNull, "-c", "core.attributesFile=" + os.DevNull,
-	"-c", "safe.directory=*"}
+	"-c", "safe.directory=*", "-c", "core.preferSymlinkRefs=false"}
 
 // run runs git (with -C dir unless dir is empty) with GitOptions, and
 // returns its standard output. On cancellation git gets SIGTERM first, so that "worktree add" can

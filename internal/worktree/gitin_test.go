@@ -224,3 +224,31 @@ func TestAccessPinsAnEmptyWorktreeConfig(t *testing.T) {
 		t.Errorf("the daemon's git ran a filter of the worktree's config:\n%s", b)
 	}
 }
+
+// core.preferSymlinkRefs makes git write HEAD as a symbolic link, which
+// the daemon does not read (a link is followed nowhere, so one is taken
+// for what a sandbox planted): with it in the repository's config, the
+// daemon's own switch back to the agent's branch made the agent's HEAD
+// one, and the agent was stopped for it. The daemon's git writes HEAD as
+// a file whatever the repository's config says.
+func TestTheDaemonsGitWritesHEADAsAFile(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	gitT(t, repo, "config", "core.preferSymlinkRefs", "true")
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, wt.Path, "checkout", "-q", "--detach")
+	if _, err := m.Ensure(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.inspect("alice")
+	if err != nil || in.state != wtOK {
+		t.Fatalf("inspect after the switch back: %+v, %v", in, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(in.adminDir, "HEAD")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("HEAD after the switch back: %v, %v: want a file", fi, err)
+	}
+}

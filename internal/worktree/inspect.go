@@ -30,6 +30,7 @@ const (
 type inspection struct {
 	state    wtState
 	reason   string        // why wtForeign or wtOffBranch
+	fix      string        // wtForeign of the agent's own worktree: what the operator does about it
 	head     plumbing.Hash // wtOK, wtOffBranch: the worktree's HEAD commit (zero on an unborn branch)
 	rebasing bool          // wtOK: HEAD is detached by a rebase of the agent's branch
 	branch   string        // wtOffBranch: the branch checked out instead, "" for a detached HEAD
@@ -185,6 +186,11 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 func (m *Manager) inspectHead(adminDir string, want plumbing.ReferenceName) inspection {
 	var buf [smallFile]byte
 	data, err := readSmallFile(filepath.Join(adminDir, "HEAD"), &buf)
+	if errors.Is(err, errNotAFile) {
+		if in, ok := symlinkHead(adminDir, want); ok {
+			return in
+		}
+	}
 	if err != nil {
 		return foreign("cannot read HEAD: %v", err)
 	}
@@ -217,6 +223,47 @@ func (m *Manager) inspectHead(adminDir string, want plumbing.ReferenceName) insp
 		return foreign("branch %s cannot be read", want.Short())
 	}
 	return inspection{state: wtOK, head: h, adminDir: adminDir}
+}
+
+// symlinkHead is the inspection of a worktree whose HEAD is a symbolic
+// link to a ref, as git writes HEAD under core.preferSymlinkRefs (the
+// agent's git reads it from its HOME's .gitconfig, or the repository's
+// config). The daemon reads HEAD only as a file of its own, never through
+// a link (a sandbox plants links), so the agent stops; the reason names
+// the setting, and the fix is the operator's: the daemon does not write
+// the agent's git directory on a guess. ok is false for any other HEAD
+// that is not a file (a FIFO, a link to anything but a ref).
+func symlinkHead(adminDir string, want plumbing.ReferenceName) (inspection, bool) {
+	target, err := os.Readlink(filepath.Join(adminDir, "HEAD"))
+	if err != nil || !symrefText(target) {
+		return inspection{}, false
+	}
+	in := foreign("its HEAD is a symbolic link (core.preferSymlinkRefs), to %.200q: the daemon reads HEAD only as a file of its own", target)
+	in.fix = fmt.Sprintf("unset core.preferSymlinkRefs where the agent's git reads it (its HOME's .gitconfig, the repository's config), "+
+		"write HEAD as a file (git -c core.preferSymlinkRefs=false symbolic-ref HEAD %s, in the worktree) and start the agent", want)
+	return in, true
+}
+
+// symrefText reports whether a symbolic link's text is one git takes for
+// a symbolic ref, reading it, never following it: a ref name under refs/
+// (git follows a link whose text is no valid ref name). Stricter than
+// git's own rule: a name it is unsure of is not one.
+func symrefText(s string) bool {
+	rest, ok := strings.CutPrefix(s, "refs/")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, part := range strings.Split(rest, "/") {
+		if part == "" || part[0] == '.' || strings.HasSuffix(part, ".") || strings.HasSuffix(part, ".lock") || strings.Contains(part, "..") {
+			return false
+		}
+		for _, c := range part {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // onBranch is the common case of inspectFiles read without go-git, whose

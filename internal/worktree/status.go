@@ -215,7 +215,7 @@ func (m *Manager) Prune(ctx context.Context, agent string) error {
 		return err
 	}
 	if in.state == wtForeign || in.state == wtOffBranch {
-		return &ForeignDirError{Agent: agent, Path: path, Reason: in.reason}
+		return &ForeignDirError{Agent: agent, Path: path, Reason: in.reason, Fix: in.fix}
 	}
 	tip, hasBranch, err := m.branchTip(agent)
 	if err != nil {

@@ -421,7 +421,7 @@ func (m *Manager) ensureLocked(ctx context.Context, agent string, verify bool, s
 		wt, err := m.restoreBranch(ctx, wt, in)
 		return wt, nil, err
 	case wtForeign:
-		return Worktree{}, nil, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason}
+		return Worktree{}, nil, &ForeignDirError{Agent: agent, Path: wt.Path, Reason: in.reason, Fix: in.fix}
 	case wtIncomplete:
 		if err := m.removeIncomplete(agent, in); err != nil {
 			return Worktree{}, nil, err
@@ -524,7 +524,7 @@ func (m *Manager) Head(ctx context.Context, agent string) (string, error) {
 		}
 		return in.head.String(), nil
 	case wtForeign:
-		return "", &ForeignDirError{Agent: agent, Path: m.Path(agent), Reason: in.reason}
+		return "", &ForeignDirError{Agent: agent, Path: m.Path(agent), Reason: in.reason, Fix: in.fix}
 	default:
 		return "", fmt.Errorf("read HEAD of agent %s: %w at %s", agent, ErrNoWorktree, m.Path(agent))
 	}
