@@ -123,9 +123,15 @@ func parseGitVersion(v string) (major, minor int, ok bool) {
 // said before. It writes HEAD as a file, never as the symbolic link
 // core.preferSymlinkRefs asks for: the daemon reads an agent's HEAD only
 // as a file of its own (a link there is what a sandbox plants), and its
-// own switch back to the agent's branch made the agent stop.
+// own switch back to the agent's branch made the agent stop. And it
+// starts no repository maintenance (git merge, rebase and fetch end with
+// git gc --auto): the objects a sandbox writes reach the repository at
+// its session's end, so an agent could have the daemon start a gc, in
+// the background, outside every process tree of the swarm, while a
+// session of its own had put a FIFO where gc reads every ref (held for
+// good, with packed-refs.lock taken). gc is the operator's.
 var GitOptions = []string{"-c", "core.hooksPath=" + os.DevNull, "-c", "core.attributesFile=" + os.DevNull,
-	"-c", "safe.directory=*", "-c", "core.preferSymlinkRefs=false"}
+	"-c", "safe.directory=*", "-c", "core.preferSymlinkRefs=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false"}
 
 // run runs git (with -C dir unless dir is empty) with GitOptions, and
 // returns its standard output. On cancellation git gets SIGTERM first, so that "worktree add" can
