@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -674,4 +677,93 @@ func TestAHEADThatIsALinkStopsItsAgentNamingWhy(t *testing.T) {
 	gitOut(t, wt, "-c", "core.preferSymlinkRefs=false", "symbolic-ref", "HEAD", "refs/heads/swarm/mallory/work")
 	mustCLI(t, nil, "start", "mallory", "-c", cfg)
 	waitFileLine(t, filepath.Join(report, "second"), "second", 60*time.Second, d)
+}
+
+// refPlanter leaves in its branch directory (its sandbox's to write) what
+// a git that lists the repository's refs opens and waits on: a FIFO, a
+// link to one, and a link to a directory holding one; a FIFO in the place
+// of its worktree's HEAD, which a git that lists the worktrees reads; and
+// a link, in the place of a reflog, to a file of the operator's. Then it
+// waits to be stopped.
+const refPlanter = `cat >/dev/null
+d="$(git rev-parse --git-common-dir)/refs/heads/swarm/mallory"
+l="$(git rev-parse --git-common-dir)/logs/refs/heads/swarm/mallory"
+g="$(git rev-parse --git-dir)"
+mkfifo "$d/fifo" "$REPORT/fifo"
+mkdir -p "$REPORT/dir" && mkfifo "$REPORT/dir/x"
+ln -s "$REPORT/fifo" "$d/link" && ln -s "$REPORT/dir" "$d/dir"
+rm -f "$g/HEAD" && mkfifo "$g/HEAD"
+ln -sf "$OPERATORS" "$l/work"
+touch "$REPORT/planted"
+exec sleep 120`
+
+// The operator's git gc (git log --all, git branch, git worktree list;
+// the daemon's own push and fetch, and its switch of any other agent's
+// worktree back to its branch) reads every ref of the repository and
+// every worktree's HEAD, each opened as a file: a FIFO a session left in
+// its branch directory or in HEAD's place held each of them for good,
+// after the session too: the daemon looked at the agent's git
+// directories again only before its next prompt, which a daemon stopped,
+// or an agent stopped, or stopped by that very HEAD, never builds. When a
+// sandbox ends, what git would follow out of them or wait on is removed.
+func TestWhatASessionLeavesInItsGitDirectoriesHoldsNoGitUp(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	report := t.TempDir()
+	operators := filepath.Join(t.TempDir(), "bashrc")
+	if err := os.WriteFile(operators, []byte("# the operator's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := escapeConfig(t, repo, report, "", "", map[string]string{"hostile": strings.ReplaceAll(refPlanter, "$OPERATORS", operators)},
+		"name: mallory, role: r, backend: hostile")
+	d := startDaemon(t, cfg)
+	waitFileExists(t, filepath.Join(report, "planted"), d)
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("the daemon's stop: exit %d", code)
+	}
+	for _, args := range [][]string{{"for-each-ref"}, {"log", "--all", "--oneline"}, {"worktree", "list"}, {"gc", "--quiet"}} {
+		if out, err := gitWithin(repo, 30*time.Second, args...); err != nil {
+			t.Errorf("the operator's git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if got, _ := os.ReadFile(operators); string(got) != "# the operator's\n" {
+		t.Errorf("the operator's file now reads %q", got)
+	}
+}
+
+// waitFileExists waits for path, as long as the daemon runs.
+func waitFileExists(t *testing.T, path string, d *daemonProc) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 60s; log:\n%s", path, d.log())
+		}
+	}
+}
+
+// gitWithin runs git in dir, as the operator would, in a process group of
+// its own, which it kills if git has not ended within limit (a git waiting
+// on a FIFO, and the gits it started).
+func gitWithin(dir string, limit time.Duration, args ...string) ([]byte, error) {
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.Bytes(), err
+	case <-time.After(limit):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return out.Bytes(), fmt.Errorf("still running after %s", limit)
+	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
@@ -115,9 +118,28 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 		// store before anything reads its branch (its record, a reviewer,
 		// the merge queue).
 		d.releaseObjects(agentName)
+		d.scrub(agentName)
 	}
 	return wrap, release, nil
 }
+
+// scrub removes what a sandbox of agent's that has ended left in the git
+// directories it writes that git would follow out of them or wait on
+// (worktree.Manager.Scrub): not at the agent's next look at its worktree,
+// which an agent stopped in its session, or a daemon stopped, never
+// takes, while the operator's git gc and the daemon's git for the other
+// agents waited on a FIFO there.
+func (d *Daemon) scrub(agentName string) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrubTimeout)
+	defer cancel()
+	if err := d.trees.Scrub(ctx, agentName); err != nil {
+		d.log.Error("clean what a sandbox left in its git directories", zap.String("agent", agentName), zap.Error(err))
+	}
+}
+
+// scrubTimeout bounds the wait for the agent's worktree lock at scrub: a
+// git of the daemon's holding it has its own bounds.
+const scrubTimeout = time.Minute
 
 // socket is agent's socket, attached to the control server at its first
 // session; it lives as long as the server.
@@ -282,7 +304,9 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 			// ended; the agent's next prompt reads its branch.
 			if objects, err := d.host.quarantine.Prepare(agentName); err == nil {
 				spec.Binds = append(spec.Binds, d.objectBinds(acc, objects)...)
-				ended = func() { d.releaseObjects(agentName) }
+				ended = func() { d.releaseObjects(agentName); d.scrub(agentName) }
+			} else {
+				ended = func() { d.scrub(agentName) }
 			}
 		} else if dir != "" {
 			spec.Writable = append(spec.Writable, dir)

@@ -1,11 +1,17 @@
 package worktree
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -250,5 +256,135 @@ func TestTheDaemonsGitWritesHEADAsAFile(t *testing.T) {
 	}
 	if fi, err := os.Lstat(filepath.Join(in.adminDir, "HEAD")); err != nil || !fi.Mode().IsRegular() {
 		t.Errorf("HEAD after the switch back: %v, %v: want a file", fi, err)
+	}
+}
+
+// A sandbox writes its branch directory and its worktree's own git
+// directory: a FIFO there (in a ref's place, in HEAD's, or at the end of
+// a link) held every git that lists the refs or the worktrees (the
+// operator's git gc, git log --all, git worktree list; the daemon's git
+// switching any agent's worktree back to its branch) for good. Scrub, at
+// a sandbox's end, removes what git would follow out of them or wait on,
+// and a git already waiting on a FIFO it removes goes on; a branch that is
+// a symbolic ref stays (it stops its agent, naming it), as does what git
+// makes there.
+func TestScrubLeavesNothingThatHoldsGitUp(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := m.inspect("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := filepath.Join(repo, ".git", "refs", "heads", "swarm", "alice")
+	gitT(t, wt.Path, "branch", "swarm/alice/kept")
+	head := filepath.Join(in.adminDir, "HEAD")
+	if err := os.Remove(head); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	for _, p := range []string{filepath.Join(refs, "fifo"), head, filepath.Join(outside, "fifo"), filepath.Join(outside, "dir", "x")} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A git that reads them all, waiting already (in the kernel's wait
+	// for a FIFO's writer) on one of the sandbox's, as the daemon's for
+	// another agent would while the session runs.
+	waiting := make(chan error, 1)
+	started := make(chan int, 1)
+	go func() {
+		_, err := gitWithinStarted(repo, 30*time.Second, started, "log", "--all", "--oneline")
+		waiting <- err
+	}()
+	pid := <-started
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid)); string(b) == "wait_for_partner" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("git log --all is not waiting on a FIFO")
+		}
+	}
+	for link, target := range map[string]string{
+		"link": filepath.Join(outside, "fifo"), "dir": filepath.Join(outside, "dir"),
+		"dots": "refs/../../../../../" + filepath.Join(outside, "fifo")[1:], "alias": "refs/heads/main",
+	} {
+		if err := os.Symlink(target, filepath.Join(refs, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if err := m.Scrub(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; err != nil && strings.Contains(err.Error(), "still running") {
+		t.Errorf("the git waiting on a FIFO before the scrub: %v", err)
+	}
+	for _, args := range [][]string{{"for-each-ref"}, {"worktree", "list"}, {"gc", "--quiet"}} {
+		if out, err := gitWithin(repo, 30*time.Second, args...); err != nil {
+			t.Errorf("git %s after the scrub: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	ents, err := os.ReadDir(refs)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	// git gc packed the branches: what is left loose is the alias.
+	if !slices.Equal(left, []string{"alias"}) {
+		t.Errorf("the branch directory holds %q, want the symbolic ref alias only", left)
+	}
+	for _, b := range []string{"swarm/alice/work", "swarm/alice/kept"} {
+		if _, err := gitOut(repo, "rev-parse", "--verify", "-q", b); err != nil {
+			t.Errorf("branch %s: %v", b, err)
+		}
+	}
+	if _, err := os.Lstat(head); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("HEAD's FIFO: %v, want it gone", err)
+	}
+}
+
+// gitWithin runs git in dir in a process group of its own, which it kills
+// if git has not ended within limit (a git waiting on a FIFO, and the
+// gits it started).
+func gitWithin(dir string, limit time.Duration, args ...string) ([]byte, error) {
+	return gitWithinStarted(dir, limit, nil, args...)
+}
+
+// gitWithinStarted is gitWithin that sends git's pid on started.
+func gitWithinStarted(dir string, limit time.Duration, started chan<- int, args ...string) ([]byte, error) {
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		if started != nil {
+			close(started)
+		}
+		return nil, err
+	}
+	if started != nil {
+		started <- cmd.Process.Pid
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.Bytes(), err
+	case <-time.After(limit):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return out.Bytes(), fmt.Errorf("still running after %s", limit)
 	}
 }

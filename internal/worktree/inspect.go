@@ -35,6 +35,11 @@ type inspection struct {
 	rebasing bool          // wtOK: HEAD is detached by a rebase of the agent's branch
 	branch   string        // wtOffBranch: the branch checked out instead, "" for a detached HEAD
 	adminDir string        // wtOK, wtOffBranch, wtIncomplete: the worktree's own git directory (.git/worktrees/<id>)
+	// registered is the worktree's own git directory once its link and
+	// registration are this repository's for this very path, whatever
+	// the state (a wtForeign one too: a HEAD that is not a file): what
+	// Scrub cleans.
+	registered string
 }
 
 func foreign(format string, args ...any) inspection {
@@ -125,10 +130,18 @@ func (m *Manager) inspectFiles(agent string) (inspection, error) {
 		return foreign("registered for %s", strings.TrimSpace(string(registered))), nil
 	}
 
+	in, err := m.inspectRegistered(agent, path, adminDir, &buf)
+	in.registered = adminDir
+	return in, err
+}
+
+// inspectRegistered is the rest of inspectFiles for the worktree at path
+// whose link and registration name adminDir.
+func (m *Manager) inspectRegistered(agent, path, adminDir string, buf *[smallFile]byte) (inspection, error) {
 	// register keeps a new worktree locked "initializing" until its files
 	// are checked out, as git does; a caller holds the agent's lock, so
 	// that is a creation that a crash cut short, not one going on.
-	if lock, err := readSmallFile(filepath.Join(adminDir, "locked"), &buf); err == nil && strings.TrimSpace(string(lock)) == initializing {
+	if lock, err := readSmallFile(filepath.Join(adminDir, "locked"), buf); err == nil && strings.TrimSpace(string(lock)) == initializing {
 		return inspection{state: wtIncomplete, adminDir: adminDir}, nil
 	}
 

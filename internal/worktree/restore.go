@@ -196,6 +196,9 @@ func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 		}
 		return err
 	}
+	if err := m.plainRefs(agent); err != nil {
+		return nil, err
+	}
 	var err error
 	switch in.state {
 	case wtOK, wtOffBranch:
@@ -235,10 +238,22 @@ func (m *Manager) clearLocks(agent string, in inspection) ([]string, error) {
 // git in the worktree (a task line's reset, the switch back to the
 // agent's branch) appended, as the daemon and outside the sandbox, to any
 // file a link named (a shell's startup file, with a branch name of the
-// session's making in the line), or never ended. Called after each
+// session's making in the line), or never ended. HEAD may be a link in
+// the form git writes a symbolic ref in under core.preferSymlinkRefs
+// (git reads it, never follows it): it stops the agent, naming the
+// setting (inspect), and stays for the operator to see. Called after each
 // session and before each git of the daemon's that moves a ref there; the
 // caller holds the agent's lock.
 func (m *Manager) plainGitDir(agent, adminDir string) error {
+	var fifos fifoHold
+	defer fifos.release()
+	return m.plainGitDirHolding(agent, adminDir, &fifos)
+}
+
+// plainGitDirHolding is plainGitDir that holds the FIFOs it removes open
+// in fifos.
+func (m *Manager) plainGitDirHolding(agent, adminDir string, fifos *fifoHold) error {
+	head := filepath.Join(adminDir, "HEAD")
 	for _, dir := range []string{adminDir, filepath.Join(m.commonDir, "logs", filepath.FromSlash(branchDir(agent)))} {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) && path == dir {
@@ -247,28 +262,133 @@ func (m *Manager) plainGitDir(agent, adminDir string) error {
 			if err != nil {
 				return err
 			}
-			if d.IsDir() {
-				return nil
-			}
-			if d.Type().IsRegular() {
-				fi, err := d.Info()
-				if err != nil {
-					return err
-				}
-				// A hard link is a file of somebody else's too.
-				if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Nlink == 1 {
-					return nil
-				}
-			}
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			m.log.Warn("removed what a session left in its git directory that git makes none of", zap.String("agent", agent), zap.String("path", path))
-			return nil
+			return m.removeStrange(agent, path, d, path == head, fifos, "removed what a session left in its git directory that git makes none of")
 		})
 		if err != nil {
 			return fmt.Errorf("check the git directory of agent %s: %w", agent, err)
 		}
+	}
+	return nil
+}
+
+// removeStrange removes path, an entry of a git directory a sandbox
+// writes, unless it is a directory or a file of its own (a hard link is a
+// file of somebody else's too), or, where symref says so, a symbolic link
+// whose text git reads as a symbolic ref, never following it. A FIFO is
+// opened for writing first and held in fifos (fifoHold).
+func (m *Manager) removeStrange(agent, path string, d fs.DirEntry, symref bool, fifos *fifoHold, msg string) error {
+	switch t := d.Type(); {
+	case t.IsDir():
+		return nil
+	case t.IsRegular():
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Nlink == 1 {
+			return nil
+		}
+	case t&fs.ModeSymlink != 0 && symref:
+		if target, err := os.Readlink(path); err == nil && symrefText(target) {
+			return nil
+		}
+	case t&fs.ModeNamedPipe != 0:
+		fifos.open(path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	m.log.Warn(msg, zap.String("agent", agent), zap.String("path", path), zap.String("was", d.Type().String()))
+	return nil
+}
+
+// fifoHold holds open for writing the FIFOs a scrub removes: a git (the
+// operator's, the daemon's for another agent) waiting to open one for
+// reading opens it then, and reads its end once the scrub is over and
+// they are closed, with nothing left for it to wait on next. A FIFO met
+// only through a link is not opened: it may be anybody's.
+type fifoHold struct{ fds []int }
+
+func (h *fifoHold) open(path string) {
+	if fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0); err == nil {
+		h.fds = append(h.fds, fd)
+	}
+}
+
+func (h *fifoHold) release() {
+	for _, fd := range h.fds {
+		_ = syscall.Close(fd)
+	}
+	h.fds = nil
+}
+
+// Scrub removes, when a sandbox of agent's (a session, a hook) has ended,
+// what it left in the git directories it writes that git would follow out
+// of them or wait on (plainRefs, plainGitDir). The next look at the
+// worktree does as much, but an agent stopped in its session, or by what
+// it left (a FIFO in HEAD's place), or a daemon stopped, looks at it again
+// only at its next start, if ever; meanwhile the operator's git gc, git
+// log --all or git worktree list, and the daemon's own git for every other
+// agent (a switch back to its branch reads every worktree's HEAD), waited
+// for good on a FIFO there. A HEAD or a branch that is a symbolic ref
+// stays: it stops the agent, naming it. The caller makes sure no process
+// of the agent is alive.
+func (m *Manager) Scrub(ctx context.Context, agent string) error {
+	if err := checkName(agent); err != nil {
+		return err
+	}
+	unlockAgent, err := m.agents.lock(ctx, agent)
+	if err != nil {
+		return fmt.Errorf("scrub the git directories of agent %s: %w", agent, err)
+	}
+	defer unlockAgent()
+	var fifos fifoHold
+	defer fifos.release()
+	if err := m.plainRefsHolding(agent, &fifos); err != nil {
+		return err
+	}
+	in, err := m.inspect(agent)
+	if err != nil {
+		return err
+	}
+	if in.registered != "" {
+		return m.plainGitDirHolding(agent, in.registered, &fifos)
+	}
+	return nil
+}
+
+// plainRefs removes from agent's branch directory (refs/heads/swarm/NAME,
+// its sandbox's to write) whatever git would follow out of it or wait on
+// when it reads the repository's refs: anything but a directory, a file
+// of its own, or a symbolic link in the form git writes a symbolic ref in
+// (its text a ref name under refs/, which git reads and never follows). A
+// FIFO there held every git that lists the refs (the operator's git gc,
+// git log --all, git branch; the daemon's push and fetch) for good; a
+// link to one, or to a directory holding one, the same; and a link to any
+// other file made git read that file. A branch that is a symbolic ref
+// stays: it stops the agent, naming it (inspect). The caller holds the
+// agent's lock.
+func (m *Manager) plainRefs(agent string) error {
+	var fifos fifoHold
+	defer fifos.release()
+	return m.plainRefsHolding(agent, &fifos)
+}
+
+// plainRefsHolding is plainRefs that holds the FIFOs it removes open in
+// fifos.
+func (m *Manager) plainRefsHolding(agent string, fifos *fifoHold) error {
+	dir := filepath.Join(m.commonDir, filepath.FromSlash(branchDir(agent)))
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && path == dir {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return m.removeStrange(agent, path, d, true, fifos, "removed what a session left in its branch directory that git would follow or wait on")
+	})
+	if err != nil {
+		return fmt.Errorf("check the branch directory of agent %s: %w", agent, err)
 	}
 	return nil
 }
