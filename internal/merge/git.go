@@ -491,6 +491,14 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 			return fmt.Errorf("clear %s of the integration worktree: %w", f, err)
 		}
 	}
+	// A repository the gate left in its checkout (a directory with a .git
+	// of its own, untracked or at a gitlink's path) is one git looks into:
+	// git clean reads its HEAD to tell it is one, and a HEAD that is a FIFO
+	// held the queue's clean, and every merge with it, for good. Its .git
+	// goes first, by a walk that opens nothing.
+	if err := removeNestedGitDirs(path); err != nil {
+		return fmt.Errorf("clear the repositories a gate left in the integration worktree: %w", err)
+	}
 	// Clean before the checkout as well as after: git reads a
 	// .gitattributes the index lacks from the working tree as it checks
 	// out, and one a gate left there (text eol=crlf) rewrote the next
@@ -505,6 +513,36 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 	// changed the next branch's result (a stale target its test used).
 	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdxq")
 	return err
+}
+
+// removeNestedGitDirs removes every .git below root, root's own aside,
+// whatever it is (a directory, a file, a link, a FIFO), following no link
+// and opening no file but directories.
+func removeNestedGitDirs(root string) error {
+	top := filepath.Join(root, ".git")
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed under the walk
+			}
+			return err
+		case p == top:
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil // a worktree's link: SkipDir would skip its siblings
+		case d.Name() != ".git":
+			return nil
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	})
 }
 
 // leftOperations are the files in a worktree's git directory that say an

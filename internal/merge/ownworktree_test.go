@@ -2,10 +2,12 @@ package merge
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -130,5 +132,60 @@ func TestQueueGitRunsNothingOfANestedRepository(t *testing.T) {
 	}
 	if b, err := os.ReadFile(ran); err == nil {
 		t.Errorf("the queue's git ran the filter of a repository the gate made:\n%s", b)
+	}
+}
+
+// A gate runs the change's code in the queue's worktree, and can leave a
+// repository there whose HEAD is a FIFO: git clean reads a nested
+// repository's HEAD to tell it is one, and waited on it for good, and with
+// it every merge of the swarm. The queue removes what a gate left without
+// asking git: the next merge goes on.
+func TestGateLeavingAFIFORepositoryDoesNotHoldTheQueue(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	q := e.open(e.options(`mkdir -p nest/.git deep/er/.git && mkfifo nest/.git/HEAD deep/er/.git/HEAD && printf 'gitdir: nowhere\n' > .git-not`))
+	alice, bob := e.worker("alice"), e.worker("bob")
+	commitFile(t, alice, "a.txt", "alice\n", "alice: work")
+	commitFile(t, bob, "b.txt", "bob\n", "bob: work")
+	for i, w := range []string{"alice", "bob"} {
+		if _, err := q.Enqueue(ctx, int64(i+1), w, "swarm/"+w+"/work", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(t, q, OutcomeMerged) // alice's gate leaves the FIFOs
+	wt := filepath.Join(e.stateDir, "worktrees", ".merge")
+	fifos := []string{filepath.Join(wt, "nest", ".git", "HEAD"), filepath.Join(wt, "deep", "er", ".git", "HEAD")}
+	for _, f := range fifos {
+		if fi, err := os.Lstat(f); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("the gate left no FIFO at %s (%v): the test proves nothing", f, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		out, err := q.Step(ctx)
+		if err == nil && out != OutcomeMerged {
+			err = fmt.Errorf("Step = %s, want merged", out)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitLimit):
+		// Let the git that waits go, FIFO after FIFO, then fail.
+		for {
+			for _, f := range fifos {
+				if fd, err := syscall.Open(f, syscall.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					syscall.Close(fd)
+				}
+			}
+			select {
+			case <-done:
+				t.Fatalf("the queue's next merge waited %s on a FIFO a gate left", waitLimit)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	}
 }
