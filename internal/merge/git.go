@@ -472,9 +472,10 @@ func (r *repo) ensureWorktree(ctx context.Context, path, commit string) error {
 
 func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) error {
 	// The link back, as git wrote it, for the gate's own git: the last
-	// gate may have pointed it elsewhere.
+	// gate may have pointed it elsewhere, or made it a FIFO (or a link to
+	// one) that a plain read waited on for good, and every merge with it.
 	link := []byte("gitdir: " + admin + "\n")
-	if b, err := os.ReadFile(filepath.Join(path, ".git")); err != nil || !bytes.Equal(b, link) {
+	if !fileHolds(filepath.Join(path, ".git"), link) {
 		if err := os.RemoveAll(filepath.Join(path, ".git")); err != nil {
 			return fmt.Errorf("restore %s/.git: %w", path, err)
 		}
@@ -513,6 +514,22 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 	// changed the next branch's result (a stale target its test used).
 	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdxq")
 	return err
+}
+
+// fileHolds reports whether path is a file of its own (no link followed)
+// whose content is want, read without waiting: a FIFO there is not one.
+func fileHolds(path string, want []byte) bool {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(want)) {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(len(want))+1))
+	return err == nil && bytes.Equal(b, want)
 }
 
 // removeNestedGitDirs removes every .git below root, root's own aside,

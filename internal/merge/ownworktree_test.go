@@ -189,3 +189,60 @@ func TestGateLeavingAFIFORepositoryDoesNotHoldTheQueue(t *testing.T) {
 		}
 	}
 }
+
+// The gate writes its checkout, the .git link at its top included: one it
+// made a FIFO (or a link to one) held the queue's read of that link, at
+// the next candidate's reset, and every merge of the swarm with it, for
+// good. The queue reads the link without waiting, and never through a
+// link.
+func TestGateLeavingAFIFOLinkDoesNotHoldTheQueue(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	elsewhere := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(elsewhere, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := e.open(e.options(`if [ -e gate-ran ]; then rm -f .git && ln -s ` + elsewhere + ` .git; else rm -f .git && mkfifo .git; fi`))
+	alice, bob, carol := e.worker("alice"), e.worker("bob"), e.worker("carol")
+	commitFile(t, alice, "a.txt", "alice\n", "alice: work")
+	commitFile(t, bob, "b.txt", "bob\n", "bob: work")
+	commitFile(t, bob, "gate-ran", "\n", "bob: the gate's second way")
+	commitFile(t, carol, "c.txt", "carol\n", "carol: work")
+	for i, w := range []string{"alice", "bob", "carol"} {
+		if _, err := q.Enqueue(ctx, int64(i+1), w, "swarm/"+w+"/work", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt := filepath.Join(e.stateDir, "worktrees", ".merge")
+	step(t, q, OutcomeMerged) // alice's gate leaves the FIFO; bob's, the link to one
+	for i, fifo := range []string{filepath.Join(wt, ".git"), elsewhere} {
+		if fi, err := os.Stat(filepath.Join(wt, ".git")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("run %d: the gate left no FIFO at .git (%v): the test proves nothing", i, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			out, err := q.Step(ctx)
+			if err == nil && out != OutcomeMerged {
+				err = fmt.Errorf("Step = %s, want merged", out)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(waitLimit):
+			for {
+				if fd, err := syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					syscall.Close(fd)
+				}
+				select {
+				case <-done:
+					t.Fatalf("run %d: the queue's next merge waited %s on a FIFO a gate left as the worktree's .git", i, waitLimit)
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
