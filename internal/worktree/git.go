@@ -129,9 +129,16 @@ func parseGitVersion(v string) (major, minor int, ok bool) {
 // its session's end, so an agent could have the daemon start a gc, in
 // the background, outside every process tree of the swarm, while a
 // session of its own had put a FIFO where gc reads every ref (held for
-// good, with packed-refs.lock taken). gc is the operator's.
+// good, with packed-refs.lock taken). gc is the operator's. Nor does it
+// recurse into a submodule, whatever submodule.recurse says in the
+// repository's config: reset --hard and checkout recursed into an active
+// submodule of an agent's worktree, by that submodule's config, which the
+// sandbox writes (its git directory is the worktree's, or in the
+// worktree's own git directory), and a filter named there ran as the
+// daemon. The daemon's fetch and push follow no submodule either.
 var GitOptions = []string{"-c", "core.hooksPath=" + os.DevNull, "-c", "core.attributesFile=" + os.DevNull,
-	"-c", "safe.directory=*", "-c", "core.preferSymlinkRefs=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false"}
+	"-c", "safe.directory=*", "-c", "core.preferSymlinkRefs=false", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+	"-c", "submodule.recurse=false"}
 
 // run runs git (with -C dir unless dir is empty) with GitOptions, and
 // returns its standard output. On cancellation git gets SIGTERM first, so that "worktree add" can

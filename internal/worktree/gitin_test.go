@@ -388,3 +388,44 @@ func gitWithinStarted(dir string, limit time.Duration, started chan<- int, args 
 		return out.Bytes(), fmt.Errorf("still running after %s", limit)
 	}
 }
+
+// With submodule.recurse in the repository's config (the operator's, as
+// git's documentation suggests to whoever uses submodules) and a
+// submodule active there (its url recorded, as "git submodule init" in
+// the main checkout does), git reset --hard and git checkout recurse into
+// the submodule of an agent's worktree, by that submodule's config, which
+// the sandbox writes (its git directory is in the worktree, or in the
+// worktree's own git directory once absorbed): a filter named there ran as
+// the daemon, outside the sandbox, at the reset that puts the branch on a
+// task's line. The daemon's git recurses into no submodule.
+func TestGitInAWorktreeRecursesIntoNoSubmodule(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := plantNested(t, wt.Path)
+	writeFile(t, filepath.Join(wt.Path, ".gitmodules"), "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n")
+	line := commitAll(t, wt.Path, "the submodule's entry")
+	sub := filepath.Join(wt.Path, "sub")
+	writeFile(t, filepath.Join(sub, "s.txt"), "s, again\n")
+	commitAll(t, sub, "nested, moved on")
+	commitAll(t, wt.Path, "the submodule moved on")
+	gitT(t, repo, "config", "submodule.sub.url", "./sub")
+	gitT(t, repo, "config", "submodule.recurse", "true")
+	if err := os.Remove(ran); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+
+	if _, err := m.StartLine(ctx, "alice", 1, line, ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Fatalf("the daemon's git ran the submodule's filter:\n%s", b)
+	}
+	if got := gitT(t, wt.Path, "rev-parse", "HEAD"); got != line {
+		t.Errorf("HEAD at %s, want the line at %s", got, line)
+	}
+}
