@@ -429,3 +429,47 @@ func TestGitInAWorktreeRecursesIntoNoSubmodule(t *testing.T) {
 		t.Errorf("HEAD at %s, want the line at %s", got, line)
 	}
 }
+
+// An agent's own git submodule update, from a url that is a local path,
+// clones the submodule into the worktree's own git directory
+// (modules/NAME), its objects hard links to the source's, as git clone
+// of a local path makes them. The daemon's cleaning of that directory,
+// after each session and at a sandbox's end, removed every hard link in
+// it, and the submodule lost its objects. What is under modules is the
+// submodules' repositories, which the daemon's git never reads (it
+// recurses into none): the cleaning leaves it alone.
+func TestCleaningAGitDirectoryKeepsItsSubmodules(t *testing.T) {
+	ctx := context.Background()
+	src := newRepo(t)
+	repo := newRepo(t)
+	gitT(t, repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", src, "sub")
+	commitAll(t, repo, "a submodule")
+	m := openT(t, repo)
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, wt.Path, "-c", "protocol.file.allow=always", "submodule", "update", "-q", "--init")
+	linked := 0
+	filepath.WalkDir(filepath.Join(repo, ".git", "worktrees"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil && fi.Sys().(*syscall.Stat_t).Nlink > 1 {
+				linked++
+			}
+		}
+		return nil
+	})
+	if linked == 0 {
+		t.Fatal("the submodule's clone made no hard link: the test proves nothing")
+	}
+
+	if err := m.Scrub(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.StartLine(ctx, "alice", 1, "", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := gitOut(filepath.Join(wt.Path, "sub"), "fsck", "--no-dangling"); err != nil {
+		t.Fatalf("the submodule lost its objects: %v\n%s", err, out)
+	}
+}

@@ -254,6 +254,12 @@ func (m *Manager) plainGitDir(agent, adminDir string) error {
 // in fifos.
 func (m *Manager) plainGitDirHolding(agent, adminDir string, fifos *fifoHold) error {
 	head := filepath.Join(adminDir, "HEAD")
+	// The repositories of the worktree's submodules (git submodule update
+	// clones them there): the daemon's git reads none of them (it looks
+	// into no submodule), and git clone of a local path makes their
+	// objects hard links to the source's, which the rule below took for a
+	// session's doing: the submodule lost its objects.
+	modules := filepath.Join(adminDir, "modules")
 	for _, dir := range []string{adminDir, filepath.Join(m.commonDir, "logs", filepath.FromSlash(branchDir(agent)))} {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) && path == dir {
@@ -261,6 +267,9 @@ func (m *Manager) plainGitDirHolding(agent, adminDir string, fifos *fifoHold) er
 			}
 			if err != nil {
 				return err
+			}
+			if path == modules && d.IsDir() {
+				return fs.SkipDir
 			}
 			return m.removeStrange(agent, path, d, path == head, fifos, "removed what a session left in its git directory that git makes none of")
 		})
