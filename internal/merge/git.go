@@ -510,10 +510,74 @@ func (r *repo) resetWorktree(ctx context.Context, path, admin, commit string) er
 	if _, err := r.runIn(ctx, path, admin, nil, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
 		return err
 	}
+	if err := r.emptyGitlinks(ctx, path, admin); err != nil {
+		return fmt.Errorf("clear the submodules' directories of the integration worktree: %w", err)
+	}
 	// Ignored files too (-x): a build cache one branch's gate left there
 	// changed the next branch's result (a stale target its test used).
 	_, err := r.runIn(ctx, path, admin, nil, "clean", "-ffdxq")
 	return err
+}
+
+// emptyGitlinks empties the directory at each gitlink path of the
+// worktree's index, as a new checkout has it: git clean leaves what is in
+// one alone (it is the submodule's), so what a gate left there (a build
+// cache, a stale result) was in the next candidate's checkout when its
+// gate ran. Nothing is followed out of the worktree (os.Root). One git
+// ls-files per reset.
+func (r *repo) emptyGitlinks(ctx context.Context, path, admin string) error {
+	out, err := r.runIn(ctx, path, admin, nil, "ls-files", "--stage", "-z")
+	if err != nil {
+		return err
+	}
+	var root *os.Root
+	defer func() {
+		if root != nil {
+			root.Close()
+		}
+	}()
+	for _, rec := range strings.Split(out, "\x00") {
+		meta, p, ok := strings.Cut(rec, "\t")
+		if !ok || !strings.HasPrefix(meta, "160000 ") {
+			continue
+		}
+		if root == nil {
+			if root, err = os.OpenRoot(path); err != nil {
+				return err
+			}
+		}
+		fi, err := root.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			if err := root.RemoveAll(p); err != nil {
+				return err
+			}
+			if err := root.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			continue
+		}
+		d, err := root.Open(p)
+		if err != nil {
+			return err
+		}
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := root.RemoveAll(filepath.Join(p, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // fileHolds reports whether path is a file of its own (no link followed)

@@ -246,3 +246,31 @@ func TestGateLeavingAFIFOLinkDoesNotHoldTheQueue(t *testing.T) {
 		}
 	}
 }
+
+// A directory at a gitlink's path is the submodule's to git: git clean
+// leaves what is in it alone, a repository or not. What a gate left
+// there (a build cache, a stale result) was in the next candidate's
+// checkout when its gate ran, whatever that candidate's change, as the
+// ignored files were before they were cleaned. Every candidate's gate
+// finds such a directory empty, as a new checkout has it.
+func TestGateLeavesNothingInASubmodulesDirectory(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	gitT(t, e.repo, "checkout", "-q", "main")
+	gitT(t, e.repo, "update-index", "--add", "--cacheinfo", "160000,"+e.main()+",sub")
+	writeFile(t, filepath.Join(e.repo, ".gitmodules"), "[submodule \"sub\"]\n\tpath = sub\n\turl = ./nowhere\n")
+	gitT(t, e.repo, "add", ".gitmodules")
+	gitT(t, e.repo, "commit", "-q", "-m", "a submodule")
+	gitT(t, e.repo, "checkout", "-q", "--detach")
+	q := e.open(e.options(`test ! -e sub/left && test ! -e sub/deep/left && mkdir -p sub/deep && echo stale > sub/left && echo stale > sub/deep/left`))
+	for i, w := range []string{"alice", "bob"} {
+		commitFile(t, e.worker(w), w+".txt", w+"\n", w+": work")
+		if _, err := q.Enqueue(ctx, int64(i+1), w, "swarm/"+w+"/work", ""); err != nil {
+			t.Fatal(err)
+		}
+		step(t, q, OutcomeMerged)
+	}
+	if _, err := os.Lstat(filepath.Join(e.stateDir, "worktrees", ".merge", "sub", "left")); err != nil {
+		t.Fatalf("the gate left nothing in the submodule's directory (%v): the test proves nothing", err)
+	}
+}
