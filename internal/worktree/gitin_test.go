@@ -473,3 +473,31 @@ func TestCleaningAGitDirectoryKeepsItsSubmodules(t *testing.T) {
 		t.Fatalf("the submodule lost its objects: %v\n%s", err, out)
 	}
 }
+
+// git 2.20 to 2.30 (swarmd's minimum is 2.20; Debian 11 has 2.30) has no
+// GIT_CONFIG_COUNT: a task line's start in a worktree with a submodule
+// and something uncommitted failed there, and the agent did not run
+// again. Such a git is kept out of the submodules with "-c", and stashes.
+func TestALineStartsWithSubmodulesOnAnOlderGit(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	m.git.major, m.git.minor = 2, 30 // what "-c" would do is the same in 2.39
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := plantNested(t, wt.Path)
+	writeFile(t, filepath.Join(wt.Path, ".gitmodules"), "[submodule \"sub\"]\n\tpath = sub\n\turl = ./sub\n\tignore = none\n")
+	writeFile(t, filepath.Join(wt.Path, "dirty.txt"), "x\n")
+
+	if _, err := m.StartLine(ctx, "alice", 1, "", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Fatalf("the daemon's git ran the nested repository's filter:\n%s", b)
+	}
+	if got := gitT(t, repo, "stash", "list"); !strings.Contains(got, "before task 1") {
+		t.Errorf("stash list %q: the line's start stashed nothing", got)
+	}
+}

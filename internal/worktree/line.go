@@ -91,12 +91,12 @@ func (m *Manager) StartLine(ctx context.Context, agent string, task int64, head,
 	if len(dirty) > 0 {
 		// git stash has no --ignore-submodules: what keeps it out of the
 		// submodules is an ignore of each (noSubmodules).
-		env, err := m.noSubmodules(ctx, path, in.adminDir)
+		opts, env, err := m.noSubmodules(ctx, path, in.adminDir)
 		if err != nil {
 			return fail(err)
 		}
 		msg := fmt.Sprintf("swarmd: left uncommitted on %s at %.12s, before task %d", m.Branch(agent), in.head, task)
-		args := append(InWorktree(path, in.adminDir), "stash", "push", "--include-untracked", "--message", msg)
+		args := append(append(InWorktree(path, in.adminDir), opts...), "stash", "push", "--include-untracked", "--message", msg)
 		if _, err := m.git.runEnv(ctx, path, GitOptions, env, args...); err != nil {
 			return fail(err)
 		}
@@ -141,20 +141,22 @@ func (m *Manager) PruneLines(ctx context.Context, drop func(task int64) bool) ([
 	return removed, nil
 }
 
-// noSubmodules is the environment that keeps git out of every submodule
-// of the worktree at path: submodule.NAME.ignore=all for each NAME its
-// .gitmodules names (the file in the worktree, the index's, HEAD's: git
-// reads the first there is, each is the sandbox's to write), in
-// GIT_CONFIG_COUNT's form, which takes any name ("-c" cuts a key at its
-// first "="). A repository nested in the worktree that its index records
-// as a gitlink is a submodule to git, and git stash, which has no
-// --ignore-submodules, ran a git status in one whose .gitmodules entry
-// says ignore = none, by that repository's config, which the sandbox
-// writes: its filter ran as the daemon, outside the sandbox. The names
-// are read by git itself (git config), so that they are the names git
-// stash looks up.
-func (m *Manager) noSubmodules(ctx context.Context, path, adminDir string) ([]string, error) {
-	var env []string
+// noSubmodules is what keeps git out of every submodule of the worktree
+// at path: submodule.NAME.ignore=all for each NAME its .gitmodules names
+// (the file in the worktree, the index's, HEAD's: git reads the first
+// there is, each is the sandbox's to write), as options to put before
+// git's command and variables to add to its environment. A repository
+// nested in the worktree that its index records as a gitlink is a
+// submodule to git, and git stash, which has no --ignore-submodules, ran
+// a git status in one whose .gitmodules entry says ignore = none, by that
+// repository's config, which the sandbox writes: its filter ran as the
+// daemon, outside the sandbox. The names are read by git itself (git
+// config), so that they are the names git stash looks up. They go in
+// GIT_CONFIG_COUNT's form (git 2.31 and later), which takes any name;
+// an older git gets "-c", which cuts a key at its first "=": a name with
+// one cannot be given to it, and the stash is refused.
+func (m *Manager) noSubmodules(ctx context.Context, path, adminDir string) (opts, env []string, err error) {
+	var names []string
 	seen := map[string]bool{}
 	for _, src := range [][]string{{"--file", filepath.Join(path, ".gitmodules")}, {"--blob", ":.gitmodules"}, {"--blob", "HEAD:.gitmodules"}} {
 		args := append(append([]string{"config", "-z", "--name-only"}, src...), "--get-regexp", `^submodule\.`)
@@ -163,7 +165,7 @@ func (m *Manager) noSubmodules(ctx context.Context, path, adminDir string) ([]st
 			continue // no such file or blob, or no submodule in it
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read the submodules of %s: %w", path, err)
+			return nil, nil, fmt.Errorf("read the submodules of %s: %w", path, err)
 		}
 		for _, key := range strings.Split(out, "\x00") {
 			name, ok := strings.CutPrefix(key, "submodule.")
@@ -172,19 +174,26 @@ func (m *Manager) noSubmodules(ctx context.Context, path, adminDir string) ([]st
 			} else {
 				continue
 			}
-			if seen[name] {
-				continue
+			if !seen[name] {
+				seen[name] = true
+				names = append(names, name)
 			}
-			seen[name] = true
-			n := len(seen) - 1
-			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=submodule.%s.ignore", n, name), fmt.Sprintf("GIT_CONFIG_VALUE_%d=all", n))
 		}
 	}
-	if len(env) == 0 {
-		return nil, nil
+	if len(names) == 0 {
+		return nil, nil, nil
 	}
-	if !m.git.atLeast(2, 31) {
-		return nil, fmt.Errorf("the worktree %s has submodules, and git %d.%d cannot be kept out of them (GIT_CONFIG_COUNT: git 2.31 and later)", path, m.git.major, m.git.minor)
+	if m.git.atLeast(2, 31) {
+		for n, name := range names {
+			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=submodule.%s.ignore", n, name), fmt.Sprintf("GIT_CONFIG_VALUE_%d=all", n))
+		}
+		return nil, append(env, fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(names))), nil
 	}
-	return append(env, fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(seen))), nil
+	for _, name := range names {
+		if strings.ContainsAny(name, "=\n") {
+			return nil, nil, fmt.Errorf("the worktree %s has a submodule named %q, and git %d.%d cannot be kept out of it (a name with \"=\" needs GIT_CONFIG_COUNT: git 2.31 and later)", path, name, m.git.major, m.git.minor)
+		}
+		opts = append(opts, "-c", "submodule."+name+".ignore=all")
+	}
+	return opts, nil, nil
 }
