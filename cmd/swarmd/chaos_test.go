@@ -655,7 +655,7 @@ func (c *chaosRun) check(ctx context.Context, db *store.DB) {
 			bad("task %d: DONE %d times, CLOSED %d times; want once each", id, done[id], closed[id])
 		}
 	}
-	c.checkGit()
+	c.checkGit(saw)
 
 	// Mail: every message delivered once, by a completed session that was
 	// shown it or by a read, and shown to no other completed session; every
@@ -734,20 +734,44 @@ func (c *chaosRun) check(ctx context.Context, db *store.DB) {
 		len(sessions), len(saw), outcomes, givenUp, len(bodies), sent)
 }
 
-// checkGit checks the merge target: every task merged once, its file there.
-func (c *chaosRun) checkGit() {
+// checkGit checks the merge target: every task merged once, its file there,
+// and each merge exactly its task's work: it brings t<N>.txt alone, whose
+// every line is a session that was shown task N.
+func (c *chaosRun) checkGit(saw map[string]*chaosSession) {
 	repo := c.remote
 	if repo == "" {
 		repo = c.ds[0].repo
 	}
-	out, err := exec.Command("git", "-C", repo, "log", "--format=%(trailers:key=Swarmd-Task,valueonly)", "main").Output()
-	if err != nil {
-		c.t.Fatalf("git log: %v", err)
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).Output()
+		if err != nil {
+			c.t.Fatalf("git %v: %v", args, err)
+		}
+		return string(out)
 	}
+	// Every merge in main's history, on its first-parent line or not (a
+	// task line started on a merge of another task carries it).
 	merged := map[int64]int{}
-	for _, l := range strings.Fields(string(out)) {
+	for _, l := range strings.Fields(git("log", "--format=%(trailers:key=Swarmd-Task,valueonly)", "main")) {
 		n, _ := strconv.ParseInt(l, 10, 64)
 		merged[n]++
+	}
+	// Each commit of main's first-parent line as "@HASH TASK" (TASK its
+	// trailer's, empty without one), then the files it changed from its
+	// first parent.
+	var task int64
+	for _, l := range strings.Split(git("log", "--first-parent", "--diff-merges=first-parent", "--name-only",
+		"--format=@%H %(trailers:key=Swarmd-Task,valueonly,separator=)", "main"), "\n") {
+		if l == "" {
+			continue
+		}
+		if h, id, ok := strings.Cut(l, " "); ok && strings.HasPrefix(h, "@") {
+			task, _ = strconv.ParseInt(strings.TrimSpace(id), 10, 64)
+			continue
+		}
+		if want := fmt.Sprintf("t%d.txt", task); task == 0 || l != want {
+			c.t.Errorf("seed %d: main's commit of task %d brings %s, not that task's work alone", c.seed, task, l)
+		}
 	}
 	for _, id := range c.tasks {
 		if merged[id] != 1 {
@@ -755,6 +779,20 @@ func (c *chaosRun) checkGit() {
 		}
 		if err := exec.Command("git", "-C", repo, "cat-file", "-e", fmt.Sprintf("main:t%d.txt", id)).Run(); err != nil {
 			c.t.Errorf("seed %d: main has no t%d.txt", c.seed, id)
+		}
+	}
+	// main:tN.txt:SESSION, a line each.
+	for _, l := range strings.Split(strings.TrimSpace(git("grep", "-e", "", "main", "--", "t*.txt")), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		id, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(parts[1], "t"), ".txt"), 10, 64)
+		if err != nil {
+			continue
+		}
+		if s := saw[parts[2]]; s == nil || !s.tasks[id] {
+			c.t.Errorf("seed %d: main's t%d.txt has work of session %q, which was never shown task %d", c.seed, id, parts[2], id)
 		}
 	}
 }
