@@ -72,8 +72,12 @@ agents:
 	}
 	// Each once: the watch, which looks every 2 s, does not report them again.
 	time.Sleep(targetWatchEvery + 500*time.Millisecond)
-	if n := len(moves()); n != 2 {
-		t.Fatalf("%d moves recorded, want each once", n)
+	if ms := moves(); len(ms) != 2 {
+		var why []string
+		for _, m := range ms {
+			why = append(why, m.Reason)
+		}
+		t.Fatalf("%d moves recorded, want each once: %q", len(ms), why)
 	}
 	r.stop(t)
 }
