@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,6 +38,13 @@ const lineBaseWalk = 32
 // are set aside (refs/swarmd/set-aside/INTO/UNIXNANO).
 const setAsidePrefix = "refs/swarmd/set-aside/"
 
+// lineBases is what lineBase keeps between calls.
+type lineBases struct {
+	anyMade atomic.Bool // the store has recorded a merge
+	mu      sync.Mutex
+	below   string // the target's tip that new lines last started below, logged once
+}
+
 // remoteRefs are the refs that hold what the daemon last saw of the
 // remote's into: FetchBranch's, and the remote-tracking branch of a named
 // remote (a clone's origin/INTO), which a daemon that never merged has.
@@ -52,11 +61,11 @@ func remoteRefs(into, remote string) []string {
 func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, error) {
 	refs := remoteRefs(into, remote)
 	return func(ctx context.Context) (string, error) {
-		cs, err := d.trees.FirstParentsBeyond(ctx, into, refs, merge.TaskTrailer, lineBaseWalk)
+		cs, err := d.trees.FirstParents(ctx, "refs/heads/"+into, refs, merge.TaskTrailer, lineBaseWalk)
 		if err != nil {
 			return "", err
 		}
-		if len(cs) > 0 && cs[0].Trailer != "" && !d.merge.anyMade.Load() {
+		if len(cs) > 0 && cs[0].Trailer != "" && !d.merge.lines.anyMade.Load() {
 			// A store that has recorded no merge (a new one: a swarm
 			// moved to PostgreSQL) has no uncounted merge either: the
 			// queue's merges on the target are an earlier store's.
@@ -67,7 +76,7 @@ func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, er
 			if last == "" {
 				return into, nil
 			}
-			d.merge.anyMade.Store(true)
+			d.merge.lines.anyMade.Store(true)
 		}
 		for i, c := range cs {
 			made := c.Trailer == "" // someone's own commit: counted as theirs
@@ -96,12 +105,13 @@ func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, er
 // lineBelow logs, once per tip, that lines start below the uncounted
 // commits cs (newest first) of into.
 func (d *Daemon) lineBelow(into string, cs []worktree.FirstParent, base string) {
-	d.merge.belowMu.Lock()
-	defer d.merge.belowMu.Unlock()
-	if d.merge.below == cs[0].Commit {
+	l := &d.merge.lines
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.below == cs[0].Commit {
 		return
 	}
-	d.merge.below = cs[0].Commit
+	l.below = cs[0].Commit
 	d.log.Warn("new task lines start below merges on the target that the swarm does not count (not recorded, not on the remote)",
 		zap.String("target", into), zap.String("tip", cs[0].Commit), zap.Int("uncounted", len(cs)), zap.String("base", base))
 }
@@ -115,20 +125,20 @@ func (d *Daemon) lineBelow(into string, cs []worktree.FirstParent, base string) 
 // task's own head, whose commits the remote lacks until the task is merged
 // again, and which its task's branch keeps. It reports whether it did.
 func (d *Daemon) setAsideUncounted(ctx context.Context, into, theirs, ours string) (bool, error) {
-	tasks, err := d.trees.TrailerValues(ctx, theirs, ours, merge.TaskTrailer)
-	if err != nil || len(tasks) == 0 {
+	cs, err := d.trees.FirstParents(ctx, ours, []string{theirs}, merge.TaskTrailer, 0)
+	if err != nil || len(cs) == 0 {
 		return false, err
 	}
 	var ids []string
-	for c, task := range tasks {
-		if task == "" {
+	for _, c := range cs {
+		if c.Trailer == "" {
 			return false, nil // not a merge: someone's own commit
 		}
-		made, err := d.merge.queue.Made(ctx, c)
+		made, err := d.merge.queue.Made(ctx, c.Commit)
 		if err != nil || made {
 			return false, err
 		}
-		ids = append(ids, task)
+		ids = append(ids, c.Trailer)
 	}
 	slices.Sort(ids)
 	keep := fmt.Sprintf("%s%s/%d", setAsidePrefix, into, time.Now().UnixNano())
@@ -136,7 +146,7 @@ func (d *Daemon) setAsideUncounted(ctx context.Context, into, theirs, ours strin
 		return false, err
 	}
 	reason := fmt.Sprintf("%s set aside at %.12s (kept as %s): %d merge(s) of task(s) %s that no queue recorded (a leader cut off before it recorded them; the queue merges those tasks again, if it has not), in favour of the remote's %.12s",
-		into, ours, keep, len(tasks), strings.Join(ids, ", "), theirs)
+		into, ours, keep, len(cs), strings.Join(ids, ", "), theirs)
 	d.log.Warn("merge queue: "+reason, zap.String("target", into), zap.String("kept", keep), zap.String("to", theirs))
 	d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_set_aside", Actor: "swarmd", Reason: reason})
 	return true, nil

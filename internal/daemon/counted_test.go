@@ -189,11 +189,14 @@ func TestUncountedMergesSetAside(t *testing.T) {
 			// This daemon's own merge of task 7 and a person's commit on it.
 			lost := r.mergeOf(pushed, 7, true, "cut off")
 			mine := r.mergeOf(lost, 8, false, "someone's own")
-			if checkedOut {
-				r.git("reset", "-q", "--hard", mine)
-			} else {
-				r.git("update-ref", "refs/heads/main", mine)
+			moveMain := func(c string) { // this daemon's main, in its checkout or as a ref
+				if checkedOut {
+					r.git("reset", "-q", "--hard", c)
+				} else {
+					r.git("update-ref", "refs/heads/main", c)
+				}
 			}
+			moveMain(mine)
 			err := d.checkTarget(ctx, "main", r.bare)
 			if err == nil || !strings.Contains(err.Error(), "each has commits the other lacks") {
 				t.Fatalf("a person's commit among the ones the remote lacks: %v, want the queue to wait", err)
@@ -205,11 +208,7 @@ func TestUncountedMergesSetAside(t *testing.T) {
 				t.Fatalf("set aside with a person's commit on it: %s", got)
 			}
 
-			if checkedOut {
-				r.git("reset", "-q", "--hard", lost)
-			} else {
-				r.git("update-ref", "refs/heads/main", lost)
-			}
+			moveMain(lost)
 			if err := d.checkTarget(ctx, "main", r.bare); err != nil {
 				t.Fatalf("only an uncounted merge the remote lacks: %v, want it set aside", err)
 			}

@@ -117,21 +117,14 @@ type mergeWire struct {
 	// looking serializes lookAtTarget: a session's end and the watch that
 	// look at once must not both report one move.
 	looking sync.Mutex
-	// below is the target's tip that new lines last started below
-	// (counted.go), logged once per tip.
-	belowMu sync.Mutex
-	below   string
-	anyMade atomic.Bool // the store has recorded a merge (counted.go)
+	lines   lineBases // where new task lines start, with a remote (counted.go)
 	// leading: this daemon holds the merge lock and runs the queue (a
 	// shared store); follow is the feeder's following of the remote's
 	// target meanwhile (follow.go); taking serializes takeTarget, which
 	// both call.
 	leading atomic.Bool
-	follow  struct {
-		done, warned string // the last merge held; the last one warned of
-		tried        time.Time
-	}
-	taking sync.Mutex
+	follow  following
+	taking  sync.Mutex
 	// published is the target's tip last pushed by the report on a shared
 	// store (push.go; the queue's loop only).
 	published string

@@ -18,6 +18,13 @@ import (
 // leader does (takeTarget: only a target a queue made, never over anyone's
 // own commits, uncounted merges set aside).
 
+// following is what followTarget keeps between calls (the merge feeder's
+// goroutine only).
+type following struct {
+	done, warned string    // the last merge held; the last one warned of
+	tried        time.Time // the last try
+}
+
 // followRetry is how soon a follow that did not bring the target up to the
 // swarm's last merge is tried again (the push after the merge not there
 // yet, the remote away, the target checked out with local changes).
@@ -77,14 +84,19 @@ func (d *Daemon) followTo(ctx context.Context, into, remote, theirs string) erro
 
 // holdsMerge reports whether into holds commit.
 func (d *Daemon) holdsMerge(ctx context.Context, into, commit string) bool {
-	ok, err := d.trees.HasCommit(ctx, commit)
-	if err != nil || !ok {
-		return false
-	}
 	tip, err := d.trees.BranchCommit(ctx, into)
 	if err != nil {
 		return false
 	}
-	ok, err = d.trees.IsAncestor(ctx, commit, tip)
+	ok, err := d.tipHolds(ctx, tip, commit)
 	return err == nil && ok
+}
+
+// tipHolds reports whether the repository holds commit and tip has it.
+func (d *Daemon) tipHolds(ctx context.Context, tip, commit string) (bool, error) {
+	ok, err := d.trees.HasCommit(ctx, commit)
+	if err != nil || !ok {
+		return false, err
+	}
+	return d.trees.IsAncestor(ctx, commit, tip)
 }

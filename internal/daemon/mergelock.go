@@ -239,10 +239,7 @@ func (d *Daemon) targetUnseen(ctx context.Context, into, remote, ours string, fe
 		return err
 	}
 	if last != "" {
-		held, err := d.trees.HasCommit(ctx, last)
-		if err == nil && held {
-			held, err = d.trees.IsAncestor(ctx, last, ours)
-		}
+		held, err := d.tipHolds(ctx, ours, last)
 		if err != nil {
 			return err
 		}

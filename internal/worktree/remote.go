@@ -145,11 +145,7 @@ func (m *Manager) FastForward(ctx context.Context, branch, commit string) error 
 	if dir == "" {
 		_, err = m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: fast-forward to the remote's", "refs/heads/"+branch, commit, old)
 	} else {
-		var out string
-		out, err = m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
-		if err == nil && strings.TrimSpace(out) != "" {
-			err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
-		}
+		err = m.checkoutClean(ctx, branch, dir)
 		if err == nil {
 			_, err = m.git.run(ctx, dir, "merge", "--ff-only", "--quiet", "--no-stat", commit)
 		}
@@ -158,6 +154,16 @@ func (m *Manager) FastForward(ctx context.Context, branch, commit string) error 
 		return fmt.Errorf("fast-forward %s: %w", branch, err)
 	}
 	return nil
+}
+
+// checkoutClean fails when the checkout at dir, which has branch checked
+// out, has local changes to tracked files.
+func (m *Manager) checkoutClean(ctx context.Context, branch, dir string) error {
+	out, err := m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
+	if err == nil && strings.TrimSpace(out) != "" {
+		err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
+	}
+	return err
 }
 
 // checkoutOf is the working tree that has branch checked out, "" for none.
@@ -202,20 +208,28 @@ func (m *Manager) realWtDir() string {
 	return m.wtDir
 }
 
-// FirstParent is one commit of a branch's first-parent line: its first
-// parent ("" for a root commit) and the value of the trailer asked for.
+// FirstParent is one commit of a first-parent line: its first parent (""
+// for a root commit) and the value of the trailer asked for.
 type FirstParent struct{ Commit, Parent, Trailer string }
 
-// FirstParentsBeyond lists branch's first-parent line, newest first, down
-// to the first commit that one of refs reaches (not included), at most max
-// commits, each with the value of its trailer key. A ref that does not
-// exist is left out: with none, the line is listed down to its root, or max.
-func (m *Manager) FirstParentsBeyond(ctx context.Context, branch string, refs []string, key string, max int) ([]FirstParent, error) {
-	args := []string{"log", "-z", "--first-parent", fmt.Sprintf("--max-count=%d", max), "--ignore-missing",
-		"--format=%H%x1f%P%x1f%(trailers:key=" + key + ",valueonly,separator=%x2c)", "refs/heads/" + branch, "--not"}
-	out, err := m.git.run(ctx, m.repo, append(args, refs...)...)
+// FirstParents lists head's first-parent line (head a branch's ref or a
+// commit), newest first, down to the first commit that one of not reaches
+// (not included), at most max commits (0: all), each with the value of its
+// trailer key. First parents only: where a branch's own commits and the
+// merges onto it are, not the merged branches' commits. A name in not that
+// does not exist is left out: with none, the line is listed down to its
+// root, or max.
+func (m *Manager) FirstParents(ctx context.Context, head string, not []string, key string, max int) ([]FirstParent, error) {
+	args := []string{"log", "-z", "--first-parent", "--ignore-missing",
+		"--format=%H%x1f%P%x1f%(trailers:key=" + key + ",valueonly,separator=%x2c)"}
+	if max > 0 {
+		args = append(args, fmt.Sprintf("--max-count=%d", max))
+	}
+	// No --end-of-options: past it "--not" would be read as a revision.
+	// head and not are the daemon's own names.
+	out, err := m.git.run(ctx, m.repo, append(append(args, head, "--not"), not...)...)
 	if err != nil {
-		return nil, fmt.Errorf("list the commits of %s beyond %s: %w", branch, strings.Join(refs, ", "), err)
+		return nil, fmt.Errorf("list the commits of %s beyond %s: %w", head, strings.Join(not, ", "), err)
 	}
 	var cs []FirstParent
 	for _, rec := range strings.Split(out, "\x00") {
@@ -232,26 +246,6 @@ func (m *Manager) FirstParentsBeyond(ctx context.Context, branch string, refs []
 	return cs, nil
 }
 
-// TrailerValues maps each commit of head's first-parent line that base
-// does not reach (base..head, first parents only: where a branch's own
-// commits and the merges onto it are, not the merged branches' commits) to
-// the value of its trailer key ("" when it has none).
-func (m *Manager) TrailerValues(ctx context.Context, base, head, key string) (map[string]string, error) {
-	out, err := m.git.run(ctx, m.repo, "log", "-z", "--first-parent", "--format=%H%x1f%(trailers:key="+key+",valueonly,separator=%x2c)",
-		"--end-of-options", base+".."+head, "--")
-	if err != nil {
-		return nil, fmt.Errorf("read the %s trailers of %s..%s: %w", key, base, head, err)
-	}
-	vs := map[string]string{}
-	for _, rec := range strings.Split(out, "\x00") {
-		c, v, ok := strings.Cut(strings.TrimSpace(rec), "\x1f")
-		if ok {
-			vs[c] = strings.TrimSpace(v)
-		}
-	}
-	return vs, nil
-}
-
 // SetAside moves branch back from old to commit (an ancestor of old's, or
 // any commit) and keeps old under keep (a ref name), so that nothing is
 // lost: a compare-and-swap of the ref where no working tree has the branch
@@ -265,10 +259,7 @@ func (m *Manager) SetAside(ctx context.Context, branch, old, commit, keep string
 		return fail(err)
 	}
 	if dir != "" {
-		out, err := m.git.run(ctx, dir, "status", "--porcelain=v1", "--untracked-files=no")
-		if err == nil && strings.TrimSpace(out) != "" {
-			err = fmt.Errorf("%s is checked out at %s with local changes", branch, dir)
-		}
+		err := m.checkoutClean(ctx, branch, dir)
 		if err == nil {
 			var head string
 			if head, err = m.git.run(ctx, dir, "rev-parse", "--verify", "HEAD"); err == nil && strings.TrimSpace(head) != old {
