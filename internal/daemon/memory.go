@@ -63,13 +63,16 @@ func (d *Daemon) trimWhenSettled(quiet time.Duration, trim func(context.Context)
 // settled is what the daemon does once its start has settled: make every
 // agent's log archive directory, so that an agent's stop finds it made,
 // off the ramp (where 200 directory creations in one directory queue on
-// its lock); archive the logs the run before left (archivePrevious); then
-// return the start's memory (trimMemory).
+// its lock); remember each worktree's inspection, which the ramp's fresh
+// files did not let it keep, so that a session's end reads its HEAD by
+// stat data (worktree.Manager.Remember); archive the logs the run before
+// left (archivePrevious); then return the start's memory (trimMemory).
 func (d *Daemon) settled(ctx context.Context) {
 	for _, name := range d.reg.Names() {
 		if err := d.kit.logs.PrepareArchive(name); err != nil {
 			d.log.Warn("prepare the log archive", zap.String("agent", name), zap.Error(err))
 		}
+		d.trees.Remember(name)
 	}
 	d.archivePrevious(ctx)
 	d.trimMemory()

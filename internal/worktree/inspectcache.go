@@ -129,6 +129,19 @@ func (m *Manager) rememberInspect(agent string, in inspection, stamps [7]stamp, 
 	m.inspections.entries[agent] = inspectEntry{in: in, stamps: stamps}
 }
 
+// Remember inspects the agent's worktree so that the next look at it
+// (Head after a session, Ensure before one) is answered by the stat data
+// alone. A worktree made moments ago cannot be remembered (its files are too
+// recent to trust their times), so a daemon's start, which makes them all,
+// leaves every one to be read whole at the first session's end: at a stop
+// right after a start, 200 of them at once. Whatever it finds (a missing or
+// foreign worktree) is for the next look to report.
+func (m *Manager) Remember(agent string) {
+	if checkName(agent) == nil {
+		_, _ = m.inspect(agent)
+	}
+}
+
 func (m *Manager) forgetInspect(agent string) {
 	m.inspections.mu.Lock()
 	defer m.inspections.mu.Unlock()

@@ -122,3 +122,29 @@ func TestOnBranchReadsLikeGit(t *testing.T) {
 		t.Fatal("a deleted branch read as a commit")
 	}
 }
+
+// TestRememberKeepsAFreshWorktreesInspection: a worktree just made cannot be
+// remembered by the look that made it (its files are too recent to trust);
+// Remember, once they are older, leaves the next look to the stat data.
+func TestRememberKeepsAFreshWorktreesInspection(t *testing.T) {
+	repo := newRepo(t)
+	m := openT(t, repo)
+	if _, err := m.Ensure(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.cachedInspect("alice"); ok {
+		t.Fatal("a worktree made within the racy window was remembered")
+	}
+	time.Sleep(2 * racyWindow)
+	if _, ok := m.cachedInspect("alice"); ok {
+		t.Fatal("remembered before Remember")
+	}
+	m.Remember("alice")
+	if _, ok := m.cachedInspect("alice"); !ok {
+		t.Fatal("Remember did not keep the inspection")
+	}
+	m.Remember("../x") // not an agent's name: nothing read, nothing kept
+	if _, ok := m.cachedInspect("../x"); ok {
+		t.Fatal("an invalid name was remembered")
+	}
+}
