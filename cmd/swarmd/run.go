@@ -30,8 +30,8 @@ func newRunCommand(s streams) *cobra.Command {
 		Use:   "run",
 		Short: "Run the swarm in the foreground until SIGTERM or SIGINT",
 		Long: `Run every agent of the config until SIGTERM or SIGINT. The first signal stops every agent
-(sessions are cancelled and get their grace period, logs are archived), the second force-stops them
-at once. SIGHUP reloads the config: new agents start, removed agents stop, and changed roles,
+(sessions are cancelled and get their grace period; their logs stay in place until the next start
+archives them), the second force-stops them at once. SIGHUP reloads the config: new agents start, removed agents stop, and changed roles,
 backends, env and timeouts apply from each agent's next session; an invalid config is refused and
 the running one kept.
 
