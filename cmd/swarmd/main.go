@@ -133,7 +133,7 @@ func newRootCommand(s streams) *cobra.Command {
 		Short: "Keep a swarm of coding agents working on one git repository",
 		Long: `swarmd runs N coding agents (Claude Code, Codex CLI, Gemini CLI or any command) on one git
 repository. Each agent has its own worktree and branch and runs backend sessions one after another under
-a per-agent state machine. Agents talk through a SQLite mailbox; urgent mail interrupts the recipient.
+a per-agent state machine. Agents talk through a mailbox in SQLite (or PostgreSQL); urgent mail interrupts the recipient.
 
 Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		SilenceUsage:  true,

@@ -78,7 +78,7 @@ func newInitCmd(s Streams, runF func(context.Context, *initOptions) error) *cobr
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Write a commented starter swarmd.yaml and a role prompt per agent",
-		Long: `Write DIR/swarmd.yaml, with every setting listed (defaults commented out), and one role prompt
+		Long: `Write DIR/swarmd.yaml, with the common settings listed (defaults commented out), and one role prompt
 per agent in DIR/prompts/AGENT.md. The role prompt is each agent's standing instructions: edit it to say
 what that agent is for. Existing files are left alone unless --force is given.
 
@@ -420,7 +420,8 @@ defaults:
   # {{kv "env" "{}"}}# extra environment for the backend, e.g. {GOFLAGS: -mod=mod}
   # {{kv "min_session_interval" .MinSessionInterval}}# least time between two session starts (0: none)
 
-# Session logs of an agent are archived when it stops.
+# Session logs of an agent are archived when it stops (after a stop of the
+# whole daemon, when it starts again).
 logs:
   # {{kv "keep_archives" .KeepArchives}}# archives kept per agent
   # {{kv "max_age" .MaxAge}}# older archives are deleted

@@ -34,8 +34,9 @@ func NewMergeCommand(s Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "merge",
 		Short: "The merge queue: what waits to go into merge.into, what is under test, the last results",
-		Long: `The merge queue integrates finished tasks into the branch merge.into names, one at a time, when the
-gate passes on the merged result (docs/merge-queue.md). These commands read and steer it in swarm.db.
+		Long: `The merge queue integrates finished tasks into the branch merge.into names, in the order they
+finished, when the gate passes on the merged result; up to merge.batch tasks are gated together
+(docs/merge-queue.md). These commands read and steer it in swarm.db.
 A gate run's log is read with swarmd logs merge --session N.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },

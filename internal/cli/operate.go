@@ -78,7 +78,7 @@ that has printed nothing for stall_after (default 5m), "spawning-timeout" for Sp
 "no commits" when the agent's last 5 successful sessions committed nothing (a git that cannot
 commit, or an agent that only talks).
 TOKENS (input and output) and COST are the sums over every session swarm.db has recorded for the
-agent; COST is what the backend reported (Claude Code does, Codex and Gemini CLI do not).
+agent; COST is what the backend reported (Claude Code does), else the tokens priced by prices.
 Below the table: which isolation is in force, and how busy the store's one write connection was
 over about the last minute (near 100%, writes queue: the store bounds the daemon).`,
 		Args: cobra.NoArgs,

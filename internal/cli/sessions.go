@@ -71,7 +71,8 @@ func newSessionsCmd(o *operateOptions, runF func(context.Context, *sessionsOptio
 		Long: `List the most recent sessions, oldest first, of one agent or of all: seq, outcome and abort reason,
 duration, tokens (input and output), cost, commits and the start of the result text (of the
 reason, for a session that did not succeed). Read from swarm.db, so it works whether or not the
-daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not an error), orphaned
+daemon runs. Outcomes: success, error, timeout, interrupted (by urgent mail; not an error), max_turns,
+permission_denied and budget_exhausted (stopped by swarmd on purpose; not errors either), orphaned
 (swarmd died while it ran), and running.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -41,7 +41,7 @@ func newTopCmd(o *operateOptions, runF func(context.Context, *topOptions) error)
 		Use:   "top",
 		Short: "Live terminal dashboard: agents, tasks, merge queue, events",
 		Long: `A full-screen dashboard of the running daemon, over its control socket: every agent with its
-state and seed 004's visual state (● running, ◐ stalled, ◔ spawning, ⇄ merging, □ idle, ‖ paused,
+state and visual state (● running, ◐ stalled, ◔ spawning, ⇄ merging, □ idle, ‖ paused,
 ○ dead), session seq and age, time since its last output, errors and spend; the tasks by state; the
 merge queue; the live event feed. It follows the daemon as things change (nothing is polled).
 
