@@ -21,6 +21,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/gitmaint"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
@@ -54,12 +55,14 @@ type Config struct {
 	// Remote is the git remote agents' branches are pushed to after each
 	// session that made commits ("" for none): how daemons on other
 	// machines, and the merge queue, see their work.
-	Remote     string
-	Defaults   AgentSettings
-	Logs       Logs
-	Hooks      Hooks
-	Mailbox    Mailbox
-	StallAfter time.Duration // status marks a Running session stalled after this long without output
+	Remote   string
+	Defaults AgentSettings
+	Logs     Logs
+	Hooks    Hooks
+	Mailbox  Mailbox
+	// Maintenance is the daemon's own upkeep of the repository's objects.
+	Maintenance Maintenance
+	StallAfter  time.Duration // status marks a Running session stalled after this long without output
 	// Isolation is IsolationAuto, IsolationStrict or IsolationOff.
 	Isolation string
 	// Sandbox are the paths a session's sandbox sees beyond its own.
@@ -187,6 +190,15 @@ type Web struct {
 // the swarm's controls, so it must not be guessable.
 const MinWebTokenLen = 16
 
+// Maintenance configures the daemon's git gc (package gitmaint).
+type Maintenance struct {
+	GC           bool          // false: the daemon runs no git gc (the operator's timer does)
+	LooseObjects int           // git gc runs past this many loose objects (git's gc.auto estimate)
+	Packs        int           // or past this many packs (gc.autoPackLimit)
+	Every        time.Duration // how often that is checked
+	Timeout      time.Duration // one run is ended, whole, after this long
+}
+
 // Mailbox configures the SQLite mailbox.
 type Mailbox struct {
 	MaxBody int // bytes; longer bodies are refused
@@ -242,6 +254,10 @@ const (
 	DefaultMaxIterations        = int(review.DefaultMaxIterations) // 3, the review loop's (and the tasks table's column default)
 	DefaultMaxSilentSessions    = 3
 	DefaultMaxSessionBytes      = 64 << 20
+	DefaultGCLooseObjects       = gitmaint.DefaultLooseObjects // 6700, git's gc.auto
+	DefaultGCPacks              = gitmaint.DefaultPacks        // 50, git's gc.autoPackLimit
+	DefaultGCEvery              = gitmaint.DefaultEvery        // 10m
+	DefaultGCTimeout            = gitmaint.DefaultTimeout      // 30m
 )
 
 // Sandbox is config key sandbox: host paths every session's sandbox sees
@@ -281,9 +297,11 @@ func defaultConfig() *Config {
 			MaxSilentSessions:    DefaultMaxSilentSessions,
 			Budget:               Budget{Window: DefaultBudgetWindow},
 		},
-		Logs:           Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
-		Hooks:          Hooks{Timeout: DefaultHookTimeout},
-		Mailbox:        Mailbox{MaxBody: DefaultMaxBody},
+		Logs:    Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
+		Hooks:   Hooks{Timeout: DefaultHookTimeout},
+		Mailbox: Mailbox{MaxBody: DefaultMaxBody},
+		Maintenance: Maintenance{GC: true, LooseObjects: DefaultGCLooseObjects, Packs: DefaultGCPacks,
+			Every: DefaultGCEvery, Timeout: DefaultGCTimeout},
 		StallAfter:     DefaultStallAfter,
 		GitEmailDomain: DefaultGitEmailDomain,
 		Backends:       map[string]Backend{},

@@ -115,6 +115,13 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"mailbox", "The SQLite mailbox.", d.section([]field{
 			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
 		}, nil)},
+		{"maintenance", "The daemon's own upkeep of the repository: git gc --auto, bounded, when git's threshold is passed.", d.section([]field{
+			{"gc", "Whether the daemon runs git gc --auto itself; false leaves it to the operator's timer.", d.boolTo(&cfg.Maintenance.GC)},
+			{"loose_objects", "git gc runs once the loose objects pass this many (git's gc.auto estimate).", d.intTo(&cfg.Maintenance.LooseObjects, 1, maxInt)},
+			{"packs", "Or once the packs pass this many (git's gc.autoPackLimit).", d.intTo(&cfg.Maintenance.Packs, 1, maxInt)},
+			{"every", "How often that is checked.", d.durTo(&cfg.Maintenance.Every, false)},
+			{"timeout", "One run of git gc is ended, whole, after this long.", d.durTo(&cfg.Maintenance.Timeout, false)},
+		}, nil)},
 		{"limits", "Admission: how many sessions may run at once, so that the swarm stays within the host; an agent over them waits for a slot (status shows why).",
 			d.section(d.limitsFields(&cfg.Limits), nil)},
 		{"isolation", "How sessions, hooks and merge gates are contained: auto uses what this host offers (a cgroup v2 per process tree; a bubblewrap sandbox per session, where bwrap is installed) and says what is missing; strict refuses to start without both, or with agents that share a writable HOME (theirs or the daemon's); off uses process groups and markers only.",

@@ -22,6 +22,7 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/environ"
+	"github.com/swarmd/swarmd/internal/gitmaint"
 	"github.com/swarmd/swarmd/internal/hooks"
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
@@ -98,6 +99,9 @@ type host struct {
 	// they are checked (objects.go).
 	quarantine *quarantine.Store
 	objectRuns atomic.Uint64 // the git runs of its releases, for their trees' ids
+	// maint runs git gc when the repository needs it (gitmaint.go); nil
+	// when maintenance.gc is off.
+	maint *gitmaint.Maintainer
 	// releases bounds the quarantine's releases: cut stopReleaseTime
 	// after a stop begins, and at once by a force stop (objects.go).
 	releases    context.Context
@@ -428,6 +432,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		return err
 	}
 	d.openQuarantine(ctx, cfg)
+	d.openMaintenance(cfg)
 	return nil
 }
 
@@ -463,6 +468,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.mailStats(200*time.Millisecond),
 		d.mergeFeeder(),
 		d.trimWhenSettled(settleQuiet, d.settled),
+		d.maintenance(),
 	)
 	// The services' context is not ctx: they stop in order, at the end.
 	if err := services.Start(context.WithoutCancel(ctx)); err != nil {

@@ -80,6 +80,7 @@ type Metrics struct {
 	merges           *prometheus.CounterVec
 	runsAhead        *prometheus.CounterVec
 	gateDuration     prometheus.Histogram
+	gitMaintenance   *prometheus.HistogramVec
 	pushes           *prometheus.CounterVec
 	budgetLeft       *prometheus.GaugeVec
 	settleLatency    prometheus.Histogram
@@ -159,6 +160,11 @@ func New(build BuildInfo) *Metrics {
 			Help:    "Wall-clock duration of merge gate runs.",
 			Buckets: gateBuckets,
 		}),
+		gitMaintenance: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "swarmd_git_maintenance_duration_seconds",
+			Help:    "Runs of the daemon's git gc --auto (maintenance.gc), by result: ok, failed, timeout (ended at maintenance.timeout), stopped (by the daemon's stop). Alert on failed or timeout runs that repeat.",
+			Buckets: gateBuckets,
+		}, []string{"result"}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_pushes_total",
 			Help: "Pushes of branches to the swarm's remote (config remote): ok, failed.",
@@ -205,7 +211,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.quarantined, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.pushes, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.quarantined, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.gitMaintenance, m.pushes, m.budgetLeft,
 		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -500,6 +506,12 @@ func (m *Metrics) RunAhead(result string) { m.runsAhead.WithLabelValues(result).
 
 // GateDuration records one gate run in swarmd_gate_duration_seconds.
 func (m *Metrics) GateDuration(d time.Duration) { m.gateDuration.Observe(max(d, 0).Seconds()) }
+
+// GitMaintenance records one run of the daemon's git gc, by its result,
+// in swarmd_git_maintenance_duration_seconds.
+func (m *Metrics) GitMaintenance(result string, d time.Duration) {
+	m.gitMaintenance.WithLabelValues(result).Observe(max(d, 0).Seconds())
+}
 
 // Pushed counts one push to the remote (swarmd_pushes_total).
 func (m *Metrics) Pushed(ok bool) {

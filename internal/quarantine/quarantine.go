@@ -150,6 +150,24 @@ func (s *Store) Mount() string { return s.mount }
 // shared store.
 func (s *Store) Dir(agent string) string { return filepath.Join(s.dir, agent) }
 
+// Dirs are the agents' quarantines that exist, each a directory of its
+// own (a link in their place is left out): the object directories whose
+// objects the agents' branches may name before a session's end moves
+// them into the shared store.
+func (s *Store) Dirs() []string {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil
+	}
+	dirs := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.Type() == fs.ModeDir {
+			dirs = append(dirs, filepath.Join(s.dir, e.Name()))
+		}
+	}
+	return dirs
+}
+
 // Prepare makes agent's quarantine ready for a sandbox: the directory and
 // its alternate, the shared store at Mount. (git makes the pack directory
 // when it packs; a session's end with none has one directory less to read.)
