@@ -857,3 +857,26 @@ func nest(t *testing.T, dir string, depth int, at func(fd, level int) error) {
 	}
 	syscall.Close(fd)
 }
+
+// TestDirsAreTheQuarantinesOfTheirOwn: Dirs lists the agents'
+// quarantines, leaving out a link in the place of one (git, reading
+// them as alternates, would follow it).
+func TestDirsAreTheQuarantinesOfTheirOwn(t *testing.T) {
+	dir := t.TempDir()
+	s := New(dir, t.TempDir(), "/x")
+	if got := s.Dirs(); len(got) != 0 {
+		t.Fatalf("Dirs of none = %v", got)
+	}
+	for _, a := range []string{"alice", "bob"} {
+		if _, err := s.Prepare(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(dir, "eve")); err != nil {
+		t.Fatal(err)
+	}
+	got, want := s.Dirs(), []string{s.Dir("alice"), s.Dir("bob")}
+	if !slices.Equal(got, want) {
+		t.Errorf("Dirs = %v, want %v", got, want)
+	}
+}
