@@ -254,3 +254,51 @@ func anchors(t *testing.T, path string) []string {
 	}
 	return out
 }
+
+// TestRestartKeysAreTheDocumented: the keys configuration.md says only a
+// restart applies are the ones a reload keeps at their running value
+// (config.RestartKeys), a key or the section above it; and every key a
+// reload keeps is documented "restart".
+func TestRestartKeysAreTheDocumented(t *testing.T) {
+	data, err := os.ReadFile("configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastCell := regexp.MustCompile(`\|\s*([^|]*?)\s*\|\s*$`)
+	kept := config.RestartKeys()
+	keptOf := func(key string) bool {
+		if key == "merge.max_rejections" {
+			return false // the one key of merge a reload applies (config.KeepRestartKeys)
+		}
+		for k := key; ; {
+			if slices.Contains(kept, k) {
+				return true
+			}
+			i := strings.LastIndexByte(k, '.')
+			if i < 0 {
+				return false
+			}
+			k = k[:i]
+		}
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		m := docRow.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		reload := lastCell.FindStringSubmatch(line)[1]
+		restart := reload == "restart"
+		if restart {
+			documented[m[1]] = true
+		}
+		if got := keptOf(m[1]); got != restart && !strings.HasPrefix(reload, "restart for") {
+			t.Errorf("configuration.md: %s applies %q on a reload, but a reload keeps it at its running value: %v", m[1], reload, got)
+		}
+	}
+	for _, k := range kept {
+		if !documented[k] {
+			t.Errorf("a reload keeps %s at its running value, but configuration.md does not say restart for it", k)
+		}
+	}
+}

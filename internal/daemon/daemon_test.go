@@ -318,3 +318,26 @@ func TestSetupErrors(t *testing.T) {
 		t.Fatalf("second Open on the same state dir = %v, want a SetupError naming it", err)
 	}
 }
+
+// TestReloadKeepsWhatOnlyARestartApplies: a reload that changes a key only
+// a restart applies (remote, lease_timeout) leaves the daemon on the
+// running value, which the pushes and renewals read, while what a reload
+// applies (stall_after) takes.
+func TestReloadKeepsWhatOnlyARestartApplies(t *testing.T) {
+	cfg := repo(t, agentsYAML("alice"))
+	d := start(t, cfg)
+	d.waitRunning(t, "alice")
+	before, _ := d.current()
+	writeFile(t, cfg, agentsYAML("alice")+"remote: elsewhere\nlease_timeout: 9s\nstall_after: 7m\n")
+	if err := d.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	now, _ := d.current()
+	if now.Remote != before.Remote || now.LeaseTimeout != before.LeaseTimeout {
+		t.Errorf("after the reload: remote %q, lease_timeout %s; want the running %q, %s",
+			now.Remote, now.LeaseTimeout, before.Remote, before.LeaseTimeout)
+	}
+	if now.StallAfter != 7*time.Minute {
+		t.Errorf("stall_after = %s, want the reload's 7m", now.StallAfter)
+	}
+}

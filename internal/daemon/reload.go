@@ -14,8 +14,9 @@ import (
 // Reload applies the config at path (SIGHUP): new agents start, removed
 // agents get OperatorStop, and changed role, backend, env and timeouts apply
 // from each agent's next session. Keys that shape the daemon itself (repo,
-// state dir, base ref, listen, logs, hooks, mailbox) need a restart; a change
-// to them is logged and ignored. Everything that can fail is done before
+// state dir, the store, the remote, the merge queue, ...:
+// config.KeepRestartKeys) need a restart; a change to them is logged and
+// the running value kept. Everything that can fail is done before
 // the new config replaces the running one: an invalid config, or an added
 // agent whose runner cannot be built, is refused and the running one kept.
 func (d *Daemon) Reload(path string) error {
@@ -31,7 +32,9 @@ func (d *Daemon) Reload(path string) error {
 	}
 	LogConfigWarnings(d.log, cfg)
 	old, _ := d.current()
-	d.warnRestartKeys(old, cfg)
+	for _, key := range cfg.KeepRestartKeys(old) {
+		d.log.Warn("config reload: this key takes effect at the next restart; the running value stays", zap.String("key", key))
+	}
 	p, err := d.planReload(cfg)
 	if err != nil {
 		return err
@@ -129,21 +132,6 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-// warnRestartKeys logs each key of the new config that only a restart
-// applies.
-func (d *Daemon) warnRestartKeys(old, cfg *config.Config) {
-	for key, changed := range map[string]bool{
-		"repo": cfg.Repo != old.Repo, "state_dir": cfg.StateDir != old.StateDir, "base_ref": cfg.BaseRef != old.BaseRef,
-		"listen": cfg.Listen != old.Listen, "logs": cfg.Logs != old.Logs, "mailbox": cfg.Mailbox != old.Mailbox,
-		"hooks":                     fmt.Sprint(cfg.Hooks) != fmt.Sprint(old.Hooks),
-		"limits.daemon_timer_slack": cfg.Limits.DaemonTimerSlack != old.Limits.DaemonTimerSlack,
-	} {
-		if changed {
-			d.log.Warn("config reload: this key takes effect at the next restart", zap.String("key", key))
-		}
-	}
 }
 
 // retire waits until the runner of an agent a reload removed has stopped,
