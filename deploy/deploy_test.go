@@ -660,7 +660,8 @@ tests:
 
   # Every 5 minutes over 5 hours of a daemon started at time 0: frank ends a
   # session every 45 minutes until 2h15m, then ends none; grace is Stopped;
-  # heidi ends one every 45 minutes throughout.
+  # heidi ends one every 45 minutes throughout; judy ends none from 2h15m
+  # either, as she is idle (nothing to do) from then on, and kim is paused.
   - interval: 5m
     input_series:
       - {series: 'process_start_time_seconds{job="swarmd", instance="h:9464"}', values: '0x60'}
@@ -670,6 +671,14 @@ tests:
       - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="grace", outcome="success"}', values: '0x60'}
       - {series: 'swarmd_agent_state{job="swarmd", instance="h:9464", agent="heidi", state="Stopped"}', values: '0x60'}
       - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="heidi", outcome="success"}', values: '0x8 1x9 2x9 3x9 4x9 5x9 6x6'}
+      - {series: 'swarmd_agent_state{job="swarmd", instance="h:9464", agent="judy", state="Stopped"}', values: '0x60'}
+      - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="judy", outcome="success"}', values: '0x8 1x9 2x9 3x34'}
+      - {series: 'swarmd_agent_idle{job="swarmd", instance="h:9464", agent="judy"}', values: '0x27 1x33'}
+      - {series: 'swarmd_agent_paused{job="swarmd", instance="h:9464", agent="judy"}', values: '0x60'}
+      - {series: 'swarmd_agent_state{job="swarmd", instance="h:9464", agent="kim", state="Stopped"}', values: '0x60'}
+      - {series: 'swarmd_sessions_total{job="swarmd", instance="h:9464", agent="kim", outcome="success"}', values: '0x8 1x9 2x9 3x34'}
+      - {series: 'swarmd_agent_idle{job="swarmd", instance="h:9464", agent="kim"}', values: '0x60'}
+      - {series: 'swarmd_agent_paused{job="swarmd", instance="h:9464", agent="kim"}', values: '0x27 1x33'}
     alert_rule_test:
       - {eval_time: 110m, alertname: SwarmdAgentStalled, exp_alerts: []}
       - {eval_time: 4h, alertname: SwarmdAgentStalled, exp_alerts: []}

@@ -32,7 +32,7 @@ const (
 	AgentStart   Event = "agent_start"   // once per agent run, worktree ready, before the first prompt
 	SessionStart Event = "session_start" // before each backend session is spawned; exit 2 blocks it
 	SessionEnd   Event = "session_end"   // after each backend session exits
-	AgentStopped Event = "agent_stopped" // once, when the agent is Stopped and its logs are archived
+	AgentStopped Event = "agent_stopped" // once, when the agent is Stopped (its logs archived, unless the whole daemon stops: then the next start does)
 )
 
 // Outcomes of one hook command, the result label of swarmd_hook_runs_total.

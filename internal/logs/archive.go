@@ -110,9 +110,10 @@ func (s *Store) LogAgents() ([]string, error) {
 }
 
 // PrepareArchive creates the agent's archive directory, durably, ahead of
-// its first Archive. A daemon's stop archives every agent at once, and
-// creating their directories then, hundreds of directory creations and
-// syncs, was much of what the stop waited for; the daemon prepares them
+// its first Archive. The next start archives what a daemon's stop left of
+// every agent at once (and an agent stopped on its own archives at its
+// stop): creating their directories then, hundreds of directory creations
+// and syncs, would queue on the state dir's lock; the daemon prepares them
 // once its start has settled.
 func (s *Store) PrepareArchive(agent string) error {
 	if err := checkAgent(agent); err != nil {
