@@ -121,7 +121,10 @@ type mergeWire struct {
 	// looking serializes lookAtTarget: a session's end and the watch that
 	// look at once must not both report one move.
 	looking sync.Mutex
-	lines   lineBases // where new task lines start, with a remote (counted.go)
+	// lookHook, when set (tests, under looking), is called by a look
+	// between its sighting of a move and its claim.
+	lookHook func(merge.Sighting)
+	lines    lineBases // where new task lines start, with a remote (counted.go)
 	// leading: this daemon holds the merge lock and runs the queue (a
 	// shared store); follow is the feeder's following of the remote's
 	// target meanwhile (follow.go); taking serializes takeTarget, which

@@ -14,7 +14,7 @@ import (
 // The merge target is the queue's. Where nothing keeps an agent from
 // writing refs/heads/INTO (isolation without a sandbox), the daemon looks
 // at the target at the end of every session and every targetWatchEvery,
-// and a move the queue did not make (merge.Queue.Owns) is recorded (an
+// and a move the queue did not make (merge.Queue.Sight) is recorded (an
 // event, target_moved), counted (swarmd_merge_target_moves_total) and
 // logged as an error, once per tip: rewound (merges the queue counted are
 // no longer on the target), or advanced or moved by someone else.
@@ -23,7 +23,10 @@ import (
 const targetWatchEvery = 2 * time.Second
 
 // lookAtTarget records a move of the target the queue did not make; seen
-// says where it was seen ("at the end of a session of alice").
+// says where it was seen ("at the end of a session of alice"). A move the
+// queue built on before this look could claim it is one the queue found
+// (merge.Queue.Found): it is recorded here, and a look that read the target
+// before the queue moved it looks again rather than claim a stale tip.
 func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 	q := d.merge.queue
 	if q == nil {
@@ -31,19 +34,47 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 	}
 	d.merge.looking.Lock()
 	defer d.merge.looking.Unlock()
-	tip, err := q.Target(ctx)
-	if err != nil || q.Owns(tip) {
-		return
+	// Each try that fails is a move of the queue's since the sighting; a
+	// queue that keeps moving leaves the rest to the next look (the watch).
+	for range lookTries {
+		for _, m := range q.Found() {
+			d.targetMoved(ctx, m.From, m.To, seen)
+		}
+		s, err := q.Sight(ctx)
+		if err != nil || s.Own {
+			return
+		}
+		kind := d.moveKind(ctx, s.Last, s.Tip)
+		if d.merge.lookHook != nil {
+			d.merge.lookHook(s)
+		}
+		if q.Claim(s) { // reported once
+			d.recordTargetMoved(kind, s.Last, s.Tip, seen)
+			return
+		}
 	}
-	prev := q.LastOwned()
-	kind := "moved" // unknown how: git could not tell
-	switch ok, err := q.IsAncestor(ctx, prev, tip); {
+}
+
+// lookTries bounds the sightings of one look.
+const lookTries = 3
+
+// targetMoved records a move from prev to tip.
+func (d *Daemon) targetMoved(ctx context.Context, prev, tip, seen string) {
+	d.recordTargetMoved(d.moveKind(ctx, prev, tip), prev, tip, seen)
+}
+
+// moveKind says how the target went from prev to tip.
+func (d *Daemon) moveKind(ctx context.Context, prev, tip string) string {
+	switch ok, err := d.merge.queue.IsAncestor(ctx, prev, tip); {
 	case err == nil && ok:
-		kind = "advanced"
+		return "advanced"
 	case err == nil:
-		kind = "rewound"
+		return "rewound"
 	}
-	q.Accept(tip) // reported once
+	return "moved" // unknown how: git could not tell
+}
+
+func (d *Daemon) recordTargetMoved(kind, prev, tip, seen string) {
 	cfg, _ := d.current()
 	into := ""
 	if cfg.Merge != nil {

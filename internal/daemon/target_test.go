@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
@@ -28,7 +29,114 @@ case "$p" in
 *"Your task: #"*advance*) echo a > a.txt; git add a.txt; git commit -qm a; git update-ref refs/heads/main HEAD; echo DONE;;
 *) echo idle; echo DONE;;
 esac`
-	cfg := repo(t, fmt.Sprintf(`
+	r := start(t, agentMovesTarget(t, script))
+	ctx := context.Background()
+	moves := func() []string { return targetMoves(t, r) }
+	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "advance main"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the advance recorded", func() bool { return len(moves()) == 1 })
+	// Seen at the end of alice's session, or by the watch if it looked
+	// first.
+	if m := moves()[0]; !strings.Contains(m, "main advanced") || !strings.Contains(m, "by someone other than the merge queue") {
+		t.Fatalf("recorded %q, want main advanced by someone other than the queue", m)
+	}
+	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "rewind main"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rewind recorded", func() bool { return len(moves()) == 2 })
+	if m := moves()[1]; !strings.Contains(m, "main rewound") || !strings.Contains(m, "may no longer be on it") {
+		t.Fatalf("recorded %q, want main rewound", m)
+	}
+	// Each once: the watch, which looks every 2 s, does not report them again.
+	time.Sleep(targetWatchEvery + 500*time.Millisecond)
+	if ms := moves(); len(ms) != 2 {
+		t.Fatalf("%d moves recorded, want each once: %q", len(ms), ms)
+	}
+	r.stop(t)
+}
+
+// TestTargetMoveTheQueueBuiltOnIsRecordedOnce: an agent moves main (to a
+// commit of its own, with main's files: the checkout stays clean), and
+// the queue merges the agent's task onto the moved main while a look that
+// read the move is held between its sighting and its claim (under load,
+// git's merge-base in the look is slower than the queue's merge). The move
+// is recorded once, as the agent's; the queue's merge on it is not
+// recorded at all. Before, the held look took the queue's place back to
+// the stale tip, and the next look reported the queue's own merge as
+// "advanced by someone other than the merge queue": 3 moves in
+// TestTargetMovedByAnAgentIsRecorded under load.
+func TestTargetMoveTheQueueBuiltOnIsRecordedOnce(t *testing.T) {
+	script := `p=$(cat)
+case "$p" in
+*"Your task: #"*) echo a > a.txt; git add a.txt; git commit -qm a
+  git update-ref refs/heads/main "$(git commit-tree -p main -m moved 'main^{tree}')"; echo DONE;;
+*) echo idle; echo DONE;;
+esac`
+	cfg := agentMovesTarget(t, script)
+	dir := filepath.Dir(cfg)
+	main0 := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+	r := start(t, cfg)
+	ctx := context.Background()
+
+	held, release := make(chan merge.Sighting, 1), make(chan struct{})
+	r.merge.looking.Lock()
+	first := true
+	r.merge.lookHook = func(s merge.Sighting) { // under looking
+		if first {
+			first = false
+			held <- s
+			<-release
+		}
+	}
+	r.merge.looking.Unlock()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+
+	tk, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "move main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s merge.Sighting
+	select {
+	case s = <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no look sighted alice's move of main")
+	}
+	if s.Last != main0 || s.Own {
+		t.Fatalf("sighting %+v, want a move from %.12s", s, main0)
+	}
+	moved := s.Tip
+	// The queue merges the task onto the moved main meanwhile.
+	waitFor(t, "the task merged onto the moved main", func() bool {
+		got, err := r.tasks.Get(ctx, tk.ID)
+		return err == nil && got.State == task.Closed
+	})
+	merged := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+	if merged == moved || strings.TrimSpace(git(t, dir, "rev-parse", merged+"^1")) != moved {
+		t.Fatalf("main at %.12s, want the queue's merge onto %.12s", merged, moved)
+	}
+	close(release)
+	// A look after it all: it waits for the held one, and finds nothing
+	// more to record.
+	r.lookAtTarget(ctx, "by the test")
+	got := targetMoves(t, r)
+	want := fmt.Sprintf("main advanced from %.12s to %.12s by someone other than the merge queue", main0, moved)
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+		t.Fatalf("target_moved recorded %q, want once %q (main then at the queue's merge %.12s)", got, want, merged)
+	}
+	r.stop(t)
+}
+
+// agentMovesTarget is a swarm with merge.into main and one agent, alice,
+// whose sessions run script, with nothing to keep it from writing main.
+func agentMovesTarget(t *testing.T, script string) string {
+	return repo(t, fmt.Sprintf(`
 listen: ""
 isolation: off
 defaults: {backend: worker, grace_period: 1s, min_session_interval: 0s}
@@ -38,48 +146,24 @@ backends:
 agents:
   - {name: alice, role: works}
 `, script))
-	r := start(t, cfg)
+}
+
+// targetMoves is the reasons of the target_moved events recorded so far.
+func targetMoves(t *testing.T, r *running) []string {
+	t.Helper()
 	ctx := context.Background()
-	moves := func() []store.EventRecord {
-		_ = r.journal.Flush(ctx)
-		evs, err := r.db.Events(ctx, store.EventQuery{Agent: "merge"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []store.EventRecord
-		for _, e := range evs {
-			if e.Event == "target_moved" {
-				out = append(out, e)
-			}
-		}
-		return out
-	}
-	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "advance main"}); err != nil {
+	_ = r.journal.Flush(ctx)
+	evs, err := r.db.Events(ctx, store.EventQuery{Agent: "merge"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the advance recorded", func() bool { return len(moves()) == 1 })
-	// Seen at the end of alice's session, or by the watch if it looked
-	// first.
-	if m := moves()[0]; !strings.Contains(m.Reason, "main advanced") || !strings.Contains(m.Reason, "by someone other than the merge queue") {
-		t.Fatalf("recorded %q, want main advanced by someone other than the queue", m.Reason)
-	}
-	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "rewind main"}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the rewind recorded", func() bool { return len(moves()) == 2 })
-	if m := moves()[1]; !strings.Contains(m.Reason, "main rewound") || !strings.Contains(m.Reason, "may no longer be on it") {
-		t.Fatalf("recorded %q, want main rewound", m.Reason)
-	}
-	// Each once: the watch, which looks every 2 s, does not report them again.
-	time.Sleep(targetWatchEvery + 500*time.Millisecond)
-	if ms := moves(); len(ms) != 2 {
-		var why []string
-		for _, m := range ms {
-			why = append(why, m.Reason)
+	var out []string
+	for _, e := range evs {
+		if e.Event == "target_moved" {
+			out = append(out, e.Reason)
 		}
-		t.Fatalf("%d moves recorded, want each once: %q", len(ms), why)
 	}
-	r.stop(t)
+	return out
 }
 
 // TestRemoteTargetMovedIsNotTaken: on a shared store the merge leader takes

@@ -441,7 +441,7 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 		return q.wait(ctx, es[0], "", why, errors.Join(err, q.store.requeueBatch(context.WithoutCancel(ctx), es, why)))
 	}
 	q.passed = passedGate{}
-	q.owned.set(cand)
+	q.owned.moved(old, cand)
 	var res outcomes
 	for _, l := range line {
 		res.merged(l.e, l.commit, "")
