@@ -29,29 +29,53 @@ case "$p" in
 *"Your task: #"*advance*) echo a > a.txt; git add a.txt; git commit -qm a; git update-ref refs/heads/main HEAD; echo DONE;;
 *) echo idle; echo DONE;;
 esac`
-	r := start(t, agentMovesTarget(t, script))
+	cfg := agentMovesTarget(t, script)
+	dir := filepath.Dir(cfg)
+	root := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+	r := start(t, cfg)
 	ctx := context.Background()
 	moves := func() []string { return targetMoves(t, r) }
-	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "advance main"}); err != nil {
+	advance, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "advance main"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the advance recorded", func() bool { return len(moves()) == 1 })
 	// Seen at the end of alice's session, or by the watch if it looked
 	// first.
-	if m := moves()[0]; !strings.Contains(m, "main advanced") || !strings.Contains(m, "by someone other than the merge queue") {
-		t.Fatalf("recorded %q, want main advanced by someone other than the queue", m)
+	advanced := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+	if m, want := moves()[0], fmt.Sprintf("main advanced from %.12s to %.12s by someone other than the merge queue", root, advanced); !strings.HasPrefix(m, want) {
+		t.Fatalf("recorded %q, want %q", m, want)
 	}
-	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "rewind main"}); err != nil {
+	// The queue waits meanwhile: main's checkout does not have the files
+	// of the commit alice put main at.
+	rewind, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "rewind main"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the rewind recorded", func() bool { return len(moves()) == 2 })
-	if m := moves()[1]; !strings.Contains(m, "main rewound") || !strings.Contains(m, "may no longer be on it") {
-		t.Fatalf("recorded %q, want main rewound", m)
+	if m, want := moves()[1], fmt.Sprintf("main rewound from %.12s to %.12s", advanced, root); !strings.HasPrefix(m, want) || !strings.Contains(m, "may no longer be on it") {
+		t.Fatalf("recorded %q, want %q", m, want)
 	}
-	// Each once: the watch, which looks every 2 s, does not report them again.
-	time.Sleep(targetWatchEvery + 500*time.Millisecond)
+	// The rewind leaves the checkout clean: the queue merges both tasks
+	// onto the rewound main. Then a look of the daemon's, after the
+	// queue's last move and after any look begun before it (it waits for
+	// them), finds nothing more to record: each move once, and the
+	// queue's merge not at all.
+	waitFor(t, "both tasks merged", func() bool {
+		for _, id := range []int64{advance.ID, rewind.ID} {
+			if got, err := r.tasks.Get(ctx, id); err != nil || got.State != task.Closed {
+				return false
+			}
+		}
+		return true
+	})
+	merged := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+	if strings.TrimSpace(git(t, dir, "rev-parse", merged+"^1")) != root {
+		t.Fatalf("main at %.12s, want the queue's merge onto the rewound %.12s", merged, root)
+	}
+	r.lookAtTarget(ctx, "by the test")
 	if ms := moves(); len(ms) != 2 {
-		t.Fatalf("%d moves recorded, want each once: %q", len(ms), ms)
+		t.Fatalf("%d moves recorded, want each once (main at the queue's merge %.12s): %q", len(ms), merged, ms)
 	}
 	r.stop(t)
 }
