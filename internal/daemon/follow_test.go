@@ -36,6 +36,23 @@ func TestDaemonThatDoesNotLeadFollowsTheTarget(t *testing.T) {
 	gitRun(t, "-C", r.dir, "push", "-q", r.bare, merged+":refs/heads/main")
 	record(1, merged)
 	waitFor(t, "this daemon's main at the leader's merge", func() bool { return r.git("rev-parse", "main") == merged })
+	// The follow is this daemon's own move, for the swarm's queue: a look
+	// at the target (a session's end) does not take it for an agent's.
+	moves := func() int {
+		t.Helper()
+		d.lookAtTarget(ctx, "by the test")
+		if err := d.journal.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE event = 'target_moved'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := moves(); n != 0 {
+		t.Fatalf("%d target_moved recorded after the follow of the leader's merge, want none", n)
+	}
 
 	// Someone pushes to the remote's target by hand, and the leader then
 	// records a merge it has not pushed yet: the follow finds a tip no
@@ -54,4 +71,7 @@ func TestDaemonThatDoesNotLeadFollowsTheTarget(t *testing.T) {
 	// The leader (whose operator brought that commit in) pushes its merge.
 	gitRun(t, "-C", r.dir, "push", "-q", r.bare, merged3+":refs/heads/main")
 	waitFor(t, "this daemon's main at the leader's next merge", func() bool { return r.git("rev-parse", "main") == merged3 })
+	if n := moves(); n != 1 {
+		t.Errorf("%d target_moved recorded, want the hand-pushed tip's alone", n)
+	}
 }

@@ -198,6 +198,7 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 	}
 	err = d.trees.FastForward(ctx, into, theirs)
 	if err == nil {
+		d.merge.queue.Took(ours, theirs) // not a move to report (target.go)
 		d.log.Info("merge queue: target fast-forwarded to the remote's", zap.String("into", into), zap.String("commit", theirs))
 		return nil
 	}
@@ -208,6 +209,9 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 	// pull would merge them twice. Merges nobody recorded are set aside
 	// (counted.go); anything else is the operator's to look at.
 	if set, serr := d.setAsideUncounted(ctx, into, theirs, ours); serr != nil || set {
+		if set {
+			d.merge.queue.Took(ours, theirs) // recorded as target_set_aside
+		}
 		if serr != nil {
 			return fmt.Errorf("%s on %s is at %.12s and this repository's %s at %.12s, with merges nobody recorded; cannot set them aside: %w",
 				into, remote, theirs, into, ours, serr)

@@ -131,6 +131,12 @@ func (o *owned) claim(s Sighting) bool {
 	return true
 }
 
+// Took records a move of the target from old to tip that the daemon made
+// for the queue (the remote's target, merges of another daemon's queue,
+// taken): not someone else's. An old the queue did not know is someone
+// else's move, as for the queue's own moves.
+func (q *Queue) Took(old, tip string) { q.owned.moved(old, tip) }
+
 // Found takes the moves someone else made that the queue moved the
 // target on from before any watcher claimed them; each is returned once.
 func (q *Queue) Found() []Move { return q.owned.takeFound() }
