@@ -557,7 +557,7 @@ func (b *Board) StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h Holder)
 		return nil, fmt.Errorf("taskboard: task %d event: %w", id, err)
 	}
 	var held store.HeldCount
-	res, err := tx.ExecContext(held.Defer(ctx), `UPDATE tasks SET state = 'IN_PROGRESS', updated_at = ?, claim_session = ?
+	res, err := tx.ExecContext(held.Defer(ctx), `UPDATE tasks SET state = 'IN_PROGRESS', updated_at = ?, claim_session = ?, held_over = ''
 		WHERE id = ? AND claimant = ? AND state = 'CLAIMED'`, now, h.Session, id, h.Agent)
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: task %d to %s: %w", id, task.InProgress, err)
@@ -599,7 +599,8 @@ func (b *Board) Continue(ctx context.Context, id int64, agent, session string) e
 		if err := b.db.FenceTx(ctx, tx, agent); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE tasks SET claim_session = ? WHERE id = ? AND claimant = ?`, session, id, agent)
+		// The session takes the task back: a hold over a stop ends.
+		_, err := tx.ExecContext(ctx, `UPDATE tasks SET claim_session = ?, held_over = '' WHERE id = ? AND claimant = ?`, session, id, agent)
 		return err
 	})
 }
@@ -885,50 +886,47 @@ func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 
 // OrphanTx is Orphan in tx.
 func (b *Board) OrphanTx(ctx context.Context, tx *sql.Tx, agent, why string) ([]Task, error) {
-	var out []Task
-	err := func() error {
-		q := `SELECT ` + taskCols + ` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS')`
-		var args []any
-		if agent != "" {
-			q += ` AND claimant = ?` // the index of held tasks, as in holding
-			args = append(args, agent)
+	q := `SELECT ` + taskCols + ` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS')`
+	var args []any
+	if agent != "" {
+		q += ` AND claimant = ?` // the index of held tasks, as in holding
+		args = append(args, agent)
+	}
+	ts, err := queryTasks(ctx, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		if err := b.orphanTx(ctx, tx, &ts[i], why); err != nil {
+			return ts[:i], err
 		}
-		ts, err := queryTasks(ctx, tx, q, args...)
-		if err != nil {
-			return err
-		}
-		clear := newLine()
-		for i := range ts {
-			t := &ts[i]
-			abort, err := abortOf(ctx, tx, t.ClaimSession)
-			if err != nil {
-				return err
-			}
-			if t.State == task.Claimed {
-				if err := b.apply(ctx, tx, t, move{to: task.Open, abort: abort, actor: "swarmd", why: why, set: clear}); err != nil {
-					return err
-				}
-				out = append(out, *t)
-				continue
-			}
-			if err := b.apply(ctx, tx, t, move{to: task.Orphaned, abort: abort, actor: "swarmd", why: why}); err != nil {
-				return err
-			}
-			err = b.apply(ctx, tx, t, move{to: task.Open, reason: task.ReasonOrphanRecovered, abort: abort, actor: "swarmd",
-				why: "requeued after " + why, set: clear})
-			var exhausted *task.RetriesExhaustedError
-			if errors.As(err, &exhausted) {
-				err = b.apply(ctx, tx, t, move{to: task.Failed, abort: abort, actor: "swarmd", set: clear,
-					why: fmt.Sprintf("%s, and its %d retries are used up", why, t.MaxRetries)})
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, *t)
-		}
-		return nil
-	}()
-	return out, err
+	}
+	return ts, nil
+}
+
+// orphanTx takes t, held, back from its holder as OrphanTx does: a CLAIMED
+// task to OPEN; an IN_PROGRESS one to ORPHANED, then OPEN with
+// orphan_recovered (a retry), or FAILED past max_retries.
+func (b *Board) orphanTx(ctx context.Context, tx *sql.Tx, t *Task, why string) error {
+	clear := newLine()
+	abort, err := abortOf(ctx, tx, t.ClaimSession)
+	if err != nil {
+		return err
+	}
+	if t.State == task.Claimed {
+		return b.apply(ctx, tx, t, move{to: task.Open, abort: abort, actor: "swarmd", why: why, set: clear})
+	}
+	if err := b.apply(ctx, tx, t, move{to: task.Orphaned, abort: abort, actor: "swarmd", why: why}); err != nil {
+		return err
+	}
+	err = b.apply(ctx, tx, t, move{to: task.Open, reason: task.ReasonOrphanRecovered, abort: abort, actor: "swarmd",
+		why: "requeued after " + why, set: clear})
+	var exhausted *task.RetriesExhaustedError
+	if errors.As(err, &exhausted) {
+		err = b.apply(ctx, tx, t, move{to: task.Failed, abort: abort, actor: "swarmd", set: clear,
+			why: fmt.Sprintf("%s, and its %d retries are used up", why, t.MaxRetries)})
+	}
+	return err
 }
 
 // abortOf is the abort reason of how session ended, as a task event records

@@ -89,8 +89,12 @@ type Task struct {
 	// session that held it ended ("": none yet, or a new attempt); Head is
 	// the commit frozen when it was reported DONE, what is reviewed and
 	// merged.
-	WorkHead  string    `json:"work_head,omitempty"`
-	Head      string    `json:"head,omitempty"`
+	WorkHead string `json:"work_head,omitempty"`
+	Head     string `json:"head,omitempty"`
+	// HeldOver names the daemon whose orderly stop left the task with its
+	// claimant (HoldOver), until its next start gives it back (Recover);
+	// "" otherwise.
+	HeldOver  string    `json:"held_over,omitempty"`
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -159,7 +163,7 @@ func (b *Board) now() string { return store.FormatTime(b.opts.Now()) }
 
 const taskCols = `id, title, body, priority, state, assignee, IFNULL(parent_id, 0), claimant, claim_session,
 	retries, max_retries, blocked_reason, result, reviewer, max_iterations, review_state, iteration,
-	worker, review_failure, work_head, head, created_by, created_at, updated_at`
+	worker, review_failure, work_head, head, held_over, created_by, created_at, updated_at`
 
 type scanner interface{ Scan(...any) error }
 
@@ -171,7 +175,7 @@ func scanTask(s scanner) (Task, error) {
 	)
 	if err := s.Scan(&t.ID, &t.Title, &t.Body, &t.Priority, &state, &t.Assignee, &t.Parent, &t.Claimant,
 		&t.ClaimSession, &t.Retries, &t.MaxRetries, &t.BlockedReason, &t.Result, &t.Reviewer,
-		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.WorkHead, &t.Head, &t.CreatedBy,
+		&t.MaxIterations, &t.ReviewState, &t.Iteration, &t.Worker, &t.ReviewFailure, &t.WorkHead, &t.Head, &t.HeldOver, &t.CreatedBy,
 		&created, &updated); err != nil {
 		return Task{}, err
 	}
@@ -335,7 +339,9 @@ func (b *Board) apply(ctx context.Context, tx *sql.Tx, t *Task, m move) error {
 		return err
 	}
 	now := store.FormatTime(at)
-	set := append([]string{"state = ?", "retries = ?", "updated_at = ?"}, m.set...)
+	// Any move ends a hold over a stop (HoldOver): the task is no longer
+	// as the stop left it.
+	set := append([]string{"state = ?", "retries = ?", "updated_at = ?", "held_over = ''"}, m.set...)
 	args := append([]any{m.to.String(), int64(machine.Retries()), now}, m.args...)
 	// The row was read in tx and the move checked against it: the UPDATE
 	// changes it, so nothing of its result is read, and on PostgreSQL it
