@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,6 +206,100 @@ agents:
 	}
 	if !recovered || strings.Count(strings.Join(path, " "), "CLOSED") != 1 {
 		t.Errorf("history %v: want ORPHANED -> OPEN (orphan_recovered) and one CLOSED", path)
+	}
+	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d2.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	waitNoTreeProcesses(t, stateDir, 2*time.Second)
+}
+
+// heldWorker works on one task across a restart: handed a task anew it
+// commits half of it (half1.txt), leaves the other half uncommitted
+// (half2.txt) and works until stopped; given back the task its previous
+// session worked on, it finishes it where that work is. Any other task (or
+// its work gone) it fails.
+const heldWorker = `p=$(cat)
+case "$p" in
+*"Continue your task #"*)
+  if [ -e half1.txt ] && [ -e half2.txt ]; then git add -A; git commit -q -m "second half"; printf 'finished\nDONE\n'; exit 0; fi
+  printf 'FAIL: my work is gone\n'; exit 0;;
+*"Your task: #"*)
+  if [ -n "$FIRST" ]; then echo one > half1.txt; git add half1.txt; git commit -q -m "first half"; echo two > half2.txt; exec sleep 3600; fi
+  printf 'FAIL: not where I left it\n'; exit 0;;
+esac
+printf 'nothing\nDONE\n'`
+
+// TestTaskKeptOverSIGTERMRestart: SIGTERM to swarmd run mid-task, then
+// swarmd run again (a config upgrade): the task stays with the agent that
+// worked on it, whose first session after the restart continues it on its
+// task line with its uncommitted work, and it merges, with no retry, no
+// ORPHANED and one kept_over_restart event; the other agent never has it.
+func TestTaskKeptOverSIGTERMRestart(t *testing.T) {
+	repo := gitRepo(t)
+	config := func(first string) string {
+		return fmt.Sprintf(`
+listen: ""
+merge: {into: main}
+defaults:
+  backend: worker
+  min_session_interval: 0s
+  grace_period: 2s
+  env: {FIRST: %q}
+backends:
+  worker: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: alice, role: works}
+  - {name: bob, role: works}
+`, first, heldWorker)
+	}
+	cfg := writeConfig(t, repo, config("yes"))
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice idle", idleLine("alice"))
+	d.waitLine("bob idle", idleLine("bob"))
+	b, _ := openBoardAt(t, stateDir)
+	ctx := context.Background()
+	tk, err := b.Add(ctx, taskboard.NewTask{Title: "two halves"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := waitTask(t, b, tk.ID, task.InProgress, d).Claimant
+	waitForFile(t, filepath.Join(stateDir, "worktrees", holder, "half2.txt"), "two")
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+
+	writeConfig(t, repo, config(""))
+	d2 := startDaemon(t, cfg)
+	var got taskboard.Task
+	waitUntil(t, "the task merged or failed", func() bool {
+		got, err = b.Get(ctx, tk.ID)
+		return err == nil && (got.State == task.Closed || got.State == task.Failed)
+	})
+	h, err := b.History(ctx, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, e := range h {
+		switch {
+		case e.TransitionReason == taskboard.EventKeptOverRestart:
+			kept++
+		case e.To == "ORPHANED" || e.From == "IN_PROGRESS" && e.To == "OPEN" || e.To == "FAILED":
+			t.Errorf("the task was taken from %s: %+v", holder, e)
+		case e.To == "CLAIMED" && e.Actor != "agent:"+holder:
+			t.Errorf("claimed by %s, not %s: %+v", e.Actor, holder, e)
+		}
+	}
+	if got.State != task.Closed || got.Retries != 0 || kept != 1 {
+		t.Errorf("task %s, retries %d, %d kept_over_restart events; want CLOSED, 0 and 1: %+v", got.StateName, got.Retries, kept, h)
+	}
+	for _, f := range []string{"half1.txt", "half2.txt"} {
+		if out, err := exec.Command("git", "-C", repo, "show", "main:"+f).CombinedOutput(); err != nil {
+			t.Errorf("main has no %s: %v\n%s", f, err, out)
+		}
 	}
 	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d2.wait(10 * time.Second); code != 0 {

@@ -575,6 +575,7 @@ func (d *Daemon) shutdownAgents() {
 		d.log.Warn("agents did not stop in time; their sessions were force-stopped", zap.Error(err))
 	}
 	d.reload.retirers.Wait()
+	d.holdOver()
 }
 
 // recover closes what a killed daemon left open and reads where every agent
@@ -607,13 +608,8 @@ func (d *Daemon) recover(ctx context.Context) error {
 	if n > 0 {
 		d.log.Warn("mail claimed by sessions that never started is pending again", zap.Int("messages", n))
 	}
-	// No session runs yet, so every held task's session is gone.
-	moved, err := d.orphanTasks(ctx, own, "swarmd restarted: the session working on it is gone")
-	if err != nil {
+	if err := d.recoverTasks(ctx, own); err != nil {
 		return fmt.Errorf("recovery: %w", err)
-	}
-	for _, t := range moved {
-		d.log.Warn("task requeued after a restart", zap.Int64("task", t.ID), zap.String("state", t.StateName))
 	}
 	recs, err := d.db.Agents(ctx)
 	if err != nil {
@@ -638,20 +634,56 @@ func (d *Daemon) recover(ctx context.Context) error {
 	return nil
 }
 
-// orphanTasks requeues the tasks agents held (every agent's when nil).
-func (d *Daemon) orphanTasks(ctx context.Context, agents []string, why string) ([]taskboard.Task, error) {
-	if agents == nil {
-		return d.tasks.Orphan(ctx, "", why)
+// recoverTasks takes back the tasks agents held (every agent's when nil).
+// No session runs yet, so every held task's session is gone: what this
+// daemon's orderly stop held over (holdOver) goes back to its agent, or is
+// requeued without a retry if the agent is no longer configured; the rest
+// was cut off by a daemon that died, and is orphaned (a retry).
+func (d *Daemon) recoverTasks(ctx context.Context, agents []string) error {
+	cfg := d.live.cfg
+	configured := map[string]bool{}
+	for _, a := range cfg.AgentNames() {
+		configured[a] = true
 	}
-	var out []taskboard.Task
-	for _, a := range agents {
-		moved, err := d.tasks.Orphan(ctx, a, why)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, moved...)
+	r := taskboard.Recovery{Agents: agents, Runs: func(a string) bool { return configured[a] },
+		Why: "swarmd restarted: the session working on it is gone"}
+	if cfg.SharedStore() {
+		// Its own marks only: on a store of its own (Daemon "") every
+		// mark is this daemon's, whatever its host is called now.
+		r.Daemon = d.leaseHolder().Daemon
 	}
-	return out, nil
+	got, err := d.tasks.Recover(ctx, r)
+	if err != nil {
+		return err
+	}
+	for _, t := range got.Kept {
+		d.log.Info("task kept for its agent over the restart", zap.Int64("task", t.ID), zap.String("agent", t.Claimant),
+			zap.String("state", t.StateName))
+	}
+	for _, t := range append(got.Requeued, got.Orphaned...) {
+		d.log.Warn("task requeued after a restart", zap.Int64("task", t.ID), zap.String("state", t.StateName),
+			zap.Int("retries", t.Retries))
+	}
+	return nil
+}
+
+// holdOver leaves the tasks this daemon's agents hold with them over its
+// orderly stop, once every runner has stopped (taskboard.HoldOver): the
+// next start gives each back to its agent. A task whose session's end was
+// not recorded (cut off by a force stop, a store away) is not held over;
+// the next start orphans it, as after a crash.
+func (d *Daemon) holdOver() {
+	cfg, _ := d.current()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held, err := d.tasks.HoldOver(ctx, d.leaseHolder().Daemon, cfg.AgentNames())
+	if err != nil {
+		d.log.Warn("hold the agents' tasks over the stop: the next start requeues them as after a crash", zap.Error(err))
+		return
+	}
+	for _, t := range held {
+		d.log.Info("task held over the stop for its agent", zap.Int64("task", t.ID), zap.String("agent", t.Claimant))
+	}
 }
 
 func (d *Daemon) newRunner(a config.Agent, rc recovered) (*runner.Runner, error) {
