@@ -608,7 +608,7 @@ func (d *Daemon) recover(ctx context.Context) error {
 	if n > 0 {
 		d.log.Warn("mail claimed by sessions that never started is pending again", zap.Int("messages", n))
 	}
-	if err := d.recoverTasks(ctx, own); err != nil {
+	if err := d.recoverTasks(ctx, d.live.cfg, own); err != nil {
 		return fmt.Errorf("recovery: %w", err)
 	}
 	recs, err := d.db.Agents(ctx)
@@ -634,13 +634,14 @@ func (d *Daemon) recover(ctx context.Context) error {
 	return nil
 }
 
-// recoverTasks takes back the tasks agents held (every agent's when nil).
-// No session runs yet, so every held task's session is gone: what this
-// daemon's orderly stop held over (holdOver) goes back to its agent, or is
-// requeued without a retry if the agent is no longer configured; the rest
-// was cut off by a daemon that died, and is orphaned (a retry).
-func (d *Daemon) recoverTasks(ctx context.Context, agents []string) error {
-	cfg := d.live.cfg
+// recoverTasks takes back the tasks agents held (every agent's when nil),
+// cfg being the config they run under. No session of theirs runs yet, so
+// every held task's session is gone: what this daemon's orderly stop held
+// over (holdOver) goes back to its agent, or is requeued without a retry if
+// the agent is not in cfg (or another daemon held it over: its worktree
+// has the work); the rest was cut off by a daemon that died, and is
+// orphaned (a retry).
+func (d *Daemon) recoverTasks(ctx context.Context, cfg *config.Config, agents []string) error {
 	configured := map[string]bool{}
 	for _, a := range cfg.AgentNames() {
 		configured[a] = true

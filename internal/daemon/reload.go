@@ -128,6 +128,16 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 	if err := d.acquireLeases(context.Background(), added, false); err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
+	if cfg.SharedStore() && len(added) > 0 {
+		// An added agent may have run on another daemon, which held its
+		// task over its stop (in its worktree, not here) or was cut off:
+		// taken back before the agent runs, as at a start. (On a store of
+		// its own, the start took back every task of an agent it did not
+		// run.)
+		if err := d.recoverTasks(context.Background(), cfg, added); err != nil {
+			return nil, fmt.Errorf("reload: %w", err)
+		}
+	}
 	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {
 		return nil, err
 	}

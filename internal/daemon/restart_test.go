@@ -169,3 +169,36 @@ func TestOrderlyRestartRequeuesTheTasksOfARemovedAgent(t *testing.T) {
 		t.Fatalf("history %+v: want IN_PROGRESS -> OPEN (%s no longer configured, no retry), no ORPHANED, DONE by %s", h, holder, other)
 	}
 }
+
+// TestTasksHeldOverByAnotherDaemonAreRequeued: on a shared store, an agent
+// that a daemon held a task over its orderly stop for, and that another
+// daemon's reload then adds, has the task requeued before it runs there
+// (without a retry: the work is in the first daemon's worktree), and it is
+// done once.
+func TestTasksHeldOverByAnotherDaemonAreRequeued(t *testing.T) {
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("heldelsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	storeLine := fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL("heldelsewhere"))
+	tk, holder := workUntilStopped(t, repo(t, ""), storeLine)
+
+	cfgPath := repo(t, restartYAML(storeLine, anyTask, "carol"))
+	r := start(t, cfgPath)
+	writeFile(t, cfgPath, restartYAML(storeLine, anyTask, "carol", "alice", "bob"))
+	if err := r.Reload(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	got, h := ended(t, r, tk.ID)
+	if got.State != task.Closed || got.Retries != 0 {
+		t.Fatalf("task %s with %d retries, history %+v; want CLOSED, no retry", got.StateName, got.Retries, h)
+	}
+	if !hasEvent(h, func(e taskboard.Event) bool {
+		return e.From == "IN_PROGRESS" && e.To == "OPEN" && e.TransitionReason == "" && strings.Contains(e.Reason, "orderly stop of daemon") &&
+			strings.Contains(e.Reason, "worktree of "+holder)
+	}) || hasEvent(h, func(e taskboard.Event) bool {
+		return e.To == "ORPHANED" || e.TransitionReason == taskboard.EventKeptOverRestart
+	}) {
+		t.Fatalf("history %+v: want IN_PROGRESS -> OPEN naming the other daemon, no retry, not kept", h)
+	}
+}
