@@ -459,6 +459,9 @@ func printTask(w io.Writer, tk taskboard.Task) error {
 	row("result:", tk.Result)
 	row("head:", tk.Head)          // frozen at DONE: what is reviewed and merged
 	row("work head:", tk.WorkHead) // where its line of commits stands
+	if tk.HeldOver != "" {
+		row("held over:", "the orderly stop of "+tk.HeldOver+": its claimant's next session continues it")
+	}
 	row("created:", tk.CreatedAt.Local().Format(time.DateTime)+" by "+tk.CreatedBy)
 	row("updated:", tk.UpdatedAt.Local().Format(time.DateTime))
 	if err := tw.Flush(); err != nil {
