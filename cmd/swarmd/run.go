@@ -158,6 +158,7 @@ wait:
 			}
 		case sig := <-sigs:
 			log.Info("signal received, stopping every agent (a second signal force-stops)", zap.Stringer("signal", sig))
+			collectLessWhileStopping()
 			break wait
 		case err := <-errc:
 			d.Close()
