@@ -98,11 +98,7 @@ func (d *Daemon) objectsGit(ctx context.Context, c quarantine.Command) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-tree.Done():
-	case <-ctx.Done():
-		_ = tree.Kill() // fails only if the tree has just ended on its own
-		<-tree.Done()
+	if tree.WaitBounded(ctx, 0, 0) == proc.EndedByContext {
 		return out.b, ctx.Err()
 	}
 	if st := tree.Exit(); st.Code != 0 {

@@ -31,7 +31,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -281,17 +280,12 @@ func (m *Maintainer) gc(ctx context.Context) Run {
 	if err != nil {
 		return Run{Result: ResultFailed, Reason: err.Error()}
 	}
-	bound := time.NewTimer(m.opts.Timeout)
-	defer bound.Stop()
 	var r Run
-	select {
-	case <-tree.Done():
-	case <-bound.C:
+	switch tree.WaitBounded(ctx, m.opts.Timeout, termGrace) {
+	case proc.EndedAtBound:
 		r.Result = ResultTimeout
-		end(tree)
-	case <-ctx.Done():
+	case proc.EndedByContext:
 		r.Result = ResultStopped
-		end(tree)
 	}
 	st := tree.Exit()
 	switch {
@@ -307,22 +301,6 @@ func (m *Maintainer) gc(ctx context.Context) Run {
 		r.Reason += ": " + said
 	}
 	return r
-}
-
-// end ends a run's tree: SIGTERM, on which git removes its lock files, and
-// after termGrace the whole tree killed. It returns once the tree has
-// ended.
-func end(tree *proc.Tree) {
-	_ = tree.Signal(syscall.SIGTERM) // fails only if the tree has just ended
-	grace := time.NewTimer(termGrace)
-	defer grace.Stop()
-	select {
-	case <-tree.Done():
-		return
-	case <-grace.C:
-	}
-	_ = tree.Kill()
-	<-tree.Done()
 }
 
 // Args are git's arguments for a run: the daemon's git options (no hook,

@@ -226,20 +226,9 @@ func (r *Runner) runOne(ctx context.Context, agent, dir string, env []string, st
 		return res, false
 	}
 
-	timer := time.NewTimer(r.cfg.Timeout)
-	defer timer.Stop()
-	var timedOut bool
-	select {
-	case <-tree.Done():
-	case <-timer.C:
-		timedOut = true
-		_ = tree.Kill() // only fails if the tree has just ended on its own
-		<-tree.Done()
-	case <-ctx.Done():
-		cancelled = true
-		_ = tree.Kill()
-		<-tree.Done()
-	}
+	why := tree.WaitBounded(ctx, r.cfg.Timeout, 0)
+	timedOut := why == proc.EndedAtBound
+	cancelled = why == proc.EndedByContext
 	// Done happens after the last Write to out: reading it here is safe.
 	res.Duration = time.Since(start)
 	res.Output, res.Truncated = string(out.buf), out.dropped

@@ -126,20 +126,13 @@ func (q *Queue) runGate(ctx context.Context, es []*Entry, dir string, seq uint32
 
 // waitGate waits for the tree, killing it at the timeout or when ctx ends.
 func (q *Queue) waitGate(ctx context.Context, tree *proc.Tree) (gateRun, error) {
-	timer := time.NewTimer(q.opts.Timeout)
-	defer timer.Stop()
 	var run gateRun
 	var err error
-	select {
-	case <-tree.Done():
-	case <-timer.C:
+	switch tree.WaitBounded(ctx, q.opts.Timeout, 0) {
+	case proc.EndedAtBound:
 		run.timedOut = true
-		_ = tree.Kill() // fails only if the tree has just ended on its own
-		<-tree.Done()
-	case <-ctx.Done():
+	case proc.EndedByContext:
 		err = ctx.Err()
-		_ = tree.Kill()
-		<-tree.Done()
 	}
 	run.exit = tree.Exit()
 	if run.timedOut && run.exit.Signal == 0 {
