@@ -199,7 +199,7 @@ type Maintenance struct {
 	Timeout      time.Duration // one run is ended, whole, after this long
 }
 
-// Mailbox configures the SQLite mailbox.
+// Mailbox configures the mailbox (in the store: SQLite or PostgreSQL).
 type Mailbox struct {
 	MaxBody int // bytes; longer bodies are refused
 }

@@ -112,7 +112,7 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 			{"agent_stopped", "Run once when the agent stops.", d.strListTo(&cfg.Hooks.AgentStopped, true)},
 			{"timeout", "Each hook run is killed after this long.", d.durTo(&cfg.Hooks.Timeout, false)},
 		}, nil)},
-		{"mailbox", "The SQLite mailbox.", d.section([]field{
+		{"mailbox", "The mailbox, in the store (SQLite or PostgreSQL).", d.section([]field{
 			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
 		}, nil)},
 		{"maintenance", "The daemon's own upkeep of the repository: git gc --auto, bounded, when git's threshold is passed.", d.section([]field{
