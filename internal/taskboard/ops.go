@@ -929,6 +929,38 @@ func (b *Board) orphanTx(ctx context.Context, tx *sql.Tx, t *Task, why string) e
 	return err
 }
 
+// GiveBack takes back what agent held because the agent stopped for a cause
+// that is not the task's failure (the operator stopped it, a reload removed
+// it, its own max_sessions): each CLAIMED or IN_PROGRESS task goes OPEN with
+// no transition reason, so no retry, as `task requeue` does, and its next
+// attempt starts a new line. Each event carries the abort reason of the
+// session that held the task, if it ended abnormally. It returns the tasks
+// it moved. A stop that is the work's failure (its errors, a fatal error)
+// is Orphan's.
+func (b *Board) GiveBack(ctx context.Context, agent, why string) ([]Task, error) {
+	if agent == "" {
+		return nil, invalidf("give back: no agent named")
+	}
+	var out []Task
+	err := b.write(ctx, "give back", func(tx *sql.Tx) error {
+		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS') AND claimant = ?`, agent)
+		if err != nil {
+			return err
+		}
+		out = ts
+		for i := range ts {
+			if err := b.requeueTx(ctx, tx, &ts[i], why); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: give back the tasks of %s: %w", agent, err)
+	}
+	return out, nil
+}
+
 // abortOf is the abort reason of how session ended, as a task event records
 // it: the seed value of the abort reason its row has (task.AbortOf), or
 // parent_aborted for a session its daemon's death cut off (restart

@@ -161,7 +161,7 @@ func (b *Board) Recover(ctx context.Context, r Recovery) (Recovered, error) {
 				if !mine {
 					why = fmt.Sprintf("requeued after the orderly stop of daemon %s, whose worktree of %s has the work", mark, t.Claimant)
 				}
-				err = b.requeueHeldTx(ctx, tx, t, why)
+				err = b.requeueTx(ctx, tx, t, why)
 				out.Requeued = append(out.Requeued, *t)
 			default:
 				err = b.orphanTx(ctx, tx, t, r.Why)
@@ -209,11 +209,12 @@ func (b *Board) keepTx(ctx context.Context, tx *sql.Tx, t *Task) error {
 	return nil
 }
 
-// requeueHeldTx makes t, held over an orderly stop for an agent that will
-// not continue it, OPEN: no transition reason, so no retry (CLAIMED or
-// IN_PROGRESS -> OPEN, as `task requeue`), a new line, and the abort reason
-// of how its session ended.
-func (b *Board) requeueHeldTx(ctx context.Context, tx *sql.Tx, t *Task, why string) error {
+// requeueTx makes t, held by an agent that will not continue it for a cause
+// that is not the task's failure (held over an orderly stop for an agent
+// gone, or another daemon's; GiveBack's stops), OPEN: no transition reason,
+// so no retry (CLAIMED or IN_PROGRESS -> OPEN, as `task requeue`), a new
+// line, and the abort reason of how its session ended.
+func (b *Board) requeueTx(ctx context.Context, tx *sql.Tx, t *Task, why string) error {
 	abort, err := abortOf(ctx, tx, t.ClaimSession)
 	if err != nil {
 		return err
