@@ -62,7 +62,7 @@ func (tinyPrompter) Settle(context.Context, runner.Settlement, func(error)) (run
 	return runner.SettleResult{}, nil
 }
 func (tinyPrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
-func (tinyPrompter) Stopped(context.Context, string, string, func(error)) error        { return nil }
+func (tinyPrompter) Stopped(context.Context, string, string, bool, func(error)) error  { return nil }
 func (tinyPrompter) Begin(context.Context, runner.SessionBegin, func(error)) (uint32, error) {
 	return 0, nil
 }

@@ -81,7 +81,7 @@ func (d *Daemon) Reload(path string) error {
 		if err != nil || d.reload.retiring[name] {
 			continue
 		}
-		r.Stop("operator")
+		r.StopFor("operator", "removed from the config by a reload")
 		removed = append(removed, name)
 		d.reload.retiring[name] = true
 		d.reload.retirers.Go(func() { d.retire(name, r) })

@@ -51,6 +51,16 @@ agents:
 // task and the agent that held it.
 func workUntilStopped(t *testing.T, cfgPath, storeLine string) (taskboard.Task, string) {
 	t.Helper()
+	r, tk, holder := startWorking(t, cfgPath, storeLine)
+	r.stop(t)
+	return tk, holder
+}
+
+// startWorking runs a daemon of alice and bob on cfgPath (beforeStop) until
+// one of them works on a task, and returns the daemon, the task and the
+// agent that holds it.
+func startWorking(t *testing.T, cfgPath, storeLine string) (*running, taskboard.Task, string) {
+	t.Helper()
 	writeFile(t, cfgPath, restartYAML(storeLine, beforeStop, "alice", "bob"))
 	r := start(t, cfgPath)
 	ctx := context.Background()
@@ -68,8 +78,7 @@ func workUntilStopped(t *testing.T, cfgPath, storeLine string) (taskboard.Task, 
 		holder = got.Claimant
 		return err == nil
 	})
-	r.stop(t)
-	return tk, holder
+	return r, tk, holder
 }
 
 // ended waits until task id is CLOSED or FAILED, and returns it and its

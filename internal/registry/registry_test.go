@@ -51,7 +51,7 @@ func (noPrompter) Settle(context.Context, runner.Settlement, func(error)) (runne
 	return runner.SettleResult{}, nil
 }
 func (noPrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
-func (noPrompter) Stopped(context.Context, string, string, func(error)) error        { return nil }
+func (noPrompter) Stopped(context.Context, string, string, bool, func(error)) error  { return nil }
 func (noPrompter) Begin(context.Context, runner.SessionBegin, func(error)) (uint32, error) {
 	return 0, nil
 }

@@ -41,7 +41,7 @@ func (staticPrompter) Settle(context.Context, Settlement, func(error)) (SettleRe
 	return SettleResult{}, nil
 }
 func (staticPrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
-func (staticPrompter) Stopped(context.Context, string, string, func(error)) error        { return nil }
+func (staticPrompter) Stopped(context.Context, string, string, bool, func(error)) error  { return nil }
 func (staticPrompter) Begin(context.Context, SessionBegin, func(error)) (uint32, error) {
 	return 0, nil
 }

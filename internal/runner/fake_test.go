@@ -174,8 +174,8 @@ type fakePrompter struct {
 	watermark int64
 	mail      int // messages every prompt carries
 	signalled bool
-	idle      bool // with MayIdle, a prompt is Idle (nothing to do)
-	stopped   []string
+	idle      bool     // with MayIdle, a prompt is Idle (nothing to do)
+	stopped   []string // "AGENT failed" or "AGENT not failed": how Stopped was told
 	block     bool
 	begun     []SessionBegin
 	hold      chan struct{} // if set, Settle waits for it (a busy store)
@@ -240,10 +240,14 @@ var errStoreBusy = errors.New("store busy")
 // (fakePrompter.Fenced).
 var errFenced = errors.New("agent's lease not held")
 
-func (p *fakePrompter) Stopped(_ context.Context, agent, _ string, _ func(error)) error {
+func (p *fakePrompter) Stopped(_ context.Context, agent, _ string, failed bool, _ func(error)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stopped = append(p.stopped, agent)
+	if failed {
+		p.stopped = append(p.stopped, agent+" failed")
+	} else {
+		p.stopped = append(p.stopped, agent+" not failed")
+	}
 	return nil
 }
 

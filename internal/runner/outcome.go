@@ -39,8 +39,11 @@ type Settler interface {
 	// task has started working on it.
 	Started(ctx context.Context, agent, sessionID string, task int64, wait func(error)) error
 	// Stopped is told that the agent stopped for good in this run (not for
-	// a daemon shutdown): the tasks it holds go back to the board.
-	Stopped(ctx context.Context, agent, reason string, wait func(error)) error
+	// a daemon shutdown): the tasks it holds go back to the board, as a
+	// failure of the work when failed (its errors, a fatal error: a
+	// retry), else for any agent without a retry (the operator, a reload,
+	// max_sessions).
+	Stopped(ctx context.Context, agent, reason string, failed bool, wait func(error)) error
 	// Transient reports whether err is the store being slow or away (worth
 	// waiting for) rather than a refusal.
 	Transient(err error) bool
@@ -265,10 +268,11 @@ func (r *Runner) taskStarted() {
 	}
 }
 
-// stopped returns the agent's tasks to the board: it stopped for good.
-func (r *Runner) stopped() {
+// stopped returns the agent's tasks to the board: it stopped for good,
+// failed says whether for the work's failure (stopCause).
+func (r *Runner) stopped(failed bool) {
 	err := r.waitingOnStore("requeue the agent's tasks", func(ctx context.Context, wait func(error)) error {
-		return r.cfg.Settler.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), wait)
+		return r.cfg.Settler.Stopped(ctx, r.cfg.Name, "agent "+r.cfg.Name+" stopped: "+r.snapReason(), failed, wait)
 	})
 	if err != nil {
 		r.log.Error("return the agent's tasks", zap.Error(err))

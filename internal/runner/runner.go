@@ -197,6 +197,7 @@ type Runner struct {
 	work         work         // the prompt and the mail and task it claimed (prompt.go)
 	limits       limits       // max_sessions, max_silent_sessions, the provider's ticket (limits.go)
 	pacing       pacing       // min_session_interval, rate limits, hot loops, a full disk (pace.go)
+	halt         stopCause    // what stopped the machine (stop.go)
 	storeBackoff storeBackoff // the store's refusals of prompt builds (outcome.go)
 }
 
@@ -234,7 +235,11 @@ func (r *Runner) Name() string { return r.cfg.Name }
 
 // Stop requests an OperatorStop. actor says who asked ("operator", "daemon").
 // It does not wait; see Done. Idempotent.
-func (r *Runner) Stop(actor string) { r.stop.stop(actor) }
+func (r *Runner) Stop(actor string) { r.stop.stop(actor, "") }
+
+// StopFor is Stop saying why, for the agent's transition and the tasks it
+// gives back ("removed from the config by a reload").
+func (r *Runner) StopFor(actor, why string) { r.stop.stop(actor, why) }
 
 // ForceStop stops the agent and kills its session at once, without waiting
 // for the grace period (a second SIGTERM). Idempotent.
@@ -351,8 +356,7 @@ func (r *Runner) worktreeReady(prepare func(context.Context, string) (worktree.W
 // external applies a pending OperatorStop, reporting whether it did.
 func (r *Runner) external() bool {
 	if r.stop.requested() && !r.m.State().IsTerminal() {
-		actor := r.stop.by()
-		r.apply(agent.EvOperatorStop(), actor, "stop requested by "+actor)
+		r.apply(agent.EvOperatorStop(), r.stop.by(), r.stop.reason())
 		return true
 	}
 	return false
@@ -379,6 +383,9 @@ func (r *Runner) applyT(ev agent.Event, actor, reason string, urgentCommitted ti
 		return
 	}
 	to := r.m.State()
+	if to.Kind == agent.Stopped && from.Kind != agent.Stopped {
+		r.halt = causeOf(ev, actor)
+	}
 	if after := r.effect(eff); after != nil {
 		defer after()
 	}

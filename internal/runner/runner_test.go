@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -106,6 +107,9 @@ func TestSpawnFailuresStopAtThreshold(t *testing.T) {
 		// Every prompt's claimed mail went back: the sessions never started.
 		if got, want := len(h.pr.released), 3; got != want {
 			t.Errorf("released %d prompts, want %d", got, want)
+		}
+		if got := h.pr.stopped; len(got) != 1 || got[0] != "alice failed" {
+			t.Errorf("tasks of the agent its errors stopped returned as %v, want [alice failed]", got)
 		}
 	})
 }
@@ -616,8 +620,45 @@ func TestMaxSessionsStops(t *testing.T) {
 		if s.State.Kind != agent.Stopped || !strings.HasPrefix(s.Reason, "max_sessions") || h.be.starts() != 2 {
 			t.Fatalf("after 2 sessions: %v %q, %d starts", s.State, s.Reason, h.be.starts())
 		}
-		if got := h.pr.stopped; len(got) != 1 || got[0] != "alice" {
-			t.Errorf("tasks of the stopped agent not returned: %v", got)
+		// Its own limit, not its tasks' failure: no retry.
+		if got := h.pr.stopped; len(got) != 1 || got[0] != "alice not failed" {
+			t.Errorf("tasks of the stopped agent returned as %v, want [alice not failed]", got)
 		}
 	})
+}
+
+// TestStopCauseDecidesTheTasksRetry: an agent the operator stops (or a
+// reload, saying why) gives its tasks back as no failure of theirs; the
+// daemon's stop gives nothing back (it holds them over). Thresholds and
+// max_sessions: TestSpawnFailuresStopAtThreshold, TestMaxSessionsStops.
+func TestStopCauseDecidesTheTasksRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		stop       func(r *Runner)
+		want       []string
+		wantReason string
+	}{
+		{"the operator", func(r *Runner) { r.Stop("operator") }, []string{"alice not failed"}, "stop requested by operator"},
+		{"a reload", func(r *Runner) { r.StopFor("operator", "removed from the config by a reload") }, []string{"alice not failed"},
+			"stop requested by operator: removed from the config by a reload"},
+		{"the daemon", func(r *Runner) { r.Stop("daemon") }, nil, "stop requested by daemon"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, nil)
+				h.start()
+				h.waitState(agent.Running)
+				tc.stop(h.r)
+				if err := <-h.err; err != nil {
+					t.Fatal(err)
+				}
+				if got := h.pr.stopped; !slices.Equal(got, tc.want) {
+					t.Errorf("tasks returned as %v, want %v", got, tc.want)
+				}
+				if got := h.r.Snapshot().Reason; got != tc.wantReason {
+					t.Errorf("stop reason %q, want %q", got, tc.wantReason)
+				}
+			})
+		})
+	}
 }

@@ -360,8 +360,10 @@ func (r *Runner) cleanup() {
 	}
 	r.limits.giveBack(backend.Result{}, false)
 	r.release()
-	if actor := r.stop.by(); actor != "daemon" {
-		r.stopped()
+	// What stopped the machine, not who asked last: an agent its errors
+	// stopped just before the daemon's stop came has still failed.
+	if r.halt != causeDaemon {
+		r.stopped(r.halt == causeFailure)
 	}
 	// An agent stopped on its own (the operator, a reload, a fatal error)
 	// has its logs archived now. A daemon's stop leaves them where they are

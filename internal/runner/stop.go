@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"sync"
+
+	"github.com/swarmd/swarmd/internal/agent"
 )
 
 // stopper is how the agent is ended: Stop cancels ctx, which aborts the
@@ -17,6 +19,7 @@ type stopper struct {
 	once        sync.Once
 	mu          sync.Mutex
 	actor       string // who asked first; guarded by mu
+	why         string // what the first asked for it, if they said; guarded by mu
 	done        chan struct{}
 }
 
@@ -26,11 +29,12 @@ func (s *stopper) init() {
 	s.forceCtx, s.forceCancel = context.WithCancel(context.Background())
 }
 
-// stop asks for a stop; the first actor is the one recorded. Idempotent.
-func (s *stopper) stop(actor string) {
+// stop asks for a stop; the first actor (and its why) is the one recorded.
+// Idempotent.
+func (s *stopper) stop(actor, why string) {
 	s.once.Do(func() {
 		s.mu.Lock()
-		s.actor = actor
+		s.actor, s.why = actor, why
 		s.mu.Unlock()
 		s.cancel()
 	})
@@ -38,7 +42,7 @@ func (s *stopper) stop(actor string) {
 
 // force stops at once, the daemon asking unless someone asked before.
 func (s *stopper) force() {
-	s.stop("daemon")
+	s.stop("daemon", "")
 	s.forceCancel()
 }
 
@@ -54,4 +58,44 @@ func (s *stopper) by() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.actor
+}
+
+// reason is the requested stop as the agent's transition records it.
+func (s *stopper) reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.why == "" {
+		return "stop requested by " + s.actor
+	}
+	return "stop requested by " + s.actor + ": " + s.why
+}
+
+// stopCause is what stopped the agent's machine; it decides what becomes
+// of the tasks the agent holds (cleanup). The zero value is a failure: an
+// agent restored Stopped was stopped by its errors or a fatal error.
+type stopCause int
+
+const (
+	// causeFailure: its error thresholds or a fatal error: the work
+	// failed, and its tasks are orphaned (a retry).
+	causeFailure stopCause = iota
+	// causeAsked: the operator (or the agent itself) asked, a reload
+	// removed it, or its own max_sessions: not the tasks' failure; they
+	// are given back without a retry.
+	causeAsked
+	// causeDaemon: the daemon stops: it holds the tasks over for the
+	// agent (the daemon's holdOver), and they stay where they are.
+	causeDaemon
+)
+
+// causeOf is the stopCause of a transition to Stopped by ev, asked by actor.
+func causeOf(ev agent.Event, actor string) stopCause {
+	switch {
+	case ev.Kind != agent.OperatorStop:
+		return causeFailure
+	case actor == "daemon":
+		return causeDaemon
+	default:
+		return causeAsked
+	}
 }

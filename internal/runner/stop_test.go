@@ -22,8 +22,8 @@ func TestStopper(t *testing.T) {
 	if s.requested() || s.by() != "" || isClosed(s.forced()) || isClosed(s.done) {
 		t.Fatal("a new stopper is stopped")
 	}
-	s.stop("operator")
-	s.stop("daemon")
+	s.stop("operator", "")
+	s.stop("daemon", "")
 	if got, want := s.by(), "operator"; !s.requested() || got != want {
 		t.Fatalf("after two stops: requested %v, by %q; want true, %q", s.requested(), got, want)
 	}
@@ -52,7 +52,7 @@ func TestStopperConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.stop(a)
+			s.stop(a, "")
 		}()
 	}
 	wg.Wait()

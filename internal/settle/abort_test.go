@@ -31,7 +31,7 @@ func TestStoppedAgentsTaskCarriesTheSessionsAbortReason(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.begin(t, 1) // an earlier crash used the one retry
-			if err := e.s.Stopped(ctx, "alice", "agent alice stopped: crashed", nil); err != nil {
+			if err := e.s.Stopped(ctx, "alice", "agent alice stopped: crashed", true, nil); err != nil {
 				t.Fatal(err)
 			}
 			s1 := e.begin(t, 2)
@@ -45,7 +45,7 @@ func TestStoppedAgentsTaskCarriesTheSessionsAbortReason(t *testing.T) {
 			if _, err := e.s.Settle(ctx, st, nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.s.Stopped(ctx, "alice", "agent alice stopped: 3 consecutive errors", nil); err != nil {
+			if err := e.s.Stopped(ctx, "alice", "agent alice stopped: 3 consecutive errors", true, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.task(t, tk.ID); got.StateName != "FAILED" {

@@ -53,6 +53,7 @@ type Tasks interface {
 	StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (func(context.Context) error, error)
 	Unclaim(ctx context.Context, session string) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
+	GiveBack(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 }
 
 // Backoff bounds of the retries while the store refuses a write.
@@ -485,13 +486,21 @@ func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int
 	return err
 }
 
-// Stopped returns the tasks of an agent that stopped to the board.
-func (s *Settler) Stopped(ctx context.Context, agent, reason string, wait func(error)) error {
+// Stopped returns the tasks of an agent that stopped to the board: orphaned
+// (a retry) when the stop was the work's failure, else given back without
+// a retry (taskboard.GiveBack).
+func (s *Settler) Stopped(ctx context.Context, agent, reason string, failed bool, wait func(error)) error {
 	if s.Tasks == nil {
 		return nil
 	}
 	_, err := retry(ctx, s, "requeue the tasks of "+agent, wait, nil, func() (struct{}, error) {
-		if _, err := s.Tasks.Orphan(ctx, agent, reason); err != nil {
+		var err error
+		if failed {
+			_, err = s.Tasks.Orphan(ctx, agent, reason)
+		} else {
+			_, err = s.Tasks.GiveBack(ctx, agent, reason)
+		}
+		if err != nil {
 			return struct{}{}, fmt.Errorf("requeue the tasks of %s: %w", agent, err)
 		}
 		return struct{}{}, nil
