@@ -261,7 +261,10 @@ func (b *Builder) task(ctx context.Context, req runner.PromptRequest, work taskb
 		}
 		// A task still CLAIMED was never started: the session starts it.
 		claimed := held.State == task.Claimed
-		return taskOf(held, !claimed), claimed, nil
+		t := taskOf(held, !claimed)
+		// Read before Continue cleared it: the hold over a restart.
+		t.KeptOverRestart = t.Continue && held.HeldOver != ""
+		return t, claimed, nil
 	}
 	if !work.Claimable {
 		return nil, false, nil

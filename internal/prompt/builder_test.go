@@ -118,6 +118,60 @@ func TestBuilderWithRealMailboxAndWorktree(t *testing.T) {
 	}
 }
 
+// TestBuilderTaskKeptOverRestart: the first prompt after an orderly restart
+// that kept the agent's task says that swarmd restarted and the work is as
+// the session left it, not that the session ended without reporting; the
+// next one, after a session of its own that did not report, says that.
+func TestBuilderTaskKeptOverRestart(t *testing.T) {
+	ctx := context.Background()
+	db := openMail(t, mailbox.Options{Agents: []string{"alice"}})
+	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
+	b := &Builder{Mail: db, Tasks: board, Agents: []string{"alice"}}
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "write the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-1-aaaa", Seq: 1})
+	if err != nil || p.Task != tk.ID {
+		t.Fatalf("prompt = %+v, %v; want task %d", p, err, tk.ID)
+	}
+	if err := settlerOf(db, b).Started(ctx, "alice", "alice-1-aaaa", p.Task, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's orderly stop ends the session, records it, and holds
+	// the task over; the next start keeps it for alice.
+	st := runner.Settlement{Session: ended("alice", "alice-1-aaaa", 1, time.Now()), Task: p.Task, Result: "half way"}
+	st.Session.Outcome = agent.ExitOutcome{Kind: agent.Error}
+	st.Session.Result.Outcome, st.Session.Result.AbortReason = backend.OutcomeError, backend.AbortShutdownSignal
+	if _, err := settleIt(t, db, b, st); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := board.HoldOver(ctx, "host:/state", []string{"alice"}); err != nil || len(held) != 1 {
+		t.Fatalf("held over %+v, %v; want alice's task", held, err)
+	}
+	if got, err := board.Recover(ctx, taskboard.Recovery{Runs: func(string) bool { return true }, Why: "restarted"}); err != nil || len(got.Kept) != 1 {
+		t.Fatalf("recovered %+v, %v; want the task kept", got, err)
+	}
+
+	p2, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-2-bbbb", Seq: 2})
+	if err != nil || p2.Task != tk.ID || p2.NewTask {
+		t.Fatalf("prompt after the restart = %+v, %v", p2, err)
+	}
+	if !strings.Contains(p2.Text, "Continue your task #1: write the parser\nswarmd restarted while your previous session worked on it.") ||
+		strings.Contains(p2.Text, "ended without reporting") {
+		t.Errorf("prompt after the restart does not say swarmd restarted:\n%s", p2.Text)
+	}
+	if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("alice", "alice-2-bbbb", 2, time.Now()), Completed: true,
+		Task: p2.Task, Result: "more"}); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-3-cccc", Seq: 3})
+	if err != nil || !strings.Contains(p3.Text, "Your previous session worked on it and ended without reporting on it.") ||
+		strings.Contains(p3.Text, "swarmd restarted") {
+		t.Errorf("prompt after a session that did not report = %v:\n%s", err, p3.Text)
+	}
+}
+
 // TestBuilderTasksSignalsAndIdle: the prompt carries the claimed task, a
 // completed session's DONE finishes it, and an agent that said DONE with no
 // mail and no task gets no prompt (Idle) until a task arrives.

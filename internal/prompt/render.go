@@ -48,6 +48,10 @@ type Task struct {
 	// AddedBy is the agent that added the task ("" : the operator): its
 	// instructions carry that agent's authority, not the operator's.
 	AddedBy string
+	// KeptOverRestart: the previous session that worked on it ended with
+	// swarmd's orderly stop, which kept the task for the agent over the
+	// restart (tasks.held_over).
+	KeptOverRestart bool
 
 	workHead string // where the task's line stood when its last session ended
 }
@@ -181,7 +185,13 @@ func Render(d Data) string {
 	if t := d.Task; t != nil {
 		b.WriteString("\n## Tasks\n\n")
 		if t.Continue {
-			fmt.Fprintf(&b, "Continue your task #%d: %s\nYour previous session worked on it and ended without reporting on it.\n", t.ID, flat(t.Title))
+			fmt.Fprintf(&b, "Continue your task #%d: %s\n", t.ID, flat(t.Title))
+			if t.KeptOverRestart {
+				// Not a session that gave up: the work is where it stood.
+				b.WriteString("swarmd restarted while your previous session worked on it. The work in your worktree is as that session left it (uncommitted files included): go on from there.\n")
+			} else {
+				b.WriteString("Your previous session worked on it and ended without reporting on it.\n")
+			}
 		} else {
 			fmt.Fprintf(&b, "Your task: #%d: %s\n", t.ID, flat(t.Title))
 		}

@@ -60,6 +60,12 @@ func TestRenderGolden(t *testing.T) {
 	failed.DirtyFiles = nil
 	failed.Why = runner.Why{Kind: runner.WhyAfterError, Detail: "Error(exit status 1)\nstack..."}
 	golden(t, "after_error", Render(failed))
+
+	// The first session after an orderly restart, on the task kept for it.
+	kept := Data{Agent: "alice", Others: []string{"bob"}, Worktree: "/w/alice", Branch: "swarm/alice/work",
+		SessionID: "alice-5-000000000000", Seq: 5, DirtyFiles: []string{"parser.go"},
+		Task: &Task{ID: 12, Title: "write the parser", Body: "in parse.go", Continue: true, KeptOverRestart: true}}
+	golden(t, "kept_over_restart", Render(kept))
 }
 
 func TestRenderDeterministicAndOrdered(t *testing.T) {
