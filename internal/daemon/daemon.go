@@ -302,7 +302,11 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		if err := d.acquireLeases(ctx, cfg.AgentNames(), true); err != nil {
 			return err
 		}
-		return d.recover(ctx)
+		if err := d.recover(ctx); err != nil {
+			return err
+		}
+		// Before any session runs or the queue moves the target.
+		return d.settleTarget(ctx)
 	}); err != nil {
 		return nil, err
 	}

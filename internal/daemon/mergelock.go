@@ -196,9 +196,14 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 		return fmt.Errorf("%s on %s is at %.12s, which no merge queue made (someone pushed to it): not taken; look at it, and bring in what belongs by hand (merge it into this repository's %s, at %.12s), then the queue goes on",
 			into, remote, theirs, into, ours)
 	}
+	// Known as the daemon's own before it is made: a start after a stop
+	// (or a kill) between the move and Took does not report it.
+	if err := d.merge.queue.Taking(ctx, ours, theirs); err != nil {
+		return err
+	}
 	err = d.trees.FastForward(ctx, into, theirs)
 	if err == nil {
-		d.merge.queue.Took(ours, theirs) // not a move to report (target.go)
+		d.took(ctx, ours, theirs) // not a move to report (target.go)
 		d.log.Info("merge queue: target fast-forwarded to the remote's", zap.String("into", into), zap.String("commit", theirs))
 		return nil
 	}
@@ -210,7 +215,7 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 	// (counted.go); anything else is the operator's to look at.
 	if set, serr := d.setAsideUncounted(ctx, into, theirs, ours); serr != nil || set {
 		if set {
-			d.merge.queue.Took(ours, theirs) // recorded as target_set_aside
+			d.took(ctx, ours, theirs) // recorded as target_set_aside
 		}
 		if serr != nil {
 			return fmt.Errorf("%s on %s is at %.12s and this repository's %s at %.12s, with merges nobody recorded; cannot set them aside: %w",
@@ -254,4 +259,13 @@ func (d *Daemon) targetUnseen(ctx context.Context, into, remote, ours string, fe
 	}
 	d.log.Debug("merge queue: fetch the target; this repository's holds the swarm's last merge: merging on", zap.Error(fetchErr))
 	return nil
+}
+
+// took tells the queue of the daemon's own move of the target from ours to
+// theirs (merge.Queue.Took). A store that refuses to record it leaves the
+// row at the move begun (Taking), which a start knows as the daemon's.
+func (d *Daemon) took(ctx context.Context, ours, theirs string) {
+	if err := d.merge.queue.Took(ctx, ours, theirs); err != nil {
+		d.log.Warn("merge target: record the target taken", zap.String("to", theirs), zap.Error(err))
+	}
 }

@@ -32,6 +32,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		DB:       d.db, Procs: d.host.sup, Logs: d.kit.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
 		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
 		Killed: d.guard.killedSince, // the lease guard kills gates too
+		Clone:  targetClone(cfg), Moves: moveReporter{d},
 	}
 	if opts.Sandbox != nil {
 		// A HOME of the gate's own, empty for each run (gateSandbox),

@@ -3,10 +3,14 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -38,7 +42,9 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 	// queue that keeps moving leaves the rest to the next look (the watch).
 	for range lookTries {
 		for _, m := range q.Found() {
-			d.targetMoved(ctx, m.From, m.To, seen)
+			d.recordTargetMoved(ctx, d.moveKind(ctx, m.From, m.To), m, seen, func(reason string) error {
+				return q.Record(ctx, m, merge.Sighting{}, true, reason)
+			})
 		}
 		s, err := q.Sight(ctx)
 		if err != nil || s.Own {
@@ -49,7 +55,9 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 			d.merge.lookHook(s)
 		}
 		if q.Claim(s) { // reported once
-			d.recordTargetMoved(kind, s.Last, s.Tip, seen)
+			d.recordTargetMoved(ctx, kind, merge.Move{From: s.Last, To: s.Tip}, seen, func(reason string) error {
+				return q.Record(ctx, merge.Move{From: s.Last, To: s.Tip}, s, false, reason)
+			})
 			return
 		}
 	}
@@ -57,11 +65,6 @@ func (d *Daemon) lookAtTarget(ctx context.Context, seen string) {
 
 // lookTries bounds the sightings of one look.
 const lookTries = 3
-
-// targetMoved records a move from prev to tip.
-func (d *Daemon) targetMoved(ctx context.Context, prev, tip, seen string) {
-	d.recordTargetMoved(d.moveKind(ctx, prev, tip), prev, tip, seen)
-}
 
 // moveKind says how the target went from prev to tip.
 func (d *Daemon) moveKind(ctx context.Context, prev, tip string) string {
@@ -74,20 +77,89 @@ func (d *Daemon) moveKind(ctx context.Context, prev, tip string) string {
 	return "moved" // unknown how: git could not tell
 }
 
-func (d *Daemon) recordTargetMoved(kind, prev, tip, seen string) {
+// recordTargetMoved records m, of kind, seen as seen: record writes its
+// event with the target's known tip (merge.Queue.Record), in one
+// transaction; a store that refuses has the event go through the journal,
+// and the next start may then record the move again (its known tip is
+// the one before it).
+func (d *Daemon) recordTargetMoved(ctx context.Context, kind string, m merge.Move, seen string, record func(reason string) error) {
+	reason := d.targetMovedReason(kind, m, seen)
+	if err := record(reason); err != nil {
+		d.log.Warn("merge target: record a move with the target's known tip; recorded in the event log alone", zap.Error(err))
+		d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_moved", Actor: "swarmd", Reason: reason})
+	}
+	d.targetMovedRecorded(kind, m, reason)
+}
+
+// targetMovedReason is the reason of a target_moved event.
+func (d *Daemon) targetMovedReason(kind string, m merge.Move, seen string) string {
 	cfg, _ := d.current()
 	into := ""
 	if cfg.Merge != nil {
 		into = cfg.Merge.Into
 	}
-	reason := fmt.Sprintf("%s %s from %.12s to %.12s by someone other than the merge queue, seen %s", into, kind, prev, tip, seen)
+	reason := fmt.Sprintf("%s %s from %.12s to %.12s by someone other than the merge queue, seen %s", into, kind, m.From, m.To, seen)
 	if kind == "rewound" {
 		reason += ": merges the queue made may no longer be on it"
 	}
+	return reason
+}
+
+// targetMovedRecorded logs and counts a move recorded.
+func (d *Daemon) targetMovedRecorded(kind string, m merge.Move, reason string) {
+	cfg, _ := d.current()
+	into := ""
+	if cfg.Merge != nil {
+		into = cfg.Merge.Into
+	}
 	d.log.Error("MERGE TARGET MOVED: "+reason, zap.String("target", into), zap.String("kind", kind),
-		zap.String("from", prev), zap.String("to", tip))
-	d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_moved", Actor: "swarmd", Reason: reason})
+		zap.String("from", m.From), zap.String("to", m.To))
 	d.metrics.TargetMoved(kind)
+}
+
+// moveReporter is the queue's merge.MoveReporter: the moves it records
+// itself (at the daemon's start, and one it built on) are worded, logged
+// and counted as the looks' are.
+type moveReporter struct{ d *Daemon }
+
+func (t moveReporter) Reason(ctx context.Context, m merge.Move, seen string) (string, string) {
+	kind := t.d.moveKind(ctx, m.From, m.To)
+	return kind, t.d.targetMovedReason(kind, m, seen)
+}
+
+func (t moveReporter) Recorded(m merge.Move, kind, reason string) {
+	t.d.targetMovedRecorded(kind, m, reason)
+}
+
+// settleTarget compares the target with where the store last knew it to
+// be, once at start (merge.Queue.Settle): a move nobody looked at before
+// the last stop, or made while no daemon ran, is recorded then.
+func (d *Daemon) settleTarget(ctx context.Context) error {
+	if d.merge.queue == nil {
+		return nil
+	}
+	return d.merge.queue.Settle(ctx)
+}
+
+// targetClone names this repository in the store's record of where its
+// target was last known: its git directory, and on a shared store its
+// host too (every daemon's clone has a row of its own).
+func targetClone(cfg *config.Config) string {
+	dir := cfg.Repo
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	if !cfg.SharedStore() {
+		return dir
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + dir
 }
 
 // remoteTargetMoved records, once per tip, that the remote's target is at a

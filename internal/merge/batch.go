@@ -155,6 +155,8 @@ type outcomes struct {
 	nMerged, nRejected int
 	split, rebuild     bool
 	waiting            bool
+	// tip: the target moved to, written with the results (merge_target).
+	tip *tipWrite
 }
 
 func (o *outcomes) merged(e *Entry, commit, note string) {
@@ -214,7 +216,7 @@ func (q *Queue) finish(ctx context.Context, o *outcomes) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	if err := q.store.finishBatch(ctx, rs); err != nil {
+	if err := q.store.finishBatch(ctx, rs, o.tip); err != nil {
 		return err
 	}
 	o.stored = len(o.results)

@@ -441,13 +441,33 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 		return q.wait(ctx, es[0], "", why, errors.Join(err, q.store.requeueBatch(context.WithoutCancel(ctx), es, why)))
 	}
 	q.passed = passedGate{}
-	q.owned.moved(old, cand)
 	var res outcomes
+	var found *Move
+	if q.store.tracks() {
+		// The tip is known with the merges, in their transaction, and so
+		// is a move someone else made that the queue built on before a
+		// look claimed it: a stop before the next look loses neither.
+		var gen uint64
+		found, gen = q.owned.move(old, cand)
+		res.tip = &tipWrite{tip: cand, gen: gen}
+		if found != nil {
+			res.tip.events = q.events(ctx, []Move{*found}, "by the merge queue, which merged onto it")
+		}
+	} else {
+		q.owned.moved(old, cand)
+	}
 	for _, l := range line {
 		res.merged(l.e, l.commit, "")
 		q.batch.found(l.e)
 	}
-	return res.outcome(), q.finish(ctx, &res)
+	err = q.finish(ctx, &res)
+	switch {
+	case found != nil && err != nil:
+		q.owned.addFound(*found) // the next look records it
+	case res.tip != nil:
+		q.recorded(res.tip.events)
+	}
+	return res.outcome(), err
 }
 
 // blockedError: a person's working tree keeps the target from moving.

@@ -57,13 +57,40 @@ func (o *owned) set(tip string) {
 // that is not where the queue knew the target to be was someone else's
 // move, which no watcher claimed yet: it is kept for the next look.
 func (o *owned) moved(old, tip string) {
+	if f, _ := o.move(old, tip); f != nil {
+		o.addFound(*f)
+	}
+}
+
+// move is moved for a caller that records the move someone else made
+// that the queue built on itself (found, nil when none) in the store, with
+// the queue's move, in one transaction: the count after the move orders
+// that write (merge_target's gen); one that failed hands found back
+// (addFound) for the next look.
+func (o *owned) move(old, tip string) (found *Move, gen uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if old != o.current {
-		o.found = append(o.found, Move{From: o.current, To: old})
+		found = &Move{From: o.current, To: old}
 	}
 	o.current, o.pending = tip, ""
 	o.gen++
+	return found, o.gen
+}
+
+// addFound keeps m for the next look to report.
+func (o *owned) addFound(m Move) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.found = append(o.found, m)
+}
+
+// now is where the queue knows the target to be, and the count of its
+// changes.
+func (o *owned) now() (string, uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.current, o.gen
 }
 
 // done forgets a pending move that did not happen (the target moved
@@ -130,12 +157,6 @@ func (o *owned) claim(s Sighting) bool {
 	o.gen++
 	return true
 }
-
-// Took records a move of the target from old to tip that the daemon made
-// for the queue (the remote's target, merges of another daemon's queue,
-// taken): not someone else's. An old the queue did not know is someone
-// else's move, as for the queue's own moves.
-func (q *Queue) Took(old, tip string) { q.owned.moved(old, tip) }
 
 // Found takes the moves someone else made that the queue moved the
 // target on from before any watcher claimed them; each is returned once.

@@ -156,6 +156,14 @@ type Options struct {
 	// (another daemon's merges). An error leaves the report for later. A
 	// merged result whose commit no target holds is merged again (report).
 	Holds func(ctx context.Context, commit string) (bool, error)
+	// Clone names this repository in the store's record of where its
+	// target was last known (merge_target, known.go): "" keeps none. On a
+	// shared store each daemon's clone has a row of its own.
+	Clone string
+	// Moves words the moves of the target someone else made that the
+	// queue records itself (Settle, and a move it built on before a look
+	// claimed it), and is told of them.
+	Moves MoveReporter
 }
 
 // Queue is the merge queue of one repository. Its methods are safe for
@@ -219,7 +227,8 @@ func Open(ctx context.Context, opts Options) (*Queue, error) {
 		wake:  make(chan struct{}, 1),
 		batch: newBatchState(opts.Batch),
 	}
-	q.owned.set(start) // where the target is at start is the baseline
+	q.owned.set(start) // where the target is at start is the baseline (Settle: once it is compared)
+	q.store.clone, q.store.into = opts.Clone, opts.Into
 	return q, nil
 }
 

@@ -135,6 +135,9 @@ type Store struct {
 	// epoch is the leader epoch the queue's loop took (lead), 0 before: the
 	// loop's writes (loopWrite) check it in their transaction.
 	epoch atomic.Int64
+	// clone and into name this repository's row of merge_target (known.go);
+	// "" keeps none (a store opened by a tool).
+	clone, into string
 }
 
 // NewStore returns the queue stored in db; now is the clock (nil: time.Now).
@@ -667,6 +670,10 @@ func (s *Store) begin(ctx context.Context, e *Entry, target, candidate string, s
 // daemon that dies during its gate leaves every entry of it to resume.
 func (s *Store) beginBatch(ctx context.Context, es []*Entry, candidates []string, target string, seq uint32) error {
 	return s.loopWrite(ctx, "begin", func(tx *sql.Tx) error {
+		// The move the batch would make, known before the target can move.
+		if err := s.writePending(ctx, tx, target, candidates[len(candidates)-1]); err != nil {
+			return err
+		}
 		now := s.stamp()
 		for i, e := range es {
 			attempts := e.Attempts
@@ -713,7 +720,7 @@ func taskList(es []*Entry) string {
 
 // finish records e's result: merged at commit, or rejected with detail.
 func (s *Store) finish(ctx context.Context, e *Entry, res, commit, detail string) error {
-	return s.finishBatch(ctx, []result{{e: e, result: res, commit: commit, detail: detail}})
+	return s.finishBatch(ctx, []result{{e: e, result: res, commit: commit, detail: detail}}, nil)
 }
 
 // result is one entry's result, for finishBatch.
@@ -724,9 +731,13 @@ type result struct {
 }
 
 // finishBatch records the results of several entries in one transaction:
-// the entries of a batch whose target moved are merged together.
-func (s *Store) finishBatch(ctx context.Context, rs []result) error {
+// the entries of a batch whose target moved are merged together, with the
+// target's new tip (tip, nil when it did not move).
+func (s *Store) finishBatch(ctx context.Context, rs []result, tip *tipWrite) error {
 	return s.loopWrite(ctx, "finish", func(tx *sql.Tx) error {
+		if err := s.writeTip(ctx, tx, tip); err != nil {
+			return err
+		}
 		now := s.stamp()
 		for _, r := range rs {
 			e := r.e
