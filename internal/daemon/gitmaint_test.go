@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -89,4 +91,46 @@ func TestDaemonWithMaintenanceOffRunsNoGC(t *testing.T) {
 	if after, _ := gitmaint.Count(gitDir); after != before {
 		t.Errorf("loose objects: %d before, %d after a daemon with maintenance.gc off", before, after)
 	}
+}
+
+// TestDaemonGCTakesNothingOfTheStoreForAQuarantine: a sandbox writes its
+// quarantine as it likes, a pack too: one holding a copy of every object
+// of the repository's store (git repack -a, which borrows what the
+// alternate holds, or a copy of the store's packs). The daemon's git gc
+// must not drop the store's own copies for it: once the sandbox has
+// removed that pack, or its release refused it, every object of the
+// repository must still be there.
+func TestDaemonGCTakesNothingOfTheStoreForAQuarantine(t *testing.T) {
+	cfg := repo(t, agentsYAML("alice")+"maintenance: {loose_objects: 300}\n")
+	gitDir := bulk(t, cfg, 2000)
+	d := open(t, cfg)
+	// While the daemon runs, alice's sandbox packs what it reads through
+	// its alternate into its quarantine.
+	q := d.host.quarantine.Dir("alice")
+	if err := os.MkdirAll(filepath.Join(q, "pack"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pack := exec.Command("git", "--git-dir="+gitDir, "pack-objects", "-q", "--all", filepath.Join(q, "pack", "pack"))
+	pack.Stdin = strings.NewReader("")
+	if out, err := pack.CombinedOutput(); err != nil {
+		t.Fatalf("git pack-objects: %v: %s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Daemon: d, cancel: cancel, errc: make(chan error, 1)}
+	go func() { r.errc <- d.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	waitFor(t, "a git gc run recorded", func() bool { return len(gcRuns(t, r)) > 0 })
+	r.stop(t)
+	// The sandbox removes its pack (or a release refuses it).
+	if err := os.RemoveAll(filepath.Join(q, "pack")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "--git-dir="+gitDir, "fsck", "--connectivity-only", "--no-dangling").CombinedOutput(); err != nil {
+		t.Fatalf("the repository lost objects to the daemon's git gc: %v\n%s", err, firstLines(out, 5))
+	}
+}
+
+func firstLines(b []byte, n int) string {
+	lines := strings.SplitN(string(b), "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }

@@ -80,12 +80,14 @@ type Options struct {
 	// Every is how often the threshold is checked (0: DefaultEvery);
 	// Timeout bounds one run (0: DefaultTimeout).
 	Every, Timeout time.Duration
-	// Alternates are the object directories whose objects the refs may
-	// name before they reach the repository's store (the agents'
-	// quarantines), read at each run; nil for none.
-	Alternates func() []string
-	Procs      Procs
-	Log        *zap.Logger
+	// Prepare, if set, is called before each run, with the run's
+	// context: it moves into the repository's store the objects the refs
+	// may name before a session's end moves them (the agents'
+	// quarantines', checked). git gc reads no other object directory: one
+	// a sandbox writes can make it delete the store's objects.
+	Prepare func(ctx context.Context)
+	Procs   Procs
+	Log     *zap.Logger
 	// Observe, if set, is told of each run once it has ended.
 	Observe func(Run)
 }
@@ -269,12 +271,15 @@ func (m *Maintainer) run(ctx context.Context, loose, packs int) Run {
 // gc runs git gc and waits for it, ending it at the bound or when ctx
 // ends.
 func (m *Maintainer) gc(ctx context.Context) Run {
+	if m.opts.Prepare != nil && ctx.Err() == nil {
+		m.opts.Prepare(ctx)
+	}
 	if ctx.Err() != nil {
 		return Run{Result: ResultStopped}
 	}
 	out := &lastBytes{max: 2 << 10}
 	tree, err := m.opts.Procs.Start(proc.Spec{
-		Path: m.opts.Git, Args: m.Args(), Env: m.env(), Output: out,
+		Path: m.opts.Git, Args: m.Args(), Env: m.opts.Env, Output: out,
 		ID: "gitmaint-" + strconv.FormatUint(m.runs.Add(1), 10),
 	})
 	if err != nil {
@@ -310,9 +315,9 @@ func (m *Maintainer) gc(ctx context.Context) Run {
 // branch of its own, and packing holds packed-refs.lock while it lists
 // every ref), no reflog expiry (it holds each ref's lock, a worktree's
 // HEAD's while it lists every ref), no worktree pruning (the daemon's to
-// do), no commit-graph (it would record the commits it reads through the
-// quarantines, which a release may refuse). The thresholds are the
-// Maintainer's, and gc stays in the foreground, in its tree.
+// do), no commit-graph (no file that every git of the swarm's, the
+// sandboxes' too, would read that it did not read before). The thresholds
+// are the Maintainer's, and gc stays in the foreground, in its tree.
 func (m *Maintainer) Args() []string {
 	return append(slices.Clone(worktree.GitOptions),
 		"-c", "core.fsmonitor=false",
@@ -324,46 +329,6 @@ func (m *Maintainer) Args() []string {
 		"-c", "gc.worktreePruneExpire=never",
 		"-c", "gc.writeCommitGraph=false",
 		"--git-dir="+m.opts.GitDir, "gc", "--auto", "--quiet")
-}
-
-// env is git's environment for a run: the alternates the refs may need.
-func (m *Maintainer) env() []string {
-	env := slices.Clip(m.opts.Env)
-	if m.opts.Alternates == nil {
-		return env
-	}
-	var alts []string
-	for _, dir := range m.opts.Alternates() {
-		alts = append(alts, quoteAlternate(dir))
-	}
-	if len(alts) == 0 {
-		return env
-	}
-	return append(env, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+strings.Join(alts, ":"))
-}
-
-// quoteAlternate is dir as an entry of GIT_ALTERNATE_OBJECT_DIRECTORIES:
-// as it is, or C-quoted when it holds the separator or starts with a
-// quote (git 2.11 and later unquote it).
-func quoteAlternate(dir string) string {
-	if !strings.ContainsAny(dir, ":\"\\\n") {
-		return dir
-	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(dir); i++ {
-		switch c := dir[i]; {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c == 0x7f:
-			fmt.Fprintf(&b, "\\%03o", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // lastBytes keeps the last max bytes written to it: why git failed is its

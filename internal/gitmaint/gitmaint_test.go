@@ -2,6 +2,7 @@ package gitmaint
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/swarmd/swarmd/internal/proc"
+	"github.com/swarmd/swarmd/internal/quarantine"
 )
 
 func TestMain(m *testing.M) {
@@ -189,11 +191,15 @@ func TestPacksTheLooseObjectsAndKeepsWhatTheSwarmNeeds(t *testing.T) {
 }
 
 // TestReadsTheBranchesAQuarantineHolds: a running sandbox's commit is in
-// its quarantine until its session ends, its branch naming it. git gc
-// reads it there (the quarantines are its alternates): it runs, keeps the
-// commit's parent (old, packed, and named by nothing else), and packs
-// nothing of the quarantine into the repository. Without the alternates
-// git gc fails on that branch, for as long as a session runs.
+// its quarantine until its session ends, its branch naming it, and beside
+// it the sandbox left a pack of copies of the store's objects (git repack
+// -a through its alternate). Prepare moves the quarantine's objects into
+// the store, checked, before the run: git gc runs, keeps the commit's
+// parent (old, packed, and named by nothing else), and reads no object
+// directory the sandbox writes. Once the sandbox has removed its pack,
+// the repository is whole: had the quarantine been gc's alternate,
+// repack -l would have left every object that pack copied out of the new
+// pack, and deleted the store's own.
 func TestReadsTheBranchesAQuarantineHolds(t *testing.T) {
 	dir, gitDir := repo(t, 2000)
 	wt := filepath.Join(filepath.Dir(dir), "wt")
@@ -210,9 +216,13 @@ func TestReadsTheBranchesAQuarantineHolds(t *testing.T) {
 	for _, p := range packs {
 		os.Chtimes(p, month, month)
 	}
-	// The session's commit, in its quarantine.
-	q := filepath.Join(t.TempDir(), "q", "a")
-	os.MkdirAll(q, 0o755)
+	// The session's commit, in its quarantine, and its copies of the
+	// store's objects.
+	qs := quarantine.New(filepath.Join(t.TempDir(), "q"), gitDir, filepath.Join(t.TempDir(), "o"))
+	q, err := qs.Prepare("a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("git", "-C", wt, "commit", "-q", "--allow-empty", "-m", "in the quarantine")
 	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+q, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+filepath.Join(gitDir, "objects"))
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -221,23 +231,36 @@ func TestReadsTheBranchesAQuarantineHolds(t *testing.T) {
 	tip := git(t, wt, nil, "rev-parse", "HEAD")
 	os.RemoveAll(filepath.Join(gitDir, "logs", "refs", "heads", "swarm"))
 	os.RemoveAll(filepath.Join(gitDir, "worktrees", "wt", "logs"))
+	os.MkdirAll(filepath.Join(q, "pack"), 0o755)
+	cmd = exec.Command("git", "-C", wt, "pack-objects", "-q", "--all", filepath.Join(q, "pack", "pack"))
+	cmd.Env = append(os.Environ(), "GIT_OBJECT_DIRECTORY="+q, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+filepath.Join(gitDir, "objects"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pack the store's objects into the quarantine: %v: %s", err, out)
+	}
 
 	sup := supervisor(t)
 	runs := make(chan Run, 4)
-	m := newMaintainer(t, gitDir, sup, runs, Options{Alternates: func() []string { return []string{q} }})
+	prepared := 0
+	m := newMaintainer(t, gitDir, sup, runs, Options{Prepare: func(ctx context.Context) {
+		prepared++
+		if _, err := qs.Move(ctx, "a"); err != nil {
+			t.Errorf("Move: %v", err)
+		}
+	}})
 	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	r := waitRun(t, runs)
 	m.Stop()
-	if r.Result != ResultOK {
-		t.Fatalf("run: %+v", r)
+	if r.Result != ResultOK || prepared != 1 {
+		t.Fatalf("run: %+v, prepared %d times", r, prepared)
 	}
-	if !objectExists(t, dir, parent) {
-		t.Errorf("the parent of the quarantined commit (%s) is gone", parent)
+	if !objectExists(t, dir, parent) || !objectExists(t, dir, tip) {
+		t.Errorf("the quarantined commit %s or its parent %s is not in the repository", tip, parent)
 	}
-	if out, err := exec.Command("git", "-C", dir, "cat-file", "-e", tip).CombinedOutput(); err == nil {
-		t.Errorf("the quarantined commit %s is in the repository's store: %s", tip, out)
+	os.RemoveAll(filepath.Join(q, "pack"))
+	if out, err := exec.Command("git", "-C", dir, "fsck", "--connectivity-only", "--no-dangling").CombinedOutput(); err != nil {
+		t.Errorf("the repository lost objects to git gc: %v\n%s", err, out)
 	}
 }
 
@@ -328,18 +351,5 @@ func TestBelowTheThresholdNothingRuns(t *testing.T) {
 	case r := <-runs:
 		t.Errorf("a run below the threshold: %+v", r)
 	default:
-	}
-}
-
-func TestQuoteAlternate(t *testing.T) {
-	for in, want := range map[string]string{
-		"/s/q/a":    "/s/q/a",
-		"/s:x/q/a":  `"/s:x/q/a"`,
-		`/s"x\y`:    `"/s\"x\\y"`,
-		"/s\nx/q/a": `"/s\012x/q/a"`,
-	} {
-		if got := quoteAlternate(in); got != want {
-			t.Errorf("quoteAlternate(%q) = %s, want %s", in, got, want)
-		}
 	}
 }
