@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ esac`)
 	// Moved by hand while no daemon runs: recorded at the next start,
 	// once, and never again.
 	moved := strings.TrimSpace(git(t, dir, "commit-tree", "-p", "main", "-m", "by hand", "main^{tree}"))
-	git(t, dir, "update-ref", "refs/heads/main", moved)
+	git(t, dir, "update-ref", "refs/heads/main", strings.TrimSpace(moved))
 	want := fmt.Sprintf("main advanced from %.12s to %.12s by someone other than the merge queue, seen at the daemon's start", merged, moved)
 	if got := run(nil); len(got) != 1 || got[0] != want {
 		t.Fatalf("target_moved %q at the start after a move by hand, want once %q", got, want)
@@ -285,5 +286,39 @@ func TestSharedStoreStartRecordsNoFollow(t *testing.T) {
 	want := fmt.Sprintf("main advanced from %.12s to %.12s by someone other than the merge queue, seen at the daemon's start", merged, hand)
 	if got := moves(); len(got) != 1 || got[0] != want {
 		t.Fatalf("target_moved %q, want once %q", got, want)
+	}
+}
+
+// A look whose record the store refuses (an error writing merge_target
+// with its event) records nothing else: the move is handed back, and
+// recorded once, by a later look, by the queue's next merge or, when the
+// daemon stops first, by the next start. An event of its own in the
+// journal, besides, would be recorded a second time by that start, which
+// finds the target's known tip still before the move.
+func TestTargetMoveWhoseRecordFailedIsRecordedOnce(t *testing.T) {
+	cfg := agentMovesTarget(t, "echo idle; echo DONE")
+	dir := filepath.Dir(cfg)
+	ctx := context.Background()
+	r := start(t, cfg)
+	exec := func(q string) {
+		withStore(t, cfg, func(tx *store.Tx) {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	exec(`CREATE TRIGGER refuse_merge_target BEFORE UPDATE ON merge_target BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`)
+	moved := git(t, dir, "commit-tree", "-p", "main", "-m", "moved by hand", "main^{tree}")
+	git(t, dir, "update-ref", "refs/heads/main", strings.TrimSpace(moved))
+	r.lookAtTarget(ctx, "by the test")
+	r.stop(t)
+	exec(`DROP TRIGGER refuse_merge_target`)
+	for range 2 {
+		r = start(t, cfg)
+		got := targetMoves(t, r)
+		r.stop(t)
+		if len(got) != 1 {
+			t.Fatalf("target_moved %q after a restart, want the one move", got)
+		}
 	}
 }

@@ -79,14 +79,18 @@ func (d *Daemon) moveKind(ctx context.Context, prev, tip string) string {
 
 // recordTargetMoved records m, of kind, seen as seen: record writes its
 // event with the target's known tip (merge.Queue.Record), in one
-// transaction; a store that refuses has the event go through the journal,
-// and the next start may then record the move again (its known tip is
-// the one before it).
+// transaction. A store that refuses gets the move handed back
+// (merge.Queue.Unrecorded), recorded by the next look, the queue's next
+// merge or the next start, whichever comes first: an event of its own
+// besides (the journal's) would be recorded again by that start, which
+// finds the known tip still before the move.
 func (d *Daemon) recordTargetMoved(ctx context.Context, kind string, m merge.Move, seen string, record func(reason string) error) {
 	reason := d.targetMovedReason(kind, m, seen)
 	if err := record(reason); err != nil {
-		d.log.Warn("merge target: record a move with the target's known tip; recorded in the event log alone", zap.Error(err))
-		d.journal.Event(store.EventRecord{At: time.Now(), Agent: "merge", Event: "target_moved", Actor: "swarmd", Reason: reason})
+		d.log.Warn("merge target: the store refused the record of a move of the target; the next look records it",
+			zap.String("kind", kind), zap.String("from", m.From), zap.String("to", m.To), zap.Error(err))
+		d.merge.queue.Unrecorded(m)
+		return
 	}
 	d.targetMovedRecorded(kind, m, reason)
 }

@@ -443,16 +443,22 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 	q.passed = passedGate{}
 	var res outcomes
 	var found *Move
+	var unrecorded []Move
 	if q.store.tracks() {
 		// The tip is known with the merges, in their transaction, and so
 		// is a move someone else made that the queue built on before a
 		// look claimed it: a stop before the next look loses neither.
+		// So is one a look saw but could not record (the store refused
+		// it, Unrecorded): once the known tip is past it, no start
+		// would.
 		var gen uint64
 		found, gen = q.owned.move(old, cand)
 		res.tip = &tipWrite{tip: cand, gen: gen}
 		if found != nil {
 			res.tip.events = q.events(ctx, []Move{*found}, "by the merge queue, which merged onto it")
 		}
+		unrecorded = q.owned.takeFound()
+		res.tip.events = append(res.tip.events, q.events(ctx, unrecorded, "by the merge queue, as it merged")...)
 	} else {
 		q.owned.moved(old, cand)
 	}
@@ -462,8 +468,14 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 	}
 	err = q.finish(ctx, &res)
 	switch {
-	case found != nil && err != nil:
-		q.owned.addFound(*found) // the next look records it
+	case err != nil && res.tip != nil:
+		// The next look records them.
+		if found != nil {
+			q.owned.addFound(*found)
+		}
+		for _, m := range unrecorded {
+			q.owned.addFound(m)
+		}
 	case res.tip != nil:
 		q.recorded(res.tip.events)
 	}

@@ -170,6 +170,12 @@ func (o *owned) takeFound() []Move {
 	return f
 }
 
+// Unrecorded hands back m, a move someone else made that Found or Claim
+// took but whose record the store refused: the next look records it, or
+// the queue's next merge with its own record; a stop before either leaves
+// it to the next start (Settle), as the known tip is still before it.
+func (q *Queue) Unrecorded(m Move) { q.owned.addFound(m) }
+
 // IsAncestor reports whether commit a is an ancestor of b (or b itself).
 func (q *Queue) IsAncestor(ctx context.Context, a, b string) (bool, error) {
 	return q.repo.isAncestor(ctx, a, b)
