@@ -2,10 +2,12 @@ package taskboard
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/store/storetest"
 	"github.com/swarmd/swarmd/internal/task"
 )
@@ -74,6 +76,57 @@ func TestGiveBackCountsNoRetry(t *testing.T) {
 		// Another agent takes it up and works on it as on any OPEN task.
 		if _, err := b.Claim(ctx, working.ID, "carol", "carol-1"); err != nil {
 			t.Fatalf("claim of the task given back: %v", err)
+		}
+	})
+}
+
+// TestTakeBackAfterLeaseLostIsFenced: on a shared store, the daemon that
+// lost an agent's lease (paused past lease_timeout) and then stops the
+// agent (the operator, a reload that removes it, its errors) must not take
+// back the tasks the agent holds: they are the other daemon's now, which
+// runs the agent and whose session may be working on one. GiveBack and
+// Orphan of the agent are refused as fenced, and the task stays with the
+// session working on it. On both engines.
+func TestTakeBackAfterLeaseLostIsFenced(t *testing.T) {
+	storetest.Engines(t, "takeback", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		target := fresh(t)
+		db0 := storetest.OpenTarget(t, target)
+		b0 := New(db0, Options{})
+		storetest.HoldLeases(t, db0, "d0", "alice")
+		tk := add(t, b0, NewTask{Title: "alice's"})
+		started(t, b0, tk, "alice", "alice-1")
+		// d0 loses the lease; d1 takes it, takes the task back as a
+		// crash's and alice, on d1, works on it again.
+		if err := db0.ReleaseLeases(ctx, "d0", nil); err != nil {
+			t.Fatal(err)
+		}
+		db1 := storetest.OpenTarget(t, target)
+		b1 := New(db1, Options{})
+		storetest.HoldLeases(t, db1, "d1", "alice")
+		if _, err := b1.Orphan(ctx, "alice", "lease expired"); err != nil {
+			t.Fatal(err)
+		}
+		started(t, b1, tk, "alice", "alice-2")
+
+		var fenced *store.FencedError
+		if moved, err := b0.GiveBack(ctx, "alice", "agent alice stopped: stop requested by operator"); !errors.As(err, &fenced) {
+			t.Errorf("give back by the daemon that lost alice's lease = %v, %v; want refused as fenced", ids(moved), err)
+		}
+		if moved, err := b0.Orphan(ctx, "alice", "agent alice stopped: max_consecutive_errors"); !errors.As(err, &fenced) {
+			t.Errorf("orphan by the daemon that lost alice's lease = %v, %v; want refused as fenced", ids(moved), err)
+		}
+		got, err := b1.Get(ctx, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != task.InProgress || got.Claimant != "alice" || got.ClaimSession != "alice-2" {
+			t.Fatalf("task %s held by %q (session %q); want IN_PROGRESS with alice-2, the session of the daemon that has the lease",
+				got.StateName, got.Claimant, got.ClaimSession)
+		}
+		// The daemon that has the lease still takes the tasks back.
+		if moved, err := b1.GiveBack(ctx, "alice", "agent alice stopped: stop requested by operator"); err != nil || len(moved) != 1 {
+			t.Fatalf("give back by the lease's holder = %v, %v; want the task", ids(moved), err)
 		}
 	})
 }

@@ -873,10 +873,18 @@ func (b *Board) Unclaim(ctx context.Context, session string) error {
 // A CLAIMED task goes back to OPEN; an IN_PROGRESS one goes ORPHANED, then
 // OPEN with orphan_recovered (a retry), or FAILED past max_retries. Each of
 // these events carries the abort reason of the session that held the task,
-// if it ended abnormally (abortOf). It returns the tasks it moved.
+// if it ended abnormally (abortOf). It returns the tasks it moved. An
+// agent's tasks are taken back under its lease (a shared store): a daemon
+// that lost it is refused (store.FencedError), since the agent's tasks are
+// the other daemon's now, one perhaps held by a session running there.
 func (b *Board) Orphan(ctx context.Context, agent, why string) ([]Task, error) {
 	var out []Task
 	err := b.write(ctx, "orphan", func(tx *sql.Tx) error {
+		if agent != "" {
+			if err := b.db.FenceTx(ctx, tx, agent); err != nil {
+				return err
+			}
+		}
 		var err error
 		out, err = b.OrphanTx(ctx, tx, agent, why)
 		return err
@@ -936,13 +944,17 @@ func (b *Board) orphanTx(ctx context.Context, tx *sql.Tx, t *Task, why string) e
 // attempt starts a new line. Each event carries the abort reason of the
 // session that held the task, if it ended abnormally. It returns the tasks
 // it moved. A stop that is the work's failure (its errors, a fatal error)
-// is Orphan's.
+// is Orphan's. As Orphan, it is refused (store.FencedError) to a daemon
+// that lost the agent's lease.
 func (b *Board) GiveBack(ctx context.Context, agent, why string) ([]Task, error) {
 	if agent == "" {
 		return nil, invalidf("give back: no agent named")
 	}
 	var out []Task
 	err := b.write(ctx, "give back", func(tx *sql.Tx) error {
+		if err := b.db.FenceTx(ctx, tx, agent); err != nil {
+			return err
+		}
 		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE state IN ('CLAIMED', 'IN_PROGRESS') AND claimant = ?`, agent)
 		if err != nil {
 			return err
