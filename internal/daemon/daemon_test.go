@@ -16,6 +16,7 @@ import (
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/fence"
+	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -339,5 +340,35 @@ func TestReloadKeepsWhatOnlyARestartApplies(t *testing.T) {
 	}
 	if now.StallAfter != 7*time.Minute {
 		t.Errorf("stall_after = %s, want the reload's 7m", now.StallAfter)
+	}
+}
+
+// TestReloadUpdatesTheMailRecipients: the daemon's own mail (the merge
+// queue's word to a worker, the dashboard's messages) reaches an agent a
+// reload added, and a broadcast goes to the agents of the config in force,
+// not to the ones the daemon started with.
+func TestReloadUpdatesTheMailRecipients(t *testing.T) {
+	cfg := repo(t, agentsYAML("alice", "bob"))
+	d := start(t, cfg)
+	d.waitRunning(t, "alice", "bob")
+	writeFile(t, cfg, agentsYAML("alice", "carol"))
+	if err := d.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := d.mail.Send(ctx, mailbox.Draft{From: mailbox.Operator, To: "carol", Subject: "merge of task #1", Body: "it conflicts"}); err != nil {
+		t.Errorf("mail to carol, whom the reload added: %v", err)
+	}
+	msgs, err := d.mail.Broadcast(ctx, mailbox.Draft{From: mailbox.Operator, Subject: "all", Body: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to []string
+	for _, m := range msgs {
+		to = append(to, m.To)
+	}
+	slices.Sort(to)
+	if !slices.Equal(to, []string{"alice", "carol"}) {
+		t.Errorf("broadcast to %v, want the agents of the config in force: alice and carol", to)
 	}
 }

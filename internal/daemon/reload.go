@@ -47,6 +47,13 @@ func (d *Daemon) Reload(path string) error {
 	d.live.mu.Lock()
 	d.live.cfg, d.live.backends = cfg, backends
 	d.live.mu.Unlock()
+	if !cfg.SharedStore() {
+		// The daemon's own mail (the merge queue's, the dashboard's) goes
+		// to the agents of the config in force. (On a shared store it
+		// checks no recipient: other daemons run agents this config does
+		// not name.) The names are valid: the config was.
+		_ = d.mail.SetAgents(cfg.AgentNames())
+	}
 	d.gates.providers.SetBackoff(cfg)
 	d.gates.admission.SetLimits(admissionLimits(cfg))
 	d.host.sup.SetNice(cfg.Limits.SessionNice)

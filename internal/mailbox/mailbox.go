@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
@@ -62,28 +63,55 @@ type Mailbox struct {
 	insertStmt *sql.Stmt
 
 	maxBody     int
-	urgentEvery time.Duration   // 0: no bound
-	agents      map[string]bool // nil: any well-formed recipient
-	agentList   []string        // sorted, for error messages and Broadcast
+	urgentEvery time.Duration // 0: no bound
+	// known are the recipients (nil: any well-formed one); SetAgents
+	// replaces them while the mailbox is in use.
+	known atomic.Pointer[recipients]
+}
+
+// recipients are the known recipients of a mailbox.
+type recipients struct {
+	agents map[string]bool // the agents and Operator
+	list   []string        // the agents, sorted, for error messages and Broadcast
+}
+
+// newRecipients is the recipients agents and Operator.
+func newRecipients(agents []string) (*recipients, error) {
+	r := &recipients{agents: make(map[string]bool, len(agents)+1)}
+	for _, a := range agents {
+		if !agent.ValidName(a) {
+			return nil, invalid("agents", store.ErrInvalidName, "agent name %q is invalid (want %s)", a, agent.NamePattern)
+		}
+		if a != Operator && !r.agents[a] {
+			r.list = append(r.list, a)
+		}
+		r.agents[a] = true
+	}
+	r.agents[Operator] = true
+	slices.Sort(r.list)
+	return r, nil
+}
+
+// SetAgents makes agents the known recipients (with Operator), as a
+// reload changes the config's agents, for a mailbox New gave agents to.
+func (mb *Mailbox) SetAgents(agents []string) error {
+	r, err := newRecipients(agents)
+	if err != nil {
+		return fmt.Errorf("mailbox: set agents: %w", err)
+	}
+	mb.known.Store(r)
+	return nil
 }
 
 // New is the mailbox of db. Close it before db.
 func New(ctx context.Context, db *store.DB, opts Options) (*Mailbox, error) {
 	mb := &Mailbox{db: db, maxBody: opts.MaxBodyBytes, urgentEvery: opts.UrgentEvery}
 	if opts.Agents != nil {
-		mb.agents = make(map[string]bool, len(opts.Agents))
-		for _, a := range opts.Agents {
-			if !agent.ValidName(a) {
-				return nil, fmt.Errorf("mailbox: open: %w", invalid("agents", store.ErrInvalidName,
-					"agent name %q is invalid (want %s)", a, agent.NamePattern))
-			}
-			if a != Operator && !mb.agents[a] {
-				mb.agentList = append(mb.agentList, a)
-			}
-			mb.agents[a] = true
+		r, err := newRecipients(opts.Agents)
+		if err != nil {
+			return nil, fmt.Errorf("mailbox: open: %w", err)
 		}
-		mb.agents[Operator] = true
-		slices.Sort(mb.agentList)
+		mb.known.Store(r)
 	}
 	var err error
 	if mb.maxBody <= 0 {

@@ -276,12 +276,13 @@ func (mb *Mailbox) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 	if err := cmp.Or(validateSender(d.From), mb.validateContent(d.Subject, d.Body)); err != nil {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", err)
 	}
-	if mb.agents == nil {
+	known := mb.known.Load()
+	if known == nil {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrNoRecipients,
 			"broadcast needs the list of agents, and none was configured"))
 	}
 	var to []string
-	for _, a := range mb.agentList {
+	for _, a := range known.list {
 		if a != d.From {
 			to = append(to, a)
 		}
@@ -391,11 +392,12 @@ func (mb *Mailbox) validateContent(subject, body string) error {
 }
 
 func (mb *Mailbox) validateRecipient(from, to string) error {
+	known := mb.known.Load()
 	switch {
 	case to == "":
 		return invalid("to", ErrUnknownRecipient, "no recipient")
-	case mb.agents != nil && !mb.agents[to]:
-		return invalid("to", ErrUnknownRecipient, "unknown recipient %q (known: %s)", to, strings.Join(append(mb.agentList[:len(mb.agentList):len(mb.agentList)], Operator), ", "))
+	case known != nil && !known.agents[to]:
+		return invalid("to", ErrUnknownRecipient, "unknown recipient %q (known: %s)", to, strings.Join(append(known.list[:len(known.list):len(known.list)], Operator), ", "))
 	case !validName(to):
 		return invalid("to", ErrUnknownRecipient, "recipient %q is not a valid agent name", to)
 	case to == from:
