@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -679,9 +680,18 @@ func (d *Daemon) recoverTasks(ctx context.Context, cfg *config.Config, agents []
 // the next start orphans it, as after a crash.
 func (d *Daemon) holdOver() {
 	cfg, _ := d.current()
+	// The agents that ran, not only those of the config in force: one a
+	// reload removed whose runner the daemon's stop reached first gave its
+	// task back to no one, and the next start requeues it (no retry).
+	agents := cfg.AgentNames()
+	for _, name := range d.reg.Names() {
+		if !slices.Contains(agents, name) {
+			agents = append(agents, name)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	held, err := d.tasks.HoldOver(ctx, d.leaseHolder().Daemon, cfg.AgentNames())
+	held, err := d.tasks.HoldOver(ctx, d.leaseHolder().Daemon, agents)
 	if err != nil {
 		d.log.Warn("hold the agents' tasks over the stop: the next start requeues them as after a crash", zap.Error(err))
 		return

@@ -211,3 +211,34 @@ func TestTasksHeldOverByAnotherDaemonAreRequeued(t *testing.T) {
 		t.Fatalf("history %+v: want IN_PROGRESS -> OPEN naming the other daemon, no retry, not kept", h)
 	}
 }
+
+// TestOrderlyStopHoldsOverTheTaskOfAnAgentAReloadWasRemoving: a SIGHUP
+// that removes an agent and a SIGTERM together, the config swapped but the
+// daemon's stop reaching the agent's runner first: its task is held over
+// all the same (it ran), and the next start, without the agent, requeues
+// it without a retry, as for an agent removed across a restart. Before,
+// the stop marked the tasks of the config in force only, and the next
+// start orphaned this one (a retry).
+func TestOrderlyStopHoldsOverTheTaskOfAnAgentAReloadWasRemoving(t *testing.T) {
+	cfgPath := repo(t, "")
+	r, tk, holder := startWorking(t, cfgPath, "")
+	other := "alice"
+	if holder == "alice" {
+		other = "bob"
+	}
+	// The reload's config in force, its removal of holder not yet sent.
+	writeFile(t, cfgPath, restartYAML("", anyTask, other))
+	without, err := r.opts.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.live.mu.Lock()
+	r.live.cfg = without
+	r.live.mu.Unlock()
+	r.stop(t)
+
+	got, h := ended(t, start(t, cfgPath), tk.ID)
+	if got.State != task.Closed || got.Retries != 0 || hasEvent(h, func(e taskboard.Event) bool { return e.To == "ORPHANED" }) {
+		t.Fatalf("task %s with %d retries, history %+v; want CLOSED by %s with no retry and no ORPHANED", got.StateName, got.Retries, h, other)
+	}
+}
