@@ -98,11 +98,7 @@ func (d *Daemon) recordTargetMoved(ctx context.Context, kind string, m merge.Mov
 // targetMovedReason is the reason of a target_moved event.
 func (d *Daemon) targetMovedReason(kind string, m merge.Move, seen string) string {
 	cfg, _ := d.current()
-	into := ""
-	if cfg.Merge != nil {
-		into = cfg.Merge.Into
-	}
-	reason := fmt.Sprintf("%s %s from %.12s to %.12s by someone other than the merge queue, seen %s", into, kind, m.From, m.To, seen)
+	reason := fmt.Sprintf("%s %s from %.12s to %.12s by someone other than the merge queue, seen %s", mergeInto(cfg), kind, m.From, m.To, seen)
 	if kind == "rewound" {
 		reason += ": merges the queue made may no longer be on it"
 	}
@@ -112,11 +108,7 @@ func (d *Daemon) targetMovedReason(kind string, m merge.Move, seen string) strin
 // targetMovedRecorded logs and counts a move recorded.
 func (d *Daemon) targetMovedRecorded(kind string, m merge.Move, reason string) {
 	cfg, _ := d.current()
-	into := ""
-	if cfg.Merge != nil {
-		into = cfg.Merge.Into
-	}
-	d.log.Error("MERGE TARGET MOVED: "+reason, zap.String("target", into), zap.String("kind", kind),
+	d.log.Error("MERGE TARGET MOVED: "+reason, zap.String("target", mergeInto(cfg)), zap.String("kind", kind),
 		zap.String("from", m.From), zap.String("to", m.To))
 	d.metrics.TargetMoved(kind)
 }

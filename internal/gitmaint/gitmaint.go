@@ -15,10 +15,12 @@
 // expiry, no worktree pruning and no commit-graph written, so that it takes
 // no lock that an agent's git or the daemon's other git waits on (a FIFO a
 // session planted where git lists the refs holds it until its bound, and
-// nothing else); git's own prune grace for unreachable objects; and the
-// agents' quarantines as alternates, so that a branch whose tip a running
-// sandbox has written only there is read through them (without them git gc
-// fails on such a branch), while nothing of them is packed (-l) or pruned.
+// nothing else); git's own prune grace for unreachable objects; and no
+// object directory a sandbox writes read (git trusts an alternate as its own
+// store, and repack -l -d would delete the repository's copies of what one
+// holds): Options.Prepare moves the quarantines' objects in, checked,
+// before each run, so that a branch whose tip a running sandbox has written
+// only there resolves.
 package gitmaint
 
 import (
