@@ -135,7 +135,8 @@ func TestBuilderTaskKeptOverRestart(t *testing.T) {
 	if err != nil || p.Task != tk.ID {
 		t.Fatalf("prompt = %+v, %v; want task %d", p, err, tk.ID)
 	}
-	if err := settlerOf(db, b).Started(ctx, "alice", "alice-1-aaaa", p.Task, nil); err != nil {
+	if _, err := settlerOf(db, b).Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-1-aaaa", Seq: 1,
+		Started: time.Now(), Task: p.Task}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The daemon's orderly stop ends the session, records it, and holds
@@ -193,7 +194,8 @@ func TestBuilderTasksSignalsAndIdle(t *testing.T) {
 			t.Errorf("prompt lacks %q:\n%s", want, p.Text)
 		}
 	}
-	if err := settlerOf(db, b).Started(ctx, "alice", "alice-1-aaaa", p.Task, nil); err != nil {
+	if _, err := settlerOf(db, b).Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-1-aaaa", Seq: 1,
+		Started: time.Now(), Task: p.Task}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A session that ends without a signal: the task continues.

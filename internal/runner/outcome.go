@@ -25,19 +25,18 @@ import (
 // wait at each refusal, until they succeed or ctx ends.
 type Settler interface {
 	// Begin records that a session is about to start: its row is durable
-	// before the process runs. A seq some other session has already is
-	// ErrSeqTaken, with next the first free one.
+	// before the process runs, and the task its prompt newly claimed
+	// (SessionBegin.Task) moves to IN_PROGRESS in the same transaction. A
+	// seq some other session has already is ErrSeqTaken, with next the
+	// first free one (the task then stays CLAIMED, for Release).
 	Begin(ctx context.Context, b SessionBegin, wait func(error)) (next uint32, err error)
 	// Settle records a finished session's outcome exactly once: its row's
 	// end, its mail acknowledged (completed) or noted (not), its task and
 	// review reported by the signal its result carries.
 	Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error)
 	// Release returns the mail and task claimed for a session that never
-	// started.
+	// started (the task also when Begin started it for the session).
 	Release(ctx context.Context, sessionID string, wait func(error)) error
-	// Started is told that the session whose prompt carried a newly claimed
-	// task has started working on it.
-	Started(ctx context.Context, agent, sessionID string, task int64, wait func(error)) error
 	// Stopped is told that the agent stopped for good in this run (not for
 	// a daemon shutdown): the tasks it holds go back to the board, as a
 	// failure of the work when failed (its errors, a fatal error: a
@@ -71,6 +70,9 @@ type SessionBegin struct {
 	Started    time.Time
 	HeadBefore string
 	LogPath    string
+	// Task is the task the session's prompt newly claimed (0: none, or one
+	// the agent held already): its start is recorded with the session's.
+	Task int64
 }
 
 // Settlement is how a session ended.
@@ -149,16 +151,20 @@ func (r *Runner) setStoreWait(reason string, since time.Time) {
 	})
 }
 
-// begin makes the session's row durable before its process starts. An
-// error means the session must not start: a stop came first, or its seq is
+// begin makes the session's row durable before its process starts, and
+// starts the task its prompt newly claimed in the same commit. An error
+// means the session must not start: a stop came first, or its seq is
 // another session's (the seq then moves past it).
 func (r *Runner) begin(start time.Time) error {
 	b := SessionBegin{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Started: start,
-		HeadBefore: r.tree.headBefore, LogPath: r.logPath()}
+		HeadBefore: r.tree.headBefore, LogPath: r.logPath(), Task: r.work.startTask()}
 	// Cut short by a stop (stop.ctx): the session must not start then.
 	return r.waitingOnStore("record the session's start", func(_ context.Context, wait func(error)) error {
 		next, err := r.cfg.Settler.Begin(r.stop.ctx, b, wait)
 		r.seq.begun(next, err)
+		if err == nil {
+			r.work.begun()
+		}
 		return err
 	})
 }
@@ -252,19 +258,6 @@ func (r *Runner) release() {
 	})
 	if err != nil {
 		r.log.Error("return claimed mail", zap.String("session", r.seq.id), zap.Error(err))
-	}
-}
-
-// taskStarted moves the task a session was started on to IN_PROGRESS.
-func (r *Runner) taskStarted() {
-	if !r.work.startTask() {
-		return
-	}
-	err := r.waitingOnStore("start the session's task", func(ctx context.Context, wait func(error)) error {
-		return r.cfg.Settler.Started(ctx, r.cfg.Name, r.seq.id, r.work.task, wait)
-	})
-	if err != nil {
-		r.log.Warn("start the session's task", zap.Int64("task", r.work.task), zap.Error(err))
 	}
 }
 

@@ -57,7 +57,7 @@ type Prompt struct {
 	Watermark int64
 	Mail      int   // messages the prompt carries
 	Task      int64 // the task the prompt carries (claimed or continued), 0 for none
-	NewTask   bool  // Task was claimed for this prompt: Started moves it on
+	NewTask   bool  // Task was claimed for this prompt: the session's Begin starts it
 	Review    int64 // the task whose review the prompt asks for, 0 for none
 	// Idle: the agent said it is done and has no mail and no task. No
 	// session starts; the runner waits for Wake.
@@ -99,13 +99,18 @@ func (w *work) unclaim() bool {
 	return true
 }
 
-// startTask reports, once, that the session started on a task its prompt
-// newly claimed.
-func (w *work) startTask() bool {
-	was := w.newTask
-	w.newTask = false
-	return was
+// startTask is the task the prompt newly claimed, which the session's
+// begin starts (0: none); begun forgets it once that is recorded.
+func (w *work) startTask() int64 {
+	if !w.newTask {
+		return 0
+	}
+	return w.task
 }
+
+// begun notes that the session's row is recorded, its new task started
+// with it.
+func (w *work) begun() { w.newTask = false }
 
 // settlement is the ended session's settlement without its verdict: the
 // mail, task and review it carried. The mail is settled once.

@@ -10,8 +10,12 @@ func TestWork(t *testing.T) {
 	if !w.claimed || w.carried != 2 || w.task != 7 || w.review != 9 {
 		t.Fatalf("took: %+v", w)
 	}
-	if !w.startTask() || w.startTask() {
-		t.Error("a new task did not start exactly once")
+	if got := w.startTask(); got != 7 {
+		t.Errorf("startTask = %d before the begin, want 7", got)
+	}
+	w.begun()
+	if got := w.startTask(); got != 0 {
+		t.Errorf("startTask = %d after the begin, want 0: a new task starts once", got)
 	}
 	st := w.settlement(SessionRecord{SessionID: "s"}, "DONE")
 	if st.Mail != 2 || st.Task != 7 || st.Review != 9 || st.Result != "DONE" || st.Session.SessionID != "s" {

@@ -155,7 +155,6 @@ func (r *Runner) spawn() {
 	}
 	r.limits.started++
 	r.apply(agent.EvSessionStarted(r.seq.n), "runner", "pid "+strconv.Itoa(sess.Pid()))
-	r.taskStarted()
 	r.maybeInterrupt()
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // Group commits outcomes (and sessions' starts) that wait for the store at
@@ -36,21 +37,28 @@ func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, erro
 // begin records a session's start in the next batch: the sessions of a
 // swarm start together as often as they end together (200 at a daemon's
 // start), and one transaction each queued them behind each other's turn
-// for the writer. inserted is false when the row was there already or its
-// seq is another session's (store.DB.SessionBegun tells which).
-func (g *Group) begin(ctx context.Context, s *Settler, rec store.SessionRecord) (bool, error) {
-	var inserted func() (bool, error)
-	_, err := g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
+// for the writer. The task the session starts on (task, unless 0) moves to
+// IN_PROGRESS in the same transaction, held by the session, if the row is
+// the session's; a transaction of its own was one more commit a task.
+// inserted is false when the row was there already or its seq is another
+// session's (store.DB.SessionBegun tells which); started, once inserted
+// said, tells whether the task moved (taskboard.Board.StartHeldTx).
+func (g *Group) begin(ctx context.Context, s *Settler, rec store.SessionRecord, task int64) (inserted func() (bool, error), started func(context.Context) error, err error) {
+	_, err = g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		inserted, err = s.DB.BeginSessionTx(ctx, tx, rec)
+		started = nil
+		if inserted, err = s.DB.BeginSessionTx(ctx, tx, rec); err != nil || task == 0 || s.Tasks == nil {
+			return err
+		}
+		started, err = s.Tasks.StartHeldTx(ctx, tx, task, taskboard.Holder{Agent: rec.Agent, Session: rec.SessionID})
 		return err
 	})
 	if err != nil {
-		return false, err
+		return nil, nil, err
 	}
-	// Read after the commit: the insert went with the batch's next
-	// statement or its commit, not in a round trip of its own.
-	return inserted()
+	// Read after the commit: the writes went with the batch's next
+	// statement or its commit, not in a round trip of their own.
+	return inserted, started, nil
 }
 
 // write runs do in the next batch, ahead of the process's other writes,

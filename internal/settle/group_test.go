@@ -262,26 +262,29 @@ func startsAndOutcomesCommitTogether(t *testing.T, target string) int64 {
 	return trips
 }
 
-// A started session's task moves to IN_PROGRESS in the outcomes' next
-// batch, not in a transaction of its own; a task its agent started already
-// is no error, and leaves the batch's other writes alone.
-func TestTaskStartsShareTheOutcomesBatch(t *testing.T) {
-	db, _, recs := groupEnv(t, 1) // alice-1 begun, unsettled
+// A session's begin starts the task its prompt claimed in the same
+// transaction as its row, in the outcomes' next batch: no transaction of
+// its own. A begin whose seq is another session's starts nothing (the
+// task stays CLAIMED for Release), and leaves the batch's other writes
+// alone; a task no longer CLAIMED does not keep its session from starting.
+func TestTaskStartsWithItsSessionsBegin(t *testing.T) {
+	db, _, recs := groupEnv(t, 2) // alice-1 and alice-2 begun, unsettled
 	ctx := context.Background()
 	board := taskboard.New(db, taskboard.Options{})
-	var ids []int64
-	for _, agent := range []string{"bob", "carol", "dave"} {
+	sessions := map[string]string{"bob": "bob-1", "carol": "carol-1", "dave": "dave-1", "alice": "alice-x"}
+	ids := map[string]int64{}
+	for _, agent := range []string{"bob", "carol", "dave", "alice"} {
 		tk, err := board.Add(ctx, taskboard.NewTask{Title: agent + "'s"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := board.Claim(ctx, tk.ID, agent, agent+"-1"); err != nil {
+		if _, err := board.Claim(ctx, tk.ID, agent, sessions[agent]); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, tk.ID)
+		ids[agent] = tk.ID
 	}
-	// dave started his himself.
-	if _, err := board.Start(ctx, ids[2], taskboard.Holder{Agent: "dave", Session: "dave-1"}); err != nil {
+	// dave's was cancelled between its claim and its session's start.
+	if _, err := board.Cancel(ctx, ids["dave"]); err != nil {
 		t.Fatal(err)
 	}
 	hold, err := db.Begin(ctx)
@@ -289,30 +292,64 @@ func TestTaskStartsShareTheOutcomesBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var g Group
-	started := make(chan error, 3)
-	for i, agent := range []string{"bob", "carol", "dave"} {
+	type begun struct {
+		agent string
+		next  uint32
+		err   error
+	}
+	starts := make(chan begun, 4)
+	for _, agent := range []string{"bob", "carol", "dave", "alice"} {
+		seq := uint32(1)
+		if agent == "alice" {
+			seq = 2 // alice-2 has it
+		}
 		s := &Settler{DB: db, Tasks: board, Group: &g}
-		go func() { started <- s.Started(ctx, agent, agent+"-1", ids[i], nil) }()
+		b := runner.SessionBegin{Agent: agent, SessionID: sessions[agent], Seq: seq, Started: time.Now(), Task: ids[agent]}
+		go func() {
+			next, err := s.Begin(ctx, b, nil)
+			starts <- begun{agent, next, err}
+		}()
 	}
 	out := make(chan applied, 1)
 	go func() {
 		res, err := (&Settler{DB: db, Group: &g}).Apply(ctx, recs[0])
 		out <- applied{0, res, err}
 	}()
-	waitQueued(t, &g, 4)
+	waitQueued(t, &g, 5)
 	_ = hold.Rollback()
-	if a := <-out; a.err != nil || a.res.Batch != 4 {
-		t.Fatalf("outcome: batch %d, %v; want committed with the three starts, a batch of 4", a.res.Batch, a.err)
+	if a := <-out; a.err != nil || a.res.Batch != 5 {
+		t.Fatalf("outcome: batch %d, %v; want committed with the four begins, a batch of 5", a.res.Batch, a.err)
 	}
-	for range 3 {
-		if err := <-started; err != nil {
-			t.Errorf("Started: %v", err)
+	for range 4 {
+		b := <-starts
+		if b.agent == "alice" {
+			if !errors.Is(b.err, runner.ErrSeqTaken) || b.next != 3 {
+				t.Errorf("alice's begin on a taken seq: next %d, err %v; want 3, ErrSeqTaken", b.next, b.err)
+			}
+		} else if b.err != nil {
+			t.Errorf("%s's begin: %v", b.agent, b.err)
 		}
 	}
-	for i, agent := range []string{"bob", "carol", "dave"} {
-		tk, err := board.Get(ctx, ids[i])
-		if err != nil || tk.State != task.InProgress || tk.ClaimSession != agent+"-1" {
-			t.Errorf("%s's task: %s held by session %q, %v; want IN_PROGRESS, %s-1", agent, tk.StateName, tk.ClaimSession, err, agent)
+	for agent, want := range map[string]task.State{"bob": task.InProgress, "carol": task.InProgress, "dave": task.Cancelled, "alice": task.Claimed} {
+		tk, err := board.Get(ctx, ids[agent])
+		if err != nil || tk.State != want {
+			t.Errorf("%s's task: %s, %v; want %s", agent, tk.StateName, err, want)
+		}
+		if want == task.InProgress && tk.ClaimSession != sessions[agent] {
+			t.Errorf("%s's task is held by session %q, want %s", agent, tk.ClaimSession, sessions[agent])
+		}
+		evs, err := db.Events(ctx, store.EventQuery{TaskID: ids[agent]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ev := range evs {
+			if ev.From == "CLAIMED" && ev.To == "IN_PROGRESS" {
+				n++
+			}
+		}
+		if got := map[bool]int{true: 1, false: 0}[want == task.InProgress]; n != got {
+			t.Errorf("%s's task has %d start events, want %d", agent, n, got)
 		}
 	}
 }

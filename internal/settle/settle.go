@@ -402,14 +402,24 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 }
 
 // Begin records that a session is about to start (its row, committed),
-// retrying while the store refuses. A seq that another session of the
-// agent has is runner.ErrSeqTaken, with the first free seq.
+// and starts the task its prompt newly claimed (b.Task) in the same
+// transaction, retrying while the store refuses. A seq that another
+// session of the agent has is runner.ErrSeqTaken, with the first free
+// seq; the task then stays CLAIMED, for Release. A task that did not move
+// (cancelled or taken back since its claim) does not keep the session
+// from starting: its report will be refused as any stale holder's is.
 func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(error)) (uint32, error) {
 	rec := store.SessionRecord{SessionID: b.SessionID, Agent: b.Agent, Seq: b.Seq, Started: b.Started,
 		HeadBefore: b.HeadBefore, LogPath: b.LogPath}
+	var started func(context.Context) error
 	_, err := retry(ctx, s, "record the start of session "+b.SessionID, wait, nil, func() (struct{}, error) {
-		inserted, err := s.group().begin(ctx, s, rec)
-		if err == nil && !inserted {
+		inserted, st, err := s.group().begin(ctx, s, rec, b.Task)
+		if err != nil {
+			return struct{}{}, err
+		}
+		started = st
+		ok, err := inserted()
+		if err == nil && !ok {
 			err = s.DB.SessionBegun(ctx, rec)
 		}
 		return struct{}{}, err
@@ -421,7 +431,16 @@ func (s *Settler) Begin(ctx context.Context, b runner.SessionBegin, wait func(er
 		}
 		return last + 1, fmt.Errorf("%w: %w", runner.ErrSeqTaken, err)
 	}
-	return 0, err
+	if err != nil || started == nil {
+		return 0, err
+	}
+	// ErrState: started already by an earlier attempt whose commit's
+	// answer was lost.
+	if err := started(ctx); err != nil && !errors.Is(err, taskboard.ErrState) {
+		s.logger().Warn("the session's task did not start with it", zap.String("session", b.SessionID),
+			zap.Int64("task", b.Task), zap.Error(err))
+	}
+	return 0, nil
 }
 
 // Transient reports whether err is the store being slow or away.
@@ -446,40 +465,6 @@ func (s *Settler) Release(ctx context.Context, sessionID string, wait func(error
 			if err := s.Tasks.Unclaim(ctx, sessionID); err != nil {
 				return struct{}{}, fmt.Errorf("return the task of session %s: %w", sessionID, err)
 			}
-		}
-		return struct{}{}, nil
-	})
-	return err
-}
-
-// Started moves a newly claimed task on: its session started on it.
-func (s *Settler) Started(ctx context.Context, agent, sessionID string, task int64, wait func(error)) error {
-	if s.Tasks == nil || task == 0 {
-		return nil
-	}
-	h := taskboard.Holder{Agent: agent, Session: sessionID}
-	_, err := retry(ctx, s, fmt.Sprintf("start task %d", task), wait, nil, func() (struct{}, error) {
-		// In the outcomes' next batch, first in line: the runner waits on
-		// it while its session runs, and would not see the session end
-		// meanwhile. A transaction of its own was one of the three or four
-		// a task cost, each a turn of the writer's and, on a shared store,
-		// two more round trips.
-		// Held back with the batch's commit (no answer awaited under the
-		// swarm's lock), and told after it whether the task moved.
-		var started func(context.Context) error
-		_, err := s.group().write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
-			var err error
-			started, err = s.Tasks.StartHeldTx(ctx, tx, task, h)
-			return err
-		})
-		if err == nil {
-			err = started(ctx)
-		}
-		if errors.Is(err, taskboard.ErrState) { // the agent may have started it itself
-			err = nil
-		}
-		if err != nil {
-			return struct{}{}, fmt.Errorf("start task %d: %w", task, err)
 		}
 		return struct{}{}, nil
 	})

@@ -545,12 +545,13 @@ func TestFencedDoneMovesNothing(t *testing.T) {
 	})
 }
 
-// A session's task start is written without reading the task first, its
-// event under the same condition as its move: on PostgreSQL the lease's
-// check, the event and the move go with the batch's commit, one round
-// trip. A task another agent holds is refused after the commit, with
-// nothing of the start written; one the agent started itself is no error
-// and keeps its one start event.
+// A session's task start is written with its row, without reading the
+// task first, its event under the same condition as its move: on
+// PostgreSQL the lease's check, the row, the event and the move go with the
+// batch's commit, one round trip. A begin applied again (its first commit's
+// answer lost) is no error and keeps the one start event; a task another
+// agent holds is not started, nothing of the start written, and the
+// session begins all the same.
 func TestTaskStartHeldBack(t *testing.T) {
 	onBoth(t, func(t *testing.T, e *env, pg bool) {
 		ctx := context.Background()
@@ -578,32 +579,66 @@ func TestTaskStartHeldBack(t *testing.T) {
 			return n
 		}
 
+		begin := func(session string, seq uint32, id int64) error {
+			_, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: session, Seq: seq, Started: time.Now(), Task: id}, nil)
+			return err
+		}
 		mine := add("alice's", "alice", "alice-1")
 		before := e.db.WriteRoundTrips()
-		if err := e.s.Started(ctx, "alice", "alice-1", mine, nil); err != nil {
-			t.Fatalf("Started: %v", err)
+		if err := begin("alice-1", 1, mine); err != nil {
+			t.Fatalf("Begin: %v", err)
 		}
 		if got, want := e.db.WriteRoundTrips()-before, pgOnly(pg, 1); got != want {
-			t.Errorf("the start took %d write round trips, want %d", got, want)
+			t.Errorf("the begin and the start took %d write round trips, want %d", got, want)
 		}
 		if tk := e.task(t, mine); tk.StateName != "IN_PROGRESS" || tk.ClaimSession != "alice-1" || starts(mine) != 1 {
-			t.Errorf("alice's task after Started: %s, session %q, %d start events; want IN_PROGRESS, alice-1, 1", tk.StateName, tk.ClaimSession, starts(mine))
+			t.Errorf("alice's task after Begin: %s, session %q, %d start events; want IN_PROGRESS, alice-1, 1", tk.StateName, tk.ClaimSession, starts(mine))
 		}
-		// Started again (the agent started it itself): no error, no event.
-		if err := e.s.Started(ctx, "alice", "alice-1", mine, nil); err != nil {
-			t.Errorf("Started on a task already started: %v, want none", err)
+		// Applied again (an in-doubt commit's retry): no error, no event.
+		if err := begin("alice-1", 1, mine); err != nil {
+			t.Errorf("Begin again: %v, want none", err)
 		}
 		if n := starts(mine); n != 1 {
-			t.Errorf("%d start events after a second start, want 1", n)
+			t.Errorf("%d start events after a second begin, want 1", n)
 		}
 
 		bobs := add("bob's", "bob", "bob-1")
-		err := e.s.Started(ctx, "alice", "alice-2", bobs, nil)
-		if !errors.Is(err, taskboard.ErrNotHolder) {
-			t.Fatalf("alice starting bob's task = %v, want ErrNotHolder", err)
+		if err := begin("alice-2", 2, bobs); err != nil {
+			t.Fatalf("alice's begin naming bob's task = %v, want the session begun", err)
 		}
 		if tk := e.task(t, bobs); tk.StateName != "CLAIMED" || tk.ClaimSession != "bob-1" || starts(bobs) != 0 {
-			t.Errorf("bob's task after alice's refused start: %s, session %q, %d start events; want CLAIMED, bob-1, none", tk.StateName, tk.ClaimSession, starts(bobs))
+			t.Errorf("bob's task after alice's begin: %s, session %q, %d start events; want CLAIMED, bob-1, none", tk.StateName, tk.ClaimSession, starts(bobs))
+		}
+		if err := e.db.SessionBegun(ctx, store.SessionRecord{Agent: "alice", SessionID: "alice-2", Seq: 2}); err != nil {
+			t.Errorf("alice-2's row: %v", err)
+		}
+	})
+}
+
+// A session whose begin started its task and whose process then did not
+// start gives the task back OPEN, with no retry: Release returns the
+// IN_PROGRESS task as it returns a CLAIMED one.
+func TestReleaseReturnsATaskItsBeginStarted(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env, pg bool) {
+		ctx := context.Background()
+		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "parser"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.board.Claim(ctx, tk.ID, "alice", "alice-1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-1", Seq: 1, Started: time.Now(), Task: tk.ID}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" {
+			t.Fatalf("task after Begin: %s, want IN_PROGRESS", got.StateName)
+		}
+		if err := e.s.Release(ctx, "alice-1", nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.task(t, tk.ID); got.StateName != "OPEN" || got.Claimant != "" || got.Retries != 0 {
+			t.Errorf("task after Release: %s held by %q, %d retries; want OPEN, free, 0", got.StateName, got.Claimant, got.Retries)
 		}
 	})
 }

@@ -521,7 +521,8 @@ func (b *Board) StartTx(ctx context.Context, tx *sql.Tx, id int64, h Holder) err
 
 // StartHeldTx is StartTx for a caller that commits tx before it needs to
 // know whether the task moved (package settle's batches): the move is
-// written for the row as it must be (CLAIMED, held by h's agent) without
+// written for the row as it must be (CLAIMED, held by h's agent, with h's
+// session's row recorded: the session begins in tx, or began) without
 // reading it first, its event inserted under the same condition ahead of
 // it, so both or neither apply, and on PostgreSQL both travel with tx's
 // next statement or its commit instead of waiting for an answer under the
@@ -551,14 +552,14 @@ func (b *Board) StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h Holder)
 	now := store.FormatTime(at)
 	if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 		abort_reason, session_id, seq, task_id) SELECT ?, ?, ?, ?, ?, 'task', ?, ?, '', '', 0, id FROM tasks
-		WHERE id = ? AND claimant = ? AND state = 'CLAIMED'`,
+		WHERE id = ? AND claimant = ? AND state = 'CLAIMED' AND `+sessionBegun,
 		now, agentOf(m.actor), ev.From.String(), string(ev.TransitionReason), ev.To.String(), m.actor, m.why,
-		id, h.Agent); err != nil {
+		id, h.Agent, h.Session); err != nil {
 		return nil, fmt.Errorf("taskboard: task %d event: %w", id, err)
 	}
 	var held store.HeldCount
 	res, err := tx.ExecContext(held.Defer(ctx), `UPDATE tasks SET state = 'IN_PROGRESS', updated_at = ?, claim_session = ?, held_over = ''
-		WHERE id = ? AND claimant = ? AND state = 'CLAIMED'`, now, h.Session, id, h.Agent)
+		WHERE id = ? AND claimant = ? AND state = 'CLAIMED' AND `+sessionBegun, now, h.Session, id, h.Agent, h.Session)
 	if err != nil {
 		return nil, fmt.Errorf("taskboard: task %d to %s: %w", id, task.InProgress, err)
 	}
@@ -581,6 +582,11 @@ func (b *Board) StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h Holder)
 		return fmt.Errorf("task %d is %s: it cannot go to %s: %w", id, t.StateName, task.InProgress, ErrState)
 	}, nil
 }
+
+// sessionBegun is StartHeldTx's condition that the session's row is
+// recorded: a begin that found its seq taken inserted none, and must not
+// start the task.
+const sessionBegun = `EXISTS (SELECT 1 FROM sessions WHERE session_id = ?)`
 
 // start moves a task to IN_PROGRESS, held by session.
 func start(session string) func(t *Task) (move, error) {
@@ -854,7 +860,9 @@ func (b *Board) Requeue(ctx context.Context, id int64) (Task, error) {
 // Unclaim returns the tasks claimed for a session that never started.
 func (b *Board) Unclaim(ctx context.Context, session string) error {
 	return b.write(ctx, "unclaim", func(tx *sql.Tx) error {
-		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ? AND state = 'CLAIMED'`, session)
+		// IN_PROGRESS too: the session's begin started the task with its
+		// row, and then its process did not start.
+		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`, session)
 		if err != nil {
 			return err
 		}
