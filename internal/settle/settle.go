@@ -339,14 +339,20 @@ func (s *Settler) applyTx(ctx context.Context, tx *sql.Tx, rec Record) (Result, 
 
 // report applies the signal to the session's review and task. A report the
 // board refuses because the state moved on (the session reported it itself
-// with `swarmd task done`, or the operator cancelled the task) or because
-// this session no longer holds it is not an error: the fence did its job.
+// with `swarmd task done`, or the operator cancelled the task), because
+// this session no longer holds it (the fence did its job), or because the
+// report itself is not one the board takes (a DONE that freezes no commit
+// under a merge queue: the worktree's HEAD could not be read) is not an
+// error: it is logged, and the session is settled all the same. Failing
+// the settlement for it would leave the session unsettled for good, its
+// mail shown again as new, and its outbox record failing every restart's
+// recovery.
 func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review.Signal, res *Result, read *taskRead) error {
 	if s.Tasks == nil {
 		return nil
 	}
 	refused := func(err error) bool {
-		return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder)
+		return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder) || errors.Is(err, taskboard.ErrInvalid)
 	}
 	agent, id := rec.Session.Agent, rec.Session.SessionID
 	if done := rec.Completed && sig == review.Done; rec.Task != 0 && rec.Session.HeadAfter != "" && !done {
