@@ -379,6 +379,20 @@ type pgConn struct {
 	appending bool
 }
 
+// CheckNamedValue makes a string PostgreSQL's text can hold: a NUL, which
+// SQLite stores and PostgreSQL refuses (SQLSTATE 22021, a refusal no retry
+// passes), becomes U+FFFD, as invalid UTF-8 does where text is read from
+// a session's output. Such text is a session's own (its result, a tool
+// call's input, a reason its backend gave), one JSON escape away; refused,
+// it failed the session's settlement and the journal's batch for good.
+// database/sql asks it of every argument, on every pool.
+func (c *pgConn) CheckNamedValue(nv *sqldriver.NamedValue) error {
+	if s, ok := nv.Value.(string); ok && strings.IndexByte(s, 0) >= 0 {
+		nv.Value = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return c.Conn.CheckNamedValue(nv)
+}
+
 func (c *pgConn) Prepare(query string) (sqldriver.Stmt, error) {
 	return &pgStmt{c: c, query: query}, nil
 }
