@@ -7,6 +7,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/settle"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -83,4 +84,39 @@ func unsettledIDs(t *testing.T, e *env) []string {
 		ids = append(ids, s.SessionID)
 	}
 	return ids
+}
+
+// An outcome in a session's log that the store refuses for good (here a
+// signal this version does not know, as a newer swarmd's record would be)
+// must not fail every start: recovery leaves that session to the orphan
+// pass, as one whose log holds no outcome, and applies the others.
+func TestRecoverSkipsAnOutcomeTheStoreRefuses(t *testing.T) {
+	e := sqliteEnv(t)
+	ctx := context.Background()
+	var recs []settle.Record
+	for seq := uint32(1); seq <= 2; seq++ {
+		s := e.begin(t, seq)
+		rec := e.s.RecordOf(s.ended("DONE"))
+		if seq == 1 {
+			rec.Signal = "blocked" // not a signal this version has
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := logs.AppendOutcome(s.log, b); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	got, err := e.s.Recover(ctx, []string{"alice"})
+	if err != nil {
+		t.Fatalf("Recover = %v: the daemon's start fails on it, every time", err)
+	}
+	if len(got) != 1 || got[0].Session.SessionID != recs[1].Session.SessionID {
+		t.Fatalf("recovered %+v, want only session 2", got)
+	}
+	if open := unsettledIDs(t, e); len(open) != 1 || open[0] != recs[0].Session.SessionID {
+		t.Fatalf("unsettled %v, want session 1 alone, for the orphan pass", open)
+	}
 }

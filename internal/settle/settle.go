@@ -509,7 +509,9 @@ type Recovered struct {
 // logs but not to the store: every unsettled session of agents (every
 // agent's when nil) whose log ends with an outcome record. Call it at
 // daemon start, before any agent runs and before orphaned sessions are
-// closed; the sessions it does not settle are the orphans.
+// closed; the sessions it does not settle are the orphans, among them one
+// whose record the store refuses for good (logged): a start that failed on
+// it would fail every time.
 func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, error) {
 	open, err := s.DB.UnsettledSessions(ctx, agents)
 	if err != nil {
@@ -536,7 +538,16 @@ func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, er
 		}
 		res, err := s.retry(ctx, "recover session "+ss.SessionID, nil, nil, func() (Result, error) { return s.Apply(ctx, rec) })
 		if err != nil {
-			return out, fmt.Errorf("recover outcomes: %w", err)
+			if ctx.Err() != nil || errors.Is(err, store.ErrDatabaseGone) || errors.Is(err, store.ErrReadOnly) {
+				return out, fmt.Errorf("recover outcomes: %w", err)
+			}
+			// A record the store refuses for good (one this version cannot
+			// apply): failing here would fail every start. The session is
+			// left unsettled, for the orphan pass to close, as one whose log
+			// holds no outcome.
+			s.logger().Error("a session's outcome in its log cannot be recorded: the session is closed as orphaned",
+				zap.String("session", ss.SessionID), zap.String("log", ss.LogPath), zap.Error(err))
+			continue
 		}
 		out = append(out, Recovered{Session: rec.Session, Result: res})
 	}
