@@ -26,6 +26,7 @@ func (o lineKeeper) OnSessionEnd(s runner.SessionRecord) {
 	d := o.d
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	head := s.HeadAfter
 	if t, err := d.tasks.Get(ctx, s.Task); err == nil && lineTakenFrom(t, s.SessionID) {
 		// The session's attempt was fenced off while it ran (its daemon
 		// lost the agent's lease, and the daemon that reaped it requeued
@@ -34,8 +35,16 @@ func (o lineKeeper) OnSessionEnd(s runner.SessionRecord) {
 		d.log.Info("the task's line is not kept: the session no longer holds the task",
 			zap.Int64("task", s.Task), zap.String("session", s.SessionID), zap.String("holder", t.ClaimSession))
 		return
+	} else if err == nil && t.Head != "" && (t.State == task.Done || t.State == task.Closed) {
+		// Reported done (`swarmd task done`) before the session ended:
+		// the line stays at the frozen head, which the review was shown
+		// and the queue merges, whatever the session did to its HEAD
+		// afterwards (an amend, a reset). Kept at that HEAD, the line,
+		// and the remote's copy the merging daemon fetches the head
+		// from, no longer held the commit to merge.
+		head = t.Head
 	}
-	if err := d.trees.KeepLine(ctx, s.Task, s.HeadAfter); err != nil {
+	if err := d.trees.KeepLine(ctx, s.Task, head); err != nil {
 		d.log.Warn("keep the task's line", zap.Int64("task", s.Task), zap.String("session", s.SessionID), zap.Error(err))
 		return
 	}

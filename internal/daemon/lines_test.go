@@ -122,3 +122,56 @@ func TestWaitingLinePushedAgain(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestLineKeptAtTheFrozenHead: a session that reports its task done with
+// `swarmd task done` freezes the commit its worktree is at then; it may go
+// on and move its HEAD elsewhere (amend the commit, reset to the target)
+// before it ends. The task's line stays at the frozen head, which the
+// reviewer was shown and the queue merges: kept at the session's last
+// HEAD, the line (and the remote's copy, which the merging daemon of a
+// shared store fetches the head from) no longer held the commit to merge,
+// and the queue waited for it at its front for ever, every other task
+// behind it. Where the line stands is the board's work_head, which the
+// report set to the frozen head.
+func TestLineKeptAtTheFrozenHead(t *testing.T) {
+	ctx := context.Background()
+	cfg := repo(t, agentsYAML("alice")+"merge: {into: main, gate: [\"true\"]}\n")
+	dir := filepath.Dir(cfg)
+	d := open(t, cfg)
+	defer d.Close()
+	commit := func(msg string) string {
+		t.Helper()
+		out, err := exec.Command("git", "-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.invalid",
+			"commit-tree", "-m", msg, "HEAD^{tree}").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out[:40])
+	}
+	tk, err := d.tasks.Add(ctx, taskboard.NewTask{Title: "work", CreatedBy: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const session = "alice-1"
+	if _, err := d.tasks.Claim(ctx, tk.ID, "alice", session); err != nil {
+		t.Fatal(err)
+	}
+	h := taskboard.Holder{Agent: "alice", Session: session}
+	if _, err := d.tasks.Start(ctx, tk.ID, h); err != nil {
+		t.Fatal(err)
+	}
+	frozen := commit("the work, reported done")
+	if _, err := d.tasks.DoneAt(ctx, tk.ID, h, "done", frozen); err != nil {
+		t.Fatal(err)
+	}
+	// The session goes on: its worktree ends at a commit that does not
+	// hold the frozen one (an amend).
+	lineKeeper{d}.OnSessionEnd(runner.SessionRecord{Agent: "alice", SessionID: session, Task: tk.ID, HeadAfter: commit("amended after the report")})
+	line := gitOut(t, "-C", dir, "rev-parse", "-q", "--verify", fmt.Sprintf("refs/heads/swarm/task/%d", tk.ID))
+	if line != frozen {
+		t.Errorf("the line of a task frozen at %s is at %s after its session ended", frozen, line)
+	}
+	if got, err := d.tasks.Get(ctx, tk.ID); err != nil || got.Head != frozen || got.WorkHead != frozen {
+		t.Errorf("task: head %q, work head %q (%v); want both %s", got.Head, got.WorkHead, err, frozen)
+	}
+}
