@@ -706,3 +706,55 @@ func TestLateRenewalIsNotALostLease(t *testing.T) {
 		}
 	})
 }
+
+// TestFailAfterDoneMovesNothing: a session that reported its task done
+// (`swarmd task done`, which freezes its head and hands it to its reviewer)
+// no longer holds it, and its final FAIL is a report on a task it does not
+// hold: refused, as `swarmd task fail` would be. Applied, it took the task
+// out of its review (DONE -> FAILED, its loop left reviewing), and once
+// the operator retried the failed task its worker reported it done again
+// at another head, which the review session still running on the first
+// head then passed, unseen. The reviewer's verdict here applies to the
+// head it was shown.
+func TestFailAfterDoneMovesNothing(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env, _ bool) {
+		ctx := context.Background()
+		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s1 := e.begin(t, 1)
+		shown := strings.Repeat("a", 40)
+		if _, err := e.board.DoneAt(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: s1.id}, "done", shown); err != nil {
+			t.Fatal(err)
+		}
+		// bob's review session starts on the frozen head; alice's session
+		// goes on and ends with FAIL.
+		if got := e.task(t, tk.ID); got.StateName != "DONE" || got.ReviewState != "reviewing" {
+			t.Fatalf("after task done: %s, review %q", got.StateName, got.ReviewState)
+		}
+		if _, err := e.s.Settle(ctx, s1.ended("changed my mind\nFAIL"), nil); err != nil {
+			t.Fatal(err)
+		}
+		got := e.task(t, tk.ID)
+		if got.StateName != "DONE" || got.ReviewState != "reviewing" || got.Head != shown {
+			t.Fatalf("after the session that reported it done ended with FAIL: %s, review %q, head %q; want DONE, reviewing, %s",
+				got.StateName, got.ReviewState, got.Head, shown)
+		}
+		id := "bob-1-000000000001"
+		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: 1, Started: time.Now()}, nil); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		if _, err := e.s.Settle(ctx, runner.Settlement{
+			Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: 1, Outcome: agent.ExitOutcome{Kind: agent.Success},
+				Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "PASS"}},
+			Completed: true, Review: tk.ID, Result: "PASS",
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.task(t, tk.ID); got.StateName != "CLOSED" || got.Head != shown {
+			t.Errorf("after bob's PASS: %s at %q; want CLOSED at the head bob was shown, %s", got.StateName, got.Head, shown)
+		}
+	})
+}

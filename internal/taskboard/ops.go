@@ -452,6 +452,15 @@ func (h Holder) check(t Task) error {
 	if h.Session != "" && t.ClaimSession != h.Session {
 		return fmt.Errorf("task %d belongs to session %s of %s, not %s: %w", t.ID, t.ClaimSession, h.Agent, h.Session, ErrNotHolder)
 	}
+	// Held is CLAIMED or IN_PROGRESS (holding). A task its agent reported
+	// done keeps its claimant and session, but it is its reviewer's and
+	// the merge queue's now: the session's final FAIL took it out of its
+	// review (DONE -> FAILED, its loop left reviewing), and a review
+	// session still running on the frozen head passed the head reported
+	// at the task's next attempt, which it was never shown.
+	if t.State != task.Claimed && t.State != task.InProgress {
+		return fmt.Errorf("task %d is %s: %s holds it no more: %w", t.ID, t.State, h.Agent, ErrState)
+	}
 	return nil
 }
 
