@@ -121,6 +121,23 @@ func TestWaitingLinePushedAgain(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A daemon killed between the DONE's settlement and the keeping of
+	// the line left the local line elsewhere (here: none), and the remote's
+	// without the head: what is pushed again is the frozen head, not
+	// whatever the local line holds.
+	if out, err := exec.Command("git", "-C", dir, "update-ref", "-d", fmt.Sprintf("refs/heads/swarm/task/%d", tk.ID)).CombinedOutput(); err != nil {
+		t.Fatalf("update-ref -d: %v %s", err, out)
+	}
+	if out, err := exec.Command("git", "--git-dir", bare, "update-ref", fmt.Sprintf("refs/heads/swarm/task/%d", tk.ID), base).CombinedOutput(); err != nil {
+		t.Fatalf("update-ref: %v %s", err, out)
+	}
+	deadline = time.Now().Add(4 * linePushAgain)
+	for remoteLine() != head {
+		if time.Now().After(deadline) {
+			t.Fatalf("the remote's line is at %s %v after the local line was lost; want the frozen head %s pushed again", remoteLine(), 4*linePushAgain, head)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestLineKeptAtTheFrozenHead: a session that reports its task done with

@@ -262,7 +262,7 @@ const linePushAgain = 5 * time.Second
 
 // pushWaitingLines asks, every linePushAgain, for the line of each task of
 // agents (this daemon's) that waits to merge at a frozen head to be pushed
-// to remote again. The daemon that merges fetches the line from there and
+// to remote again, kept at that head first. The daemon that merges fetches the line from there and
 // waits until it holds the head, and only this daemon can push it: a push
 // that failed (the remote away) is not retried otherwise, and a daemon
 // that lost the agent's lease and pushed a fenced-off attempt's line last
@@ -288,8 +288,15 @@ func (d *Daemon) pushWaitingLines(ready []taskboard.Ready, agents []string, remo
 			continue
 		}
 		d.merge.linePushed[r.ID] = now
-		task := r.ID
+		task, head := r.ID, r.Head
 		d.pusher.request(d.trees.LineBranch(task), func(ctx context.Context) error {
+			// The line of a task waiting to merge is its frozen head: the
+			// local line may not be there (a daemon killed between the
+			// DONE's settlement and the line's keeping, at the session's
+			// end), and pushed as it was, the remote's never got the head.
+			if err := d.trees.KeepLine(ctx, task, head); err != nil {
+				return err
+			}
 			return d.trees.PushLine(ctx, task, remote)
 		})
 	}
