@@ -866,6 +866,78 @@ func (b *Board) Requeue(ctx context.Context, id int64) (Task, error) {
 	})
 }
 
+// EventAssigned is the event of a change of a task's assignee (Assign): it
+// moves no state (the task machine has no row for it: from and to are the
+// task's state) and counts no retry.
+const EventAssigned = "assigned"
+
+// Assign changes who may claim task id: agent alone, or any agent when
+// agent is "". Only a task that nobody holds and that can still be claimed
+// again is reassigned: PLANNED, OPEN, BLOCKED, WAITING_FOR_SUBTASKS,
+// ORPHANED or FAILED. A held task (CLAIMED, IN_PROGRESS) is requeued
+// first; a DONE task's review and merge decide who works on it next (a
+// rework comes back OPEN); a final state has nobody to claim it. The task's
+// reviewer is refused: nobody reviews their own work, so it could never
+// claim the task. The change is recorded as an event EventAssigned by the
+// operator, naming the assignee before and after; its line (work_head) and
+// review loop stay, so whoever claims it continues the work. An OPEN
+// task's change wakes the idle agents as any change of the open set does
+// (board_version). Assigning a task to whom it is assigned already changes
+// nothing and records nothing.
+func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error) {
+	var t Task
+	err := b.write(ctx, "assign", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		switch t.State {
+		case task.Planned, task.Open, task.Blocked, task.WaitingForSubtasks, task.Orphaned, task.Failed:
+		case task.Claimed, task.InProgress:
+			return fmt.Errorf("task %d is %s, held by %s: requeue it first ('swarmd task requeue %d'), then assign it: %w",
+				id, t.State, orNobody(t.Claimant), id, ErrState)
+		case task.Done:
+			return fmt.Errorf("task %d is DONE: its review and the merge decide what comes next (work sent back is OPEN again, and can be assigned then): %w", id, ErrState)
+		default:
+			return fmt.Errorf("task %d is %s, a final state: nobody claims it any more: %w", id, t.State, ErrState)
+		}
+		if agent != "" && agent == t.Reviewer {
+			return invalidf("task %d is to be reviewed by %s: an agent cannot review its own work", id, agent)
+		}
+		if agent == t.Assignee {
+			return nil
+		}
+		now := b.now()
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET assignee = ?, updated_at = ? WHERE id = ?`, agent, now, id); err != nil {
+			return fmt.Errorf("taskboard: assign task %d: %w", id, err)
+		}
+		why := fmt.Sprintf("assigned to %s (was %s)", orAnyAgent(agent), orAnyAgent(t.Assignee))
+		if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+			abort_reason, session_id, seq, task_id) VALUES (?, '', ?, ?, ?, 'task', 'operator', ?, '', '', 0, ?)`,
+			now, t.StateName, EventAssigned, t.StateName, why, id); err != nil {
+			return fmt.Errorf("taskboard: assign task %d: %w", id, err)
+		}
+		t, err = getTask(ctx, tx, id)
+		return err
+	})
+	return t, err
+}
+
+func orNobody(agent string) string {
+	if agent == "" {
+		return "nobody"
+	}
+	return agent
+}
+
+// orAnyAgent names an assignee for people: "any agent" for none.
+func orAnyAgent(agent string) string {
+	if agent == "" {
+		return "any agent"
+	}
+	return agent
+}
+
 // Unclaim returns the tasks claimed for a session that never started.
 func (b *Board) Unclaim(ctx context.Context, session string) error {
 	return b.write(ctx, "unclaim", func(tx *sql.Tx) error {
