@@ -427,6 +427,12 @@ func TestTaskCLIErrors(t *testing.T) {
 		{"block with neither", alice, []string{"task", "block"}, 2, "exactly one of"},
 		{"split with no title", alice, []string{"task", "split"}, 2, "requires at least 1 arg"},
 		{"split with an empty title", alice, []string{"task", "split", " "}, 2, "subtask title"},
+		{"assign a held task", op, []string{"task", "assign", "2", "bob"}, 1, "task 2 is IN_PROGRESS, held by alice: requeue it first"},
+		{"assign an unknown task", op, []string{"task", "assign", "99", "bob"}, 1, "task 99: no such task"},
+		{"assign to nobody", op, []string{"task", "assign", "1"}, 2, "give exactly one of AGENT or --anyone"},
+		{"assign to one and anyone", op, []string{"task", "assign", "1", "carol", "--anyone"}, 2, "give exactly one of AGENT or --anyone"},
+		{"assign to an unknown agent", op, []string{"task", "assign", "1", "dave"}, 2, `no agent "dave"`},
+		{"assign inside a session", alice, []string{"task", "assign", "1", "carol"}, 2, "an operator command"},
 		{"events of an unknown task", op, []string{"events", "--task", "99"}, 1, "no such task"},
 		{"events with a bad task id", op, []string{"events", "--task", "x"}, 2, `--task "x"`},
 	} {
@@ -442,9 +448,11 @@ func TestTaskCLIErrors(t *testing.T) {
 	}
 	// The refused requests changed nothing.
 	b := taskBoard(t, db)
-	wantTask(t, b, 1, "OPEN")
-	if tk := wantTask(t, b, 2, "IN_PROGRESS"); tk.Claimant != "alice" {
-		t.Errorf("task 2 held by %q", tk.Claimant)
+	if tk := wantTask(t, b, 1, "OPEN"); tk.Assignee != "bob" {
+		t.Errorf("task 1 assigned to %q", tk.Assignee)
+	}
+	if tk := wantTask(t, b, 2, "IN_PROGRESS"); tk.Claimant != "alice" || tk.Assignee != "" {
+		t.Errorf("task 2 held by %q, assigned to %q", tk.Claimant, tk.Assignee)
 	}
 	if ts, _ := b.List(context.Background(), taskboard.Filter{}); len(ts) != 2 {
 		t.Errorf("%d tasks, want 2: a refused add stored one", len(ts))
@@ -681,7 +689,7 @@ func TestTaskHelpAndCompletion(t *testing.T) {
 			t.Errorf("%s: Short %q, Example %q: want a one-line Short and an Example", c.CommandPath(), c.Short, c.Example)
 		}
 	}
-	for _, verb := range []string{"add", "list", "show", "approve", "cancel", "retry", "requeue", "claim", "start", "done", "fail", "block", "split"} {
+	for _, verb := range []string{"add", "list", "show", "approve", "cancel", "retry", "requeue", "assign", "claim", "start", "done", "fail", "block", "split"} {
 		if !names[verb] {
 			t.Errorf("no task %s command", verb)
 		}
@@ -701,6 +709,14 @@ func TestTaskHelpAndCompletion(t *testing.T) {
 	if !strings.Contains(out, "alice\nbob\ncarol\n") {
 		t.Errorf("--to completion:\n%s", out)
 	}
+	out = mustCLI(t, opEnv(), "__complete", "task", "assign", "-c", cfg, "")
+	if !strings.Contains(out, "1\tOPEN Complete me") {
+		t.Errorf("task assign's id completion:\n%s", out)
+	}
+	out = mustCLI(t, opEnv(), "__complete", "task", "assign", "1", "-c", cfg, "")
+	if !strings.Contains(out, "alice\nbob\ncarol\n") {
+		t.Errorf("task assign's agent completion:\n%s", out)
+	}
 }
 
 // FuzzTaskArgs runs the task CLI in-process on arbitrary arguments and
@@ -718,6 +734,7 @@ func FuzzTaskArgs(f *testing.F) {
 		"fail\x00--reason\x00\x1b[2J", "block\x00--on\x001", "block\x00--reason\x00wait",
 		"split\x00a\x00b\x00\n",
 		"approve\x001", "cancel\x002", "retry\x001", "requeue\x00#1",
+		"assign\x001\x00bob", "assign\x00#1\x00--anyone", "assign\x001", "assign\x001\x00zed\x00--anyone",
 	} {
 		f.Add(seed, "stdin body", false)
 		f.Add(seed, "", true)

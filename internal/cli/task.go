@@ -33,7 +33,7 @@ type verbKind int
 
 const (
 	anyone       verbKind = iota // add, list, show
-	operatorVerb                 // approve, cancel, retry, requeue: not from a session
+	operatorVerb                 // approve, cancel, retry, requeue, assign: not from a session
 	sessionVerb                  // claim, start, done, fail, block, split: an agent only
 )
 
@@ -58,7 +58,7 @@ func NewTaskCommand(s Streams) *cobra.Command {
 		Use:   "task",
 		Short: "Give the swarm work and report on it: add, list, claim, finish tasks",
 		Long: `The task board in swarm.db. The operator adds tasks and steers them (add, list, show, approve,
-cancel, retry, requeue); an agent, inside its session, claims a task and reports on it (claim, start,
+cancel, retry, requeue, assign); an agent, inside its session, claims a task and reports on it (claim, start,
 done, fail, block, split). States are printed by their names (OPEN, CLAIMED, IN_PROGRESS, ...).
 
 Exit status: 0 on success, 1 when the task's state or holder forbids the request or the id is unknown,
@@ -74,6 +74,7 @@ Exit status: 0 on success, 1 when the task's state or holder forbids the request
 	for _, v := range steerVerbs() {
 		cmd.AddCommand(newTaskSteerCmd(o, v, nil))
 	}
+	cmd.AddCommand(newTaskAssignCmd(o, nil))
 	cmd.AddCommand(newTaskClaimCmd(o, nil))
 	for _, v := range []string{"start", "done", "fail", "block", "split"} {
 		cmd.AddCommand(newTaskReportCmd(o, v, nil))
@@ -533,6 +534,89 @@ func taskSteerRun(ctx context.Context, opts *taskSteerOptions) error {
 	})
 }
 
+// taskAssignOptions are `swarmd task assign`'s.
+type taskAssignOptions struct {
+	*dbOptions
+	ID     string // as given: 7 or #7
+	Agent  string // the new assignee; "" with Anyone
+	Anyone bool   // any agent may claim it
+}
+
+// newTaskAssignCmd is `swarmd task assign`; runF (nil: taskAssignRun) runs
+// it.
+func newTaskAssignCmd(o *dbOptions, runF func(context.Context, *taskAssignOptions) error) *cobra.Command {
+	opts := &taskAssignOptions{dbOptions: o}
+	cmd := &cobra.Command{
+		Use:   "assign ID AGENT | ID --anyone",
+		Short: "Change who may claim a task nobody holds: one agent, or any with --anyone",
+		Long: `Change the assignee of a task that nobody holds (PLANNED, OPEN, BLOCKED, WAITING_FOR_SUBTASKS,
+ORPHANED or FAILED): only AGENT may claim it from now on, or, with --anyone, any agent but its reviewer.
+A task assigned to an agent that left the swarm (removed from swarmd.yaml, or renamed) waits for that
+agent forever: 'swarmd task list' marks it, and this gives it to another. The task keeps its state, its
+work so far and its review; the change is in its history. Idle agents are woken for it at once.
+
+A held task (CLAIMED, IN_PROGRESS) is refused: 'swarmd task requeue ID' first. So are a DONE task (its
+review and merge decide what comes next) and a final one. AGENT must be an agent of the swarm, and not
+the task's reviewer.`,
+		Example: `  swarmd task list --agent bob     # bob was removed from swarmd.yaml: his tasks wait for him
+  swarmd task assign 7 alice
+  swarmd task assign 7 --anyone`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.ID, opts.Agent = args[0], ""
+			if len(args) == 2 {
+				opts.Agent = args[1]
+			}
+			return orRun(runF, taskAssignRun)(cmd.Context(), opts)
+		},
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			switch len(args) {
+			case 0:
+				return taskCompletions(cmd.Context(), o, assignable), cobra.ShellCompDirectiveNoFileComp
+			case 1:
+				return agentCompletions(o), cobra.ShellCompDirectiveNoFileComp
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+	}
+	cmd.Flags().BoolVar(&opts.Anyone, "anyone", false, "let any agent claim it (but its reviewer), instead of one AGENT")
+	return cmd
+}
+
+// assignable are the states a task's assignee may be changed in
+// (taskboard.Board.Assign).
+var assignable = []task.State{task.Planned, task.Open, task.Blocked, task.WaitingForSubtasks, task.Orphaned, task.Failed}
+
+func taskAssignRun(ctx context.Context, opts *taskAssignOptions) error {
+	id, err := parseTaskID("task assign: id", opts.ID)
+	if err != nil {
+		return err
+	}
+	if (opts.Agent == "") != opts.Anyone {
+		return usagef("task assign: give exactly one of AGENT or --anyone")
+	}
+	return withBoard(ctx, opts.dbOptions, "assign", operatorVerb, func(c *taskCtx) error {
+		if opts.Agent != "" {
+			if err := knownAgent(c.agents, opts.Agent, "task assign: AGENT"); err != nil {
+				return err
+			}
+		}
+		tk, err := c.board.Assign(ctx, id, opts.Agent)
+		if err != nil {
+			return taskErr("assign", err)
+		}
+		if opts.JSON {
+			return opts.printJSON(tk)
+		}
+		whose := "for any agent"
+		if tk.Assignee != "" {
+			whose = "assigned to " + tk.Assignee
+		}
+		_, err = fmt.Fprintf(opts.IO.Out, "task %d is %s, %s\n", tk.ID, tk.StateName, whose)
+		return err
+	})
+}
+
 // taskClaimOptions are `swarmd task claim`'s.
 type taskClaimOptions struct {
 	*dbOptions
@@ -895,13 +979,19 @@ func appendTaskCompletions(out []cobra.Completion, ts []taskboard.Task) []cobra.
 // session's SWARM_AGENTS) names.
 func completeAgents(o *dbOptions, cmd *cobra.Command, flag string) {
 	_ = cmd.RegisterFlagCompletionFunc(flag, func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if names := o.IO.Getenv("SWARM_AGENTS"); names != "" {
-			return strings.Split(names, ","), cobra.ShellCompDirectiveNoFileComp
-		}
-		cfg, err := config.Load(o.ConfigPath)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		return cfg.AgentNames(), cobra.ShellCompDirectiveNoFileComp
+		return agentCompletions(o), cobra.ShellCompDirectiveNoFileComp
 	})
+}
+
+// agentCompletions are the agents the config (or the session's
+// SWARM_AGENTS) names.
+func agentCompletions(o *dbOptions) []cobra.Completion {
+	if names := o.IO.Getenv("SWARM_AGENTS"); names != "" {
+		return strings.Split(names, ",")
+	}
+	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return nil
+	}
+	return cfg.AgentNames()
 }

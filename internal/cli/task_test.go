@@ -3,10 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -226,5 +229,146 @@ func TestTaskCommandsFillTheirOptions(t *testing.T) {
 	}
 	if split.Verb != "split" || !slices.Equal(split.Titles, []string{"one", "two"}) {
 		t.Errorf("split options %q %q", split.Verb, split.Titles)
+	}
+}
+
+// board opens the swarm's task board directly, as the daemon would, for
+// what no command does (a task for an agent the swarm no longer has).
+func (s *swarm) board(t *testing.T) *taskboard.Board {
+	t.Helper()
+	db, err := store.Open(context.Background(), s.path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return taskboard.New(db, taskboard.Options{})
+}
+
+// TestTaskAssign: the operator gives a task waiting for an agent the swarm
+// no longer has to another agent, then to any; each change is a line of
+// its history. Mistakes are usage errors (exit 2), a held task is refused
+// (exit 1) saying to requeue it first, a session may not run it, and a
+// refused assign changes nothing.
+func TestTaskAssign(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	b := s.board(t)
+	gone, err := b.Add(ctx, taskboard.NewTask{Title: "carol's rework", Assignee: "carol"}) // carol left the swarm
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviewed, err := b.Add(ctx, taskboard.NewTask{Title: "reviewed by bob", Reviewer: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	assign := func(o *dbOptions, id, agent string, anyone bool) error {
+		return taskAssignRun(ctx, &taskAssignOptions{dbOptions: o, ID: id, Agent: agent, Anyone: anyone})
+	}
+	for _, c := range []struct {
+		name, id, agent string
+		anyone          bool
+		want            string
+	}{
+		{"neither AGENT nor --anyone", "1", "", false, "task assign: give exactly one of AGENT or --anyone"},
+		{"both AGENT and --anyone", "1", "alice", true, "task assign: give exactly one of AGENT or --anyone"},
+		{"an id that is no id", "one", "alice", false, `task assign: id "one": want a task id, a positive number such as 7`},
+		{"an unknown agent", "1", "zed", false, `task assign: AGENT: no agent "zed" (agents: alice, bob)`},
+		{"the task's reviewer", "2", "bob", false,
+			"task assign: invalid task request: task 2 is to be reviewed by bob: an agent cannot review its own work"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o, out := s.as("operator", "")
+			wantUsage(t, assign(o, c.id, c.agent, c.anyone), c.want)
+			if out.Len() != 0 {
+				t.Errorf("printed %q on a refused assign", out)
+			}
+		})
+	}
+	o, _ := s.inSession("alice", "")
+	wantUsage(t, assign(o, "1", "alice", false), "task assign: an operator command; agent alice's session may not run it")
+	for _, id := range []int64{gone.ID, reviewed.ID} {
+		if tk, err := b.Get(ctx, id); err != nil || tk.Assignee != map[int64]string{gone.ID: "carol", reviewed.ID: ""}[id] {
+			t.Fatalf("after the refused assigns, task %d: %+v, %v", id, tk, err)
+		}
+	}
+
+	o, out := s.as("operator", "")
+	if err := assign(o, "#1", "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "task 1 is OPEN, assigned to alice\n"; got != want {
+		t.Errorf("task assign 1 alice printed %q, want %q", got, want)
+	}
+	o, out = s.as("operator", "")
+	o.JSON = true
+	if err := assign(o, "1", "", true); err != nil {
+		t.Fatal(err)
+	}
+	var tk taskboard.Task
+	if err := json.Unmarshal(out.Bytes(), &tk); err != nil || tk.ID != 1 || tk.Assignee != "" || tk.StateName != "OPEN" {
+		t.Fatalf("task assign 1 --anyone --json: %+v, %v\n%s", tk, err, out)
+	}
+	o, out = s.as("operator", "")
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"OPEN --assigned--> OPEN by operator: assigned to alice (was carol)\n",
+		"OPEN --assigned--> OPEN by operator: assigned to any agent (was alice)\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("task show 1 lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Held by bob now: refused, exit 1, saying what to do.
+	o, _ = s.as("bob", "")
+	if err := taskClaimRun(ctx, &taskClaimOptions{dbOptions: o, ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	o, out = s.as("operator", "")
+	err = assign(o, "1", "alice", false)
+	var ue UsageError
+	if err == nil || errors.As(err, &ue) || err.Error() != "task assign: task 1 is CLAIMED, held by bob: requeue it first ('swarmd task requeue 1'), then assign it: "+taskboard.ErrState.Error() {
+		t.Errorf("assign of a held task: %v; want exit 1 saying to requeue it first", err)
+	}
+	if tk, _ := b.Get(ctx, 1); tk.Assignee != "" || tk.Claimant != "bob" || out.Len() != 0 {
+		t.Errorf("a refused assign changed the held task (%+v) or printed %q", tk, out)
+	}
+	o, _ = s.as("operator", "")
+	if err := assign(o, "99", "alice", false); err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "task 99: no such task") {
+		t.Errorf("assign of an unknown task: %v; want exit 1, no such task", err)
+	}
+}
+
+// TestTaskAssignFillsItsOptions: `task assign ID AGENT` and `task assign ID
+// --anyone` put their arguments where taskAssignRun reads them; a third
+// argument is refused.
+func TestTaskAssignFillsItsOptions(t *testing.T) {
+	s := newSwarm(t)
+	o, _ := s.as("operator", "")
+	for _, c := range []struct {
+		args []string
+		want taskAssignOptions
+	}{
+		{[]string{"7", "alice"}, taskAssignOptions{ID: "7", Agent: "alice"}},
+		{[]string{"#7", "--anyone"}, taskAssignOptions{ID: "#7", Anyone: true}},
+	} {
+		var got *taskAssignOptions
+		cmd := newTaskAssignCmd(o, func(_ context.Context, opts *taskAssignOptions) error { got = opts; return nil })
+		cmd.SetArgs(c.args)
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != c.want.ID || got.Agent != c.want.Agent || got.Anyone != c.want.Anyone {
+			t.Errorf("%q: options ID %q Agent %q Anyone %v, want %+v", c.args, got.ID, got.Agent, got.Anyone, c.want)
+		}
+	}
+	cmd := newTaskAssignCmd(o, func(context.Context, *taskAssignOptions) error { t.Error("ran with three arguments"); return nil })
+	cmd.SetArgs([]string{"7", "alice", "bob"})
+	cmd.SetErr(io.Discard)
+	cmd.SetOut(io.Discard)
+	if err := cmd.Execute(); err == nil {
+		t.Error("task assign 7 alice bob: no error")
 	}
 }
