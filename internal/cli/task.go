@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -43,6 +44,32 @@ type taskCtx struct {
 	board  *taskboard.Board
 	agents []string // known agent names; nil when unknown
 	who    caller
+}
+
+// taskObject is a task as the task commands print it (--json, and
+// printTask): the board's row, and what the swarm's agents say of it.
+type taskObject struct {
+	taskboard.Task
+	// AssigneeUnknown: the task waits for its assignee, in a state 'task
+	// assign' changes, and the swarm has no agent of that name (removed
+	// from swarmd.yaml, or renamed): no agent may claim it.
+	AssigneeUnknown bool `json:"assignee_unknown,omitempty"`
+}
+
+// object is tk as the task commands print it, its assignee checked
+// against the agents the command knows (none checked when it knows none).
+func (c *taskCtx) object(tk taskboard.Task) taskObject {
+	return taskObject{Task: tk, AssigneeUnknown: tk.Assignee != "" && c.agents != nil &&
+		slices.Contains(assignable, tk.State) && !slices.Contains(c.agents, tk.Assignee)}
+}
+
+// assignee is the task's ASSIGNEE cell in 'task list': the agent, marked
+// when the swarm has no agent of that name.
+func (t taskObject) assignee() string {
+	if t.AssigneeUnknown {
+		return t.Assignee + " (not in the swarm)"
+	}
+	return orDash(t.Assignee)
 }
 
 // holder is who reports on a held task: the agent and its session, so a
@@ -159,7 +186,7 @@ func report(ctx context.Context, o *dbOptions, c *taskCtx, verb string, id int64
 		return taskErr(verb, err)
 	}
 	if o.JSON {
-		return o.printJSON(tk)
+		return o.printJSON(c.object(tk))
 	}
 	_, err = fmt.Fprintf(o.IO.Out, "task %d is %s\n", tk.ID, tk.StateName)
 	return err
@@ -268,7 +295,7 @@ func taskAddRun(ctx context.Context, opts *taskAddOptions) error {
 			return taskErr("add", err)
 		}
 		if opts.JSON {
-			return opts.printJSON(tk)
+			return opts.printJSON(c.object(tk))
 		}
 		_, err = fmt.Fprintln(opts.IO.Out, tk.ID)
 		return err
@@ -319,11 +346,12 @@ func taskListRun(ctx context.Context, opts *taskListOptions) error {
 		if err != nil {
 			return taskErr("list", err)
 		}
+		objs := make([]taskObject, 0, len(ts)) // an array, never null
+		for _, tk := range ts {
+			objs = append(objs, c.object(tk))
+		}
 		if opts.JSON {
-			if ts == nil {
-				ts = []taskboard.Task{} // an array, never null
-			}
-			return opts.printJSON(ts)
+			return opts.printJSON(objs)
 		}
 		if len(ts) == 0 {
 			_, err := fmt.Fprintln(opts.IO.Out, "no tasks")
@@ -331,8 +359,8 @@ func taskListRun(ctx context.Context, opts *taskListOptions) error {
 		}
 		tw := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATE\tPRIORITY\tASSIGNEE\tCLAIMANT\tTITLE")
-		for _, tk := range ts {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", tk.ID, tk.StateName, tk.Priority, orDash(tk.Assignee),
+		for _, tk := range objs {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", tk.ID, tk.StateName, tk.Priority, printable(tk.assignee(), false),
 				orDash(tk.Claimant), printable(tk.Title, false))
 		}
 		return tw.Flush()
@@ -349,7 +377,7 @@ func orDash(s string) string {
 // taskWithHistory is `task show --json`: the task object of `task list
 // --json` with its transitions, oldest first.
 type taskWithHistory struct {
-	taskboard.Task
+	taskObject
 	History []taskboard.Event `json:"history"`
 	// Spend is what the sessions that worked on or reviewed it used.
 	Spend taskboard.Spend `json:"spend"`
@@ -400,10 +428,10 @@ func taskShowRun(ctx context.Context, opts *taskShowOptions) error {
 			if hist == nil {
 				hist = []taskboard.Event{}
 			}
-			return opts.printJSON(taskWithHistory{Task: tk, History: hist, Spend: sp})
+			return opts.printJSON(taskWithHistory{taskObject: c.object(tk), History: hist, Spend: sp})
 		}
 		out := opts.IO.Out
-		if err := printTask(out, tk); err != nil {
+		if err := printTask(out, c.object(tk)); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "\nspend: %s\n", spendText(sp))
@@ -430,7 +458,7 @@ func spendText(sp taskboard.Spend) string {
 }
 
 // printTask writes a task for people: title, fields, body.
-func printTask(w io.Writer, tk taskboard.Task) error {
+func printTask(w io.Writer, tk taskObject) error {
 	fmt.Fprintf(w, "task %d: %s\n", tk.ID, printable(tk.Title, false))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
@@ -440,7 +468,12 @@ func printTask(w io.Writer, tk taskboard.Task) error {
 	}
 	row("state:", tk.StateName)
 	row("priority:", strconv.Itoa(tk.Priority))
-	row("assigned to:", tk.Assignee)
+	if tk.AssigneeUnknown {
+		row("assigned to:", fmt.Sprintf("%s, which is not an agent of the swarm: no agent may claim the task "+
+			"('swarmd task assign %d AGENT' or '--anyone' gives it to another)", tk.Assignee, tk.ID))
+	} else {
+		row("assigned to:", tk.Assignee)
+	}
 	if tk.Claimant != "" {
 		// The last claimant stays on a finished task: who did the work.
 		row("claimed by:", tk.Claimant+" (session "+orDash(tk.ClaimSession)+")")
@@ -606,7 +639,7 @@ func taskAssignRun(ctx context.Context, opts *taskAssignOptions) error {
 			return taskErr("assign", err)
 		}
 		if opts.JSON {
-			return opts.printJSON(tk)
+			return opts.printJSON(c.object(tk))
 		}
 		whose := "for any agent"
 		if tk.Assignee != "" {
@@ -707,9 +740,9 @@ func taskClaimRun(ctx context.Context, opts *taskClaimOptions) error {
 			return taskErr("claim", err)
 		}
 		if opts.JSON {
-			return opts.printJSON(tk)
+			return opts.printJSON(c.object(tk))
 		}
-		return printTask(opts.IO.Out, tk)
+		return printTask(opts.IO.Out, c.object(tk))
 	})
 }
 

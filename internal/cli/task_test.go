@@ -372,3 +372,113 @@ func TestTaskAssignFillsItsOptions(t *testing.T) {
 		t.Error("task assign 7 alice bob: no error")
 	}
 }
+
+// TestTaskAssignedToAnAgentThatLeft: list and show mark a task that waits
+// for an agent the swarm does not have (carol: not in SWARM_AGENTS, as
+// not in swarmd.yaml), in text and in JSON (assignee_unknown, a key
+// added: the other keys are as before, and absent for the rest); a task
+// assigned to a known agent, or in a final state, is not marked; once
+// assigned to a known agent it is no longer.
+func TestTaskAssignedToAnAgentThatLeft(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	b := s.board(t)
+	for _, n := range []taskboard.NewTask{
+		{Title: "waits for carol", Assignee: "carol"},
+		{Title: "for bob", Assignee: "bob"},
+		{Title: "carol's, cancelled", Assignee: "carol"},
+	} {
+		if _, err := b.Add(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Cancel(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+
+	o, out := s.as("operator", "")
+	if err := taskListRun(ctx, &taskListOptions{dbOptions: o}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("task list:\n%s\nwant a header and 3 rows", out)
+	}
+	for i, want := range []string{
+		"1 OPEN 0 carol (not in the swarm) - waits for carol",
+		"2 OPEN 0 bob - for bob",
+		"3 CANCELLED 0 carol - carol's, cancelled",
+	} {
+		if got := strings.Join(strings.Fields(lines[i+1]), " "); got != want {
+			t.Errorf("task list row %d: %q, want %q", i+1, got, want)
+		}
+	}
+
+	list := func() []map[string]any {
+		t.Helper()
+		o, out := s.as("operator", "")
+		o.JSON = true
+		if err := taskListRun(ctx, &taskListOptions{dbOptions: o}); err != nil {
+			t.Fatal(err)
+		}
+		var ts []map[string]any
+		if err := json.Unmarshal(out.Bytes(), &ts); err != nil || len(ts) != 3 {
+			t.Fatalf("task list --json: %v, %v\n%s", ts, err, out)
+		}
+		return ts
+	}
+	ts := list()
+	if ts[0]["assignee_unknown"] != true || ts[0]["assignee"] != "carol" {
+		t.Errorf("task 1 in list --json: %v; want assignee carol, assignee_unknown true", ts[0])
+	}
+	for _, tk := range ts[1:] {
+		if _, ok := tk["assignee_unknown"]; ok {
+			t.Errorf("task %v in list --json has assignee_unknown: %v", tk["id"], tk)
+		}
+	}
+	keys := func(m map[string]any) []string {
+		var ks []string
+		for k := range m {
+			if k != "assignee_unknown" {
+				ks = append(ks, k)
+			}
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	if k0, k1 := keys(ts[0]), keys(ts[1]); !slices.Equal(k0, k1) {
+		t.Errorf("task 1's other keys %v differ from task 2's %v", k0, k1)
+	}
+
+	o, out = s.as("operator", "")
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "carol, which is not an agent of the swarm: no agent may claim the task ('swarmd task assign 1 AGENT' or '--anyone' gives it to another)"; !strings.Contains(out.String(), "assigned to:  "+want+"\n") {
+		t.Errorf("task show 1 lacks the note %q:\n%s", want, out)
+	}
+	o, out = s.as("operator", "")
+	o.JSON = true
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	var shown map[string]any
+	if err := json.Unmarshal(out.Bytes(), &shown); err != nil || shown["assignee_unknown"] != true || shown["history"] == nil {
+		t.Errorf("task show 1 --json: %v, %v; want assignee_unknown true, with its history", shown, err)
+	}
+	o, out = s.as("operator", "")
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "not an agent of the swarm") {
+		t.Errorf("task show 2 marks bob, an agent of the swarm:\n%s", out)
+	}
+
+	o, _ = s.as("operator", "")
+	if err := taskAssignRun(ctx, &taskAssignOptions{dbOptions: o, ID: "1", Agent: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if ts := list(); ts[0]["assignee"] != "alice" || ts[0]["assignee_unknown"] != nil {
+		t.Errorf("task 1 after assign 1 alice: %v; want alice's, unmarked", ts[0])
+	}
+}
