@@ -92,7 +92,9 @@ func readNeeds(ctx context.Context, s Streams, configPath string) ([]NeedItem, e
 	if err != nil {
 		return nil, err
 	}
-	st, err := daemon.ReadNeeds(ctx, db.DB, board, mb, names)
+	// Its tasks' assignees are checked against the agents the task
+	// commands know (task list marks the same ones).
+	st, err := daemon.ReadNeeds(ctx, db.DB, board, mb, names, db.agents)
 	if err != nil {
 		return nil, err
 	}

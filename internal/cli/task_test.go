@@ -482,3 +482,52 @@ func TestTaskAssignedToAnAgentThatLeft(t *testing.T) {
 		t.Errorf("task 1 after assign 1 alice: %v; want alice's, unmarked", ts[0])
 	}
 }
+
+// TestInboxListsATaskWaitingForAnAgentThatLeft: swarmd inbox lists a task
+// that waits for an agent the swarm does not have (OPEN, and PLANNED
+// before its approval), with the assign that deals with it, and not a
+// task for a known agent; once assigned, the OPEN one leaves the list and
+// the PLANNED one is listed for its approval again.
+func TestInboxListsATaskWaitingForAnAgentThatLeft(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	b := s.board(t)
+	for _, n := range []taskboard.NewTask{
+		{Title: "waits for carol", Assignee: "carol"},
+		{Title: "for bob", Assignee: "bob"},
+		{Title: "carol's plan", Assignee: "carol", Plan: true},
+	} {
+		if _, err := b.Add(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inbox := func() []NeedItem {
+		t.Helper()
+		o, out := s.as("operator", "")
+		if err := inboxRun(ctx, &inboxOptions{IO: o.IO, JSON: true}); err != nil {
+			t.Fatal(err)
+		}
+		var items []NeedItem
+		if err := json.Unmarshal(out.Bytes(), &items); err != nil {
+			t.Fatalf("inbox --json: %v\n%s", err, out)
+		}
+		return items
+	}
+	want := []NeedItem{
+		{Kind: "task_assignee_unknown", Task: 1, What: "task #1 is OPEN for carol, which is not an agent of the swarm: waits for carol", Fix: "swarmd task assign 1 AGENT"},
+		{Kind: "task_assignee_unknown", Task: 3, What: "task #3 is PLANNED for carol, which is not an agent of the swarm: carol's plan", Fix: "swarmd task assign 3 AGENT"},
+	}
+	if got := inbox(); !slices.Equal(got, want) {
+		t.Errorf("inbox %+v, want %+v", got, want)
+	}
+	for _, id := range []string{"1", "3"} {
+		o, _ := s.as("operator", "")
+		if err := taskAssignRun(ctx, &taskAssignOptions{dbOptions: o, ID: id, Agent: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = []NeedItem{{Kind: "task_planned", Task: 3, What: "task #3 waits for approval: carol's plan", Fix: "swarmd task approve 3"}}
+	if got := inbox(); !slices.Equal(got, want) {
+		t.Errorf("inbox after the assigns %+v, want %+v", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 
@@ -15,9 +16,10 @@ import (
 // ReadNeeds reads what the inbox is made of (view.Needs) from the store:
 // the agents in names (every agent recorded when names is nil), their stop
 // and pause records, the tasks that wait for a person, the operator's
-// unread mail. Running is left for the caller, who knows whether a daemon
-// runs.
-func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *mailbox.Mailbox, names []string) (view.NeedState, error) {
+// unread mail. A task whose assignee is not in swarm (the swarm's agents,
+// SwarmAgents; nil: not checked) waits for a person too. Running is left
+// for the caller, who knows whether a daemon runs.
+func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *mailbox.Mailbox, names, swarm []string) (view.NeedState, error) {
 	var st view.NeedState
 	agents, err := db.Agents(ctx)
 	if err != nil {
@@ -38,13 +40,22 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 		st.Agents = append(st.Agents, view.NeedAgent{Name: n, StoppedForGood: a.StopKind == store.StopFatal, StopReason: a.StopReason,
 			BudgetExhausted: strings.HasPrefix(pauses[n].Reason, "budget_exhausted")})
 	}
-	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked} {
-		ts, err := board.List(ctx, taskboard.Filter{State: &state})
+	unknown := func(t taskboard.Task) bool {
+		return t.Assignee != "" && swarm != nil && !slices.Contains(swarm, t.Assignee)
+	}
+	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked, task.Open} {
+		// OPEN: only those assigned, through their index, for an assignee
+		// the swarm does not have.
+		ts, err := board.List(ctx, taskboard.Filter{State: &state, Assigned: state == task.Open})
 		if err != nil {
 			return st, err
 		}
 		for _, t := range ts {
-			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title, Result: t.Result, BlockedReason: t.BlockedReason})
+			if state == task.Open && !unknown(t) {
+				continue
+			}
+			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title, Result: t.Result, BlockedReason: t.BlockedReason,
+				Assignee: t.Assignee, AssigneeUnknown: unknown(t)})
 		}
 	}
 	sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })
@@ -60,7 +71,11 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 func (s viewSource) Inbox(ctx context.Context) ([]view.Need, error) {
 	s.d.readOwnWrites(ctx)
 	cfg, _ := s.d.current()
-	st, err := ReadNeeds(ctx, s.d.db, s.d.tasks, s.d.mail, cfg.AgentNames())
+	swarm, err := SwarmAgents(ctx, s.d.db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ReadNeeds(ctx, s.d.db, s.d.tasks, s.d.mail, cfg.AgentNames(), swarm)
 	if err != nil {
 		return nil, err
 	}

@@ -118,8 +118,9 @@ func (b *Board) Get(ctx context.Context, id int64) (Task, error) {
 
 // Filter selects tasks for List.
 type Filter struct {
-	State *task.State
-	Agent string // assigned to or held by
+	State    *task.State
+	Agent    string // assigned to or held by
+	Assigned bool   // only tasks assigned to an agent
 }
 
 // Subtasks returns the tasks id was split into, by id.
@@ -142,6 +143,9 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 	if f.Agent != "" {
 		where = append(where, "(assignee = ? OR claimant = ?)")
 		args = append(args, f.Agent, f.Agent)
+	}
+	if f.Assigned {
+		where = append(where, "assignee <> ''") // OPEN: the index tasks_open_assigned
 	}
 	q := `SELECT ` + taskDepsCols + ` FROM tasks`
 	if len(where) > 0 {

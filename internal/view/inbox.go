@@ -23,7 +23,10 @@ const (
 	NeedTaskFailed      = "task_failed"
 	NeedTaskPlanned     = "task_planned"
 	NeedTaskBlocked     = "task_blocked"
-	NeedMail            = "mail"
+	// NeedTaskAssigneeUnknown: a task waits for an assignee the swarm has
+	// no agent of that name for (removed from the config, or renamed).
+	NeedTaskAssigneeUnknown = "task_assignee_unknown"
+	NeedMail                = "mail"
 )
 
 // NeedState is what the inbox is made of, read from the store by whoever
@@ -32,7 +35,9 @@ type NeedState struct {
 	// Running: a daemon runs the swarm (always true on a shared store).
 	Running bool
 	Agents  []NeedAgent // in the order they are listed
-	Tasks   []NeedTask  // the PLANNED, FAILED and BLOCKED ones, by id
+	// Tasks: the PLANNED, FAILED and BLOCKED ones, and the OPEN ones whose
+	// assignee is unknown, by id.
+	Tasks []NeedTask
 	// OperatorMail counts the unread messages to the operator.
 	OperatorMail int
 }
@@ -55,6 +60,10 @@ type NeedTask struct {
 	Title         string
 	Result        string // the FAIL reason
 	BlockedReason string
+	Assignee      string
+	// AssigneeUnknown: the swarm has no agent named Assignee, so no agent
+	// may claim the task: that comes first.
+	AssigneeUnknown bool
 }
 
 // Needs lists what needs a person, in a fixed order: the swarm, agents,
@@ -76,12 +85,15 @@ func Needs(st NeedState) []Need {
 	}
 	for _, t := range st.Tasks {
 		n := Need{Task: t.ID}
-		switch t.State {
-		case "FAILED":
+		switch {
+		case t.AssigneeUnknown:
+			n.Kind, n.What, n.Fix = NeedTaskAssigneeUnknown, fmt.Sprintf("task #%d is %s for %s, which is not an agent of the swarm: %s",
+				t.ID, t.State, t.Assignee, oneLine(t.Title, 100)), fmt.Sprintf("swarmd task assign %d AGENT", t.ID)
+		case t.State == "FAILED":
 			n.Kind, n.What, n.Fix = NeedTaskFailed, fmt.Sprintf("task #%d failed: %s", t.ID, oneLine(t.Result, 100)), fmt.Sprintf("swarmd task retry %d", t.ID)
-		case "PLANNED":
+		case t.State == "PLANNED":
 			n.Kind, n.What, n.Fix = NeedTaskPlanned, fmt.Sprintf("task #%d waits for approval: %s", t.ID, oneLine(t.Title, 100)), fmt.Sprintf("swarmd task approve %d", t.ID)
-		case "BLOCKED":
+		case t.State == "BLOCKED":
 			n.Kind, n.What, n.Fix = NeedTaskBlocked, fmt.Sprintf("task #%d is blocked: %s", t.ID, oneLine(t.BlockedReason, 100)), fmt.Sprintf("swarmd task show %d", t.ID)
 		default:
 			continue

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,5 +42,22 @@ func TestNeedsListsWhatNeedsAPersonInOrder(t *testing.T) {
 	}
 	if got := Needs(NeedState{Running: true, Agents: []NeedAgent{{Name: "alice"}}}); len(got) != 0 {
 		t.Errorf("a healthy swarm needs %+v, want nothing", got)
+	}
+}
+
+// A task waiting for an assignee the swarm does not have is listed for its
+// assign, whatever its state, before what its state would ask.
+func TestNeedsListsATaskWaitingForAnUnknownAssignee(t *testing.T) {
+	got := Needs(NeedState{Running: true, Tasks: []NeedTask{
+		{ID: 6, State: "OPEN", Title: "rework", Assignee: "dave", AssigneeUnknown: true},
+		{ID: 7, State: "FAILED", Title: "fix the gate", Result: "red gate", Assignee: "dave", AssigneeUnknown: true},
+		{ID: 8, State: "OPEN", Title: "for alice", Assignee: "alice"},
+	}})
+	want := []Need{
+		{Kind: NeedTaskAssigneeUnknown, Task: 6, What: "task #6 is OPEN for dave, which is not an agent of the swarm: rework", Fix: "swarmd task assign 6 AGENT"},
+		{Kind: NeedTaskAssigneeUnknown, Task: 7, What: "task #7 is FAILED for dave, which is not an agent of the swarm: fix the gate", Fix: "swarmd task assign 7 AGENT"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Needs = %+v, want %+v", got, want)
 	}
 }
