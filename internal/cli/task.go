@@ -585,13 +585,13 @@ func newTaskAssignCmd(o *dbOptions, runF func(context.Context, *taskAssignOption
 		Long: `Change the assignee of a task that nobody holds (PLANNED, OPEN, BLOCKED, WAITING_FOR_SUBTASKS,
 ORPHANED or FAILED): only AGENT may claim it from now on, or, with --anyone, any agent but its reviewer.
 A task assigned to an agent that left the swarm (removed from swarmd.yaml, or renamed) waits for that
-agent forever: 'swarmd task list' marks it, and this gives it to another. The task keeps its state, its
+agent forever: 'swarmd task list' marks it, 'swarmd inbox' lists it, and this gives it to another. The task keeps its state, its
 work so far and its review; the change is in its history. Idle agents are woken for it at once.
 
 A held task (CLAIMED, IN_PROGRESS) is refused: 'swarmd task requeue ID' first. So are a DONE task (its
 review and merge decide what comes next) and a final one. AGENT must be an agent of the swarm, and not
 the task's reviewer.`,
-		Example: `  swarmd task list --agent bob     # bob was removed from swarmd.yaml: his tasks wait for him
+		Example: `  swarmd task list --agent bob     # bob was removed from swarmd.yaml: its tasks wait for it
   swarmd task assign 7 alice
   swarmd task assign 7 --anyone`,
 		Args: cobra.RangeArgs(1, 2),
