@@ -211,6 +211,20 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	return false, nil
 }
 
+// EventSettledInPart is the event of a session settled without the rest
+// of its outcome (its task report, its review verdict), which the store
+// refused for good; its reason says why (package settle).
+const EventSettledInPart = "SettledInPart"
+
+// EventTx records e in the event log in tx, held back (Deferred): on
+// PostgreSQL it goes to the server with tx's next statement or its commit.
+func (db *DB) EventTx(ctx context.Context, tx *sql.Tx, e EventRecord) error {
+	if _, err := tx.ExecContext(Deferred(ctx), insertEventSQL, appendEventArgs(nil, &e)...); err != nil {
+		return db.Wrap("record event "+e.Event, err)
+	}
+	return nil
+}
+
 func (db *DB) wrapNil(op string, err error) error {
 	if err == nil {
 		return nil
