@@ -34,6 +34,21 @@ func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, erro
 	return res, nil
 }
 
+// applyInPart applies what settleInPart records of rec in the next batch.
+func (g *Group) applyInPart(ctx context.Context, s *Settler, rec Record, why error, keepWork bool) (Result, error) {
+	var res Result
+	n, err := g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		res, err = s.applyInPartTx(ctx, tx, rec, why, keepWork)
+		return err
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	res.Batch = n
+	return res, nil
+}
+
 // begin records a session's start in the next batch: the sessions of a
 // swarm start together as often as they end together (200 at a daemon's
 // start), and one transaction each queued them behind each other's turn

@@ -6,7 +6,9 @@
 // An outcome is never dropped. It is appended to the session's log first
 // (the outbox: restart recovery applies it from there if the daemon dies
 // before the store has it), then written in one transaction, retried with
-// backoff for as long as the store is busy, slow or away. Every write is
+// backoff for as long as the store is busy, slow or away; one the store
+// refuses for good is recorded in part (the session's end, its mail, its
+// task's work head), so that no session stays unsettled. Every write is
 // fenced by session: a task report and a mail acknowledgement apply only to
 // what the session was given, so a later session can never settle an
 // earlier one's work.
@@ -127,6 +129,10 @@ type Result struct {
 	// loop whose record could not be read).
 	GaveUp    int64
 	GaveUpWhy string
+	// Refused is why the store refused the whole outcome for good when
+	// only part of it was recorded (settleInPart): the session's end, its
+	// mail, its task's work head; nil when the whole of it was.
+	Refused error
 }
 
 // RecordOf is the outbox record of a runner's settlement.
@@ -164,9 +170,11 @@ func sessionRow(s runner.SessionRecord) store.SessionRecord {
 // Settle records a finished session's outcome: it appends the record to
 // the session's log, then applies it (Apply), retrying with backoff while
 // the store refuses it for a reason that passes (Transient), telling wait
-// of each refusal. It returns once the outcome is recorded, or when ctx
-// ends (the outcome is then in the log, for recovery), or on an error no
-// retry can fix (the database is gone).
+// of each refusal; an outcome the store refuses for good is recorded in
+// part (settleInPart), and the session settled all the same. It returns
+// once the outcome is recorded, or when ctx ends (the outcome is then in
+// the log, for recovery), or on an error no retry can fix (the database is
+// gone, or even the part was refused).
 func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(err error)) (runner.SettleResult, error) {
 	rec := s.RecordOf(st)
 	if b, err := json.Marshal(rec); err != nil {
@@ -179,9 +187,7 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 	}
 	var waited time.Duration
 	since := time.Now() // the board's clock (taskboard.Options.Now), before any attempt
-	res, err := s.retry(ctx, "settle session "+st.Session.SessionID, wait, &waited, func() (Result, error) {
-		return s.Apply(ctx, rec)
-	})
+	res, err := s.record(ctx, "settle session "+st.Session.SessionID, rec, wait, &waited)
 	if err != nil {
 		return runner.SettleResult{}, err
 	}
@@ -268,6 +274,144 @@ func (s *Settler) retry(ctx context.Context, op string, wait func(error), waited
 	return retry(ctx, s, op, wait, waited, f)
 }
 
+// record applies rec (Apply), retrying while the store refuses it for a
+// reason that passes, and settles its session in part (settleInPart) when
+// the store refuses the whole of it for good. waited, if not nil, is
+// added the time spent waiting for the store.
+func (s *Settler) record(ctx context.Context, op string, rec Record, wait func(error), waited *time.Duration) (Result, error) {
+	var w time.Duration
+	res, err := s.retry(ctx, op, wait, &w, func() (Result, error) { return s.Apply(ctx, rec) })
+	addWait(waited, w)
+	if err == nil || !s.forGood(ctx, err) {
+		return res, err
+	}
+	return s.settleInPart(ctx, op, rec, err, wait, waited)
+}
+
+// forGood reports whether err, an attempt's last, is a refusal of the
+// outcome itself that no retry passes: not the store slow or away, not ctx
+// ended, not the database gone or read-only (every write fails then, and
+// the outcome waits in the log for a store that takes it).
+func (s *Settler) forGood(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, store.ErrDatabaseGone) && !errors.Is(err, store.ErrReadOnly) && !s.DB.Transient(err)
+}
+
+// settleInPart settles rec's session when the store refused its whole
+// outcome for good (why: a constraint, a value out of range, a bug in one
+// part of it; nothing a retry passes): a session left unsettled shows its
+// mail again as new with no note, session after session, and its task
+// report is lost all the same. It records, in a transaction of its own,
+// what cannot fail for the report's reasons: the session's row with its
+// end (outcome, exit, spend), settled; its mail acknowledged if it
+// completed, noted if not, as the whole outcome would have; and where its
+// task's line stands (Tasks.KeepWorkTx), so that the next session on the
+// task goes on from this one's commits instead of resetting its branch to
+// the line's last head; then, should the board refuse that too, the same
+// without it. The task report and the review verdict are not applied: the
+// task stays with its agent, whose next session continues it, as with a
+// report the board refuses. Why is an event of the session's
+// (store.EventSettledInPart) in the same transaction, and an error log
+// line. Exactly once as Apply is: the row's settled_at is read in the
+// transaction, so a session an earlier attempt settled (its commit unseen)
+// is left alone (Result.Already), and so is one the part's own lost commit
+// settled. If the part fails for good too, the error is returned: logged,
+// and the session left to the caller as before.
+func (s *Settler) settleInPart(ctx context.Context, op string, rec Record, why error, wait func(error), waited *time.Duration) (Result, error) {
+	id := rec.Session.SessionID
+	log := s.logger().With(zap.String("session", id), zap.String("agent", rec.Session.Agent),
+		zap.Int64("task", rec.Task), zap.Int64("review", rec.Review))
+	tries := []bool{false}
+	if s.Tasks != nil && rec.Task != 0 && rec.Session.HeadAfter != "" {
+		tries = []bool{true, false}
+	}
+	var (
+		res      Result
+		err      error
+		attempts int // of the part: past the first, one may have committed unseen
+	)
+	for _, keepWork := range tries {
+		var w time.Duration
+		res, err = s.retry(ctx, op+" in part", wait, &w, func() (Result, error) {
+			attempts++
+			return s.group().applyInPart(ctx, s, rec, why, keepWork)
+		})
+		addWait(waited, w)
+		if err == nil || !s.forGood(ctx, err) {
+			break
+		}
+		if keepWork {
+			log.Error("the session's task's work head cannot be recorded either: settling the session without it",
+				zap.NamedError("refused", why), zap.Error(err))
+		}
+	}
+	switch {
+	case err != nil && s.forGood(ctx, err):
+		log.Error("the session's outcome cannot be recorded, not even in part: the session stays unsettled",
+			zap.NamedError("refused", why), zap.Error(err))
+		return Result{}, fmt.Errorf("%w (and in part: %w)", why, err)
+	case err != nil:
+		return Result{}, err
+	case res.Already && attempts == 1:
+		// An attempt at the whole outcome committed unseen: it is
+		// recorded whole after all.
+		log.Warn("the session's outcome was refused for good, but an earlier attempt had recorded it whole", zap.Error(why))
+	case res.Already:
+		// The part's own commit unseen, or the whole's: the session's
+		// event says which.
+		res.Refused = why
+		log.Error("the session's outcome was refused for good: the session is settled in part, without its task report or review verdict, "+
+			"or whole by an earlier attempt whose commit went unseen (a "+store.EventSettledInPart+" event of the session's says which)", zap.Error(why))
+	default:
+		log.Error("the session's outcome was refused for good: the session is settled without its task report or review verdict "+
+			"(the task stays with its agent)", zap.Error(why))
+	}
+	return res, nil
+}
+
+// applyInPartTx is settleInPart's work in tx; keepWork: the task's work
+// head too.
+func (s *Settler) applyInPartTx(ctx context.Context, tx *sql.Tx, rec Record, why error, keepWork bool) (Result, error) {
+	res := Result{Signalled: rec.Completed && rec.Signal != ""}
+	settled, err := s.DB.SettleSessionHeld(ctx, tx, rec.Session, s.now())
+	if err != nil {
+		return res, err
+	}
+	already, err := settled()
+	if err != nil || already {
+		res.Already = already
+		return res, err
+	}
+	res.Refused = why
+	e := store.EventRecord{At: s.now(), Agent: rec.Session.Agent, From: inPartState, Event: store.EventSettledInPart, To: inPartState,
+		Actor: "daemon", SessionID: rec.Session.SessionID, Seq: rec.Session.Seq,
+		Reason: "session " + rec.Session.SessionID + " settled without its task report or review verdict, refused for good: " + why.Error()}
+	if err := s.DB.EventTx(ctx, tx, e); err != nil {
+		return res, err
+	}
+	if keepWork {
+		err := s.Tasks.KeepWorkTx(ctx, tx, rec.Task, taskboard.Holder{Agent: rec.Session.Agent, Session: rec.Session.SessionID}, rec.Session.HeadAfter)
+		if err != nil && !refusedReport(err) {
+			return res, fmt.Errorf("settle session %s: keep the work of task %d: %w", rec.Session.SessionID, rec.Task, err)
+		}
+	}
+	if err := s.mailTx(ctx, tx, rec, &res); err != nil {
+		return res, fmt.Errorf("settle session %s: %w", rec.Session.SessionID, err)
+	}
+	return res, nil
+}
+
+// inPartState is the agent state an EventSettledInPart names: its session
+// is over.
+const inPartState = "SessionComplete"
+
+// addWait adds d to *waited, if waited is not nil.
+func addWait(waited *time.Duration, d time.Duration) {
+	if waited != nil {
+		*waited += d
+	}
+}
+
 // Apply writes rec in one transaction (shared with the other outcomes
 // waiting for the store at the time, each under a savepoint of its own):
 // the session's row with its end, marked settled; its mail acknowledged
@@ -323,18 +467,31 @@ func (s *Settler) applyTx(ctx context.Context, tx *sql.Tx, rec Record) (Result, 
 	if err := s.report(ctx, tx, rec, sig, &res, read); err != nil {
 		return fail(err)
 	}
-	if s.Mail == nil || rec.Mail == 0 {
-		return res, nil // the prompt claimed no mail: none to acknowledge or note
-	}
-	if rec.Completed {
-		res.Acked, err = s.Mail.AckTx(ctx, tx, id, *rec.Session.Ended)
-	} else {
-		_, err = s.Mail.UnackTx(ctx, tx, id, rec.Note)
-	}
-	if err != nil {
+	if err := s.mailTx(ctx, tx, rec, &res); err != nil {
 		return fail(err)
 	}
 	return res, nil
+}
+
+// mailTx acknowledges in tx the mail rec's session was shown, if it
+// completed, or notes why it did not (rec.Note).
+func (s *Settler) mailTx(ctx context.Context, tx *sql.Tx, rec Record, res *Result) error {
+	if s.Mail == nil || rec.Mail == 0 {
+		return nil // the prompt claimed no mail: none to acknowledge or note
+	}
+	var err error
+	if rec.Completed {
+		res.Acked, err = s.Mail.AckTx(ctx, tx, rec.Session.SessionID, *rec.Session.Ended)
+	} else {
+		_, err = s.Mail.UnackTx(ctx, tx, rec.Session.SessionID, rec.Note)
+	}
+	return err
+}
+
+// refusedReport reports whether err is a task report or a verdict the
+// board refuses (report): not an error of the settlement.
+func refusedReport(err error) bool {
+	return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder) || errors.Is(err, taskboard.ErrInvalid)
 }
 
 // report applies the signal to the session's review and task. A report the
@@ -351,9 +508,7 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 	if s.Tasks == nil {
 		return nil
 	}
-	refused := func(err error) bool {
-		return errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotHolder) || errors.Is(err, taskboard.ErrInvalid)
-	}
+	refused := refusedReport
 	agent, id := rec.Session.Agent, rec.Session.SessionID
 	if done := rec.Completed && sig == review.Done; rec.Task != 0 && rec.Session.HeadAfter != "" && !done {
 		// Where the task's line stands, however the session ended: the
