@@ -3,6 +3,7 @@ package settle_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/settle"
 	"github.com/swarmd/swarmd/internal/store"
@@ -326,6 +328,59 @@ func TestInPartWhoseCommitAnswerIsLostIsRecordedOnce(t *testing.T) {
 	if len(errorLines(logged, s.id)) == 0 {
 		t.Error("no error line about the session")
 	}
+}
+
+// Restart recovery records in part, as a running daemon does, an outcome
+// in a session's log that the store refuses for good: the session gets
+// its own end and spend and its mail acknowledged, rather than being
+// closed as orphaned (its mail shown again with a false note, its cost
+// lost).
+func TestRecoverRecordsInPartAnOutcomeRefusedForGood(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env, _ bool) {
+		ctx := context.Background()
+		logged := observe(e)
+		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.mail.Send(ctx, mailbox.Draft{From: "bob", To: "alice", Subject: "hi", Body: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		s := e.begin(t, 1)
+		st := s.ended("did it\nDONE")
+		st.Session.Result.Usage.CostUSD = 0.5
+		b, err := json.Marshal(e.s.RecordOf(st))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := logs.AppendOutcome(s.log, b); err != nil {
+			t.Fatal(err)
+		}
+		e.s.Tasks = brokenBoard{Tasks: e.board, report: true}
+		recs, err := e.s.Recover(ctx, []string{"alice"})
+		if err != nil || len(recs) != 1 || recs[0].Session.SessionID != s.id || !errors.Is(recs[0].Result.Refused, errBroken) || recs[0].Result.Acked != 1 {
+			t.Fatalf("Recover = %+v, %v; want session 1 recorded in part, its message acknowledged", recs, err)
+		}
+		if open := unsettledIDs(t, e); len(open) != 0 {
+			t.Fatalf("unsettled %v: left to the orphan pass", open)
+		}
+		rows, err := e.db.Sessions(ctx, "alice", 0)
+		if err != nil || len(rows) != 1 || rows[0].Outcome != store.OutcomeSuccess || rows[0].CostUSD != 0.5 {
+			t.Fatalf("sessions %+v, %v; want session 1 a success costing 0.5", rows, err)
+		}
+		if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" || got.Claimant != "alice" {
+			t.Fatalf("task %s held by %q", got.StateName, got.Claimant)
+		}
+		if evs := inPartEvents(t, e, s.id); len(evs) != 1 {
+			t.Fatalf("events %+v, want one", evs)
+		}
+		if len(errorLines(logged, s.id)) == 0 {
+			t.Error("no error line about the session")
+		}
+		if recs, err := e.s.Recover(ctx, []string{"alice"}); err != nil || len(recs) != 0 {
+			t.Fatalf("second Recover = %+v, %v; want nothing left", recs, err)
+		}
+	})
 }
 
 // brokenMail is the mailbox with its acknowledgements of session's

@@ -86,15 +86,20 @@ func unsettledIDs(t *testing.T, e *env) []string {
 	return ids
 }
 
-// An outcome in a session's log that the store refuses for good (here a
-// signal this version does not know, as a newer swarmd's record would be)
-// must not fail every start: recovery leaves that session to the orphan
-// pass, as one whose log holds no outcome, and applies the others.
+// An outcome in a session's log that the store refuses for good, even in
+// part (here a signal this version does not know, as a newer swarmd's
+// record would be, and a mailbox that refuses the session's
+// acknowledgement), must not fail every start: recovery leaves that
+// session to the orphan pass, as one whose log holds no outcome, and
+// applies the others.
 func TestRecoverSkipsAnOutcomeTheStoreRefuses(t *testing.T) {
 	e := sqliteEnv(t)
 	ctx := context.Background()
 	var recs []settle.Record
 	for seq := uint32(1); seq <= 2; seq++ {
+		if _, err := e.mail.Send(ctx, mailbox.Draft{From: "bob", To: "alice", Subject: "hi", Body: "b"}); err != nil {
+			t.Fatal(err)
+		}
 		s := e.begin(t, seq)
 		rec := e.s.RecordOf(s.ended("DONE"))
 		if seq == 1 {
@@ -109,6 +114,7 @@ func TestRecoverSkipsAnOutcomeTheStoreRefuses(t *testing.T) {
 		}
 		recs = append(recs, rec)
 	}
+	e.s.Mail = brokenMail{Mail: e.mail, session: recs[0].Session.SessionID}
 	got, err := e.s.Recover(ctx, []string{"alice"})
 	if err != nil {
 		t.Fatalf("Recover = %v: the daemon's start fails on it, every time", err)
@@ -118,5 +124,33 @@ func TestRecoverSkipsAnOutcomeTheStoreRefuses(t *testing.T) {
 	}
 	if open := unsettledIDs(t, e); len(open) != 1 || open[0] != recs[0].Session.SessionID {
 		t.Fatalf("unsettled %v, want session 1 alone, for the orphan pass", open)
+	}
+}
+
+// An outcome a newer swarmd wrote (a signal this version does not know)
+// is recorded in part: the session settled with its end, its mail
+// acknowledged, the signal not applied.
+func TestRecoverRecordsANewerOutcomeInPart(t *testing.T) {
+	e := sqliteEnv(t)
+	ctx := context.Background()
+	if _, err := e.mail.Send(ctx, mailbox.Draft{From: "bob", To: "alice", Subject: "hi", Body: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.begin(t, 1)
+	rec := e.s.RecordOf(s.ended("DONE"))
+	rec.Signal = "blocked"
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.AppendOutcome(s.log, b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.s.Recover(ctx, []string{"alice"})
+	if err != nil || len(got) != 1 || got[0].Result.Refused == nil || got[0].Result.Acked != 1 {
+		t.Fatalf("Recover = %+v, %v; want session 1 recorded in part, its message acknowledged", got, err)
+	}
+	if open := unsettledIDs(t, e); len(open) != 0 {
+		t.Fatalf("unsettled %v", open)
 	}
 }

@@ -664,9 +664,11 @@ type Recovered struct {
 // logs but not to the store: every unsettled session of agents (every
 // agent's when nil) whose log ends with an outcome record. Call it at
 // daemon start, before any agent runs and before orphaned sessions are
-// closed; the sessions it does not settle are the orphans, among them one
-// whose record the store refuses for good (logged): a start that failed on
-// it would fail every time.
+// closed; the sessions it does not settle are the orphans. A record the
+// store refuses for good (one this version cannot apply, say a newer
+// swarmd's) is recorded in part, as Settle records it (settleInPart), and
+// one refused even in part is logged and left to the orphans: a start that
+// failed on it would fail every time.
 func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, error) {
 	open, err := s.DB.UnsettledSessions(ctx, agents)
 	if err != nil {
@@ -691,15 +693,15 @@ func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, er
 				zap.String("log", ss.LogPath), zap.Error(err))
 			continue
 		}
-		res, err := s.retry(ctx, "recover session "+ss.SessionID, nil, nil, func() (Result, error) { return s.Apply(ctx, rec) })
+		res, err := s.record(ctx, "recover session "+ss.SessionID, rec, nil, nil)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, store.ErrDatabaseGone) || errors.Is(err, store.ErrReadOnly) {
+			if !s.forGood(ctx, err) {
 				return out, fmt.Errorf("recover outcomes: %w", err)
 			}
-			// A record the store refuses for good (one this version cannot
-			// apply): failing here would fail every start. The session is
-			// left unsettled, for the orphan pass to close, as one whose log
-			// holds no outcome.
+			// A record the store refuses for good, even in part: failing
+			// here would fail every start. The session is left unsettled,
+			// for the orphan pass to close, as one whose log holds no
+			// outcome.
 			s.logger().Error("a session's outcome in its log cannot be recorded: the session is closed as orphaned",
 				zap.String("session", ss.SessionID), zap.String("log", ss.LogPath), zap.Error(err))
 			continue
