@@ -60,7 +60,7 @@ type taskObject struct {
 // against the agents the command knows (none checked when it knows none).
 func (c *taskCtx) object(tk taskboard.Task) taskObject {
 	return taskObject{Task: tk, AssigneeUnknown: tk.Assignee != "" && c.agents != nil &&
-		slices.Contains(assignable, tk.State) && !slices.Contains(c.agents, tk.Assignee)}
+		taskboard.Assignable(tk.State) && !slices.Contains(c.agents, tk.Assignee)}
 }
 
 // assignee is the task's ASSIGNEE cell in 'task list': the agent, marked
@@ -605,7 +605,7 @@ the task's reviewer.`,
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			switch len(args) {
 			case 0:
-				return taskCompletions(cmd.Context(), o, assignable), cobra.ShellCompDirectiveNoFileComp
+				return taskCompletions(cmd.Context(), o, taskboard.AssignableStates()), cobra.ShellCompDirectiveNoFileComp
 			case 1:
 				return agentCompletions(o), cobra.ShellCompDirectiveNoFileComp
 			}
@@ -615,10 +615,6 @@ the task's reviewer.`,
 	cmd.Flags().BoolVar(&opts.Anyone, "anyone", false, "let any agent claim it (but its reviewer), instead of one AGENT")
 	return cmd
 }
-
-// assignable are the states a task's assignee may be changed in
-// (taskboard.Board.Assign).
-var assignable = []task.State{task.Planned, task.Open, task.Blocked, task.WaitingForSubtasks, task.Orphaned, task.Failed}
 
 func taskAssignRun(ctx context.Context, opts *taskAssignOptions) error {
 	id, err := parseTaskID("task assign: id", opts.ID)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // Reload applies the config at path (SIGHUP): new agents start, removed
@@ -168,6 +169,7 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 		if err := d.reg.Remove(name); err == nil {
 			d.metrics.RemoveAgent(name)
 		}
+		d.warnAssigned(name, cfg.SharedStore())
 		if cfg.SharedStore() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -182,6 +184,35 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 		return
 	}
 	d.log.Info("agent put back by a reload started again", zap.String("agent", name))
+}
+
+// warnAssigned tells the operator of the tasks that wait for an agent a
+// reload removed: assigned to it (by the operator, or sent back to it for
+// rework), no other agent may claim them until they are assigned again.
+// On a shared store another daemon may run the agent.
+func (d *Daemon) warnAssigned(name string, shared bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ts, err := d.tasks.List(ctx, taskboard.Filter{Agent: name})
+	if err != nil {
+		d.log.Warn("list the tasks assigned to a removed agent", zap.String("agent", name), zap.Error(err))
+		return
+	}
+	var waiting []int64
+	for _, t := range ts {
+		if t.Assignee == name && taskboard.Assignable(t.State) {
+			waiting = append(waiting, t.ID)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	msg := "tasks assigned to an agent a reload removed wait for it: no other agent claims them; give each to another agent " +
+		"with 'swarmd task assign ID AGENT', or to any with 'swarmd task assign ID --anyone'"
+	if shared {
+		msg += " (unless another daemon of the swarm runs the agent)"
+	}
+	d.log.Warn(msg, zap.String("agent", name), zap.Int64s("tasks", waiting))
 }
 
 // startNew registers a fresh runner for an agent of the config in force,

@@ -2,8 +2,12 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/task"
@@ -130,5 +134,53 @@ func TestErrorStopStillCostsARetry(t *testing.T) {
 		return e.From == "ORPHANED" && e.To == "OPEN" && e.TransitionReason == "orphan_recovered"
 	}) {
 		t.Fatalf("task %s with %d retries, history %+v; want ORPHANED -> OPEN, orphan_recovered, a retry", got.StateName, got.Retries, h)
+	}
+}
+
+// TestReloadWarnsOfTasksAssignedToARemovedAgent: a task assigned to an
+// agent a reload removes waits for it, and nobody else claims it: the
+// operator is told which tasks, and how to give them to another agent.
+// A task the agent is not assigned, or one it can no longer be given,
+// is not named.
+func TestReloadWarnsOfTasksAssignedToARemovedAgent(t *testing.T) {
+	cfgPath := repo(t, agentsYAML("alice", "bob"))
+	core, logged := observer.New(zap.WarnLevel)
+	d, err := Open(context.Background(), mustLoad(t, cfgPath), Options{Log: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Daemon: d, cancel: cancel, errc: make(chan error, 1)}
+	go func() { r.errc <- d.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	waitFor(t, "the daemon ready", func() bool { return d.run.ready.Load() })
+
+	var ids []int64
+	for _, n := range []taskboard.NewTask{
+		{Title: "alice's, planned", Assignee: "alice", Plan: true},
+		{Title: "bob's, planned", Assignee: "bob", Plan: true},
+		{Title: "alice's, cancelled", Assignee: "alice", Plan: true},
+	} {
+		tk, err := r.tasks.Add(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tk.ID)
+	}
+	if _, err := r.tasks.Cancel(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, cfgPath, agentsYAML("bob"))
+	if err := r.Reload(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	const msg = "tasks assigned to an agent a reload removed wait for it"
+	waitFor(t, "the warning", func() bool { return logged.FilterMessageSnippet(msg).Len() > 0 })
+	e := logged.FilterMessageSnippet(msg).All()
+	if len(e) != 1 || e[0].ContextMap()["agent"] != "alice" || !strings.Contains(e[0].Message, "swarmd task assign ID AGENT") {
+		t.Fatalf("warnings %+v; want one, for alice, naming task assign", e)
+	}
+	if got, want := fmt.Sprint(e[0].ContextMap()["tasks"]), fmt.Sprint([]int64{ids[0]}); got != want {
+		t.Errorf("the warning names tasks %s, want %s (alice's assignable one alone)", got, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -895,12 +896,12 @@ func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error
 		if t, err = getTask(ctx, tx, id); err != nil {
 			return err
 		}
-		switch t.State {
-		case task.Planned, task.Open, task.Blocked, task.WaitingForSubtasks, task.Orphaned, task.Failed:
-		case task.Claimed, task.InProgress:
+		switch {
+		case Assignable(t.State):
+		case t.State == task.Claimed || t.State == task.InProgress:
 			return fmt.Errorf("task %d is %s, held by %s: requeue it first ('swarmd task requeue %d'), then assign it: %w",
 				id, t.State, orNobody(t.Claimant), id, ErrState)
-		case task.Done:
+		case t.State == task.Done:
 			return fmt.Errorf("task %d is DONE: its review and the merge decide what comes next (work sent back is OPEN again, and can be assigned then): %w", id, ErrState)
 		default:
 			return fmt.Errorf("task %d is %s, a final state: nobody claims it any more: %w", id, t.State, ErrState)
@@ -926,6 +927,15 @@ func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error
 	})
 	return t, err
 }
+
+// AssignableStates are the states a task can be given to another agent in
+// (Assign): nobody holds it, and it can still be claimed again.
+func AssignableStates() []task.State {
+	return []task.State{task.Planned, task.Open, task.Blocked, task.WaitingForSubtasks, task.Orphaned, task.Failed}
+}
+
+// Assignable reports whether s is one of AssignableStates.
+func Assignable(s task.State) bool { return slices.Contains(AssignableStates(), s) }
 
 func orNobody(agent string) string {
 	if agent == "" {
