@@ -20,7 +20,9 @@ merge:
 `
 
 // mergeRepo is a repository whose swarm.db holds a merged, a rejected and
-// a queued entry, as a daemon's queue leaves them.
+// a queued entry, as a daemon's queue leaves them; the rejected entry's
+// task is DONE at its head again (its rejection not sent back: the daemon
+// stopped first), so that `merge retry` may queue it.
 func mergeRepo(t *testing.T, body string) (cfg, db string) {
 	t.Helper()
 	repo := gitRepo(t)
@@ -44,6 +46,10 @@ func mergeRepo(t *testing.T, body string) (cfg, db string) {
 			gate_seq, enqueued_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, append(row, at, at)...); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := m.SQL().Exec(`INSERT INTO tasks (id, title, state, head, work_head, claimant, created_by, created_at, updated_at)
+		VALUES (2, 'the parser', 'DONE', ?, ?, 'bob', 'operator', ?, ?)`, strings.Repeat("b", 40), strings.Repeat("b", 40), at, at); err != nil {
+		t.Fatal(err)
 	}
 	return cfg, db
 }
@@ -103,6 +109,12 @@ func openDB(t *testing.T, path string) *store.DB {
 func TestMergeCLIErrors(t *testing.T) {
 	cfg, db := mergeRepo(t, mergeConfig)
 	noQueue, _ := mergeRepo(t, taskAgents)
+	// Task 2 reworked and reported done at another commit since its
+	// rejection: its rejected commit is not its work any more.
+	m := openDB(t, db)
+	if _, err := m.SQL().Exec(`UPDATE tasks SET head = ? WHERE id = 2`, strings.Repeat("e", 40)); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		env  []string
 		args []string
@@ -111,6 +123,8 @@ func TestMergeCLIErrors(t *testing.T) {
 	}{
 		{opEnv(), []string{"merge", "retry", "1", "-c", cfg}, 1, "merge retry: merge queue: task 1 is merged, not rejected: only a rejected task is retried"},
 		{opEnv(), []string{"merge", "retry", "9", "-c", cfg}, 1, "merge retry: merge queue: retry task 9: not in the merge queue"},
+		{opEnv(), []string{"merge", "retry", "2", "-c", cfg}, 1, "merge retry: merge queue: retry task 2 at bbbbbbbbbbbb: " +
+			"task 2 is DONE at frozen head eeeeeeeeeeee, not at bbbbbbbbbbbb: it was reported done again since"},
 		{opEnv(), []string{"merge", "retry", "x", "-c", cfg}, 2, `merge retry "x": want a task id`},
 		{opEnv(), []string{"merge", "list", "--limit", "-1", "-c", cfg}, 2, "merge list: --limit -1"},
 		{opEnv(), []string{"merge", "pause", "-c", noQueue}, 2, "merge pause: swarmd.yaml has no merge section"},

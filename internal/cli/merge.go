@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/merge"
+	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // The merge commands (`swarmd merge …`) read and steer the merge queue in
@@ -49,24 +52,31 @@ A gate run's log is read with swarmd logs merge --session N.`,
 	return cmd
 }
 
+// queueStore is the queue's store and the database it is in (the board's
+// too).
+type queueStore struct {
+	*merge.Store
+	db *store.DB
+}
+
 // openQueue opens the queue's store; operator verbs refuse a session.
-func openQueue(ctx context.Context, o *mergeOptions, verb string, operator bool) (*merge.Store, *config.Config, func(), error) {
+func openQueue(ctx context.Context, o *mergeOptions, verb string, operator bool) (queueStore, *config.Config, func(), error) {
 	who, err := whoCalls(o.IO.Getenv, "merge")
 	if err != nil {
-		return nil, nil, nil, err
+		return queueStore{}, nil, nil, err
 	}
 	if operator && who.inSession {
-		return nil, nil, nil, usagef("merge %s: an operator command; agent %s's session may not run it", verb, who.name)
+		return queueStore{}, nil, nil, usagef("merge %s: an operator command; agent %s's session may not run it", verb, who.name)
 	}
 	db, err := openSwarmDB(ctx, o.IO, o.ConfigPath, "merge")
 	if err != nil {
-		return nil, nil, nil, err
+		return queueStore{}, nil, nil, err
 	}
 	if operator && (db.cfg == nil || db.cfg.Merge == nil) {
 		db.Close()
-		return nil, nil, nil, usagef("merge %s: swarmd.yaml has no merge section, so there is no merge queue", verb)
+		return queueStore{}, nil, nil, usagef("merge %s: swarmd.yaml has no merge section, so there is no merge queue", verb)
 	}
-	return merge.NewStore(db.DB, nil), db.cfg, func() { db.Close() }, nil
+	return queueStore{merge.NewStore(db.DB, nil), db.DB}, db.cfg, func() { db.Close() }, nil
 }
 
 // newMergeStatusCmd is `swarmd merge status`; runF (nil: mergeStatusRun)
@@ -168,7 +178,15 @@ func mergeRetryRun(ctx context.Context, opts *mergeRetryOptions) error {
 		return err
 	}
 	defer done()
-	e, err := st.Retry(ctx, id, "operator")
+	db := st.db
+	// Only the task's work to merge now: its frozen head, the task DONE and
+	// its review passed. A task reworked and reported done at another
+	// commit since would be closed on the old one, its new work neither
+	// reviewed nor merged.
+	board := taskboard.New(db, taskboard.Options{})
+	e, err := st.Retry(ctx, id, "operator", func(ctx context.Context, tx *sql.Tx, e merge.Entry) error {
+		return board.MergeableTx(ctx, tx, e.Task, e.Head)
+	})
 	if err != nil {
 		return mergeErr("retry", err)
 	}

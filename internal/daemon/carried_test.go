@@ -60,9 +60,18 @@ func carriedWayOut(t *testing.T, strategy string, again bool) {
 	d := open(t, cfg)
 	defer d.Close()
 	q := d.merge.queue
+	// Task 10 on the board, reported done at its line's head before each
+	// step: the queue merges only a task's frozen head.
+	if _, err := d.db.SQL().ExecContext(ctx, `INSERT INTO tasks (id, title, state, claimant, created_by, created_at, updated_at)
+		VALUES (10, 'task 10', 'OPEN', 'alice', 'operator', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
 	step := func(want merge.Outcome) merge.Entry {
 		t.Helper()
 		head := r.git("rev-parse", "swarm/task/10") // frozen at DONE
+		if _, err := d.db.SQL().ExecContext(ctx, `UPDATE tasks SET state = 'DONE', head = ?, work_head = ? WHERE id = 10`, head, head); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := q.Enqueue(ctx, 10, "alice", "swarm/task/10", head); err != nil {
 			t.Fatal(err)
 		}

@@ -93,6 +93,11 @@ func TestMergeOnOneDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Reported done at that head by bob's session, on the other machine.
+	if _, err := db.ExecCount(ctx, "bob's DONE", `UPDATE tasks SET state = 'DONE', claimant = 'bob', head = ?, work_head = ? WHERE id = ?`,
+		head, head, tk.ID); err != nil {
+		t.Fatal(err)
+	}
 	queue := merge.NewStore(db, nil)
 	if _, err := queue.Enqueue(ctx, tk.ID, "bob", "swarm/bob/work", head); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
 		Killed: d.guard.killedSince, // the lease guard kills gates too
 		Clone:  targetClone(cfg), Moves: moveReporter{d},
+		Stale: mergeHooks{d}.stale,
 	}
 	if opts.Sandbox != nil {
 		// A HOME of the gate's own, empty for each run (gateSandbox),
@@ -73,10 +74,27 @@ func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) 
 			h.d.pushTarget(cfg.Merge.Into)
 		}
 	}
-	if _, err := h.d.tasks.Merged(ctx, e.Task, commit); err != nil && !errors.Is(err, taskboard.ErrState) {
-		return err
+	_, err := h.d.tasks.Merged(ctx, e.Task, e.Head, commit)
+	if errors.Is(err, taskboard.ErrState) {
+		// The target holds a change that is not the task's to merge now
+		// (the queue dropped such entries before their gate: this one
+		// went in as the task moved on, or before a restart): the task
+		// is not closed on it.
+		h.d.log.Warn("merge queue: merged, but the task is not closed on it", zap.Int64("task", e.Task),
+			zap.String("head", e.Head), zap.String("commit", commit), zap.Error(err))
+		return nil
 	}
-	return nil
+	return err
+}
+
+// stale is why the queue is not to merge e now (merge.Options.Stale): its
+// head is not its task's frozen head, or the task is not ready to merge.
+func (h mergeHooks) stale(ctx context.Context, e merge.Entry) (string, error) {
+	err := h.d.tasks.Mergeable(ctx, e.Task, e.Head)
+	if errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotFound) {
+		return strings.TrimSuffix(err.Error(), ": "+taskboard.ErrState.Error()), nil
+	}
+	return "", err
 }
 
 // OnRejected sends the task back to its worker with what went wrong, in
@@ -109,8 +127,14 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 	if cfg.Merge != nil {
 		max = cfg.Merge.MaxRejections
 	}
-	_, gaveUp, err := h.d.tasks.Rejected(ctx, e.Task, why, feedback, max)
-	if err != nil && !errors.Is(err, taskboard.ErrState) {
+	_, gaveUp, err := h.d.tasks.Rejected(ctx, e.Task, e.Head, why, feedback, max)
+	if errors.Is(err, taskboard.ErrState) {
+		// Not the task's work to merge now (it moved on since): nothing
+		// goes back to its worker.
+		h.d.log.Info("merge queue: a rejection not applied to its task", zap.Int64("task", e.Task), zap.Error(err))
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	if gaveUp {

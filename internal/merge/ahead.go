@@ -83,6 +83,13 @@ func (q *Queue) runAhead(ctx context.Context, a *ahead, front []link, size int) 
 	base, baseTree := a.base, front[len(front)-1].tree
 	for i := len(front); i < len(queued); i++ {
 		e := &queued[i]
+		// An entry that is not its task's work to merge now ends the line
+		// too: its own step drops it.
+		if q.opts.Stale != nil {
+			if why, err := q.opts.Stale(ctx, *e); err != nil || why != "" {
+				break
+			}
+		}
 		// No Prepare: it is the loop's alone (the daemon's fetches and
 		// fast-forwards the target). A head not here yet fails to build,
 		// and the line ends before it, as at any error, conflict or entry

@@ -169,6 +169,9 @@ func (o *outcomes) rejected(e *Entry, kind Kind, detail string) {
 	o.nRejected++
 }
 
+// dropped: e is not to be merged now (Options.Stale says why).
+func (o *outcomes) dropped(e *Entry, why string) { o.rejected(e, KindStale, why) }
+
 func (o *outcomes) has(e *Entry) bool {
 	return slices.ContainsFunc(o.results, func(r result) bool { return r.e == e })
 }

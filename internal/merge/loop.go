@@ -150,6 +150,16 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 
 // integrate takes the batch es, in queue order, as far as it can go now.
 func (q *Queue) integrate(ctx context.Context, es, resumed []*Entry, waiting string) (Outcome, error) {
+	var res outcomes
+	// An entry that is not its task's work to merge now is dropped before
+	// anything is prepared or built for it, but for a resumed entry with a
+	// candidate: the target may hold that already (landed), and what the
+	// target holds is recorded as it is.
+	mayHaveLanded := func(e *Entry) bool { return e.Candidate != "" && slices.Contains(resumed, e) }
+	es, err := q.fresh(ctx, es, func(e *Entry) bool { return !mayHaveLanded(e) }, &res)
+	if err != nil || len(es) == 0 {
+		return res.outcome(), err
+	}
 	if q.opts.Prepare != nil {
 		for i, e := range es {
 			err := q.opts.Prepare(ctx, *e)
@@ -178,8 +188,10 @@ func (q *Queue) integrate(ctx context.Context, es, resumed []*Entry, waiting str
 			return OutcomeWaiting, err
 		}
 	}
-	var res outcomes
 	if es, err = q.landed(ctx, es, resumed, target, &res); err != nil || len(es) == 0 {
+		return res.outcome(), err
+	}
+	if es, err = q.fresh(ctx, es, mayHaveLanded, &res); err != nil || len(es) == 0 {
 		return res.outcome(), err
 	}
 	line, lerr := q.line(ctx, es, target, tree, &res)
@@ -219,7 +231,9 @@ func (q *Queue) integrate(ctx context.Context, es, resumed []*Entry, waiting str
 
 // landed records as merged the resumed entries whose candidate the target
 // holds already (the daemon died after advancing the target, before
-// recording it) and returns the others.
+// recording it) and returns the others. It records what the target holds,
+// whatever the task's state now: OnMerged's caller does not close a task
+// whose frozen head the entry is not (Options.Stale's rule).
 func (q *Queue) landed(ctx context.Context, es, resumed []*Entry, target string, res *outcomes) ([]*Entry, error) {
 	var rest []*Entry
 	for _, e := range es {
@@ -239,6 +253,50 @@ func (q *Queue) landed(ctx context.Context, es, resumed []*Entry, target string,
 		q.batch.found(e)
 	}
 	return rest, q.finish(ctx, res)
+}
+
+// fresh drops, as stale (KindStale, stored at once), the entries of es
+// that check selects and Options.Stale says are not to be merged now, and
+// returns the others, in order.
+func (q *Queue) fresh(ctx context.Context, es []*Entry, check func(*Entry) bool, res *outcomes) ([]*Entry, error) {
+	if q.opts.Stale == nil {
+		return es, nil
+	}
+	var rest []*Entry
+	for _, e := range es {
+		if !check(e) {
+			rest = append(rest, e)
+			continue
+		}
+		why, err := q.opts.Stale(ctx, *e)
+		if err != nil {
+			return nil, fmt.Errorf("merge queue: is task %d's entry at %s its work: %w", e.Task, short(e.Head), err)
+		}
+		if why == "" {
+			rest = append(rest, e)
+			continue
+		}
+		q.log.Warn("merge entry dropped: not its task's work to merge now", zap.Int64("task", e.Task),
+			zap.String("head", e.Head), zap.String("why", why))
+		res.dropped(e, why)
+		q.batch.found(e)
+	}
+	return rest, q.finish(ctx, res)
+}
+
+// staleIn is why an entry of es is not to be merged now, "" when each is
+// (Options.Stale).
+func (q *Queue) staleIn(ctx context.Context, es []*Entry) (string, error) {
+	if q.opts.Stale == nil {
+		return "", nil
+	}
+	for _, e := range es {
+		why, err := q.opts.Stale(ctx, *e)
+		if err != nil || why != "" {
+			return why, err
+		}
+	}
+	return "", nil
 }
 
 // link is one entry of a batch's line of candidates: its candidate commit
@@ -408,6 +466,18 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 		}
 		q.log.Warn("merge queue: not advancing the target", zap.Int64("task", es[0].Task), zap.Int("batch", len(es)), zap.String("why", why))
 		return OutcomeRebuild, q.store.requeueBatch(ctx, es, why)
+	}
+	// The tasks may have moved on while the gate ran (one cancelled, say):
+	// nothing moves, and the next step drops what is stale and builds the
+	// rest again.
+	if why, err := q.staleIn(ctx, es); err != nil || why != "" {
+		q.passed = passedGate{}
+		if err != nil {
+			why = fmt.Sprintf("cannot check the batch's tasks: %v", err)
+			return OutcomeIdle, errors.Join(err, q.store.requeueBatch(context.WithoutCancel(ctx), es, why))
+		}
+		q.log.Info("merge queue: not advancing the target: an entry is stale now", zap.Int64("task", es[0].Task), zap.String("why", why))
+		return OutcomeRebuild, q.store.requeueBatch(ctx, es, "rebuild: "+why)
 	}
 	// Only the queue's loop that leads moves the target: one that lost the
 	// lead while its gate ran (another daemon took the merge lock, and
@@ -677,6 +747,9 @@ func (q *Queue) holds(ctx context.Context, commit string) (bool, error) {
 func (q *Queue) notify(ctx context.Context, cb Callbacks, e Entry) error {
 	if e.State == Merged {
 		return cb.OnMerged(ctx, e, e.Candidate)
+	}
+	if Kind(e.Result) == KindStale {
+		return nil // dropped: no result of the task's work, nothing to send back
 	}
 	return cb.OnRejected(ctx, e, Kind(e.Result), e.Detail)
 }

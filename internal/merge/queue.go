@@ -40,6 +40,7 @@ package merge
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -95,7 +96,7 @@ type Callbacks interface {
 // Metrics are the queue's metrics; *metrics.Metrics satisfies it.
 type Metrics interface {
 	MergeQueueDepth(n int)        // swarmd_merge_queue_depth
-	MergeResult(result string)    // swarmd_merges_total{result}: merged, conflict, gate_failed, timeout, corrupt
+	MergeResult(result string)    // swarmd_merges_total{result}: merged, conflict, gate_failed, timeout, corrupt, carried, stale
 	GateDuration(d time.Duration) // swarmd_gate_duration_seconds
 	RunAhead(result string)       // swarmd_merge_runs_ahead_total{result}: passed, failed, dropped
 }
@@ -164,6 +165,18 @@ type Options struct {
 	// queue records itself (Settle, and a move it built on before a look
 	// claimed it), and is told of them.
 	Moves MoveReporter
+	// Stale, when set, says why entry e is not to be merged now, "" when
+	// it is: on the daemon, unless e.Head is its task's frozen head and
+	// the task is ready to merge (DONE, its review passed), so that an
+	// attempt the task's worker has reworked and reported done since is
+	// never merged under it. The queue asks it of each entry before it
+	// builds a candidate (a run ahead too), and of a batch's entries again
+	// just before the target moves; a stale entry is dropped: rejected
+	// with KindStale and the reason, and not reported to the callbacks (it
+	// is no result of the task's). An entry the target holds already when
+	// a restarted queue resumes it is recorded merged all the same (the
+	// target has it): OnMerged's caller decides about the task.
+	Stale func(ctx context.Context, e Entry) (why string, err error)
 }
 
 // Queue is the merge queue of one repository. Its methods are safe for
@@ -343,9 +356,20 @@ func (q *Queue) List(ctx context.Context, limit int) ([]Entry, error) {
 	return q.store.List(ctx, limit)
 }
 
-// Retry queues a rejected task's head again, as the operator.
+// Retry queues a rejected task's head again, as the operator; it is
+// refused (ErrState) when Options.Stale says the head is not to be merged.
 func (q *Queue) Retry(ctx context.Context, task int64) (Entry, error) {
-	e, err := q.store.Retry(ctx, task, "operator")
+	var check func(context.Context, *sql.Tx, Entry) error
+	if q.opts.Stale != nil {
+		check = func(ctx context.Context, _ *sql.Tx, e Entry) error {
+			why, err := q.opts.Stale(ctx, e)
+			if err == nil && why != "" {
+				err = fmt.Errorf("%s: %w", why, ErrState)
+			}
+			return err
+		}
+	}
+	e, err := q.store.Retry(ctx, task, "operator", check)
 	if err == nil {
 		q.setDepth(ctx)
 		q.Wake()

@@ -60,6 +60,11 @@ const (
 	// the target does not hold (another task's work, again); Detail names
 	// them.
 	KindCarried Kind = "carried"
+	// KindStale: the entry's commit is not its task's work to merge now
+	// (Options.Stale: the task was reworked and reported done at another
+	// commit since, sent back, cancelled); it was dropped before any gate,
+	// and nothing is reported for it. Detail says why.
+	KindStale Kind = "stale"
 )
 
 // Actor names the queue in the event log and on the task board.
@@ -464,8 +469,11 @@ func (s *Store) Status(ctx context.Context, recent int) (Status, error) {
 }
 
 // Retry queues a rejected task's head again, at the end of the queue, as a
-// new entry (the rejected one stays in the history).
-func (s *Store) Retry(ctx context.Context, task int64, actor string) (Entry, error) {
+// new entry (the rejected one stays in the history). check, if set, is
+// asked in the same transaction whether the rejected entry's head may be
+// merged now (its task's frozen head, the task ready to merge): its error
+// refuses the retry.
+func (s *Store) Retry(ctx context.Context, task int64, actor string, check func(ctx context.Context, tx *sql.Tx, e Entry) error) (Entry, error) {
 	var e Entry
 	err := s.write(ctx, "retry", func(tx *sql.Tx) error {
 		es, err := queryEntries(ctx, tx, `WHERE task_id = ? ORDER BY id DESC LIMIT 1`, task)
@@ -478,6 +486,11 @@ func (s *Store) Retry(ctx context.Context, task int64, actor string) (Entry, err
 		last := es[0]
 		if last.State != Rejected {
 			return fmt.Errorf("merge queue: task %d is %s, not rejected: only a rejected task is retried: %w", task, last.State, ErrState)
+		}
+		if check != nil {
+			if err := check(ctx, tx, last); err != nil {
+				return fmt.Errorf("merge queue: retry task %d at %s: %w", task, short(last.Head), err)
+			}
 		}
 		var id int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, enqueued_at)
@@ -755,13 +768,16 @@ func (s *Store) finishBatch(ctx context.Context, rs []result, tip *tipWrite) err
 			}
 			from := e.State
 			e.State, e.Result, e.Detail, e.Candidate, e.FinishedAt = to, r.result, r.detail, candidate, parseTime(now)
-			reason := r.result
+			reason, name := r.result, string(to)
 			if to == Merged {
 				reason = fmt.Sprintf("%s at %s", r.result, short(r.commit))
 			} else if r.detail != "" {
 				reason += ": " + firstLines(r.detail, 3)
 			}
-			if err := s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(to), name: string(to), reason: reason, seq: e.GateSeq}); err != nil {
+			if r.result == string(KindStale) {
+				name = "dropped" // not a rejection of the task's work
+			}
+			if err := s.logEvent(ctx, tx, event{task: e.Task, from: string(from), to: string(to), name: name, reason: reason, seq: e.GateSeq}); err != nil {
 				return err
 			}
 		}

@@ -39,7 +39,7 @@ var sessionBuckets = [...]float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 36
 
 // mergeResults are the result label values of swarmd_merges_total (package
 // merge's results and rejection kinds); each series exists from the start.
-var mergeResults = [...]string{"merged", "conflict", "gate_failed", "timeout", "corrupt", "carried"}
+var mergeResults = [...]string{"merged", "conflict", "gate_failed", "timeout", "corrupt", "carried", "stale"}
 
 // aheadResults are the result label values of swarmd_merge_runs_ahead_total
 // (package merge's runs ahead); each series exists from the start.

@@ -154,7 +154,7 @@ func TestAssignReworkToAnotherWorker(t *testing.T) {
 			}
 		}},
 		{"merge conflict", "", func(t *testing.T, b *Board, id int64) {
-			if _, _, err := b.Rejected(context.Background(), id, "conflict", "in parser.go", 3); err != nil {
+			if _, _, err := b.Rejected(context.Background(), id, "abc123", "conflict", "in parser.go", 3); err != nil {
 				t.Fatal(err)
 			}
 		}},

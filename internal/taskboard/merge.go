@@ -1,6 +1,7 @@
 package taskboard
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -55,26 +56,104 @@ func (b *Board) ReadyToMerge(ctx context.Context, skip func(id int64) bool) ([]R
 	return out, rows.Err()
 }
 
-// Merged closes a DONE task whose work the merge queue integrated.
-func (b *Board) Merged(ctx context.Context, id int64, commit string) (Task, error) {
-	return b.update(ctx, "merged", id, Holder{}, func(t *Task) (move, error) {
-		return move{to: task.Closed, reason: task.ReasonCompleted, actor: "merge-queue", why: "merged as " + short(commit)}, nil
+// Mergeable says whether the merge queue may merge task id's change at
+// commit head now: nil when it may, else an error wrapping ErrState that
+// names the task, its state and both heads (ErrNotFound: no such task).
+// The rule is ReadyToMerge's, and one more: head is the task's frozen
+// head (the commit its reviewer was shown). A queue entry at any other
+// commit (an attempt the queue rejected, which the task's worker has
+// reworked and reported done since) is not the task's work: merged, it
+// would close the task on a change nobody reviewed, and the work that
+// was would never merge. A task reported done by the operator has no
+// frozen head: the queue took its worker's branch when it first queued it.
+func (b *Board) Mergeable(ctx context.Context, id int64, head string) error {
+	return mergeable(ctx, b.db.ReadSQL(), id, head)
+}
+
+// MergeableTx is Mergeable in the caller's transaction.
+func (b *Board) MergeableTx(ctx context.Context, tx *sql.Tx, id int64, head string) error {
+	return mergeable(ctx, tx, id, head)
+}
+
+func mergeable(ctx context.Context, q querier, id int64, head string) error {
+	t, err := getTask(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	return mergeableTask(ctx, q, t, head)
+}
+
+// mergeableTask is mergeable for t, as read in q.
+func mergeableTask(ctx context.Context, q querier, t Task, head string) error {
+	frozen := cmp.Or(short(t.Head), "none")
+	switch {
+	case t.State != task.Done:
+		return fmt.Errorf("task %d is %s (frozen head %s), not DONE at %s: only a DONE task's frozen head is merged: %w",
+			t.ID, t.State, frozen, short(head), ErrState)
+	case t.Head != "" && t.Head != head:
+		return fmt.Errorf("task %d is DONE at frozen head %s, not at %s: it was reported done again since: %w",
+			t.ID, frozen, short(head), ErrState)
+	case t.ReviewState != "" && t.ReviewState != review.Complete.String():
+		return fmt.Errorf("task %d is DONE at frozen head %s with its review %s: it is merged once its review passed, not before: %w",
+			t.ID, frozen, t.ReviewState, ErrState)
+	}
+	// A split task: with no head of its own, closeParent closes it; with
+	// one, it is merged once every subtask is (readyToMergeSQL).
+	kids := `SELECT EXISTS (SELECT 1 FROM tasks WHERE parent_id = ? AND state <> 'CLOSED')`
+	if t.Head == "" {
+		kids = `SELECT EXISTS (SELECT 1 FROM tasks WHERE parent_id = ?)`
+	}
+	var waiting bool
+	if err := q.QueryRowContext(ctx, kids, t.ID).Scan(&waiting); err != nil {
+		return fmt.Errorf("taskboard: subtasks of task %d: %w", t.ID, err)
+	}
+	if waiting {
+		return fmt.Errorf("task %d is DONE at frozen head %s with subtasks not all merged: it is merged after them, not at %s: %w",
+			t.ID, frozen, short(head), ErrState)
+	}
+	return nil
+}
+
+// Merged closes a DONE task whose work the merge queue integrated: the
+// queue's entry at commit head, merged as commit. It is refused (ErrState)
+// unless the task may be merged at head (Mergeable): a change that is not
+// the task's work does not close it.
+func (b *Board) Merged(ctx context.Context, id int64, head, commit string) (Task, error) {
+	var t Task
+	err := b.write(ctx, "merged", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := mergeableTask(ctx, tx, t, head); err != nil {
+			return fmt.Errorf("merged as %s: %w", short(commit), err)
+		}
+		if err := b.apply(ctx, tx, &t, move{to: task.Closed, reason: task.ReasonCompleted, actor: "merge-queue",
+			why: "merged as " + short(commit)}); err != nil {
+			return err
+		}
+		t, err = getTask(ctx, tx, id)
+		return err
 	})
+	return t, err
 }
 
 // Rejected sends a DONE task back to its worker: the merge queue could not
 // integrate it (a conflict, a red gate). DONE -> FAILED -> OPEN, assigned to
 // the worker with what went wrong as its result, no retry counted. The
 // max-th rejection (max > 0) is the last: the task stays FAILED
-// (merge_rejected), and gaveUp says so.
-func (b *Board) Rejected(ctx context.Context, id int64, why, detail string, max int) (t Task, gaveUp bool, err error) {
+// (merge_rejected), and gaveUp says so. head is the commit the queue
+// rejected: a rejection of a change that is not the task's to merge now
+// (Mergeable) is refused (ErrState), so that a stale attempt's red gate
+// does not send back the work the task was reported done with since.
+func (b *Board) Rejected(ctx context.Context, id int64, head, why, detail string, max int) (t Task, gaveUp bool, err error) {
 	err = b.write(ctx, "merge rejected", func(tx *sql.Tx) error {
 		var err error
 		if t, err = getTask(ctx, tx, id); err != nil {
 			return err
 		}
-		if t.State != task.Done {
-			return fmt.Errorf("task %d is %s, not DONE: %w", id, t.State, ErrState)
+		if err := mergeableTask(ctx, tx, t, head); err != nil {
+			return fmt.Errorf("rejected at %s: %w", short(head), err)
 		}
 		var before int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM events WHERE task_id = ? AND effect = 'task'

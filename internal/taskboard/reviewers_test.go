@@ -94,12 +94,12 @@ func TestPassedWorkSentBackIsReviewedAgain(t *testing.T) {
 		}
 	}
 	passed("alice-1-a", 1)
-	got, gaveUp, err := b.Rejected(ctx, tk.ID, "gate_failed", "red", 2)
+	got, gaveUp, err := b.Rejected(ctx, tk.ID, "0123456789abcdef0123456789abcdef01234567", "gate_failed", "red", 2)
 	if err != nil || gaveUp || got.ReviewState != "working" || got.Iteration != 2 {
 		t.Fatalf("rejected: %s at %d, gave up %v, %v; want working at 2", got.ReviewState, got.Iteration, gaveUp, err)
 	}
 	passed("alice-2-a", 2)
-	if got, gaveUp, err = b.Rejected(ctx, tk.ID, "gate_failed", "red again", 1); err != nil || !gaveUp || got.State.String() != "FAILED" {
+	if got, gaveUp, err = b.Rejected(ctx, tk.ID, "0123456789abcdef0123456789abcdef01234567", "gate_failed", "red again", 1); err != nil || !gaveUp || got.State.String() != "FAILED" {
 		t.Fatalf("the last rejection: %+v, %v, %v", got, gaveUp, err)
 	}
 	if got, err = b.Retry(ctx, tk.ID); err != nil || got.ReviewState != "working" || got.Iteration != 3 {

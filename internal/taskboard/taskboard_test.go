@@ -384,14 +384,14 @@ func TestMergeHandOff(t *testing.T) {
 	if ready, _ = b.ReadyToMerge(ctx, func(id int64) bool { return id == plain.ID }); len(ready) != 1 || ready[0].ID != reviewed.ID {
 		t.Fatalf("ready = %+v; want the reviewed task, the other skipped", ready)
 	}
-	if got, err := b.Merged(ctx, plain.ID, "0123456789abcdef"); err != nil || got.State != task.Closed {
+	if got, err := b.Merged(ctx, plain.ID, "", "0123456789abcdef"); err != nil || got.State != task.Closed {
 		t.Fatalf("merged = %+v, %v", got, err)
 	}
-	back, _, err := b.Rejected(ctx, reviewed.ID, "merge conflict", "parser.go", 5)
+	back, _, err := b.Rejected(ctx, reviewed.ID, "", "merge conflict", "parser.go", 5)
 	if err != nil || back.State != task.Open || back.Assignee != "alice" || !strings.Contains(back.Result, "parser.go") || back.Retries != 0 {
 		t.Fatalf("rejected = %+v, %v", back, err)
 	}
-	if _, _, err := b.Rejected(ctx, reviewed.ID, "again", "", 5); !errors.Is(err, ErrState) {
+	if _, _, err := b.Rejected(ctx, reviewed.ID, "", "again", "", 5); !errors.Is(err, ErrState) {
 		t.Fatalf("rejecting an OPEN task = %v", err)
 	}
 }
@@ -419,7 +419,7 @@ func TestMergeRejectionsBounded(t *testing.T) {
 		if ready, err := b.ReadyToMerge(ctx, nil); err != nil || len(ready) != 1 || ready[0].Head != head {
 			t.Fatalf("round %d: ready to merge %+v, %v; want head %s", round, ready, err, head)
 		}
-		got, gaveUp, err := b.Rejected(ctx, tk.ID, "the merge queue rejected it: conflict", "a.txt", max)
+		got, gaveUp, err := b.Rejected(ctx, tk.ID, head, "the merge queue rejected it: conflict", "a.txt", max)
 		if err != nil {
 			t.Fatalf("round %d: rejected: %v", round, err)
 		}
@@ -600,12 +600,12 @@ func TestSplitParentClosesWhenItsSubtasksMerge(t *testing.T) {
 			if want := []int64{kids[0].ID, kids[1].ID}; !slices.Equal(ids, want) {
 				t.Fatalf("ready to merge = %v, want the subtasks %v only", ids, want)
 			}
-			if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
+			if _, err := b.Merged(ctx, kids[0].ID, fmt.Sprintf("%040d", 1), "0123456789abcdef"); err != nil {
 				t.Fatal(err)
 			}
 			wantState(t, b, parent.ID, task.Done) // one subtask is not merged yet
 			wantState(t, b, after.ID, task.Blocked)
-			if _, err := b.Merged(ctx, kids[1].ID, "fedcba9876543210"); err != nil {
+			if _, err := b.Merged(ctx, kids[1].ID, fmt.Sprintf("%040d", 2), "fedcba9876543210"); err != nil {
 				t.Fatal(err)
 			}
 			wantState(t, b, parent.ID, task.Closed)
@@ -637,7 +637,7 @@ func TestSplitParentClosesAtItsLateVerdict(t *testing.T) {
 	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "ok"); err != nil { // the subtask's review
 		t.Fatal(err)
 	}
-	if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
+	if _, err := b.Merged(ctx, kids[0].ID, fmt.Sprintf("%040d", 1), "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, parent.ID, task.Done) // waiting for rita
@@ -758,7 +758,7 @@ func TestSplitParentReworkIsMerged(t *testing.T) {
 	if r := ready(); len(r) != 1 || r[0].ID != kids[0].ID {
 		t.Fatalf("ready to merge = %+v, want the subtask %d only", r, kids[0].ID)
 	}
-	if _, err := b.Merged(ctx, kids[0].ID, "0123456789abcdef"); err != nil {
+	if _, err := b.Merged(ctx, kids[0].ID, fmt.Sprintf("%040d", 1), "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, parent.ID, task.Done) // its rework is not merged yet
@@ -766,7 +766,7 @@ func TestSplitParentReworkIsMerged(t *testing.T) {
 	if r := ready(); len(r) != 1 || r[0].ID != parent.ID || r[0].Head != rework {
 		t.Fatalf("ready to merge = %+v, want task %d at %s", r, parent.ID, rework)
 	}
-	if _, err := b.Merged(ctx, parent.ID, "fedcba9876543210"); err != nil {
+	if _, err := b.Merged(ctx, parent.ID, rework, "fedcba9876543210"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, after.ID, task.Open)
