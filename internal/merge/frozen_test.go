@@ -96,7 +96,7 @@ func retryOfAReworkedTask(t *testing.T, db *store.DB) {
 	}
 	pass := func(head string) {
 		t.Helper()
-		if _, err := board.Verdict(ctx, tk.ID, "rita", true, "PASS"); err != nil {
+		if _, err := board.Verdict(ctx, tk.ID, "rita", head, true, "PASS"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -186,7 +186,7 @@ func (b *Builder) work(ctx context.Context, req runner.PromptRequest, d *Data) (
 			}
 		}
 		if d.Review != nil {
-			p.Review = d.Review.Task.ID
+			p.Review, p.ReviewHead = d.Review.Task.ID, d.Review.frozen
 		} else if t, isNew, err := b.task(ctx, req, work); err != nil {
 			return p, err
 		} else if t != nil {
@@ -298,7 +298,8 @@ func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) 
 	if err != nil || !ok {
 		return nil, err
 	}
-	r := &Review{Task: *taskOf(t, false), Worker: t.Worker, Summary: t.Result, Round: t.Iteration, MaxRounds: t.MaxIterations}
+	r := &Review{Task: *taskOf(t, false), Worker: t.Worker, Summary: t.Result, Round: t.Iteration, MaxRounds: t.MaxIterations,
+		frozen: t.Head}
 	r.Task.Feedback, r.Task.From = "", ""
 	rounds, err := b.Tasks.Rounds(ctx, t.ID)
 	if err != nil {

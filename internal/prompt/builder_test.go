@@ -257,12 +257,35 @@ func TestBuilderReviewBeforeOwnTask(t *testing.T) {
 		t.Fatalf("bob's prompt = review %d task %d (%v); want the review of %d first", p.Review, p.Task, err, work.ID)
 	}
 	now := time.Now()
-	if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("bob", "bob-2-bbbb", 1, now), Completed: true, Review: p.Review, Result: "fine\nPASS"}); err != nil {
+	if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("bob", "bob-2-bbbb", 1, now), Completed: true, Review: p.Review, ReviewHead: p.ReviewHead, Result: "fine\nPASS"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err = b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-3-cccc", Seq: 3})
 	if err != nil || p.Task != own.ID || p.Review != 0 {
 		t.Fatalf("after the review: task %d review %d (%v); want his own task %d", p.Task, p.Review, err, own.ID)
+	}
+}
+
+// TestBuilderReviewCarriesItsHead: a review prompt says which commit it
+// shows, the task's frozen head as read (Prompt.ReviewHead): the verdict
+// of its session is on that commit, and on no later one.
+func TestBuilderReviewCarriesItsHead(t *testing.T) {
+	ctx := context.Background()
+	db := openMail(t, mailbox.Options{})
+	board := taskboard.New(db.Store(), taskboard.Options{})
+	b := &Builder{Tasks: board}
+	work, _ := board.Add(ctx, taskboard.NewTask{Title: "alice's", Reviewer: "bob", Assignee: "alice"})
+	h := taskboard.Holder{Agent: "alice", Session: "alice-1-aaaa"}
+	if _, err := board.Claim(ctx, work.ID, "alice", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	head := strings.Repeat("a", 40)
+	if _, err := board.DoneAt(ctx, work.ID, h, "done", head); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: "bob-1-bbbb", Seq: 1})
+	if err != nil || p.Review != work.ID || p.ReviewHead != head {
+		t.Fatalf("bob's prompt = review %d at %q (%v); want the review of %d at %s", p.Review, p.ReviewHead, err, work.ID, head)
 	}
 }
 
@@ -442,7 +465,7 @@ func TestBuilderReviewOfASplitTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The subtask has its task's reviewer, who passes it first.
-	if _, err := board.Verdict(ctx, kids[0].ID, "bob", true, "ok"); err != nil {
+	if _, err := board.Verdict(ctx, kids[0].ID, "bob", trees.BaseCommit(), true, "ok"); err != nil {
 		t.Fatal(err)
 	}
 	// Alice's branch moves on with her next task.
@@ -530,7 +553,7 @@ func TestBuilderReviewOfATaskSplitAfterAFailedReview(t *testing.T) {
 	if _, err := board.DoneAt(ctx, parent.ID, h, "done", strings.TrimSpace(string(first))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := board.Verdict(ctx, parent.ID, "bob", false, "too big: split it"); err != nil {
+	if _, err := board.Verdict(ctx, parent.ID, "bob", strings.TrimSpace(string(first)), false, "too big: split it"); err != nil {
 		t.Fatal(err)
 	}
 	h = taskboard.Holder{Agent: "alice", Session: "alice-2-aaaa"}
@@ -548,7 +571,7 @@ func TestBuilderReviewOfATaskSplitAfterAFailedReview(t *testing.T) {
 	if _, err := board.DoneAt(ctx, kids[0].ID, kh, "done", trees.BaseCommit()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := board.Verdict(ctx, kids[0].ID, "bob", true, "ok"); err != nil {
+	if _, err := board.Verdict(ctx, kids[0].ID, "bob", trees.BaseCommit(), true, "ok"); err != nil {
 		t.Fatal(err)
 	}
 	b := &Builder{Tasks: board, Compare: trees, ReviewBase: trees.BaseCommit()}

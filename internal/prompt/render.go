@@ -71,6 +71,8 @@ type Review struct {
 	// Subtasks: the task was split into them, and has no change of its
 	// own (no branch is shown).
 	Subtasks []Subtask
+
+	frozen string // the task's frozen head as read, Head or not: what the verdict is on
 }
 
 // Subtask is one of the tasks a reviewed task was split into.

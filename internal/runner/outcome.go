@@ -83,7 +83,10 @@ type Settlement struct {
 	Mail      int           // messages the prompt carried
 	Task      int64         // the task the prompt carried, 0 for none
 	Review    int64         // the task whose review the prompt asked for, 0 for none
-	Result    string        // the backend's final result text, for the signals
+	// ReviewHead is the commit that review showed: the task's frozen head
+	// then ("" for none). The verdict is on it.
+	ReviewHead string
+	Result     string // the backend's final result text, for the signals
 }
 
 // SettleResult is what a settled session said.

@@ -59,6 +59,9 @@ type Prompt struct {
 	Task      int64 // the task the prompt carries (claimed or continued), 0 for none
 	NewTask   bool  // Task was claimed for this prompt: the session's Begin starts it
 	Review    int64 // the task whose review the prompt asks for, 0 for none
+	// ReviewHead is the commit the review request shows: the task's frozen
+	// head as the prompt read it ("" for none). The verdict is on it.
+	ReviewHead string
 	// Idle: the agent said it is done and has no mail and no task. No
 	// session starts; the runner waits for Wake.
 	Idle bool
@@ -79,6 +82,7 @@ type work struct {
 	carried   int    // messages the current session's prompt carried
 	task      int64  // the task the current session's prompt carried
 	review    int64  // the task the current session reviews
+	reviewed  string // the commit that review shows (Prompt.ReviewHead)
 	newTask   bool   // task was claimed for the current prompt
 	signalled bool   // the last session completed with a signal (the prompt may find it idle)
 }
@@ -86,7 +90,7 @@ type work struct {
 // took keeps what a built prompt carries.
 func (w *work) took(p Prompt) {
 	w.claimed, w.carried = p.Mail > 0 || p.Task != 0, p.Mail
-	w.task, w.newTask, w.review = p.Task, p.NewTask, p.Review
+	w.task, w.newTask, w.review, w.reviewed = p.Task, p.NewTask, p.Review, p.ReviewHead
 }
 
 // unclaim forgets the claims of a prompt whose session never started,
@@ -115,7 +119,7 @@ func (w *work) begun() { w.newTask = false }
 // settlement is the ended session's settlement without its verdict: the
 // mail, task and review it carried. The mail is settled once.
 func (w *work) settlement(rec SessionRecord, result string) Settlement {
-	st := Settlement{Session: rec, Mail: w.carried, Task: w.task, Review: w.review, Result: result}
+	st := Settlement{Session: rec, Mail: w.carried, Task: w.task, Review: w.review, ReviewHead: w.reviewed, Result: result}
 	w.carried = 0
 	return st
 }

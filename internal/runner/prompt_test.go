@@ -6,7 +6,7 @@ import "testing"
 // never started, and its new task started once.
 func TestWork(t *testing.T) {
 	var w work
-	w.took(Prompt{Mail: 2, Task: 7, NewTask: true, Review: 9})
+	w.took(Prompt{Mail: 2, Task: 7, NewTask: true, Review: 9, ReviewHead: "c0ffee"})
 	if !w.claimed || w.carried != 2 || w.task != 7 || w.review != 9 {
 		t.Fatalf("took: %+v", w)
 	}
@@ -18,7 +18,8 @@ func TestWork(t *testing.T) {
 		t.Errorf("startTask = %d after the begin, want 0: a new task starts once", got)
 	}
 	st := w.settlement(SessionRecord{SessionID: "s"}, "DONE")
-	if st.Mail != 2 || st.Task != 7 || st.Review != 9 || st.Result != "DONE" || st.Session.SessionID != "s" {
+	// The review's verdict is on the commit it was shown.
+	if st.Mail != 2 || st.Task != 7 || st.Review != 9 || st.ReviewHead != "c0ffee" || st.Result != "DONE" || st.Session.SessionID != "s" {
 		t.Fatalf("settlement %+v", st)
 	}
 	if st := w.settlement(SessionRecord{}, ""); st.Mail != 0 {

@@ -55,11 +55,11 @@ func (b brokenBoard) FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboa
 	return b.Tasks.FailTx(ctx, tx, id, h, reason)
 }
 
-func (b brokenBoard) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error) {
+func (b brokenBoard) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, head string, pass bool, feedback string) (taskboard.Task, error) {
 	if b.report {
 		return taskboard.Task{}, errBroken
 	}
-	return b.Tasks.VerdictTx(ctx, tx, id, reviewer, pass, feedback)
+	return b.Tasks.VerdictTx(ctx, tx, id, reviewer, head, pass, feedback)
 }
 
 func (b brokenBoard) ReadTx(ctx context.Context, tx *sql.Tx, id int64) (taskboard.Task, error) {

@@ -50,7 +50,7 @@ type Tasks interface {
 	DoneReadTx(ctx context.Context, tx *sql.Tx, t taskboard.Task, h taskboard.Holder, summary, head string) error
 	KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error
 	FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) error
-	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (taskboard.Task, error)
+	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, head string, pass bool, feedback string) (taskboard.Task, error)
 	GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (taskboard.Task, bool, error)
 	StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (func(context.Context) error, error)
 	Unclaim(ctx context.Context, session string) error
@@ -101,9 +101,13 @@ type Record struct {
 	Note      string              `json:"note,omitempty"`
 	Task      int64               `json:"task,omitempty"`
 	Review    int64               `json:"review,omitempty"`
-	Mail      int                 `json:"mail,omitempty"`   // messages the prompt carried
-	Signal    string              `json:"signal,omitempty"` // review.Signal's name: done, pass, fail; "" none
-	Text      string              `json:"text,omitempty"`   // the result text: the task's summary or reason, the verdict's feedback
+	// ReviewHead is the commit the review session was shown: the reviewed
+	// task's frozen head then ("" for a task with none). Its verdict
+	// applies only while that is still the task's frozen head.
+	ReviewHead string `json:"review_head,omitempty"`
+	Mail       int    `json:"mail,omitempty"`   // messages the prompt carried
+	Signal     string `json:"signal,omitempty"` // review.Signal's name: done, pass, fail; "" none
+	Text       string `json:"text,omitempty"`   // the result text: the task's summary or reason, the verdict's feedback
 }
 
 // maxRecordText caps the result text an outbox record keeps (the log has
@@ -137,7 +141,8 @@ type Result struct {
 
 // RecordOf is the outbox record of a runner's settlement.
 func (s *Settler) RecordOf(st runner.Settlement) Record {
-	rec := Record{Session: sessionRow(st.Session), Completed: st.Completed, Note: st.Note, Task: st.Task, Review: st.Review, Mail: st.Mail}
+	rec := Record{Session: sessionRow(st.Session), Completed: st.Completed, Note: st.Note, Task: st.Task, Review: st.Review,
+		ReviewHead: st.ReviewHead, Mail: st.Mail}
 	rec.Session.Task = cmp.Or(st.Task, st.Review) // what the session worked on or reviewed: the task's spend
 	if st.Completed {
 		if sig := s.Signals.Scan(st.Result); sig != review.NoSignal {
@@ -523,7 +528,9 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		return nil
 	}
 	if rec.Review != 0 && (sig == review.Pass || sig == review.Fail) {
-		t, err := s.Tasks.VerdictTx(ctx, tx, rec.Review, agent, sig == review.Pass, rec.Text)
+		// On the commit the session was shown: a task reported done at
+		// another since is refused (ErrState) like any stale report.
+		t, err := s.Tasks.VerdictTx(ctx, tx, rec.Review, agent, rec.ReviewHead, sig == review.Pass, rec.Text)
 		switch {
 		case err == nil:
 			res.Reported = fmt.Sprintf("review of task %d: %s", rec.Review, sig)

@@ -749,7 +749,7 @@ func TestFailAfterDoneMovesNothing(t *testing.T) {
 		if _, err := e.s.Settle(ctx, runner.Settlement{
 			Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: 1, Outcome: agent.ExitOutcome{Kind: agent.Success},
 				Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "PASS"}},
-			Completed: true, Review: tk.ID, Result: "PASS",
+			Completed: true, Review: tk.ID, ReviewHead: shown, Result: "PASS",
 		}, nil); err != nil {
 			t.Fatal(err)
 		}

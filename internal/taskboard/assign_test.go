@@ -122,7 +122,7 @@ func TestAssignChangesWhoMayClaim(t *testing.T) {
 			t.Fatalf("assign of a DONE task = %v; want ErrState", err)
 		}
 		// Its PASS closes it: final, refused.
-		if _, err := b.Verdict(ctx, tk.ID, "rita", true, "good"); err != nil {
+		if _, err := b.Verdict(ctx, tk.ID, "rita", "abc123", true, "good"); err != nil {
 			t.Fatal(err)
 		}
 		wantState(t, b, tk.ID, task.Closed)
@@ -149,7 +149,7 @@ func TestAssignReworkToAnotherWorker(t *testing.T) {
 		sendBack func(t *testing.T, b *Board, id int64)
 	}{
 		{"review FAIL", "rita", func(t *testing.T, b *Board, id int64) {
-			if _, err := b.Verdict(context.Background(), id, "rita", false, "add a test"); err != nil {
+			if _, err := b.Verdict(context.Background(), id, "rita", "abc123", false, "add a test"); err != nil {
 				t.Fatal(err)
 			}
 		}},

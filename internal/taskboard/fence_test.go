@@ -170,7 +170,7 @@ func TestOpenVersionFollowsTheOpenSet(t *testing.T) {
 			return err
 		})
 		step("PASS closes it, which the task behind it waited for", true, func() error {
-			_, err := b.Verdict(ctx, reviewed.ID, "rita", true, "good")
+			_, err := b.Verdict(ctx, reviewed.ID, "rita", "", true, "good")
 			return err
 		})
 		step("claim the second", false, func() error {

@@ -105,7 +105,7 @@ func TestSpendAndVerdicts(t *testing.T) {
 	// rita's review: FAIL, in her session rita-1.
 	session("rita", "rita-1", tick(), at(), 30, 3, 0.5)
 	tick()
-	if _, err := b.Verdict(ctx, tk.ID, "rita", false, "tests missing"); err != nil {
+	if _, err := b.Verdict(ctx, tk.ID, "rita", "", false, "tests missing"); err != nil {
 		t.Fatal(err)
 	}
 	// alice claims it again (the FAIL assigned it back to her) and
@@ -125,12 +125,12 @@ func TestSpendAndVerdicts(t *testing.T) {
 	}
 	session("rita", "rita-2", tick(), at(), 7000, 7000, 70)
 	tick()
-	if _, err := b.Verdict(ctx, other.ID, "rita", true, "fine"); err != nil {
+	if _, err := b.Verdict(ctx, other.ID, "rita", "", true, "fine"); err != nil {
 		t.Fatal(err)
 	}
 	session("rita", "rita-3", tick(), at(), 60, 6, 0.25)
 	tick()
-	if _, err := b.Verdict(ctx, tk.ID, "rita", true, "good now"); err != nil {
+	if _, err := b.Verdict(ctx, tk.ID, "rita", "", true, "good now"); err != nil {
 		t.Fatal(err)
 	}
 	// alice's next session, after the task left her: not counted.

@@ -1,6 +1,7 @@
 package taskboard
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -133,12 +134,17 @@ func (b *Board) ReviewFor(ctx context.Context, reviewer string) (Task, bool, err
 	return ts[0], true, nil
 }
 
-// Verdict records reviewer's PASS (pass) or FAIL on task id, with feedback.
-func (b *Board) Verdict(ctx context.Context, id int64, reviewer string, pass bool, feedback string) (Task, error) {
+// Verdict records reviewer's PASS (pass) or FAIL on task id, with
+// feedback: the verdict on head, the commit the reviewer was shown (the
+// task's frozen head then; "" for a task that had none). It applies only
+// while head is still the task's frozen head: a verdict on a commit the
+// task is no longer reported done at is refused (ErrState), so that a PASS
+// never passes work its reviewer was not shown.
+func (b *Board) Verdict(ctx context.Context, id int64, reviewer, head string, pass bool, feedback string) (Task, error) {
 	var t Task
 	err := b.write(ctx, "review verdict", func(tx *sql.Tx) error {
 		var err error
-		t, err = b.VerdictTx(ctx, tx, id, reviewer, pass, feedback)
+		t, err = b.VerdictTx(ctx, tx, id, reviewer, head, pass, feedback)
 		return err
 	})
 	return t, err
@@ -146,7 +152,7 @@ func (b *Board) Verdict(ctx context.Context, id int64, reviewer string, pass boo
 
 // VerdictTx is Verdict in the caller's transaction (a session's
 // settlement).
-func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer string, pass bool, feedback string) (Task, error) {
+func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, head string, pass bool, feedback string) (Task, error) {
 	var t Task
 	err := func() error {
 		var err error
@@ -158,6 +164,10 @@ func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer st
 		}
 		if t.Reviewer != reviewer {
 			return fmt.Errorf("task %d is reviewed by %s, not %s: %w", id, t.Reviewer, reviewer, ErrNotHolder)
+		}
+		if t.Head != head {
+			return fmt.Errorf("task %d is DONE at frozen head %s, not at %s, the commit %s was shown: the verdict is on other work: %w",
+				id, cmp.Or(short(t.Head), "none"), cmp.Or(short(head), "none"), reviewer, ErrState)
 		}
 		l, unreadable, err := loopOf(ctx, tx, t)
 		if err != nil {

@@ -57,7 +57,7 @@ func TestVerdictsAreInTheHistory(t *testing.T) {
 	if _, err := b.Done(ctx, tk.ID, Holder{Agent: "alice", Session: "alice-1-a"}, "did it"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Verdict(ctx, tk.ID, "rita", true, "looks right\nPASS"); err != nil {
+	if _, err := b.Verdict(ctx, tk.ID, "rita", "", true, "looks right\nPASS"); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := b.History(ctx, tk.ID)
@@ -89,7 +89,7 @@ func TestPassedWorkSentBackIsReviewedAgain(t *testing.T) {
 		if err != nil || got.ReviewState != "reviewing" || got.Iteration != iteration {
 			t.Fatalf("the DONE of iteration %d: %s at %d, %v; want reviewing", iteration, got.ReviewState, got.Iteration, err)
 		}
-		if got, err := b.Verdict(ctx, tk.ID, "rita", true, "PASS"); err != nil || got.ReviewState != "complete" {
+		if got, err := b.Verdict(ctx, tk.ID, "rita", "0123456789abcdef0123456789abcdef01234567", true, "PASS"); err != nil || got.ReviewState != "complete" {
 			t.Fatalf("PASS: %+v, %v", got, err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestASplitParentIsReviewed(t *testing.T) {
 	if st, rs := state(parent.ID); st != "WAITING_FOR_SUBTASKS" {
 		t.Fatalf("the parent is %s (review %q) while its subtask waits for review", st, rs)
 	}
-	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "PASS"); err != nil {
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", "", true, "PASS"); err != nil {
 		t.Fatal(err)
 	}
 	if st, rs := state(parent.ID); st != "DONE" || rs != "reviewing" {
@@ -160,7 +160,7 @@ func TestASplitParentIsReviewed(t *testing.T) {
 	if st, _ := state(after.ID); st == "OPEN" {
 		t.Error("the parent's dependent opened before the parent's review")
 	}
-	if _, err := b.Verdict(ctx, parent.ID, "rita", true, "PASS"); err != nil {
+	if _, err := b.Verdict(ctx, parent.ID, "rita", "", true, "PASS"); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := state(parent.ID); st != "CLOSED" {

@@ -311,10 +311,10 @@ func TestReviewLoop(t *testing.T) {
 	if r, ok, _ := b.ReviewFor(ctx, "rita"); !ok || r.ID != tk.ID {
 		t.Fatalf("rita has no review request")
 	}
-	if _, err := b.Verdict(ctx, tk.ID, "bob", true, ""); !errors.Is(err, ErrNotHolder) {
+	if _, err := b.Verdict(ctx, tk.ID, "bob", "", true, ""); !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("bob's verdict = %v", err)
 	}
-	back, err := b.Verdict(ctx, tk.ID, "rita", false, "tests missing")
+	back, err := b.Verdict(ctx, tk.ID, "rita", "", false, "tests missing")
 	if err != nil || back.State != task.Open || back.Assignee != "alice" || back.Result != "tests missing" || back.Iteration != 2 {
 		t.Fatalf("after FAIL = %+v, %v", back, err)
 	}
@@ -331,7 +331,7 @@ func TestReviewLoop(t *testing.T) {
 	if _, err := b.Done(ctx, tk.ID, Holder{Agent: "alice"}, "with tests"); err != nil {
 		t.Fatal(err)
 	}
-	closed, err := b.Verdict(ctx, tk.ID, "rita", true, "good")
+	closed, err := b.Verdict(ctx, tk.ID, "rita", "", true, "good")
 	if err != nil || closed.State != task.Closed || closed.ReviewState != "complete" {
 		t.Fatalf("after PASS = %+v, %v", closed, err)
 	}
@@ -349,7 +349,7 @@ func TestReviewLoop(t *testing.T) {
 		if _, err := b.Done(ctx, tk2.ID, Holder{Agent: "bob"}, ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Verdict(ctx, tk2.ID, "rita", false, "no"); err != nil {
+		if _, err := b.Verdict(ctx, tk2.ID, "rita", "", false, "no"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -377,7 +377,7 @@ func TestMergeHandOff(t *testing.T) {
 	if err != nil || len(ready) != 1 || ready[0].ID != plain.ID || ready[0].Worker != "alice" {
 		t.Fatalf("ready = %+v, %v; want only the unreviewed task (the other waits for rita)", ready, err)
 	}
-	if _, err := b.Verdict(ctx, reviewed.ID, "rita", true, "ok"); err != nil {
+	if _, err := b.Verdict(ctx, reviewed.ID, "rita", "", true, "ok"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, reviewed.ID, task.Done) // passed, waiting for the merge
@@ -483,7 +483,7 @@ func TestWorkAgreesWithTheReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("rita reviews it", map[string]bool{"rita": true})
-	if _, err := b.Verdict(ctx, first.ID, "rita", true, "good"); err != nil {
+	if _, err := b.Verdict(ctx, first.ID, "rita", "", true, "good"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, later.ID, task.Open)
@@ -576,7 +576,7 @@ func TestSplitParentClosesWhenItsSubtasksMerge(t *testing.T) {
 				if got := wantState(t, b, k.ID, task.Done); got.Reviewer != "rita" || got.ReviewState != review.Reviewing.String() {
 					t.Fatalf("subtask %d: reviewer %q, review %q; want rita's, reviewing", k.ID, got.Reviewer, got.ReviewState)
 				}
-				if _, err := b.Verdict(ctx, k.ID, "rita", true, "ok"); err != nil {
+				if _, err := b.Verdict(ctx, k.ID, "rita", fmt.Sprintf("%040d", i+1), true, "ok"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -585,7 +585,7 @@ func TestSplitParentClosesWhenItsSubtasksMerge(t *testing.T) {
 				if p.ReviewState != review.Reviewing.String() {
 					t.Fatalf("parent's review = %q, want reviewing", p.ReviewState)
 				}
-				if _, err := b.Verdict(ctx, parent.ID, "rita", true, "ok"); err != nil {
+				if _, err := b.Verdict(ctx, parent.ID, "rita", "", true, "ok"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -634,14 +634,14 @@ func TestSplitParentClosesAtItsLateVerdict(t *testing.T) {
 	if _, err := b.DoneAt(ctx, kids[0].ID, kh, "done", fmt.Sprintf("%040d", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "ok"); err != nil { // the subtask's review
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", fmt.Sprintf("%040d", 1), true, "ok"); err != nil { // the subtask's review
 		t.Fatal(err)
 	}
 	if _, err := b.Merged(ctx, kids[0].ID, fmt.Sprintf("%040d", 1), "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, parent.ID, task.Done) // waiting for rita
-	if _, err := b.Verdict(ctx, parent.ID, "rita", true, "ok"); err != nil {
+	if _, err := b.Verdict(ctx, parent.ID, "rita", "", true, "ok"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, parent.ID, task.Closed)
@@ -665,7 +665,7 @@ func TestRetryAfterTheReviewFailedReviewsAgain(t *testing.T) {
 			if _, err := b.DoneAt(ctx, tk.ID, h, "done", fmt.Sprintf("%040d", 1)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.Verdict(ctx, tk.ID, "rita", false, "no"); err != nil {
+			if _, err := b.Verdict(ctx, tk.ID, "rita", fmt.Sprintf("%040d", 1), false, "no"); err != nil {
 				t.Fatal(err)
 			}
 			wantState(t, b, tk.ID, task.Failed)
@@ -689,7 +689,7 @@ func TestRetryAfterTheReviewFailedReviewsAgain(t *testing.T) {
 			if ready, err := b.ReadyToMerge(ctx, nil); err != nil || len(ready) != 0 {
 				t.Fatalf("ready to merge before the review = %+v, %v; want none", ready, err)
 			}
-			if _, err := b.Verdict(ctx, tk.ID, "rita", true, "ok"); err != nil {
+			if _, err := b.Verdict(ctx, tk.ID, "rita", fmt.Sprintf("%040d", 2), true, "ok"); err != nil {
 				t.Fatal(err)
 			}
 			if autoClose {
@@ -727,11 +727,11 @@ func TestSplitParentReworkIsMerged(t *testing.T) {
 	if _, err := b.DoneAt(ctx, kids[0].ID, kh, "done", fmt.Sprintf("%040d", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Verdict(ctx, kids[0].ID, "rita", true, "ok"); err != nil {
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", fmt.Sprintf("%040d", 1), true, "ok"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, parent.ID, task.Done)
-	if _, err := b.Verdict(ctx, parent.ID, "rita", false, "the parts are not wired together"); err != nil {
+	if _, err := b.Verdict(ctx, parent.ID, "rita", "", false, "the parts are not wired together"); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, b, parent.ID, task.Open)
@@ -743,7 +743,7 @@ func TestSplitParentReworkIsMerged(t *testing.T) {
 	if _, err := b.DoneAt(ctx, parent.ID, h, "wired", rework); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Verdict(ctx, parent.ID, "rita", true, "ok now"); err != nil {
+	if _, err := b.Verdict(ctx, parent.ID, "rita", rework, true, "ok now"); err != nil {
 		t.Fatal(err)
 	}
 	ready := func() []Ready {
@@ -788,7 +788,7 @@ func TestGaveUpSinceIsTheVerdictsOwnFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	since := time.Now()
-	if _, err := b.Verdict(ctx, tk.ID, "rita", false, "not yet"); err != nil {
+	if _, err := b.Verdict(ctx, tk.ID, "rita", fmt.Sprintf("%040d", 1), false, "not yet"); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := b.GaveUpSince(ctx, tk.ID, "rita", since); err != nil || ok {

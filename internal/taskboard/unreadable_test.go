@@ -36,7 +36,7 @@ func TestUnreadableReviewResumesAsFailed(t *testing.T) {
 			if _, err := db.SQL().ExecContext(ctx, tc.corrupt, tk.ID); err != nil {
 				t.Fatal(err)
 			}
-			got, err := b.Verdict(ctx, tk.ID, "rita", true, "LGTM")
+			got, err := b.Verdict(ctx, tk.ID, "rita", "", true, "LGTM")
 			if err != nil {
 				t.Fatalf("verdict on an unreadable loop: %v", err)
 			}
