@@ -159,7 +159,7 @@ func newMergeRetryCmd(o *mergeOptions, runF func(context.Context, *mergeRetryOpt
 	opts := &mergeRetryOptions{mergeOptions: o}
 	return &cobra.Command{
 		Use:   "retry TASK",
-		Short: "Queue a rejected task's commit again, at the end of the queue (after a flaky gate, say)",
+		Short: "Queue a rejected task's commit again, at the end of the queue, while it is still the task's work to merge",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Task = args[0]
