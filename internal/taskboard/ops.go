@@ -399,9 +399,30 @@ func (b *Board) Claim(ctx context.Context, id int64, agent, session string) (Tas
 		} else if held {
 			return fmt.Errorf("%s already holds task %d (%s): finish, fail or block it first: %w", agent, h.ID, h.StateName, ErrState)
 		}
+		// As a claim of the best task (claimable): an approved PLANNED
+		// task is OPEN before its dependencies are CLOSED, and its work
+		// would start on a base without theirs.
+		if dep, state, waits, err := openDep(ctx, tx, id); err != nil {
+			return err
+		} else if waits {
+			return fmt.Errorf("task %d waits for task %d (%s): it can be claimed once every task it depends on is CLOSED: %w", id, dep, state, ErrState)
+		}
 		return b.claim(ctx, tx, &t, agent, session)
 	})
 	return t, err
+}
+
+// openDep is a dependency of task id that is not CLOSED, and its state.
+func openDep(ctx context.Context, q querier, id int64) (dep int64, state string, ok bool, err error) {
+	err = q.QueryRowContext(ctx, `SELECT d.dep_id, o.state FROM task_deps d JOIN tasks o ON o.id = d.dep_id
+		WHERE d.task_id = ? AND o.state <> 'CLOSED' ORDER BY d.dep_id LIMIT 1`, id).Scan(&dep, &state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	if err != nil {
+		return 0, "", false, fmt.Errorf("taskboard: dependencies of task %d: %w", id, err)
+	}
+	return dep, state, true, nil
 }
 
 func heldTx(ctx context.Context, q querier, agent string) (Task, bool, error) {

@@ -806,3 +806,38 @@ func TestGaveUpSinceIsTheVerdictsOwnFailure(t *testing.T) {
 		t.Fatalf("gave up once the worker failed the task = %v, %v; want not: rita's FAIL sent it back", ok, err)
 	}
 }
+
+// A claim of a task by its id waits for its dependencies as a claim of the
+// best one does: an approved PLANNED task is OPEN before the tasks it
+// depends on are CLOSED, and claimed then its work would start on a base
+// without theirs.
+func TestClaimByIDWaitsForDependencies(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{AutoClose: true})
+	first := add(t, b, NewTask{Title: "the parser"})
+	then := add(t, b, NewTask{Title: "its tests", After: []int64{first.ID}, Plan: true})
+	if _, err := b.Approve(ctx, then.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, then.ID, task.Open)
+	_, err := b.Claim(ctx, then.ID, "alice", "alice-1")
+	if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), fmt.Sprintf("waits for task %d (OPEN)", first.ID)) {
+		t.Fatalf("claim of a task whose dependency is OPEN = %v; want ErrState naming it", err)
+	}
+	wantState(t, b, then.ID, task.Open)
+
+	h := Holder{Agent: "bob", Session: "bob-1"}
+	if _, err := b.Claim(ctx, first.ID, h.Agent, h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Start(ctx, first.ID, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, first.ID, h, "parsed"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, first.ID, task.Closed)
+	if got, err := b.Claim(ctx, then.ID, "alice", "alice-1"); err != nil || got.State != task.Claimed {
+		t.Fatalf("claim once the dependency is CLOSED = %+v, %v", got, err)
+	}
+}
