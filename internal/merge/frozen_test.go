@@ -246,3 +246,61 @@ func (e *env) fileAtMain(t *testing.T, path string) string {
 	}
 	return out
 }
+
+// flakyMerged is boardHooks whose OnMerged fails while fail is set, as the
+// daemon's does while it cannot publish the target (a remote away).
+type flakyMerged struct {
+	boardHooks
+	fail *bool
+}
+
+func (h flakyMerged) OnMerged(ctx context.Context, e Entry, commit string) error {
+	if *h.fail {
+		return errors.New("the remote is away")
+	}
+	return h.boardHooks.OnMerged(ctx, e, commit)
+}
+
+// TestMergedFrozenHeadClosesItsTask: the target holds a task's frozen head
+// (its entry merged) and the report of it comes late (its first callback
+// failed); meanwhile the operator hung a subtask on the task. The merge is
+// the task's work: the task is closed on it. Left DONE, it stayed DONE for
+// good: once the subtask is merged the task is ready again, but its head
+// is merged already, so the queue takes it no more.
+func TestMergedFrozenHeadClosesItsTask(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	board := taskboard.New(e.db, taskboard.Options{FrozenHead: true})
+	fail := true
+	hooks := flakyMerged{boardHooks{board}, &fail}
+	opts := e.options()
+	opts.Callbacks, opts.Stale = hooks, hooks.stale
+	q := e.open(opts)
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := e.worker("alice")
+	head := commitFile(t, alice, "parser.go", "package parser\n", "parser")
+	if _, err := board.Claim(ctx, tk.ID, "alice", "alice-1-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.DoneAt(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: "alice-1-a"}, "done", head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, tk.ID, "alice", "swarm/alice/work", head); err != nil {
+		t.Fatal(err)
+	}
+	step(t, q, OutcomeMerged) // merged; its report fails
+	if got := e.fileAtMain(t, "parser.go"); got != "package parser" {
+		t.Fatalf("main's parser.go = %q, want the task's", got)
+	}
+	if _, err := board.Add(ctx, taskboard.NewTask{Title: "a follow-up", Parent: tk.ID}); err != nil {
+		t.Fatal(err)
+	}
+	fail = false
+	step(t, q, OutcomeIdle) // the report again
+	if got := get(t, board, tk.ID); got.State != task.Closed {
+		t.Fatalf("task whose frozen head %s is merged: %s, want CLOSED", short(head), got.State)
+	}
+}

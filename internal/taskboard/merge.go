@@ -85,14 +85,11 @@ func mergeable(ctx context.Context, q querier, id int64, head string) error {
 
 // mergeableTask is mergeable for t, as read in q.
 func mergeableTask(ctx context.Context, q querier, t Task, head string) error {
+	if err := workAt(t, head); err != nil {
+		return err
+	}
 	frozen := cmp.Or(short(t.Head), "none")
 	switch {
-	case t.State != task.Done:
-		return fmt.Errorf("task %d is %s (frozen head %s), not DONE at %s: only a DONE task's frozen head is merged: %w",
-			t.ID, t.State, frozen, short(head), ErrState)
-	case t.Head != "" && t.Head != head:
-		return fmt.Errorf("task %d is DONE at frozen head %s, not at %s: it was reported done again since: %w",
-			t.ID, frozen, short(head), ErrState)
 	case t.ReviewState != "" && t.ReviewState != review.Complete.String():
 		return fmt.Errorf("task %d is DONE at frozen head %s with its review %s: it is merged once its review passed, not before: %w",
 			t.ID, frozen, t.ReviewState, ErrState)
@@ -114,10 +111,31 @@ func mergeableTask(ctx context.Context, q querier, t Task, head string) error {
 	return nil
 }
 
+// workAt says whether commit head is task t's work: t is DONE at that
+// frozen head (or at none: the operator reported it done). nil when it
+// is, else an error wrapping ErrState.
+func workAt(t Task, head string) error {
+	frozen := cmp.Or(short(t.Head), "none")
+	switch {
+	case t.State != task.Done:
+		return fmt.Errorf("task %d is %s (frozen head %s), not DONE at %s: only a DONE task's frozen head is merged: %w",
+			t.ID, t.State, frozen, short(head), ErrState)
+	case t.Head != "" && t.Head != head:
+		return fmt.Errorf("task %d is DONE at frozen head %s, not at %s: it was reported done again since: %w",
+			t.ID, frozen, short(head), ErrState)
+	}
+	return nil
+}
+
 // Merged closes a DONE task whose work the merge queue integrated: the
 // queue's entry at commit head, merged as commit. It is refused (ErrState)
-// unless the task may be merged at head (Mergeable): a change that is not
-// the task's work does not close it.
+// unless head is the task's work (DONE at that frozen head, or at none): a
+// change that is not the task's work does not close it. Whether the task
+// was ready to merge (its review passed, no subtask left unmerged) is
+// asked before the target moves (Mergeable), not here: once its frozen
+// head is on the target the task is closed on it, even when the operator
+// hung a subtask on it since, as the queue never merges a merged head
+// again, and the task would stay DONE for good.
 func (b *Board) Merged(ctx context.Context, id int64, head, commit string) (Task, error) {
 	var t Task
 	err := b.write(ctx, "merged", func(tx *sql.Tx) error {
@@ -125,7 +143,7 @@ func (b *Board) Merged(ctx context.Context, id int64, head, commit string) (Task
 		if t, err = getTask(ctx, tx, id); err != nil {
 			return err
 		}
-		if err := mergeableTask(ctx, tx, t, head); err != nil {
+		if err := workAt(t, head); err != nil {
 			return fmt.Errorf("merged as %s: %w", short(commit), err)
 		}
 		if err := b.apply(ctx, tx, &t, move{to: task.Closed, reason: task.ReasonCompleted, actor: "merge-queue",
