@@ -38,7 +38,7 @@ type Tasks interface {
 	Held(ctx context.Context, agent string) (taskboard.Task, bool, error)
 	ClaimSeen(ctx context.Context, agent, session string) (taskboard.Task, bool, error)
 	Continue(ctx context.Context, id int64, agent, session string) error
-	Unclaim(ctx context.Context, session string) error
+	Unclaim(ctx context.Context, session string, started int64) error
 	ReviewFor(ctx context.Context, reviewer string) (taskboard.Task, bool, error)
 	Rounds(ctx context.Context, id int64) ([]review.Round, error)
 	Subtasks(ctx context.Context, id int64) ([]taskboard.Task, error)
@@ -345,7 +345,7 @@ func (b *Builder) Release(ctx context.Context, sessionID string) error {
 		}
 	}
 	if b.Tasks != nil {
-		if err := b.Tasks.Unclaim(ctx, sessionID); err != nil {
+		if err := b.Tasks.Unclaim(ctx, sessionID, 0); err != nil { // no session began: none started
 			return fmt.Errorf("return the task of session %s: %w", sessionID, err)
 		}
 	}

@@ -2,6 +2,7 @@ package prompt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -584,5 +585,45 @@ func TestBuilderReviewOfATaskSplitAfterAFailedReview(t *testing.T) {
 	}
 	if strings.Contains(p.Text, "alice's first attempt") {
 		t.Errorf("the review of a split task shows its first attempt's frozen head:\n%s", p.Text)
+	}
+}
+
+// brokenGit is a worktree whose status cannot be read.
+type brokenGit struct{}
+
+func (brokenGit) RecentCommits(context.Context, string, int) ([]worktree.Commit, error) {
+	return nil, errors.New("git log: broken")
+}
+
+func (brokenGit) Status(context.Context, string) (worktree.Status, error) {
+	return worktree.Status{}, errors.New("git status: broken")
+}
+
+// TestBuilderFailedBuildKeepsAContinuedTask: a prompt whose build fails
+// after it continued the task its agent holds IN_PROGRESS gives back its
+// claims, not the task the agent is working on.
+func TestBuilderFailedBuildKeepsAContinuedTask(t *testing.T) {
+	ctx := context.Background()
+	db := openMail(t, mailbox.Options{Agents: []string{"alice"}})
+	board := taskboard.New(db.Store(), taskboard.Options{AutoClose: true})
+	b := &Builder{Mail: db, Tasks: board, Agents: []string{"alice"}}
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "write the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-1-aaaa", Seq: 1})
+	if err != nil || p.Task != tk.ID {
+		t.Fatalf("prompt = %+v, %v; want task %d", p, err, tk.ID)
+	}
+	if _, err := settlerOf(db, b).Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-1-aaaa", Seq: 1,
+		Started: time.Now(), Task: p.Task}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.Git = brokenGit{}
+	if _, err := b.Build(ctx, runner.PromptRequest{Agent: "alice", SessionID: "alice-2-bbbb", Seq: 2}); err == nil {
+		t.Fatal("a build whose worktree status fails succeeded")
+	}
+	if got, err := board.Get(ctx, tk.ID); err != nil || got.StateName != "IN_PROGRESS" || got.Claimant != "alice" {
+		t.Errorf("task after the failed build: %+v, %v; want IN_PROGRESS, held by alice", got, err)
 	}
 }

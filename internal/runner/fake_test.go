@@ -257,7 +257,7 @@ func (p *fakePrompter) settlements() []Settlement {
 	return append([]Settlement(nil), p.settled...)
 }
 
-func (p *fakePrompter) Release(_ context.Context, sessionID string, _ func(error)) error {
+func (p *fakePrompter) Release(_ context.Context, sessionID string, _ int64, _ func(error)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.released = append(p.released, sessionID)

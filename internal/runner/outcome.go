@@ -35,8 +35,9 @@ type Settler interface {
 	// review reported by the signal its result carries.
 	Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error)
 	// Release returns the mail and task claimed for a session that never
-	// started (the task also when Begin started it for the session).
-	Release(ctx context.Context, sessionID string, wait func(error)) error
+	// started, and started (unless 0), the task its Begin started. A task
+	// the session only continued stays its agent's.
+	Release(ctx context.Context, sessionID string, started int64, wait func(error)) error
 	// Stopped is told that the agent stopped for good in this run (not for
 	// a daemon shutdown): the tasks it holds go back to the board, as a
 	// failure of the work when failed (its errors, a fatal error: a
@@ -251,13 +252,14 @@ func (r *Runner) countSilence(st Settlement, sr SettleResult) {
 
 // release returns mail claimed by a prompt whose session never started.
 func (r *Runner) release() {
-	if !r.work.unclaim() {
+	started, ok := r.work.unclaim()
+	if !ok {
 		return
 	}
 	// Not stop.ctx: returning the mail must happen even while stopping. What
 	// a force stop leaves claimed, restart recovery returns (no session row).
 	err := r.waitingOnStore("return claimed mail", func(ctx context.Context, wait func(error)) error {
-		return r.cfg.Settler.Release(ctx, r.seq.id, wait)
+		return r.cfg.Settler.Release(ctx, r.seq.id, started, wait)
 	})
 	if err != nil {
 		r.log.Error("return claimed mail", zap.String("session", r.seq.id), zap.Error(err))

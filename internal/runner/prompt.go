@@ -84,6 +84,7 @@ type work struct {
 	review    int64  // the task the current session reviews
 	reviewed  string // the commit that review shows (Prompt.ReviewHead)
 	newTask   bool   // task was claimed for the current prompt
+	started   int64  // task, which the current session's begin was to start
 	signalled bool   // the last session completed with a signal (the prompt may find it idle)
 }
 
@@ -91,24 +92,30 @@ type work struct {
 func (w *work) took(p Prompt) {
 	w.claimed, w.carried = p.Mail > 0 || p.Task != 0, p.Mail
 	w.task, w.newTask, w.review, w.reviewed = p.Task, p.NewTask, p.Review, p.ReviewHead
+	w.started = 0
 }
 
 // unclaim forgets the claims of a prompt whose session never started,
-// reporting whether there were any to return.
-func (w *work) unclaim() bool {
+// reporting whether there were any to return, and started, the task the
+// session's begin started (0: none; a task only continued is not).
+func (w *work) unclaim() (started int64, ok bool) {
 	if !w.claimed {
-		return false
+		return 0, false
 	}
-	w.claimed, w.carried, w.task, w.newTask = false, 0, 0, false
-	return true
+	started = w.started
+	w.claimed, w.carried, w.task, w.newTask, w.started = false, 0, 0, false, 0
+	return started, true
 }
 
 // startTask is the task the prompt newly claimed, which the session's
-// begin starts (0: none); begun forgets it once that is recorded.
+// begin starts (0: none); begun forgets it once that is recorded. The task
+// is kept as started: a begin that failed may have committed unseen, and
+// only this session's begin moves the task it claimed to IN_PROGRESS.
 func (w *work) startTask() int64 {
 	if !w.newTask {
 		return 0
 	}
+	w.started = w.task
 	return w.task
 }
 

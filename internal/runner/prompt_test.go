@@ -26,11 +26,25 @@ func TestWork(t *testing.T) {
 		t.Errorf("the mail was settled twice: %+v", st)
 	}
 	w.took(Prompt{})
-	if w.claimed || w.unclaim() {
+	if _, ok := w.unclaim(); w.claimed || ok {
 		t.Error("a prompt with no mail and no task claimed something")
 	}
 	w.took(Prompt{Task: 3, NewTask: true})
-	if !w.unclaim() || w.claimed || w.task != 0 || w.newTask || w.carried != 0 || w.unclaim() {
-		t.Errorf("unclaim of a task: %+v", w)
+	started, ok := w.unclaim()
+	if _, again := w.unclaim(); !ok || started != 0 || w.claimed || w.task != 0 || w.newTask || w.carried != 0 || again {
+		t.Errorf("unclaim of a task never begun: %+v, started %d", w, started)
+	}
+	// A session that began: its new task was started with it, and goes
+	// back with its claims; a task it only continued does not.
+	w.took(Prompt{Task: 3, NewTask: true})
+	w.startTask() // a begin that failed may have committed unseen
+	if started, ok := w.unclaim(); !ok || started != 3 {
+		t.Errorf("unclaim of a task its begin started: started %d, %v; want 3", started, ok)
+	}
+	w.took(Prompt{Task: 4})
+	w.startTask()
+	w.begun()
+	if started, ok := w.unclaim(); !ok || started != 0 {
+		t.Errorf("unclaim of a continued task: started %d, %v; want 0: it stays the agent's", started, ok)
 	}
 }

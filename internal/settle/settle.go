@@ -53,7 +53,7 @@ type Tasks interface {
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, head string, pass bool, feedback string) (taskboard.Task, error)
 	GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (taskboard.Task, bool, error)
 	StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (func(context.Context) error, error)
-	Unclaim(ctx context.Context, session string) error
+	Unclaim(ctx context.Context, session string, started int64) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 	GiveBack(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 }
@@ -621,8 +621,9 @@ func (s *Settler) Transient(err error) bool { return s.DB.Transient(err) }
 func (s *Settler) Fenced(err error) bool { return store.Lost(err) }
 
 // Release returns the mail and the task claimed for a session that never
-// started, retrying while the store refuses.
-func (s *Settler) Release(ctx context.Context, sessionID string, wait func(error)) error {
+// started (and started, the task its Begin started, unless 0), retrying
+// while the store refuses.
+func (s *Settler) Release(ctx context.Context, sessionID string, started int64, wait func(error)) error {
 	_, err := retry(ctx, s, "return what session "+sessionID+" claimed", wait, nil, func() (struct{}, error) {
 		if s.Mail != nil {
 			if _, err := s.Mail.Unconsume(ctx, sessionID); err != nil {
@@ -630,7 +631,7 @@ func (s *Settler) Release(ctx context.Context, sessionID string, wait func(error
 			}
 		}
 		if s.Tasks != nil {
-			if err := s.Tasks.Unclaim(ctx, sessionID); err != nil {
+			if err := s.Tasks.Unclaim(ctx, sessionID, started); err != nil {
 				return struct{}{}, fmt.Errorf("return the task of session %s: %w", sessionID, err)
 			}
 		}

@@ -634,7 +634,7 @@ func TestReleaseReturnsATaskItsBeginStarted(t *testing.T) {
 		if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" {
 			t.Fatalf("task after Begin: %s, want IN_PROGRESS", got.StateName)
 		}
-		if err := e.s.Release(ctx, "alice-1", nil); err != nil {
+		if err := e.s.Release(ctx, "alice-1", tk.ID, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.task(t, tk.ID); got.StateName != "OPEN" || got.Claimant != "" || got.Retries != 0 {
@@ -755,6 +755,40 @@ func TestFailAfterDoneMovesNothing(t *testing.T) {
 		}
 		if got := e.task(t, tk.ID); got.StateName != "CLOSED" || got.Head != shown {
 			t.Errorf("after bob's PASS: %s at %q; want CLOSED at the head bob was shown, %s", got.StateName, got.Head, shown)
+		}
+	})
+}
+
+// A session that continues the task its agent holds IN_PROGRESS, and whose
+// process then does not start (a session_start hook that blocks it, a
+// backend that fails to start), gives back its mail and nothing of the
+// task: the agent keeps the task it has been working on, its next session
+// continues it. Only the task the session's own begin started goes back.
+func TestReleaseKeepsAContinuedTask(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env, _ bool) {
+		ctx := context.Background()
+		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "parser"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.board.Claim(ctx, tk.ID, "alice", "alice-1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-1", Seq: 1, Started: time.Now(), Task: tk.ID}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// alice-1 ends without a report; alice-2's prompt continues the task.
+		if err := e.board.Continue(ctx, tk.ID, "alice", "alice-2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-2", Seq: 2, Started: time.Now()}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.Release(ctx, "alice-2", 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" || got.Claimant != "alice" {
+			t.Errorf("continued task after its session's Release: %s held by %q; want IN_PROGRESS, alice", got.StateName, got.Claimant)
 		}
 	})
 }

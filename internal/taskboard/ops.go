@@ -973,12 +973,16 @@ func orAnyAgent(agent string) string {
 	return agent
 }
 
-// Unclaim returns the tasks claimed for a session that never started.
-func (b *Board) Unclaim(ctx context.Context, session string) error {
+// Unclaim returns the tasks claimed for a session that never started:
+// those still CLAIMED for it, and started (0: none), the task the session's
+// begin moved to IN_PROGRESS with its row before its process did not
+// start. A task IN_PROGRESS since an earlier session, which the session
+// only continued (Continue moved the claim to it), stays its agent's: the
+// agent's next session continues it.
+func (b *Board) Unclaim(ctx context.Context, session string, started int64) error {
 	return b.write(ctx, "unclaim", func(tx *sql.Tx) error {
-		// IN_PROGRESS too: the session's begin started the task with its
-		// row, and then its process did not start.
-		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`, session)
+		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ?
+			AND (state = 'CLAIMED' OR (state = 'IN_PROGRESS' AND id = ?))`, session, started)
 		if err != nil {
 			return err
 		}
