@@ -301,7 +301,8 @@ func InDoubt(err error) bool {
 
 // Unreachable reports whether err says the store's server could not be
 // reached or is not taking work now (refused or cut connections, a
-// restart, too many clients, timeouts): another try later can succeed.
+// restart, too many clients, out of memory, timeouts): another try later
+// can succeed.
 // It is Transient's part about the server (Transient adds locks held, a
 // full disk, a connection lost mid-answer and ErrFenced); a wrong
 // address's name, password or schema are in neither.
@@ -316,12 +317,15 @@ func Unreachable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		// connection_exception, admin/crash shutdown, cannot_connect_now,
-		// too_many_connections, lock and query timeouts, and the server's
-		// idle timeouts (a client paused inside a transaction, or between
-		// them): the server rolled the transaction back, so it can run again
+		// too_many_connections, insufficient_resources and out_of_memory
+		// (also "out of shared memory": the lock table full while other
+		// transactions hold many locks), lock and query timeouts, and the
+		// server's idle timeouts (a client paused inside a transaction, or
+		// between them): the server rolled the transaction back, so it can
+		// run again
 		switch {
 		case len(pe.Code) == 5 && pe.Code[:2] == "08",
-			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300",
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300", pe.Code == "53000", pe.Code == "53200",
 			pe.Code == "55P03", pe.Code == "57014", pe.Code == "25P03", pe.Code == "57P05":
 			return true
 		}
