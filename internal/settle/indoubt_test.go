@@ -10,6 +10,7 @@ import (
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -84,5 +85,46 @@ func TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost(t *testing.T) {
 	// A FAIL with rounds left sends the task back: nothing to tell.
 	if got := verdictCut(2, 2); got.StateName != "OPEN" || len(told) != 1 {
 		t.Fatalf("after a failing verdict with a round left, its commit's answer lost: %s, told %v; want OPEN, told nothing more", got.StateName, told)
+	}
+}
+
+// A session's begin whose COMMIT's answer is lost is tried again: the
+// session's row is found its own, the task its begin started is
+// IN_PROGRESS once, with one start event.
+func TestBeginWhoseCommitAnswerIsLostStartsItsTaskOnce(t *testing.T) {
+	e, p := cutEnv(t)
+	ctx := context.Background()
+	tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.board.Claim(ctx, tk.ID, "alice", "alice-1"); err != nil {
+		t.Fatal(err)
+	}
+	cuts := p.Cuts()
+	p.CutNextCommitAfter("IN_PROGRESS")
+	waits := 0
+	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-1", Seq: 1, Started: time.Now(), Task: tk.ID},
+		func(error) { waits++ }); err != nil {
+		t.Fatal(err)
+	}
+	if p.Cuts() != cuts+1 || waits == 0 {
+		t.Fatalf("%d commits cut, %d waits: the begin's answer was not lost", p.Cuts()-cuts, waits)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" || got.ClaimSession != "alice-1" {
+		t.Fatalf("task %s, claim %q; want IN_PROGRESS, alice-1", got.StateName, got.ClaimSession)
+	}
+	evs, err := e.db.Events(ctx, store.EventQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := 0
+	for _, ev := range evs {
+		if ev.TaskID == tk.ID && ev.To == "IN_PROGRESS" {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Errorf("%d start events, want 1", started)
 	}
 }
