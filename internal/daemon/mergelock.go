@@ -213,7 +213,11 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 	// it recorded them): the new leader merged those tasks again, and a
 	// pull would merge them twice. Merges nobody recorded are set aside
 	// (counted.go); anything else is the operator's to look at.
-	if set, serr := d.setAsideUncounted(ctx, into, theirs, ours); serr != nil || set {
+	set, serr := d.setAsideUncounted(ctx, into, theirs, ours)
+	if !set {
+		d.merge.queue.NotTaken()
+	}
+	if serr != nil || set {
 		if set {
 			d.took(ctx, ours, theirs) // recorded as target_set_aside
 		}

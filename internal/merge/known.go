@@ -232,15 +232,29 @@ func (q *Queue) Record(ctx context.Context, m Move, claimed Sighting, found bool
 // tip for the queue (the remote's target taken, uncounted merges set
 // aside): a start that finds the target at tip knows the move as the
 // daemon's own, whether or not Took recorded it.
+//
+// The move is pending in memory too, from now until Took (or NotTaken):
+// a look at the target between the daemon's move and Took (a session's
+// end, the watch) sees it as the queue's, as it does the queue's own
+// advance, instead of reporting it as someone else's.
 func (q *Queue) Taking(ctx context.Context, old, tip string) error {
+	q.owned.advancing(tip)
 	s := q.store
 	if !s.tracks() {
 		return nil
 	}
-	return s.write(ctx, "record a move of the target begun", func(tx *sql.Tx) error {
+	err := s.write(ctx, "record a move of the target begun", func(tx *sql.Tx) error {
 		return s.writePending(ctx, tx, old, tip)
 	})
+	if err != nil {
+		q.owned.done()
+	}
+	return err
 }
+
+// NotTaken forgets a move Taking began that the daemon did not make (the
+// target could not be fast-forwarded).
+func (q *Queue) NotTaken() { q.owned.done() }
 
 // Took records a move of the target from old to tip that the daemon made
 // for the queue (Taking before it): not someone else's. An old the queue

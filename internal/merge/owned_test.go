@@ -1,6 +1,7 @@
 package merge
 
 import (
+	"context"
 	"slices"
 	"testing"
 )
@@ -75,4 +76,51 @@ func TestOwnedLookAndQueueMoves(t *testing.T) {
 			t.Fatalf("sighting %+v, want M the queue's", s)
 		}
 	})
+}
+
+// A move of the target the daemon makes for the queue (a follow of the
+// remote's target: Taking, the ref moved, then Took) is the queue's from
+// Taking on: a look between the move and Took (a session's end) does not
+// report it as someone else's. One Taking began and the daemon did not
+// make (NotTaken) is anyone's again.
+func TestTakingIsTheQueuesMove(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	q := e.open(e.options("true"))
+	old := e.main()
+	commit := func(parent, msg string) string {
+		return gitT(t, e.repo, "commit-tree", "-p", parent, "-m", msg, parent+"^{tree}")
+	}
+	sight := func() Sighting {
+		t.Helper()
+		s, err := q.Sight(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	theirs := commit(old, "the remote's")
+	if err := q.Taking(ctx, old, theirs); err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, e.repo, "update-ref", "refs/heads/main", theirs)
+	if s := sight(); !s.Own {
+		t.Fatalf("the target taken, before Took, sighted as someone else's move: %+v", s)
+	}
+	if err := q.Took(ctx, old, theirs); err != nil {
+		t.Fatal(err)
+	}
+	if s := sight(); !s.Own || len(q.Found()) != 0 {
+		t.Fatalf("after Took: %+v, found %v; want the queue's, nothing found", s, q.Found())
+	}
+
+	next := commit(theirs, "not taken")
+	if err := q.Taking(ctx, theirs, next); err != nil {
+		t.Fatal(err)
+	}
+	q.NotTaken()
+	gitT(t, e.repo, "update-ref", "refs/heads/main", next) // someone else, later
+	if s := sight(); s.Own {
+		t.Fatalf("a move to the tip a dropped Taking named sighted as the queue's: %+v", s)
+	}
 }
