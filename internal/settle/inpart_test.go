@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -423,6 +424,44 @@ func TestRefusedEvenInPartIsAnError(t *testing.T) {
 		}
 		if len(errorLines(logged, s.id)) == 0 {
 			t.Error("no error line about the session")
+		}
+	})
+}
+
+// faultyBoard fails a worker's DONE with an error of the database engine
+// (an I/O error), not a refusal of the outcome.
+type faultyBoard struct{ settle.Tasks }
+
+var errEngine = &pgconn.PgError{Code: "58030", Message: "could not write to file: injected"}
+
+func (b faultyBoard) DoneReadTx(context.Context, *sql.Tx, taskboard.Task, taskboard.Holder, string, string) error {
+	return errEngine
+}
+
+func (b faultyBoard) DoneTx(context.Context, *sql.Tx, int64, taskboard.Holder, string, string) error {
+	return errEngine
+}
+
+// An outcome that fails because the engine does (an I/O error) is not
+// refused for good: it is not recorded in part, which would throw its
+// task report away, but left unsettled, with the error, for the log's
+// outbox and the next start once the engine is whole.
+func TestEngineFaultIsNotSettledInPart(t *testing.T) {
+	onBoth(t, func(t *testing.T, e *env, _ bool) {
+		ctx := context.Background()
+		if _, err := e.board.Add(ctx, taskboard.NewTask{Title: "one"}); err != nil {
+			t.Fatal(err)
+		}
+		s := e.begin(t, 1)
+		e.s.Tasks = faultyBoard{Tasks: e.board}
+		if _, err := e.s.Settle(ctx, s.ended("did it\nDONE"), nil); !errors.Is(err, errEngine) {
+			t.Fatalf("Settle = %v, want the engine's error", err)
+		}
+		if open := unsettledIDs(t, e); len(open) != 1 {
+			t.Fatalf("unsettled %v, want the session, for its outbox", open)
+		}
+		if evs := inPartEvents(t, e, s.id); len(evs) != 0 {
+			t.Fatalf("events %+v: settled in part", evs)
 		}
 	})
 }

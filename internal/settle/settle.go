@@ -295,11 +295,14 @@ func (s *Settler) record(ctx context.Context, op string, rec Record, wait func(e
 
 // forGood reports whether err, an attempt's last, is a refusal of the
 // outcome itself that no retry passes: not the store slow or away, not ctx
-// ended, not the database gone or read-only (every write fails then, and
-// the outcome waits in the log for a store that takes it).
+// ended, not the database gone or read-only, not its engine failing (an
+// I/O error, memory, a corrupt page: store.EngineFault). Every write fails
+// then, and the outcome waits in the log for a store that takes it whole;
+// recorded in part, its task report would be lost for an engine's fault.
 func (s *Settler) forGood(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
-		!errors.Is(err, store.ErrDatabaseGone) && !errors.Is(err, store.ErrReadOnly) && !s.DB.Transient(err)
+		!errors.Is(err, store.ErrDatabaseGone) && !errors.Is(err, store.ErrReadOnly) && !s.DB.Transient(err) &&
+		!store.EngineFault(err)
 }
 
 // settleInPart settles rec's session when the store refused its whole

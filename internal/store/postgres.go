@@ -203,6 +203,13 @@ func (p *pgDriver) busy(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "55P03")
 }
 
+// fault: class 58 (system: I/O), XX (internal), and 40003, a statement
+// whose completion is unknown.
+func (p *pgDriver) fault(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "58") || strings.HasPrefix(pe.Code, "XX") || pe.Code == "40003")
+}
+
 func (p *pgDriver) classify(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

@@ -278,6 +278,23 @@ func Transient(err error) bool {
 	return Unreachable(err)
 }
 
+// EngineFault reports whether err is the database engine failing rather
+// than refusing what was written: an I/O error, memory exhausted, a file
+// it cannot open, a corrupt page (SQLite); an I/O or internal error, a
+// statement whose completion is unknown (PostgreSQL). Not Transient (a
+// retry need not cure it), and not a refusal of the data either: a write
+// that failed so may pass once the engine is whole, so a caller that
+// would give up part of what it writes for a refusal for good must not
+// for one of these.
+func EngineFault(err error) bool {
+	for _, drv := range engines {
+		if drv.fault(err) {
+			return true
+		}
+	}
+	return false
+}
+
 // engines are the drivers, each of which knows its own engine's errors.
 var engines = []driver{sqliteDriver{}, &pgDriver{}}
 

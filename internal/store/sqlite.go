@@ -279,6 +279,19 @@ func (sqliteDriver) busy(err error) bool {
 	return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
 }
 
+func (sqliteDriver) fault(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_NOMEM, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_CORRUPT,
+		sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERNAL:
+		return true
+	}
+	return false
+}
+
 func (sqliteDriver) classify(err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) {

@@ -115,6 +115,9 @@ type driver interface {
 	busy(err error) bool
 	// classify maps a storage failure to ErrDiskFull or ErrReadOnly, or nil.
 	classify(err error) error
+	// fault reports the engine failing rather than refusing what was
+	// written (EngineFault).
+	fault(err error) bool
 	// userVersion and setUserVersion keep the schema version.
 	userVersion(ctx context.Context, q queryRower) (int, error)
 	setUserVersion(ctx context.Context, tx *sql.Tx, v int) error

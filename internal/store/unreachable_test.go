@@ -1,12 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -113,6 +115,56 @@ func TestTransientNeedsNoStore(t *testing.T) {
 	} {
 		if got := Transient(c.err); got != c.want {
 			t.Errorf("%s: Transient = %v, want %v (%v)", c.name, got, c.want, c.err)
+		}
+	}
+}
+
+// TestEngineFault: the engine failing (an I/O error, a corrupt file, a
+// statement whose completion is unknown) is told from a refusal of what
+// was written (a constraint, a value out of range) and from what a retry
+// passes, on both engines.
+func TestEngineFault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "not-a-db")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("not a database file "), 512), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, notADB := db.Exec("CREATE TABLE x (v INTEGER)")
+	if notADB == nil {
+		t.Fatal("a file that is not a database was written to")
+	}
+	mem, err := sql.Open("sqlite", "file::memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if _, err := mem.Exec("CREATE TABLE y (v INTEGER PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	_, constraint := mem.Exec("INSERT INTO y VALUES (1), (1)")
+	if constraint == nil {
+		t.Fatal("a duplicate key was taken")
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"SQLite: not a database", fmt.Errorf("settle: %w", notADB), true},
+		{"SQLite: a constraint", constraint, false},
+		{"PostgreSQL: I/O error", &pgconn.PgError{Code: "58030"}, true},
+		{"PostgreSQL: internal error", fmt.Errorf("x: %w", &pgconn.PgError{Code: "XX000"}), true},
+		{"PostgreSQL: completion unknown", &pgconn.PgError{Code: "40003"}, true},
+		{"PostgreSQL: a value out of range", &pgconn.PgError{Code: "22003"}, false},
+		{"PostgreSQL: serialization conflict", &pgconn.PgError{Code: "40001"}, false},
+		{"not the engine's", errors.New("invalid task request"), false},
+	} {
+		if got := EngineFault(c.err); got != c.want {
+			t.Errorf("%s: EngineFault(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }
