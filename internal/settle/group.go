@@ -19,27 +19,13 @@ type Group struct {
 	w    store.Group
 }
 
-// apply applies rec in the next batch and returns what it did.
-func (g *Group) apply(ctx context.Context, s *Settler, rec Record) (Result, error) {
+// apply runs do, one outcome's writes, in the next batch and returns what
+// it did, with the batch's size.
+func (g *Group) apply(ctx context.Context, s *Settler, do func(context.Context, *sql.Tx) (Result, error)) (Result, error) {
 	var res Result
 	n, err := g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		res, err = s.applyTx(ctx, tx, rec)
-		return err
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	res.Batch = n
-	return res, nil
-}
-
-// applyInPart applies what settleInPart records of rec in the next batch.
-func (g *Group) applyInPart(ctx context.Context, s *Settler, rec Record, why error, keepWork bool) (Result, error) {
-	var res Result
-	n, err := g.write(ctx, s, func(ctx context.Context, tx *sql.Tx) error {
-		var err error
-		res, err = s.applyInPartTx(ctx, tx, rec, why, keepWork)
+		res, err = do(ctx, tx)
 		return err
 	})
 	if err != nil {

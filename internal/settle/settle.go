@@ -342,7 +342,9 @@ func (s *Settler) settleInPart(ctx context.Context, op string, rec Record, why e
 		var w time.Duration
 		res, err = s.retry(ctx, op+" in part", wait, &w, func() (Result, error) {
 			attempts++
-			return s.group().applyInPart(ctx, s, rec, why, keepWork)
+			return s.group().apply(ctx, s, func(ctx context.Context, tx *sql.Tx) (Result, error) {
+				return s.applyInPartTx(ctx, tx, rec, why, keepWork)
+			})
 		})
 		addWait(waited, w)
 		if err == nil || !s.forGood(ctx, err) {
@@ -427,7 +429,7 @@ func addWait(waited *time.Duration, d time.Duration) {
 // verdict recorded by the signal it carried, each only if this session
 // holds them. A session settled before is left alone (Result.Already).
 func (s *Settler) Apply(ctx context.Context, rec Record) (Result, error) {
-	return s.group().apply(ctx, s, rec)
+	return s.group().apply(ctx, s, func(ctx context.Context, tx *sql.Tx) (Result, error) { return s.applyTx(ctx, tx, rec) })
 }
 
 // group is where s's writes wait for the store: the shared Group, or s's own.
@@ -516,14 +518,13 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 	if s.Tasks == nil {
 		return nil
 	}
-	refused := refusedReport
 	agent, id := rec.Session.Agent, rec.Session.SessionID
 	if done := rec.Completed && sig == review.Done; rec.Task != 0 && rec.Session.HeadAfter != "" && !done {
 		// Where the task's line stands, however the session ended: the
 		// next session on it starts there. (A DONE freezes it below, and
 		// keeps it in the same write.)
 		err := s.Tasks.KeepWorkTx(ctx, tx, rec.Task, taskboard.Holder{Agent: agent, Session: id}, rec.Session.HeadAfter)
-		if err != nil && !refused(err) {
+		if err != nil && !refusedReport(err) {
 			return fmt.Errorf("keep the work of task %d: %w", rec.Task, err)
 		}
 	}
@@ -540,7 +541,7 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 			if t.StateName == task.Failed.String() {
 				res.GaveUp, res.GaveUpWhy = rec.Review, t.ReviewFailure
 			}
-		case refused(err):
+		case refusedReport(err):
 			s.logger().Info("review verdict not applied", zap.String("session", id), zap.Error(err))
 		default:
 			return fmt.Errorf("review verdict on task %d: %w", rec.Review, err)
@@ -563,7 +564,7 @@ func (s *Settler) report(ctx context.Context, tx *sql.Tx, rec Record, sig review
 		switch {
 		case err == nil:
 			res.Reported = fmt.Sprintf("task %d: %s", rec.Task, sig)
-		case refused(err):
+		case refusedReport(err):
 			s.logger().Info("task report not applied", zap.String("session", id), zap.Int64("task", rec.Task), zap.Error(err))
 		default:
 			return fmt.Errorf("report task %d: %w", rec.Task, err)
