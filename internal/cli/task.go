@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -59,8 +58,7 @@ type taskObject struct {
 // object is tk as the task commands print it, its assignee checked
 // against the agents the command knows (none checked when it knows none).
 func (c *taskCtx) object(tk taskboard.Task) taskObject {
-	return taskObject{Task: tk, AssigneeUnknown: tk.Assignee != "" && c.agents != nil &&
-		taskboard.Assignable(tk.State) && !slices.Contains(c.agents, tk.Assignee)}
+	return taskObject{Task: tk, AssigneeUnknown: taskboard.AssigneeUnknown(tk, c.agents)}
 }
 
 // assignee is the task's ASSIGNEE cell in 'task list': the agent, marked

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"slices"
 	"sort"
 	"strings"
 
@@ -40,9 +39,6 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 		st.Agents = append(st.Agents, view.NeedAgent{Name: n, StoppedForGood: a.StopKind == store.StopFatal, StopReason: a.StopReason,
 			BudgetExhausted: strings.HasPrefix(pauses[n].Reason, "budget_exhausted")})
 	}
-	unknown := func(t taskboard.Task) bool {
-		return t.Assignee != "" && swarm != nil && !slices.Contains(swarm, t.Assignee)
-	}
 	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked, task.Open} {
 		// OPEN: only those assigned, through their index, for an assignee
 		// the swarm does not have.
@@ -51,11 +47,12 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 			return st, err
 		}
 		for _, t := range ts {
-			if state == task.Open && !unknown(t) {
+			unknown := taskboard.AssigneeUnknown(t, swarm)
+			if state == task.Open && !unknown {
 				continue
 			}
 			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title, Result: t.Result, BlockedReason: t.BlockedReason,
-				Assignee: t.Assignee, AssigneeUnknown: unknown(t)})
+				Assignee: t.Assignee, AssigneeUnknown: unknown})
 		}
 	}
 	sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })

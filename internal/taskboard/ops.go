@@ -958,6 +958,13 @@ func AssignableStates() []task.State {
 // Assignable reports whether s is one of AssignableStates.
 func Assignable(s task.State) bool { return slices.Contains(AssignableStates(), s) }
 
+// AssigneeUnknown reports whether t waits for an assignee that is not one
+// of agents (removed from the config, or renamed): in a state Assign
+// changes, no agent may claim it. agents nil: not known, never.
+func AssigneeUnknown(t Task, agents []string) bool {
+	return t.Assignee != "" && agents != nil && Assignable(t.State) && !slices.Contains(agents, t.Assignee)
+}
+
 func orNobody(agent string) string {
 	if agent == "" {
 		return "nobody"
