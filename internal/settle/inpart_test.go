@@ -30,49 +30,58 @@ var errBroken = errors.New("injected: the board cannot take this, ever")
 // failing for good.
 type brokenBoard struct {
 	settle.Tasks
-	report bool // a worker's DONE and FAIL, a reviewer's verdict
-	read   bool // the read that goes with a DONE's settlement
-	keep   bool // the task's work head
+	report bool  // a worker's DONE and FAIL, a reviewer's verdict
+	read   bool  // the read that goes with a DONE's settlement
+	keep   bool  // the task's work head
+	err    error // what they fail with; nil: errBroken
+}
+
+// refusal is what b's broken writes fail with.
+func (b brokenBoard) refusal() error {
+	if b.err != nil {
+		return b.err
+	}
+	return errBroken
 }
 
 func (b brokenBoard) DoneTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, summary, head string) error {
 	if b.report {
-		return errBroken
+		return b.refusal()
 	}
 	return b.Tasks.DoneTx(ctx, tx, id, h, summary, head)
 }
 
 func (b brokenBoard) DoneReadTx(ctx context.Context, tx *sql.Tx, t taskboard.Task, h taskboard.Holder, summary, head string) error {
 	if b.report {
-		return errBroken
+		return b.refusal()
 	}
 	return b.Tasks.DoneReadTx(ctx, tx, t, h, summary, head)
 }
 
 func (b brokenBoard) FailTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, reason string) error {
 	if b.report {
-		return errBroken
+		return b.refusal()
 	}
 	return b.Tasks.FailTx(ctx, tx, id, h, reason)
 }
 
 func (b brokenBoard) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, head string, pass bool, feedback string) (taskboard.Task, error) {
 	if b.report {
-		return taskboard.Task{}, errBroken
+		return taskboard.Task{}, b.refusal()
 	}
 	return b.Tasks.VerdictTx(ctx, tx, id, reviewer, head, pass, feedback)
 }
 
 func (b brokenBoard) ReadTx(ctx context.Context, tx *sql.Tx, id int64) (taskboard.Task, error) {
 	if b.read {
-		return taskboard.Task{}, errBroken
+		return taskboard.Task{}, b.refusal()
 	}
 	return b.Tasks.ReadTx(ctx, tx, id)
 }
 
 func (b brokenBoard) KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder, head string) error {
 	if b.keep {
-		return errBroken
+		return b.refusal()
 	}
 	return b.Tasks.KeepWorkTx(ctx, tx, id, h, head)
 }
@@ -428,19 +437,9 @@ func TestRefusedEvenInPartIsAnError(t *testing.T) {
 	})
 }
 
-// faultyBoard fails a worker's DONE with an error of the database engine
-// (an I/O error), not a refusal of the outcome.
-type faultyBoard struct{ settle.Tasks }
-
+// errEngine is an error of the database engine (an I/O error), not a
+// refusal of the outcome.
 var errEngine = &pgconn.PgError{Code: "58030", Message: "could not write to file: injected"}
-
-func (b faultyBoard) DoneReadTx(context.Context, *sql.Tx, taskboard.Task, taskboard.Holder, string, string) error {
-	return errEngine
-}
-
-func (b faultyBoard) DoneTx(context.Context, *sql.Tx, int64, taskboard.Holder, string, string) error {
-	return errEngine
-}
 
 // An outcome that fails because the engine does (an I/O error) is not
 // refused for good: it is not recorded in part, which would throw its
@@ -453,7 +452,7 @@ func TestEngineFaultIsNotSettledInPart(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := e.begin(t, 1)
-		e.s.Tasks = faultyBoard{Tasks: e.board}
+		e.s.Tasks = brokenBoard{Tasks: e.board, report: true, err: errEngine}
 		if _, err := e.s.Settle(ctx, s.ended("did it\nDONE"), nil); !errors.Is(err, errEngine) {
 			t.Fatalf("Settle = %v, want the engine's error", err)
 		}
