@@ -91,8 +91,12 @@ func (h mergeHooks) OnMerged(ctx context.Context, e merge.Entry, commit string) 
 // head is not its task's frozen head, or the task is not ready to merge.
 func (h mergeHooks) stale(ctx context.Context, e merge.Entry) (string, error) {
 	err := h.d.tasks.Mergeable(ctx, e.Task, e.Head)
-	if errors.Is(err, taskboard.ErrState) || errors.Is(err, taskboard.ErrNotFound) {
-		return strings.TrimSuffix(err.Error(), ": "+taskboard.ErrState.Error()), nil
+	var not *taskboard.NotMergeable
+	switch {
+	case errors.As(err, &not):
+		return not.Why, nil
+	case errors.Is(err, taskboard.ErrNotFound):
+		return err.Error(), nil
 	}
 	return "", err
 }

@@ -116,3 +116,36 @@ func TestRejectionGivingUpTellsTheOperator(t *testing.T) {
 		t.Fatalf("the operator's mail %+v, %v; want the note that the task failed", ops, err)
 	}
 }
+
+// The queue's stale result says why an entry is not merged, in the board's
+// words without the sentinel's: a task not DONE, one reported done at
+// another commit, one that is gone.
+func TestStaleSaysWhyInTheBoardsWords(t *testing.T) {
+	ctx := context.Background()
+	mb, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	board := taskboard.New(mb.Store(), taskboard.Options{})
+	d := &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "stale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		task int64
+		want string
+	}{
+		{tk.ID, "task 1 is OPEN (frozen head none), not DONE at 0a1b2c3d4e5f: only a DONE task's frozen head is merged"},
+		{99, "no such task"},
+	} {
+		got, err := mergeHooks{d}.stale(ctx, merge.Entry{Task: tc.task, Head: "0a1b2c3d4e5f60718293"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(got, tc.want) || strings.HasSuffix(got, taskboard.ErrState.Error()) {
+			t.Errorf("stale(task %d) = %q, want it to end in %q", tc.task, got, tc.want)
+		}
+	}
+}

@@ -91,8 +91,8 @@ func mergeableTask(ctx context.Context, q querier, t Task, head string) error {
 	frozen := cmp.Or(short(t.Head), "none")
 	switch {
 	case t.ReviewState != "" && t.ReviewState != review.Complete.String():
-		return fmt.Errorf("task %d is DONE at frozen head %s with its review %s: it is merged once its review passed, not before: %w",
-			t.ID, frozen, t.ReviewState, ErrState)
+		return &NotMergeable{fmt.Sprintf("task %d is DONE at frozen head %s with its review %s: it is merged once its review passed, not before",
+			t.ID, frozen, t.ReviewState)}
 	}
 	// A split task: with no head of its own, closeParent closes it; with
 	// one, it is merged once every subtask is (readyToMergeSQL).
@@ -105,24 +105,24 @@ func mergeableTask(ctx context.Context, q querier, t Task, head string) error {
 		return fmt.Errorf("taskboard: subtasks of task %d: %w", t.ID, err)
 	}
 	if waiting {
-		return fmt.Errorf("task %d is DONE at frozen head %s with subtasks not all merged: it is merged after them, not at %s: %w",
-			t.ID, frozen, short(head), ErrState)
+		return &NotMergeable{fmt.Sprintf("task %d is DONE at frozen head %s with subtasks not all merged: it is merged after them, not at %s",
+			t.ID, frozen, short(head))}
 	}
 	return nil
 }
 
 // workAt says whether commit head is task t's work: t is DONE at that
 // frozen head (or at none: the operator reported it done). nil when it
-// is, else an error wrapping ErrState.
+// is, else a *NotMergeable.
 func workAt(t Task, head string) error {
 	frozen := cmp.Or(short(t.Head), "none")
 	switch {
 	case t.State != task.Done:
-		return fmt.Errorf("task %d is %s (frozen head %s), not DONE at %s: only a DONE task's frozen head is merged: %w",
-			t.ID, t.State, frozen, short(head), ErrState)
+		return &NotMergeable{fmt.Sprintf("task %d is %s (frozen head %s), not DONE at %s: only a DONE task's frozen head is merged",
+			t.ID, t.State, frozen, short(head))}
 	case t.Head != "" && t.Head != head:
-		return fmt.Errorf("task %d is DONE at frozen head %s, not at %s: it was reported done again since: %w",
-			t.ID, frozen, short(head), ErrState)
+		return &NotMergeable{fmt.Sprintf("task %d is DONE at frozen head %s, not at %s: it was reported done again since",
+			t.ID, frozen, short(head))}
 	}
 	return nil
 }

@@ -55,6 +55,14 @@ var (
 	ErrNotHolder = errors.New("task held by someone else")
 )
 
+// NotMergeable is why a merge entry is not to be merged now (Mergeable): its
+// commit is not its task's frozen head, or the task is not ready to merge.
+// It wraps ErrState; Why is the reason alone, as the merge queue shows it.
+type NotMergeable struct{ Why string }
+
+func (e *NotMergeable) Error() string { return e.Why + ": " + ErrState.Error() }
+func (e *NotMergeable) Unwrap() error { return ErrState }
+
 // Limits on what a task holds.
 const (
 	MaxTitleBytes = 512
