@@ -322,3 +322,41 @@ func TestTargetMoveWhoseRecordFailedIsRecordedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A batch the gate failed leaves no move of the target begun in the store:
+// someone who puts the target on its candidate (a commit the gate failed,
+// in reach of any unsandboxed agent) while no daemon runs is recorded at
+// the next start, not taken for the queue's own move cut off before its
+// record.
+func TestTargetPutOnAFailedCandidateIsRecordedAtStart(t *testing.T) {
+	cfg := repo(t, `
+listen: ""
+isolation: off
+defaults: {backend: worker, grace_period: 1s, min_session_interval: 0s}
+merge: {into: main, gate: ["false"]}
+backends:
+  worker: {type: command, command: sh, args: [-c, 'p=$(cat); case "$p" in *"Your task: #"*) test -f w.txt && exec sleep 3600; date +%s%N > w.txt; git add w.txt; git commit -qm work; echo DONE;; *) echo idle; echo DONE;; esac']}
+agents:
+  - {name: alice, role: works}
+`)
+	dir := strings.TrimSuffix(cfg, "/swarmd.yaml")
+	ctx := context.Background()
+	r := start(t, cfg)
+	if _, err := r.tasks.Add(ctx, taskboard.NewTask{Title: "work"}); err != nil {
+		t.Fatal(err)
+	}
+	var candidate string
+	waitFor(t, "the task's change rejected by the gate", func() bool {
+		return r.db.ReadSQL().QueryRowContext(ctx, `SELECT candidate FROM merge_queue WHERE state = 'rejected'`).Scan(&candidate) == nil
+	})
+	r.stop(t)
+	before := strings.TrimSpace(git(t, dir, "rev-parse", "main"))
+	git(t, dir, "update-ref", "refs/heads/main", candidate)
+	r = start(t, cfg)
+	got := targetMoves(t, r)
+	r.stop(t)
+	want := fmt.Sprintf("main advanced from %.12s to %.12s by someone other than the merge queue, seen at the daemon's start", before, candidate)
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("target_moved %q after main was put on the failed candidate, want once %q", got, want)
+	}
+}

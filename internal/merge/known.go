@@ -102,6 +102,23 @@ func (s *Store) writePending(ctx context.Context, tx *sql.Tx, from, to string) e
 	return nil
 }
 
+// dropPending forgets the move to to as begun (writePending), in tx, while
+// it is still the one recorded: the batch that would have made it ended
+// without moving the target (a red gate, a rebuild, a stop). Kept, it would
+// make a start that finds the target at to, or past it, take that for the
+// queue's own move cut off before its record: anyone who moved the target
+// onto a candidate the gate failed would go unreported.
+func (s *Store) dropPending(ctx context.Context, tx *sql.Tx, to string) error {
+	if !s.tracks() || to == "" {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE merge_target SET pending_from = '', pending_to = '', updated_at = ?
+		WHERE clone = ? AND into_branch = ? AND pending_to = ?`, s.stamp(), s.clone, s.into, to); err != nil {
+		return fmt.Errorf("merge queue: forget the move of %s to %s: %w", s.into, short(to), err)
+	}
+	return nil
+}
+
 func (s *Store) movedEvents(ctx context.Context, tx *sql.Tx, evs []movedEvent) error {
 	for _, ev := range evs {
 		if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,

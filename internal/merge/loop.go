@@ -508,7 +508,7 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 		return q.wait(ctx, es[0], "", blocked.why, nil)
 	case err != nil:
 		why := fmt.Sprintf("cannot advance %s: %v", q.opts.Into, err)
-		return q.wait(ctx, es[0], "", why, errors.Join(err, q.store.requeueBatch(context.WithoutCancel(ctx), es, why)))
+		return q.wait(ctx, es[0], "", why, errors.Join(err, q.store.requeueInDoubt(context.WithoutCancel(ctx), es, why)))
 	}
 	q.passed = passedGate{}
 	var res outcomes

@@ -748,6 +748,11 @@ type result struct {
 // target's new tip (tip, nil when it did not move).
 func (s *Store) finishBatch(ctx context.Context, rs []result, tip *tipWrite) error {
 	return s.loopWrite(ctx, "finish", func(tx *sql.Tx) error {
+		if tip == nil && len(rs) > 0 {
+			if err := s.dropPending(ctx, tx, rs[len(rs)-1].e.Candidate); err != nil {
+				return err
+			}
+		}
 		if err := s.writeTip(ctx, tx, tip); err != nil {
 			return err
 		}
@@ -791,9 +796,27 @@ func (s *Store) requeue(ctx context.Context, e *Entry, why string) error {
 	return s.requeueBatch(ctx, []*Entry{e}, why)
 }
 
-// requeueBatch puts the entries of a batch back to queued together.
+// requeueBatch puts the entries of a batch back to queued together; the
+// target did not move to the batch's candidate (dropPending).
 func (s *Store) requeueBatch(ctx context.Context, es []*Entry, why string) error {
+	return s.requeueEntries(ctx, es, why, true)
+}
+
+// requeueInDoubt is requeueBatch for a batch whose move of the target
+// failed in a way that does not say whether the ref moved: the move stays
+// recorded as begun, so that a start finding the target there takes it for
+// the queue's.
+func (s *Store) requeueInDoubt(ctx context.Context, es []*Entry, why string) error {
+	return s.requeueEntries(ctx, es, why, false)
+}
+
+func (s *Store) requeueEntries(ctx context.Context, es []*Entry, why string, drop bool) error {
 	return s.loopWrite(ctx, "requeue", func(tx *sql.Tx) error {
+		if drop && len(es) > 0 {
+			if err := s.dropPending(ctx, tx, es[len(es)-1].Candidate); err != nil {
+				return err
+			}
+		}
 		for _, e := range es {
 			res, err := tx.ExecContext(ctx, `UPDATE merge_queue SET state = 'queued' WHERE id = ? AND state = 'testing'`, e.ID)
 			if err != nil {
