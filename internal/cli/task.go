@@ -585,10 +585,13 @@ ORPHANED or FAILED): only AGENT may claim it from now on, or, with --anyone, any
 A task assigned to an agent that left the swarm (removed from swarmd.yaml, or renamed) waits for that
 agent forever: 'swarmd task list' marks it, 'swarmd inbox' lists it, and this gives it to another. The task keeps its state, its
 work so far and its review; the change is in its history. Idle agents are woken for it at once.
+A parent WAITING_FOR_SUBTASKS comes back by its review's FAIL once its subtasks are done: that rework
+goes to AGENT (or any agent) too, no longer to the agent that split it.
 
-A held task (CLAIMED, IN_PROGRESS) is refused: 'swarmd task requeue ID' first. So are a DONE task (its
-review and merge decide what comes next) and a final one. AGENT must be an agent of the swarm, and not
-the task's reviewer.`,
+A held task (CLAIMED, IN_PROGRESS) is refused: 'swarmd task requeue ID' first. So is a DONE task: it is
+its worker's work until its review or merge is over, and a review FAIL or a merge rejection sends it
+back OPEN, to assign then. So is a final one. AGENT must be an agent of the swarm, and not the task's
+reviewer.`,
 		Example: `  swarmd task list --agent bob     # bob was removed from swarmd.yaml: its tasks wait for it
   swarmd task assign 7 alice
   swarmd task assign 7 --anyone`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -338,6 +339,88 @@ func TestTaskAssign(t *testing.T) {
 	o, _ = s.as("operator", "")
 	if err := assign(o, "99", "alice", false); err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "task 99: no such task") {
 		t.Errorf("assign of an unknown task: %v; want exit 1, no such task", err)
+	}
+}
+
+// TestTaskAssignWaitingParentAndDone: a parent waiting for its subtasks,
+// split by carol (who left the swarm), assigned to alice, comes back to
+// alice when its review FAILs, not to carol, and its history says so; a
+// DONE task, carol's work under review, is refused (exit 1) saying to
+// assign it once it is back OPEN, and changes nothing.
+func TestTaskAssignWaitingParentAndDone(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	b := s.board(t)
+	parent, err := b.Add(ctx, taskboard.NewTask{Title: "the feature", Reviewer: "rita"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol := taskboard.Holder{Agent: "carol", Session: "carol-1"}
+	if _, err := b.Claim(ctx, parent.ID, carol.Agent, carol.Session); err != nil {
+		t.Fatal(err)
+	}
+	kids, err := b.Split(ctx, parent.ID, carol, []string{"the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := b.Add(ctx, taskboard.NewTask{Title: "carol's last work", Reviewer: "rita"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Claim(ctx, done.ID, carol.Agent, carol.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, done.ID, carol, "finished"); err != nil {
+		t.Fatal(err)
+	}
+	assign := func(id, agent string) (string, error) {
+		o, out := s.as("operator", "")
+		err := taskAssignRun(ctx, &taskAssignOptions{dbOptions: o, ID: id, Agent: agent})
+		return out.String(), err
+	}
+
+	out, err := assign(fmt.Sprint(done.ID), "alice")
+	var ue UsageError
+	if err == nil || errors.As(err, &ue) || err.Error() != fmt.Sprintf("task assign: task %d is DONE, carol's work under review or waiting to merge: "+
+		"it changes hands only once a review FAIL or a merge rejection sends it back OPEN; assign it then: %s", done.ID, taskboard.ErrState) {
+		t.Errorf("assign of a DONE task: %v; want exit 1 saying to assign it once it is back OPEN", err)
+	}
+	if tk, _ := b.Get(ctx, done.ID); tk.Assignee != "" || tk.Worker != "carol" || out != "" {
+		t.Errorf("a refused assign changed the DONE task (%+v) or printed %q", tk, out)
+	}
+
+	out, err = assign(fmt.Sprint(parent.ID), "alice")
+	if err != nil || out != fmt.Sprintf("task %d is WAITING_FOR_SUBTASKS, assigned to alice\n", parent.ID) {
+		t.Fatalf("assign of the waiting parent: %q, %v", out, err)
+	}
+	// Its subtask is done and passed; the parent's review FAILs.
+	bob := taskboard.Holder{Agent: "bob", Session: "bob-1"}
+	if _, err := b.Claim(ctx, kids[0].ID, bob.Agent, bob.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, kids[0].ID, bob, "parsed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Verdict(ctx, kids[0].ID, "rita", "", true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Verdict(ctx, parent.ID, "rita", "", false, "wire the parser in"); err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := b.Get(ctx, parent.ID); err != nil || tk.StateName != "OPEN" || tk.Assignee != "alice" {
+		t.Fatalf("after the FAIL, the parent: %+v, %v; want it OPEN for alice", tk, err)
+	}
+	o, show := s.as("operator", "")
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: fmt.Sprint(parent.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"WAITING_FOR_SUBTASKS --assigned--> WAITING_FOR_SUBTASKS by operator: assigned to alice (was any agent), its review's rework too (was carol's)\n",
+		"FAILED --> OPEN by swarmd: back to alice with the review\n",
+	} {
+		if !strings.Contains(show.String(), want) {
+			t.Errorf("task show %d lacks %q:\n%s", parent.ID, want, show)
+		}
 	}
 }
 

@@ -303,7 +303,11 @@ func urgentSubject(ms []Message) string {
 
 func renderReview(b *strings.Builder, r *Review) {
 	b.WriteString("\n## Review request\n\n")
-	fmt.Fprintf(b, "Review the work of `%s` on task #%d: %s (round %d of at most %d).\n", flat(r.Worker), r.Task.ID, flat(r.Task.Title), r.Round, r.MaxRounds)
+	work := "the work"
+	if r.Worker != "" { // none: a split task the operator gave to any agent (task assign --anyone)
+		work += " of `" + flat(r.Worker) + "`"
+	}
+	fmt.Fprintf(b, "Review %s on task #%d: %s (round %d of at most %d).\n", work, r.Task.ID, flat(r.Task.Title), r.Round, r.MaxRounds)
 	if strings.TrimSpace(r.Task.Body) != "" {
 		b.WriteString("\n" + quote(r.Task.Body))
 	}

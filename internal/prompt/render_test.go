@@ -166,3 +166,20 @@ func TestRenderToolDeniedAndBudget(t *testing.T) {
 		t.Fatalf("session context:\n%s", ctx)
 	}
 }
+
+// A review names the worker whose work it is, and none when the task has
+// none: a split task the operator gave to any agent while it waited for
+// its subtasks (swarmd task assign --anyone).
+func TestRenderReviewNamesItsWorker(t *testing.T) {
+	for worker, want := range map[string]string{
+		"alice": "Review the work of `alice` on task #7: the feature (round 2 of at most 3).\n",
+		"":      "Review the work on task #7: the feature (round 2 of at most 3).\n",
+	} {
+		d := Data{Agent: "rita", Worktree: "/w/rita", Branch: "swarm/rita/work", SessionID: "rita-1-000000000000", Seq: 1,
+			Review: &Review{Task: Task{ID: 7, Title: "the feature"}, Worker: worker, Round: 2, MaxRounds: 3,
+				Subtasks: []Subtask{{ID: 8, Title: "the parser", State: "CLOSED"}}}}
+		if got := Render(d); !strings.Contains(got, want) {
+			t.Errorf("the review of %q's work lacks %q:\n%s", worker, want, got)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package taskboard
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,8 +120,13 @@ func TestAssignChangesWhoMayClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantState(t, b, tk.ID, task.Done)
-		if _, err := b.Assign(ctx, tk.ID, "bob"); !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "task 1 is DONE") {
-			t.Fatalf("assign of a DONE task = %v; want ErrState", err)
+		_, err = b.Assign(ctx, tk.ID, "bob")
+		if !errors.Is(err, ErrState) || err.Error() != "task 1 is DONE, alice's work under review or waiting to merge: it changes hands "+
+			"only once a review FAIL or a merge rejection sends it back OPEN; assign it then: "+ErrState.Error() {
+			t.Fatalf("assign of a DONE task = %v; want ErrState saying to assign it once it is back OPEN", err)
+		}
+		if got := wantState(t, b, tk.ID, task.Done); got.Assignee != "" || got.Worker != "alice" {
+			t.Fatalf("a refused assign changed the DONE task: %+v", got)
 		}
 		// Its PASS closes it: final, refused.
 		if _, err := b.Verdict(ctx, tk.ID, "rita", "abc123", true, "good"); err != nil {
@@ -275,4 +282,111 @@ func mustHistory(t *testing.T, b *Board, id int64) []Event {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// A parent waiting for its subtasks is held by nobody, but its review
+// loop's worker is still the agent that split it, alice: when every
+// subtask is done the parent is DONE for its reviewer, and a FAIL sends
+// the rework to that worker. Assigned by the operator while it waits
+// (alice left the swarm), the rework is the new assignee's instead: bob's,
+// or, with --anyone, any agent's but the reviewer's. Whoever takes it is
+// its worker from then on: its DONE is reviewed as theirs, merged from
+// their line, and a merge rejection sends it back to them. Assigning it to
+// no one new while the rework is still alice's (--anyone of a task that
+// was for any agent) is a change too. On both engines.
+func TestAssignWaitingParentReworkGoesToTheAssignee(t *testing.T) {
+	storetest.Engines(t, "assignparent", func(t *testing.T, fresh func(t *testing.T) string) {
+		for _, c := range []struct{ name, to, why string }{
+			{"to bob", "bob", "assigned to bob (was any agent), its review's rework too (was alice's)"},
+			{"to anyone", "", "assigned to any agent (was any agent), its review's rework too (was alice's)"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				ctx := context.Background()
+				// No AutoClose: a merge queue takes DONE tasks.
+				b := New(storetest.OpenTarget(t, fresh(t)), Options{FrozenHead: true})
+				parent := add(t, b, NewTask{Title: "the feature", Reviewer: "rita"})
+				h := Holder{Agent: "alice", Session: "alice-1-a"}
+				if _, err := b.Claim(ctx, parent.ID, h.Agent, h.Session); err != nil {
+					t.Fatal(err)
+				}
+				kids, err := b.Split(ctx, parent.ID, h, []string{"one"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p := wantState(t, b, parent.ID, task.WaitingForSubtasks); p.Worker != "alice" || p.Assignee != "" {
+					t.Fatalf("split parent: worker %q, assignee %q; want alice's loop, for any agent", p.Worker, p.Assignee)
+				}
+
+				got, err := b.Assign(ctx, parent.ID, c.to)
+				if err != nil || got.State != task.WaitingForSubtasks || got.Assignee != c.to {
+					t.Fatalf("assign = %+v, %v; want it WAITING_FOR_SUBTASKS, assignee %q", got, err, c.to)
+				}
+
+				// Its subtask is done and passed: the parent is DONE, for
+				// rita, who fails it.
+				kh := Holder{Agent: "carol", Session: "carol-1-a"}
+				if _, err := b.Claim(ctx, kids[0].ID, kh.Agent, kh.Session); err != nil {
+					t.Fatal(err)
+				}
+				kidHead := fmt.Sprintf("%040d", 1)
+				if _, err := b.DoneAt(ctx, kids[0].ID, kh, "done", kidHead); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.Verdict(ctx, kids[0].ID, "rita", kidHead, true, "ok"); err != nil {
+					t.Fatal(err)
+				}
+				wantState(t, b, parent.ID, task.Done)
+				if _, err := b.Verdict(ctx, parent.ID, "rita", "", false, "the parts are not wired together"); err != nil {
+					t.Fatal(err)
+				}
+				back := wantState(t, b, parent.ID, task.Open)
+				if back.Assignee != c.to {
+					t.Fatalf("the review FAIL sent the rework to %q, want %q, whom the operator assigned it to", back.Assignee, c.to)
+				}
+				evs := mustHistory(t, b, parent.ID)
+				if !slices.ContainsFunc(evs, func(e Event) bool { return e.TransitionReason == EventAssigned && e.Reason == c.why }) {
+					t.Errorf("the history lacks the assign %q: %+v", c.why, evs)
+				}
+				if e, want := evs[len(evs)-1], "back to "+orAnyAgent(c.to)+" with the review"; e.Reason != want {
+					t.Errorf("the FAIL's move back is %q, want %q", e.Reason, want)
+				}
+				if c.to != "" {
+					if _, err := b.Claim(ctx, parent.ID, "alice", "alice-2-a"); !errors.Is(err, ErrNotHolder) {
+						t.Fatalf("alice's claim of the rework = %v; want it refused, it is %s's", err, c.to)
+					}
+				}
+				if ok, err := b.HasClaimable(ctx, "rita"); err != nil || ok {
+					t.Fatalf("rita has the rework to claim (%v, %v): nobody reviews their own work", ok, err)
+				}
+
+				bh := Holder{Agent: "bob", Session: "bob-1-a"}
+				if tk, ok, err := b.ClaimNext(ctx, bh.Agent, bh.Session); err != nil || !ok || tk.ID != parent.ID {
+					t.Fatalf("bob's claim = %+v, %v, %v; want the rework, task %d", tk, ok, err, parent.ID)
+				}
+				rework := fmt.Sprintf("%040d", 2)
+				if _, err := b.DoneAt(ctx, parent.ID, bh, "wired", rework); err != nil {
+					t.Fatal(err)
+				}
+				if got := wantState(t, b, parent.ID, task.Done); got.Worker != "bob" || got.ReviewState != "reviewing" || got.Iteration != 2 {
+					t.Fatalf("after bob's DONE: worker %q, review %q round %d; want bob's work reviewed, round 2", got.Worker, got.ReviewState, got.Iteration)
+				}
+				if _, err := b.Verdict(ctx, parent.ID, "rita", rework, true, "wired now"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.Merged(ctx, kids[0].ID, kidHead, "0123456789abcdef"); err != nil {
+					t.Fatal(err)
+				}
+				ready, err := b.ReadyToMerge(ctx, nil)
+				if err != nil || len(ready) != 1 || ready[0] != (Ready{ID: parent.ID, Worker: "bob", Head: rework}) {
+					t.Fatalf("ready to merge = %+v, %v; want task %d, bob's, at his rework", ready, err, parent.ID)
+				}
+				if _, _, err := b.Rejected(ctx, parent.ID, rework, "conflict", "in wire.go", 3); err != nil {
+					t.Fatal(err)
+				}
+				if back := wantState(t, b, parent.ID, task.Open); back.Assignee != "bob" {
+					t.Fatalf("the merge rejection sent the rework to %q, want bob, its worker", back.Assignee)
+				}
+			})
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package taskboard
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/task"
 )
@@ -897,18 +899,22 @@ func (b *Board) Requeue(ctx context.Context, id int64) (Task, error) {
 // task's state) and counts no retry.
 const EventAssigned = "assigned"
 
-// Assign changes who may claim task id: agent alone, or any agent when
+// Assign changes who holds task id next: agent alone, or any agent when
 // agent is "". Only a task that nobody holds and that can still be claimed
 // again is reassigned: PLANNED, OPEN, BLOCKED, WAITING_FOR_SUBTASKS,
-// ORPHANED or FAILED. A held task (CLAIMED, IN_PROGRESS) is requeued
-// first; a DONE task's review and merge decide who works on it next (a
-// rework comes back OPEN); a final state has nobody to claim it. The task's
-// reviewer is refused: nobody reviews their own work, so it could never
-// claim the task. The change is recorded as an event EventAssigned by the
-// operator, naming the assignee before and after; its line (work_head) and
-// review loop stay, so whoever claims it continues the work. An OPEN
-// task's change wakes the idle agents as any change of the open set does
-// (board_version). Assigning a task to whom it is assigned already changes
+// ORPHANED or FAILED. Each of them comes back by a claim, which the
+// assignee decides (and whose claimant becomes the review loop's worker),
+// but for a parent waiting for its subtasks: it comes back by its review's
+// FAIL, which sends the rework to the loop's worker, so that worker is
+// changed with it (assignsRework). A held task (CLAIMED, IN_PROGRESS) is
+// requeued first; a DONE task is refused (doneRefusal). A final state has
+// nobody to claim it. The task's reviewer is refused: nobody reviews their
+// own work, so it could never claim the task. The change is recorded as
+// an event EventAssigned by the operator, naming the assignee (and the
+// rework's worker) before and after; its line (work_head) and review loop
+// stay, so whoever claims it continues the work. An OPEN task's change
+// wakes the idle agents as any change of the open set does
+// (board_version). Assigning a task to whom it goes already changes
 // nothing and records nothing.
 func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error) {
 	var t Task
@@ -923,21 +929,27 @@ func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error
 			return fmt.Errorf("task %d is %s, held by %s: requeue it first ('swarmd task requeue %d'), then assign it: %w",
 				id, t.State, orNobody(t.Claimant), id, ErrState)
 		case t.State == task.Done:
-			return fmt.Errorf("task %d is DONE: its review and the merge decide what comes next (work sent back is OPEN again, and can be assigned then): %w", id, ErrState)
+			return doneRefusal(t)
 		default:
 			return fmt.Errorf("task %d is %s, a final state: nobody claims it any more: %w", id, t.State, ErrState)
 		}
 		if agent != "" && agent == t.Reviewer {
 			return invalidf("task %d is to be reviewed by %s: an agent cannot review its own work", id, agent)
 		}
-		if agent == t.Assignee {
+		rework := assignsRework(t) && agent != t.Worker
+		if agent == t.Assignee && !rework {
 			return nil
 		}
 		now := b.now()
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET assignee = ?, updated_at = ? WHERE id = ?`, agent, now, id); err != nil {
+		set, args := "assignee = ?", []any{agent}
+		why := fmt.Sprintf("assigned to %s (was %s)", orAnyAgent(agent), orAnyAgent(t.Assignee))
+		if rework {
+			set, args = set+", worker = ?", append(args, agent)
+			why += fmt.Sprintf(", its review's rework too (was %s's)", t.Worker)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+set+`, updated_at = ? WHERE id = ?`, append(args, now, id)...); err != nil {
 			return fmt.Errorf("taskboard: assign task %d: %w", id, err)
 		}
-		why := fmt.Sprintf("assigned to %s (was %s)", orAnyAgent(agent), orAnyAgent(t.Assignee))
 		if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
 			abort_reason, session_id, seq, task_id) VALUES (?, '', ?, ?, ?, 'task', 'operator', ?, '', '', 0, ?)`,
 			now, t.StateName, EventAssigned, t.StateName, why, id); err != nil {
@@ -947,6 +959,34 @@ func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error
 		return err
 	})
 	return t, err
+}
+
+// assignsRework reports whether Assign gives t's review loop's worker
+// with its assignee: t waits for its subtasks, and the loop that reviews
+// it once they are done sends a FAIL's rework to that worker, not to the
+// assignee (afterVerdict), where every other task Assign takes comes back
+// by a claim. The worker is otherwise what the merge queue reads (whose
+// branch, which daemon queues it) and what the review prompt names; a
+// parent waiting has no change of its own to merge (Split cleared its
+// head), so nothing but its next rework follows it, and whoever claims
+// that is its worker again (reviewOnClaim). Its reviewer is never the new
+// worker: Assign refuses it. "" (--anyone) sends the rework to any agent.
+func assignsRework(t Task) bool {
+	return t.State == task.WaitingForSubtasks && t.ReviewState == review.Working.String()
+}
+
+// doneRefusal is Assign's error for a DONE task: its work is its worker's
+// until its review and merge are over (the reviewer judges that worker's
+// work, the queue merges what it froze, queued on a shared store by the
+// daemon that runs it), so neither its worker nor its assignee may change
+// now; a FAIL or a rejection brings it back OPEN, to be assigned then.
+func doneRefusal(t Task) error {
+	what := "its work"
+	if w := cmp.Or(t.Worker, t.Claimant); w != "" {
+		what = w + "'s work"
+	}
+	return fmt.Errorf("task %d is DONE, %s under review or waiting to merge: it changes hands only once a review FAIL "+
+		"or a merge rejection sends it back OPEN; assign it then: %w", t.ID, what, ErrState)
 }
 
 // AssignableStates are the states a task can be given to another agent in

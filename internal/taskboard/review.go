@@ -263,7 +263,7 @@ func (b *Board) afterVerdict(ctx context.Context, tx *sql.Tx, t *Task, l *review
 			why: oneLine(fmt.Sprintf("review FAIL (round %d)", t.Iteration-1), feedback), set: loopCols, args: loopArgs}); err != nil {
 			return err
 		}
-		return b.apply(ctx, tx, t, move{to: task.Open, actor: "swarmd", why: "back to " + t.Worker + " with the review",
+		return b.apply(ctx, tx, t, move{to: task.Open, actor: "swarmd", why: "back to " + orAnyAgent(t.Worker) + " with the review",
 			set:  released("assignee = ?", "result = ?"),
 			args: []any{t.Worker, feedback}})
 	default: // failed: max_iterations
