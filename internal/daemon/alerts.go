@@ -11,7 +11,8 @@ import (
 )
 
 // openNotifier starts telling the operator (notify.webhook) of what needs
-// a person; without a webhook it sends nothing. Close stops it.
+// a person, first of what restart recovery found (heldAlerts); without a
+// webhook it sends nothing. Close stops it.
 func (d *Daemon) openNotifier(cfg *config.Config) {
 	dash := ""
 	if d.serve.http != nil {
@@ -20,19 +21,39 @@ func (d *Daemon) openNotifier(cfg *config.Config) {
 	d.notifier = notify.New(notify.Options{URL: cfg.Notify.Webhook, Format: cfg.Notify.Format, Dashboard: dash,
 		Log: d.log.Named("notify")})
 	d.notifier.Start(context.Background())
+	for _, a := range d.heldAlerts {
+		d.notifier.Notify(a)
+	}
+	d.heldAlerts = nil
+}
+
+// alert hands a to the notifier, which sends it without holding the
+// caller up. Before the notifier opens, at the end of Open (its alerts
+// name the dashboard's address, known once HTTP listens), a is held for
+// it: restart recovery commits outcomes before then, and what it commits
+// must alert as a live outcome does. Only Open's goroutine runs before.
+func (d *Daemon) alert(a notify.Alert) {
+	if d.notifier == nil {
+		if a.At.IsZero() {
+			a.At = time.Now()
+		}
+		d.heldAlerts = append(d.heldAlerts, a)
+		return
+	}
+	d.notifier.Notify(a)
 }
 
 // notifyAgentStopped: an agent stopped on its own, for good (its error
 // thresholds, a fatal error): nothing runs it until someone starts it.
 func (d *Daemon) notifyAgentStopped(agentName, reason string) {
-	d.notifier.Notify(notify.Alert{Kind: notify.AgentStopped, Agent: agentName, Reason: reason,
+	d.alert(notify.Alert{Kind: notify.AgentStopped, Agent: agentName, Reason: reason,
 		Fix: "swarmd start " + agentName})
 }
 
 // notifyTaskFailed: a task failed past its limits; the board gives it to
 // nobody until someone retries it.
 func (d *Daemon) notifyTaskFailed(task int64, agentName, reason string) {
-	d.notifier.Notify(notify.Alert{Kind: notify.TaskFailed, Task: task, Agent: agentName, Reason: reason,
+	d.alert(notify.Alert{Kind: notify.TaskFailed, Task: task, Agent: agentName, Reason: reason,
 		Fix: fmt.Sprintf("swarmd task retry %d", task)})
 }
 
@@ -44,7 +65,7 @@ func (d *Daemon) notifyBudgetExhausted(scope, reason string) {
 	if scope == "swarm" {
 		a.Agent, a.Fix = "", "swarmd budget set --swarm USD"
 	}
-	d.notifier.Notify(a)
+	d.alert(a)
 }
 
 // providerDownAfter is how long a provider takes no session before the
@@ -56,7 +77,7 @@ const providerDownAfter = 15 * time.Minute
 // providerDownAfter (the health watch calls it).
 func (d *Daemon) notifyProvidersDown(now time.Time) {
 	for _, o := range d.gates.providers.Overdue(now, providerDownAfter) {
-		d.notifier.Notify(notify.Alert{Kind: notify.ProviderDown,
+		d.alert(notify.Alert{Kind: notify.ProviderDown,
 			Reason: fmt.Sprintf("provider %s has taken no session since %s (%s); its agents (%s) wait and resume by themselves when it answers",
 				o.Key, o.Since.UTC().Format(time.RFC3339), o.Cause, strings.Join(o.Agents, ", "))})
 	}
@@ -65,5 +86,5 @@ func (d *Daemon) notifyProvidersDown(now time.Time) {
 // notifyUnhealthy: /readyz fails for a fault of the daemon's own (the store
 // gone, the disk full).
 func (d *Daemon) notifyUnhealthy(fault string) {
-	d.notifier.Notify(notify.Alert{Kind: notify.Unhealthy, Reason: fault})
+	d.alert(notify.Alert{Kind: notify.Unhealthy, Reason: fault})
 }

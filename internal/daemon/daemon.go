@@ -73,8 +73,11 @@ type Daemon struct {
 	health   healthMonitor
 	load     storeLoad        // the store's write connection lately, for swarmd status
 	notifier *notify.Notifier // tells the operator what needs a person (alerts.go)
-	gates    sessionGates     // what a session waits for before it starts
-	budget   *spend.Keeper    // budgets: spend, marks, pauses
+	// heldAlerts are alerts raised in Open before the notifier opened
+	// (restart recovery's), sent when it does (alerts.go).
+	heldAlerts []notify.Alert
+	gates      sessionGates  // what a session waits for before it starts
+	budget     *spend.Keeper // budgets: spend, marks, pauses
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
 	mailChanged chan struct{}
 	guard       guardDeadlines // when the lease guard killed the sessions (lease.go)

@@ -19,21 +19,27 @@ func (d *Daemon) settlerFor(a config.Agent) *settle.Settler {
 		DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle"), Group: &d.kit.settles,
 		Signals: review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail},
 		Observe: func(_ string, latency, waited time.Duration) { d.metrics.ObserveSettle(latency, waited) },
-		GaveUp: func(task int64, reviewer, failure, feedback string) {
-			why := "its review record could not be read: the review loop resumed as failed"
-			if failure != "" {
-				why = failure + ": the review failed it past its iterations; the reviewer said: " + feedback
-			}
-			d.notifyTaskFailed(task, reviewer, why)
-		},
+		GaveUp:  d.reviewGaveUp,
 	}
+}
+
+// reviewGaveUp is settle.Settler.GaveUp: a verdict, a live session's or
+// one restart recovery applied, left its task FAILED for good.
+func (d *Daemon) reviewGaveUp(task int64, reviewer, failure, feedback string) {
+	why := "its review record could not be read: the review loop resumed as failed"
+	if failure != "" {
+		why = failure + ": the review failed it past its iterations; the reviewer said: " + feedback
+	}
+	d.notifyTaskFailed(task, reviewer, why)
 }
 
 // recoverOutcomes applies what a killed daemon's sessions left in their
 // logs and not in the store: outcomes of sessions that ended, recorded
-// before any agent runs and before the rest are closed as orphaned.
+// before any agent runs and before the rest are closed as orphaned. A
+// verdict among them that fails its task for good alerts as a live one
+// does (the alert is held until the notifier opens: alerts.go).
 func (d *Daemon) recoverOutcomes(ctx context.Context, own []string, now time.Time) error {
-	s := &settle.Settler{DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle")}
+	s := &settle.Settler{DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle"), GaveUp: d.reviewGaveUp}
 	recs, err := s.Recover(ctx, own)
 	for _, r := range recs {
 		d.log.Warn("outcome of a session that ended as an earlier daemon died recorded from its log",

@@ -88,6 +88,35 @@ func TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost(t *testing.T) {
 	}
 }
 
+// TestGaveUpToldWhenARecoveredVerdictsCommitAnswerIsLost: restart
+// recovery applying a reviewer's FAIL at max_iterations from its log, the
+// answer to that COMMIT lost, finds the session settled at its retry; the
+// operator is told all the same, once, as Settle tells it.
+func TestGaveUpToldWhenARecoveredVerdictsCommitAnswerIsLost(t *testing.T) {
+	e, p := cutEnv(t)
+	ctx := context.Background()
+	var told []int64
+	e.s.GaveUp = func(task int64, reviewer, failure, _ string) {
+		if reviewer != "bob" || failure != "max_iterations" {
+			t.Errorf("told: reviewer %q, failure %q", reviewer, failure)
+		}
+		told = append(told, task)
+	}
+	tk := e.verdictInTheLog(t, 1, 1)
+	cuts := p.Cuts()
+	p.CutNextCommitAfter("review_rounds")
+	recs, err := e.s.Recover(ctx, []string{"bob"})
+	if err != nil || len(recs) != 1 || !recs[0].Result.Already {
+		t.Fatalf("Recover = %+v, %v; want bob's verdict, found settled at the retry", recs, err)
+	}
+	if p.Cuts() != cuts+1 {
+		t.Fatalf("%d commits cut: the recovery's answer was not lost", p.Cuts()-cuts)
+	}
+	if got := e.task(t, tk); got.StateName != "FAILED" || len(told) != 1 || told[0] != tk {
+		t.Fatalf("after the recovered verdict, its commit's answer lost: %s, told %v; want FAILED, told once", got.StateName, told)
+	}
+}
+
 // A session's begin whose COMMIT's answer is lost is tried again: the
 // session's row is found its own, the task its begin started is
 // IN_PROGRESS once, with one start event.

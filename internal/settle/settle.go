@@ -79,10 +79,10 @@ type Settler struct {
 	// waiting for the store (retries after a refusal). It must be quick.
 	Observe func(agent string, latency, waited time.Duration)
 	// GaveUp, if set, is told of a task that a settled review verdict left
-	// FAILED for good, once the outcome is committed: nobody works on it
-	// any more until a person retries it. failure is the loop's reason
-	// (max_iterations); "" when its record could not be read and the loop
-	// resumed as failed.
+	// FAILED for good, once the outcome is committed (by Settle, or by
+	// Recover from the log): nobody works on it any more until a person
+	// retries it. failure is the loop's reason (max_iterations); "" when
+	// its record could not be read and the loop resumed as failed.
 	GaveUp func(task int64, reviewer, failure, feedback string)
 	// Group, if set, is shared by every Settler of the process (one per
 	// agent): outcomes waiting for the store at once are committed together
@@ -199,6 +199,15 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 	if s.Observe != nil && rec.Session.Ended != nil {
 		s.Observe(rec.Session.Agent, s.now().Sub(*rec.Session.Ended), waited)
 	}
+	s.tellGaveUp(ctx, rec, &res, since, waited, wait)
+	return runner.SettleResult{Signalled: res.Signalled}, nil
+}
+
+// tellGaveUp tells GaveUp of the task rec's verdict left FAILED for good,
+// once rec is recorded (res, after attempts from since that waited for
+// the store that long), whether a live session's end or restart recovery
+// recorded it: the operator is told of either alike.
+func (s *Settler) tellGaveUp(ctx context.Context, rec Record, res *Result, since time.Time, waited time.Duration, wait func(error)) {
 	if res.Already && waited > 0 {
 		// An attempt refused meanwhile committed unseen (on PostgreSQL a
 		// connection can die between the COMMIT and its answer): what it
@@ -208,7 +217,6 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 	if res.GaveUp != 0 && s.GaveUp != nil {
 		s.GaveUp(res.GaveUp, rec.Session.Agent, res.GaveUpWhy, rec.Text)
 	}
-	return runner.SettleResult{Signalled: res.Signalled}, nil
 }
 
 // gaveUpUnseen is the task that rec's verdict left FAILED for good, and
@@ -680,7 +688,9 @@ type Recovered struct {
 // store refuses for good (one this version cannot apply, say a newer
 // swarmd's) is recorded in part, as Settle records it (settleInPart), and
 // one refused even in part is logged and left to the orphans: a start that
-// failed on it would fail every time.
+// failed on it would fail every time. GaveUp is told of a task a recovered
+// verdict left FAILED for good, as Settle tells it, once that outcome is
+// committed: a session recovered once is settled, and never again.
 func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, error) {
 	open, err := s.DB.UnsettledSessions(ctx, agents)
 	if err != nil {
@@ -705,7 +715,9 @@ func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, er
 				zap.String("log", ss.LogPath), zap.Error(err))
 			continue
 		}
-		res, err := s.record(ctx, "recover session "+ss.SessionID, rec, nil, nil)
+		var waited time.Duration
+		since := time.Now() // the board's clock, before any attempt (as Settle's)
+		res, err := s.record(ctx, "recover session "+ss.SessionID, rec, nil, &waited)
 		if err != nil {
 			if !s.forGood(ctx, err) {
 				return out, fmt.Errorf("recover outcomes: %w", err)
@@ -718,6 +730,7 @@ func (s *Settler) Recover(ctx context.Context, agents []string) ([]Recovered, er
 				zap.String("session", ss.SessionID), zap.String("log", ss.LogPath), zap.Error(err))
 			continue
 		}
+		s.tellGaveUp(ctx, rec, &res, since, waited, nil)
 		out = append(out, Recovered{Session: rec.Session, Result: res})
 	}
 	return out, nil

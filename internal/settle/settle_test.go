@@ -3,6 +3,7 @@ package settle_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -457,6 +458,74 @@ func TestReviewFailedPastItsIterationsIsTold(t *testing.T) {
 	if _, err := e.s.Settle(ctx, verdict, nil); err != nil || len(told) != 1 {
 		t.Fatalf("a second settlement: %v, told %v", err, told)
 	}
+}
+
+// TestRecoveredVerdictPastItsIterationsIsTold: a reviewer's FAIL at
+// max_iterations whose daemon died before its commit, applied by restart
+// recovery from the session's log, tells GaveUp as Settle does: once, and
+// not again at the next recovery.
+func TestRecoveredVerdictPastItsIterationsIsTold(t *testing.T) {
+	e := sqliteEnv(t)
+	ctx := context.Background()
+	var told []int64
+	e.s.GaveUp = func(task int64, reviewer, failure, feedback string) {
+		if reviewer != "bob" || failure != "max_iterations" || feedback != "FAIL: no tests" {
+			t.Errorf("told: reviewer %q, failure %q, feedback %q", reviewer, failure, feedback)
+		}
+		told = append(told, task)
+	}
+	tk := e.verdictInTheLog(t, 1, 1)
+	recs, err := e.s.Recover(ctx, []string{"bob"})
+	if err != nil || len(recs) != 1 || recs[0].Result.GaveUp != tk {
+		t.Fatalf("Recover = %+v, %v; want bob's verdict, its task given up", recs, err)
+	}
+	if got := e.task(t, tk); got.StateName != "FAILED" || len(told) != 1 || told[0] != tk {
+		t.Fatalf("after the recovered verdict at max_iterations 1: %s, told %v; want FAILED, told once", got.StateName, told)
+	}
+	if recs, err := e.s.Recover(ctx, nil); err != nil || len(recs) != 0 || len(told) != 1 {
+		t.Fatalf("second Recover = %+v, %v, told %v; want nothing more", recs, err, told)
+	}
+}
+
+// verdictInTheLog is what a daemon killed as bob's review ended leaves:
+// alice's DONE (session seq) on a task bob reviews at maxIterations,
+// recorded; bob's FAIL on it (his session seq), in his session's log only,
+// as Settle appends it before its commit. It returns the task.
+func (e *env) verdictInTheLog(t *testing.T, seq uint32, maxIterations int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob", MaxIterations: maxIterations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.begin(t, seq)
+	if _, err := e.s.Settle(ctx, s.ended("DONE"), nil); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("bob-%d-000000000001", seq)
+	log := filepath.Join(e.dir, fmt.Sprintf("bob-%d.log", seq))
+	if err := os.WriteFile(log, []byte("=== swarmd session "+id+" ===\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: seq, Started: time.Now(), LogPath: log}, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rec, err := json.Marshal(e.s.RecordOf(runner.Settlement{
+		Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: seq, LogPath: log, Outcome: agent.ExitOutcome{Kind: agent.Success},
+			Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
+		Completed: true, Review: tk.ID, Result: "FAIL: no tests",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.AppendOutcome(log, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.task(t, tk.ID); got.StateName != "DONE" {
+		t.Fatalf("task before recovery: %s, want DONE awaiting bob's verdict", got.StateName)
+	}
+	return tk.ID
 }
 
 // A DONE session's settlement reads its task with the settlement's own
