@@ -193,12 +193,18 @@ func (k *Keeper) load(ctx context.Context, cfg *config.Config, now time.Time) er
 // reconcile makes the stored pauses agree with the budgets before the
 // runners start: an agent whose budget is spent is paused, and a budget
 // pause whose budget allows again (the window rolled over while swarmd was
-// down, the file raised it) is lifted.
+// down, the file raised it) is lifted. A pause it makes tells the operator
+// (Exhausted) once per spent budget, as the crossing does while the daemon
+// runs: the budget was spent while no daemon ran (a session's outcome
+// recovered from its log, a limit lowered in the file), or its crossing's
+// pause was never stored, and no alert said so. An agent found paused
+// already was told of at its pause.
 func (k *Keeper) reconcile(ctx context.Context, cfg *config.Config, now time.Time) error {
 	pauses, err := k.o.Store.Pauses(ctx)
 	if err != nil {
 		return fmt.Errorf("budgets: %w", err)
 	}
+	told := map[string]bool{} // budgets spent, by scope: a swarm's pauses every agent
 	for _, a := range cfg.Agents {
 		p, paused := pauses[a.Name]
 		k.mu.Lock()
@@ -209,6 +215,10 @@ func (k *Keeper) reconcile(ctx context.Context, cfg *config.Config, now time.Tim
 		case spent && !paused:
 			e.Event, e.Reason = store.EventPaused, exhaustedDetail(st, a.Name)
 			err = k.o.Journal.SetPause(ctx, store.PauseRecord{Agent: a.Name, Actor: actorSwarmd, Reason: reasonBudget, Since: now}, e)
+			if err == nil && !told[st.Scope] {
+				told[st.Scope] = true
+				k.o.Exhausted(st.Scope, "budget_exhausted: "+spentText(st))
+			}
 		case !spent && paused && ourPause(p.Actor, p.Reason):
 			e.Event, e.Reason = store.EventResumed, "its budget allows again (the window rolled over, or the limit was raised)"
 			_, _, err = k.o.Journal.ClearPause(ctx, a.Name, e)

@@ -136,3 +136,52 @@ func TestSetLimit(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A budget found spent at start, its agents not paused yet (the session
+// that spent it was recovered from its log, or the limit was lowered in
+// the file while no daemon ran), pauses them and tells the operator once
+// per budget, as the crossing does while the daemon runs; a start that
+// finds them paused tells nobody again.
+func TestStartTellsOfABudgetFoundSpent(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "swarm.db")
+	cfg := &config.Config{Agents: []config.Agent{{Name: "alice"}, {Name: "bob"}, {Name: "carol"}}}
+	cfg.Agents[0].Budget.USD = 1
+	type told struct{ scope, reason string }
+	var got []told
+	start := func() {
+		t.Helper()
+		k := keeper(t, path, cfg)
+		k.o.Exhausted = func(scope, reason string) { got = append(got, told{scope, reason}) }
+		if err := k.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		k.Stop()
+	}
+	db, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := store.FormatTime(time.Now())
+	if _, err := db.ExecCount(ctx, "spent", `INSERT INTO sessions (session_id, agent, seq, started_at, ended_at, cost_usd)
+		VALUES ('alice-1-a', 'alice', 1, ?, ?, 2.5)`, now, now); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	start()
+	if len(got) != 1 || got[0].scope != "alice" || !strings.HasPrefix(got[0].reason, "budget_exhausted: ") {
+		t.Fatalf("told %+v at the start that paused alice, want alice's budget once", got)
+	}
+	start()
+	if len(got) != 1 {
+		t.Fatalf("told %+v at a start that found alice paused, want nothing more", got)
+	}
+	// The swarm's budget, lowered while no daemon ran: bob and carol are
+	// paused with it, and it is told once.
+	cfg.SwarmBudget.USD = 2
+	start()
+	if len(got) != 2 || got[1].scope != budget.Swarm {
+		t.Fatalf("told %+v at the start that paused bob and carol for the swarm's budget, want it once", got)
+	}
+}
