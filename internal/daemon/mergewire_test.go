@@ -22,13 +22,7 @@ import (
 // the task came back.
 func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 	ctx := context.Background()
-	mb, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mb.Close()
-	board := taskboard.New(mb.Store(), taskboard.Options{}) // a merge queue closes tasks
-	d := &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	d, board, mb := mergeHooksDaemon(t)
 	d.live.cfg = &config.Config{Merge: &config.Merge{Into: "trunk"}}
 	for _, tc := range []struct {
 		kind   merge.Kind
@@ -83,13 +77,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 // plain mail refuses as mail to oneself).
 func TestRejectionGivingUpTellsTheOperator(t *testing.T) {
 	ctx := context.Background()
-	mb, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mb.Close()
-	board := taskboard.New(mb.Store(), taskboard.Options{})
-	d := &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	d, board, mb := mergeHooksDaemon(t)
 	d.live.cfg = &config.Config{Merge: &config.Merge{Into: "trunk", MaxRejections: 1}}
 	tk, err := board.Add(ctx, taskboard.NewTask{Title: "flaky"})
 	if err != nil {
@@ -122,13 +110,7 @@ func TestRejectionGivingUpTellsTheOperator(t *testing.T) {
 // another commit, one that is gone.
 func TestStaleSaysWhyInTheBoardsWords(t *testing.T) {
 	ctx := context.Background()
-	mb, err := mailbox.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mb.Close()
-	board := taskboard.New(mb.Store(), taskboard.Options{})
-	d := &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}
+	d, board, _ := mergeHooksDaemon(t)
 	tk, err := board.Add(ctx, taskboard.NewTask{Title: "stale"})
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +130,17 @@ func TestStaleSaysWhyInTheBoardsWords(t *testing.T) {
 			t.Errorf("stale(task %d) = %q, want it to end in %q", tc.task, got, tc.want)
 		}
 	}
+}
+
+// mergeHooksDaemon is a daemon with the mail and the task board of a new
+// swarm.db, for the merge queue's hooks (a merge queue closes tasks).
+func mergeHooksDaemon(t *testing.T) (*Daemon, *taskboard.Board, *mailbox.Mailbox) {
+	t.Helper()
+	mb, err := mailbox.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{}, mailbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mb.Close() })
+	board := taskboard.New(mb.Store(), taskboard.Options{})
+	return &Daemon{log: zap.NewNop(), db: mb.Store(), mail: mb, tasks: board}, board, mb
 }

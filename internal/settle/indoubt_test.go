@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swarmd/swarmd/internal/agent"
-	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
@@ -39,35 +37,12 @@ func cutEnv(t *testing.T) (*env, *pgtest.Proxy) {
 func TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost(t *testing.T) {
 	e, p := cutEnv(t)
 	ctx := context.Background()
-	var told []int64
-	e.s.GaveUp = func(task int64, reviewer, failure, feedback string) {
-		if reviewer != "bob" || failure != "max_iterations" || feedback != "FAIL: no tests" {
-			t.Errorf("told: reviewer %q, failure %q, feedback %q", reviewer, failure, feedback)
-		}
-		told = append(told, task)
-	}
+	told := e.toldOfGaveUp(t)
 	// alice's DONE on a task reviewed by bob, then bob's FAIL on it, the
 	// answer to its settlement's COMMIT lost; the task as it is after.
 	verdictCut := func(seq uint32, maxIterations int) taskboard.Task {
 		t.Helper()
-		tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob", MaxIterations: maxIterations})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := e.begin(t, seq)
-		if _, err := e.s.Settle(ctx, s.ended("DONE"), nil); err != nil {
-			t.Fatal(err)
-		}
-		id := fmt.Sprintf("bob-%d-000000000001", seq)
-		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: seq, Started: time.Now()}, nil); err != nil {
-			t.Fatal(err)
-		}
-		now := time.Now()
-		verdict := runner.Settlement{
-			Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: seq, Outcome: agent.ExitOutcome{Kind: agent.Success},
-				Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
-			Completed: true, Review: tk.ID, Result: "FAIL: no tests",
-		}
+		tk, verdict := e.failAwaited(t, seq, maxIterations, "")
 		cuts := p.Cuts()
 		p.CutNextCommitAfter("review_rounds")
 		waits := 0
@@ -77,14 +52,14 @@ func TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost(t *testing.T) {
 		if p.Cuts() != cuts+1 || waits == 0 {
 			t.Fatalf("%d commits cut, %d waits: the settlement's answer was not lost", p.Cuts()-cuts, waits)
 		}
-		return e.task(t, tk.ID)
+		return e.task(t, tk)
 	}
-	if got := verdictCut(1, 1); got.StateName != "FAILED" || len(told) != 1 || told[0] != got.ID {
-		t.Fatalf("after the failing verdict at max_iterations 1, its commit's answer lost: %s, told %v; want FAILED, told once", got.StateName, told)
+	if got := verdictCut(1, 1); got.StateName != "FAILED" || len(*told) != 1 || (*told)[0] != got.ID {
+		t.Fatalf("after the failing verdict at max_iterations 1, its commit's answer lost: %s, told %v; want FAILED, told once", got.StateName, *told)
 	}
 	// A FAIL with rounds left sends the task back: nothing to tell.
-	if got := verdictCut(2, 2); got.StateName != "OPEN" || len(told) != 1 {
-		t.Fatalf("after a failing verdict with a round left, its commit's answer lost: %s, told %v; want OPEN, told nothing more", got.StateName, told)
+	if got := verdictCut(2, 2); got.StateName != "OPEN" || len(*told) != 1 {
+		t.Fatalf("after a failing verdict with a round left, its commit's answer lost: %s, told %v; want OPEN, told nothing more", got.StateName, *told)
 	}
 }
 
@@ -95,13 +70,7 @@ func TestGaveUpToldWhenTheVerdictsCommitAnswerIsLost(t *testing.T) {
 func TestGaveUpToldWhenARecoveredVerdictsCommitAnswerIsLost(t *testing.T) {
 	e, p := cutEnv(t)
 	ctx := context.Background()
-	var told []int64
-	e.s.GaveUp = func(task int64, reviewer, failure, _ string) {
-		if reviewer != "bob" || failure != "max_iterations" {
-			t.Errorf("told: reviewer %q, failure %q", reviewer, failure)
-		}
-		told = append(told, task)
-	}
+	told := e.toldOfGaveUp(t)
 	tk := e.verdictInTheLog(t, 1, 1)
 	cuts := p.Cuts()
 	p.CutNextCommitAfter("review_rounds")
@@ -112,8 +81,8 @@ func TestGaveUpToldWhenARecoveredVerdictsCommitAnswerIsLost(t *testing.T) {
 	if p.Cuts() != cuts+1 {
 		t.Fatalf("%d commits cut: the recovery's answer was not lost", p.Cuts()-cuts)
 	}
-	if got := e.task(t, tk); got.StateName != "FAILED" || len(told) != 1 || told[0] != tk {
-		t.Fatalf("after the recovered verdict, its commit's answer lost: %s, told %v; want FAILED, told once", got.StateName, told)
+	if got := e.task(t, tk); got.StateName != "FAILED" || len(*told) != 1 || (*told)[0] != tk {
+		t.Fatalf("after the recovered verdict, its commit's answer lost: %s, told %v; want FAILED, told once", got.StateName, *told)
 	}
 }
 

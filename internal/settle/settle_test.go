@@ -419,44 +419,18 @@ func TestTaskHeadsFencedByAttempt(t *testing.T) {
 func TestReviewFailedPastItsIterationsIsTold(t *testing.T) {
 	e := sqliteEnv(t)
 	ctx := context.Background()
-	var told []int64
-	e.s.GaveUp = func(task int64, reviewer, failure, _ string) {
-		if reviewer != "bob" || failure != "max_iterations" {
-			t.Errorf("reviewer %q, failure %q", reviewer, failure)
-		}
-		told = append(told, task)
-	}
-	tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob", MaxIterations: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s1 := e.begin(t, 1)
-	if _, err := e.s.Settle(ctx, s1.ended("DONE"), nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.task(t, tk.ID); got.StateName != "DONE" {
-		t.Fatalf("after alice's DONE: %s (%s)", got.StateName, got.ReviewState)
-	}
-	id := "bob-1-000000000001"
-	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: 1, Started: time.Now()}, nil); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	verdict := runner.Settlement{
-		Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: 1, Outcome: agent.ExitOutcome{Kind: agent.Success},
-			Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
-		Completed: true, Review: tk.ID, Result: "FAIL: no tests",
-	}
+	told := e.toldOfGaveUp(t)
+	tk, verdict := e.failAwaited(t, 1, 1, "")
 	if _, err := e.s.Settle(ctx, verdict, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.task(t, tk.ID); got.StateName != "FAILED" || len(told) != 1 || told[0] != tk.ID {
-		t.Fatalf("after the failing verdict at max_iterations 1: %s, told %v", got.StateName, told)
+	if got := e.task(t, tk); got.StateName != "FAILED" || len(*told) != 1 || (*told)[0] != tk {
+		t.Fatalf("after the failing verdict at max_iterations 1: %s, told %v", got.StateName, *told)
 	}
 	// The same outcome settled again (a retry whose first commit it did
 	// not see) tells nobody again.
-	if _, err := e.s.Settle(ctx, verdict, nil); err != nil || len(told) != 1 {
-		t.Fatalf("a second settlement: %v, told %v", err, told)
+	if _, err := e.s.Settle(ctx, verdict, nil); err != nil || len(*told) != 1 {
+		t.Fatalf("a second settlement: %v, told %v", err, *told)
 	}
 }
 
@@ -467,31 +441,37 @@ func TestReviewFailedPastItsIterationsIsTold(t *testing.T) {
 func TestRecoveredVerdictPastItsIterationsIsTold(t *testing.T) {
 	e := sqliteEnv(t)
 	ctx := context.Background()
-	var told []int64
-	e.s.GaveUp = func(task int64, reviewer, failure, feedback string) {
-		if reviewer != "bob" || failure != "max_iterations" || feedback != "FAIL: no tests" {
-			t.Errorf("told: reviewer %q, failure %q, feedback %q", reviewer, failure, feedback)
-		}
-		told = append(told, task)
-	}
+	told := e.toldOfGaveUp(t)
 	tk := e.verdictInTheLog(t, 1, 1)
 	recs, err := e.s.Recover(ctx, []string{"bob"})
 	if err != nil || len(recs) != 1 || recs[0].Result.GaveUp != tk {
 		t.Fatalf("Recover = %+v, %v; want bob's verdict, its task given up", recs, err)
 	}
-	if got := e.task(t, tk); got.StateName != "FAILED" || len(told) != 1 || told[0] != tk {
-		t.Fatalf("after the recovered verdict at max_iterations 1: %s, told %v; want FAILED, told once", got.StateName, told)
+	if got := e.task(t, tk); got.StateName != "FAILED" || len(*told) != 1 || (*told)[0] != tk {
+		t.Fatalf("after the recovered verdict at max_iterations 1: %s, told %v; want FAILED, told once", got.StateName, *told)
 	}
-	if recs, err := e.s.Recover(ctx, nil); err != nil || len(recs) != 0 || len(told) != 1 {
-		t.Fatalf("second Recover = %+v, %v, told %v; want nothing more", recs, err, told)
+	if recs, err := e.s.Recover(ctx, nil); err != nil || len(recs) != 0 || len(*told) != 1 {
+		t.Fatalf("second Recover = %+v, %v, told %v; want nothing more", recs, err, *told)
 	}
 }
 
-// verdictInTheLog is what a daemon killed as bob's review ended leaves:
-// alice's DONE (session seq) on a task bob reviews at maxIterations,
-// recorded; bob's FAIL on it (his session seq), in his session's log only,
-// as Settle appends it before its commit. It returns the task.
-func (e *env) verdictInTheLog(t *testing.T, seq uint32, maxIterations int) int64 {
+// toldOfGaveUp is where e's Settler tells GaveUp: the tasks it was told
+// of, each checked to be bob's FAIL ("FAIL: no tests") at max_iterations.
+func (e *env) toldOfGaveUp(t *testing.T) *[]int64 {
+	told := new([]int64)
+	e.s.GaveUp = func(task int64, reviewer, failure, feedback string) {
+		if reviewer != "bob" || failure != "max_iterations" || feedback != "FAIL: no tests" {
+			t.Errorf("told: reviewer %q, failure %q, feedback %q", reviewer, failure, feedback)
+		}
+		*told = append(*told, task)
+	}
+	return told
+}
+
+// failAwaited is alice's DONE (session seq) on a task bob reviews at
+// maxIterations, recorded, and bob's session seq begun with its log at
+// log ("": none); it returns the task and bob's FAIL on it, to settle.
+func (e *env) failAwaited(t *testing.T, seq uint32, maxIterations int, log string) (int64, runner.Settlement) {
 	t.Helper()
 	ctx := context.Background()
 	tk, err := e.board.Add(ctx, taskboard.NewTask{Title: "one", Reviewer: "bob", MaxIterations: maxIterations})
@@ -502,30 +482,41 @@ func (e *env) verdictInTheLog(t *testing.T, seq uint32, maxIterations int) int64
 	if _, err := e.s.Settle(ctx, s.ended("DONE"), nil); err != nil {
 		t.Fatal(err)
 	}
+	if got := e.task(t, tk.ID); got.StateName != "DONE" {
+		t.Fatalf("after alice's DONE: %s (%s), want DONE awaiting bob's verdict", got.StateName, got.ReviewState)
+	}
+	id := fmt.Sprintf("bob-%d-000000000001", seq)
+	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: seq, Started: time.Now(), LogPath: log}, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	return tk.ID, runner.Settlement{
+		Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: seq, LogPath: log, Outcome: agent.ExitOutcome{Kind: agent.Success},
+			Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
+		Completed: true, Review: tk.ID, Result: "FAIL: no tests",
+	}
+}
+
+// verdictInTheLog is what a daemon killed as bob's review ended leaves:
+// alice's DONE (session seq) on a task bob reviews at maxIterations,
+// recorded; bob's FAIL on it (his session seq), in his session's log only,
+// as Settle appends it before its commit. It returns the task.
+func (e *env) verdictInTheLog(t *testing.T, seq uint32, maxIterations int) int64 {
+	t.Helper()
 	id := fmt.Sprintf("bob-%d-000000000001", seq)
 	log := filepath.Join(e.dir, fmt.Sprintf("bob-%d.log", seq))
 	if err := os.WriteFile(log, []byte("=== swarmd session "+id+" ===\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "bob", SessionID: id, Seq: seq, Started: time.Now(), LogPath: log}, nil); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	rec, err := json.Marshal(e.s.RecordOf(runner.Settlement{
-		Session: runner.SessionRecord{Agent: "bob", SessionID: id, Seq: seq, LogPath: log, Outcome: agent.ExitOutcome{Kind: agent.Success},
-			Result: backend.Result{Outcome: backend.OutcomeSuccess, Started: now.Add(-time.Second), Ended: now, Text: "FAIL: no tests"}},
-		Completed: true, Review: tk.ID, Result: "FAIL: no tests",
-	}))
+	tk, verdict := e.failAwaited(t, seq, maxIterations, log)
+	rec, err := json.Marshal(e.s.RecordOf(verdict))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := logs.AppendOutcome(log, rec); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.task(t, tk.ID); got.StateName != "DONE" {
-		t.Fatalf("task before recovery: %s, want DONE awaiting bob's verdict", got.StateName)
-	}
-	return tk.ID
+	return tk
 }
 
 // A DONE session's settlement reads its task with the settlement's own
