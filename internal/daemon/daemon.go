@@ -122,6 +122,10 @@ type mergeWire struct {
 	// this daemon's tasks waiting to merge to be pushed again (shared
 	// store with a remote; the feeder's goroutine only).
 	linePushed map[int64]time.Time
+	// leftHeads is, for each task ready to merge whose worker no daemon
+	// runs, the frozen head this daemon could not get yet and when it
+	// last tried (queueLeft; the feeder's goroutine only).
+	leftHeads map[int64]leftHead
 	// looking serializes lookAtTarget: a session's end and the watch that
 	// look at once must not both report one move.
 	looking sync.Mutex

@@ -263,10 +263,16 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 		return
 	}
 	cfg, _ := d.current()
+	var run map[string]bool // the agents some daemon runs, read once a pass if need be
 	for _, r := range ready {
 		if cfg.SharedStore() && !slices.Contains(cfg.AgentNames(), r.Worker) {
-			// Its daemon queues it: the branch's head is known there.
-			continue
+			// Its daemon queues it: that daemon keeps the line at the frozen
+			// head and pushes it (pushWaitingLines), and an unfrozen task's
+			// head is its worker's branch there. A worker no daemon runs
+			// has no such daemon: the leader queues its frozen work.
+			if !d.queueLeft(ctx, r, cfg.Remote, &run) {
+				continue
+			}
 		}
 		branch := d.trees.Branch(r.Worker)
 		if r.Head != "" {
@@ -276,12 +282,104 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
 		}
 	}
+	for id := range d.merge.leftHeads {
+		if !slices.ContainsFunc(ready, func(r taskboard.Ready) bool { return r.ID == id }) {
+			delete(d.merge.leftHeads, id) // merged, or sent back
+		}
+	}
 	if cfg.SharedStore() && cfg.Remote != "" {
 		d.pushWaitingLines(ready, cfg.AgentNames(), cfg.Remote)
 		if cfg.Merge != nil {
 			d.followTarget(ctx, cfg.Merge.Into, cfg.Remote)
 		}
 	}
+}
+
+// leftHead is a frozen head queueLeft could not get, and when it tried.
+type leftHead struct {
+	head string
+	at   time.Time
+}
+
+// queueLeft reports whether this daemon queues r, a task ready to merge
+// whose worker it does not run (a shared store): only when this daemon
+// leads the queue, r's work is frozen at a head, no daemon of the swarm
+// runs its worker (holds its lease: the agent was removed from every
+// config, or renamed), and this repository holds the head. Without it,
+// nobody queued the task, and `task assign` refuses a DONE task: it stayed
+// DONE for good. The entry is the one the worker's daemon would have made
+// (its line at its frozen head, which the queue merges and nothing else),
+// and Enqueue is idempotent, so a daemon that runs the worker again
+// queues it once all the same. The head is fetched through the task's line
+// first, at most every linePushAgain: queued without it, the entry would
+// hold the queue up at its front, waiting for a push no daemon makes (only
+// the worker's daemon pushes the line again). Then the operator is told,
+// once per head, which task waits and how to push its line. run is the
+// agents some daemon runs, read on first need (nil before).
+func (d *Daemon) queueLeft(ctx context.Context, r taskboard.Ready, remote string, run *map[string]bool) bool {
+	if r.Head == "" || !d.merge.leading.Load() {
+		return false // an unfrozen task's head is in its worker's clone
+	}
+	if *run == nil {
+		ls, err := d.db.Leases(ctx)
+		if err != nil {
+			d.log.Warn("merge queue: read which daemon runs each agent", zap.Error(err))
+			return false
+		}
+		*run = make(map[string]bool, len(ls))
+		for _, l := range ls {
+			(*run)[l.Agent] = true
+		}
+	}
+	if (*run)[r.Worker] {
+		return false // its daemon queues it
+	}
+	if ok, err := d.trees.HasCommit(ctx, r.Head); err != nil || ok {
+		if err != nil {
+			d.log.Warn("merge queue: the frozen head of a task whose worker left", zap.Int64("task", r.ID), zap.Error(err))
+		}
+		return ok
+	}
+	last, tried := d.merge.leftHeads[r.ID]
+	if tried && last.head == r.Head && time.Since(last.at) < linePushAgain {
+		return false
+	}
+	if d.merge.leftHeads == nil {
+		d.merge.leftHeads = map[int64]leftHead{}
+	}
+	d.merge.leftHeads[r.ID] = leftHead{head: r.Head, at: time.Now()}
+	line := d.trees.LineBranch(r.ID)
+	err := d.fetchLine(ctx, line, r.Head, remote)
+	if err == nil {
+		return true
+	}
+	if !tried || last.head != r.Head {
+		fix := fmt.Sprintf("push it from the clone that has it (git push %s %s:refs/heads/%s)", remote, r.Head, line)
+		if remote == "" {
+			fix = "fetch it into this clone (no remote is configured to fetch it from)"
+		}
+		d.log.Warn(fmt.Sprintf("merge queue: task %d is DONE and its review passed, but its worker %s is run by no daemon "+
+			"of the swarm, and its frozen head %s cannot be fetched through its line %s: %s; the daemon that leads the queue "+
+			"then queues it", r.ID, r.Worker, r.Head, line, fix),
+			zap.Int64("task", r.ID), zap.String("worker", r.Worker), zap.String("head", r.Head), zap.Error(err))
+	}
+	return false
+}
+
+// fetchLine fetches line from remote and fails unless this repository
+// holds head then.
+func (d *Daemon) fetchLine(ctx context.Context, line, head, remote string) error {
+	if remote == "" {
+		return fmt.Errorf("fetch %s: no remote", line)
+	}
+	got, err := d.trees.FetchBranch(ctx, line, remote)
+	if err != nil {
+		return err
+	}
+	if ok, err := d.trees.HasCommit(ctx, head); err != nil || ok {
+		return err
+	}
+	return fmt.Errorf("fetch %s: %s is at %s, which does not hold %s", line, remote, got, head)
 }
 
 // linePushAgain is how often a daemon on a shared store pushes again the

@@ -978,8 +978,9 @@ func assignsRework(t Task) bool {
 // doneRefusal is Assign's error for a DONE task: its work is its worker's
 // until its review and merge are over (the reviewer judges that worker's
 // work, the queue merges what it froze, queued on a shared store by the
-// daemon that runs it), so neither its worker nor its assignee may change
-// now; a FAIL or a rejection brings it back OPEN, to be assigned then.
+// daemon that runs it, or by the queue's leader once none does), so
+// neither its worker nor its assignee may change now; a FAIL or a
+// rejection brings it back OPEN, to be assigned then.
 func doneRefusal(t Task) error {
 	what := "its work"
 	if w := cmp.Or(t.Worker, t.Claimant); w != "" {
