@@ -34,8 +34,9 @@ func newInboxCmd(s Streams, runF func(context.Context, *inboxOptions) error) *co
 		Short: "What needs a person now, each with the command that deals with it",
 		Long: `List what will not get better by waiting, one line each with the command that deals with it:
 agents stopped for good (swarmd start), agents paused by a spent budget (swarmd budget set), tasks
-FAILED (swarmd task retry), tasks waiting for approval (swarmd task approve) or blocked, unread mail
-to the operator, and a swarm whose daemon is not running. Read from swarm.db: it works whether the
+FAILED (swarmd task retry), tasks waiting for approval (swarmd task approve) or blocked, tasks waiting
+for an agent not in the swarm, their assignee or a waiting parent's rework's worker (swarmd task
+assign), unread mail to the operator, and a swarm whose daemon is not running. Read from swarm.db: it works whether the
 daemon runs or not. Exit 0 either way; an empty list says "nothing needs you".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return orRun(runF, inboxRun)(cmd.Context(), opts) },

@@ -53,19 +53,30 @@ type taskObject struct {
 	// assign' changes, and the swarm has no agent of that name (removed
 	// from swarmd.yaml, or renamed): no agent may claim it.
 	AssigneeUnknown bool `json:"assignee_unknown,omitempty"`
+	// WorkerUnknown: the task waits for its subtasks, and its review's
+	// FAIL sends the rework to its worker, which is no agent of the swarm
+	// (taskboard.WorkerUnknown): 'task assign' gives the rework to another.
+	WorkerUnknown bool `json:"worker_unknown,omitempty"`
 }
 
-// object is tk as the task commands print it, its assignee checked
-// against the agents the command knows (none checked when it knows none).
+// object is tk as the task commands print it, its assignee and its
+// rework's worker checked against the agents the command knows (none
+// checked when it knows none).
 func (c *taskCtx) object(tk taskboard.Task) taskObject {
-	return taskObject{Task: tk, AssigneeUnknown: taskboard.AssigneeUnknown(tk, c.agents)}
+	return taskObject{Task: tk, AssigneeUnknown: taskboard.AssigneeUnknown(tk, c.agents),
+		WorkerUnknown: taskboard.WorkerUnknown(tk, c.agents)}
 }
 
 // assignee is the task's ASSIGNEE cell in 'task list': the agent, marked
-// when the swarm has no agent of that name.
+// when the swarm has no agent of that name; for a task whose rework goes
+// to a worker the swarm has no agent of, that worker, marked: it decides
+// who gets the task next.
 func (t taskObject) assignee() string {
-	if t.AssigneeUnknown {
+	switch {
+	case t.AssigneeUnknown:
 		return t.Assignee + " (not in the swarm)"
+	case t.WorkerUnknown:
+		return t.Worker + "'s rework (not in the swarm)"
 	}
 	return orDash(t.Assignee)
 }
@@ -471,6 +482,10 @@ func printTask(w io.Writer, tk taskObject) error {
 			"('swarmd task assign %d AGENT' or '--anyone' gives it to another)", tk.Assignee, tk.ID))
 	} else {
 		row("assigned to:", tk.Assignee)
+	}
+	if tk.WorkerUnknown {
+		row("rework for:", fmt.Sprintf("%s, which is not an agent of the swarm: once its subtasks are done, a review FAIL sends "+
+			"the rework there and no agent may claim it ('swarmd task assign %d AGENT' or '--anyone' gives it to another)", tk.Worker, tk.ID))
 	}
 	if tk.Claimant != "" {
 		// The last claimant stays on a finished task: who did the work.

@@ -566,6 +566,153 @@ func TestTaskAssignedToAnAgentThatLeft(t *testing.T) {
 	}
 }
 
+// TestReworkWaitingForAWorkerThatLeft: a parent waiting for its subtasks
+// comes back by its review's FAIL, which sends the rework to its review
+// loop's worker, not to a claimant its assignee decides: a worker that left
+// the swarm (carol, not in SWARM_AGENTS) decides who gets it next, though
+// it is for any agent. inbox, list and show flag it, with the assign that
+// gives the rework to another; one assigned to carol too is flagged for
+// its assignee, as any. A parent whose worker is in the swarm is not, nor
+// a DONE task of carol's under review, which nobody can give to another
+// before its verdict (a FAIL sends it back OPEN for carol: flagged then,
+// for its assignee). Once assigned, to alice or to any agent, the parent
+// is flagged no more.
+func TestReworkWaitingForAWorkerThatLeft(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	b := s.board(t)
+	split := func(title, to, worker string) int64 {
+		t.Helper()
+		p, err := b.Add(ctx, taskboard.NewTask{Title: title, Assignee: to, Reviewer: "rita"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := taskboard.Holder{Agent: worker, Session: worker + "-" + title}
+		if _, err := b.Claim(ctx, p.ID, h.Agent, h.Session); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Split(ctx, p.ID, h, []string{title + ", part one"}); err != nil {
+			t.Fatal(err)
+		}
+		return p.ID
+	}
+	carols := split("carol's feature", "", "carol") // 1, its subtask 2
+	bobs := split("bob's feature", "", "bob")       // 3, 4
+	both := split("for carol", "carol", "carol")    // 5, 6
+	done, err := b.Add(ctx, taskboard.NewTask{Title: "carol's last work", Reviewer: "rita"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := taskboard.Holder{Agent: "carol", Session: "carol-last"}
+	if _, err := b.Claim(ctx, done.ID, ch.Agent, ch.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, done.ID, ch, "finished"); err != nil {
+		t.Fatal(err)
+	}
+
+	inbox := func() []NeedItem {
+		t.Helper()
+		o, out := s.as("operator", "")
+		if err := inboxRun(ctx, &inboxOptions{IO: o.IO, JSON: true}); err != nil {
+			t.Fatal(err)
+		}
+		var items []NeedItem
+		if err := json.Unmarshal(out.Bytes(), &items); err != nil {
+			t.Fatalf("inbox --json: %v\n%s", err, out)
+		}
+		return items
+	}
+	want := []NeedItem{
+		{Kind: "task_worker_unknown", Task: carols, What: "task #1 is WAITING_FOR_SUBTASKS, its review's rework for carol, which is not an agent of the swarm: carol's feature",
+			Fix: "swarmd task assign 1 AGENT"},
+		{Kind: "task_assignee_unknown", Task: both, What: "task #5 is WAITING_FOR_SUBTASKS for carol, which is not an agent of the swarm: for carol",
+			Fix: "swarmd task assign 5 AGENT"},
+	}
+	if got := inbox(); !slices.Equal(got, want) {
+		t.Errorf("inbox %+v, want %+v", got, want)
+	}
+
+	o, out := s.as("operator", "")
+	if err := taskListRun(ctx, &taskListOptions{dbOptions: o}); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		rows[strings.Join(strings.Fields(l), " ")] = true
+	}
+	for _, want := range []string{
+		"1 WAITING_FOR_SUBTASKS 0 carol's rework (not in the swarm) - carol's feature",
+		"3 WAITING_FOR_SUBTASKS 0 - - bob's feature",
+		"5 WAITING_FOR_SUBTASKS 0 carol (not in the swarm) - for carol",
+		"7 DONE 0 - carol carol's last work",
+	} {
+		if !rows[want] {
+			t.Errorf("task list lacks the row %q:\n%s", want, out)
+		}
+	}
+	list := func() map[int64]map[string]any {
+		t.Helper()
+		o, out := s.as("operator", "")
+		o.JSON = true
+		if err := taskListRun(ctx, &taskListOptions{dbOptions: o}); err != nil {
+			t.Fatal(err)
+		}
+		var ts []map[string]any
+		if err := json.Unmarshal(out.Bytes(), &ts); err != nil {
+			t.Fatalf("task list --json: %v\n%s", err, out)
+		}
+		byID := map[int64]map[string]any{}
+		for _, tk := range ts {
+			byID[int64(tk["id"].(float64))] = tk
+		}
+		return byID
+	}
+	ts := list()
+	for id, tk := range ts {
+		if _, marked := tk["worker_unknown"]; marked != (id == carols || id == both) {
+			t.Errorf("task %d in list --json: worker_unknown %v, want it on tasks %d and %d alone: %v", id, tk["worker_unknown"], carols, both, tk)
+		}
+	}
+	if ts[carols]["worker_unknown"] != true || ts[carols]["worker"] != "carol" {
+		t.Errorf("task %d in list --json: %v; want worker carol, worker_unknown true", carols, ts[carols])
+	}
+
+	o, out = s.as("operator", "")
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "rework for: carol, which is not an agent of the swarm: once its subtasks are done, a review FAIL sends the rework " +
+		"there and no agent may claim it ('swarmd task assign 1 AGENT' or '--anyone' gives it to another)"; !strings.Contains(
+		strings.Join(strings.Fields(out.String()), " "), want) {
+		t.Errorf("task show 1 lacks the note %q:\n%s", want, out)
+	}
+	for _, id := range []int64{bobs, done.ID} {
+		o, out = s.as("operator", "")
+		if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: fmt.Sprint(id)}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), "not an agent of the swarm") {
+			t.Errorf("task show %d marks an agent:\n%s", id, out)
+		}
+	}
+
+	for _, a := range []taskAssignOptions{{ID: "1", Agent: "alice"}, {ID: "5", Anyone: true}} {
+		o, _ := s.as("operator", "")
+		a.dbOptions = o
+		if err := taskAssignRun(ctx, &a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := inbox(); len(got) != 0 {
+		t.Errorf("inbox after the assigns %+v, want nothing", got)
+	}
+	if ts := list(); ts[carols]["worker"] != "alice" || ts[carols]["worker_unknown"] != nil || ts[both]["worker_unknown"] != nil ||
+		ts[both]["assignee_unknown"] != nil {
+		t.Errorf("after the assigns: task 1 %v, task 5 %v; want alice's rework, and any agent's, unmarked", ts[carols], ts[both])
+	}
+}
+
 // TestInboxListsATaskWaitingForAnAgentThatLeft: swarmd inbox lists a task
 // that waits for an agent the swarm does not have (OPEN, and PLANNED
 // before its approval), with the assign that deals with it, and not a

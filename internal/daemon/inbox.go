@@ -16,8 +16,10 @@ import (
 // the agents in names (every agent recorded when names is nil), their stop
 // and pause records, the tasks that wait for a person, the operator's
 // unread mail. A task whose assignee is not in swarm (the swarm's agents,
-// SwarmAgents; nil: not checked) waits for a person too. Running is left
-// for the caller, who knows whether a daemon runs.
+// SwarmAgents; nil: not checked) waits for a person too, and so does a
+// parent waiting for its subtasks whose rework's worker is not
+// (taskboard.WorkerUnknown). Running is left for the caller, who knows
+// whether a daemon runs.
 func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *mailbox.Mailbox, names, swarm []string) (view.NeedState, error) {
 	var st view.NeedState
 	agents, err := db.Agents(ctx)
@@ -39,20 +41,21 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 		st.Agents = append(st.Agents, view.NeedAgent{Name: n, StoppedForGood: a.StopKind == store.StopFatal, StopReason: a.StopReason,
 			BudgetExhausted: strings.HasPrefix(pauses[n].Reason, "budget_exhausted")})
 	}
-	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked, task.Open} {
+	for _, state := range []task.State{task.Failed, task.Planned, task.Blocked, task.Open, task.WaitingForSubtasks} {
 		// OPEN: only those assigned, through their index, for an assignee
-		// the swarm does not have.
+		// the swarm does not have. WAITING_FOR_SUBTASKS: only those whose
+		// assignee, or whose rework's worker, it does not have.
 		ts, err := board.List(ctx, taskboard.Filter{State: &state, Assigned: state == task.Open})
 		if err != nil {
 			return st, err
 		}
 		for _, t := range ts {
-			unknown := taskboard.AssigneeUnknown(t, swarm)
-			if state == task.Open && !unknown {
+			unknown, workerUnknown := taskboard.AssigneeUnknown(t, swarm), taskboard.WorkerUnknown(t, swarm)
+			if (state == task.Open || state == task.WaitingForSubtasks) && !unknown && !workerUnknown {
 				continue
 			}
 			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title, Result: t.Result, BlockedReason: t.BlockedReason,
-				Assignee: t.Assignee, AssigneeUnknown: unknown})
+				Assignee: t.Assignee, AssigneeUnknown: unknown, Worker: t.Worker, WorkerUnknown: workerUnknown})
 		}
 	}
 	sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })

@@ -390,3 +390,84 @@ func TestAssignWaitingParentReworkGoesToTheAssignee(t *testing.T) {
 		}
 	})
 }
+
+// WorkerUnknown flags the task whose next rework waits for a worker that
+// left: a parent waiting for its subtasks, split by carol (no agent of
+// the swarm), whose review's FAIL sends the rework to her though the task
+// is for any agent. It flags nothing else: the parent of an agent of the
+// swarm, any task when the agents are not known, the parent once assigned
+// (to alice, or to any agent), a DONE parent under review (nobody may
+// give it to another before its verdict), nor the rework that FAIL sent
+// back OPEN for carol: that waits for its assignee (AssigneeUnknown). On
+// both engines.
+func TestWorkerUnknownFlagsTheReworkOfAWorkerThatLeft(t *testing.T) {
+	storetest.Engines(t, "workerunknown", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		b := New(storetest.OpenTarget(t, fresh(t)), Options{FrozenHead: true})
+		swarm := []string{"alice", "bob", "rita"}
+		split := func(worker string) (Task, Task) {
+			t.Helper()
+			p := add(t, b, NewTask{Title: worker + "'s feature", Reviewer: "rita"})
+			h := Holder{Agent: worker, Session: worker + "-split"}
+			if _, err := b.Claim(ctx, p.ID, h.Agent, h.Session); err != nil {
+				t.Fatal(err)
+			}
+			kids, err := b.Split(ctx, p.ID, h, []string{"part one"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return wantState(t, b, p.ID, task.WaitingForSubtasks), kids[0]
+		}
+		flags := func(id int64) (assignee, worker bool) {
+			t.Helper()
+			tk, err := b.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return AssigneeUnknown(tk, swarm), WorkerUnknown(tk, swarm)
+		}
+
+		carols, kid := split("carol")
+		if !WorkerUnknown(carols, swarm) || AssigneeUnknown(carols, swarm) || WorkerUnknown(carols, nil) {
+			t.Fatalf("carol's waiting parent (worker %q, assignee %q): want its worker flagged, and only when the agents are known",
+				carols.Worker, carols.Assignee)
+		}
+		if bobs, _ := split("bob"); WorkerUnknown(bobs, swarm) {
+			t.Fatalf("bob's waiting parent is flagged: %+v", bobs)
+		}
+
+		// Its subtask done and passed, the parent is DONE under review.
+		kh := Holder{Agent: "alice", Session: "alice-kid"}
+		if _, err := b.Claim(ctx, kid.ID, kh.Agent, kh.Session); err != nil {
+			t.Fatal(err)
+		}
+		kidHead := fmt.Sprintf("%040d", 1)
+		if _, err := b.DoneAt(ctx, kid.ID, kh, "done", kidHead); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Verdict(ctx, kid.ID, "rita", kidHead, true, "ok"); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, carols.ID, task.Done)
+		if a, w := flags(carols.ID); a || w {
+			t.Fatalf("the DONE parent under review: assignee flagged %v, worker flagged %v; want neither", a, w)
+		}
+		if _, err := b.Verdict(ctx, carols.ID, "rita", "", false, "wire it in"); err != nil {
+			t.Fatal(err)
+		}
+		wantState(t, b, carols.ID, task.Open)
+		if a, w := flags(carols.ID); !a || w {
+			t.Fatalf("the rework back OPEN for carol: assignee flagged %v, worker flagged %v; want its assignee", a, w)
+		}
+
+		for _, to := range []string{"alice", ""} {
+			p, _ := split("carol")
+			if _, err := b.Assign(ctx, p.ID, to); err != nil {
+				t.Fatal(err)
+			}
+			if a, w := flags(p.ID); a || w {
+				t.Fatalf("the waiting parent assigned to %q: assignee flagged %v, worker flagged %v; want neither", to, a, w)
+			}
+		}
+	})
+}

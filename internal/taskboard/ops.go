@@ -1006,6 +1006,18 @@ func AssigneeUnknown(t Task, agents []string) bool {
 	return t.Assignee != "" && agents != nil && Assignable(t.State) && !slices.Contains(agents, t.Assignee)
 }
 
+// WorkerUnknown reports whether t's next rework waits for a worker that is
+// not one of agents (removed from the config, or renamed): t waits for its
+// subtasks, and once they are done its review's FAIL sends the rework to
+// its loop's worker (assignsRework), whoever its assignee, so that worker,
+// not a claim, decides who gets t next; Assign changes it. A DONE task
+// under review is not: nobody may change its worker before the verdict,
+// and a FAIL sends it back OPEN assigned to that worker (AssigneeUnknown
+// then). agents nil: not known, never.
+func WorkerUnknown(t Task, agents []string) bool {
+	return assignsRework(t) && t.Worker != "" && agents != nil && !slices.Contains(agents, t.Worker)
+}
+
 func orNobody(agent string) string {
 	if agent == "" {
 		return "nobody"

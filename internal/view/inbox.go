@@ -26,7 +26,11 @@ const (
 	// NeedTaskAssigneeUnknown: a task waits for an assignee the swarm has
 	// no agent of that name for (removed from the config, or renamed).
 	NeedTaskAssigneeUnknown = "task_assignee_unknown"
-	NeedMail                = "mail"
+	// NeedTaskWorkerUnknown: a parent waiting for its subtasks whose
+	// review's rework goes to a worker the swarm has no agent of that
+	// name for.
+	NeedTaskWorkerUnknown = "task_worker_unknown"
+	NeedMail              = "mail"
 )
 
 // NeedState is what the inbox is made of, read from the store by whoever
@@ -35,8 +39,9 @@ type NeedState struct {
 	// Running: a daemon runs the swarm (always true on a shared store).
 	Running bool
 	Agents  []NeedAgent // in the order they are listed
-	// Tasks: the PLANNED, FAILED and BLOCKED ones, and the OPEN ones whose
-	// assignee is unknown, by id.
+	// Tasks: the PLANNED, FAILED and BLOCKED ones, and the OPEN and
+	// WAITING_FOR_SUBTASKS ones whose assignee or rework's worker is
+	// unknown, by id.
 	Tasks []NeedTask
 	// OperatorMail counts the unread messages to the operator.
 	OperatorMail int
@@ -64,6 +69,11 @@ type NeedTask struct {
 	// AssigneeUnknown: the swarm has no agent named Assignee, so no agent
 	// may claim the task: that comes first.
 	AssigneeUnknown bool
+	// Worker is the review loop's worker, whom a FAIL sends the rework
+	// of a parent waiting for its subtasks; WorkerUnknown: the swarm has
+	// no agent of that name (taskboard.WorkerUnknown).
+	Worker        string
+	WorkerUnknown bool
 }
 
 // Needs lists what needs a person, in a fixed order: the swarm, agents,
@@ -89,6 +99,9 @@ func Needs(st NeedState) []Need {
 		case t.AssigneeUnknown:
 			n.Kind, n.What, n.Fix = NeedTaskAssigneeUnknown, fmt.Sprintf("task #%d is %s for %s, which is not an agent of the swarm: %s",
 				t.ID, t.State, t.Assignee, oneLine(t.Title, 100)), fmt.Sprintf("swarmd task assign %d AGENT", t.ID)
+		case t.WorkerUnknown:
+			n.Kind, n.What, n.Fix = NeedTaskWorkerUnknown, fmt.Sprintf("task #%d is %s, its review's rework for %s, which is not an agent of the swarm: %s",
+				t.ID, t.State, t.Worker, oneLine(t.Title, 100)), fmt.Sprintf("swarmd task assign %d AGENT", t.ID)
 		case t.State == "FAILED":
 			n.Kind, n.What, n.Fix = NeedTaskFailed, fmt.Sprintf("task #%d failed: %s", t.ID, oneLine(t.Result, 100)), fmt.Sprintf("swarmd task retry %d", t.ID)
 		case t.State == "PLANNED":

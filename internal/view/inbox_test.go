@@ -46,16 +46,24 @@ func TestNeedsListsWhatNeedsAPersonInOrder(t *testing.T) {
 }
 
 // A task waiting for an assignee the swarm does not have is listed for its
-// assign, whatever its state, before what its state would ask.
+// assign, whatever its state, before what its state would ask; so is a
+// parent whose review's rework goes to a worker the swarm does not have,
+// once (its assignee's need first when both are unknown).
 func TestNeedsListsATaskWaitingForAnUnknownAssignee(t *testing.T) {
 	got := Needs(NeedState{Running: true, Tasks: []NeedTask{
 		{ID: 6, State: "OPEN", Title: "rework", Assignee: "dave", AssigneeUnknown: true},
 		{ID: 7, State: "FAILED", Title: "fix the gate", Result: "red gate", Assignee: "dave", AssigneeUnknown: true},
 		{ID: 8, State: "OPEN", Title: "for alice", Assignee: "alice"},
+		{ID: 9, State: "WAITING_FOR_SUBTASKS", Title: "the feature", Worker: "dave", WorkerUnknown: true},
+		{ID: 10, State: "WAITING_FOR_SUBTASKS", Title: "dave's", Assignee: "dave", AssigneeUnknown: true, Worker: "dave", WorkerUnknown: true},
 	}})
 	want := []Need{
 		{Kind: NeedTaskAssigneeUnknown, Task: 6, What: "task #6 is OPEN for dave, which is not an agent of the swarm: rework", Fix: "swarmd task assign 6 AGENT"},
 		{Kind: NeedTaskAssigneeUnknown, Task: 7, What: "task #7 is FAILED for dave, which is not an agent of the swarm: fix the gate", Fix: "swarmd task assign 7 AGENT"},
+		{Kind: NeedTaskWorkerUnknown, Task: 9, What: "task #9 is WAITING_FOR_SUBTASKS, its review's rework for dave, which is not an agent of the swarm: the feature",
+			Fix: "swarmd task assign 9 AGENT"},
+		{Kind: NeedTaskAssigneeUnknown, Task: 10, What: "task #10 is WAITING_FOR_SUBTASKS for dave, which is not an agent of the swarm: dave's",
+			Fix: "swarmd task assign 10 AGENT"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Needs = %+v, want %+v", got, want)
