@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -188,27 +190,37 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 
 // warnAssigned tells the operator of the tasks that wait for an agent a
 // reload removed: assigned to it (by the operator, or sent back to it for
-// rework), no other agent may claim them until they are assigned again.
-// On a shared store another daemon may run the agent.
+// rework), no other agent may claim them until they are assigned again;
+// and the parents waiting for their subtasks whose review's rework goes to
+// it (taskboard.WorkerUnknown), whoever they are assigned to. On a shared
+// store another daemon may run the agent.
 func (d *Daemon) warnAssigned(name string, shared bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ts, err := d.tasks.List(ctx, taskboard.Filter{Agent: name})
+	if err == nil {
+		st := task.WaitingForSubtasks
+		var parents []taskboard.Task
+		parents, err = d.tasks.List(ctx, taskboard.Filter{State: &st})
+		ts = append(ts, parents...)
+	}
 	if err != nil {
 		d.log.Warn("list the tasks assigned to a removed agent", zap.String("agent", name), zap.Error(err))
 		return
 	}
 	var waiting []int64
 	for _, t := range ts {
-		if t.Assignee == name && taskboard.Assignable(t.State) {
+		rework := t.Worker == name && taskboard.WorkerUnknown(t, []string{})
+		if (t.Assignee == name && taskboard.Assignable(t.State) || rework) && !slices.Contains(waiting, t.ID) {
 			waiting = append(waiting, t.ID)
 		}
 	}
+	slices.Sort(waiting)
 	if len(waiting) == 0 {
 		return
 	}
-	msg := "tasks assigned to an agent a reload removed wait for it: no other agent claims them; give each to another agent " +
-		"with 'swarmd task assign ID AGENT', or to any with 'swarmd task assign ID --anyone'"
+	msg := "tasks wait for an agent a reload removed (assigned to it, or parents whose review's rework goes to it): " +
+		"no other agent gets them; give each to another agent with 'swarmd task assign ID AGENT', or to any with 'swarmd task assign ID --anyone'"
 	if shared {
 		msg += " (unless another daemon of the swarm runs the agent)"
 	}

@@ -174,7 +174,7 @@ func TestReloadWarnsOfTasksAssignedToARemovedAgent(t *testing.T) {
 	if err := r.Reload(cfgPath); err != nil {
 		t.Fatal(err)
 	}
-	const msg = "tasks assigned to an agent a reload removed wait for it"
+	const msg = "tasks wait for an agent a reload removed"
 	waitFor(t, "the warning", func() bool { return logged.FilterMessageSnippet(msg).Len() > 0 })
 	e := logged.FilterMessageSnippet(msg).All()
 	if len(e) != 1 || e[0].ContextMap()["agent"] != "alice" || !strings.Contains(e[0].Message, "swarmd task assign ID AGENT") {
@@ -182,5 +182,44 @@ func TestReloadWarnsOfTasksAssignedToARemovedAgent(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(e[0].ContextMap()["tasks"]), fmt.Sprint([]int64{ids[0]}); got != want {
 		t.Errorf("the warning names tasks %s, want %s (alice's assignable one alone)", got, want)
+	}
+}
+
+// A parent that waits for its subtasks, split by an agent a reload
+// removed, waits for that agent too, whoever it is assigned to: its
+// review's FAIL sends the rework to it. The warning names it, with the
+// tasks assigned to the agent, each once.
+func TestReloadWarnsOfTheReworkOfARemovedWorker(t *testing.T) {
+	ctx := context.Background()
+	core, logged := observer.New(zap.WarnLevel)
+	d, board, _ := mergeHooksDaemon(t)
+	d.log = zap.New(core)
+	split := func(title, assignee string) int64 {
+		t.Helper()
+		tk, err := board.Add(ctx, taskboard.NewTask{Title: title, Assignee: assignee, Reviewer: "bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := taskboard.Holder{Agent: "alice", Session: "alice-" + title}
+		if _, err := board.Claim(ctx, tk.ID, h.Agent, h.Session); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Split(ctx, tk.ID, h, []string{title + ", part one"}); err != nil {
+			t.Fatal(err)
+		}
+		return tk.ID
+	}
+	mine, anyone := split("mine", "alice"), split("anyone's", "")
+	other, err := board.Add(ctx, taskboard.NewTask{Title: "carol's", Assignee: "carol", Plan: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.warnAssigned("alice", false)
+	e := logged.FilterMessageSnippet("tasks wait for an agent a reload removed").All()
+	if len(e) != 1 || e[0].ContextMap()["agent"] != "alice" {
+		t.Fatalf("warnings %+v; want one, for alice", e)
+	}
+	if got, want := fmt.Sprint(e[0].ContextMap()["tasks"]), fmt.Sprint([]int64{mine, anyone}); got != want {
+		t.Errorf("the warning names tasks %s, want %s (not carol's %d)", got, want, other.ID)
 	}
 }
