@@ -215,23 +215,6 @@ func TestSharedStoreStartRecordsNoFollow(t *testing.T) {
 	ctx := context.Background()
 	url, db, _ := anotherLeads(t, "baseline") // throughout
 	r, cfg := newCountedRepo(t, "remote: origin\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
-	moves := func() []string {
-		t.Helper()
-		rows, err := db.ReadSQL().QueryContext(ctx, `SELECT reason FROM events WHERE event = 'target_moved' ORDER BY id`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			if err := rows.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, s)
-		}
-		return out
-	}
 	d := start(t, cfg)
 	d.waitRunning(t, "alice")
 	pushed := r.git("rev-parse", "main")
@@ -265,7 +248,7 @@ func TestSharedStoreStartRecordsNoFollow(t *testing.T) {
 		d.stop(t)
 	}
 	restart()
-	if got := moves(); len(got) != 0 {
+	if got := storeMoves(t, db); len(got) != 0 {
 		t.Fatalf("target_moved %q at a start after the follow, want none", got)
 	}
 	// The follow cut off between the move and its record: the row still
@@ -275,7 +258,7 @@ func TestSharedStoreStartRecordsNoFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	restart()
-	if got := moves(); len(got) != 0 {
+	if got := storeMoves(t, db); len(got) != 0 {
 		t.Fatalf("target_moved %q at a start after a follow whose record was cut off, want none", got)
 	}
 	// By hand, while stopped.
@@ -284,9 +267,31 @@ func TestSharedStoreStartRecordsNoFollow(t *testing.T) {
 	restart()
 	restart()
 	want := fmt.Sprintf("main advanced from %.12s to %.12s by someone other than the merge queue, seen at the daemon's start", merged, hand)
-	if got := moves(); len(got) != 1 || got[0] != want {
+	if got := storeMoves(t, db); len(got) != 1 || got[0] != want {
 		t.Fatalf("target_moved %q, want once %q", got, want)
 	}
+}
+
+// storeMoves is the reasons of the target_moved events in db, oldest first.
+func storeMoves(t *testing.T, db *store.DB) []string {
+	t.Helper()
+	rows, err := db.ReadSQL().QueryContext(context.Background(), `SELECT reason FROM events WHERE event = 'target_moved' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // A look whose record the store refuses (an error writing merge_target

@@ -2,6 +2,11 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,5 +78,75 @@ func TestDaemonThatDoesNotLeadFollowsTheTarget(t *testing.T) {
 	waitFor(t, "this daemon's main at the leader's next merge", func() bool { return r.git("rev-parse", "main") == merged3 })
 	if n := moves(); n != 1 {
 		t.Errorf("%d target_moved recorded, want the hand-pushed tip's alone", n)
+	}
+}
+
+// A follow that the daemon's stop cuts off after git moved the target
+// (git merge --ff-only ended by the stop's cancellation between its move
+// of the ref and its exit) made its move all the same: it is the daemon's
+// own, and no look reports it as someone else's, one after the follow's
+// end included, nor does the next start. TestSharedStoreStartRecordsNoFollow
+// saw it once under load, its stop right after main reached the leader's
+// merge: the follow took the cut-off for a move not made (NotTaken), and
+// the look at alice's session's end reported the follow.
+func TestFollowCutOffByTheStopIsNotReported(t *testing.T) {
+	ctx := context.Background()
+	url, db, _ := anotherLeads(t, "cutfollow") // throughout
+	r, cfg := newCountedRepo(t, "remote: origin\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
+	// git, but for a fast-forward, which holds on once it has moved the
+	// target, until the stop ends it (SIGTERM).
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	moved, hold := filepath.Join(bin, "moved"), filepath.Join(bin, "hold")
+	if err := syscall.Mkfifo(hold, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf(`#!/bin/sh
+case " $* " in
+*" merge --ff-only "*) '%[1]s' "$@" || exit; : > '%[2]s'; exec cat '%[3]s';;
+esac
+exec '%[1]s' "$@"
+`, real, moved, hold))
+	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	d := start(t, cfg)
+	d.waitRunning(t, "alice")
+	pushed := r.git("rev-parse", "main")
+	merged := r.mergeOf(pushed, 1, true, "the leader's")
+	gitRun(t, "-C", r.dir, "push", "-q", r.bare, merged+":refs/heads/main")
+	now := store.FormatTime(time.Now())
+	if _, err := db.ExecCount(ctx, "the leader's merge", `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, candidate, notified, enqueued_at, finished_at)
+		VALUES (1, 'carol', 'swarm/task/1', ?, 'merged', 'merged', ?, 1, ?, ?)`, merged, merged, now, now); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the follow's git holding on after its move of main", func() bool {
+		_, err := os.Stat(moved)
+		return err == nil
+	})
+	if got := r.git("rev-parse", "main"); got != merged {
+		t.Fatalf("main at %.12s, want the leader's merge %.12s", got, merged)
+	}
+	// The stop begins (d.stop's first step): it ends the follow's git.
+	// The follow holds taking until its try is over; a look then comes
+	// after whatever the follow made of the cut-off.
+	d.cancel()
+	d.merge.taking.Lock()
+	d.merge.taking.Unlock()
+	d.lookAtTarget(ctx, "by the test, after the follow")
+	d.stop(t)
+	if got := storeMoves(t, db); len(got) != 0 {
+		t.Fatalf("target_moved %q after a follow cut off by the stop, want none", got)
+	}
+	d = start(t, cfg)
+	d.waitRunning(t, "alice")
+	d.stop(t)
+	if got := storeMoves(t, db); len(got) != 0 {
+		t.Fatalf("target_moved %q at the start after a follow cut off by the stop, want none", got)
 	}
 }

@@ -202,6 +202,13 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 		return err
 	}
 	err = d.trees.FastForward(ctx, into, theirs)
+	if err != nil && d.targetAt(ctx, into, theirs) {
+		// Cut off after git moved the ref (the stop ends git between its
+		// move and its exit): the move is made, and the daemon's. Taken for
+		// one not made (NotTaken), the next look reported it as someone
+		// else's.
+		err = nil
+	}
 	if err == nil {
 		d.took(ctx, ours, theirs) // not a move to report (target.go)
 		d.log.Info("merge queue: target fast-forwarded to the remote's", zap.String("into", into), zap.String("commit", theirs))
@@ -231,6 +238,18 @@ func (d *Daemon) takeTargetLocked(ctx context.Context, into, remote, theirs stri
 		"If this repository's own (git log %.12s..%s) are merges of tasks the remote's %s has merged too (this daemon lost the merge queue while it merged), "+
 		"they are duplicates: reset this repository's %s to %.12s (git branch -f, or git reset --hard in its checkout); otherwise bring the remote's in (git pull %s %s). Then the queue goes on",
 		into, remote, theirs, into, ours, err, theirs, into, into, into, theirs, remote, into)
+}
+
+// targetAtTimeout bounds targetAt's read of the target.
+const targetAtTimeout = 10 * time.Second
+
+// targetAt reports whether into is at tip, read even when ctx has ended
+// (the stop): what a cut-off fast-forward left is known only from the ref.
+func (d *Daemon) targetAt(ctx context.Context, into, tip string) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), targetAtTimeout)
+	defer cancel()
+	at, err := d.trees.BranchCommit(rctx, into)
+	return err == nil && at == tip
 }
 
 // targetUnseen decides whether the queue merges on while it cannot fetch
