@@ -3,10 +3,14 @@ package merge
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A fast-forward of a person's checkout runs to its end when the daemon
@@ -86,5 +90,76 @@ func TestTheDaemonsGitStartsNoGC(t *testing.T) {
 	}
 	if after := packs(); !slices.Equal(after, before) {
 		t.Errorf("packs %q after the fast-forward, were %q: the daemon's git ran a gc", after, before)
+	}
+}
+
+// The queue's move of a target checked out nowhere (git update-ref) runs
+// to its end when the daemon stops: git ended between its write of the
+// ref and its exit had moved the target, the queue took its move for one
+// not made, and a look then reported the queue's own merge as someone
+// else's.
+func TestUpdateRefNotCutOffByStop(t *testing.T) {
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// git, but for the queue's update-ref, which holds on once it has
+	// moved the ref, until the test lets it go or the stop ends it.
+	bin := t.TempDir()
+	moved, hold := filepath.Join(bin, "moved"), filepath.Join(bin, "hold")
+	if err := syscall.Mkfifo(hold, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf(`#!/bin/sh
+case " $* " in
+*" update-ref -m swarmd merge queue"*) '%[1]s' "$@" || exit; : > '%[2]s'; exec cat '%[3]s';;
+esac
+exec '%[1]s' "$@"
+`, real, moved, hold))
+	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	e := newEnv(t)
+	q := e.open(e.options())
+	commitFile(t, e.worker("alice"), "a.txt", "a\n", "work")
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
+	}
+	before := e.main()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Step(ctx)
+		done <- err
+	}()
+	waitForFile(t, moved)
+	cancel() // the daemon's stop
+	// Let git go once it reads the hold; a git the stop ended reads
+	// nothing, and the step is over.
+	deadline := time.Now().Add(waitLimit)
+	for released := false; !released; {
+		select {
+		case <-done:
+			released = true
+			done <- nil
+		default:
+			if f, err := os.OpenFile(hold, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+				released = true
+			} else if time.Now().After(deadline) {
+				t.Fatal("the queue's git neither held nor ended")
+			} else {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	<-done
+	s, err := q.Sight(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Tip == before || !s.Own {
+		t.Fatalf("after the stop: main at %.12s (before %.12s), the queue's own: %v; want the merge, known as the queue's", s.Tip, before, s.Own)
 	}
 }

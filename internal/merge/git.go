@@ -263,7 +263,16 @@ func (r *repo) commitTree(ctx context.Context, tree, msg string, env []string, p
 // updateRef moves branch from old to new only if it still points at old,
 // git's compare-and-swap under the ref's lock. A branch that moved is
 // errMoved.
+//
+// It is not cut off by ctx's end (the daemon's stop), as fastForward is
+// not: git ended between its write of the ref and its exit has moved the
+// target while the queue is told it did not, and forgets its move as one
+// not made; the look at the end of a session, which the same stop
+// brings, then reported the queue's own merge as someone else's. It takes
+// the ref's lock and writes it: it runs to its end, within ffTimeout.
 func (r *repo) updateRef(ctx context.Context, branch, newC, oldC, msg string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ffTimeout)
+	defer cancel()
 	_, err := r.run(ctx, r.commonDir, nil, "update-ref", "-m", msg, "refs/heads/"+branch, newC, oldC)
 	if err == nil {
 		return nil
