@@ -57,7 +57,7 @@ type tinyPrompter struct{}
 func (tinyPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{Text: "p"}, nil
 }
-func (tinyPrompter) Release(context.Context, string, int64, func(error)) error { return nil }
+func (tinyPrompter) Release(context.Context, runner.Unstarted, func(error)) error { return nil }
 func (tinyPrompter) Settle(context.Context, runner.Settlement, func(error)) (runner.SettleResult, error) {
 	return runner.SettleResult{}, nil
 }

@@ -510,9 +510,19 @@ func (mb *Mailbox) Unconsume(ctx context.Context, sessionID string) (int, error)
 	if sessionID == "" {
 		return 0, fmt.Errorf("mailbox: unconsume: %w", invalid("session", store.ErrInvalidName, "no session id"))
 	}
-	return mb.db.ExecCount(ctx, "unconsume",
-		`UPDATE messages SET claimed_session = NULL WHERE claimed_session = ? AND delivered_at IS NULL`, sessionID)
+	return mb.db.ExecCount(ctx, "unconsume", unconsumeSQL, sessionID)
 }
+
+// UnconsumeTx is Unconsume in tx: with the close of the session's row
+// (package settle).
+func (mb *Mailbox) UnconsumeTx(ctx context.Context, tx *sql.Tx, sessionID string) (int, error) {
+	if sessionID == "" {
+		return 0, fmt.Errorf("mailbox: unconsume: %w", invalid("session", store.ErrInvalidName, "no session id"))
+	}
+	return mb.txCount(ctx, tx, "unconsume", unconsumeSQL, sessionID)
+}
+
+const unconsumeSQL = `UPDATE messages SET claimed_session = NULL WHERE claimed_session = ? AND delivered_at IS NULL`
 
 // Ack acknowledges the messages s's prompt carried: session s completed
 // (s.SessionID, Agent, Seq, Started and Ended are used). In the same

@@ -46,7 +46,7 @@ type noPrompter struct{}
 func (noPrompter) Build(context.Context, runner.PromptRequest) (runner.Prompt, error) {
 	return runner.Prompt{}, nil
 }
-func (noPrompter) Release(context.Context, string, int64, func(error)) error { return nil }
+func (noPrompter) Release(context.Context, runner.Unstarted, func(error)) error { return nil }
 func (noPrompter) Settle(context.Context, runner.Settlement, func(error)) (runner.SettleResult, error) {
 	return runner.SettleResult{}, nil
 }

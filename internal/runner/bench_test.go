@@ -36,7 +36,7 @@ type staticPrompter struct{}
 func (staticPrompter) Build(_ context.Context, req PromptRequest) (Prompt, error) {
 	return Prompt{Text: "You are " + req.Agent + ". Session " + req.SessionID + "\n" + strings.Repeat("context\n", 128)}, nil
 }
-func (staticPrompter) Release(context.Context, string, int64, func(error)) error { return nil }
+func (staticPrompter) Release(context.Context, Unstarted, func(error)) error { return nil }
 func (staticPrompter) Settle(context.Context, Settlement, func(error)) (SettleResult, error) {
 	return SettleResult{}, nil
 }

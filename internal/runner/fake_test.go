@@ -170,6 +170,7 @@ type fakePrompter struct {
 	mu        sync.Mutex
 	reqs      []PromptRequest
 	released  []string
+	releases  []Unstarted
 	settled   []Settlement
 	watermark int64
 	mail      int // messages every prompt carries
@@ -181,6 +182,10 @@ type fakePrompter struct {
 	hold      chan struct{} // if set, Settle waits for it (a busy store)
 	refusal   error         // what the store says while Settle waits for hold; nil: errStoreBusy
 	task      int64         // the task every prompt carries (0: none)
+	// inDoubt: Begin makes the session's row, but its commit's answer is
+	// lost, and the store stays away (a refusal that passes) until ctx ends.
+	inDoubt bool
+	rows    map[string]bool // session rows Begin may have made: open (true) or closed
 }
 
 func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, error) {
@@ -215,15 +220,29 @@ func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settled = append(p.settled, s)
+	if p.rows[s.Session.SessionID] {
+		p.rows[s.Session.SessionID] = false
+	}
 	return SettleResult{Signalled: p.signalled}, nil
 }
 
 func (p *fakePrompter) Started(context.Context, string, string, int64, func(error)) error { return nil }
 
-func (p *fakePrompter) Begin(_ context.Context, b SessionBegin, _ func(error)) (uint32, error) {
+func (p *fakePrompter) Begin(ctx context.Context, b SessionBegin, wait func(error)) (uint32, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.begun = append(p.begun, b)
+	if p.rows == nil {
+		p.rows = map[string]bool{}
+	}
+	p.rows[b.SessionID] = true
+	if p.inDoubt {
+		p.mu.Unlock()
+		wait(errStoreBusy)
+		<-ctx.Done()
+		p.mu.Lock()
+		return 0, ctx.Err()
+	}
 	return 0, nil
 }
 
@@ -257,11 +276,35 @@ func (p *fakePrompter) settlements() []Settlement {
 	return append([]Settlement(nil), p.settled...)
 }
 
-func (p *fakePrompter) Release(_ context.Context, sessionID string, _ int64, _ func(error)) error {
+func (p *fakePrompter) Release(_ context.Context, u Unstarted, _ func(error)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.released = append(p.released, sessionID)
+	p.released = append(p.released, u.SessionID)
+	p.releases = append(p.releases, u)
+	if u.Ended != nil && p.rows[u.SessionID] {
+		p.rows[u.SessionID] = false
+	}
 	return nil
+}
+
+// open are the session rows left open: begun (or perhaps begun) and
+// neither settled nor closed with their claims' return.
+func (p *fakePrompter) open() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for id, open := range p.rows {
+		if open {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (p *fakePrompter) unstarted() []Unstarted {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Unstarted(nil), p.releases...)
 }
 
 func (p *fakePrompter) begins() []SessionBegin {

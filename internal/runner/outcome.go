@@ -35,9 +35,10 @@ type Settler interface {
 	// review reported by the signal its result carries.
 	Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error)
 	// Release returns the mail and task claimed for a session that never
-	// started, and started (unless 0), the task its Begin started. A task
-	// the session only continued stays its agent's.
-	Release(ctx context.Context, sessionID string, started int64, wait func(error)) error
+	// started, and u.Started (unless 0), the task its Begin started; a task
+	// the session only continued stays its agent's. With u.Ended it closes
+	// the session's row, if a Begin made it, in the same transaction.
+	Release(ctx context.Context, u Unstarted, wait func(error)) error
 	// Stopped is told that the agent stopped for good in this run (not for
 	// a daemon shutdown): the tasks it holds go back to the board, as a
 	// failure of the work when failed (its errors, a fatal error: a
@@ -74,6 +75,18 @@ type SessionBegin struct {
 	// Task is the task the session's prompt newly claimed (0: none, or one
 	// the agent held already): its start is recorded with the session's.
 	Task int64
+}
+
+// Unstarted is a session that never started, for Settler.Release.
+type Unstarted struct {
+	SessionID string
+	// Started is the task the session's Begin was to start (0: none).
+	Started int64
+	// Ended, when the session's Begin was tried, is its end as its row
+	// records it: given up on, a Begin may have made the row unseen (its
+	// commit's answer lost), which must not stay open as a session that
+	// runs. nil: no Begin was tried, no row.
+	Ended *SessionRecord
 }
 
 // Settlement is how a session ended.
@@ -250,16 +263,20 @@ func (r *Runner) countSilence(st Settlement, sr SettleResult) {
 	r.cfg.Hold(reason)
 }
 
-// release returns mail claimed by a prompt whose session never started.
+// release returns mail and tasks claimed by a prompt whose session never
+// started, and closes the session's row, if its begin was tried, in the
+// same step.
 func (r *Runner) release() {
 	started, ok := r.work.unclaim()
-	if !ok {
+	ended := r.work.unstarted
+	r.work.unstarted = nil
+	if !ok && ended == nil {
 		return
 	}
 	// Not stop.ctx: returning the mail must happen even while stopping. What
 	// a force stop leaves claimed, restart recovery returns (no session row).
 	err := r.waitingOnStore("return claimed mail", func(ctx context.Context, wait func(error)) error {
-		return r.cfg.Settler.Release(ctx, r.seq.id, started, wait)
+		return r.cfg.Settler.Release(ctx, Unstarted{SessionID: r.seq.id, Started: started, Ended: ended}, wait)
 	})
 	if err != nil {
 		r.log.Error("return claimed mail", zap.String("session", r.seq.id), zap.Error(err))
@@ -327,11 +344,7 @@ func (r *Runner) storeAnswered() {
 // abandon settles the row of a session whose process did not start: begin
 // made it durable, so it is closed as an error with the start's failure.
 func (r *Runner) abandon(start time.Time, cause error) {
-	now := time.Now()
-	res := backend.Result{Outcome: backend.OutcomeError, Started: start, Ended: now, Reason: "start: " + cause.Error()}
-	rec := SessionRecord{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: r.seq.n, Outcome: agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason},
-		Result: res, LogPath: r.logPath(), Backend: r.cfg.BackendName, HeadBefore: r.tree.headBefore}
-	st := Settlement{Session: rec, Note: "that session never started: " + cause.Error()}
+	st := Settlement{Session: *r.neverStarted(start, r.seq.n, cause), Note: "that session never started: " + cause.Error()}
 	err := r.waitingOnStore("record the failed start", func(ctx context.Context, wait func(error)) error {
 		_, err := r.cfg.Settler.Settle(ctx, st, wait)
 		return err
@@ -342,4 +355,12 @@ func (r *Runner) abandon(start time.Time, cause error) {
 	} else if err != nil {
 		r.log.Error("record a session that did not start", zap.String("session", r.seq.id), zap.Error(err))
 	}
+}
+
+// neverStarted is the end of the current session, seq, begun at start,
+// whose process did not start for cause: an error, its reason saying so.
+func (r *Runner) neverStarted(start time.Time, seq uint32, cause error) *SessionRecord {
+	res := backend.Result{Outcome: backend.OutcomeError, Started: start, Ended: time.Now(), Reason: "never started: " + cause.Error()}
+	return &SessionRecord{Agent: r.cfg.Name, SessionID: r.seq.id, Seq: seq, Outcome: agent.ExitOutcome{Kind: agent.Error, Msg: res.Reason},
+		Result: res, LogPath: r.cfg.Logs.LogPath(r.cfg.Name, seq), Backend: r.cfg.BackendName, HeadBefore: r.tree.headBefore}
 }

@@ -191,3 +191,27 @@ func TestStoreBackoff(t *testing.T) {
 		t.Errorf("after an answer: pause %v since %v", d, since)
 	}
 }
+
+// A begin whose commit's answer is lost, then a stop while it waits to try
+// again: the session never starts, and its row, which the lost commit may
+// have made, is closed with the return of its claims (Release, with the
+// session's end), not left open for the next start to find orphaned.
+func TestBeginGivenUpAtAStopClosesItsRow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.pr.inDoubt = true
+		h.start()
+		h.waitFor("the begin waiting on the store", func(s Snapshot) bool { return s.StoreWait != "" })
+		h.stop()
+		if open := h.pr.open(); len(open) != 0 {
+			t.Errorf("rows left open %v, want the begun one closed as never started", open)
+		}
+		if got := h.pr.unstarted(); len(got) != 1 || got[0].Ended == nil || !strings.HasPrefix(got[0].Ended.Result.Reason, "never started: ") ||
+			got[0].Ended.SessionID != got[0].SessionID {
+			t.Errorf("releases %+v, want one with the session's end: it never started", got)
+		}
+		if got := h.pr.settlements(); len(got) != 0 {
+			t.Errorf("settlements %+v, want none: nothing ran", got)
+		}
+	})
+}

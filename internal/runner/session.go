@@ -186,8 +186,12 @@ func (r *Runner) spec() backend.Spec {
 // startSession makes the session's row durable, then starts its process;
 // a process that does not start closes the row.
 func (r *Runner) startSession(spec backend.Spec) (backend.Session, error) {
-	start := time.Now()
+	start, seq := time.Now(), r.seq.n
 	if err := r.begin(start); err != nil {
+		// Given up on (a stop, a refusal for good) after an attempt whose
+		// commit's answer may have been lost: the row may be there, and is
+		// closed, if it is, with the claims' return (release).
+		r.work.unstarted = r.neverStarted(start, seq, err)
 		return nil, err
 	}
 	sess, err := r.cfg.Backend.Start(r.stop.ctx, spec)

@@ -30,10 +30,11 @@ var errBroken = errors.New("injected: the board cannot take this, ever")
 // failing for good.
 type brokenBoard struct {
 	settle.Tasks
-	report bool  // a worker's DONE and FAIL, a reviewer's verdict
-	read   bool  // the read that goes with a DONE's settlement
-	keep   bool  // the task's work head
-	err    error // what they fail with; nil: errBroken
+	report  bool  // a worker's DONE and FAIL, a reviewer's verdict
+	read    bool  // the read that goes with a DONE's settlement
+	keep    bool  // the task's work head
+	unclaim bool  // the return of what a session that never started claimed
+	err     error // what they fail with; nil: errBroken
 }
 
 // refusal is what b's broken writes fail with.
@@ -84,6 +85,13 @@ func (b brokenBoard) KeepWorkTx(ctx context.Context, tx *sql.Tx, id int64, h tas
 		return b.refusal()
 	}
 	return b.Tasks.KeepWorkTx(ctx, tx, id, h, head)
+}
+
+func (b brokenBoard) UnclaimTx(ctx context.Context, tx *sql.Tx, session string, started int64) error {
+	if b.unclaim {
+		return b.refusal()
+	}
+	return b.Tasks.UnclaimTx(ctx, tx, session, started)
 }
 
 // observe sends e's settler's log to a recorder.

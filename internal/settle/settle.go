@@ -39,7 +39,7 @@ import (
 type Mail interface {
 	AckTx(ctx context.Context, tx *sql.Tx, sessionID string, ended time.Time) (int, error)
 	UnackTx(ctx context.Context, tx *sql.Tx, sessionID, note string) (int, error)
-	Unconsume(ctx context.Context, sessionID string) (int, error)
+	UnconsumeTx(ctx context.Context, tx *sql.Tx, sessionID string) (int, error)
 }
 
 // Tasks is what settling needs of the task board. *taskboard.Board
@@ -53,7 +53,7 @@ type Tasks interface {
 	VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, head string, pass bool, feedback string) (taskboard.Task, error)
 	GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (taskboard.Task, bool, error)
 	StartHeldTx(ctx context.Context, tx *sql.Tx, id int64, h taskboard.Holder) (func(context.Context) error, error)
-	Unclaim(ctx context.Context, session string, started int64) error
+	UnclaimTx(ctx context.Context, tx *sql.Tx, session string, started int64) error
 	Orphan(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 	GiveBack(ctx context.Context, agent, why string) ([]taskboard.Task, error)
 }
@@ -633,23 +633,45 @@ func (s *Settler) Transient(err error) bool { return s.DB.Transient(err) }
 func (s *Settler) Fenced(err error) bool { return store.Lost(err) }
 
 // Release returns the mail and the task claimed for a session that never
-// started (and started, the task its Begin started, unless 0), retrying
-// while the store refuses.
-func (s *Settler) Release(ctx context.Context, sessionID string, started int64, wait func(error)) error {
-	_, err := retry(ctx, s, "return what session "+sessionID+" claimed", wait, nil, func() (struct{}, error) {
-		if s.Mail != nil {
-			if _, err := s.Mail.Unconsume(ctx, sessionID); err != nil {
-				return struct{}{}, fmt.Errorf("return mail of session %s: %w", sessionID, err)
-			}
-		}
-		if s.Tasks != nil {
-			if err := s.Tasks.Unclaim(ctx, sessionID, started); err != nil {
-				return struct{}{}, fmt.Errorf("return the task of session %s: %w", sessionID, err)
-			}
-		}
-		return struct{}{}, nil
+// started (and u.Started, the task its Begin started, unless 0), and, with
+// u.Ended, closes the session's row if a Begin made it and nothing settled
+// it: in one transaction, retried while the store refuses. A Begin given up
+// after an attempt whose commit's answer was lost may have made the row
+// unseen; left open, it showed a session running that never ran until the
+// next start closed it as orphaned. The transaction applied again (its own
+// answer lost) finds the row closed and the claims gone: once.
+func (s *Settler) Release(ctx context.Context, u runner.Unstarted, wait func(error)) error {
+	var ended *store.SessionRecord
+	if u.Ended != nil {
+		row := sessionRow(*u.Ended)
+		ended = &row
+	}
+	_, err := s.retry(ctx, "return what session "+u.SessionID+" claimed", wait, nil, func() (Result, error) {
+		return s.group().apply(ctx, s, func(ctx context.Context, tx *sql.Tx) (Result, error) {
+			return Result{}, s.releaseTx(ctx, tx, u.SessionID, u.Started, ended)
+		})
 	})
 	return err
+}
+
+// releaseTx is Release's work in tx.
+func (s *Settler) releaseTx(ctx context.Context, tx *sql.Tx, id string, started int64, ended *store.SessionRecord) error {
+	if ended != nil {
+		if err := s.DB.SettleUnstartedTx(ctx, tx, *ended, s.now()); err != nil {
+			return fmt.Errorf("close session %s, which never started: %w", id, err)
+		}
+	}
+	if s.Mail != nil {
+		if _, err := s.Mail.UnconsumeTx(ctx, tx, id); err != nil {
+			return fmt.Errorf("return mail of session %s: %w", id, err)
+		}
+	}
+	if s.Tasks != nil {
+		if err := s.Tasks.UnclaimTx(ctx, tx, id, started); err != nil {
+			return fmt.Errorf("return the task of session %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // Stopped returns the tasks of an agent that stopped to the board: orphaned

@@ -694,7 +694,7 @@ func TestReleaseReturnsATaskItsBeginStarted(t *testing.T) {
 		if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" {
 			t.Fatalf("task after Begin: %s, want IN_PROGRESS", got.StateName)
 		}
-		if err := e.s.Release(ctx, "alice-1", tk.ID, nil); err != nil {
+		if err := e.s.Release(ctx, runner.Unstarted{SessionID: "alice-1", Started: tk.ID}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.task(t, tk.ID); got.StateName != "OPEN" || got.Claimant != "" || got.Retries != 0 {
@@ -844,7 +844,7 @@ func TestReleaseKeepsAContinuedTask(t *testing.T) {
 		if _, err := e.s.Begin(ctx, runner.SessionBegin{Agent: "alice", SessionID: "alice-2", Seq: 2, Started: time.Now()}, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.s.Release(ctx, "alice-2", 0, nil); err != nil {
+		if err := e.s.Release(ctx, runner.Unstarted{SessionID: "alice-2"}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.task(t, tk.ID); got.StateName != "IN_PROGRESS" || got.Claimant != "alice" {

@@ -128,6 +128,14 @@ const settleSQL = `UPDATE sessions SET ended_at = ?, outcome = ?, exit_code = ?,
 	result_text = ?, commits = ?, cpu_ms = ?, task_id = ?, settled_at = ?
 WHERE session_id = ? AND settled_at IS NULL`
 
+// settleArgs are settleSQL's arguments: s's end, settled at at.
+func settleArgs(s SessionRecord, at time.Time) []any {
+	return []any{endedAt(s), s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
+		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
+		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
+		nullZero(s.CPU.Milliseconds()), nullZero(s.Task), FormatTime(at), s.SessionID}
+}
+
 // PrepareSettle prepares the statements of SettleSessionTx and
 // BeginSessionTx; call it outside a transaction (the write pool's one
 // connection is the transaction's).
@@ -159,10 +167,7 @@ func (db *DB) SettleSessionHeld(ctx context.Context, tx *sql.Tx, s SessionRecord
 	if err := db.FenceTx(ctx, tx, s.Agent); err != nil {
 		return nil, db.Wrap(op, err)
 	}
-	args := []any{endedAt(s), s.Outcome, s.ExitCode, s.Signal, s.AbortReason, s.Reason, s.Duration.Milliseconds(),
-		s.HeadBefore, s.HeadBefore, s.HeadAfter, s.LogPath, s.LogPath,
-		nullZero(s.TokensIn), nullZero(s.TokensOut), nullZero(s.CostUSD), nullZero(s.ToolCalls), s.ResultText, s.Commits,
-		nullZero(s.CPU.Milliseconds()), nullZero(s.Task), FormatTime(at), s.SessionID}
+	args := settleArgs(s, at)
 	var res sql.Result
 	if st := db.writes.cachedStmt(settleSQL); st != nil {
 		res, err = tx.StmtContext(ctx, st).ExecContext(Deferred(ctx), args...)
@@ -181,6 +186,22 @@ func (db *DB) SettleSessionHeld(ctx context.Context, tx *sql.Tx, s SessionRecord
 		}
 		return db.settledBefore(ctx, tx, s, at)
 	}, nil
+}
+
+// SettleUnstartedTx records in tx the end of s, a session whose process
+// never started, on its row if a begin made it and nothing settled it
+// since: at most once, however often it is applied. Unlike SettleSessionTx
+// it makes no row: a begin given up after an attempt whose commit's answer
+// was lost may have made one or not, and a row made now would hold a seq
+// that no session used. It is not fenced, as the return of the session's
+// claims it goes with is not (package settle): it ends only this session's
+// own row while it is open, and a daemon that takes the agent's lease
+// closes it as orphaned if it still is.
+func (db *DB) SettleUnstartedTx(ctx context.Context, tx *sql.Tx, s SessionRecord, at time.Time) error {
+	if _, err := tx.ExecContext(ctx, settleSQL, settleArgs(s, at)...); err != nil {
+		return db.Wrap("settle session "+s.SessionID, err)
+	}
+	return nil
 }
 
 // settledBefore is SettleSessionTx's answer when its UPDATE found no

@@ -1040,20 +1040,24 @@ func orAnyAgent(agent string) string {
 // only continued (Continue moved the claim to it), stays its agent's: the
 // agent's next session continues it.
 func (b *Board) Unclaim(ctx context.Context, session string, started int64) error {
-	return b.write(ctx, "unclaim", func(tx *sql.Tx) error {
-		ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ?
-			AND (state = 'CLAIMED' OR (state = 'IN_PROGRESS' AND id = ?))`, session, started)
-		if err != nil {
+	return b.write(ctx, "unclaim", func(tx *sql.Tx) error { return b.UnclaimTx(ctx, tx, session, started) })
+}
+
+// UnclaimTx is Unclaim in tx: with the close of the session's row
+// (package settle), so that no restart finds one without the other.
+func (b *Board) UnclaimTx(ctx context.Context, tx *sql.Tx, session string, started int64) error {
+	ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ?
+		AND (state = 'CLAIMED' OR (state = 'IN_PROGRESS' AND id = ?))`, session, started)
+	if err != nil {
+		return err
+	}
+	for i := range ts {
+		if err := b.apply(ctx, tx, &ts[i], move{to: task.Open, actor: "swarmd", session: session,
+			why: "the session it was claimed for never started", set: released()}); err != nil {
 			return err
 		}
-		for i := range ts {
-			if err := b.apply(ctx, tx, &ts[i], move{to: task.Open, actor: "swarmd", session: session,
-				why: "the session it was claimed for never started", set: released()}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // Orphan takes back what agent held because the agent stopped (or, with
