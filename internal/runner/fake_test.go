@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -186,6 +187,13 @@ type fakePrompter struct {
 	// lost, and the store stays away (a refusal that passes) until ctx ends.
 	inDoubt bool
 	rows    map[string]bool // session rows Begin may have made: open (true) or closed
+	newTask bool            // task is claimed for each prompt: the session's Begin starts it
+	// held is the task each session's Begin started, until Release returns
+	// it; split, every commit after which a session that never started
+	// was closed while its task was still held (a daemon killed there
+	// leaves it IN_PROGRESS, for the next start to take back as a crash's).
+	held  map[string]int64
+	split []string
 }
 
 func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, error) {
@@ -199,7 +207,7 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 	if req.MayIdle && p.idle {
 		return Prompt{Idle: true}, nil
 	}
-	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail, Task: p.task}, nil
+	return Prompt{Text: "prompt for " + req.SessionID, Watermark: p.watermark, Mail: p.mail, Task: p.task, NewTask: p.newTask}, nil
 }
 
 func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error)) (SettleResult, error) {
@@ -223,6 +231,7 @@ func (p *fakePrompter) Settle(ctx context.Context, s Settlement, wait func(error
 	if p.rows[s.Session.SessionID] {
 		p.rows[s.Session.SessionID] = false
 	}
+	p.committed()
 	return SettleResult{Signalled: p.signalled}, nil
 }
 
@@ -236,6 +245,12 @@ func (p *fakePrompter) Begin(ctx context.Context, b SessionBegin, wait func(erro
 		p.rows = map[string]bool{}
 	}
 	p.rows[b.SessionID] = true
+	if b.Task != 0 {
+		if p.held == nil {
+			p.held = map[string]int64{}
+		}
+		p.held[b.SessionID] = b.Task
+	}
 	if p.inDoubt {
 		p.mu.Unlock()
 		wait(errStoreBusy)
@@ -284,7 +299,28 @@ func (p *fakePrompter) Release(_ context.Context, u Unstarted, _ func(error)) er
 	if u.Ended != nil && p.rows[u.SessionID] {
 		p.rows[u.SessionID] = false
 	}
+	if u.Started != 0 && p.held[u.SessionID] == u.Started {
+		delete(p.held, u.SessionID)
+	}
+	p.committed()
 	return nil
+}
+
+// committed notes, after a write, each session closed with its task held.
+// Only sessions that never started are tested with it (a session that ran
+// keeps its task past its end).
+func (p *fakePrompter) committed() {
+	for id, task := range p.held {
+		if !p.rows[id] {
+			p.split = append(p.split, fmt.Sprintf("session %s closed, task %d held", id, task))
+		}
+	}
+}
+
+func (p *fakePrompter) splits() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.split...)
 }
 
 // open are the session rows left open: begun (or perhaps begun) and

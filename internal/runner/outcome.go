@@ -274,12 +274,13 @@ func (r *Runner) release() {
 		return
 	}
 	// Not stop.ctx: returning the mail must happen even while stopping. What
-	// a force stop leaves claimed, restart recovery returns (no session row).
-	err := r.waitingOnStore("return claimed mail", func(ctx context.Context, wait func(error)) error {
+	// a force stop leaves, restart recovery takes back: the claims of a
+	// session with no row, or an open row and its task as a crash's.
+	err := r.waitingOnStore("return what the session that never started claimed", func(ctx context.Context, wait func(error)) error {
 		return r.cfg.Settler.Release(ctx, Unstarted{SessionID: r.seq.id, Started: started, Ended: ended}, wait)
 	})
 	if err != nil {
-		r.log.Error("return claimed mail", zap.String("session", r.seq.id), zap.Error(err))
+		r.log.Error("return what a session that never started claimed", zap.String("session", r.seq.id), zap.Error(err))
 	}
 }
 
@@ -338,22 +339,6 @@ func (r *Runner) storeRefused(err error) bool {
 func (r *Runner) storeAnswered() {
 	if r.storeBackoff.answered() {
 		r.setStoreWait("", time.Time{})
-	}
-}
-
-// abandon settles the row of a session whose process did not start: begin
-// made it durable, so it is closed as an error with the start's failure.
-func (r *Runner) abandon(start time.Time, cause error) {
-	st := Settlement{Session: *r.neverStarted(start, r.seq.n, cause), Note: "that session never started: " + cause.Error()}
-	err := r.waitingOnStore("record the failed start", func(ctx context.Context, wait func(error)) error {
-		_, err := r.cfg.Settler.Settle(ctx, st, wait)
-		return err
-	})
-	if errors.Is(err, errLeaseLost) {
-		r.log.Warn("the failed start is not recorded: this daemon lost the agent's lease and stops; "+
-			"the daemon that holds it closes the session as orphaned", zap.String("session", r.seq.id), zap.Error(err))
-	} else if err != nil {
-		r.log.Error("record a session that did not start", zap.String("session", r.seq.id), zap.Error(err))
 	}
 }
 

@@ -215,3 +215,39 @@ func TestBeginGivenUpAtAStopClosesItsRow(t *testing.T) {
 		}
 	})
 }
+
+// A session whose process does not start was a settlement of its row,
+// then a return of its claims: two commits, and a daemon killed between
+// them left the session closed and the task its begin started
+// IN_PROGRESS, which the next start took back as a crash's, a retry for a
+// session that never ran. Its row is closed in the step that returns its
+// claims (Release, with the session's end), and no commit leaves one
+// without the other.
+func TestFailedStartIsClosedWithItsClaims(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Thresholds = agent.Thresholds{MaxConsecutiveErrors: 2, MaxTotalErrors: 20} })
+		h.pr.task, h.pr.newTask = 7, true
+		h.be.startErr = func(int) error { return errBoom }
+		h.start()
+		h.stoppedOnItsOwn()
+		if got := h.pr.splits(); len(got) != 0 {
+			t.Errorf("commits that left a session closed with its task held: %v", got)
+		}
+		if open := h.pr.open(); len(open) != 0 {
+			t.Errorf("rows left open %v", open)
+		}
+		got := h.pr.unstarted()
+		if len(got) != 2 {
+			t.Fatalf("releases %+v, want one per failed start", got)
+		}
+		for _, u := range got {
+			if u.Started != 7 || u.Ended == nil || u.Ended.SessionID != u.SessionID || !strings.HasPrefix(u.Ended.Result.Reason, "never started: ") ||
+				!strings.Contains(u.Ended.Result.Reason, errBoom.Error()) {
+				t.Errorf("release %+v, want task 7 and the session's end: it never started, boom", u)
+			}
+		}
+		if got := h.pr.settlements(); len(got) != 0 {
+			t.Errorf("%d settlements of their own, want none: the rows are closed by the releases", len(got))
+		}
+	})
+}

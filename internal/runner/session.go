@@ -183,20 +183,20 @@ func (r *Runner) spec() backend.Spec {
 	return spec
 }
 
-// startSession makes the session's row durable, then starts its process;
-// a process that does not start closes the row.
+// startSession makes the session's row durable, then starts its process.
+// A session that does not start has its row, which its begin made (or,
+// given up on, may have made unseen: its commit's answer lost), closed in
+// the step that returns its claims (release): a daemon killed between two
+// steps left it closed and its task IN_PROGRESS, taken back as a crash's.
 func (r *Runner) startSession(spec backend.Spec) (backend.Session, error) {
 	start, seq := time.Now(), r.seq.n
-	if err := r.begin(start); err != nil {
-		// Given up on (a stop, a refusal for good) after an attempt whose
-		// commit's answer may have been lost: the row may be there, and is
-		// closed, if it is, with the claims' return (release).
-		r.work.unstarted = r.neverStarted(start, seq, err)
-		return nil, err
+	err := r.begin(start)
+	var sess backend.Session
+	if err == nil {
+		sess, err = r.cfg.Backend.Start(r.stop.ctx, spec)
 	}
-	sess, err := r.cfg.Backend.Start(r.stop.ctx, spec)
 	if err != nil {
-		r.abandon(start, err)
+		r.work.unstarted = r.neverStarted(start, seq, err)
 	}
 	return sess, err
 }
