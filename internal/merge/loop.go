@@ -134,8 +134,9 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	}
 	if len(resumed) > 0 {
 		// Left under test by a loop that stopped or a daemon that died: no
-		// gate is running for them any more.
-		if err := q.store.requeueBatch(ctx, resumed, "resumed: the queue stopped during its test"); err != nil {
+		// gate is running for them any more. Their move may have landed
+		// (landed): its move begun stays until that is known.
+		if err := q.store.requeueInDoubt(ctx, resumed, "resumed: the queue stopped during its test"); err != nil {
 			return OutcomeIdle, err
 		}
 	}

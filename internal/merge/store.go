@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -746,9 +747,14 @@ type result struct {
 // finishBatch records the results of several entries in one transaction:
 // the entries of a batch whose target moved are merged together, with the
 // target's new tip (tip, nil when it did not move).
+//
+// A batch that ends without moving the target drops its move begun
+// (dropPending); one with an entry merged and no tip (landed: the target
+// holds its candidate already, its move's record was cut off) keeps it, as
+// what tells the next start that the target's tip is the queue's.
 func (s *Store) finishBatch(ctx context.Context, rs []result, tip *tipWrite) error {
 	return s.loopWrite(ctx, "finish", func(tx *sql.Tx) error {
-		if tip == nil && len(rs) > 0 {
+		if tip == nil && len(rs) > 0 && !slices.ContainsFunc(rs, func(r result) bool { return r.result == ResultMerged }) {
 			if err := s.dropPending(ctx, tx, rs[len(rs)-1].e.Candidate); err != nil {
 				return err
 			}
