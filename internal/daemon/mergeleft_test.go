@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -192,4 +193,79 @@ func TestLeaderMergesTheWorkOfAWorkerThatLeft(t *testing.T) {
 	if e, err := queue.Latest(ctx, first); err != nil || e.Head != unpushed || e.State != merge.Merged {
 		t.Fatalf("task %d's entry %+v, %v; want merged at %s", first, e, err, unpushed)
 	}
+}
+
+// A lease no daemon keeps any more is no daemon running its agent: bob's,
+// left under the leader's own name by an earlier run of it that was killed
+// (or whose stop could not give it up), then restarted without bob, has
+// expired. No daemon reaps it (a daemon reaps only the others' leases,
+// and this one is the only daemon of the swarm), so it stays in the store
+// for good. The leader queues bob's work all the same: read as a daemon
+// running bob, it left the task DONE for good.
+func TestLeaderMergesTheWorkOfAWorkerWhoseLeaseExpired(t *testing.T) {
+	ctx := context.Background()
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB("mergeleftexpired"); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL("mergeleftexpired")
+	db, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+
+	bare := filepath.Join(t.TempDir(), "remote.git")
+	gitRun(t, "init", "-q", "--bare", bare)
+	cfgPath := repo(t, "remote: "+bare+"\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
+	dir := filepath.Dir(cfgPath)
+	gitRun(t, "-C", dir, "push", "-q", bare, "main")
+	clone := filepath.Join(t.TempDir(), "clone")
+	gitRun(t, "clone", "-q", "-b", "main", bare, clone)
+	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/task/1", "main")
+	writeFile(t, filepath.Join(clone, "bob.txt"), "bob\n")
+	gitRun(t, "-C", clone, "add", "bob.txt")
+	gitRun(t, "-C", clone, "commit", "-q", "-m", "bob")
+	head := gitOut(t, "-C", clone, "rev-parse", "HEAD")
+	gitRun(t, "-C", clone, "push", "-q", "origin", "swarm/task/1")
+
+	cfg := mustLoad(t, cfgPath)
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	// This daemon's earlier run held bob's lease; it expired an hour ago.
+	earlier := store.Lease{Daemon: host + ":" + cfg.StateDir, Host: host, PID: 7}
+	if _, _, err := db.AcquireLeases(ctx, earlier, []string{"bob"}, time.Now().Add(-2*time.Hour), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	board := taskboard.New(db, taskboard.Options{FrozenHead: true})
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "bob's work", Assignee: "bob", Reviewer: "rita"})
+	if err != nil || tk.ID != 1 {
+		t.Fatalf("bob's task = %+v, %v; want task 1 (its line is swarm/task/1)", tk, err)
+	}
+	h := taskboard.Holder{Agent: "bob", Session: "bob-work"}
+	if _, err := board.Claim(ctx, tk.ID, h.Agent, h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.DoneAt(ctx, tk.ID, h, "done", head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := board.Verdict(ctx, tk.ID, "rita", head, true, "good"); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := Open(ctx, cfg, Options{Log: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &running{Daemon: d, cancel: cancel, errc: make(chan error, 1)}
+	go func() { r.errc <- d.Run(rctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	waitFor(t, "this daemon leads the merge queue", func() bool { return d.run.ready.Load() && d.merge.leading.Load() })
+	waitFor(t, "bob's work merged by the leader", func() bool {
+		got, err := board.Get(ctx, tk.ID)
+		return err == nil && got.State == task.Closed
+	})
 }

@@ -304,8 +304,9 @@ type leftHead struct {
 // queueLeft reports whether this daemon queues r, a task ready to merge
 // whose worker it does not run (a shared store): only when this daemon
 // leads the queue, r's work is frozen at a head, no daemon of the swarm
-// runs its worker (holds its lease: the agent was removed from every
-// config, or renamed), and this repository holds the head. Without it,
+// runs its worker (holds its lease, one that has not expired: the agent
+// was removed from every config, or renamed), and this repository holds
+// the head. Without it,
 // nobody queued the task, and `task assign` refuses a DONE task: it stayed
 // DONE for good. The entry is the one the worker's daemon would have made
 // (its line at its frozen head, which the queue merges and nothing else),
@@ -327,8 +328,16 @@ func (d *Daemon) queueLeft(ctx context.Context, r taskboard.Ready, remote string
 			return false
 		}
 		*run = make(map[string]bool, len(ls))
+		now := time.Now()
 		for _, l := range ls {
-			(*run)[l.Agent] = true
+			// An expired lease is kept by no daemon: a dead one's, which
+			// the others reap, or one left under this daemon's own name
+			// by an earlier run of it (killed, or its stop could not give
+			// it up), which nobody reaps when the agent is no longer in
+			// its config.
+			if l.Expires.After(now) {
+				(*run)[l.Agent] = true
+			}
 		}
 	}
 	if (*run)[r.Worker] {
