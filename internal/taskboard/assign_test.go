@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -470,4 +471,30 @@ func TestWorkerUnknownFlagsTheReworkOfAWorkerThatLeft(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A waiting parent given to any agent (--anyone) has no worker for its
+// rework; assigned again, to bob, its history says the rework was for any
+// agent, not "was 's".
+func TestAssignWaitingParentAgainNamesTheReworkItHad(t *testing.T) {
+	ctx := context.Background()
+	b := New(storetest.OpenTarget(t, filepath.Join(t.TempDir(), "swarm.db")), Options{FrozenHead: true})
+	parent := add(t, b, NewTask{Title: "the feature", Reviewer: "rita"})
+	h := Holder{Agent: "alice", Session: "alice-1-a"}
+	if _, err := b.Claim(ctx, parent.ID, h.Agent, h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Split(ctx, parent.ID, h, []string{"one"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{"", "bob"} {
+		if _, err := b.Assign(ctx, parent.ID, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hist := mustHistory(t, b, parent.ID)
+	got := hist[len(hist)-1].Reason
+	if want := "assigned to bob (was any agent), its review's rework too (was any agent's)"; got != want {
+		t.Fatalf("history of the second assign: %q, want %q", got, want)
+	}
 }

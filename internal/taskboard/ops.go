@@ -945,7 +945,7 @@ func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error
 		why := fmt.Sprintf("assigned to %s (was %s)", orAnyAgent(agent), orAnyAgent(t.Assignee))
 		if rework {
 			set, args = set+", worker = ?", append(args, agent)
-			why += fmt.Sprintf(", its review's rework too (was %s's)", t.Worker)
+			why += fmt.Sprintf(", its review's rework too (was %s's)", orAnyAgent(t.Worker))
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET `+set+`, updated_at = ? WHERE id = ?`, append(args, now, id)...); err != nil {
 			return fmt.Errorf("taskboard: assign task %d: %w", id, err)
