@@ -163,3 +163,39 @@ exec '%[1]s' "$@"
 		t.Fatalf("after the stop: main at %.12s (before %.12s), the queue's own: %v; want the merge, known as the queue's", s.Tip, before, s.Own)
 	}
 }
+
+// A queue's update-ref that fails after it wrote the ref (git ended at
+// the bound, say) moved the target to the queue's candidate: that is the
+// queue's move, not someone else's (errMoved) to rebuild on and report.
+func TestUpdateRefFailedAfterItsWriteIsTheQueuesMove(t *testing.T) {
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf(`#!/bin/sh
+case " $* " in
+*" update-ref -m swarmd merge queue"*) '%[1]s' "$@"; exit 1;;
+esac
+exec '%[1]s' "$@"
+`, real))
+	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	e := newEnv(t)
+	q := e.open(e.options())
+	commitFile(t, e.worker("alice"), "a.txt", "a\n", "work")
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
+	}
+	before := e.main()
+	step(t, q, OutcomeMerged)
+	s, err := q.Sight(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Tip == before || !s.Own {
+		t.Fatalf("main at %.12s (before %.12s), the queue's own: %v; want the merge, known as the queue's", s.Tip, before, s.Own)
+	}
+}

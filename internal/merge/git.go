@@ -277,7 +277,13 @@ func (r *repo) updateRef(ctx context.Context, branch, newC, oldC, msg string) er
 	if err == nil {
 		return nil
 	}
-	if cur, _, terr := r.tip(ctx, branch); terr == nil && cur != oldC {
+	switch cur, _, terr := r.tip(ctx, branch); {
+	case terr != nil:
+	case cur == newC:
+		// git failed after its write of the ref (ended at ffTimeout, say):
+		// the move is made, and the queue's, not someone else's.
+		return nil
+	case cur != oldC:
 		return fmt.Errorf("%s is at %s now, not %s: %w", branch, short(cur), short(oldC), errMoved)
 	}
 	return err
