@@ -33,25 +33,8 @@ import (
 // queues it once the line is pushed.
 func TestLeaderMergesTheWorkOfAWorkerThatLeft(t *testing.T) {
 	ctx := context.Background()
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mergeleft"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("mergeleft")
-	db, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-
-	bare := filepath.Join(t.TempDir(), "remote.git")
-	gitRun(t, "init", "-q", "--bare", bare)
-	cfgPath := repo(t, "remote: "+bare+"\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
+	db, bare, cfgPath, clone := leftWorkerSwarm(t, "mergeleft")
 	dir := filepath.Dir(cfgPath)
-	gitRun(t, "-C", dir, "push", "-q", bare, "main")
-	// The clone of the machine whose daemon ran bob.
-	clone := filepath.Join(t.TempDir(), "clone")
-	gitRun(t, "clone", "-q", "-b", "main", bare, clone)
 	commit := func(file string) string {
 		t.Helper()
 		writeFile(t, filepath.Join(clone, file), file+"\n")
@@ -204,24 +187,7 @@ func TestLeaderMergesTheWorkOfAWorkerThatLeft(t *testing.T) {
 // running bob, it left the task DONE for good.
 func TestLeaderMergesTheWorkOfAWorkerWhoseLeaseExpired(t *testing.T) {
 	ctx := context.Background()
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mergeleftexpired"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("mergeleftexpired")
-	db, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-
-	bare := filepath.Join(t.TempDir(), "remote.git")
-	gitRun(t, "init", "-q", "--bare", bare)
-	cfgPath := repo(t, "remote: "+bare+"\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
-	dir := filepath.Dir(cfgPath)
-	gitRun(t, "-C", dir, "push", "-q", bare, "main")
-	clone := filepath.Join(t.TempDir(), "clone")
-	gitRun(t, "clone", "-q", "-b", "main", bare, clone)
+	db, _, cfgPath, clone := leftWorkerSwarm(t, "mergeleftexpired")
 	gitRun(t, "-C", clone, "checkout", "-q", "-b", "swarm/task/1", "main")
 	writeFile(t, filepath.Join(clone, "bob.txt"), "bob\n")
 	gitRun(t, "-C", clone, "add", "bob.txt")
@@ -268,4 +234,28 @@ func TestLeaderMergesTheWorkOfAWorkerWhoseLeaseExpired(t *testing.T) {
 		got, err := board.Get(ctx, tk.ID)
 		return err == nil && got.State == task.Closed
 	})
+}
+
+// leftWorkerSwarm is a shared store (database name) that alice's daemon,
+// to be started from cfgPath, merges into main on the bare remote; clone
+// is the clone of the machine whose daemon ran bob.
+func leftWorkerSwarm(t *testing.T, name string) (db *store.DB, bare, cfgPath, clone string) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL(name)
+	db, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	bare = filepath.Join(t.TempDir(), "remote.git")
+	gitRun(t, "init", "-q", "--bare", bare)
+	cfgPath = repo(t, "remote: "+bare+"\nmerge: {into: main}\n"+sharedYAML(url, 10*time.Second, "alice"))
+	gitRun(t, "-C", filepath.Dir(cfgPath), "push", "-q", bare, "main")
+	clone = filepath.Join(t.TempDir(), "clone")
+	gitRun(t, "clone", "-q", "-b", "main", bare, clone)
+	return db, bare, cfgPath, clone
 }
