@@ -99,10 +99,6 @@ func TestTheDaemonsGitStartsNoGC(t *testing.T) {
 // not made, and a look then reported the queue's own merge as someone
 // else's.
 func TestUpdateRefNotCutOffByStop(t *testing.T) {
-	real, err := exec.LookPath("git")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// git, but for the queue's update-ref, which holds on once it has
 	// moved the ref, until the test lets it go or the stop ends it.
 	bin := t.TempDir()
@@ -110,23 +106,7 @@ func TestUpdateRefNotCutOffByStop(t *testing.T) {
 	if err := syscall.Mkfifo(hold, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf(`#!/bin/sh
-case " $* " in
-*" update-ref -m swarmd merge queue"*) '%[1]s' "$@" || exit; : > '%[2]s'; exec cat '%[3]s';;
-esac
-exec '%[1]s' "$@"
-`, real, moved, hold))
-	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	e := newEnv(t)
-	q := e.open(e.options())
-	commitFile(t, e.worker("alice"), "a.txt", "a\n", "work")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
-		t.Fatal(err)
-	}
-	before := e.main()
+	q, before := updateRefQueue(t, bin, fmt.Sprintf(`|| exit; : > '%s'; exec cat '%s'`, moved, hold))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -168,28 +148,7 @@ exec '%[1]s' "$@"
 // the bound, say) moved the target to the queue's candidate: that is the
 // queue's move, not someone else's (errMoved) to rebuild on and report.
 func TestUpdateRefFailedAfterItsWriteIsTheQueuesMove(t *testing.T) {
-	real, err := exec.LookPath("git")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf(`#!/bin/sh
-case " $* " in
-*" update-ref -m swarmd merge queue"*) '%[1]s' "$@"; exit 1;;
-esac
-exec '%[1]s' "$@"
-`, real))
-	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	e := newEnv(t)
-	q := e.open(e.options())
-	commitFile(t, e.worker("alice"), "a.txt", "a\n", "work")
-	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
-		t.Fatal(err)
-	}
-	before := e.main()
+	q, before := updateRefQueue(t, t.TempDir(), "; exit 1")
 	step(t, q, OutcomeMerged)
 	s, err := q.Sight(context.Background())
 	if err != nil {
@@ -198,4 +157,32 @@ exec '%[1]s' "$@"
 	if s.Tip == before || !s.Own {
 		t.Fatalf("main at %.12s (before %.12s), the queue's own: %v; want the merge, known as the queue's", s.Tip, before, s.Own)
 	}
+}
+
+// updateRefQueue is a queue with alice's task enqueued, whose git (put in
+// bin, first on PATH) runs the queue's update-ref followed by then (a shell
+// command line's tail); before is main's tip.
+func updateRefQueue(t *testing.T, bin, then string) (q *Queue, before string) {
+	t.Helper()
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(bin, "git"), fmt.Sprintf(`#!/bin/sh
+case " $* " in
+*" update-ref -m swarmd merge queue"*) '%[1]s' "$@" %[2]s;;
+esac
+exec '%[1]s' "$@"
+`, real, then))
+	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	e := newEnv(t)
+	q = e.open(e.options())
+	commitFile(t, e.worker("alice"), "a.txt", "a\n", "work")
+	if _, err := q.Enqueue(context.Background(), 1, "alice", "swarm/alice/work", ""); err != nil {
+		t.Fatal(err)
+	}
+	return q, e.main()
 }
