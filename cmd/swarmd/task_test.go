@@ -87,9 +87,8 @@ func mustCLI(t *testing.T, env []string, args ...string) string {
 	return out
 }
 
-// taskBoard opens the board in-process, to check what the CLI stored.
-// recordReviewersAsTheDaemon writes cfg's reviewers into db, as a daemon
-// running cfg does at start and on reload.
+// recordReviewersAsTheDaemon writes cfg's agents and their reviewers into
+// db, as a daemon running cfg does at start and on reload.
 func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
 	t.Helper()
 	c, err := cli.LoadConfig(cfg)
@@ -101,7 +100,7 @@ func recordReviewersAsTheDaemon(t *testing.T, cfg, db string) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := daemon.RecordReviewers(context.Background(), m.Store(), c); err != nil {
+	if err := daemon.RecordMembers(context.Background(), m.Store(), "test-host:"+c.StateDir, c); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -442,7 +442,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		if err := d.db.SetSetting(ctx, settingMergeInto, mergeInto(cfg)); err != nil {
 			return err
 		}
-		return RecordReviewers(ctx, d.db, cfg)
+		return RecordMembers(ctx, d.db, d.leaseHolder().Daemon, cfg)
 	}); err != nil {
 		return err
 	}

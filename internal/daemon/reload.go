@@ -148,7 +148,7 @@ func (d *Daemon) planReload(cfg *config.Config) (*reloadPlan, error) {
 			return nil, fmt.Errorf("reload: %w", err)
 		}
 	}
-	if err := RecordReviewers(context.Background(), d.db, cfg); err != nil {
+	if err := RecordMembers(context.Background(), d.db, d.leaseHolder().Daemon, cfg); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -171,7 +171,7 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 		if err := d.reg.Remove(name); err == nil {
 			d.metrics.RemoveAgent(name)
 		}
-		d.warnAssigned(name, cfg.SharedStore())
+		d.warnAssigned(cfg, name)
 		if cfg.SharedStore() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -193,10 +193,21 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 // rework), no other agent may claim them until they are assigned again;
 // and the parents waiting for their subtasks whose review's rework goes to
 // it (taskboard.WorkerUnknown), whoever they are assigned to. On a shared
-// store another daemon may run the agent.
-func (d *Daemon) warnAssigned(name string, shared bool) {
+// store, none when another daemon's config names the agent (SwarmAgents):
+// it runs the tasks.
+func (d *Daemon) warnAssigned(cfg *config.Config, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if cfg.SharedStore() {
+		swarm, err := SwarmAgents(ctx, d.db, cfg)
+		if err != nil {
+			d.log.Warn("read whether another daemon runs a removed agent", zap.String("agent", name), zap.Error(err))
+			return
+		}
+		if slices.Contains(swarm, name) {
+			return
+		}
+	}
 	ts, err := d.tasks.List(ctx, taskboard.Filter{Agent: name})
 	if err == nil {
 		st := task.WaitingForSubtasks
@@ -221,9 +232,6 @@ func (d *Daemon) warnAssigned(name string, shared bool) {
 	}
 	msg := "tasks wait for an agent a reload removed (assigned to it, or parents whose review's rework goes to it): " +
 		"no other agent gets them; give each to another agent with 'swarmd task assign ID AGENT', or to any with 'swarmd task assign ID --anyone'"
-	if shared {
-		msg += " (unless another daemon of the swarm runs the agent)"
-	}
 	d.log.Warn(msg, zap.String("agent", name), zap.Int64s("tasks", waiting))
 }
 

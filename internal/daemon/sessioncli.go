@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
@@ -107,38 +106,4 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 	d.log.Debug("session command", zap.String("agent", name), zap.String("session", c.TreeID),
 		zap.Strings("args", req.Args), zap.Int("code", code))
 	return control.SessionCLIResult{Stdout: stdout, Stderr: stderr, Code: code}, nil
-}
-
-// SwarmAgents are the agents a command may name: the config's, and on a
-// shared store every agent another daemon runs or has run (its lease, its
-// recorded state).
-func SwarmAgents(ctx context.Context, db *store.DB, cfg *config.Config) ([]string, error) {
-	names := cfg.AgentNames()
-	if !cfg.SharedStore() {
-		return names, nil
-	}
-	seen := map[string]bool{}
-	for _, n := range names {
-		seen[n] = true
-	}
-	recs, err := db.Agents(ctx)
-	if err != nil {
-		return nil, err
-	}
-	leases, err := db.Leases(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for n := range recs {
-		if !seen[n] {
-			seen[n], names = true, append(names, n)
-		}
-	}
-	for _, l := range leases {
-		if !seen[l.Agent] {
-			seen[l.Agent], names = true, append(names, l.Agent)
-		}
-	}
-	slices.Sort(names)
-	return names, nil
 }

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
@@ -214,7 +215,7 @@ func TestReloadWarnsOfTheReworkOfARemovedWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.warnAssigned("alice", false)
+	d.warnAssigned(&config.Config{}, "alice")
 	e := logged.FilterMessageSnippet("tasks wait for an agent a reload removed").All()
 	if len(e) != 1 || e[0].ContextMap()["agent"] != "alice" {
 		t.Fatalf("warnings %+v; want one, for alice", e)

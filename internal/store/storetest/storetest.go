@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"DataVersionSeesOtherHandles", testDataVersion},
 		{"ChangesSignalled", testChanges},
 		{"LeasesUniqueAndExpire", testLeases},
+		{"MembersPerDaemon", testMembers},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
 	}
@@ -75,6 +77,42 @@ func testSettings(t *testing.T, h Harness) {
 		if got, ok, err := b.Setting(ctx, "k"); err != nil || !ok || got != v {
 			t.Fatalf("other handle reads %q, %v, %v; want %q", got, ok, err, v)
 		}
+	}
+}
+
+// testMembers: each daemon's list of agents is its own, replaced whole by
+// its next SetMembers; another daemon's list is left as it was, and every
+// handle reads the lists with their review settings.
+func testMembers(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	a, b := h.Open(t, target), h.Open(t, target)
+	if ms := must(b.Members(ctx))(t); len(ms) != 0 {
+		t.Fatalf("Members before any = %+v, want none", ms)
+	}
+	if err := a.SetMembers(ctx, "host1:/a", []store.Member{{Agent: "alice", Reviewer: "rita", MaxIterations: 4}, {Agent: "rita", ReviewOnly: true}, {Agent: "zed"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetMembers(ctx, "host2:/b", []store.Member{{Agent: "bob"}, {Agent: "zed", Reviewer: "bob"}}, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// host1's reload drops zed: host2's zed stays.
+	if err := a.SetMembers(ctx, "host1:/a", []store.Member{{Agent: "alice", Reviewer: "rita", MaxIterations: 4}, {Agent: "rita", ReviewOnly: true}}, t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range must(b.Members(ctx))(t) {
+		got = append(got, fmt.Sprintf("%s@%s reviewer=%q max=%d only=%v at=%s", m.Agent, m.Daemon, m.Reviewer, m.MaxIterations, m.ReviewOnly,
+			m.Recorded.Sub(t0)))
+	}
+	want := []string{
+		`alice@host1:/a reviewer="rita" max=4 only=false at=2s`,
+		`bob@host2:/b reviewer="" max=0 only=false at=1s`,
+		`rita@host1:/a reviewer="" max=0 only=true at=2s`,
+		`zed@host2:/b reviewer="bob" max=0 only=false at=1s`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Members =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
