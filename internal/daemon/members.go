@@ -59,11 +59,7 @@ func RecordedReviewPolicy(ctx context.Context, db *store.DB) (*ReviewPolicy, err
 // recordedMembers is each recorded agent's entry, as RecordedReviewPolicy
 // chooses it.
 func recordedMembers(ctx context.Context, db *store.DB) (map[string]store.Member, error) {
-	ms, err := db.Members(ctx)
-	if err != nil {
-		return nil, err
-	}
-	leases, err := db.Leases(ctx)
+	ms, leases, err := readSwarm(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -90,11 +86,7 @@ func SwarmAgents(ctx context.Context, db *store.DB, cfg *config.Config) ([]strin
 	if !cfg.SharedStore() {
 		return names, nil
 	}
-	ms, err := db.Members(ctx)
-	if err != nil {
-		return nil, err
-	}
-	leases, err := db.Leases(ctx)
+	ms, leases, err := readSwarm(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -106,4 +98,17 @@ func SwarmAgents(ctx context.Context, db *store.DB, cfg *config.Config) ([]strin
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil
+}
+
+// readSwarm is every daemon's recorded agents and every lease.
+func readSwarm(ctx context.Context, db *store.DB) ([]store.Member, []store.Lease, error) {
+	ms, err := db.Members(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	leases, err := db.Leases(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ms, leases, nil
 }

@@ -28,23 +28,31 @@ func sharedConfig(t *testing.T, url string, agents ...string) *config.Config {
 	return cfg
 }
 
+// sharedStore is a fresh database of its own on the test's PostgreSQL
+// server, open, and its URL.
+func sharedStore(t *testing.T, name string) (*store.DB, string) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	if err := srv.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL(name)
+	db, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, url
+}
+
 // TestDaemonsSharingAStoreKeepTheirAgentsReviewers: a session's own `swarmd
 // task claim` reads no config, so the review its claim starts is what the
 // daemons recorded. Each daemon's agents keep their reviewers whichever
 // daemon recorded last; an agent two configs name goes by the daemon that
 // holds its lease.
 func TestDaemonsSharingAStoreKeepTheirAgentsReviewers(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("members_review"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("members_review")
+	db, url := sharedStore(t, "members_review")
 	ctx := context.Background()
-	db, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 
 	a := sharedConfig(t, url, "{name: alice, role: works, reviewer: rita, max_iterations: 2}", "{name: rita, role: reviews, claims: false}")
 	b := sharedConfig(t, url, "{name: bob, role: works}")
@@ -98,17 +106,8 @@ func TestDaemonsSharingAStoreKeepTheirAgentsReviewers(t *testing.T) {
 // reload removed from its daemon's config is not one, so a task assigned
 // to it waits for a person (the inbox's flag).
 func TestSwarmAgentsOfASharedStore(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("members_swarm"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("members_swarm")
+	db, url := sharedStore(t, "members_swarm")
 	ctx := context.Background()
-	db, err := store.Open(ctx, url, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 
 	if err := RecordMembers(ctx, db, "host-a:/a", sharedConfig(t, url, "{name: alice, role: works}")); err != nil {
 		t.Fatal(err)
