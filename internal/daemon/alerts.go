@@ -12,7 +12,7 @@ import (
 
 // openNotifier starts telling the operator (notify.webhook) of what needs
 // a person, first of what restart recovery found (heldAlerts); without a
-// webhook it sends nothing. Close stops it.
+// webhook it sends nothing. Close stops it (closeNotifier).
 func (d *Daemon) openNotifier(cfg *config.Config) {
 	dash := ""
 	if d.serve.http != nil {
@@ -23,6 +23,24 @@ func (d *Daemon) openNotifier(cfg *config.Config) {
 	d.notifier.Start(context.Background())
 	for _, a := range d.heldAlerts {
 		d.notifier.Notify(a)
+	}
+	d.heldAlerts = nil
+}
+
+// closeNotifier stops the notifier, which first sends what is queued, for
+// a few seconds, and logs what it cannot (notify.Stop). Alerts held for a
+// notifier that never opened (Open failed after recovery raised them) are
+// logged the same way, where a webhook was to have them: sent to nobody,
+// they must not vanish unseen.
+func (d *Daemon) closeNotifier() {
+	if d.notifier != nil {
+		d.notifier.Stop()
+		return
+	}
+	if cfg, _ := d.current(); cfg != nil && cfg.Notify.Webhook != "" {
+		for _, a := range d.heldAlerts {
+			notify.LogNotDelivered(d.log.Named("notify"), a)
+		}
 	}
 	d.heldAlerts = nil
 }

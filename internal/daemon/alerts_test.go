@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -104,6 +105,72 @@ func TestRecoveredVerdictThatFailsItsTaskAlerts(t *testing.T) {
 	d.notifyUnhealthy("marker 2")
 	if a := next("marker 2"); a.Kind != notify.Unhealthy || a.Reason != "marker 2" {
 		t.Fatalf("first alert of the next start: %+v; want marker 2 (the verdict told at the start before only)", a)
+	}
+}
+
+// TestAlertsRaisedAsTheDaemonClosesAreSent: alerts raised just before
+// Close (the last sessions' settlements raise them as the daemon stops)
+// reach the webhook before Close returns, in order; the receiver answers
+// the first only once Close has begun, so the others are still queued.
+func TestAlertsRaisedAsTheDaemonClosesAreSent(t *testing.T) {
+	var d *Daemon
+	opened := make(chan struct{})
+	got := make(chan notify.Alert, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a notify.Alert
+		if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+			t.Errorf("an alert's body: %v", err)
+		}
+		<-opened
+		<-d.run.ctx.Done() // Close's first step
+		got <- a
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	d = open(t, repo(t, agentsYAML("alice")+fmt.Sprintf("notify: {webhook: %q}\n", srv.URL+"/hook")))
+	close(opened)
+	for i := range 3 {
+		d.notifyUnhealthy(fmt.Sprintf("last words %d", i))
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(got)
+	var reasons []string
+	for a := range got {
+		reasons = append(reasons, a.Reason)
+	}
+	if got, want := strings.Join(reasons, ", "), "last words 0, last words 1, last words 2"; got != want {
+		t.Fatalf("alerts the webhook had when Close returned: %s; want %s", got, want)
+	}
+}
+
+// TestHeldAlertsOfAFailedOpenAreLogged: an Open that fails after restart
+// recovery raised an alert (here its HTTP port is taken) never opens the
+// notifier; the alert it held is logged as not delivered, not lost
+// without a word.
+func TestHeldAlertsOfAFailedOpenAreLogged(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	body := strings.Replace(agentsYAML("alice", "bob"), `listen: ""`, "listen: "+taken.Addr().String(), 1)
+	cfgPath := repo(t, body+"notify: {webhook: \"http://127.0.0.1:1/hook\"}\n")
+	c := mustLoad(t, cfgPath)
+	tk := verdictLeftInTheLog(t, c.StateDir, c.DBPath())
+	log, logged := observed()
+	if d, err := Open(context.Background(), c, Options{Log: log}); err == nil {
+		d.Close()
+		t.Fatal("Open succeeded on a taken port")
+	}
+	var lines []map[string]any
+	for _, e := range logged.FilterMessage("notify: alert not delivered before the stop").All() {
+		lines = append(lines, e.ContextMap())
+	}
+	if len(lines) != 1 || lines[0]["kind"] != notify.TaskFailed || lines[0]["task"] != tk ||
+		!strings.Contains(fmt.Sprint(lines[0]["text"]), "max_iterations") {
+		t.Fatalf("lines %v; want one, for task %d's task_failed", lines, tk)
 	}
 }
 

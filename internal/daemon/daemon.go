@@ -962,7 +962,7 @@ func (d *Daemon) Close() error {
 	}
 	d.reload.retirers.Wait() // each ends once its runner has stopped
 	d.serve.dash.close()     // ends the streams the servers' shutdown would wait for
-	d.notifier.Stop()
+	d.closeNotifier()        // sends what is queued first, or logs it
 	var errs []error
 	if d.serve.control != nil {
 		errs = append(errs, d.serve.control.Close())
