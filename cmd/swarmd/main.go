@@ -20,6 +20,7 @@ import (
 	"github.com/swarmd/swarmd/internal/fence"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // Set by the Makefile through -ldflags.
@@ -44,10 +45,11 @@ type streams struct {
 	// store, when set, is the daemon's open store, which mail and task use
 	// for SWARM_DB_PATH: the daemon runs a session's command (runSessionCLI).
 	store *store.DB
+	board *taskboard.Board // the daemon's task board, with store
 }
 
 func (s streams) cli() cli.Streams {
-	return cli.Streams{In: s.in, Out: s.out, Err: s.err, Getenv: s.getenv, Store: s.store}
+	return cli.Streams{In: s.in, Out: s.out, Err: s.err, Getenv: s.getenv, Store: s.store, Board: s.board}
 }
 
 func main() {

@@ -187,3 +187,45 @@ func TestRunSessionCLIUsesTheDaemonsStore(t *testing.T) {
 		t.Fatalf("bob's inbox %+v, %v", ms, err)
 	}
 }
+
+// TestRunSessionCLIUsesTheDaemonsBoard: a session's `swarmd task` command,
+// run by the daemon, claims and reports on the daemon's own board, by the
+// config of the daemon that runs its agent, not by what the store's
+// settings say another daemon sharing the store recorded. Here the store
+// says no merge queue closes the tasks (a DONE would be CLOSED at once);
+// the daemon's board waits for its merge queue, and starts the review its
+// config gives alice's tasks.
+func TestRunSessionCLIUsesTheDaemonsBoard(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.SetSetting(ctx, "merge.into", ""); err != nil {
+		t.Fatal(err)
+	}
+	board := taskboard.New(db, taskboard.Options{ReviewerOf: func(agent string) (string, int) {
+		if agent == "alice" {
+			return "rita", 2
+		}
+		return "", 0
+	}})
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "the work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SWARM_DB_PATH": "postgres://swarm@unreachable.invalid/swarm", "SWARM_AGENTS": "alice,rita", "SWARM_AGENT_ID": "alice"}
+	for _, args := range [][]string{{"task", "claim"}, {"task", "done", "--summary", "did it"}} {
+		if stdout, stderr, code := runSessionCLI(ctx, daemon.CLIRequest{Args: args, Env: env, Store: db, Board: board}); code != 0 {
+			t.Fatalf("%v: exit %d %q %q", args, code, stdout, stderr)
+		}
+	}
+	got, err := board.Get(ctx, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StateName != "DONE" || got.Reviewer != "rita" {
+		t.Errorf("task %d after alice's claim and done: %s, reviewer %q; want DONE, waiting for rita's review", tk.ID, got.StateName, got.Reviewer)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,6 +27,12 @@ type Streams struct {
 	// for SWARM_DB_PATH: the daemon runs a session's command (cmd/swarmd's
 	// runSessionCLI).
 	Store *store.DB
+	// Board, when set with Store, is the daemon's task board, which task
+	// uses: the session's command claims and reports as the daemon's own
+	// prompts do, by the config of the daemon that runs its agent (its
+	// reviewers, its merge queue), never by what another daemon sharing
+	// the store recorded.
+	Board *taskboard.Board
 }
 
 // UsageError marks errors that are the user's input (bad flags, bad config,

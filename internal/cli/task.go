@@ -142,7 +142,10 @@ func withBoard(ctx context.Context, o *dbOptions, verb string, kind verbKind, f 
 	}
 	// The board's settings are read as its writes are made: a busy or
 	// unreachable store is waited for (--store-wait).
-	var board *taskboard.Board
+	board := o.IO.Board
+	if board != nil && db.borrowed {
+		return f(&taskCtx{board: board, agents: db.agents, who: who, db: db.DB})
+	}
 	if err := waitStore(ctx, db.DB, o.StoreWait, "task "+verb, func(ctx context.Context) error {
 		reviewers, err := reviewerOf(ctx, db)
 		if err == nil {

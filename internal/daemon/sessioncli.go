@@ -11,6 +11,7 @@ import (
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // CLIRequest is a session's `swarmd mail` or `swarmd task` command line as
@@ -24,6 +25,9 @@ type CLIRequest struct {
 	// uses it, not opening the target again (the daemon's environment no
 	// longer holds the store's password), and leaves it open.
 	Store *store.DB
+	// Board is the daemon's task board: the command claims and reports on
+	// it, as the daemon's prompts do.
+	Board *taskboard.Board
 }
 
 var _ control.SessionCLI = controlAPI{}
@@ -97,7 +101,7 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		}
 		env[TaskHeadEnv] = head
 	}
-	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db})
+	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db, Board: d.tasks})
 	if done {
 		// And once more: the session may have committed between the move
 		// and the report's reading of its HEAD.
