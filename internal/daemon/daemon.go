@@ -310,6 +310,11 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		if err := d.acquireLeases(ctx, cfg.AgentNames(), true); err != nil {
 			return err
 		}
+		// Once the agents are this daemon's: a daemon refused them
+		// records nothing. Before any session's command reads it.
+		if err := RecordMembers(ctx, d.db, d.leaseHolder().Daemon, cfg); err != nil {
+			return err
+		}
 		if err := d.recover(ctx); err != nil {
 			return err
 		}
@@ -439,10 +444,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		if err := d.mail.RecordLimits(ctx); err != nil {
 			return err
 		}
-		if err := d.db.SetSetting(ctx, settingMergeInto, mergeInto(cfg)); err != nil {
-			return err
-		}
-		return RecordMembers(ctx, d.db, d.leaseHolder().Daemon, cfg)
+		return d.db.SetSetting(ctx, settingMergeInto, mergeInto(cfg))
 	}); err != nil {
 		return err
 	}

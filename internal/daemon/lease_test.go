@@ -54,9 +54,16 @@ func TestLeasesOnASharedStore(t *testing.T) {
 	if ls, _ := db.Leases(ctx); len(ls) != 1 {
 		t.Fatalf("leases after the refusal = %+v, want bob's alone (all or none)", ls)
 	}
+	// Nor did it record itself as running them.
+	if ms, err := db.Members(ctx); err != nil || len(ms) != 0 {
+		t.Fatalf("the swarm's agents after the refusal = %+v, %v; want none", ms, err)
+	}
 
 	d1 := start(t, repo(t, sharedYAML(url, 600*time.Millisecond, "alice")))
 	d1.waitRunning(t, "alice")
+	if ms, err := db.Members(ctx); err != nil || len(ms) != 1 || ms[0].Agent != "alice" || ms[0].Daemon != d1.leaseHolder().Daemon {
+		t.Fatalf("the swarm's agents with alice's daemon running = %+v, %v; want alice, of that daemon", ms, err)
+	}
 
 	// A daemon that ran zed died holding a task: its lease ran out. The
 	// claim comes first, as it did for that daemon: the live one reaps an
