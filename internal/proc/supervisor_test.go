@@ -290,7 +290,17 @@ func TestReaperLeavesExecChildrenAlone(t *testing.T) {
 // would have left it: its parent (sh) exits, so it is reparented to us.
 func spawnDetached(t *testing.T, env []string) process {
 	t.Helper()
-	return newSession(t, spawnDetachedPid(t, env))
+	p := newSession(t, spawnDetachedPid(t, env))
+	if len(env) > 0 {
+		// Its exec done: the new name is set before the new environment,
+		// and a scan in between reads an empty one, as of a process
+		// mid-execve (a machine with slow page faults shows it).
+		waitFor(t, fmt.Sprintf("pid %d's environment", p.pid), func() bool {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.pid))
+			return err == nil && len(b) > 0
+		})
+	}
+	return p
 }
 
 func spawnDetachedPid(t *testing.T, env []string) string {
