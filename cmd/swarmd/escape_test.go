@@ -397,6 +397,13 @@ func afterAPoisonedGateRun(t *testing.T, alicesCheck, bobsCheck string) {
 			}
 		}
 		if tk, err := b.Get(context.Background(), clean.ID); err == nil && tk.State == task.Closed {
+			// Stopped, not killed: a killed daemon's git (the queue's
+			// next look) can still write the repository's objects while
+			// the test's temp dir is removed.
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			if code := d.wait(30 * time.Second); code != 0 {
+				t.Errorf("daemon exit %d", code)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
