@@ -110,11 +110,11 @@ func TestMailCLI(t *testing.T) {
 	}
 }
 
-// TestMailConcurrentSendsWhileDaemonConsumes: 20 CLI processes × 100 sends
+// TestMailConcurrentSendsWhileDaemonConsumes: 8 CLI processes × 50 sends
 // while a real daemon's sessions consume mail into prompts: every message is
 // delivered exactly once, in exactly one prompt.
 func TestMailConcurrentSendsWhileDaemonConsumes(t *testing.T) {
-	senders, per := 20, 100
+	senders, per := 8, 50
 	if testing.Short() {
 		senders, per = 5, 20
 	}

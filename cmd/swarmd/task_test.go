@@ -593,11 +593,11 @@ agents:
 	}
 }
 
-// TestTaskClaimConcurrent: 20 processes claim and finish, each as its own
-// agent in its own session, until 200 OPEN tasks are gone: every task is
+// TestTaskClaimConcurrent: 10 processes claim and finish, each as its own
+// agent in its own session, until 100 OPEN tasks are gone: every task is
 // claimed exactly once and no process sees "database is locked".
 func TestTaskClaimConcurrent(t *testing.T) {
-	claimants, tasks := 20, 200
+	claimants, tasks := 10, 100
 	if testing.Short() {
 		claimants, tasks = 5, 30
 	}
