@@ -13,10 +13,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(pgtest.Share())) }
 
 var testAgents = []string{"alice", "bob", "carol"}
 

@@ -10,12 +10,21 @@
 // Tests that need a server call Require: it skips, loudly, where the
 // binaries are missing, and fails instead when SWARMD_REQUIRE_POSTGRES=1,
 // so that a green CI run has run them.
+//
+// initdb is most of a server's start, so it runs once per machine: a
+// server's data directory is a copy of a template cluster kept in the temp
+// directory, keyed by the binaries and the account (initdb again when the
+// copy fails). A test that only needs a database, not a server of its own
+// to stop or crash, calls Shared and NewDB: the test binary's tests share
+// one server, started on first use and stopped by the func Share returned
+// to TestMain.
 package pgtest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,6 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +62,93 @@ type Server struct {
 	durable bool
 	// stopped: Stop left the server down (Close has nothing to stop).
 	stopped atomic.Bool
+	// shared: the test binary's one server (Shared), which no test stops.
+	shared bool
+	dbs    atomic.Int64 // the databases NewDB made
+}
+
+// shared is the test binary's server for tests that need only a database
+// of their own: each saves a server's start and stop (about 0.8 s; a
+// package of such tests, a minute). Share turns it on, from TestMain,
+// which then stops it: a server nothing stops would outlive the tests.
+var shared struct {
+	mu  sync.Mutex
+	on  bool
+	srv *Server
+	err error
+}
+
+// Share lets this test binary's tests share one server (Shared). It
+// returns the cleanup for goleak.VerifyTestMain's: it stops the server,
+// then exits with the tests' code (1 if the stop failed).
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(pgtest.Share())) }
+func Share() (exit func(code int)) {
+	share()
+	return func(code int) {
+		if err := stopShared(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = max(code, 1)
+		}
+		os.Exit(code)
+	}
+}
+
+func share() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.on = true
+}
+
+func stopShared() error {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.on = false
+	srv := shared.srv
+	shared.srv, shared.err = nil, nil
+	if srv == nil {
+		return nil
+	}
+	return srv.Close()
+}
+
+// Shared is the test binary's one server, started at the first call: for
+// a test that takes a database of its own on it (NewDB) and neither stops
+// nor restarts it; a test that does takes its own with Require. It skips
+// or fails as Require does where the binaries are missing.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.on {
+		t.Fatal("pgtest.Shared: the test binary's TestMain does not call pgtest.Share, so nothing would stop the server")
+	}
+	if shared.srv == nil && shared.err == nil {
+		if shared.srv, shared.err = start(false); shared.err == nil {
+			shared.srv.shared = true
+		}
+	}
+	if errors.Is(shared.err, ErrNoServer) {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("%v (%s=1 requires it)", shared.err, RequireEnv)
+		}
+		t.Skipf("SKIPPING the PostgreSQL tests: %v", shared.err)
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.srv
+}
+
+// NewDB creates a database of the test's own on s, named prefix and a
+// number unique on s, and returns its name.
+func (s *Server) NewDB(t testing.TB, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d", prefix, s.dbs.Add(1))
+	if err := s.CreateDB(name); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // Require starts a server for t and stops it at t's end. Where the server
@@ -167,11 +264,64 @@ func (s *Server) asServerUser() error {
 
 func (s *Server) start() error {
 	data := filepath.Join(s.dir, "data")
+	if tmpl, err := s.template(); err == nil {
+		if exec.Command("cp", "-a", tmpl, data).Run() == nil && s.serve() == nil {
+			return nil
+		}
+		// A template damaged under us (a /tmp cleaner): start afresh.
+		_ = os.RemoveAll(data)
+	}
+	if err := s.initdb(data); err != nil {
+		return err
+	}
+	return s.serve()
+}
+
+func (s *Server) initdb(data string) error {
 	if out, err := s.run(60*time.Second, "initdb", "-D", data, "-U", Superuser, "-A", "trust",
 		"--no-sync", "--no-instructions", "-E", "UTF8", "--locale", "C"); err != nil {
 		return fmt.Errorf("pgtest: initdb: %w: %s", err, out)
 	}
-	return s.serve()
+	return nil
+}
+
+// templateFormat changes when initdb's arguments do, so that a machine's
+// template made by an older pgtest is not used.
+const templateFormat = 1
+
+// template is the data directory of a cluster initdb made once on this
+// machine, for these binaries, which each new server copies: initdb is
+// most of a server's start (0.8 s of 1.2 s on a 2-core machine) and the
+// suite starts over a hundred servers. It lives in the temporary directory,
+// made under another name and renamed into place, so that test binaries
+// running at once never see it half made.
+func (s *Server) template() (string, error) {
+	st, err := os.Stat(filepath.Join(s.bin, "initdb"))
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%d-%s-%d-%d-%d-%d", templateFormat, s.bin, st.Size(), st.ModTime().UnixNano(), os.Geteuid(), len(s.sudo))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("swarmd-pgtest-template-%08x", crc32.ChecksumIEEE([]byte(key))))
+	data := filepath.Join(dir, "data")
+	if exists(filepath.Join(data, "global", "pg_control")) {
+		return data, nil
+	}
+	tmp, err := os.MkdirTemp(os.TempDir(), "swarmd-pgtest-template-new-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // gone once renamed; ours alone if another won
+	made := &Server{dir: tmp, bin: s.bin}
+	if err := made.asServerUser(); err != nil {
+		return "", err
+	}
+	if err := made.initdb(filepath.Join(tmp, "data")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil && !exists(filepath.Join(data, "global", "pg_control")) {
+		return "", fmt.Errorf("pgtest: keep the template: %w", err)
+	}
+	return data, nil
 }
 
 // serve starts the server on its data directory.
@@ -203,6 +353,9 @@ func (s *Server) Restart(mode string, down time.Duration) error {
 // and leaves it down, its socket gone, until Serve: for a test of clients
 // that start while it is down, or that it goes down under.
 func (s *Server) Stop(mode string) error {
+	if s.shared {
+		return errors.New("pgtest: a test stops the shared server (Shared), which other tests use: take one of its own with Require")
+	}
 	if out, err := s.run(60*time.Second, "pg_ctl", "stop", "-w", "-t", "30", "-m", mode, "-D", filepath.Join(s.dir, "data")); err != nil {
 		return fmt.Errorf("pgtest: pg_ctl stop -m %s: %w: %s", mode, err, out)
 	}

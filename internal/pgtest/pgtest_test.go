@@ -120,3 +120,36 @@ func TestStopAndServe(t *testing.T) {
 		t.Fatalf("%s left after Close: %v", s.dir, err)
 	}
 }
+
+// TestShared: the tests of one binary share one server, each with a
+// database of its own; none may stop it; the stop in Share's cleanup stops
+// it and leaves none of its processes.
+func TestShared(t *testing.T) {
+	share()
+	a := Shared(t)
+	if b := Shared(t); b != a {
+		t.Fatalf("a second Shared is another server (%s, %s)", b.dir, a.dir)
+	}
+	if n1, n2 := a.NewDB(t, "t"), a.NewDB(t, "t"); n1 == n2 {
+		t.Fatalf("NewDB made %s twice", n1)
+	}
+	if got, err := a.Query("t_2", "SELECT current_database()"); err != nil || got != "t_2" {
+		t.Fatalf("the second database: %q, %v", got, err)
+	}
+	if err := a.Stop("fast"); err == nil {
+		t.Fatal("Stop of the shared server was allowed")
+	}
+	if err := a.Restart("immediate", 0); err == nil {
+		t.Fatal("Restart of the shared server was allowed")
+	}
+	data := filepath.Join(a.dir, "data")
+	if err := stopShared(); err != nil {
+		t.Fatal(err)
+	}
+	if pids := Processes(data); len(pids) != 0 {
+		t.Fatalf("processes %v left after the shared server's stop", pids)
+	}
+	if _, err := os.Stat(a.dir); !os.IsNotExist(err) {
+		t.Fatalf("%s left after the shared server's stop: %v", a.dir, err)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +22,6 @@ func groupEnv(t *testing.T, n int) (*store.DB, *Settler, []Record) {
 	t.Helper()
 	return groupEnvAt(t, filepath.Join(t.TempDir(), "swarm.db"), n)
 }
-
-// groupDBs numbers the PostgreSQL databases of this file's tests.
-var groupDBs atomic.Int64
 
 // groupEnvAt is groupEnv on the store at target: a SQLite file or a
 // PostgreSQL database.
@@ -176,12 +172,8 @@ func TestStartsAndOutcomesCommitTogether(t *testing.T) {
 		startsAndOutcomesCommitTogether(t, filepath.Join(t.TempDir(), "swarm.db"))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		srv := pgtest.Require(t)
-		name := fmt.Sprintf("group%d", groupDBs.Add(1))
-		if err := srv.CreateDB(name); err != nil {
-			t.Fatal(err)
-		}
-		trips := startsAndOutcomesCommitTogether(t, srv.URL(name))
+		srv := pgtest.Shared(t)
+		trips := startsAndOutcomesCommitTogether(t, srv.URL(srv.NewDB(t, "group")))
 		// The starts' inserts are held back and go with the batch's
 		// statements that want an answer: the two outcomes' updates, then
 		// the notification and the COMMIT. Waited for one by one, as

@@ -2,7 +2,6 @@ package settle_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -16,11 +15,8 @@ import (
 // can drop a COMMIT's answer.
 func cutEnv(t *testing.T) (*env, *pgtest.Proxy) {
 	t.Helper()
-	srv := pgtest.Require(t)
-	name := fmt.Sprintf("settle%d", pgN.Add(1))
-	if err := srv.CreateDB(name); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	name := srv.NewDB(t, "settle")
 	p, err := srv.NewProxy()
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(pgtest.Share())) }
 
 // env is one store with its mailbox, board and settler.
 type env struct {
@@ -62,19 +62,14 @@ func sqliteEnv(t testing.TB) *env {
 	return e
 }
 
-var pgN atomic.Int64
-
 func postgresEnv(t testing.TB) *env {
 	t.Helper()
-	srv := pgtest.Require(t)
-	name := fmt.Sprintf("settle%d", pgN.Add(1))
-	if err := srv.CreateDB(name); err != nil {
-		t.Fatal(err)
-	}
-	e := openEnv(t, srv.URL(name))
+	srv := pgtest.Shared(t)
+	url := srv.URL(srv.NewDB(t, "settle"))
+	e := openEnv(t, url)
 	e.lock = func(t testing.TB) func() {
 		// Another client holding the tables an outcome writes, locked.
-		c, err := sql.Open("pgx", srv.URL(name))
+		c, err := sql.Open("pgx", url)
 		if err != nil {
 			t.Fatal(err)
 		}

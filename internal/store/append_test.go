@@ -62,7 +62,7 @@ func openWrite(t *testing.T, db *DB) *Tx {
 }
 
 func TestJournalAppendsBesideTheWritersLock(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	db, j := openAppendTest(t, srv, "append_beside")
 
@@ -86,7 +86,7 @@ func TestJournalAppendsBesideTheWritersLock(t *testing.T) {
 }
 
 func TestEventsBecomeVisibleInIDOrder(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	db, j := openAppendTest(t, srv, "append_order")
 
@@ -137,7 +137,7 @@ func TestEventsBecomeVisibleInIDOrder(t *testing.T) {
 // open after their event; a follower reading by id, as the dashboards and
 // `swarmd events --follow` do, sees every event.
 func TestEventFollowerMissesNothing(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	a, ja := openAppendTest(t, srv, "append_follow")
 	b := openTest(t, srv.URL("append_follow"), Options{})
@@ -227,7 +227,7 @@ func TestEventFollowerMissesNothing(t *testing.T) {
 // before the row, so the two never wait for each other in a cycle: a
 // deadlock would fail one of them after the server's deadlock_timeout.
 func TestResetAgentBesideAJournal(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	a, ja := openAppendTest(t, srv, "append_reset")
 	b := openTest(t, srv.URL("append_reset"), Options{})

@@ -27,7 +27,7 @@ func TestContractChild(t *testing.T) { storetest.Child(t, openStore) }
 // TestContractPostgres runs the contract on a real PostgreSQL server
 // started for it, a fresh database per test.
 func TestContractPostgres(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	n := 0
 	storetest.Run(t, storetest.Harness{
 		Fresh: func(t *testing.T) string {

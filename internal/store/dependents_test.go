@@ -18,7 +18,7 @@ func TestDependentsCounted(t *testing.T) {
 	targets := map[string]func() (string, driver){
 		"sqlite": func() (string, driver) { return filepath.Join(t.TempDir(), "swarm.db"), sqliteDriver{} },
 		"postgres": func() (string, driver) {
-			srv := pgtest.Require(t)
+			srv := pgtest.Shared(t)
 			if err := srv.CreateDB("dependents"); err != nil {
 				t.Fatal(err)
 			}

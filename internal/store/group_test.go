@@ -77,7 +77,7 @@ func insertEvent(ctx context.Context, tx *sql.Tx, agent any) error {
 // that fails at a batch's commit is found, with savepoints, to be its
 // call's alone, and the others commit.
 func TestHeldBackFailureIsItsCallsOnPostgres(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	if err := srv.CreateDB("heldback"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/swarmd/swarmd/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(pgtest.Share())) }
 
 // fakeClock returns a clock that advances one second per reading.
 func fakeClock() func() time.Time {

@@ -29,7 +29,7 @@ func cutProxy(t *testing.T, srv *pgtest.Server, name string) *pgtest.Proxy {
 // server committed a batch, before the journal heard so. The batch is in
 // the database once: the journal's retry must not write it again.
 func TestJournalCommitAnswerLost(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	p := cutProxy(t, srv, "journalcut")
 	ctx := context.Background()
 	db := openTest(t, p.URL("journalcut"), Options{})
@@ -57,7 +57,7 @@ func TestJournalCommitAnswerLost(t *testing.T) {
 // process goes on with the batch once it has the turn; so does the
 // journal's retry, on a new connection. One of them commits it, once.
 func TestJournalLostAttemptStillRunning(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	p := cutProxy(t, srv, "journallost")
 	ctx := context.Background()
 	db := openTest(t, p.URL("journallost"), Options{})

@@ -924,7 +924,7 @@ func TestJournalAgentRowFencedInItsTransaction(t *testing.T) {
 			ctx := context.Background()
 			path := ""
 			if engine == "postgres" {
-				srv := pgtest.Require(t)
+				srv := pgtest.Shared(t)
 				if err := srv.CreateDB("journalfenced"); err != nil {
 					t.Fatal(err)
 				}

@@ -22,7 +22,7 @@ import (
 // raises the epoch. (The open transaction must end within the server's
 // idle-in-transaction timeout, 5 s, or the server ends it.)
 func TestRenewalDoesNotWaitForFencedWrites(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	if err := srv.CreateDB("renewfence"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // daemons): one holds a named lock at a time; a release frees it, and so
 // does closing the holder's handle. Other names are independent.
 func TestTryLockPostgres(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	if err := srv.CreateDB("locks"); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestTryLockPostgres(t *testing.T) {
 // and the old holder's Check then says it is lost; a holder that keeps
 // checking keeps it.
 func TestSilentLockHolderLosesTheLock(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	if err := srv.CreateDB("silent"); err != nil {
 		t.Fatal(err)
 	}

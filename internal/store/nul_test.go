@@ -23,7 +23,7 @@ import (
 func TestTextWithANULIsStored(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) { textWithANULIsStored(t, filepath.Join(t.TempDir(), "swarm.db")) })
 	t.Run("postgres", func(t *testing.T) {
-		srv := pgtest.Require(t)
+		srv := pgtest.Shared(t)
 		if err := srv.CreateDB("nultext"); err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 // a deferred write, a lease check) goes with the next statement that does,
 // or with the COMMIT, and fails that statement when it fails.
 func TestHeldBackWrites(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	n := 0
 	open := func(t *testing.T) *DB {
@@ -385,7 +385,7 @@ func TestOneLeaseCheckPerAgentAndTransaction(t *testing.T) {
 // an agent stopped for good that way ("build prompt: store: a deferred
 // write was not sent") by a `pg_ctl restart -m immediate`.
 func TestHeldQueryCutOffSaysWhy(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	p := cutProxy(t, srv, "heldcut")
 	ctx := context.Background()
 	db := openTest(t, p.URL("heldcut"), Options{})

@@ -14,7 +14,7 @@ import (
 // planned above jit_above_cost, and each execution compiled for
 // milliseconds to run for a tenth of one. A URL that sets jit keeps it.
 func TestPostgresConnectionsRunWithoutJIT(t *testing.T) {
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	ctx := context.Background()
 	for _, c := range []struct{ db, query, want string }{
 		{"jitdefault", "", "off"},

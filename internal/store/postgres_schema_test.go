@@ -30,7 +30,7 @@ func TestPostgresSchemaMatches(t *testing.T) {
 		t.Fatalf("migrations differ: sqlite %v, postgres %v", a, b)
 	}
 
-	srv := pgtest.Require(t)
+	srv := pgtest.Shared(t)
 	if err := srv.CreateDB("schema"); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,24 +11,17 @@ import (
 )
 
 // Engines runs race on each engine the store has: a SQLite file, and a
-// real PostgreSQL server started for it (pgtest.Require); fresh makes a new
-// database, named prefix and a number on PostgreSQL. The packages with
-// tables run their process races through it, on both engines alike.
+// real PostgreSQL server, the test binary's shared one (pgtest.Shared: its
+// TestMain must call pgtest.Share); fresh makes a new database, named
+// prefix and a number on PostgreSQL. The packages with tables run their
+// process races through it, on both engines alike.
 func Engines(t *testing.T, prefix string, race func(t *testing.T, fresh func(t *testing.T) string)) {
 	t.Run("sqlite", func(t *testing.T) {
 		race(t, func(t *testing.T) string { return filepath.Join(t.TempDir(), "swarm.db") })
 	})
 	t.Run("postgres", func(t *testing.T) {
-		srv := pgtest.Require(t)
-		n := 0
-		race(t, func(t *testing.T) string {
-			n++
-			name := fmt.Sprintf("%s%d", prefix, n)
-			if err := srv.CreateDB(name); err != nil {
-				t.Fatal(err)
-			}
-			return srv.URL(name)
-		})
+		srv := pgtest.Shared(t)
+		race(t, func(t *testing.T) string { return srv.URL(srv.NewDB(t, prefix)) })
 	})
 }
 
