@@ -91,9 +91,7 @@ func TestAssignWakesTheIdleAgent(t *testing.T) {
 // TestAssignWakesTheIdleAgentOnASharedStore: on PostgreSQL, the tasks'
 // trigger notifies the daemons that the open board changed.
 func TestAssignWakesTheIdleAgentOnASharedStore(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("assignwakes"); err != nil {
-		t.Fatal(err)
-	}
-	assignWakesTheIdleAgent(t, fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL("assignwakes")))
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "assignwakes")
+	assignWakesTheIdleAgent(t, fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL(dbName)))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/fence"
 	"github.com/swarmd/swarmd/internal/mailbox"
+	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 			return proc.KillInstance(owner, instance, nil)
 		}))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(pgtest.Share()))
 }
 
 // base is a swarm of agents whose sessions run until cancelled, with a

@@ -29,11 +29,9 @@ func sharedYAML(url string, lease time.Duration, names ...string) string {
 // agents' claimed tasks to the queue once its lease expires, recovered by
 // a live daemon exactly once.
 func TestLeasesOnASharedStore(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("leases"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("leases")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "leases")
+	url := srv.URL(dbName)
 	ctx := context.Background()
 
 	db, err := store.Open(ctx, url, store.Options{})
@@ -170,11 +168,9 @@ func TestGuardDeadlinesTellTheGuardsKills(t *testing.T) {
 // dead session's row holds the reaper inside its recovery (closing that
 // session) while the retake is tried.
 func TestReapDoesNotUndoARetake(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("retake"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("retake")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "retake")
+	url := srv.URL(dbName)
 	ctx := context.Background()
 	db, err := store.Open(ctx, url, store.Options{})
 	if err != nil {

@@ -72,13 +72,11 @@ func TestFencedOffSessionKeepsNoLine(t *testing.T) {
 // frozen head (a fenced-off attempt's daemon pushed over it, or the push
 // failed), the worker's daemon pushes it again by itself.
 func TestWaitingLinePushedAgain(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("lines"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "lines")
 	ctx := context.Background()
 	bare := filepath.Join(t.TempDir(), "remote.git")
-	cfg := repo(t, fmt.Sprintf("store: %s\nlease_timeout: 3s\nremote: %s\nmerge: {into: main, gate: [\"true\"]}\n", srv.URL("lines"), bare)+taskWorker)
+	cfg := repo(t, fmt.Sprintf("store: %s\nlease_timeout: 3s\nremote: %s\nmerge: {into: main, gate: [\"true\"]}\n", srv.URL(dbName), bare)+taskWorker)
 	dir := filepath.Dir(cfg)
 	for _, args := range [][]string{{"init", "-q", "--bare", "-b", "main", bare}, {"-C", dir, "push", "-q", bare, "main"}} {
 		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {

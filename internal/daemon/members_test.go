@@ -32,10 +32,8 @@ func sharedConfig(t *testing.T, url string, agents ...string) *config.Config {
 // server, open, and its URL.
 func sharedStore(t *testing.T, name string) (*store.DB, string) {
 	t.Helper()
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB(name); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	name = srv.NewDB(t, name)
 	url := srv.URL(name)
 	db, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {

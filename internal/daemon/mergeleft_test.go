@@ -241,10 +241,8 @@ func TestLeaderMergesTheWorkOfAWorkerWhoseLeaseExpired(t *testing.T) {
 // is the clone of the machine whose daemon ran bob.
 func leftWorkerSwarm(t *testing.T, name string) (db *store.DB, bare, cfgPath, clone string) {
 	t.Helper()
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB(name); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	name = srv.NewDB(t, name)
 	url := srv.URL(name)
 	db, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {

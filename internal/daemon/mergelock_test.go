@@ -30,10 +30,8 @@ func gitRun(t testing.TB, args ...string) {
 // merge queue would; the test's end releases and closes them.
 func anotherLeads(t *testing.T, name string) (string, *store.DB, *store.Lock) {
 	t.Helper()
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB(name); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	name = srv.NewDB(t, name)
 	url := srv.URL(name)
 	db, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {

@@ -20,12 +20,10 @@ import (
 // the push went out in the background: a leader killed in between left
 // the task closed with its work on its own disk alone.
 func TestMergedTaskClosedOnlyOnceTheRemoteHoldsIt(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("publish"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "publish")
 	ctx := context.Background()
-	r, cfg := newCountedRepo(t, "store: "+srv.URL("publish")+"\nlease_timeout: 5s\nremote: origin\nmerge: {into: main, gate: [\"true\"]}\n"+taskWorker)
+	r, cfg := newCountedRepo(t, "store: "+srv.URL(dbName)+"\nlease_timeout: 5s\nremote: origin\nmerge: {into: main, gate: [\"true\"]}\n"+taskWorker)
 	r.git("checkout", "-q", "-b", "elsewhere") // main is the queue's
 	// The remote refuses every push to main while refuse exists, and says
 	// so in refused.

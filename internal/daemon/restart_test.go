@@ -146,11 +146,9 @@ func TestOrderlyRestartKeepsTasksWithTheirAgents(t *testing.T) {
 // TestOrderlyRestartKeepsTasksOnASharedStore: the same on PostgreSQL: the
 // daemon gives its leases up at its stop and takes them again.
 func TestOrderlyRestartKeepsTasksOnASharedStore(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("keptover"); err != nil {
-		t.Fatal(err)
-	}
-	keptOverRestart(t, fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL("keptover")))
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "keptover")
+	keptOverRestart(t, fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL(dbName)))
 }
 
 // TestOrderlyRestartRequeuesTheTasksOfARemovedAgent: an agent removed from
@@ -185,11 +183,9 @@ func TestOrderlyRestartRequeuesTheTasksOfARemovedAgent(t *testing.T) {
 // (without a retry: the work is in the first daemon's worktree), and it is
 // done once.
 func TestTasksHeldOverByAnotherDaemonAreRequeued(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("heldelsewhere"); err != nil {
-		t.Fatal(err)
-	}
-	storeLine := fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL("heldelsewhere"))
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "heldelsewhere")
+	storeLine := fmt.Sprintf("store: %s\nlease_timeout: 2s\n", srv.URL(dbName))
 	tk, holder := workUntilStopped(t, repo(t, ""), storeLine)
 
 	cfgPath := repo(t, restartYAML(storeLine, anyTask, "carol"))

@@ -197,10 +197,8 @@ func targetMoves(t *testing.T, r *running) []string {
 // entry waits saying why, and the move is recorded once (target_moved,
 // kind remote).
 func TestRemoteTargetMovedIsNotTaken(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("remotemoved"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "remotemoved")
 	remote := filepath.Join(t.TempDir(), "remote.git")
 	git(t, "", "init", "-q", "--bare", "-b", "main", remote)
 	cfg := repo(t, fmt.Sprintf(`
@@ -213,7 +211,7 @@ backends:
   worker: {type: command, command: sh, args: [-c, 'p=$(cat); case "$p" in *"Your task: #"*) echo w > w.txt; git add w.txt; git commit -qm work; echo DONE;; *) echo idle; echo DONE;; esac']}
 agents:
   - {name: alice, role: works}
-`, srv.URL("remotemoved"), remote))
+`, srv.URL(dbName), remote))
 	dir := filepath.Dir(cfg)
 	git(t, dir, "push", "-q", remote, "main")
 	main0 := strings.TrimSpace(git(t, dir, "rev-parse", "main"))

@@ -14,18 +14,16 @@ import (
 // while another daemon's write transaction holds the swarm's writers'
 // lock, the send still goes through, as urgent mail must.
 func TestSendOnceBesideTheWritersLock(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("sendonce"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "sendonce")
 	ctx := context.Background()
-	db := storetest.OpenTarget(t, srv.URL("sendonce"))
+	db := storetest.OpenTarget(t, srv.URL(dbName))
 	mb, err := New(ctx, db, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mb.Close()
-	writer := storetest.OpenTarget(t, srv.URL("sendonce"))
+	writer := storetest.OpenTarget(t, srv.URL(dbName))
 	tx, err := writer.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -180,18 +180,16 @@ func TestMailIdsVisibleInOrder(t *testing.T) {
 // largest id, and the send would fail on the duplicate (or, with ids from
 // elsewhere, commit out of order behind the router's watermark).
 func TestSendTakesTurnsWithMailInWriteTransactions(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mailturn"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "mailturn")
 	ctx := context.Background()
-	db := storetest.OpenTarget(t, srv.URL("mailturn"))
+	db := storetest.OpenTarget(t, srv.URL(dbName))
 	mb, err := New(ctx, db, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mb.Close()
-	other, err := New(ctx, storetest.OpenTarget(t, srv.URL("mailturn")), Options{})
+	other, err := New(ctx, storetest.OpenTarget(t, srv.URL(dbName)), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +217,7 @@ func TestSendTakesTurnsWithMailInWriteTransactions(t *testing.T) {
 	// transaction commits.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := srv.Query("mailturn", `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = 'mailturn' AND wait_event_type = 'Lock'`)
+		out, err := srv.Query(dbName, `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = '`+dbName+`' AND wait_event_type = 'Lock'`)
 		if err != nil {
 			t.Fatal(err)
 		}

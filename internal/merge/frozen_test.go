@@ -52,11 +52,9 @@ func (h boardHooks) stale(ctx context.Context, e Entry) (string, error) {
 func TestRetryOfAReworkedTaskIsNotMerged(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) { retryOfAReworkedTask(t, nil) })
 	t.Run("postgres", func(t *testing.T) {
-		srv := pgtest.Require(t)
-		if err := srv.CreateDB("frozen"); err != nil {
-			t.Fatal(err)
-		}
-		db, err := store.Open(context.Background(), srv.URL("frozen"), store.Options{})
+		srv := pgtest.Shared(t)
+		dbName := srv.NewDB(t, "frozen")
+		db, err := store.Open(context.Background(), srv.URL(dbName), store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

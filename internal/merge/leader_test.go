@@ -113,10 +113,8 @@ func TestLoopThatLostTheLeadMovesNothing(t *testing.T) {
 // worker's branch, whose head is returned.
 func twoQueues(t *testing.T, name string) (a, b *env, head string) {
 	t.Helper()
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB(name); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	name = srv.NewDB(t, name)
 	openDB := func() *store.DB {
 		db, err := store.Open(context.Background(), srv.URL(name), store.Options{})
 		if err != nil {

@@ -12,12 +12,10 @@ import (
 // TestListAllOnPostgres: List with no limit (swarmd merge list --limit 0)
 // lists every entry on PostgreSQL too, which refuses a negative LIMIT.
 func TestListAllOnPostgres(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("listall"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "listall")
 	ctx := context.Background()
-	db, err := store.Open(ctx, srv.URL("listall"), store.Options{})
+	db, err := store.Open(ctx, srv.URL(dbName), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,10 @@ import (
 // refused a Go bool for ("unable to encode true into binary format for
 // int8"): the queue of a swarm on PostgreSQL could not be paused.
 func TestPauseResumeOnPostgres(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("pause"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "pause")
 	ctx := context.Background()
-	db, err := store.Open(ctx, srv.URL("pause"), store.Options{})
+	db, err := store.Open(ctx, srv.URL(dbName), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
