@@ -66,13 +66,10 @@ agents:
 // With cgroups the guard kills the daemon's cgroup (cgroup.kill); with
 // isolation off, the processes marked as the daemon's.
 func TestPausedDaemonNeverRunsAlongsideItsSuccessor(t *testing.T) {
-	srv := pgtest.Require(t)
-	for i, iso := range []string{"auto", "off"} {
+	srv := pgtest.Shared(t)
+	for _, iso := range []string{"auto", "off"} {
 		t.Run("isolation="+iso, func(t *testing.T) {
-			db := fmt.Sprintf("fence%d", i)
-			if err := srv.CreateDB(db); err != nil {
-				t.Fatal(err)
-			}
+			db := srv.NewDB(t, "fence")
 			testPausedDaemon(t, srv.URL(db), iso)
 		})
 	}
@@ -219,13 +216,10 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 // parent_aborted (swarmd ended it: its daemon could not keep the lease),
 // not oom.
 func TestLeaseGuardKillIsRecordedAsSuch(t *testing.T) {
-	srv := pgtest.Require(t)
-	for i, iso := range []string{"auto", "off"} {
+	srv := pgtest.Shared(t)
+	for _, iso := range []string{"auto", "off"} {
 		t.Run("isolation="+iso, func(t *testing.T) {
-			db := fmt.Sprintf("guardkill%d", i)
-			if err := srv.CreateDB(db); err != nil {
-				t.Fatal(err)
-			}
+			db := srv.NewDB(t, "guardkill")
 			testGuardKill(t, srv.URL(db), iso)
 		})
 	}

@@ -35,11 +35,9 @@ echo DONE
 // again) and its mail claimed by a session that never ran (unacknowledged,
 // shown again).
 func TestPausedDaemonTakesNothingFromItsSuccessor(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("steal"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("steal")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "steal")
+	url := srv.URL(dbName)
 	out := t.TempDir()
 	config := func(who string) string {
 		return fenceConfig(t, fenceCfg{Store: url, Lease: "2s", Out: out, Who: who, Script: stealScript,

@@ -15,16 +15,14 @@ import (
 // message is committed, the command cannot know it, and it retries while
 // the store is away. The recipient gets the message once.
 func TestMailSendCommitAnswerLost(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mailcut"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "mailcut")
 	p, err := srv.NewProxy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	env := []string{"SWARM_DB_PATH=" + p.URL("mailcut"), "SWARM_AGENT_ID=alice"}
+	env := []string{"SWARM_DB_PATH=" + p.URL(dbName), "SWARM_AGENT_ID=alice"}
 	send := func(body string) string {
 		t.Helper()
 		out, errOut, code := runCLI(t, env, "", "mail", "send", "--to", "bob", "--subject", "s", body)
@@ -41,7 +39,7 @@ func TestMailSendCommitAnswerLost(t *testing.T) {
 	if p.Cuts() != 1 {
 		t.Fatalf("%d commits cut, want 1", p.Cuts())
 	}
-	got, err := srv.Query("mailcut", `SELECT string_agg(body, ',' ORDER BY id) FROM messages WHERE recipient = 'bob'`)
+	got, err := srv.Query(dbName, `SELECT string_agg(body, ',' ORDER BY id) FROM messages WHERE recipient = 'bob'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,16 +52,14 @@ func TestMailSendCommitAnswerLost(t *testing.T) {
 // session, started while the PostgreSQL server cannot be reached, waits
 // for it (--store-wait) instead of failing at its first connection.
 func TestMailSendWaitsForTheStoreToOpen(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mailopen"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "mailopen")
 	p, err := srv.NewProxy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	env := []string{"SWARM_DB_PATH=" + p.URL("mailopen"), "SWARM_AGENT_ID=alice"}
+	env := []string{"SWARM_DB_PATH=" + p.URL(dbName), "SWARM_AGENT_ID=alice"}
 	if _, errOut, code := runCLI(t, env, "", "mail", "send", "--to", "bob", "--subject", "s", "first"); code != 0 {
 		t.Fatalf("mail send: exit %d: %s", code, errOut)
 	}
@@ -108,16 +104,14 @@ func TestMailSendWaitsForTheStoreToOpen(t *testing.T) {
 // nothing was recorded and to run it again (the recipient would get it
 // twice), but that it may have been recorded.
 func TestMailSendGivingUpInDoubtSaysSo(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("maildoubt"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "maildoubt")
 	p, err := srv.NewProxy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	env := []string{"SWARM_DB_PATH=" + p.URL("maildoubt"), "SWARM_AGENT_ID=alice"}
+	env := []string{"SWARM_DB_PATH=" + p.URL(dbName), "SWARM_AGENT_ID=alice"}
 	if _, errOut, code := runCLI(t, env, "", "mail", "send", "--to", "bob", "--subject", "s", "first"); code != 0 {
 		t.Fatalf("mail send: exit %d: %s", code, errOut)
 	}
@@ -130,7 +124,7 @@ func TestMailSendGivingUpInDoubtSaysSo(t *testing.T) {
 		t.Fatalf("mail send that gave up in doubt: exit %d: %s; want exit 1 saying it may have been recorded", code, errOut)
 	}
 	p.SetDown(false)
-	got, err := srv.Query("maildoubt", `SELECT string_agg(body, ',' ORDER BY id) FROM messages WHERE recipient = 'bob'`)
+	got, err := srv.Query(dbName, `SELECT string_agg(body, ',' ORDER BY id) FROM messages WHERE recipient = 'bob'`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/swarmd/swarmd/internal/cgroup"
+	"github.com/swarmd/swarmd/internal/pgtest"
 )
 
 // swarmdBin is the real binary, built once for the tests that run it as a
@@ -42,9 +43,10 @@ func TestMain(m *testing.M) {
 	}
 	// VerifyTestMain exits the process itself: the binary's directory
 	// goes in its cleanup, where a deferred removal would never run.
+	exit := pgtest.Share()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		_ = os.RemoveAll(dir)
-		os.Exit(code)
+		exit(code)
 	}))
 }
 

@@ -72,11 +72,9 @@ func gitOutput(t *testing.T, args ...string) string {
 // task's to fail: when the daemon continues, the task is tested again and
 // merged, not sent back to its worker as gate_failed.
 func TestPausedMergeLeaderDoesNotRejectOnItsGuardsKill(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mergeguard"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("mergeguard")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "mergeguard")
+	url := srv.URL(dbName)
 	out := t.TempDir()
 	remote := filepath.Join(t.TempDir(), "remote.git")
 	seed := gitRepo(t)
@@ -386,11 +384,9 @@ func gitDir(t *testing.T, repo string) string {
 // the lease timeout (and several lock checks): daemon B takes the queue
 // over, gates the task and merges it.
 func TestPausedMergeLeaderHandsTheQueueOver(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("mergepause"); err != nil {
-		t.Fatal(err)
-	}
-	p := startMergePair(t, srv.URL("mergepause"), "3s")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "mergepause")
+	p := startMergePair(t, srv.URL(dbName), "3s")
 	out, repoB, cfgB, stateA, stateB, a, b := p.out, p.repoB, p.cfgB, p.stateA, p.stateB, p.a, p.b
 	id := addTask(t, cfgB, "work item 1", "--to", "bob")
 	waitUntil(t, "A gating the task", func() bool { return gateRunsOf(out, id, stateA) == 1 })

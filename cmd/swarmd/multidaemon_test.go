@@ -46,11 +46,9 @@ echo DONE
 // and its agent finishes it, exactly once; daemon 2 restarted takes its
 // agent back and leaves nothing of the killed run behind.
 func TestTwoDaemonsOneSwarm(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("swarm"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("swarm")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "swarm")
+	url := srv.URL(dbName)
 	out := t.TempDir()
 	remote := filepath.Join(t.TempDir(), "remote.git")
 	seed := gitRepo(t)

@@ -33,14 +33,12 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 	if err != nil {
 		t.Skip("needs unshare (util-linux)")
 	}
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("namesake"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "namesake")
 	out := t.TempDir()
 	shared := t.TempDir() // the path both machines run their daemon in
 	config := func(who string) string {
-		return fenceConfig(t, fenceCfg{Store: srv.URL("namesake"), Lease: "3s", Out: out, Who: who, Script: sleeperScript})
+		return fenceConfig(t, fenceCfg{Store: srv.URL(dbName), Lease: "3s", Out: out, Who: who, Script: sleeperScript})
 	}
 	start := func(who string) *daemonProc {
 		repo := filepath.Dir(config(who))
@@ -55,7 +53,7 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 		return d
 	}
 	running := func(d *daemonProc) int { return sleepersOf(d, shared) }
-	db, err := sql.Open("pgx", srv.URL("namesake"))
+	db, err := sql.Open("pgx", srv.URL(dbName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +147,10 @@ func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
 // gone: its dead predecessor's. It takes them back at once, not after the
 // wait a lease a namesake may hold gets.
 func TestRestartAfterKillTakesAgentsAtOnce(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("restartkill"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "restartkill")
 	out := t.TempDir()
-	cfg := fenceConfig(t, fenceCfg{Store: srv.URL("restartkill"), Lease: "30s", Out: out, Who: "a", Script: sleeperScript})
+	cfg := fenceConfig(t, fenceCfg{Store: srv.URL(dbName), Lease: "30s", Out: out, Who: "a", Script: sleeperScript})
 	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
 	a := startDaemon(t, cfg)
 	waitUntil(t, "x's session", running)
@@ -217,14 +213,12 @@ func TestNamesakeInAPidNamespaceIsRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mount and pid namespaces")
 	}
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("namesakepid"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "namesakepid")
 	out := t.TempDir()
 	shared := t.TempDir()
 	repo := func(who string) string {
-		return filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL("namesakepid"), Lease: "3s", Out: out, Who: who, Script: sleeperScript}))
+		return filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL(dbName), Lease: "3s", Out: out, Who: who, Script: sleeperScript}))
 	}
 	running := func(d *daemonProc) int { return sleepersOf(d, shared) }
 	for _, order := range []string{"A in a container, B in another", "A on the host, B in a container"} {
@@ -279,13 +273,11 @@ func TestContainerRestartTakesAgentsAtOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mount and pid namespaces")
 	}
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("containerrestart"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "containerrestart")
 	out := t.TempDir()
 	shared := t.TempDir()
-	repo := filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL("containerrestart"), Lease: "30s", Out: out, Who: "a", Script: sleeperScript}))
+	repo := filepath.Dir(fenceConfig(t, fenceCfg{Store: srv.URL(dbName), Lease: "30s", Out: out, Who: "a", Script: sleeperScript}))
 	running := func() bool { return len(treeProcesses(filepath.Join(shared, ".swarm"))) > 0 }
 	// A host process in the second container's pid 1's place would make
 	// the pid look alive: the restart must not depend on the pid at all.

@@ -191,10 +191,8 @@ func (p *stallProxy) close() {
 // one: once the lease expired, daemon B takes x, and two sessions of x
 // would run at once.
 func TestStalledRenewalStartsNoSession(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("stall"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "stall")
 	proxy := startStallProxy(t, srv)
 	out := t.TempDir()
 	config := func(who, url string) string {
@@ -205,7 +203,7 @@ func TestStalledRenewalStartsNoSession(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(out, who))
 		return strings.Count(string(b), "started")
 	}
-	cfgA, cfgB := config("a", proxy.url("stall")), config("b", srv.URL("stall"))
+	cfgA, cfgB := config("a", proxy.url(dbName)), config("b", srv.URL(dbName))
 	running := func(cfg string) bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
 	a := startDaemon(t, cfgA)
 	t.Cleanup(func() {
@@ -229,7 +227,7 @@ func TestStalledRenewalStartsNoSession(t *testing.T) {
 	}
 
 	// B takes x once the lease, never renewed since, has expired.
-	db, err := store.Open(context.Background(), srv.URL("stall"), store.Options{})
+	db, err := store.Open(context.Background(), srv.URL(dbName), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +282,9 @@ const swarmWriterLock = 0x5377_6172_6d64
 // expired leases, which takes the lock, shared the renewals' loop: a
 // renewal waited for it.)
 func TestRenewalDoesNotWaitForTheWritersLock(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("writerslock"); err != nil {
-		t.Fatal(err)
-	}
-	url := srv.URL("writerslock")
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "writerslock")
+	url := srv.URL(dbName)
 	out := t.TempDir()
 	cfg := fenceConfig(t, fenceCfg{Store: url, Lease: "3s", Out: out, Who: "a", Script: sleeperScript})
 	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
@@ -339,13 +335,11 @@ func TestRenewalDoesNotWaitForTheWritersLock(t *testing.T) {
 // time and renews on another connection: its lease is renewed, not left
 // to expire with every agent refused.
 func TestStalledRenewalIsRetried(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("stallonce"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "stallonce")
 	proxy := startStallProxy(t, srv)
 	out := t.TempDir()
-	cfg := fenceConfig(t, fenceCfg{Store: proxy.url("stallonce"), Lease: "3s", Out: out, Who: "a", Script: sleeperScript})
+	cfg := fenceConfig(t, fenceCfg{Store: proxy.url(dbName), Lease: "3s", Out: out, Who: "a", Script: sleeperScript})
 	a := startDaemon(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -354,7 +348,7 @@ func TestStalledRenewalIsRetried(t *testing.T) {
 	})
 	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
 	waitUntil(t, "x's session on A", running)
-	db, err := store.Open(context.Background(), srv.URL("stallonce"), store.Options{})
+	db, err := store.Open(context.Background(), srv.URL(dbName), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,10 +37,8 @@ swarmd task approve 1 > OUT/approve 2>&1; echo "exit $?" >> OUT/approve
 // its daemon's control socket, as the session's agent; a process that is not
 // one of the daemon's sessions is refused.
 func TestSessionCommandsGoThroughTheDaemon(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("sessioncli"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "sessioncli")
 	repo := gitRepo(t)
 	out := t.TempDir()
 	script := filepath.Join(out, "session.sh")
@@ -50,7 +48,7 @@ func TestSessionCommandsGoThroughTheDaemon(t *testing.T) {
 	cfg := writeConfig(t, repo, `
 listen: ""
 sandbox: {writable: [`+out+`]}
-store: "`+srv.URL("sessioncli")+`"
+store: "`+srv.URL(dbName)+`"
 backends:
   session:
     type: command

@@ -15,16 +15,14 @@ import (
 // says what it did and exits 0 (told it failed, the agent would report
 // again, or otherwise), and the task moved once.
 func TestTaskReportCommitAnswerLost(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("taskcut"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "taskcut")
 	p, err := srv.NewProxy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	url := p.URL("taskcut")
+	url := p.URL(dbName)
 	op := append(opEnv(), "SWARM_DB_PATH="+url)
 	alice := sessionEnv(url, "alice", 1)
 	cut := func(want string, args ...string) {
@@ -51,7 +49,7 @@ func TestTaskReportCommitAnswerLost(t *testing.T) {
 	mustCLI(t, alice, "task", "claim", "3")
 	cut("4\tpart a\n5\tpart b\n", "task", "split", "part a", "part b")
 
-	got, err := srv.Query("taskcut", `SELECT string_agg(task_id || ':' || to_state, ',' ORDER BY id) FROM events
+	got, err := srv.Query(dbName, `SELECT string_agg(task_id || ':' || to_state, ',' ORDER BY id) FROM events
 		WHERE agent = 'alice' AND effect = 'task'`)
 	if err != nil {
 		t.Fatal(err)
@@ -66,16 +64,14 @@ func TestTaskReportCommitAnswerLost(t *testing.T) {
 // answer is lost retries, finds the claim its lost attempt made, and says
 // it holds the task (exit 0), by id and without; the task is claimed once.
 func TestTaskClaimCommitAnswerLost(t *testing.T) {
-	srv := pgtest.Require(t)
-	if err := srv.CreateDB("claimcut"); err != nil {
-		t.Fatal(err)
-	}
+	srv := pgtest.Shared(t)
+	dbName := srv.NewDB(t, "claimcut")
 	p, err := srv.NewProxy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	url := p.URL("claimcut")
+	url := p.URL(dbName)
 	op := append(opEnv(), "SWARM_DB_PATH="+url)
 	for _, title := range []string{"one", "two"} {
 		mustCLI(t, op, "task", "add", title)
@@ -94,7 +90,7 @@ func TestTaskClaimCommitAnswerLost(t *testing.T) {
 		}
 		mustCLI(t, alice, "task", "fail", "--reason", "let go")
 	}
-	got, err := srv.Query("claimcut", `SELECT string_agg(task_id || ':' || to_state, ',' ORDER BY id) FROM events
+	got, err := srv.Query(dbName, `SELECT string_agg(task_id || ':' || to_state, ',' ORDER BY id) FROM events
 		WHERE agent = 'alice' AND effect = 'task'`)
 	if err != nil {
 		t.Fatal(err)
