@@ -60,6 +60,7 @@ case "$p" in *"needs-work (round 1 "*) printf 'write v2\nFAIL\n';; *) printf 'fi
 // the gate failure goes back to the task that caused it; the reviewer
 // claims nothing; the killed attempt never merges.
 func TestOneTaskOneChange(t *testing.T) {
+	t.Parallel() // its own repository and daemon; 16 s mostly of waiting on sessions and the gate
 	repo := gitRepo(t)
 	marks := t.TempDir()
 	mark := filepath.Join(marks, "slow-started")
