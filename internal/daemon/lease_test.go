@@ -225,7 +225,7 @@ func TestReapDoesNotUndoARetake(t *testing.T) {
 	waiting := func(query string) bool {
 		var n int
 		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE $1`, query+"%").Scan(&n)
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, query+"%").Scan(&n)
 		return err == nil && n > 0
 	}
 	waitFor(t, "the reaper closing zed-1", func() bool { return waiting("UPDATE sessions SET ended_at") })
