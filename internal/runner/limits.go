@@ -154,7 +154,7 @@ func (r *Runner) takeAbort() {
 	r.aborts.cancel = req
 	r.log.Info("cancelling the session", zap.String("session", r.seq.id), zap.String("abort_reason", req.reason),
 		zap.String("why", req.detail))
-	r.signal(sess.Cancel, "cancel")
+	r.signal(sess, false)
 	// The grace period bounds it now, not the session timeout.
 	r.cur.tm.cancelled(r.cfg.GracePeriod)
 }

@@ -217,7 +217,7 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 func (r *Runner) settleNote(rec SessionRecord, res backend.Result, out agent.ExitOutcome, stopping bool) (completed bool, note string) {
 	prev := r.m.State().Kind
 	switch {
-	case stopping:
+	case stopping && r.cur.cut:
 		note = "that session was stopped with its agent (" + r.snapReason() + ")"
 	case prev == agent.Interrupting:
 		note = "that session was interrupted by urgent mail"
@@ -229,7 +229,8 @@ func (r *Runner) settleNote(rec SessionRecord, res backend.Result, out agent.Exi
 		note, _ = stoppedNote(res)
 	case rec.Provider != "":
 		note = "that session was cut off by its provider (" + rec.Provider + ")"
-	case out.Kind == agent.Success && prev == agent.Running:
+	case out.Kind == agent.Success && (prev == agent.Running || stopping):
+		// Stopping, it ended on its own before the stop reached it.
 		return true, ""
 	default:
 		note = "that session failed: " + out.String()

@@ -419,11 +419,11 @@ func (r *Runner) effect(eff agent.SideEffect) (after func()) {
 		r.setDiskFull("")
 	case agent.CancelSession:
 		if s := r.cur.get(); s != nil {
-			r.signal(s.Cancel, "cancel")
+			r.signal(s, false)
 		}
 	case agent.ForceStopSession:
 		if s := r.cur.get(); s != nil {
-			r.signal(s.ForceStop, "force stop")
+			r.signal(s, true)
 		}
 	case agent.IncrementSession:
 		r.seq.completed()

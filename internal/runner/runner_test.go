@@ -578,6 +578,32 @@ func TestSettleMail(t *testing.T) {
 	})
 }
 
+// TestSessionEndedBeforeTheStopCompleted: a session that ended on its own
+// before the stop reached it (here it ends as it starts, and the stop is
+// asked for then too) was not cut short: it completed, so its mail is
+// delivered and not shown again. Only a session the stop cancelled while
+// it ran is "stopped with its agent".
+func TestSessionEndedBeforeTheStopCompleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) {
+			s.finish(backend.Result{Outcome: backend.OutcomeSuccess})
+			h.r.Stop("daemon")
+		}
+		h.start()
+		if err := <-h.err; err != nil {
+			t.Fatal(err)
+		}
+		got := h.pr.settlements()
+		if len(got) != 1 || !got[0].Completed || got[0].Note != "" {
+			t.Fatalf("settlements %+v, want the one session completed, with no note", got)
+		}
+		if got[0].Session.OutcomeLabel() != OutcomeSuccess {
+			t.Errorf("outcome %q, want %q", got[0].Session.OutcomeLabel(), OutcomeSuccess)
+		}
+	})
+}
+
 // TestIdleAfterDoneUntilWoken: a session that said DONE, then nothing to do:
 // no session starts however long it waits, until Wake finds work.
 func TestIdleAfterDoneUntilWoken(t *testing.T) {

@@ -34,12 +34,16 @@ type current struct {
 	timedOut    bool   // its session timeout cancelled it
 	forced      bool   // the runner force-stopped it outside a GraceExceeded transition
 	interrupted bool   // urgent mail interrupted it (UrgentMessage)
+	// cut: a cancel or force stop was sent while it still ran. A session
+	// that ended on its own before the daemon's stop reached it completed
+	// (settleNote): its mail is delivered and its report applied.
+	cut bool
 }
 
 // set makes sess the running session, started at now, which nothing has
 // begun to end yet.
 func (c *current) set(sess backend.Session, now time.Time) {
-	c.timedOut, c.forced, c.interrupted = false, false, false
+	c.timedOut, c.forced, c.interrupted, c.cut = false, false, false, false
 	c.mu.Lock()
 	c.sess, c.started = sess, now
 	c.mu.Unlock()
@@ -267,12 +271,12 @@ func (r *Runner) waitSession() {
 		tm.timeout.fired()
 		r.cur.timedOut = true
 		r.log.Info("session timeout, cancelling", zap.String("session", r.seq.id), zap.Duration("timeout", r.cfg.Timeout))
-		r.signal(sess.Cancel, "cancel")
+		r.signal(sess, false)
 		tm.cancelled(r.cfg.GracePeriod)
 	case <-tm.kill.C():
 		tm.kill.fired()
 		r.cur.forced = true
-		r.signal(sess.ForceStop, "force stop")
+		r.signal(sess, true)
 	case <-tm.grace.C():
 		tm.grace.fired()
 		r.apply(agent.EvGraceExceeded(), "runner", "grace period "+r.cfg.GracePeriod.String()+" exceeded")
@@ -390,7 +394,7 @@ func (r *Runner) endSession(sess backend.Session) {
 		return
 	default:
 	}
-	r.signal(sess.Cancel, "cancel")
+	r.signal(sess, false)
 	t := time.NewTimer(r.cfg.GracePeriod)
 	defer t.Stop()
 	select {
@@ -398,15 +402,26 @@ func (r *Runner) endSession(sess backend.Session) {
 	case <-t.C:
 		r.log.Warn("session ignored cancel for the grace period, force-stopping", zap.String("session", sess.ID()))
 		r.cur.forced = true
-		r.signal(sess.ForceStop, "force stop")
+		r.signal(sess, true)
 	case <-r.stop.forced():
 		r.cur.forced = true
-		r.signal(sess.ForceStop, "force stop")
+		r.signal(sess, true)
 	}
 	<-sess.Done()
 }
 
-func (r *Runner) signal(f func() error, what string) {
+// signal cancels sess (force: force-stops it), noting whether it still
+// ran: a session already over was not cut short.
+func (r *Runner) signal(sess backend.Session, force bool) {
+	select {
+	case <-sess.Done(): // it ended first: nothing of it is cut short
+	default:
+		r.cur.cut = true
+	}
+	f, what := sess.Cancel, "cancel"
+	if force {
+		f, what = sess.ForceStop, "force stop"
+	}
 	if err := f(); err != nil {
 		r.log.Warn("session "+what, zap.String("session", r.seq.id), zap.Error(err))
 	}
