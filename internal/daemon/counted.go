@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,15 +70,23 @@ func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, er
 		if len(cs) > 0 && cs[0].Trailer != "" && !d.merge.lines.anyMade.Load() {
 			// A store that has recorded no merge (a new one: a swarm
 			// moved to PostgreSQL) has no uncounted merge either: the
-			// queue's merges on the target are an earlier store's.
+			// queue's merges on the target are an earlier store's. Unless
+			// this store queued one of their tasks: then it is the swarm's
+			// first merge, made by a leader cut off before it recorded it
+			// (TestChaosPostgres: lines started on it were rejected for
+			// carrying it, over and over).
 			last, err := d.merge.queue.LastMade(ctx)
 			if err != nil {
 				return "", err
 			}
 			if last == "" {
-				return into, nil
+				ours, err := d.queuedAny(ctx, cs)
+				if err != nil || !ours {
+					return into, err
+				}
+			} else {
+				d.merge.lines.anyMade.Store(true)
 			}
-			d.merge.lines.anyMade.Store(true)
 		}
 		for i, c := range cs {
 			made := c.Trailer == "" // someone's own commit: counted as theirs
@@ -100,6 +110,25 @@ func (d *Daemon) lineBase(into, remote string) func(context.Context) (string, er
 		d.lineBelow(into, cs, cs[len(cs)-1].Parent)
 		return cs[len(cs)-1].Parent, nil
 	}
+}
+
+// queuedAny reports whether this store's merge queue has an entry for the
+// task of any merge of cs.
+func (d *Daemon) queuedAny(ctx context.Context, cs []worktree.FirstParent) (bool, error) {
+	for _, c := range cs {
+		id, err := strconv.ParseInt(strings.TrimSpace(c.Trailer), 10, 64)
+		if err != nil || id <= 0 {
+			continue // not the queue's trailer as it writes it
+		}
+		_, err = d.merge.queue.Store().Latest(ctx, id)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, merge.ErrNotFound):
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // lineBelow logs, once per tip, that lines start below the uncounted

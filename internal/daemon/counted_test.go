@@ -111,6 +111,23 @@ func TestNewLineStartsBelowAnUncountedMerge(t *testing.T) {
 	if got := at(); got != lost {
 		t.Fatalf("a merge on the target, none recorded in the store: a line starts at %.12s, want the tip %.12s", got, lost)
 	}
+	// Unless the store queued its task: the swarm's first merge, made by
+	// a leader cut off before it recorded it.
+	testing7 := func() {
+		t.Helper()
+		now := store.FormatTime(time.Now())
+		if _, err := d.db.SQL().ExecContext(ctx, `INSERT INTO merge_queue (task_id, agent, branch, head, state, result, detail, candidate,
+			gate_seq, notified, enqueued_at) VALUES (7, 'bob', 'swarm/task/7', ?, 'testing', '', '', ?, 1, 0, ?)`, lost, lost, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testing7()
+	if got := at(); got != pushed {
+		t.Fatalf("the swarm's first merge on the target, not recorded, its task queued: a line starts at %.12s, want %.12s below it", got, pushed)
+	}
+	if _, err := d.db.SQL().ExecContext(ctx, `DELETE FROM merge_queue WHERE task_id = 7`); err != nil {
+		t.Fatal(err)
+	}
 	recordMerged(t, d, 1, pushed) // the store has recorded a merge since
 	if got := at(); got != pushed {
 		t.Fatalf("an uncounted merge on the target: a line starts at %.12s, want %.12s below it", got, pushed)
