@@ -74,6 +74,23 @@ func (m *runMain) Run(ctx context.Context) error {
 	// First, before anything has side effects: it may execute the binary
 	// again.
 	treeSlack, slackErr := raiseTimerSlack(cfg.Limits.DaemonTimerSlack)
+	// The signals next, before the first log line: a stop signal from
+	// then on is the daemon's to handle (kept until the start can act on
+	// it), not the kernel's default end; one before it finds nothing
+	// started.
+	sigs, stopSignals := notifySignals()
+	defer stopSignals()
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer signal.Stop(hups)
+	// A log pipe that closes (a terminal's tee, a log collector going
+	// away) must not end the daemon with its sessions running: SIGPIPE
+	// caught, a write to it fails with EPIPE instead. Caught, not ignored:
+	// the sessions' programs get SIGPIPE's default back at exec, where an
+	// ignored signal would stay ignored.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	log, err := newLogger(m.s.err, m.logFormat, m.logLevel)
 	if err != nil {
 		return cli.Usage(err)
@@ -88,20 +105,6 @@ func (m *runMain) Run(ctx context.Context) error {
 		return cli.Usagef("run: %v", err)
 	}
 	defer stopPprof()
-
-	sigs, stopSignals := notifySignals()
-	defer stopSignals()
-	hups := make(chan os.Signal, 1)
-	signal.Notify(hups, syscall.SIGHUP)
-	defer signal.Stop(hups)
-	// A log pipe that closes (a terminal's tee, a log collector going
-	// away) must not end the daemon with its sessions running: SIGPIPE
-	// caught, a write to it fails with EPIPE instead. Caught, not ignored:
-	// the sessions' programs get SIGPIPE's default back at exec, where an
-	// ignored signal would stay ignored.
-	pipes := make(chan os.Signal, 1)
-	signal.Notify(pipes, syscall.SIGPIPE)
-	defer signal.Stop(pipes)
 
 	// A start can wait (for leases a namesake may hold): a stop signal
 	// meanwhile ends it, and the daemon then stops before running anything.
