@@ -174,13 +174,16 @@ agents:
 		}
 	}
 	waitNote("READY=1")
-	// Success, then error (CoolingDown), then a running session.
+	// Success, then error (CoolingDown), then a running session. The
+	// agent's error count is its journal row's, which may follow the
+	// state's gauge by a write (CI, under load): waited for with them.
 	deadline := time.Now().Add(30 * time.Second)
 	var body string
 	for {
 		body = scrape(t, "http://"+addr+"/metrics")
 		if strings.Contains(body, `swarmd_sessions_total{agent="alice",outcome="error"} 1`) &&
-			strings.Contains(body, `swarmd_agent_state{agent="alice",state="Running"} 1`) {
+			strings.Contains(body, `swarmd_agent_state{agent="alice",state="Running"} 1`) &&
+			strings.Contains(body, `swarmd_agent_total_errors{agent="alice"} 1`) {
 			break
 		}
 		if time.Now().After(deadline) {
