@@ -96,7 +96,11 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 			t.Logf("daemon A's log:\n%s", a.log())
 		}
 	})
-	waitUntil(t, "x's session on A", func() bool { return started("a") == 1 && running(cfgA) })
+	var pids []int
+	waitUntil(t, "x's session on A", func() bool {
+		pids = treePids(filepath.Join(filepath.Dir(cfgA), ".swarm"))
+		return started("a") == 1 && len(pids) > 0
+	})
 
 	// A stops, as a paused VM would: its guard kills x's session before
 	// the lease (2 s) runs out.
@@ -104,7 +108,7 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "A's session killed by its lease guard", func() bool { return !running(cfgA) })
+	waitUntil(t, "A's session killed by its lease guard", func() bool { return ended(pids) && !running(cfgA) })
 	killed := time.Now()
 	db, err := store.Open(context.Background(), url, store.Options{})
 	if err != nil {
@@ -241,7 +245,7 @@ backends:
 agents:
   - {name: x, role: works, backend: sleeper}
 `, isolation, out, url, out, sleeperScript))
-	running := func() bool { return len(treeProcesses(filepath.Join(filepath.Dir(cfg), ".swarm"))) > 0 }
+	stateDir := filepath.Join(filepath.Dir(cfg), ".swarm")
 	a := startDaemon(t, cfg)
 	t.Cleanup(func() {
 		_ = a.cmd.Process.Signal(syscall.SIGCONT)
@@ -249,11 +253,12 @@ agents:
 			t.Logf("daemon A's log:\n%s", a.log())
 		}
 	})
-	waitUntil(t, "x's session on A", running)
+	var pids []int
+	waitUntil(t, "x's session on A", func() bool { pids = treePids(stateDir); return len(pids) > 0 })
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "A's session killed by its lease guard", func() bool { return !running() })
+	waitUntil(t, "A's session killed by its lease guard", func() bool { return ended(pids) && len(treePids(stateDir)) == 0 })
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

@@ -294,6 +294,37 @@ func treeProcesses(stateDir string) []string {
 	return out
 }
 
+// treePids is treeProcesses' process ids.
+func treePids(stateDir string) []int {
+	var out []int
+	for _, p := range treeProcesses(stateDir) {
+		pid, err := strconv.Atoi(p[:strings.IndexByte(p, ':')])
+		if err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// ended reports whether every process of pids has ended: gone, or a zombie
+// its parent (a stopped daemon) has not reaped. An empty treeProcesses is
+// no proof of that: a process's environment, where the marker is, reads
+// empty for a moment while it executes another program (a session's sh
+// executing sleep), which once let a test take a live session for killed.
+func ended(pids []int) bool {
+	for _, pid := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
 // waitTreeProcesses polls /proc until at least n processes of stateDir run
 // (sessions and the setsid children their scripts start).
 func waitTreeProcesses(t *testing.T, stateDir string, n int) {

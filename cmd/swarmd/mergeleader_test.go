@@ -94,16 +94,18 @@ func TestPausedMergeLeaderDoesNotRejectOnItsGuardsKill(t *testing.T) {
 	})
 	a.waitLine("the merge leader", func(m map[string]any) bool { return m["msg"] == "this daemon runs the swarm's merge queue" })
 	id := addTask(t, cfg, "work item", "--to", "alice")
+	var pids []int
 	waitUntil(t, "the gate running", func() bool {
 		b, _ := os.ReadFile(filepath.Join(out, "gate-started"))
-		return strings.Count(string(b), "\n") == 1 && len(treeProcesses(stateDir)) > 0
+		pids = treePids(stateDir)
+		return strings.Count(string(b), "\n") == 1 && len(pids) > 0
 	})
 
 	// Stopped past the guard's deadline: the guard kills the gate.
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the gate killed by the lease guard", func() bool { return len(treeProcesses(stateDir)) == 0 })
+	waitUntil(t, "the gate killed by the lease guard", func() bool { return ended(pids) && len(treeProcesses(stateDir)) == 0 })
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
