@@ -63,6 +63,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzClaudeParser -fuzztime $(FUZZTIME) ./internal/backend
 	$(GO) test -run '^$$' -fuzz FuzzCodexParser -fuzztime $(FUZZTIME) ./internal/backend
 	$(GO) test -run '^$$' -fuzz FuzzGeminiParser -fuzztime $(FUZZTIME) ./internal/backend
+	$(GO) test -run '^$$' -fuzz FuzzRenderer -fuzztime $(FUZZTIME) ./internal/backend
+	$(GO) test -run '^$$' -fuzz FuzzNotification -fuzztime $(FUZZTIME) ./internal/store
+	$(GO) test -run '^$$' -fuzz FuzzCheckLoose -fuzztime $(FUZZTIME) ./internal/quarantine
+	$(GO) test -run '^$$' -fuzz FuzzRoutes -fuzztime $(FUZZTIME) ./internal/control
+	$(GO) test -run '^$$' -fuzz FuzzRequest -fuzztime $(FUZZTIME) ./internal/web
 
 demo: build
 	bash scripts/demo.sh $(BIN)

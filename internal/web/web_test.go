@@ -114,6 +114,7 @@ type fixture struct {
 	src  *source
 	acts *actions
 	hub  *view.Hub
+	h    http.Handler // the dashboard's handler, as srv serves it
 	srv  *httptest.Server
 	tok  string
 }
@@ -143,7 +144,8 @@ func newFixture(t testing.TB, tok string, agents int) *fixture {
 				Spend:    view.Spend{Sessions: 2, TokensIn: 10, TokensOut: 5, CostUSD: 0.5}}, nil
 		}}
 	s := New(Options{Service: svc, Token: func() string { return f.tok }, LoopbackOnly: true})
-	f.srv = httptest.NewServer(s.Handler())
+	f.h = s.Handler()
+	f.srv = httptest.NewServer(f.h)
 	t.Cleanup(func() {
 		cancel()
 		f.hub.Close()
