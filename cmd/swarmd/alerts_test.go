@@ -39,6 +39,7 @@ agents:
 // the agent stops as soon, and the daemon's stop tries the alert for its
 // drain (5 s) at most, then logs it, naming carol, as not delivered.
 func TestWebhookToldOfAStoppedAgent(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	got := make(chan map[string]any, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m map[string]any

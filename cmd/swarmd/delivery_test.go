@@ -26,6 +26,7 @@ import (
 // by a session that completed and was shown it, or by an explicit
 // `swarmd mail read`, and no message was shown to two completed sessions.
 func TestMailDeliveryUnderInterruptsAndKills(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	if testing.Short() {
 		t.Skip("stress test")
 	}

@@ -66,6 +66,7 @@ agents:
 // With cgroups the guard kills the daemon's cgroup (cgroup.kill); with
 // isolation off, the processes marked as the daemon's.
 func TestPausedDaemonNeverRunsAlongsideItsSuccessor(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	srv := pgtest.Shared(t)
 	for _, iso := range []string{"auto", "off"} {
 		t.Run("isolation="+iso, func(t *testing.T) {
@@ -220,6 +221,7 @@ func testPausedDaemon(t *testing.T, url, isolation string) {
 // parent_aborted (swarmd ended it: its daemon could not keep the lease),
 // not oom.
 func TestLeaseGuardKillIsRecordedAsSuch(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	srv := pgtest.Shared(t)
 	for _, iso := range []string{"auto", "off"} {
 		t.Run("isolation="+iso, func(t *testing.T) {

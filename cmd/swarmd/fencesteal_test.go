@@ -35,6 +35,7 @@ echo DONE
 // again) and its mail claimed by a session that never ran (unacknowledged,
 // shown again).
 func TestPausedDaemonTakesNothingFromItsSuccessor(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	srv := pgtest.Shared(t)
 	dbName := srv.NewDB(t, "steal")
 	url := srv.URL(dbName)

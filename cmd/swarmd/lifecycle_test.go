@@ -198,6 +198,7 @@ func TestLostLogPipeEndsNothing(t *testing.T) {
 // naming it; and status against a daemon that takes the connection but
 // never answers fails within seconds instead of hanging.
 func TestOperatorCommandsTellItStraight(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	repo := gitRepo(t)
 	cfg := writeConfig(t, repo, `
 listen: ""

@@ -72,6 +72,7 @@ func gitOutput(t *testing.T, args ...string) string {
 // task's to fail: when the daemon continues, the task is tested again and
 // merged, not sent back to its worker as gate_failed.
 func TestPausedMergeLeaderDoesNotRejectOnItsGuardsKill(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	srv := pgtest.Shared(t)
 	dbName := srv.NewDB(t, "mergeguard")
 	url := srv.URL(dbName)
@@ -206,6 +207,8 @@ func cutMergeLock(t *testing.T, srv *pgtest.Server, db string) {
 // merged once: one merge commit on the remote's main each, the store's
 // record at that commit.
 func TestMergeLeaderCutOffWhilePausedLeavesTheBatchToItsSuccessor(t *testing.T) {
+	// Its own repositories, daemons and server; mostly waiting on leases and sessions.
+	t.Parallel()
 	srv := pgtest.RequireDurable(t) // an immediate restart loses no acknowledged commit
 	const dbName = "mergeleader"
 	if err := srv.CreateDB(dbName); err != nil {
@@ -386,6 +389,7 @@ func gitDir(t *testing.T, repo string) string {
 // the lease timeout (and several lock checks): daemon B takes the queue
 // over, gates the task and merges it.
 func TestPausedMergeLeaderHandsTheQueueOver(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	srv := pgtest.Shared(t)
 	dbName := srv.NewDB(t, "mergepause")
 	p := startMergePair(t, srv.URL(dbName), "3s")

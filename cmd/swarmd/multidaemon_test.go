@@ -46,6 +46,7 @@ echo DONE
 // and its agent finishes it, exactly once; daemon 2 restarted takes its
 // agent back and leaves nothing of the killed run behind.
 func TestTwoDaemonsOneSwarm(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	srv := pgtest.Shared(t)
 	dbName := srv.NewDB(t, "swarm")
 	url := srv.URL(dbName)

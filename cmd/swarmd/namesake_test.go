@@ -26,6 +26,7 @@ import (
 // Once the first is paused past its lease, the second takes x; the first,
 // resumed, leaves x to it.
 func TestNamesakeDaemonsNeverRunAnAgentTogether(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mount namespaces")
 	}
@@ -210,6 +211,7 @@ func startInPidNamespace(t *testing.T, who, repo, shared string) *daemonProc {
 // containers), so B took A's lease for its dead predecessor's and ran x
 // beside A. It must wait, and be refused once A renews.
 func TestNamesakeInAPidNamespaceIsRefused(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mount and pid namespaces")
 	}

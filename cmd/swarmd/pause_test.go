@@ -111,6 +111,7 @@ func statusOf(t *testing.T, cfg, name string) cli.StatusRow {
 // survives kill -9 of the daemon: the new daemon starts no session for the
 // agent, and urgent mail sent meanwhile waits for the resume.
 func TestPauseNowFreezesAndSurvivesKill9(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	repo := gitRepo(t)
 	dir := t.TempDir()
 	cfg := writeConfig(t, repo, fmt.Sprintf(`

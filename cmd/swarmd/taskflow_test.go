@@ -55,6 +55,7 @@ func idleLine(agent string) func(map[string]any) bool {
 // start no session; a new task, a dependency closing, subtasks finishing and
 // new mail wake them within the same watch as urgent mail.
 func TestTasksIdleAndWake(t *testing.T) {
+	t.Parallel() // its own repositories, daemons and databases; mostly waiting on leases and sessions
 	repo := gitRepo(t)
 	cfg := writeConfig(t, repo, `
 listen: ""
