@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -68,4 +69,52 @@ func scanMember(s Scanner) (Member, error) {
 		return Member{}, fmt.Errorf("agent %s of daemon %s: recorded_at: %w", m.Agent, m.Daemon, err)
 	}
 	return m, nil
+}
+
+// LiveDaemonError is ForgetMembers' refusal: the daemon holds leases that
+// have not expired, so it runs (or stopped moments ago and may be back).
+type LiveDaemonError struct {
+	Daemon string
+	Leases int // unexpired
+}
+
+func (e *LiveDaemonError) Error() string {
+	return fmt.Sprintf("daemon %s holds %d unexpired agent lease(s): it runs; stop it (or wait for its leases to expire) first", e.Daemon, e.Leases)
+}
+
+// ErrUnknownDaemon is ForgetMembers' refusal of a daemon that recorded no
+// agents.
+var ErrUnknownDaemon = errors.New("no such daemon in the swarm's list of agents")
+
+// ForgetMembers removes daemon's list of agents (SetMembers), for a daemon
+// retired for good: its agents stop being the swarm's, and tasks assigned
+// to them wait for a person. It returns how many rows it removed. A daemon
+// whose leases have not expired by now is refused (*LiveDaemonError), in
+// the statement that deletes: a daemon takes its leases before it records
+// its agents, so a start racing the removal keeps its list.
+func (db *DB) ForgetMembers(ctx context.Context, daemon string, now time.Time) (int64, error) {
+	var n int64
+	err := db.InTx(ctx, "forget a daemon's agents", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM swarm_members WHERE daemon = ?
+			AND NOT EXISTS (SELECT 1 FROM agent_leases WHERE daemon = ? AND expires_at > ?)`, daemon, daemon, FormatTime(now))
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		var live, rows int
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM agent_leases WHERE daemon = ? AND expires_at > ?),
+			(SELECT COUNT(*) FROM swarm_members WHERE daemon = ?)`, daemon, FormatTime(now), daemon).Scan(&live, &rows); err != nil {
+			return err
+		}
+		switch {
+		case live > 0:
+			return &LiveDaemonError{Daemon: daemon, Leases: live}
+		case rows == 0:
+			return fmt.Errorf("%w: %q", ErrUnknownDaemon, daemon)
+		}
+		return nil
+	})
+	return n, err
 }

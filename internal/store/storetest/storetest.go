@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 		{"ChangesSignalled", testChanges},
 		{"LeasesUniqueAndExpire", testLeases},
 		{"MembersPerDaemon", testMembers},
+		{"ForgetMembers", testForgetMembers},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
 	}
@@ -753,5 +754,39 @@ func must[T any](v T, err error) func(t *testing.T) T {
 			t.Fatal(err)
 		}
 		return v
+	}
+}
+
+// testForgetMembers: a retired daemon's list of agents goes, and only its
+// own; a daemon holding a lease that has not expired keeps its list, and
+// one that recorded nothing is an error that says so.
+func testForgetMembers(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.Open(t, h.Fresh(t))
+	if err := db.SetMembers(ctx, "host1:/a", []store.Member{{Agent: "alice"}, {Agent: "rita", ReviewOnly: true}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetMembers(ctx, "host2:/b", []store.Member{{Agent: "bob"}}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "host2:/b", Host: "host2", PID: 7}, []string{"bob"}, t0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var live *store.LiveDaemonError
+	if n, err := db.ForgetMembers(ctx, "host2:/b", t0.Add(30*time.Second)); !errors.As(err, &live) || live.Leases != 1 || n != 0 {
+		t.Fatalf("ForgetMembers of a daemon whose lease runs = %d, %v; want a *LiveDaemonError of 1 lease", n, err)
+	}
+	if n, err := db.ForgetMembers(ctx, "host3:/c", t0); !errors.Is(err, store.ErrUnknownDaemon) || n != 0 {
+		t.Fatalf("ForgetMembers of a daemon that recorded nothing = %d, %v; want ErrUnknownDaemon", n, err)
+	}
+	if n, err := db.ForgetMembers(ctx, "host1:/a", t0); err != nil || n != 2 {
+		t.Fatalf("ForgetMembers of a retired daemon = %d, %v; want its 2 rows", n, err)
+	}
+	// Once its lease has expired, the other may go too.
+	if n, err := db.ForgetMembers(ctx, "host2:/b", t0.Add(2*time.Minute)); err != nil || n != 1 {
+		t.Fatalf("ForgetMembers of a daemon whose lease expired = %d, %v; want its row", n, err)
+	}
+	if ms := must(db.Members(ctx))(t); len(ms) != 0 {
+		t.Fatalf("Members after both were forgotten = %+v, want none", ms)
 	}
 }

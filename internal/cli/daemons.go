@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/swarmd/swarmd/internal/store"
+)
+
+// DaemonJSON is one element of `swarmd daemons --json`.
+type DaemonJSON struct {
+	Daemon   string     `json:"daemon"` // host and state dir, as its leases name it
+	Agents   []string   `json:"agents"` // as its config last recorded them
+	Recorded *time.Time `json:"recorded,omitempty"`
+	// Leases it holds: unexpired (it runs) and expired (it died or stopped
+	// uncleanly; another daemon reaps them).
+	Live    int `json:"live_leases"`
+	Expired int `json:"expired_leases"`
+}
+
+// daemonsOptions are `swarmd daemons`'s.
+type daemonsOptions struct {
+	IO         Streams
+	ConfigPath string
+	JSON       bool
+	Forget     string // the daemon to forget ("": list)
+	Now        func() time.Time
+}
+
+// NewDaemonsCommand is `swarmd daemons`.
+func NewDaemonsCommand(s Streams) *cobra.Command { return newDaemonsCmd(s, nil) }
+
+// newDaemonsCmd is `swarmd daemons` and `swarmd daemons forget`; runF (nil:
+// daemonsRun) runs them.
+func newDaemonsCmd(s Streams, runF func(context.Context, *daemonsOptions) error) *cobra.Command {
+	opts := &daemonsOptions{IO: s, Now: time.Now}
+	cmd := &cobra.Command{
+		Use:   "daemons",
+		Short: "The swarm's daemons: the agents each runs, and whether it holds its leases",
+		Long: `List the daemons of the swarm, one line each: its name (host and state dir), the agents its config
+last recorded (at its start and at each reload), when, and the agent leases it holds, live or
+expired. On a store of its own there is one daemon; on a shared PostgreSQL store, every daemon
+that ever ran on it and was not forgotten. The agents of every listed daemon, running or stopped,
+are the swarm's: tasks may be assigned to them and mail sent to them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Forget = ""
+			return orRun(runF, daemonsRun)(cmd.Context(), opts)
+		},
+	}
+	cmd.PersistentFlags().StringVarP(&opts.ConfigPath, "config", "c", configName, "config file (names the store)")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "a JSON array of {daemon, agents, recorded, live_leases, expired_leases}")
+	forget := &cobra.Command{
+		Use:   "forget DAEMON",
+		Short: "Remove a daemon retired for good from the swarm's list, and its agents with it",
+		Long: `Remove a daemon retired for good (its host decommissioned, its state dir gone) from the swarm's
+list, as 'swarmd daemons' names it. Its agents are then no longer the swarm's, unless another
+daemon's config names them: tasks assigned to them wait for a person (swarmd inbox), and a daemon
+under that name that starts again records its agents anew. A daemon whose leases have not expired
+runs, and is refused: stop it first (its leases are released at a clean stop).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Forget = args[0]
+			return orRun(runF, daemonsRun)(cmd.Context(), opts)
+		},
+	}
+	cmd.AddCommand(forget)
+	return cmd
+}
+
+func daemonsRun(ctx context.Context, opts *daemonsOptions) error {
+	verb := "daemons"
+	if opts.Forget != "" {
+		verb = "daemons forget"
+	}
+	who, err := whoCalls(opts.IO.Getenv, verb)
+	if err != nil {
+		return err
+	}
+	if who.inSession || !who.isOperator() {
+		return usagef("%s: an operator command; agent %s's session may not run it", verb, who.name)
+	}
+	db, err := openSwarmDB(ctx, opts.IO, opts.ConfigPath, verb)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if opts.Forget != "" {
+		return forgetDaemon(ctx, db.DB, opts)
+	}
+	ds, err := readDaemons(ctx, db.DB, opts.Now())
+	if err != nil {
+		return fmt.Errorf("%s: %w", verb, err)
+	}
+	if opts.JSON {
+		return printJSON(opts.IO.Out, ds)
+	}
+	if len(ds) == 0 {
+		_, err := fmt.Fprintln(opts.IO.Out, "no daemon has recorded its agents yet (has swarmd run on this store?)")
+		return err
+	}
+	w := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "DAEMON\tAGENTS\tRECORDED\tLEASES")
+	for _, d := range ds {
+		recorded := "-"
+		if d.Recorded != nil {
+			recorded = d.Recorded.Local().Format(time.DateTime)
+		}
+		leases := fmt.Sprintf("%d live", d.Live)
+		if d.Expired > 0 {
+			leases += fmt.Sprintf(", %d expired", d.Expired)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", printable(d.Daemon, false), printable(strings.Join(d.Agents, ","), false), recorded, leases)
+	}
+	return w.Flush()
+}
+
+// readDaemons is every daemon that recorded its agents or holds a lease
+// (a daemon of a release before the list records none), by name.
+func readDaemons(ctx context.Context, db *store.DB, now time.Time) ([]DaemonJSON, error) {
+	ms, err := db.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := db.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*DaemonJSON{}
+	get := func(name string) *DaemonJSON {
+		d := by[name]
+		if d == nil {
+			d = &DaemonJSON{Daemon: name, Agents: []string{}}
+			by[name] = d
+		}
+		return d
+	}
+	for _, m := range ms {
+		d := get(m.Daemon)
+		d.Agents = append(d.Agents, m.Agent)
+		if at := m.Recorded; d.Recorded == nil || at.After(*d.Recorded) {
+			d.Recorded = &at
+		}
+	}
+	for _, l := range leases {
+		d := get(l.Daemon)
+		if l.Expires.After(now) {
+			d.Live++
+		} else {
+			d.Expired++
+		}
+	}
+	out := make([]DaemonJSON, 0, len(by))
+	for _, d := range by {
+		slices.Sort(d.Agents)
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b DaemonJSON) int { return strings.Compare(a.Daemon, b.Daemon) })
+	return out, nil
+}
+
+func forgetDaemon(ctx context.Context, db *store.DB, opts *daemonsOptions) error {
+	n, err := db.ForgetMembers(ctx, opts.Forget, opts.Now())
+	var live *store.LiveDaemonError
+	switch {
+	case errors.As(err, &live):
+		return usagef("daemons forget: %s", live.Error())
+	case errors.Is(err, store.ErrUnknownDaemon):
+		ds, rerr := readDaemons(ctx, db, opts.Now())
+		if rerr != nil {
+			return usagef("daemons forget: no daemon %q in the swarm's list", opts.Forget)
+		}
+		names := make([]string, 0, len(ds))
+		for _, d := range ds {
+			names = append(names, d.Daemon)
+		}
+		return usagef("daemons forget: no daemon %q in the swarm's list (daemons: %s)", printable(opts.Forget, false), strings.Join(names, ", "))
+	case err != nil:
+		return fmt.Errorf("daemons forget: %w", err)
+	}
+	_, err = fmt.Fprintf(opts.IO.Out, "forgot daemon %s and its %d agent(s): tasks assigned only to them now wait for a person (swarmd inbox)\n",
+		printable(opts.Forget, false), n)
+	return err
+}
