@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
@@ -167,6 +169,21 @@ func TestLeaderMergesTheWorkOfAWorkerThatLeft(t *testing.T) {
 		}
 		return false
 	})
+	// Told where a person looks too, once: the leader's log may be on
+	// another machine.
+	notes, err := d.mail.Inbox(ctx, mailbox.Operator, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told int
+	for _, m := range notes {
+		if m.Subject == fmt.Sprintf("task #%d waits for its line to be pushed", first) && strings.Contains(m.Body, "git push") && strings.Contains(m.Body, unpushed) {
+			told++
+		}
+	}
+	if told != 1 {
+		t.Errorf("notes to the operator about task %d: %d, want 1:\n%+v", first, told, notes)
+	}
 	// The operator pushes it from the clone that has it: it merges.
 	gitRun(t, "-C", clone, "push", "-q", "origin", unpushed+":refs/heads/swarm/task/1")
 	waitFor(t, "the unpushed task merged once pushed", func() bool {

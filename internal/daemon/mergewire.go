@@ -367,10 +367,16 @@ func (d *Daemon) queueLeft(ctx context.Context, r taskboard.Ready, remote string
 		if remote == "" {
 			fix = "fetch it into this clone (no remote is configured to fetch it from)"
 		}
-		d.log.Warn(fmt.Sprintf("merge queue: task %d is DONE and its review passed, but its worker %s is run by no daemon "+
+		what := fmt.Sprintf("task %d is DONE and its review passed, but its worker %s is run by no daemon "+
 			"of the swarm, and its frozen head %s cannot be fetched through its line %s: %s; the daemon that leads the queue "+
-			"then queues it", r.ID, r.Worker, r.Head, line, fix),
-			zap.Int64("task", r.ID), zap.String("worker", r.Worker), zap.String("head", r.Head), zap.Error(err))
+			"then queues it", r.ID, r.Worker, r.Head, line, fix)
+		d.log.Warn("merge queue: "+what, zap.Int64("task", r.ID), zap.String("worker", r.Worker), zap.String("head", r.Head), zap.Error(err))
+		// The log is the leader's, maybe on another machine: the operator's
+		// inbox (swarmd inbox, the dashboards) is where a person looks.
+		if _, merr := d.mail.NoteToOperator(ctx, fmt.Sprintf("task #%d waits for its line to be pushed", r.ID),
+			what+" ("+err.Error()+")."); merr != nil {
+			d.log.Warn("mail the operator", zap.Int64("task", r.ID), zap.Error(merr))
+		}
 	}
 	return false
 }
