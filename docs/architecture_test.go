@@ -207,7 +207,7 @@ func TestAgentMachineTable(t *testing.T) {
 // reaching for the mailbox, the runner for the daemon) is the wrong way.
 var tiers = [][]string{
 	{"sysfile"}, // the kernel's files, for cgroup and proc
-	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "quarantine", "fence", "notify", "control", "environ", "service", "mockllm", "pgtest"}, // leaves: import nothing of swarmd but sysfile
+	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "quarantine", "fence", "notify", "control", "environ", "service", "mockllm", "pgtest", "fuzzhttp"}, // leaves: import nothing of swarmd but sysfile
 	{"proc"},
 	{"backend", "hooks", "worktree", "store", "logs"},
 	{"mailbox", "taskboard", "merge", "runner", "gitmaint"},

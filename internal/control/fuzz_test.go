@@ -1,19 +1,16 @@
 package control
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/swarmd/swarmd/internal/fuzzhttp"
 )
 
 // routeAPI answers every route of the socket and records what reached it.
@@ -95,18 +92,6 @@ func (a *routeAPI) SessionCLI(_ context.Context, req SessionCLIRequest) (Session
 	return SessionCLIResult{Stdout: "ok\n"}, nil
 }
 
-// endAtFlush ends a request at its first flush: a followed event stream
-// has answered by then.
-type endAtFlush struct {
-	*httptest.ResponseRecorder
-	cancel context.CancelFunc
-}
-
-func (w endAtFlush) Flush() {
-	w.ResponseRecorder.Flush()
-	w.cancel()
-}
-
 // FuzzRoutes: whatever a client of the control socket sends (a session's
 // forwarded command among them, which a hostile agent writes), the routes
 // answer with a status of the API's, never panic, answer an error in JSON
@@ -142,25 +127,15 @@ func FuzzRoutes(f *testing.F) {
 		// http.ServeMux's to a path's clean form ("/v1//agents", "/v1/./agents").
 		http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect}
 	f.Fuzz(func(t *testing.T, method, target string, body []byte) {
-		if !strings.HasPrefix(target, "/") {
-			target = "/" + target
+		rec, ok := fuzzhttp.Serve(h, method, target, body, nil)
+		if !ok {
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, method, "http://swarmd"+target, bytes.NewReader(body))
-		if err != nil {
-			return // a request line the server's parser refuses first
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(endAtFlush{rec, cancel}, req)
 		if !slices.Contains(statuses, rec.Code) {
 			t.Errorf("%s %q: status %d: %s", method, target, rec.Code, rec.Body.String())
 		}
-		if rec.Code >= 400 && strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
-			var eb errorBody
-			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error == "" || strings.Contains(eb.Error, "\n") {
-				t.Errorf("%s %q: %d with error body %q (%v), want one line saying what is wrong", method, target, rec.Code, rec.Body.String(), err)
-			}
+		if !fuzzhttp.OneLineError(rec) {
+			t.Errorf("%s %q: %d with error body %q, want one line saying what is wrong", method, target, rec.Code, rec.Body.String())
 		}
 		api.mu.Lock()
 		bad := api.bad
