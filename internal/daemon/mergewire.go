@@ -16,6 +16,7 @@ import (
 	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/service"
+	"github.com/swarmd/swarmd/internal/store"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
@@ -295,10 +296,12 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 	}
 }
 
-// leftHead is a frozen head queueLeft could not get, and when it tried.
+// leftHead is a frozen head queueLeft could not get, when it tried, and
+// whether the operator was sent a note of it.
 type leftHead struct {
-	head string
-	at   time.Time
+	head  string
+	at    time.Time
+	noted bool
 }
 
 // queueLeft reports whether this daemon queues r, a task ready to merge
@@ -356,29 +359,50 @@ func (d *Daemon) queueLeft(ctx context.Context, r taskboard.Ready, remote string
 	if d.merge.leftHeads == nil {
 		d.merge.leftHeads = map[int64]leftHead{}
 	}
-	d.merge.leftHeads[r.ID] = leftHead{head: r.Head, at: time.Now()}
+	same := tried && last.head == r.Head
+	now := leftHead{head: r.Head, at: time.Now(), noted: same && last.noted}
+	defer func() { d.merge.leftHeads[r.ID] = now }()
 	line := d.trees.LineBranch(r.ID)
 	err := d.fetchLine(ctx, line, r.Head, remote)
 	if err == nil {
 		return true
 	}
-	if !tried || last.head != r.Head {
-		fix := fmt.Sprintf("push it from the clone that has it (git push %s %s:refs/heads/%s)", remote, r.Head, line)
-		if remote == "" {
-			fix = "fetch it into this clone (no remote is configured to fetch it from)"
-		}
-		what := fmt.Sprintf("task %d is DONE and its review passed, but its worker %s is run by no daemon "+
-			"of the swarm, and its frozen head %s cannot be fetched through its line %s: %s; the daemon that leads the queue "+
-			"then queues it", r.ID, r.Worker, r.Head, line, fix)
+	fix := fmt.Sprintf("push it from the clone that has it (git push %s %s:refs/heads/%s)", remote, r.Head, line)
+	if remote == "" {
+		fix = "fetch it into this clone (no remote is configured to fetch it from)"
+	}
+	what := fmt.Sprintf("task %d is DONE and its review passed, but its worker %s is run by no daemon "+
+		"of the swarm, and its frozen head %s cannot be fetched through its line %s: %s; the daemon that leads the queue "+
+		"then queues it", r.ID, r.Worker, r.Head, line, fix)
+	if !same {
 		d.log.Warn("merge queue: "+what, zap.Int64("task", r.ID), zap.String("worker", r.Worker), zap.String("head", r.Head), zap.Error(err))
-		// The log is the leader's, maybe on another machine: the operator's
-		// inbox (swarmd inbox, the dashboards) is where a person looks.
+	}
+	// The log is the leader's, maybe on another machine: the operator's
+	// inbox (swarmd inbox, the dashboards) is where a person looks, told
+	// once. Only of a worker that left the swarm: one that some daemon's
+	// config still names has a daemon paused, dead or restarting, which
+	// pushes the line when it is back, or whose agents another one takes.
+	if !now.noted && d.leftTheSwarm(ctx, r.Worker) {
 		if _, merr := d.mail.NoteToOperator(ctx, fmt.Sprintf("task #%d waits for its line to be pushed", r.ID),
 			what+" ("+err.Error()+")."); merr != nil {
 			d.log.Warn("mail the operator", zap.Int64("task", r.ID), zap.Error(merr))
+		} else {
+			now.noted = true
 		}
 	}
 	return false
+}
+
+// leftTheSwarm reports whether no daemon's config names agent as it last
+// recorded its agents (RecordMembers): removed from every config, or
+// renamed. An error reading them says no.
+func (d *Daemon) leftTheSwarm(ctx context.Context, agent string) bool {
+	ms, err := d.db.Members(ctx)
+	if err != nil {
+		d.log.Warn("merge queue: read the swarm's agents", zap.Error(err))
+		return false
+	}
+	return !slices.ContainsFunc(ms, func(m store.Member) bool { return m.Agent == agent })
 }
 
 // fetchLine fetches line from remote and fails unless this repository
