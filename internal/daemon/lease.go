@@ -280,6 +280,7 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 	// Take back the ones nobody holds now (their taker stopped): one at a
 	// time, since a take is all or none.
 	var still []string
+	retook := false
 	for _, a := range lost {
 		actx, cancel := context.WithTimeout(ctx, renewTimeout(cfg.LeaseTimeout))
 		got, expired, err := d.db.RetakeLease(actx, k.holder, a, time.Now(), cfg.LeaseTimeout)
@@ -288,11 +289,21 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 			still = append(still, a)
 			continue
 		}
+		retook = true
 		d.db.SetFence(a, got.Epoch)
 		for _, l := range expired {
 			d.recoverLease(ctx, l)
 		}
 		d.log.Warn("agent lease taken back", zap.String("agent", a), zap.Int64("epoch", got.Epoch))
+	}
+	if retook {
+		// Its list of agents again, as at its start: while it was away
+		// (paused past its leases) an operator may have forgotten it
+		// (swarmd daemons forget), and its agents would otherwise stay off
+		// the swarm's list until its next start or reload.
+		if err := RecordMembers(ctx, d.db, k.holder.Daemon, cfg); err != nil {
+			d.log.Warn("record the swarm's agents after taking leases back", zap.Error(err))
+		}
 	}
 	slices.Sort(still)
 	if news := k.lostNews(still); len(news) > 0 {

@@ -292,3 +292,38 @@ func TestReapDoesNotUndoARetake(t *testing.T) {
 		}
 	}
 }
+
+// TestTakenBackLeasesRecordTheAgentsAgain: a daemon forgotten while it was
+// away (its rows deleted, as `swarmd daemons forget` may once its leases
+// expired) records its agents again when it takes a lease back, not only at
+// its next start or reload: its agents stay the swarm's.
+func TestTakenBackLeasesRecordTheAgentsAgain(t *testing.T) {
+	srv := pgtest.Shared(t)
+	url := srv.URL(srv.NewDB(t, "retakemembers"))
+	ctx := context.Background()
+	db, err := store.Open(ctx, url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := start(t, repo(t, sharedYAML(url, 600*time.Millisecond, "alice")))
+	self := d.leaseHolder().Daemon
+	recorded := func() bool {
+		ms, err := db.Members(ctx)
+		return err == nil && len(ms) == 1 && ms[0].Agent == "alice" && ms[0].Daemon == self
+	}
+	waitFor(t, "alice recorded as this daemon's", recorded)
+
+	// Away: the operator forgets it, and another daemon takes alice for a
+	// while (its lease then expires, as a stopped taker's does).
+	if _, err := db.ExecCount(ctx, "forget", `DELETE FROM swarm_members WHERE daemon = ?`, self); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecCount(ctx, "take alice", `UPDATE agent_leases SET daemon = 'ghost:/away', epoch = epoch + 1 WHERE agent = 'alice'`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alice's lease taken back and alice recorded again", func() bool {
+		ls, err := db.Leases(ctx)
+		return err == nil && len(ls) == 1 && ls[0].Daemon == self && recorded()
+	})
+}
