@@ -239,6 +239,12 @@ func TestMergeLeaderCutOffWhilePausedLeavesTheBatchToItsSuccessor(t *testing.T) 
 	// 1. A stopped and cut off during task 1's gate; B merges it.
 	t1 := addTask(t, cfgA, "work item 1", "--to", "alice")
 	waitUntil(t, "A gating task 1", func() bool { return gateRunsOf(out, t1, stateA) == 1 })
+	// A pushes the task's line after the session, apart from its queue: B
+	// can merge only the head the remote holds. (Stopped before the push,
+	// A leaves B waiting for it, as it should.)
+	waitUntil(t, "task 1's line on the remote", func() bool {
+		return exec.Command("git", "--git-dir", remote, "rev-parse", "--verify", "-q", fmt.Sprintf("refs/heads/swarm/task/%d", t1)).Run() == nil
+	})
 	mainA := gitOutput(t, "-C", repoA, "rev-parse", "refs/heads/main")
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
