@@ -145,7 +145,17 @@ func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
 			// stop): killed, a daemon leaves its sessions to the next
 			// start's recovery, which a test never runs; they go too.
 			_ = cmd.Process.Kill()
-			<-d.done
+			select {
+			case <-d.done:
+			case <-time.After(time.Minute):
+				// Once seen in CI (TestContainerRestartTakesAgentsAtOnce,
+				// under load): the daemon's stderr stayed open after its
+				// kill, and the wait held the package until its timeout.
+				// Say who holds it, then let go of it.
+				t.Errorf("daemon killed, but its stderr is still open a minute later; held by: %s", pipeHolders(d.stderr))
+				_ = d.stderr.Close()
+				<-d.done
+			}
 			if dir := d.stateDir(); dir != "" {
 				killTreeProcesses(dir)
 			}
@@ -155,6 +165,45 @@ func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
 		removeTreesCgroups(t, d.log())
 	})
 	return d
+}
+
+// pipeHolders lists the processes that hold r's pipe open (either end):
+// pid, state and command line of each, from /proc.
+func pipeHolders(r io.Reader) string {
+	f, ok := r.(*os.File)
+	if !ok {
+		return "(not a file)"
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "(no inode)"
+	}
+	want := fmt.Sprintf("pipe:[%d]", st.Ino)
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name())); l == want {
+				stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				out = append(out, fmt.Sprintf("%s [%s] %s", strings.TrimSpace(string(stat)), fd.Name(), strings.ReplaceAll(string(cmdline), "\x00", " ")))
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "no process"
+	}
+	return strings.Join(out, "; ")
 }
 
 // removeTreesCgroups removes the trees' cgroups a daemon's log names, if
