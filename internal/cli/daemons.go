@@ -84,7 +84,7 @@ func daemonsRun(ctx context.Context, opts *daemonsOptions) error {
 	if err != nil {
 		return err
 	}
-	if who.inSession || !who.isOperator() {
+	if !who.isOperator() {
 		return usagef("%s: an operator command; agent %s's session may not run it", verb, who.name)
 	}
 	db, err := openSwarmDB(ctx, opts.IO, opts.ConfigPath, verb)

@@ -135,6 +135,9 @@ type leaseKeeper struct {
 	// lost: the agents whose leases the last renewal found another
 	// daemon's, already reported. Only renew touches it.
 	lost []string
+	// retook tells the reaps' goroutine that a renewal took leases back:
+	// it records the daemon's agents again (a write, kept off the renewal).
+	retook chan struct{}
 }
 
 // keepLeases renews this daemon's leases (a shared store only) at once and
@@ -152,7 +155,7 @@ func (d *Daemon) startLeases(context.Context) (stop func(), err error) {
 	if !cfg.SharedStore() {
 		return nil, nil
 	}
-	k := &leaseKeeper{d: d, holder: d.leaseHolder()}
+	k := &leaseKeeper{d: d, holder: d.leaseHolder(), retook: make(chan struct{}, 1)}
 	if err := k.renew(context.Background()); err != nil {
 		return nil, fmt.Errorf("start the lease guard: %w", err)
 	}
@@ -199,6 +202,8 @@ func (k *leaseKeeper) loop(ctx context.Context, ttl time.Duration) {
 				return
 			case <-reap.C:
 				k.reap(ctx)
+			case <-k.retook:
+				k.recordAgain(ctx)
 			}
 		}
 	})
@@ -297,12 +302,9 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		d.log.Warn("agent lease taken back", zap.String("agent", a), zap.Int64("epoch", got.Epoch))
 	}
 	if retook {
-		// Its list of agents again, as at its start: while it was away
-		// (paused past its leases) an operator may have forgotten it
-		// (swarmd daemons forget), and its agents would otherwise stay off
-		// the swarm's list until its next start or reload.
-		if err := RecordMembers(ctx, d.db, k.holder.Daemon, cfg); err != nil {
-			d.log.Warn("record the swarm's agents after taking leases back", zap.Error(err))
+		select {
+		case k.retook <- struct{}{}:
+		default: // one is pending
 		}
 	}
 	slices.Sort(still)
@@ -314,6 +316,17 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 		d.log.Debug("agent leases still lost", zap.Strings("agents", still))
 	}
 	return nil
+}
+
+// recordAgain records the daemon's agents again, as at its start, once it
+// took leases back: while it was away (paused past its leases) an operator
+// may have forgotten it (swarmd daemons forget), and its agents would
+// otherwise stay off the swarm's list until its next start or reload.
+func (k *leaseKeeper) recordAgain(ctx context.Context) {
+	cfg, _ := k.d.current()
+	if err := RecordMembers(ctx, k.d.db, k.holder.Daemon, cfg); err != nil && ctx.Err() == nil {
+		k.d.log.Warn("record the swarm's agents after taking leases back", zap.Error(err))
+	}
 }
 
 // lostNews records still (sorted) as the agents whose leases are lost now
