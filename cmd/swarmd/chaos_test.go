@@ -842,17 +842,12 @@ func chaosProcesses(dir string, ds []*chaosDaemon) []string {
 		needles = append(needles, []byte(d.stateDir), []byte(d.cfg))
 	}
 	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+	for _, pid := range otherPids() {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+		env, _ := os.ReadFile(filepath.Join("/proc", pid, "environ"))
 		for _, n := range needles {
 			if bytes.Contains(cmdline, n) || bytes.Contains(env, n) {
-				out = append(out, e.Name()+":"+strings.ReplaceAll(string(cmdline), "\x00", " "))
+				out = append(out, pid+":"+strings.ReplaceAll(string(cmdline), "\x00", " "))
 				break
 			}
 		}

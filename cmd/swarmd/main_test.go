@@ -167,6 +167,18 @@ func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
 	return d
 }
 
+// otherPids lists every process's pid in /proc but this test's.
+func otherPids() []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
 // pipeHolders lists the processes that hold r's pipe open (either end):
 // pid, state and command line of each, from /proc.
 func pipeHolders(r io.Reader) string {
@@ -184,17 +196,12 @@ func pipeHolders(r io.Reader) string {
 	}
 	want := fmt.Sprintf("pipe:[%d]", st.Ino)
 	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		fds, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+	for _, pid := range otherPids() {
+		fds, _ := os.ReadDir(filepath.Join("/proc", pid, "fd"))
 		for _, fd := range fds {
-			if l, _ := os.Readlink(filepath.Join("/proc", e.Name(), "fd", fd.Name())); l == want {
-				stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-				cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if l, _ := os.Readlink(filepath.Join("/proc", pid, "fd", fd.Name())); l == want {
+				stat, _ := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
 				out = append(out, fmt.Sprintf("%s [%s] %s", strings.TrimSpace(string(stat)), fd.Name(), strings.ReplaceAll(string(cmdline), "\x00", " ")))
 				break
 			}
