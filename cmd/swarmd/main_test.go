@@ -89,6 +89,10 @@ type daemonProc struct {
 	cond  chan struct{} // closed and replaced on every line
 
 	cursor int // owned by the test goroutine (waitNext)
+
+	// inContainer: cmd is unshare, and the daemon its child, pid 1 of a
+	// pid namespace of its own (startInPidNamespace).
+	inContainer bool
 }
 
 func startDaemon(t *testing.T, config string, extra ...string) *daemonProc {
@@ -165,6 +169,41 @@ func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
 		removeTreesCgroups(t, d.log())
 	})
 	return d
+}
+
+// kill SIGKILLs the daemon. A container's daemon is killed itself, pid 1
+// of its namespace (and every process there with it), before unshare:
+// once in CI it outlived unshare's SIGKILL, --kill-child's death signal
+// never reaching it, and went on holding the test's log pipe.
+func (d *daemonProc) kill() {
+	if d.inContainer {
+		for _, pid := range childrenOf(d.cmd.Process.Pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	_ = d.cmd.Process.Kill()
+}
+
+// childrenOf lists the pids whose parent is ppid, from /proc.
+func childrenOf(ppid int) []int {
+	var out []int
+	for _, pid := range otherPids() {
+		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parens.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(ppid) {
+			n, _ := strconv.Atoi(pid)
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // otherPids lists every process's pid in /proc but this test's.

@@ -194,6 +194,7 @@ func startInPidNamespace(t *testing.T, who, repo, shared string) *daemonProc {
 	d := startDaemonCmd(t, exec.Command(unshare, "-m", "-p", "-f", "--mount-proc", "--kill-child", "--propagation", "private", "sh", "-c",
 		`mount --bind "$1" "$2" && exec "$3" run --config "$2/swarmd.yaml" --log-format json --log-level debug`,
 		"sh", repo, shared, swarmdBin))
+	d.inContainer = true
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("daemon %s's log:\n%s", who, d.log())
@@ -246,8 +247,8 @@ func TestNamesakeInAPidNamespaceIsRefused(t *testing.T) {
 			}
 			waitUntil(t, "B refused, or running x", func() bool { return exited() || running(b) > 0 })
 			if n := running(b); n > 0 {
-				_ = b.cmd.Process.Kill()
-				_ = a.cmd.Process.Kill()
+				b.kill()
+				a.kill()
 				t.Fatalf("namesake B, in a pid namespace of its own, runs x (%d sessions) beside A", n)
 			}
 			if code := b.wait(10 * time.Second); code != 2 {
@@ -256,7 +257,7 @@ func TestNamesakeInAPidNamespaceIsRefused(t *testing.T) {
 			if n := running(a); n != 1 {
 				t.Errorf("x's sessions on A after B's refusal: %d, want 1", n)
 			}
-			_ = a.cmd.Process.Signal(syscall.SIGKILL)
+			a.kill()
 			a.wait(30 * time.Second)
 			// Its lease guard ends its session; the next A, a namesake of
 			// the dead one, takes x once its lease expires (3 s).
@@ -285,7 +286,7 @@ func TestContainerRestartTakesAgentsAtOnce(t *testing.T) {
 	// the pid look alive: the restart must not depend on the pid at all.
 	a := startInPidNamespace(t, "a", repo, shared)
 	waitUntil(t, "x's session", running)
-	_ = a.cmd.Process.Signal(syscall.SIGKILL) // the container is gone, its processes with it
+	a.kill() // the container is gone, its processes with it
 	a.wait(10 * time.Second)
 	waitUntil(t, "the killed container's session ended", func() bool { return !running() })
 	restarted := time.Now()
@@ -297,7 +298,7 @@ func TestContainerRestartTakesAgentsAtOnce(t *testing.T) {
 	if strings.Contains(b.log(), "held under this daemon's own name") {
 		t.Error("the restarted container waited on its own dead predecessor's leases")
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGKILL)
+	b.kill()
 	b.wait(30 * time.Second)
 	waitUntil(t, "the restarted container's session ended", func() bool { return !running() })
 }
