@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -122,47 +121,21 @@ func daemonsRun(ctx context.Context, opts *daemonsOptions) error {
 	return w.Flush()
 }
 
-// readDaemons is every daemon that recorded its agents or holds a lease
-// (a daemon of a release before the list records none), by name.
+// readDaemons is the store's list of daemons (store.DB.Daemons) as
+// `--json` prints it.
 func readDaemons(ctx context.Context, db *store.DB, now time.Time) ([]DaemonJSON, error) {
-	ms, err := db.Members(ctx)
+	ds, err := db.Daemons(ctx, now)
 	if err != nil {
 		return nil, err
 	}
-	leases, err := db.Leases(ctx)
-	if err != nil {
-		return nil, err
-	}
-	by := map[string]*DaemonJSON{}
-	get := func(name string) *DaemonJSON {
-		d := by[name]
-		if d == nil {
-			d = &DaemonJSON{Daemon: name, Agents: []string{}}
-			by[name] = d
+	out := make([]DaemonJSON, 0, len(ds))
+	for _, d := range ds {
+		j := DaemonJSON{Daemon: d.Name, Agents: d.Agents, Live: d.Live, Expired: d.Expired}
+		if !d.Recorded.IsZero() {
+			j.Recorded = &d.Recorded
 		}
-		return d
+		out = append(out, j)
 	}
-	for _, m := range ms {
-		d := get(m.Daemon)
-		d.Agents = append(d.Agents, m.Agent)
-		if at := m.Recorded; d.Recorded == nil || at.After(*d.Recorded) {
-			d.Recorded = &at
-		}
-	}
-	for _, l := range leases {
-		d := get(l.Daemon)
-		if l.Expires.After(now) {
-			d.Live++
-		} else {
-			d.Expired++
-		}
-	}
-	out := make([]DaemonJSON, 0, len(by))
-	for _, d := range by {
-		slices.Sort(d.Agents)
-		out = append(out, *d)
-	}
-	slices.SortFunc(out, func(a, b DaemonJSON) int { return strings.Compare(a.Daemon, b.Daemon) })
 	return out, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -69,6 +71,61 @@ func scanMember(s Scanner) (Member, error) {
 		return Member{}, fmt.Errorf("agent %s of daemon %s: recorded_at: %w", m.Agent, m.Daemon, err)
 	}
 	return m, nil
+}
+
+// Daemon is one daemon of the swarm as the store knows it: the agents its
+// config last recorded (SetMembers) and the agent leases it holds.
+type Daemon struct {
+	Name     string    // its lease holder name: host and state dir
+	Agents   []string  // sorted
+	Recorded time.Time // zero: it recorded no agents (a release before the list)
+	// Leases it holds: unexpired (it runs) and expired (it died or stopped
+	// uncleanly; another daemon reaps them).
+	Live, Expired int
+}
+
+// Daemons is every daemon that recorded its agents or holds a lease, by
+// name, its leases counted live or expired at now.
+func (db *DB) Daemons(ctx context.Context, now time.Time) ([]Daemon, error) {
+	ms, err := db.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := db.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*Daemon{}
+	get := func(name string) *Daemon {
+		d := by[name]
+		if d == nil {
+			d = &Daemon{Name: name, Agents: []string{}}
+			by[name] = d
+		}
+		return d
+	}
+	for _, m := range ms {
+		d := get(m.Daemon)
+		d.Agents = append(d.Agents, m.Agent)
+		if m.Recorded.After(d.Recorded) {
+			d.Recorded = m.Recorded
+		}
+	}
+	for _, l := range leases {
+		d := get(l.Daemon)
+		if l.Expires.After(now) {
+			d.Live++
+		} else {
+			d.Expired++
+		}
+	}
+	out := make([]Daemon, 0, len(by))
+	for _, d := range by {
+		slices.Sort(d.Agents)
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b Daemon) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
 // LiveDaemonError is ForgetMembers' refusal: the daemon holds leases that

@@ -772,6 +772,26 @@ func testForgetMembers(t *testing.T, h Harness) {
 	if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "host2:/b", Host: "host2", PID: 7}, []string{"bob"}, t0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// A daemon holding a lease but recording no agents (a release before
+	// the list) is listed too; leases are counted live or expired at now.
+	if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "host4:/d", Host: "host4", PID: 9}, []string{"dora"}, t0, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := must(db.Daemons(ctx, t0.Add(30*time.Second)))(t)
+	want := []store.Daemon{
+		{Name: "host1:/a", Agents: []string{"alice", "rita"}, Recorded: t0},
+		{Name: "host2:/b", Agents: []string{"bob"}, Recorded: t0, Live: 1},
+		{Name: "host4:/d", Agents: []string{}, Expired: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Daemons = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Name != w.Name || !slices.Equal(g.Agents, w.Agents) || !g.Recorded.Equal(w.Recorded) || g.Live != w.Live || g.Expired != w.Expired {
+			t.Errorf("Daemons[%d] = %+v, want %+v", i, g, w)
+		}
+	}
 	var live *store.LiveDaemonError
 	if n, err := db.ForgetMembers(ctx, "host2:/b", t0.Add(30*time.Second)); !errors.As(err, &live) || live.Leases != 1 || n != 0 {
 		t.Fatalf("ForgetMembers of a daemon whose lease runs = %d, %v; want a *LiveDaemonError of 1 lease", n, err)
