@@ -110,6 +110,19 @@ agents:
 	id := addTask(t, cfg1, "cross-machine work", "--to", "b")
 	waitTaskCLI(t, cfg1, id, func(tk taskboard.Task) bool { return tk.StateName == "CLOSED" && tk.Claimant == "b" })
 
+	// Daemon 1's dashboard shows its own agents, and names both daemons.
+	top := func() string {
+		out, stderr, code := runCLI(t, []string{"COLUMNS=1000"}, "", "top", "--once", "-c", cfg1)
+		if code != 0 {
+			t.Fatalf("top --once: %s", stderr)
+		}
+		return out
+	}
+	state1 := filepath.Join(repo1, ".swarm")
+	if out := top(); !strings.Contains(out, "2 daemons: ") || !strings.Contains(out, state1+" (this)") || !strings.Contains(out, state2+" live") {
+		t.Errorf("daemon 1's top does not name both daemons:\n%s", out)
+	}
+
 	// 3. b holds a task when daemon 2 is killed; a is stopped so that only
 	// the requeue can give it the task.
 	if _, stderr, code := runCLI(t, nil, "", "stop", "a", "-c", cfg1); code != 0 {
@@ -129,6 +142,9 @@ agents:
 		return strings.HasPrefix(fmt.Sprint(m["msg"]), "a daemon's lease expired") && m["agent"] == "b"
 	})
 	waitTaskCLI(t, cfg1, hang, func(tk taskboard.Task) bool { return tk.StateName == "OPEN" && tk.Claimant == "" })
+	if out := top(); !strings.Contains(out, state2+" stopped") {
+		t.Errorf("daemon 1's top does not show daemon 2 stopped once its lease was reaped:\n%s", out)
+	}
 	if took, limit := time.Since(killedAt), 2*time.Second+5*time.Second; took > limit {
 		t.Errorf("daemon 2's task was requeued %s after the kill; want within lease_timeout + 5 s (%s)", took, limit)
 	}

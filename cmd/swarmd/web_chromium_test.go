@@ -214,6 +214,28 @@ func TestWebInChromium(t *testing.T) {
 	poll[bool](t, b, "the inbox panel", `!document.getElementById('inbox-panel').hidden &&
 		[...document.querySelectorAll('#inbox li')].some(li => li.textContent.includes('waits for approval: split the parser') && li.textContent.includes('swarmd task approve'))`)
 
+	// A daemon alone in its swarm lists no daemons. Several (a shared
+	// store's, as the stream sends them) are listed, each with its
+	// leases' state, their names shown as text.
+	if eval[bool](t, b, `!document.getElementById('daemons-panel').hidden`) {
+		t.Fatalf("the daemons panel shows for a daemon alone: %s", eval[string](t, b, `document.getElementById('daemons').innerText`))
+	}
+	eval[chromedp.Void](t, b, `renderDaemons([
+		{name: 'host1:/srv/a/.swarm', agents: ['alice'], self: true, live_leases: 1, expired_leases: 0},
+		{name: 'host2:<b>x</b>', agents: ['bob', 'zed'], live_leases: 0, expired_leases: 2}])`)
+	panel := eval[string](t, b, `document.getElementById('daemons-panel').hidden ? 'hidden' : document.getElementById('daemons-panel').innerText`)
+	for _, want := range []string{"host1:/srv/a/.swarm (this daemon)\t1 live\talice", "host2:<b>x</b>\t0 live, 2 expired\tbob, zed"} {
+		if !strings.Contains(panel, want) {
+			t.Errorf("the daemons panel lacks %q: %q", want, panel)
+		}
+	}
+	if got := eval[string](t, b, `document.getElementById('daemon-count').textContent`); got != "(2, 1 with expired leases)" {
+		t.Errorf("the daemons' count reads %q", got)
+	}
+	if !eval[bool](t, b, `document.querySelector('#daemons tr[data-daemon="host2:<b>x</b>"]').className === 'expired' && !document.querySelector('#daemons b')`) {
+		t.Error("the daemon with expired leases is not marked expired, or its name was taken for HTML")
+	}
+
 	// A session is one line of the feed, its events inside it.
 	if !eval[bool](t, b, `[...document.querySelectorAll('#events li.session > details > summary')].some(s => /alice#\d+: Running/.test(s.textContent))`) {
 		t.Errorf("no feed line for alice's running session: %s", eval[string](t, b, `document.getElementById('events').innerText`))

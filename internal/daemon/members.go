@@ -8,6 +8,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/view"
 )
 
 // The swarm's agents, as the store records them (store.Member): each daemon
@@ -111,4 +112,23 @@ func readSwarm(ctx context.Context, db *store.DB) ([]store.Member, []store.Lease
 		return nil, nil, err
 	}
 	return ms, leases, nil
+}
+
+// Daemons is the swarm's daemons as the dashboards show them, this one
+// marked.
+func (s viewSource) Daemons(ctx context.Context) ([]view.Daemon, error) {
+	ds, err := s.d.db.Daemons(ctx, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	self := s.d.leaseHolder().Daemon
+	out := make([]view.Daemon, 0, len(ds))
+	for _, d := range ds {
+		v := view.Daemon{Name: d.Name, Agents: d.Agents, Self: d.Name == self, Live: d.Live, Expired: d.Expired}
+		if !d.LiveUntil.IsZero() {
+			v.LiveUntil = &d.LiveUntil
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -82,6 +82,9 @@ type Daemon struct {
 	// Leases it holds: unexpired (it runs) and expired (it died or stopped
 	// uncleanly; another daemon reaps them).
 	Live, Expired int
+	// LiveUntil is when the first of its live leases expires unless
+	// renewed (zero: none is live).
+	LiveUntil time.Time
 }
 
 // Daemons is every daemon that recorded its agents or holds a lease, by
@@ -115,6 +118,9 @@ func (db *DB) Daemons(ctx context.Context, now time.Time) ([]Daemon, error) {
 		d := get(l.Daemon)
 		if l.Expires.After(now) {
 			d.Live++
+			if d.LiveUntil.IsZero() || l.Expires.Before(d.LiveUntil) {
+				d.LiveUntil = l.Expires
+			}
 		} else {
 			d.Expired++
 		}

@@ -244,6 +244,8 @@ func (m *Model) apply(u view.Update) {
 		m.snap.Fault = *u.Fault
 	case view.KindInbox:
 		m.snap.Inbox = *u.Inbox
+	case view.KindDaemons:
+		m.snap.Daemons = *u.Daemons
 	}
 }
 

@@ -556,6 +556,30 @@ func TestInboxPanel(t *testing.T) {
 	}
 }
 
+// TestDaemonsLine: with other daemons in the swarm, whose agents the table
+// does not show, a line under the header names each with its leases' state;
+// a daemon alone in its swarm has none. The frame keeps its height.
+func TestDaemonsLine(t *testing.T) {
+	d := newDriver(t, Options{}, 160, 30)
+	one := []view.Daemon{{Name: "host1:/srv/a/.swarm", Agents: []string{"alice"}, Self: true, Live: 1}}
+	d.send(UpdateMsg{view.Update{Kind: view.KindDaemons, Daemons: &one}})
+	if r := d.m.Render(); strings.Contains(r, "daemons:") {
+		t.Fatalf("a daemon alone in its swarm is listed:\n%s", r)
+	}
+	three := append(one, view.Daemon{Name: "host2:/srv/b/.swarm", Agents: []string{"bob"}, Live: 1},
+		view.Daemon{Name: "host3:/srv/c/.swarm", Agents: []string{"cid"}, Expired: 1},
+		view.Daemon{Name: "host4:/srv/d/.swarm", Agents: []string{"dora"}})
+	d.send(UpdateMsg{view.Update{Kind: view.KindDaemons, Daemons: &three}})
+	r := d.m.Render()
+	want := "4 daemons: host1:/srv/a/.swarm (this) host2:/srv/b/.swarm live host3:/srv/c/.swarm EXPIRED host4:/srv/d/.swarm stopped"
+	if !strings.Contains(r, want) {
+		t.Errorf("the frame lacks %q:\n%s", want, r)
+	}
+	if got := strings.Count(r, "\n") + 1; got != 30 {
+		t.Errorf("the frame is %d lines, want 30", got)
+	}
+}
+
 // TestUnpricedCost: an agent with tokens and no cost reads unpriced.
 func TestUnpricedCost(t *testing.T) {
 	d := newDriver(t, Options{}, 120, 30)

@@ -46,6 +46,9 @@ func (m Model) Render() string {
 		// should know the sessions are not contained.
 		lines = append(lines, st.err.Render(fit(iso, m.width)))
 	}
+	if m.daemonsShown() {
+		lines = append(lines, m.daemonsLine(st))
+	}
 	body := m.height - len(lines) - 1
 	switch {
 	case !m.haveSnap:
@@ -175,7 +178,36 @@ func (m Model) tableRows() int {
 		rows -= p + 1
 	}
 	rows -= m.inboxHeight()
+	if m.daemonsShown() {
+		rows--
+	}
 	return max(1, rows)
+}
+
+// daemonsShown: the swarm has daemons other than this one, whose agents the
+// table does not show; a line under the header names them.
+func (m Model) daemonsShown() bool { return m.haveSnap && len(m.snap.Daemons) > 1 && m.height >= 8 }
+
+// daemonsLine names the swarm's daemons, each with what its leases say:
+// this one, live, stopped (none held) or EXPIRED (it died or was cut off,
+// and no daemon has reaped them yet).
+func (m Model) daemonsLine(st styles) string {
+	var b strings.Builder
+	b.WriteString(st.dim.Render(strconv.Itoa(len(m.snap.Daemons)) + " daemons:"))
+	for _, d := range m.snap.Daemons {
+		b.WriteString(" " + d.Name) // scrubbed with the update
+		switch {
+		case d.Self:
+			b.WriteString(st.dim.Render(" (this)"))
+		case d.Expired > 0:
+			b.WriteString(" " + st.err.Render("EXPIRED"))
+		case d.Live > 0:
+			b.WriteString(st.dim.Render(" live"))
+		default:
+			b.WriteString(st.dim.Render(" stopped"))
+		}
+	}
+	return cut(b.String(), m.width)
 }
 
 // maxInboxLines bounds the inbox panel's items; `swarmd inbox` lists all.

@@ -30,6 +30,8 @@ type Source interface {
 	Merge(ctx context.Context) (MergeQueue, error)
 	// Inbox is what needs a person now (Needs of the store's state).
 	Inbox(ctx context.Context) ([]Need, error)
+	// Daemons is the swarm's daemons, by name, their leases counted now.
+	Daemons(ctx context.Context) ([]Daemon, error)
 	Features() Features
 	// Fault is why the daemon cannot do its job, "" when healthy.
 	Fault() string
@@ -48,6 +50,12 @@ const (
 	// milliseconds, and each read is a query.
 	tasksEvery = 200 * time.Millisecond
 	spendEvery = time.Second
+	// The swarm's daemons are read at most every daemonsEvery after a
+	// commit, when a live lease they hold is due to expire (they expire
+	// with no commit), and at least every daemonsAtLeast while anyone
+	// watches (a renewal or a daemon's start may notify no one).
+	daemonsEvery   = 2 * time.Second
+	daemonsAtLeast = 30 * time.Second
 	// outputStep: a newer last output is pushed only once it moved this
 	// much (clients compute ages themselves), so that 200 agents printing
 	// do not send 200 rows a second.
@@ -100,9 +108,12 @@ type Hub struct {
 	spend   map[string]Spend
 	merge   MergeQueue
 	inbox   []Need
+	daemons []Daemon
 	fault   string
-	stale   struct{ tasks, spend, merge, inbox bool }
-	readAt  struct{ tasks, spend, merge, inbox time.Time }
+	stale   struct{ tasks, spend, merge, inbox, daemons bool }
+	// daemonsDue is when a live lease of the daemons read last expires.
+	daemonsDue time.Time
+	readAt     struct{ tasks, spend, merge, inbox, daemons time.Time }
 }
 
 // NewHub returns a Hub over src; Start runs it.
@@ -215,6 +226,9 @@ func (h *Hub) loop() {
 		case <-h.stop:
 			return
 		case <-h.wake:
+			// A commit: perhaps a daemon's leases (not the tick's
+			// safety net, which would read them every second).
+			h.stale.daemons = true
 			h.round(true, false)
 		case <-tickC:
 			h.round(true, false) // also the safety net for a missed Notify
@@ -256,6 +270,7 @@ func (h *Hub) round(dbChanged, force bool) {
 	h.refreshSpend(now, force)
 	h.refreshMerge(now, force)
 	h.refreshInbox(now, force)
+	h.refreshDaemons(now, force)
 	h.refreshAgents(now)
 	if f := h.src.Fault(); f != h.fault {
 		h.fault = f
@@ -389,6 +404,40 @@ func (h *Hub) refreshInbox(now time.Time, force bool) {
 	}
 }
 
+// refreshDaemons reads the swarm's daemons (see daemonsEvery), at once for
+// a snapshot.
+func (h *Hub) refreshDaemons(now time.Time, force bool) {
+	since := now.Sub(h.readAt.daemons)
+	due := h.stale.daemons && since >= daemonsEvery || !h.daemonsDue.IsZero() && !now.Before(h.daemonsDue) ||
+		since >= daemonsAtLeast
+	if !force && !due {
+		return
+	}
+	ds, err := h.src.Daemons(h.ctx)
+	if err != nil {
+		h.opts.Log.Warn("view: read the swarm's daemons", zap.Error(err))
+		return
+	}
+	h.stale.daemons, h.readAt.daemons, h.daemonsDue = false, now, time.Time{}
+	for _, d := range ds {
+		if d.LiveUntil != nil && (h.daemonsDue.IsZero() || d.LiveUntil.Before(h.daemonsDue)) {
+			h.daemonsDue = *d.LiveUntil
+		}
+	}
+	if ds == nil {
+		ds = []Daemon{}
+	}
+	if !slices.EqualFunc(ds, h.daemons, sameDaemon) {
+		h.daemons = ds
+		h.publish(Update{Kind: KindDaemons, Daemons: &ds})
+	}
+}
+
+// sameDaemon compares all but LiveUntil, which each renewal moves.
+func sameDaemon(a, b Daemon) bool {
+	return a.Name == b.Name && a.Self == b.Self && a.Live == b.Live && a.Expired == b.Expired && slices.Equal(a.Agents, b.Agents)
+}
+
 // refreshAgents computes every row and publishes those that changed.
 func (h *Hub) refreshAgents(now time.Time) {
 	held := heldTasks(h.tasks)
@@ -483,6 +532,10 @@ func (h *Hub) snapshot() Snapshot {
 	}
 	if s.Inbox == nil {
 		s.Inbox = []Need{}
+	}
+	s.Daemons = h.daemons
+	if s.Daemons == nil {
+		s.Daemons = []Daemon{}
 	}
 	return s
 }

@@ -20,16 +20,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // commits them, agents and tasks set by the test. It counts the reads the
 // Hub makes.
 type fakeSource struct {
-	mu     sync.Mutex
-	events []Event
-	agents []AgentState
-	tasks  []Task
-	spend  map[string]Spend
-	fault  string
-	th     Thresholds
-	reads  map[string]int
-	merge  *MergeQueue // nil: NotConfigured
-	inbox  []Need
+	mu      sync.Mutex
+	events  []Event
+	agents  []AgentState
+	tasks   []Task
+	spend   map[string]Spend
+	fault   string
+	th      Thresholds
+	reads   map[string]int
+	merge   *MergeQueue // nil: NotConfigured
+	inbox   []Need
+	daemons []Daemon
 }
 
 func newFakeSource(agents ...AgentState) *fakeSource {
@@ -153,6 +154,22 @@ func (f *fakeSource) Inbox(context.Context) ([]Need, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]Need(nil), f.inbox...), nil
+}
+
+// Daemons counts each daemon's lease live until its LiveUntil, as the
+// store does, expired after.
+func (f *fakeSource) Daemons(context.Context) ([]Daemon, error) {
+	f.count("daemons")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Daemon, 0, len(f.daemons))
+	for _, d := range f.daemons {
+		if d.LiveUntil != nil && !time.Now().Before(*d.LiveUntil) {
+			d.Live, d.Expired, d.LiveUntil = 0, 1, nil
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func (f *fakeSource) Features() Features { return Features{Tasks: true} }
@@ -513,6 +530,64 @@ func TestHubInbox(t *testing.T) {
 	if got := *nextOf(t, sub, KindInbox).Inbox; got == nil || len(got) != 0 {
 		t.Fatalf("emptied inbox %+v, want an empty list", got)
 	}
+}
+
+// TestHubDaemons: the snapshot carries the swarm's daemons; a daemon whose
+// lease expires (no commit says so) is shown expired once it has; a
+// renewal, which moves only the expiry, sends nothing; a daemon that
+// joins is shown after the next commit.
+func TestHubDaemons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newFakeSource(running("alice", time.Now()))
+		until := func(d time.Duration) *time.Time { at := time.Now().Add(d); return &at }
+		src.daemons = []Daemon{
+			{Name: "host1:/a", Agents: []string{"alice"}, Self: true, Live: 1, LiveUntil: until(time.Hour)},
+			{Name: "host2:/b", Agents: []string{"bob"}, Live: 1, LiveUntil: until(10 * time.Second)},
+		}
+		h := startHub(t, src, Options{})
+		sub, err := h.Subscribe(context.Background(), NoResume, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		if got := sub.Snapshot.Daemons; len(got) != 2 || !got[0].Self || got[1].Live != 1 {
+			t.Fatalf("snapshot daemons %+v", got)
+		}
+		start := time.Now()
+		src.mu.Lock()
+		src.daemons[0].LiveUntil = until(2 * time.Hour) // a renewal
+		src.mu.Unlock()
+		u := <-sub.C // synctest: the next update, however late
+		if u.Kind != KindDaemons || time.Since(start) < 10*time.Second || time.Since(start) > 12*time.Second {
+			t.Fatalf("%s update after %v, want daemons at the lease's expiry (10 s)", u.Kind, time.Since(start))
+		}
+		if got := *u.Daemons; got[1].Live != 0 || got[1].Expired != 1 || got[0].Live != 1 {
+			t.Fatalf("daemons after host2's lease expired: %+v", got)
+		}
+		src.mu.Lock()
+		src.daemons = append(src.daemons, Daemon{Name: "host3:/c", Agents: []string{"cid"}, Live: 1, LiveUntil: until(time.Hour)})
+		src.mu.Unlock()
+		h.Notify()
+		synctest.Wait()
+		if got := *nextOf(t, sub, KindDaemons).Daemons; len(got) != 3 || got[2].Name != "host3:/c" {
+			t.Fatalf("daemons after host3 joined: %+v", got)
+		}
+		reads := src.readCount("daemons")
+		src.mu.Lock()
+		src.daemons[2].LiveUntil = until(2 * time.Hour) // a renewal, with a commit
+		src.mu.Unlock()
+		h.Notify()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := src.readCount("daemons") - reads; n < 1 || n > 3 {
+			t.Errorf("a minute with one commit read the daemons %d times, want 1 to 3 (after it, and every 30 s)", n)
+		}
+		select {
+		case u := <-sub.C:
+			t.Fatalf("a renewal sent %+v", u)
+		default:
+		}
+	})
 }
 
 func TestBuildBoardKeepsRecentFinished(t *testing.T) {

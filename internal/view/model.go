@@ -283,6 +283,25 @@ type Snapshot struct {
 	// classification, in seconds.
 	StallAfter   float64 `json:"stall_after_seconds"`
 	SpawnTimeout float64 `json:"spawn_timeout_seconds"`
+	// Daemons is the swarm's daemons, by name: one on a store of its own,
+	// every daemon of the swarm on a shared one. The agents rows are this
+	// daemon's only.
+	Daemons []Daemon `json:"daemons"`
+}
+
+// Daemon is one daemon of the swarm (`swarmd daemons`).
+type Daemon struct {
+	Name   string   `json:"name"`   // host and state dir, as its leases name it
+	Agents []string `json:"agents"` // as its config last recorded them
+	// Self: the daemon serving this view.
+	Self bool `json:"self,omitempty"`
+	// Leases it holds: unexpired (it runs) and expired (it died or stopped
+	// uncleanly, and no daemon has reaped them yet).
+	Live    int `json:"live_leases"`
+	Expired int `json:"expired_leases"`
+	// LiveUntil is when its first live lease expires unless renewed
+	// (renewals move it without an update).
+	LiveUntil *time.Time `json:"live_until,omitempty"`
 }
 
 // Update kinds.
@@ -295,6 +314,7 @@ const (
 	KindMerge    = "merge"    // Merge: the queue changed
 	KindFault    = "fault"    // Fault: the daemon's health changed
 	KindInbox    = "inbox"    // Inbox: what needs a person changed
+	KindDaemons  = "daemons"  // Daemons: the swarm's daemons or their leases changed
 )
 
 // Update is one message of a live stream.
@@ -308,6 +328,7 @@ type Update struct {
 	Merge    *MergeQueue `json:"merge,omitempty"`
 	Fault    *string     `json:"fault,omitempty"`
 	Inbox    *[]Need     `json:"inbox,omitempty"`
+	Daemons  *[]Daemon   `json:"daemons,omitempty"`
 }
 
 // LogChunk is a piece of an agent's followed log: a new session's start

@@ -132,6 +132,8 @@ func (es *eventStream) update(u view.Update) error {
 		return es.send("", u.Kind, map[string]string{"fault": *u.Fault})
 	case view.KindInbox:
 		return es.send("", u.Kind, u.Inbox)
+	case view.KindDaemons:
+		return es.send("", u.Kind, u.Daemons)
 	}
 	return nil
 }

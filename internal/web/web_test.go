@@ -71,9 +71,12 @@ func (s *source) Tasks(context.Context) ([]view.Task, error) {
 func (s *source) Spend(context.Context) (map[string]view.Spend, error) { return nil, nil }
 func (s *source) Merge(context.Context) (view.MergeQueue, error)       { return view.NotConfigured, nil }
 func (s *source) Inbox(context.Context) ([]view.Need, error)           { return nil, nil }
-func (s *source) Features() view.Features                              { return view.Features{Tasks: true} }
-func (s *source) Fault() string                                        { return "" }
-func (s *source) Thresholds() view.Thresholds                          { return view.Thresholds{StallAfter: time.Minute} }
+func (s *source) Daemons(context.Context) ([]view.Daemon, error) {
+	return []view.Daemon{{Name: "host1:/srv/a", Agents: []string{"alice"}, Self: true, Live: 1}}, nil
+}
+func (s *source) Features() view.Features     { return view.Features{Tasks: true} }
+func (s *source) Fault() string               { return "" }
+func (s *source) Thresholds() view.Thresholds { return view.Thresholds{StallAfter: time.Minute} }
 
 // actions records the writes that got through.
 type actions struct {

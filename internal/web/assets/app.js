@@ -97,6 +97,7 @@ function connect() {
   es.addEventListener('merge', (e) => { renderMerge(JSON.parse(e.data)); if (S.task.id) loadTask(); });
   es.addEventListener('fault', (e) => setFault(JSON.parse(e.data).fault));
   es.addEventListener('inbox', (e) => renderInbox(JSON.parse(e.data) || []));
+  es.addEventListener('daemons', (e) => renderDaemons(JSON.parse(e.data) || []));
 }
 
 function setConn(cls, text) {
@@ -117,6 +118,7 @@ function applySnapshot(s) {
   renderMerge(s.merge);
   setFault(s.fault || '');
   renderInbox(s.inbox || []);
+  renderDaemons(s.daemons || []);
   setIsolation(S.features.isolation || '');
   $('unlock').hidden = !S.features.writes || S.unlocked;
   if (!S.features.writes && S.unlocked) lock();
@@ -139,6 +141,28 @@ function renderInbox(needs) {
       li.addEventListener('click', () => openTask(n.task));
     }
     list.appendChild(li);
+  }
+}
+
+// renderDaemons lists the swarm's daemons (as `swarmd daemons` does) when
+// there is more than one: the agents table shows this daemon's agents
+// only, and a daemon whose leases expired has died or been cut off.
+function renderDaemons(ds) {
+  $('daemons-panel').hidden = ds.length < 2;
+  const down = ds.filter((d) => d.expired_leases > 0).length;
+  $('daemon-count').textContent = '(' + ds.length + (down ? ', ' + down + ' with expired leases' : '') + ')';
+  const body = $('daemons').tBodies[0];
+  body.replaceChildren();
+  for (const d of ds) {
+    const tr = el('tr');
+    tr.dataset.daemon = d.name;
+    tr.className = d.expired_leases > 0 ? 'expired' : (d.live_leases > 0 ? 'live' : 'stopped');
+    tr.appendChild(el('td', 'name', d.name + (d.self ? ' (this daemon)' : '')));
+    let leases = d.live_leases + ' live';
+    if (d.expired_leases > 0) leases += ', ' + d.expired_leases + ' expired';
+    tr.appendChild(el('td', 'leases', leases));
+    tr.appendChild(el('td', 'agents', d.agents.join(', ')));
+    body.appendChild(tr);
   }
 }
 
