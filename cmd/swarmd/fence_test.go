@@ -28,6 +28,8 @@ type fenceCfg struct {
 	Out, Who, Script string
 	AgentExtra       string // more keys of agent x ("min_session_interval: 50ms")
 	SandboxWritesOut bool   // the sandbox may write Out
+	Agent            string // the agent's name ("": x)
+	Top              string // more top-level keys, a line each ("merge: {into: main}")
 }
 
 // fenceConfig writes c's config in a new repository and returns its path.
@@ -42,6 +44,9 @@ func fenceConfig(t *testing.T, c fenceCfg) string {
 	if c.AgentExtra != "" {
 		extra = ", " + c.AgentExtra
 	}
+	if c.Top != "" {
+		sandbox += c.Top + "\n"
+	}
 	return writeConfig(t, gitRepo(t), fmt.Sprintf(`
 listen: ""
 isolation: %s
@@ -53,8 +58,8 @@ defaults:
 backends:
   sleeper: {type: command, command: sh, args: [-c, %q]}
 agents:
-  - {name: x, role: works, backend: sleeper%s}
-`, iso, sandbox, c.Store, c.Lease, c.Out, c.Who, c.Script, extra))
+  - {name: %s, role: works, backend: sleeper%s}
+`, iso, sandbox, c.Store, c.Lease, c.Out, c.Who, c.Script, cmp.Or(c.Agent, "x"), extra))
 }
 
 // TestPausedDaemonNeverRunsAlongsideItsSuccessor: daemon A runs agent x on

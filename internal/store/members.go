@@ -149,7 +149,8 @@ func (e *LiveDaemonError) Error() string {
 // agents.
 var ErrUnknownDaemon = errors.New("no such daemon in the swarm's list of agents")
 
-// ForgetMembers removes daemon's list of agents (SetMembers), for a daemon
+// ForgetMembers removes daemon's list of agents (SetMembers) and the
+// settings it recorded as its own (SetDaemonSetting), for a daemon
 // retired for good: its agents stop being the swarm's, and tasks assigned
 // to them wait for a person. It returns how many rows it removed. A daemon
 // whose leases have not expired by now is refused (*LiveDaemonError), in
@@ -163,7 +164,13 @@ func (db *DB) ForgetMembers(ctx context.Context, daemon string, now time.Time) (
 		if err != nil {
 			return err
 		}
-		if n, err = res.RowsAffected(); err != nil || n > 0 {
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if n > 0 {
+			// Its own settings (SetDaemonSetting) go with it.
+			prefix := daemonPrefix + daemon + "/"
+			_, err := tx.ExecContext(ctx, `DELETE FROM settings WHERE substr(key, 1, ?) = ?`, len(prefix), prefix)
 			return err
 		}
 		var live, rows int

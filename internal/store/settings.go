@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 )
 
 // SetSetting records key = value for every process that opens the file
@@ -30,4 +31,39 @@ func (db *DB) Setting(ctx context.Context, key string) (value string, ok bool, e
 		return "", false, db.Wrap("read "+key, err)
 	}
 	return value, true, nil
+}
+
+// daemonPrefix starts the keys of the settings a daemon records as its own
+// (SetDaemonSetting): "daemon/" NAME "/" KEY.
+const daemonPrefix = "daemon/"
+
+// SetDaemonSetting records key = value as daemon's own: where the daemons
+// of one swarm may differ, each records what its config says, and
+// DaemonSettings lists them side by side.
+func (db *DB) SetDaemonSetting(ctx context.Context, daemon, key, value string) error {
+	return db.SetSetting(ctx, daemonPrefix+daemon+"/"+key, value)
+}
+
+// DaemonSettings is what each daemon recorded for key (SetDaemonSetting),
+// by daemon.
+func (db *DB) DaemonSettings(ctx context.Context, key string) (map[string]string, error) {
+	rows, err := db.reads.QueryContext(ctx, `SELECT key, value FROM settings WHERE substr(key, 1, ?) = ?`, len(daemonPrefix), daemonPrefix)
+	if err != nil {
+		return nil, db.Wrap("read the daemons' "+key, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, db.Wrap("read the daemons' "+key, err)
+		}
+		if daemon, ok := strings.CutSuffix(strings.TrimPrefix(k, daemonPrefix), "/"+key); ok {
+			out[daemon] = v
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, db.Wrap("read the daemons' "+key, err)
+	}
+	return out, nil
 }

@@ -772,6 +772,17 @@ func testForgetMembers(t *testing.T, h Harness) {
 	if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "host2:/b", Host: "host2", PID: 7}, []string{"bob"}, t0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	for daemon, into := range map[string]string{"host1:/a": "main", "host2:/b": ""} {
+		if err := db.SetDaemonSetting(ctx, daemon, "merge.into", into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.SetDaemonSetting(ctx, "host1:/a", "mailbox.max_body", "100"); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(db.DaemonSettings(ctx, "merge.into"))(t); len(got) != 2 || got["host1:/a"] != "main" || got["host2:/b"] != "" {
+		t.Fatalf("DaemonSettings(merge.into) = %q, want host1:/a main and host2:/b empty", got)
+	}
 	// A daemon holding a lease but recording no agents (a release before
 	// the list) is listed too; leases are counted live or expired at now.
 	if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "host4:/d", Host: "host4", PID: 9}, []string{"dora"}, t0, 10*time.Second); err != nil {
@@ -801,6 +812,12 @@ func testForgetMembers(t *testing.T, h Harness) {
 	}
 	if n, err := db.ForgetMembers(ctx, "host1:/a", t0); err != nil || n != 2 {
 		t.Fatalf("ForgetMembers of a retired daemon = %d, %v; want its 2 rows", n, err)
+	}
+	if got := must(db.DaemonSettings(ctx, "merge.into"))(t); len(got) != 1 || got["host2:/b"] != "" {
+		t.Fatalf("DaemonSettings(merge.into) after host1:/a was forgotten = %q, want host2:/b's alone", got)
+	}
+	if got := must(db.DaemonSettings(ctx, "mailbox.max_body"))(t); len(got) != 0 {
+		t.Fatalf("DaemonSettings(mailbox.max_body) after host1:/a was forgotten = %q, want none", got)
 	}
 	// Once its lease has expired, the other may go too.
 	if n, err := db.ForgetMembers(ctx, "host2:/b", t0.Add(2*time.Minute)); err != nil || n != 1 {
