@@ -321,11 +321,15 @@ func (k *leaseKeeper) renew(ctx context.Context) error {
 // recordAgain records the daemon's agents again, as at its start, once it
 // took leases back: while it was away (paused past its leases) an operator
 // may have forgotten it (swarmd daemons forget), and its agents would
-// otherwise stay off the swarm's list until its next start or reload.
+// otherwise stay off the swarm's list until its next start or reload, and
+// its merge target out of the check of other daemons' starts.
 func (k *leaseKeeper) recordAgain(ctx context.Context) {
 	cfg, _ := k.d.current()
 	if err := RecordMembers(ctx, k.d.db, k.holder.Daemon, cfg); err != nil && ctx.Err() == nil {
 		k.d.log.Warn("record the swarm's agents after taking leases back", zap.Error(err))
+	}
+	if err := k.d.recordSwarmTarget(ctx, cfg); err != nil && ctx.Err() == nil {
+		k.d.log.Warn("record the merge target after taking leases back", zap.Error(err))
 	}
 }
 

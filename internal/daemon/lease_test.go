@@ -295,8 +295,9 @@ func TestReapDoesNotUndoARetake(t *testing.T) {
 
 // TestTakenBackLeasesRecordTheAgentsAgain: a daemon forgotten while it was
 // away (its rows deleted, as `swarmd daemons forget` may once its leases
-// expired) records its agents again when it takes a lease back, not only at
-// its next start or reload: its agents stay the swarm's.
+// expired) records its agents and its merge target again when it takes a
+// lease back, not only at its next start or reload: its agents stay the
+// swarm's, and its target counts in other daemons' checks.
 func TestTakenBackLeasesRecordTheAgentsAgain(t *testing.T) {
 	srv := pgtest.Shared(t)
 	url := srv.URL(srv.NewDB(t, "retakemembers"))
@@ -319,11 +320,19 @@ func TestTakenBackLeasesRecordTheAgentsAgain(t *testing.T) {
 	if _, err := db.ExecCount(ctx, "forget", `DELETE FROM swarm_members WHERE daemon = ?`, self); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := db.ExecCount(ctx, "forget its settings", `DELETE FROM settings WHERE key LIKE 'daemon/%'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.ExecCount(ctx, "take alice", `UPDATE agent_leases SET daemon = 'ghost:/away', epoch = epoch + 1 WHERE agent = 'alice'`); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "alice's lease taken back and alice recorded again", func() bool {
 		ls, err := db.Leases(ctx)
 		return err == nil && len(ls) == 1 && ls[0].Daemon == self && recorded()
+	})
+	waitFor(t, "its merge target recorded again", func() bool {
+		targets, err := db.DaemonSettings(ctx, settingMergeInto)
+		_, ok := targets[self]
+		return err == nil && ok
 	})
 }
