@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -22,6 +23,9 @@ type DaemonJSON struct {
 	// uncleanly; another daemon reaps them).
 	Live    int `json:"live_leases"`
 	Expired int `json:"expired_leases"`
+	// MergeInto is the merge target its config gave at its start ("": no
+	// merge queue; absent: it recorded none, as a release before).
+	MergeInto *string `json:"merge_into,omitempty"`
 }
 
 // daemonsOptions are `swarmd daemons`'s.
@@ -44,8 +48,9 @@ func newDaemonsCmd(s Streams, runF func(context.Context, *daemonsOptions) error)
 		Use:   "daemons",
 		Short: "The swarm's daemons: the agents each runs, and whether it holds its leases",
 		Long: `List the daemons of the swarm, one line each: its name (host and state dir), the agents its config
-last recorded (at its start and at each reload), when, and the agent leases it holds, live or
-expired. On a store of its own there is one daemon; on a shared PostgreSQL store, every daemon
+last recorded (at its start and at each reload), when, the merge target its config gave at its
+start (a swarm has one: a daemon that differs from a running one is refused), and the agent leases
+it holds, live or expired. On a store of its own there is one daemon; on a shared PostgreSQL store, every daemon
 that ever ran on it and was not forgotten. The agents of every listed daemon, running or stopped,
 are the swarm's: tasks may be assigned to them and mail sent to them.`,
 		Args: cobra.NoArgs,
@@ -55,7 +60,7 @@ are the swarm's: tasks may be assigned to them and mail sent to them.`,
 		},
 	}
 	cmd.PersistentFlags().StringVarP(&opts.ConfigPath, "config", "c", configName, "config file (names the store)")
-	cmd.Flags().BoolVar(&opts.JSON, "json", false, "a JSON array of {daemon, agents, recorded, live_leases, expired_leases}")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "a JSON array of {daemon, agents, recorded, live_leases, expired_leases, merge_into}")
 	forget := &cobra.Command{
 		Use:   "forget DAEMON",
 		Short: "Remove a daemon retired for good from the swarm's list, and its agents with it",
@@ -106,7 +111,7 @@ func daemonsRun(ctx context.Context, opts *daemonsOptions) error {
 		return err
 	}
 	w := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "DAEMON\tAGENTS\tRECORDED\tLEASES")
+	fmt.Fprintln(w, "DAEMON\tAGENTS\tRECORDED\tTARGET\tLEASES")
 	for _, d := range ds {
 		recorded := "-"
 		if d.Recorded != nil {
@@ -116,7 +121,15 @@ func daemonsRun(ctx context.Context, opts *daemonsOptions) error {
 		if d.Expired > 0 {
 			leases += fmt.Sprintf(", %d expired", d.Expired)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", printable(d.Daemon, false), printable(strings.Join(d.Agents, ","), false), recorded, leases)
+		target := "-"
+		switch {
+		case d.MergeInto == nil:
+		case *d.MergeInto == "":
+			target = "(no merge queue)"
+		default:
+			target = printable(*d.MergeInto, false)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", printable(d.Daemon, false), printable(strings.Join(d.Agents, ","), false), recorded, target, leases)
 	}
 	return w.Flush()
 }
@@ -128,9 +141,16 @@ func readDaemons(ctx context.Context, db *store.DB, now time.Time) ([]DaemonJSON
 	if err != nil {
 		return nil, err
 	}
+	targets, err := db.DaemonSettings(ctx, daemon.SettingMergeInto)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]DaemonJSON, 0, len(ds))
 	for _, d := range ds {
 		j := DaemonJSON{Daemon: d.Name, Agents: d.Agents, Live: d.Live, Expired: d.Expired}
+		if into, ok := targets[d.Name]; ok {
+			j.MergeInto = &into
+		}
 		if !d.Recorded.IsZero() {
 			j.Recorded = &d.Recorded
 		}

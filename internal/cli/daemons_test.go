@@ -32,6 +32,9 @@ func TestDaemonsListAndForget(t *testing.T) {
 	if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: "new:/srv/b/.swarm", Host: "new", PID: 1}, []string{"bob"}, now, time.Hour); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.SetDaemonSetting(ctx, "new:/srv/b/.swarm", "merge.into", "main"); err != nil {
+		t.Fatal(err)
+	}
 	o, out := s.as("operator", "")
 	run := func(opts daemonsOptions) error {
 		opts.IO, opts.Now = o.IO, time.Now
@@ -45,15 +48,18 @@ func TestDaemonsListAndForget(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &ds); err != nil {
 		t.Fatalf("daemons --json: %v\n%s", err, out)
 	}
-	if len(ds) != 2 || ds[0].Daemon != "new:/srv/b/.swarm" || ds[0].Live != 1 || strings.Join(ds[1].Agents, ",") != "amy,zed" || ds[1].Live != 0 {
-		t.Fatalf("daemons --json = %+v; want new (bob, 1 live lease), then old (amy, zed, none)", ds)
+	if len(ds) != 2 || ds[0].Daemon != "new:/srv/b/.swarm" || ds[0].Live != 1 || strings.Join(ds[1].Agents, ",") != "amy,zed" || ds[1].Live != 0 ||
+		ds[0].MergeInto == nil || *ds[0].MergeInto != "main" || ds[1].MergeInto != nil {
+		t.Fatalf("daemons --json = %+v; want new (bob, 1 live lease, into main), then old (amy, zed, none, no target recorded)", ds)
 	}
 	out.Reset()
 	if err := run(daemonsOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The target and the leases end each line: "main 1 live", "- 0 live".
+	tail := func(line string) string { f := strings.Fields(line); return strings.Join(f[max(0, len(f)-3):], " ") }
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 3 || !strings.Contains(lines[1], "bob") ||
-		!strings.HasSuffix(lines[1], "1 live") || !strings.Contains(lines[2], "amy,zed") {
+		tail(lines[1]) != "main 1 live" || !strings.Contains(lines[2], "amy,zed") || tail(lines[2]) != "- 0 live" {
 		t.Errorf("daemons:\n%s", out)
 	}
 

@@ -9,10 +9,12 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-// settingMergeInto records the daemon's merge.into in swarm.db ("" : no
+// SettingMergeInto records the daemon's merge.into in swarm.db ("" : no
 // merge queue), so that every process's board agrees on who closes a DONE
 // task: the merge queue, once the work is merged, or the board at once.
-const settingMergeInto = "merge.into"
+// On a shared store each daemon also records it as its own
+// (store.DB.SetDaemonSetting), under this key.
+const SettingMergeInto = "merge.into"
 
 // OpenTaskBoard is the task board in db, as the daemon and every `swarmd
 // task` process use it. Without a merge queue a DONE task that no reviewer
@@ -22,9 +24,9 @@ const settingMergeInto = "merge.into"
 // store cut short is an error, never taken for no merge queue, which
 // would close a DONE task unmerged.
 func OpenTaskBoard(ctx context.Context, db *store.DB, p *ReviewPolicy) (*taskboard.Board, error) {
-	into, _, err := db.Setting(ctx, settingMergeInto)
+	into, _, err := db.Setting(ctx, SettingMergeInto)
 	if err != nil {
-		return nil, fmt.Errorf("read whether a merge queue closes the tasks (setting %s): %w", settingMergeInto, err)
+		return nil, fmt.Errorf("read whether a merge queue closes the tasks (setting %s): %w", SettingMergeInto, err)
 	}
 	return newTaskBoard(db, into, p), nil
 }

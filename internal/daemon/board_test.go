@@ -25,7 +25,7 @@ func TestTaskBoardOfAStoreAwayIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.SetSetting(ctx, settingMergeInto, "main"); err != nil {
+	if err := db.SetSetting(ctx, SettingMergeInto, "main"); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Stop("fast"); err != nil {

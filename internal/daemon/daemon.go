@@ -453,7 +453,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 		if cfg.SharedStore() {
 			return nil // once the swarm's daemons agree on it (recordSwarmTarget)
 		}
-		return d.db.SetSetting(ctx, settingMergeInto, mergeInto(cfg))
+		return d.db.SetSetting(ctx, SettingMergeInto, mergeInto(cfg))
 	}); err != nil {
 		return err
 	}

@@ -331,7 +331,7 @@ func TestTakenBackLeasesRecordTheAgentsAgain(t *testing.T) {
 		return err == nil && len(ls) == 1 && ls[0].Daemon == self && recorded()
 	})
 	waitFor(t, "its merge target recorded again", func() bool {
-		targets, err := db.DaemonSettings(ctx, settingMergeInto)
+		targets, err := db.DaemonSettings(ctx, SettingMergeInto)
 		_, ok := targets[self]
 		return err == nil && ok
 	})

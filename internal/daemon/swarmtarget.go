@@ -24,7 +24,7 @@ func (d *Daemon) checkSwarmTarget(ctx context.Context, cfg *config.Config) error
 	if !cfg.SharedStore() {
 		return nil
 	}
-	recorded, err := d.db.DaemonSettings(ctx, settingMergeInto)
+	recorded, err := d.db.DaemonSettings(ctx, SettingMergeInto)
 	if err != nil {
 		return err
 	}
@@ -52,10 +52,10 @@ func (d *Daemon) recordSwarmTarget(ctx context.Context, cfg *config.Config) erro
 		return nil
 	}
 	into := mergeInto(cfg)
-	if err := d.db.SetDaemonSetting(ctx, d.leaseHolder().Daemon, settingMergeInto, into); err != nil {
+	if err := d.db.SetDaemonSetting(ctx, d.leaseHolder().Daemon, SettingMergeInto, into); err != nil {
 		return fmt.Errorf("record this daemon's merge target: %w", err)
 	}
-	return d.db.SetSetting(ctx, settingMergeInto, into)
+	return d.db.SetSetting(ctx, SettingMergeInto, into)
 }
 
 func describeTarget(into string) string {
