@@ -71,4 +71,32 @@ func TestSwarmHasOneMergeTarget(t *testing.T) {
 	}
 	_ = moved.cmd.Process.Signal(syscall.SIGTERM)
 	moved.wait(30 * time.Second)
+
+	// Two daemons with different targets started together: one is
+	// refused and gives its agent's lease up, the other runs. (That a
+	// claim racing another's is refused, however close, is the store
+	// contract's ClaimDaemonSettingRaced: processes rarely meet so close.)
+	x := startDaemon(t, config("x", toMain))
+	y := startDaemon(t, config("y", `merge: {into: trunk, gate: ["true"]}`))
+	refused, runs, agent := x, y, "y"
+	select {
+	case <-x.done:
+	case <-y.done:
+		refused, runs, agent = y, x, "x"
+	case <-time.After(30 * time.Second):
+		t.Fatalf("two daemons with different targets both run; logs:\n%s\n%s", x.log(), y.log())
+	}
+	if code := refused.wait(time.Second); code != 2 || !strings.Contains(refused.log(), "a swarm has one merge target") {
+		t.Fatalf("of two daemons started together with different targets, one exited %d; want 2, refused for its target:\n%s", code, refused.log())
+	}
+	runs.waitLine(agent+" Running", transitionTo(agent, "Running"))
+	leases, err := db.Leases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases) != 1 || leases[0].Agent != agent {
+		t.Errorf("leases after the refusal = %+v; want the running daemon's %s alone (the refused one gives its up)", leases, agent)
+	}
+	_ = runs.cmd.Process.Signal(syscall.SIGTERM)
+	runs.wait(30 * time.Second)
 }

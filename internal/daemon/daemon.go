@@ -307,18 +307,16 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	// leases a try took are this daemon's own to take again, and recovery
 	// finishes what a try of it began.
 	if err := d.waitStore(ctx, "take the agents' leases and recover", func(ctx context.Context) error {
-		if err := d.checkSwarmTarget(ctx, cfg); err != nil {
-			return err
-		}
 		if err := d.acquireLeases(ctx, cfg.AgentNames(), true); err != nil {
 			return err
 		}
-		// Once the agents are this daemon's: a daemon refused them
-		// records nothing. Before any session's command reads it.
-		if err := RecordMembers(ctx, d.db, d.leaseHolder().Daemon, cfg); err != nil {
+		// Once the agents are this daemon's: a daemon refused them, or
+		// refused its target, records nothing. Before any session's
+		// command reads it.
+		if err := d.claimAtStart(ctx, cfg); err != nil {
 			return err
 		}
-		if err := d.recordSwarmTarget(ctx, cfg); err != nil {
+		if err := RecordMembers(ctx, d.db, d.leaseHolder().Daemon, cfg); err != nil {
 			return err
 		}
 		if err := d.recover(ctx); err != nil {
@@ -451,7 +449,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 			return err
 		}
 		if cfg.SharedStore() {
-			return nil // once the swarm's daemons agree on it (recordSwarmTarget)
+			return nil // once the swarm's daemons agree on it (claimSwarmTarget)
 		}
 		return d.db.SetSetting(ctx, SettingMergeInto, mergeInto(cfg))
 	}); err != nil {

@@ -328,8 +328,11 @@ func (k *leaseKeeper) recordAgain(ctx context.Context) {
 	if err := RecordMembers(ctx, k.d.db, k.holder.Daemon, cfg); err != nil && ctx.Err() == nil {
 		k.d.log.Warn("record the swarm's agents after taking leases back", zap.Error(err))
 	}
-	if err := k.d.recordSwarmTarget(ctx, cfg); err != nil && ctx.Err() == nil {
-		k.d.log.Warn("record the merge target after taking leases back", zap.Error(err))
+	// Refused when a daemon with another target started while this one
+	// was away (its leases expired, it no longer counted): the swarm has
+	// two targets now, which only the operator can settle.
+	if err := k.d.claimSwarmTarget(ctx, cfg); err != nil && ctx.Err() == nil {
+		k.d.log.Error("record the merge target after taking leases back", zap.Error(err))
 	}
 }
 

@@ -2,60 +2,62 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/store"
+	"go.uber.org/zap"
 )
 
 // A swarm has one merge target. On a shared store each daemon records its
-// config's merge.into as its own (store.DB.SetDaemonSetting), and a daemon
-// whose config says otherwise than one that runs is refused at start: with
-// two targets, or one daemon without a merge queue, its agents' tasks would
-// be merged elsewhere or closed with no gate, while the store's one
-// merge.into setting, which commands outside a daemon follow, says
-// whichever started last. Which daemon runs, its leases say; one that
-// stopped or died no longer counts, so the target can be changed by
-// stopping every daemon and starting them with the new config.
+// config's merge.into as its own and as the swarm's, once it holds its
+// agents' leases (store.DB.ClaimDaemonSetting), and a daemon whose config
+// says otherwise than one that runs is refused at start: with two targets,
+// or one daemon without a merge queue, its agents' tasks would be merged
+// elsewhere or closed with no gate, while the store's one merge.into
+// setting, which commands outside a daemon follow, would say whichever
+// started last. Which daemon runs, its leases say; one that stopped or
+// died no longer counts, so the target can be changed by stopping every
+// daemon and starting them with the new config. The check and the record
+// are one write transaction taken after the leases: of two daemons
+// starting at the same moment with different targets, the second to
+// claim sees the first's leases and target and is refused.
 
-// checkSwarmTarget refuses (a *SetupError) cfg's merge target when a
-// daemon of the swarm that holds live leases recorded another.
-func (d *Daemon) checkSwarmTarget(ctx context.Context, cfg *config.Config) error {
+// claimSwarmTarget records cfg's merge target as this daemon's own and as
+// the swarm's, or refuses it (a *SetupError) when a daemon of the swarm
+// that holds live leases recorded another: a refused daemon records
+// nothing.
+func (d *Daemon) claimSwarmTarget(ctx context.Context, cfg *config.Config) error {
 	if !cfg.SharedStore() {
 		return nil
 	}
-	recorded, err := d.db.DaemonSettings(ctx, SettingMergeInto)
-	if err != nil {
-		return err
-	}
-	daemons, err := d.db.Daemons(ctx, time.Now())
-	if err != nil {
-		return err
-	}
-	self, mine := d.leaseHolder().Daemon, mergeInto(cfg)
-	for _, o := range daemons {
-		theirs, ok := recorded[o.Name]
-		if o.Name == self || o.Live == 0 || !ok || theirs == mine {
-			continue
-		}
+	mine := mergeInto(cfg)
+	err := d.db.ClaimDaemonSetting(ctx, d.leaseHolder().Daemon, SettingMergeInto, mine, time.Now())
+	var conflict *store.SettingConflictError
+	if errors.As(err, &conflict) {
 		return setupErrorf("merge.into: this config %s, but daemon %s, which runs on this store, %s: a swarm has one merge target; give every daemon's config the same merge section (to change it, stop every daemon first)",
-			describeTarget(mine), o.Name, describeTarget(theirs))
+			describeTarget(mine), conflict.Daemon, describeTarget(conflict.Theirs))
+	}
+	if err != nil {
+		return fmt.Errorf("record this daemon's merge target: %w", err)
 	}
 	return nil
 }
 
-// recordSwarmTarget records cfg's merge target as this daemon's own and
-// as the swarm's (the setting commands outside a daemon follow), once its
-// agents' leases are its own: a refused daemon records nothing.
-func (d *Daemon) recordSwarmTarget(ctx context.Context, cfg *config.Config) error {
-	if !cfg.SharedStore() {
-		return nil
+// claimAtStart is claimSwarmTarget at the daemon's start, after it took
+// its agents' leases: a refused daemon gives them up at once, so that a
+// start with the config put right need not wait for them to expire.
+func (d *Daemon) claimAtStart(ctx context.Context, cfg *config.Config) error {
+	err := d.claimSwarmTarget(ctx, cfg)
+	var setup *SetupError
+	if errors.As(err, &setup) {
+		if rerr := d.db.ReleaseLeases(ctx, d.leaseHolder().Daemon, nil); rerr != nil {
+			d.log.Warn("give up the agents' leases of a refused start (they expire on their own)", zap.Error(rerr))
+		}
 	}
-	into := mergeInto(cfg)
-	if err := d.db.SetDaemonSetting(ctx, d.leaseHolder().Daemon, SettingMergeInto, into); err != nil {
-		return fmt.Errorf("record this daemon's merge target: %w", err)
-	}
-	return d.db.SetSetting(ctx, SettingMergeInto, into)
+	return err
 }
 
 func describeTarget(into string) string {

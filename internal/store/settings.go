@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 )
 
 // SetSetting records key = value for every process that opens the file
@@ -66,4 +68,49 @@ func (db *DB) DaemonSettings(ctx context.Context, key string) (map[string]string
 		return nil, db.Wrap("read the daemons' "+key, err)
 	}
 	return out, nil
+}
+
+// SettingConflictError is ClaimDaemonSetting's refusal: a daemon that runs
+// recorded another value for Key.
+type SettingConflictError struct {
+	Key    string
+	Daemon string // the running daemon
+	Theirs string // what it recorded
+}
+
+func (e *SettingConflictError) Error() string {
+	return fmt.Sprintf("daemon %s, which runs on this store, recorded %s = %q", e.Daemon, e.Key, e.Theirs)
+}
+
+// ClaimDaemonSetting records key = value as daemon's own
+// (SetDaemonSetting) and as the swarm's (SetSetting), where the swarm's
+// daemons must agree on it: in the same write transaction, it first
+// refuses, writing nothing, with a *SettingConflictError when another
+// daemon that holds an unexpired lease at now recorded another value.
+// Write transactions take turns on both engines (one writer on SQLite, the
+// writers' lock on PostgreSQL), so of daemons that take their leases and
+// then claim, the first to claim wins and every later one with another
+// value is refused, however close together they start: each sees the
+// winner's leases and value, committed before its turn.
+func (db *DB) ClaimDaemonSetting(ctx context.Context, daemon, key, value string, now time.Time) error {
+	return db.InTx(ctx, "claim "+key, func(tx *sql.Tx) error {
+		var other, theirs string
+		err := tx.QueryRowContext(ctx, `SELECT l.daemon, s.value
+			FROM (SELECT DISTINCT daemon FROM agent_leases WHERE expires_at > ? AND daemon <> ?) l
+			JOIN settings s ON s.key = '`+daemonPrefix+`' || l.daemon || ?
+			WHERE s.value <> ? ORDER BY l.daemon LIMIT 1`, FormatTime(now), daemon, "/"+key, value).Scan(&other, &theirs)
+		switch {
+		case err == nil:
+			return &SettingConflictError{Key: key, Daemon: other, Theirs: theirs}
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		for _, k := range []string{daemonPrefix + daemon + "/" + key, key} {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
+				ON CONFLICT (key) DO UPDATE SET value = excluded.value`, k, value); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

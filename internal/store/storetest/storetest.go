@@ -56,6 +56,8 @@ func Run(t *testing.T, h Harness) {
 		{"LeasesUniqueAndExpire", testLeases},
 		{"MembersPerDaemon", testMembers},
 		{"ForgetMembers", testForgetMembers},
+		{"ClaimDaemonSetting", testClaimDaemonSetting},
+		{"ClaimDaemonSettingRaced", testClaimDaemonSettingRaced},
 		{"ConcurrentHandles", testConcurrentHandles},
 		{"ConcurrentProcesses", testConcurrentProcesses},
 	}
@@ -825,5 +827,123 @@ func testForgetMembers(t *testing.T, h Harness) {
 	}
 	if ms := must(db.Members(ctx))(t); len(ms) != 0 {
 		t.Fatalf("Members after both were forgotten = %+v, want none", ms)
+	}
+}
+
+// testClaimDaemonSetting: a daemon's claim of a setting the swarm's
+// daemons must agree on is refused, writing nothing, when a daemon that
+// holds a live lease recorded another value; the same value, a daemon
+// whose leases expired, or one that recorded nothing do not refuse it.
+func testClaimDaemonSetting(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.Open(t, h.Fresh(t))
+	const key = "merge.into"
+	lease := func(daemon, agent string, ttl time.Duration) {
+		t.Helper()
+		if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "h", PID: 1}, []string{agent}, t0, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swarm := func() string {
+		t.Helper()
+		v, _, err := db.Setting(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	lease("host1:/a", "alice", time.Hour)
+	lease("host2:/b", "bob", time.Hour)
+	lease("host3:/c", "carl", time.Minute)
+	if err := db.ClaimDaemonSetting(ctx, "host3:/c", key, "old", t0); err != nil {
+		t.Fatal(err)
+	}
+	// host3's lease has expired by t0+2m: its "old" does not count.
+	at := t0.Add(2 * time.Minute)
+	if err := db.ClaimDaemonSetting(ctx, "host1:/a", key, "main", at); err != nil {
+		t.Fatalf("the first claim beside an expired daemon's = %v", err)
+	}
+	var conflict *store.SettingConflictError
+	err := db.ClaimDaemonSetting(ctx, "host2:/b", key, "", at)
+	if !errors.As(err, &conflict) || *conflict != (store.SettingConflictError{Key: key, Daemon: "host1:/a", Theirs: "main"}) {
+		t.Fatalf("a claim of another value beside a live daemon's = %v; want a conflict with host1:/a's main", err)
+	}
+	if got := must(db.DaemonSettings(ctx, key))(t); len(got) != 2 || got["host1:/a"] != "main" || got["host3:/c"] != "old" {
+		t.Fatalf("DaemonSettings after a refused claim = %q; want host1:/a's and host3:/c's alone", got)
+	}
+	if got := swarm(); got != "main" {
+		t.Fatalf("the swarm's %s after a refused claim = %q, want main", key, got)
+	}
+	if err := db.ClaimDaemonSetting(ctx, "host2:/b", key, "main", at); err != nil {
+		t.Fatalf("a claim of the same value = %v", err)
+	}
+	// A daemon's own record does not stand in its way.
+	if err := db.ClaimDaemonSetting(ctx, "host1:/a", key, "main", at); err != nil {
+		t.Fatalf("a daemon's claim again = %v", err)
+	}
+	// Every lease expired: a new value is the swarm's.
+	if err := db.ClaimDaemonSetting(ctx, "host3:/c", key, "trunk", t0.Add(2*time.Hour)); err != nil {
+		t.Fatalf("a claim once every other daemon's leases expired = %v", err)
+	}
+	if got := swarm(); got != "trunk" {
+		t.Fatalf("the swarm's %s = %q, want trunk", key, got)
+	}
+}
+
+// testClaimDaemonSettingRaced: daemons that take their leases and claim
+// different values at the same moment, each on its own handle (a daemon of
+// its own): exactly one wins, every other is refused naming it, and only
+// the winner's value is recorded.
+func testClaimDaemonSettingRaced(t *testing.T, h Harness) {
+	ctx := context.Background()
+	target := h.Fresh(t)
+	const n, key = 6, "merge.into"
+	dbs := make([]*store.DB, n)
+	for i := range dbs {
+		dbs[i] = h.Open(t, target)
+	}
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, db := range dbs {
+		daemon := fmt.Sprintf("host%d:/d", i)
+		wg.Go(func() {
+			<-start
+			if _, _, err := db.AcquireLeases(ctx, store.Lease{Daemon: daemon, Host: "h", PID: i}, []string{fmt.Sprint("agent", i)}, t0, time.Hour); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = db.ClaimDaemonSetting(ctx, daemon, key, fmt.Sprint("branch", i), t0)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		var conflict *store.SettingConflictError
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("daemons %d and %d both claimed %s with different values", winner, i, key)
+		case err == nil:
+			winner = i
+		case !errors.As(err, &conflict):
+			t.Fatalf("daemon %d: %v", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no daemon's claim won: %v", errs)
+	}
+	for i, err := range errs {
+		var conflict *store.SettingConflictError
+		if i != winner && (!errors.As(err, &conflict) || conflict.Daemon != fmt.Sprintf("host%d:/d", winner) || conflict.Theirs != fmt.Sprint("branch", winner)) {
+			t.Errorf("daemon %d's refusal = %v; want one naming the winner, daemon %d", i, err, winner)
+		}
+	}
+	got := must(dbs[0].DaemonSettings(ctx, key))(t)
+	if len(got) != 1 || got[fmt.Sprintf("host%d:/d", winner)] != fmt.Sprint("branch", winner) {
+		t.Errorf("DaemonSettings = %q; want the winner's alone", got)
+	}
+	if v, _, err := dbs[0].Setting(ctx, key); err != nil || v != fmt.Sprint("branch", winner) {
+		t.Errorf("the swarm's %s = %q, %v; want the winner's", key, v, err)
 	}
 }
