@@ -44,12 +44,13 @@ type streams struct {
 	getenv   func(string) string
 	// store, when set, is the daemon's open store, which mail and task use
 	// for SWARM_DB_PATH: the daemon runs a session's command (runSessionCLI).
-	store *store.DB
-	board *taskboard.Board // the daemon's task board, with store
+	store       *store.DB
+	board       *taskboard.Board // the daemon's task board, with store
+	mailMaxBody int              // the daemon's mailbox.max_body, with store
 }
 
 func (s streams) cli() cli.Streams {
-	return cli.Streams{In: s.in, Out: s.out, Err: s.err, Getenv: s.getenv, Store: s.store, Board: s.board}
+	return cli.Streams{In: s.in, Out: s.out, Err: s.err, Getenv: s.getenv, Store: s.store, Board: s.board, MailMaxBody: s.mailMaxBody}
 }
 
 func main() {

@@ -98,6 +98,6 @@ func runSessionCLI(ctx context.Context, req daemon.CLIRequest) (stdout, stderr s
 		}
 	}()
 	code = Main(ctx, req.Args, streams{in: strings.NewReader(req.Stdin), out: &out, err: &errb,
-		getenv: func(k string) string { return req.Env[k] }, store: req.Store, board: req.Board})
+		getenv: func(k string) string { return req.Env[k] }, store: req.Store, board: req.Board, mailMaxBody: req.MailMaxBody})
 	return out.String(), errb.String(), code
 }

@@ -186,6 +186,46 @@ func TestRunSessionCLIUsesTheDaemonsStore(t *testing.T) {
 	}
 }
 
+// TestRunSessionCLIUsesTheDaemonsMailLimit: a session's `swarmd mail`, run
+// by the daemon, is bound by that daemon's mailbox.max_body, not by the
+// one the store recorded, which on a shared store is whichever daemon
+// started last.
+func TestRunSessionCLIUsesTheDaemonsMailLimit(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	other, err := mailbox.New(ctx, db, mailbox.Options{MaxBodyBytes: 100}) // another daemon's, recorded last
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.RecordLimits(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	env := map[string]string{"SWARM_DB_PATH": db.Path(), "SWARM_AGENTS": "alice,bob", "SWARM_AGENT_ID": "alice"}
+	for _, c := range []struct {
+		limit, body int
+		sent        bool
+	}{
+		{limit: 10, body: 50, sent: false},  // under the store's 100, over the daemon's 10
+		{limit: 10, body: 10, sent: true},   // the daemon's limit itself
+		{limit: 500, body: 200, sent: true}, // over the store's 100, under the daemon's 500
+	} {
+		args := []string{"mail", "send", "--to", "bob", strings.Repeat("x", c.body)}
+		stdout, stderr, code := runSessionCLI(ctx, daemon.CLIRequest{Args: args, Env: env, Store: db, MailMaxBody: c.limit})
+		if sent := code == 0; sent != c.sent {
+			t.Errorf("a %d-byte body from a session of a daemon whose max_body is %d (the store's 100): sent %v, want %v; exit %d %q %q",
+				c.body, c.limit, sent, c.sent, code, stdout, stderr)
+		}
+		if !c.sent && !strings.Contains(stderr, "over the 10-byte limit") {
+			t.Errorf("the refusal of a %d-byte body does not name the daemon's limit, %d: %q", c.body, c.limit, stderr)
+		}
+	}
+}
+
 // TestRunSessionCLIUsesTheDaemonsBoard: a session's `swarmd task` command,
 // run by the daemon, claims and reports on the daemon's own board, by the
 // config of the daemon that runs its agent, not by what the store's

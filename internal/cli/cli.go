@@ -33,6 +33,10 @@ type Streams struct {
 	// reviewers, its merge queue), never by what another daemon sharing
 	// the store recorded.
 	Board *taskboard.Board
+	// MailMaxBody, when set with Store, is the daemon's mailbox.max_body,
+	// which binds the session's mail: the store's recorded limit is
+	// whichever daemon sharing it started last.
+	MailMaxBody int
 }
 
 // UsageError marks errors that are the user's input (bad flags, bad config,

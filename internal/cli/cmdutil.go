@@ -107,6 +107,7 @@ func openSwarmDBWaiting(ctx context.Context, s Streams, configPath, cmd string, 
 		if s.Store != nil {
 			// Not opened again: the daemon dropped the store's password
 			// from its environment once its own store had read it.
+			opts.MaxBodyBytes = s.MailMaxBody
 			out.DB, out.mail, out.agents, out.borrowed = s.Store, opts, opts.Agents, true
 			return &out, nil
 		}

@@ -28,6 +28,10 @@ type CLIRequest struct {
 	// Board is the daemon's task board: the command claims and reports on
 	// it, as the daemon's prompts do.
 	Board *taskboard.Board
+	// MailMaxBody is the daemon's mailbox.max_body, which binds its
+	// sessions' mail: on a shared store the one recorded in the store is
+	// whichever daemon started last.
+	MailMaxBody int
 }
 
 var _ control.SessionCLI = controlAPI{}
@@ -101,7 +105,8 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 		}
 		env[TaskHeadEnv] = head
 	}
-	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db, Board: d.tasks})
+	stdout, stderr, code := d.opts.SessionCLI(ctx, CLIRequest{Args: req.Args, Stdin: req.Stdin, Env: env, Store: d.db, Board: d.tasks,
+		MailMaxBody: d.mail.MaxBody()})
 	if done {
 		// And once more: the session may have committed between the move
 		// and the report's reading of its HEAD.

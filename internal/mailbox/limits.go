@@ -24,6 +24,9 @@ func (mb *Mailbox) RecordLimits(ctx context.Context) error {
 	return mb.db.SetSetting(ctx, settingUrgentEvery, mb.urgentEvery.String())
 }
 
+// MaxBody is the longest body this mailbox takes, in bytes.
+func (mb *Mailbox) MaxBody() int { return mb.maxBody }
+
 // settingUrgentEvery records Options.UrgentEvery for the session commands,
 // which read no config ("0s": no bound).
 const settingUrgentEvery = "mailbox.urgent_every"
