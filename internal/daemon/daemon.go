@@ -266,9 +266,9 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 	}
 	review := ConfigReviewPolicy(func() *config.Config { c, _ := d.current(); return c })
 	review.ReviewOnly = d.reviewOnly
-	// The board as the config says (openState recorded merge.into from
-	// it), not read back: a read the store cut short would be taken for
-	// no merge queue.
+	// The board as the config says, not read back (claimSwarmTarget
+	// records merge.into from it): a read the store cut short would be
+	// taken for no merge queue.
 	d.tasks = newTaskBoard(d.db, mergeInto(cfg), review)
 	if d.live.backends, err = buildBackends(cfg, d.host.sup); err != nil {
 		return nil, setupError(err)
@@ -445,13 +445,8 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if err := d.waitStore(ctx, "record the settings", func(ctx context.Context) error {
 		// `swarmd mail` in a session reads no config: the limits it
 		// enforces are the ones recorded here.
-		if err := d.mail.RecordLimits(ctx); err != nil {
-			return err
-		}
-		if cfg.SharedStore() {
-			return nil // once the swarm's daemons agree on it (claimSwarmTarget)
-		}
-		return d.db.SetSetting(ctx, SettingMergeInto, mergeInto(cfg))
+		// merge.into: once the swarm's daemons agree on it (claimSwarmTarget).
+		return d.mail.RecordLimits(ctx)
 	}); err != nil {
 		return err
 	}

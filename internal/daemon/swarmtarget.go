@@ -29,10 +29,9 @@ import (
 // the swarm's, or refuses it (a *SetupError) when a daemon of the swarm
 // that holds live leases recorded another: a refused daemon records
 // nothing.
+// On a store of its own (no leases) the daemon records it all the same:
+// `swarmd daemons` shows it, and commands outside a daemon follow it.
 func (d *Daemon) claimSwarmTarget(ctx context.Context, cfg *config.Config) error {
-	if !cfg.SharedStore() {
-		return nil
-	}
 	mine := mergeInto(cfg)
 	err := d.db.ClaimDaemonSetting(ctx, d.leaseHolder().Daemon, SettingMergeInto, mine, time.Now())
 	var conflict *store.SettingConflictError
