@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -443,6 +444,16 @@ func TestInitToMergedWork(t *testing.T) {
 	cfg := readText(t, filepath.Join(dir, "swarmd.yaml"))
 	if !strings.Contains(cfg, `into: "trunk"`) || !strings.Contains(cfg, `gate: ["make test"]`) {
 		t.Fatalf("init's merge section does not name trunk and make test:\n%s", cfg)
+	}
+	if l, err := net.Listen("tcp", "127.0.0.1:9464"); err != nil {
+		// A swarmd runs on this machine (a developer's): the one edit, so
+		// that the test does not fail on the machine instead of the code.
+		t.Logf("the default listen address is taken (%v): listen turned off", err)
+		if err := os.WriteFile(filepath.Join(dir, "swarmd.yaml"), []byte(cfg+"\nlisten: \"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		l.Close()
 	}
 	d := startDaemon(t, filepath.Join(dir, "swarmd.yaml"))
 	d.waitLine("the swarm running", func(m map[string]any) bool { return m["msg"] == "swarmd running" })

@@ -159,6 +159,7 @@ func TestDaemonTimerSlack(t *testing.T) {
 			file := filepath.Join(out, "slack-"+tc.key)
 			repo := gitRepo(t)
 			d := startDaemon(t, writeConfig(t, repo, `
+listen: ""
 limits: {daemon_timer_slack: `+tc.key+`}
 sandbox: {writable: [`+out+`]}
 defaults: {backend: slack, grace_period: 1s}
