@@ -46,11 +46,12 @@ func newDaemonsCmd(s Streams, runF func(context.Context, *daemonsOptions) error)
 	opts := &daemonsOptions{IO: s, Now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "daemons",
-		Short: "The swarm's daemons: the agents each runs, and whether it holds its leases",
+		Short: "The swarm's daemons: the agents each runs, its merge target, whether it holds its leases",
 		Long: `List the daemons of the swarm, one line each: its name (host and state dir), the agents its config
 last recorded (at its start and at each reload), when, the merge target its config gave at its
 start (a swarm has one: a daemon that differs from a running one is refused), and the agent leases
-it holds, live or expired. On a store of its own there is one daemon; on a shared PostgreSQL store, every daemon
+it holds, live or expired. On a store of its own there is one daemon, which holds no lease (its
+state dir's lock keeps a second out); on a shared PostgreSQL store, every daemon
 that ever ran on it and was not forgotten. The agents of every listed daemon, running or stopped,
 are the swarm's: tasks may be assigned to them and mail sent to them.`,
 		Args: cobra.NoArgs,
