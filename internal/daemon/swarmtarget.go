@@ -29,6 +29,7 @@ import (
 // the swarm's, or refuses it (a *SetupError) when a daemon of the swarm
 // that holds live leases recorded another: a refused daemon records
 // nothing.
+//
 // On a store of its own (no leases) the daemon records it all the same:
 // `swarmd daemons` shows it, and commands outside a daemon follow it.
 func (d *Daemon) claimSwarmTarget(ctx context.Context, cfg *config.Config) error {

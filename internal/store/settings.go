@@ -16,12 +16,15 @@ func (db *DB) SetSetting(ctx context.Context, key, value string) error {
 	if err := db.Check(); err != nil {
 		return db.Wrap("set "+key, err)
 	}
-	if _, err := db.ExecCount(ctx, "set "+key, `INSERT INTO settings (key, value) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value); err != nil {
+	if _, err := db.ExecCount(ctx, "set "+key, setSettingSQL, key, value); err != nil {
 		return err
 	}
 	return nil
 }
+
+// setSettingSQL writes key = value (SetSetting, ClaimDaemonSetting).
+const setSettingSQL = `INSERT INTO settings (key, value) VALUES (?, ?)
+	ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 
 // Setting is what SetSetting recorded for key; ok is false when nothing was.
 func (db *DB) Setting(ctx context.Context, key string) (value string, ok bool, err error) {
@@ -106,8 +109,7 @@ func (db *DB) ClaimDaemonSetting(ctx context.Context, daemon, key, value string,
 			return err
 		}
 		for _, k := range []string{daemonPrefix + daemon + "/" + key, key} {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
-				ON CONFLICT (key) DO UPDATE SET value = excluded.value`, k, value); err != nil {
+			if _, err := tx.ExecContext(ctx, setSettingSQL, k, value); err != nil {
 				return err
 			}
 		}
