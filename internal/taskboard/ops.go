@@ -732,8 +732,10 @@ func (b *Board) FailTx(ctx context.Context, tx *sql.Tx, id int64, h Holder, reas
 
 func failMove(reason string) func(t *Task) (move, error) {
 	return func(t *Task) (move, error) {
-		return move{to: task.Failed, reason: task.ReasonAborted, why: oneLine("failed", reason),
-			set: []string{"result = ?"}, args: []any{reason}}, nil
+		m := move{to: task.Failed, reason: task.ReasonAborted, why: oneLine("failed", reason),
+			set: []string{"result = ?"}, args: []any{reason}}
+		failLoop(t, review.ReasonFailSignal, &m)
+		return m, nil
 	}
 }
 
@@ -840,8 +842,9 @@ func (b *Board) Approve(ctx context.Context, id int64) (Task, error) {
 // Cancel cancels the task (a terminal state).
 func (b *Board) Cancel(ctx context.Context, id int64) (Task, error) {
 	return b.update(ctx, "cancel", id, Holder{}, func(t *Task) (move, error) {
-		return move{to: task.Cancelled, reason: task.ReasonAborted, why: "cancelled",
-			set: released()}, nil
+		m := move{to: task.Cancelled, reason: task.ReasonAborted, why: "cancelled", set: released()}
+		failLoop(t, review.ReasonCancelled, &m)
+		return m, nil
 	})
 }
 
@@ -1123,8 +1126,10 @@ func (b *Board) orphanTx(ctx context.Context, tx *sql.Tx, t *Task, why string) e
 		why: "requeued after " + why, set: clear})
 	var exhausted *task.RetriesExhaustedError
 	if errors.As(err, &exhausted) {
-		err = b.apply(ctx, tx, t, move{to: task.Failed, abort: abort, actor: "swarmd", set: clear,
-			why: fmt.Sprintf("%s, and its %d retries are used up", why, t.MaxRetries)})
+		m := move{to: task.Failed, abort: abort, actor: "swarmd", set: clear,
+			why: fmt.Sprintf("%s, and its %d retries are used up", why, t.MaxRetries)}
+		failLoop(t, review.ReasonAgentError, &m)
+		err = b.apply(ctx, tx, t, m)
 	}
 	return err
 }

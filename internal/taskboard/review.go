@@ -120,6 +120,22 @@ func (b *Board) reviewOnDone(t *Task, m *move) error {
 	return nil
 }
 
+// failLoop has m fail t's review loop for reason when the loop still runs
+// (init, working or reviewing): the task fails or is cancelled under it
+// (seed 002's failed rows: the worker's FAIL, an agent error, a cancel).
+// A loop that completed stays complete (the merge queue's rejections
+// reopen it), one already failed keeps its first reason, and one whose
+// state cannot be read resumes as failed anyway.
+func failLoop(t *Task, reason review.FailureReason, m *move) {
+	st, err := review.ParseState(t.ReviewState)
+	if t.Reviewer == "" || err != nil || st == review.Failed || !review.CanTransition(st, review.Failed) {
+		return
+	}
+	t.ReviewState, t.ReviewFailure = review.Failed.String(), string(reason)
+	m.set = append(m.set, "review_state = ?", "review_failure = ?")
+	m.args = append(m.args, t.ReviewState, t.ReviewFailure)
+}
+
 // reviewing is a task waiting for the verdict of the reviewer (the one
 // parameter).
 const reviewing = `reviewer = ? AND review_state = 'reviewing' AND state = 'DONE'`
@@ -210,10 +226,13 @@ func (b *Board) VerdictTx(ctx context.Context, tx *sql.Tx, id int64, reviewer, h
 // whose COMMIT's answer was lost learns from it what its verdict did.
 // since is a time of this process's clock (Options.Now).
 func (b *Board) GaveUpSince(ctx context.Context, id int64, reviewer string, since time.Time) (t Task, ok bool, err error) {
-	// FAILED with its review loop failed: a FAIL that sent the task back
-	// to its worker moved it to FAILED too (then OPEN), and the worker
-	// may have failed it since, its loop still working.
-	if t, err = b.Get(ctx, id); err != nil || t.State != task.Failed || t.ReviewState != review.Failed.String() {
+	// FAILED with its review loop failed by a verdict (max_iterations, or
+	// a record the verdict found unreadable): a FAIL that sent the task
+	// back to its worker moved it to FAILED too (then OPEN), and the
+	// worker may have failed it since, or the operator cancelled it,
+	// failing the loop for another reason.
+	if t, err = b.Get(ctx, id); err != nil || t.State != task.Failed || t.ReviewState != review.Failed.String() ||
+		t.ReviewFailure != "" && t.ReviewFailure != string(review.ReasonMaxIterations) {
 		return t, false, err
 	}
 	err = b.db.ReadSQL().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM events

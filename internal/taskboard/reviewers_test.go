@@ -3,7 +3,11 @@ package taskboard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/swarmd/swarmd/internal/review"
+	"github.com/swarmd/swarmd/internal/task"
 )
 
 // Reviewers review: an agent that only reviews claims no unassigned task
@@ -169,4 +173,69 @@ func TestASplitParentIsReviewed(t *testing.T) {
 	if st, _ := state(after.ID); st != "OPEN" {
 		t.Errorf("the parent's dependent after its PASS: %s, want OPEN", st)
 	}
+}
+
+// A task that fails or is cancelled under its review loop fails the loop
+// too (seed 002's rows into failed), for the reason that ended it: the
+// worker's FAIL, a cancel, an agent error (its retries used up).
+func TestTheLoopFailsWithItsTask(t *testing.T) {
+	ctx := context.Background()
+	b, _ := openBoard(t, "", Options{})
+	wantLoop := func(t *testing.T, id int64, state review.State, failure review.FailureReason) Task {
+		t.Helper()
+		got, err := b.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ReviewState != state.String() || got.ReviewFailure != string(failure) {
+			t.Fatalf("task %d (%s): review %q (%q), want %s (%q)", id, got.State, got.ReviewState, got.ReviewFailure, state, failure)
+		}
+		return got
+	}
+	t.Run("worker FAIL", func(t *testing.T) {
+		tk := add(t, b, NewTask{Title: "fail it", Reviewer: "rita"})
+		h := Holder{Agent: "bob", Session: "bob-1-s"}
+		if _, err := b.Claim(ctx, tk.ID, "bob", h.Session); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Fail(ctx, tk.ID, h, "cannot"); err != nil {
+			t.Fatal(err)
+		}
+		wantLoop(t, tk.ID, review.Failed, review.ReasonFailSignal)
+		// Retried, the loop works again, its next DONE reviewed.
+		if _, err := b.Retry(ctx, tk.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := wantLoop(t, tk.ID, review.Working, ""); got.Iteration != 2 {
+			t.Fatalf("retried loop at iteration %d, want 2", got.Iteration)
+		}
+	})
+	t.Run("cancel before the worker started", func(t *testing.T) {
+		tk := add(t, b, NewTask{Title: "never started", Reviewer: "rita"})
+		wantLoop(t, tk.ID, review.Init, "")
+		if _, err := b.Cancel(ctx, tk.ID); err != nil {
+			t.Fatal(err)
+		}
+		wantLoop(t, tk.ID, review.Failed, review.ReasonCancelled)
+	})
+	t.Run("retries used up", func(t *testing.T) {
+		tk := add(t, b, NewTask{Title: "fragile", Reviewer: "rita", MaxRetries: 1})
+		for i, want := range []task.State{task.Open, task.Failed} {
+			h := Holder{Agent: "bob", Session: fmt.Sprintf("bob-3%d-s", i)}
+			if _, err := b.Claim(ctx, tk.ID, "bob", h.Session); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Start(ctx, tk.ID, h); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Orphan(ctx, "bob", "agent bob stopped"); err != nil {
+				t.Fatal(err)
+			}
+			wantState(t, b, tk.ID, want)
+			if want == task.Open {
+				wantLoop(t, tk.ID, review.Working, "") // a retry left: whoever claims it works on
+			}
+		}
+		wantLoop(t, tk.ID, review.Failed, review.ReasonAgentError)
+	})
 }
