@@ -312,7 +312,6 @@ func writeFileReplacing(path string, data []byte) error {
 type starterData struct {
 	Into, Gate              string // the merge queue's: "" leaves it out
 	WorkScript              string // the command backend's script, absolute
-	MaxRejections           int
 	Backend, DefaultBackend string
 	Agents                  []string
 	StateDir, BaseRef       string
@@ -336,7 +335,6 @@ func starterConfig(agents []string, backend string, repo initRepo) []byte {
 		Into:                 repo.branch,
 		Gate:                 repo.gate,
 		WorkScript:           filepath.Join(repo.dir, "prompts", "work.sh"),
-		MaxRejections:        config.DefaultMaxMergeRejections,
 		Backend:              backend,
 		DefaultBackend:       config.DefaultBackend,
 		Agents:               agents,

@@ -41,7 +41,7 @@ type Merge struct {
 	Timeout  time.Duration // for the whole gate
 	Strategy string        // StrategyMerge, StrategySquash or StrategyRebase
 	// MaxRejections bounds the rework of one task the queue keeps sending
-	// back: past it the task fails instead of going back once more.
+	// back: its MaxRejections-th rejection fails the task instead.
 	MaxRejections int
 	// Batch is the most tasks one gate run tests together; 1 is one at a
 	// time.
@@ -65,7 +65,7 @@ func (d *decoder) mergeFields(m *Merge) []field {
 		{"timeout", "The whole gate is killed after this long, and the candidate rejected.", d.durTo(&m.Timeout, false)},
 		{"strategy", "How a branch becomes a candidate: merge (a merge commit), squash (one commit) or rebase (its commits replayed).",
 			d.enumTo(&m.Strategy, mergeStrategies)},
-		{"max_rejections", "Rejections of one task (conflict, gate, timeout) sent back to its worker; the next one fails the task (merge_rejected) and tells the operator.",
+		{"max_rejections", "Rejections (conflict, gate, timeout) that fail one task: each one before the last sends it back to its worker; the last fails it (merge_rejected) and tells the operator.",
 			d.intTo(&m.MaxRejections, 1, maxInt)},
 		{"batch", "The most tasks one gate run tests together (each still its own merge commit), the size adapting to red and green gates; a red batch is bisected to the task that fails it. 1: one at a time.",
 			d.intTo(&m.Batch, 1, MaxMergeBatch)},

@@ -147,9 +147,9 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 		h.d.log.Warn("merge queue: task failed, rejected too often", zap.Int64("task", e.Task), zap.Int("max_rejections", max),
 			zap.String("kind", string(kind)))
 		d := h.d
-		d.notifyTaskFailed(e.Task, e.Agent, fmt.Sprintf("merge_rejected: the merge queue rejected it %d times (merge.max_rejections), the last time for %s", max+1, kind))
+		d.notifyTaskFailed(e.Task, e.Agent, fmt.Sprintf("merge_rejected: the merge queue rejected it %d times (merge.max_rejections), the last time for %s", max, kind))
 		body := fmt.Sprintf("Task #%d failed: the merge queue rejected it %d times (merge.max_rejections), the last time for %s.\n\n"+
-			"`swarmd task show %d` has the history; `swarmd task retry %d` gives it back to the board.", e.Task, max+1, kind, e.Task, e.Task)
+			"`swarmd task show %d` has the history; `swarmd task retry %d` gives it back to the board.", e.Task, max, kind, e.Task, e.Task)
 		if _, err := h.d.mail.NoteToOperator(ctx, fmt.Sprintf("task #%d failed: merge_rejected", e.Task), body); err != nil {
 			h.d.log.Warn("mail the operator", zap.Int64("task", e.Task), zap.Error(err))
 		}

@@ -78,13 +78,13 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 func TestRejectionGivingUpTellsTheOperator(t *testing.T) {
 	ctx := context.Background()
 	d, board, mb := mergeHooksDaemon(t)
-	d.live.cfg = &config.Config{Merge: &config.Merge{Into: "trunk", MaxRejections: 1}}
+	d.live.cfg = &config.Config{Merge: &config.Merge{Into: "trunk", MaxRejections: 2}}
 	tk, err := board.Add(ctx, taskboard.NewTask{Title: "flaky"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := merge.Entry{Task: tk.ID, Agent: "alice", Branch: "swarm/alice/work"}
-	for i, session := range []string{"alice-1-a", "alice-2-b"} { // max_rejections 1: the second is the last
+	for i, session := range []string{"alice-1-a", "alice-2-b"} { // max_rejections 2: the second fails the task
 		if _, err := board.Claim(ctx, tk.ID, "alice", session); err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}

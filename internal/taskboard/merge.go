@@ -159,7 +159,7 @@ func (b *Board) Merged(ctx context.Context, id int64, head, commit string) (Task
 // Rejected sends a DONE task back to its worker: the merge queue could not
 // integrate it (a conflict, a red gate). DONE -> FAILED -> OPEN, assigned to
 // the worker with what went wrong as its result, no retry counted. The
-// max-th rejection (max > 0) is the last: the task stays FAILED
+// max-th rejection (max > 0) fails the task for good: it stays FAILED
 // (merge_rejected), and gaveUp says so. head is the commit the queue
 // rejected: a rejection of a change that is not the task's to merge now
 // (Mergeable) is refused (ErrState), so that a stale attempt's red gate
@@ -182,7 +182,7 @@ func (b *Board) Rejected(ctx context.Context, id int64, head, why, detail string
 		if worker == "" {
 			worker = t.Claimant
 		}
-		if gaveUp = max > 0 && before+1 > max; gaveUp {
+		if gaveUp = max > 0 && before+1 >= max; gaveUp {
 			return b.apply(ctx, tx, &t, move{to: task.Failed, reason: task.ReasonAborted, actor: "merge-queue",
 				why:  fmt.Sprintf("merge_rejected: %d rejections (merge.max_rejections %d), the last: %s", before+1, max, oneLine(why, detail)),
 				set:  []string{"result = ?"},
