@@ -180,3 +180,65 @@ agents:
 		})
 	}
 }
+
+// Without a sandbox but with cgroups in force, a session is known on the
+// control socket by the cgroup the kernel says it is in, not by its
+// environment: alice's session drops its tree marker (and then takes bob's)
+// and asks to stop bob, and is refused as alice both times, never taken for
+// the operator or for bob.
+func TestACgroupIsTheSessionsIdentity(t *testing.T) {
+	repo := gitRepo(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "alice.err")
+	bobMarker := filepath.Join(dir, "bob.marker")
+	cfgPath := filepath.Join(repo, "swarmd.yaml")
+	// alice's session waits for bob's marker (the test writes it once bob
+	// runs), then tries both ways and sleeps.
+	script := fmt.Sprintf(`while [ ! -s %[5]s ]; do sleep 0.05; done
+env -u %[1]s %[2]s stop bob -c %[3]s 2> %[4]s
+env %[1]s="$(cat %[5]s)" %[2]s stop bob -c %[3]s 2>> %[4]s
+echo done >> %[4]s
+sleep 3600`, proc.MarkerEnv, swarmdBin, cfgPath, out, bobMarker)
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: auto
+sandbox: {bwrap: %q}
+defaults:
+  grace_period: 1s
+backends:
+  sleeper:
+    type: scripted
+    steps: [{print: [working], sleep: 1h}]
+  tries: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: alice, role: x, backend: tries}
+  - {name: bob, role: x, backend: sleeper}
+`, filepath.Join(dir, "no-bwrap"), script))
+	d := startDaemon(t, cfg)
+	d.waitLine("alice Running", transitionTo("alice", "Running"))
+	d.waitLine("bob Running", transitionTo("bob", "Running"))
+	st, _, _ := runCLI(t, nil, "", "status", "-c", cfg)
+	if !strings.Contains(st, "a cgroup per process tree") {
+		t.Skipf("no cgroups on this host:\n%s", st)
+	}
+	if err := os.WriteFile(bobMarker, []byte(sessionMarker(t, filepath.Join(repo, ".swarm"), "bob")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	deadline := time.Now().Add(20 * time.Second)
+	for !bytes.Contains(got, []byte("done")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's session did not finish its tries: %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+		got, _ = os.ReadFile(out)
+	}
+	if n := strings.Count(string(got), "agent alice may not stop agent bob"); n != 2 {
+		t.Errorf("alice's two tries, without a marker and with bob's: %q; want both refused as alice", got)
+	}
+	if st := statusOf(t, cfg, "bob"); st.State != "Running" {
+		t.Fatalf("bob is %s after alice's session asked to stop it", st.State)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(10 * time.Second)
+}

@@ -139,8 +139,9 @@ func (a controlAPI) StartAgent(ctx context.Context, name string) error {
 // authorize says who made a control request and whether they may act on
 // target. The caller is recognised by the socket it came through (a
 // sandboxed session's own), or else by the connecting process (its pid from
-// the kernel, and the tree marker in that process's environment), never by
-// what the request says: a process in one of this daemon's session trees is
+// the kernel, then the tree cgroup the kernel says it is in, where cgroups
+// are in force, or else the tree marker in that process's environment),
+// never by what the request says: a process in one of this daemon's session trees is
 // that session's agent, which may act only on itself unless its config says
 // allow_control. A process of one of this daemon's other trees (a hook, a
 // merge gate) runs code an agent can edit (a script in its branch) and has
@@ -199,6 +200,9 @@ func (d *Daemon) ownTreeCaller(ctx context.Context) (tree string, ok bool) {
 	if !ok {
 		return "", false
 	}
+	if tree, in := d.treeCgroupOf(pid); in {
+		return tree, true
+	}
 	c, ok := proc.CallerOf(pid)
 	cfg, _ := d.current()
 	if !ok || c.Owner != cfg.StateDir {
@@ -224,12 +228,26 @@ func (d *Daemon) callerSession(ctx context.Context) (agentName string, c proc.Ca
 	if !ok {
 		return "", proc.Caller{}, false
 	}
-	c, ok = proc.CallerOf(pid)
-	if !ok || c.Owner != cfg.StateDir {
+	if tree, in := d.treeCgroupOf(pid); in {
+		c = proc.Caller{Owner: cfg.StateDir, Instance: d.host.sup.Instance(), TreeID: tree}
+	} else if c, ok = proc.CallerOf(pid); !ok || c.Owner != cfg.StateDir {
 		return "", proc.Caller{}, false
 	}
 	agentName, ok = runner.AgentOfSession(c.TreeID) // not found: a hook, the operator's own command
 	return agentName, c, ok
+}
+
+// treeCgroupOf names the tree of this daemon's whose cgroup process pid is
+// in, where cgroups are in force: the kernel says, whatever the process
+// did to its environment. A session that dropped its tree marker is still
+// its agent, never the operator, and one that copied a peer's marker is
+// still itself. A process in none of the trees' cgroups (the operator's
+// command) is known by its marker, if it has one.
+func (d *Daemon) treeCgroupOf(pid int) (tree string, ok bool) {
+	if h := d.host.iso.cgroups; h != nil {
+		return h.TreeOf(pid)
+	}
+	return "", false
 }
 
 func (a controlAPI) Events(ctx context.Context, agentName string, after int64, limit int) ([]control.Event, error) {

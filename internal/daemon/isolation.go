@@ -87,8 +87,12 @@ func (d *Daemon) openIsolation(cfg *config.Config) error {
 		}
 	}
 	if sb, err := sandbox.Probe(context.Background(), cfg.Sandbox.Bwrap); err != nil {
+		known := "their environment"
+		if d.host.iso.cgroups != nil {
+			known = "their cgroup (which a session of root can leave)"
+		}
 		d.host.iso.missing = append(d.host.iso.missing, "sandbox: "+err.Error()+
-			": sessions see the whole file system, the state directory included, and are known by their environment")
+			": sessions see the whole file system, the state directory included, and are known by "+known)
 	} else if err := makeEmptyFile(cfg); err != nil {
 		return err
 	} else {

@@ -49,7 +49,8 @@ const TaskHeadEnv = "SWARMD_TASK_HEAD"
 
 // SessionCLI runs a session's mail or task command in the daemon's process,
 // with the daemon's store and the session's identity: the caller is known
-// by its peer pid and process-tree marker, never by what it sent.
+// by its peer pid and its tree's cgroup or marker (callerSession), never by
+// what it sent.
 func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIRequest) (control.SessionCLIResult, error) {
 	d := a.d
 	name, c, ok := d.callerSession(ctx)
