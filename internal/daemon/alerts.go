@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/notify"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // openNotifier starts telling the operator (notify.webhook) of what needs
@@ -73,6 +76,18 @@ func (d *Daemon) notifyAgentStopped(agentName, reason string) {
 func (d *Daemon) notifyTaskFailed(task int64, agentName, reason string) {
 	d.alert(notify.Alert{Kind: notify.TaskFailed, Task: task, Agent: agentName, Reason: reason,
 		Fix: fmt.Sprintf("swarmd task retry %d", task)})
+}
+
+// retriesUsedUp alerts for each task of moved (taken from agent, for why,
+// by taskboard.Orphan) that its max_retries left FAILED: the board gives
+// it to nobody until someone retries it.
+func (d *Daemon) retriesUsedUp(agentName, why string, moved []taskboard.Task) {
+	for _, t := range moved {
+		if t.State == task.Failed {
+			d.notifyTaskFailed(t.ID, cmp.Or(agentName, t.Claimant),
+				fmt.Sprintf("orphaned, and its %d retries are used up: %s", t.MaxRetries, why))
+		}
+	}
 }
 
 // notifyBudgetExhausted: an agent's (or, scope "swarm", every agent's)

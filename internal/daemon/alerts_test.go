@@ -244,3 +244,70 @@ func verdictLeftInTheLog(t *testing.T, stateDir, dbPath string) int64 {
 	}
 	return tk.ID
 }
+
+// TestRetriesUsedUpAlert: a task whose holder's session was cut off once
+// more than its max_retries allow (here a daemon killed while alice worked
+// on it, a second time) is FAILED by the next start's recovery, and the
+// operator's webhook is told: it is a task FAILED past its limits, which
+// nobody works on until someone retries it.
+func TestRetriesUsedUpAlert(t *testing.T) {
+	got := make(chan notify.Alert, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a notify.Alert
+		if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+			t.Errorf("an alert's body: %v", err)
+		}
+		got <- a
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	cfgPath := repo(t, agentsYAML("alice")+fmt.Sprintf("notify: {webhook: %q}\n", srv.URL+"/hook"))
+	c := mustLoad(t, cfgPath)
+
+	ctx := context.Background()
+	if err := os.MkdirAll(c.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(ctx, c.DBPath(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	board := newTaskBoard(db, "", nil)
+	tk, err := board.Add(ctx, taskboard.NewTask{Title: "fragile", MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its first attempt was cut off (a retry counted); the second is
+	// held when the daemon dies.
+	for i, session := range []string{"alice-1-000000000001", "alice-2-000000000002"} {
+		if _, err := board.Claim(ctx, tk.ID, "alice", session); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.Start(ctx, tk.ID, taskboard.Holder{Agent: "alice", Session: session}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, err := board.Orphan(ctx, "alice", "swarmd restarted"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d := open(t, cfgPath)
+	defer d.Close()
+	if st, err := d.tasks.Get(ctx, tk.ID); err != nil || st.StateName != "FAILED" {
+		t.Fatalf("task %d after the restart: %s, %v; want FAILED, its retries used up", tk.ID, st.StateName, err)
+	}
+	select {
+	case a := <-got:
+		if a.Kind != notify.TaskFailed || a.Task != tk.ID || a.Agent != "alice" || !strings.Contains(a.Reason, "1 retries are used up") ||
+			!strings.Contains(a.Reason, "swarmd restarted") || a.Fix != fmt.Sprintf("swarmd task retry %d", tk.ID) {
+			t.Fatalf("alert %+v; want task_failed for task %d, alice's, its retries used up", a, tk.ID)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no task_failed alert within 20 s")
+	}
+}

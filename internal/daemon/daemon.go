@@ -681,6 +681,7 @@ func (d *Daemon) recoverTasks(ctx context.Context, cfg *config.Config, agents []
 		d.log.Warn("task requeued after a restart", zap.Int64("task", t.ID), zap.String("state", t.StateName),
 			zap.Int("retries", t.Retries))
 	}
+	d.retriesUsedUp("", r.Why, got.Orphaned)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/swarmd/swarmd/internal/fence"
 	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // leaseHolder is this daemon as the holder of its agents' leases in a
@@ -85,12 +86,19 @@ func (d *Daemon) recoverLease(ctx context.Context, l store.Lease) {
 		d.log.Error("requeue the tasks of a dead daemon's agent", zap.String("agent", l.Agent), zap.String("daemon", l.Daemon), zap.Error(err))
 		return
 	}
-	d.leaseRecovered(l, len(closed), len(moved))
+	d.leaseRecovered(l, len(closed), moved)
+}
+
+// leaseRecovery is what recoverLeaseTx did for one agent: the sessions it
+// closed, the tasks it took back.
+type leaseRecovery struct {
+	sessions int
+	moved    []taskboard.Task
 }
 
 // recoverLeaseTx is recoverLease in tx, the reap's (store.ReapExpired),
-// adding what it did to n by agent.
-func (d *Daemon) recoverLeaseTx(ctx context.Context, tx *sql.Tx, l store.Lease, n map[string][2]int) error {
+// recording what it did in n by agent.
+func (d *Daemon) recoverLeaseTx(ctx context.Context, tx *sql.Tx, l store.Lease, n map[string]leaseRecovery) error {
 	closed, err := store.CloseOrphanSessionsTx(ctx, tx, time.Now(), []string{l.Agent})
 	if err != nil {
 		return fmt.Errorf("close the sessions: %w", err)
@@ -99,7 +107,7 @@ func (d *Daemon) recoverLeaseTx(ctx context.Context, tx *sql.Tx, l store.Lease, 
 	if err != nil {
 		return fmt.Errorf("requeue the tasks: %w", err)
 	}
-	n[l.Agent] = [2]int{len(closed), len(moved)}
+	n[l.Agent] = leaseRecovery{sessions: len(closed), moved: moved}
 	return nil
 }
 
@@ -107,9 +115,12 @@ func leaseExpiredWhy(l store.Lease) string {
 	return fmt.Sprintf("daemon %s stopped renewing its lease on %s", l.Daemon, l.Agent)
 }
 
-func (d *Daemon) leaseRecovered(l store.Lease, sessions, tasks int) {
+// leaseRecovered logs what the recovery of l did, once committed, and
+// alerts for the tasks it left FAILED (their retries used up).
+func (d *Daemon) leaseRecovered(l store.Lease, sessions int, moved []taskboard.Task) {
 	d.log.Warn("a daemon's lease expired: its agent's sessions are closed and its tasks requeued", zap.String("agent", l.Agent),
-		zap.String("daemon", l.Daemon), zap.Int("sessions", sessions), zap.Int("tasks", tasks))
+		zap.String("daemon", l.Daemon), zap.Int("sessions", sessions), zap.Int("tasks", len(moved)))
+	d.retriesUsedUp(l.Agent, leaseExpiredWhy(l), moved)
 }
 
 // namesakeLook paces a starting daemon's looks at leases a namesake may
@@ -415,10 +426,10 @@ func (g *guardDeadlines) killedSince(since time.Time) bool {
 // pause) waits for it, and its new session and claims are left alone.
 func (k *leaseKeeper) reap(ctx context.Context) {
 	d := k.d
-	var n map[string][2]int
+	var n map[string]leaseRecovery
 	ls, err := d.db.ReapExpired(ctx, k.holder.Daemon, time.Now(), func(tx *sql.Tx, l store.Lease) error {
 		if n == nil {
-			n = map[string][2]int{}
+			n = map[string]leaseRecovery{}
 		}
 		return d.recoverLeaseTx(ctx, tx, l, n)
 	})
@@ -429,7 +440,7 @@ func (k *leaseKeeper) reap(ctx context.Context) {
 		return
 	}
 	for _, l := range ls {
-		d.leaseRecovered(l, n[l.Agent][0], n[l.Agent][1])
+		d.leaseRecovered(l, n[l.Agent].sessions, n[l.Agent].moved)
 	}
 }
 

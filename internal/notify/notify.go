@@ -32,7 +32,7 @@ import (
 // Kinds of alert.
 const (
 	AgentStopped    = "agent_stopped"    // stopped for good: its thresholds, a fatal error
-	TaskFailed      = "task_failed"      // FAILED past its limits (merge rejections, review iterations)
+	TaskFailed      = "task_failed"      // FAILED past its limits (merge rejections, review iterations, retries)
 	BudgetExhausted = "budget_exhausted" // an agent's or the swarm's budget is spent
 	Unhealthy       = "daemon_unhealthy" // /readyz failing: the store gone, the disk full
 	ProviderDown    = "provider_down"    // a provider has taken no session for a long while

@@ -13,7 +13,8 @@ import (
 // TestStoppedAgentsTaskCarriesTheSessionsAbortReason: alice's session on a
 // task times out (the runner's timeout, the SIGKILL after it), then alice
 // stops for good; the task the board takes back from her is FAILED, its
-// one retry used, and each event of that move names the timeout.
+// one retry used, each event of that move names the timeout, and the
+// Settler's Orphaned hears of it (the daemon's task_failed alert).
 func TestStoppedAgentsTaskCarriesTheSessionsAbortReason(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -45,11 +46,20 @@ func TestStoppedAgentsTaskCarriesTheSessionsAbortReason(t *testing.T) {
 			if _, err := e.s.Settle(ctx, st, nil); err != nil {
 				t.Fatal(err)
 			}
+			var told []taskboard.Task // Settler.Orphaned, which alerts the operator
+			e.s.Orphaned = func(agent, why string, moved []taskboard.Task) {
+				if agent == "alice" && why == "agent alice stopped: 3 consecutive errors" {
+					told = append(told, moved...)
+				}
+			}
 			if err := e.s.Stopped(ctx, "alice", "agent alice stopped: 3 consecutive errors", true, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.task(t, tk.ID); got.StateName != "FAILED" {
 				t.Fatalf("task is %s, want FAILED", got.StateName)
+			}
+			if len(told) != 1 || told[0].ID != tk.ID || told[0].State != task.Failed {
+				t.Errorf("Orphaned told of %+v; want task %d, FAILED", told, tk.ID)
 			}
 			h, err := e.board.History(ctx, tk.ID)
 			if err != nil {

@@ -84,6 +84,10 @@ type Settler struct {
 	// retries it. failure is the loop's reason (max_iterations); "" when
 	// its record could not be read and the loop resumed as failed.
 	GaveUp func(task int64, reviewer, failure, feedback string)
+	// Orphaned, if set, is told of the tasks Stopped took from an agent
+	// whose stop was the work's failure: some may be FAILED, their
+	// retries used up.
+	Orphaned func(agent, why string, moved []taskboard.Task)
 	// Group, if set, is shared by every Settler of the process (one per
 	// agent): outcomes waiting for the store at once are committed together
 	// only if they wait in one group. nil is a group of this Settler's own.
@@ -681,18 +685,22 @@ func (s *Settler) Stopped(ctx context.Context, agent, reason string, failed bool
 	if s.Tasks == nil {
 		return nil
 	}
-	_, err := retry(ctx, s, "requeue the tasks of "+agent, wait, nil, func() (struct{}, error) {
+	moved, err := retry(ctx, s, "requeue the tasks of "+agent, wait, nil, func() ([]taskboard.Task, error) {
+		var moved []taskboard.Task
 		var err error
 		if failed {
-			_, err = s.Tasks.Orphan(ctx, agent, reason)
+			moved, err = s.Tasks.Orphan(ctx, agent, reason)
 		} else {
 			_, err = s.Tasks.GiveBack(ctx, agent, reason)
 		}
 		if err != nil {
-			return struct{}{}, fmt.Errorf("requeue the tasks of %s: %w", agent, err)
+			return nil, fmt.Errorf("requeue the tasks of %s: %w", agent, err)
 		}
-		return struct{}{}, nil
+		return moved, nil
 	})
+	if err == nil && len(moved) > 0 && s.Orphaned != nil {
+		s.Orphaned(agent, reason, moved)
+	}
 	return err
 }
 
