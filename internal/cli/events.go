@@ -122,7 +122,7 @@ func printEvents(ctx context.Context, s Streams, db *store.DB, q store.EventQuer
 func eventLine(e store.EventRecord) string {
 	at := e.At.Local().Format(eventTimeLayout)
 	if e.TaskID != 0 {
-		return fmt.Sprintf("%s task %d: %s", at, e.TaskID, taskTransition(e.From, e.Event, e.To, e.Actor, e.Reason))
+		return fmt.Sprintf("%s task %d: %s", at, e.TaskID, taskTransition(e.From, e.Event, e.To, e.AbortReason, e.Actor, e.Reason))
 	}
 	line := fmt.Sprintf("%s %-8s %s --%s--> %s", at, e.Agent, e.From, e.Event, e.To)
 	if e.Effect != "" {
@@ -138,15 +138,19 @@ func eventLine(e store.EventRecord) string {
 // taskTransition renders a task's transition like an agent's: "OPEN -->
 // CLAIMED by agent:alice: claimed", the TransitionReason on the arrow when
 // there is one ("IN_PROGRESS --completed--> DONE"), "(new)" for where a task
-// was added. Reasons may quote what an agent wrote, so they are made safe
-// for a terminal.
-func taskTransition(from, reason, to, actor, why string) string {
+// was added, and the abort reason of the agent's end that caused it in
+// brackets ("IN_PROGRESS --> ORPHANED [timeout]"). Reasons may quote what an
+// agent wrote, so they are made safe for a terminal.
+func taskTransition(from, reason, to, abort, actor, why string) string {
 	if from == "" {
 		from = "(new)"
 	}
 	arrow := "-->"
 	if reason != "" {
 		arrow = "--" + reason + "-->"
+	}
+	if abort != "" {
+		to += " [" + abort + "]"
 	}
 	line := from + " " + arrow + " " + to + " by " + actor
 	if why != "" {

@@ -450,7 +450,7 @@ func taskShowRun(ctx context.Context, opts *taskShowOptions) error {
 		fmt.Fprintln(out, "\nhistory:")
 		for _, e := range hist {
 			fmt.Fprintf(out, "  %s %s\n", e.At.Local().Format(eventTimeLayout),
-				taskTransition(e.From, e.TransitionReason, e.To, e.Actor, e.Reason))
+				taskTransition(e.From, e.TransitionReason, e.To, e.AbortReason, e.Actor, e.Reason))
 		}
 		return nil
 	})

@@ -95,6 +95,9 @@ type Event struct {
 	// TaskID is set on a task's transition: From and To are task states,
 	// Event its TransitionReason ("" when none applies), Effect "task".
 	TaskID int64 `json:"task_id,omitempty"`
+	// AbortReason is, on a task's transition, the abnormal agent end that
+	// caused it (seed 004's abort reasons: timeout, oom, ...).
+	AbortReason string `json:"abort_reason,omitempty"`
 }
 
 // API is what the daemon exposes on the socket.

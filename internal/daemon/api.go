@@ -376,5 +376,5 @@ func (d *Daemon) stallAfter() time.Duration {
 // control socket.
 func ControlEvent(e store.EventRecord) control.Event {
 	return control.Event{ID: e.ID, At: e.At, Agent: e.Agent, From: e.From, Event: e.Event, To: e.To,
-		Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, TaskID: e.TaskID}
+		Effect: e.Effect, Actor: e.Actor, Reason: e.Reason, SessionID: e.SessionID, TaskID: e.TaskID, AbortReason: e.AbortReason}
 }

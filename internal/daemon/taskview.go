@@ -39,7 +39,7 @@ func (d *Daemon) taskView(ctx context.Context, id int64) (view.TaskView, error) 
 	}
 	for _, e := range hist {
 		tv.Timeline = append(tv.Timeline, view.TaskEvent{ID: e.ID, At: e.At, From: e.From, To: e.To,
-			Event: e.TransitionReason, Actor: e.Actor, Reason: e.Reason})
+			Event: e.TransitionReason, Actor: e.Actor, Reason: e.Reason, AbortReason: e.AbortReason})
 	}
 	vs, err := d.tasks.Verdicts(ctx, id)
 	if err != nil {

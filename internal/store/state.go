@@ -49,6 +49,10 @@ type EventRecord struct {
 	SessionID string
 	Seq       uint32
 	TaskID    int64 // a task's transition (From and To are task states); 0 for an agent's
+	// AbortReason is, on a task's transition, seed 004's classification of
+	// the abnormal agent end that caused it ("" none); read, never written
+	// by Journal.Event (the board writes a task's events).
+	AbortReason string
 }
 
 // AgentRecord is the latest known state of one agent.
@@ -106,7 +110,7 @@ type EventQuery struct {
 }
 
 const (
-	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq, IFNULL(task_id, 0)`
+	eventCols   = `id, at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq, IFNULL(task_id, 0), abort_reason`
 	agentCols   = `name, state, session_seq, consecutive_errors, total_errors, stop_kind, stop_reason, updated_at`
 	sessionCols = `session_id, agent, seq, started_at, ended_at, outcome, exit_code, signal, abort_reason, reason,
 		duration_ms, head_before, head_after, log_path, tokens_in, tokens_out, cost_usd, tool_calls, result_text, commits, cpu_ms`
@@ -319,7 +323,7 @@ func scanEvent(s Scanner) (EventRecord, error) {
 		seq int64
 	)
 	if err := s.Scan(&e.ID, &at, &e.Agent, &e.From, &e.Event, &e.To, &e.Effect, &e.Actor,
-		&e.Reason, &e.SessionID, &seq, &e.TaskID); err != nil {
+		&e.Reason, &e.SessionID, &seq, &e.TaskID, &e.AbortReason); err != nil {
 		return EventRecord{}, err
 	}
 	e.Seq = uint32(seq)

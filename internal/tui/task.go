@@ -76,7 +76,11 @@ func taskLines(tv view.TaskView) []string {
 	}
 	out = append(out, "", "timeline:")
 	for _, e := range tv.Timeline {
-		line := "  " + e.At.Local().Format("15:04:05") + " " + view.Transition(e.From, e.To) + " " + e.Actor
+		line := "  " + e.At.Local().Format("15:04:05") + " " + view.Transition(e.From, e.To) + " "
+		if e.AbortReason != "" {
+			line += "[" + e.AbortReason + "] "
+		}
+		line += e.Actor
 		if e.Reason != "" {
 			line += ": " + oneLine(e.Reason)
 		}

@@ -129,10 +129,14 @@ func feedText(l FeedLine) string {
 }
 
 // EventLine is one event as a line of text, without its time:
-// "task #4 CLAIMED→IN_PROGRESS alice", "alice Spawning→Running (SessionStarted)".
+// "task #4 CLAIMED→IN_PROGRESS alice", "task #4 IN_PROGRESS→ORPHANED
+// [timeout] alice", "alice Spawning→Running (SessionStarted)".
 func EventLine(e Event) string {
 	if e.TaskID != 0 {
 		s := "task #" + strconv.FormatInt(e.TaskID, 10) + " " + Transition(e.From, e.To)
+		if e.AbortReason != "" {
+			s += " [" + e.AbortReason + "]"
+		}
 		if e.Agent != "" {
 			s += " " + e.Agent
 		}

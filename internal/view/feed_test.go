@@ -81,3 +81,20 @@ func TestFeedShowsAnIdleAgentAsIdle(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestEventLine: a task's move shows its abort reason, when an abnormal
+// end of its agent's session caused it; an agent's its event.
+func TestEventLine(t *testing.T) {
+	for _, c := range []struct {
+		e    Event
+		want string
+	}{
+		{Event{TaskID: 4, From: "CLAIMED", To: "IN_PROGRESS", Agent: "alice"}, "task #4 CLAIMED→IN_PROGRESS alice"},
+		{Event{TaskID: 4, From: "IN_PROGRESS", To: "ORPHANED", Agent: "alice", AbortReason: "timeout"}, "task #4 IN_PROGRESS→ORPHANED [timeout] alice"},
+		{Event{Agent: "alice", From: "Spawning", To: "Running", Event: "SessionStarted"}, "alice Spawning→Running (SessionStarted)"},
+	} {
+		if got := EventLine(c.e); got != c.want {
+			t.Errorf("EventLine(%+v) = %q, want %q", c.e, got, c.want)
+		}
+	}
+}

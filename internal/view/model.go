@@ -189,6 +189,9 @@ type TaskEvent struct {
 	Event  string    `json:"event,omitempty"`
 	Actor  string    `json:"actor"`
 	Reason string    `json:"reason,omitempty"`
+	// AbortReason is the abnormal end of the agent's session that caused
+	// the move ("timeout", "oom", ...), "" for none.
+	AbortReason string `json:"abort_reason,omitempty"`
 }
 
 // Verdict is one review round of a task.

@@ -471,7 +471,7 @@ function renderTask(tv) {
     const li = el('li');
     li.dataset.to = e.to;
     li.appendChild(el('span', 'at', new Date(e.at).toLocaleTimeString([], { hour12: false })));
-    li.appendChild(el('span', '', (e.from ? e.from + ' → ' : '') + e.to + ' '));
+    li.appendChild(el('span', '', (e.from ? e.from + ' → ' : '') + e.to + (e.abort_reason ? ' [' + e.abort_reason + ']' : '') + ' '));
     li.appendChild(el('span', 'why', e.actor + (e.reason ? ': ' + e.reason : '')));
     tl.appendChild(li);
   }
