@@ -15,11 +15,8 @@ import (
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/view"
 )
-
-// spawnTimeout is seed 004's spawn timeout: Spawning longer than this shows
-// as spawning-timeout in status.
-const spawnTimeout = 60 * time.Second
 
 // controlAPI is the daemon as the control socket sees it.
 type controlAPI struct{ d *Daemon }
@@ -67,7 +64,8 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 		// of a session that ended after the stop.
 		st.SessionStarted = time.Time{}
 	}
-	st.Health = health(s.State.Kind, st.LastOutput, s.Since, now, a.d.stallAfter())
+	st.Health = health(view.Condition{State: s.State.Kind, Since: s.Since, SessionStarted: st.SessionStarted, LastOutput: st.LastOutput},
+		now, a.d.stallAfter())
 	if s.Paused {
 		st.Health = pausedHealth(s) // a frozen session prints nothing: not stalled
 	} else if s.StoreWait != "" {
@@ -92,15 +90,19 @@ func (a controlAPI) status(r *runner.Runner, now time.Time) control.AgentStatus 
 	return st
 }
 
-// health is seed 004's visual classification of an agent: "stalled" for a
-// Running session that printed nothing for stallAfter, "spawning-timeout"
-// for Spawning longer than 60 s, "" otherwise.
-func health(state agent.StateKind, lastOutput, since, now time.Time, stallAfter time.Duration) string {
-	switch {
-	case state == agent.Running && !lastOutput.IsZero() && now.Sub(lastOutput) >= stallAfter:
+// health is what status says of an agent's session by seed 004's visual
+// classification, the dashboards' (view.Classify): "stalled" for a running
+// session that printed nothing for stallAfter (counted from its start when
+// it never printed), "spawning-timeout" for a launch the classification
+// takes for dead (view.DefaultSpawnTimeout), "" otherwise.
+func health(c view.Condition, now time.Time, stallAfter time.Duration) string {
+	switch view.Classify(c, now, view.Thresholds{StallAfter: stallAfter}) {
+	case view.Stalled:
 		return "stalled"
-	case state == agent.Spawning && now.Sub(since) >= spawnTimeout:
-		return "spawning-timeout"
+	case view.Dead:
+		if c.State == agent.Spawning {
+			return "spawning-timeout"
+		}
 	}
 	return ""
 }

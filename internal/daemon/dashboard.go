@@ -276,7 +276,7 @@ func (s viewSource) Features() view.Features {
 func (s viewSource) Fault() string { return s.d.health.faultText() }
 
 func (s viewSource) Thresholds() view.Thresholds {
-	return view.Thresholds{StallAfter: s.d.stallAfter(), SpawnTimeout: spawnTimeout}
+	return view.Thresholds{StallAfter: s.d.stallAfter()}
 }
 
 // viewActions are the dashboards' writes. On the control socket the caller

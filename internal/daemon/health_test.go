@@ -10,6 +10,7 @@ import (
 	"github.com/swarmd/swarmd/internal/logs"
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/view"
 )
 
 func TestHealth(t *testing.T) {
@@ -17,20 +18,33 @@ func TestHealth(t *testing.T) {
 	stall := 5 * time.Minute
 	cases := []struct {
 		state      agent.StateKind
+		started    time.Time // the session's start
 		lastOutput time.Time
 		since      time.Time
 		want       string
 	}{
-		{agent.Running, now.Add(-4 * time.Minute), now.Add(-time.Hour), ""},
-		{agent.Running, now.Add(-5 * time.Minute), now.Add(-time.Hour), "stalled"},
-		{agent.Interrupting, now.Add(-time.Hour), now.Add(-time.Hour), ""},
-		{agent.Spawning, time.Time{}, now.Add(-59 * time.Second), ""},
-		{agent.Spawning, time.Time{}, now.Add(-60 * time.Second), "spawning-timeout"},
-		{agent.CoolingDown, time.Time{}, now.Add(-time.Hour), ""},
+		{agent.Running, now.Add(-time.Hour), now.Add(-4 * time.Minute), now.Add(-time.Hour), ""},
+		{agent.Running, now.Add(-time.Hour), now.Add(-5 * time.Minute), now.Add(-time.Hour), "stalled"},
+		// Silent since its start: as stale as a heartbeat that stopped
+		// (the dashboards say stalled too).
+		{agent.Running, now.Add(-5 * time.Minute), time.Time{}, now.Add(-5 * time.Minute), "stalled"},
+		{agent.Running, now.Add(-4 * time.Minute), time.Time{}, now.Add(-4 * time.Minute), ""},
+		{agent.Interrupting, now.Add(-time.Hour), now.Add(-time.Hour), now.Add(-time.Hour), "stalled"},
+		{agent.Spawning, time.Time{}, time.Time{}, now.Add(-59 * time.Second), ""},
+		{agent.Spawning, time.Time{}, time.Time{}, now.Add(-60 * time.Second), "spawning-timeout"},
+		{agent.CoolingDown, time.Time{}, time.Time{}, now.Add(-time.Hour), ""},
+		{agent.Stopped, time.Time{}, time.Time{}, now.Add(-time.Hour), ""},
 	}
 	for _, c := range cases {
-		if got := health(c.state, c.lastOutput, c.since, now, stall); got != c.want {
-			t.Errorf("health(%v, output %v ago, since %v ago) = %q, want %q", c.state, now.Sub(c.lastOutput), now.Sub(c.since), got, c.want)
+		cond := view.Condition{State: c.state, Since: c.since, SessionStarted: c.started, LastOutput: c.lastOutput}
+		got := health(cond, now, stall)
+		if got != c.want {
+			t.Errorf("health(%v, started %v ago, output %v ago, since %v ago) = %q, want %q",
+				c.state, now.Sub(c.started), now.Sub(c.lastOutput), now.Sub(c.since), got, c.want)
+		}
+		// status and the dashboards agree
+		if v := view.Classify(cond, now, view.Thresholds{StallAfter: stall}); (v == view.Stalled) != (got == "stalled") {
+			t.Errorf("health(%v) = %q but the dashboards classify it %s", c.state, got, v)
 		}
 	}
 }
