@@ -605,3 +605,15 @@ func TestProviderHoldIsShownWhole(t *testing.T) {
 		t.Fatalf("carol held by her provider:\n%s", r)
 	}
 }
+
+// TestTaskTimelineShowsAbortReasons: a move an abnormal end of the agent's
+// session caused says which (timeout, oom, ...) in the task view.
+func TestTaskTimelineShowsAbortReasons(t *testing.T) {
+	tv := taskFour()
+	tv.Timeline = append(tv.Timeline, view.TaskEvent{ID: 8, At: t0, From: "IN_PROGRESS", To: "ORPHANED", Actor: "swarmd",
+		Reason: "agent alice stopped", AbortReason: "timeout"})
+	got := strings.Join(taskLines(tv), "\n")
+	if want := " IN_PROGRESS→ORPHANED [timeout] swarmd: agent alice stopped"; !strings.Contains(got, want) {
+		t.Errorf("task view:\n%s\nwant a line ending %q", got, want)
+	}
+}
