@@ -460,3 +460,64 @@ agents:
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// TestAReviewGivenToAnotherReviewer: a DONE task waits for rita's verdict;
+// a reload removes rita, and the task would wait for good: inbox lists it,
+// task assign --reviewer gives the review to bob, who is woken for it and
+// passes it, and the task closes.
+func TestAReviewGivenToAnotherReviewer(t *testing.T) {
+	repo := gitRepo(t)
+	body := `
+listen: ""
+defaults:
+  min_session_interval: 0s
+backends:
+  worker:
+    type: command
+    command: sh
+    args: [-c, "cat >/dev/null; git commit -q --allow-empty -m work; printf 'done it\nDONE\n'"]
+  slow:
+    type: scripted
+    steps: [{print: [reading], sleep: 1h}]
+  reviewer:
+    type: command
+    command: sh
+    args: [-c, "if grep -q '^## Review request'; then printf 'fine\nPASS\n'; else printf 'nothing\nDONE\n'; fi"]
+agents:
+  - {name: alice, role: works, backend: worker, reviewer: %s}
+%s  - {name: bob, role: reviews, backend: reviewer, claims: false}
+`
+	cfg := writeConfig(t, repo, fmt.Sprintf(body, "rita", "  - {name: rita, role: reviews, backend: slow, claims: false}\n"))
+	stateDir := filepath.Join(repo, ".swarm")
+	d := startDaemon(t, cfg)
+	d.waitLine("alice idle", idleLine("alice"))
+	b, _ := openBoardAt(t, stateDir)
+	ctx := context.Background()
+	tk, err := b.Add(ctx, taskboard.NewTask{Title: "the feature", Assignee: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitTask(t, b, tk.ID, task.Done, d); got.Reviewer != "rita" {
+		t.Fatalf("task DONE with reviewer %q, want rita", got.Reviewer)
+	}
+	writeConfig(t, repo, fmt.Sprintf(body, "bob", ""))
+	_ = d.cmd.Process.Signal(syscall.SIGHUP)
+	d.waitLine("rita Stopped", transitionTo("rita", "Stopped"))
+	out, stderr, code := runCLI(t, nil, "", "inbox", "-c", cfg)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("task #%d is DONE, waiting for the review of rita, which is not an agent of the swarm", tk.ID)) ||
+		!strings.Contains(out, fmt.Sprintf("swarmd task assign %d --reviewer AGENT", tk.ID)) {
+		t.Fatalf("inbox with rita gone: exit %d\n%s%s", code, out, stderr)
+	}
+	if out, stderr, code := runCLI(t, nil, "", "task", "assign", fmt.Sprint(tk.ID), "--reviewer", "bob", "-c", cfg); code != 0 ||
+		out != fmt.Sprintf("task %d is DONE, reviewed by bob\n", tk.ID) {
+		t.Fatalf("task assign --reviewer bob: exit %d %q %q", code, out, stderr)
+	}
+	got := waitTask(t, b, tk.ID, task.Closed, d)
+	if got.Reviewer != "bob" || got.ReviewState != "complete" {
+		t.Fatalf("closed task: reviewer %q, review %q; want bob, complete", got.Reviewer, got.ReviewState)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

@@ -57,6 +57,10 @@ type taskObject struct {
 	// FAIL sends the rework to its worker, which is no agent of the swarm
 	// (taskboard.WorkerUnknown): 'task assign' gives the rework to another.
 	WorkerUnknown bool `json:"worker_unknown,omitempty"`
+	// ReviewerUnknown: the task is DONE and waits for the verdict of its
+	// reviewer, which is no agent of the swarm (taskboard.ReviewerUnknown):
+	// 'task assign --reviewer' gives the review to another.
+	ReviewerUnknown bool `json:"reviewer_unknown,omitempty"`
 }
 
 // object is tk as the task commands print it, its assignee and its
@@ -64,7 +68,7 @@ type taskObject struct {
 // checked when it knows none).
 func (c *taskCtx) object(tk taskboard.Task) taskObject {
 	return taskObject{Task: tk, AssigneeUnknown: taskboard.AssigneeUnknown(tk, c.agents),
-		WorkerUnknown: taskboard.WorkerUnknown(tk, c.agents)}
+		WorkerUnknown: taskboard.WorkerUnknown(tk, c.agents), ReviewerUnknown: taskboard.ReviewerUnknown(tk, c.agents)}
 }
 
 // assignee is the task's ASSIGNEE cell in 'task list': the agent, marked
@@ -490,6 +494,13 @@ func printTask(w io.Writer, tk taskObject) error {
 		row("rework for:", fmt.Sprintf("%s, which is not an agent of the swarm: once its subtasks are done, a review FAIL sends "+
 			"the rework there and no agent may claim it ('swarmd task assign %d AGENT' or '--anyone' gives it to another)", tk.Worker, tk.ID))
 	}
+	switch {
+	case tk.ReviewerUnknown:
+		row("review:", fmt.Sprintf("%s, which is not an agent of the swarm: the task waits for its verdict "+
+			"('swarmd task assign %d --reviewer AGENT' gives the review to another)", tk.Reviewer, tk.ID))
+	case tk.Reviewer != "":
+		row("review:", fmt.Sprintf("%s (%s, round %d of %d)", tk.Reviewer, orDash(tk.ReviewState), tk.Iteration, tk.MaxIterations))
+	}
 	if tk.Claimant != "" {
 		// The last claimant stays on a finished task: who did the work.
 		row("claimed by:", tk.Claimant+" (session "+orDash(tk.ClaimSession)+")")
@@ -586,9 +597,10 @@ func taskSteerRun(ctx context.Context, opts *taskSteerOptions) error {
 // taskAssignOptions are `swarmd task assign`'s.
 type taskAssignOptions struct {
 	*dbOptions
-	ID     string // as given: 7 or #7
-	Agent  string // the new assignee; "" with Anyone
-	Anyone bool   // any agent may claim it
+	ID       string // as given: 7 or #7
+	Agent    string // the new assignee; "" with Anyone
+	Anyone   bool   // any agent may claim it
+	Reviewer string // the new reviewer, instead of an assignee
 }
 
 // newTaskAssignCmd is `swarmd task assign`; runF (nil: taskAssignRun) runs
@@ -596,8 +608,8 @@ type taskAssignOptions struct {
 func newTaskAssignCmd(o *dbOptions, runF func(context.Context, *taskAssignOptions) error) *cobra.Command {
 	opts := &taskAssignOptions{dbOptions: o}
 	cmd := &cobra.Command{
-		Use:   "assign ID AGENT | ID --anyone",
-		Short: "Change who may claim a task nobody holds: one agent, or any with --anyone",
+		Use:   "assign ID AGENT | ID --anyone | ID --reviewer AGENT",
+		Short: "Change who may claim a task nobody holds (one agent, or any with --anyone), or who reviews it",
 		Long: `Change the assignee of a task that nobody holds (PLANNED, OPEN, BLOCKED, WAITING_FOR_SUBTASKS,
 ORPHANED or FAILED): only AGENT may claim it from now on, or, with --anyone, any agent but its reviewer.
 A task assigned to an agent that left the swarm (removed from swarmd.yaml, or renamed) waits for that
@@ -609,10 +621,17 @@ goes to AGENT (or any agent) too, no longer to the agent that split it.
 A held task (CLAIMED, IN_PROGRESS) is refused: 'swarmd task requeue ID' first. So is a DONE task: it is
 its worker's work until its review or merge is over, and a review FAIL or a merge rejection sends it
 back OPEN, to assign then. So is a final one. AGENT must be an agent of the swarm, and not the task's
-reviewer.`,
+reviewer.
+
+--reviewer AGENT makes AGENT the task's reviewer instead, whatever its state but final: a DONE task
+waiting for the verdict of a reviewer that left the swarm waits for good ('swarmd inbox' lists it),
+and this gives its review to another. The review keeps its rounds; a verdict of the former reviewer's
+is refused from then on. AGENT must be an agent of the swarm that did not do the work (its worker,
+claimant or assignee). A task with no review, or whose review has passed, is refused.`,
 		Example: `  swarmd task list --agent bob     # bob was removed from swarmd.yaml: its tasks wait for it
   swarmd task assign 7 alice
-  swarmd task assign 7 --anyone`,
+  swarmd task assign 7 --anyone
+  swarmd task assign 9 --reviewer rita   # 9 waits for the review of an agent that left`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.ID, opts.Agent = args[0], ""
@@ -632,6 +651,8 @@ reviewer.`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Anyone, "anyone", false, "let any agent claim it (but its reviewer), instead of one AGENT")
+	cmd.Flags().StringVar(&opts.Reviewer, "reviewer", "", "make this agent the task's reviewer, instead of changing its assignee")
+	completeAgents(o, cmd, "reviewer")
 	return cmd
 }
 
@@ -640,8 +661,14 @@ func taskAssignRun(ctx context.Context, opts *taskAssignOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.Reviewer != "" {
+		if opts.Agent != "" || opts.Anyone {
+			return usagef("task assign: --reviewer changes the reviewer alone: give no AGENT and no --anyone with it")
+		}
+		return taskAssignReviewer(ctx, opts, id)
+	}
 	if (opts.Agent == "") != opts.Anyone {
-		return usagef("task assign: give exactly one of AGENT or --anyone")
+		return usagef("task assign: give exactly one of AGENT, --anyone or --reviewer AGENT")
 	}
 	return withBoard(ctx, opts.dbOptions, "assign", operatorVerb, func(c *taskCtx) error {
 		if opts.Agent != "" {
@@ -661,6 +688,24 @@ func taskAssignRun(ctx context.Context, opts *taskAssignOptions) error {
 			whose = "assigned to " + tk.Assignee
 		}
 		_, err = fmt.Fprintf(opts.IO.Out, "task %d is %s, %s\n", tk.ID, tk.StateName, whose)
+		return err
+	})
+}
+
+// taskAssignReviewer is `swarmd task assign ID --reviewer AGENT`.
+func taskAssignReviewer(ctx context.Context, opts *taskAssignOptions, id int64) error {
+	return withBoard(ctx, opts.dbOptions, "assign", operatorVerb, func(c *taskCtx) error {
+		if err := knownAgent(c.agents, opts.Reviewer, "task assign: --reviewer"); err != nil {
+			return err
+		}
+		tk, err := c.board.AssignReviewer(ctx, id, opts.Reviewer)
+		if err != nil {
+			return taskErr("assign", err)
+		}
+		if opts.JSON {
+			return opts.printJSON(c.object(tk))
+		}
+		_, err = fmt.Fprintf(opts.IO.Out, "task %d is %s, reviewed by %s\n", tk.ID, tk.StateName, tk.Reviewer)
 		return err
 	})
 }

@@ -270,8 +270,8 @@ func TestTaskAssign(t *testing.T) {
 		anyone          bool
 		want            string
 	}{
-		{"neither AGENT nor --anyone", "1", "", false, "task assign: give exactly one of AGENT or --anyone"},
-		{"both AGENT and --anyone", "1", "alice", true, "task assign: give exactly one of AGENT or --anyone"},
+		{"neither AGENT nor --anyone", "1", "", false, "task assign: give exactly one of AGENT, --anyone or --reviewer AGENT"},
+		{"both AGENT and --anyone", "1", "alice", true, "task assign: give exactly one of AGENT, --anyone or --reviewer AGENT"},
 		{"an id that is no id", "one", "alice", false, `task assign: id "one": want a task id, a positive number such as 7`},
 		{"an unknown agent", "1", "zed", false, `task assign: AGENT: no agent "zed" (agents: alice, bob)`},
 		{"the task's reviewer", "2", "bob", false,
@@ -599,7 +599,7 @@ func TestReworkWaitingForAWorkerThatLeft(t *testing.T) {
 	carols := split("carol's feature", "", "carol") // 1, its subtask 2
 	bobs := split("bob's feature", "", "bob")       // 3, 4
 	both := split("for carol", "carol", "carol")    // 5, 6
-	done, err := b.Add(ctx, taskboard.NewTask{Title: "carol's last work", Reviewer: "rita"})
+	done, err := b.Add(ctx, taskboard.NewTask{Title: "carol's last work", Reviewer: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,5 +759,91 @@ func TestInboxListsATaskWaitingForAnAgentThatLeft(t *testing.T) {
 	want = []NeedItem{{Kind: "task_planned", Task: 3, What: "task #3 waits for approval: carol's plan", Fix: "swarmd task approve 3"}}
 	if got := inbox(); !slices.Equal(got, want) {
 		t.Errorf("inbox after the assigns %+v, want %+v", got, want)
+	}
+}
+
+// TestReviewWaitingForAReviewerThatLeft: a DONE task waits for the verdict
+// of its reviewer, and nothing else moves it: once that reviewer has left
+// the swarm (rita, not in SWARM_AGENTS), inbox and show say so, with the
+// assign that gives the review to another. The new reviewer may not be the
+// agent that did the work; the former one's verdict is refused from then
+// on, and the new one's applies.
+func TestReviewWaitingForAReviewerThatLeft(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	b := s.board(t)
+	tk, err := b.Add(ctx, taskboard.NewTask{Title: "the feature", Reviewer: "rita"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := taskboard.Holder{Agent: "alice", Session: "alice-1"}
+	if _, err := b.Claim(ctx, tk.ID, h.Agent, h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Done(ctx, tk.ID, h, "finished"); err != nil {
+		t.Fatal(err)
+	}
+	o, out := s.as("operator", "")
+	o.JSON = true
+	if err := inboxRun(ctx, &inboxOptions{IO: o.IO, JSON: true}); err != nil {
+		t.Fatal(err)
+	}
+	var items []NeedItem
+	if err := json.Unmarshal(out.Bytes(), &items); err != nil {
+		t.Fatal(err)
+	}
+	want := []NeedItem{{Kind: "task_reviewer_unknown", Task: tk.ID,
+		What: "task #1 is DONE, waiting for the review of rita, which is not an agent of the swarm: the feature",
+		Fix:  "swarmd task assign 1 --reviewer AGENT"}}
+	if !slices.Equal(items, want) {
+		t.Errorf("inbox %+v, want %+v", items, want)
+	}
+	o, out = s.as("operator", "")
+	if err := taskShowRun(ctx, &taskShowOptions{dbOptions: o, ID: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "review: rita, which is not an agent of the swarm: the task waits for its verdict ('swarmd task assign 1 --reviewer AGENT' gives the review to another)"; !strings.Contains(
+		strings.Join(strings.Fields(out.String()), " "), want) {
+		t.Errorf("task show 1 lacks %q:\n%s", want, out)
+	}
+
+	assign := func(reviewer, agent string) (string, error) {
+		o, out := s.as("operator", "")
+		err := taskAssignRun(ctx, &taskAssignOptions{dbOptions: o, ID: "1", Reviewer: reviewer, Agent: agent})
+		return out.String(), err
+	}
+	_, err = assign("zed", "")
+	wantUsage(t, err, `task assign: --reviewer: no agent "zed" (agents: alice, bob)`)
+	_, err = assign("bob", "alice")
+	wantUsage(t, err, "task assign: --reviewer changes the reviewer alone: give no AGENT and no --anyone with it")
+	_, err = assign("alice", "")
+	wantUsage(t, err, "task assign: invalid task request: task 1 is alice's work: an agent cannot review its own work")
+	if got, err := assign("bob", ""); err != nil || got != "task 1 is DONE, reviewed by bob\n" {
+		t.Fatalf("task assign 1 --reviewer bob: %q, %v", got, err)
+	}
+	o, out = s.as("operator", "")
+	if err := inboxRun(ctx, &inboxOptions{IO: o.IO, JSON: true}); err != nil || strings.TrimSpace(out.String()) != "[]" {
+		t.Errorf("inbox after the assign: %s %v; want nothing", out, err)
+	}
+	if _, err := b.Verdict(ctx, tk.ID, "rita", "", true, "late"); !errors.Is(err, taskboard.ErrNotHolder) {
+		t.Errorf("the former reviewer's verdict: %v, want refused (ErrNotHolder)", err)
+	}
+	if got, err := b.Verdict(ctx, tk.ID, "bob", "", true, "good"); err != nil || got.ReviewState != "complete" {
+		t.Fatalf("the new reviewer's PASS: %+v, %v", got, err)
+	}
+	h2, err := b.History(ctx, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range h2 {
+		found = found || e.TransitionReason == taskboard.EventReviewerAssigned && e.Reason == "reviewer bob (was rita)" && e.Actor == "operator"
+	}
+	if !found {
+		t.Errorf("history lacks the change of reviewer: %+v", h2)
+	}
+	// Passed: its review is over, and so is the choice of its reviewer.
+	if _, err := assign("bob", ""); err == nil || !errors.Is(err, taskboard.ErrState) {
+		t.Errorf("a new reviewer for a passed review: %v, want refused (ErrState)", err)
 	}
 }

@@ -18,7 +18,8 @@ import (
 // unread mail. A task whose assignee is not in swarm (the swarm's agents,
 // SwarmAgents; nil: not checked) waits for a person too, and so does a
 // parent waiting for its subtasks whose rework's worker is not
-// (taskboard.WorkerUnknown). Running is left for the caller, who knows
+// (taskboard.WorkerUnknown), and a DONE task whose reviewer is not
+// (taskboard.ReviewerUnknown). Running is left for the caller, who knows
 // whether a daemon runs.
 func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *mailbox.Mailbox, names, swarm []string) (view.NeedState, error) {
 	var st view.NeedState
@@ -56,6 +57,20 @@ func ReadNeeds(ctx context.Context, db *store.DB, board *taskboard.Board, mb *ma
 			}
 			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title, Result: t.Result, BlockedReason: t.BlockedReason,
 				Assignee: t.Assignee, AssigneeUnknown: unknown, Worker: t.Worker, WorkerUnknown: workerUnknown})
+		}
+	}
+	// DONE: only those waiting for the verdict of a reviewer the swarm
+	// does not have.
+	var reviewing []taskboard.Task
+	if swarm != nil {
+		if reviewing, err = board.Reviewing(ctx); err != nil {
+			return st, err
+		}
+	}
+	for _, t := range reviewing {
+		if taskboard.ReviewerUnknown(t, swarm) {
+			st.Tasks = append(st.Tasks, view.NeedTask{ID: t.ID, State: t.StateName, Title: t.Title,
+				Reviewer: t.Reviewer, ReviewerUnknown: true})
 		}
 	}
 	sort.Slice(st.Tasks, func(i, j int) bool { return st.Tasks[i].ID < st.Tasks[j].ID })

@@ -964,6 +964,74 @@ func (b *Board) Assign(ctx context.Context, id int64, agent string) (Task, error
 	return t, err
 }
 
+// EventReviewerAssigned is the event of a change of a task's reviewer
+// (AssignReviewer): like EventAssigned, it moves no state.
+const EventReviewerAssigned = "reviewer_assigned"
+
+// AssignReviewer makes reviewer the one whose verdict task id's review
+// waits for, in place of its reviewer now: one that left the swarm (a
+// reload removed it, or renamed it) holds a DONE task under review for
+// good, for nothing else moves a DONE task. The loop keeps its state,
+// iteration and rounds. A verdict of the former reviewer's after the
+// change is refused (VerdictTx: not its reviewer), and so is a reviewer
+// who did the work (its worker, claimant or assignee): nobody reviews their
+// own work. Refused too for a task with no review, one whose review has
+// passed (the merge queue has it), and a final one.
+func (b *Board) AssignReviewer(ctx context.Context, id int64, reviewer string) (Task, error) {
+	if strings.TrimSpace(reviewer) == "" {
+		return Task{}, invalidf("a reviewer needs a name")
+	}
+	var t Task
+	err := b.write(ctx, "assign reviewer", func(tx *sql.Tx) error {
+		var err error
+		if t, err = getTask(ctx, tx, id); err != nil {
+			return err
+		}
+		switch {
+		case t.State.IsTerminal():
+			return fmt.Errorf("task %d is %s, a final state: nobody reviews it any more: %w", id, t.State, ErrState)
+		case t.Reviewer == "":
+			return fmt.Errorf("task %d has no review: its reviewer comes with its claim (the claimant's reviewer config) or with 'task add --reviewer': %w", id, ErrState)
+		case t.ReviewState == review.Complete.String():
+			return fmt.Errorf("task %d has passed its review by %s: the verdict is given: %w", id, t.Reviewer, ErrState)
+		}
+		for _, who := range []string{t.Worker, t.Claimant, t.Assignee} {
+			if who == reviewer {
+				return invalidf("task %d is %s's work: an agent cannot review its own work", id, reviewer)
+			}
+		}
+		if reviewer == t.Reviewer {
+			return nil
+		}
+		now := b.now()
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET reviewer = ?, updated_at = ? WHERE id = ?`, reviewer, now, id); err != nil {
+			return fmt.Errorf("taskboard: assign the reviewer of task %d: %w", id, err)
+		}
+		why := fmt.Sprintf("reviewer %s (was %s)", reviewer, t.Reviewer)
+		if _, err := tx.ExecContext(store.Deferred(ctx), `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+			abort_reason, session_id, seq, task_id) VALUES (?, '', ?, ?, ?, 'task', 'operator', ?, '', '', 0, ?)`,
+			now, t.StateName, EventReviewerAssigned, t.StateName, why, id); err != nil {
+			return fmt.Errorf("taskboard: assign the reviewer of task %d: %w", id, err)
+		}
+		t, err = getTask(ctx, tx, id)
+		return err
+	})
+	return t, err
+}
+
+// ReviewerUnknown reports whether t waits for the verdict of a reviewer
+// that is not one of agents (removed from the config, or renamed): DONE,
+// its review waiting, and nobody to give it; AssignReviewer names
+// another. agents nil: not known, never.
+func ReviewerUnknown(t Task, agents []string) bool {
+	return t.State == task.Done && t.ReviewState == review.Reviewing.String() && agents != nil && !slices.Contains(agents, t.Reviewer)
+}
+
+// Reviewing lists the tasks waiting for a verdict, by id.
+func (b *Board) Reviewing(ctx context.Context) ([]Task, error) {
+	return queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks WHERE state = 'DONE' AND review_state = 'reviewing' ORDER BY id`)
+}
+
 // assignsRework reports whether Assign gives t's review loop's worker
 // with its assignee: t waits for its subtasks, and the loop that reviews
 // it once they are done sends a FAIL's rework to that worker, not to the

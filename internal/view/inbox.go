@@ -30,7 +30,10 @@ const (
 	// review's rework goes to a worker the swarm has no agent of that
 	// name for.
 	NeedTaskWorkerUnknown = "task_worker_unknown"
-	NeedMail              = "mail"
+	// NeedTaskReviewerUnknown: a DONE task waits for the verdict of a
+	// reviewer the swarm has no agent of that name for.
+	NeedTaskReviewerUnknown = "task_reviewer_unknown"
+	NeedMail                = "mail"
 )
 
 // NeedState is what the inbox is made of, read from the store by whoever
@@ -74,6 +77,10 @@ type NeedTask struct {
 	// no agent of that name (taskboard.WorkerUnknown).
 	Worker        string
 	WorkerUnknown bool
+	// ReviewerUnknown: the task waits for the verdict of Reviewer, which
+	// the swarm has no agent of that name for (taskboard.ReviewerUnknown).
+	Reviewer        string
+	ReviewerUnknown bool
 }
 
 // Needs lists what needs a person, in a fixed order: the swarm, agents,
@@ -102,6 +109,9 @@ func Needs(st NeedState) []Need {
 		case t.WorkerUnknown:
 			n.Kind, n.What, n.Fix = NeedTaskWorkerUnknown, fmt.Sprintf("task #%d is %s, its review's rework for %s, which is not an agent of the swarm: %s",
 				t.ID, t.State, t.Worker, oneLine(t.Title, 100)), fmt.Sprintf("swarmd task assign %d AGENT", t.ID)
+		case t.ReviewerUnknown:
+			n.Kind, n.What, n.Fix = NeedTaskReviewerUnknown, fmt.Sprintf("task #%d is %s, waiting for the review of %s, which is not an agent of the swarm: %s",
+				t.ID, t.State, t.Reviewer, oneLine(t.Title, 100)), fmt.Sprintf("swarmd task assign %d --reviewer AGENT", t.ID)
 		case t.State == "FAILED":
 			n.Kind, n.What, n.Fix = NeedTaskFailed, fmt.Sprintf("task #%d failed: %s", t.ID, oneLine(t.Result, 100)), fmt.Sprintf("swarmd task retry %d", t.ID)
 		case t.State == "PLANNED":
