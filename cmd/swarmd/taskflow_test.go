@@ -462,7 +462,8 @@ agents:
 }
 
 // TestAReviewGivenToAnotherReviewer: a DONE task waits for rita's verdict;
-// a reload removes rita, and the task would wait for good: inbox lists it,
+// a reload removes rita, and the task would wait for good: the reload's
+// warning names it, inbox lists it,
 // task assign --reviewer gives the review to bob, who is woken for it and
 // passes it, and the task closes.
 func TestAReviewGivenToAnotherReviewer(t *testing.T) {
@@ -503,6 +504,11 @@ agents:
 	writeConfig(t, repo, fmt.Sprintf(body, "bob", ""))
 	_ = d.cmd.Process.Signal(syscall.SIGHUP)
 	d.waitLine("rita Stopped", transitionTo("rita", "Stopped"))
+	d.waitLine("the warning naming the task", func(m map[string]any) bool {
+		ts, _ := m["tasks"].([]any)
+		return strings.HasPrefix(fmt.Sprint(m["msg"]), "tasks wait for the verdict of an agent a reload removed") &&
+			m["agent"] == "rita" && len(ts) == 1 && ts[0] == float64(tk.ID)
+	})
 	out, stderr, code := runCLI(t, nil, "", "inbox", "-c", cfg)
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("task #%d is DONE, waiting for the review of rita, which is not an agent of the swarm", tk.ID)) ||
 		!strings.Contains(out, fmt.Sprintf("swarmd task assign %d --reviewer AGENT", tk.ID)) {

@@ -192,7 +192,8 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 // reload removed: assigned to it (by the operator, or sent back to it for
 // rework), no other agent may claim them until they are assigned again;
 // and the parents waiting for their subtasks whose review's rework goes to
-// it (taskboard.WorkerUnknown), whoever they are assigned to. On a shared
+// it (taskboard.WorkerUnknown), whoever they are assigned to; and the DONE
+// tasks waiting for its verdict (taskboard.ReviewerUnknown). On a shared
 // store, none when another daemon's config names the agent (SwarmAgents):
 // it runs the tasks.
 func (d *Daemon) warnAssigned(cfg *config.Config, name string) {
@@ -227,12 +228,26 @@ func (d *Daemon) warnAssigned(cfg *config.Config, name string) {
 		}
 	}
 	slices.Sort(waiting)
-	if len(waiting) == 0 {
+	if len(waiting) > 0 {
+		msg := "tasks wait for an agent a reload removed (assigned to it, or parents whose review's rework goes to it): " +
+			"no other agent gets them; give each to another agent with 'swarmd task assign ID AGENT', or to any with 'swarmd task assign ID --anyone'"
+		d.log.Warn(msg, zap.String("agent", name), zap.Int64s("tasks", waiting))
+	}
+	reviewing, err := d.tasks.Reviewing(ctx)
+	if err != nil {
+		d.log.Warn("list the tasks a removed agent reviews", zap.String("agent", name), zap.Error(err))
 		return
 	}
-	msg := "tasks wait for an agent a reload removed (assigned to it, or parents whose review's rework goes to it): " +
-		"no other agent gets them; give each to another agent with 'swarmd task assign ID AGENT', or to any with 'swarmd task assign ID --anyone'"
-	d.log.Warn(msg, zap.String("agent", name), zap.Int64s("tasks", waiting))
+	var reviews []int64
+	for _, t := range reviewing {
+		if t.Reviewer == name {
+			reviews = append(reviews, t.ID)
+		}
+	}
+	if len(reviews) > 0 {
+		d.log.Warn("tasks wait for the verdict of an agent a reload removed: nothing else moves a DONE task; "+
+			"give each review to another agent with 'swarmd task assign ID --reviewer AGENT'", zap.String("agent", name), zap.Int64s("tasks", reviews))
+	}
 }
 
 // startNew registers a fresh runner for an agent of the config in force,
