@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/daemon"
 	"github.com/swarmd/swarmd/internal/store"
 )
@@ -69,7 +70,8 @@ are the swarm's: tasks may be assigned to them and mail sent to them.`,
 list, as 'swarmd daemons' names it. Its agents are then no longer the swarm's, unless another
 daemon's config names them: tasks assigned to them wait for a person (swarmd inbox), and a daemon
 under that name that starts again records its agents anew. A daemon whose leases have not expired
-runs, and is refused: stop it first (its leases are released at a clean stop).`,
+runs, and is refused: stop it first (its leases are released at a clean stop). So is the daemon
+that answers on this config's control socket (on a store of its own, a daemon holds no leases).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Forget = args[0]
@@ -98,6 +100,14 @@ func daemonsRun(ctx context.Context, opts *daemonsOptions) error {
 	}
 	defer db.Close()
 	if opts.Forget != "" {
+		if db.cfg != nil {
+			// On a store of its own a daemon holds no leases, which is
+			// how ForgetMembers knows one runs: ask this config's.
+			info, err := control.NewClient(db.cfg.SocketPath()).Daemon(ctx)
+			if err == nil && info.Name == opts.Forget {
+				return usagef("daemons forget: daemon %s runs (it answers on %s): stop it first", printable(opts.Forget, false), db.cfg.SocketPath())
+			}
+		}
 		return forgetDaemon(ctx, db.DB, opts)
 	}
 	ds, err := readDaemons(ctx, db.DB, opts.Now())

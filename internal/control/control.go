@@ -265,6 +265,9 @@ type Viewer interface {
 
 // DaemonInfo is what the daemon says about itself.
 type DaemonInfo struct {
+	// Name is the daemon's name in the swarm's list (swarmd daemons):
+	// HOST:STATE_DIR.
+	Name string `json:"name,omitempty"`
 	// Isolation says which parts of config key isolation are in force
 	// and why the others are not.
 	Isolation string `json:"isolation"`

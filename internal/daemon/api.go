@@ -26,7 +26,8 @@ var _ control.API = controlAPI{}
 // Info is the control API's GET /v1/daemon: what contains the trees, and
 // how busy the store's write connection was lately.
 func (a controlAPI) Info() control.DaemonInfo {
-	return control.DaemonInfo{Isolation: a.d.host.iso.String(), Store: a.d.load.describe(time.Now(), a.d.db.WriterStats())}
+	return control.DaemonInfo{Name: a.d.leaseHolder().Daemon, Isolation: a.d.host.iso.String(),
+		Store: a.d.load.describe(time.Now(), a.d.db.WriterStats())}
 }
 
 func (a controlAPI) Agents() []control.AgentStatus {
