@@ -13,6 +13,7 @@ var (
 	ErrNotFound         = errors.New("message not found")
 	ErrTooLarge         = errors.New("message too large")
 	ErrUnknownRecipient = errors.New("unknown recipient")
+	ErrUnknownSender    = errors.New("unknown sender")
 	ErrSelfSend         = errors.New("message to self")
 	ErrEmptyBody        = errors.New("empty message body")
 	ErrNoRecipients     = errors.New("no recipients")

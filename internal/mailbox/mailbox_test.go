@@ -282,6 +282,8 @@ func TestValidation(t *testing.T) {
 		{"unknown recipient", db, Draft{From: "alice", To: "dave", Body: "x"}, ErrUnknownRecipient,
 			`mailbox: send: unknown recipient "dave" (known: alice, bob, carol, operator)`},
 		{"no recipient", db, Draft{From: "alice", Body: "x"}, ErrUnknownRecipient, ""},
+		{"unknown sender", db, Draft{From: "zed", To: "alice", Body: "x"}, ErrUnknownSender,
+			`mailbox: send: unknown sender "zed" (known: alice, bob, carol, operator)`},
 		{"self", db, Draft{From: "alice", To: "alice", Body: "x"}, ErrSelfSend, "mailbox: send: alice cannot send a message to itself"},
 		{"operator self", db, Draft{From: Operator, To: Operator, Body: "x"}, ErrSelfSend, ""},
 		{"empty sender", db, Draft{To: "bob", Body: "x"}, store.ErrInvalidName, ""},

@@ -218,7 +218,7 @@ func (mb *Mailbox) NoteToOperator(ctx context.Context, subject, body string) (Me
 // agent answers only a message it sent or received; the operator, any.
 func (mb *Mailbox) Reply(ctx context.Context, from string, replyTo int64, body string, urgent bool) (Message, error) {
 	// Check what needs no lookup before taking the write lock.
-	if err := cmp.Or(validateSender(from), mb.validateContent("", body)); err != nil {
+	if err := cmp.Or(mb.validateSender(from), mb.validateContent("", body)); err != nil {
 		return Message{}, fmt.Errorf("mailbox: reply: %w", err)
 	}
 	tx, err := mb.db.Begin(ctx)
@@ -273,7 +273,7 @@ func (mb *Mailbox) Broadcast(ctx context.Context, d Draft) ([]Message, error) {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", invalid("to", ErrUnknownRecipient,
 			"a broadcast goes to every agent; it takes no recipient (got %q)", d.To))
 	}
-	if err := cmp.Or(validateSender(d.From), mb.validateContent(d.Subject, d.Body)); err != nil {
+	if err := cmp.Or(mb.validateSender(d.From), mb.validateContent(d.Subject, d.Body)); err != nil {
 		return nil, fmt.Errorf("mailbox: broadcast: %w", err)
 	}
 	known := mb.known.Load()
@@ -360,7 +360,7 @@ func (mb *Mailbox) sentBefore(ctx context.Context, tx *sql.Tx, m Message) (Messa
 
 // validate checks a draft completely, so that nothing is stored half-way.
 func (mb *Mailbox) validate(d Draft) error {
-	if err := validateSender(d.From); err != nil {
+	if err := mb.validateSender(d.From); err != nil {
 		return err
 	}
 	if err := mb.validateRecipient(d.From, d.To); err != nil {
@@ -369,12 +369,18 @@ func (mb *Mailbox) validate(d Draft) error {
 	return mb.validateContent(d.Subject, d.Body)
 }
 
-func validateSender(from string) error {
+// validateSender checks the sender's name, and, when the swarm's agents
+// are known, that it is one of them or the operator: mail from nobody of
+// the swarm could not be answered (a reply to it is refused).
+func (mb *Mailbox) validateSender(from string) error {
+	known := mb.known.Load()
 	switch {
 	case from == "":
 		return invalid("from", store.ErrInvalidName, "no sender (set SWARM_AGENT_ID, or send as %s)", Operator)
 	case !validName(from):
 		return invalid("from", store.ErrInvalidName, "sender %q is not a valid agent name (want %s)", from, agent.NamePattern)
+	case known != nil && !known.agents[from]:
+		return invalid("from", ErrUnknownSender, "unknown sender %q (known: %s)", from, strings.Join(append(known.list[:len(known.list):len(known.list)], Operator), ", "))
 	}
 	return nil
 }
