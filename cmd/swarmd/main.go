@@ -113,8 +113,41 @@ func configProblems(err error) (config.Errors, bool) {
 	}
 }
 
+// commandError names the command cobra refused err for ("task add:
+// accepts 1 arg(s), received 0"): cobra's own words name none.
+func commandError(cmd *cobra.Command, err error) error {
+	if !cmd.HasParent() {
+		return err
+	}
+	return fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
+}
+
+// flagError is a flag's bad value in words, without the parser's
+// ("--priority: "abc" is not a whole number" rather than pflag's
+// strconv.ParseInt: parsing "abc": invalid syntax).
+func flagError(err error) error {
+	msg := err.Error()
+	var value, flag, why string
+	if n, _ := fmt.Sscanf(msg, "invalid argument %q for %q flag:", &value, &flag); n == 2 {
+		switch _, rest, _ := strings.Cut(msg, " flag: "); {
+		case strings.HasPrefix(rest, "strconv.") && strings.HasSuffix(rest, "value out of range"):
+			why = "out of range"
+		case strings.HasPrefix(rest, "strconv.ParseUint"):
+			why = "not a whole number of 0 or more"
+		case strings.HasPrefix(rest, "strconv.Parse"):
+			why = "not a number"
+		case strings.HasPrefix(rest, "time: "):
+			why = "not a duration (like 30s, 5m or 1h30m)"
+		}
+		if why != "" {
+			return fmt.Errorf("%s: %q is %s", flag, value, why)
+		}
+	}
+	return err
+}
+
 // usageArgs makes every command's argument-count errors usage errors
-// (exit 2).
+// (exit 2), naming the command.
 func usageArgs(c *cobra.Command) {
 	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
 		// A bare group prints its help; an unknown subcommand is an error
@@ -123,7 +156,12 @@ func usageArgs(c *cobra.Command) {
 		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	}
 	if orig := c.Args; orig != nil {
-		c.Args = func(cmd *cobra.Command, args []string) error { return cli.Usage(orig(cmd, args)) }
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := orig(cmd, args); err != nil {
+				return cli.Usage(commandError(cmd, err))
+			}
+			return nil
+		}
 	}
 	for _, sub := range c.Commands() {
 		usageArgs(sub)
@@ -144,7 +182,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 		// Errors are one line; "did you mean" would add more.
 		DisableSuggestions: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cli.Usage(commandError(cmd, flagError(err))) })
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return cli.FindConfig(cmd, s.getenv) }
 	c := s.cli()
 	root.AddCommand(

@@ -413,7 +413,7 @@ func TestTaskCLIErrors(t *testing.T) {
 		{"zero id", op, []string{"task", "cancel", "0"}, 2, "want a task id"},
 		{"bad --after", op, []string{"task", "add", "x", "--after", "one"}, 2, `--after "one"`},
 		{"bad state", op, []string{"task", "list", "--state", "nope"}, 2, "unknown task state"},
-		{"bad priority", op, []string{"task", "add", "x", "--priority", "high"}, 2, "invalid argument"},
+		{"bad priority", op, []string{"task", "add", "x", "--priority", "high"}, 2, `--priority: "high" is not a number`},
 		{"empty title", op, []string{"task", "add", " "}, 2, "a task needs a title"},
 		{"two-line title", op, []string{"task", "add", "a\nb"}, 2, "one line"},
 		{"unknown assignee", op, []string{"task", "add", "x", "--to", "dave"}, 2, `no agent "dave"`},

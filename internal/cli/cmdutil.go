@@ -183,7 +183,33 @@ func (o *dbOptions) addFlags(cmd *cobra.Command, jsonHelp string) {
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&o.ConfigPath, "config", "c", "swarmd.yaml", "config file (used when SWARM_DB_PATH is not set)")
 	pf.BoolVar(&o.JSON, "json", false, jsonHelp)
-	pf.DurationVar(&o.StoreWait, "store-wait", defaultStoreWait, "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying whether anything may have been recorded (one try may wait up to 10s for SQLite's lock)")
+	o.StoreWait = defaultStoreWait
+	pf.Var(positiveDuration{&o.StoreWait}, "store-wait", "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying whether anything may have been recorded (one try may wait up to 10s for SQLite's lock)")
+}
+
+// positiveDuration is a flag's duration that must be more than 0 (a wait
+// of none would give up before the first try).
+type positiveDuration struct{ d *time.Duration }
+
+func (p positiveDuration) String() string {
+	if p.d == nil {
+		return ""
+	}
+	return p.d.String()
+}
+
+func (p positiveDuration) Type() string { return "duration" }
+
+func (p positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return fmt.Errorf("want a positive duration, like 30s or 2m")
+	}
+	*p.d = d
+	return nil
 }
 
 // whoCalls is who runs the command (whoCalls); cmd names it in errors.

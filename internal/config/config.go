@@ -340,6 +340,9 @@ func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
 
 // LoadWith is Load with the checks of opts.
 func LoadWith(path string, opts Options) (*Config, error) {
+	if path == "" {
+		return nil, Errors{{File: "config", Msg: "the path is empty (-c \"\"): name a file, or leave -c out for ./swarmd.yaml", Err: fs.ErrInvalid}}
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := err.Error()
