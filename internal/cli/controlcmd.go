@@ -56,11 +56,14 @@ ends with the daemon, and the agent stays paused). 'swarmd status' shows it, as 
 	}
 	cmd.Flags().BoolVar(&opts.All, "all", false, "every agent")
 	cmd.Flags().BoolVar(&opts.Now, "now", false, "freeze the running session at once (SIGSTOP to its whole process tree)")
-	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why, for the event log and status")
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why, for the event log and status (at most 1024 bytes)")
 	return cmd
 }
 
 func pauseRun(ctx context.Context, opts *pauseOptions) error {
+	if len(opts.Reason) > control.MaxPauseReason {
+		return usagef("pause: --reason is %d bytes, over the %d-byte limit", len(opts.Reason), control.MaxPauseReason)
+	}
 	req := control.PauseRequest{Now: opts.Now, Reason: opts.Reason}
 	return opts.eachAgent(ctx, "pause", opts.Agents, opts.All, func(c *control.Client, name string) error {
 		res, err := c.Pause(ctx, name, req)

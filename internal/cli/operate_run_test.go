@@ -37,6 +37,8 @@ func TestOperatorVerbsWithNoDaemon(t *testing.T) {
 	}
 	wantUsage(t, pauseRun(ctx, &pauseOptions{operateOptions: o}), "pause: name one agent or give --all")
 	wantUsage(t, resumeRun(ctx, &pauseOptions{operateOptions: o, Agents: []string{"alice"}, All: true}), "resume: name one agent or give --all")
+	wantUsage(t, pauseRun(ctx, &pauseOptions{operateOptions: o, Agents: []string{"alice"}, Reason: strings.Repeat("r", 70000)}),
+		"pause: --reason is 70000 bytes, over the 1024-byte limit")
 	wantUsage(t, auditRun(ctx, &auditOptions{operateOptions: o, Query: store.ToolCallQuery{Last: -1}}), "audit: --limit -1: want 0 (all) or more")
 	wantUsage(t, sessionsRun(ctx, &sessionsOptions{operateOptions: o, Limit: -2}), "sessions: --limit -2: want 0 (all) or more")
 	wantUsage(t, eventsRun(ctx, &eventsOptions{operateOptions: o, Task: "x"}), `events: --task "x": want a task id, a positive number such as 7`)

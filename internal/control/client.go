@@ -161,32 +161,62 @@ func (c *Client) Agents(ctx context.Context) ([]AgentStatus, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/agents", nil, &out)
 }
 
+// agentPath is the API's path of agent name's resource, then verb ("" or
+// "/stop", ...). An empty name is refused here: its path would name the
+// list of agents, which answers with an HTTP error, not about the agent.
+func agentPath(name, verb string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: the agent's name is empty", ErrUnknownAgent)
+	}
+	return "/v1/agents/" + url.PathEscape(name) + verb, nil
+}
+
 // Agent returns one agent.
 func (c *Client) Agent(ctx context.Context, name string) (AgentStatus, error) {
 	var out AgentStatus
-	return out, c.do(ctx, http.MethodGet, "/v1/agents/"+url.PathEscape(name), nil, &out)
+	p, err := agentPath(name, "")
+	if err != nil {
+		return out, err
+	}
+	return out, c.do(ctx, http.MethodGet, p, nil, &out)
 }
 
 // Stop sends OperatorStop to one agent.
 func (c *Client) Stop(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/stop", nil, nil)
+	p, err := agentPath(name, "/stop")
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPost, p, nil, nil)
 }
 
 // Start starts a stopped agent again (counters reset).
 func (c *Client) Start(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/start", nil, nil)
+	p, err := agentPath(name, "/start")
+	if err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPost, p, nil, nil)
 }
 
 // Pause holds an agent (see API.PauseAgent).
 func (c *Client) Pause(ctx context.Context, name string, req PauseRequest) (PauseResult, error) {
 	var out PauseResult
-	return out, c.doBody(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/pause", nil, req, &out)
+	p, err := agentPath(name, "/pause")
+	if err != nil {
+		return out, err
+	}
+	return out, c.doBody(ctx, http.MethodPost, p, nil, req, &out)
 }
 
 // Resume lifts an agent's pause.
 func (c *Client) Resume(ctx context.Context, name string) (ResumeResult, error) {
 	var out ResumeResult
-	return out, c.do(ctx, http.MethodPost, "/v1/agents/"+url.PathEscape(name)+"/resume", nil, &out)
+	p, err := agentPath(name, "/resume")
+	if err != nil {
+		return out, err
+	}
+	return out, c.do(ctx, http.MethodPost, p, nil, &out)
 }
 
 // Events calls fn for each event after afterID (for agent, if set). With

@@ -263,6 +263,10 @@ type Viewer interface {
 	ViewHandler() http.Handler
 }
 
+// MaxPauseReason is the longest reason a pause takes, in bytes: it is one
+// line of status, the event log and the dashboards.
+const MaxPauseReason = 1024
+
 // DaemonInfo is what the daemon says about itself.
 type DaemonInfo struct {
 	// Name is the daemon's name in the swarm's list (swarmd daemons):
@@ -337,8 +341,17 @@ func routesAgents(mux *http.ServeMux, api API) {
 	})
 	mux.HandleFunc("POST /v1/agents/{name}/pause", func(w http.ResponseWriter, r *http.Request) {
 		var req PauseRequest
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			var big *http.MaxBytesError
+			if errors.As(err, &big) {
+				writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("pause: the request is over %d bytes: a reason is at most %d", big.Limit, MaxPauseReason)})
+				return
+			}
 			writeJSON(w, http.StatusBadRequest, errorBody{Error: "pause: bad request body: " + err.Error()})
+			return
+		}
+		if len(req.Reason) > MaxPauseReason {
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("pause: the reason is %d bytes, over the %d-byte limit", len(req.Reason), MaxPauseReason)})
 			return
 		}
 		res, err := api.PauseAgent(r.Context(), r.PathValue("name"), req)
