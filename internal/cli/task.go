@@ -876,6 +876,9 @@ func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 			return err
 		}
 	case "done":
+		if len(opts.Summary) > taskboard.MaxBodyBytes {
+			return usagef("task done: --summary is %d bytes, over the %d-byte limit", len(opts.Summary), taskboard.MaxBodyBytes)
+		}
 		to = task.Done
 		f = func(ctx context.Context, c *taskCtx, id int64) error {
 			// The work is frozen here: the review and the merge take the
@@ -886,6 +889,9 @@ func taskReportRun(ctx context.Context, opts *taskReportOptions) error {
 	case "fail":
 		if strings.TrimSpace(opts.Reason) == "" {
 			return usagef("task fail: --reason TEXT is required: say why it failed")
+		}
+		if len(opts.Reason) > taskboard.MaxBodyBytes {
+			return usagef("task fail: --reason is %d bytes, over the %d-byte limit", len(opts.Reason), taskboard.MaxBodyBytes)
 		}
 		to = task.Failed
 		f = func(ctx context.Context, c *taskCtx, id int64) error {

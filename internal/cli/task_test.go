@@ -847,3 +847,17 @@ func TestReviewWaitingForAReviewerThatLeft(t *testing.T) {
 		t.Errorf("a new reviewer for a passed review: %v, want refused (ErrState)", err)
 	}
 }
+
+// TestReportTextIsBounded: a summary or a failure reason over a task
+// body's limit is refused before anything is read or written, as a body
+// is: it is printed by task show and carried into prompts.
+func TestReportTextIsBounded(t *testing.T) {
+	ctx := context.Background()
+	s := newSwarm(t)
+	big := strings.Repeat("s", taskboard.MaxBodyBytes+1)
+	o, _ := s.inSession("alice", "")
+	wantUsage(t, taskReportRun(ctx, &taskReportOptions{dbOptions: o, Verb: "done", Summary: big}),
+		fmt.Sprintf("task done: --summary is %d bytes, over the %d-byte limit", len(big), taskboard.MaxBodyBytes))
+	wantUsage(t, taskReportRun(ctx, &taskReportOptions{dbOptions: o, Verb: "fail", Reason: big}),
+		fmt.Sprintf("task fail: --reason is %d bytes, over the %d-byte limit", len(big), taskboard.MaxBodyBytes))
+}

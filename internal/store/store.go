@@ -173,13 +173,15 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 	if migrations == nil {
 		migrations = drv.migrations()
 	}
+	// The first statements are where a file that is no database, or a
+	// directory, is found out: the error names the store.
 	if err := drv.setup(ctx, db); err != nil {
 		db.Close()
-		return nil, err
+		return nil, &openError{target: Redact(target), err: err}
 	}
 	if err := db.prepareSchema(ctx, migrations); err != nil {
 		db.Close()
-		return nil, err
+		return nil, &openError{target: Redact(target), err: err}
 	}
 	if db.file {
 		if db.ident, err = os.Stat(db.path); err != nil {
@@ -192,6 +194,19 @@ func open(ctx context.Context, target string, opts Options, drv driver, migratio
 	db.listeners.Go(func() { drv.maintain(upkeep, db) })
 	return db, nil
 }
+
+// openError is a failure of Open's first statements, naming the store
+// ("store: open /x/swarm.db: migrate: file is not a database").
+type openError struct {
+	target string
+	err    error
+}
+
+func (e *openError) Error() string {
+	return "store: open " + e.target + ": " + strings.TrimPrefix(e.err.Error(), "store: ")
+}
+
+func (e *openError) Unwrap() error { return e.err }
 
 // Redact is a store target fit for a message: a URL without its password,
 // a file path as it is.
