@@ -133,9 +133,16 @@ func budgetRequest(args []string, swarm, clear bool) (control.BudgetSetRequest, 
 	if err != nil || usd < 0 || math.IsInf(usd, 0) || math.IsNaN(usd) {
 		return req, usagef("budget set: %q is not an amount of US dollars, 0 or more (such as 25 or 7.50)", args[0])
 	}
+	if usd > maxBudgetUSD {
+		return req, usagef("budget set: %s US dollars is over the %s limit of a budget (for no limit: --clear)", args[0], daemon.FormatUSD(maxBudgetUSD))
+	}
 	req.USD = usd
 	return req, nil
 }
+
+// maxBudgetUSD bounds a budget the operator sets: a figure beyond it is a
+// slip of the keyboard, and prints as hundreds of digits.
+const maxBudgetUSD = 1e9
 
 // writeBudgets renders the budgets table.
 func writeBudgets(w io.Writer, bs []control.BudgetStatus) error {
