@@ -187,6 +187,27 @@ func (o *dbOptions) addFlags(cmd *cobra.Command, jsonHelp string) {
 	pf.Var(positiveDuration{&o.StoreWait}, "store-wait", "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying whether anything may have been recorded (one try may wait up to 10s for SQLite's lock)")
 }
 
+// knownToSwarm refuses, for cmd, an agent name that neither cfg has nor db
+// has recorded (a removed agent's history is still read): a typo would
+// print an empty list, as if the agent had done nothing. "" (every agent)
+// passes.
+func knownToSwarm(ctx context.Context, db *store.DB, cfg *config.Config, name, cmd string) error {
+	if name == "" {
+		return nil
+	}
+	if _, ok := cfg.Agent(name); ok {
+		return nil
+	}
+	recorded, err := db.Agents(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	if _, ok := recorded[name]; ok {
+		return nil
+	}
+	return usagef("%s: no agent %q (agents: %s)", cmd, name, strings.Join(cfg.AgentNames(), ", "))
+}
+
 // positiveDuration is a flag's duration that must be more than 0 (a wait
 // of none would give up before the first try).
 type positiveDuration struct{ d *time.Duration }

@@ -220,6 +220,9 @@ func auditRun(ctx context.Context, opts *auditOptions) error {
 		return err
 	}
 	defer db.Close()
+	if err := knownToSwarm(ctx, db, cfg, opts.Query.Agent, "audit: --agent"); err != nil {
+		return err
+	}
 	return followAudit(ctx, db, opts.Query, opts.Follow, auditWriter{w: opts.IO.Out, json: opts.JSON})
 }
 

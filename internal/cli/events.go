@@ -76,6 +76,9 @@ func eventsRun(ctx context.Context, opts *eventsOptions) error {
 		return usagef("events: %w (has swarmd run in this repo yet?)", err)
 	}
 	defer db.Close()
+	if err := knownToSwarm(ctx, db, cfg, q.Agent, "events: --agent"); err != nil {
+		return err
+	}
 	if q.TaskID != 0 {
 		board, err := daemon.OpenTaskBoard(ctx, db, nil)
 		if err == nil {

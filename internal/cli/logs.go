@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"unicode/utf8"
 
@@ -65,6 +66,11 @@ func logsRun(ctx context.Context, opts *logsOptions) error {
 	}
 	st := logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, nil)
 	seq, err := latestSession(st, opts.Agent, opts.Session)
+	if _, ok := cfg.Agent(opts.Agent); err != nil && !ok {
+		// No log of an agent the config does not have: a typo, or one
+		// removed before it ran.
+		return usagef("logs: no agent %q with logs (agents: %s)", opts.Agent, strings.Join(cfg.AgentNames(), ", "))
+	}
 	if err != nil {
 		return err
 	}

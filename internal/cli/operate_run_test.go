@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -47,5 +48,44 @@ func TestOperatorVerbsWithNoDaemon(t *testing.T) {
 	o.ConfigPath = filepath.Join(dir, "missing.yaml")
 	if err := statusRun(ctx, &statusOptions{operateOptions: o}); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("status with a missing config: %v, want an error naming it", err)
+	}
+}
+
+// TestReadsRefuseAnAgentNobodyKnows: sessions, events, audit and logs of an
+// agent that neither the config has nor the store has recorded are
+// refused, naming the agents, rather than printing nothing; one the config
+// has is read, though it has done nothing yet.
+func TestReadsRefuseAnAgentNobodyKnows(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	iopts, _ := initOpts(dir, "alice")
+	if err := initRun(ctx, iopts); err != nil {
+		t.Fatal(err)
+	}
+	o := &operateOptions{IO: iopts.IO, ConfigPath: filepath.Join(dir, "swarmd.yaml")}
+	cfg, err := o.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(ctx, cfg.StoreTarget(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	wantUsage(t, sessionsRun(ctx, &sessionsOptions{operateOptions: o, Agent: "zed"}), `sessions: no agent "zed" (agents: alice)`)
+	wantUsage(t, eventsRun(ctx, &eventsOptions{operateOptions: o, Agent: "zed"}), `events: --agent: no agent "zed" (agents: alice)`)
+	wantUsage(t, auditRun(ctx, &auditOptions{operateOptions: o, Query: store.ToolCallQuery{Agent: "zed"}}), `audit: --agent: no agent "zed" (agents: alice)`)
+	wantUsage(t, logsRun(ctx, &logsOptions{operateOptions: o, Agent: "zed"}), `logs: no agent "zed" with logs (agents: alice)`)
+	if err := sessionsRun(ctx, &sessionsOptions{operateOptions: o, Agent: "alice"}); err != nil {
+		t.Errorf("sessions alice, in the config: %v", err)
+	}
+	if err := eventsRun(ctx, &eventsOptions{operateOptions: o, Agent: "alice"}); err != nil {
+		t.Errorf("events --agent alice, in the config: %v", err)
 	}
 }

@@ -102,6 +102,9 @@ func sessionsRun(ctx context.Context, opts *sessionsOptions) error {
 		return err
 	}
 	defer db.Close()
+	if err := knownToSwarm(ctx, db, cfg, opts.Agent, "sessions"); err != nil {
+		return err
+	}
 	ss, err := db.Sessions(ctx, opts.Agent, opts.Limit)
 	if err != nil {
 		return err
