@@ -187,22 +187,23 @@ func (o *dbOptions) addFlags(cmd *cobra.Command, jsonHelp string) {
 	pf.Var(positiveDuration{&o.StoreWait}, "store-wait", "how long to keep retrying a write the store refuses as busy or unreachable (and its opening, while its server is unreachable) before giving up, saying whether anything may have been recorded (one try may wait up to 10s for SQLite's lock)")
 }
 
-// knownToSwarm refuses, for cmd, an agent name that neither cfg has nor db
-// has recorded (a removed agent's history is still read): a typo would
-// print an empty list, as if the agent had done nothing. "" (every agent)
-// passes.
-func knownToSwarm(ctx context.Context, db *store.DB, cfg *config.Config, name, cmd string) error {
+// knownToSwarm refuses, for cmd, an agent name that cfg does not have and
+// of which the store has recorded nothing (recorded: a removed agent's
+// history, or the merge queue's under its name, is still read): a typo
+// would print an empty list, as if the agent had done nothing. ""
+// (every agent) passes.
+func knownToSwarm(ctx context.Context, cfg *config.Config, name, cmd string, recorded func(context.Context) (bool, error)) error {
 	if name == "" {
 		return nil
 	}
 	if _, ok := cfg.Agent(name); ok {
 		return nil
 	}
-	recorded, err := db.Agents(ctx)
+	ok, err := recorded(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
 	}
-	if _, ok := recorded[name]; ok {
+	if ok {
 		return nil
 	}
 	return usagef("%s: no agent %q (agents: %s)", cmd, name, strings.Join(cfg.AgentNames(), ", "))

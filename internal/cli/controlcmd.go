@@ -220,7 +220,10 @@ func auditRun(ctx context.Context, opts *auditOptions) error {
 		return err
 	}
 	defer db.Close()
-	if err := knownToSwarm(ctx, db, cfg, opts.Query.Agent, "audit: --agent"); err != nil {
+	if err := knownToSwarm(ctx, cfg, opts.Query.Agent, "audit: --agent", func(ctx context.Context) (bool, error) {
+		calls, err := db.ToolCalls(ctx, store.ToolCallQuery{Agent: opts.Query.Agent, Last: 1})
+		return len(calls) > 0, err
+	}); err != nil {
 		return err
 	}
 	return followAudit(ctx, db, opts.Query, opts.Follow, auditWriter{w: opts.IO.Out, json: opts.JSON})

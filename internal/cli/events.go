@@ -76,7 +76,10 @@ func eventsRun(ctx context.Context, opts *eventsOptions) error {
 		return usagef("events: %w (has swarmd run in this repo yet?)", err)
 	}
 	defer db.Close()
-	if err := knownToSwarm(ctx, db, cfg, q.Agent, "events: --agent"); err != nil {
+	if err := knownToSwarm(ctx, cfg, q.Agent, "events: --agent", func(ctx context.Context) (bool, error) {
+		evs, err := db.Events(ctx, store.EventQuery{Agent: q.Agent, Limit: 1})
+		return len(evs) > 0, err
+	}); err != nil {
 		return err
 	}
 	if q.TaskID != 0 {

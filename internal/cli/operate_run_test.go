@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/store"
@@ -54,7 +55,8 @@ func TestOperatorVerbsWithNoDaemon(t *testing.T) {
 // TestReadsRefuseAnAgentNobodyKnows: sessions, events, audit and logs of an
 // agent that neither the config has nor the store has recorded are
 // refused, naming the agents, rather than printing nothing; one the config
-// has is read, though it has done nothing yet.
+// has is read, though it has done nothing yet, and so is a name the store
+// has recorded (the merge queue's events).
 func TestReadsRefuseAnAgentNobodyKnows(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -77,6 +79,18 @@ func TestReadsRefuseAnAgentNobodyKnows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The merge queue logs its events under its own name.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq)
+		VALUES (?, 'merge', 'queued', '', 'testing', '', 'merge-queue', 'candidate', '', 0)`, store.FormatTime(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
 	db.Close()
 	wantUsage(t, sessionsRun(ctx, &sessionsOptions{operateOptions: o, Agent: "zed"}), `sessions: no agent "zed" (agents: alice)`)
 	wantUsage(t, eventsRun(ctx, &eventsOptions{operateOptions: o, Agent: "zed"}), `events: --agent: no agent "zed" (agents: alice)`)
@@ -87,5 +101,8 @@ func TestReadsRefuseAnAgentNobodyKnows(t *testing.T) {
 	}
 	if err := eventsRun(ctx, &eventsOptions{operateOptions: o, Agent: "alice"}); err != nil {
 		t.Errorf("events --agent alice, in the config: %v", err)
+	}
+	if err := eventsRun(ctx, &eventsOptions{operateOptions: o, Agent: "merge"}); err != nil {
+		t.Errorf("events --agent merge, which has events: %v", err)
 	}
 }

@@ -102,7 +102,10 @@ func sessionsRun(ctx context.Context, opts *sessionsOptions) error {
 		return err
 	}
 	defer db.Close()
-	if err := knownToSwarm(ctx, db, cfg, opts.Agent, "sessions"); err != nil {
+	if err := knownToSwarm(ctx, cfg, opts.Agent, "sessions", func(ctx context.Context) (bool, error) {
+		ss, err := db.Sessions(ctx, opts.Agent, 1)
+		return len(ss) > 0, err
+	}); err != nil {
 		return err
 	}
 	ss, err := db.Sessions(ctx, opts.Agent, opts.Limit)
