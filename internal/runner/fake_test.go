@@ -21,7 +21,10 @@ import (
 type fakeSession struct {
 	id           string
 	exitOnCancel bool
-	result       backend.Result
+	// exitedOnItsOwn: a cancel finds the process over with exit 0, its
+	// end not yet seen (Done still open): the cancel reaches nothing.
+	exitedOnItsOwn bool
+	result         backend.Result
 
 	mu       sync.Mutex
 	cancels  int
@@ -66,8 +69,12 @@ func (s *fakeSession) finish(res backend.Result) {
 func (s *fakeSession) Cancel() error {
 	s.mu.Lock()
 	s.cancels++
-	exit := s.exitOnCancel
+	exit, own := s.exitOnCancel, s.exitedOnItsOwn
 	s.mu.Unlock()
+	if own {
+		s.finish(backend.Result{Outcome: backend.OutcomeSuccess})
+		return nil
+	}
 	if exit {
 		s.finish(backend.Result{Outcome: backend.OutcomeError, Reason: "killed by SIGTERM", Signal: "SIGTERM"})
 	}

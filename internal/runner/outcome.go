@@ -217,7 +217,10 @@ func (r *Runner) settle(rec SessionRecord, res backend.Result, out agent.ExitOut
 func (r *Runner) settleNote(rec SessionRecord, res backend.Result, out agent.ExitOutcome, stopping bool) (completed bool, note string) {
 	prev := r.m.State().Kind
 	switch {
-	case stopping && r.cur.cut:
+	case stopping && r.cur.cut && out.Kind != agent.Success:
+		// A session whose process the stop's signal found over (exited
+		// 0, its end not yet seen) ended on its own: it completed, below.
+		// Recording it a success and not completed showed its mail again.
 		note = "that session was stopped with its agent (" + r.snapReason() + ")"
 	case prev == agent.Interrupting:
 		note = "that session was interrupted by urgent mail"

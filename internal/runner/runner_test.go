@@ -604,6 +604,28 @@ func TestSessionEndedBeforeTheStopCompleted(t *testing.T) {
 	})
 }
 
+// TestSessionOverWhenTheStopCameCompleted: the stop's cancel is sent to a
+// session whose process had already exited 0, its end not yet seen: it was
+// not cut short. Its outcome is a success, so it completed, and its mail
+// is acknowledged, not shown to the next session as well (the chaos test's
+// "message shown to 2 completed sessions").
+func TestSessionOverWhenTheStopCameCompleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.be.plan = func(n int, s *fakeSession) { s.exitedOnItsOwn = true }
+		h.start()
+		h.waitState(agent.Running)
+		h.stop()
+		got := h.pr.settlements()
+		if len(got) != 1 || !got[0].Completed || got[0].Note != "" {
+			t.Fatalf("settlements %+v, want the one session completed, with no note", got)
+		}
+		if got[0].Session.OutcomeLabel() != OutcomeSuccess {
+			t.Errorf("outcome %q, want %q", got[0].Session.OutcomeLabel(), OutcomeSuccess)
+		}
+	})
+}
+
 // TestIdleAfterDoneUntilWoken: a session that said DONE, then nothing to do:
 // no session starts however long it waits, until Wake finds work.
 func TestIdleAfterDoneUntilWoken(t *testing.T) {
