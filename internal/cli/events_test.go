@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/store"
@@ -24,18 +23,8 @@ func TestEventsShowATasksAbortReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
-		abort_reason, session_id, seq, task_id) VALUES (?, 'alice', 'IN_PROGRESS', '', 'ORPHANED', 'task', 'swarmd',
-		'agent alice stopped', 'timeout', 'alice-1-000000000001', 0, 7)`, store.FormatTime(time.Now())); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	insertEvent(t, db, store.EventRecord{Agent: "alice", From: "IN_PROGRESS", To: "ORPHANED", Effect: "task", Actor: "swarmd",
+		Reason: "agent alice stopped", AbortReason: "timeout", SessionID: "alice-1-000000000001", TaskID: 7})
 	var out bytes.Buffer
 	if err := printEvents(ctx, Streams{Out: &out}, db, store.EventQuery{TaskID: 7}, false, false); err != nil {
 		t.Fatal(err)

@@ -14,19 +14,53 @@ import (
 	"github.com/swarmd/swarmd/internal/store"
 )
 
-// TestOperatorVerbsWithNoDaemon: status, stop and start on a config whose
-// daemon is not running say so as usage errors (exit 2), naming no daemon.
-func TestOperatorVerbsWithNoDaemon(t *testing.T) {
-	ctx := context.Background()
+// initedRepo is a git repository with what `swarmd init` writes for
+// agents, and the options of an operator command on its config.
+func initedRepo(t *testing.T, agents ...string) *operateOptions {
+	t.Helper()
 	dir := t.TempDir()
 	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v\n%s", err, out)
 	}
-	iopts, _ := initOpts(dir, "alice")
-	if err := initRun(ctx, iopts); err != nil {
+	iopts, _ := initOpts(dir, agents...)
+	if err := initRun(context.Background(), iopts); err != nil {
 		t.Fatal(err)
 	}
-	o := &operateOptions{IO: iopts.IO, ConfigPath: filepath.Join(dir, "swarmd.yaml")}
+	return &operateOptions{IO: iopts.IO, ConfigPath: filepath.Join(dir, "swarmd.yaml")}
+}
+
+// insertEvent writes e into db's event log as the board or the journal
+// would (e.At zero: now), abort reason and task included.
+func insertEvent(t *testing.T, db *store.DB, e store.EventRecord) {
+	t.Helper()
+	ctx := context.Background()
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var task any
+	if e.TaskID != 0 {
+		task = e.TaskID
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason,
+		abort_reason, session_id, seq, task_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		store.FormatTime(e.At), e.Agent, e.From, e.Event, e.To, e.Effect, e.Actor, e.Reason, e.AbortReason, e.SessionID, e.Seq, task); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOperatorVerbsWithNoDaemon: status, stop and start on a config whose
+// daemon is not running say so as usage errors (exit 2), naming no daemon.
+func TestOperatorVerbsWithNoDaemon(t *testing.T) {
+	ctx := context.Background()
+	o := initedRepo(t, "alice")
 	for name, err := range map[string]error{
 		"status": statusRun(ctx, &statusOptions{operateOptions: o}),
 		"stop":   agentVerbRun(ctx, &agentVerbOptions{operateOptions: o, Verb: "stop", Agent: "alice"}),
@@ -46,7 +80,7 @@ func TestOperatorVerbsWithNoDaemon(t *testing.T) {
 	wantUsage(t, eventsRun(ctx, &eventsOptions{operateOptions: o, Task: "x"}), `events: --task "x": want a task id, a positive number such as 7`)
 	wantUsage(t, logsRun(ctx, &logsOptions{operateOptions: o, Agent: "alice", Raw: true, Pretty: true}), "logs: --raw and --pretty exclude each other")
 
-	o.ConfigPath = filepath.Join(dir, "missing.yaml")
+	o.ConfigPath = filepath.Join(filepath.Dir(o.ConfigPath), "missing.yaml")
 	if err := statusRun(ctx, &statusOptions{operateOptions: o}); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("status with a missing config: %v, want an error naming it", err)
 	}
@@ -59,15 +93,7 @@ func TestOperatorVerbsWithNoDaemon(t *testing.T) {
 // has recorded (the merge queue's events).
 func TestReadsRefuseAnAgentNobodyKnows(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
-		t.Fatalf("git init: %v\n%s", err, out)
-	}
-	iopts, _ := initOpts(dir, "alice")
-	if err := initRun(ctx, iopts); err != nil {
-		t.Fatal(err)
-	}
-	o := &operateOptions{IO: iopts.IO, ConfigPath: filepath.Join(dir, "swarmd.yaml")}
+	o := initedRepo(t, "alice")
 	cfg, err := o.config()
 	if err != nil {
 		t.Fatal(err)
@@ -80,17 +106,7 @@ func TestReadsRefuseAnAgentNobodyKnows(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The merge queue logs its events under its own name.
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO events (at, agent, from_state, event, to_state, effect, actor, reason, session_id, seq)
-		VALUES (?, 'merge', 'queued', '', 'testing', '', 'merge-queue', 'candidate', '', 0)`, store.FormatTime(time.Now())); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	insertEvent(t, db, store.EventRecord{Agent: "merge", From: "queued", To: "testing", Actor: "merge-queue", Reason: "candidate"})
 	db.Close()
 	wantUsage(t, sessionsRun(ctx, &sessionsOptions{operateOptions: o, Agent: "zed"}), `sessions: no agent "zed" (agents: alice)`)
 	wantUsage(t, eventsRun(ctx, &eventsOptions{operateOptions: o, Agent: "zed"}), `events: --agent: no agent "zed" (agents: alice)`)

@@ -128,7 +128,7 @@ func (b *Board) reviewOnDone(t *Task, m *move) error {
 // state cannot be read resumes as failed anyway.
 func failLoop(t *Task, reason review.FailureReason, m *move) {
 	st, err := review.ParseState(t.ReviewState)
-	if t.Reviewer == "" || err != nil || st == review.Failed || !review.CanTransition(st, review.Failed) {
+	if t.Reviewer == "" || err != nil || !review.CanTransition(st, review.Failed) {
 		return
 	}
 	t.ReviewState, t.ReviewFailure = review.Failed.String(), string(reason)
