@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -141,6 +142,14 @@ func flagError(err error) error {
 		}
 		if why != "" {
 			return fmt.Errorf("%s: %q is %s", flag, value, why)
+		}
+	}
+	// pflag reads "-5" as a shorthand flag: say it was taken for one.
+	if rest, ok := strings.CutPrefix(msg, "unknown shorthand flag: "); ok {
+		if _, token, ok := strings.Cut(rest, " in "); ok {
+			if _, perr := strconv.ParseFloat(token, 64); perr == nil {
+				return fmt.Errorf("%s is read as a flag: a negative number is no value here", token)
+			}
 		}
 	}
 	return err

@@ -220,6 +220,9 @@ agents:
 	if _, stderr, code := runCLI(t, nil, "", "resume", "alice", "-c", cfg); code != 2 || !strings.Contains(stderr, "not paused") {
 		t.Errorf("resume of an agent that is not paused: %d %q", code, stderr)
 	}
+	if out, stderr, code := runCLI(t, nil, "", "resume", "--all", "-c", cfg); code != 0 || strings.TrimSpace(out) != "no agent is paused: nothing to resume" {
+		t.Errorf("resume --all with nothing paused: %d %q %q", code, out, stderr)
+	}
 	if _, stderr, code := runCLI(t, nil, "", "pause", "-c", cfg); code != 2 || !strings.Contains(stderr, "name one agent or give --all") {
 		t.Errorf("pause without an agent: %d %q", code, stderr)
 	}

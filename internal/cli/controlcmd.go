@@ -92,7 +92,8 @@ func newResumeCmd(o *operateOptions, runF func(context.Context, *pauseOptions) e
 }
 
 func resumeRun(ctx context.Context, opts *pauseOptions) error {
-	return opts.eachAgent(ctx, "resume", opts.Agents, opts.All, func(c *control.Client, name string) error {
+	resumed := 0
+	err := opts.eachAgent(ctx, "resume", opts.Agents, opts.All, func(c *control.Client, name string) error {
 		res, err := c.Resume(ctx, name)
 		if opts.All && errors.Is(err, control.ErrConflict) {
 			return nil // --all: an agent that is not paused has nothing to resume
@@ -100,6 +101,7 @@ func resumeRun(ctx context.Context, opts *pauseOptions) error {
 		if err != nil {
 			return err
 		}
+		resumed++
 		line := "resumed " + res.Agent + " (" + res.State
 		if res.Thawed {
 			line += "; its session was thawed"
@@ -107,6 +109,10 @@ func resumeRun(ctx context.Context, opts *pauseOptions) error {
 		fmt.Fprintln(opts.IO.Out, line+")")
 		return nil
 	})
+	if err == nil && opts.All && resumed == 0 {
+		fmt.Fprintln(opts.IO.Out, "no agent is paused: nothing to resume")
+	}
+	return err
 }
 
 // eachAgent runs f for AGENT, or for every agent of the daemon with --all.
