@@ -132,7 +132,8 @@ func TestInitWritesTheSchema(t *testing.T) {
 // TestValidateChecksWhatRunNeeds: config validate fails, one line per
 // problem, where swarmd run would: a directory that is not a git work tree;
 // a repository without a commit and a merge.into that is no branch; a
-// listen address another program holds. A runnable setup is ok.
+// listen address another program holds, each at its key's line (none for
+// a key left to its default). A runnable setup is ok.
 func TestValidateChecksWhatRunNeeds(t *testing.T) {
 	const body = "agents: [{name: a, role: r, backend: t}]\nbackends: {t: {type: command, command: sh}}\n"
 	plain := t.TempDir()
@@ -148,7 +149,7 @@ func TestValidateChecksWhatRunNeeds(t *testing.T) {
 	}
 	cfg = writeConfig(t, empty, "listen: \"\"\nmerge: {into: trunk}\n"+body)
 	_, stderr, code = runCLI(t, nil, "", "config", "validate", "-c", cfg)
-	if code != 2 || !strings.Contains(stderr, cfg+": base_ref: ") || !strings.Contains(stderr, cfg+": merge.into: branch \"trunk\" does not exist") {
+	if code != 2 || !strings.Contains(stderr, cfg+": base_ref: ") || !strings.Contains(stderr, cfg+":2: merge.into: branch \"trunk\" does not exist") {
 		t.Errorf("no commit, no trunk: exit %d\n%s", code, stderr)
 	}
 
@@ -160,7 +161,7 @@ func TestValidateChecksWhatRunNeeds(t *testing.T) {
 	repo := gitRepo(t)
 	cfg = writeConfig(t, repo, "listen: "+l.Addr().String()+"\n"+body)
 	_, stderr, code = runCLI(t, nil, "", "config", "validate", "-c", cfg)
-	if code != 2 || !strings.Contains(stderr, cfg+": listen: "+l.Addr().String()) {
+	if code != 2 || !strings.Contains(stderr, cfg+":1: listen: "+l.Addr().String()) {
 		t.Errorf("listen address taken: exit %d\n%s", code, stderr)
 	}
 	cfg = writeConfig(t, repo, "listen: \"\"\n"+body)

@@ -16,11 +16,13 @@ import (
 // it will meet it: the repository is a git work tree, base_ref resolves to
 // a commit (a new repository needs its first one), merge.into is a branch,
 // and the listen address is free (unless this state dir's own daemon holds
-// it). Each problem is one line, FILE: KEY: what is wrong (what to do).
+// it). Each problem is one line, FILE:LINE: KEY: what is wrong (what to
+// do), without LINE for a key the file leaves to its default.
 func runnable(ctx context.Context, cfg *config.Config) []string {
 	var out []string
 	bad := func(key, format string, args ...any) {
-		out = append(out, fmt.Sprintf("%s: %s: %s", cfg.Path, key, fmt.Sprintf(format, args...)))
+		e := config.Error{File: cfg.Path, Line: config.KeyLine(cfg.Path, key), Key: key, Msg: fmt.Sprintf(format, args...)}
+		out = append(out, e.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -631,3 +631,21 @@ func TestReviewOnly(t *testing.T) {
 		t.Errorf("claims: maybe = %v", err)
 	}
 }
+
+// TestKeyLine: the line of a key set in the file, through a nested
+// mapping and an alias; 0 for a key the file leaves out.
+func TestKeyLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "swarmd.yaml")
+	body := "listen: \"\"\nbase_ref: dev\nshared: &m\n  into: trunk\nmerge: *m\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]int{"base_ref": 2, "merge": 5, "merge.into": 4, "merge.gate": 0, "repo": 0, "listen.x": 0} {
+		if got := KeyLine(path, key); got != want {
+			t.Errorf("KeyLine(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if got := KeyLine(filepath.Join(t.TempDir(), "none.yaml"), "base_ref"); got != 0 {
+		t.Errorf("a missing file: %d, want 0", got)
+	}
+}

@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Error is one problem in a config file. Error() is a single line that names
@@ -77,4 +80,40 @@ func (es Errors) Lines() []string {
 		out[i] = e.Error()
 	}
 	return out
+}
+
+// KeyLine is the line of a dotted key such as "merge.into" in the config
+// file at path, or 0 when the file does not set it (a default applies) or
+// cannot be read: checks made after Load (the repository's refs) point at
+// the line the way Load's own errors do.
+func KeyLine(path, key string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	n := doc.Content[0]
+	line := 0
+	for _, k := range strings.Split(key, ".") {
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		if n.Kind != yaml.MappingNode {
+			return 0
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == k {
+				line, next = n.Content[i].Line, n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return 0
+		}
+		n = next
+	}
+	return line
 }
