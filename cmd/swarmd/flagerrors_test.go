@@ -22,6 +22,8 @@ func TestFlagAndArgErrorsNameTheCommand(t *testing.T) {
 		{[]string{"task", "list", "--store-wait", "abc"}, `swarmd: task list: --store-wait: "abc" is not a duration (like 30s, 5m or 1h30m)`},
 		{[]string{"task", "list", "--bogus"}, "swarmd: task list: unknown flag: --bogus"},
 		{[]string{"budget", "set", "alice", "-5"}, "swarmd: budget set: -5 is read as a flag: a negative number is no value here"},
+		{[]string{"task", "done", "7"}, `swarmd: task done: takes no argument (got "7")`},
+		{[]string{"task", "frob"}, `swarmd: task: unknown command "frob" for "swarmd task"`},
 		{[]string{"task", "list", "-x"}, "swarmd: task list: unknown shorthand flag: 'x' in -x"},
 		{[]string{"task", "list", "--store-wait", "0"}, `swarmd: task list: invalid argument "0" for "--store-wait" flag: want a positive duration, like 30s or 2m`},
 		{[]string{"status", "-c", ""}, `config: the path is empty (-c ""): name a file, or leave -c out for ./swarmd.yaml`},

@@ -243,7 +243,7 @@ func TestInitRefusesBadInput(t *testing.T) {
 		{[]string{"--backend", "gpt"}, `--backend "gpt": want one of claude, codex, gemini`},
 		{[]string{"--dir", filepath.Join(dir, "missing")}, "does not exist"},
 		{[]string{"--dir", file}, "is not a directory"},
-		{[]string{"extra"}, "unknown command"},
+		{[]string{"extra"}, `init: takes no argument (got "extra")`},
 		{[]string{"--bogus"}, "bogus"},
 	}
 	for _, c := range cases {

@@ -167,6 +167,10 @@ func usageArgs(c *cobra.Command) {
 	if orig := c.Args; orig != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := orig(cmd, args); err != nil {
+				if !cmd.HasSubCommands() && len(args) > 0 && strings.HasPrefix(err.Error(), "unknown command") {
+					// cobra.NoArgs words an argument as a subcommand.
+					err = fmt.Errorf("takes no argument (got %q)", args[0])
+				}
 				return cli.Usage(commandError(cmd, err))
 			}
 			return nil
