@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/review"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -200,6 +201,7 @@ func (d *decoder) decode(data []byte) *Config {
 		d.errorf(top.at("agents"), "agents", "at least one agent is required (list them under agents:, each with a name and a role)")
 	}
 	good := d.finishAgents(cfg, t.agents)
+	d.checkSignals(cfg, good, t.defaultsSet)
 	d.finishLimits(cfg, top, good)
 	if d.opts.LookPath != nil {
 		d.checkBinaries(cfg, good, raws, t.defaultsSet)
@@ -272,8 +274,15 @@ func (d *decoder) wordTo(dst *string) value {
 		for _, r := range *dst {
 			if !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '-' {
 				d.errorf(n.Line, path, "signal word %q: use letters, digits, '_' or '-' only (a word the agent ends its result with)", *dst)
+				*dst = ""
 				return false
 			}
+		}
+		if err := review.CheckWord(*dst); err != nil {
+			// A leading '_' or '-' is markdown the scan strips from a line.
+			d.errorf(n.Line, path, "signal word %q %s (start it with a letter or digit)", *dst, err)
+			*dst = ""
+			return false
 		}
 		return true
 	}
@@ -732,6 +741,38 @@ func (d *decoder) finishAgents(cfg *Config, raws []*rawAgent) []*rawAgent {
 	}
 	d.checkReviewers(cfg, goodRaws)
 	return goodRaws
+}
+
+// checkSignals: an agent's three signal words, its own over the defaults'
+// over DONE/PASS/FAIL, differ, or a result could not say which it meant.
+// A clash the defaults make alone is reported once, at defaults.signals.
+func (d *decoder) checkSignals(cfg *Config, raws []*rawAgent, defaultsSet keySet) {
+	defaultsReported := false
+	for i, a := range cfg.Agents {
+		words := [3]struct{ key, word string }{
+			{"done", cmp.Or(a.Signals.Done, review.DefaultDone)},
+			{"pass", cmp.Or(a.Signals.Pass, review.DefaultPass)},
+			{"fail", cmp.Or(a.Signals.Fail, review.DefaultFail)},
+		}
+		for j := range words {
+			k := (j + 1) % len(words)
+			if words[j].word != words[k].word {
+				continue
+			}
+			line, own := raws[i].set.line("signals")
+			key := join(raws[i].path, "signals")
+			if !own {
+				if defaultsReported {
+					break
+				}
+				defaultsReported = true
+				line, key = defaultsSet.at("signals"), "defaults.signals"
+			}
+			first, second := words[min(j, k)], words[max(j, k)]
+			d.errorf(line, key, "%s and %s are both %q: a result could not say which it means (make them differ)", first.key, second.key, first.word)
+			break
+		}
+	}
 }
 
 // checkReviewers: a reviewer is one of the agents, and not the agent

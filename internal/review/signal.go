@@ -105,6 +105,10 @@ func (s Signals) Validate() error {
 	return nil
 }
 
+// CheckWord says what is wrong with w as one signal word (nil: nothing);
+// Validate checks each word this way, and that the three differ.
+func CheckWord(w string) error { return validWord(w) }
+
 func validWord(w string) error {
 	if len(w) > maxSignalLen {
 		return fmt.Errorf("longer than %d bytes", maxSignalLen)
