@@ -221,6 +221,56 @@ agents:
 	}
 }
 
+// pathPlanter puts a git of its own in $HOME/go/bin, a directory of the
+// daemon's PATH in the daemon's HOME (which a session writes when its
+// agent has no HOME of its own), and a pack in its objects, so that the
+// release of its objects runs git at the session's end. That git says so
+// where it sees swarm.db, which no sandbox does.
+const pathPlanter = `p=$(cat)
+if ! echo "$p" | grep -q 'the feature'; then printf 'idle\nDONE\n'; exit 0; fi
+R=$(cd "$(git rev-parse --git-common-dir)/.." && pwd)
+mkdir -p "$HOME/go/bin"
+printf '#!/bin/sh\n[ -e "%s/.swarm/swarm.db" ] && echo "ran outside the sandbox: $*" >> "%s/pwned"\nexec /usr/bin/git "$@"\n' "$R" "$HOME" > "$HOME/go/bin/git"
+chmod +x "$HOME/go/bin/git"
+mkdir -p "$(git rev-parse --git-common-dir)/objects/pack"
+printf 'PACK\0\0\0\2\0\0\0\0' > "$(git rev-parse --git-common-dir)/objects/pack/pack-planted.pack"
+echo feature > feature.txt; git add feature.txt; git commit -q -m feature
+printf 'added it\nDONE\n'`
+
+// The release of a sandbox's objects ran "git" by name, found in the
+// daemon's PATH: a session that wrote a git into a PATH directory of the
+// daemon's HOME had it run by the daemon, outside the sandbox, with the
+// session's pack. The daemon's git is now found where sessions cannot
+// write, at its start, and the gate's PATH leaves those directories out.
+func TestTheDaemonRunsNoGitASandboxPutInItsPATH(t *testing.T) {
+	requireBwrap(t)
+	repo := gitRepo(t)
+	home := t.TempDir() // the daemon's HOME, shared with its agent's sessions
+	planted := filepath.Join(home, "go", "bin")
+	cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+isolation: auto
+defaults:
+  min_session_interval: 0s
+merge:
+  into: main
+  gate: ["git --version > /dev/null"]
+backends:
+  worker: {type: command, command: sh, args: [-c, %q]}
+agents:
+  - {name: alice, role: works, backend: worker}
+`, pathPlanter))
+	d := startDaemonEnv(t, []string{"HOME=" + home, "PATH=" + planted + ":" + os.Getenv("PATH")}, cfg)
+	b, tk := theFeature(t, d, repo, "alice")
+	waitTaskLong(t, b, tk.ID, task.Closed, d, 60*time.Second)
+	if _, err := os.Stat(filepath.Join(planted, "git")); err != nil {
+		t.Fatalf("the session planted no git: %v", err)
+	}
+	if c, err := os.ReadFile(filepath.Join(home, "pwned")); err == nil {
+		t.Errorf("a git the sandbox wrote ran, for the daemon or its gate:\n%s", c)
+	}
+}
+
 // headlessWorker makes its worktree's HEAD unreadable for the instant of
 // its `task done` (a symbolic ref to a branch that does not exist): with
 // no frozen head the queue would take whatever its branch points at when

@@ -98,6 +98,7 @@ type host struct {
 	boot      string // this boot and pid namespace, kept in its leases (namesake.go)
 	sup       *proc.Supervisor
 	iso       isolation         // what contains the process trees (isolation.go)
+	tools     daemonTools       // the daemon's git and its gate's PATH (tools.go)
 	sandboxes *sessionSandboxes // nil while no sandbox is in force
 	// quarantine holds the objects each agent's sandbox writes until
 	// they are checked (objects.go).
@@ -409,8 +410,15 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	} else if n > 0 {
 		log.Warn("ended processes left by an earlier daemon", zap.Int("count", n))
 	}
+	if d.host.tools, err = findTools(cfg, d.host.iso.sandbox != nil, os.Getenv("PATH")); err != nil {
+		return setupError(err)
+	}
+	if len(d.host.tools.dropped) > 0 {
+		log.Info("the daemon's git and the merge gate leave out PATH directories that sessions write",
+			zap.Strings("dropped", d.host.tools.dropped), zap.String("git", d.host.tools.git))
+	}
 	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree"),
-		HookSandbox: d.postCheckoutSandbox()}); err != nil {
+		HookSandbox: d.postCheckoutSandbox(), Git: d.host.tools.git}); err != nil {
 		return setupErrorf("repo %s: %w", cfg.Repo, err)
 	}
 	if err := d.waitStore(ctx, "open", func(ctx context.Context) (err error) {

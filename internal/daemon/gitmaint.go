@@ -25,7 +25,7 @@ func (d *Daemon) openMaintenance(cfg *config.Config) {
 		return
 	}
 	d.host.maint = gitmaint.New(gitmaint.Options{
-		GitDir: d.trees.CommonDir(), LooseObjects: m.LooseObjects, Packs: m.Packs, Every: m.Every, Timeout: m.Timeout,
+		GitDir: d.trees.CommonDir(), Git: d.host.tools.git, LooseObjects: m.LooseObjects, Packs: m.Packs, Every: m.Every, Timeout: m.Timeout,
 		Prepare: d.moveAllObjects, Procs: d.host.sup, Log: d.log.Named("gitmaint"),
 		Observe: func(r gitmaint.Run) { d.metrics.GitMaintenance(string(r.Result), r.Duration) },
 	})

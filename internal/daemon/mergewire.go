@@ -35,6 +35,7 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Killed: d.guard.killedSince, // the lease guard kills gates too
 		Clone:  targetClone(cfg), Moves: moveReporter{d},
 		Stale: mergeHooks{d}.stale,
+		Git:   d.host.tools.git,
 	}
 	if opts.Sandbox != nil {
 		// A HOME of the gate's own, empty for each run (gateSandbox),
@@ -44,7 +45,9 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
-		opts.Env = environ.Build("", os.Environ(), []string{"HOME=" + home})
+		// Nor a program a session could have put in a PATH directory
+		// it writes (tools.go).
+		opts.Env = environ.Build("", os.Environ(), []string{"HOME=" + home, "PATH=" + d.host.tools.path})
 	}
 	if cfg.SharedStore() {
 		opts.Prepare = d.fetchHead // heads of other machines' agents

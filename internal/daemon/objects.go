@@ -33,6 +33,7 @@ func (d *Daemon) openQuarantine(ctx context.Context, cfg *config.Config) {
 		// tmpfs: the bind's mount point is made there, not on the host.
 		filepath.Join(cfg.StateDir, "o"))
 	d.host.quarantine.Exec = d.objectsGit
+	d.host.quarantine.Git = d.host.tools.git
 	d.host.releases, d.host.cutReleases = context.WithCancel(context.Background())
 	d.releaseLeft(ctx, startReleaseTime)
 }

@@ -53,6 +53,10 @@ type Store struct {
 	// Timeout is how long the git of a release may take over all its
 	// packs (New: ten minutes); a pack it did not finish is refused.
 	Timeout time.Duration
+	// Git is the git binary the release runs (New: "git", from PATH);
+	// the daemon names it by its absolute path, found where sessions
+	// cannot write.
+	Git string
 
 	mu     sync.Mutex
 	agents map[string]*sync.Mutex // one release of an agent's at a time
@@ -106,7 +110,7 @@ func execGit(ctx context.Context, c Command) ([]byte, error) {
 // that store at mount.
 func New(dir, gitDir, mount string) *Store {
 	return &Store{dir: dir, shared: filepath.Join(gitDir, "objects"), git: gitDir, mount: mount,
-		nameLen: objectNameLen(gitDir), Exec: execGit, Timeout: unpackTimeout,
+		nameLen: objectNameLen(gitDir), Exec: execGit, Timeout: unpackTimeout, Git: "git",
 		agents: map[string]*sync.Mutex{}, failed: map[string]bool{}, slow: map[string]map[string]int64{}}
 }
 
@@ -664,7 +668,7 @@ func (s *Store) unpack(ctx context.Context, f *os.File, agent string) (why strin
 	out, err := s.Exec(ctx, Command{
 		Agent: agent,
 		Argv: append([]string{"/bin/sh", "-c", `ulimit -v "$1" && shift && exec "$@"`, "sh",
-			strconv.FormatInt(mem>>10, 10), "git"}, args...), // KiB, as ulimit counts
+			strconv.FormatInt(mem>>10, 10), s.Git}, args...), // KiB, as ulimit counts
 		// The shared store alone, whatever the daemon's environment
 		// names; no global configuration (it is in HOME, which sessions
 		// write).
