@@ -418,7 +418,7 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 			zap.Strings("dropped", d.host.tools.dropped), zap.String("git", d.host.tools.git))
 	}
 	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree"),
-		HookSandbox: d.postCheckoutSandbox(), Git: d.host.tools.git}); err != nil {
+		HookSandbox: d.postCheckoutSandbox(), Git: d.host.tools.git, RemoteEnv: d.host.tools.remoteEnv}); err != nil {
 		return setupErrorf("repo %s: %w", cfg.Repo, err)
 	}
 	if err := d.waitStore(ctx, "open", func(ctx context.Context) (err error) {

@@ -3,10 +3,13 @@ package daemon
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/worktree"
 )
 
 // The daemon's own programs (git for the worktrees, the merge queue, the
@@ -21,6 +24,11 @@ type daemonTools struct {
 	git     string // the git binary, an absolute path; "git" while no sandbox is in force
 	path    string // PATH for the daemon's children that run the branch's code (the gate)
 	dropped []string
+	// remoteEnv is added to the environment of the daemon's pushes and
+	// fetches: where sessions write the daemon's HOME, an ssh that reads
+	// no ~/.ssh/config, whose ProxyCommand or Match exec a session could
+	// set to run as the daemon.
+	remoteEnv []string
 }
 
 // findTools resolves the daemon's programs for cfg. Without a sandbox
@@ -41,7 +49,51 @@ func findTools(cfg *config.Config, sandboxed bool, path string) (daemonTools, er
 		return t, fmt.Errorf("find git in PATH outside the directories sessions write%s", where)
 	}
 	t.git = git
+	if sshConfigWritable(roots) && os.Getenv("GIT_SSH_COMMAND") == "" && os.Getenv("GIT_SSH") == "" && !repoSetsSSH(git, cfg.Repo) {
+		sys := "/etc/ssh/ssh_config"
+		if _, err := os.Stat(sys); err != nil {
+			sys = os.DevNull
+		}
+		t.remoteEnv = []string{"GIT_SSH_COMMAND=ssh -F " + sys}
+	}
 	return t, nil
+}
+
+// sshConfigWritable reports whether a session may write the ssh client's
+// user configuration: ~/.ssh of the user's home in the password database
+// (where ssh reads it) or of HOME.
+func sshConfigWritable(roots []string) bool {
+	homes := []string{os.Getenv("HOME")}
+	if u, err := user.Current(); err == nil {
+		homes = append(homes, u.HomeDir)
+	}
+	real := cleanResolved(roots)
+	for _, h := range homes {
+		if h != "" && underAny(filepath.Clean(resolved(filepath.Join(h, ".ssh"))), real) {
+			return true
+		}
+	}
+	return false
+}
+
+// repoSetsSSH reports whether the repository's configuration names the
+// ssh its remotes use (core.sshCommand): the operator's choice, which an
+// environment variable would override.
+func repoSetsSSH(git, repo string) bool {
+	cmd := exec.Command(git, "-C", repo, "config", "--get", "core.sshCommand")
+	cmd.Env = worktree.GitEnv(os.Environ())
+	out, err := cmd.Output()
+	return err == nil && strings.TrimSpace(string(out)) != ""
+}
+
+func cleanResolved(dirs []string) []string {
+	out := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		if d != "" {
+			out = append(out, filepath.Clean(resolved(d)))
+		}
+	}
+	return out
 }
 
 // sessionWritable are the host directories a sandboxed session may write
@@ -61,13 +113,7 @@ func sessionWritable(cfg *config.Config) []string {
 // roots, symbolic links resolved on both sides; dropped lists what was
 // left out.
 func trustedPATH(path string, roots []string) (kept string, dropped []string) {
-	real := make([]string, 0, len(roots))
-	for _, r := range roots {
-		if r == "" {
-			continue
-		}
-		real = append(real, filepath.Clean(resolved(r)))
-	}
+	real := cleanResolved(roots)
 	var keep []string
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" || !filepath.IsAbs(dir) || underAny(filepath.Clean(resolved(dir)), real) {
@@ -84,10 +130,7 @@ func trustedPATH(path string, roots []string) (kept string, dropped []string) {
 // lookIn is exec.LookPath over path rather than the process's PATH,
 // passing over a file that resolves (a symbolic link) under roots.
 func lookIn(path, file string, roots []string) (string, error) {
-	real := make([]string, 0, len(roots))
-	for _, r := range roots {
-		real = append(real, resolved(r))
-	}
+	real := cleanResolved(roots)
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" || !filepath.IsAbs(dir) {
 			continue

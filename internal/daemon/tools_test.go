@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,8 +39,16 @@ func TestFindToolsLeavesOutWhatSessionsWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := exe(filepath.Join(sys, "bin"))
+	if err := os.WriteFile(want, []byte("#!/bin/sh\nexec git \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("HOME", home) // the agents have none of their own: the daemon's
-	cfg := &config.Config{StateDir: state, Agents: []config.Agent{{Name: "alice"}}}
+	t.Setenv("GIT_SSH_COMMAND", "")
+	repo := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", repo).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v\n%s", err, out)
+	}
+	cfg := &config.Config{Repo: repo, StateDir: state, Agents: []config.Agent{{Name: "alice"}}}
 	cfg.Sandbox.Writable = []string{shared}
 
 	path := strings.Join([]string{filepath.Join(home, "go", "bin"), "bin", filepath.Join(shared, "bin"), filepath.Join(state, "bin"), linked, filepath.Join(sys, "bin")}, ":")
@@ -55,6 +64,18 @@ func TestFindToolsLeavesOutWhatSessionsWrite(t *testing.T) {
 	}
 	if !slices.Contains(tools.dropped, filepath.Join(home, "go", "bin")) || !slices.Contains(tools.dropped, "bin") {
 		t.Errorf("dropped = %v, want HOME's go/bin and the relative entry among them", tools.dropped)
+	}
+
+	// The daemon's HOME is the agent's: its pushes' ssh reads no
+	// ~/.ssh/config, unless the repository names the ssh to use.
+	if len(tools.remoteEnv) != 1 || !strings.HasPrefix(tools.remoteEnv[0], "GIT_SSH_COMMAND=ssh -F ") {
+		t.Errorf("remoteEnv = %q, want an ssh that reads no user configuration", tools.remoteEnv)
+	}
+	if out, err := exec.Command("git", "-C", repo, "config", "core.sshCommand", "ssh -i /etc/swarmd/key").CombinedOutput(); err != nil {
+		t.Fatalf("git config: %v\n%s", err, out)
+	}
+	if tools, err := findTools(cfg, true, path); err != nil || tools.remoteEnv != nil {
+		t.Errorf("with core.sshCommand: remoteEnv %q, %v; want none", tools.remoteEnv, err)
 	}
 
 	_, err = findTools(cfg, true, filepath.Join(home, "go", "bin")+":"+linked)

@@ -62,7 +62,7 @@ func (m *Manager) push(ctx context.Context, remote string, refspecs ...string) e
 	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
 	defer cancel()
 	args := append([]string{"push", "--quiet", "--porcelain", remote}, refspecs...)
-	if _, err := m.git.run(ctx, m.repo, args...); err != nil {
+	if _, err := m.git.runEnv(ctx, m.repo, GitOptions, m.remoteEnv, args...); err != nil {
 		return fmt.Errorf("push %s to %s: %w", refspecs[0], remote, err)
 	}
 	return nil
@@ -77,7 +77,7 @@ func (m *Manager) FetchBranch(ctx context.Context, branch, remote string) (strin
 	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
 	defer cancel()
 	dst := FetchedPrefix + branch
-	if _, err := m.git.run(ctx, m.repo, "fetch", "--quiet", "--no-tags", remote, "+refs/heads/"+branch+":"+dst); err != nil {
+	if _, err := m.git.runEnv(ctx, m.repo, GitOptions, m.remoteEnv, "fetch", "--quiet", "--no-tags", remote, "+refs/heads/"+branch+":"+dst); err != nil {
 		return "", fmt.Errorf("fetch %s from %s: %w", branch, remote, err)
 	}
 	out, err := m.git.run(ctx, m.repo, "rev-parse", "--verify", "--quiet", dst+"^{commit}")

@@ -3,7 +3,9 @@ package worktree
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -158,5 +160,32 @@ func TestSetAsideThatFailsKeepsNothing(t *testing.T) {
 	}
 	if got := gitT(t, repo, "rev-parse", "main"); got != base {
 		t.Fatalf("main at %s, want %s", got, base)
+	}
+}
+
+// TestRemoteEnvReachesTheSSH: the pushes and fetches run with RemoteEnv
+// (the daemon's ssh that reads no user configuration, where sessions
+// write it): here an ssh command that says it ran.
+func TestRemoteEnvReachesTheSSH(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	ssh := filepath.Join(dir, "ssh")
+	writeFile(t, ssh, fmt.Sprintf("#!/bin/sh\necho \"$@\" >> %s\nexit 1\n", ran))
+	if err := os.Chmod(ssh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := openT(t, repo, func(o *Options) { o.RemoteEnv = []string{"GIT_SSH_COMMAND=" + ssh} })
+	remote := "ssh://swarmd.invalid/repo.git"
+	if err := m.PushBranch(ctx, "main", remote); err == nil {
+		t.Fatalf("a push to %s succeeded", remote)
+	}
+	if _, err := m.FetchBranch(ctx, "main", remote); err == nil {
+		t.Fatalf("a fetch from %s succeeded", remote)
+	}
+	got, err := os.ReadFile(ran)
+	if err != nil || strings.Count(string(got), "swarmd.invalid") != 2 {
+		t.Errorf("the ssh of RemoteEnv ran for the push and the fetch: %q, %v", got, err)
 	}
 }

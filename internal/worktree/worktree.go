@@ -47,6 +47,9 @@ type Options struct {
 	// core.hooksPath (husky's) its scripts are files of the main
 	// checkout, which merged work changes.
 	HookSandbox func(agent, dir string, argv []string) []string
+	// RemoteEnv is added to the environment of the pushes and fetches
+	// (an ssh that reads no user configuration, where sessions write it).
+	RemoteEnv []string
 }
 
 // Worktree is an agent's ready worktree.
@@ -66,6 +69,7 @@ type Manager struct {
 	commonDir string                                          // the git directory shared by all worktrees (real path)
 	hook      string                                          // where the post-checkout hook would be
 	hookWrap  func(agent, dir string, argv []string) []string // Options.HookSandbox
+	remoteEnv []string                                        // Options.RemoteEnv
 	stateDir  string
 	wtDir     string // stateDir/worktrees
 	baseRef   string
@@ -124,6 +128,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		commonDir: commonDir,
 		hook:      hook,
 		hookWrap:  opts.HookSandbox,
+		remoteEnv: opts.RemoteEnv,
 		stateDir:  filepath.Clean(opts.StateDir),
 		wtDir:     filepath.Join(filepath.Clean(opts.StateDir), "worktrees"),
 		baseRef:   opts.BaseRef,
