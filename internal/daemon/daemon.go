@@ -413,13 +413,13 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 	if d.host.tools, err = findTools(cfg, d.host.iso.sandbox != nil, os.Getenv("PATH")); err != nil {
 		return setupError(err)
 	}
-	if len(d.host.tools.dropped) > 0 {
-		log.Info("the daemon's git and the merge gate leave out PATH directories that sessions write",
-			zap.Strings("dropped", d.host.tools.dropped), zap.String("git", d.host.tools.git))
-	}
 	if d.trees, err = worktree.Open(ctx, worktree.Options{Repo: cfg.Repo, StateDir: cfg.StateDir, BaseRef: cfg.BaseRef, Log: log.Named("worktree"),
 		HookSandbox: d.postCheckoutSandbox(), Git: d.host.tools.git, RemoteEnv: d.host.tools.remoteEnv}); err != nil {
 		return setupErrorf("repo %s: %w", cfg.Repo, err)
+	}
+	if len(d.host.tools.dropped) > 0 {
+		log.Info("the daemon's git and the merge gate leave out PATH directories that sessions write",
+			zap.Strings("dropped", d.host.tools.dropped), zap.String("git", d.host.tools.git))
 	}
 	if err := d.waitStore(ctx, "open", func(ctx context.Context) (err error) {
 		d.db, err = store.Open(ctx, cfg.StoreTarget(), store.Options{})

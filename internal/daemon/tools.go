@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/swarmd/swarmd/internal/config"
@@ -117,7 +118,7 @@ func trustedPATH(path string, roots []string) (kept string, dropped []string) {
 	var keep []string
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" || !filepath.IsAbs(dir) || underAny(filepath.Clean(resolved(dir)), real) {
-			if dir != "" {
+			if dir != "" && !slices.Contains(dropped, dir) {
 				dropped = append(dropped, dir)
 			}
 			continue
