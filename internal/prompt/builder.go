@@ -331,7 +331,7 @@ func (b *Builder) review(ctx context.Context, reviewer string) (*Review, error) 
 		for _, cm := range c.Commits {
 			r.Commits = append(r.Commits, Commit{Hash: cm.Hash, Subject: cm.Subject})
 		}
-		r.MoreCommits, r.DiffStat = c.More, c.DiffStat
+		r.MoreCommits, r.DiffStat, r.MergeBases = c.More, c.DiffStat, len(c.MergeBases)
 	}
 	return r, nil
 }

@@ -627,3 +627,59 @@ func TestBuilderFailedBuildKeepsAContinuedTask(t *testing.T) {
 		t.Errorf("task after the failed build: %+v, %v; want IN_PROGRESS, held by alice", got, err)
 	}
 }
+
+// TestBuilderReviewWarnsOfSeveralMergeBases: a head with two merge bases
+// with the target (a criss-cross) is reviewed with a warning: its diff is
+// against one of them, what a merge does is not. A head with one merge
+// base has none.
+func TestBuilderReviewWarnsOfSeveralMergeBases(t *testing.T) {
+	ctx := context.Background()
+	repo := gitRepo(t)
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("checkout", "-q", "-b", "side")
+	git("commit", "-q", "--allow-empty", "-m", "t1")
+	t1 := git("rev-parse", "HEAD")
+	git("checkout", "-q", "main")
+	git("commit", "-q", "--allow-empty", "-m", "h1")
+	h1 := git("rev-parse", "HEAD")
+	git("merge", "-q", "--no-ff", "--no-edit", "side")
+	crossed := git("commit-tree", "-p", t1, "-p", h1, "-m", "w", "main^{tree}")
+	trees, err := worktree.Open(ctx, worktree.Options{Repo: repo, StateDir: filepath.Join(repo, ".swarm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openMail(t, mailbox.Options{})
+	board := taskboard.New(db.Store(), taskboard.Options{FrozenHead: true})
+	b := &Builder{Tasks: board, Compare: trees, ReviewBase: "main"}
+	for i, head := range []string{crossed, t1} {
+		work, _ := board.Add(ctx, taskboard.NewTask{Title: "alice's", Reviewer: "bob", Assignee: "alice"})
+		h := taskboard.Holder{Agent: "alice", Session: fmt.Sprintf("alice-%d-aaaa", i+1)}
+		if _, err := board.Claim(ctx, work.ID, "alice", h.Session); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := board.DoneAt(ctx, work.ID, h, "done", head); err != nil {
+			t.Fatal(err)
+		}
+		session := fmt.Sprintf("bob-%d-bbbb", i+1)
+		p, err := b.Build(ctx, runner.PromptRequest{Agent: "bob", SessionID: session, Seq: uint32(i + 1)})
+		if err != nil || p.Review != work.ID {
+			t.Fatalf("bob's prompt = review %d (%v); want the review of %d", p.Review, err, work.ID)
+		}
+		warned := strings.Contains(p.Text, "**Its history has 2 merge bases with `main`**") &&
+			strings.Contains(p.Text, "(`git merge main`)")
+		if warned != (head == crossed) {
+			t.Errorf("review of %s (criss-cross %v) warns %v:\n%s", head, head == crossed, warned, p.Text)
+		}
+		if _, err := settleIt(t, db, b, runner.Settlement{Session: ended("bob", session, uint32(i+1), time.Now()), Completed: true,
+			Review: p.Review, ReviewHead: p.ReviewHead, Result: "PASS"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

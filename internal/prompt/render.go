@@ -66,6 +66,7 @@ type Review struct {
 	Commits          []Commit
 	MoreCommits      int
 	DiffStat         string
+	MergeBases       int // of Base and the work: more than one, the diff is not what a merge does
 	CompareError     string
 	Earlier          []Round
 	// Subtasks: the task was split into them, and has no change of its
@@ -341,6 +342,12 @@ func renderReview(b *strings.Builder, r *Review) {
 		}
 		if r.CompareError != "" {
 			b.WriteString("(swarmd could not compare it: " + flat(r.CompareError) + ")\n")
+		}
+		if r.MergeBases > 1 {
+			fmt.Fprintf(b, "\n**Its history has %[1]d merge bases with `%[2]s`**: the diff above, and `git diff %[2]s...%[3]s`, show its change "+
+				"against one of them only, while merging it starts from all of them, so they do not show what merging it would do "+
+				"(a merge queue refuses it as it stands). FAIL it, asking for `%[2]s` to be merged into the branch (`git merge %[2]s`), "+
+				"after which the diff shows the whole change.\n", r.MergeBases, short(r.Base), rev)
 		}
 	}
 	for _, e := range r.Earlier {

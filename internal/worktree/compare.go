@@ -2,6 +2,7 @@ package worktree
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -12,6 +13,11 @@ type Comparison struct {
 	Commits      []Commit // newest first, at most maxCompareCommits
 	More         int      // commits beyond those listed
 	DiffStat     string   // `git diff --stat base...branch`
+	// MergeBases are every merge base of base and branch. With more than
+	// one (a criss-cross), base...branch is the change against the one git
+	// picks, while a merge starts from all of them: the diff does not show
+	// what merging branch would do.
+	MergeBases []string
 }
 
 // maxCompareCommits bounds the commits a prompt lists.
@@ -40,5 +46,11 @@ func (m *Manager) Compare(ctx context.Context, base, branch string) (Comparison,
 		return c, fmt.Errorf("compare %s with %s: %w", branch, base, err)
 	}
 	c.DiffStat = strings.TrimRight(c.DiffStat, "\n")
+	out, err = m.git.run(ctx, m.repo, "merge-base", "--all", "--end-of-options", base, branch)
+	var gerr *GitError
+	if err != nil && (!errors.As(err, &gerr) || gerr.ExitCode != 1) { // 1: unrelated histories, no base
+		return c, fmt.Errorf("compare %s with %s: %w", branch, base, err)
+	}
+	c.MergeBases = strings.Fields(out)
 	return c, nil
 }
