@@ -191,6 +191,9 @@ func rejectionTodo(kind merge.Kind, into string) string {
 			"`git rebase --onto %[1]s COMMIT`, with COMMIT the first one named below (it replays the commits that COMMIT does "+
 			"not hold; if COMMIT merged this very task, whose commits are yours, run `git rebase %[1]s` instead). Check with "+
 			"`git log %[1]s..HEAD` that what is left is this task's work only, and end your session with DONE.", into)
+	case merge.KindHistory:
+		return fmt.Sprintf("Merged into %s as its history stands, it would not be the change its reviewer was shown "+
+			"(why below, and how to make its history plain): do as said below, and end your session with DONE.", into)
 	case merge.KindTimeout:
 		return fmt.Sprintf("The merge gate ran out of time on it, merged onto %s: find what hangs or is too slow, fix it, "+
 			"commit, and end your session with DONE.", into)

@@ -32,6 +32,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 		{merge.KindConflict, "parser.go", "merge trunk into your branch (`git merge trunk`), resolve the conflicts"},
 		{merge.KindGateFailed, "FAIL: TestParse", "The merge gate failed on it, merged onto trunk"},
 		{merge.KindCorrupt, "objects of the change do not match their names: 0a1b", "they were replaced after they were committed"},
+		{merge.KindHistory, "Its history has 2 merge bases with trunk", "it would not be the change its reviewer was shown"},
 	} {
 		tk, err := board.Add(ctx, taskboard.NewTask{Title: string(tc.kind)})
 		if err != nil {
@@ -56,7 +57,7 @@ func TestRejectionSaysWhatToDoOnce(t *testing.T) {
 		}
 	}
 	ms, err := mb.Inbox(ctx, "alice", false)
-	if err != nil || len(ms) != 3 {
+	if err != nil || len(ms) != 4 {
 		t.Fatalf("alice's mail %+v, %v", ms, err)
 	}
 	// Replaced objects are the operator's to look into, too.

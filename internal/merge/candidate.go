@@ -39,8 +39,14 @@ func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targe
 	} else if len(check.carried) > 0 {
 		return candidate{}, &carriedError{merges: check.carried}
 	}
-	if q.opts.Strategy == StrategyRebase {
-		return q.buildRebase(ctx, dir, e, target, targetTree)
+	// The reviewer was shown the change against one merge base; merged
+	// against several (merge-tree's virtual base), it could be another.
+	bases, err := q.repo.mergeBases(ctx, target, e.Head)
+	if err != nil {
+		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+	}
+	if len(bases) > 1 {
+		return candidate{}, q.crissCross(bases)
 	}
 	tree, conflicts, err := q.repo.mergeTree(ctx, target, e.Head)
 	switch {
@@ -53,6 +59,9 @@ func (q *Queue) buildIn(ctx context.Context, dir string, e *Entry, target, targe
 		// change is in already (a crash after the target advanced lands
 		// here, for every strategy).
 		return candidate{commit: target, tree: targetTree, noop: true}, nil
+	}
+	if q.opts.Strategy == StrategyRebase {
+		return q.buildRebase(ctx, dir, e, target, targetTree, tree)
 	}
 	if q.opts.Strategy == StrategySquash {
 		return q.squash(ctx, e, target, tree)
@@ -91,22 +100,88 @@ func (q *Queue) squash(ctx context.Context, e *Entry, target, tree string) (cand
 }
 
 // buildRebase replays the branch onto target in the integration worktree
-// dir. Its commits keep their authors; the queue is their committer.
-func (q *Queue) buildRebase(ctx context.Context, dir string, e *Entry, target, targetTree string) (candidate, error) {
+// dir. Its commits keep their authors; the queue is their committer. The
+// replay must come to want, the reviewed change merged onto target: git
+// rebase drops the branch's merge commits, and with them what a merge
+// changed itself (a file it left out of what it merged, say).
+func (q *Queue) buildRebase(ctx context.Context, dir string, e *Entry, target, targetTree, want string) (candidate, error) {
 	commit, conflicts, err := q.repo.rebase(ctx, dir, target, e.Head)
 	switch {
 	case err != nil:
 		return candidate{}, err
 	case len(conflicts) > 0:
 		return candidate{conflicts: conflicts}, nil
-	case commit == target:
-		return candidate{commit: target, tree: targetTree, noop: true}, nil
 	}
-	tree, err := q.repo.treeOf(ctx, commit)
-	if err != nil {
-		return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+	tree := targetTree
+	if commit != target {
+		if tree, err = q.repo.treeOf(ctx, commit); err != nil {
+			return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+		}
+	}
+	if tree != want {
+		herr, err := q.replayDiffers(ctx, target, e.Head, tree, want)
+		if err != nil {
+			return candidate{}, fmt.Errorf("build candidate for task %d: %w", e.Task, err)
+		}
+		return candidate{}, herr
 	}
 	return candidate{commit: commit, tree: tree}, nil
+}
+
+// crissCross is the rejection of a head with several merge bases with the
+// target.
+func (q *Queue) crissCross(bases []string) *historyError {
+	return &historyError{why: fmt.Sprintf("Its history has %d merge bases with %[2]s (%[3]s): `git diff %[2]s...HEAD` "+
+		"shows its change against one of them only, while a merge starts from all of them, so what would be merged "+
+		"is not the change that was reviewed. Merge %[2]s into it (`git merge %[2]s`), check that `git diff %[2]s...HEAD` "+
+		"shows the whole of your task's change and nothing else, commit, and report DONE again.",
+		len(bases), q.opts.Into, commitList(bases))}
+}
+
+// replayDiffers is the rejection of a rebase whose result (tree) is not
+// the reviewed change merged onto target (want): the paths that differ and
+// the merge commits the replay dropped.
+func (q *Queue) replayDiffers(ctx context.Context, target, head, tree, want string) (*historyError, error) {
+	paths, err := q.repo.treeDiff(ctx, want, tree)
+	if err != nil {
+		return nil, err
+	}
+	merges, err := q.repo.mergesIn(ctx, target, head)
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Replayed onto %[1]s (merge.strategy rebase), its commits give another result than its change as "+
+		"reviewed (`git diff %[1]s...HEAD`) applied to %[1]s", q.opts.Into)
+	if len(paths) > 0 {
+		fmt.Fprintf(&b, ", in %s", fileList(paths))
+	}
+	b.WriteString(". ")
+	if len(merges) > 0 {
+		some := "a merge commit"
+		if len(merges) > 1 {
+			some = fmt.Sprintf("%d merge commits", len(merges))
+		}
+		fmt.Fprintf(&b, "A rebase drops merge commits, and with them what a merge changed itself; its commits since %s "+
+			"include %s (%s). ", q.opts.Into, some, commitList(merges))
+	}
+	fmt.Fprintf(&b, "Make its history linear, one commit with the whole change: `git reset --soft $(git merge-base %[1]s HEAD)`, "+
+		"commit, check that `git diff %[1]s...HEAD` shows the whole of your task's change and nothing else, and report DONE again.", q.opts.Into)
+	return &historyError{why: b.String()}, nil
+}
+
+// commitList names up to 5 commits, shortened.
+func commitList(commits []string) string {
+	const most = 5
+	names := make([]string, 0, most)
+	for _, c := range commits[:min(len(commits), most)] {
+		names = append(names, short(c))
+	}
+	s := strings.Join(names, ", ")
+	if len(commits) > most {
+		s += fmt.Sprintf(" and %d more", len(commits)-most)
+	}
+	return s
 }
 
 // lineEntries are the entries of a line, in its order.

@@ -50,6 +50,15 @@ func (e *carriedError) Error() string {
 	return fmt.Sprintf("it carries merges of the merge queue's that the target does not hold: %s", strings.Join(e.merges, ", "))
 }
 
+// historyError: merged as its history stands, the change would not be the
+// one its reviewer was shown (`git diff INTO...HEAD`, against one merge
+// base): a criss-cross history, which merge-tree merges against a virtual
+// base of all its merge bases, or merge commits that a rebase drops with
+// what they changed themselves. why says which, and what to do.
+type historyError struct{ why string }
+
+func (e *historyError) Error() string { return e.why }
+
 // unmergeableError is git refusing to merge a candidate for a reason of the
 // candidate's own (unrelated histories, a rebase that fails without a
 // conflicting path): it is rejected like a conflict, with git's message.

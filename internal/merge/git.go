@@ -322,6 +322,37 @@ func (r *repo) isAncestor(ctx context.Context, a, b string) (bool, error) {
 	return false, err
 }
 
+// mergeBases are every best common ancestor of a and b (`git merge-base
+// --all`): none for unrelated histories, more than one for a criss-cross.
+func (r *repo) mergeBases(ctx context.Context, a, b string) ([]string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "merge-base", "--all", "--end-of-options", a, b)
+	switch {
+	case exitCode(err) == 1 && strings.TrimSpace(out) == "":
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// mergesIn lists the merge commits in base..head, newest first.
+func (r *repo) mergesIn(ctx context.Context, base, head string) ([]string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "rev-list", "--merges", "--topo-order", "--end-of-options", base+".."+head, "--")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// treeDiff lists the paths whose content differs between trees a and b.
+func (r *repo) treeDiff(ctx context.Context, a, b string) ([]string, error) {
+	out, err := r.run(ctx, r.commonDir, nil, "diff-tree", "-r", "--name-only", "-z", "--no-renames", "--end-of-options", a, b)
+	if err != nil {
+		return nil, err
+	}
+	return strings.FieldsFunc(out, func(c rune) bool { return c == 0 }), nil
+}
+
 // commitInfo is one commit of a branch, for a squash commit's message.
 type commitInfo struct {
 	author  []string // GIT_AUTHOR_NAME, _EMAIL, _DATE

@@ -329,11 +329,14 @@ func (q *Queue) line(ctx context.Context, es []*Entry, target, tree string, res 
 		var unmergeable *unmergeableError
 		var corrupt *corruptError
 		var carried *carriedError
+		var history *historyError
 		switch {
 		case errors.As(err, &corrupt):
 			res.rejected(e, KindCorrupt, corrupt.Error())
 		case errors.As(err, &carried):
 			res.rejected(e, KindCarried, carried.Error())
+		case errors.As(err, &history):
+			res.rejected(e, KindHistory, history.Error())
 		case errors.As(err, &unmergeable):
 			res.rejected(e, KindConflict, unmergeable.Error())
 		case err != nil:

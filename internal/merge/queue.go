@@ -96,7 +96,7 @@ type Callbacks interface {
 // Metrics are the queue's metrics; *metrics.Metrics satisfies it.
 type Metrics interface {
 	MergeQueueDepth(n int)        // swarmd_merge_queue_depth
-	MergeResult(result string)    // swarmd_merges_total{result}: merged, conflict, gate_failed, timeout, corrupt, carried, stale
+	MergeResult(result string)    // swarmd_merges_total{result}: merged, conflict, gate_failed, timeout, corrupt, carried, history, stale
 	GateDuration(d time.Duration) // swarmd_gate_duration_seconds
 	RunAhead(result string)       // swarmd_merge_runs_ahead_total{result}: passed, failed, dropped
 }

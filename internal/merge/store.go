@@ -61,6 +61,11 @@ const (
 	// the target does not hold (another task's work, again); Detail names
 	// them.
 	KindCarried Kind = "carried"
+	// KindHistory: merged as its history stands, the change would not be
+	// the one its reviewer was shown (several merge bases with the target;
+	// with the rebase strategy, merge commits whose own changes a replay
+	// drops); Detail says which and what to do.
+	KindHistory Kind = "history"
 	// KindStale: the entry's commit is not its task's work to merge now
 	// (Options.Stale: the task was reworked and reported done at another
 	// commit since, sent back, cancelled); it was dropped before any gate,
@@ -84,7 +89,7 @@ type Entry struct {
 	Branch     string    `json:"branch"`
 	Head       string    `json:"head"` // the commit merged: the branch's tip when queued
 	State      State     `json:"state"`
-	Result     string    `json:"result,omitempty"`    // merged, conflict, gate_failed, timeout, corrupt
+	Result     string    `json:"result,omitempty"`    // merged or a Kind
 	Detail     string    `json:"detail,omitempty"`    // rejected: the conflicting paths or the gate output's tail
 	Target     string    `json:"target,omitempty"`    // the target commit the candidate was built on
 	Candidate  string    `json:"candidate,omitempty"` // the candidate; once merged, the target's new commit

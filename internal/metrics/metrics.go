@@ -39,7 +39,7 @@ var sessionBuckets = [...]float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 36
 
 // mergeResults are the result label values of swarmd_merges_total (package
 // merge's results and rejection kinds); each series exists from the start.
-var mergeResults = [...]string{"merged", "conflict", "gate_failed", "timeout", "corrupt", "carried", "stale"}
+var mergeResults = [...]string{"merged", "conflict", "gate_failed", "timeout", "corrupt", "carried", "history", "stale"}
 
 // aheadResults are the result label values of swarmd_merge_runs_ahead_total
 // (package merge's runs ahead); each series exists from the start.
@@ -496,8 +496,8 @@ func (m *Metrics) Quarantined(moved, refused int) {
 // MergeQueueDepth sets swarmd_merge_queue_depth: tasks queued or under test.
 func (m *Metrics) MergeQueueDepth(n int) { m.mergeDepth.Set(float64(max(n, 0))) }
 
-// MergeResult counts one merge queue result (merged, conflict, gate_failed,
-// timeout or corrupt) in swarmd_merges_total.
+// MergeResult counts one merge queue result (merged or a rejection's kind)
+// in swarmd_merges_total.
 func (m *Metrics) MergeResult(result string) { m.merges.WithLabelValues(result).Inc() }
 
 // RunAhead counts what came of one gate run ahead (passed, failed or

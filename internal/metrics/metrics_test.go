@@ -651,7 +651,7 @@ func TestMergeQueue(t *testing.T) {
 	url := server(t, m)
 	f := scrape(t, url)
 	f.want(t, 0, "swarmd_merge_queue_depth")
-	for _, r := range []string{"merged", "conflict", "gate_failed", "timeout", "corrupt"} {
+	for _, r := range []string{"merged", "conflict", "gate_failed", "timeout", "corrupt", "carried", "history", "stale"} {
 		f.want(t, 0, "swarmd_merges_total", "result", r) // every result is there from the start
 	}
 

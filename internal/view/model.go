@@ -136,7 +136,7 @@ type MergeResult struct {
 	TaskID int64     `json:"task_id"`
 	Title  string    `json:"title"`
 	Agent  string    `json:"agent"`
-	Result string    `json:"result"`           // merged, conflict, gate_failed, timeout, corrupt
+	Result string    `json:"result"`           // merged or a rejection's kind (merge.Kind)
 	Commit string    `json:"commit,omitempty"` // merged: the target's new commit
 	At     time.Time `json:"at"`
 }
@@ -206,7 +206,7 @@ type Verdict struct {
 // TaskMerge is a task's latest merge queue entry.
 type TaskMerge struct {
 	State    string `json:"state"`            // queued, testing, merged, rejected
-	Result   string `json:"result,omitempty"` // merged, conflict, gate_failed, timeout, corrupt
+	Result   string `json:"result,omitempty"` // merged or a rejection's kind (merge.Kind)
 	Head     string `json:"head"`             // the commit queued
 	Target   string `json:"target,omitempty"` // the target commit the candidate was built on
 	Commit   string `json:"commit,omitempty"` // merged: the merge commit on the target
