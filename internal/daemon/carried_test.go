@@ -92,7 +92,7 @@ func carriedWayOut(t *testing.T, strategy string, again bool) {
 	first := strings.Fields(named)[0]
 
 	// The worker, in a checkout of the line, runs what the rejection says.
-	todo := rejectionTodo(merge.KindCarried, "main")
+	todo := rejectionTodo(merge.KindCarried, "main", "merge")
 	i := strings.Index(todo, "`git rebase")
 	if i < 0 {
 		t.Fatalf("the rejection %q names no git rebase", todo)
@@ -114,5 +114,18 @@ func carriedWayOut(t *testing.T, strategy string, again bool) {
 	e = step(merge.OutcomeMerged)
 	if got := r.git("diff", "--name-only", target, "main"); got != "t10.txt" {
 		t.Errorf("task 10 merged with %q, want its own work only (t10.txt)", got)
+	}
+}
+
+// TestAConflictsAdviceFollowsTheStrategy: under merge.strategy rebase the
+// queue's rebase drops a merge commit, so a conflict resolved by merging
+// the target in would come back: the advice is a rebase there, a merge
+// under the other strategies.
+func TestAConflictsAdviceFollowsTheStrategy(t *testing.T) {
+	for strategy, want := range map[string]string{"merge": "`git merge main`", "squash": "`git merge main`", "rebase": "`git rebase main`"} {
+		got := rejectionTodo(merge.KindConflict, "main", strategy)
+		if !strings.Contains(got, want) || (strategy == "rebase") == strings.Contains(got, "git merge") {
+			t.Errorf("strategy %s: %q, want %s", strategy, got, want)
+		}
 	}
 }

@@ -108,9 +108,9 @@ func (h mergeHooks) stale(ctx context.Context, e merge.Entry) (string, error) {
 // OnRejected sends the task back to its worker with what went wrong, in
 // its next prompt and as mail.
 func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Kind, detail string) error {
-	into := "the merge target"
+	into, strategy := "the merge target", ""
 	if cfg, _ := h.d.current(); cfg.Merge != nil {
-		into = cfg.Merge.Into
+		into, strategy = cfg.Merge.Into, cfg.Merge.Strategy
 	}
 	why := "the merge queue rejected it: " + string(kind)
 	if kind == merge.KindCorrupt {
@@ -126,7 +126,7 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 	}
 	// What to do and why, once: the task's feedback, which the worker's
 	// next prompt shows; the mail only says that it came back.
-	feedback := rejectionTodo(kind, into)
+	feedback := rejectionTodo(kind, into, strategy)
 	if strings.TrimSpace(detail) != "" {
 		feedback += "\n\n" + detail
 	}
@@ -167,10 +167,16 @@ func (h mergeHooks) OnRejected(ctx context.Context, e merge.Entry, kind merge.Ki
 }
 
 // rejectionTodo tells the worker what to do about a rejection of kind by
-// the queue merging into into.
-func rejectionTodo(kind merge.Kind, into string) string {
+// the queue merging into into with strategy.
+func rejectionTodo(kind merge.Kind, into, strategy string) string {
 	switch kind {
 	case merge.KindConflict:
+		if strategy == string(merge.StrategyRebase) {
+			// A merge of into would be dropped by the queue's rebase, and
+			// the conflict met again.
+			return fmt.Sprintf("It conflicts with %[1]s: rebase your branch onto %[1]s (`git rebase %[1]s`), resolve the "+
+				"conflicts in the files below as the rebase stops on each, and end your session with DONE.", into)
+		}
 		return fmt.Sprintf("It conflicts with %[1]s: merge %[1]s into your branch (`git merge %[1]s`), resolve the conflicts "+
 			"in the files below, commit, and end your session with DONE.", into)
 	case merge.KindGateFailed:
