@@ -199,7 +199,7 @@ var promSynthetic = []string{"up", "scrape_duration_seconds", "scrape_samples_sc
 func scrapeExported(t *testing.T) exported {
 	t.Helper()
 	m := metrics.New(metrics.BuildInfo{Version: "test", Commit: "test", GoVersion: "go"})
-	m.AddAgent("alice")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
 	now := time.Now()
 	m.OnTransition(runner.Transition{
 		Agent: "alice", At: now, From: agent.State{Kind: agent.Running}, Event: agent.EvUrgentMessage(),

@@ -533,7 +533,7 @@ func (d *Daemon) runAgents(ctx context.Context) service.Service {
 				return err
 			})
 			if err == nil {
-				d.metrics.AddAgent(a.Name)
+				d.metrics.AddAgent(r.Snapshot())
 				err = d.reg.Register(d.run.ctx, r)
 			}
 			if err != nil {

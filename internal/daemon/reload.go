@@ -78,8 +78,9 @@ func (d *Daemon) Reload(path string) error {
 				updated = append(updated, a.Name)
 			}
 		default:
-			d.metrics.AddAgent(a.Name)
-			if err := d.reg.Register(d.run.ctx, fresh[a.Name]); err != nil {
+			r := fresh[a.Name]
+			d.metrics.AddAgent(r.Snapshot())
+			if err := d.reg.Register(d.run.ctx, r); err != nil {
 				d.log.Error("start an agent a reload added", zap.String("agent", a.Name), zap.Error(err))
 				continue
 			}
@@ -258,7 +259,7 @@ func (d *Daemon) startNew(a config.Agent) error {
 	if err != nil {
 		return err
 	}
-	d.metrics.AddAgent(a.Name)
+	d.metrics.AddAgent(r.Snapshot())
 	return d.reg.Register(d.run.ctx, r)
 }
 

@@ -31,7 +31,7 @@ func cycleTransitions(name string) []runner.Transition {
 func BenchmarkOnTransition(b *testing.B) {
 	m := New(BuildInfo{})
 	for i := range 200 {
-		m.AddAgent(fmt.Sprintf("agent-%03d", i))
+		m.AddAgent(runner.Snapshot{Agent: fmt.Sprintf("agent-%03d", i)})
 	}
 	ts := cycleTransitions("agent-100")
 	b.ReportAllocs()
@@ -49,7 +49,7 @@ func BenchmarkOnTransitionParallel(b *testing.B) {
 	names := make(chan string, 1024)
 	for i := range cap(names) {
 		name := fmt.Sprintf("agent-%03d", i)
-		m.AddAgent(name)
+		m.AddAgent(runner.Snapshot{Agent: name})
 		names <- name
 	}
 	b.ReportAllocs()
@@ -70,7 +70,7 @@ func BenchmarkScrape200(b *testing.B) {
 	pending := map[string]int{}
 	for i := range 200 {
 		name := fmt.Sprintf("agent-%03d", i)
-		m.AddAgent(name)
+		m.AddAgent(runner.Snapshot{Agent: name})
 		for _, t := range cycleTransitions(name) {
 			m.OnTransition(t)
 		}

@@ -289,20 +289,28 @@ func (m *Metrics) StoreWriter(stats func() (turns int64, busy, waited time.Durat
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
-// AddAgent creates the agent's series (state Initializing, zero gauges and
-// counters), so that a scrape right after start shows every agent. For an
-// agent already known it resets the state to Initializing, as its new runner
-// starts there, and keeps the counters.
-func (m *Metrics) AddAgent(name string) {
+// AddAgent creates the agent's series from its new runner's snapshot,
+// taken before the runner runs: its state, seq and error counters as the
+// runner starts with them (Initializing, or Stopped as a restart restored
+// it, with the total errors it kept), so that a scrape right after start
+// shows every agent as it is. A runner restored Stopped makes no
+// transition that would report them. Paused is the daemon's (SetPaused). For an agent already known (swarmd
+// start, a reload that put it back) the counters of its sessions are kept.
+func (m *Metrics) AddAgent(s runner.Snapshot) {
 	m.mu.Lock()
-	s, ok := m.agents[name]
+	x, ok := m.agents[s.Agent]
 	if !ok {
-		s = m.newSeries(name)
-		m.agents[name] = s
+		x = m.newSeries(s.Agent)
+		m.agents[s.Agent] = x
 	}
 	m.mu.Unlock()
-	if ok {
-		s.setState(agent.Initializing)
+	x.setState(s.State.Kind)
+	x.seq.Set(float64(s.Seq))
+	x.consecutiveErrors.Set(float64(s.ConsecutiveErrors))
+	x.totalErrors.Set(float64(s.TotalErrors))
+	x.idle.Set(0)
+	if s.Idle {
+		x.idle.Set(1)
 	}
 }
 

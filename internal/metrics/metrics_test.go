@@ -218,8 +218,8 @@ func machineTransitions(t *testing.T, a string, evs ...agent.Event) []runner.Tra
 func TestAddAgentShowsEveryAgentAtStart(t *testing.T) {
 	m := New(BuildInfo{Version: "v1.2.3", Commit: "abc123", GoVersion: "go1.26.8"})
 	url := server(t, m)
-	m.AddAgent("alice")
-	m.AddAgent("bob")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
+	m.AddAgent(runner.Snapshot{Agent: "bob"})
 
 	f := scrape(t, url)
 	for _, a := range []string{"alice", "bob"} {
@@ -250,8 +250,8 @@ func TestAddAgentShowsEveryAgentAtStart(t *testing.T) {
 func TestStateFollowsTransitions(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
-	m.AddAgent("bob")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
+	m.AddAgent(runner.Snapshot{Agent: "bob"})
 
 	steps := []struct {
 		t    runner.Transition
@@ -291,13 +291,35 @@ func TestStateFollowsTransitions(t *testing.T) {
 	f.want(t, 1, "swarmd_agent_total_errors", "agent", "alice")
 	f.want(t, 0, "swarmd_agent_session_seq", "agent", "bob")
 
-	// A new runner for a known agent starts in Initializing again.
-	m.AddAgent("alice")
+	// A new runner for a known agent (swarmd start) starts where its
+	// snapshot says: Initializing, its seq continued, its errors reset;
+	// the counts of its sessions stay.
+	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", Outcome: agent.ExitOutcome{Kind: agent.Error}})
+	m.AddAgent(runner.Snapshot{Agent: "alice", Seq: 4})
 	f = scrape(t, url)
 	if got := f.state(t, "alice"); got != "Initializing" {
 		t.Errorf("after re-add: state %s, want Initializing", got)
 	}
-	f.want(t, 3, "swarmd_agent_session_seq", "agent", "alice")
+	f.want(t, 4, "swarmd_agent_session_seq", "agent", "alice")
+	f.want(t, 0, "swarmd_agent_total_errors", "agent", "alice")
+	f.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "error")
+}
+
+// TestAddAgentRestoredStopped: an agent a restart restored Stopped (its
+// errors stopped it before) makes no transition; its series show the
+// runner's snapshot from the start, as swarmd status does, not
+// Initializing with no errors.
+func TestAddAgentRestoredStopped(t *testing.T) {
+	m := New(BuildInfo{})
+	url := server(t, m)
+	m.AddAgent(runner.Snapshot{Agent: "alice", State: agent.State{Kind: agent.Stopped}, Seq: 21, TotalErrors: 20})
+	f := scrape(t, url)
+	if got := f.state(t, "alice"); got != "Stopped" {
+		t.Errorf("state %s, want Stopped", got)
+	}
+	f.want(t, 21, "swarmd_agent_session_seq", "agent", "alice")
+	f.want(t, 20, "swarmd_agent_total_errors", "agent", "alice")
+	f.want(t, 0, "swarmd_agent_consecutive_errors", "agent", "alice")
 }
 
 func TestEventForUnknownAgentCreatesItsSeries(t *testing.T) {
@@ -314,8 +336,8 @@ func TestEventForUnknownAgentCreatesItsSeries(t *testing.T) {
 func TestSessionsByOutcome(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
-	m.AddAgent("bob")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
+	m.AddAgent(runner.Snapshot{Agent: "bob"})
 
 	rec := func(a string, k agent.OutcomeKind, d time.Duration, stopped bool) runner.SessionRecord {
 		return runner.SessionRecord{
@@ -359,7 +381,7 @@ func TestSessionsByOutcome(t *testing.T) {
 func TestInterruptsAndLatency(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
 
 	urgent := tr("alice", agent.Running, agent.EvUrgentMessage(), agent.Interrupting, agent.CancelSession, 1, 0, 0)
 	urgent.UrgentCommitted = t0.Add(-250 * time.Millisecond)
@@ -398,8 +420,8 @@ func TestInterruptsAndLatency(t *testing.T) {
 func TestForceStops(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
-	m.AddAgent("bob")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
+	m.AddAgent(runner.Snapshot{Agent: "bob"})
 
 	// The transitions a real machine makes: an interrupted session that
 	// outlives its grace period (GraceExceeded, ForceStopSession), then an
@@ -423,9 +445,9 @@ func TestForceStops(t *testing.T) {
 func TestMailbox(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
-	m.AddAgent("bob")
-	m.AddAgent("carol")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
+	m.AddAgent(runner.Snapshot{Agent: "bob"})
+	m.AddAgent(runner.Snapshot{Agent: "carol"})
 
 	m.MailSent(false, 3)
 	m.MailSent(true, 1)
@@ -494,7 +516,7 @@ func TestRemoveAgentDeletesItsSeries(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
 	for _, a := range []string{"alice", "bob"} {
-		m.AddAgent(a)
+		m.AddAgent(runner.Snapshot{Agent: a})
 		m.OnTransition(tr(a, agent.Interrupting, agent.EvGraceExceeded(), agent.SessionComplete, agent.ForceStopSession, 1, 1, 1))
 		m.OnSessionEnd(runner.SessionRecord{Agent: a, Result: backend.Result{Started: t0, Ended: t0.Add(time.Minute)}})
 		m.AddTokens(a, "input", 10)
@@ -539,7 +561,7 @@ func TestConcurrentAgents(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range agents {
 		name := fmt.Sprintf("agent-%d", i)
-		m.AddAgent(name)
+		m.AddAgent(runner.Snapshot{Agent: name})
 		wg.Go(func() {
 			from := agent.Initializing
 			for r := range rounds {
@@ -564,7 +586,7 @@ func TestConcurrentAgents(t *testing.T) {
 				return
 			default:
 			}
-			m.AddAgent("churn")
+			m.AddAgent(runner.Snapshot{Agent: "churn"})
 			m.SetPending(map[string]int{"agent-0": i})
 			m.RemoveAgent("churn")
 		}
@@ -593,7 +615,7 @@ func TestConcurrentAgents(t *testing.T) {
 func TestIdleGauge(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
 	m.OnIdle("alice", true, t0)
 	scrape(t, url).want(t, 1, "swarmd_agent_idle", "agent", "alice")
 	m.OnIdle("alice", false, t0)
@@ -621,7 +643,7 @@ func TestStoreWriter(t *testing.T) {
 func TestPausedGauge(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
 	scrape(t, url).want(t, 0, "swarmd_agent_paused", "agent", "alice")
 	m.SetPaused("alice", true)
 	scrape(t, url).want(t, 1, "swarmd_agent_paused", "agent", "alice")
@@ -634,7 +656,7 @@ func TestPausedGauge(t *testing.T) {
 func TestMaxTurnsOutcome(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
 	m.OnSessionEnd(runner.SessionRecord{Agent: "alice", TurnLimit: true,
 		Outcome: agent.ExitOutcome{Kind: agent.Success}, Result: backend.Result{AbortReason: backend.AbortMaxTurns}})
 	s := scrape(t, url)
@@ -695,7 +717,7 @@ func TestMergeQueue(t *testing.T) {
 func TestLimitsOutcomesAndBudget(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
-	m.AddAgent("alice")
+	m.AddAgent(runner.Snapshot{Agent: "alice"})
 	for _, stop := range []string{runner.OutcomePermissionDenied, runner.OutcomeBudgetExhausted} {
 		m.OnSessionEnd(runner.SessionRecord{Agent: "alice", StoppedFor: stop, Backend: "gem",
 			Outcome: agent.ExitOutcome{Kind: agent.Success}, Result: backend.Result{Usage: backend.Usage{CostUSD: 0.5}}})

@@ -1,0 +1,108 @@
+package daemon
+
+import (
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/swarmd/swarmd/internal/agent"
+)
+
+// metricValue reads one series of the daemon's registry: the gauge's or
+// counter's value of family name whose labels include kv (name, value
+// pairs); ok false when there is no such series.
+func metricValue(t *testing.T, d *Daemon, name string, kv ...string) (float64, bool) {
+	t.Helper()
+	mfs, err := d.metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !hasLabels(m, kv) {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue(), true
+			}
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+func hasLabels(m *dto.Metric, kv []string) bool {
+	for i := 0; i+1 < len(kv); i += 2 {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == kv[i] && l.GetValue() == kv[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// failingSwarm is one agent, alice, whose every session fails (exit 1)
+// and who stops after two errors.
+const failingSwarm = `
+listen: ""
+defaults:
+  backend: worker
+  grace_period: 1s
+  min_session_interval: 0s
+  max_total_errors: 2
+backends:
+  worker: {type: command, command: sh, args: [-c, "cat >/dev/null; exit 1"]}
+agents:
+  - {name: alice, role: works}
+`
+
+// TestMetricsOfAnAgentRestoredStopped: an agent its errors stopped stays
+// Stopped over a restart, and its runner starts there without a
+// transition. The metrics show it as swarmd status does from the start:
+// Stopped, its total errors and its seq, not Initializing with none
+// (which kept SwarmdAgentStopped from ever firing after a restart).
+func TestMetricsOfAnAgentRestoredStopped(t *testing.T) {
+	cfg := repo(t, failingSwarm)
+	r := start(t, cfg)
+	waitFor(t, "alice stopped by her errors", func() bool {
+		rn, err := r.reg.Runner("alice")
+		return err == nil && rn.Snapshot().State.Kind == agent.Stopped
+	})
+	r.stop(t)
+
+	r = start(t, cfg)
+	rn, err := r.reg.Runner("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rn.Snapshot()
+	if s.State.Kind != agent.Stopped || s.TotalErrors != 2 || s.Seq < 2 {
+		t.Fatalf("alice restored as %+v, want Stopped with 2 errors and her seq continued", s)
+	}
+	for _, k := range agent.AllStates {
+		want := 0.0
+		if k == agent.Stopped {
+			want = 1
+		}
+		if got, ok := metricValue(t, r.Daemon, "swarmd_agent_state", "agent", "alice", "state", k.String()); !ok || got != want {
+			t.Errorf("swarmd_agent_state{state=%q} = %v (%v), want %v", k, got, ok, want)
+		}
+	}
+	for name, want := range map[string]float64{
+		"swarmd_agent_total_errors":       2,
+		"swarmd_agent_session_seq":        float64(s.Seq),
+		"swarmd_agent_consecutive_errors": float64(s.ConsecutiveErrors),
+	} {
+		if got, ok := metricValue(t, r.Daemon, name, "agent", "alice"); !ok || got != want {
+			t.Errorf("%s = %v (%v), want %v as the runner's snapshot", name, got, ok, want)
+		}
+	}
+}
