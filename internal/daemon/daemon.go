@@ -338,6 +338,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		log.Warn("the dashboards could not read the event log at the start: they read it once the store answers", zap.Error(err))
 	}
 	d.budget = d.newSpendKeeper()
+	d.metrics.BudgetLeft(d.budget.LeftUSD)
 	d.gates.providers = providergate.New(cfg, d.journal, log.Named("provider"))
 	d.metrics.Providers(d.gates.providers.States)
 	d.pusher = newPusher(log.Named("push"), d.metrics.Pushed)
@@ -547,7 +548,6 @@ func (d *Daemon) runAgents(ctx context.Context) service.Service {
 		for _, a := range cfg.Agents {
 			d.pushAgent(a.Name)
 		}
-		d.budget.UpdateMetrics(time.Now())
 		return d.shutdownAgents, nil
 	})
 }

@@ -82,7 +82,6 @@ type Metrics struct {
 	gateDuration     prometheus.Histogram
 	gitMaintenance   *prometheus.HistogramVec
 	pushes           *prometheus.CounterVec
-	budgetLeft       *prometheus.GaugeVec
 	settleLatency    prometheus.Histogram
 	storeWait        prometheus.Counter
 
@@ -119,10 +118,6 @@ func New(build BuildInfo) *Metrics {
 			Name: "swarmd_cost_usd_total",
 			Help: "Cost in US dollars of the agent's sessions, by backend: as the backend reported it, else tokens times the configured prices.",
 		}, []string{"agent", "backend"}),
-		budgetLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "swarmd_budget_remaining_usd",
-			Help: "US dollars the agent may still spend in the current window: the least left of its budget and the swarm's (negative when over).",
-		}, []string{"agent"}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_tool_calls_total",
 			Help: "Tool calls made by the agent's sessions.",
@@ -211,7 +206,7 @@ func New(build BuildInfo) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(
 		agentMetrics{m}, m.interruptLatency, m.mailSent, m.hookRuns,
-		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.quarantined, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.gitMaintenance, m.pushes, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.targetMoves, m.quarantined, m.mergeDepth, m.merges, m.runsAhead, m.gateDuration, m.gitMaintenance, m.pushes,
 		m.settleLatency, m.storeWait, buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -286,6 +281,34 @@ func (m *Metrics) StoreWriter(stats func() (turns int64, busy, waited time.Durat
 	)
 }
 
+// BudgetLeft exports swarmd_budget_remaining_usd, read at each scrape:
+// read returns, by agent, what it may still spend in its current window
+// (agents with no USD limit left out). Read then, it is true however long
+// ago the last session ended: a window rolls over with no event. Call it
+// once.
+func (m *Metrics) BudgetLeft(read func() map[string]float64) {
+	m.reg.MustRegister(budgetCollector{read: read, desc: prometheus.NewDesc("swarmd_budget_remaining_usd",
+		"US dollars the agent may still spend in the current window: the least left of its budget and the swarm's (negative when over).",
+		[]string{"agent"}, nil)})
+}
+
+// budgetCollector is swarmd_budget_remaining_usd (BudgetLeft).
+type budgetCollector struct {
+	read func() map[string]float64
+	desc *prometheus.Desc
+}
+
+func (c budgetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c budgetCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, usd := range c.read() {
+		if math.IsNaN(usd) || math.IsInf(usd, 0) {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, usd, name)
+	}
+}
+
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
@@ -323,7 +346,7 @@ func (m *Metrics) RemoveAgent(name string) {
 	delete(m.agents, name)
 	l := prometheus.Labels{"agent": name}
 	for _, v := range [...]interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills, m.budgetLeft,
+		m.tokens, m.cost, m.toolCalls, m.sessionCPU, m.oomKills,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -471,16 +494,6 @@ func (m *Metrics) AddCost(agentName, backend string, usd float64) {
 		return
 	}
 	m.cost.WithLabelValues(agentName, backend).Add(usd)
-}
-
-// SetBudgetLeft sets swarmd_budget_remaining_usd for the agent; ok false
-// removes it (the agent has no USD budget).
-func (m *Metrics) SetBudgetLeft(agentName string, usd float64, ok bool) {
-	if !ok || math.IsNaN(usd) || math.IsInf(usd, 0) {
-		m.budgetLeft.DeleteLabelValues(agentName)
-		return
-	}
-	m.budgetLeft.WithLabelValues(agentName).Set(usd)
 }
 
 // AddToolCalls counts n tool calls made by the agent's sessions.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -522,21 +523,20 @@ func TestRemoveAgentDeletesItsSeries(t *testing.T) {
 		m.AddTokens(a, "input", 10)
 		m.AddCost(a, "claude", 1)
 		m.AddToolCalls(a, 1)
-		m.SetBudgetLeft(a, 3, true)
 	}
 	m.SetPending(map[string]int{"alice": 1, "bob": 1})
 
 	before := scrape(t, url).hasAgent("alice")
-	if len(before) != 15 {
-		t.Fatalf("alice appears in %d families before removal, want all 15: %v", len(before), before)
+	if len(before) != 14 {
+		t.Fatalf("alice appears in %d families before removal, want all 14: %v", len(before), before)
 	}
 	m.RemoveAgent("alice")
 	f := scrape(t, url)
 	if where := f.hasAgent("alice"); len(where) != 0 {
 		t.Errorf("alice still in %v after RemoveAgent", where)
 	}
-	if where := f.hasAgent("bob"); len(where) != 15 {
-		t.Errorf("bob in %d families after alice's removal, want 15: %v", len(where), where)
+	if where := f.hasAgent("bob"); len(where) != 14 {
+		t.Errorf("bob in %d families after alice's removal, want 14: %v", len(where), where)
 	}
 	if got := f.state(t, "bob"); got != "SessionComplete" {
 		t.Errorf("bob state %s", got)
@@ -713,23 +713,35 @@ func TestMergeQueue(t *testing.T) {
 
 // TestLimitsOutcomesAndBudget: sessions stopped for a refused tool or an
 // exhausted budget count under their own outcomes; the cost is counted by
-// backend; the remaining budget is a gauge that goes away with the budget.
+// backend; the remaining budget is read at each scrape, and goes away with
+// the budget.
 func TestLimitsOutcomesAndBudget(t *testing.T) {
 	m := New(BuildInfo{})
 	url := server(t, m)
+	var mu sync.Mutex
+	left := map[string]float64{"alice": -0.25, "bob": math.NaN()}
+	m.BudgetLeft(func() map[string]float64 { mu.Lock(); defer mu.Unlock(); return maps.Clone(left) })
 	m.AddAgent(runner.Snapshot{Agent: "alice"})
 	for _, stop := range []string{runner.OutcomePermissionDenied, runner.OutcomeBudgetExhausted} {
 		m.OnSessionEnd(runner.SessionRecord{Agent: "alice", StoppedFor: stop, Backend: "gem",
 			Outcome: agent.ExitOutcome{Kind: agent.Success}, Result: backend.Result{Usage: backend.Usage{CostUSD: 0.5}}})
 	}
-	m.SetBudgetLeft("alice", -0.25, true)
 	s := scrape(t, url)
 	s.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "permission_denied")
 	s.want(t, 1, "swarmd_sessions_total", "agent", "alice", "outcome", "budget_exhausted")
 	s.want(t, 0, "swarmd_sessions_total", "agent", "alice", "outcome", "success")
 	s.want(t, 1, "swarmd_cost_usd_total", "agent", "alice", "backend", "gem")
 	s.want(t, -0.25, "swarmd_budget_remaining_usd", "agent", "alice")
-	m.SetBudgetLeft("alice", 0, false)
+	if n := len(s.all("swarmd_budget_remaining_usd")); n != 1 {
+		t.Errorf("%d budget series, want alice's alone (bob's NaN is no value)", n)
+	}
+	mu.Lock()
+	left["alice"] = 0.75 // read again: a window rolled over
+	mu.Unlock()
+	scrape(t, url).want(t, 0.75, "swarmd_budget_remaining_usd", "agent", "alice")
+	mu.Lock()
+	delete(left, "alice")
+	mu.Unlock()
 	if where := scrape(t, url).hasAgent("alice"); slices.Contains(where, "swarmd_budget_remaining_usd") {
 		t.Errorf("budget gauge left after its budget went: %v", where)
 	}

@@ -57,8 +57,11 @@ type Options struct {
 	Journal Journal               // where limits, pauses and events are written
 	Agents  Agents                // the runners of the agents it holds and releases
 	Config  func() *config.Config // the config in force (a reload swaps it)
-	Metrics Metrics               // what is left of each agent's budget, who is paused
+	Metrics Metrics               // who is paused
 	Log     *zap.Logger
+	// Now is the clock the budgets' windows are read by (time.Now when
+	// nil): what is left, the marks, the rollovers.
+	Now func() time.Time
 	// Exhausted tells the operator that scope's budget is spent.
 	Exhausted func(scope, reason string)
 	// Resume lifts agent's pause as actor, with why in its event, as
@@ -89,9 +92,10 @@ type Agents interface {
 	Runner(name string) (*runner.Runner, error)
 }
 
-// Metrics are the gauges a Keeper sets (*metrics.Metrics).
+// Metrics are the gauges a Keeper sets (*metrics.Metrics). What is left
+// of each budget is not among them: the metrics read it at each scrape
+// (LeftUSD), as a window can roll over with nothing to tell.
 type Metrics interface {
-	SetBudgetLeft(agent string, usd float64, ok bool)
 	SetPaused(agent string, paused bool)
 }
 
@@ -99,6 +103,9 @@ type Metrics interface {
 func New(o Options) *Keeper {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	return &Keeper{o: o, ledger: budget.New(), overrides: map[string]store.BudgetLimit{},
 		aborted: map[string]string{}, unpriced: map[string]bool{}}
@@ -116,7 +123,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	if running {
 		return nil
 	}
-	cfg, now := k.o.Config(), time.Now()
+	cfg, now := k.o.Config(), k.now()
 	if err := k.load(ctx, cfg, now); err != nil {
 		return err
 	}
@@ -129,6 +136,8 @@ func (k *Keeper) Start(ctx context.Context) error {
 	k.mu.Unlock()
 	return nil
 }
+
+func (k *Keeper) now() time.Time { return k.o.Now() }
 
 // limitOf is scope's limit under cfg: the file's, with a USD limit set at
 // runtime in its place.
@@ -274,7 +283,7 @@ func (k *Keeper) cost(backendName, model string, u backend.Usage) budget.Spend {
 // on the session's output goroutine: no waiting here).
 func (k *Keeper) Progress(rec runner.ProgressRecord) {
 	s := k.cost(rec.Backend, rec.Progress.Model, rec.Progress.Usage)
-	now := time.Now()
+	now := k.now()
 	k.mu.Lock()
 	cs := k.ledger.Live(rec.Agent, rec.SessionID, s, now)
 	st, spent := k.ledger.Exhausted(rec.Agent, now)
@@ -282,9 +291,7 @@ func (k *Keeper) Progress(rec runner.ProgressRecord) {
 	if abort {
 		k.aborted[rec.Agent] = rec.SessionID
 	}
-	left, ok := k.ledger.LeftUSD(rec.Agent, now)
 	k.mu.Unlock()
-	k.o.Metrics.SetBudgetLeft(rec.Agent, left, ok)
 	if len(cs) > 0 || abort {
 		go k.act(cs, st, spent)
 	}
@@ -296,12 +303,11 @@ func (k *Keeper) Progress(rec runner.ProgressRecord) {
 // another prompt.
 func (k *Keeper) OnSessionEnd(rec runner.SessionRecord) {
 	u := rec.Result.Usage
-	now := time.Now()
+	now := k.now()
 	k.mu.Lock()
 	cs := k.ledger.Commit(rec.Agent, rec.SessionID, budget.Spend{USD: u.CostUSD, Tokens: u.InputTokens + u.OutputTokens}, now)
 	st, spent := k.ledger.Exhausted(rec.Agent, now)
 	k.mu.Unlock()
-	k.UpdateMetrics(now, rec.Agent)
 	if len(cs) > 0 || spent {
 		k.act(cs, st, spent)
 	}
@@ -332,7 +338,7 @@ func (k *Keeper) act(cs []budget.Crossing, st budget.Status, spent bool) {
 	for _, name := range agents {
 		k.hold(name, st)
 	}
-	k.arm(time.Now())
+	k.arm(k.now())
 }
 
 // announce writes an event per mark reached.
@@ -342,7 +348,7 @@ func (k *Keeper) announce(cs []budget.Crossing) {
 		if c.Level == budget.Exhausted {
 			ev, what = store.EventBudgetExhausted, "budget_exhausted: "
 		}
-		e := store.EventRecord{At: time.Now(), Agent: c.Scope, Event: ev, Actor: actorSwarmd, Reason: what + spentText(c.Status)}
+		e := store.EventRecord{At: k.now(), Agent: c.Scope, Event: ev, Actor: actorSwarmd, Reason: what + spentText(c.Status)}
 		if r, err := k.o.Agents.Runner(c.Scope); err == nil {
 			e = stateEvent(r.Snapshot(), e.At, ev, actorSwarmd, e.Reason)
 		}
@@ -364,7 +370,7 @@ func (k *Keeper) hold(name string, st budget.Status) {
 	}
 	detail := exhaustedDetail(st, name)
 	if _, paused := r.Paused(); !paused {
-		at := time.Now()
+		at := k.now()
 		r.Pause(runner.Pause{Actor: actorSwarmd, Reason: reasonBudget, Since: at})
 		k.o.Metrics.SetPaused(name, true)
 		go func() {
@@ -400,7 +406,7 @@ func (k *Keeper) arm(now time.Time) {
 
 // release lifts the budget pauses of agents whose budgets allow again.
 func (k *Keeper) release(why string) {
-	now := time.Now()
+	now := k.now()
 	for _, name := range k.o.Agents.Names() {
 		r, err := k.o.Agents.Runner(name)
 		if err != nil {
@@ -420,14 +426,13 @@ func (k *Keeper) release(why string) {
 			k.o.Log.Warn("lift a budget pause", zap.String("agent", name), zap.Error(err))
 		}
 	}
-	k.UpdateMetrics(now)
 	k.arm(now)
 }
 
 // Holds says why a budget keeps an agent paused: swarmd resume refuses
 // while its budget is spent.
 func (k *Keeper) Holds(name string) (string, bool) {
-	now := time.Now()
+	now := k.now()
 	k.mu.Lock()
 	st, spent := k.ledger.Exhausted(name, now)
 	k.mu.Unlock()
@@ -446,7 +451,7 @@ func (k *Keeper) Holds(name string) (string, bool) {
 // spent.
 func (k *Keeper) Note(agent string) string {
 	k.mu.Lock()
-	st, ok := k.ledger.Tightest(agent, time.Now())
+	st, ok := k.ledger.Tightest(agent, k.now())
 	k.mu.Unlock()
 	if !ok || st.Level < budget.Warn80 {
 		return ""
@@ -469,24 +474,23 @@ func (k *Keeper) Note(agent string) string {
 		config.FormatDuration(st.WindowEnd.Sub(st.WindowStart)), st.WindowEnd.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
-// UpdateMetrics sets what is left of every agent's budget, or only of the
-// agents named when their spend is all that changed (without a swarm USD
-// limit, which every agent shares): a session's end updated every agent,
-// and a stop of 1000 agents made a million ledger reads.
-func (k *Keeper) UpdateMetrics(now time.Time, only ...string) {
-	names := only
+// LeftUSD is what each agent may still spend in its current window, the
+// least left of its own budget and the swarm's (negative when over), for
+// the agents of the registry that have a USD limit: the metrics read it at
+// each scrape, so that it is never the value of a window that has rolled
+// over since (a gauge set on spend was, until the agent's next session).
+func (k *Keeper) LeftUSD() map[string]float64 {
+	names := k.o.Agents.Names()
+	now := k.now()
+	out := make(map[string]float64, len(names))
 	k.mu.Lock()
-	shared := k.ledger.SharedUSD()
-	k.mu.Unlock()
-	if len(only) == 0 || shared {
-		names = k.o.Agents.Names()
-	}
+	defer k.mu.Unlock()
 	for _, name := range names {
-		k.mu.Lock()
-		left, ok := k.ledger.LeftUSD(name, now)
-		k.mu.Unlock()
-		k.o.Metrics.SetBudgetLeft(name, left, ok)
+		if left, ok := k.ledger.LeftUSD(name, now); ok {
+			out[name] = left
+		}
 	}
+	return out
 }
 
 // Statuses are `swarmd budget`'s rows: the agents in config order, then the
@@ -526,7 +530,7 @@ func (k *Keeper) Set(ctx context.Context, req control.BudgetSetRequest, actor st
 	if req.USD < 0 || math.IsNaN(req.USD) || math.IsInf(req.USD, 0) {
 		return fmt.Errorf("%w: budget set: %v is not an amount of US dollars, 0 or more", control.ErrConflict, req.USD)
 	}
-	now := time.Now()
+	now := k.now()
 	e := store.EventRecord{At: now, Agent: req.Scope, Event: store.EventBudgetSet, Actor: actor}
 	if r, err := k.o.Agents.Runner(req.Scope); err == nil {
 		e = stateEvent(r.Snapshot(), now, store.EventBudgetSet, actor, "")
@@ -574,11 +578,11 @@ func (k *Keeper) Reload(ctx context.Context, cfg *config.Config) {
 	if err := k.o.Journal.Flush(ctx); err != nil {
 		k.o.Log.Warn("config reload: budgets", zap.Error(err))
 	}
-	if err := k.load(ctx, cfg, time.Now()); err != nil {
+	if err := k.load(ctx, cfg, k.now()); err != nil {
 		k.o.Log.Warn("config reload: budgets", zap.Error(err))
 		return
 	}
-	k.reapply(nil, time.Now())
+	k.reapply(nil, k.now())
 }
 
 // Stop stops the rollover timer; safe before Start and more than once.

@@ -6,12 +6,15 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/budget"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/metrics"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 	"go.uber.org/goleak"
@@ -52,8 +55,7 @@ func (noAgents) Runner(name string) (*runner.Runner, error) {
 // noMetrics drops the gauges.
 type noMetrics struct{}
 
-func (noMetrics) SetBudgetLeft(string, float64, bool) {}
-func (noMetrics) SetPaused(string, bool)              {}
+func (noMetrics) SetPaused(string, bool) {}
 
 // keeper is a Keeper of cfg's budgets on a real swarm.db in a temporary
 // directory, with no runners.
@@ -183,5 +185,73 @@ func TestStartTellsOfABudgetFoundSpent(t *testing.T) {
 	start()
 	if len(got) != 2 || got[1].scope != budget.Swarm {
 		t.Fatalf("told %+v at the start that paused bob and carol for the swarm's budget, want it once", got)
+	}
+}
+
+// named is a registry of the agents named, with no runners.
+type named []string
+
+func (n named) Names() []string { return n }
+func (named) Runner(name string) (*runner.Runner, error) {
+	return nil, errors.New("no runner " + name)
+}
+
+// clock is a time the test moves.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestBudgetLeftAfterTheWindowRolledOver: swarmd_budget_remaining_usd is
+// what is left in the window of the scrape. A $0.30 session of a $1 a
+// minute budget leaves 0.7; once the next minute begins, with no session
+// since, the gauge says 1, as swarmd budget does (it said 0.7 until the
+// agent's next session: the gauge was set only when spend changed).
+func TestBudgetLeftAfterTheWindowRolledOver(t *testing.T) {
+	cfg := &config.Config{Agents: []config.Agent{{Name: "alice"}}}
+	cfg.Agents[0].Budget.USD, cfg.Agents[0].Budget.Window = 1, time.Minute
+	k := keeper(t, filepath.Join(t.TempDir(), "swarm.db"), cfg)
+	c := &clock{now: budget.WindowStart(time.Now(), time.Minute).Add(10 * time.Second)}
+	k.o.Now, k.o.Agents = c.Now, named{"alice"}
+	m := metrics.New(metrics.BuildInfo{})
+	m.BudgetLeft(k.LeftUSD)
+	if err := k.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	left := func() float64 {
+		t.Helper()
+		mfs, err := m.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "swarmd_budget_remaining_usd" && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no swarmd_budget_remaining_usd series for alice")
+		return 0
+	}
+	if got := left(); got != 1 {
+		t.Fatalf("before any session: %v left, want 1", got)
+	}
+	k.OnSessionEnd(runner.SessionRecord{Agent: "alice", SessionID: "alice-1-000000000001", Seq: 1,
+		Result: backend.Result{Usage: backend.Usage{CostUSD: 0.3}}})
+	if got := left(); math.Abs(got-0.7) > 1e-9 {
+		t.Fatalf("after a $0.30 session: %v left, want 0.7", got)
+	}
+	c.add(time.Minute)
+	if st := k.Statuses(cfg, c.Now()); st[0].Scope != "alice" || st[0].SpentUSD != 0 {
+		t.Fatalf("swarmd budget in the next window: %+v, want alice's row with nothing spent", st)
+	}
+	if got := left(); got != 1 {
+		t.Fatalf("in the next window: %v left, want the whole 1 as swarmd budget says", got)
 	}
 }
