@@ -310,7 +310,7 @@ func (d *Daemon) startAgent(ctx context.Context, name, actor string) error {
 	if err != nil {
 		return err
 	}
-	d.metrics.AddAgent(r.Snapshot())
+	d.adopt(cfg, a, r)
 	if err := d.reg.Register(d.run.ctx, r); err != nil {
 		if errors.Is(err, registry.ErrClosed) {
 			return fmt.Errorf("%w: the daemon is stopping", control.ErrConflict)

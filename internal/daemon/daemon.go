@@ -534,7 +534,7 @@ func (d *Daemon) runAgents(ctx context.Context) service.Service {
 				return err
 			})
 			if err == nil {
-				d.metrics.AddAgent(r.Snapshot())
+				d.adopt(cfg, a, r)
 				err = d.reg.Register(d.run.ctx, r)
 			}
 			if err != nil {
@@ -827,6 +827,15 @@ func (d *Daemon) rosterOf(cfg *config.Config) *roster {
 	return r
 }
 
+// adopt makes r, about to be registered, agent a's runner under cfg in
+// what observes it: its metrics start from its snapshot, and its provider
+// is the one its status and the provider metrics go by. A runner or
+// settings built for a reload that may yet be refused touch neither.
+func (d *Daemon) adopt(cfg *config.Config, a config.Agent, r *runner.Runner) {
+	d.metrics.AddAgent(r.Snapshot())
+	d.gates.providers.ForAgent(a.Name, providergate.AgentKey(cfg, a))
+}
+
 // settings are an agent's reloadable settings under cfg.
 func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend, a config.Agent) (runner.Settings, error) {
 	be, ok := backends[a.Backend]
@@ -881,7 +890,7 @@ func (d *Daemon) settings(cfg *config.Config, backends map[string]runner.Backend
 		MinSessionInterval: a.MinSessionInterval,
 		BackendName:        a.Backend,
 		Tools:              backend.ToolPolicy{Allow: a.Tools.Allow, Deny: a.Tools.Deny},
-		Gate:               admitGate{adm: d.gates.admission, provider: cfg.Backends[a.Backend].Type, next: d.gates.providers.ForAgent(a.Name, providergate.AgentKey(cfg, a))},
+		Gate:               admitGate{adm: d.gates.admission, provider: cfg.Backends[a.Backend].Type, next: d.gates.providers.ForKey(providergate.AgentKey(cfg, a))},
 	}, nil
 }
 

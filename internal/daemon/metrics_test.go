@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/providergate"
 )
 
 // metricValue reads one series of the daemon's registry: the gauge's or
@@ -106,3 +111,97 @@ func TestMetricsOfAnAgentRestoredStopped(t *testing.T) {
 		}
 	}
 }
+
+// providerSwarm is alice and, when withBob, bob on a claude backend whose
+// program sleeps until cancelled, each with the API key given: one
+// provider per key.
+func providerSwarm(t *testing.T, prog, aliceKey, bobKey string, withBob bool) string {
+	t.Helper()
+	body := fmt.Sprintf(`
+listen: ""
+defaults:
+  backend: cl
+  grace_period: 1s
+backends:
+  cl: {type: claude, command: %s}
+agents:
+  - {name: alice, role: works, env: {ANTHROPIC_API_KEY: %s}}
+`, prog, aliceKey)
+	if withBob {
+		body += fmt.Sprintf("  - {name: bob, role: works, env: {ANTHROPIC_API_KEY: %s}}\n", bobKey)
+	}
+	return body
+}
+
+// providerSeries are the provider names swarmd_provider_up has a series
+// for, sorted.
+func providerSeries(t *testing.T, d *Daemon) []string {
+	t.Helper()
+	mfs, err := d.metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "swarmd_provider_up" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "provider" {
+					out = append(out, l.GetValue())
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestProviderMetricsFollowTheAgents: swarmd_provider_up has a series for
+// each provider some agent uses: a reload that removes the only agent of a
+// provider, or gives an agent another API key, takes the provider's series
+// away (they stayed for as long as the daemon ran, and a provider last
+// seen down kept SwarmdProviderDown firing).
+func TestProviderMetricsFollowTheAgents(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "fake-claude")
+	writeFile(t, prog, "#!/bin/sh\nexec sleep 3600\n")
+	if err := os.Chmod(prog, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := repo(t, providerSwarm(t, prog, "sk-a", "sk-b", true))
+	d := start(t, cfgPath)
+	key := func(name string) string {
+		t.Helper()
+		cfg, _ := d.current()
+		a, ok := cfg.Agent(name)
+		if !ok {
+			t.Fatalf("no agent %s", name)
+		}
+		return providergate.AgentKey(cfg, a)
+	}
+	keyA, keyB := key("alice"), key("bob")
+	if want := sorted(keyA, keyB); !slices.Equal(providerSeries(t, d.Daemon), want) {
+		t.Fatalf("provider series %v, want %v", providerSeries(t, d.Daemon), want)
+	}
+
+	writeFile(t, cfgPath, providerSwarm(t, prog, "sk-a", "", false))
+	if err := d.Reload(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob dropped", func() bool { return !slices.Contains(d.reg.Names(), "bob") })
+	if got := providerSeries(t, d.Daemon); !slices.Equal(got, []string{keyA}) {
+		t.Fatalf("after bob's removal: provider series %v, want alice's alone %v", got, keyA)
+	}
+
+	writeFile(t, cfgPath, providerSwarm(t, prog, "sk-c", "", false))
+	if err := d.Reload(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	keyC := key("alice")
+	if got := providerSeries(t, d.Daemon); keyC == keyA || !slices.Equal(got, []string{keyC}) {
+		t.Fatalf("after alice's new key: provider series %v, want %v alone (not the old %v)", got, keyC, keyA)
+	}
+}
+
+func sorted(s ...string) []string { slices.Sort(s); return s }

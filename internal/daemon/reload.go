@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swarmd/swarmd/internal/config"
+	"github.com/swarmd/swarmd/internal/providergate"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
@@ -75,11 +76,12 @@ func (d *Daemon) Reload(path string) error {
 			delete(running, a.Name)
 			if r, err := d.reg.Runner(a.Name); err == nil {
 				r.Update(settings[a.Name])
+				d.gates.providers.ForAgent(a.Name, providergate.AgentKey(cfg, a))
 				updated = append(updated, a.Name)
 			}
 		default:
 			r := fresh[a.Name]
-			d.metrics.AddAgent(r.Snapshot())
+			d.adopt(cfg, a, r)
 			if err := d.reg.Register(d.run.ctx, r); err != nil {
 				d.log.Error("start an agent a reload added", zap.String("agent", a.Name), zap.Error(err))
 				continue
@@ -171,6 +173,7 @@ func (d *Daemon) retire(name string, r *runner.Runner) {
 	if !ok {
 		if err := d.reg.Remove(name); err == nil {
 			d.metrics.RemoveAgent(name)
+			d.gates.providers.Remove(name)
 		}
 		d.warnAssigned(cfg, name)
 		if cfg.SharedStore() {
@@ -259,7 +262,7 @@ func (d *Daemon) startNew(a config.Agent) error {
 	if err != nil {
 		return err
 	}
-	d.metrics.AddAgent(r.Snapshot())
+	d.adopt(cfg, a, r)
 	return d.reg.Register(d.run.ctx, r)
 }
 

@@ -127,7 +127,10 @@ func New(cfg *config.Config, j Journal, log *zap.Logger) *Gates {
 }
 
 // ForAgent is the gate of agent's provider key (nil: none), made on first
-// use.
+// use, and makes it agent's provider: the one its status, its sessions'
+// streams and the metrics go by. Call it when the agent's runner takes
+// the gate (starts, or a reload's settings are applied); ForKey gets a
+// gate for a runner or settings that may yet be dropped.
 func (g *Gates) ForAgent(agent, key string) runner.Gate {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -135,22 +138,62 @@ func (g *Gates) ForAgent(agent, key string) runner.Gate {
 		delete(g.byAgent, agent)
 		return nil
 	}
+	pg := g.gate(key)
+	g.byAgent[agent] = pg
+	return pg
+}
+
+// ForKey is the gate of provider key (nil: none), made on first use,
+// without making it any agent's provider: a reload builds its settings
+// with it before it knows whether it will apply them.
+func (g *Gates) ForKey(key string) runner.Gate {
+	if key == "" {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gate(key)
+}
+
+// gate is key's gate, made on first use; g.mu held. A gate no agent uses
+// any more is kept, with its health: the provider is the same provider
+// if an agent takes its key again, and a runner may still hold it until
+// its new settings apply.
+func (g *Gates) gate(key string) *Gate {
 	pg := g.byKey[key]
 	if pg == nil {
 		pg = &Gate{g: g, key: key, h: provider.New(g.backoff), wake: make(chan struct{})}
 		g.byKey[key] = pg
 	}
-	g.byAgent[agent] = pg
 	return pg
 }
 
-// States are the providers' health for the metrics, by name.
+// Remove forgets agent (a reload removed it and its runner has stopped):
+// its provider, unless another agent uses it, is no longer reported.
+func (g *Gates) Remove(agent string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.byAgent, agent)
+	delete(g.last, agent)
+}
+
+// States are the providers' health for the metrics, by name: those some
+// agent uses now. A provider every agent has left (removed by a reload, or
+// given other credentials) would otherwise keep its last state in the
+// metrics for as long as the daemon runs, and a down one alert forever.
 func (g *Gates) States() []metrics.ProviderState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	out := make([]metrics.ProviderState, 0, len(g.byKey))
+	used := make(map[*Gate]bool, len(g.byKey))
+	for _, pg := range g.byAgent {
+		used[pg] = true
+	}
+	out := make([]metrics.ProviderState, 0, len(used))
 	for key, pg := range g.byKey {
+		if !used[pg] {
+			continue
+		}
 		st := metrics.ProviderState{Name: key, Up: pg.h.State() == provider.Healthy}
 		if u := pg.h.Until(); u.After(now) {
 			st.RetryAfter = u.Sub(now)
@@ -197,14 +240,19 @@ type Outage struct {
 	Agents     []string
 }
 
-// Overdue returns, once per outage, each provider that has taken no
-// session for at least after by now: the operator is told of it.
+// Overdue returns, once per outage, each provider that some agent uses
+// and that has taken no session for at least after by now: the operator
+// is told of it.
 func (g *Gates) Overdue(now time.Time, after time.Duration) []Outage {
 	g.mu.Lock()
 	var out []Outage
 	var gates []*Gate
+	used := make(map[*Gate]bool, len(g.byKey))
+	for _, pg := range g.byAgent {
+		used[pg] = true
+	}
 	for _, pg := range g.byKey {
-		if !pg.outSince.IsZero() && !pg.told && now.Sub(pg.outSince) >= after {
+		if used[pg] && !pg.outSince.IsZero() && !pg.told && now.Sub(pg.outSince) >= after {
 			pg.told = true
 			out = append(out, Outage{Key: pg.key, Cause: pg.cause, Since: pg.outSince})
 			gates = append(gates, pg)

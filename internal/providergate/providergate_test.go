@@ -100,6 +100,49 @@ func TestProviderMetrics(t *testing.T) {
 	}
 }
 
+// TestProviderMetricsOnlyForUsedProviders: a provider is reported while
+// some agent uses it. One left down by its last agent (removed, or given
+// another key) is no longer reported nor told of as an outage; a gate
+// got for settings a reload may yet refuse (ForKey) reports nothing and
+// moves no agent. An agent that takes the key again finds its health.
+func TestProviderMetricsOnlyForUsedProviders(t *testing.T) {
+	cfg := &config.Config{Providers: config.Providers{Backoff: time.Hour, MaxBackoff: time.Hour}}
+	g := testGates(t, cfg)
+	m := metrics.New(metrics.BuildInfo{})
+	m.Providers(g.States)
+	g.ForAgent("alice", "claude/a")
+	down := g.ForAgent("bob", "claude/b").(*Gate)
+	down.report(provider.Report{Outcome: provider.Failure, Cause: "500", Agent: "bob"})
+	if up, _ := scrapeOf(scrapeAll(t, m), "claude/b"); up != 0 {
+		t.Fatalf("bob's provider down: up %v", up)
+	}
+
+	g.Remove("bob")
+	if up, retry := scrapeOf(scrapeAll(t, m), "claude/b"); up != -1 || retry != -1 {
+		t.Errorf("bob removed: his provider still reported (up %v, retry_after %v)", up, retry)
+	}
+	if o := g.Overdue(time.Now().Add(time.Hour), time.Minute); len(o) != 0 {
+		t.Errorf("an outage of a provider no agent uses told: %+v", o)
+	}
+	if g.ForKey("claude/c") == nil {
+		t.Fatal("ForKey made no gate")
+	}
+	if up, _ := scrapeOf(scrapeAll(t, m), "claude/c"); up != -1 || g.Condition("alice") != "" {
+		t.Errorf("a gate for settings not applied is reported (up %v) or moved alice", up)
+	}
+	g.ForAgent("alice", "claude/c")
+	if up, _ := scrapeOf(scrapeAll(t, m), "claude/a"); up != -1 {
+		t.Errorf("alice's old provider still reported after she took another key (up %v)", up)
+	}
+	if up, _ := scrapeOf(scrapeAll(t, m), "claude/c"); up != 1 {
+		t.Errorf("alice's new provider: up %v, want 1", up)
+	}
+	g.ForAgent("carol", "claude/b")
+	if up, _ := scrapeOf(scrapeAll(t, m), "claude/b"); up != 0 || !strings.HasPrefix(g.Condition("carol"), "provider down") {
+		t.Errorf("carol took bob's key: up %v, condition %q; want it still down", up, g.Condition("carol"))
+	}
+}
+
 // scrapeAll gathers m's registry.
 func scrapeAll(t *testing.T, m *metrics.Metrics) []*dto.MetricFamily {
 	t.Helper()
