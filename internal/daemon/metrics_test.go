@@ -1,16 +1,19 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/providergate"
+	"github.com/swarmd/swarmd/internal/store"
 )
 
 // metricValue reads one series of the daemon's registry: the gauge's or
@@ -205,3 +208,46 @@ func TestProviderMetricsFollowTheAgents(t *testing.T) {
 }
 
 func sorted(s ...string) []string { slices.Sort(s); return s }
+
+// TestSessionsThatNeverStartedAreCounted: a session whose program cannot
+// be started (it does not exist) has its row, an error, in swarmd
+// sessions; swarmd_sessions_total counts each such session once, as an
+// error (it counted none).
+func TestSessionsThatNeverStartedAreCounted(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-agent-cli")
+	r := start(t, repo(t, fmt.Sprintf(`
+listen: ""
+defaults:
+  backend: worker
+  grace_period: 1s
+  min_session_interval: 0s
+  max_consecutive_errors: 2
+backends:
+  worker: {type: command, command: %s}
+agents:
+  - {name: alice, role: works}
+`, missing)))
+	waitFor(t, "alice stopped by her failed starts", func() bool {
+		rn, err := r.reg.Runner("alice")
+		return err == nil && rn.Snapshot().State.Kind == agent.Stopped
+	})
+	rows, err := r.db.Sessions(context.Background(), "alice", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := 0
+	for _, s := range rows {
+		if s.Outcome != store.OutcomeError || !strings.Contains(s.Reason, "never started") {
+			t.Errorf("session row %+v, want an error that never started", s)
+		}
+		errs++
+	}
+	if errs != 2 {
+		t.Fatalf("%d session rows, want the 2 failed starts", errs)
+	}
+	for outcome, want := range map[string]float64{"error": float64(errs), "success": 0} {
+		if got, ok := metricValue(t, r.Daemon, "swarmd_sessions_total", "agent", "alice", "outcome", outcome); !ok || got != want {
+			t.Errorf("swarmd_sessions_total{outcome=%q} = %v (%v), want %v as swarmd sessions lists", outcome, got, ok, want)
+		}
+	}
+}

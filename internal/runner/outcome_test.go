@@ -213,6 +213,9 @@ func TestBeginGivenUpAtAStopClosesItsRow(t *testing.T) {
 		if got := h.pr.settlements(); len(got) != 0 {
 			t.Errorf("settlements %+v, want none: nothing ran", got)
 		}
+		if got := h.sessions(); len(got) != 0 {
+			t.Errorf("observers told of sessions %+v, want none: no begin was confirmed", got)
+		}
 	})
 }
 
@@ -248,6 +251,17 @@ func TestFailedStartIsClosedWithItsClaims(t *testing.T) {
 		}
 		if got := h.pr.settlements(); len(got) != 0 {
 			t.Errorf("%d settlements of their own, want none: the rows are closed by the releases", len(got))
+		}
+		// Each row is a session that ended, as an error, for the observers
+		// (the metrics) too: once each, as the rows are.
+		ended := h.sessions()
+		if len(ended) != len(got) {
+			t.Fatalf("observers told of %d sessions, want the %d rows", len(ended), len(got))
+		}
+		for i, s := range ended {
+			if s.SessionID != got[i].SessionID || s.OutcomeLabel() != OutcomeError {
+				t.Errorf("observers told of %s as %s, want %s as %s", s.SessionID, s.OutcomeLabel(), got[i].SessionID, OutcomeError)
+			}
 		}
 	})
 }

@@ -206,10 +206,17 @@ func (r *Runner) startSession(spec backend.Spec) (backend.Session, error) {
 }
 
 // spawnFailed gives back what the session that did not start held and
-// feeds its error exit.
+// feeds its error exit. A session whose row its begin made (its process
+// then failed to start: a missing program, a fork that failed) ended as
+// an error, and the observers are told so, as of any session with a row:
+// swarmd sessions lists it, and the metrics count it.
 func (r *Runner) spawnFailed(err error) {
 	r.cur.uncontain()
+	ended, hasRow := r.work.unstarted, r.seq.used
 	r.release()
+	if ended != nil && hasRow && r.cfg.Observer != nil {
+		r.cfg.Observer.OnSessionEnd(*ended)
+	}
 	r.limits.giveBack(backend.Result{}, false)
 	if r.external() {
 		return
