@@ -31,7 +31,7 @@ func newAgentDescs() agentDescs {
 		seq: prometheus.NewDesc("swarmd_agent_session_seq",
 			"The agent's session sequence counter.", agentLabel, nil),
 		consecutiveErrors: prometheus.NewDesc("swarmd_agent_consecutive_errors",
-			"Sessions in a row that ended in error or timeout.", agentLabel, nil),
+			"Failed sessions since a session last started or succeeded: reset when a session starts, so it counts failed starts in a row (a session that starts and fails leaves it at 1).", agentLabel, nil),
 		idle: prometheus.NewDesc("swarmd_agent_idle",
 			"1 while the agent waits in BuildingPrompt with nothing to do (it said DONE; no mail, no task).", agentLabel, nil),
 		paused: prometheus.NewDesc("swarmd_agent_paused",

@@ -132,7 +132,7 @@ func New(build BuildInfo) *Metrics {
 		}, []string{"agent"}),
 		targetMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_merge_target_moves_total",
-			Help: "Moves of the merge target that the merge queue did not make, by kind (advanced, rewound, moved). Alert on any.",
+			Help: "Moves of the merge target that the merge queue did not make, by kind (advanced, rewound, moved; remote: the remote's target at a commit no merge queue made). Alert on any.",
 		}, []string{"kind"}),
 		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_quarantine_objects_total",
@@ -144,7 +144,7 @@ func New(build BuildInfo) *Metrics {
 		}),
 		merges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_merges_total",
-			Help: "Merge queue results: merged, conflict, gate_failed, timeout, corrupt (objects of the change replaced in the object store).",
+			Help: "Merge queue results: merged, conflict, gate_failed, timeout, corrupt (objects of the change replaced in the object store), carried (the change carries merges of the queue's that the target lacks), history (merged as its history stands, it would not be the change reviewed), stale (an entry dropped unmerged: not its task's frozen head, or the task not ready to merge).",
 		}, []string{"result"}),
 		runsAhead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_merge_runs_ahead_total",
@@ -517,8 +517,8 @@ func (m *Metrics) Quarantined(moved, refused int) {
 // MergeQueueDepth sets swarmd_merge_queue_depth: tasks queued or under test.
 func (m *Metrics) MergeQueueDepth(n int) { m.mergeDepth.Set(float64(max(n, 0))) }
 
-// MergeResult counts one merge queue result (merged or a rejection's kind)
-// in swarmd_merges_total.
+// MergeResult counts one merge queue result (merged, conflict, gate_failed,
+// timeout, corrupt, carried, history or stale) in swarmd_merges_total.
 func (m *Metrics) MergeResult(result string) { m.merges.WithLabelValues(result).Inc() }
 
 // RunAhead counts what came of one gate run ahead (passed, failed or

@@ -760,3 +760,31 @@ func TestQuarantined(t *testing.T) {
 	f.want(t, 5, "swarmd_quarantine_objects_total", "result", "moved")
 	f.want(t, 1, "swarmd_quarantine_objects_total", "result", "refused")
 }
+
+// TestMergeHelpNamesEveryLabelValue: the Help of the merge queue's
+// counters names every value their label takes (the operator reads the
+// scrape, not the code): each result of swarmd_merges_total, and each
+// kind of move the daemon counts in swarmd_merge_target_moves_total.
+func TestMergeHelpNamesEveryLabelValue(t *testing.T) {
+	m := New(BuildInfo{})
+	m.TargetMoved("advanced")
+	f := scrape(t, server(t, m))
+	help := func(name string) string {
+		t.Helper()
+		mf := f[name]
+		if mf == nil {
+			t.Fatalf("no %s", name)
+		}
+		return mf.GetHelp()
+	}
+	for _, r := range mergeResults {
+		if h := help("swarmd_merges_total"); !strings.Contains(h, r) {
+			t.Errorf("swarmd_merges_total's help %q does not name result %s", h, r)
+		}
+	}
+	for _, k := range []string{"advanced", "rewound", "moved", "remote"} {
+		if h := help("swarmd_merge_target_moves_total"); !strings.Contains(h, k) {
+			t.Errorf("swarmd_merge_target_moves_total's help %q does not name kind %s", h, k)
+		}
+	}
+}
