@@ -119,11 +119,17 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	}
 	front, err := q.store.front(ctx, q.batch.want())
 	if err != nil || len(front) == 0 {
+		if err == nil {
+			q.reportDepth(0, true) // emptied by another process (the CLI), or never filled
+		}
 		if ok := err == nil && waiting != ""; ok {
 			err = q.store.setWaiting(ctx, "", 0) // nothing left to wait for
 		}
 		return OutcomeIdle, err
 	}
+	// What other daemons queued since the last step counts from now, not
+	// only once this batch is done.
+	q.setDepth(ctx, true)
 	es := make([]*Entry, len(front))
 	var resumed []*Entry
 	for i := range front {
@@ -142,7 +148,7 @@ func (q *Queue) Step(ctx context.Context) (Outcome, error) {
 	}
 	q.batch.match(es)
 	out, err := q.integrate(ctx, es, resumed, waiting)
-	q.setDepth(ctx)
+	q.setDepth(ctx, true)
 	if out == OutcomeMerged || out == OutcomeRejected || out == OutcomeSplit {
 		q.report(ctx)
 	}

@@ -208,6 +208,10 @@ type Queue struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	pending bool // a result's callback failed: look again at the next recheck
+
+	// depthMu orders the depth's reports with the loop's stop, so that a
+	// stopped loop's queue reports 0 last (reportDepth).
+	depthMu sync.Mutex
 }
 
 // Open checks the options and the repository: git new enough for
@@ -333,7 +337,7 @@ func (q *Queue) Enqueue(ctx context.Context, task int64, agent, branch, head str
 	}
 	q.log.Debug("merge queued", zap.Int64("task", task), zap.String("agent", agent), zap.String("branch", branch),
 		zap.String("head", head))
-	q.setDepth(ctx)
+	q.setDepth(ctx, false)
 	q.Wake()
 	return e, nil
 }
@@ -371,7 +375,7 @@ func (q *Queue) Retry(ctx context.Context, task int64) (Entry, error) {
 	}
 	e, err := q.store.Retry(ctx, task, "operator", check)
 	if err == nil {
-		q.setDepth(ctx)
+		q.setDepth(ctx, false)
 		q.Wake()
 	}
 	return e, err
@@ -425,13 +429,39 @@ func (q *Queue) Stop() {
 	}
 	cancel()
 	<-done
+	q.depthMu.Lock()
+	q.opts.Metrics.MergeQueueDepth(0) // no longer this queue's to report
+	q.depthMu.Unlock()
 }
 
-func (q *Queue) setDepth(ctx context.Context) {
+// setDepth reports the queue's depth, as the store has it, if this queue
+// reports it (reportDepth); stepping says Step reports it.
+func (q *Queue) setDepth(ctx context.Context, stepping bool) {
 	n, err := q.store.depth(context.WithoutCancel(ctx))
 	if err != nil {
 		q.log.Warn("merge queue depth", zap.Error(err))
 		return
+	}
+	q.reportDepth(n, stepping)
+}
+
+// reportDepth sets swarmd_merge_queue_depth to n if this queue runs the
+// queue: Step's caller does (the loop, or a test or tool stepping it);
+// otherwise only while the loop runs. On a shared store every daemon's
+// queue enqueues, but one loop runs the queue (the merge leader's): the
+// others' depth stayed where their last enqueue put it, and a sum over
+// the daemons counted every entry many times over. A loop that stops
+// reports 0 (Stop): the queue is another's to report now.
+func (q *Queue) reportDepth(n int, stepping bool) {
+	q.depthMu.Lock()
+	defer q.depthMu.Unlock()
+	if !stepping {
+		q.mu.Lock()
+		running := q.done != nil
+		q.mu.Unlock()
+		if !running {
+			return
+		}
 	}
 	q.opts.Metrics.MergeQueueDepth(n)
 }

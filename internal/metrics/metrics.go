@@ -140,7 +140,7 @@ func New(build BuildInfo) *Metrics {
 		}, []string{"result"}),
 		mergeDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swarmd_merge_queue_depth",
-			Help: "Tasks in the merge queue, the one under test included.",
+			Help: "Tasks in the merge queue, the one under test included, reported by the daemon that runs the queue (on a shared store the merge leader; 0 on the others).",
 		}),
 		merges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swarmd_merges_total",
