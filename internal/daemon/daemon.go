@@ -911,29 +911,47 @@ func (d *Daemon) ForceStop() {
 	}
 }
 
+// mailBaselineRetry is how soon mailStats asks again for the newest
+// message when the store did not answer at its start.
+const mailBaselineRetry = time.Second
+
 // mailStats feeds swarmd_mailbox_messages_total and swarmd_mailbox_pending
 // from swarm.db: mail is sent by other processes, so the daemon counts it
 // where it lands, each time the router saw a commit (d.mailChanged), at most
-// every minInterval, and on no timer while nothing happens. It is a service.
+// every minInterval, and on no timer while nothing happens. It counts from
+// the newest message at its start (the baseline); a store that does not
+// answer then has the baseline taken at its first answer, asked again every
+// mailBaselineRetry meanwhile: what was sent while it did not answer is
+// not counted, rather than every message ever sent counted at once. It is
+// a service.
 func (d *Daemon) mailStats(minInterval time.Duration) service.Service {
 	return service.Loop(func(stop context.Context) {
 		ctx := context.Background() // queries take microseconds; no cancellation goroutine per query
 		_, _, last, err := d.mail.NewSince(ctx, 0)
+		based := err == nil
 		if err != nil {
 			d.log.Warn("mail metrics", zap.Error(err))
 		}
 		d.updatePending(ctx)
 		for {
+			var retry <-chan time.Time
+			if !based {
+				retry = time.After(mailBaselineRetry)
+			}
 			select {
 			case <-stop.Done():
 				return
 			case <-d.mailChanged:
+			case <-retry:
 			}
 			normal, urgent, max, err := d.mail.NewSince(ctx, last)
 			if err == nil {
 				last = max
-				d.metrics.MailSent(false, normal)
-				d.metrics.MailSent(true, urgent)
+				if based {
+					d.metrics.MailSent(false, normal)
+					d.metrics.MailSent(true, urgent)
+				}
+				based = true
 				d.updatePending(ctx)
 			} else {
 				d.log.Warn("mail metrics", zap.Error(err))

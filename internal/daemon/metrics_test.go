@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +11,13 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/swarmd/swarmd/internal/agent"
+	"github.com/swarmd/swarmd/internal/mailbox"
 	"github.com/swarmd/swarmd/internal/providergate"
+	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -249,5 +254,65 @@ agents:
 		if got, ok := metricValue(t, r.Daemon, "swarmd_sessions_total", "agent", "alice", "outcome", outcome); !ok || got != want {
 			t.Errorf("swarmd_sessions_total{outcome=%q} = %v (%v), want %v as swarmd sessions lists", outcome, got, ok, want)
 		}
+	}
+}
+
+// TestMailCountedFromTheStartEvenWhenTheStoreFailedThen: the mail metrics
+// count from the newest message at their start; when the store does not
+// answer then, the first answer is that baseline (the messages sent before
+// are not counted, as if the store had answered), and only mail sent after
+// it counts. It counted every message ever sent at its first answer.
+func TestMailCountedFromTheStartEvenWhenTheStoreFailedThen(t *testing.T) {
+	core, logged := observer.New(zap.WarnLevel)
+	d, err := Open(context.Background(), mustLoad(t, repo(t, agentsYAML("alice"))), Options{Log: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	send := func(subject string) {
+		t.Helper()
+		if _, err := d.mail.Send(ctx, mailbox.Draft{From: "operator", To: "alice", Subject: subject, Body: "b"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []string{"one", "two", "three"} {
+		send(s) // before the daemon counts: not counted
+	}
+	rename := func(from, to string) {
+		t.Helper()
+		if err := d.db.Write(ctx, func(w *sql.DB) error {
+			_, err := w.ExecContext(ctx, "ALTER TABLE "+from+" RENAME TO "+to)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("messages", "messages_away") // the store does not answer the baseline's query
+	d.metrics.AddAgent(runner.Snapshot{Agent: "alice"})
+	stats := d.mailStats(0)
+	if err := stats.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Stop()
+	waitFor(t, "the baseline's query failed", func() bool { return logged.FilterMessage("mail metrics").Len() > 0 })
+	rename("messages_away", "messages")
+
+	pending := func() float64 { v, _ := metricValue(t, d, "swarmd_mailbox_pending", "agent", "alice"); return v }
+	waitFor(t, "the store answered", func() bool {
+		signal(d.mailChanged) // as the router does at a commit
+		return pending() == 3
+	})
+	send("four")
+	normal := func() float64 {
+		v, _ := metricValue(t, d, "swarmd_mailbox_messages_total", "urgency", "normal")
+		return v
+	}
+	waitFor(t, "the fourth message seen", func() bool {
+		signal(d.mailChanged)
+		return pending() == 4
+	})
+	if got := normal(); got != 1 {
+		t.Fatalf("swarmd_mailbox_messages_total{urgency=normal} = %v, want 1: the message sent since the start", got)
 	}
 }
