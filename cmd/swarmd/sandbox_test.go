@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,10 @@ try peer-worktree 'ls "$S/worktrees/victim"'
 try peer-process 'cat /proc/[0-9]*/cmdline | tr "\000" " " | grep -q victim-slee[p]er'
 try cgroup-escape 'for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs; do [ -e $f ] && echo $$ > $f && exit 0; done; exit 1'
 try host-tmp 'ls "$HOSTTMP"'
+# A server of the host's listening under /run (the operator's tmux, D-Bus,
+# Docker): a read-only mount would not stop a connect().
+try host-run-socket '[ -S "$RUNSOCK" ] || ls "$(dirname "$RUNSOCK")"'
+try dns-config 'grep -q . /etc/resolv.conf'
 try mail 'swarmd mail send --to victim --subject honest hello'
 try forged-mail 'SWARMD_TREE="$(printf "%s\037x\037victim-1-000000000000" "$S")" SWARM_AGENT_ID=victim swarmd mail send --to victim --subject forged hello'
 try stop-peer 'SWARMD_TREE="$(printf "%s\037x\037victim-1-000000000000" "$S")" swarmd stop victim --config "$CFG"'
@@ -67,13 +72,15 @@ exec sh -c 'sleep 60; : victim-sleeper'`
 // session): it commits and sends its own mail, and nothing else works: it
 // cannot move main, a peer's branch or a task line, read swarm.db or the
 // logs, see the other agent's worktree or processes, leave its cgroup, see
-// the host's /tmp, act as the other agent with any environment it forges,
-// or reach the operator's socket.
+// the host's /tmp or a server's socket under /run (it reads the DNS
+// config), act as the other agent with any environment it forges, or
+// reach the operator's socket.
 func TestSandboxHoldsAHostileSession(t *testing.T) {
 	requireBwrap(t)
 	repo := gitRepo(t)
 	report := t.TempDir()
 	hostTmp := t.TempDir()
+	runSock := hostRunSocket(t)
 	cfg := writeConfig(t, repo, "")
 	writeConfig(t, repo, fmt.Sprintf(`
 listen: ""
@@ -81,14 +88,14 @@ isolation: strict
 sandbox: {writable: [%q]}
 defaults:
   min_session_interval: 0s
-  env: {REPORT: %q, HOSTTMP: %q, CFG: %q}
+  env: {REPORT: %q, HOSTTMP: %q, CFG: %q, RUNSOCK: %q}
 backends:
   hostile: {type: command, command: sh, args: [-c, %q]}
   victim: {type: command, command: sh, args: [-c, %q]}
 agents:
   - {name: mallory, role: r, backend: hostile, env: {HOME: %q}}
   - {name: victim, role: r, backend: victim, env: {HOME: %q}}
-`, report, report, hostTmp, cfg, hostile, victim, t.TempDir(), t.TempDir()))
+`, report, report, hostTmp, cfg, runSock, hostile, victim, t.TempDir(), t.TempDir()))
 	if err := os.WriteFile(filepath.Join(repo, "README"), []byte("honest\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +139,8 @@ agents:
 		"victim-committed": "yes", "move-main": "no", "move-peer": "no", "new-peer-branch": "no", "new-line": "no", "rewrite-link": "no",
 		"repo-config": "no", "worktree-config": "no",
 		"read-db": "no", "read-log": "no", "peer-worktree": "no", "peer-process": "no",
-		"cgroup-escape": "no", "host-tmp": "no", "stop-peer": "no", "operator-socket": "no", "read-config": "no",
+		"cgroup-escape": "no", "host-tmp": "no", "host-run-socket": "no", "dns-config": "yes",
+		"stop-peer": "no", "operator-socket": "no", "read-config": "no",
 	}
 	got := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(results), "\n") {
@@ -187,6 +195,26 @@ agents:
 	if code := d.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+}
+
+// hostRunSocket is a Unix socket listening in a directory of its own under
+// /run, as a server of the host's would, for the test's length; "" (and
+// the try proves nothing) where the test cannot make one.
+func hostRunSocket(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", "swarmd-test-")
+	if err != nil {
+		t.Logf("NOT TRIED: a socket under /run: %v", err)
+		return ""
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return sock
 }
 
 // TestHookCommitsReachTheRepository: a hook runs in its agent's sandbox, so

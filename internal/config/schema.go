@@ -130,7 +130,7 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"sandbox", "What every session's sandbox sees beyond its worktree, its HOME, a private /tmp and the read-only rest (the state directory is never there).", d.section([]field{
 			{"bwrap", "The bubblewrap binary: a name looked up in PATH, or a path.", d.strTo(&cfg.Sandbox.Bwrap, true)},
 			{"writable", "Absolute paths of existing directories sessions and hooks may write (a shared build cache); a merge gate run gets an empty one of its own at each.", d.strListTo(&cfg.Sandbox.Writable, true)},
-			{"readable", "Absolute paths under /tmp sessions may read (the rest of /tmp is private to each session).", d.strListTo(&cfg.Sandbox.ReadOnly, true)},
+			{"readable", "Absolute paths under /tmp, /run or /var/tmp sessions may read (the rest of them is private to each session; a socket there can be connected to).", d.strListTo(&cfg.Sandbox.ReadOnly, true)},
 		}, nil)},
 		{"stall_after", "swarmd status shows a Running session as stalled after this long without output.", d.durTo(&cfg.StallAfter, false)},
 		{"git_email_domain", "Agents commit as \"AGENT (swarmd)\" <AGENT@this domain> unless their env sets GIT_AUTHOR_*/GIT_COMMITTER_*.",

@@ -318,11 +318,12 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 
 // baseSpec is what every sandbox of this daemon sees, run in dir for the
 // binary bin: the configured paths, the repository and what bin needs of
-// /tmp read-only, the hidden paths, no variable naming what is hidden.
+// the private roots read-only, the hidden paths, no variable naming what
+// is hidden.
 func baseSpec(cfg *config.Config, dir, bin string) sandbox.Spec {
 	spec := sandbox.Spec{
 		Writable: slices.Clone(cfg.Sandbox.Writable),
-		ReadOnly: slices.Concat([]string{cfg.Repo}, cfg.Sandbox.ReadOnly, tmpNeeds(bin)),
+		ReadOnly: slices.Concat([]string{cfg.Repo}, cfg.Sandbox.ReadOnly, privateNeeds(bin)),
 		Hidden:   hiddenPaths(cfg),
 		Dir:      dir,
 		// swarm.db is not there: a session's `swarmd mail` and `swarmd
@@ -408,19 +409,25 @@ func stateHomes(cfg *config.Config, agentName string) []string {
 	return out
 }
 
-// tmpNeeds is what of /tmp (private in a sandbox) the session's command
-// needs to run: the directory of its binary (the binary alone when it lies
-// in /tmp itself), swarmd's, and the PATH's directories there; an npm .bin
-// directory brings its node_modules. Never /tmp whole.
-func tmpNeeds(bin string) []string {
+// privateNeeds is what of /tmp, /run and /var/tmp (private in a sandbox:
+// sandbox.PrivateRoots) the session's command needs to run: the directory
+// of its binary (the binary alone when it lies in a private root itself),
+// swarmd's, and the PATH's directories there (NixOS's /run/current-system
+// and /run/wrappers); an npm .bin directory brings its node_modules. Never
+// a private root whole.
+func privateNeeds(bin string) []string {
+	inRoot := func(p string) bool {
+		root, ok := sandbox.PrivateRoot(p)
+		return ok && filepath.Dir(p) == root
+	}
 	paths := []string{filepath.Dir(bin), selfDir()}
 	if real, err := filepath.EvalSymlinks(bin); err == nil {
 		paths = append(paths, filepath.Dir(real))
-		if filepath.Dir(real) == "/tmp" {
+		if inRoot(real) {
 			paths = append(paths, real)
 		}
 	}
-	if filepath.Dir(bin) == "/tmp" {
+	if inRoot(bin) {
 		paths = append(paths, bin)
 	}
 	paths = append(paths, filepath.SplitList(os.Getenv("PATH"))...)
@@ -430,7 +437,7 @@ func tmpNeeds(bin string) []string {
 			continue
 		}
 		p = filepath.Clean(p)
-		if p == "/tmp" || !sandbox.UnderTmp(p) {
+		if root, ok := sandbox.PrivateRoot(p); !ok || p == root {
 			continue
 		}
 		if filepath.Base(p) == ".bin" {

@@ -13,10 +13,10 @@ import (
 	"github.com/swarmd/swarmd/internal/control"
 )
 
-// What a sandbox brings back of the private /tmp for a command: never /tmp
-// whole; a binary lying in /tmp itself alone; an npm .bin directory's
-// node_modules.
-func TestTmpNeeds(t *testing.T) {
+// What a sandbox brings back of the private /tmp and /run for a command:
+// never /tmp or /run whole; a binary lying in /tmp itself alone; an npm
+// .bin directory's node_modules; a PATH directory under /run (NixOS's).
+func TestPrivateNeeds(t *testing.T) {
 	t.Setenv("PATH", "/usr/bin:/bin")
 	f, err := os.CreateTemp("/tmp", "swarmd-tmpneeds-*.sh")
 	if err != nil {
@@ -24,18 +24,18 @@ func TestTmpNeeds(t *testing.T) {
 	}
 	f.Close()
 	defer os.Remove(f.Name())
-	got := tmpNeeds(f.Name())
+	got := privateNeeds(f.Name())
 	if slices.Contains(got, "/tmp") || !slices.Contains(got, f.Name()) {
 		t.Errorf("a binary in /tmp itself: %v, want the file and never /tmp", got)
 	}
 
-	dir := t.TempDir() // /tmp/TestTmpNeeds.../001
+	dir := t.TempDir() // /tmp/TestPrivateNeeds.../001
 	bin := filepath.Join(dir, "node_modules", ".bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+":/usr/bin")
-	got = tmpNeeds("/usr/bin/env")
+	got = privateNeeds("/usr/bin/env")
 	if !slices.Contains(got, filepath.Join(dir, "node_modules")) {
 		t.Errorf("PATH's npm .bin under /tmp: %v, want its node_modules", got)
 	}
@@ -43,6 +43,17 @@ func TestTmpNeeds(t *testing.T) {
 		if p == "/tmp" || p == "/usr/bin" {
 			t.Errorf("%s brought back: %v", p, got)
 		}
+	}
+
+	run, err := os.MkdirTemp("/run", "swarmd-test-") // as /run/current-system/sw/bin
+	if err != nil {
+		t.Skipf("cannot make a directory under /run (not root?): %v", err)
+	}
+	defer os.RemoveAll(run)
+	t.Setenv("PATH", "/run:"+run+":/usr/bin")
+	got = privateNeeds("/usr/bin/env")
+	if !slices.Contains(got, run) || slices.Contains(got, "/run") {
+		t.Errorf("PATH's directory under /run: %v, want it and never /run", got)
 	}
 }
 

@@ -1,8 +1,8 @@
 // Package sandbox runs a command in a bubblewrap (bwrap) sandbox: a mount
 // namespace in which the whole file system is read-only except the paths
-// it is given, some paths are not visible at all, /tmp is private, and the
-// processes live in a pid namespace of their own (they see only each
-// other). The network is the host's.
+// it is given, some paths are not visible at all, /tmp, /run and /var/tmp
+// are private, and the processes live in a pid namespace of their own
+// (they see only each other). The network is the host's.
 //
 // It is the kernel's and Debian's own parts (bwrap is what Claude Code's
 // Linux sandbox uses), not a home-made jail: this package only says which
@@ -29,6 +29,9 @@ var ErrUnavailable = errors.New("sandbox: bubblewrap unavailable")
 type Sandbox struct {
 	bwrap string // absolute path
 	root  bool   // running as root: drop every capability inside
+	// needs are files outside the private roots that may lead into one
+	// and that sessions need: what they lead to is bound back.
+	needs []string
 }
 
 // Probe finds bwrap (name, or "bwrap" in PATH when empty) and checks that it
@@ -44,7 +47,7 @@ func Probe(ctx context.Context, name string) (*Sandbox, error) {
 	if path, err = filepath.Abs(path); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	s := &Sandbox{bwrap: path, root: os.Geteuid() == 0}
+	s := &Sandbox{bwrap: path, root: os.Geteuid() == 0, needs: []string{"/etc/resolv.conf"}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	argv := s.Command(Spec{}, []string{"/bin/true"})
@@ -103,17 +106,31 @@ type mount struct {
 // writable directory stays read-only. At the same depth hiding wins over
 // read-only, which wins over writable.
 //
+// The private roots (PrivateRoots) are each an empty tmpfs of the
+// sandbox's own, laid first at their depth so that a path given at the
+// same one (sandbox.readable: [/run]) wins; what a session needs there
+// (the file /etc/resolv.conf leads to) is bound back read-only. A path
+// given under a link to a private root (/var/run, a link to /run) is
+// mounted where the link leads: bwrap cannot make a mount point through
+// a link on the read-only root.
+//
 // TMPDIR is the private /tmp inside: one the caller's environment names
 // elsewhere under /tmp is not there, and one outside it is read-only.
 func (s *Sandbox) Command(spec Spec, argv []string) []string {
+	h := readHost(s.needs)
 	var ms []mount
 	add := func(kind, src, dest string) {
 		if dest == "" {
 			return
 		}
-		ms = append(ms, mount{kind: kind, src: filepath.Clean(src), dest: filepath.Clean(dest)})
+		ms = append(ms, mount{kind: kind, src: filepath.Clean(src), dest: h.dest(filepath.Clean(dest))})
 	}
-	add("--tmpfs", "", "/tmp")
+	for _, root := range h.private {
+		add(kindPrivate, "", root)
+	}
+	for _, b := range h.keep {
+		add("--ro-bind", b.Src, b.Dest)
+	}
 	for _, p := range spec.Writable {
 		add("--bind", p, p)
 	}
@@ -142,7 +159,7 @@ func (s *Sandbox) Command(spec Spec, argv []string) []string {
 		}
 		seen[ms[i]] = true
 	}
-	rank := map[string]int{"--bind": 0, "--ro-bind": 1, "--tmpfs": 2}
+	rank := map[string]int{kindPrivate: -1, "--bind": 0, "--ro-bind": 1, "--tmpfs": 2}
 	slices.SortStableFunc(ms, func(a, b mount) int {
 		if d := depth(a.dest) - depth(b.dest); d != 0 {
 			return d
@@ -161,8 +178,8 @@ func (s *Sandbox) Command(spec Spec, argv []string) []string {
 		out = append(out, "--unshare-user")
 	}
 	for _, m := range ms {
-		if m.kind == "--tmpfs" {
-			out = append(out, m.kind, m.dest)
+		if m.kind == "--tmpfs" || m.kind == kindPrivate {
+			out = append(out, "--tmpfs", m.dest)
 			continue
 		}
 		out = append(out, m.kind, m.src, m.dest)
@@ -186,10 +203,140 @@ func depth(path string) int {
 	return strings.Count(path, "/")
 }
 
-// UnderTmp reports whether path is in /tmp, which a sandbox makes private:
+// kindPrivate is a private root's tmpfs in Command's mounts: a tmpfs
+// that a path given at the same depth is laid over.
+const kindPrivate = "private"
+
+// PrivateRoots are the directories a sandbox gets an empty tmpfs of its
+// own in place of: the host's /tmp, and where the host's servers keep
+// their Unix sockets and shared files. A read-only mount does not stop a
+// connect() on a socket: through one under /run a session drove the
+// operator's tmux server (commands run outside the sandbox, as the
+// operator), and D-Bus, systemd's private socket, screen, Docker,
+// containerd and PostgreSQL's peer-authenticated socket live there too.
+// /var/run is most often a link to /run; /dev/shm is private already
+// (bwrap's --dev makes a /dev of the sandbox's own).
+func PrivateRoots() []string { return []string{"/tmp", "/run", "/var/run", "/var/tmp"} }
+
+// PrivateRoot is the private root path lies in (itself included), if any:
 // a path there the sandbox needs must be bound back.
-func UnderTmp(path string) bool {
-	return path == "/tmp" || strings.HasPrefix(path, "/tmp/")
+func PrivateRoot(path string) (root string, ok bool) {
+	path = filepath.Clean(path)
+	for _, r := range PrivateRoots() {
+		if path == r || strings.HasPrefix(path, r+"/") {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+// host is what Command reads of the host for each sandbox (a few system
+// calls: the links may change while the daemon runs, and a bind whose
+// source has gone makes bwrap fail).
+type host struct {
+	// private are the private roots that are directories here (/tmp
+	// always); a root that is a link is private through its target.
+	private []string
+	// links are the private roots that are links into another (/var/run
+	// to /run), to where they lead.
+	links map[string]string
+	// keep are the files of the private roots a session needs, bound
+	// back read-only.
+	keep []Bind
+}
+
+func readHost(needs []string) host {
+	h := host{private: []string{"/tmp"}}
+	for _, root := range PrivateRoots()[1:] {
+		fi, err := os.Lstat(root)
+		switch {
+		case err != nil:
+		case fi.IsDir():
+			h.private = append(h.private, root)
+		case fi.Mode()&os.ModeSymlink != 0:
+			// A link elsewhere (/var/tmp to a disk of its own) is left
+			// as it is: hiding where it leads could hide what the
+			// sandbox is given there.
+			if to, err := filepath.EvalSymlinks(root); err == nil && h.isPrivate(to) {
+				if h.links == nil {
+					h.links = map[string]string{}
+				}
+				h.links[root] = to
+			}
+		}
+	}
+	for _, p := range needs {
+		h.keep = append(h.keep, h.needed(p)...)
+	}
+	return h
+}
+
+// dest is where in the sandbox a mount at path is made: under a private
+// root that is a link, where the link leads.
+func (h host) dest(path string) string {
+	for link, to := range h.links {
+		if path == link || strings.HasPrefix(path, link+"/") {
+			return to + strings.TrimPrefix(path, link)
+		}
+	}
+	return path
+}
+
+// isPrivate reports whether path lies in one of h's private roots (as
+// h.dest names it).
+func (h host) isPrivate(path string) bool {
+	for _, root := range h.private {
+		if path == root || strings.HasPrefix(path, root+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// needed binds back what the file at path (outside the private roots)
+// needs of them: DNS keeps working where /etc/resolv.conf is a link into
+// /run (systemd-resolved's stub-resolv.conf, NetworkManager's,
+// resolvconf's). The file it leads to is bound read-only at each link on
+// the way that lies in a private root, and at itself. A file, not its
+// directory: systemd-resolved keeps a socket beside it.
+func (h host) needed(path string) []Bind {
+	final, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil
+	}
+	if fi, err := os.Stat(final); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	var out []Bind
+	p := path
+	for range 40 { // the kernel's own bound on links followed
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			break
+		}
+		to, err := os.Readlink(p)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(filepath.Dir(p), to)
+		}
+		p = filepath.Clean(to)
+		// A link in a private root is gone in the sandbox: the file is
+		// bound at the very path named, its directories made in the
+		// tmpfs. A path outside them that leads into one through a
+		// directory's link on the read-only root is bound where it leads.
+		dest := h.dest(p)
+		if !h.isPrivate(dest) {
+			if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+				dest = filepath.Join(dir, filepath.Base(p))
+			}
+		}
+		if h.isPrivate(dest) {
+			out = append(out, Bind{Src: final, Dest: dest})
+		}
+	}
+	return out
 }
 
 func firstLine(s string) string {
