@@ -69,7 +69,7 @@ agents:
 		"SWARM_DB_PATH=" + filepath.Join(stateDir, "swarm.db"), "SWARM_AGENTS=alice,bob"}
 
 	_, stderr, code := runCLI(t, append(asAlice, "SWARM_AGENT_ID=operator"), "", "mail", "send", "--to", "bob", "forged")
-	if code != 2 || !strings.Contains(stderr, "acts as its own agent") {
+	if code != 2 || !strings.Contains(stderr, "SWARM_AGENT_ID is operator, but this session is alice's") {
 		t.Errorf("send as operator from alice's session: exit %d %q", code, stderr)
 	}
 	_, stderr, code = runCLI(t, asAlice, "", "mail", "read", "1")

@@ -134,7 +134,7 @@ agents:
 		return m["agent"] == "mallory" && strings.Contains(fmt.Sprint(m["msg"]), "sandbox wrote were refused")
 	})
 	want := map[string]string{
-		"commit": "yes", "mail": "yes", "forged-mail": "yes", // sent, as mallory: checked below
+		"commit": "yes", "mail": "yes", "forged-mail": "no", // sent as mallory (checked below); the forged one refused, exit 2
 		"forge-main-object": "yes", "write-shared-objects": "no", // written to its quarantine: checked below
 		"victim-committed": "yes", "move-main": "no", "move-peer": "no", "new-peer-branch": "no", "new-line": "no", "rewrite-link": "no",
 		"repo-config": "no", "worktree-config": "no",
@@ -172,8 +172,8 @@ agents:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != 2 {
-		t.Fatalf("victim's mail: %d messages, want 2 (honest and forged)", len(msgs))
+	if len(msgs) != 1 {
+		t.Fatalf("victim's mail: %d messages, want 1 (the honest one; the forged one refused)", len(msgs))
 	}
 	notes, err := mb.Inbox(context.Background(), "operator", true)
 	if err != nil {

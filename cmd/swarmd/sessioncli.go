@@ -33,7 +33,9 @@ func forwardSessionCLI(ctx context.Context, args []string, s streams) (code int,
 	if _, ok := runner.AgentOfSession(c.TreeID); !ok {
 		return 0, false // a hook's tree, not a session's
 	}
-	req := control.SessionCLIRequest{Args: args}
+	// What SWARM_AGENT_ID says goes too: naming another agent is refused
+	// there, as it is where the command runs in the session itself.
+	req := control.SessionCLIRequest{Args: args, AgentID: s.getenv("SWARM_AGENT_ID")}
 	if readsStdin(args, s) {
 		// One byte past the limit, so that the client refuses an oversize
 		// input with its clear error instead of it being cut here.

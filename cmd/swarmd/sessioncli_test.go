@@ -267,3 +267,125 @@ func TestRunSessionCLIUsesTheDaemonsBoard(t *testing.T) {
 		t.Errorf("task %d after alice's claim and done: %s, reviewer %q; want DONE, waiting for rita's review", tk.ID, got.StateName, got.Reviewer)
 	}
 }
+
+// forgerScript is alice's one session: once OUT/go is there, mail and task
+// commands that name bob in SWARM_AGENT_ID, then honest ones; each one's
+// output and exit status in OUT/NAME, and OUT/done at the end. It stays
+// running so that nothing it holds is released before the test looks.
+const forgerScript = `cat >/dev/null
+while [ ! -e OUT/go ]; do sleep 0.05; done
+try() { n=$1; shift; "$@" > OUT/$n 2>&1; echo "exit $?" >> OUT/$n; }
+try claim env SWARM_AGENT_ID=bob swarmd task claim
+try send env SWARM_AGENT_ID=bob swarmd mail send --to bob --subject forged hello
+try inbox env SWARM_AGENT_ID=bob swarmd mail inbox
+try report env SWARM_AGENT_ID=bob swarmd task done
+try honest env SWARM_AGENT_ID=alice swarmd mail send --to bob --subject honest hello
+echo done > OUT/done
+exec sleep 3600
+`
+
+// TestAForgedAgentIDIsRefused: where the daemon knows a session by the
+// kernel (its sandbox's socket; its cgroup, on a shared store whose
+// sessions' commands go through the daemon), a command whose
+// SWARM_AGENT_ID names another agent is refused with exit 2 and one line,
+// as it is where the session runs the command itself (isolation: off): it
+// acts neither as the agent it names (bob's task claimed, mail from bob)
+// nor, silently, as the session's (the free task claimed by alice).
+func TestAForgedAgentIDIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// config is the isolation, sandbox and store lines; it skips
+		// the case where this host lacks what it needs.
+		config func(t *testing.T, out string) string
+	}{
+		{"sandbox", func(t *testing.T, out string) string {
+			requireBwrap(t)
+			return fmt.Sprintf("isolation: strict\nsandbox: {writable: [%q]}\n", out)
+		}},
+		{"cgroup on a shared store", func(t *testing.T, out string) string {
+			srv := pgtest.Shared(t)
+			return fmt.Sprintf("isolation: auto\nsandbox: {bwrap: %q}\nstore: %q\n", filepath.Join(out, "no-bwrap"), srv.URL(srv.NewDB(t, "forged")))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			repo := gitRepo(t)
+			out := t.TempDir()
+			script := filepath.Join(out, "session.sh")
+			if err := os.WriteFile(script, []byte(strings.ReplaceAll(forgerScript, "OUT", out)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg := writeConfig(t, repo, fmt.Sprintf(`
+listen: ""
+%s
+defaults:
+  grace_period: 1s
+backends:
+  forger: {type: command, command: sh, args: [%q]}
+  waiter: {type: command, command: sh, args: [-c, "cat >/dev/null; exec sleep 3600"]}
+agents:
+  - {name: alice, role: x, backend: forger, env: {HOME: %q}}
+  - {name: bob, role: x, backend: waiter, env: {HOME: %q}}
+`, tc.config(t, out), script, t.TempDir(), t.TempDir()))
+			d := startDaemon(t, cfg)
+			d.waitLine("alice Running", transitionTo("alice", "Running"))
+			d.waitLine("bob Running", transitionTo("bob", "Running"))
+			st, _, _ := runCLI(t, nil, "", "status", "-c", cfg)
+			if tc.name != "sandbox" && !strings.Contains(st, "a cgroup per process tree") {
+				t.Skipf("no cgroups on this host:\n%s", st)
+			}
+			// Added while both sessions run: neither prompt claimed them.
+			mustCLI(t, nil, "task", "add", "bob's task", "--to", "bob", "-c", cfg)
+			mustCLI(t, nil, "task", "add", "anyone's task", "-c", cfg)
+			if err := os.WriteFile(filepath.Join(out, "go"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			waitFileLine(t, filepath.Join(out, "done"), "done", 60*time.Second, d)
+			read := func(name string) string {
+				b, err := os.ReadFile(filepath.Join(out, name))
+				if err != nil {
+					t.Fatalf("the session wrote no %s: %v", name, err)
+				}
+				return string(b)
+			}
+			for _, name := range []string{"claim", "send", "inbox", "report"} {
+				verb := map[string]string{"claim": "task", "send": "mail", "inbox": "mail", "report": "task"}[name]
+				want := "swarmd: " + verb + ": SWARM_AGENT_ID is bob, but this session is alice's\nexit 2\n"
+				if got := read(name); got != want {
+					t.Errorf("%s with SWARM_AGENT_ID=bob in alice's session: %q, want %q", name, got, want)
+				}
+			}
+			if got := read("honest"); !strings.HasSuffix(got, " to bob\nexit 0\n") {
+				t.Errorf("mail send naming alice, in alice's session: %q", got)
+			}
+
+			stdout, stderr, code := runCLI(t, []string{"SWARM_AGENT_ID=bob"}, "", "mail", "inbox", "--all", "--json", "-c", cfg)
+			var inbox []cli.MessageJSON
+			if code != 0 || json.Unmarshal([]byte(stdout), &inbox) != nil {
+				t.Fatalf("bob's inbox: exit %d %s %s", code, stdout, stderr)
+			}
+			if len(inbox) != 1 || inbox[0].From != "alice" || inbox[0].Subject != "honest" {
+				t.Errorf("bob's inbox %+v: want alice's honest mail alone", inbox)
+			}
+			stdout, stderr, code = runCLI(t, nil, "", "task", "list", "--json", "-c", cfg)
+			var tasks []taskboard.Task
+			if code != 0 || json.Unmarshal([]byte(stdout), &tasks) != nil {
+				t.Fatalf("task list: exit %d %s %s", code, stdout, stderr)
+			}
+			if len(tasks) != 2 {
+				t.Fatalf("tasks %+v", tasks)
+			}
+			for _, tk := range tasks {
+				if tk.Claimant != "" {
+					t.Errorf("task %q claimed by %s", tk.Title, tk.Claimant)
+				}
+			}
+			if !strings.Contains(d.log(), "a session's command named another agent in SWARM_AGENT_ID") {
+				t.Errorf("the daemon did not log the forgery:\n%s", d.log())
+			}
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			if code := d.wait(15 * time.Second); code != 0 {
+				t.Fatalf("daemon exit %d", code)
+			}
+		})
+	}
+}

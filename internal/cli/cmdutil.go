@@ -55,7 +55,7 @@ func whoCalls(getenv func(string) string, cmd string) (caller, error) {
 	if c, ok := proc.CallerFromEnv(getenv); ok {
 		if agent, ok := runner.AgentOfSession(c.TreeID); ok {
 			if claimed != "" && claimed != agent {
-				return caller{}, usagef("%s: SWARM_AGENT_ID=%s, but this runs in a session of agent %s: %s from a session acts as its own agent", cmd, claimed, agent, cmd)
+				return caller{}, usagef("%s: %s", cmd, daemon.ForeignAgentID(claimed, agent))
 			}
 			// The tree id is the session id (runner.newSessionID).
 			return caller{name: agent, session: c.TreeID, inSession: true}, nil

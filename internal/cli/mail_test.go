@@ -114,7 +114,7 @@ func TestMailReplyAndBroadcast(t *testing.T) {
 		return map[string]string{"SWARM_DB_PATH": s.path, proc.MarkerEnv: "swarmd\x1ftest\x1fbob-1-0123456789ab"}[k]
 	}
 	wantUsage(t, mailReadRun(ctx, &mailReadOptions{dbOptions: o, ID: "2"}),
-		"mail: SWARM_AGENT_ID=alice, but this runs in a session of agent bob: mail from a session acts as its own agent")
+		"mail: SWARM_AGENT_ID is alice, but this session is bob's")
 
 	o, out = s.as("alice", "")
 	if err := mailSendRun(ctx, &mailSendOptions{dbOptions: o, All: true, Body: "rebased main"}); err != nil {

@@ -17,6 +17,9 @@ import (
 type SessionCLIRequest struct {
 	Args  []string `json:"args"`            // after the binary's name: "mail", "send", ...
 	Stdin string   `json:"stdin,omitempty"` // what the command reads from standard input
+	// AgentID is the caller's SWARM_AGENT_ID: a claim the daemon checks
+	// against who the caller is, never one it acts on.
+	AgentID string `json:"agent_id,omitempty"`
 }
 
 // SessionCLIResult is what the command printed and its exit code.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/proc"
 	"github.com/swarmd/swarmd/internal/store"
@@ -47,6 +49,30 @@ func isSessionCommand(s string) bool { return s == "mail" || s == "task" }
 // HEAD, which git run there follows. `swarmd task done` freezes it.
 const TaskHeadEnv = "SWARMD_TASK_HEAD"
 
+// usageExit is the binary's exit code for a command refused as given
+// (docs/operations.md), which a session's command refused here ends with.
+const usageExit = 2
+
+// ForeignAgentID is the one line that refuses a session's command whose
+// SWARM_AGENT_ID names another agent than the session's, whether the
+// daemon runs it (SessionCLI) or the session itself. claimed is the
+// caller's to write (printableClaim).
+func ForeignAgentID(claimed, agentName string) string {
+	return fmt.Sprintf("SWARM_AGENT_ID is %s, but this session is %s's", printableClaim(claimed), agentName)
+}
+
+// printableClaim is a name a caller claims, as it may be shown: a name
+// that is not an agent's quoted, and cut (it can be as long as a request).
+func printableClaim(claimed string) string {
+	if agent.ValidName(claimed) {
+		return claimed
+	}
+	if len(claimed) > 64 {
+		claimed = claimed[:64] + "..."
+	}
+	return strconv.Quote(claimed)
+}
+
 // SessionCLI runs a session's mail or task command in the daemon's process,
 // with the daemon's store and the session's identity: the caller is known
 // by its peer pid and its tree's cgroup or marker (callerSession), never by
@@ -63,6 +89,13 @@ func (a controlAPI) SessionCLI(ctx context.Context, req control.SessionCLIReques
 			got = req.Args[0]
 		}
 		return control.SessionCLIResult{}, fmt.Errorf("%w: session-cli: runs only mail and task, not %q", control.ErrForbidden, got)
+	}
+	if req.AgentID != "" && req.AgentID != name {
+		// Refused, not ignored: the command must not act as the agent it
+		// names, nor, silently, as another than the one its caller meant.
+		d.log.Warn("a session's command named another agent in SWARM_AGENT_ID", zap.String("agent", name),
+			zap.String("session", c.TreeID), zap.String("claimed", printableClaim(req.AgentID)))
+		return control.SessionCLIResult{Stderr: fmt.Sprintf("swarmd: %s: %s\n", req.Args[0], ForeignAgentID(req.AgentID, name)), Code: usageExit}, nil
 	}
 	cfg, _ := d.current()
 	ag, ok := cfg.Agent(name)
