@@ -126,7 +126,9 @@ func Render(d Data) string {
 	if len(d.RecentCommits) > 0 {
 		b.WriteString("- Recent commits on your branch:\n")
 		for _, c := range d.RecentCommits {
-			b.WriteString("  - " + short(c.Hash) + " " + c.Subject + "\n")
+			// Flat: a subject is anyone's text, and a CR in it would start
+			// a line of the prompt (a heading, a task of its own).
+			b.WriteString("  - " + short(c.Hash) + " " + flat(c.Subject) + "\n")
 		}
 	}
 	if len(d.DirtyFiles) > 0 {
@@ -136,7 +138,7 @@ func Render(d Data) string {
 				fmt.Fprintf(&b, "  - … and %d more\n", len(d.DirtyFiles)-maxDirty)
 				break
 			}
-			b.WriteString("  - " + f + "\n")
+			b.WriteString("  - " + flat(f) + "\n")
 		}
 	} else {
 		b.WriteString("- Your worktree is clean.\n")
