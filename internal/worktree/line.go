@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -158,7 +159,14 @@ func (m *Manager) PruneLines(ctx context.Context, drop func(task int64) bool) ([
 func (m *Manager) noSubmodules(ctx context.Context, path, adminDir string) (opts, env []string, err error) {
 	var names []string
 	seen := map[string]bool{}
-	for _, src := range [][]string{{"--file", filepath.Join(path, ".gitmodules")}, {"--blob", ":.gitmodules"}, {"--blob", "HEAD:.gitmodules"}} {
+	srcs := [][]string{{"--blob", ":.gitmodules"}, {"--blob", "HEAD:.gitmodules"}}
+	// The worktree's file only when it is a regular one: git config
+	// --file would wait forever on a FIFO there, or follow a link out of
+	// the worktree, while git's own commands pass over such a file.
+	if fi, err := os.Lstat(filepath.Join(path, ".gitmodules")); err == nil && fi.Mode().IsRegular() {
+		srcs = append([][]string{{"--file", filepath.Join(path, ".gitmodules")}}, srcs...)
+	}
+	for _, src := range srcs {
 		args := append(append([]string{"config", "-z", "--name-only"}, src...), "--get-regexp", `^submodule\.`)
 		out, err := m.gitIn(ctx, path, adminDir, args...)
 		if gerr := (*GitError)(nil); errors.As(err, &gerr) && gerr.ExitCode == 1 {

@@ -328,3 +328,28 @@ func TestAnInspectionWaitsOnNoFIFO(t *testing.T) {
 		}
 	}
 }
+
+// A FIFO a session left as its worktree's .gitmodules held the next line's
+// start (git config --file read it, waiting for a writer), and with it the
+// agent's prompt and its admission slot, for good. Git's own commands pass
+// over a .gitmodules that is no regular file, and so does the line's start.
+func TestStartLineWaitsOnNoFIFO(t *testing.T) {
+	repo := newRepo(t)
+	m := openT(t, repo)
+	wt, err := m.Ensure(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wt.Path, "notes.txt"), "half done\n")
+	if err := syscall.Mkfifo(filepath.Join(wt.Path, ".gitmodules"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := m.StartLine(ctx, "alice", 2, "", "main"); err != nil {
+		t.Fatalf("start a line over a FIFO .gitmodules: %v", err)
+	}
+	if s := gitT(t, wt.Path, "stash", "show", "--include-untracked", "--name-only"); !strings.Contains(s, "notes.txt") {
+		t.Fatalf("the stash holds %q, want notes.txt", s)
+	}
+}
