@@ -33,6 +33,38 @@ type NewTask struct {
 	CreatedBy     string
 }
 
+// reviewAgentsTask gives a task an agent adds the adder's reviewer where
+// the work would otherwise be reviewed by no one: a reviewed agent's
+// request must not become unreviewed work by naming an agent nobody
+// reviews (its own reviewer, say, which does what a task asks), nor by
+// being left for one to claim. A task for the adder's own reviewer is
+// refused: nobody would review it, and that reviewer cannot review work
+// of its own.
+func (b *Board) reviewAgentsTask(n *NewTask) error {
+	by, ok := strings.CutPrefix(n.CreatedBy, "agent:")
+	if !ok || n.Reviewer != "" || b.opts.ReviewerOf == nil {
+		return nil
+	}
+	reviewer, max := b.opts.ReviewerOf(by)
+	if reviewer == "" || reviewer == by {
+		return nil // the adder's own work is not reviewed either
+	}
+	if n.Assignee != "" {
+		if r, _ := b.opts.ReviewerOf(n.Assignee); r != "" && r != n.Assignee {
+			return nil // its assignee's reviewer reviews it
+		}
+		if n.Assignee == reviewer {
+			return invalidf("%s reviews your work, and nobody reviews its own: a task you add for it would reach the target unreviewed "+
+				"(leave it for anyone, or ask the operator to add it)", reviewer)
+		}
+	}
+	n.Reviewer = reviewer
+	if n.MaxIterations == 0 {
+		n.MaxIterations = max
+	}
+	return nil
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
@@ -61,6 +93,9 @@ func (b *Board) Add(ctx context.Context, n NewTask) (Task, error) {
 	}
 	if n.MaxIterations < 0 {
 		return Task{}, invalidf("max iterations %d is negative", n.MaxIterations)
+	}
+	if err := b.reviewAgentsTask(&n); err != nil {
+		return Task{}, err
 	}
 	reviewState, maxIterations := reviewOf(n.Reviewer, n.MaxIterations)
 	n.MaxIterations = maxIterations

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/swarmd/swarmd/internal/review"
@@ -238,4 +239,61 @@ func TestTheLoopFailsWithItsTask(t *testing.T) {
 		}
 		wantLoop(t, tk.ID, review.Failed, review.ReasonAgentError)
 	})
+}
+
+// A reviewed worker got unreviewed code merged by adding a task for its
+// reviewer, which reviews no work of its own and did what the task asked
+// (cherry-pick the worker's commit). A task an agent adds now gets the
+// adder's reviewer wherever nobody else would review it, and one for the
+// adder's own reviewer is refused.
+func TestAnAgentsTaskIsReviewedWhoeverDoesIt(t *testing.T) {
+	ctx := context.Background()
+	reviewers := map[string]string{"mallory": "rev", "bob": "rita"} // rev, rita and lead: nobody reviews them
+	b, _ := openBoard(t, "", Options{AutoClose: true,
+		ReviewerOf: func(a string) (string, int) {
+			if r := reviewers[a]; r != "" {
+				return r, 2
+			}
+			return "", 0
+		},
+		ReviewOnly: func(a string) bool { return a == "rev" || a == "rita" }})
+
+	_, err := b.Add(ctx, NewTask{Title: "apply the hotfix", Assignee: "rev", CreatedBy: "agent:mallory"})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rev reviews your work") {
+		t.Errorf("mallory's task for her reviewer: %v; want refused", err)
+	}
+	for _, c := range []struct {
+		n                NewTask
+		reviewer         string
+		maxIterationsSet bool
+	}{
+		{NewTask{Title: "for lead", Assignee: "lead", CreatedBy: "agent:mallory"}, "rev", true},
+		{NewTask{Title: "for anyone", CreatedBy: "agent:mallory"}, "rev", true},
+		{NewTask{Title: "for bob", Assignee: "bob", CreatedBy: "agent:mallory"}, "", false}, // bob's reviewer reviews it at his claim
+		{NewTask{Title: "lead's", Assignee: "rev", CreatedBy: "agent:lead"}, "", false},     // nobody reviews lead's own work either
+		{NewTask{Title: "the operator's", Assignee: "rev"}, "", false},
+	} {
+		tk := add(t, b, c.n)
+		if tk.Reviewer != c.reviewer || (c.maxIterationsSet && tk.MaxIterations != 2) {
+			t.Errorf("%q: reviewer %q (max %d), want %q", c.n.Title, tk.Reviewer, tk.MaxIterations, c.reviewer)
+		}
+	}
+	// lead does mallory's task, and rev must pass it.
+	tasks, err := b.List(ctx, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forLead Task
+	for _, tk := range tasks {
+		if tk.Title == "for lead" {
+			forLead = tk
+		}
+	}
+	h := Holder{Agent: "lead", Session: "lead-1-a"}
+	if _, err := b.Claim(ctx, forLead.ID, "lead", h.Session); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Done(ctx, forLead.ID, h, "applied"); err != nil || got.State == task.Closed || got.Reviewer != "rev" {
+		t.Errorf("lead's DONE on mallory's task: %s for %q, %v; want it waiting for rev's verdict", got.State, got.Reviewer, err)
+	}
 }
