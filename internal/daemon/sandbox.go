@@ -90,7 +90,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 	}
 	sb := d.host.iso.sandbox
 	wrap := func(argv, files []string) []string {
-		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0])
+		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0], agentName)
 		spec.Writable = slices.Concat(spec.Writable, acc.Writable, stateHomes(cfg, agentName))
 		// The repository's own directory stays read-only even under a HOME
 		// that holds it: the merge target's ref, packed-refs, config and
@@ -205,7 +205,7 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 	}
 	return func(dir string, argv []string) []string {
 		cfg, _ := d.current()
-		spec := baseSpec(cfg, dir, argv[0])
+		spec := baseSpec(cfg, dir, argv[0], "")
 		spec.Writable = []string{dir}
 		if home, err := gateHome(cfg); err == nil {
 			// The gate's HOME (openMerge) is an empty directory of this
@@ -249,7 +249,7 @@ func (d *Daemon) postCheckoutSandbox() func(agent, dir string, argv []string) []
 	}
 	return func(agentName, dir string, argv []string) []string {
 		cfg, _ := d.current()
-		spec := baseSpec(cfg, dir, argv[0])
+		spec := baseSpec(cfg, dir, argv[0], agentName)
 		spec.Writable = append(append(spec.Writable, dir), stateHomes(cfg, agentName)...)
 		return sb.Command(spec, argv)
 	}
@@ -295,7 +295,7 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 	}
 	return func(agentName, dir string, argv []string) ([]string, func()) {
 		cfg, _ := d.current()
-		spec := baseSpec(cfg, dir, argv[0])
+		spec := baseSpec(cfg, dir, argv[0], agentName)
 		var ended func()
 		if acc, err := d.trees.Access(agentName); err == nil {
 			spec.Writable = append(spec.Writable, acc.Writable...)
@@ -320,11 +320,11 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 // binary bin: the configured paths, the repository and what bin needs of
 // the private roots read-only, the hidden paths, no variable naming what
 // is hidden.
-func baseSpec(cfg *config.Config, dir, bin string) sandbox.Spec {
+func baseSpec(cfg *config.Config, dir, bin, self string) sandbox.Spec {
 	spec := sandbox.Spec{
 		Writable: slices.Clone(cfg.Sandbox.Writable),
 		ReadOnly: slices.Concat([]string{cfg.Repo}, cfg.Sandbox.ReadOnly, privateNeeds(bin)),
-		Hidden:   hiddenPaths(cfg),
+		Hidden:   slices.Concat(hiddenPaths(cfg), othersHomes(cfg, self, dir, bin)),
 		Dir:      dir,
 		// swarm.db is not there: a session's `swarmd mail` and `swarmd
 		// task` go through its socket.
@@ -376,6 +376,41 @@ func hiddenPaths(cfg *config.Config) []string {
 		hidden = append(hidden, dir)
 	}
 	return hidden
+}
+
+// othersHomes are the HOMEs (and CODEX_HOME, CLAUDE_CONFIG_DIR) of the
+// agents other than self ("": every agent's, for the merge gate), hidden
+// from self's sandboxes: they hold those agents' logins and their CLIs'
+// transcripts, whole prompts with their mail. A directory is left
+// visible where hiding it would hide something the sandbox needs: self's
+// own, the repository, the configured paths, dir, the binary's directory
+// and PATH's (a CLI installed in the daemon's HOME, which the agents
+// without a HOME of their own share).
+func othersHomes(cfg *config.Config, self, dir, bin string) []string {
+	needs := slices.Concat([]string{cfg.Repo, dir, filepath.Dir(bin), selfDir()}, cfg.Sandbox.Writable, cfg.Sandbox.ReadOnly,
+		filepath.SplitList(os.Getenv("PATH")))
+	if real, err := filepath.EvalSymlinks(bin); err == nil {
+		needs = append(needs, filepath.Dir(real))
+	}
+	own := stateHomes(cfg, self)
+	needs = append(needs, own...)
+	var out []string
+	for _, a := range cfg.Agents {
+		if a.Name == self {
+			continue
+		}
+		for _, h := range stateHomes(cfg, a.Name) {
+			h = resolved(h)
+			if slices.Contains(out, h) || slices.ContainsFunc(own, func(o string) bool { return worktree.Within(resolved(o), h) || worktree.Within(h, resolved(o)) }) {
+				continue
+			}
+			if slices.ContainsFunc(needs, func(n string) bool { return n != "" && filepath.IsAbs(n) && worktree.Within(resolved(n), h) }) {
+				continue
+			}
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // sessionSocket is where the n-th agent socket lives on the host: under

@@ -5,12 +5,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
+	"github.com/swarmd/swarmd/internal/sandbox"
 )
 
 // What a sandbox brings back of the private /tmp and /run for a command:
@@ -115,5 +118,57 @@ func TestAgentSocketHasNoOperatorAuthority(t *testing.T) {
 	operator := control.NewClient(cfg.SocketPath())
 	if _, err := operator.SetBudget(ctx, control.BudgetSetRequest{Scope: "alice", USD: 5000}); err != nil {
 		t.Errorf("budget set by the operator: %v", err)
+	}
+}
+
+// A session read another agent's HOME: its login and its CLI's
+// transcripts, whole prompts with that agent's mail. Each agent's
+// sandboxes see no other agent's HOME, and the merge gate's see none;
+// a HOME holding what the sandbox needs (the repository) stays visible.
+func TestASandboxSeesNoOtherAgentsHome(t *testing.T) {
+	repo := t.TempDir()
+	state := filepath.Join(repo, ".swarm")
+	homes := map[string]string{}
+	for _, a := range []string{"alice", "bob"} {
+		homes[a] = filepath.Join(repo, ".homes", a)
+		if err := os.MkdirAll(homes[a], 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(homes[a], "secret"), []byte(a+"'s login\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	agent := func(name, home string) config.Agent {
+		return config.Agent{Name: name, AgentSettings: config.AgentSettings{Env: map[string]string{"HOME": home}}}
+	}
+	cfg := &config.Config{Repo: repo, StateDir: state, Agents: []config.Agent{agent("alice", homes["alice"]), agent("bob", homes["bob"]), agent("carol", repo)}}
+
+	if got := baseSpec(cfg, repo, "/bin/cat", "alice").Hidden; !slices.Contains(got, homes["bob"]) || slices.Contains(got, homes["alice"]) || slices.Contains(got, repo) {
+		t.Errorf("alice's sandbox hides %v: want bob's HOME, not hers, not the repository (carol's HOME)", got)
+	}
+	if got := baseSpec(cfg, repo, "/bin/cat", "").Hidden; !slices.Contains(got, homes["bob"]) || !slices.Contains(got, homes["alice"]) {
+		t.Errorf("the gate's sandbox hides %v: want every agent's HOME", got)
+	}
+
+	sb, err := sandbox.Probe(context.Background(), "")
+	if err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	read := func(self, file string) (string, error) {
+		argv := sb.Command(baseSpec(cfg, repo, "/bin/cat", self), []string{"/bin/cat", file})
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := read("alice", filepath.Join(homes["bob"], "secret")); err == nil || strings.Contains(out, "login") {
+		t.Errorf("alice's sandbox read bob's HOME: %q", out)
+	}
+	if out, err := read("alice", filepath.Join(homes["alice"], "secret")); err != nil || out != "alice's login\n" {
+		t.Errorf("alice's sandbox could not read her own HOME: %q, %v", out, err)
+	}
+	if out, err := read("", filepath.Join(homes["alice"], "secret")); err == nil || strings.Contains(out, "login") {
+		t.Errorf("the gate's sandbox read alice's HOME: %q", out)
 	}
 }
