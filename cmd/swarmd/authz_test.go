@@ -84,6 +84,26 @@ agents:
 	if code == 0 || !strings.Contains(stderr, "may not stop agent bob") {
 		t.Errorf("alice stopping bob: exit %d %q", code, stderr)
 	}
+	// The operator's pause of alice is not hers to lift; her own is.
+	if _, stderr, code := runCLI(t, nil, "", "pause", "alice", "-c", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	_, stderr, code = runCLI(t, asAlice, "", "resume", "alice", "-c", cfg)
+	if code != 1 || !strings.Contains(stderr, "agent alice was paused by operator: only the operator resumes it") {
+		t.Errorf("alice resuming the operator's pause of her: exit %d %q", code, stderr)
+	}
+	if st := statusOf(t, cfg, "alice"); !st.Paused {
+		t.Errorf("alice is no longer paused after her refused resume: %+v", st.AgentStatus)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "resume", "alice", "-c", cfg); code != 0 {
+		t.Fatal(stderr)
+	}
+	if _, stderr, code := runCLI(t, asAlice, "", "pause", "alice", "-c", cfg); code != 0 {
+		t.Fatalf("alice pausing herself: exit %d %q", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, asAlice, "", "resume", "alice", "-c", cfg); code != 0 {
+		t.Errorf("alice resuming her own pause: exit %d %q", code, stderr)
+	}
 
 	// With allow_control, alice may; the event names her.
 	writeConfig(t, repo, fmt.Sprintf(base, ", allow_control: true"))

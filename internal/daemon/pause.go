@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
@@ -33,6 +34,16 @@ func (a controlAPI) ResumeAgent(ctx context.Context, name string) (control.Resum
 	}
 	if msg, held := a.d.budget.Holds(name); held {
 		return control.ResumeResult{}, fmt.Errorf("%w: %s", control.ErrConflict, msg)
+	}
+	if strings.HasPrefix(actor, "agent:") {
+		// An agent lifts only an agent's pause: the operator's, and
+		// swarmd's own hold, are the operator's to lift (a session that
+		// resumed its own agent undid the operator's pause of it).
+		if r, err := a.d.reg.Runner(name); err == nil {
+			if p, paused := r.Paused(); paused && !strings.HasPrefix(p.Actor, "agent:") {
+				return control.ResumeResult{}, fmt.Errorf("%w: agent %s was paused by %s: only the operator resumes it", control.ErrForbidden, name, p.Actor)
+			}
+		}
 	}
 	return a.d.resumeAgent(ctx, name, actor)
 }
