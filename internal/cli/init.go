@@ -56,7 +56,7 @@ const workScript = `#!/bin/sh
 # reports the task done). Replace this with your own program.
 set -e
 prompt=$(cat)
-task=$(printf '%s\n' "$prompt" | sed -n 's/^\(Your task\|Continue your task\): #\([0-9]*\): \(.*\)$/\2 \3/p' | head -n 1)
+task=$(printf '%s\n' "$prompt" | sed -n 's/^\(Your task: \|Continue your task \)#\([0-9]*\): \(.*\)$/\2 \3/p' | head -n 1)
 if [ -z "$task" ]; then
   echo "nothing to do"
   echo DONE

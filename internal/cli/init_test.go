@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,5 +81,35 @@ func TestInitRefusesBadFlags(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("refused inits wrote %d entries in %s", len(entries), dir)
+	}
+}
+
+// The starter session works on the task its prompt gives, whether it is
+// a new one ("Your task: #N: ...") or one to continue ("Continue your task
+// #N: ..."), and is idle without one: it read only the first, and said
+// DONE on a continued task with nothing done.
+func TestInitsWorkScriptReadsTheTask(t *testing.T) {
+	for prompt, want := range map[string]string{
+		"## Tasks\n\nYour task: #3: the parser\n":           "- #3 the parser\n",
+		"## Tasks\n\nContinue your task #7: the lexer\n":    "- #7 the lexer\n",
+		"## Tasks\n\nNo task for you now; mail may wait.\n": "",
+	} {
+		dir := t.TempDir()
+		for _, args := range [][]string{{"init", "-q"}, {"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", "init"}} {
+			if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+				t.Fatalf("git %v: %v\n%s", args, err, out)
+			}
+		}
+		cmd := exec.Command("sh", "-c", workScript)
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(prompt)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.HasSuffix(string(out), "DONE\n") {
+			t.Fatalf("work.sh on %q: %v\n%s", prompt, err, out)
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, "WORKLOG.md"))
+		if string(got) != want {
+			t.Errorf("work.sh on %q wrote %q, want %q", prompt, got, want)
+		}
 	}
 }
