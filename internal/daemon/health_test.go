@@ -83,8 +83,8 @@ func TestReadinessReportsDiskFull(t *testing.T) {
 	if why := d.agentDiskFull(); !strings.Contains(why, "disk full: agent alice") || !strings.Contains(why, "no space left") {
 		t.Errorf("diskFull = %q", why)
 	}
-	if s := r.Snapshot(); s.State.Kind.String() != "CoolingDown" {
-		t.Errorf("state %v, want CoolingDown", s.State)
+	if s := r.Snapshot(); s.State.Kind.String() != "Spawning" || s.ConsecutiveErrors != 0 {
+		t.Errorf("state %v with %d errors, want Spawning (waiting on the disk) with none", s.State, s.ConsecutiveErrors)
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -13,7 +14,13 @@ import (
 // ("" once a write works again); Snapshot.DiskFull shows it, and the daemon's
 // readiness with it.
 func (r *Runner) setDiskFull(msg string) {
-	switch was := r.pacing.setDiskFull(msg); {
+	was := r.pacing.setDiskFull(msg)
+	if was != msg {
+		// Published now, not at the next transition: an agent waiting on
+		// a full disk makes none.
+		r.snaps.update(func(s *Snapshot) bool { s.DiskFull = msg; return true })
+	}
+	switch {
 	case msg != "" && was == "":
 		r.log.Error("disk full: the agent backs off until its writes work again", zap.String("error", msg))
 	case msg == "" && was != "":
@@ -22,17 +29,41 @@ func (r *Runner) setDiskFull(msg string) {
 }
 
 // promptNotStored handles a prompt file that could not be written (the
-// StorePrompt effect, in Spawning). A full disk is this agent's retryable
-// session error: it backs off and tries again, and the mail its prompt
-// claimed goes back. Anything else is fatal, as before.
+// StorePrompt effect, in Spawning). A full disk is the host's, not the
+// agent's: the agent waits in Spawning, counting no error (five in a row
+// stopped it for good, and cost its task a retry), with the mail and task
+// its prompt claimed kept for its session, and spawn writes the prompt
+// again every diskRetry until it is stored. Anything else is fatal.
 func (r *Runner) promptNotStored(err error) {
 	if !backend.IsDiskFull(err) {
 		r.apply(agent.EvFatalError(fmt.Sprintf("store prompt: %v", err)), "runner", "")
 		return
 	}
-	msg := "disk full: store prompt: " + err.Error()
-	r.setDiskFull(msg)
-	r.release()
-	r.work.why = Why{Kind: WhyAfterError, Detail: msg}
-	r.apply(agent.EvSessionExited(agent.ExitOutcome{Kind: agent.Error, Msg: msg}), "runner", msg)
+	r.setDiskFull("disk full: store prompt: " + err.Error())
+	r.work.unstored = true
+}
+
+// diskRetry is how often an agent waiting on a full disk tries its write
+// again.
+const diskRetry = time.Second
+
+// storeAgain writes the prompt a full disk refused, after diskRetry; it
+// reports whether the prompt is stored now. A stop cuts the wait short.
+func (r *Runner) storeAgain() bool {
+	if !sleep(r.stop.ctx, diskRetry) {
+		return false
+	}
+	err := r.storePrompt(r.work.text)
+	switch {
+	case err == nil:
+		r.work.unstored = false
+		r.setDiskFull("")
+		return true
+	case backend.IsDiskFull(err):
+		r.setDiskFull("disk full: store prompt: " + err.Error())
+	default:
+		r.work.unstored = false
+		r.apply(agent.EvFatalError(fmt.Sprintf("store prompt: %v", err)), "runner", "")
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
@@ -33,20 +34,24 @@ func (d *fullDisk) LogPath(agent string, seq uint32) string {
 	return d.Store.LogPath(agent, seq)
 }
 
-// A prompt that cannot be written for lack of space is this agent's
-// retryable error, not a FatalError: it backs off, its mail goes back, and
-// it runs again once there is room.
-func TestPromptOnFullDiskBacksOff(t *testing.T) {
+// A prompt that cannot be written for lack of space is waited out, not
+// this agent's error: a full disk of a few seconds counted one error a
+// try, and five stopped the agent for good. It waits in Spawning, its
+// mail kept for the session, and runs once there is room.
+func TestPromptOnFullDiskWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		disk := &fullDisk{Store: logs.New(t.TempDir(), 0, 0, nil)}
 		disk.prompts.Store(true)
 		h := newHarness(t, func(c *Config) { c.Logs = disk })
 		h.start()
-		s := h.waitState(agent.CoolingDown)
-		if !strings.Contains(s.Reason, "disk full") || !strings.Contains(s.DiskFull, "no space left on device") || s.ConsecutiveErrors != 1 {
-			t.Fatalf("snapshot %+v", s)
+		s := h.waitState(agent.Spawning)
+		time.Sleep(10 * diskRetry) // ten tries on a disk still full
+		synctest.Wait()
+		s = h.r.Snapshot()
+		if s.State.Kind != agent.Spawning || !strings.Contains(s.DiskFull, "no space left on device") || s.ConsecutiveErrors != 0 || s.TotalErrors != 0 {
+			t.Fatalf("after ten tries on a full disk: %+v", s)
 		}
-		if h.be.starts() != 0 || len(h.pr.released) != 1 {
+		if h.be.starts() != 0 || len(h.pr.released) != 0 {
 			t.Errorf("%d sessions started, %d prompts' mail returned", h.be.starts(), len(h.pr.released))
 		}
 		disk.prompts.Store(false)

@@ -86,6 +86,7 @@ type work struct {
 	newTask   bool   // task was claimed for the current prompt
 	started   int64  // task, which the current session's begin was to start
 	signalled bool   // the last session completed with a signal (the prompt may find it idle)
+	unstored  bool   // a full disk refused the prompt's file: spawn writes it again first
 	// unstarted is the end of a session that never started after its
 	// begin was tried, for its row, closed with its claims' return.
 	unstarted *SessionRecord

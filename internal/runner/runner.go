@@ -416,6 +416,7 @@ func (r *Runner) effect(eff agent.SideEffect) (after func()) {
 		if err := r.storePrompt(eff.Prompt); err != nil {
 			return func() { r.promptNotStored(err) }
 		}
+		r.work.unstored = false
 		r.setDiskFull("")
 	case agent.CancelSession:
 		if s := r.cur.get(); s != nil {

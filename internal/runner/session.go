@@ -137,6 +137,9 @@ func (r *Runner) logPath() string { return r.cfg.Logs.LogPath(r.cfg.Name, r.seq.
 // spawn starts the session whose prompt was stored, after the blocking
 // session_start hook; a start that fails is the session's error exit.
 func (r *Runner) spawn() {
+	if r.work.unstored && !r.storeAgain() {
+		return // the disk is still full, or the agent stops
+	}
 	r.aborts.clear()
 	r.pacing.lastSpawn = time.Now()
 	spec := r.spec()
