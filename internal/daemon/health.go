@@ -65,9 +65,21 @@ func (d *Daemon) checkHealth(ctx context.Context) string {
 	var st unix.Statfs_t
 	cfg, _ := d.current()
 	if err := unix.Statfs(cfg.StateDir, &st); err == nil {
-		if free := st.Bavail * uint64(st.Bsize); free < minFreeBytes {
-			return fmt.Sprintf("disk full: %d MiB free on the filesystem of %s (need %d MiB)", free>>20, cfg.StateDir, minFreeBytes>>20)
-		}
+		return spaceFault(st, cfg.StateDir)
+	}
+	return ""
+}
+
+// spaceFault is what the state dir's filesystem lacks, "" when nothing:
+// minFreeBytes free, or a twentieth of a smaller filesystem (one of 8 MiB
+// is not full with 6 free), and a free inode (a file is one each).
+func spaceFault(st unix.Statfs_t, dir string) string {
+	need := min(uint64(minFreeBytes), st.Blocks*uint64(st.Bsize)/20)
+	if free := st.Bavail * uint64(st.Bsize); free < need {
+		return fmt.Sprintf("disk full: %d KiB free on the filesystem of %s (need %d KiB)", free>>10, dir, need>>10)
+	}
+	if st.Files > 0 && st.Ffree == 0 {
+		return fmt.Sprintf("disk full: no free inode on the filesystem of %s (every file takes one)", dir)
 	}
 	return ""
 }

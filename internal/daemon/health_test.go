@@ -11,6 +11,8 @@ import (
 	"github.com/swarmd/swarmd/internal/registry"
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/view"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestHealth(t *testing.T) {
@@ -90,5 +92,29 @@ func TestReadinessReportsDiskFull(t *testing.T) {
 	defer scancel()
 	if err := reg.Shutdown(sctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A small state dir's filesystem is not full with most of it free (a
+// fixed 64 MiB called an 8 MiB one full at 29% used), and one with no
+// inode left is full whatever its free bytes.
+func TestSpaceFault(t *testing.T) {
+	const mib = 1 << 20
+	fs := func(size, free, files, ffree uint64) unix.Statfs_t {
+		return unix.Statfs_t{Bsize: 4096, Blocks: size / 4096, Bavail: free / 4096, Files: files, Ffree: ffree}
+	}
+	for _, c := range []struct {
+		st   unix.Statfs_t
+		want string
+	}{
+		{fs(8*mib, 6*mib, 100, 50), ""},
+		{fs(8*mib, 200<<10, 100, 50), "disk full: 200 KiB free"},
+		{fs(100<<30, 80*mib, 100, 50), ""},
+		{fs(100<<30, 60*mib, 100, 50), "disk full: 61440 KiB free"},
+		{fs(8*mib, 6*mib, 100, 0), "disk full: no free inode"},
+	} {
+		if got := spaceFault(c.st, "/s"); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%+v: %q, want %q", c.st, got, c.want)
+		}
 	}
 }
