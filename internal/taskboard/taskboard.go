@@ -301,14 +301,14 @@ func parseDeps(list string) ([]int64, error) {
 func (b *Board) write(ctx context.Context, op string, f func(tx *sql.Tx) error) error {
 	tx, err := b.db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("taskboard: %s: %w", op, err)
+		return b.db.WrapFor("taskboard", op, err) // a full disk, a read-only file: named with its path
 	}
 	defer tx.Rollback()
 	if err := f(tx.Tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("taskboard: %s: %w", op, err)
+		return b.db.WrapFor("taskboard", op, err)
 	}
 	return nil
 }
