@@ -287,6 +287,9 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 				continue
 			}
 		}
+		if !d.objectsIn(r.Worker) {
+			continue // queued at a later pass, once they are in the repository
+		}
 		branch := d.trees.Branch(r.Worker)
 		if r.Head != "" {
 			branch = d.trees.LineBranch(r.ID) // the task's own line, frozen at r.Head

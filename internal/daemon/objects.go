@@ -189,6 +189,19 @@ func (d *Daemon) refusedObjects(ctx context.Context, agent string, refused []str
 	}
 }
 
+// objectsIn moves what a failed release left in agent's quarantine and
+// reports whether nothing waits there any more. The merge feeder queues
+// no task of an agent whose objects wait (a full disk): the queue would
+// find its frozen head missing and reject the work as a conflict.
+func (d *Daemon) objectsIn(agent string) bool {
+	q := d.host.quarantine
+	if q == nil || !q.Unreleased(agent) {
+		return true
+	}
+	d.releaseObjects(agent)
+	return !q.Unreleased(agent)
+}
+
 // objectsFirst is the prompt builder's view of the worktrees: before it
 // reads an agent's branch, it moves what a failed release left in the
 // agent's quarantine, so that once the disk has room again the agent goes

@@ -98,6 +98,10 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	if !d.host.quarantine.Unreleased("alice") {
 		t.Fatal("a release that failed is not remembered")
 	}
+	// Nor does the merge feeder queue alice's task meanwhile.
+	if d.objectsIn("alice") || !d.objectsIn("bob") {
+		t.Error("objectsIn: alice's objects wait in her quarantine, bob has none waiting")
+	}
 	if err := os.Remove(blocker); err != nil { // room again
 		t.Fatal(err)
 	}
@@ -109,7 +113,7 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	if !found {
 		t.Error("the next prompt read the branch before the commit was in the repository")
 	}
-	if d.host.quarantine.Unreleased("alice") {
+	if d.host.quarantine.Unreleased("alice") || !d.objectsIn("alice") {
 		t.Error("the release that succeeded is still remembered as failed")
 	}
 }
