@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
@@ -41,6 +42,30 @@ func (r *Runner) promptNotStored(err error) {
 	}
 	r.setDiskFull("disk full: store prompt: " + err.Error())
 	r.work.unstored = true
+}
+
+// diskRefused waits diskRetry when a prompt's build failed for a full
+// disk, its error's or the worktree's filesystem's (git, starting a task's
+// line, says only that it could not write a file), and reports whether
+// it did: the build is tried again, not a FatalError that stopped the
+// agent for good.
+func (r *Runner) diskRefused(err error) bool {
+	if !backend.IsDiskFull(err) && !fsFull(r.tree.wt.Path) {
+		return false
+	}
+	r.setDiskFull("disk full: build the prompt: " + err.Error())
+	sleep(r.stop.ctx, diskRetry)
+	return true
+}
+
+// fsFull reports whether the filesystem of path has no block or no inode
+// left for an unprivileged writer.
+func fsFull(path string) bool {
+	var st unix.Statfs_t
+	if path == "" || unix.Statfs(path, &st) != nil {
+		return false
+	}
+	return st.Bavail == 0 || (st.Files > 0 && st.Ffree == 0)
 }
 
 // diskRetry is how often an agent waiting on a full disk tries its write

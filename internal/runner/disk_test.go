@@ -1,9 +1,11 @@
 package runner
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,4 +103,30 @@ func TestRealSessionLogCapped(t *testing.T) {
 	if rec := h.sessions()[0]; rec.Outcome.Kind != agent.Success || rec.Result.LogDropped == 0 {
 		t.Errorf("capped session: %v, %d bytes dropped", rec.Outcome, rec.Result.LogDropped)
 	}
+}
+
+// A prompt's build that fails for a full disk (the task's line could not
+// be checked out in the worktree) is tried again, counting no error: it
+// was a FatalError, and the agent stopped for good at once.
+func TestPromptBuildOnFullDiskWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.pr.mu.Lock()
+		h.pr.buildErr = fmt.Errorf("start the line of task 3: %w", syscall.ENOSPC)
+		h.pr.mu.Unlock()
+		h.start()
+		time.Sleep(10 * diskRetry)
+		synctest.Wait()
+		s := h.r.Snapshot()
+		if s.State.Kind != agent.BuildingPrompt || !strings.Contains(s.DiskFull, "no space left on device") || s.TotalErrors != 0 {
+			t.Fatalf("after ten builds on a full disk: %+v", s)
+		}
+		h.pr.mu.Lock()
+		h.pr.buildErr = nil
+		h.pr.mu.Unlock()
+		if s = h.waitState(agent.Running); s.DiskFull != "" {
+			t.Errorf("still disk full once a prompt was built: %q", s.DiskFull)
+		}
+		h.stop()
+	})
 }

@@ -186,6 +186,7 @@ type fakePrompter struct {
 	idle      bool     // with MayIdle, a prompt is Idle (nothing to do)
 	stopped   []string // "AGENT failed" or "AGENT not failed": how Stopped was told
 	block     bool
+	buildErr  error // what Build fails with while set
 	begun     []SessionBegin
 	hold      chan struct{} // if set, Settle waits for it (a busy store)
 	refusal   error         // what the store says while Settle waits for hold; nil: errStoreBusy
@@ -211,6 +212,9 @@ func (p *fakePrompter) Build(ctx context.Context, req PromptRequest) (Prompt, er
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reqs = append(p.reqs, req)
+	if p.buildErr != nil {
+		return Prompt{}, p.buildErr
+	}
 	if req.MayIdle && p.idle {
 		return Prompt{Idle: true}, nil
 	}

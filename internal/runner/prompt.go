@@ -152,13 +152,14 @@ func (r *Runner) buildPrompt() {
 	switch {
 	case stopping:
 	case err != nil:
-		if r.storeRefused(err) {
+		if r.storeRefused(err) || r.diskRefused(err) {
 			return // step builds it again
 		}
 		r.storeAnswered()
 		r.apply(agent.EvFatalError(fmt.Sprintf("build prompt: %v", err)), "runner", "")
 	case p.Idle:
 		r.storeAnswered()
+		r.setDiskFull("")
 		r.waitIdle()
 	default:
 		r.storeAnswered()
