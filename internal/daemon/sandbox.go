@@ -328,7 +328,7 @@ func baseSpec(cfg *config.Config, dir, bin, self string) sandbox.Spec {
 		Dir:      dir,
 		// swarm.db is not there: a session's `swarmd mail` and `swarmd
 		// task` go through its socket.
-		Unsetenv: []string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"},
+		Unsetenv: append([]string{"SWARM_DB_PATH", "CREDENTIALS_DIRECTORY"}, hostSocketVars(cfg, os.Getenv)...),
 	}
 	if fi, err := os.Stat(cfg.Path); err == nil && fi.Mode().IsRegular() {
 		// The daemon's config reads as empty: its web.token unlocks the
@@ -376,6 +376,35 @@ func hiddenPaths(cfg *config.Config) []string {
 		hidden = append(hidden, dir)
 	}
 	return hidden
+}
+
+// hostSocketVars are the variables of the environment that name the
+// host's sockets and runtime directory (the operator's ssh agent, D-Bus,
+// tmux, screen), which a sandbox does not see: a CLI would try them and
+// fail, or, for an abstract socket, reach the host's. One whose path the
+// config binds into the sandbox (sandbox.readable, sandbox.writable) is
+// kept: the operator gave it on purpose.
+func hostSocketVars(cfg *config.Config, getenv func(string) string) []string {
+	var out []string
+	for _, k := range []string{"SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "TMUX_PANE", "STY"} {
+		v := getenv(k)
+		if v == "" {
+			continue
+		}
+		path := v
+		if after, ok := strings.CutPrefix(v, "unix:path="); ok {
+			path, _, _ = strings.Cut(after, ",")
+		} else if k == "TMUX" {
+			path, _, _ = strings.Cut(v, ",")
+		}
+		given := slices.ContainsFunc(slices.Concat(cfg.Sandbox.ReadOnly, cfg.Sandbox.Writable), func(p string) bool {
+			return filepath.IsAbs(path) && worktree.Within(path, p)
+		})
+		if !given {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // othersHomes are the HOMEs (and CODEX_HOME, CLAUDE_CONFIG_DIR) of the

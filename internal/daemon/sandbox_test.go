@@ -172,3 +172,23 @@ func TestASandboxSeesNoOtherAgentsHome(t *testing.T) {
 		t.Errorf("the gate's sandbox read alice's HOME: %q", out)
 	}
 }
+
+// The variables naming the host's sockets go: a sandbox does not see
+// them (an abstract D-Bus address it would reach), but for one under a
+// path the config binds in.
+func TestHostSocketVars(t *testing.T) {
+	env := map[string]string{
+		"SSH_AUTH_SOCK":            "/tmp/ssh-XXXX/agent.1",
+		"XDG_RUNTIME_DIR":          "/run/user/0",
+		"DBUS_SESSION_BUS_ADDRESS": "unix:abstract=/tmp/dbus-x,guid=1",
+		"TMUX":                     "/srv/shared/tmux/default,123,0",
+		"HOME":                     "/root",
+	}
+	cfg := &config.Config{}
+	cfg.Sandbox.ReadOnly = []string{"/srv/shared"}
+	got := hostSocketVars(cfg, func(k string) string { return env[k] })
+	want := []string{"SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS"}
+	if !slices.Equal(got, want) {
+		t.Errorf("hostSocketVars = %v, want %v (TMUX is under sandbox.readable)", got, want)
+	}
+}
