@@ -62,11 +62,19 @@ func TestCrissCrossHeadRejected(t *testing.T) {
 			}
 
 			alice := e.worker("alice") // her line starts at main's merge
-			pick := gitT(t, e.repo, "merge-base", "main", gitT(t, e.repo, "commit-tree", "-p", t1, "-p", h1, "-m", "probe", "main^{tree}"))
-			gitT(t, alice, "reset", "-q", "--hard", pick)
-			writeFile(t, filepath.Join(alice, "DOCS"), "docs\n")
-			gitT(t, alice, "add", "DOCS")
-			w := gitT(t, alice, "commit-tree", "-p", t1, "-p", h1, "-m", "alice: docs", gitT(t, alice, "write-tree"))
+			// Which of the two bases git picks for the review diff depends
+			// on the commits' dates (a tie within a second): the commit is
+			// built on each until git picks the one it was built on.
+			var w string
+			for _, pick := range []string{t1, h1} {
+				gitT(t, alice, "reset", "-q", "--hard", pick)
+				writeFile(t, filepath.Join(alice, "DOCS"), "docs\n")
+				gitT(t, alice, "add", "DOCS")
+				w = gitT(t, alice, "commit-tree", "-p", t1, "-p", h1, "-m", "alice: docs", gitT(t, alice, "write-tree"))
+				if gitT(t, e.repo, "merge-base", "main", w) == pick {
+					break
+				}
+			}
 			gitT(t, alice, "reset", "-q", "--hard", w)
 			if got := diffNames(t, e.repo, "main..."+w); !slices.Equal(got, []string{"DOCS"}) {
 				t.Fatalf("the review diff names %q, want DOCS alone (the probe's history)", got)
