@@ -70,9 +70,44 @@ func (q *Queue) run(ctx context.Context, done chan struct{}) {
 		case out == OutcomeWaiting || q.hasPending():
 			after = q.opts.Recheck
 		}
-		if !q.sleep(ctx, after) {
+		if !q.rest(ctx, after) {
 			return
 		}
+	}
+}
+
+// rest waits before the next step: for a wake, or after when it is over
+// 0, but at least waitFloor then, whatever wakes the loop. A wait or a
+// failed step is not tried again at once: a step's own writes wake the
+// daemon's feeder, which may wake the queue, and a queue that could not
+// go (a full disk) was seen stepping 37 times a second, writing its wait
+// each time. It reports false when ctx ended.
+func (q *Queue) rest(ctx context.Context, after time.Duration) bool {
+	if after > 0 {
+		floor := min(waitFloor, after)
+		if !sleepFor(ctx, floor) {
+			return false
+		}
+		if after -= floor; after == 0 {
+			return true // waited the whole recheck
+		}
+	}
+	return q.sleep(ctx, after)
+}
+
+// waitFloor is the least time between two steps of a queue that waits or
+// whose step failed.
+const waitFloor = time.Second
+
+// sleepFor waits d, or until ctx ends (false).
+func sleepFor(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
