@@ -10,6 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
 	"github.com/swarmd/swarmd/internal/logs"
@@ -128,5 +131,33 @@ func TestPromptBuildOnFullDiskWaits(t *testing.T) {
 			t.Errorf("still disk full once a prompt was built: %q", s.DiskFull)
 		}
 		h.stop()
+	})
+}
+
+// A store away for a while is logged once as it goes and once as it
+// comes back, not at each try: minutes of it logged a line a second
+// for each agent.
+func TestAStoreWaitIsLoggedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		core, logged := observer.New(zap.DebugLevel)
+		h := newHarness(t, func(c *Config) { c.Logger = zap.New(core) })
+		h.pr.mu.Lock()
+		h.pr.buildErr = errStoreBusy
+		h.pr.mu.Unlock()
+		h.start()
+		time.Sleep(30 * time.Second) // tries at 0.1 s doubling to every few seconds
+		synctest.Wait()
+		h.pr.mu.Lock()
+		h.pr.buildErr = nil
+		h.pr.mu.Unlock()
+		h.waitState(agent.Running)
+		h.stop()
+		tries := logged.FilterMessage("build prompt: the store refused; building again")
+		if warned := tries.FilterLevelExact(zap.WarnLevel).Len(); warned != 1 || tries.Len() < 5 {
+			t.Errorf("%d tries logged, %d of them as warnings; want one warning and the rest at debug", tries.Len(), warned)
+		}
+		if back := logged.FilterMessage("build prompt: the store answers again").Len(); back != 1 {
+			t.Errorf("the store's return logged %d times, want once", back)
+		}
 	})
 }

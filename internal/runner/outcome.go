@@ -330,11 +330,18 @@ func (r *Runner) storeRefused(err error) bool {
 	if !r.cfg.Settler.Transient(err) {
 		return false
 	}
-	delay, since := r.storeBackoff.refused(time.Now())
+	now := time.Now()
+	delay, since := r.storeBackoff.refused(now)
 	if time.Since(since) >= storeWaitShown {
 		r.setStoreWait("waiting on the store: build the prompt: "+err.Error(), since)
 	}
-	r.log.Warn("build prompt: the store refused; building again", zap.Duration("in", delay), zap.Error(err))
+	// Once a wait, not once a try: a store away for minutes logged a line
+	// a second for each agent. Its status says it waits meanwhile.
+	logf := r.log.Debug
+	if since.Equal(now) {
+		logf = r.log.Warn
+	}
+	logf("build prompt: the store refused; building again", zap.Duration("in", delay), zap.Error(err))
 	sleep(r.stop.ctx, delay)
 	return true
 }
@@ -343,6 +350,7 @@ func (r *Runner) storeRefused(err error) bool {
 func (r *Runner) storeAnswered() {
 	if r.storeBackoff.answered() {
 		r.setStoreWait("", time.Time{})
+		r.log.Info("build prompt: the store answers again")
 	}
 }
 
