@@ -300,9 +300,11 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		return nil, err
 	}
 	d.serve.dash = newDashboards(d)
-	d.journal = d.db.NewJournal(store.JournalOptions{OnError: func(err error) {
-		log.Error("event log write", zap.Error(err))
-	}, OnCommit: d.serve.dash.notify})
+	jl := &journalFaults{log: log}
+	d.journal = d.db.NewJournal(store.JournalOptions{OnError: jl.failed, OnCommit: func() {
+		jl.committed()
+		d.serve.dash.notify()
+	}})
 	d.journal.Start()
 	// Both again from the start when the store cuts either short: the
 	// leases a try took are this daemon's own to take again, and recovery
@@ -1148,4 +1150,25 @@ func shutdownTimeout(cfg *config.Config) time.Duration {
 		g = max(g, a.GracePeriod)
 	}
 	return g + 30*time.Second
+}
+
+// journalFaults logs the event log's failed writes once a fault, not once
+// a retry (a full disk logged one a second), and the first commit after.
+type journalFaults struct {
+	log     *zap.Logger
+	failing atomic.Bool
+}
+
+func (j *journalFaults) failed(err error) {
+	if !j.failing.Swap(true) {
+		j.log.Error("event log write: the records are kept and written again", zap.Error(err))
+		return
+	}
+	j.log.Debug("event log write", zap.Error(err))
+}
+
+func (j *journalFaults) committed() {
+	if j.failing.Swap(false) {
+		j.log.Info("event log writes again")
+	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/swarmd/swarmd/internal/runner"
 	"github.com/swarmd/swarmd/internal/view"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,5 +119,24 @@ func TestSpaceFault(t *testing.T) {
 		if got := spaceFault(c.st, "/s"); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%+v: %q, want %q", c.st, got, c.want)
 		}
+	}
+}
+
+// The event log's failed writes are logged once a fault, not once a retry,
+// and its return once.
+func TestJournalFaultsLoggedOnce(t *testing.T) {
+	core, logged := observer.New(zap.DebugLevel)
+	j := &journalFaults{log: zap.New(core)}
+	for range 5 {
+		j.failed(errors.New("database or disk is full"))
+	}
+	j.committed()
+	j.committed()
+	j.failed(errors.New("database or disk is full"))
+	if got := logged.FilterLevelExact(zap.ErrorLevel).Len(); got != 2 {
+		t.Errorf("%d errors logged for two faults, want 2", got)
+	}
+	if got := logged.FilterMessage("event log writes again").Len(); got != 1 {
+		t.Errorf("the return logged %d times, want once", got)
 	}
 }
