@@ -46,6 +46,8 @@ type sessionSandboxes struct {
 	sockets map[string]agentSocket // by agent
 	running map[string]string      // agent -> the session in its sandbox now
 	made    int64                  // sockets made: the next one's name
+
+	homes homesMemo // every agent's state homes, for the sandboxes to hide
 }
 
 // agentSocket is an agent's socket: its path on the host, and the socket.
@@ -90,7 +92,7 @@ func (c *sessionSandboxes) Contain(agentName, sessionID string) (func(argv, file
 	}
 	sb := d.host.iso.sandbox
 	wrap := func(argv, files []string) []string {
-		spec := baseSpec(cfg, d.trees.Path(agentName), argv[0], agentName)
+		spec := c.baseSpec(cfg, d.trees.Path(agentName), argv[0], agentName)
 		spec.Writable = slices.Concat(spec.Writable, acc.Writable, stateHomes(cfg, agentName))
 		// The repository's own directory stays read-only even under a HOME
 		// that holds it: the merge target's ref, packed-refs, config and
@@ -205,7 +207,7 @@ func (d *Daemon) gateSandbox() func(dir string, argv []string) []string {
 	}
 	return func(dir string, argv []string) []string {
 		cfg, _ := d.current()
-		spec := baseSpec(cfg, dir, argv[0], "")
+		spec := d.host.sandboxes.baseSpec(cfg, dir, argv[0], "")
 		spec.Writable = []string{dir}
 		if home, err := gateHome(cfg); err == nil {
 			// The gate's HOME (openMerge) is an empty directory of this
@@ -249,7 +251,7 @@ func (d *Daemon) postCheckoutSandbox() func(agent, dir string, argv []string) []
 	}
 	return func(agentName, dir string, argv []string) []string {
 		cfg, _ := d.current()
-		spec := baseSpec(cfg, dir, argv[0], agentName)
+		spec := d.host.sandboxes.baseSpec(cfg, dir, argv[0], agentName)
 		spec.Writable = append(append(spec.Writable, dir), stateHomes(cfg, agentName)...)
 		return sb.Command(spec, argv)
 	}
@@ -295,7 +297,7 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 	}
 	return func(agentName, dir string, argv []string) ([]string, func()) {
 		cfg, _ := d.current()
-		spec := baseSpec(cfg, dir, argv[0], agentName)
+		spec := d.host.sandboxes.baseSpec(cfg, dir, argv[0], agentName)
 		var ended func()
 		if acc, err := d.trees.Access(agentName); err == nil {
 			spec.Writable = append(spec.Writable, acc.Writable...)
@@ -320,11 +322,11 @@ func (d *Daemon) hookSandbox() func(agent, dir string, argv []string) ([]string,
 // binary bin: the configured paths, the repository and what bin needs of
 // the private roots read-only, the hidden paths, no variable naming what
 // is hidden.
-func baseSpec(cfg *config.Config, dir, bin, self string) sandbox.Spec {
+func (c *sessionSandboxes) baseSpec(cfg *config.Config, dir, bin, self string) sandbox.Spec {
 	spec := sandbox.Spec{
 		Writable: slices.Clone(cfg.Sandbox.Writable),
 		ReadOnly: slices.Concat([]string{cfg.Repo}, cfg.Sandbox.ReadOnly, privateNeeds(bin)),
-		Hidden:   slices.Concat(hiddenPaths(cfg), othersHomes(cfg, self, dir, bin)),
+		Hidden:   slices.Concat(hiddenPaths(cfg), othersHomes(cfg, c.homes.of(cfg), self, dir, bin)),
 		Dir:      dir,
 		// swarm.db is not there: a session's `swarmd mail` and `swarmd
 		// task` go through its socket.
@@ -414,32 +416,59 @@ func hostSocketVars(cfg *config.Config, getenv func(string) string) []string {
 // visible where hiding it would hide something the sandbox needs: self's
 // own, the repository, the configured paths, dir, the binary's directory
 // and PATH's (a CLI installed in the daemon's HOME, which the agents
-// without a HOME of their own share).
-func othersHomes(cfg *config.Config, self, dir, bin string) []string {
+// without a HOME of their own share). homes is every agent's, resolved
+// (homesMemo).
+func othersHomes(cfg *config.Config, homes map[string][]string, self, dir, bin string) []string {
 	needs := slices.Concat([]string{cfg.Repo, dir, filepath.Dir(bin), selfDir()}, cfg.Sandbox.Writable, cfg.Sandbox.ReadOnly,
 		filepath.SplitList(os.Getenv("PATH")))
 	if real, err := filepath.EvalSymlinks(bin); err == nil {
 		needs = append(needs, filepath.Dir(real))
 	}
-	own := stateHomes(cfg, self)
+	needs = slices.DeleteFunc(needs, func(n string) bool { return n == "" || !filepath.IsAbs(n) })
+	for i, n := range needs {
+		needs[i] = filepath.Clean(resolved(n))
+	}
+	own := homes[self]
 	needs = append(needs, own...)
 	var out []string
 	for _, a := range cfg.Agents {
 		if a.Name == self {
 			continue
 		}
-		for _, h := range stateHomes(cfg, a.Name) {
-			h = resolved(h)
-			if slices.Contains(out, h) || slices.ContainsFunc(own, func(o string) bool { return worktree.Within(resolved(o), h) || worktree.Within(h, resolved(o)) }) {
-				continue
-			}
-			if slices.ContainsFunc(needs, func(n string) bool { return n != "" && filepath.IsAbs(n) && worktree.Within(resolved(n), h) }) {
+		for _, h := range homes[a.Name] {
+			if slices.Contains(out, h) || underAny(h, own) || slices.ContainsFunc(needs, func(n string) bool { return underAny(n, []string{h}) }) {
 				continue
 			}
 			out = append(out, h)
 		}
 	}
 	return out
+}
+
+// homesMemo keeps every agent's state homes (stateHomes), resolved, for
+// one config: each sandboxed session's start reads them all, and a stat
+// and a walk of links for each of hundreds of agents cost milliseconds
+// there. A reload is a new config, and reads them again.
+type homesMemo struct {
+	mu      sync.Mutex
+	cfg     *config.Config
+	byAgent map[string][]string
+}
+
+func (m *homesMemo) of(cfg *config.Config) map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cfg != cfg {
+		m.cfg, m.byAgent = cfg, make(map[string][]string, len(cfg.Agents))
+		for _, a := range cfg.Agents {
+			hs := stateHomes(cfg, a.Name)
+			for i, h := range hs {
+				hs[i] = filepath.Clean(resolved(h))
+			}
+			m.byAgent[a.Name] = hs
+		}
+	}
+	return m.byAgent
 }
 
 // sessionSocket is where the n-th agent socket lives on the host: under
