@@ -323,6 +323,7 @@ type starterData struct {
 	MaxConsecutiveErrors    int
 	MaxTotalErrors          int
 	KeepArchives            int
+	RotateSessions          int
 	MaxAge                  string
 	HookTimeout             string
 	MaxBody                 int
@@ -348,6 +349,7 @@ func starterConfig(agents []string, backend string, repo initRepo) []byte {
 		MaxConsecutiveErrors: config.DefaultMaxConsecutiveErrors,
 		MaxTotalErrors:       config.DefaultMaxTotalErrors,
 		KeepArchives:         config.DefaultKeepArchives,
+		RotateSessions:       config.DefaultRotateSessions,
 		MaxAge:               config.FormatDuration(config.DefaultMaxAge),
 		HookTimeout:          config.FormatDuration(config.DefaultHookTimeout),
 		MaxBody:              config.DefaultMaxBody,
@@ -419,9 +421,11 @@ defaults:
   # {{kv "min_session_interval" .MinSessionInterval}}# least time between two session starts (0: none)
 
 # Session logs of an agent are archived when it stops (after a stop of the
-# whole daemon, when it starts again).
+# whole daemon, when it starts again), and every rotate_sessions sessions
+# while it runs.
 logs:
   # {{kv "keep_archives" .KeepArchives}}# archives kept per agent
+  # {{kv "rotate_sessions" .RotateSessions}}# a running agent's ended sessions per archive (0: only at its stop)
   # {{kv "max_age" .MaxAge}}# older archives are deleted
   # {{kv "max_session_bytes" .MaxSessionBytes}}# 64 MiB; a session's output past it is dropped, and counted in its log
 

@@ -150,6 +150,7 @@ type Agent struct {
 // Logs configures session logs and their archives.
 type Logs struct {
 	KeepArchives    int // per agent
+	RotateSessions  int // a running agent's ended sessions per archive; 0: archived only at its stop
 	MaxAge          time.Duration
 	MaxSessionBytes int // output past it is dropped from a session's log (and counted there)
 }
@@ -246,6 +247,7 @@ const (
 	DefaultMaxTotalErrors       = int(agent.DefaultMaxTotalErrors)       // 20, the machine's
 	DefaultKeepArchives         = logs.DefaultKeepArchives               // 10, the log store's
 	DefaultMaxAge               = logs.DefaultMaxAge                     // 30 days, the log store's
+	DefaultRotateSessions       = logs.DefaultRotateSessions             // 100, the log store's
 	DefaultHookTimeout          = hooks.DefaultTimeout                   // 30s, the hook runner's
 	DefaultMaxBody              = mailbox.DefaultMaxBodyBytes            // 64 KiB, the mailbox's
 	DefaultStallAfter           = 5 * time.Minute
@@ -297,7 +299,7 @@ func defaultConfig() *Config {
 			MaxSilentSessions:    DefaultMaxSilentSessions,
 			Budget:               Budget{Window: DefaultBudgetWindow},
 		},
-		Logs:    Logs{KeepArchives: DefaultKeepArchives, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
+		Logs:    Logs{KeepArchives: DefaultKeepArchives, RotateSessions: DefaultRotateSessions, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
 		Hooks:   Hooks{Timeout: DefaultHookTimeout},
 		Mailbox: Mailbox{MaxBody: DefaultMaxBody},
 		Maintenance: Maintenance{GC: true, LooseObjects: DefaultGCLooseObjects, Packs: DefaultGCPacks,

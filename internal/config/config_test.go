@@ -64,7 +64,7 @@ func TestDefaults(t *testing.T) {
 		Listen:       "127.0.0.1:9464",
 		LeaseTimeout: 30 * time.Second,
 		Defaults:     defaults,
-		Logs:         Logs{KeepArchives: 10, MaxAge: 720 * time.Hour, MaxSessionBytes: 64 << 20},
+		Logs:         Logs{KeepArchives: 10, RotateSessions: 100, MaxAge: 720 * time.Hour, MaxSessionBytes: 64 << 20},
 		Hooks:        Hooks{Timeout: 30 * time.Second},
 		Mailbox:      Mailbox{MaxBody: 65536},
 		Maintenance:  Maintenance{GC: true, LooseObjects: 6700, Packs: 50, Every: 10 * time.Minute, Timeout: 30 * time.Minute},
@@ -129,7 +129,7 @@ func TestOverrides(t *testing.T) {
 		Listen:       "",
 		LeaseTimeout: 30 * time.Second,
 		Defaults:     defaults,
-		Logs:         Logs{KeepArchives: 4, MaxAge: 48 * time.Hour, MaxSessionBytes: 1 << 20},
+		Logs:         Logs{KeepArchives: 4, RotateSessions: 25, MaxAge: 48 * time.Hour, MaxSessionBytes: 1 << 20},
 		Hooks: Hooks{
 			AgentStart:   []string{"make setup"},
 			SessionStart: []string{"./check.sh", "echo start"},
@@ -367,7 +367,7 @@ func TestErrors(t *testing.T) {
 
 		{"unknown_top", 2, "repos", "unknown key (" + known + "repo, state_dir, base_ref, listen, store, lease_timeout, remote, defaults, logs, hooks, mailbox, maintenance, limits, isolation, sandbox, stall_after, git_email_domain, web, notify, merge, backends, agents, swarm_budget, prices, providers)"},
 		{"unknown_agent_key", 6, "agents[1].bakend", "unknown key (" + known + "name, role, backend, session_timeout, grace_period, max_consecutive_errors, max_total_errors, env, allow_control, min_session_interval, max_sessions, reviewer, max_iterations, max_silent_sessions, claims, max_turns, memory_max, signals, tools, budget)"},
-		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, max_age, max_session_bytes)"},
+		{"unknown_logs_key", 3, "logs.keep", "unknown key (" + known + "keep_archives, rotate_sessions, max_age, max_session_bytes)"},
 		{"unknown_backend_key", 3, "backends.claude.modle", "unknown key (" + known + "type, command, args, model, allowed_tools, cancel_signal, env, steps)"},
 		{"unknown_step_key", 6, "backends.fake.steps[1].printt", "unknown key (" + known + "print, print_every, sleep, exit, ignore_signals, setsid_child, no_result)"},
 
@@ -381,6 +381,7 @@ func TestErrors(t *testing.T) {
 		{"zero_consecutive", 4, "agents[0].max_consecutive_errors", "must be at least 1, got 0"},
 		{"not_integer", 2, "defaults.max_total_errors", `want an integer, got "many"`},
 		{"zero_keep_archives", 2, "logs.keep_archives", "must be at least 1, got 0"},
+		{"negative_rotate_sessions", 2, "logs.rotate_sessions", "must be at least 0, got -1"},
 		{"zero_max_body", 2, "mailbox.max_body", "must be at least 1, got 0"},
 		{"zero_max_session_bytes", 2, "logs.max_session_bytes", "must be at least 1, got 0"},
 		{"negative_min_session_interval", 2, "defaults.min_session_interval", "must not be negative, got -1s"},

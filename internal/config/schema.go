@@ -100,8 +100,10 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"lease_timeout", "With a shared store: how long a daemon's hold on its agents outlives its last heartbeat.", d.durTo(&cfg.LeaseTimeout, false)},
 		{"remote", `The git remote (a name of repo's remotes, or a URL) each agent's branch is pushed to after a session that made commits; "" for none.`, d.strTo(&cfg.Remote, false)},
 		{"defaults", "Settings every agent inherits; an agent may override each one.", d.section(d.settingsFields(&cfg.Defaults, false), &t.defaultsSet)},
-		{"logs", "Archives of session logs, made when an agent stops.", d.section([]field{
+		{"logs", "Archives of session logs, made when an agent stops and every rotate_sessions sessions while it runs.", d.section([]field{
 			{"keep_archives", "Archives kept per agent.", d.intTo(&cfg.Logs.KeepArchives, 1, maxInt)},
+			{"rotate_sessions", "A running agent's ended sessions are archived each time this many have ended; 0 archives them only when the agent stops.",
+				d.intTo(&cfg.Logs.RotateSessions, 0, maxInt)},
 			{"max_age", "Archives older than this are deleted.", d.durTo(&cfg.Logs.MaxAge, false)},
 			{"max_session_bytes", "Most output bytes written to one session's log; the rest is dropped, and one line in the log says how much.",
 				d.intTo(&cfg.Logs.MaxSessionBytes, 1, maxInt)},

@@ -149,6 +149,7 @@ type mergeWire struct {
 // runnerKit is what every runner is built with, besides its settings.
 type runnerKit struct {
 	logs     *logs.Store
+	rotation *logs.Rotation // a running agent's settled sessions archived every logs.rotate_sessions
 	hooks    *hooks.Runner
 	observer runner.Observer
 	// settles is where every agent's outcomes wait for the store together,
@@ -275,6 +276,7 @@ func Open(ctx context.Context, cfg *config.Config, opts Options) (_ *Daemon, err
 		return nil, setupError(err)
 	}
 	d.kit.logs = logs.New(cfg.StateDir, cfg.Logs.KeepArchives, cfg.Logs.MaxAge, log.Named("logs"))
+	d.kit.rotation = d.kit.logs.NewRotation(cfg.Logs.RotateSessions)
 	if err := d.kit.logs.Startup(time.Now()); err != nil {
 		log.Warn("clean up archives at startup", zap.Error(err))
 	}
@@ -498,6 +500,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.mailStats(200*time.Millisecond),
 		d.mergeFeeder(),
 		d.trimWhenSettled(settleQuiet, d.settled),
+		service.Loop(d.kit.rotation.Run),
 		d.maintenance(),
 	)
 	// The services' context is not ctx: they stop in order, at the end.

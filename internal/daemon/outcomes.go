@@ -19,6 +19,7 @@ func (d *Daemon) settlerFor(a config.Agent) *settle.Settler {
 		DB: d.db, Mail: d.mail, Tasks: d.tasks, Logger: d.log.Named("settle"), Group: &d.kit.settles,
 		Signals:  review.Signals{Done: a.Signals.Done, Pass: a.Signals.Pass, Fail: a.Signals.Fail},
 		Observe:  func(_ string, latency, waited time.Duration) { d.metrics.ObserveSettle(latency, waited) },
+		Settled:  d.kit.rotation.Settled,
 		GaveUp:   d.reviewGaveUp,
 		Orphaned: d.retriesUsedUp,
 	}

@@ -30,8 +30,9 @@ import (
 
 // Defaults for New's zero arguments; the same values as the config's logs keys.
 const (
-	DefaultKeepArchives = 10
-	DefaultMaxAge       = 720 * time.Hour
+	DefaultKeepArchives   = 10
+	DefaultMaxAge         = 720 * time.Hour
+	DefaultRotateSessions = 100 // a running agent's sessions per archive (Rotation)
 )
 
 const (

@@ -78,6 +78,10 @@ type Settler struct {
 	// the session's end it was recorded, and how long of that was spent
 	// waiting for the store (retries after a refusal). It must be quick.
 	Observe func(agent string, latency, waited time.Duration)
+	// Settled, if set, is told of every session whose outcome Settle
+	// committed: its log is no longer needed for restart recovery. It
+	// must be quick.
+	Settled func(agent string, seq uint32)
 	// GaveUp, if set, is told of a task that a settled review verdict left
 	// FAILED for good, once the outcome is committed (by Settle, or by
 	// Recover from the log): nobody works on it any more until a person
@@ -202,6 +206,9 @@ func (s *Settler) Settle(ctx context.Context, st runner.Settlement, wait func(er
 	}
 	if s.Observe != nil && rec.Session.Ended != nil {
 		s.Observe(rec.Session.Agent, s.now().Sub(*rec.Session.Ended), waited)
+	}
+	if s.Settled != nil {
+		s.Settled(rec.Session.Agent, rec.Session.Seq)
 	}
 	s.tellGaveUp(ctx, rec, &res, since, waited, wait)
 	return runner.SettleResult{Signalled: res.Signalled}, nil

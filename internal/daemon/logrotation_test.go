@@ -1,0 +1,67 @@
+package daemon
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/swarmd/swarmd/internal/logs"
+)
+
+// TestRunningAgentsLogsRotate: an agent that runs on and on has its ended
+// sessions archived every logs.rotate_sessions, not only at its stop; every
+// session still reads (swarmd logs), from its archive or its file, and the
+// live files stay few.
+func TestRunningAgentsLogsRotate(t *testing.T) {
+	r := start(t, repo(t, `
+listen: ""
+logs: {rotate_sessions: 2}
+defaults:
+  backend: quick
+  grace_period: 1s
+  min_session_interval: 10ms
+backends:
+  quick:
+    type: scripted
+    steps: [{print: [done]}]
+agents:
+  - {name: alice, role: works}
+`))
+	store := r.kit.logs
+	var refs []logs.SessionRef
+	waitFor(t, "six of alice's sessions archived", func() bool {
+		var err error
+		if refs, err = store.Sessions("alice"); err != nil {
+			t.Fatal(err)
+		}
+		archived := 0
+		for _, ref := range refs {
+			if !ref.Live {
+				archived++
+			}
+		}
+		return archived >= 6
+	})
+	if archives, _ := filepath.Glob(filepath.Join(store.ArchiveDir("alice"), "alice-*.tar.gz")); len(archives) < 3 {
+		t.Errorf("archives %v, want three or more of 2 sessions each", archives)
+	}
+	live := 0
+	for i, ref := range refs {
+		if ref.Seq != uint32(i+1) {
+			t.Fatalf("sessions read as %+v: session %d missing", refs, i+1)
+		}
+		if ref.Live {
+			live++
+		}
+	}
+	// Settled sessions wait for the next rotation: 2 at most, the session
+	// under way and the next one's prompt, and what a rotation under way
+	// has not yet taken.
+	if live > 6 {
+		t.Errorf("%d sessions live in logs/alice with rotate_sessions 2", live)
+	}
+	rc, _, err := store.Open("alice", 1)
+	if err != nil {
+		t.Fatalf("session 1 after its rotation: %v", err)
+	}
+	rc.Close()
+}
