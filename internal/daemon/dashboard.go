@@ -179,14 +179,17 @@ func (s viewSource) Events(ctx context.Context, after int64, limit int) ([]view.
 
 func (s viewSource) LastEventID(ctx context.Context) (int64, error) { return s.d.db.LastEventID(ctx) }
 
-func (s viewSource) Tasks(ctx context.Context) ([]view.Task, error) {
-	ts, err := s.d.tasks.List(ctx, taskboard.Filter{})
+func (s viewSource) Tasks(ctx context.Context) (view.TaskList, error) {
+	open, over, counts, err := s.d.tasks.Board(ctx, view.RecentFinished)
 	if err != nil {
-		return nil, err
+		return view.TaskList{}, err
 	}
-	out := make([]view.Task, len(ts))
-	for i, t := range ts {
-		out[i] = viewTask(t)
+	out := view.TaskList{Tasks: make([]view.Task, 0, len(open)+len(over)), Counts: make(map[string]int, len(counts))}
+	for _, t := range append(open, over...) {
+		out.Tasks = append(out.Tasks, viewTask(t))
+	}
+	for st, n := range counts {
+		out.Counts[st.String()] = n
 	}
 	return out, nil
 }

@@ -202,3 +202,46 @@ func BenchmarkReadyToMerge(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBoardHistory: the dashboards' read of the board (Board) against
+// reading every task (List, what they read before), on a board of 50 tasks
+// not over and a history of CLOSED ones. Board's cost should stay flat as
+// the history grows; List's grows with it.
+func BenchmarkBoardHistory(b *testing.B) {
+	for _, history := range []int{1_000, 20_000} {
+		ctx := context.Background()
+		db, err := store.Open(ctx, filepath.Join(b.TempDir(), "swarm.db"), store.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		// The history written straight: a board's own path to CLOSED is
+		// a claim, a report and a close a task, minutes for 20,000.
+		if _, err := db.SQL().ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+			INSERT INTO tasks (title, body, state, result, created_by, created_at, updated_at)
+			SELECT 'done ' || i, 'a body of a task, as long as a short one is', 'CLOSED', 'what was done', 'operator', '2026-01-01T00:00:00Z',
+				'2026-01-01T00:00:00Z' FROM n`, history); err != nil {
+			b.Fatal(err)
+		}
+		board := New(db, Options{})
+		for i := range 50 {
+			if _, err := board.Add(ctx, NewTask{Title: fmt.Sprint("open ", i)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("history=%d/board", history), func(b *testing.B) {
+			for b.Loop() {
+				if _, _, _, err := board.Board(ctx, 20); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("history=%d/list-all", history), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := board.List(ctx, Filter{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -196,6 +196,48 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 	return ts, nil
 }
 
+// notOver and over are the terms of the indexes tasks_not_over and
+// tasks_over, written as their migration writes them: a partial index
+// serves a query whose WHERE has its term as written.
+const (
+	notOver = `state NOT IN ('CLOSED', 'CANCELLED')`
+	over    = `state IN ('CLOSED', 'CANCELLED')`
+)
+
+// Board is the board as the dashboards show it: every task that is not
+// over (CLOSED or CANCELLED), by id, the recent most recently updated of
+// those that are, newest first, and every state's count. Its reads grow
+// with the tasks not over and the count of those over, not with the
+// history of either (the indexes tasks_not_over and tasks_over).
+func (b *Board) Board(ctx context.Context, recent int) (open, done []Task, counts map[task.State]int, err error) {
+	q, recent := b.db.ReadSQL(), max(recent, 0)
+	if open, err = queryTasks(ctx, q, `SELECT `+taskCols+` FROM tasks WHERE `+notOver+` ORDER BY id`); err != nil {
+		return nil, nil, nil, fmt.Errorf("taskboard: board: %w", err)
+	}
+	counts = make(map[task.State]int, task.NumStates)
+	for _, t := range open {
+		counts[t.State]++
+	}
+	for _, st := range []task.State{task.Closed, task.Cancelled} {
+		var n int
+		if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE `+over+` AND state = ?`, st.String()).Scan(&n); err != nil {
+			return nil, nil, nil, fmt.Errorf("taskboard: board: %w", err)
+		}
+		counts[st] = n
+		if n == 0 || recent <= 0 {
+			continue
+		}
+		ts, err := queryTasks(ctx, q, `SELECT `+taskCols+` FROM tasks WHERE `+over+` AND state = ?
+			ORDER BY updated_at DESC, id DESC LIMIT ?`, st.String(), recent)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("taskboard: board: %w", err)
+		}
+		done = append(done, ts...)
+	}
+	slices.SortStableFunc(done, func(a, b Task) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
+	return open, done[:min(len(done), recent)], counts, nil
+}
+
 // History is the task's event log, oldest first.
 func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
 	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, at, from_state, to_state, actor, reason, event, abort_reason,

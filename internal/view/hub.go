@@ -22,8 +22,9 @@ type Source interface {
 	Events(ctx context.Context, afterID int64, limit int) ([]Event, error)
 	// LastEventID is the newest event's id (0 when there is none).
 	LastEventID(ctx context.Context) (int64, error)
-	// Tasks lists the task board.
-	Tasks(ctx context.Context) ([]Task, error)
+	// Tasks reads the task board: every task not over and the few most
+	// recently over (TaskList), not every task ever made.
+	Tasks(ctx context.Context) (TaskList, error)
 	// Spend is each agent's spend by name.
 	Spend(ctx context.Context) (map[string]Spend, error)
 	// Merge is the merge queue (NotConfigured when there is none).
@@ -347,7 +348,7 @@ func (h *Hub) refreshTasks(now time.Time, force bool) {
 		return
 	}
 	h.stale.tasks, h.readAt.tasks = false, now
-	h.tasks = ts
+	h.tasks = ts.Tasks
 	board := buildBoard(ts)
 	if !equalBoards(board, h.board) {
 		h.board = board
@@ -522,7 +523,7 @@ func (h *Hub) snapshot() Snapshot {
 	}
 	sort.Slice(s.Agents, func(i, j int) bool { return s.Agents[i].Name < s.Agents[j].Name })
 	if s.Tasks.Counts == nil {
-		s.Tasks = buildBoard(nil)
+		s.Tasks = buildBoard(TaskList{})
 	}
 	if s.Merge.Items == nil {
 		s.Merge.Items = []MergeItem{}

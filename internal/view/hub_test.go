@@ -109,11 +109,11 @@ func (f *fakeSource) LastEventID(context.Context) (int64, error) {
 	return int64(len(f.events)), nil
 }
 
-func (f *fakeSource) Tasks(context.Context) ([]Task, error) {
+func (f *fakeSource) Tasks(context.Context) (TaskList, error) {
 	f.count("tasks")
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]Task(nil), f.tasks...), nil
+	return TaskList{Tasks: append([]Task(nil), f.tasks...)}, nil
 }
 
 func (f *fakeSource) setTasks(ts ...Task) {
@@ -597,7 +597,7 @@ func TestBuildBoardKeepsRecentFinished(t *testing.T) {
 		ts = append(ts, Task{ID: int64(i), State: "CLOSED", UpdatedAt: base.Add(time.Duration(i) * time.Minute)})
 	}
 	ts = append(ts, Task{ID: 51, State: "OPEN"}, Task{ID: 52, State: "CANCELLED", UpdatedAt: base})
-	b := buildBoard(ts)
+	b := buildBoard(TaskList{Tasks: ts})
 	if b.Counts["CLOSED"] != 50 || b.Counts["CANCELLED"] != 1 || b.Counts["OPEN"] != 1 {
 		t.Fatalf("counts %v", b.Counts)
 	}

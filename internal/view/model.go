@@ -103,6 +103,16 @@ type TaskBoard struct {
 	Omitted int `json:"omitted,omitempty"`
 }
 
+// TaskList is the board as a Source reads it.
+type TaskList struct {
+	// Tasks are every task that is not CLOSED or CANCELLED, and at least
+	// the RecentFinished most recently updated of those that are.
+	Tasks []Task
+	// Counts is every task by state, those left out of Tasks included;
+	// nil counts Tasks.
+	Counts map[string]int
+}
+
 // MaxBoardTasks bounds the cards a snapshot carries; Counts still counts all.
 const MaxBoardTasks = 500
 

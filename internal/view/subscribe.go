@@ -116,15 +116,17 @@ func (s *Subscription) Close() {
 
 // buildBoard sorts tasks into the board: every state counted, cards for
 // the tasks still in play and the most recently finished.
-func buildBoard(ts []Task) TaskBoard {
+func buildBoard(l TaskList) TaskBoard {
 	b := TaskBoard{States: make([]string, 0, task.NumStates), Counts: make(map[string]int, task.NumStates), Tasks: []Task{}}
 	for _, st := range task.AllStates {
 		b.States = append(b.States, st.String())
-		b.Counts[st.String()] = 0
+		b.Counts[st.String()] = l.Counts[st.String()]
 	}
 	var finished []Task
-	for _, t := range ts {
-		b.Counts[t.State]++
+	for _, t := range l.Tasks {
+		if l.Counts == nil {
+			b.Counts[t.State]++
+		}
 		if t.State == task.Closed.String() || t.State == task.Cancelled.String() {
 			finished = append(finished, t)
 			continue
@@ -134,7 +136,7 @@ func buildBoard(ts []Task) TaskBoard {
 	sort.SliceStable(finished, func(i, j int) bool { return finished[i].UpdatedAt.After(finished[j].UpdatedAt) })
 	keep := min(len(finished), RecentFinished)
 	b.Tasks = append(b.Tasks, finished[:keep]...)
-	b.Omitted = len(finished) - keep
+	b.Omitted = b.Counts[task.Closed.String()] + b.Counts[task.Cancelled.String()] - keep
 	if len(b.Tasks) > MaxBoardTasks {
 		b.Omitted += len(b.Tasks) - MaxBoardTasks
 		b.Tasks = b.Tasks[:MaxBoardTasks]

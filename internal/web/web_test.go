@@ -65,8 +65,8 @@ func (s *source) LastEventID(context.Context) (int64, error) {
 	return int64(len(s.events)), nil
 }
 
-func (s *source) Tasks(context.Context) ([]view.Task, error) {
-	return []view.Task{{ID: 1, Title: "a task", State: "OPEN"}}, nil
+func (s *source) Tasks(context.Context) (view.TaskList, error) {
+	return view.TaskList{Tasks: []view.Task{{ID: 1, Title: "a task", State: "OPEN"}}}, nil
 }
 func (s *source) Spend(context.Context) (map[string]view.Spend, error) { return nil, nil }
 func (s *source) Merge(context.Context) (view.MergeQueue, error)       { return view.NotConfigured, nil }
