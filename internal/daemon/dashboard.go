@@ -35,7 +35,7 @@ type dashboards struct {
 // newDashboards builds the read model over d. Nothing runs until start.
 func newDashboards(d *Daemon) *dashboards {
 	ctx, cancel := context.WithCancel(context.Background())
-	hub := view.NewHub(viewSource{d}, view.Options{Log: d.log.Named("view")})
+	hub := view.NewHub(viewSource{d: d, spend: new(store.SpendTally)}, view.Options{Log: d.log.Named("view")})
 	svc := &view.Service{
 		Base:    ctx,
 		Hub:     hub,
@@ -137,7 +137,12 @@ func (d *Daemon) sessions(ctx context.Context, agentName string, limit int) ([]v
 }
 
 // viewSource is the daemon as the read model reads it.
-type viewSource struct{ d *Daemon }
+type viewSource struct {
+	d *Daemon
+	// spend reads each agent's sessions since its last read, not all of
+	// them at each refresh of a watched dashboard.
+	spend *store.SpendTally
+}
 
 var _ view.Source = viewSource{}
 
@@ -201,7 +206,7 @@ func viewTask(t taskboard.Task) view.Task {
 }
 
 func (s viewSource) Spend(ctx context.Context) (map[string]view.Spend, error) {
-	sp, err := s.d.db.Spend(ctx)
+	sp, err := s.spend.Spend(ctx, s.d.db)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func TestMergeOnOneDaemon(t *testing.T) {
 		t.Fatalf("entry while another daemon holds the lock = %+v, %v; want queued", e, err)
 	}
 	// The dashboards show the queue as it is, not "not configured".
-	src := viewSource{d.Daemon}
+	src := viewSource{d: d.Daemon, spend: new(store.SpendTally)}
 	mq, err := src.Merge(ctx)
 	if err != nil || !mq.Configured || len(mq.Items) != 1 || mq.Items[0].TaskID != tk.ID || mq.Items[0].Title != "bob's work" ||
 		mq.Items[0].State != "queued" || !src.Features().Merge {
