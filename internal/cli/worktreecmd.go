@@ -13,8 +13,6 @@ import (
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/daemon"
-	"github.com/swarmd/swarmd/internal/task"
-	"github.com/swarmd/swarmd/internal/taskboard"
 	"github.com/swarmd/swarmd/internal/worktree"
 )
 
@@ -168,20 +166,11 @@ func pruneTaskLines(ctx context.Context, s Streams, configPath string, cfg *conf
 		return err
 	}
 	defer db.Close()
-	closed := task.Closed
 	board, err := daemon.OpenTaskBoard(ctx, db.DB, nil)
 	if err != nil {
 		return fmt.Errorf("worktree prune: %w", err)
 	}
-	ts, err := board.List(ctx, taskboard.Filter{State: &closed})
-	if err != nil {
-		return fmt.Errorf("worktree prune: %w", err)
-	}
-	done := map[int64]bool{}
-	for _, t := range ts {
-		done[t.ID] = true
-	}
-	removed, err := m.PruneLines(ctx, func(id int64) bool { return done[id] })
+	removed, err := m.PruneLines(ctx, board.Closed)
 	for _, b := range removed {
 		fmt.Fprintf(s.Out, "removed %s\n", b)
 	}

@@ -502,6 +502,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.trimWhenSettled(settleQuiet, d.settled),
 		service.Loop(d.kit.rotation.Run),
 		d.maintenance(),
+		d.lineSweeper(d.maintenanceEvery()),
 	)
 	// The services' context is not ctx: they stop in order, at the end.
 	if err := services.Start(context.WithoutCancel(ctx)); err != nil {

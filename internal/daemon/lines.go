@@ -6,7 +6,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/gitmaint"
 	"github.com/swarmd/swarmd/internal/runner"
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -70,3 +72,39 @@ func lineTakenFrom(t taskboard.Task, session string) bool {
 
 func (lineKeeper) OnTransition(runner.Transition) {}
 func (lineKeeper) OnIdle(string, bool, time.Time) {}
+
+// lineSweeper removes the lines of merged tasks (CLOSED) every
+// maintenance.every: their work is on the merge target, and kept they were
+// a branch a task for good (a soak run made 5,681 in ten minutes), which
+// every listing of the repository's refs reads. A line kept again since
+// the sweep listed it stays (worktree.Manager.PruneLines); the remote's
+// copies are left alone.
+func (d *Daemon) lineSweeper(every time.Duration) service.Service {
+	if every <= 0 {
+		every = gitmaint.DefaultEvery
+	}
+	return service.Loop(func(ctx context.Context) {
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			d.sweepLines(ctx)
+			t.Reset(every)
+		}
+	})
+}
+
+// sweepLines removes the lines of the CLOSED tasks once.
+func (d *Daemon) sweepLines(ctx context.Context) {
+	removed, err := d.trees.PruneLines(ctx, d.tasks.Closed)
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn("remove the lines of merged tasks", zap.Int("removed", len(removed)), zap.Error(err))
+	}
+	if len(removed) > 0 {
+		d.log.Debug("removed the lines of merged tasks", zap.Int("removed", len(removed)))
+	}
+}

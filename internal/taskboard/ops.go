@@ -238,6 +238,33 @@ func (b *Board) Board(ctx context.Context, recent int) (open, done []Task, count
 	return open, done[:min(len(done), recent)], counts, nil
 }
 
+// Closed returns which of ids are CLOSED tasks (merged, or closed
+// without a merge queue): a task's own row each, by its key, however long
+// the board's history.
+func (b *Board) Closed(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	out := make(map[int64]bool)
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		args := make([]any, 0, len(chunk)+1)
+		args = append(args, task.Closed.String())
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		closed, err := store.QueryAll(ctx, b.db.ReadSQL(), func(s store.Scanner) (int64, error) {
+			var id int64
+			return id, s.Scan(&id)
+		}, `SELECT id FROM tasks WHERE state = ? AND id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("taskboard: closed: %w", err)
+		}
+		for _, id := range closed {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
 // History is the task's event log, oldest first.
 func (b *Board) History(ctx context.Context, id int64) ([]Event, error) {
 	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, at, from_state, to_state, actor, reason, event, abort_reason,

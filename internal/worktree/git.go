@@ -161,6 +161,11 @@ func (g *gitCLI) atLeast(major, minor int) bool {
 
 // runEnv is runWith with env added to git's environment.
 func (g *gitCLI) runEnv(ctx context.Context, dir string, opts, env []string, args ...string) (string, error) {
+	return g.runInput(ctx, dir, opts, env, "", args...)
+}
+
+// runInput is runEnv with input on git's standard input ("": none).
+func (g *gitCLI) runInput(ctx context.Context, dir string, opts, env []string, input string, args ...string) (string, error) {
 	full := append([]string{}, opts...)
 	if dir != "" {
 		full = append(full, "-C", dir)
@@ -170,6 +175,9 @@ func (g *gitCLI) runEnv(ctx context.Context, dir string, opts, env []string, arg
 	cmd.Env = g.env
 	if len(env) > 0 {
 		cmd.Env = append(slices.Clip(g.env), env...)
+	}
+	if input != "" {
+		cmd.Stdin = strings.NewReader(input)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout

@@ -121,23 +121,73 @@ func (m *Manager) resolve(rev string) (string, error) {
 	return h.String(), nil
 }
 
-// PruneLines deletes the line branches of the tasks drop says are done
-// with (merged), and returns their names.
-func (m *Manager) PruneLines(ctx context.Context, drop func(task int64) bool) ([]string, error) {
-	out, err := m.git.run(ctx, m.repo, "for-each-ref", "--format=%(refname)", "refs/heads/swarm/task/")
+// PruneLines deletes the line branches of the tasks done says are done
+// with (merged), asked once with every task that has a line, and returns
+// their names. The lines are listed with their
+// heads and deleted at those heads in one git update-ref: a line kept
+// again since the listing (a session's end) stays; then each of the rest
+// is deleted alone.
+func (m *Manager) PruneLines(ctx context.Context, done func(ctx context.Context, tasks []int64) (map[int64]bool, error)) ([]string, error) {
+	out, err := m.git.run(ctx, m.repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/swarm/task/")
 	if err != nil {
 		return nil, fmt.Errorf("prune task lines: %w", err)
 	}
-	var removed []string
-	for _, ref := range strings.Fields(out) {
-		id, err := strconv.ParseInt(strings.TrimPrefix(ref, "refs/heads/swarm/task/"), 10, 64)
-		if err != nil || !drop(id) {
+	type line struct {
+		ref, head string
+		task      int64
+	}
+	var lines []line
+	var ids []int64
+	for _, l := range strings.Split(out, "\n") {
+		head, ref, ok := strings.Cut(l, " ")
+		if !ok {
 			continue
 		}
-		if _, err := m.git.run(ctx, m.repo, "update-ref", "-d", ref); err != nil {
-			return removed, fmt.Errorf("prune task lines: %w", err)
+		id, err := strconv.ParseInt(strings.TrimPrefix(ref, "refs/heads/swarm/task/"), 10, 64)
+		if err != nil {
+			continue
 		}
-		removed = append(removed, strings.TrimPrefix(ref, "refs/heads/"))
+		lines = append(lines, line{ref, head, id})
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	drop, err := done(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("prune task lines: %w", err)
+	}
+	var gone []line
+	var input strings.Builder
+	for _, l := range lines {
+		if drop[l.task] {
+			gone = append(gone, l)
+			fmt.Fprintf(&input, "delete %s %s\n", l.ref, l.head)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	removed := make([]string, 0, len(gone))
+	if _, err := m.git.runInput(ctx, m.repo, GitOptions, nil, input.String(), "update-ref", "--stdin"); err == nil {
+		for _, l := range gone {
+			removed = append(removed, strings.TrimPrefix(l.ref, "refs/heads/"))
+		}
+		return removed, nil
+	}
+	var errs []error
+	for _, l := range gone {
+		if _, err := m.git.run(ctx, m.repo, "update-ref", "-d", l.ref, l.head); err != nil {
+			if ctx.Err() != nil {
+				return removed, fmt.Errorf("prune task lines: %w", err)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, strings.TrimPrefix(l.ref, "refs/heads/"))
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("prune task lines: %d of %d not deleted: %w", len(errs), len(gone), errs[0])
 	}
 	return removed, nil
 }

@@ -353,3 +353,53 @@ func TestStartLineWaitsOnNoFIFO(t *testing.T) {
 		t.Fatalf("the stash holds %q, want notes.txt", s)
 	}
 }
+
+// PruneLines asks once about every task with a line and deletes the lines
+// of those it says are done, in one go; a line kept again at another head
+// after the listing is not deleted, and the others still are.
+func TestPruneLines(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	head := gitT(t, repo, "rev-parse", "HEAD")
+	for _, id := range []int64{1, 2, 3, 4} {
+		if err := m.KeepLine(ctx, id, head); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var asked []int64
+	done := func(_ context.Context, ids []int64) (map[int64]bool, error) {
+		asked = append(asked, ids...)
+		return map[int64]bool{1: true, 3: true}, nil
+	}
+	removed, err := m.PruneLines(ctx, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(removed, " ") != "swarm/task/1 swarm/task/3" || len(asked) != 4 {
+		t.Fatalf("removed %v after asking about %v; want tasks 1 and 3 of 1-4", removed, asked)
+	}
+	if refs := gitT(t, repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/swarm/task/"); refs != "swarm/task/2\nswarm/task/4" {
+		t.Fatalf("lines left: %q", refs)
+	}
+
+	// Task 2's line moves between the listing and the delete (a session's
+	// end keeps it again): it stays, task 4's goes.
+	writeFile(t, filepath.Join(repo, "more.txt"), "more\n")
+	moved := commitAll(t, repo, "more")
+	removed, err = m.PruneLines(ctx, func(ctx context.Context, ids []int64) (map[int64]bool, error) {
+		if err := m.KeepLine(ctx, 2, moved); err != nil {
+			t.Fatal(err)
+		}
+		return map[int64]bool{2: true, 4: true}, nil
+	})
+	if err == nil || strings.Join(removed, " ") != "swarm/task/4" {
+		t.Fatalf("removed %v, %v; want task 4's line, and an error for task 2's", removed, err)
+	}
+	if got := gitT(t, repo, "rev-parse", "refs/heads/swarm/task/2"); got != moved {
+		t.Fatalf("task 2's line at %s, want %s where it was kept again", got, moved)
+	}
+	if removed, err := m.PruneLines(ctx, func(context.Context, []int64) (map[int64]bool, error) { return nil, nil }); err != nil || removed != nil {
+		t.Fatalf("nothing done: removed %v, %v", removed, err)
+	}
+}

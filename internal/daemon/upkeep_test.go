@@ -1,10 +1,15 @@
 package daemon
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/task"
+	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
 // TestRunningAgentsLogsRotate: an agent that runs on and on has its ended
@@ -64,4 +69,42 @@ agents:
 		t.Fatalf("session 1 after its rotation: %v", err)
 	}
 	rc.Close()
+}
+
+// TestSweepLinesRemovesMergedTasksLines: the daemon removes the line of a
+// CLOSED task (its work is on the target) and keeps every other one.
+func TestSweepLinesRemovesMergedTasksLines(t *testing.T) {
+	cfg := repo(t, agentsYAML("alice"))
+	r := start(t, cfg)
+	ctx := context.Background()
+	head := strings.TrimSpace(git(t, filepath.Dir(cfg), "rev-parse", "HEAD"))
+	var ids []int64
+	for _, title := range []string{"merged", "open", "cancelled"} {
+		tk, err := r.tasks.Add(ctx, taskboard.NewTask{Title: title})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tk.ID)
+		if err := r.trees.KeepLine(ctx, tk.ID, head); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.tasks.Claim(ctx, ids[0], "bob", "bob-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.tasks.Done(ctx, ids[0], taskboard.Holder{Agent: "bob", Session: "bob-1"}, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.tasks.Get(ctx, ids[0]); got.State != task.Closed {
+		t.Fatalf("task %d is %s, want CLOSED", ids[0], got.State)
+	}
+	if _, err := r.tasks.Cancel(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	r.sweepLines(ctx)
+	refs := git(t, filepath.Dir(cfg), "for-each-ref", "--format=%(refname:short)", "refs/heads/swarm/task/")
+	want := fmt.Sprintf("swarm/task/%d\nswarm/task/%d\n", ids[1], ids[2])
+	if refs != want {
+		t.Fatalf("lines after the sweep:\n%s\nwant\n%s", refs, want)
+	}
 }
