@@ -177,6 +177,16 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 	if f.State != nil {
 		where = append(where, "state = ?")
 		args = append(args, f.State.String())
+		switch *f.State {
+		case task.Closed, task.Cancelled, task.Open, task.Done, task.Claimed, task.InProgress:
+			// Over, or with an index of their own (tasks_open, tasks_done,
+			// tasks_held).
+		default:
+			// FAILED, BLOCKED, PLANNED, ...: the few not over, through
+			// tasks_not_over, not a scan of every task ever made (the
+			// inbox asks at each change of the board).
+			where = append(where, notOver)
+		}
 	}
 	if f.Agent != "" {
 		where = append(where, "(assignee = ? OR claimant = ?)")
