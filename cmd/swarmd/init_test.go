@@ -123,7 +123,7 @@ var commentedKeyRE = regexp.MustCompile(`^(\s*)# ([a-z_]+):( .*)?$`)
 // each commented value is the real default, and every key must be there.
 func TestInitCommentedDefaultsAreTheDefaults(t *testing.T) {
 	every := []string{"state_dir", "base_ref", "listen", "stall_after", "isolation", "sandbox", "backend", "session_timeout", "grace_period",
-		"max_consecutive_errors", "max_total_errors", "env", "keep_archives", "rotate_sessions", "max_age", "agent_start",
+		"max_consecutive_errors", "max_total_errors", "env", "keep_archives", "rotate_sessions", "max_age", "max_age", "agent_start",
 		"session_start", "session_end", "agent_stopped", "timeout", "max_body", "min_session_interval", "max_session_bytes", "token", "webhook", "format"}
 	for _, backend := range []string{config.TypeClaude, config.TypeCodex, config.TypeGemini} {
 		t.Run(backend, func(t *testing.T) {

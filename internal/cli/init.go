@@ -324,6 +324,7 @@ type starterData struct {
 	MaxTotalErrors          int
 	KeepArchives            int
 	RotateSessions          int
+	HistoryMaxAge           string
 	MaxAge                  string
 	HookTimeout             string
 	MaxBody                 int
@@ -350,6 +351,7 @@ func starterConfig(agents []string, backend string, repo initRepo) []byte {
 		MaxTotalErrors:       config.DefaultMaxTotalErrors,
 		KeepArchives:         config.DefaultKeepArchives,
 		RotateSessions:       config.DefaultRotateSessions,
+		HistoryMaxAge:        config.FormatDuration(config.DefaultHistoryMaxAge),
 		MaxAge:               config.FormatDuration(config.DefaultMaxAge),
 		HookTimeout:          config.FormatDuration(config.DefaultHookTimeout),
 		MaxBody:              config.DefaultMaxBody,
@@ -428,6 +430,11 @@ logs:
   # {{kv "rotate_sessions" .RotateSessions}}# a running agent's ended sessions per archive (0: only at its stop)
   # {{kv "max_age" .MaxAge}}# older archives are deleted
   # {{kv "max_session_bytes" .MaxSessionBytes}}# 64 MiB; a session's output past it is dropped, and counted in its log
+
+# The event log's agent events and the tool audit older than max_age are
+# deleted (hourly); a task's events are kept. 0s keeps everything.
+history:
+  # {{kv "max_age" .HistoryMaxAge}}
 
 # Shell commands run in the agent's worktree with the SWARM_* variables and a
 # JSON description of the event on stdin. Output goes to the daemon log; a

@@ -60,6 +60,8 @@ type Config struct {
 	Logs     Logs
 	Hooks    Hooks
 	Mailbox  Mailbox
+	// History is what the store keeps of the swarm's past.
+	History History
 	// Maintenance is the daemon's own upkeep of the repository's objects.
 	Maintenance Maintenance
 	StallAfter  time.Duration // status marks a Running session stalled after this long without output
@@ -191,6 +193,12 @@ type Web struct {
 // the swarm's controls, so it must not be guessable.
 const MinWebTokenLen = 16
 
+// History configures what the store keeps of the swarm's past (package
+// history).
+type History struct {
+	MaxAge time.Duration // agent events and tool calls older are deleted; 0 keeps all
+}
+
 // Maintenance configures the daemon's git gc (package gitmaint).
 type Maintenance struct {
 	GC           bool          // false: the daemon runs no git gc (the operator's timer does)
@@ -248,8 +256,9 @@ const (
 	DefaultKeepArchives         = logs.DefaultKeepArchives               // 10, the log store's
 	DefaultMaxAge               = logs.DefaultMaxAge                     // 30 days, the log store's
 	DefaultRotateSessions       = logs.DefaultRotateSessions             // 100, the log store's
-	DefaultHookTimeout          = hooks.DefaultTimeout                   // 30s, the hook runner's
-	DefaultMaxBody              = mailbox.DefaultMaxBodyBytes            // 64 KiB, the mailbox's
+	DefaultHistoryMaxAge        = 90 * 24 * time.Hour
+	DefaultHookTimeout          = hooks.DefaultTimeout        // 30s, the hook runner's
+	DefaultMaxBody              = mailbox.DefaultMaxBodyBytes // 64 KiB, the mailbox's
 	DefaultStallAfter           = 5 * time.Minute
 	DefaultGitEmailDomain       = "swarmd.invalid"
 	DefaultMinSessionInterval   = time.Second
@@ -302,6 +311,7 @@ func defaultConfig() *Config {
 		Logs:    Logs{KeepArchives: DefaultKeepArchives, RotateSessions: DefaultRotateSessions, MaxAge: DefaultMaxAge, MaxSessionBytes: DefaultMaxSessionBytes},
 		Hooks:   Hooks{Timeout: DefaultHookTimeout},
 		Mailbox: Mailbox{MaxBody: DefaultMaxBody},
+		History: History{MaxAge: DefaultHistoryMaxAge},
 		Maintenance: Maintenance{GC: true, LooseObjects: DefaultGCLooseObjects, Packs: DefaultGCPacks,
 			Every: DefaultGCEvery, Timeout: DefaultGCTimeout},
 		StallAfter:     DefaultStallAfter,

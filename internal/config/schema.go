@@ -118,6 +118,9 @@ func (d *decoder) topFields(cfg *Config, t *topValues) []field {
 		{"mailbox", "The mailbox, in the store (SQLite or PostgreSQL).", d.section([]field{
 			{"max_body", "Longest message body in bytes; longer ones are refused, never cut.", d.intTo(&cfg.Mailbox.MaxBody, 1, maxInt)},
 		}, nil)},
+		{"history", "What the swarm keeps of its past in the store: the event log's agent events and the tool audit.", d.section([]field{
+			{"max_age", "Agent events and tool calls older than this are deleted (hourly); 0 keeps them all. A task's events are kept.", d.durTo(&cfg.History.MaxAge, true)},
+		}, nil)},
 		{"maintenance", "The daemon's own upkeep of the repository: git gc --auto, bounded, when git's threshold is passed.", d.section([]field{
 			{"gc", "Whether the daemon runs git gc --auto itself; false leaves it to the operator's timer.", d.boolTo(&cfg.Maintenance.GC)},
 			{"loose_objects", "git gc runs once the loose objects pass this many (git's gc.auto estimate).", d.intTo(&cfg.Maintenance.LooseObjects, 1, maxInt)},

@@ -503,6 +503,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		service.Loop(d.kit.rotation.Run),
 		d.maintenance(),
 		d.lineSweeper(d.maintenanceEvery()),
+		d.pruneHistory(),
 	)
 	// The services' context is not ctx: they stop in order, at the end.
 	if err := services.Start(context.WithoutCancel(ctx)); err != nil {
