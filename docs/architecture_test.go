@@ -210,7 +210,7 @@ var tiers = [][]string{
 	{"agent", "task", "review", "budget", "provider", "cgroup", "admission", "sandbox", "quarantine", "fence", "notify", "control", "environ", "service", "mockllm", "pgtest", "fuzzhttp"}, // leaves: import nothing of swarmd but sysfile
 	{"proc"},
 	{"backend", "hooks", "worktree", "store", "logs"},
-	{"mailbox", "taskboard", "merge", "runner", "gitmaint"},
+	{"mailbox", "taskboard", "merge", "runner", "gitmaint", "history"},
 	{"config", "prompt", "settle", "registry", "router", "metrics", "view"},
 	{"web", "tui", "spend", "providergate"},
 	{"daemon"}, // imported by the commands alone

@@ -23,6 +23,7 @@ var restartKeys = []struct {
 	{"logs", func(c *Config) any { return &c.Logs }},
 	{"hooks", func(c *Config) any { return &c.Hooks }},
 	{"mailbox", func(c *Config) any { return &c.Mailbox }},
+	{"history", func(c *Config) any { return &c.History }},
 	{"maintenance", func(c *Config) any { return &c.Maintenance }},
 	{"limits.daemon_timer_slack", func(c *Config) any { return &c.Limits.DaemonTimerSlack }},
 	{"isolation", func(c *Config) any { return &c.Isolation }},

@@ -491,9 +491,11 @@ func TestArchivesDoNotFlushOthersDirtyPages(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// The machine's other writers move the count a little; a syncfs
-	// would take it down by the whole file.
-	if after := dirtyKB(t); after < written-unrelated/1024/2 {
+	// The machine's other writers move the count (the kernel writes
+	// back their pages as they age: 66 MB went in half a second while a
+	// whole test suite ran beside it); a syncfs would take it down by the
+	// whole file, and by everything else dirty on the file system.
+	if after := dirtyKB(t); after < written-unrelated/1024*9/10 {
 		t.Errorf("archiving took the dirty pages from %d kB to %d kB: it flushed the unrelated file's %d MB", written, after, unrelated>>20)
 	}
 }
