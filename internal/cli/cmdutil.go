@@ -361,3 +361,16 @@ func orRun[O any](runF, run func(context.Context, O) error) func(context.Context
 	}
 	return run
 }
+
+// completeFlag registers fn to complete flag, but not in a command the
+// daemon runs for a session (io.Store set): cobra keeps completion
+// functions in a map of the whole process, which nothing empties, so a
+// daemon that built a session's `swarmd task` or `swarmd mail` with them
+// kept every one, about 4 KB a command (62% of its live heap in a soak
+// run), and a session never asks for a completion there.
+func completeFlag(io Streams, cmd *cobra.Command, flag string, fn cobra.CompletionFunc) {
+	if io.Store != nil {
+		return
+	}
+	_ = cmd.RegisterFlagCompletionFunc(flag, fn)
+}

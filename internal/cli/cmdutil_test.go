@@ -98,3 +98,37 @@ func (s *swarm) inSession(who, stdin string) (o *dbOptions, out *bytes.Buffer) {
 	o.IO.Getenv = func(k string) string { return env[k] }
 	return o, out
 }
+
+// A command the daemon runs for a session registers no completion: cobra
+// keeps them in a map of the whole process that nothing empties, and the
+// daemon builds the commands anew for each session's command. A command
+// run from a shell has them.
+func TestSessionCommandsRegisterNoCompletions(t *testing.T) {
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "swarm.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tc := range []struct {
+		name string
+		io   Streams
+		want bool
+	}{
+		{"from a shell", Streams{}, true},
+		{"for a session", Streams{Store: db}, false},
+	} {
+		task := NewTaskCommand(tc.io)
+		list, _, err := task.Find([]string{"list"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, flag := range []string{"state", "agent"} {
+			if _, got := list.GetFlagCompletionFunc(flag); got != tc.want {
+				t.Errorf("%s: task list --%s completion registered %v, want %v", tc.name, flag, got, tc.want)
+			}
+		}
+		if _, got := NewInitCommand(tc.io).GetFlagCompletionFunc("backend"); got != tc.want {
+			t.Errorf("%s: init --backend completion registered %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -104,7 +104,7 @@ work with 'swarmd task add'.`,
 	f.StringSliceVar(&m.Agents, "agents", []string{"alice", "bob"}, "agent names, comma-separated")
 	f.StringVar(&m.Backend, "backend", config.TypeClaude, "backend of every agent: "+strings.Join(initBackends, ", "))
 	f.BoolVar(&m.Force, "force", false, "overwrite swarmd.yaml and prompt files that already exist")
-	_ = cmd.RegisterFlagCompletionFunc("backend", cobra.FixedCompletions(initBackends, cobra.ShellCompDirectiveNoFileComp))
+	completeFlag(s, cmd, "backend", cobra.FixedCompletions(initBackends, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.MarkFlagDirname("dir")
 	return cmd
 }

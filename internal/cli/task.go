@@ -343,7 +343,7 @@ func newTaskListCmd(o *dbOptions, runF func(context.Context, *taskListOptions) e
 	for i, st := range task.AllStates {
 		stateNames[i] = st.String()
 	}
-	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(stateNames, cobra.ShellCompDirectiveNoFileComp))
+	completeFlag(o.IO, cmd, "state", cobra.FixedCompletions(stateNames, cobra.ShellCompDirectiveNoFileComp))
 	completeAgents(o, cmd, "agent")
 	return cmd
 }
@@ -1037,7 +1037,7 @@ func taskArgs(o *dbOptions, states ...task.State) cobra.CompletionFunc {
 }
 
 func completeTasks(o *dbOptions, cmd *cobra.Command, flag string) {
-	_ = cmd.RegisterFlagCompletionFunc(flag, func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	completeFlag(o.IO, cmd, flag, func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return taskCompletions(cmd.Context(), o, nil), cobra.ShellCompDirectiveNoFileComp
 	})
 }
@@ -1077,7 +1077,7 @@ func appendTaskCompletions(out []cobra.Completion, ts []taskboard.Task) []cobra.
 // completeAgents completes flag with the agents the config (or the
 // session's SWARM_AGENTS) names.
 func completeAgents(o *dbOptions, cmd *cobra.Command, flag string) {
-	_ = cmd.RegisterFlagCompletionFunc(flag, func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	completeFlag(o.IO, cmd, flag, func(cmd *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return agentCompletions(o), cobra.ShellCompDirectiveNoFileComp
 	})
 }
