@@ -738,3 +738,58 @@ func TestConcurrentStartsKeepTheirLeaders(t *testing.T) {
 		})
 	}
 }
+
+// slowSink is an output whose first write waits until released: a log
+// write on a loaded host.
+type slowSink struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	first   chan struct{} // closed at the first write
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *slowSink) Write(p []byte) (int, error) {
+	s.once.Do(func() {
+		close(s.first)
+		<-s.release
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+// A tree's last output is read whole after its processes die, however late
+// the reader gets to it: the drain deadline is for a writer outside the
+// tree, not for what the dead tree left in the pipe. A reader held up past
+// it (its first write slow) dropped the rest, a session's result record
+// with it, and the session was recorded as an error.
+func TestOutputLeftInThePipeIsReadPastTheDrainDeadline(t *testing.T) {
+	s := newSupervisor(t)
+	out := &slowSink{first: make(chan struct{}), release: make(chan struct{})}
+	// 32 KiB in the pipe (its capacity is 64), then the end.
+	tr, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"-c", `head -c 32768 /dev/zero | tr '\0' x; echo; echo LAST`},
+		Env: os.Environ(), ID: "late-reader", Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-out.first
+	// Every process of the tree has exited, and the leader is reaped,
+	// before the reader goes on.
+	waitFor(t, "the tree's leader reaped", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", tr.Pid()))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	time.Sleep(drainTimeout + 100*time.Millisecond) // the reader late past the drain deadline
+	close(out.release)
+	waitDone(t, tr)
+	out.mu.Lock()
+	got := out.buf.String()
+	out.mu.Unlock()
+	if !strings.HasSuffix(got, "\nLAST\n") || len(got) != 32768+6 {
+		t.Fatalf("read %d bytes ending %q, want 32774 ending with LAST", len(got), got[max(0, len(got)-20):])
+	}
+	if tr.OutputCutOff() {
+		t.Error("output reported cut off, but nothing outside the tree held the pipe")
+	}
+}

@@ -535,7 +535,7 @@ func (t *Tree) copyOutput(w io.Writer) {
 	for {
 		err := rc.Read(read)
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+			if errors.Is(err, os.ErrDeadlineExceeded) && !t.drainNow(rc, read, &n, &rerr) {
 				t.outHeld.Store(true)
 			}
 			return
@@ -545,6 +545,35 @@ func (t *Tree) copyOutput(w io.Writer) {
 		}
 	}
 }
+
+// drainNow reads, without waiting, what the pipe holds once the drain
+// deadline has passed, and reports whether it reached the end of the
+// output. The deadline is for a writer outside the tree that holds the
+// pipe open; it also passed when the reader was late (a loaded host, a
+// slow log write) with the dead tree's last output still in the pipe, and
+// that output, the session's result record among it, was dropped: a
+// session that succeeded was recorded as an error. What the tree wrote is
+// at most a pipe's capacity; drainLimit bounds what a writer outside it
+// adds meanwhile.
+func (t *Tree) drainNow(rc syscall.RawConn, read func(fd uintptr) bool, n *int, rerr *error) bool {
+	end := false
+	deadline := time.Now().Add(drainLimit)
+	_ = rc.Control(func(fd uintptr) {
+		for time.Now().Before(deadline) {
+			if !read(fd) { // nothing now: the pipe's writer lives on
+				return
+			}
+			if *rerr != nil || *n == 0 {
+				end = *rerr == nil
+				return
+			}
+		}
+	})
+	return end
+}
+
+// drainLimit bounds drainNow.
+const drainLimit = time.Second
 
 // outBufSize is copyOutput's read size.
 const outBufSize = 16 << 10
