@@ -217,9 +217,9 @@ func (g objectsFirst) retry(agent string) {
 	}
 }
 
-func (g objectsFirst) Status(ctx context.Context, agent string) (worktree.Status, error) {
+func (g objectsFirst) Look(ctx context.Context, agent string) (worktree.Status, error) {
 	g.retry(agent)
-	return g.Git.Status(ctx, agent)
+	return g.Git.Look(ctx, agent)
 }
 
 func (g objectsFirst) RecentCommits(ctx context.Context, agent string, n int) ([]worktree.Commit, error) {

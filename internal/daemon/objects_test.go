@@ -30,7 +30,7 @@ type statusGit struct {
 	found          *bool
 }
 
-func (g statusGit) Status(context.Context, string) (worktree.Status, error) {
+func (g statusGit) Look(context.Context, string) (worktree.Status, error) {
 	*g.found = exec.Command("git", "--git-dir", g.gitDir, "cat-file", "-e", g.commit).Run() == nil
 	return worktree.Status{}, nil
 }
@@ -107,7 +107,7 @@ func TestAPromptMovesWhatAFailedReleaseLeft(t *testing.T) {
 	}
 	var found bool
 	g := objectsFirst{Git: statusGit{gitDir: gitDir, commit: commit, found: &found}, d: d}
-	if _, err := g.Status(context.Background(), "alice"); err != nil {
+	if _, err := g.Look(context.Background(), "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if !found {
@@ -252,7 +252,7 @@ func TestAStartLeavesAPackItHadNoTimeForToItsAgent(t *testing.T) {
 	}
 	var found bool
 	g := objectsFirst{Git: statusGit{gitDir: gitDir, commit: alices, found: &found}, d: d}
-	if _, err := g.Status(context.Background(), "alice"); err != nil {
+	if _, err := g.Look(context.Background(), "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if !found || q.Unreleased("alice") {

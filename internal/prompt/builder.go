@@ -28,7 +28,9 @@ type Mail interface {
 // satisfies it.
 type Git interface {
 	RecentCommits(ctx context.Context, agent string, n int) ([]worktree.Commit, error)
-	Status(ctx context.Context, agent string) (worktree.Status, error)
+	// Look is the worktree's HEAD and uncommitted files (worktree.Status
+	// without the counts against the base commit).
+	Look(ctx context.Context, agent string) (worktree.Status, error)
 }
 
 // Tasks is what the builder needs of the task board. *taskboard.Board
@@ -223,7 +225,7 @@ func (b *Builder) gitState(ctx context.Context, agent string, d *Data) (string, 
 	if b.Git == nil {
 		return "", nil
 	}
-	st, err := b.Git.Status(ctx, agent)
+	st, err := b.Git.Look(ctx, agent)
 	if err != nil {
 		return "", fmt.Errorf("worktree status: %w", err)
 	}

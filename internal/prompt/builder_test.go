@@ -595,7 +595,7 @@ func (brokenGit) RecentCommits(context.Context, string, int) ([]worktree.Commit,
 	return nil, errors.New("git log: broken")
 }
 
-func (brokenGit) Status(context.Context, string) (worktree.Status, error) {
+func (brokenGit) Look(context.Context, string) (worktree.Status, error) {
 	return worktree.Status{}, errors.New("git status: broken")
 }
 

@@ -121,8 +121,43 @@ func TestStatusOfABranchAheadOfTheRepository(t *testing.T) {
 	if err != nil || !strings.Contains(st.Problem, "not in the repository yet") {
 		t.Errorf("status: %+v, %v; want the problem said", st, err)
 	}
+	if st, err := m.Look(ctx, "alice"); err != nil || !strings.Contains(st.Problem, "not in the repository yet") {
+		t.Errorf("look: %+v, %v; want the problem said", st, err)
+	}
 	sts, err := m.List(ctx)
 	if err != nil || len(sts) != 2 {
 		t.Errorf("list: %d worktrees, %v; want both", len(sts), err)
+	}
+}
+
+// Look is Status without the counts against the base commit: the same
+// HEAD and uncommitted files, and no git rev-list, whose walk grew with
+// every commit merged since the start.
+func TestLookCountsNothing(t *testing.T) {
+	ctx := context.Background()
+	m := openT(t, newRepo(t))
+	wt, err := m.Ensure(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wt.Path, "one.txt"), "one\n")
+	commitAll(t, wt.Path, "one")
+	writeFile(t, filepath.Join(wt.Path, "dirty.txt"), "dirty\n")
+	st, err := m.Status(ctx, "alice")
+	if err != nil || st.Ahead != 1 {
+		t.Fatalf("status %+v, %v; want one commit ahead", st, err)
+	}
+	m.counts.mu.Lock()
+	m.counts.counts = nil // nothing remembered: a count would put one back
+	m.counts.mu.Unlock()
+	look, err := m.Look(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if look.Head != st.Head || !slices.Equal(look.DirtyFiles, st.DirtyFiles) || look.Ahead != 0 || look.Behind != 0 {
+		t.Fatalf("look %+v, want status %+v without its counts", look, st)
+	}
+	if n := len(m.counts.counts); n != 0 {
+		t.Fatalf("look counted %d times", n)
 	}
 }

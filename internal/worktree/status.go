@@ -38,6 +38,20 @@ type Commit struct {
 // uncommitted changes. ErrNoWorktree when the agent has neither a worktree
 // nor a branch.
 func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
+	return m.status(ctx, agent, true)
+}
+
+// Look is Status without Ahead and Behind: what a prompt needs (the HEAD,
+// the uncommitted files). Counting against the base commit, fixed at the
+// daemon's start, walked every commit merged since then (git rev-list,
+// no commit-graph): each prompt cost more as the swarm's history grew,
+// 3.7 to 25 ms of CPU within a 20-minute soak run and about 0.9 s at a
+// month's 250,000 commits.
+func (m *Manager) Look(ctx context.Context, agent string) (Status, error) {
+	return m.status(ctx, agent, false)
+}
+
+func (m *Manager) status(ctx context.Context, agent string, counts bool) (Status, error) {
 	if err := checkName(agent); err != nil {
 		return Status{}, err
 	}
@@ -68,23 +82,37 @@ func (m *Manager) Status(ctx context.Context, agent string) (Status, error) {
 		return Status{}, fmt.Errorf("status of agent %s: %w or branch", agent, ErrNoWorktree)
 	}
 	st.Head = head.String()
-	if st.Behind, st.Ahead, err = m.leftRight(ctx, m.base, head); err != nil {
-		if _, cerr := m.git.run(ctx, m.repo, "cat-file", "-e", head.String()); cerr != nil {
-			// A running sandboxed session's commits wait in its agent's
-			// quarantine until it ends: the branch names a commit the
-			// repository does not have yet. Not an error of the listing.
-			st.Problem = "its HEAD " + head.String()[:12] + " is not in the repository yet (a sandboxed session's commits are moved there when it ends)"
-			return st, nil
+	if counts {
+		if st.Behind, st.Ahead, err = m.leftRight(ctx, m.base, head); err != nil {
+			if m.notYet(ctx, &st) {
+				return st, nil
+			}
+			return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 		}
-		return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 	}
 	if st.Exists {
 		if st.DirtyFiles, err = m.cachedDirtyFiles(ctx, m.Path(agent), in.adminDir, head); err != nil {
+			if !counts && m.notYet(ctx, &st) {
+				return st, nil
+			}
 			return Status{}, fmt.Errorf("status of agent %s: %w", agent, err)
 		}
 		st.Dirty = len(st.DirtyFiles) > 0
 	}
 	return st, nil
+}
+
+// notYet reports, after a git that read st's HEAD failed, whether the
+// repository lacks that commit, and says so in st.Problem: a running
+// sandboxed session's commits wait in its agent's quarantine until it
+// ends, so the branch names a commit the repository does not have yet.
+// Not an error of the listing.
+func (m *Manager) notYet(ctx context.Context, st *Status) bool {
+	if _, err := m.git.run(ctx, m.repo, "cat-file", "-e", st.Head); err == nil {
+		return false
+	}
+	st.Problem = "its HEAD " + st.Head[:12] + " is not in the repository yet (a sandboxed session's commits are moved there when it ends)"
+	return true
 }
 
 // List reports every agent that has a branch (swarm/*/work) or a worktree
