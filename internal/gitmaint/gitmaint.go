@@ -304,7 +304,7 @@ func (m *Maintainer) gc(ctx context.Context) Run {
 	default:
 		r.Result, r.Reason = ResultFailed, st.String()
 	}
-	if said := lastLine(out.b); said != "" && r.Result != ResultOK {
+	if said := gitSaid(out.b); said != "" && r.Result != ResultOK {
 		r.Reason += ": " + said
 	}
 	return r
@@ -349,7 +349,18 @@ func (w *lastBytes) Write(p []byte) (int, error) {
 }
 
 // lastLine is the last non-empty line of out.
-func lastLine(out []byte) string {
+// gitSaid is why git failed, from its output: its first error and its last
+// line. gc's last line names only the step that failed ("fatal: failed to
+// run repack"); the cause is the step's own, earlier ("fatal: bad object
+// refs/heads/swarm/a1/work": a branch a running session moved to a commit
+// still in its quarantine).
+func gitSaid(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	last := strings.TrimSpace(lines[len(lines)-1])
+	for _, l := range lines[:len(lines)-1] {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "fatal: ") || strings.HasPrefix(l, "error: ") {
+			return l + "; " + last
+		}
+	}
+	return last
 }

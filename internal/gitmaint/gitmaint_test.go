@@ -353,3 +353,18 @@ func TestBelowTheThresholdNothingRuns(t *testing.T) {
 	default:
 	}
 }
+
+// A failed run's reason has git's first error, the cause, before its last
+// line, which names only the step that failed.
+func TestGitSaid(t *testing.T) {
+	for out, want := range map[string]string{
+		"":                              "",
+		"fatal: failed to run repack\n": "fatal: failed to run repack",
+		"Enumerating objects: 5\nfatal: bad object refs/heads/swarm/a1/work\nfatal: failed to run repack\n": "fatal: bad object refs/heads/swarm/a1/work; fatal: failed to run repack",
+		"warning: something\nerror: could not lock\nsome last words":                                        "error: could not lock; some last words",
+	} {
+		if got := gitSaid([]byte(out)); got != want {
+			t.Errorf("gitSaid(%q) = %q, want %q", out, got, want)
+		}
+	}
+}
