@@ -272,7 +272,9 @@ func (d *Daemon) feedMerge(ctx context.Context) (stop func()) {
 func (d *Daemon) enqueueReady(ctx context.Context) {
 	ready, err := d.tasks.ReadyToMerge(ctx, nil)
 	if err != nil {
-		d.log.Warn("merge queue: ready tasks", zap.Error(err))
+		if ctx.Err() == nil { // not the daemon's stop
+			d.log.Warn("merge queue: ready tasks", zap.Error(err))
+		}
 		return
 	}
 	cfg, _ := d.current()
@@ -294,7 +296,7 @@ func (d *Daemon) enqueueReady(ctx context.Context) {
 		if r.Head != "" {
 			branch = d.trees.LineBranch(r.ID) // the task's own line, frozen at r.Head
 		}
-		if _, err := d.merge.queue.Enqueue(ctx, r.ID, r.Worker, branch, r.Head); err != nil && !errors.Is(err, merge.ErrState) {
+		if _, err := d.merge.queue.Enqueue(ctx, r.ID, r.Worker, branch, r.Head); err != nil && !errors.Is(err, merge.ErrState) && ctx.Err() == nil {
 			d.log.Warn("merge queue: enqueue", zap.Int64("task", r.ID), zap.Error(err))
 		}
 	}
