@@ -83,19 +83,7 @@ func (d *Daemon) lineSweeper(every time.Duration) service.Service {
 	if every <= 0 {
 		every = gitmaint.DefaultEvery
 	}
-	return service.Loop(func(ctx context.Context) {
-		t := time.NewTimer(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			d.sweepLines(ctx)
-			t.Reset(every)
-		}
-	})
+	return service.Loop(func(ctx context.Context) { service.Every(ctx, every, every, d.sweepLines) })
 }
 
 // sweepLines removes the lines of the CLOSED tasks once.

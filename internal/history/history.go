@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swarmd/swarmd/internal/service"
 	"github.com/swarmd/swarmd/internal/store"
 )
 
@@ -43,17 +44,7 @@ func (p *Pruner) Run(ctx context.Context) {
 	if every <= 0 {
 		every = DefaultEvery
 	}
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		p.Prune(ctx)
-		t.Reset(every)
-	}
+	service.Every(ctx, 0, every, p.Prune)
 }
 
 // Prune prunes every log once.

@@ -1,7 +1,10 @@
 package service
 
 import (
+	"context"
+	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -15,4 +18,27 @@ func TestUntilAligned(t *testing.T) {
 			t.Errorf("UntilAligned(%v) lands %v past a multiple of it", d, at.Sub(at.Truncate(d)))
 		}
 	}
+}
+
+// Every calls its function after first, then every after each call, and
+// returns when its context ends.
+func TestEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Every(ctx, time.Second, time.Minute, func(context.Context) { at = append(at, time.Since(start)) })
+		}()
+		time.Sleep(2*time.Minute + 2*time.Second)
+		synctest.Wait()
+		cancel()
+		<-done
+		want := []time.Duration{time.Second, time.Minute + time.Second, 2*time.Minute + time.Second}
+		if !slices.Equal(at, want) {
+			t.Fatalf("calls at %v, want %v", at, want)
+		}
+	})
 }
