@@ -16,11 +16,7 @@ func (db *DB) NoCommits(ctx context.Context, n int) (map[string]bool, error) {
 	names, err := QueryAll(ctx, db.reads, func(s Scanner) (string, error) {
 		var agent string
 		return agent, s.Scan(&agent)
-	}, `WITH RECURSIVE names(agent) AS (
-			SELECT MIN(agent) FROM sessions
-			UNION ALL
-			SELECT (SELECT MIN(s.agent) FROM sessions s WHERE s.agent > names.agent) FROM names WHERE names.agent IS NOT NULL)
-		SELECT agent FROM names WHERE agent IS NOT NULL
+	}, agentNamesSQL+`
 			AND (SELECT COUNT(*) FROM (SELECT 1 AS one FROM sessions s WHERE s.agent = names.agent AND s.outcome = ?
 				ORDER BY s.seq DESC LIMIT ?) AS recent) = ?
 			AND (SELECT COALESCE(SUM(commits), 0) FROM (SELECT s.commits FROM sessions s WHERE s.agent = names.agent AND s.outcome = ?

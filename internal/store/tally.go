@@ -9,6 +9,7 @@ import (
 // agentNamesSQL lists the agents that have sessions by a loose scan of
 // sessions_agent_seq: the next name after the last, one seek each, so
 // that it reads as many index entries as there are agents, not sessions.
+// A query may add terms on names.agent (NoCommits).
 const agentNamesSQL = `WITH RECURSIVE names(agent) AS (
 	SELECT MIN(agent) FROM sessions
 	UNION ALL
