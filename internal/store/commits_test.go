@@ -7,64 +7,44 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/swarmd/swarmd/internal/pgtest"
 )
 
 // NoCommits names the agents whose last n successful sessions committed
 // nothing; older commits and failed sessions do not hide a drought.
 func TestNoCommits(t *testing.T) {
-	for _, engine := range []string{"sqlite", "postgres"} {
-		t.Run(engine, func(t *testing.T) {
-			ctx := context.Background()
-			var db *DB
-			if engine == "sqlite" {
-				db = openTest(t, "", Options{})
-			} else {
-				srv := pgtest.Shared(t)
-				if err := srv.CreateDB("nocommits"); err != nil {
-					t.Fatal(err)
+	eachEngine(t, "nocommits", func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		sessions := map[string][]SessionRecord{
+			// Committed long ago, then three successes without a commit, with a
+			// failed session that committed in between.
+			"alice": {{Commits: 4}, {}, {Outcome: OutcomeError, Commits: 1}, {}, {}},
+			// Its latest success committed.
+			"bob": {{}, {}, {}, {Commits: 1}},
+			// Only two successes recorded: too few to tell.
+			"carol": {{}, {}},
+			// Three successes, none committed, then one still running.
+			"dave": {{}, {}, {}, {Outcome: ""}},
+		}
+		for agent, ss := range sessions {
+			for i, s := range ss {
+				start := t0.Add(time.Duration(i) * time.Minute)
+				outcome := s.Outcome
+				if outcome == "" && !(agent == "dave" && i == 3) {
+					outcome = OutcomeSuccess
 				}
-				var err error
-				if db, err = Open(ctx, srv.URL("nocommits"), Options{}); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
+				mustExec(t, db, `INSERT INTO sessions (session_id, agent, seq, started_at, outcome, commits)
+						VALUES (?, ?, ?, ?, ?, ?)`, fmt.Sprint(agent, "-", i), agent, i+1, FormatTime(start), outcome, s.Commits)
 			}
-			sessions := map[string][]SessionRecord{
-				// Committed long ago, then three successes without a commit, with a
-				// failed session that committed in between.
-				"alice": {{Commits: 4}, {}, {Outcome: OutcomeError, Commits: 1}, {}, {}},
-				// Its latest success committed.
-				"bob": {{}, {}, {}, {Commits: 1}},
-				// Only two successes recorded: too few to tell.
-				"carol": {{}, {}},
-				// Three successes, none committed, then one still running.
-				"dave": {{}, {}, {}, {Outcome: ""}},
-			}
-			for agent, ss := range sessions {
-				for i, s := range ss {
-					start := t0.Add(time.Duration(i) * time.Minute)
-					outcome := s.Outcome
-					if outcome == "" && !(agent == "dave" && i == 3) {
-						outcome = OutcomeSuccess
-					}
-					if _, err := db.SQL().ExecContext(ctx, `INSERT INTO sessions (session_id, agent, seq, started_at, outcome, commits)
-						VALUES (?, ?, ?, ?, ?, ?)`, fmt.Sprint(agent, "-", i), agent, i+1, FormatTime(start), outcome, s.Commits); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			got, err := db.NoCommits(ctx, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if names := slices.Sorted(maps.Keys(got)); !slices.Equal(names, []string{"alice", "dave"}) {
-				t.Errorf("NoCommits(3) = %v, want alice and dave", names)
-			}
-			if got, err := db.NoCommits(ctx, 4); err != nil || len(got) != 0 {
-				t.Errorf("NoCommits(4) = %v, %v; want none (alice's fourth success back committed)", got, err)
-			}
-		})
-	}
+		}
+		got, err := db.NoCommits(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names := slices.Sorted(maps.Keys(got)); !slices.Equal(names, []string{"alice", "dave"}) {
+			t.Errorf("NoCommits(3) = %v, want alice and dave", names)
+		}
+		if got, err := db.NoCommits(ctx, 4); err != nil || len(got) != 0 {
+			t.Errorf("NoCommits(4) = %v, %v; want none (alice's fourth success back committed)", got, err)
+		}
+	})
 }

@@ -55,3 +55,34 @@ func addMail(t testing.TB, db *DB, to, session string) int64 {
 	id, _ := res.LastInsertId()
 	return id
 }
+
+// eachEngine runs test on a fresh store of each engine: a SQLite file and
+// a database of its own, named name, on the shared PostgreSQL server.
+func eachEngine(t *testing.T, name string, test func(t *testing.T, db *DB)) {
+	for _, engine := range []string{"sqlite", "postgres"} {
+		t.Run(engine, func(t *testing.T) {
+			if engine == "sqlite" {
+				test(t, openTest(t, "", Options{}))
+				return
+			}
+			srv := pgtest.Shared(t)
+			if err := srv.CreateDB(name); err != nil {
+				t.Fatal(err)
+			}
+			db, err := Open(context.Background(), srv.URL(name), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			test(t, db)
+		})
+	}
+}
+
+// mustExec runs q on db's write pool, failing t if it fails.
+func mustExec(t testing.TB, db *DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.SQL().ExecContext(context.Background(), q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}

@@ -5,94 +5,71 @@ import (
 	"fmt"
 	"math"
 	"testing"
-
-	"github.com/swarmd/swarmd/internal/pgtest"
 )
 
 // SpendTally gives what Spend gives, on both engines, as sessions begin and
 // settle, and keeps each agent's settled prefix so that the next read
 // starts after it.
 func TestSpendTallyIsSpend(t *testing.T) {
-	for _, engine := range []string{"sqlite", "postgres"} {
-		t.Run(engine, func(t *testing.T) {
-			ctx := context.Background()
-			var db *DB
-			if engine == "sqlite" {
-				db = openTest(t, "", Options{})
-			} else {
-				srv := pgtest.Shared(t)
-				if err := srv.CreateDB("tally"); err != nil {
-					t.Fatal(err)
-				}
-				var err error
-				if db, err = Open(ctx, srv.URL("tally"), Options{}); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { db.Close() })
-			}
-			exec := func(q string, args ...any) {
-				t.Helper()
-				if _, err := db.SQL().ExecContext(ctx, q, args...); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-			}
-			begin := func(agent string, seq int) {
-				exec(`INSERT INTO sessions (session_id, agent, seq, started_at) VALUES (?, ?, ?, ?)`,
-					fmt.Sprint(agent, "-", seq), agent, seq, FormatTime(t0))
-			}
-			settle := func(agent string, seq int, tokens int64, cost float64, commits int) {
-				exec(`UPDATE sessions SET ended_at = ?, outcome = ?, tokens_in = ?, tokens_out = ?, cost_usd = ?, commits = ?,
+	eachEngine(t, "tally", func(t *testing.T, db *DB) {
+		ctx := context.Background()
+		exec := func(q string, args ...any) { t.Helper(); mustExec(t, db, q, args...) }
+		begin := func(agent string, seq int) {
+			exec(`INSERT INTO sessions (session_id, agent, seq, started_at) VALUES (?, ?, ?, ?)`,
+				fmt.Sprint(agent, "-", seq), agent, seq, FormatTime(t0))
+		}
+		settle := func(agent string, seq int, tokens int64, cost float64, commits int) {
+			exec(`UPDATE sessions SET ended_at = ?, outcome = ?, tokens_in = ?, tokens_out = ?, cost_usd = ?, commits = ?,
 					settled_at = ? WHERE session_id = ?`, FormatTime(t0), OutcomeSuccess, tokens, 2*tokens, cost, commits,
-					FormatTime(t0), fmt.Sprint(agent, "-", seq))
+				FormatTime(t0), fmt.Sprint(agent, "-", seq))
+		}
+		var tally SpendTally
+		check := func(when string) {
+			t.Helper()
+			want, err := db.Spend(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-			var tally SpendTally
-			check := func(when string) {
-				t.Helper()
-				want, err := db.Spend(ctx)
-				if err != nil {
-					t.Fatal(err)
+			got, err := tally.Spend(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%s: tally %+v, Spend %+v", when, got, want)
+			}
+			for name, w := range want {
+				g := got[name]
+				if g.Agent != w.Agent || g.Sessions != w.Sessions || g.TokensIn != w.TokensIn || g.TokensOut != w.TokensOut ||
+					g.Commits != w.Commits || math.Abs(g.CostUSD-w.CostUSD) > 1e-9 {
+					t.Errorf("%s: %s's tally %+v, Spend %+v", when, name, g, w)
 				}
-				got, err := tally.Spend(ctx, db)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got) != len(want) {
-					t.Fatalf("%s: tally %+v, Spend %+v", when, got, want)
-				}
-				for name, w := range want {
-					g := got[name]
-					if g.Agent != w.Agent || g.Sessions != w.Sessions || g.TokensIn != w.TokensIn || g.TokensOut != w.TokensOut ||
-						g.Commits != w.Commits || math.Abs(g.CostUSD-w.CostUSD) > 1e-9 {
-						t.Errorf("%s: %s's tally %+v, Spend %+v", when, name, g, w)
-					}
-				}
 			}
-			check("no sessions")
-			for seq := 1; seq <= 3; seq++ {
-				begin("alice", seq)
-				settle("alice", seq, 10, 0.25, 1)
-			}
-			begin("alice", 4) // running
-			begin("bob", 1)
-			settle("bob", 1, 5, 0.5, 0)
-			begin("bob", 2) // not settled, with a settled one after it
-			begin("bob", 3)
-			settle("bob", 3, 7, 0.125, 2)
-			check("first read")
-			if a, b := tally.agents["alice"].upTo, tally.agents["bob"].upTo; a != 3 || b != 1 {
-				t.Fatalf("final sums up to alice %d, bob %d; want 3 and 1", a, b)
-			}
-			check("read again, nothing changed")
-			settle("alice", 4, 1, 1, 0)
-			begin("alice", 5)
-			settle("bob", 2, 3, 0.5, 1)
-			begin("carol", 1)
-			check("after more settled")
-			if a, b := tally.agents["alice"].upTo, tally.agents["bob"].upTo; a != 4 || b != 3 {
-				t.Fatalf("final sums up to alice %d, bob %d; want 4 and 3", a, b)
-			}
-		})
-	}
+		}
+		check("no sessions")
+		for seq := 1; seq <= 3; seq++ {
+			begin("alice", seq)
+			settle("alice", seq, 10, 0.25, 1)
+		}
+		begin("alice", 4) // running
+		begin("bob", 1)
+		settle("bob", 1, 5, 0.5, 0)
+		begin("bob", 2) // not settled, with a settled one after it
+		begin("bob", 3)
+		settle("bob", 3, 7, 0.125, 2)
+		check("first read")
+		if a, b := tally.agents["alice"].upTo, tally.agents["bob"].upTo; a != 3 || b != 1 {
+			t.Fatalf("final sums up to alice %d, bob %d; want 3 and 1", a, b)
+		}
+		check("read again, nothing changed")
+		settle("alice", 4, 1, 1, 0)
+		begin("alice", 5)
+		settle("bob", 2, 3, 0.5, 1)
+		begin("carol", 1)
+		check("after more settled")
+		if a, b := tally.agents["alice"].upTo, tally.agents["bob"].upTo; a != 4 || b != 3 {
+			t.Fatalf("final sums up to alice %d, bob %d; want 4 and 3", a, b)
+		}
+	})
 }
 
 // BenchmarkSpendHistory: the dashboards' spend read once a swarm has a
