@@ -83,7 +83,7 @@ func (d *Daemon) lineSweeper(every time.Duration) service.Service {
 	if every <= 0 {
 		every = gitmaint.DefaultEvery
 	}
-	return service.Loop(func(ctx context.Context) { service.Every(ctx, every, every, d.sweepLines) })
+	return service.Loop(func(ctx context.Context) { service.Every(ctx, every, false, d.sweepLines) })
 }
 
 // sweepLines removes the lines of the CLOSED tasks once.

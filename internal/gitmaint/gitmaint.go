@@ -170,19 +170,11 @@ func (m *Maintainer) start(ctx context.Context) (func(), error) {
 // loop checks every Options.Every, at the wall clock's multiples of it,
 // where the daemon's other periodic checks wake too.
 func (m *Maintainer) loop(ctx context.Context) {
-	t := time.NewTimer(service.UntilAligned(m.opts.Every))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	service.Every(ctx, m.opts.Every, false, func(ctx context.Context) {
 		if loose, packs, due := m.due(time.Now()); due {
 			m.run(ctx, loose, packs)
 		}
-		t.Reset(service.UntilAligned(m.opts.Every))
-	}
+	})
 }
 
 // due counts what git gc --auto counts and says whether a run is due: the

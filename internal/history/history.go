@@ -44,7 +44,7 @@ func (p *Pruner) Run(ctx context.Context) {
 	if every <= 0 {
 		every = DefaultEvery
 	}
-	service.Every(ctx, 0, every, p.Prune)
+	service.Every(ctx, every, true, p.Prune)
 }
 
 // Prune prunes every log once.

@@ -14,10 +14,15 @@ func UntilAligned(d time.Duration) time.Duration {
 	return now.Truncate(d).Add(d).Sub(now)
 }
 
-// Every calls fn first after first, then every after each call returns,
-// until ctx ends: the loop of a service that does one thing at a low rate
-// (first 0: at once).
-func Every(ctx context.Context, first, every time.Duration, fn func(ctx context.Context)) {
+// Every calls fn at the wall clock's multiples of every (UntilAligned),
+// at once first if now is set, until ctx ends: the loop of a service that
+// does one thing at a low rate, waking when the daemon's other periodic
+// checks do.
+func Every(ctx context.Context, every time.Duration, now bool, fn func(ctx context.Context)) {
+	first := UntilAligned(every)
+	if now {
+		first = 0
+	}
 	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
@@ -27,6 +32,6 @@ func Every(ctx context.Context, first, every time.Duration, fn func(ctx context.
 		case <-t.C:
 		}
 		fn(ctx)
-		t.Reset(every)
+		t.Reset(UntilAligned(every))
 	}
 }

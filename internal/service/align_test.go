@@ -20,25 +20,35 @@ func TestUntilAligned(t *testing.T) {
 	}
 }
 
-// Every calls its function after first, then every after each call, and
-// returns when its context ends.
+// Every calls its function at the clock's multiples of its period (at once
+// first when asked), however long a call takes, and returns when its
+// context ends.
 func TestEvery(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		var at []time.Duration
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			Every(ctx, time.Second, time.Minute, func(context.Context) { at = append(at, time.Since(start)) })
-		}()
-		time.Sleep(2*time.Minute + 2*time.Second)
-		synctest.Wait()
-		cancel()
-		<-done
-		want := []time.Duration{time.Second, time.Minute + time.Second, 2*time.Minute + time.Second}
-		if !slices.Equal(at, want) {
-			t.Fatalf("calls at %v, want %v", at, want)
-		}
-	})
+	for _, now := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			time.Sleep(20 * time.Second) // 20 s past a minute
+			start := time.Now()
+			var at []time.Duration
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				Every(ctx, time.Minute, now, func(context.Context) {
+					at = append(at, time.Since(start))
+					time.Sleep(5 * time.Second) // a call's own time
+				})
+			}()
+			time.Sleep(2*time.Minute + 30*time.Second)
+			synctest.Wait()
+			cancel()
+			<-done
+			want := []time.Duration{40 * time.Second, 100 * time.Second}
+			if now {
+				want = append([]time.Duration{0}, want...)
+			}
+			if !slices.Equal(at, want) {
+				t.Fatalf("now %v: calls at %v, want %v", now, at, want)
+			}
+		})
+	}
 }
