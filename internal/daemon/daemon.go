@@ -502,7 +502,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.trimWhenSettled(settleQuiet, d.settled),
 		service.Loop(d.kit.rotation.Run),
 		d.maintenance(),
-		d.lineSweeper(d.maintenanceEvery()),
+		d.lineSweeper(),
 		d.pruneHistory(),
 	)
 	// The services' context is not ctx: they stop in order, at the end.

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"path/filepath"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -59,10 +58,4 @@ func (d *Daemon) moveAllObjects(ctx context.Context) {
 			d.log.Debug("moved a quarantine's objects into the repository before git gc", zap.String("agent", agent), zap.Int("objects", r.Moved))
 		}
 	}
-}
-
-// maintenanceEvery is maintenance.every as the daemon started with.
-func (d *Daemon) maintenanceEvery() time.Duration {
-	cfg, _ := d.current()
-	return cfg.Maintenance.Every
 }

@@ -74,12 +74,15 @@ func (lineKeeper) OnTransition(runner.Transition) {}
 func (lineKeeper) OnIdle(string, bool, time.Time) {}
 
 // lineSweeper removes the lines of merged tasks (CLOSED) every
-// maintenance.every: their work is on the merge target, and kept they were
-// a branch a task for good (a soak run made 5,681 in ten minutes), which
-// every listing of the repository's refs reads. A line kept again since
+// maintenance.every, with git gc's checks: their work is on the merge
+// target, and kept they were a branch a task for good (a soak run made
+// 5,681 in ten minutes), which every listing of the repository's refs
+// reads. A line kept again since
 // the sweep listed it stays (worktree.Manager.PruneLines); the remote's
 // copies are left alone.
-func (d *Daemon) lineSweeper(every time.Duration) service.Service {
+func (d *Daemon) lineSweeper() service.Service {
+	cfg, _ := d.current()
+	every := cfg.Maintenance.Every // as the daemon started with
 	if every <= 0 {
 		every = gitmaint.DefaultEvery
 	}
