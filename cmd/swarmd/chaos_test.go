@@ -530,8 +530,13 @@ func (c *chaosRun) readSeen() map[string]*chaosSession {
 			}
 		case "mail":
 			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				// A session killed as its shell appended the line leaves it
+				// empty or cut: what its send did is then unknown, as if
+				// the line had never been begun.
 				tok, code, _ := strings.Cut(l, " ")
-				s.sent[tok], _ = strconv.Atoi(code)
+				if n, err := strconv.Atoi(code); err == nil && tok != "" {
+					s.sent[tok] = n
+				}
 			}
 		}
 	}
