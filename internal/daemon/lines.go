@@ -86,7 +86,20 @@ func (d *Daemon) lineSweeper() service.Service {
 	if every <= 0 {
 		every = gitmaint.DefaultEvery
 	}
-	return service.Loop(func(ctx context.Context) { service.Every(ctx, every, false, d.sweepLines) })
+	return service.Loop(func(ctx context.Context) {
+		// The first sweep a whole period after the start, then on the
+		// clock's multiples: a daemon that runs for less than a period
+		// (a test's, a short run's) leaves its merged lines to the
+		// operator's swarmd worktree prune --tasks.
+		first := time.NewTimer(every)
+		defer first.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-first.C:
+		}
+		service.Every(ctx, every, true, d.sweepLines)
+	})
 }
 
 // sweepLines removes the lines of the CLOSED tasks once.
