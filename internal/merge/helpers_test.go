@@ -57,9 +57,23 @@ func gitT(t testing.TB, dir string, args ...string) string {
 	return out
 }
 
+// gitEnvT is gitT with env added to git's environment.
+func gitEnvT(t testing.TB, dir string, env []string, args ...string) string {
+	t.Helper()
+	out, err := gitEnvOut(dir, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func gitOut(dir string, args ...string) (string, error) {
+	return gitEnvOut(dir, nil, args...)
+}
+
+func gitEnvOut(dir string, env []string, args ...string) (string, error) {
 	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(append(os.Environ(), "LC_ALL=C"), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -63,15 +63,21 @@ func TestCrissCrossHeadRejected(t *testing.T) {
 
 			alice := e.worker("alice") // her line starts at main's merge
 			// Which of the two bases git picks for the review diff depends
-			// on the commits' dates (a tie within a second): the commit is
-			// built on each until git picks the one it was built on.
+			// on the commits' dates (ties within a second are common here):
+			// the commit is built on each until the review diff is taken
+			// from the one it was built on. Its date is main's, the same
+			// for both, so the clock ticking between the two cannot change
+			// git's pick under the test.
+			date := "GIT_COMMITTER_DATE=" + gitT(t, e.repo, "log", "-1", "--format=%cd", "--date=raw", "main")
 			var w string
 			for _, pick := range []string{t1, h1} {
 				gitT(t, alice, "reset", "-q", "--hard", pick)
 				writeFile(t, filepath.Join(alice, "DOCS"), "docs\n")
 				gitT(t, alice, "add", "DOCS")
-				w = gitT(t, alice, "commit-tree", "-p", t1, "-p", h1, "-m", "alice: docs", gitT(t, alice, "write-tree"))
-				if gitT(t, e.repo, "merge-base", "main", w) == pick {
+				tree := gitT(t, alice, "write-tree")
+				w = gitEnvT(t, alice, []string{date, strings.Replace(date, "COMMITTER", "AUTHOR", 1)},
+					"commit-tree", "-p", t1, "-p", h1, "-m", "alice: docs", tree)
+				if slices.Equal(diffNames(t, e.repo, "main..."+w), []string{"DOCS"}) {
 					break
 				}
 			}
