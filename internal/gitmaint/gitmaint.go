@@ -20,13 +20,18 @@
 // store, and repack -l -d would delete the repository's copies of what one
 // holds): Options.Prepare moves the quarantines' objects in, checked,
 // before each run, so that a branch whose tip a running sandbox has written
-// only there resolves.
+// only there resolves. A sandbox that moves its branch after that stops
+// gc's walk of the refs ("bad object"): the loose objects are then packed
+// without one (Maintainer.packLoose), so that they stay bounded however
+// busy the swarm.
 package gitmaint
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,6 +108,9 @@ const (
 	ResultFailed  Result = "failed"  // git gc failed, or did not start
 	ResultTimeout Result = "timeout" // ended at Options.Timeout
 	ResultStopped Result = "stopped" // ended by the Maintainer's Stop
+	// ResultPacked: git gc failed (Run.Reason says why), and the loose
+	// objects were packed without it (Maintainer.packLoose).
+	ResultPacked Result = "packed"
 )
 
 // Run is one run of git gc.
@@ -253,6 +261,8 @@ func (m *Maintainer) run(ctx context.Context, loose, packs int) Run {
 	switch r.Result {
 	case ResultOK, ResultStopped:
 		m.opts.Log.Info("git maintenance ran: git gc --auto", fields...)
+	case ResultPacked:
+		m.opts.Log.Warn("git maintenance: git gc --auto failed, the loose objects were packed without it; the next check tries gc again", append(fields, zap.String("reason", r.Reason))...)
 	default:
 		m.opts.Log.Warn("git maintenance failed: git gc --auto; the next check tries again", append(fields, zap.String("reason", r.Reason))...)
 	}
@@ -263,7 +273,8 @@ func (m *Maintainer) run(ctx context.Context, loose, packs int) Run {
 }
 
 // gc runs git gc and waits for it, ending it at the bound or when ctx
-// ends.
+// ends. If it fails and leaves the loose objects over the threshold, they
+// are packed without it (packLoose), in what is left of the bound.
 func (m *Maintainer) gc(ctx context.Context) Run {
 	if m.opts.Prepare != nil && ctx.Err() == nil {
 		m.opts.Prepare(ctx)
@@ -271,16 +282,76 @@ func (m *Maintainer) gc(ctx context.Context) Run {
 	if ctx.Err() != nil {
 		return Run{Result: ResultStopped}
 	}
+	started := time.Now()
+	r := m.git(ctx, m.opts.Timeout, m.Args(), nil)
+	if r.Result != ResultFailed {
+		return r
+	}
+	if loose, _ := Count(m.opts.GitDir); !Over(loose, 0, m.opts.LooseObjects, 0) {
+		return r
+	}
+	p := m.packLoose(ctx, m.opts.Timeout-time.Since(started))
+	if p.Result != ResultOK {
+		p.Reason = r.Reason + "; then packing the loose objects without it: " + p.Reason
+		return p
+	}
+	r.Result = ResultPacked
+	return r
+}
+
+// maxLoosePacked bounds the objects packLoose packs in one run (41 bytes
+// of names each on its pack-objects' input).
+const maxLoosePacked = 250_000
+
+// packLoose packs the loose objects when git gc cannot, for bound at most:
+// git pack-objects given their names (from the object directory, not the
+// refs, so that a branch naming an object that is not there yet does not
+// stop it), then git prune-packed, which removes the loose copies of what
+// is now packed. Unreachable objects are packed too; gc's next run that
+// gets through sorts them out. (git maintenance's loose-objects task does
+// the same from git 2.30 on; swarmd runs on older gits.)
+func (m *Maintainer) packLoose(ctx context.Context, bound time.Duration) Run {
+	objects := filepath.Join(m.opts.GitDir, "objects")
+	var names bytes.Buffer
+	n := 0
+	for i := 0; i < 256 && n < maxLoosePacked; i++ {
+		fan := fmt.Sprintf("%02x", i)
+		entries, _ := os.ReadDir(filepath.Join(objects, fan))
+		for _, e := range entries {
+			if objectFile(e.Name()) && e.Type().IsRegular() && n < maxLoosePacked {
+				names.WriteString(fan + e.Name() + "\n")
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return Run{Result: ResultOK}
+	}
+	base := append(slices.Clone(worktree.GitOptions), "-c", "core.fsmonitor=false", "--git-dir="+m.opts.GitDir)
+	started := time.Now()
+	r := m.git(ctx, bound, append(slices.Clone(base), "pack-objects", "--quiet", filepath.Join(objects, "pack", "pack")), &names)
+	if r.Result != ResultOK {
+		return r
+	}
+	return m.git(ctx, bound-time.Since(started), append(base, "prune-packed", "--quiet"), nil)
+}
+
+// git runs git with args as a tree of the daemon's and waits for it, for
+// bound at most or until ctx ends.
+func (m *Maintainer) git(ctx context.Context, bound time.Duration, args []string, stdin io.Reader) Run {
+	if bound <= 0 {
+		return Run{Result: ResultTimeout, Reason: fmt.Sprintf("ran longer than %s", m.opts.Timeout)}
+	}
 	out := &lastBytes{max: 2 << 10}
 	tree, err := m.opts.Procs.Start(proc.Spec{
-		Path: m.opts.Git, Args: m.Args(), Env: m.opts.Env, Output: out,
+		Path: m.opts.Git, Args: args, Env: m.opts.Env, Output: out, Stdin: stdin,
 		ID: "gitmaint-" + strconv.FormatUint(m.runs.Add(1), 10),
 	})
 	if err != nil {
 		return Run{Result: ResultFailed, Reason: err.Error()}
 	}
 	var r Run
-	switch tree.WaitBounded(ctx, m.opts.Timeout, termGrace) {
+	switch tree.WaitBounded(ctx, bound, termGrace) {
 	case proc.EndedAtBound:
 		r.Result = ResultTimeout
 	case proc.EndedByContext:

@@ -190,6 +190,42 @@ func TestPacksTheLooseObjectsAndKeepsWhatTheSwarmNeeds(t *testing.T) {
 	noProcessOf(t, sup)
 }
 
+// TestPacksTheLooseObjectsWhenGCCannot: a running sandbox moved its branch
+// to a commit still in its quarantine after Prepare had moved it in (the
+// sessions of a busy swarm commit back to back), so git gc stops at the
+// branch ("bad object"). The loose objects are packed all the same, by a
+// command that lists no ref, and none is lost; the run says both.
+func TestPacksTheLooseObjectsWhenGCCannot(t *testing.T) {
+	dir, gitDir := repo(t, 2000)
+	tree := git(t, dir, nil, "rev-parse", "main^{tree}")
+	missing := strings.Repeat("7", len(tree))
+	os.WriteFile(filepath.Join(gitDir, "refs", "heads", "swarm", "a", "work"), []byte(missing+"\n"), 0o644)
+
+	sup := supervisor(t)
+	runs := make(chan Run, 4)
+	m := newMaintainer(t, gitDir, sup, runs, Options{})
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := waitRun(t, runs)
+	m.Stop()
+	if r.Result != ResultPacked || !strings.Contains(r.Reason, "bad object refs/heads/swarm/a/work") {
+		t.Fatalf("run: %+v; want %q, with gc's reason", r, ResultPacked)
+	}
+	if after, _ := Count(gitDir); after != 0 {
+		t.Errorf("loose objects after the run: %d in objects/17, want none", after/256)
+	}
+	if out, err := exec.Command("git", "-C", dir, "ls-tree", "-r", "main").CombinedOutput(); err != nil || strings.Count(string(out), "\n") != 2000 {
+		t.Errorf("main's tree after the run: %v, %d entries", err, strings.Count(string(out), "\n"))
+	}
+	for _, f := range []string{"f0", "f1999"} {
+		if !objectExists(t, dir, git(t, dir, nil, "rev-parse", "main:"+f)) {
+			t.Errorf("main's %s is gone", f)
+		}
+	}
+	noProcessOf(t, sup)
+}
+
 // TestReadsTheBranchesAQuarantineHolds: a running sandbox's commit is in
 // its quarantine until its session ends, its branch naming it, and beside
 // it the sandbox left a pack of copies of the store's objects (git repack
