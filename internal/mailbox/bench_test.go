@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,6 +162,31 @@ func BenchmarkSendParallel(b *testing.B) {
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+		})
+	}
+}
+
+// BenchmarkSendOnceHistory is a send as `swarmd mail send` makes it (with
+// Draft.At, stored once however often retried), urgent so that its calm
+// check runs too, over a store holding 0 and 20,000 messages of other
+// senders: what it reads to find an earlier attempt must not grow with the
+// mail the swarm ever sent.
+func BenchmarkSendOnceHistory(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{0, 20_000} {
+		b.Run(fmt.Sprintf("messages=%d", n), func(b *testing.B) {
+			db := openTest(b, "", Options{Agents: testAgents})
+			for i := range n {
+				if _, err := db.Send(ctx, Draft{From: "bob", To: "alice", Subject: "old", Body: benchBody + strconv.Itoa(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := db.Send(ctx, Draft{From: "alice", To: "bob", Subject: "status", Body: benchBody, Urgent: true, At: time.Now()}); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

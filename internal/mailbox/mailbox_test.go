@@ -607,8 +607,13 @@ func TestQueryPlans(t *testing.T) {
 		`SELECT id FROM messages WHERE delivered_at IS NULL AND urgency = 'urgent' AND id > 5 ORDER BY id`: "messages_pending_urgent",
 		`SELECT recipient, COUNT(*) FROM messages WHERE delivered_at IS NULL GROUP BY recipient`:           "messages_pending",
 		`UPDATE messages SET delivered_at = NULL, claimed_session = NULL WHERE claimed_session = 's'`:      "messages_claimed",
+		// A send's look for an earlier attempt, and for its sender's last
+		// urgent mail: by sender, recipient and time, not a scan of all mail.
+		insertOnceSQL:  "messages_sent",
+		sentBeforeSQL:  "messages_sent",
+		interruptedSQL: "messages_sent",
 	} {
-		rows, err := db.Store().SQL().Query(`EXPLAIN QUERY PLAN ` + q)
+		rows, err := db.Store().SQL().Query(`EXPLAIN QUERY PLAN `+q, make([]any, strings.Count(q, "?"))...)
 		if err != nil {
 			t.Fatal(err)
 		}

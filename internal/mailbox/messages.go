@@ -125,10 +125,12 @@ func (mb *Mailbox) calm(ctx context.Context, tx *sql.Tx, m *Message) error {
 	return nil
 }
 
+const interruptedSQL = `SELECT EXISTS (SELECT 1 FROM messages WHERE sender = ? AND recipient = ? AND urgency = 'urgent' AND created_at > ?)`
+
 // interruptedLately reports whether m's sender sent its recipient urgent
 // mail less than UrgentEvery before m.
 func (mb *Mailbox) interruptedLately(ctx context.Context, tx *sql.Tx, m Message) (bool, error) {
-	const q = `SELECT EXISTS (SELECT 1 FROM messages WHERE sender = ? AND recipient = ? AND urgency = 'urgent' AND created_at > ?)`
+	q := interruptedSQL
 	args := []any{m.From, m.To, m.CreatedAt.Add(-mb.urgentEvery).Format(store.TimeLayout)}
 	var recent bool
 	var err error
