@@ -107,6 +107,11 @@ func (sqliteDriver) changes(ctx context.Context, _ *DB, _ *Watch) { <-ctx.Done()
 const (
 	checkpointEvery  = 250 * time.Millisecond
 	checkpointAtMost = 2 * time.Second
+	// walSizeLimit is what the WAL is truncated to once a backlog (a long
+	// read held checkpoints back) is checkpointed: twice what SQLite's own
+	// automatic checkpoint lets it reach, so a steady swarm never pays for
+	// growing it again.
+	walSizeLimit = 8 << 20
 )
 
 // gather waits for writes to pause for checkpointEvery, or for
@@ -232,6 +237,9 @@ func dsn(path string, write bool) string {
 	if write {
 		q.Set("_txlock", "immediate")
 		q.Add("_pragma", "wal_autocheckpoint(0)") // maintain checkpoints instead
+		// The writer that restarts the WAL after a whole checkpoint
+		// truncates it to this: else a backlog's high water stays on disk.
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	} else {
 		q.Add("_pragma", "query_only(1)") // a write on the read pool is a bug
 	}
