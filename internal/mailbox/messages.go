@@ -764,8 +764,12 @@ func (mb *Mailbox) RecipientsSince(ctx context.Context, afterID int64) ([]string
 // no other daemon shares, whose sessions may be starting right now).
 func (mb *Mailbox) ReleaseUnstartedClaims(ctx context.Context, agents []string) (int, error) {
 	scope, args := store.AndIn("recipient", agents)
-	return mb.db.ExecCount(ctx, "release unstarted claims", `UPDATE messages
+	return mb.db.ExecCount(ctx, "release unstarted claims", releaseUnstartedSQL+scope, args...)
+}
+
+// releaseUnstartedSQL reads the claims not acknowledged
+// (messages_claimed_unacked), not every message ever claimed.
+const releaseUnstartedSQL = `UPDATE messages
 		SET delivered_at = IIF(acked_by IS NULL, NULL, delivered_at), claimed_session = NULL
 		WHERE claimed_session IS NOT NULL AND acked_by IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`+scope, args...)
-}
+		  AND NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = messages.claimed_session)`

@@ -162,6 +162,10 @@ func (db *DB) Events(ctx context.Context, q EventQuery) ([]EventRecord, error) {
 	return out, nil
 }
 
+// sessionsNewestSQL is every agent's last sessions, read backwards along
+// sessions_started to the limit, not every session ever sorted.
+const sessionsNewestSQL = `SELECT ` + sessionCols + ` FROM sessions ORDER BY started_at DESC, seq DESC LIMIT ?`
+
 // Sessions returns agent's sessions newest first (every agent's, by start
 // time, if agent is ""), at most limit of them (0: all).
 func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionRecord, error) {
@@ -171,7 +175,7 @@ func (db *DB) Sessions(ctx context.Context, agent string, limit int) ([]SessionR
 	q := `SELECT ` + sessionCols + ` FROM sessions WHERE agent = ? ORDER BY seq DESC LIMIT ?`
 	args := []any{agent, limit}
 	if agent == "" {
-		q = `SELECT ` + sessionCols + ` FROM sessions ORDER BY started_at DESC, seq DESC LIMIT ?`
+		q = sessionsNewestSQL
 		args = args[1:]
 	}
 	ss, err := querySessions(ctx, db.reads, q, args...)

@@ -172,19 +172,31 @@ func (b *Board) Subtasks(ctx context.Context, id int64) ([]Task, error) {
 
 // List returns the tasks that match f, by id.
 func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
+	q, args := listSQL(f)
+	ts, err := queryTasksDeps(ctx, b.db.ReadSQL(), q, nil, args...)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: list: %w", err)
+	}
+	return ts, nil
+}
+
+// listSQL is List's query of f, and its arguments.
+func listSQL(f Filter) (string, []any) {
 	var where []string
 	var args []any
 	if f.State != nil {
 		where = append(where, "state = ?")
 		args = append(args, f.State.String())
+		// A bound state matches no partial index's term (SQLite plans the
+		// statement before it sees the value), so every state read the
+		// whole table (the inbox asks at each change of the board): the
+		// term of tasks_over or tasks_not_over, as written, says which
+		// index holds it. Not over, that is the live board, not its
+		// history.
 		switch *f.State {
-		case task.Closed, task.Cancelled, task.Open, task.Done, task.Claimed, task.InProgress:
-			// Over, or with an index of their own (tasks_open, tasks_done,
-			// tasks_held).
+		case task.Closed, task.Cancelled:
+			where = append(where, over)
 		default:
-			// FAILED, BLOCKED, PLANNED, ...: the few not over, through
-			// tasks_not_over, not a scan of every task ever made (the
-			// inbox asks at each change of the board).
 			where = append(where, notOver)
 		}
 	}
@@ -199,11 +211,7 @@ func (b *Board) List(ctx context.Context, f Filter) ([]Task, error) {
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	ts, err := queryTasksDeps(ctx, b.db.ReadSQL(), q+` ORDER BY id`, nil, args...)
-	if err != nil {
-		return nil, fmt.Errorf("taskboard: list: %w", err)
-	}
-	return ts, nil
+	return q + ` ORDER BY id`, args
 }
 
 // notOver and over are the terms of the indexes tasks_not_over and
@@ -375,7 +383,10 @@ func (b *Board) Work(ctx context.Context, agent string) (Work, error) {
 // the index of held tasks (tasks_held), whose condition this repeats, so
 // that both engines' plans use it, PostgreSQL's generic plan of a prepared
 // statement included: it reads the few tasks held, not the agent's history.
-const holding = `claimant = ? AND state IN ('CLAIMED', 'IN_PROGRESS')`
+const holding = `claimant = ? AND ` + holdingState
+
+// holdingState is tasks_held's term, as its migration writes it.
+const holdingState = `state IN ('CLAIMED', 'IN_PROGRESS')`
 
 // claimable is an OPEN task the agent may claim (claimArgs: the agent;
 // 1 when it claims unassigned tasks, 0 when it only reviews; the agent)
@@ -1143,8 +1154,13 @@ func ReviewerUnknown(t Task, agents []string) bool {
 
 // Reviewing lists the tasks waiting for a verdict, by id.
 func (b *Board) Reviewing(ctx context.Context) ([]Task, error) {
-	return queryTasks(ctx, b.db.ReadSQL(), `SELECT `+taskCols+` FROM tasks WHERE state = 'DONE' AND review_state = 'reviewing' ORDER BY id`)
+	return queryTasks(ctx, b.db.ReadSQL(), reviewingSQL)
 }
+
+// reviewingSQL orders by id through tasks_not_over: with the order alone
+// SQLite read every task ever made, in id order, rather than sort the few
+// its partial indexes hold.
+const reviewingSQL = `SELECT ` + taskCols + ` FROM tasks WHERE state = 'DONE' AND review_state = 'reviewing' AND ` + notOver + ` ORDER BY id`
 
 // assignsRework reports whether Assign gives t's review loop's worker
 // with its assignee: t waits for its subtasks, and the loop that reviews
@@ -1228,11 +1244,15 @@ func (b *Board) Unclaim(ctx context.Context, session string, started int64) erro
 	return b.write(ctx, "unclaim", func(tx *sql.Tx) error { return b.UnclaimTx(ctx, tx, session, started) })
 }
 
+// unclaimSQL reads the tasks held (tasks_held's term, as written), not
+// every task ever made, for the session's claim.
+const unclaimSQL = `SELECT ` + taskCols + ` FROM tasks WHERE claim_session = ? AND ` + holdingState + `
+	AND (state = 'CLAIMED' OR (state = 'IN_PROGRESS' AND id = ?))`
+
 // UnclaimTx is Unclaim in tx: with the close of the session's row
 // (package settle), so that no restart finds one without the other.
 func (b *Board) UnclaimTx(ctx context.Context, tx *sql.Tx, session string, started int64) error {
-	ts, err := queryTasks(ctx, tx, `SELECT `+taskCols+` FROM tasks WHERE claim_session = ?
-		AND (state = 'CLAIMED' OR (state = 'IN_PROGRESS' AND id = ?))`, session, started)
+	ts, err := queryTasks(ctx, tx, unclaimSQL, session, started)
 	if err != nil {
 		return err
 	}
