@@ -231,16 +231,22 @@ func (s viewSource) Merge(ctx context.Context) (view.MergeQueue, error) {
 	}
 	out := view.MergeQueue{Configured: true, Paused: st.Paused, Note: st.Waiting, Items: []view.MergeItem{},
 		Depth: st.Depth(), Recent: []view.MergeResult{}}
-	titles := map[int64]string{}
-	title := func(id int64) string {
-		if t, ok := titles[id]; ok {
-			return t
-		}
-		if tk, err := s.d.tasks.Get(ctx, id); err == nil {
-			titles[id] = tk.Title
-		}
-		return titles[id]
+	// The titles in one read: a task each was a read each, a hundred at
+	// each change of a queue that fell behind.
+	var ids []int64
+	if c := st.Current; c != nil {
+		ids = append(ids, c.Task)
 	}
+	for _, es := range [][]merge.Entry{st.Queued, st.Recent} {
+		for _, e := range es {
+			ids = append(ids, e.Task)
+		}
+	}
+	titles, err := s.d.tasks.Titles(ctx, ids)
+	if err != nil {
+		titles = nil // the queue shows, untitled
+	}
+	title := func(id int64) string { return titles[id] }
 	add := func(e merge.Entry, state string, since time.Time) {
 		it := view.MergeItem{TaskID: e.Task, Agent: e.Agent, State: state, Since: since, Title: title(e.Task)}
 		if e.Attempts > 0 {

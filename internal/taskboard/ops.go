@@ -154,6 +154,36 @@ func (b *Board) Get(ctx context.Context, id int64) (Task, error) {
 	return getTask(ctx, b.db.ReadSQL(), id)
 }
 
+// Titles returns the titles of the tasks ids name, by id, in one read;
+// an id no task has is absent.
+func (b *Board) Titles(ctx context.Context, ids []int64) (map[int64]string, error) {
+	out := make(map[int64]string, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := b.db.ReadSQL().QueryContext(ctx, `SELECT id, title FROM tasks WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("taskboard: titles: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var title string
+		if err := rows.Scan(&id, &title); err != nil {
+			return nil, fmt.Errorf("taskboard: titles: %w", err)
+		}
+		out[id] = title
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("taskboard: titles: %w", err)
+	}
+	return out, nil
+}
+
 // Filter selects tasks for List.
 type Filter struct {
 	State    *task.State

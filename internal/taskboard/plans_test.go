@@ -2,9 +2,11 @@ package taskboard
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 
+	"github.com/swarmd/swarmd/internal/store/storetest"
 	"github.com/swarmd/swarmd/internal/task"
 )
 
@@ -47,4 +49,20 @@ func TestReadsOfTheBoardScanNoHistory(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTitles: the titles of the tasks named, in one read, on each engine;
+// an id no task has is left out.
+func TestTitles(t *testing.T) {
+	storetest.Engines(t, "titles", func(t *testing.T, fresh func(t *testing.T) string) {
+		b := New(storetest.OpenTarget(t, fresh(t)), Options{})
+		one, two := add(t, b, NewTask{Title: "one"}), add(t, b, NewTask{Title: "two"})
+		got, err := b.Titles(context.Background(), []int64{two.ID, 999, one.ID})
+		if want := map[int64]string{one.ID: "one", two.ID: "two"}; err != nil || !maps.Equal(got, want) {
+			t.Fatalf("Titles = %v, %v; want %v", got, err, want)
+		}
+		if got, err := b.Titles(context.Background(), nil); err != nil || len(got) != 0 {
+			t.Fatalf("Titles(nil) = %v, %v", got, err)
+		}
+	})
 }
