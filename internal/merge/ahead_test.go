@@ -2,6 +2,7 @@ package merge
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -302,5 +303,52 @@ func TestAheadRebase(t *testing.T) {
 		if want := "task " + strconv.Itoa(i+1); s != want {
 			t.Errorf("commit %d: %q, want %q", i+1, s, want)
 		}
+	}
+}
+
+// TestGateLoggedOnceLogsAreComplete: the queue tells Options.GateLogged a
+// gate run's seq once its log and those of every run before it are
+// complete, a run ahead that ends first included, so that the daemon's
+// rotation never archives a log still written.
+func TestGateLoggedOnceLogsAreComplete(t *testing.T) {
+	e := newEnv(t)
+	flags := t.TempDir()
+	writeFile(t, filepath.Join(flags, "pair"), "")
+	opts := e.options(aheadGate(flags)...)
+	opts.Batch, opts.Parallel = 8, 2
+	var told []uint32
+	opts.GateLogged = func(upTo uint32) { // in the gate's goroutine
+		told = append(told, upTo)
+		for seq := uint32(1); seq <= upTo; seq++ {
+			if log := readFile(t, e.logs.LogPath(LogName, seq)); !strings.Contains(log, fmt.Sprintf("seq %d ended", seq)) {
+				t.Errorf("told %d while gate run %d's log is not complete:\n%s", upTo, seq, log)
+			}
+		}
+	}
+	q := e.open(opts)
+	e.queueTasks(q, 16)
+	step(t, q, OutcomeMerged)
+	step(t, q, OutcomeMerged)
+	step(t, q, OutcomeIdle)
+	q.Stop()
+	if len(told) == 0 || told[len(told)-1] != 2 || !slices.IsSorted(told) {
+		t.Fatalf("told %v; want rising seqs, up to the 2 gate runs", told)
+	}
+}
+
+func TestGateLogsEnded(t *testing.T) {
+	var g gateLogs
+	g.started(1)
+	g.started(2) // a run ahead
+	for _, c := range []struct {
+		end, want uint32
+	}{{2, 0}, {1, 2}} {
+		if got := g.ended(c.end); got != c.want {
+			t.Fatalf("ended(%d) = %d, want %d", c.end, got, c.want)
+		}
+	}
+	g.started(3)
+	if got := g.ended(3); got != 3 {
+		t.Fatalf("ended(3) = %d, want 3", got)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -70,6 +72,12 @@ func (q *Queue) rejection(run gateRun) (Kind, string) {
 func (q *Queue) runGate(ctx context.Context, es []*Entry, dir string, seq uint32) (gateRun, error) {
 	e := es[len(es)-1]
 	id := "merge-" + strconv.FormatUint(uint64(seq), 10)
+	q.gateLogs.started(seq)
+	defer func() { // after the log's close
+		if upTo := q.gateLogs.ended(seq); upTo > 0 && q.opts.GateLogged != nil {
+			q.opts.GateLogged(upTo)
+		}
+	}()
 	logf, err := openLog(q.opts.Logs.LogPath(LogName, seq))
 	if err != nil {
 		return gateRun{}, fmt.Errorf("gate run %d: %w", seq, err)
@@ -232,4 +240,39 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.ToValidUTF8(strings.Join(lines, "\n"), "")
+}
+
+// gateLogs knows which gate runs are writing their logs: a run ahead
+// (merge.parallel: 2) runs beside the one it is ahead of, and may end first.
+type gateLogs struct {
+	mu       sync.Mutex
+	running  []uint32
+	last     uint32 // the highest seq ended
+	reported uint32 // the highest seq returned by ended
+}
+
+func (g *gateLogs) started(seq uint32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running = append(g.running, seq)
+}
+
+// ended records the end of run seq and returns the highest seq up to
+// which every run has ended, when that is news; 0 otherwise.
+func (g *gateLogs) ended(seq uint32) uint32 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running = slices.DeleteFunc(g.running, func(s uint32) bool { return s == seq })
+	g.last = max(g.last, seq)
+	upTo := g.last
+	for _, s := range g.running {
+		if s <= upTo {
+			upTo = s - 1
+		}
+	}
+	if upTo <= g.reported {
+		return 0
+	}
+	g.reported = upTo
+	return upTo
 }

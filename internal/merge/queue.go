@@ -118,13 +118,18 @@ type Options struct {
 	// (ahead.go); 0 means 1, one gate run at a time.
 	Parallel int
 
-	DB        DB
-	Procs     Starter
-	Logs      LogPaths
-	Callbacks Callbacks // nil: results are stored, never reported
-	Metrics   Metrics   // nil: none
-	Log       *zap.Logger
-	Now       func() time.Time // nil: time.Now
+	DB    DB
+	Procs Starter
+	Logs  LogPaths
+	// GateLogged, when set, is told seq once the logs of gate run seq and
+	// of every run before it are complete (each closed, none still
+	// writing): the daemon's log rotation archives them. A run ahead may
+	// end before the run it is ahead of; it is told once that one ends.
+	GateLogged func(seq uint32)
+	Callbacks  Callbacks // nil: results are stored, never reported
+	Metrics    Metrics   // nil: none
+	Log        *zap.Logger
+	Now        func() time.Time // nil: time.Now
 	// Env is the gate's environment before the SWARM_MERGE_* variables;
 	// nil means the daemon's own.
 	Env []string
@@ -203,6 +208,8 @@ type Queue struct {
 	staleChecked bool
 
 	owned owned // the tips the queue set the target to (owned.go)
+
+	gateLogs gateLogs // which gate runs still write their logs
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
