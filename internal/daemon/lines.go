@@ -78,8 +78,8 @@ func (lineKeeper) OnIdle(string, bool, time.Time) {}
 // target, and kept they were a branch a task for good (a soak run made
 // 5,681 in ten minutes), which every listing of the repository's refs
 // reads. A line kept again since
-// the sweep listed it stays (worktree.Manager.PruneLines); the remote's
-// copies are left alone.
+// the sweep listed it stays (worktree.Manager.PruneLines), here and on the
+// remote (PruneRemoteLines).
 func (d *Daemon) lineSweeper() service.Service {
 	cfg, _ := d.current()
 	every := cfg.Maintenance.Every // as the daemon started with
@@ -102,7 +102,9 @@ func (d *Daemon) lineSweeper() service.Service {
 	})
 }
 
-// sweepLines removes the lines of the CLOSED tasks once.
+// sweepLines removes the lines of the CLOSED tasks once: this
+// repository's, and the remote's, which every daemon of the swarm pushes
+// to (each push reads the remote's whole list of branches first).
 func (d *Daemon) sweepLines(ctx context.Context) {
 	removed, err := d.trees.PruneLines(ctx, d.tasks.Closed)
 	if err != nil && ctx.Err() == nil {
@@ -110,5 +112,16 @@ func (d *Daemon) sweepLines(ctx context.Context) {
 	}
 	if len(removed) > 0 {
 		d.log.Debug("removed the lines of merged tasks", zap.Int("removed", len(removed)))
+	}
+	cfg, _ := d.current()
+	if cfg.Remote == "" || cfg.Merge == nil {
+		return
+	}
+	n, err := d.trees.PruneRemoteLines(ctx, cfg.Remote, d.tasks.Closed)
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn("remove the lines of merged tasks from the remote", zap.String("remote", cfg.Remote), zap.Int("removed", n), zap.Error(err))
+	}
+	if n > 0 {
+		d.log.Debug("removed the lines of merged tasks from the remote", zap.String("remote", cfg.Remote), zap.Int("removed", n))
 	}
 }

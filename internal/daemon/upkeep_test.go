@@ -109,3 +109,40 @@ func TestSweepLinesRemovesMergedTasksLines(t *testing.T) {
 		t.Fatalf("lines after the sweep:\n%s\nwant\n%s", refs, want)
 	}
 }
+
+// TestSweepLinesRemovesMergedTasksLinesOnTheRemote: with a remote, the
+// sweep deletes a merged task's line there too (every daemon of the swarm
+// pushes its lines there), and keeps the rest.
+func TestSweepLinesRemovesMergedTasksLinesOnTheRemote(t *testing.T) {
+	bare := filepath.Join(t.TempDir(), "remote.git")
+	gitRun(t, "init", "-q", "--bare", bare)
+	cfg := repo(t, "remote: "+bare+"\nmerge: {into: main}\n"+agentsYAML("alice"))
+	r := start(t, cfg)
+	ctx := context.Background()
+	head := strings.TrimSpace(git(t, filepath.Dir(cfg), "rev-parse", "HEAD"))
+	var ids []int64
+	for _, title := range []string{"merged", "open"} {
+		tk, err := r.tasks.Add(ctx, taskboard.NewTask{Title: title, Assignee: "bob"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tk.ID)
+		if err := r.trees.KeepLine(ctx, tk.ID, head); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.trees.PushLine(ctx, tk.ID, bare); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Merged: as the queue leaves it (the states' own path is the board's).
+	if _, err := r.db.ExecCount(ctx, "merged", `UPDATE tasks SET state = 'CLOSED' WHERE id = ?`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	r.sweepLines(ctx)
+	want := fmt.Sprintf("swarm/task/%d\n", ids[1])
+	for _, dir := range []string{filepath.Dir(cfg), bare} {
+		if refs := git(t, dir, "for-each-ref", "--format=%(refname:short)", "refs/heads/swarm/task/"); refs != want {
+			t.Errorf("lines in %s after the sweep:\n%s\nwant\n%s", dir, refs, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,7 @@ import (
 // LineBranch is task's line: swarm/task/N, kept at where the line stands
 // after each session on it (KeepLine), so that the line is there to look
 // at, to push to the swarm's remote, and to merge.
-func (m *Manager) LineBranch(task int64) string { return fmt.Sprintf("swarm/task/%d", task) }
+func (m *Manager) LineBranch(task int64) string { return linePrefix + strconv.FormatInt(task, 10) }
 
 // KeepLine points task's line branch at head, where the agent's branch
 // stood when a session on the task ended. A new attempt's line replaces an
@@ -121,43 +122,63 @@ func (m *Manager) resolve(rev string) (string, error) {
 	return h.String(), nil
 }
 
-// PruneLines deletes the line branches of the tasks done says are done
-// with (merged), asked once with every task that has a line, and returns
-// their names. The lines are listed with their
-// heads and deleted at those heads in one git update-ref: a line kept
-// again since the listing (a session's end) stays; then each of the rest
-// is deleted alone.
-func (m *Manager) PruneLines(ctx context.Context, done func(ctx context.Context, tasks []int64) (map[int64]bool, error)) ([]string, error) {
-	out, err := m.git.run(ctx, m.repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/swarm/task/")
-	if err != nil {
-		return nil, fmt.Errorf("prune task lines: %w", err)
-	}
-	type line struct {
-		ref, head string
-		task      int64
-	}
-	var lines []line
-	var ids []int64
+// lineRefs are the refs of task lines: the branches, and the copies of
+// other daemons' lines the merge queue fetched from the remote (a shared
+// store's leader merges them).
+var lineRefs = []string{"refs/heads/" + linePrefix, FetchedPrefix + linePrefix}
+
+// linePrefix is a task line's branch name without the task's id.
+const linePrefix = "swarm/task/"
+
+// taskLine is a task's line as a listing of refs shows it.
+type taskLine struct {
+	ref, head string
+	task      int64
+}
+
+// parseLines reads "HEAD REF" lines (for-each-ref's, ls-remote's with the
+// tab a space) of refs under prefixes, ending in a task's id.
+func parseLines(out string, prefixes ...string) (lines []taskLine, ids []int64) {
 	for _, l := range strings.Split(out, "\n") {
-		head, ref, ok := strings.Cut(l, " ")
+		head, ref, ok := strings.Cut(strings.Replace(l, "\t", " ", 1), " ")
 		if !ok {
 			continue
 		}
-		id, err := strconv.ParseInt(strings.TrimPrefix(ref, "refs/heads/swarm/task/"), 10, 64)
-		if err != nil {
-			continue
+		for _, p := range prefixes {
+			if rest, ok := strings.CutPrefix(ref, p); ok {
+				if id, err := strconv.ParseInt(rest, 10, 64); err == nil && id > 0 {
+					lines = append(lines, taskLine{ref, head, id})
+					ids = append(ids, id)
+				}
+				break
+			}
 		}
-		lines = append(lines, line{ref, head, id})
-		ids = append(ids, id)
 	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	drop, err := done(ctx, ids)
+	return lines, ids
+}
+
+// PruneLines deletes the line branches of the tasks done says are done
+// with (merged), and this repository's copies of other daemons' lines
+// (fetched by the merge queue), asked once with every task that has one,
+// and returns their names (a fetched copy by its whole ref). The lines
+// are listed with their heads and deleted at those heads in one git
+// update-ref: a line kept again since the listing (a session's end)
+// stays; then each of the rest is deleted alone.
+func (m *Manager) PruneLines(ctx context.Context, done func(ctx context.Context, tasks []int64) (map[int64]bool, error)) ([]string, error) {
+	out, err := m.git.run(ctx, m.repo, append([]string{"for-each-ref", "--format=%(objectname) %(refname)"}, lineRefs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("prune task lines: %w", err)
 	}
-	var gone []line
+	lines, ids := parseLines(out, lineRefs...)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	slices.Sort(ids)
+	drop, err := done(ctx, slices.Compact(ids))
+	if err != nil {
+		return nil, fmt.Errorf("prune task lines: %w", err)
+	}
+	var gone []taskLine
 	var input strings.Builder
 	for _, l := range lines {
 		if drop[l.task] {

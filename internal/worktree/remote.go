@@ -68,6 +68,72 @@ func (m *Manager) push(ctx context.Context, remote string, refspecs ...string) e
 	return nil
 }
 
+// maxDeletesPerPush bounds the refs one push deletes (its command line).
+const maxDeletesPerPush = 500
+
+// PruneRemoteLines deletes from remote the line branches of the tasks done
+// says are done with (merged), asked once with every task that has a line
+// there, and returns how many it deleted. Every daemon of a swarm pushes
+// its sessions' lines there, and a push receives the remote's whole list
+// of branches first: kept for good, they made every push of the swarm's
+// slower with each task ever merged. Each is deleted at the head the
+// listing gave (--force-with-lease), so a line pushed again since stays;
+// one another daemon deleted first is no error.
+func (m *Manager) PruneRemoteLines(ctx context.Context, remote string, done func(ctx context.Context, tasks []int64) (map[int64]bool, error)) (int, error) {
+	if remote == "" {
+		return 0, errors.New("prune remote task lines: no remote")
+	}
+	lctx, cancel := context.WithTimeout(ctx, remoteTimeout)
+	out, err := m.git.runEnv(lctx, m.repo, GitOptions, m.remoteEnv, "ls-remote", "--heads", remote, "refs/heads/"+linePrefix+"*")
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("prune remote task lines: list %s: %w", remote, err)
+	}
+	lines, ids := parseLines(out, "refs/heads/"+linePrefix)
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	drop, err := done(ctx, ids)
+	if err != nil {
+		return 0, fmt.Errorf("prune remote task lines: %w", err)
+	}
+	var leases, specs []string
+	deleted := 0
+	flush := func() error {
+		if len(specs) == 0 {
+			return nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, remoteTimeout)
+		defer cancel()
+		args := append(append(append([]string{"push", "--porcelain"}, leases...), remote), specs...)
+		out, err := m.git.runEnv(pctx, m.repo, GitOptions, m.remoteEnv, args...)
+		leases, specs = leases[:0], specs[:0]
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "-\t") { // deleted
+				n++
+			}
+		}
+		deleted += n
+		if err != nil && (n == 0 && !strings.Contains(out, "\t[rejected]") || ctx.Err() != nil) {
+			return fmt.Errorf("prune remote task lines: push to %s: %w", remote, err)
+		}
+		return nil // refused at a lease: pushed again, or deleted by another daemon
+	}
+	for _, l := range lines {
+		if !drop[l.task] {
+			continue
+		}
+		leases, specs = append(leases, "--force-with-lease="+l.ref+":"+l.head), append(specs, ":"+l.ref)
+		if len(specs) >= maxDeletesPerPush {
+			if err := flush(); err != nil {
+				return deleted, err
+			}
+		}
+	}
+	return deleted, flush()
+}
+
 // FetchBranch fetches branch from remote into FetchedPrefix+branch and
 // returns the commit it points at there.
 func (m *Manager) FetchBranch(ctx context.Context, branch, remote string) (string, error) {

@@ -189,3 +189,55 @@ func TestRemoteEnvReachesTheSSH(t *testing.T) {
 		t.Errorf("the ssh of RemoteEnv ran for the push and the fetch: %q, %v", got, err)
 	}
 }
+
+// TestPruneRemoteLines: the lines of merged tasks are deleted on the
+// remote, each at the head the listing gave: one pushed again since stays,
+// one another daemon deleted first is no error; the merge queue's fetched
+// copies of other daemons' lines go locally with PruneLines.
+func TestPruneRemoteLines(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	m := openT(t, repo)
+	bare := filepath.Join(t.TempDir(), "remote.git")
+	gitT(t, repo, "init", "-q", "--bare", bare)
+	head := gitT(t, repo, "rev-parse", "HEAD")
+	for _, id := range []int64{1, 2, 3, 4} {
+		if err := m.KeepLine(ctx, id, head); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.PushLine(ctx, id, bare); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(repo, "more.txt"), "more\n")
+	moved := commitAll(t, repo, "more")
+	var asked []int64
+	n, err := m.PruneRemoteLines(ctx, bare, func(_ context.Context, ids []int64) (map[int64]bool, error) {
+		asked = append(asked, ids...)
+		// Between the listing and the deletes: task 2's line is pushed
+		// again, task 3's deleted by another daemon.
+		gitT(t, repo, "push", "-q", "-f", bare, moved+":refs/heads/swarm/task/2")
+		gitT(t, repo, "push", "-q", bare, ":refs/heads/swarm/task/3")
+		return map[int64]bool{1: true, 2: true, 3: true}, nil
+	})
+	if err != nil || n != 1 || len(asked) != 4 {
+		t.Fatalf("PruneRemoteLines = %d, %v after asking about %v; want task 1's deleted alone", n, err, asked)
+	}
+	if refs := gitT(t, bare, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/swarm/task/"); refs != "swarm/task/2 "+moved+"\nswarm/task/4 "+head {
+		t.Fatalf("the remote's lines: %q; want task 2's pushed again and task 4's", refs)
+	}
+
+	// The merge leader's copy of task 4's line, fetched from the remote,
+	// goes with the task's own once it is merged.
+	om := openT(t, newRepo(t))
+	if _, err := om.FetchBranch(ctx, "swarm/task/4", bare); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := om.PruneLines(ctx, func(context.Context, []int64) (map[int64]bool, error) { return map[int64]bool{4: true}, nil })
+	if err != nil || strings.Join(removed, " ") != FetchedPrefix+"swarm/task/4" {
+		t.Fatalf("PruneLines on the leader = %v, %v; want its fetched copy of task 4's line", removed, err)
+	}
+	if n, err := m.PruneRemoteLines(ctx, "", nil); err == nil || n != 0 {
+		t.Fatalf("no remote: %d, %v", n, err)
+	}
+}
