@@ -208,7 +208,7 @@ func BenchmarkReadyToMerge(b *testing.B) {
 // not over and a history of CLOSED ones. Board's cost should stay flat as
 // the history grows; List's grows with it.
 func BenchmarkBoardHistory(b *testing.B) {
-	for _, history := range []int{1_000, 20_000} {
+	for _, history := range []int{1_000, 20_000, 200_000} {
 		ctx := context.Background()
 		db, err := store.Open(ctx, filepath.Join(b.TempDir(), "swarm.db"), store.Options{})
 		if err != nil {

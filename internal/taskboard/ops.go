@@ -255,8 +255,9 @@ const (
 // Board is the board as the dashboards show it: every task that is not
 // over (CLOSED or CANCELLED), by id, the recent most recently updated of
 // those that are, newest first, and every state's count. Its reads grow
-// with the tasks not over and the count of those over, not with the
-// history of either (the indexes tasks_not_over and tasks_over).
+// with the tasks not over, not with the history of those over (the
+// indexes tasks_not_over and tasks_over, and their counts kept by
+// triggers in tasks_over_count).
 func (b *Board) Board(ctx context.Context, recent int) (open, done []Task, counts map[task.State]int, err error) {
 	q, recent := b.db.ReadSQL(), max(recent, 0)
 	if open, err = queryTasks(ctx, q, `SELECT `+taskCols+` FROM tasks WHERE `+notOver+` ORDER BY id`); err != nil {
@@ -268,7 +269,7 @@ func (b *Board) Board(ctx context.Context, recent int) (open, done []Task, count
 	}
 	for _, st := range []task.State{task.Closed, task.Cancelled} {
 		var n int
-		if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE `+over+` AND state = ?`, st.String()).Scan(&n); err != nil {
+		if err := q.QueryRowContext(ctx, `SELECT n FROM tasks_over_count WHERE state = ?`, st.String()).Scan(&n); err != nil {
 			return nil, nil, nil, fmt.Errorf("taskboard: board: %w", err)
 		}
 		counts[st] = n

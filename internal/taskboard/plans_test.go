@@ -3,6 +3,7 @@ package taskboard
 import (
 	"context"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,6 +64,67 @@ func TestTitles(t *testing.T) {
 		}
 		if got, err := b.Titles(context.Background(), nil); err != nil || len(got) != 0 {
 			t.Fatalf("Titles(nil) = %v, %v", got, err)
+		}
+	})
+}
+
+// TestBoardCountsTheTasksOverAsTheyAre: the counts of the tasks over
+// (CLOSED, CANCELLED) the board shows are kept by triggers, not counted at
+// each read; on each engine they stay what a count gives through the
+// board's own moves and through writes of the rows themselves.
+func TestBoardCountsTheTasksOverAsTheyAre(t *testing.T) {
+	storetest.Engines(t, "over-counts", func(t *testing.T, fresh func(t *testing.T) string) {
+		ctx := context.Background()
+		db := storetest.OpenTarget(t, fresh(t))
+		b := New(db, Options{AutoClose: true})
+		check := func(when string) map[task.State]int {
+			t.Helper()
+			_, _, counts, err := b.Board(ctx, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range []task.State{task.Closed, task.Cancelled} {
+				var want int
+				if err := db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks WHERE state = ?`, st.String()).Scan(&want); err != nil {
+					t.Fatal(err)
+				}
+				if counts[st] != want {
+					t.Errorf("%s: the board counts %d %s, the table holds %d", when, counts[st], st, want)
+				}
+			}
+			return counts
+		}
+		var ids []int64
+		for i := range 4 {
+			tk := add(t, b, NewTask{Title: "t" + strconv.Itoa(i)})
+			ids = append(ids, tk.ID)
+		}
+		check("added")
+		for i, id := range ids[:3] {
+			h := Holder{Agent: "alice", Session: "s" + strconv.Itoa(i)}
+			if _, err := b.Claim(ctx, id, h.Agent, h.Session); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Done(ctx, id, h, "done"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Cancel(ctx, ids[3]); err != nil {
+			t.Fatal(err)
+		}
+		if c := check("three closed, one cancelled"); c[task.Closed] != 3 || c[task.Cancelled] != 1 {
+			t.Fatalf("counts %v; want 3 CLOSED, 1 CANCELLED", c)
+		}
+		for what, q := range map[string]string{
+			"a closed task reopened by hand": `UPDATE tasks SET state = 'OPEN' WHERE id = ` + strconv.FormatInt(ids[0], 10),
+			"a cancelled one deleted":        `DELETE FROM tasks WHERE id = ` + strconv.FormatInt(ids[3], 10),
+			"a closed one inserted":          `INSERT INTO tasks (title, body, state, result, created_by, created_at, updated_at) VALUES ('x', '', 'CLOSED', '', 'operator', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`,
+			"a closed one updated":           `UPDATE tasks SET result = 'again' WHERE id = ` + strconv.FormatInt(ids[1], 10),
+		} {
+			if _, err := db.ExecCount(ctx, what, q); err != nil {
+				t.Fatal(err)
+			}
+			check(what)
 		}
 	})
 }
