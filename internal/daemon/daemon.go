@@ -78,6 +78,9 @@ type Daemon struct {
 	heldAlerts []notify.Alert
 	gates      sessionGates  // what a session waits for before it starts
 	budget     *spend.Keeper // budgets: spend, marks, pauses
+	// tally is every agent's spend as the dashboards read it, its settled
+	// prefix saved every maintenance.every for swarmd status (spend.go).
+	tally store.SpendTally
 	// mailChanged (capacity 1) wakes the mail metrics after a commit.
 	mailChanged chan struct{}
 	guard       guardDeadlines // when the lease guard killed the sessions (lease.go)
@@ -504,6 +507,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.maintenance(),
 		d.lineSweeper(),
 		d.pruneHistory(),
+		d.saveSpend(),
 	)
 	// The services' context is not ctx: they stop in order, at the end.
 	if err := services.Start(context.WithoutCancel(ctx)); err != nil {

@@ -35,7 +35,7 @@ type dashboards struct {
 // newDashboards builds the read model over d. Nothing runs until start.
 func newDashboards(d *Daemon) *dashboards {
 	ctx, cancel := context.WithCancel(context.Background())
-	hub := view.NewHub(viewSource{d: d, spend: new(store.SpendTally)}, view.Options{Log: d.log.Named("view")})
+	hub := view.NewHub(viewSource{d: d, spend: &d.tally}, view.Options{Log: d.log.Named("view")})
 	svc := &view.Service{
 		Base:    ctx,
 		Hub:     hub,

@@ -146,3 +146,37 @@ func TestSweepLinesRemovesMergedTasksLinesOnTheRemote(t *testing.T) {
 		}
 	}
 }
+
+// TestSavedSpendIsWhereAStatusBegins: the daemon saves each agent's settled
+// spend, and a reader of its own (swarmd status's) then begins there, with
+// the sum every session gives.
+func TestSavedSpendIsWhereAStatusBegins(t *testing.T) {
+	r := start(t, repo(t, `
+listen: ""
+defaults:
+  backend: quick
+  grace_period: 1s
+  min_session_interval: 10ms
+backends:
+  quick:
+    type: scripted
+    steps: [{print: [done]}]
+agents:
+  - {name: alice, role: works}
+`))
+	ctx := context.Background()
+	waitFor(t, "three of alice's sessions settled", func() bool {
+		var n int
+		err := r.db.ReadSQL().QueryRowContext(ctx, `SELECT COUNT(*) FROM sessions WHERE agent = 'alice' AND settled_at IS NOT NULL`).Scan(&n)
+		return err == nil && n >= 3
+	})
+	r.saveSpendOnce(ctx)
+	var upTo, sessions int
+	if err := r.db.ReadSQL().QueryRowContext(ctx, `SELECT up_to, sessions FROM spend_settled WHERE agent = 'alice'`).Scan(&upTo, &sessions); err != nil || upTo < 3 || sessions != upTo {
+		t.Fatalf("alice's saved spend: up to session %d, %d sessions (%v); want 3 or more of each", upTo, sessions, err)
+	}
+	sp, err := r.db.Spend(ctx)
+	if err != nil || sp["alice"].Sessions < upTo {
+		t.Fatalf("Spend = %+v, %v; want at least the %d sessions saved", sp, err, upTo)
+	}
+}

@@ -197,8 +197,14 @@ type Spend struct {
 }
 
 // Spend returns every agent's spend, by name; an agent without sessions has
-// none.
+// none. It reads each agent's settled prefix as saved last and the
+// sessions after it (SpendTally), not every session ever recorded.
 func (db *DB) Spend(ctx context.Context) (map[string]Spend, error) {
+	return new(SpendTally).Spend(ctx, db)
+}
+
+// spendSum is Spend summed over every session: what the tally must give.
+func (db *DB) spendSum(ctx context.Context) (map[string]Spend, error) {
 	sp, err := QueryAll(ctx, db.reads, func(s Scanner) (Spend, error) {
 		var v Spend
 		err := s.Scan(&v.Agent, &v.Sessions, &v.TokensIn, &v.TokensOut, &v.CostUSD, &v.Commits)

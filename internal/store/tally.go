@@ -25,6 +25,11 @@ SELECT agent FROM names WHERE agent IS NOT NULL`
 // the one running. Spend summed every session ever recorded at each read;
 // a dashboard watched for a month re-read the month at every refresh.
 //
+// Its first read starts from the prefixes saved last (spend_settled, kept
+// by Save and made by the migration that added it), so that neither a
+// process's first read nor a command's only one sums every session ever
+// recorded.
+//
 // It is safe for concurrent use; a zero SpendTally is ready.
 type SpendTally struct {
 	mu     sync.Mutex
@@ -42,7 +47,20 @@ func (t *SpendTally) Spend(ctx context.Context, db *DB) (map[string]Spend, error
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.agents == nil {
-		t.agents = make(map[string]*tallied)
+		saved, err := QueryAll(ctx, db.reads, func(s Scanner) (tallied, error) {
+			var a tallied
+			var upTo int64
+			err := s.Scan(&a.sum.Agent, &upTo, &a.sum.Sessions, &a.sum.TokensIn, &a.sum.TokensOut, &a.sum.CostUSD, &a.sum.Commits)
+			a.upTo = uint32(upTo)
+			return a, err
+		}, `SELECT agent, up_to, sessions, tokens_in, tokens_out, cost_usd, commits FROM spend_settled`)
+		if err != nil {
+			return nil, db.Wrap("spend: saved", err)
+		}
+		t.agents = make(map[string]*tallied, len(saved))
+		for _, a := range saved {
+			t.agents[a.sum.Agent] = &a
+		}
 	}
 	names, err := QueryAll(ctx, db.reads, func(s Scanner) (string, error) {
 		var a string
@@ -126,4 +144,40 @@ func (s *Spend) add(o Spend) {
 	s.TokensOut += o.TokensOut
 	s.CostUSD += o.CostUSD
 	s.Commits += o.Commits
+}
+
+// Save writes each agent's settled prefix to spend_settled where it is
+// ahead of what is there (another daemon's, an earlier save), so that the
+// next SpendTally, in another process or after a restart, reads only the
+// sessions after it.
+func (t *SpendTally) Save(ctx context.Context, db *DB) error {
+	t.mu.Lock()
+	var rows []tallied
+	for _, a := range t.agents {
+		if a.upTo > 0 {
+			rows = append(rows, *a)
+		}
+	}
+	t.mu.Unlock()
+	for len(rows) > 0 {
+		chunk := rows[:min(len(rows), 100)]
+		rows = rows[len(chunk):]
+		var q strings.Builder
+		args := make([]any, 0, 7*len(chunk))
+		q.WriteString(`INSERT INTO spend_settled (agent, up_to, sessions, tokens_in, tokens_out, cost_usd, commits) VALUES `)
+		for i, a := range chunk {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, a.sum.Agent, int64(a.upTo), a.sum.Sessions, a.sum.TokensIn, a.sum.TokensOut, a.sum.CostUSD, a.sum.Commits)
+		}
+		q.WriteString(` ON CONFLICT (agent) DO UPDATE SET up_to = excluded.up_to, sessions = excluded.sessions,
+			tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out, cost_usd = excluded.cost_usd, commits = excluded.commits
+			WHERE excluded.up_to > spend_settled.up_to`)
+		if _, err := db.ExecCount(ctx, "save spend", q.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -26,7 +27,7 @@ func TestSpendTallyIsSpend(t *testing.T) {
 		var tally SpendTally
 		check := func(when string) {
 			t.Helper()
-			want, err := db.Spend(ctx)
+			want, err := db.spendSum(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,6 +70,49 @@ func TestSpendTallyIsSpend(t *testing.T) {
 		if a, b := tally.agents["alice"].upTo, tally.agents["bob"].upTo; a != 4 || b != 3 {
 			t.Fatalf("final sums up to alice %d, bob %d; want 4 and 3", a, b)
 		}
+
+		// Saved, the prefixes are where the next tally (a command's, the
+		// next start's) begins; Spend is such a tally.
+		if err := tally.Save(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		fresh := func(when string) {
+			t.Helper()
+			tally = SpendTally{}
+			check(when)
+			if a, b := tally.agents["alice"].upTo, tally.agents["bob"].upTo; a != 4 || b != 3 {
+				t.Fatalf("%s: began at alice %d, bob %d; want 4 and 3", when, a, b)
+			}
+		}
+		fresh("a new tally after a save")
+		got, err := db.Spend(ctx)
+		if want, _ := db.spendSum(ctx); err != nil || got["alice"].Sessions != want["alice"].Sessions || got["bob"].TokensIn != want["bob"].TokensIn {
+			t.Fatalf("Spend = %+v, %v; want %+v", got, err, want)
+		}
+		// A save behind what is there changes nothing.
+		behind := SpendTally{agents: map[string]*tallied{"alice": {upTo: 1, sum: Spend{Agent: "alice", Sessions: 1}}}}
+		if err := behind.Save(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		fresh("a new tally after a save behind")
+
+		// The migration that added the table made the prefixes from the
+		// sessions as they were: its statement again gives the same.
+		name, migrations := "migrations/0040_spend_settled.sql", migrationFS
+		if db.drv.name() == "postgres" {
+			name, migrations = "migrations/postgres/0040_spend_settled.sql", pgMigrationFS
+		}
+		text, err := migrations.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, insert, ok := strings.Cut(string(text), "INSERT INTO spend_settled")
+		if !ok {
+			t.Fatalf("%s makes no prefixes", name)
+		}
+		exec(`DELETE FROM spend_settled`)
+		exec(`INSERT INTO spend_settled` + insert)
+		fresh("a new tally after the migration's statement")
 	})
 }
 
@@ -87,7 +131,7 @@ func BenchmarkSpendHistory(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("history=%d/spend", history), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := db.Spend(ctx); err != nil {
+				if _, err := db.spendSum(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -99,6 +143,18 @@ func BenchmarkSpendHistory(b *testing.B) {
 		b.Run(fmt.Sprintf("history=%d/tally", history), func(b *testing.B) {
 			for b.Loop() {
 				if _, err := tally.Spend(ctx, db); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// A command's read (swarmd status): a new tally from the saved
+		// prefixes.
+		if err := tally.Save(ctx, db); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("history=%d/saved", history), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := db.Spend(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
