@@ -612,7 +612,8 @@ func TestQueryPlans(t *testing.T) {
 		insertOnceSQL:  "messages_sent",
 		sentBeforeSQL:  "messages_sent",
 		interruptedSQL: "messages_sent",
-		// The start's release of claims.
+		// An agent's whole inbox, and the start's release of claims.
+		inboxAllSQL:         "messages_delivered",
 		releaseUnstartedSQL: "messages_claimed_unacked",
 	} {
 		rows, err := db.Store().SQL().Query(`EXPLAIN QUERY PLAN `+q, make([]any, strings.Count(q, "?"))...)

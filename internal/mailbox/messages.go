@@ -414,17 +414,23 @@ func (mb *Mailbox) validateRecipient(from, to string) error {
 	return nil
 }
 
+// inboxAllSQL is an agent's every message, in id order: its pending mail
+// and its delivered mail, each through its partial index (messages_pending,
+// messages_delivered), not a read of every message ever sent.
+const inboxAllSQL = `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? AND delivered_at IS NULL
+	UNION ALL SELECT ` + msgCols + ` FROM messages WHERE recipient = ? AND delivered_at IS NOT NULL ORDER BY id`
+
 // Inbox lists the agent's pending messages (all its messages if all), in id
 // order. It acknowledges nothing: see Read.
 func (mb *Mailbox) Inbox(ctx context.Context, agent string, all bool) ([]Message, error) {
 	if !validName(agent) {
 		return nil, fmt.Errorf("mailbox: inbox: %w", invalid("agent", store.ErrInvalidName, "%q is not a valid agent name", agent))
 	}
-	q := `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? AND delivered_at IS NULL ORDER BY id`
+	q, args := `SELECT `+msgCols+` FROM messages WHERE recipient = ? AND delivered_at IS NULL ORDER BY id`, []any{agent}
 	if all {
-		q = `SELECT ` + msgCols + ` FROM messages WHERE recipient = ? ORDER BY id`
+		q, args = inboxAllSQL, []any{agent, agent}
 	}
-	ms, err := queryMessages(ctx, mb.db.ReadSQL(), q, agent)
+	ms, err := queryMessages(ctx, mb.db.ReadSQL(), q, args...)
 	if err != nil {
 		return nil, mb.wrap("inbox", err)
 	}
