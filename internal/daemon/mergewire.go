@@ -31,7 +31,10 @@ func (d *Daemon) openMerge(ctx context.Context, cfg *config.Config) error {
 		Timeout: cfg.Merge.Timeout, Strategy: cfg.Merge.Strategy, Batch: cfg.Merge.Batch,
 		Parallel: cfg.Merge.Parallel,
 		DB:       d.db, Procs: d.host.sup, Logs: d.kit.logs, Callbacks: mergeHooks{d}, Metrics: d.metrics,
-		Log: d.log.Named("merge"), Sandbox: d.gateSandbox(),
+		// Gate logs rotate as an agent's session logs do: a gate that
+		// prints a test suite's output writes megabytes a run.
+		GateLogged: func(seq uint32) { d.kit.rotation.Settled(merge.LogName, seq) },
+		Log:        d.log.Named("merge"), Sandbox: d.gateSandbox(),
 		Killed: d.guard.killedSince, // the lease guard kills gates too
 		Clone:  targetClone(cfg), Moves: moveReporter{d},
 		Stale: mergeHooks{d}.stale,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/swarmd/swarmd/internal/logs"
+	"github.com/swarmd/swarmd/internal/merge"
 	"github.com/swarmd/swarmd/internal/task"
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
@@ -179,4 +180,41 @@ agents:
 	if err != nil || sp["alice"].Sessions < upTo {
 		t.Fatalf("Spend = %+v, %v; want at least the %d sessions saved", sp, err, upTo)
 	}
+}
+
+// TestGateLogsRotate: the merge gate's logs rotate as an agent's sessions'
+// do, into archive/merge/, every logs.rotate_sessions gate runs.
+func TestGateLogsRotate(t *testing.T) {
+	ctx := context.Background()
+	cfg := repo(t, "logs: {rotate_sessions: 1}\n"+agentsYAML("alice")+"merge: {into: main, gate: [\"true\"]}\n")
+	r := &countedRepo{t: t, dir: filepath.Dir(cfg)}
+	r.git("checkout", "-q", "-b", "elsewhere") // main is the queue's
+	line := r.mergeOf(r.git("rev-parse", "main"), 10, false, "task 10's work")
+	r.git("update-ref", "refs/heads/swarm/task/10", line)
+	d := open(t, cfg)
+	defer d.Close()
+	rctx, cancel := context.WithCancel(ctx)
+	rotated := make(chan struct{})
+	go func() { d.kit.rotation.Run(rctx); close(rotated) }()
+	defer func() { cancel(); <-rotated }()
+	if _, err := d.db.SQL().ExecContext(ctx, `INSERT INTO tasks (id, title, state, claimant, head, work_head, created_by, created_at, updated_at)
+		VALUES (10, 'task 10', 'DONE', 'alice', ?, ?, 'operator', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`, line, line); err != nil {
+		t.Fatal(err)
+	}
+	q := d.merge.queue
+	if _, err := q.Enqueue(ctx, 10, "alice", "swarm/task/10", line); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.Step(ctx); got != merge.OutcomeMerged {
+		t.Fatalf("step: %v, %v; want merged", got, err)
+	}
+	waitFor(t, "gate run 1's log archived", func() bool {
+		archives, _ := filepath.Glob(filepath.Join(d.kit.logs.ArchiveDir(merge.LogName), "merge-*.tar.gz"))
+		return len(archives) == 1
+	})
+	rc, ref, err := d.kit.logs.Open(merge.LogName, 1)
+	if err != nil || ref.Live {
+		t.Fatalf("gate run 1's log after its rotation: %+v, %v; want it read from its archive", ref, err)
+	}
+	rc.Close()
 }
