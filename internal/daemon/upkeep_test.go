@@ -13,14 +13,10 @@ import (
 	"github.com/swarmd/swarmd/internal/taskboard"
 )
 
-// TestRunningAgentsLogsRotate: an agent that runs on and on has its ended
-// sessions archived every logs.rotate_sessions, not only at its stop; every
-// session still reads (swarmd logs), from its archive or its file, and the
-// live files stay few.
-func TestRunningAgentsLogsRotate(t *testing.T) {
-	r := start(t, repo(t, `
+// quickAlice is a swarm of alice alone, whose sessions end at once, one
+// after another.
+const quickAlice = `
 listen: ""
-logs: {rotate_sessions: 2}
 defaults:
   backend: quick
   grace_period: 1s
@@ -31,7 +27,14 @@ backends:
     steps: [{print: [done]}]
 agents:
   - {name: alice, role: works}
-`))
+`
+
+// TestRunningAgentsLogsRotate: an agent that runs on and on has its ended
+// sessions archived every logs.rotate_sessions, not only at its stop; every
+// session still reads (swarmd logs), from its archive or its file, and the
+// live files stay few.
+func TestRunningAgentsLogsRotate(t *testing.T) {
+	r := start(t, repo(t, "logs: {rotate_sessions: 2}\n"+quickAlice))
 	store := r.kit.logs
 	var refs []logs.SessionRef
 	waitFor(t, "six of alice's sessions archived", func() bool {
@@ -152,19 +155,7 @@ func TestSweepLinesRemovesMergedTasksLinesOnTheRemote(t *testing.T) {
 // spend, and a reader of its own (swarmd status's) then begins there, with
 // the sum every session gives.
 func TestSavedSpendIsWhereAStatusBegins(t *testing.T) {
-	r := start(t, repo(t, `
-listen: ""
-defaults:
-  backend: quick
-  grace_period: 1s
-  min_session_interval: 10ms
-backends:
-  quick:
-    type: scripted
-    steps: [{print: [done]}]
-agents:
-  - {name: alice, role: works}
-`))
+	r := start(t, repo(t, quickAlice))
 	ctx := context.Background()
 	waitFor(t, "three of alice's sessions settled", func() bool {
 		var n int

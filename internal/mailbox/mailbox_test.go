@@ -15,6 +15,7 @@ import (
 
 	"github.com/swarmd/swarmd/internal/pgtest"
 	"github.com/swarmd/swarmd/internal/store"
+	"github.com/swarmd/swarmd/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(pgtest.Share())) }
@@ -616,20 +617,7 @@ func TestQueryPlans(t *testing.T) {
 		inboxAllSQL:         "messages_delivered",
 		releaseUnstartedSQL: "messages_claimed_unacked",
 	} {
-		rows, err := db.Store().SQL().Query(`EXPLAIN QUERY PLAN `+q, make([]any, strings.Count(q, "?"))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := storetest.Plan(t, db.Store(), q)
 		if !strings.Contains(strings.Join(plan, "; "), index) {
 			t.Errorf("%s\nplan %q does not use %s", q, plan, index)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/swarmd/swarmd/internal/store/storetest"
@@ -18,7 +17,6 @@ import (
 // index: each read names its index's term as written (SQLite has no
 // statistics here; nothing runs ANALYZE).
 func TestReadsOfTheBoardScanNoHistory(t *testing.T) {
-	ctx := context.Background()
 	_, db := openBoard(t, "", Options{})
 	queries := map[string]string{"reviewing": reviewingSQL, "unclaim": unclaimSQL}
 	for _, st := range task.AllStates {
@@ -30,20 +28,7 @@ func TestReadsOfTheBoardScanNoHistory(t *testing.T) {
 		}
 	}
 	for name, q := range queries {
-		rows, err := db.ReadSQL().QueryContext(ctx, `EXPLAIN QUERY PLAN `+q, make([]any, strings.Count(q, "?"))...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := storetest.Plan(t, db, q)
 		for _, line := range plan {
 			if line == "SCAN tasks" {
 				t.Errorf("%s reads every task ever made: %q", name, plan)
