@@ -243,8 +243,9 @@ func (q *Queue) integrate(ctx context.Context, es, resumed []*Entry, waiting str
 	switch {
 	case lerr != nil && !res.any() && len(line) == 0:
 		return q.wait(ctx, first, "", "cannot build the candidate: "+lerr.Error(), lerr)
-	case lerr != nil:
+	case lerr != nil && ctx.Err() == nil:
 		// The line ends before the entry; it waits at the front next time.
+		// (Cut short by the stop, it is no news.)
 		q.log.Warn("merge batch cut short: cannot build a candidate", zap.Error(lerr))
 	}
 	if len(line) == 0 {
