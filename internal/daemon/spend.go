@@ -2,24 +2,24 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/swarmd/swarmd/internal/gitmaint"
 	"github.com/swarmd/swarmd/internal/service"
 )
 
+// spendSaveEvery is how often the settled spend is saved: swarmd status
+// reads at most this long of sessions past it. A save writes only when a
+// sum moved on.
+const spendSaveEvery = time.Minute
+
 // saveSpend saves every agent's settled spend (store.SpendTally.Save) every
-// maintenance.every, as the daemon started with: swarmd status, a process
-// of its own, and the next start's dashboards then read only the sessions
-// since, where they summed every session ever recorded.
+// spendSaveEvery: swarmd status, a process of its own, and the next
+// start's dashboards then read only the sessions since, where they summed
+// every session ever recorded.
 func (d *Daemon) saveSpend() service.Service {
-	cfg, _ := d.current()
-	every := cfg.Maintenance.Every
-	if every <= 0 {
-		every = gitmaint.DefaultEvery
-	}
-	return service.Loop(func(ctx context.Context) { service.Every(ctx, every, false, d.saveSpendOnce) })
+	return service.Loop(func(ctx context.Context) { service.Every(ctx, spendSaveEvery, false, d.saveSpendOnce) })
 }
 
 // saveSpendOnce brings the tally up to date and saves it.

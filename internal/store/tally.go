@@ -34,6 +34,7 @@ SELECT agent FROM names WHERE agent IS NOT NULL`
 type SpendTally struct {
 	mu     sync.Mutex
 	agents map[string]*tallied
+	moved  bool // a final sum moved on since the last Save
 }
 
 // tallied is an agent's final sum: its sessions up to seq upTo.
@@ -73,60 +74,69 @@ func (t *SpendTally) Spend(ctx context.Context, db *DB) (map[string]Spend, error
 	if len(names) == 0 {
 		return out, nil
 	}
-	// One statement for every agent's sessions after its final sum: an OR
-	// of index ranges, which both engines read range by range.
+	// One statement (one snapshot) sums every agent's sessions after its
+	// final sum, in two groups: those before its first session not
+	// settled since, which are final now, and the rest. The sums are the
+	// database's: a first read over a long history (nothing saved yet)
+	// fetched every session's row.
 	var q strings.Builder
 	args := make([]any, 0, 2*len(names))
-	q.WriteString(`SELECT agent, seq, CASE WHEN settled_at IS NULL THEN 0 ELSE 1 END, COALESCE(tokens_in, 0),
-		COALESCE(tokens_out, 0), COALESCE(cost_usd, 0.0), commits FROM sessions WHERE `)
+	q.WriteString(`WITH tallied (agent, after) AS (VALUES `)
 	for i, name := range names {
 		if i > 0 {
-			q.WriteString(" OR ")
+			q.WriteString(", ")
 		}
-		q.WriteString("(agent = ? AND seq > ?)")
+		q.WriteString("(CAST(? AS TEXT), CAST(? AS BIGINT))")
 		var after uint32
 		if a := t.agents[name]; a != nil {
 			after = a.upTo
 		}
 		args = append(args, name, int64(after))
 	}
-	q.WriteString(" ORDER BY agent, seq")
-	type row struct {
-		agent   string
-		seq     int64
-		settled int
-		sp      Spend
+	// An agent's first session not settled after its tallied seq: the
+	// rows after it are read once more, not the agent's history.
+	q.WriteString(`), open_from (agent, after, first) AS MATERIALIZED (
+	SELECT agent, after, (SELECT MIN(u.seq) FROM sessions u WHERE u.agent = tallied.agent AND u.seq > tallied.after AND u.settled_at IS NULL)
+	FROM tallied)
+SELECT agent, final, MAX(seq), COUNT(*), SUM(tokens_in), SUM(tokens_out), SUM(cost_usd), SUM(commits)
+FROM (SELECT s.agent, CASE WHEN o.first IS NULL OR s.seq < o.first THEN 1 ELSE 0 END AS final, s.seq,
+		COALESCE(s.tokens_in, 0) AS tokens_in, COALESCE(s.tokens_out, 0) AS tokens_out,
+		COALESCE(s.cost_usd, 0.0) AS cost_usd, s.commits
+	FROM open_from o JOIN sessions s ON s.agent = o.agent AND s.seq > o.after) AS after_tallied
+GROUP BY agent, final`)
+	type group struct {
+		agent  string
+		final  int
+		maxSeq int64
+		sp     Spend
 	}
-	rows, err := QueryAll(ctx, db.reads, func(s Scanner) (row, error) {
-		r := row{sp: Spend{Sessions: 1}}
-		err := s.Scan(&r.agent, &r.seq, &r.settled, &r.sp.TokensIn, &r.sp.TokensOut, &r.sp.CostUSD, &r.sp.Commits)
-		return r, err
+	groups, err := QueryAll(ctx, db.reads, func(s Scanner) (group, error) {
+		var g group
+		err := s.Scan(&g.agent, &g.final, &g.maxSeq, &g.sp.Sessions, &g.sp.TokensIn, &g.sp.TokensOut, &g.sp.CostUSD, &g.sp.Commits)
+		return g, err
 	}, q.String(), args...)
 	if err != nil {
 		return nil, db.Wrap("spend", err)
 	}
-	open := map[string]bool{} // an agent whose rows read so far left its final sum behind
 	for _, name := range names {
-		a := t.agents[name]
-		if a == nil {
-			a = &tallied{sum: Spend{Agent: name}}
-			t.agents[name] = a
+		if t.agents[name] == nil {
+			t.agents[name] = &tallied{sum: Spend{Agent: name}}
 		}
 	}
-	for _, r := range rows {
-		a := t.agents[r.agent]
-		if r.settled == 1 && !open[r.agent] {
-			a.upTo = uint32(r.seq)
-			a.sum.add(r.sp)
+	for _, g := range groups {
+		a := t.agents[g.agent]
+		if a == nil { // a name the listing did not have: not possible in one swarm's store
 			continue
 		}
-		open[r.agent] = true
-		cur, ok := out[r.agent]
-		if !ok {
-			cur = Spend{Agent: r.agent}
+		if g.final == 1 {
+			a.upTo = uint32(g.maxSeq)
+			a.sum.add(g.sp)
+			t.moved = true
+			continue
 		}
-		cur.add(r.sp)
-		out[r.agent] = cur
+		cur := out[g.agent]
+		cur.add(g.sp)
+		out[g.agent] = cur
 	}
 	for _, name := range names {
 		cur := out[name]
@@ -152,6 +162,11 @@ func (s *Spend) add(o Spend) {
 // sessions after it.
 func (t *SpendTally) Save(ctx context.Context, db *DB) error {
 	t.mu.Lock()
+	if !t.moved {
+		t.mu.Unlock()
+		return nil // nothing to write: an idle swarm's store stays idle
+	}
+	t.moved = false
 	var rows []tallied
 	for _, a := range t.agents {
 		if a.upTo > 0 {
@@ -176,6 +191,9 @@ func (t *SpendTally) Save(ctx context.Context, db *DB) error {
 			tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out, cost_usd = excluded.cost_usd, commits = excluded.commits
 			WHERE excluded.up_to > spend_settled.up_to`)
 		if _, err := db.ExecCount(ctx, "save spend", q.String(), args...); err != nil {
+			t.mu.Lock()
+			t.moved = true // the next Save writes it all again
+			t.mu.Unlock()
 			return err
 		}
 	}
