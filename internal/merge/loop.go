@@ -510,7 +510,9 @@ func (q *Queue) advance(ctx context.Context, line []link, old string) (Outcome, 
 		if err != nil {
 			why = fmt.Sprintf("rebuild: check the batch's objects: %v", err)
 		}
-		q.log.Warn("merge queue: not advancing the target", zap.Int64("task", es[0].Task), zap.Int("batch", len(es)), zap.String("why", why))
+		if ctx.Err() == nil { // cut short by the stop, it is no news
+			q.log.Warn("merge queue: not advancing the target", zap.Int64("task", es[0].Task), zap.Int("batch", len(es)), zap.String("why", why))
+		}
 		return OutcomeRebuild, q.store.requeueBatch(ctx, es, why)
 	}
 	// The tasks may have moved on while the gate ran (one cancelled, say):
