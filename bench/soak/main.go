@@ -163,7 +163,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	defer d.kill() // a no-op once stopped
+	defer d.Kill() // a no-op once stopped
 	if err := d.waitReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}
@@ -236,8 +236,8 @@ loop:
 		fmt.Printf("  t=%-5s sessions %6d  rss %6.1f MB  goroutines %5d  fds %4d  cpu %6.2f ms/session  settle p50 %5.1f ms  gap p50 %6.1f ms  db %6.1f MB  logs %6d files  merged %5d  queue %3d\n",
 			fmtDur(sm.t), sm.sessions, mb(sm.rss), sm.goroutines, sm.fds, sm.cpuPerSession, sm.settleP50, sm.gapP50, mb(sm.db+sm.wal), sm.logFiles, sm.merged, sm.queued)
 		select {
-		case <-d.done:
-			return fmt.Errorf("swarmd exited during the run: %v; its log is %s", d.cmd.ProcessState, d.logPath)
+		case <-d.Done:
+			return fmt.Errorf("swarmd exited during the run: %v; its log is %s", d.Cmd.ProcessState, d.logPath)
 		default:
 		}
 	}
@@ -252,7 +252,7 @@ loop:
 
 	// The stop, then what the tables hold (the daemon's writes are over).
 	stopT := time.Now()
-	stopErr := d.stop(2 * time.Minute)
+	stopErr := d.Stop(2 * time.Minute)
 	stopDur := time.Since(stopT)
 	survivors := harness.Survivors(s.repo)
 	w.Close()
@@ -465,11 +465,9 @@ func (s *swarm) cgroupDir() string {
 
 // daemon is one running swarmd.
 type daemon struct {
-	cmd     *exec.Cmd
+	*harness.Process
 	addr    string
 	logPath string
-	done    chan struct{}
-	once    sync.Once
 }
 
 func (s *swarm) start() (*daemon, error) {
@@ -481,28 +479,21 @@ func (s *swarm) start() (*daemon, error) {
 	if m := regexp.MustCompile(`listen: "([^"]+)"`).FindSubmatch(cfg); m != nil {
 		addr = string(m[1])
 	}
-	logf, err := os.OpenFile(s.clogs, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(s.bin, "run", "--config", s.config, "--log-format", "json")
 	cmd.Dir = s.repo
 	if s.pprofAddr != "" {
 		cmd.Env = append(os.Environ(), "SWARMD_PPROF_ADDR="+s.pprofAddr)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
 	// If the harness dies, the daemon stops its agents and exits.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	p, err := harness.StartProcess(cmd, s.clogs)
+	if err != nil {
 		return nil, err
 	}
-	d := &daemon{cmd: cmd, addr: addr, logPath: s.clogs, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(d.done) }()
-	return d, nil
+	return &daemon{Process: p, addr: addr, logPath: s.clogs}, nil
 }
 
-func (d *daemon) pid() int { return d.cmd.Process.Pid }
+func (d *daemon) pid() int { return d.Cmd.Process.Pid }
 
 func (d *daemon) waitReady(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
@@ -516,8 +507,8 @@ func (d *daemon) waitReady(ctx context.Context, limit time.Duration) error {
 			}
 		}
 		select {
-		case <-d.done:
-			return fmt.Errorf("swarmd exited before it was ready (%v); its log is %s", d.cmd.ProcessState, d.logPath)
+		case <-d.Done:
+			return fmt.Errorf("swarmd exited before it was ready (%v); its log is %s", d.Cmd.ProcessState, d.logPath)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
@@ -525,31 +516,6 @@ func (d *daemon) waitReady(ctx context.Context, limit time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("swarmd not ready after %v; its log is %s", limit, d.logPath)
 		}
-	}
-}
-
-func (d *daemon) kill() {
-	d.once.Do(func() {
-		select {
-		case <-d.done:
-		default:
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
-	})
-}
-
-func (d *daemon) stop(grace time.Duration) error {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-		if c := d.cmd.ProcessState.ExitCode(); c != 0 {
-			return fmt.Errorf("swarmd exited %d after SIGTERM", c)
-		}
-		return nil
-	case <-time.After(grace):
-		d.kill()
-		return fmt.Errorf("swarmd did not stop within %v of SIGTERM", grace)
 	}
 }
 
@@ -1116,7 +1082,7 @@ func (s *swarm) restartCheck() error {
 	if err != nil {
 		return err
 	}
-	defer d.kill()
+	defer d.Kill()
 	if err := d.waitReady(context.Background(), 5*time.Minute); err != nil {
 		return err
 	}
@@ -1142,7 +1108,7 @@ func (s *swarm) restartCheck() error {
 	if st, err := procStatus(d.pid()); err == nil {
 		rss = st.rss
 	}
-	stopErr := d.stop(2 * time.Minute)
+	stopErr := d.Stop(2 * time.Minute)
 	fmt.Printf("\nan operator's look at an idle daemon: with no history %s; on the run's history %s\n", s.quiet0, quiet)
 	fmt.Printf("\nrestart on the run's history: ready (/readyz 200) %.2fs after exec; logs/ %d files, %.1f MB -> %d files, %.1f MB (settled %.1fs after exec); archive/ %d files, %.1f MB -> %d files, %.1f MB; RSS %.1f MB; stop: %s\n",
 		ready.Seconds(), lf, mb(lb), lf2, mb(lb2), archived.Seconds(), af, mb(ab), af2, mb(ab2), mb(rss), errOr(stopErr, "exit 0"))

@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,7 +23,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/swarmd/swarmd/bench/internal/harness"
@@ -148,7 +146,7 @@ backends:
 	if err != nil {
 		return rep, err
 	}
-	defer func() { d.kill() }()
+	defer func() { d.Kill() }()
 	db, err := waitDB(dbPath, deadline)
 	if err != nil {
 		return rep, err
@@ -193,7 +191,7 @@ backends:
 			rep.StoreWait += d.storeWait(addr)
 			logf("outcomes: %d/%d tasks closed: kill -9 and restart", closed, o.Tasks)
 			killTimes = append(killTimes, time.Now())
-			d.kill()
+			d.Kill()
 			if d, err = startDaemon(o.Bin, config, work); err != nil {
 				return rep, err
 			}
@@ -232,7 +230,7 @@ backends:
 		time.Sleep(100 * time.Millisecond)
 	}
 	rep.StoreWait += d.storeWait(addr)
-	if err := d.stop(60 * time.Second); err != nil {
+	if err := d.Stop(60 * time.Second); err != nil {
 		return rep, err
 	}
 	rep.Wall = time.Since(start)
@@ -470,49 +468,18 @@ func waitDB(path string, deadline time.Time) (*store.DB, error) {
 }
 
 // daemon is one running swarmd.
-type daemon struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
+type daemon struct{ *harness.Process }
 
 func startDaemon(bin, config, work string) (*daemon, error) {
 	cmd := exec.Command(bin, "run", "--config", config, "--log-format", "json")
 	cmd.Dir = work
-	logf, err := os.OpenFile(filepath.Join(work, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	p, err := harness.StartProcess(cmd, filepath.Join(work, "daemon.log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	d := &daemon{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(d.done) }()
-	return d, nil
+	return &daemon{p}, nil
 }
 
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
-}
-
-func (d *daemon) stop(grace time.Duration) error {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-		if c := d.cmd.ProcessState.ExitCode(); c != 0 {
-			return fmt.Errorf("swarmd exited %d after SIGTERM", c)
-		}
-		return nil
-	case <-time.After(grace):
-		d.kill()
-		return errors.New("swarmd did not stop within the grace after SIGTERM")
-	}
-}
-
-// storeWait reads swarmd_settle_store_wait_seconds_total (0 when the
-// daemon does not answer yet).
 func (d *daemon) storeWait(addr string) time.Duration {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + addr + "/metrics")
