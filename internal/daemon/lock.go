@@ -37,16 +37,7 @@ func acquireLock(stateDir, boot string) (*stateLock, error) {
 	path := filepath.Join(stateDir, "swarmd.lock")
 	if err := unix.Flock(int(dir.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		dir.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			pid := "unknown"
-			if b, err := os.ReadFile(path); err == nil {
-				if first, _, _ := strings.Cut(string(b), "\n"); strings.TrimSpace(first) != "" {
-					pid = strings.TrimSpace(first)
-				}
-			}
-			return nil, fmt.Errorf("%w: %s is locked by swarmd pid %s (stop that daemon first)", errLocked, stateDir, pid)
-		}
-		return nil, fmt.Errorf("lock %s: %w", stateDir, err)
+		return nil, lockedBy(stateDir, err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	var prev store.Lease
@@ -120,4 +111,35 @@ func StateDirInUse(stateDir string) (bool, error) {
 		return false, fmt.Errorf("lock %s: %w", stateDir, err)
 	}
 	return false, unix.Flock(int(dir.Fd()), unix.LOCK_UN)
+}
+
+// HoldStateDir takes stateDir's lock as a daemon does, for a command that
+// must not run beside one (a restore of the store): no daemon starts there
+// until release. It writes no pid: the lock file keeps its last daemon's,
+// which the next start reads.
+func HoldStateDir(stateDir string) (release func() error, err error) {
+	dir, err := os.Open(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("open state dir for locking: %w", err)
+	}
+	if err := unix.Flock(int(dir.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		dir.Close()
+		return nil, lockedBy(stateDir, err)
+	}
+	return dir.Close, nil
+}
+
+// lockedBy is the error of a lock of stateDir that flock refused with err:
+// errLocked naming the daemon's pid when another holds it.
+func lockedBy(stateDir string, err error) error {
+	if !errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("lock %s: %w", stateDir, err)
+	}
+	pid := "unknown"
+	if b, err := os.ReadFile(filepath.Join(stateDir, "swarmd.lock")); err == nil {
+		if first, _, _ := strings.Cut(string(b), "\n"); strings.TrimSpace(first) != "" {
+			pid = strings.TrimSpace(first)
+		}
+	}
+	return fmt.Errorf("%w: %s is locked by swarmd pid %s (stop that daemon first)", errLocked, stateDir, pid)
 }

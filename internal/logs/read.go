@@ -312,3 +312,61 @@ func replaced(f *os.File, path string) (bool, error) {
 	}
 	return !os.SameFile(cur, open), nil
 }
+
+// Agents are the names with a directory of live logs or of archives (the
+// merge queue's gate logs are under "merge"), sorted.
+func (s *Store) Agents() ([]string, error) {
+	var names []string
+	for _, root := range []string{s.logsRoot, s.archiveRoot} {
+		entries, err := os.ReadDir(root)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("logs: list agents: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && checkAgent(e.Name()) == nil {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// HighestSeq is the highest seq of a session agent has a log of, live or
+// archived (0: none). It reads every archive of the agent whole, so it is
+// for a restore, not for a daemon's start. An archive that cannot be read
+// fails it: what it holds cannot be known.
+func (s *Store) HighestSeq(agent string) (uint32, error) {
+	if err := checkAgent(agent); err != nil {
+		return 0, opErr("highest seq", agent, err)
+	}
+	var hi uint32
+	entries, err := os.ReadDir(s.LogDir(agent))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, opErr("highest seq", agent, err)
+	}
+	for _, e := range entries {
+		if seq, ok := fileSeq(e.Name()); ok {
+			hi = max(hi, seq)
+		}
+	}
+	arcs, err := s.listArchives(agent)
+	if err != nil {
+		return 0, opErr("highest seq", agent, err)
+	}
+	for _, a := range arcs {
+		err := walkArchive(a.path, func(h *tar.Header, _ io.Reader) bool {
+			if seq, ok := fileSeq(h.Name); ok {
+				hi = max(hi, seq)
+			}
+			return false
+		})
+		if err != nil {
+			return 0, opErr("highest seq", agent, fmt.Errorf("%s: %w", a.path, err))
+		}
+	}
+	return hi, nil
+}

@@ -297,3 +297,36 @@ func (q *Queue) Took(ctx context.Context, old, tip string) error {
 	q.recorded(w.events)
 	return nil
 }
+
+// KnownTips are the tips of into the store knows, by clone (merge_target).
+func (s *Store) KnownTips(ctx context.Context, into string) (map[string]string, error) {
+	rows, err := s.db.ReadSQL().QueryContext(ctx, `SELECT clone, tip FROM merge_target WHERE into_branch = ?`, into)
+	if err != nil {
+		return nil, fmt.Errorf("merge queue: read where %s was last known: %w", into, err)
+	}
+	defer rows.Close()
+	tips := map[string]string{}
+	for rows.Next() {
+		var clone, tip string
+		if err := rows.Scan(&clone, &tip); err != nil {
+			return nil, fmt.Errorf("merge queue: read where %s was last known: %w", into, err)
+		}
+		tips[clone] = tip
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("merge queue: read where %s was last known: %w", into, err)
+	}
+	return tips, nil
+}
+
+// SetKnownTip makes tip the known tip of clone's into, with no move
+// pending: a restored store's, whose target the queue's own merges moved
+// after the backup (else the next start would record them as a move
+// someone else made).
+func (s *Store) SetKnownTip(ctx context.Context, clone, into, tip string) error {
+	return s.write(ctx, "set where "+into+" is known", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE merge_target SET tip = ?, pending_from = '', pending_to = '', updated_at = ?
+			WHERE clone = ? AND into_branch = ?`, tip, s.stamp(), clone, into)
+		return err
+	})
+}

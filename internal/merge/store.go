@@ -889,3 +889,31 @@ func firstLines(s string, n int) string {
 	}
 	return strings.Join(lines, "; ")
 }
+
+// FloorGateSeq makes the next gate run's number at least seq+1: a store
+// restored from a backup counts the runs only up to the backup, and the
+// logs of the runs since are in logs/merge/ still (a number used again
+// would add a run's output to another's log).
+func (s *Store) FloorGateSeq(ctx context.Context, seq uint32) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("merge queue: floor the gate runs' numbers: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE merge_control SET gate_seq = ? WHERE id = 1 AND gate_seq < ?`, int64(seq), int64(seq)); err != nil {
+		return fmt.Errorf("merge queue: floor the gate runs' numbers: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("merge queue: floor the gate runs' numbers: %w", err)
+	}
+	return nil
+}
+
+// GateSeq is the number of the last gate run (0: none yet).
+func (s *Store) GateSeq(ctx context.Context) (uint32, error) {
+	var seq int64
+	if err := s.db.ReadSQL().QueryRowContext(ctx, `SELECT gate_seq FROM merge_control WHERE id = 1`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("merge queue: read the gate runs' number: %w", err)
+	}
+	return uint32(seq), nil
+}

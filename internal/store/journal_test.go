@@ -630,6 +630,23 @@ func TestMaxSeq(t *testing.T) {
 	j.SessionStarted(SessionRecord{SessionID: "bob-5", Agent: "bob", Seq: 5, Started: t0})
 	check("bob", 5)
 	check("carol", 0)
+
+	// A restored store's floor: MaxSeq is the floor while the sessions are
+	// below it, the sessions' once past it; a lower floor changes nothing.
+	if err := db.SetSeqFloor(ctx, "carol", 12); err != nil {
+		t.Fatal(err)
+	}
+	check("carol", 12)
+	if err := db.SetSeqFloor(ctx, "carol", 4); err != nil {
+		t.Fatal(err)
+	}
+	check("carol", 12)
+	j.SessionStarted(SessionRecord{SessionID: "carol-13", Agent: "carol", Seq: 13, Started: t0})
+	check("carol", 13)
+	check("bob", 5)
+	if err := db.SetSeqFloor(ctx, "no/such", 1); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("SetSeqFloor of a bad name: %v, want ErrInvalidName", err)
+	}
 }
 
 // waitFor polls cond until it holds or a deadline passes: for conditions a

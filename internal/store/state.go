@@ -222,18 +222,25 @@ func (db *DB) spendSum(ctx context.Context) (map[string]Spend, error) {
 }
 
 // MaxSeq is the highest sequence number of a session recorded for agent,
-// or 0. A restarted runner continues after it. The agent row's session_seq
-// is not consulted: it is the runner's counter, which may name a session
-// that never started (the next one, after a success), and counting it
-// would skip a seq at every restart.
+// or 0, or the agent's seq floor when higher (a restored store's:
+// SetSeqFloor). A restarted runner continues after it. The agent row's
+// session_seq is not consulted: it is the runner's counter, which may name
+// a session that never started (the next one, after a success), and
+// counting it would skip a seq at every restart.
 func (db *DB) MaxSeq(ctx context.Context, agent string) (uint32, error) {
 	var seq int64
-	err := db.reads.QueryRowContext(ctx, `SELECT IFNULL(MAX(seq), 0) FROM sessions WHERE agent = ?`, agent).Scan(&seq)
+	err := db.reads.QueryRowContext(ctx, maxSeqSQL, agent, seqFloorKey(agent)).Scan(&seq)
 	if err != nil {
 		return 0, db.Wrap("max seq", err)
 	}
 	return uint32(seq), nil
 }
+
+// maxSeqSQL is MaxSeq's read: the sessions' highest seq (the primary key's
+// last entry for the agent) and the floor's setting, if any.
+const maxSeqSQL = `SELECT MAX(s) FROM (
+	SELECT IFNULL(MAX(seq), 0) AS s FROM sessions WHERE agent = ?
+	UNION ALL SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?) AS seqs`
 
 // CloseOrphanSessions ends every session of agents (every agent's when
 // nil: a store no other daemon shares) that has no end, as OutcomeOrphaned

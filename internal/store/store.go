@@ -390,6 +390,10 @@ func (db *DB) prepareSchema(ctx context.Context, migrations fs.FS) error {
 // PostgreSQL database without its password.
 func (db *DB) Path() string { return db.path }
 
+// IsFile reports whether the store is a SQLite file (false: a PostgreSQL
+// server's database).
+func (db *DB) IsFile() bool { return db.file }
+
 // Now is the DB's clock.
 func (db *DB) Now() time.Time { return db.now() }
 

@@ -42,6 +42,9 @@ type DB interface {
 	// GroupedThen is Grouped for a write whose questions go to the store
 	// with the rest of its batch's, and whose answers then reads.
 	GroupedThen(ctx context.Context, g *store.Group, do func(context.Context, *sql.Tx) (func() error, error)) (int, error)
+	// IsFile is false on PostgreSQL, whose identity a reserved id must
+	// move past (Reserve).
+	IsFile() bool
 }
 
 // Sentinels; errors wrap them with the task and what to do.

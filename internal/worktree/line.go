@@ -276,3 +276,89 @@ func (m *Manager) noSubmodules(ctx context.Context, path, adminDir string) (opts
 	}
 	return opts, nil, nil
 }
+
+// Lines are the task lines the repository holds, task to head: its line
+// branches, and the copies of other daemons' lines the merge queue fetched
+// (the branch's head where both are).
+func (m *Manager) Lines(ctx context.Context) (map[int64]string, error) {
+	out, err := m.git.run(ctx, m.repo, append([]string{"for-each-ref", "--format=%(objectname) %(refname)"}, lineRefs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("list task lines: %w", err)
+	}
+	lines, _ := parseLines(out, lineRefs...)
+	heads := make(map[int64]string, len(lines))
+	for _, l := range lines {
+		if _, ok := heads[l.task]; !ok || strings.HasPrefix(l.ref, "refs/heads/") {
+			heads[l.task] = l.head
+		}
+	}
+	return heads, nil
+}
+
+// FirstParentTrailers are the tasks that commits along rev's first parents
+// name in their trailer key ("Swarmd-Task: 12"), task to the newest such
+// commit: the merge commits a merge queue made on its target. The first
+// parents alone, so that a trailer an agent wrote in a commit of its own,
+// merged on the second parent's side, counts for nothing. A rev that
+// does not exist has none.
+func (m *Manager) FirstParentTrailers(ctx context.Context, rev, key string) (map[int64]string, error) {
+	if _, err := m.git.run(ctx, m.repo, "rev-parse", "--verify", "--quiet", rev+"^{commit}"); err != nil {
+		return map[int64]string{}, nil
+	}
+	out, err := m.git.run(ctx, m.repo, "log", "--first-parent", "--no-show-signature",
+		"--format=%H %(trailers:key="+key+",valueonly,separator=%x20)", rev, "--")
+	if err != nil {
+		return nil, fmt.Errorf("read the %s trailers of %s: %w", key, rev, err)
+	}
+	tasks := map[int64]string{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		for _, v := range f[min(1, len(f)):] {
+			id, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || id <= 0 {
+				continue
+			}
+			if _, ok := tasks[id]; !ok {
+				tasks[id] = f[0]
+			}
+		}
+	}
+	return tasks, nil
+}
+
+// KeepRef points ref (a whole ref name, refs/...) at head, so that the
+// commits there stay reachable whatever moves the branches later.
+func (m *Manager) KeepRef(ctx context.Context, ref, head, why string) error {
+	if !strings.HasPrefix(ref, "refs/") {
+		return fmt.Errorf("keep %s: not a whole ref name", ref)
+	}
+	if _, err := m.git.run(ctx, m.repo, "update-ref", "-m", "swarmd: "+why, ref, head); err != nil {
+		return fmt.Errorf("keep %s at %s: %w", ref, head, err)
+	}
+	return nil
+}
+
+// TrailedSince reports whether to holds from and every commit along to's
+// first parents after from carries trailer key: a target that only its
+// merge queue moved since from. The tip to is returned resolved.
+func (m *Manager) TrailedSince(ctx context.Context, from, to, key string) (tip string, ok bool, err error) {
+	tip, err = m.git.run(ctx, m.repo, "rev-parse", "--verify", "--quiet", to+"^{commit}")
+	if err != nil {
+		return "", false, nil // no target: nothing moved it
+	}
+	tip = strings.TrimSpace(tip)
+	if _, err := m.git.run(ctx, m.repo, "merge-base", "--is-ancestor", from, tip); err != nil {
+		return tip, false, nil // rewound, or from is unknown here
+	}
+	out, err := m.git.run(ctx, m.repo, "log", "--first-parent", "--no-show-signature",
+		"--format=%H %(trailers:key="+key+",valueonly,separator=%x20)", from+".."+tip, "--")
+	if err != nil {
+		return "", false, fmt.Errorf("read the %s trailers of %s..%s: %w", key, from, to, err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "" && len(strings.Fields(l)) < 2 {
+			return tip, false, nil
+		}
+	}
+	return tip, true, nil
+}
