@@ -211,7 +211,7 @@ var tiers = [][]string{
 	{"proc"},
 	{"backend", "hooks", "worktree", "store", "logs"},
 	{"mailbox", "taskboard", "merge", "runner", "gitmaint", "history"},
-	{"config", "prompt", "settle", "registry", "router", "metrics", "view"},
+	{"config", "prompt", "settle", "registry", "router", "metrics", "view", "backup"},
 	{"web", "tui", "spend", "providergate"},
 	{"daemon"}, // imported by the commands alone
 	{"cli"},    // the commands, wired by cmd/swarmd

@@ -211,6 +211,7 @@ Start with 'swarmd init' to write a swarmd.yaml, then 'swarmd run'.`,
 	root.AddCommand(cli.NewAuditCommand(c), cli.NewBudgetCommand(c))
 	root.AddCommand(cli.NewEventsCommand(c), cli.NewSessionsCommand(c), cli.NewWorktreeCommand(c), cli.NewInitCommand(c), newCompletionCommand())
 	root.AddCommand(cli.NewTopCommand(c), cli.NewInboxCommand(c), cli.NewDaemonsCommand(c))
+	root.AddCommand(cli.NewBackupCommands(c)...)
 	usageArgs(root)
 	return root
 }
