@@ -242,6 +242,21 @@ agents:
 	if entries, _ := filepath.Glob(filepath.Join(repo, ".swarm", "before-restore-*")); len(entries) != 0 {
 		t.Errorf("a refused restore moved the store: %v", entries)
 	}
+	// A restore killed before it put the copy in place: no daemon starts
+	// (the store may be missing, and it would make an empty one).
+	cut := filepath.Join(repo, ".swarm", "swarm.db.restoring")
+	if err := os.MkdirAll(filepath.Dir(cut), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cut, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := runCLI(t, nil, "", "run", "-c", cfg); code != 2 || !strings.Contains(stderr, "a restore was cut short") {
+		t.Errorf("run after a restore cut short: exit %d, %q; want 2 and the restore named", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(repo, ".swarm", "swarm.db")); err == nil {
+		t.Error("the refused run made a store")
+	}
 	// Inside a session: an operator command.
 	_, stderr, code := runCLI(t, []string{"SWARM_AGENT_ID=bob"}, "", "backup", filepath.Join(dir, "c.db"), "-c", cfg)
 	if code != 2 || !strings.Contains(stderr, "operator command") {

@@ -474,6 +474,12 @@ func TestRestoreRefusesWhatIsNoBackup(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "before-restore-") {
 			t.Errorf("%s: a refused restore moved the store", e.Name())
 		}
+		if strings.HasPrefix(e.Name(), restoring) {
+			t.Errorf("%s: a refused restore left its copy (a daemon would refuse to start)", e.Name())
+		}
+	}
+	if err := CutShort(s.state); err != nil {
+		t.Errorf("after refused restores: %v", err)
 	}
 	if got, err := s.board.List(ctx, taskboard.Filter{}); err != nil || len(got) != 1 || got[0].Title != "kept" {
 		t.Errorf("the store after refused restores: %v, %v", got, err)

@@ -89,7 +89,21 @@ type Report struct {
 var ErrNotBackup = errors.New("not a backup")
 
 // restoring is the name, in the state dir, of the copy being prepared.
+// A restore that fails removes it; one killed leaves it, and CutShort
+// finds it.
 const restoring = "swarm.db.restoring"
+
+// CutShort reports a restore into stateDir that was killed before it
+// ended: the store may be missing (moved aside, the copy not yet in
+// place), and a daemon must not start, which would make a new, empty
+// one. A second restore of the same backup finishes it.
+func CutShort(stateDir string) error {
+	p := filepath.Join(stateDir, restoring)
+	if _, err := os.Lstat(p); err != nil {
+		return nil
+	}
+	return fmt.Errorf("%s is there: a restore was cut short, and the store may be missing; run swarmd restore again", p)
+}
 
 // Run restores r.From as the store. It prepares a copy beside the store
 // (checked, migrated, its numberings raised past what the logs and the
@@ -140,6 +154,14 @@ func (r *Restore) run(ctx context.Context) (Report, error) {
 	if err := copyFile(from, prep); err != nil {
 		return rep, fmt.Errorf("copy it into the state dir: %w", err)
 	}
+	placed := false
+	defer func() {
+		if !placed {
+			for _, p := range []string{prep, prep + "-wal", prep + "-shm"} {
+				_ = os.Remove(p)
+			}
+		}
+	}()
 	if err := r.prepare(ctx, prep, &rep, now()); err != nil {
 		return rep, err
 	}
@@ -152,8 +174,12 @@ func (r *Restore) run(ctx context.Context) (Report, error) {
 	}
 	rep.Aside = aside
 	if err := os.Rename(prep, dbPath); err != nil {
-		return rep, err
+		// The store is aside and the copy not in place: the copy stays,
+		// so that no daemon starts on a new, empty store (CutShort).
+		placed = true
+		return rep, fmt.Errorf("%w (the store replaced is in %s)", err, aside)
 	}
+	placed = true
 	return rep, syncDir(r.StateDir)
 }
 

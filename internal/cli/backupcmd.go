@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -134,6 +135,11 @@ func restoreRun(ctx context.Context, opts *backupOptions) error {
 	}
 	if cfg.SharedStore() {
 		return usagef("restore: the store is PostgreSQL (%s): restore it with pg_restore", store.Redact(cfg.StoreTarget()))
+	}
+	// A new machine's state dir may not exist yet: the restore makes it,
+	// as a daemon would (the operator's alone).
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("restore: create the state dir: %w", err)
 	}
 	release, err := daemon.HoldStateDir(cfg.StateDir)
 	if err != nil {

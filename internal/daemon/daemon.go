@@ -20,6 +20,7 @@ import (
 	"github.com/swarmd/swarmd/internal/admission"
 	"github.com/swarmd/swarmd/internal/agent"
 	"github.com/swarmd/swarmd/internal/backend"
+	"github.com/swarmd/swarmd/internal/backup"
 	"github.com/swarmd/swarmd/internal/config"
 	"github.com/swarmd/swarmd/internal/control"
 	"github.com/swarmd/swarmd/internal/environ"
@@ -395,6 +396,11 @@ func (d *Daemon) openState(ctx context.Context, cfg *config.Config) (err error) 
 			return setupError(err)
 		}
 		return err
+	}
+	if !cfg.SharedStore() {
+		if err := backup.CutShort(cfg.StateDir); err != nil {
+			return setupError(err)
+		}
 	}
 	// The files backends give sessions: a killed daemon's are left here.
 	files := sessionFilesDir(cfg.StateDir)
