@@ -93,7 +93,7 @@ agents:
 	_ = d.cmd.Process.Signal(syscall.SIGKILL)
 	d.wait(10 * time.Second)
 
-	hi, err := logs.New(stateDir, 0, 0, nil).HighestSeq("alice")
+	hi, err := logs.New(stateDir, 0, 0, nil).HighestSeq("alice", time.Time{})
 	if err != nil || hi == 0 {
 		t.Fatalf("alice's highest logged seq: %d, %v", hi, err)
 	}

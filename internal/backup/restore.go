@@ -222,9 +222,16 @@ func (r *Restore) floorSeqs(ctx context.Context, db *store.DB, rep *Report) erro
 	if err != nil {
 		return err
 	}
+	// Archives made before the backup hold no session after it; an hour's
+	// margin for a clock that moved. A copy that does not say when it was
+	// taken has every archive read.
+	var since time.Time
+	if !rep.TakenAt.IsZero() {
+		since = rep.TakenAt.Add(-time.Hour)
+	}
 	ms := merge.NewStore(db, nil)
 	for _, name := range names {
-		hi, err := r.Logs.HighestSeq(name)
+		hi, err := r.Logs.HighestSeq(name, since)
 		if err != nil {
 			return err
 		}

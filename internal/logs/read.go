@@ -336,10 +336,12 @@ func (s *Store) Agents() ([]string, error) {
 }
 
 // HighestSeq is the highest seq of a session agent has a log of, live or
-// archived (0: none). It reads every archive of the agent whole, so it is
-// for a restore, not for a daemon's start. An archive that cannot be read
-// fails it: what it holds cannot be known.
-func (s *Store) HighestSeq(agent string) (uint32, error) {
+// archived (0: none), reading the archives made at since or later whole
+// (zero: all): a log is archived after its file was made, so an archive
+// made before since holds nothing made after it. It is for a restore,
+// not for a daemon's start. An archive that cannot be read fails it: what
+// it holds cannot be known.
+func (s *Store) HighestSeq(agent string, since time.Time) (uint32, error) {
 	if err := checkAgent(agent); err != nil {
 		return 0, opErr("highest seq", agent, err)
 	}
@@ -358,6 +360,9 @@ func (s *Store) HighestSeq(agent string) (uint32, error) {
 		return 0, opErr("highest seq", agent, err)
 	}
 	for _, a := range arcs {
+		if a.stamp.Before(since) {
+			continue
+		}
 		err := walkArchive(a.path, func(h *tar.Header, _ io.Reader) bool {
 			if seq, ok := fileSeq(h.Name); ok {
 				hi = max(hi, seq)

@@ -249,3 +249,59 @@ func TestRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestHighestSeq: the highest seq of an agent's logs, live and archived,
+// reading only the archives made at since or later; a prompt counts as its
+// session's. An unreadable archive read fails it; one skipped does not.
+func TestHighestSeq(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t, 0, 0)
+	if got, err := s.HighestSeq("alice", time.Time{}); err != nil || got != 0 {
+		t.Fatalf("no logs: %d, %v", got, err)
+	}
+	writeLogs(t, s, "alice", map[string]string{"1.log": attempt("a1", 1, "x\n"), "2.log": attempt("a2", 2, "x\n"), "3.prompt.md": "p"})
+	if _, err := s.Archive(ctx, "alice", t0); err != nil {
+		t.Fatal(err)
+	}
+	writeLogs(t, s, "alice", map[string]string{"4.log": attempt("a4", 4, "x\n"), "5.prompt.md": "p"})
+	if _, err := s.Archive(ctx, "alice", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	writeLogs(t, s, "alice", map[string]string{"6.log": attempt("a6", 6, "x\n"), "notes.txt": "9"})
+	for _, c := range []struct {
+		since time.Time
+		want  uint32
+	}{{time.Time{}, 6}, {t0.Add(time.Minute), 6}, {t0.Add(2 * time.Hour), 6}} {
+		if got, err := s.HighestSeq("alice", c.since); err != nil || got != c.want {
+			t.Errorf("HighestSeq(since %v) = %d, %v; want %d", c.since, got, err, c.want)
+		}
+	}
+	if err := os.Remove(s.LogPath("alice", 6)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		since time.Time
+		want  uint32
+	}{{time.Time{}, 5}, {t0.Add(time.Minute), 5}, {t0.Add(2 * time.Hour), 0}} {
+		if got, err := s.HighestSeq("alice", c.since); err != nil || got != c.want {
+			t.Errorf("without the live log, HighestSeq(since %v) = %d, %v; want %d", c.since, got, err, c.want)
+		}
+	}
+	arcs, err := s.listArchives("alice")
+	if err != nil || len(arcs) != 2 {
+		t.Fatalf("archives %v, %v", arcs, err)
+	}
+	if err := os.WriteFile(arcs[0].path, []byte("not gzip"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.HighestSeq("alice", t0.Add(time.Minute)); err != nil || got != 5 {
+		t.Errorf("with the skipped archive damaged: %d, %v; want 5", got, err)
+	}
+	if _, err := s.HighestSeq("alice", time.Time{}); err == nil {
+		t.Error("a damaged archive read gave no error")
+	}
+	names, err := s.Agents()
+	if err != nil || len(names) != 1 || names[0] != "alice" {
+		t.Errorf("Agents() = %v, %v; want [alice]", names, err)
+	}
+}
